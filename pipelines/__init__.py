@@ -1,0 +1,1 @@
+"""Runnable Beam pipelines: ``python -m pipelines.convert``."""

@@ -1,0 +1,94 @@
+"""What every command shares: quiet logs, one-line errors, the output-directory guard, the summary."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+from typing import Callable
+
+from transforms import fileio, metadata
+from transforms.errors import ConfigError, EtlError
+
+
+def quiet_logs(verbose: bool) -> None:
+    """Keeps TensorFlow's and Beam's logs out of the default output; ``--verbose`` shows them."""
+    if verbose:
+        os.environ["TFRECORD_ETL_VERBOSE"] = "1"
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    for name in ("apache_beam", "absl", "tensorflow"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    logging.getLogger("transforms").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore")
+
+
+def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) -> int:
+    """Runs ``main`` and turns our errors (raised directly or from inside a Beam worker) into one line."""
+    argv = sys.argv[1:] if argv is None else argv
+    quiet_logs("--verbose" in argv)
+    try:
+        return main(argv)
+    except EtlError as e:
+        print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # Beam may wrap a worker's error; find ours in the chain
+        inner = _find_etl_error(e)
+        if inner is None:
+            raise
+        print(f"error: {type(inner).__name__}: {inner}", file=sys.stderr)
+        return 2
+
+
+def _find_etl_error(e: BaseException | None):
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, EtlError):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def prepare_output_dir(output_dir: str, overwrite: bool) -> None:
+    """Refuses an existing, non-empty output directory unless ``overwrite``; then uncommits it first
+    (metadata.json goes before the shards, so a crash midway never leaves a complete-looking output)."""
+    if not fileio.exists(output_dir) or (fileio.is_local(output_dir) and not os.listdir(output_dir)):
+        return
+    if not overwrite:
+        raise ConfigError("The output directory exists", file=output_dir,
+                          hint="pass --overwrite to replace it, or choose another --output_dir")
+    fileio.delete([fileio.join(output_dir, metadata.METADATA_FILE)])
+    stale = fileio.FileSystems.match([fileio.join(output_dir, "*")])[0].metadata_list
+    fileio.delete([m.path for m in stale])
+
+
+def print_summary(output_dir: str, meta: dict, seconds: float, extra: dict | None = None) -> None:
+    shards = meta["shards"]
+    total_bytes = sum(s["bytes"] for s in shards)
+    n = meta["num_records"]
+    print(f"wrote {n} examples in {len(shards)} shards, {total_bytes} bytes "
+          f"({meta['compression']}) to {output_dir} in {seconds:.1f} s ({n / max(seconds, 1e-9):,.0f} examples/s)")
+    for key, value in (extra or {}).items():
+        print(f"  {key}: {value}")
+
+
+def preload_tensorflow() -> None:
+    """Imports TensorFlow with its C++ start-up chatter (absl, oneDNN, CUDA probes) sent to /dev/null.
+
+    TF_CPP_MIN_LOG_LEVEL does not silence the lines printed before absl's logging starts.
+    """
+    if "tensorflow" in sys.modules or os.environ.get("TFRECORD_ETL_VERBOSE"):
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        import tensorflow  # noqa: F401
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)

@@ -1,0 +1,31 @@
+"""tfrecord-etl: NumPy arrays (HDF5, .npz, .npy) -> sharded TFRecord files of tf.train.Example on Apache Beam.
+
+Also usable as Beam's ``--setup_file`` so Dataflow workers install the same packages.
+"""
+import setuptools
+
+setuptools.setup(
+    name="tfrecord-etl",
+    version="0.1.0",
+    description="Batch ETL on Apache Beam: NumPy arrays -> sharded TFRecord files of tf.train.Example",
+    long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10,<3.13",
+    packages=setuptools.find_packages(include=["pipelines", "pipelines.*", "transforms", "transforms.*"]),
+    package_data={"pipelines": ["../configs/*.yaml"]},
+    install_requires=[
+        # tfx-bsl 1.21 pins tensorflow 2.21 and apache-beam[gcp]; these ranges resolve together on Python 3.11.
+        "apache-beam[gcp]>=2.77,<2.78",
+        "tensorflow>=2.21,<2.22",
+        "tfx-bsl>=1.21,<1.22",
+        "tensorflow-metadata>=1.17",
+        "numpy>=1.26",
+        "h5py>=3.10",
+        "google-crc32c>=1.5",
+        "pydantic>=2.5",
+        "PyYAML>=6.0",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3"],
+    },
+)

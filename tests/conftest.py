@@ -1,0 +1,49 @@
+"""Shared test helpers: run a command in-process, locate the real third-party files."""
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+FIXTURES = pathlib.Path(os.environ.get("TFRECORD_ETL_FIXTURES", ROOT / ".fixtures" / "site"))
+# In-process DirectRunner: fast start, no Prism download attempt, deterministic order of work.
+BEAM_FLAGS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _beam_home(tmp_path_factory):
+    """Beam writes ~/.apache_beam; keep it out of the real home."""
+    home = tmp_path_factory.mktemp("home")
+    old = os.environ.get("HOME")
+    os.environ["HOME"] = str(home)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    yield
+    if old is not None:
+        os.environ["HOME"] = old
+
+
+def fixture_file(relative: str) -> pathlib.Path:
+    """A real third-party file installed by run_tests.sh (pip --no-deps --target .fixtures/site)."""
+    path = FIXTURES / relative
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: run ./run_tests.sh, which installs the fixture packages")
+    return path
+
+
+def run_command(module_main, argv, capsys=None):
+    """Runs a pipeline's ``main`` like the command line does; returns (exit code, stdout, stderr)."""
+    from pipelines import common
+    code = common.run_main(module_main, [str(a) for a in argv])
+    if capsys is None:
+        return code, "", ""
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def convert(input_pattern, output_dir, *flags, capsys=None, beam=True):
+    """Runs ``python -m pipelines.convert`` in-process with the in-memory DirectRunner."""
+    from pipelines import convert as convert_module
+    argv = ["--input", input_pattern, "--output_dir", output_dir, *flags] + (BEAM_FLAGS if beam else [])
+    return run_command(convert_module.main, argv, capsys)

@@ -1,0 +1,197 @@
+"""End to end: the convert command on DirectRunner, read back with plain TensorFlow, TFXIO and our reader."""
+from __future__ import annotations
+
+import json
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+from pipelines import common
+from tests.conftest import convert, fixture_file
+from transforms import reader
+
+
+@pytest.fixture(scope="module")
+def tf():
+    common.preload_tensorflow()
+    import tensorflow as tf
+    return tf
+
+
+def make_h5(path, rows=500):
+    comp = np.dtype([("id", "<i8"), ("pos", ">f4", (3,)), ("tag", "S4"), ("flag", "?")])
+    table = np.zeros(rows, comp)
+    table["id"] = np.arange(rows) * 7
+    table["pos"] = np.arange(rows * 3).reshape(rows, 3) / 3
+    table["tag"] = [b"t%d" % (i % 100) for i in range(rows)]
+    table["flag"] = np.arange(rows) % 3 == 0
+    data = {
+        "images": np.random.default_rng(1).integers(0, 255, (rows, 8, 8, 3), dtype=np.uint8),
+        "meta/labels": np.arange(rows, dtype=">i2") - 250,
+        "meta/weights": np.linspace(0, 1, rows, dtype=">f8"),
+        "meta/z": (np.arange(rows) * (1 + 2j)).astype("<c8"),
+        "meta/big": np.arange(rows, dtype=">u8") * (2**40),
+    }
+    with h5py.File(path, "w") as f:
+        for k, v in data.items():
+            f.create_dataset(k, data=v, chunks=(50,) + v.shape[1:], compression="gzip")
+        f.create_dataset("table", data=table, chunks=(64,))
+        f.create_dataset("names", data=np.array([b"n%d" % i for i in range(rows)], dtype=object),
+                         dtype=h5py.string_dtype())
+    data.update({f"table/{k}": table[k] for k in comp.names})
+    data["names"] = np.array([b"n%d" % i for i in range(rows)], dtype=object)
+    return data
+
+
+def by_row(examples):
+    return sorted(examples, key=lambda e: int(np.asarray(e["_source/row"])))
+
+
+def assert_same(expected: np.ndarray, got) -> None:
+    got = np.asarray(got)
+    if expected.dtype == object:
+        assert got.tolist() == expected.tolist()
+        return
+    assert got.shape == expected.shape, (got.shape, expected.shape)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("conv")
+    data = make_h5(tmp / "in.h5")
+    out = tmp / "out"
+    code, _, _ = convert(tmp / "in.h5", out, "--provenance", "--num_shards", "3", "--target_range_mb", "0.02")
+    assert code == 0
+    return data, out
+
+
+def test_output_files_and_metadata(converted):
+    data, out = converted
+    names = sorted(os.listdir(out))
+    assert names == ["data-00000-of-00003.tfrecord", "data-00001-of-00003.tfrecord",
+                     "data-00002-of-00003.tfrecord", "metadata.json", "schema.pbtxt"]
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["num_records"] == 500 and sum(s["records"] for s in meta["shards"]) == 500
+    feats = {f["name"]: f for f in meta["features"]}
+    assert feats["table/pos"] == {"name": "table/pos", "dtype": "<f4", "shape": [3], "encoding": "tensor"}
+    assert feats["names"]["dtype"] == "bytes" and feats["names"]["encoding"] == "list"
+    assert meta["sources"] == [{"path": str(out.parent / "in.h5"), "rows": 500}]
+
+
+def test_plain_tensorflow_reads_back_exact_arrays(converted, tf):
+    data, out = converted
+    spec = reader.feature_spec(str(out))
+    files = sorted(str(p) for p in out.glob("*.tfrecord"))
+    rows = []
+    for serialized in tf.data.TFRecordDataset(files).batch(64):
+        parsed = tf.io.parse_example(serialized, spec)
+        for i in range(int(serialized.shape[0])):
+            rows.append({k: (v.values if isinstance(v, tf.SparseTensor) else v)[i].numpy()
+                         for k, v in parsed.items() if not isinstance(v, tf.SparseTensor)})
+    assert len(rows) == 500
+    rows = by_row(rows)
+    for i in (0, 123, 499):
+        # tensor encoding: raw little-endian bytes, decoded with plain numpy from the tf.string
+        assert np.frombuffer(rows[i]["images"], np.uint8).reshape(8, 8, 3).tolist() == data["images"][i].tolist()
+        assert np.frombuffer(rows[i]["meta/big"], "<u8")[0] == data["meta/big"][i]
+        assert np.frombuffer(rows[i]["table/pos"], "<f4").tolist() == data["table/pos"][i].tolist()
+        assert rows[i]["names"] == data["names"][i]
+
+
+def test_to_tf_dataset_restores_dtypes_and_shapes(converted, tf):
+    data, out = converted
+    examples = by_row([{k: v.numpy() for k, v in e.items()} for e in reader.to_tf_dataset(str(out))])
+    assert len(examples) == 500
+    first = examples[0]
+    assert first["images"].dtype == np.uint8 and first["images"].shape == (8, 8, 3)
+    assert first["meta/big"].dtype == np.uint64 and first["meta/z"].dtype == np.complex64
+    assert first["table/flag"].dtype == np.bool_
+    for name, expected in data.items():
+        if expected.dtype.kind == "S":
+            assert [e[name] for e in examples] == expected.tolist()
+        else:
+            assert_same(expected, np.stack([e[name] for e in examples]) if expected.dtype != object
+                        else np.array([e[name] for e in examples], dtype=object))
+
+
+def test_iter_numpy_restores_exact_arrays(converted):
+    data, out = converted
+    examples = by_row(list(reader.iter_numpy(str(out))))
+    for name, expected in data.items():
+        got = [e[name] for e in examples]
+        assert_same(expected, np.array(got, dtype=object) if expected.dtype == object else np.stack(got))
+        if expected.dtype != object:
+            assert got[0].dtype == expected.dtype.newbyteorder("<") or expected.dtype.itemsize == 1
+
+
+def test_tfxio_reads_with_the_written_schema(converted):
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+    from tfx_bsl.public import tfxio
+    _, out = converted
+    schema = text_format.Parse((out / "schema.pbtxt").read_text(), schema_pb2.Schema())
+    source = tfxio.TFExampleRecord(file_pattern=str(out / "*.tfrecord"), schema=schema)
+    total, columns = 0, None
+    for batch in source.RecordBatches(tfxio.TensorFlowDatasetOptions(batch_size=128, shuffle=False,
+                                                                      num_epochs=1)):
+        total += batch.num_rows
+        columns = set(batch.schema.names)
+    assert total == 500
+    assert {"images", "names", "table/pos", "_source/row"} <= columns
+
+
+def test_list_encoding_reads_with_fixed_len_feature(tmp_path, tf):
+    arr = np.arange(40 * 2 * 3, dtype=">i2").reshape(40, 2, 3)
+    np.save(tmp_path / "a.npy", arr)
+    code, _, _ = convert(tmp_path / "a.npy", tmp_path / "out", "--encoding", "list", "--compression", "zlib")
+    assert code == 0
+    files = [str(p) for p in (tmp_path / "out").glob("*.tfrecord.zlib")]
+    ds = tf.data.TFRecordDataset(files, compression_type="ZLIB").batch(40).map(
+        lambda s: tf.io.parse_example(s, {"array": tf.io.FixedLenFeature([2, 3], tf.int64)}))
+    got = next(iter(ds))["array"].numpy()
+    np.testing.assert_array_equal(np.sort(got, axis=0), arr)  # shard order may differ from row order
+    batched = tf.data.experimental.make_batched_features_dataset(
+        files, 8, {"array": tf.io.FixedLenFeature([2, 3], tf.int64)}, reader=lambda f: tf.data.TFRecordDataset(
+            f, compression_type="ZLIB"), num_epochs=1, shuffle=False)
+    assert sum(int(b["array"].shape[0]) for b in batched) == 40
+
+
+def test_gzip_output_and_arrays_mode_npz_with_varying_shapes(tmp_path):
+    members = {"a": np.arange(6, dtype="<i4").reshape(2, 3), "b": np.arange(4, dtype="<i4")}
+    np.savez_compressed(tmp_path / "m.npz", **members)
+    code, _, _ = convert(tmp_path / "m.npz", tmp_path / "out", "--npz_mode", "arrays", "--compression", "gzip")
+    assert code == 0
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.gz")) == ["data-00000-of-00001.tfrecord.gz"]
+    got = {e["key"].item(): e["array"] for e in reader.iter_numpy(str(tmp_path / "out"))}
+    assert set(got) == {b"a", b"b"}
+    for k, v in members.items():
+        assert got[k.encode()].shape == v.shape
+        np.testing.assert_array_equal(got[k.encode()], v)
+
+
+def test_help_lists_custom_flags_with_defaults(capsys):
+    from pipelines import convert as convert_module
+    with pytest.raises(SystemExit) as exit_info:
+        common.run_main(convert_module.main, ["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--input", "--output_dir", "--datasets", "--npz_mode", "--npy_mode", "--encoding",
+                 "--compression", "--num_shards", "--provenance", "--overwrite", "--config"):
+        assert flag in text
+    assert "(default: 'tensor')" in text
+
+
+def test_config_file_and_flag_precedence(tmp_path):
+    np.save(tmp_path / "a.npy", np.arange(10, dtype="<i8"))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"input: {tmp_path / 'a.npy'}\noutput_dir: {tmp_path / 'out'}\ncompression: gzip\n"
+                   "num_shards: 2\npipeline_options:\n  runner: DirectRunner\n  direct_running_mode: in_memory\n")
+    from pipelines import convert as convert_module
+    from tests.conftest import run_command
+    code, _, _ = run_command(convert_module.main, ["--config", cfg, "--num_shards", "1"])
+    assert code == 0
+    meta = json.loads((tmp_path / "out" / "metadata.json").read_text())
+    assert meta["compression"] == "gzip" and len(meta["shards"]) == 1  # the flag won over the file

@@ -1,0 +1,153 @@
+"""Each source on small generated files: indexing, row-range planning and exact reads."""
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+
+from transforms import sources
+from transforms.beam_io import plan_inputs
+from transforms.errors import SchemaError, SourceError
+from transforms.sources import SourceOptions
+
+
+def read_all(plan) -> dict:
+    parts = [plan.source.read(r) for r in plan.ranges]
+    out = {}
+    for name in parts[0]:
+        vals = [p[name] for p in parts]
+        out[name] = np.concatenate(vals) if isinstance(vals[0], np.ndarray) else sum((list(v) for v in vals), [])
+    return out
+
+
+@pytest.fixture
+def h5_file(tmp_path):
+    path = tmp_path / "data.h5"
+    inner = np.dtype([("c", ">f4", (2,)), ("d", "S5")])
+    comp = np.dtype([("a", "<i2"), ("b", inner)])
+    rows = 1000
+    z = np.zeros(rows, comp)
+    z["a"] = np.arange(rows)
+    z["b"]["c"] = np.arange(rows * 2).reshape(rows, 2)
+    z["b"]["d"] = [b"r%d" % i for i in range(rows)]
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=np.arange(rows * 3, dtype=">f8").reshape(rows, 3), chunks=(64, 3),
+                         compression="gzip")
+        f.create_group("g").create_group("h").create_dataset("y", data=np.arange(rows, dtype="<i4"),
+                                                             chunks=(100,), compression="lzf")
+        f.create_dataset("z", data=z)
+        f.create_dataset("s", data=np.array([b"abc", b"de"] * (rows // 2), dtype=object),
+                         dtype=h5py.string_dtype())
+        f.create_dataset("scalar", data=1.5)
+    return path, z
+
+
+def test_hdf5_all_datasets_compound_nested_subarray_vlen_and_chunked(h5_file):
+    path, z = h5_file
+    plan = plan_inputs(str(path), SourceOptions(target_range_bytes=30000))
+    names = {s.name: s for s in plan.specs}
+    assert set(names) == {"g/h/y", "s", "x", "z/a", "z/b/c", "z/b/d"}  # the 0-d dataset is skipped
+    assert names["z/b/c"].dtype == "<f4" and names["z/b/c"].shape == (2,)
+    assert names["s"].dtype == "bytes" and names["x"].dtype == "<f8"
+    assert len(plan.ranges) > 3 and all(r.start % 100 == 0 for r in plan.ranges)  # aligned to chunk rows
+    got = read_all(plan)
+    np.testing.assert_array_equal(got["x"], np.arange(3000).reshape(1000, 3))
+    np.testing.assert_array_equal(got["g/h/y"], np.arange(1000))
+    np.testing.assert_array_equal(got["z/b/c"], z["b"]["c"])
+    np.testing.assert_array_equal(got["z/b/d"], z["b"]["d"])
+    assert list(got["s"][:3]) == [b"abc", b"de", b"abc"]
+
+
+def test_hdf5_datasets_option_and_errors(h5_file, tmp_path):
+    path, _ = h5_file
+    plan = plan_inputs(str(path), SourceOptions(datasets=("/g/h/y",)))
+    assert [s.name for s in plan.specs] == ["g/h/y"]
+    with pytest.raises(SourceError, match="No such dataset") as err:
+        plan_inputs(str(path), SourceOptions(datasets=("/nope",)))
+    assert err.value.context["dataset"] == "/nope" and str(path) in str(err.value)
+    with pytest.raises(SchemaError, match="scalar"):
+        plan_inputs(str(path), SourceOptions(datasets=("/scalar",)))
+    other = tmp_path / "uneven.h5"
+    with h5py.File(other, "w") as f:
+        f["a"] = np.zeros(5)
+        f["b"] = np.zeros(6)
+    with pytest.raises(SchemaError, match=r"different leading lengths \('/a': 5, '/b': 6\)"):
+        plan_inputs(str(other), SourceOptions())
+
+
+@pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
+def test_npz_rows_and_arrays(tmp_path, save):
+    path = tmp_path / "d.npz"
+    a = np.arange(40, dtype=">i8").reshape(20, 2)
+    b = np.asfortranarray(np.arange(20 * 6, dtype="<f4").reshape(20, 3, 2))
+    save(path, a=a, b=b)
+    plan = plan_inputs(str(path), SourceOptions(npz_mode="rows", target_range_bytes=100))
+    assert len(plan.ranges) > 1
+    got = read_all(plan)
+    np.testing.assert_array_equal(got["a"], a)
+    np.testing.assert_array_equal(got["b"], b)
+    plan = plan_inputs(str(path), SourceOptions(npz_mode="arrays"))
+    got = read_all(plan)
+    assert got["key"] == [b"a", b"b"]
+    np.testing.assert_array_equal(got["array"][1], b)
+    spec = {s.name: s for s in plan.specs}["array"]
+    assert spec.dtype is None and spec.shape is None  # int64 (20, 2) and float32 (20, 3, 2) differ
+
+
+def test_npz_rows_refuses_uneven_members(tmp_path):
+    path = tmp_path / "d.npz"
+    np.savez(path, a=np.zeros(3), b=np.zeros(4))
+    with pytest.raises(SchemaError, match="npz_mode arrays"):
+        plan_inputs(str(path), SourceOptions(format="npz"))
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [">f8", "<i2", ">u4"])
+def test_npy_rows_big_endian_and_fortran(tmp_path, order, dtype):
+    arr = np.array(np.arange(50 * 4 * 3).reshape(50, 4, 3), dtype=dtype, order=order)
+    path = tmp_path / "a.npy"
+    np.save(path, arr)
+    plan = plan_inputs(str(path), SourceOptions(target_range_bytes=200))
+    assert len(plan.ranges) > 5
+    first = plan.source.read(plan.ranges[1])["array"]
+    assert first.dtype == np.dtype(dtype) and first.flags.c_contiguous  # byte order kept until encoding
+    got = read_all(plan)["array"]
+    np.testing.assert_array_equal(got, arr)
+
+
+def test_strided_fortran_read_matches_numpy(tmp_path):
+    """The seek-per-column path used for remote (non-mmap) .npy files."""
+    arr = np.asfortranarray(np.arange(30 * 4 * 5, dtype=">i4").reshape(30, 4, 5))
+    path = tmp_path / "f.npy"
+    np.save(path, arr)
+    with open(path, "rb") as f:
+        h = sources._read_npy_header(f, str(path))
+        assert h.fortran
+        np.testing.assert_array_equal(sources._read_rows(f, h, 7, 19, str(path)), arr[7:19])
+
+
+def test_npy_files_mode(tmp_path):
+    arrays = {"one": np.arange(3, dtype="<f4"), "two": np.arange(6, dtype="<f4").reshape(2, 3)}
+    for k, v in arrays.items():
+        np.save(tmp_path / f"{k}.npy", v)
+    plan = plan_inputs(str(tmp_path / "*.npy"), SourceOptions(npy_mode="files"))
+    got = read_all(plan)
+    assert got["key"] == [b"one", b"two"]
+    np.testing.assert_array_equal(got["array"][1], arrays["two"])
+    spec = {s.name: s for s in plan.specs}["array"]
+    assert spec.dtype == "<f4" and spec.shape is None
+
+
+def test_object_npy_is_refused_without_unpickling(tmp_path):
+    path = tmp_path / "o.npy"
+    np.save(path, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    with pytest.raises(SchemaError, match="never unpickled"):
+        plan_inputs(str(path), SourceOptions())
+
+
+def test_row_ranges_cover_every_row_once():
+    idx = sources.FileIndex("f", 1001, (), row_bytes=10, chunk_rows=7)
+    ranges = sources.plan_row_ranges(idx, 500)
+    rows = [i for r in ranges for i in range(r.start, r.stop)]
+    assert rows == list(range(1001))
+    assert all(r.num_rows == 49 for r in ranges[:-1])  # 50 rows rounded down to a multiple of 7

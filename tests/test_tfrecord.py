@@ -1,0 +1,71 @@
+"""TFRecord framing against TensorFlow's own writer and reader; errors name file, record and offset."""
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from pipelines import common
+from transforms import tfrecord
+from transforms.errors import RecordError
+
+RECORDS = [b"", b"a", b"hello world" * 100, bytes(range(256)) * 40]
+
+
+@pytest.fixture(scope="module")
+def tf():
+    common.preload_tensorflow()
+    import tensorflow as tf
+    return tf
+
+
+def test_frames_are_byte_identical_to_tensorflow_writer(tf, tmp_path):
+    path = str(tmp_path / "tf.tfrecord")
+    with tf.io.TFRecordWriter(path) as w:
+        for r in RECORDS:
+            w.write(r)
+    assert open(path, "rb").read() == tfrecord.frame_records(RECORDS)
+
+
+@pytest.mark.parametrize("compression,tf_name", [("none", ""), ("gzip", "GZIP"), ("zlib", "ZLIB")])
+def test_tensorflow_reads_our_shards_and_we_read_tensorflows(tf, tmp_path, compression, tf_name):
+    ours = tmp_path / f"ours{tfrecord.SUFFIXES[compression]}"
+    with open(ours, "wb") as f:
+        w = tfrecord.ShardWriter(f, compression)
+        w.write_batch(RECORDS[:2])
+        w.write_batch(RECORDS[2:])
+        w.close()
+    assert [r.numpy() for r in tf.data.TFRecordDataset(str(ours), compression_type=tf_name)] == RECORDS
+    theirs = str(tmp_path / "theirs")
+    with tf.io.TFRecordWriter(theirs, options=tf_name or None) as w:
+        for r in RECORDS:
+            w.write(r)
+    with open(theirs, "rb") as raw:
+        assert tfrecord.detect_compression(raw.read(12)) == compression
+        raw.seek(0)
+        got = [rec for _, _, rec in tfrecord.iter_records(tfrecord.open_decompressed(raw, compression), theirs)]
+    assert got == RECORDS
+
+
+def test_truncated_record_names_file_record_and_offset():
+    data = tfrecord.frame_records(RECORDS)[:-5]
+    with pytest.raises(RecordError, match="Truncated record") as err:
+        list(tfrecord.iter_records(io.BytesIO(data), "x.tfrecord"))
+    assert err.value.context == {"file": "x.tfrecord", "record": 3, "offset": 16 + 16 + 1 + 16 + 1100}
+
+
+def test_flipped_byte_is_a_crc_mismatch():
+    data = bytearray(tfrecord.frame_records(RECORDS))
+    data[16 + 12 + 0] ^= 0x01  # first data byte of record 1 ("a")
+    with pytest.raises(RecordError, match="Data CRC mismatch") as err:
+        list(tfrecord.iter_records(io.BytesIO(bytes(data)), "x"))
+    assert err.value.context["record"] == 1 and err.value.context["offset"] == 16
+
+
+def test_gzip_read_as_uncompressed_fails_with_a_compression_hint(tmp_path):
+    buf = io.BytesIO()
+    w = tfrecord.ShardWriter(buf, "gzip")
+    w.write_batch(RECORDS)
+    w.close()
+    with pytest.raises(RecordError, match="compression"):
+        list(tfrecord.iter_records(io.BytesIO(buf.getvalue()), "x.gz"))

@@ -1,0 +1,1 @@
+"""Reusable PTransforms, DoFns, the example codec, the sources and the reader of tfrecord-etl."""

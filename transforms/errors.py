@@ -1,0 +1,51 @@
+"""The exception family of tfrecord-etl.
+
+Every error a user can cause is one of these, with the context (file, dataset, member, row range,
+record index, byte offset) as attributes and in the message, plus a hint of what to do.
+"""
+from __future__ import annotations
+
+
+class EtlError(Exception):
+    """Base class. ``context`` holds where it happened (file, dataset, rows, record, offset, feature)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, **context):
+        self.context = {k: v for k, v in context.items() if v is not None}
+        self.hint = hint
+        where = ", ".join(f"{k}={v!r}" for k, v in self.context.items())
+        text = message
+        if where:
+            text += f" [{where}]"
+        if hint:
+            text += f" Hint: {hint}"
+        super().__init__(text)
+
+    def __reduce__(self):  # keep the class and context when Beam pickles the error across workers
+        return (_rebuild, (type(self), self.args[0], self.context, self.hint))
+
+
+def _rebuild(cls, text, context, hint):
+    err = cls.__new__(cls)
+    Exception.__init__(err, text)
+    err.context, err.hint = context, hint
+    return err
+
+
+class ConfigError(EtlError):
+    """Invalid configuration: unknown key, wrong type, missing input, existing output directory."""
+
+
+class SourceError(EtlError):
+    """An input file cannot be matched, opened or read (names the file, dataset/member and row range)."""
+
+
+class SchemaError(EtlError):
+    """Dtypes, shapes or feature names that cannot be encoded as asked (unsupported dtype, lossy cast, ...)."""
+
+
+class RecordError(EtlError):
+    """A TFRecord frame or a serialized tf.train.Example is malformed (names file, record index, byte offset)."""
+
+
+class IncompleteOutputError(EtlError):
+    """An output directory has no committed metadata: a run is still going, crashed, or it is not ours."""

@@ -1,0 +1,147 @@
+"""Output metadata: ``metadata.json`` (the commit point of an output directory) and ``schema.pbtxt``.
+
+``metadata.json`` is written only after every shard is final; a directory without it is incomplete
+and every reader refuses it. Format (``"format": "tfrecord-etl/1"``)::
+
+    {"format": "tfrecord-etl/1", "tool_version": "0.1.0", "created": "2026-11-23T10:00:00Z",
+     "compression": "none" | "gzip" | "zlib",
+     "features": [{"name": "images", "dtype": "|u1", "shape": [64, 64, 3], "encoding": "tensor"}, ...],
+     "shards": [{"file": "data-00000-of-00002.tfrecord", "records": 5000, "bytes": 61440000}, ...],
+     "num_records": 10000, "sources": [{"path": "in.h5", "rows": 10000}], "writer": "beam",
+     "options": {...the validated config...}}
+
+``schema.pbtxt`` is a tensorflow_metadata Schema with one feature per Example feature (dense shapes
+for fixed ``list`` features; a single bytes value for ``tensor`` features), so TFX tools (TFXIO,
+TFDV, Transform) read the data.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from typing import Sequence
+
+from transforms import fileio
+from transforms.codec import VLEN_BYTES, FeatureSpec
+from transforms.errors import IncompleteOutputError, SchemaError
+
+METADATA_FILE = "metadata.json"
+SCHEMA_FILE = "schema.pbtxt"
+FORMAT = "tfrecord-etl/1"
+VERSION = "0.1.0"
+
+
+def example_features(spec: FeatureSpec) -> list[tuple[str, str, tuple | None]]:
+    """The Example features that carry ``spec``: ``(name, kind, dense shape or None)``.
+
+    ``kind`` is ``'bytes'``, ``'int64'`` or ``'float'``; a None shape means variable length.
+    """
+    if spec.encoding == "tensor":
+        out = [(spec.name, "bytes", ())]
+    else:
+        if spec.dtype == VLEN_BYTES or spec.dtype is None:
+            kind = "bytes"
+        else:
+            import numpy as np
+            k = np.dtype(spec.dtype).kind
+            kind = "bytes" if k in "SUV" else ("float" if k == "f" else "int64")
+        out = [(spec.name, kind, spec.shape if spec.size is not None else None)]
+    if not spec.is_fixed:
+        out.append((f"{spec.name}/shape", "int64", None))
+    if spec.dtype is None:
+        out.append((f"{spec.name}/dtype", "bytes", ()))
+    return out
+
+
+def check_unique(specs: Sequence[FeatureSpec]) -> None:
+    """Raises SchemaError when two features (or their shape/dtype companions) share an Example key."""
+    seen: dict[str, str] = {}
+    for spec in specs:
+        for name, _, _ in example_features(spec):
+            if name in seen:
+                raise SchemaError(f"Duplicate feature name '{name}' (from '{seen[name]}' and '{spec.name}')",
+                                  hint="rename one of them")
+            seen[name] = spec.name
+
+
+def schema_text(specs: Sequence[FeatureSpec]) -> str:
+    """The tensorflow_metadata Schema of ``specs`` in text format."""
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    schema = schema_pb2.Schema()
+    types = {"bytes": schema_pb2.BYTES, "int64": schema_pb2.INT, "float": schema_pb2.FLOAT}
+    for spec in specs:
+        for name, kind, shape in example_features(spec):
+            f = schema.feature.add(name=name, type=types[kind])
+            if shape is not None:
+                f.shape.SetInParent()
+                for d in shape:
+                    f.shape.dim.add(size=int(d))
+                f.presence.min_fraction = 1.0
+                f.presence.min_count = 1
+            else:
+                f.value_count.min = 0
+    return text_format.MessageToString(schema)
+
+
+def build(specs, shards, compression, sources, writer, options) -> dict:
+    return {
+        "format": FORMAT,
+        "tool_version": VERSION,
+        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "compression": compression,
+        "features": [s.to_json() for s in specs],
+        "shards": list(shards),
+        "num_records": sum(s["records"] for s in shards),
+        "sources": list(sources),
+        "writer": writer,
+        "options": options,
+    }
+
+
+def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec]) -> None:
+    """Writes ``schema.pbtxt`` and then ``metadata.json``, the commit point, through a temp file + rename."""
+    fileio.write_bytes(fileio.join(output_dir, SCHEMA_FILE), schema_text(specs).encode())
+    tmp = fileio.join(output_dir, f".{METADATA_FILE}.tmp")
+    fileio.write_bytes(tmp, json.dumps(meta, indent=1).encode())
+    fileio.rename(tmp, fileio.join(output_dir, METADATA_FILE))
+
+
+def load(output_dir: str) -> dict:
+    """The metadata of a complete output directory.
+
+    Raises:
+      IncompleteOutputError: no ``metadata.json`` (a run in progress, crashed, or not our output).
+      SchemaError: the file is not valid metadata.
+    """
+    path = fileio.join(output_dir, METADATA_FILE)
+    if not fileio.exists(path):
+        raise IncompleteOutputError("No metadata.json: the output is incomplete (a run is going on or "
+                                    "crashed) or was not written by tfrecord-etl", file=output_dir,
+                                    hint="re-run the command that writes it")
+    try:
+        meta = json.loads(fileio.read_bytes(path))
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"format {meta.get('format')!r}, expected {FORMAT!r}")
+        meta["features"] = [FeatureSpec.from_json(f) for f in meta["features"]]
+        for shard in meta["shards"]:
+            name = shard["file"]
+            if not isinstance(name, str) or "/" in name or "\\" in name or name in ("", ".", ".."):
+                raise ValueError(f"shard file {name!r} is not a plain file name")
+            if not isinstance(shard["records"], int) or shard["records"] < 0:
+                raise ValueError(f"shard {name!r} has a bad record count {shard['records']!r}")
+    except SchemaError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise SchemaError(f"Invalid metadata.json: {e}", file=path) from None
+    return meta
+
+
+def shard_paths(output_dir: str, meta: dict) -> list[str]:
+    return [fileio.join(output_dir, s["file"]) for s in meta["shards"]]
+
+
+def default_num_shards(total_bytes: int, target_shard_bytes: int) -> int:
+    """Shards of about ``target_shard_bytes`` each (at least one)."""
+    return max(1, math.ceil(total_bytes / max(1, target_shard_bytes)))

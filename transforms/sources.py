@@ -1,0 +1,536 @@
+"""Array sources: index a file (rows, features), plan row ranges, read one row range.
+
+Sources know files and row ranges; the PTransforms in ``transforms/beam_io.py`` only wire them into
+Beam. Files are opened through Beam's ``FileSystems`` (``transforms/fileio.py``), so gs:// and s3://
+paths take the same code path as local ones. Input is never unpickled: object arrays are refused.
+
+Formats and modes:
+
+* ``hdf5``: row i of every chosen dataset is one Example. Compound dtypes become one feature per leaf
+  field (``dataset/field/subfield``); variable-length strings become ``bytes`` features.
+* ``npz`` ``rows``: row i of every member is one Example; ``arrays``: every member is one Example
+  with features ``key`` (the member name) and ``array``.
+* ``npy`` ``rows``: rows of one array (memory-mapped when local); ``files``: every file is one
+  Example with features ``key`` (the file name without ``.npy``) and ``array``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import zipfile
+import zlib
+from typing import BinaryIO, Sequence
+
+import numpy as np
+
+from transforms import fileio
+from transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields, normalize_dtype
+from transforms.errors import SchemaError, SourceError
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("hdf5", "npz", "npy")
+HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4", ".mat", ".h5ad")
+DEFAULT_RANGE_BYTES = 64 * 2**20
+KEY, ARRAY = "key", "array"
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceOptions:
+    """How to read the inputs. ``target_range_bytes``: the size of one row range, in bytes."""
+
+    format: str | None = None  # None: from the file suffix
+    datasets: tuple[str, ...] | None = None
+    npz_mode: str = "rows"
+    npy_mode: str = "rows"
+    target_range_bytes: int = DEFAULT_RANGE_BYTES
+
+
+@dataclasses.dataclass(frozen=True)
+class RowRange:
+    """Rows ``[start, stop)`` of ``path``; in ``arrays``/``files`` modes, rows are members or files.
+
+    ``items`` names the datasets (hdf5), members (npz) or, in ``files`` mode (``item_files``), the
+    files of the range.
+    """
+
+    path: str
+    start: int
+    stop: int
+    items: tuple[str, ...] = ()
+    item_files: bool = False
+
+    @property
+    def num_rows(self) -> int:
+        return self.stop - self.start
+
+    def describe(self) -> str:
+        return f"rows {self.start}-{self.stop - 1} of '{self.path}'"
+
+
+@dataclasses.dataclass(frozen=True)
+class FileIndex:
+    """What planning learns of one file: rows, features (encoding not yet chosen), bytes per row."""
+
+    path: str
+    num_rows: int
+    specs: tuple[FeatureSpec, ...]
+    row_bytes: int
+    chunk_rows: int = 1
+    items: tuple[str, ...] = ()
+    sizes: tuple[int, ...] = ()  # arrays/files modes: bytes of each row
+    item_files: bool = False  # files mode: items are the files, one per row
+
+
+Columns = dict  # feature name -> np.ndarray (rows, *shape) or list of per-row values
+
+
+def format_of(path: str, options: SourceOptions) -> str:
+    if options.format:
+        return options.format
+    lower = path.lower()
+    if lower.endswith(".npz"):
+        return "npz"
+    if lower.endswith(".npy"):
+        return "npy"
+    if lower.endswith(HDF5_SUFFIXES):
+        return "hdf5"
+    raise SourceError("Cannot tell the input format from the file suffix", file=path,
+                      hint=f"name it .h5/.npz/.npy or pass --format one of {FORMATS}")
+
+
+def plan_row_ranges(index: FileIndex, target_bytes: int) -> list[RowRange]:
+    """Splits a file into row ranges of about ``target_bytes`` each, aligned to HDF5 chunk rows."""
+    if index.sizes:  # one row per member/file: group consecutive rows up to the target size
+        ranges, start, acc = [], 0, 0
+        for i, size in enumerate(index.sizes):
+            if i > start and acc + size > target_bytes:
+                ranges.append(RowRange(index.path, start, i, index.items[start:i], index.item_files))
+                start, acc = i, 0
+            acc += size
+        if index.num_rows > start:
+            ranges.append(RowRange(index.path, start, index.num_rows, index.items[start:], index.item_files))
+        return ranges
+    rows = max(1, target_bytes // max(1, index.row_bytes))
+    if index.chunk_rows > 1 and rows > index.chunk_rows:
+        rows -= rows % index.chunk_rows
+    return [RowRange(index.path, s, min(s + rows, index.num_rows), index.items)
+            for s in range(0, index.num_rows, rows)]
+
+
+def merge_specs(indexes: Sequence[FileIndex], loose: bool) -> tuple[FeatureSpec, ...]:
+    """The features shared by all files.
+
+    With ``loose`` (arrays/files modes) dtypes and dimensions that differ become None; otherwise any
+    difference is a SchemaError naming both files.
+    """
+    first = indexes[0]
+    specs = {s.name: s for s in first.specs}
+    for other in indexes[1:]:
+        theirs = {s.name: s for s in other.specs}
+        if set(theirs) != set(specs):
+            raise SchemaError(f"Files have different features: {sorted(specs)} in '{first.path}' but "
+                              f"{sorted(theirs)} in '{other.path}'", hint="convert them in separate runs")
+        for name, spec in specs.items():
+            o = theirs[name]
+            if spec.dtype == o.dtype and spec.shape == o.shape:
+                continue
+            if not loose:
+                raise SchemaError(f"Feature '{name}' is {spec.dtype} {spec.shape} in '{first.path}' but "
+                                  f"{o.dtype} {o.shape} in '{other.path}'", hint="convert them in separate runs")
+            specs[name] = _loosen(spec, o)
+    return tuple(specs.values())
+
+
+def _loosen(a: FeatureSpec, b: FeatureSpec) -> FeatureSpec:
+    dtype = a.dtype if a.dtype == b.dtype else None
+    if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+        shape = None
+    else:
+        shape = tuple(x if x == y else None for x, y in zip(a.shape, b.shape))
+    return dataclasses.replace(a, dtype=dtype, shape=shape)
+
+
+def _row_spec(name: str, dtype: np.dtype, row_shape: tuple, where: str) -> FeatureSpec:
+    return FeatureSpec(name, normalize_dtype(dtype, where), tuple(int(d) for d in row_shape))
+
+
+def _leaf_specs(name: str, dtype: np.dtype, row_shape: tuple, where: str, vlen_check=None) -> list[FeatureSpec]:
+    """Feature specs of one array column: one per leaf field of a structured dtype."""
+    if dtype.subdtype is not None:
+        base, sub = dtype.subdtype
+        return _leaf_specs(name, base, tuple(row_shape) + tuple(sub), where, vlen_check)
+    if dtype.fields is not None:
+        out = []
+        for field in dtype.names:
+            out.extend(_leaf_specs(f"{name}/{field}", dtype.fields[field][0], row_shape,
+                                   f"{where}, field '{field}'", vlen_check))
+        return out
+    if dtype.kind == "O" and vlen_check is not None:
+        vlen_check(dtype, where)
+        return [FeatureSpec(name, VLEN_BYTES, tuple(int(d) for d in row_shape), "list")]
+    return [_row_spec(name, dtype, row_shape, where)]
+
+
+def _row_bytes(specs: Sequence[FeatureSpec]) -> int:
+    total = 0
+    for s in specs:
+        itemsize = 64 if s.dtype in (None, VLEN_BYTES) else np.dtype(s.dtype).itemsize
+        total += itemsize * (s.size or 1)
+    return total
+
+
+# ----------------------------------------------------------------------------------------------
+# .npy headers and strided row reads (shared by .npy and .npz)
+# ----------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _NpyHeader:
+    shape: tuple[int, ...]
+    fortran: bool
+    dtype: np.dtype
+    data_offset: int
+
+
+def _read_npy_header(stream: BinaryIO, where: str) -> _NpyHeader:
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(stream)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(stream)
+        elif version == (2, 0):
+            shape, fortran, dtype = fmt.read_array_header_2_0(stream)
+        else:
+            shape, fortran, dtype = fmt._read_array_header(stream, version)  # 3.0: utf-8 field names
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+        raise SourceError(f"Not a readable .npy array: {e}", file=where,
+                          hint="the file is truncated or not written by numpy.save") from None
+    if dtype.hasobject:
+        raise SchemaError("Array holds Python objects (a pickled object array); refused: input is never "
+                          "unpickled", file=where, hint="save the data with a numeric or string dtype")
+    return _NpyHeader(tuple(shape), fortran, dtype, stream.tell())
+
+
+def _read_rows(stream: BinaryIO, h: _NpyHeader, start: int, stop: int, where: str) -> np.ndarray:
+    """Rows ``[start, stop)`` of an array stored after ``h.data_offset``; reads only those bytes.
+
+    C order: one seek and one read. Fortran order: a seek and a read per column of the rows (the
+    first axis varies fastest there), reassembled in C order.
+    """
+    k, rest = stop - start, h.shape[1:]
+    item = h.dtype.itemsize
+    ncols = math.prod(rest)
+
+    def read(offset, nbytes):
+        stream.seek(h.data_offset + offset)
+        data = stream.read(nbytes)
+        if len(data) != nbytes:
+            raise SourceError(f"Truncated array data: {len(data)} of {nbytes} bytes at byte {offset}",
+                              file=where, rows=f"{start}-{stop - 1}", hint="the file was cut short")
+        return data
+
+    if not h.fortran or len(h.shape) <= 1:
+        return np.frombuffer(read(start * ncols * item, k * ncols * item), dtype=h.dtype).reshape((k, *rest))
+    cols = np.empty((ncols, k), dtype=h.dtype)
+    for c in range(ncols):
+        cols[c] = np.frombuffer(read((c * h.shape[0] + start) * item, k * item), dtype=h.dtype)
+    return np.ascontiguousarray(cols.T.reshape((k, *rest), order="F"))
+
+
+def _read_whole(stream: BinaryIO, h: _NpyHeader, where: str) -> np.ndarray:
+    """The whole array (a 0-d array too), in C order."""
+    flat = dataclasses.replace(h, shape=h.shape or (1,))
+    return _read_rows(stream, flat, 0, flat.shape[0], where).reshape(h.shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# Sources
+# ----------------------------------------------------------------------------------------------
+
+class Source:
+    """Base: ``index(path)`` learns a file's rows and features; ``read(row_range)`` returns columns."""
+
+    loose = False  # arrays/files modes: dtype and shape may vary between rows
+
+    def __init__(self, options: SourceOptions):
+        self.options = options
+
+    def index(self, path: str) -> FileIndex:
+        raise NotImplementedError
+
+    def read(self, rr: RowRange) -> Columns:
+        raise NotImplementedError
+
+
+class Hdf5Source(Source):
+    """HDF5 datasets through h5py over a ``FileSystems`` stream (h5py reads file-like objects)."""
+
+    def _open(self, path: str):
+        import h5py
+        stream = fileio.open_read(path)
+        try:
+            return h5py.File(stream, "r"), stream
+        except Exception as e:
+            stream.close()
+            raise SourceError(f"Not a readable HDF5 file: {e}", file=path,
+                              hint="check that the file is HDF5 and complete") from None
+
+    def index(self, path: str) -> FileIndex:
+        import h5py
+        f, stream = self._open(path)
+        with stream, f:
+            names = list(self.options.datasets or self._all_datasets(f, path))
+            specs, lengths, chunk_rows = [], {}, 1
+            for name in names:
+                dset = self._dataset(f, name, path)
+                if dset.ndim == 0:
+                    raise SchemaError("Dataset is a scalar (0-d): it has no rows", file=path, dataset=name,
+                                      hint="choose datasets with a leading axis with --datasets")
+                _check_filters(dset, path, name)
+                try:
+                    dtype = dset.dtype
+                except TypeError as e:
+                    raise SchemaError(f"Unsupported HDF5 type: {e}", file=path, dataset=name) from None
+                specs += _leaf_specs(name.strip("/"), dtype, dset.shape[1:], f"{path}, dataset '{name}'",
+                                     _hdf5_vlen_check(h5py))
+                lengths[name] = dset.shape[0]
+                if dset.chunks:
+                    chunk_rows = max(chunk_rows, dset.chunks[0])
+        _check_names(specs, path)
+        if len(set(lengths.values())) > 1:
+            listing = ", ".join(f"'{n}': {v}" for n, v in lengths.items())
+            raise SchemaError(f"Datasets have different leading lengths ({listing})", file=path,
+                              hint="choose datasets of equal length with --datasets")
+        return FileIndex(path, next(iter(lengths.values())), tuple(specs), _row_bytes(specs), chunk_rows,
+                         tuple(names))
+
+    def _all_datasets(self, f, path: str) -> list[str]:
+        """Every dataset with a leading axis, depth first in name order; links are not followed.
+
+        Dimension scales (netCDF-4 coordinates) and 0-d datasets are skipped with a warning.
+        """
+        import h5py
+        found = []
+
+        def walk(group, prefix):
+            for key in sorted(group.keys()):
+                full = f"{prefix}/{key}"
+                link = group.get(key, getlink=True)
+                if not isinstance(link, h5py.HardLink):
+                    continue
+                try:
+                    obj = group[key]
+                except Exception as e:
+                    raise SchemaError(f"Cannot open HDF5 object: {e}", file=path, dataset=full,
+                                      hint="choose other datasets with --datasets") from None
+                if isinstance(obj, h5py.Group):
+                    walk(obj, full)
+                elif isinstance(obj, h5py.Dataset):
+                    if obj.attrs.get("CLASS") == b"DIMENSION_SCALE" or obj.ndim == 0:
+                        log.warning("Skipping %s dataset '%s' in '%s'",
+                                    "scalar" if obj.ndim == 0 else "dimension-scale", full, path)
+                        continue
+                    found.append(full)
+        walk(f, "")
+        if not found:
+            raise SchemaError("The file holds no dataset with rows", file=path)
+        return found
+
+    def _dataset(self, f, name: str, path: str):
+        import h5py
+        try:
+            obj = f[name]
+        except KeyError:
+            raise SourceError("No such dataset", file=path, dataset=name,
+                              hint="list the datasets with h5ls, then pass --datasets") from None
+        except Exception as e:
+            raise SchemaError(f"Cannot open HDF5 object: {e}", file=path, dataset=name) from None
+        if not isinstance(obj, h5py.Dataset):
+            raise SourceError("Not a dataset (a group?)", file=path, dataset=name)
+        return obj
+
+    def read(self, rr: RowRange) -> Columns:
+        f, stream = self._open(rr.path)
+        columns = {}
+        with stream, f:
+            for name in rr.items:
+                try:
+                    data = f[name][rr.start:rr.stop]
+                except Exception as e:
+                    raise SourceError(f"Cannot read rows {rr.start}-{rr.stop - 1}: {e}", file=rr.path,
+                                      dataset=name, hint="the file may be corrupt or need an HDF5 filter "
+                                      "plugin (e.g. pip install hdf5plugin)") from None
+                columns.update(flatten_fields(name.strip("/"), data))
+        return columns
+
+
+def _hdf5_vlen_check(h5py):
+    def check(dtype, where):
+        if h5py.check_string_dtype(dtype) is None:
+            raise SchemaError("Unsupported dtype: variable-length numeric data", file=where,
+                              hint="store it as a fixed-shape dataset")
+    return check
+
+
+def _check_filters(dset, path: str, name: str) -> None:
+    import h5py
+    plist = dset.id.get_create_plist()
+    for i in range(plist.get_nfilters()):
+        code, _, _, fname = plist.get_filter(i)
+        if not h5py.h5z.filter_avail(code):
+            label = fname.decode(errors="replace") if isinstance(fname, bytes) else fname
+            raise SourceError(f"HDF5 filter {code} ({label}) is not available here", file=path, dataset=name,
+                              hint="install a plugin for it (e.g. pip install hdf5plugin) or recompress "
+                                   "the file with gzip (h5repack -f GZIP=4)")
+
+
+def _check_names(specs: Sequence[FeatureSpec], path: str) -> None:
+    seen = set()
+    for s in specs:
+        if s.name in seen:
+            raise SchemaError(f"Duplicate feature name '{s.name}'", file=path)
+        seen.add(s.name)
+
+
+class NpzSource(Source):
+    """``.npz`` archives (np.savez and np.savez_compressed), members read through zipfile."""
+
+    def __init__(self, options: SourceOptions):
+        super().__init__(options)
+        self.loose = options.npz_mode == "arrays"
+
+    def _zip(self, path: str):
+        stream = fileio.open_read(path)
+        try:
+            return zipfile.ZipFile(stream), stream
+        except (zipfile.BadZipFile, OSError, EOFError) as e:
+            stream.close()
+            raise SourceError(f"Not a valid .npz (zip) archive: {e}", file=path) from None
+
+    def _members(self, zf, path) -> list[str]:
+        names = [n for n in zf.namelist() if n.endswith(".npy")]
+        if not names:
+            raise SchemaError("The archive holds no .npy member", file=path)
+        return names
+
+    def _header(self, zf, member: str, path: str) -> _NpyHeader:
+        where = f"{path}, member '{member[:-4]}'"
+        try:
+            with zf.open(member) as m:
+                return _read_npy_header(m, where)
+        except (zipfile.BadZipFile, OSError, EOFError) as e:
+            raise SourceError(f"Cannot read member: {e}", file=path, member=member[:-4]) from None
+
+    def index(self, path: str) -> FileIndex:
+        zf, stream = self._zip(path)
+        with stream, zf:
+            members = self._members(zf, path)
+            headers = {m: self._header(zf, m, path) for m in members}
+        if self.loose:
+            sizes = tuple(h.dtype.itemsize * math.prod(h.shape) for h in headers.values())
+            specs = (FeatureSpec(KEY, VLEN_BYTES, (), "list"), _merged_array_spec(headers.values(), path))
+            return FileIndex(path, len(members), specs, max(sizes), 1, tuple(members), sizes)
+        specs, lengths = [], {}
+        for m, h in headers.items():
+            if not h.shape:
+                raise SchemaError("Member is 0-d: rows mode needs a leading axis", file=path, member=m[:-4],
+                                  hint="use --npz_mode arrays (each member -> one Example)")
+            lengths[m[:-4]] = h.shape[0]
+            specs += _leaf_specs(m[:-4], h.dtype, h.shape[1:], f"{path}, member '{m[:-4]}'")
+        _check_names(specs, path)
+        if len(set(lengths.values())) > 1:
+            raise SchemaError(f"Members have different leading lengths ({lengths})", file=path,
+                              hint="use --npz_mode arrays (each member -> one Example)")
+        return FileIndex(path, next(iter(lengths.values())), tuple(specs), _row_bytes(specs), 1, tuple(members))
+
+    def read(self, rr: RowRange) -> Columns:
+        zf, stream = self._zip(rr.path)
+        with stream, zf:
+            if self.loose:
+                keys, arrays = [], []
+                for m in rr.items:
+                    h = self._header(zf, m, rr.path)
+                    with zf.open(m) as f:
+                        arrays.append(_read_whole(f, h, f"{rr.path}, member '{m[:-4]}'"))
+                    keys.append(m[:-4].encode())
+                return {KEY: keys, ARRAY: arrays}
+            columns = {}
+            for m in rr.items:
+                h = self._header(zf, m, rr.path)
+                try:
+                    with zf.open(m) as f:
+                        data = _read_rows(f, h, rr.start, rr.stop, f"{rr.path}, member '{m[:-4]}'")
+                except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
+                    raise SourceError(f"Cannot read rows {rr.start}-{rr.stop - 1}: {e}", file=rr.path,
+                                      member=m[:-4]) from None
+                columns.update(flatten_fields(m[:-4], data))
+            return columns
+
+
+def _merged_array_spec(headers, path) -> FeatureSpec:
+    specs = [_row_spec(ARRAY, h.dtype, h.shape, path) for h in headers]
+    out = specs[0]
+    for s in specs[1:]:
+        out = _loosen(out, s)
+    for h in headers:
+        if h.dtype.fields is not None:
+            raise SchemaError("Structured members are not supported in arrays/files mode", file=path,
+                              hint="use rows mode for structured arrays")
+    return out
+
+
+class NpySource(Source):
+    """``.npy`` files: rows of one array (memory-mapped when local), or one Example per file."""
+
+    def __init__(self, options: SourceOptions):
+        super().__init__(options)
+        self.loose = options.npy_mode == "files"
+
+    def _header(self, path: str) -> _NpyHeader:
+        with fileio.open_read(path) as f:
+            return _read_npy_header(f, path)
+
+    def index(self, path: str) -> FileIndex:
+        h = self._header(path)
+        if self.loose:
+            size = h.dtype.itemsize * math.prod(h.shape)
+            specs = (FeatureSpec(KEY, VLEN_BYTES, (), "list"), _merged_array_spec([h], path))
+            return FileIndex(path, 1, specs, size, 1, (path,), (size,))
+        if not h.shape:
+            raise SchemaError("Array is 0-d: rows mode needs a leading axis", file=path,
+                              hint="use --npy_mode files (each file -> one Example)")
+        name = ARRAY
+        specs = tuple(_leaf_specs(name, h.dtype, h.shape[1:], path))
+        return FileIndex(path, h.shape[0], specs, _row_bytes(specs), 1, ())
+
+    def read(self, rr: RowRange) -> Columns:
+        if self.loose:
+            arrays = []
+            for p in rr.items:
+                h = self._header(p)
+                with fileio.open_read(p) as f:
+                    arrays.append(_read_whole(f, h, p))
+            return {KEY: [fileio.basename(p)[:-4].encode() for p in rr.items], ARRAY: arrays}
+        if fileio.is_local(rr.path):
+            try:
+                mm = np.load(rr.path, mmap_mode="r", allow_pickle=False)
+            except (ValueError, OSError) as e:
+                raise SourceError(f"Cannot memory-map the array: {e}", file=rr.path,
+                                  rows=f"{rr.start}-{rr.stop - 1}", hint="the file may be truncated") from None
+            data = np.array(mm[rr.start:rr.stop], order="C")
+            del mm
+        else:
+            h = self._header(rr.path)
+            with fileio.open_read(rr.path) as f:
+                data = _read_rows(f, h, rr.start, rr.stop, rr.path)
+        return dict(flatten_fields(ARRAY, data))
+
+
+def make_source(fmt: str, options: SourceOptions) -> Source:
+    return {"hdf5": Hdf5Source, "npz": NpzSource, "npy": NpySource}[fmt](options)
+
+
+def files_mode(source: Source) -> bool:
+    """True for ``npy_mode=files``, where all matched files together form one row sequence."""
+    return isinstance(source, NpySource) and source.loose
