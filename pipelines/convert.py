@@ -23,7 +23,7 @@ def build_plan(cfg: ConvertConfig):
     plan = beam_io.plan_inputs(cfg.input, SourceOptions(
         cfg.format, tuple(cfg.datasets) if cfg.datasets else None, cfg.npz_mode, cfg.npy_mode,
         int(cfg.target_range_mb * 2**20)))
-    specs = beam_io.choose_encodings(plan.specs, cfg.encoding, cfg.feature_encodings, cfg.allow_lossy)
+    specs = beam_io.choose_encodings(plan.specs, cfg.encoding, cfg.feature_encodings, cfg.allow_lossy, cfg.input)
     if cfg.provenance:
         specs += beam_io.PROVENANCE
     metadata.check_unique(specs)

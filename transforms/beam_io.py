@@ -21,7 +21,7 @@ from apache_beam.metrics import Metrics
 
 from transforms import fileio, metadata, sources, tfrecord
 from transforms.codec import FeatureSpec, check_spec, encode_batch
-from transforms.errors import RecordError
+from transforms.errors import RecordError, SchemaError
 from transforms.sources import FileIndex, RowRange, Source, SourceOptions
 
 log = logging.getLogger(__name__)
@@ -66,9 +66,15 @@ def plan_inputs(pattern: str, options: SourceOptions) -> InputPlan:
     return InputPlan(source, tuple(indexes), specs, tuple(ranges))
 
 
-def choose_encodings(specs: Sequence[FeatureSpec], default: str, per_feature: dict, allow_lossy=()) -> tuple:
+def choose_encodings(specs: Sequence[FeatureSpec], default: str, per_feature: dict, allow_lossy=(),
+                     where: str | None = None) -> tuple:
     """Sets each feature's encoding (per-feature choice, else ``default``; variable-length strings are
-    always ``list``, varying dtypes always ``tensor``) and checks it. Raises SchemaError."""
+    always ``list``, varying dtypes always ``tensor``) and checks it.
+
+    Raises:
+      SchemaError: an encoding that cannot carry the feature (naming ``where``, the input pattern).
+      ConfigError: ``per_feature`` names a feature that does not exist.
+    """
     unknown = set(per_feature) - {s.name for s in specs}
     if unknown:
         from transforms.errors import ConfigError
@@ -80,7 +86,10 @@ def choose_encodings(specs: Sequence[FeatureSpec], default: str, per_feature: di
         if enc is None:
             enc = "list" if s.dtype == "bytes" else ("tensor" if s.dtype is None else default)
         spec = dataclasses.replace(s, encoding=enc)
-        check_spec(spec, allow_lossy)
+        try:
+            check_spec(spec, allow_lossy)
+        except SchemaError as e:
+            raise e.with_context(file=where) from None
         out.append(spec)
     return tuple(out)
 

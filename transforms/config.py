@@ -98,17 +98,17 @@ def add_model_flags(parser, model: type[BaseModel]) -> None:
         default = field.get_default(call_default_factory=True)
         help_text = f"{field.description} (default: {default!r})" if not field.is_required() else \
             f"{field.description} (required)"
-        choices = [a for a in typing.get_args(field.annotation) if isinstance(a, str)]
-        lit = [typing.get_args(a) for a in typing.get_args(field.annotation) if typing.get_origin(a) is Literal]
+        choices = None
         if typing.get_origin(field.annotation) is Literal:
             choices = list(typing.get_args(field.annotation))
-        elif lit:
-            choices = list(lit[0])
+        elif typing.get_origin(field.annotation) is typing.Union:
+            lit = [typing.get_args(a) for a in typing.get_args(field.annotation) if typing.get_origin(a) is Literal]
+            choices = list(lit[0]) if lit else None
         if field.annotation is bool:
             parser.add_argument(f"--{name}", default=None, action=argparse.BooleanOptionalAction, help=help_text)
         else:
             parser.add_argument(f"--{name}", default=None, type=_flag_type(name, field.annotation),
-                                choices=choices or None, help=help_text)
+                                choices=choices, help=help_text)
 
 
 def load_yaml(path: str) -> dict:

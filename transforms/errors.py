@@ -10,6 +10,7 @@ class EtlError(Exception):
     """Base class. ``context`` holds where it happened (file, dataset, rows, record, offset, feature)."""
 
     def __init__(self, message: str, *, hint: str | None = None, **context):
+        self.message = message
         self.context = {k: v for k, v in context.items() if v is not None}
         self.hint = hint
         where = ", ".join(f"{k}={v!r}" for k, v in self.context.items())
@@ -20,6 +21,10 @@ class EtlError(Exception):
             text += f" Hint: {hint}"
         super().__init__(text)
 
+    def with_context(self, **context) -> "EtlError":
+        """The same error with more context (existing keys win), e.g. the file of a planning error."""
+        return type(self)(self.message, hint=self.hint, **{**context, **self.context})
+
     def __reduce__(self):  # keep the class and context when Beam pickles the error across workers
         return (_rebuild, (type(self), self.args[0], self.context, self.hint))
 
@@ -27,7 +32,7 @@ class EtlError(Exception):
 def _rebuild(cls, text, context, hint):
     err = cls.__new__(cls)
     Exception.__init__(err, text)
-    err.context, err.hint = context, hint
+    err.message, err.context, err.hint = text, context, hint
     return err
 
 
