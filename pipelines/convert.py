@@ -3,10 +3,13 @@
     python -m pipelines.convert --input 'data/*.h5' --output_dir out/ [--config configs/local.yaml] \\
         [--datasets /images,/labels] [--compression gzip] [--runner DirectRunner ...]
 
-The pipeline: ReadFromArrays -> EncodeExamples -> WriteToShards -> FinalizeOutput.
+With ``--writer planned`` (default): WritePlannedShards -> FinalizeOutput, where each planned shard
+(a contiguous list of row ranges) is read, encoded and written by one worker with no shuffle.
+With ``--writer beam``: ReadFromArrays -> EncodeExamples -> WriteToShards (WriteToTFRecord) -> FinalizeOutput.
 """
 from __future__ import annotations
 
+import functools
 import time
 
 import apache_beam as beam
@@ -33,13 +36,20 @@ def build_plan(cfg: ConvertConfig):
 def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan, specs):
     """Composes the convert pipeline on ``p``; returns the PCollection holding the committed output dir."""
     num_shards = cfg.num_shards or metadata.default_num_shards(plan.num_bytes, int(cfg.target_shard_mb * 2**20))
-    sources_info = [{"path": i.path, "rows": i.num_rows} for i in plan.indexes]
+    finalize = functools.partial(beam_io.FinalizeOutput, cfg.output_dir, specs, cfg.compression, plan.num_rows,
+                                 [{"path": i.path, "rows": i.num_rows} for i in plan.indexes], cfg.writer,
+                                 cfg.model_dump())
+    if cfg.writer == "planned":
+        write_fn = beam_io.WriteShardFn(plan.source, specs, cfg.output_dir, cfg.prefix, cfg.compression,
+                                        cfg.allow_lossy, cfg.provenance)
+        return (p
+                | "WritePlannedShards" >> beam_io.WritePlannedShards(plan.shards(num_shards), write_fn)
+                | "FinalizeOutput" >> finalize(counted=True))
     return (p
             | "ReadFromArrays" >> beam_io.ReadFromArrays(cfg.input, plan=plan)
             | "EncodeExamples" >> beam_io.EncodeExamples(specs, cfg.allow_lossy, cfg.provenance)
             | "WriteToShards" >> beam_io.WriteToShards(cfg.output_dir, cfg.prefix, num_shards, cfg.compression)
-            | "FinalizeOutput" >> beam_io.FinalizeOutput(cfg.output_dir, specs, cfg.compression, plan.num_rows,
-                                                         sources_info, "beam", cfg.model_dump()))
+            | "FinalizeOutput" >> finalize())
 
 
 def main(argv: list[str]) -> int:

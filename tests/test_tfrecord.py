@@ -69,3 +69,10 @@ def test_gzip_read_as_uncompressed_fails_with_a_compression_hint(tmp_path):
     w.close()
     with pytest.raises(RecordError, match="compression"):
         list(tfrecord.iter_records(io.BytesIO(buf.getvalue()), "x.gz"))
+
+
+def test_vectorized_block_framing_equals_per_record_framing():
+    import numpy as np
+    block = np.random.default_rng(3).integers(0, 256, (50, 37), dtype=np.uint8)
+    assert tfrecord.frame_block(block).tobytes() == tfrecord.frame_records([r.tobytes() for r in block])
+    assert tfrecord.frame_block(np.zeros((3, 0), np.uint8)).tobytes() == tfrecord.frame_records([b""] * 3)

@@ -19,8 +19,8 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.metrics import Metrics
 
-from transforms import fileio, metadata, sources, tfrecord
-from transforms.codec import FeatureSpec, check_spec, encode_batch
+from transforms import fileio, metadata, sharding, sources, tfrecord
+from transforms.codec import FeatureSpec, check_spec, encode_columns
 from transforms.errors import RecordError, SchemaError
 from transforms.sources import FileIndex, RowRange, Source, SourceOptions
 
@@ -45,6 +45,20 @@ class InputPlan:
     @property
     def num_bytes(self) -> int:
         return sum(sum(i.sizes) if i.sizes else i.num_rows * i.row_bytes for i in self.indexes)
+
+    def with_range_bytes(self, target_bytes: int) -> "InputPlan":
+        """The same inputs split into row ranges of ``target_bytes`` (no file is opened again)."""
+        ranges = [r for i in self.indexes for r in sources.plan_row_ranges(i, target_bytes)]
+        return dataclasses.replace(self, ranges=tuple(ranges))
+
+    def shards(self, num_shards: int) -> list[sharding.ShardPlan]:
+        """Contiguous shard plans of about equal bytes; ranges are split further when fewer than shards."""
+        plan = self
+        if len(plan.ranges) < num_shards:
+            plan = plan.with_range_bytes(max(1, plan.num_bytes // num_shards))
+        by_path = {i.path: i for i in plan.indexes}
+        sizes = [sharding.range_bytes(r, by_path[r.path]) for r in plan.ranges]
+        return sharding.plan_shards(plan.ranges, sizes, num_shards)
 
 
 def plan_inputs(pattern: str, options: SourceOptions) -> InputPlan:
@@ -163,7 +177,7 @@ def add_provenance(rr: RowRange, columns: dict) -> dict:
 class EncodeExamplesFn(beam.DoFn):
     """Encodes a batch of columns into serialized Examples, one vectorized call per batch.
 
-    With ``batched`` it yields one list of records per batch, else one record per element.
+    With ``batched`` it yields one ``codec.EncodedBatch`` per batch, else one record (bytes) per element.
     """
 
     def __init__(self, specs: Sequence[FeatureSpec], allow_lossy=(), provenance=False, batched=False):
@@ -175,15 +189,14 @@ class EncodeExamplesFn(beam.DoFn):
         if self._prov:
             columns = add_provenance(rr, columns)
         try:
-            records = encode_batch(columns, self._specs, rr.num_rows, self._lossy)
+            batch = encode_columns(columns, self._specs, rr.num_rows, self._lossy)
         except RecordError as e:
-            raise RecordError(f"Cannot encode {rr.describe()}: {e}", file=rr.path,
-                              rows=f"{rr.start}-{rr.stop - 1}") from None
-        self._examples.inc(len(records))
+            raise e.with_context(file=rr.path, rows=f"{rr.start}-{rr.stop - 1}") from None
+        self._examples.inc(rr.num_rows)
         if self._batched:
-            yield records
+            yield batch
         else:
-            yield from records
+            yield from batch.records()
 
 
 class EncodeExamples(beam.PTransform):
@@ -222,6 +235,71 @@ class WriteToShards(beam.PTransform):
             shard_name_template="-SSSSS-of-NNNNN", compression_type=_BEAM_COMPRESSION[self._compression])
 
 
+TEMP_PREFIX = ".tmp-"
+
+
+class WriteShardFn(beam.DoFn):
+    """Writes one planned shard: reads its row ranges in order, encodes each in one call, frames the
+    batch (google-crc32c) into a temporary file, and renames it to its final name when complete.
+
+    A retried or duplicated attempt writes its own temporary file; the last rename wins and the bytes
+    are the same, so exactly one final file exists. Yields ``{"file", "records", "bytes"}``.
+    """
+
+    def __init__(self, source: Source, specs, output_dir: str, prefix: str, compression: str,
+                 allow_lossy=(), provenance=False):
+        self._source, self._output_dir, self._prefix, self._compression = source, output_dir, prefix, compression
+        self._encode = EncodeExamplesFn(specs, allow_lossy, provenance, batched=True)
+        self._rows = Metrics.counter(NAMESPACE, "rows_read")
+        self._written = Metrics.counter(NAMESPACE, "examples_written")
+        self._bytes = Metrics.counter(NAMESPACE, "bytes_written")
+        self._shards = Metrics.counter(NAMESPACE, "shards_written")
+
+    def setup(self):
+        self._encode.setup()
+
+    def process(self, shard: sharding.ShardPlan):
+        import uuid
+        name = shard.file_name(self._prefix, shard_suffix(self._compression))
+        final = fileio.join(self._output_dir, name)
+        temp = fileio.join(self._output_dir, f"{TEMP_PREFIX}{name}-{uuid.uuid4().hex}")
+        try:
+            with fileio.open_write(temp) as raw:
+                writer = tfrecord.ShardWriter(raw, self._compression)
+                for rr in shard.ranges:
+                    columns = self._source.read(rr)
+                    self._rows.inc(rr.num_rows)
+                    for batch in self._encode.process((rr, columns)):
+                        writer.write_encoded(batch)
+                writer.close()
+            if writer.records != shard.num_rows:
+                raise RecordError(f"Shard {name}: {shard.num_rows} rows read but {writer.records} records "
+                                  "written", file=final)
+            fileio.rename(temp, final)
+        except BaseException:
+            fileio.delete([temp])
+            raise
+        size = fileio.FileSystems.match([final])[0].metadata_list[0].size_in_bytes
+        self._written.inc(writer.records)
+        self._bytes.inc(size)
+        self._shards.inc()
+        yield {"file": name, "records": writer.records, "bytes": size}
+
+
+class WritePlannedShards(beam.PTransform):
+    """Planned shards -> TFRecord files, with no shuffle of the data; yields per-shard counts."""
+
+    def __init__(self, shards, write_fn: WriteShardFn):
+        super().__init__()
+        self._shards, self._fn = list(shards), write_fn
+
+    def expand(self, pbegin):
+        return (pbegin
+                | "CreateShardPlans" >> beam.Create(self._shards)
+                | "SpreadShards" >> beam.Reshuffle()
+                | "WriteShards" >> beam.ParDo(self._fn))
+
+
 def count_shard(path: str, compression: str) -> dict:
     """``{"file", "records", "bytes"}`` of one written shard, by walking its frames (CRCs checked)."""
     with fileio.open_read(path) as raw:
@@ -245,20 +323,24 @@ class WriteMetadataFn(beam.DoFn):
             raise RecordError(f"Rows read ({expected}) != examples written ({written}): records were lost or "
                               "duplicated", file=output_dir, hint="re-run; report it if it happens again")
         metadata.write(output_dir, metadata.build(specs, shards, compression, sources_info, writer, options), specs)
+        stale = fileio.FileSystems.match([fileio.join(output_dir, TEMP_PREFIX + "*")])[0].metadata_list
+        fileio.delete([m.path for m in stale])  # temporaries of killed or duplicate attempts
         yield output_dir
 
 
 class FinalizeOutput(beam.PTransform):
-    """Shard paths -> per-shard record counts -> ``metadata.json`` (written after every shard is final)."""
+    """Shard paths (or, with ``counted``, per-shard counts) -> ``metadata.json``, written after every
+    shard is final."""
 
-    def __init__(self, output_dir, specs, compression, expected_rows, sources_info, writer, options):
+    def __init__(self, output_dir, specs, compression, expected_rows, sources_info, writer, options,
+                 counted=False):
         super().__init__()
-        self._compression = compression
+        self._compression, self._counted = compression, counted
         self._fn = WriteMetadataFn(output_dir, specs, compression, expected_rows, sources_info, writer, options)
 
-    def expand(self, shard_paths):
-        compression = self._compression
-        return (shard_paths
-                | "CountShardRecords" >> beam.Map(count_shard, compression)
+    def expand(self, shards):
+        if not self._counted:
+            shards = shards | "CountShardRecords" >> beam.Map(count_shard, self._compression)
+        return (shards
                 | "CollectShards" >> beam.combiners.ToList()
                 | "WriteMetadata" >> beam.ParDo(self._fn))

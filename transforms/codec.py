@@ -157,9 +157,46 @@ _NATIVE_LE = np.little_endian
 # Encoding a batch of rows
 # ----------------------------------------------------------------------------------------------
 
+@dataclasses.dataclass
+class EncodedBatch:
+    """A batch of serialized Examples, kept in a form that frames without a per-record Python step.
+
+    Attributes:
+      block: ``(rows, width)`` uint8; row i is one complete Example holding every fixed-layout feature
+        (fixed-shape ``tensor`` features and fixed-shape float lists), entries sorted by name, so every
+        row has the same layout and only the data bytes differ. Width 0 when there are none.
+      tails: None, or per row the bytes of one more Example per variable-layout feature (int64 lists,
+        byte lists, varying shapes), appended to the block row: concatenated Examples are one Example
+        (protobuf merge), and each tail holds exactly one feature, so the bytes are deterministic.
+    """
+
+    block: np.ndarray
+    tails: list[bytes] | None = None
+
+    @property
+    def num_rows(self) -> int:
+        return self.block.shape[0]
+
+    def records(self) -> list[bytes]:
+        """The serialized Examples, one bytes object per row."""
+        rows = [r.tobytes() for r in self.block] if self.block.shape[1] else [b""] * self.num_rows
+        return rows if self.tails is None else [a + b for a, b in zip(rows, self.tails)]
+
+
 def encode_batch(columns: Mapping[str, object], specs: Sequence[FeatureSpec], num_rows: int,
                  allow_lossy: Iterable[str] = ()) -> list[bytes]:
-    """Encodes ``num_rows`` rows as serialized Examples in one vectorized call (tfx_bsl's C++ encoder).
+    """Encodes ``num_rows`` rows as serialized Examples; see :func:`encode_columns`."""
+    return encode_columns(columns, specs, num_rows, allow_lossy).records()
+
+
+def encode_columns(columns: Mapping[str, object], specs: Sequence[FeatureSpec], num_rows: int,
+                   allow_lossy: Iterable[str] = ()) -> EncodedBatch:
+    """Encodes ``num_rows`` rows as serialized Examples, vectorized over the batch.
+
+    Fixed-layout features are written with NumPy into one ``(rows, width)`` block (the protobuf
+    headers are the same for every row); the others go through tfx_bsl's C++
+    ``RecordBatchToExamplesEncoder``, one feature per call so that no map order can vary (protobuf
+    serializes maps in an unspecified order, which would make reruns differ).
 
     Args:
       columns: feature name -> ``np.ndarray`` of shape ``(num_rows, *spec.shape)`` for fixed specs, or
@@ -168,31 +205,76 @@ def encode_batch(columns: Mapping[str, object], specs: Sequence[FeatureSpec], nu
       num_rows: rows in the batch.
       allow_lossy: feature names whose lossy list cast is allowed.
 
-    Returns:
-      ``num_rows`` serialized ``tf.train.Example`` byte strings.
-
     Raises:
       SchemaError: a column's dtype or shape does not match its spec, or a refused lossy cast.
       RecordError: one record is over protobuf's 2 GB limit.
     """
     from tfx_bsl.coders import example_coder  # C++; no TensorFlow import
 
-    names, arrays = [], []
-    for spec in specs:
+    fixed, tails = [], None
+    for spec in sorted(specs, key=lambda s: s.name):
         if spec.name not in columns:
             raise SchemaError(f"Missing column for feature '{spec.name}'")
         check_spec(spec, allow_lossy)
+        entry = _fixed_entry(spec, columns[spec.name], num_rows)
+        if entry is not None:
+            fixed.append(entry)
+            continue
         for name, arr in _encode_column(spec, columns[spec.name], num_rows):
-            names.append(name)
-            arrays.append(arr)
-    if not names:
-        return [b""] * num_rows
-    records = example_coder.RecordBatchToExamplesEncoder().encode(pa.RecordBatch.from_arrays(arrays, names))
-    for i, rec in enumerate(records):
-        if len(rec) > MAX_RECORD_BYTES:
-            raise RecordError(f"Example of {len(rec)} bytes is over protobuf's 2 GB limit", row=i,
-                              hint="split the array into smaller rows")
-    return records
+            part = example_coder.RecordBatchToExamplesEncoder().encode(pa.RecordBatch.from_arrays([arr], [name]))
+            tails = part if tails is None else [a + b for a, b in zip(tails, part)]
+    block = _fixed_block(fixed, num_rows)
+    if block.shape[1] > MAX_RECORD_BYTES or any(len(t) + block.shape[1] > MAX_RECORD_BYTES for t in tails or ()):
+        raise RecordError("An Example is over protobuf's 2 GB limit", hint="split the array into smaller rows")
+    return EncodedBatch(block, tails)
+
+
+def _fixed_entry(spec: FeatureSpec, column, num_rows: int):
+    """``(entry prefix bytes, (rows, n) uint8 data)`` of a fixed-layout feature, else None."""
+    if not spec.is_fixed or spec.dtype == VLEN_BYTES:
+        return None
+    dt = np.dtype(spec.dtype)
+    if spec.encoding == "list" and dt.kind != "f":
+        return None
+    arr = np.asarray(column)
+    want = (num_rows, *spec.shape)
+    if arr.shape != want:
+        raise SchemaError(f"Feature '{spec.name}': rows of shape {arr.shape[1:]} (batch {arr.shape}), expected {want}")
+    if normalize_dtype(arr.dtype, spec.name) != spec.dtype:
+        raise SchemaError(f"Feature '{spec.name}': dtype {arr.dtype}, expected {spec.dtype}")
+    if spec.encoding == "list":
+        arr = arr.astype("<f4")
+    data = to_little_endian(arr).reshape(num_rows, -1).view(np.uint8).reshape(num_rows, -1) if arr.size else \
+        np.zeros((num_rows, 0), np.uint8)
+    n = data.shape[1]
+    if spec.encoding == "tensor":  # Feature{bytes_list: BytesList{value: [data]}}
+        inner = _encode_varint(1 << 3 | 2) + _encode_varint(n)
+        feature_head = _encode_varint(1 << 3 | 2) + _encode_varint(len(inner) + n) + inner
+    else:  # Feature{float_list: FloatList{value: packed floats}}; an empty list is an empty message
+        inner = _encode_varint(1 << 3 | 2) + _encode_varint(n) if n else b""
+        feature_head = _encode_varint(2 << 3 | 2) + _encode_varint(len(inner) + n) + inner
+    name = spec.name.encode("utf-8")
+    entry_head = _len_field(1, name) + _encode_varint(2 << 3 | 2) + _encode_varint(len(feature_head) + n)
+    entry_len = len(entry_head) + len(feature_head) + n
+    prefix = _encode_varint(1 << 3 | 2) + _encode_varint(entry_len) + entry_head + feature_head
+    return prefix, data
+
+
+def _fixed_block(entries, num_rows: int) -> np.ndarray:
+    """One Example per row from fixed-layout entries: ``(rows, width)`` uint8."""
+    if not entries:
+        return np.zeros((num_rows, 0), np.uint8)
+    features_len = sum(len(p) + d.shape[1] for p, d in entries)
+    head = _encode_varint(1 << 3 | 2) + _encode_varint(features_len)
+    block = np.empty((num_rows, len(head) + features_len), np.uint8)
+    block[:, :len(head)] = np.frombuffer(head, np.uint8)
+    pos = len(head)
+    for prefix, data in entries:
+        block[:, pos:pos + len(prefix)] = np.frombuffer(prefix, np.uint8)
+        pos += len(prefix)
+        block[:, pos:pos + data.shape[1]] = data
+        pos += data.shape[1]
+    return block
 
 
 def _encode_column(spec: FeatureSpec, column, num_rows: int):
@@ -537,3 +619,100 @@ def _decode_spec(record: bytes, spans, spec: FeatureSpec) -> np.ndarray:
         raise RecordError(f"Feature '{spec.name}' holds values out of range for {dtype}", feature=spec.name)
     return out.reshape(shape)
 
+
+
+# ----------------------------------------------------------------------------------------------
+# Examples written by anyone else (no metadata): inferred features, lenient decoding, key patterns
+# ----------------------------------------------------------------------------------------------
+
+_KIND_DTYPES = {"int64": "<i8", "float": "<f4", "bytes": VLEN_BYTES}
+
+
+def infer_feature_specs(records: Iterable[bytes]) -> tuple[FeatureSpec, ...]:
+    """Infers the features of serialized Examples that came without metadata (TFX, TFDS, tf.io writers).
+
+    Each feature becomes a ``list`` spec of its native kind: ``int64_list`` -> ``'<i8'``, ``float_list``
+    -> ``'<f4'``, ``bytes_list`` -> ``'bytes'``; shape ``(n,)`` when every sampled record holds exactly
+    ``n`` values of it, else ``(None,)`` (a record without the feature, or with a Feature whose kind is
+    not set, as some TFX Examples carry, counts as 0 values). A feature whose kind is never set is a
+    ``'bytes'`` ``(None,)`` feature. Order: first seen.
+
+    Args:
+      records: serialized ``tf.train.Example`` byte strings (a sample, e.g. a shard's first 1000).
+
+    Raises:
+      SchemaError: a feature holds different kinds in different records.
+      RecordError: a record is not a tf.train.Example (with the record index and byte offset).
+    """
+    kinds: dict[str, set] = {}
+    lengths: dict[str, list[int]] = {}
+    total = 0
+    for i, record in enumerate(records):
+        try:
+            parsed = parse_example(record)
+        except RecordError as e:
+            raise RecordError(f"Cannot infer the features: {e}", record=i) from None
+        for name, (kind, values) in parsed.items():
+            kinds.setdefault(name, set())
+            lengths.setdefault(name, [0] * total)
+            if kind is not None:
+                kinds[name].add(kind)
+            lengths[name].append(len(values))
+        total += 1
+        for name, seen in lengths.items():
+            if len(seen) < total:
+                seen.append(0)
+    specs = []
+    for name, found in kinds.items():
+        if len(found) > 1:
+            raise SchemaError(f"Feature '{name}' holds {' and '.join(sorted(found))} lists in different records",
+                              feature=name, hint="one feature must have one kind in every record")
+        dtype = _KIND_DTYPES[next(iter(found))] if found else VLEN_BYTES
+        counts = set(lengths[name])
+        shape = (counts.pop(),) if len(counts) == 1 and found else (None,)
+        specs.append(FeatureSpec(name, dtype, shape, "list"))
+    return tuple(specs)
+
+
+def decode_example_lenient(record: bytes, specs: Sequence[FeatureSpec]) -> dict[str, np.ndarray]:
+    """Like :func:`decode_example`, but also decodes variable-length native lists of foreign Examples.
+
+    A ``list`` spec of shape ``(None,)`` whose ``<name>/shape`` companion is absent (an Example written
+    by anyone else, whose features were inferred by :func:`infer_feature_specs`) decodes to a 1-D array
+    of its values (``'<i8'``, ``'<f4'``, or an object array of bytes); a missing feature or a Feature
+    with no kind set decodes to an empty array. Every other spec decodes exactly as decode_example.
+
+    Raises:
+      RecordError: a feature is missing, has the wrong kind, or its size does not match the shape.
+    """
+    spans = split_features(record)
+    out = {}
+    for spec in specs:
+        if spec.encoding == "list" and spec.shape == (None,) and f"{spec.name}/shape" not in spans:
+            out[spec.name] = _native_values(record, spans, spec)
+        else:
+            out[spec.name] = _decode_spec(record, spans, spec)
+    return out
+
+
+def _native_values(record: bytes, spans, spec: FeatureSpec) -> np.ndarray:
+    kind, values = decode_feature(record, spans[spec.name]) if spec.name in spans else (None, [])
+    want = "bytes" if spec.dtype == VLEN_BYTES or np.dtype(spec.dtype).kind in "SUV" else \
+        ("float" if np.dtype(spec.dtype).kind == "f" else "int64")
+    if kind is not None and kind != want:
+        raise RecordError(f"Feature '{spec.name}' holds a {kind} list, expected {want}", feature=spec.name)
+    if want == "bytes":
+        out = np.empty(len(values), dtype=object)
+        out[:] = values
+        return out
+    return np.asarray(values, dtype="<f4" if want == "float" else "<i8")
+
+
+def feature_key_pattern(name: str) -> bytes:
+    """The bytes every serialized Example holding feature ``name`` contains: its map entry's key field.
+
+    A cheap ``pattern in record`` test rules a feature out without parsing (a hit may be a false
+    positive inside a value; confirm with :func:`split_features`).
+    """
+    key = name.encode("utf-8")
+    return _encode_varint(1 << 3 | 2) + _encode_varint(len(key)) + key

@@ -41,6 +41,8 @@ class ConvertConfig(BaseModel):
     num_shards: Optional[int] = Field(None, ge=1, description="number of shards; default: from the data size")
     target_shard_mb: float = Field(192.0, gt=0, description="target shard size in MB when num_shards is unset")
     target_range_mb: float = Field(64.0, gt=0, description="target size of one read row range in MB")
+    writer: Literal["planned", "beam"] = Field("planned", description="planned: shards planned from the source "
+                                               "index, no shuffle, byte-identical reruns; beam: WriteToTFRecord")
     prefix: str = Field("data", pattern=r"^[A-Za-z0-9_.-]+$", description="shard file name prefix")
     overwrite: bool = Field(False, description="replace an existing output directory")
     verbose: bool = Field(False, description="show TensorFlow and Beam logs")
