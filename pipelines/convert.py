@@ -33,9 +33,20 @@ def build_plan(cfg: ConvertConfig):
     return plan, specs
 
 
+def local_workers(options: PipelineOptions) -> int:
+    """DirectRunner's worker count (1 elsewhere): the default shard count is at least this, so every
+    local worker has a shard to write."""
+    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    if "Direct" not in str(runner):
+        return 1
+    return max(1, options.view_as(DirectOptions).direct_num_workers or 1)
+
+
 def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan, specs):
     """Composes the convert pipeline on ``p``; returns the PCollection holding the committed output dir."""
-    num_shards = cfg.num_shards or metadata.default_num_shards(plan.num_bytes, int(cfg.target_shard_mb * 2**20))
+    num_shards = cfg.num_shards or max(local_workers(p.options),
+                                       metadata.default_num_shards(plan.num_bytes, int(cfg.target_shard_mb * 2**20)))
     finalize = functools.partial(beam_io.FinalizeOutput, cfg.output_dir, specs, cfg.compression, plan.num_rows,
                                  [{"path": i.path, "rows": i.num_rows} for i in plan.indexes], cfg.writer,
                                  cfg.model_dump())
