@@ -52,15 +52,29 @@ def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan, specs):
                                  cfg.model_dump())
     if cfg.writer == "planned":
         write_fn = beam_io.WriteShardFn(plan.source, specs, cfg.output_dir, cfg.prefix, cfg.compression,
-                                        cfg.allow_lossy, cfg.provenance)
+                                        cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir)
         return (p
                 | "WritePlannedShards" >> beam_io.WritePlannedShards(plan.shards(num_shards), write_fn)
                 | "FinalizeOutput" >> finalize(counted=True))
-    return (p
-            | "ReadFromArrays" >> beam_io.ReadFromArrays(cfg.input, plan=plan)
-            | "EncodeExamples" >> beam_io.EncodeExamples(specs, cfg.allow_lossy, cfg.provenance)
+    encoded = (p
+               | "CreateRowRanges" >> beam.Create(list(plan.ranges))
+               | "SpreadRowRanges" >> beam.Reshuffle()
+               | "ReadAndEncode" >> beam.ParDo(beam_io.ReadAndEncodeFn(
+                   plan.source, specs, cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir is not None)
+               ).with_outputs(beam_io.DEAD_LETTERS, main="records"))
+    dead_rows = None
+    if cfg.dead_letter_dir is not None:
+        letters = encoded[beam_io.DEAD_LETTERS]
+        dead_rows = (letters
+                     | "DeadRows" >> beam.Map(lambda d: d["rows"])
+                     | "CountDeadRows" >> beam.CombineGlobally(sum))
+        _ = (letters
+             | "CollectDeadLetters" >> beam.combiners.ToList()
+             | "WriteDeadLetters" >> beam.Map(lambda ds: ds and beam_io.write_dead_letters(
+                 cfg.dead_letter_dir, "dead_letters", ds)))
+    return (encoded.records
             | "WriteToShards" >> beam_io.WriteToShards(cfg.output_dir, cfg.prefix, num_shards, cfg.compression)
-            | "FinalizeOutput" >> finalize())
+            | "FinalizeOutput" >> finalize(dead_rows=dead_rows))
 
 
 def main(argv: list[str]) -> int:
@@ -68,12 +82,13 @@ def main(argv: list[str]) -> int:
     tfrecord.require_fast_crc32c()
     started = time.time()
     plan, specs = build_plan(cfg)
-    common.prepare_output_dir(cfg.output_dir, cfg.overwrite)
+    common.prepare_output_dir(cfg.output_dir, cfg.overwrite, cfg.model_dump(), cfg.prefix)
     with beam.Pipeline(options=PipelineOptions(beam_argv)) as p:
         build_pipeline(p, cfg, plan, specs)
     meta = metadata.load(cfg.output_dir)
     common.print_summary(cfg.output_dir, meta, time.time() - started,
-                         {"rows read": plan.num_rows, "row ranges": len(plan.ranges),
+                         {"rows read": plan.num_rows, "rows dead-lettered": meta["rows_dead_lettered"],
+                          "row ranges": len(plan.ranges),
                           "features": ", ".join(f"{s.name} {s.dtype} {list(s.shape) if s.shape is not None else '*'}"
                                                 f" {s.encoding}" for s in specs)})
     return 0

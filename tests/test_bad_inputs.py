@@ -99,11 +99,18 @@ def test_existing_output_dir_is_refused_unless_overwrite(tmp_path, capsys):
     np.save(tmp_path / "a.npy", np.arange(10))
     out = tmp_path / "out"
     assert convert(tmp_path / "a.npy", out, capsys=capsys)[0] == 0
+    # the same command again (an Airflow retry) is allowed; another config is not
+    assert convert(tmp_path / "a.npy", out, capsys=capsys)[0] == 0
+    code, _, err = convert(tmp_path / "a.npy", out, "--compression", "gzip", capsys=capsys)
+    assert code == 2 and "complete output of another run" in err and "--overwrite" in err
+    assert convert(tmp_path / "a.npy", out, "--compression", "gzip", "--overwrite", capsys=capsys)[0] == 0
+    (out / "metadata.json").unlink()
+    (out / "notes.txt").write_text("mine")
     code, _, err = convert(tmp_path / "a.npy", out, capsys=capsys)
-    assert code == 2 and "output directory exists" in err and "--overwrite" in err
-    (out / "stale-file").write_text("x")
+    assert code == 2 and "holds other files (notes.txt)" in err
+    assert (out / "notes.txt").exists()
     assert convert(tmp_path / "a.npy", out, "--overwrite", capsys=capsys)[0] == 0
-    assert not (out / "stale-file").exists() and (out / "metadata.json").exists()
+    assert not (out / "notes.txt").exists() and (out / "metadata.json").exists()
 
 
 @pytest.mark.parametrize("yaml_text,words", [

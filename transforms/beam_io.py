@@ -108,6 +108,29 @@ def choose_encodings(specs: Sequence[FeatureSpec], default: str, per_feature: di
     return tuple(out)
 
 
+DEAD_LETTERS = "dead_letters"
+
+
+def dead_letter(rr: RowRange, error: BaseException) -> dict:
+    """The JSON-able record of a row range that could not be read or encoded."""
+    ctx = getattr(error, "context", {})
+    return {"file": rr.path, "datasets": list(rr.items) if not rr.item_files else [],
+            "files": list(rr.items) if rr.item_files else [], "start": rr.start, "stop": rr.stop,
+            "rows": rr.num_rows, "error": type(error).__name__,
+            "message": getattr(error, "message", str(error)), "context": {k: str(v) for k, v in ctx.items()}}
+
+
+def write_dead_letters(dead_letter_dir: str, name: str, letters: list[dict]) -> str:
+    """Writes ``letters`` as JSON lines to ``dead_letter_dir/name.jsonl`` (temp file + rename)."""
+    import json
+    import uuid
+    final = fileio.join(dead_letter_dir, f"{name}.jsonl")
+    temp = fileio.join(dead_letter_dir, f"{TEMP_PREFIX}{name}-{uuid.uuid4().hex}")
+    fileio.write_bytes(temp, "".join(json.dumps(d, sort_keys=True) + "\n" for d in letters).encode())
+    fileio.rename(temp, final)
+    return final
+
+
 class ReadRowRangesFn(beam.DoFn):
     """Reads one RowRange into a batch of columns: ``(RowRange, {name: array (rows, *shape)})``."""
 
@@ -210,6 +233,28 @@ class EncodeExamples(beam.PTransform):
         return batches | "EncodeBatches" >> beam.ParDo(self._fn)
 
 
+class ReadAndEncodeFn(beam.DoFn):
+    """Reads and encodes one RowRange, yielding serialized records (one per element, for
+    WriteToTFRecord); a failing range goes to the ``dead_letters`` output when ``dead_letters``."""
+
+    def __init__(self, source: Source, specs, allow_lossy=(), provenance=False, dead_letters=False):
+        self._read = ReadRowRangesFn(source)
+        self._encode = EncodeExamplesFn(specs, allow_lossy, provenance)
+        self._dead_letters = dead_letters
+        self._dead = Metrics.counter(NAMESPACE, "rows_dead_lettered")
+
+    def process(self, rr: RowRange):
+        try:
+            records = [r for batch in self._read.process(rr) for r in self._encode.process(batch)]
+        except Exception as e:  # noqa: BLE001 - any failure of one range is its dead letter
+            if not self._dead_letters:
+                raise
+            self._dead.inc(rr.num_rows)
+            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter(rr, e))
+            return
+        yield from records
+
+
 _BEAM_COMPRESSION = {"none": CompressionTypes.UNCOMPRESSED, "gzip": CompressionTypes.GZIP,
                      "zlib": CompressionTypes.DEFLATE}  # Beam's DEFLATE is a zlib stream with header: TF's ZLIB
 
@@ -247,34 +292,49 @@ class WriteShardFn(beam.DoFn):
     """
 
     def __init__(self, source: Source, specs, output_dir: str, prefix: str, compression: str,
-                 allow_lossy=(), provenance=False):
+                 allow_lossy=(), provenance=False, dead_letter_dir: str | None = None):
         self._source, self._output_dir, self._prefix, self._compression = source, output_dir, prefix, compression
+        self._dead_letter_dir = dead_letter_dir
         self._encode = EncodeExamplesFn(specs, allow_lossy, provenance, batched=True)
         self._rows = Metrics.counter(NAMESPACE, "rows_read")
         self._written = Metrics.counter(NAMESPACE, "examples_written")
         self._bytes = Metrics.counter(NAMESPACE, "bytes_written")
         self._shards = Metrics.counter(NAMESPACE, "shards_written")
+        self._dead = Metrics.counter(NAMESPACE, "rows_dead_lettered")
 
-    def setup(self):
-        self._encode.setup()
+    def _encoded(self, rr: RowRange, letters: list):
+        """The encoded batches of one range; with a dead-letter dir, a failing range becomes a letter."""
+        try:
+            columns = self._source.read(rr)
+            return list(self._encode.process((rr, columns)))
+        except Exception as e:  # noqa: BLE001 - any failure of one range is its dead letter
+            if self._dead_letter_dir is None:
+                raise
+            logging.getLogger(__name__).warning("Dead-lettering %s: %s", rr.describe(), e)
+            letters.append(dead_letter(rr, e))
+            return []
+        finally:
+            self._rows.inc(rr.num_rows)
 
     def process(self, shard: sharding.ShardPlan):
         import uuid
         name = shard.file_name(self._prefix, shard_suffix(self._compression))
         final = fileio.join(self._output_dir, name)
         temp = fileio.join(self._output_dir, f"{TEMP_PREFIX}{name}-{uuid.uuid4().hex}")
+        letters: list[dict] = []
         try:
             with fileio.open_write(temp) as raw:
                 writer = tfrecord.ShardWriter(raw, self._compression)
                 for rr in shard.ranges:
-                    columns = self._source.read(rr)
-                    self._rows.inc(rr.num_rows)
-                    for batch in self._encode.process((rr, columns)):
+                    for batch in self._encoded(rr, letters):
                         writer.write_encoded(batch)
                 writer.close()
-            if writer.records != shard.num_rows:
-                raise RecordError(f"Shard {name}: {shard.num_rows} rows read but {writer.records} records "
-                                  "written", file=final)
+            dead_rows = sum(d["rows"] for d in letters)
+            if writer.records + dead_rows != shard.num_rows:
+                raise RecordError(f"Shard {name}: {shard.num_rows} rows planned but {writer.records} records "
+                                  f"written and {dead_rows} rows dead-lettered", file=final)
+            if letters:
+                write_dead_letters(self._dead_letter_dir, name, letters)
             fileio.rename(temp, final)
         except BaseException:
             fileio.delete([temp])
@@ -283,7 +343,8 @@ class WriteShardFn(beam.DoFn):
         self._written.inc(writer.records)
         self._bytes.inc(size)
         self._shards.inc()
-        yield {"file": name, "records": writer.records, "bytes": size}
+        self._dead.inc(dead_rows)
+        yield {"file": name, "records": writer.records, "bytes": size, "dead_rows": dead_rows}
 
 
 class WritePlannedShards(beam.PTransform):
@@ -315,14 +376,18 @@ class WriteMetadataFn(beam.DoFn):
     def __init__(self, output_dir, specs, compression, expected_rows, sources_info, writer, options):
         self._args = (output_dir, tuple(specs), compression, expected_rows, sources_info, writer, options)
 
-    def process(self, shards):
+    def process(self, shards, extra_dead_rows=0):
         output_dir, specs, compression, expected, sources_info, writer, options = self._args
         shards = sorted(shards, key=lambda s: s["file"])
         written = sum(s["records"] for s in shards)
-        if written != expected:
-            raise RecordError(f"Rows read ({expected}) != examples written ({written}): records were lost or "
-                              "duplicated", file=output_dir, hint="re-run; report it if it happens again")
-        metadata.write(output_dir, metadata.build(specs, shards, compression, sources_info, writer, options), specs)
+        dead = sum(s.pop("dead_rows", 0) for s in shards) + extra_dead_rows
+        if written + dead != expected:
+            raise RecordError(f"Rows read ({expected}) != examples written ({written}) + rows dead-lettered "
+                              f"({dead}): records were lost or duplicated", file=output_dir,
+                              hint="re-run; report it if it happens again")
+        meta = metadata.build(specs, shards, compression, sources_info, writer, options)
+        meta["rows_read"], meta["rows_dead_lettered"] = expected, dead
+        metadata.write(output_dir, meta, specs)
         stale = fileio.FileSystems.match([fileio.join(output_dir, TEMP_PREFIX + "*")])[0].metadata_list
         fileio.delete([m.path for m in stale])  # temporaries of killed or duplicate attempts
         yield output_dir
@@ -333,14 +398,15 @@ class FinalizeOutput(beam.PTransform):
     shard is final."""
 
     def __init__(self, output_dir, specs, compression, expected_rows, sources_info, writer, options,
-                 counted=False):
+                 counted=False, dead_rows=None):
         super().__init__()
-        self._compression, self._counted = compression, counted
+        self._compression, self._counted, self._dead_rows = compression, counted, dead_rows
         self._fn = WriteMetadataFn(output_dir, specs, compression, expected_rows, sources_info, writer, options)
 
     def expand(self, shards):
         if not self._counted:
             shards = shards | "CountShardRecords" >> beam.Map(count_shard, self._compression)
+        extra = () if self._dead_rows is None else (beam.pvalue.AsSingleton(self._dead_rows),)
         return (shards
                 | "CollectShards" >> beam.combiners.ToList()
-                | "WriteMetadata" >> beam.ParDo(self._fn))
+                | "WriteMetadata" >> beam.ParDo(self._fn, *extra))

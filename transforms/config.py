@@ -44,6 +44,8 @@ class ConvertConfig(BaseModel):
     writer: Literal["planned", "beam"] = Field("planned", description="planned: shards planned from the source "
                                                "index, no shuffle, byte-identical reruns; beam: WriteToTFRecord")
     prefix: str = Field("data", pattern=r"^[A-Za-z0-9_.-]+$", description="shard file name prefix")
+    dead_letter_dir: Optional[str] = Field(None, description="write row ranges that cannot be read or encoded "
+                                           "there as JSON lines and go on; default: stop at the first")
     overwrite: bool = Field(False, description="replace an existing output directory")
     verbose: bool = Field(False, description="show TensorFlow and Beam logs")
     pipeline_options: dict[str, Any] = Field(default_factory=dict, description="Beam pipeline options as a "
