@@ -127,3 +127,35 @@ def preload_tensorflow() -> None:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
+
+
+def show_progress(setting: bool | None) -> bool:
+    """Progress lines on stderr: as configured, else when stderr is a terminal."""
+    return sys.stderr.isatty() if setting is None else setting
+
+
+def run_pipeline(p) -> dict[str, int]:
+    """Runs ``p`` to completion and returns our Beam metrics counters ({} where the runner has none)."""
+    result = p.run()
+    result.wait_until_finish()
+    try:
+        from apache_beam.metrics.metric import MetricsFilter
+        from transforms.beam_io import NAMESPACE
+        counters = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]
+    except Exception:  # noqa: BLE001 - e.g. DaskRunner implements no metrics
+        return {}
+    out: dict[str, int] = {}
+    for c in counters:
+        value = c.committed if c.committed is not None else c.attempted
+        out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(value or 0)
+    return out
+
+
+def print_metrics(counters: dict[str, int]) -> None:
+    """A table of the run's Beam metrics counters (nothing where the runner reports none)."""
+    if not counters:
+        return
+    print("Beam metrics:")
+    width = max(len(k) for k in counters)
+    for name in sorted(counters):
+        print(f"  {name:<{width}}  {counters[name]:>14,}")

@@ -52,7 +52,8 @@ def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan, specs):
                                  cfg.model_dump())
     if cfg.writer == "planned":
         write_fn = beam_io.WriteShardFn(plan.source, specs, cfg.output_dir, cfg.prefix, cfg.compression,
-                                        cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir)
+                                        cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir,
+                                        common.show_progress(cfg.progress))
         return (p
                 | "WritePlannedShards" >> beam_io.WritePlannedShards(plan.shards(num_shards), write_fn)
                 | "FinalizeOutput" >> finalize(counted=True))
@@ -83,14 +84,16 @@ def main(argv: list[str]) -> int:
     started = time.time()
     plan, specs = build_plan(cfg)
     common.prepare_output_dir(cfg.output_dir, cfg.overwrite, cfg.model_dump(), cfg.prefix)
-    with beam.Pipeline(options=PipelineOptions(beam_argv)) as p:
-        build_pipeline(p, cfg, plan, specs)
+    p = beam.Pipeline(options=PipelineOptions(beam_argv))
+    build_pipeline(p, cfg, plan, specs)
+    counters = common.run_pipeline(p)
     meta = metadata.load(cfg.output_dir)
     common.print_summary(cfg.output_dir, meta, time.time() - started,
                          {"rows read": plan.num_rows, "rows dead-lettered": meta["rows_dead_lettered"],
                           "row ranges": len(plan.ranges),
                           "features": ", ".join(f"{s.name} {s.dtype} {list(s.shape) if s.shape is not None else '*'}"
                                                 f" {s.encoding}" for s in specs)})
+    common.print_metrics(counters)
     return 0
 
 

@@ -243,3 +243,14 @@ def test_planned_shard_retry_leaves_exactly_one_final_file_and_failure_leaves_no
     with pytest.raises(SourceError, match="disk on fire"):
         list(fn.process(shard))
     assert list(broken.iterdir()) == []  # the temporary file is gone and nothing looks final
+
+
+def test_summary_prints_counts_metrics_and_progress(tmp_path, capsys):
+    np.save(tmp_path / "a.npy", np.arange(300, dtype="<i8").reshape(100, 3))
+    code, out, err = convert(tmp_path / "a.npy", tmp_path / "out", "--num_shards", "2", "--progress",
+                             capsys=capsys)
+    assert code == 0
+    assert "wrote 100 examples in 2 shards" in out and "rows dead-lettered: 0" in out
+    assert "Beam metrics:" in out and "examples_written" in out and "shards_written" in out
+    assert "[tfrecord-etl] shard 1/2 done" in err and "[tfrecord-etl] shard 2/2 done" in err
+    assert "INFO" not in err and "WARNING" not in err  # Beam/TF logs stay out of the default output

@@ -151,3 +151,14 @@ def test_row_ranges_cover_every_row_once():
     rows = [i for r in ranges for i in range(r.start, r.stop)]
     assert rows == list(range(1001))
     assert all(r.num_rows == 49 for r in ranges[:-1])  # 50 rows rounded down to a multiple of 7
+
+
+def test_shard_plans_are_contiguous_and_balanced():
+    from transforms.sharding import plan_shards
+    ranges = [sources.RowRange("f", i * 10, i * 10 + 10) for i in range(10)]
+    shards = plan_shards(ranges, [100] * 10, 3)
+    assert [len(s.ranges) for s in shards] == [3, 4, 3]
+    assert [r for s in shards for r in s.ranges] == ranges  # contiguous, in order, each range once
+    shards = plan_shards(ranges[:4], [333, 333, 333, 1], 3)
+    assert [s.num_rows for s in shards] == [10, 10, 20]
+    assert [s.file_name("data", ".tfrecord") for s in shards][0] == "data-00000-of-00003.tfrecord"

@@ -292,9 +292,9 @@ class WriteShardFn(beam.DoFn):
     """
 
     def __init__(self, source: Source, specs, output_dir: str, prefix: str, compression: str,
-                 allow_lossy=(), provenance=False, dead_letter_dir: str | None = None):
+                 allow_lossy=(), provenance=False, dead_letter_dir: str | None = None, progress=False):
         self._source, self._output_dir, self._prefix, self._compression = source, output_dir, prefix, compression
-        self._dead_letter_dir = dead_letter_dir
+        self._dead_letter_dir, self._progress = dead_letter_dir, progress
         self._encode = EncodeExamplesFn(specs, allow_lossy, provenance, batched=True)
         self._rows = Metrics.counter(NAMESPACE, "rows_read")
         self._written = Metrics.counter(NAMESPACE, "examples_written")
@@ -344,6 +344,10 @@ class WriteShardFn(beam.DoFn):
         self._bytes.inc(size)
         self._shards.inc()
         self._dead.inc(dead_rows)
+        if self._progress:
+            import sys
+            print(f"[tfrecord-etl] shard {shard.index + 1}/{shard.num_shards} done: {name}, "
+                  f"{writer.records} records, {size} bytes", file=sys.stderr, flush=True)
         yield {"file": name, "records": writer.records, "bytes": size, "dead_rows": dead_rows}
 
 

@@ -48,6 +48,8 @@ class ConvertConfig(BaseModel):
                                            "there as JSON lines and go on; default: stop at the first")
     overwrite: bool = Field(False, description="replace an existing output directory")
     verbose: bool = Field(False, description="show TensorFlow and Beam logs")
+    progress: Optional[bool] = Field(None, description="print planned shards done / total on stderr; "
+                                     "default: when stderr is a terminal")
     pipeline_options: dict[str, Any] = Field(default_factory=dict, description="Beam pipeline options as a "
                                              "mapping (YAML only), e.g. {runner: DirectRunner}; flags win")
 
@@ -108,7 +110,7 @@ def add_model_flags(parser, model: type[BaseModel]) -> None:
         elif typing.get_origin(field.annotation) is typing.Union:
             lit = [typing.get_args(a) for a in typing.get_args(field.annotation) if typing.get_origin(a) is Literal]
             choices = list(lit[0]) if lit else None
-        if field.annotation is bool:
+        if field.annotation is bool or field.annotation == Optional[bool]:
             parser.add_argument(f"--{name}", default=None, action=argparse.BooleanOptionalAction, help=help_text)
         else:
             parser.add_argument(f"--{name}", default=None, type=_flag_type(name, field.annotation),

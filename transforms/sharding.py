@@ -39,14 +39,17 @@ def range_bytes(rr: RowRange, index: FileIndex) -> int:
 
 def plan_shards(ranges: Sequence[RowRange], sizes: Sequence[int], num_shards: int) -> list[ShardPlan]:
     """Splits ``ranges`` (in order; ``sizes`` their bytes) into ``num_shards`` contiguous groups of
-    about equal bytes. A range starting in the k-th ``1/num_shards`` of the bytes goes to shard k, so
-    shards may be empty when there are fewer ranges than shards (an empty shard is a valid file).
+    about equal bytes. A range whose middle byte lies in the k-th ``1/num_shards`` of all bytes goes to
+    shard k, so shards may be empty when there are fewer ranges than shards (an empty shard is a valid file).
     """
     total = sum(sizes)
     groups: list[list[int]] = [[] for _ in range(num_shards)]
     acc = 0
     for i, size in enumerate(sizes):
-        k = min(num_shards - 1, (acc * num_shards) // total) if total else i * num_shards // max(1, len(sizes))
+        if total:
+            k = min(num_shards - 1, ((2 * acc + size) * num_shards) // (2 * total))
+        else:
+            k = i * num_shards // max(1, len(sizes))
         groups[k].append(i)
         acc += size
     return [ShardPlan(k, num_shards, tuple(ranges[i] for i in g), sum(sizes[i] for i in g))
