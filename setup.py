@@ -24,8 +24,18 @@ setuptools.setup(
         "google-crc32c>=1.5",
         "pydantic>=2.5",
         "PyYAML>=6.0",
+        "tqdm>=4.66",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3"],
+        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3",
+                 # the runner matrix (DaskRunner) and the S3 tests (a moto server) run in CI
+                 "dask>=2024.4.2", "distributed>=2024.4.2", "boto3>=1.34,<2", "moto[server]>=5.0"],
+        # --runner DaskRunner (apache-beam[dask] asks for the same ranges); see "Running at scale" in the README.
+        "dask": ["dask>=2024.4.2", "distributed>=2024.4.2"],
+        # s3:// inputs and outputs through Beam's S3 filesystem (apache-beam[aws] is boto3>=1.9,<2);
+        # moto[server] is the local S3 API the tests run against.
+        "s3": ["boto3>=1.34,<2", "moto[server]>=5.0"],
+        # python -m bench.run (not part of the test suite): the PNG chart and process-tree peak RSS.
+        "bench": ["matplotlib>=3.8", "psutil>=5.9"],
     },
 )

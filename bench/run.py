@@ -1,0 +1,537 @@
+"""Benchmark of tfrecord-etl against the hand-written loop, plain Beam and the raw copy (issue 4, item 3).
+
+    .venv/bin/python -m bench.run [--scale 1.0] [--only small,large,augment] [--workdir DIR] [--keep]
+                                  [--rss_8gb] [--repeat 1] [--steady auto|on|off] [--results_dir DIR]
+
+Generates its inputs deterministically (``bench.datagen``: fixed seeds, written in chunks), then runs
+every contender as a whole separate process through ``bench.measure`` (wall time; peak RSS of every
+process of the tree, from the kernel's high-water mark and psutil polling), side by side in one run:
+
+* small rows (default 2,000,000 rows of ``/x`` float32[16] + ``/id`` int64, 144 MB raw) and large rows
+  (default 84,000 rows of ``/image`` uint8[64,64,3] + ``/emb`` float32[128] + ``/id`` int64, 1.08 GB raw):
+  the seed loop (``bench.seed_loop``), plain Beam (``bench.plain_beam``), ``python -m pipelines.convert``
+  with ``--writer planned`` and ``--writer beam`` on DirectRunner multi_processing with 2 workers (and
+  with 1 worker on small rows), and the raw copy (``bench.raw_copy``);
+* augmentation, adding one int64 field (``label=7``): 1,000,000 small records and the image collection
+  (the large rows converted), each with the seed loop (``bench.seed_augment``), ``python -m
+  pipelines.augment --mode rewrite`` and ``--mode sidecar`` (2 workers), and the raw copy of the records;
+* with ``--rss_8gb``: one 8 GB HDF5 file converted with ``--writer planned``, for its peak RSS.
+
+A contender that fails (a non-zero exit, a wrong record count, a convert that ignored ``--writer``) is
+recorded as failed with the tail of its log; the others still run. Results: ``results.json``,
+``results.md`` and ``results.png`` in the results directory (default ``bench/results/``, or
+``WORKDIR/results`` when ``--workdir`` is given), one log per run under its ``logs/``; the targets of
+issue 4 item 4 are printed as met/missed. Units: examples/s; MB/s of raw array bytes (10**6 bytes);
+peak RSS in MB (10**6 bytes).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata as importlib_metadata
+
+from bench import datagen, report
+from bench.common import (AUGMENT_CONSTANT, LARGE, LAYOUTS, SMALL, convert_encoding_flags, count_frames,
+                          dir_bytes, row_bytes, tfrecord_files)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_RESULTS = os.path.join(ROOT, "bench", "results")
+DEFAULT_WORKDIR = os.path.join(DEFAULT_RESULTS, "work")
+
+SMALL_ROWS = 2_000_000
+LARGE_ROWS = 84_000  # 84,000 x 12,808 bytes = 1.076 GB (> 1 GiB)
+AUGMENT_ROWS = 1_000_000
+RSS8_BYTES = 8 * 2**30
+TINY_FRACTION = 50  # steady state: the same command on 1/50 of the rows
+MIN_STEADY_DELTA_S = 0.5  # below this difference of wall times, the steady-state figure is noise
+
+BEAM = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
+SECTIONS = ("small", "large", "augment")
+
+
+def beam_flags(workers: int) -> list[str]:
+    return BEAM + [f"--direct_num_workers={workers}"]
+
+
+def rows_at(default: int, scale: float) -> int:
+    return max(1, int(round(default * scale)))
+
+
+class Bench:
+    """One benchmark run: data, contenders, results."""
+
+    def __init__(self, args):
+        self.args = args
+        self.py = sys.executable
+        self.workdir = os.path.abspath(args.workdir or DEFAULT_WORKDIR)
+        if args.results_dir:
+            self.results_dir = os.path.abspath(args.results_dir)
+        elif args.workdir:
+            self.results_dir = os.path.join(self.workdir, "results")
+        else:
+            self.results_dir = DEFAULT_RESULTS
+        self.data_dir = os.path.join(self.workdir, "data")
+        self.out_dir = os.path.join(self.workdir, "out")
+        self.log_dir = os.path.join(self.results_dir, "logs")
+        self.home = tempfile.mkdtemp(prefix="bench-home-")
+        self.steady = args.steady == "on" or (args.steady == "auto" and args.scale >= 0.1)
+        self.rows: list[dict] = []
+        self.section_info: dict[str, dict] = {}
+        self.extras: dict = {}
+        self.generated: set[str] = set()  # inputs generated (or prepared) during this run
+        self.env = self._env()
+
+    # ---------------------------------------------------------------- environment and processes
+
+    def _env(self) -> dict:
+        env = dict(os.environ)
+        env.pop("TFRECORD_ETL_VERBOSE", None)
+        env.update({"HOME": self.home, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1",
+                    "PYTHONPATH": os.pathsep.join([ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))})
+        return env
+
+    def say(self, msg: str) -> None:
+        print(msg, flush=True)
+
+    def run_plain(self, cmd: list[str], log_name: str) -> tuple[int, str]:
+        """Runs a preparation command (not measured); returns (exit code, log path)."""
+        log = os.path.join(self.log_dir, log_name + ".log")
+        with open(log, "wb") as f:
+            code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env=self.env, cwd=ROOT)
+        return code, log
+
+    def measured(self, cmd: list[str], log_name: str) -> dict:
+        """Runs ``cmd`` under ``bench.measure``; returns its measurement (see bench.measure)."""
+        log = os.path.join(self.log_dir, log_name + ".log")
+        js = os.path.join(self.log_dir, log_name + ".measure.json")
+        wrapper = [self.py, "-m", "bench.measure", "--log", log, "--json", js,
+                   "--timeout", str(self.args.timeout), "--"] + cmd
+        load = os.getloadavg()[0]
+        code = subprocess.call(wrapper, env=self.env, cwd=ROOT, stdin=subprocess.DEVNULL)
+        if code != 0 or not os.path.exists(js):
+            return {"returncode": -1, "wall_s": None, "log": log, "error": f"bench.measure exited {code}",
+                    "load_before": load}
+        with open(js, encoding="utf-8") as f:
+            m = json.load(f)
+        os.remove(js)
+        m["load_before"] = load
+        return m
+
+    # ---------------------------------------------------------------- data
+
+    def h5(self, kind: str, name: str, rows: int) -> str:
+        path = os.path.join(self.data_dir, name + ".h5")
+        t = time.perf_counter()
+        if datagen.ensure(kind, path, rows, self.args.keep or path in self.generated):
+            self.say(f"  generated {os.path.basename(path)}: {rows:,} rows, "
+                     f"{rows * row_bytes(LAYOUTS[kind]) / 1e6:,.1f} MB raw in {time.perf_counter() - t:.1f} s")
+        else:
+            self.say(f"  kept {os.path.basename(path)}: {rows:,} rows")
+        self.generated.add(path)
+        return path
+
+    def records(self, kind: str, h5_path: str, rows: int, name: str) -> str:
+        """A converted collection of ``h5_path`` (the augmentation input): ``convert --writer beam`` into
+        ``data/NAME/``; falls back to the seed loop (one TFRecordWriter file) if convert fails."""
+        out = os.path.join(self.data_dir, name)
+        stamp = os.path.join(self.data_dir, name + ".json")
+        want = datagen.stamp(kind, rows, datagen.SEEDS[kind])
+        if (self.args.keep or out in self.generated) and datagen_stamp_ok(stamp, want) and tfrecord_files(out):
+            self.say(f"  kept {name}/")
+            return out
+        shutil.rmtree(out, ignore_errors=True)
+        if os.path.exists(stamp):
+            os.remove(stamp)
+        t = time.perf_counter()
+        cmd = [self.py, "-m", "pipelines.convert", "--input", h5_path, "--output_dir", out, "--writer", "beam",
+               *convert_encoding_flags(LAYOUTS[kind]), *beam_flags(2)]
+        code, log = self.run_plain(cmd, f"prepare__{name}")
+        how = "convert --writer beam"
+        if code != 0:
+            self.say(f"  convert failed preparing {name}/ (log {report.relpath(log)}); writing it with the seed loop")
+            shutil.rmtree(out, ignore_errors=True)
+            cmd = [self.py, "-m", "bench.seed_loop", "--input", h5_path,
+                   "--output", os.path.join(out, "data-00000-of-00001.tfrecord")]
+            code, log = self.run_plain(cmd, f"prepare__{name}__seed")
+            how = "seed loop"
+            if code != 0:
+                raise SystemExit(f"cannot prepare {name}: see {log}")
+        with open(stamp, "w", encoding="utf-8") as f:
+            json.dump(want, f)
+        self.say(f"  prepared {name}/ ({rows:,} records, {how}) in {time.perf_counter() - t:.1f} s")
+        self.generated.add(out)
+        return out
+
+    # ---------------------------------------------------------------- contenders
+
+    def contender(self, section: str, key: str, name: str, role: str, rows: int, rbytes: int,
+                  make_cmd, tiny: tuple | None = None, expect_writer: str | None = None,
+                  check: str = "frames") -> dict:
+        """Measures one contender. ``make_cmd(input, out_dir) -> argv``; ``tiny = (input, rows)`` for the
+        steady-state run; ``check``: ``frames`` (count the records of the TFRecord files), ``metadata``
+        (metadata.json's num_records, and its writer), ``augment`` (metadata.json's num_records when
+        present, else the records of its TFRecord files), ``bytes`` (output size = raw bytes), ``none``."""
+        out = os.path.join(self.out_dir, section, key)
+        main_input = self.section_info[section]["input"]
+        cmd = make_cmd(main_input, out)
+        row = {"section": section, "key": key, "name": name, "role": role, "rows": rows,
+               "raw_bytes": rows * rbytes, "command": shlex.join(show_path(c) for c in cmd)}
+        self.say(f"  {name} ...")
+        runs = []
+        for rep in range(self.args.repeat):
+            shutil.rmtree(out, ignore_errors=True)
+            suffix = f"__r{rep + 1}" if self.args.repeat > 1 else ""
+            m = self.measured(cmd, f"{section}__{key}{suffix}")
+            m["error"] = m.get("error") or self._check(m, out, rows, rbytes, expect_writer, check)
+            if m["error"] is None and "output_bytes" not in row:
+                row["output_bytes"] = dir_bytes(out)
+            runs.append(m)
+            if not self.args.keep_outputs:
+                shutil.rmtree(out, ignore_errors=True)
+            if m["error"] is not None:
+                break
+        best = runs[-1] if runs[-1]["error"] is not None else min(runs, key=lambda r: r["wall_s"])
+        best = dict(best, peak_rss_bytes=max(r.get("peak_rss_bytes") or 0 for r in runs),
+                    tree_rss_bytes=max(r.get("tree_rss_bytes") or 0 for r in runs))
+        if self.args.repeat > 1:
+            row["walls_s"] = [r.get("wall_s") for r in runs]
+        row.update(self._row_fields(best))
+        if row["status"] == "ok":
+            wall = max(row["wall_s"], 1e-9)
+            row["examples_per_s"], row["mb_per_s"] = rows / wall, rows * rbytes / 1e6 / wall
+        if row["status"] == "ok" and self.steady and tiny is not None:
+            tiny_input, tiny_rows = tiny
+            tout = out + "__tiny"
+            shutil.rmtree(tout, ignore_errors=True)
+            tm = self.measured(make_cmd(tiny_input, tout), f"{section}__{key}__tiny")
+            terr = tm.get("error") or self._check(tm, tout, tiny_rows, rbytes, expect_writer, check)
+            shutil.rmtree(tout, ignore_errors=True)
+            row["tiny_rows"], row["tiny_wall_s"] = tiny_rows, tm.get("wall_s")
+            if terr is None and tm.get("wall_s") is not None:
+                delta = row["wall_s"] - tm["wall_s"]
+                row["startup_s"] = tm["wall_s"] - tiny_rows * delta / max(1, rows - tiny_rows)
+                if delta >= MIN_STEADY_DELTA_S and rows > tiny_rows:
+                    row["steady_examples_per_s"] = (rows - tiny_rows) / delta
+                    row["steady_mb_per_s"] = (rows - tiny_rows) * rbytes / 1e6 / delta
+                else:
+                    row["steady_note"] = f"wall time difference {delta:.2f} s is too small to measure"
+            else:
+                row["steady_note"] = f"tiny run failed: {terr}"
+        self.rows.append(row)
+        if row["status"] == "ok":
+            steady = row.get("steady_examples_per_s")
+            self.say(f"    {row['wall_s']:.2f} s, {row['examples_per_s']:,.0f} examples/s, {row['mb_per_s']:,.1f} MB/s"
+                     + (f", steady {steady:,.0f} examples/s" if steady else "")
+                     + f", peak RSS {row['peak_rss_mb']:,.0f} MB ({row['procs_seen']} process"
+                     + ("es)" if row["procs_seen"] != 1 else ")"))
+        else:
+            self.say(f"    FAILED: {row['error']}\n    log {report.relpath(row['log'])}, last lines:")
+            for line in row["stderr_tail"].splitlines():
+                self.say(f"      | {line}")
+        return row
+
+    def _row_fields(self, m: dict) -> dict:
+        ok = m.get("error") is None
+        wall = m.get("wall_s")
+        return {
+            "status": "ok" if ok else "failed", "error": m.get("error"), "log": m.get("log"),
+            "wall_s": wall, "returncode": m.get("returncode"),
+            "cpu_s": (m.get("cpu_user_s") or 0) + (m.get("cpu_sys_s") or 0),
+            "peak_rss_mb": (m.get("peak_rss_bytes") or 0) / 1e6,
+            "kernel_maxrss_mb": (m.get("kernel_maxrss_bytes") or 0) / 1e6,
+            # the tree's sum is at least its largest process (polling can miss a short peak)
+            "tree_rss_mb": max(m.get("tree_rss_bytes") or 0, m.get("peak_rss_bytes") or 0) / 1e6,
+            "procs_seen": m.get("procs_seen"), "stragglers": m.get("stragglers"),
+            "load_before": m.get("load_before"),
+            "stderr_tail": "" if ok else tail(m.get("log")),
+        }
+
+    def _check(self, m: dict, out: str, rows: int, rbytes: int, expect_writer: str | None, check: str) -> str | None:
+        """None when the run succeeded and its output is what it should be, else why not."""
+        if m.get("timed_out"):
+            return f"timed out after {self.args.timeout:.0f} s"
+        if m.get("returncode") != 0:
+            return f"exit code {m.get('returncode')}"
+        try:
+            if check == "frames":
+                n = sum(count_frames(p) for p in tfrecord_files(out))
+                if n != rows:
+                    return f"wrote {n} records, expected {rows}"
+            elif check == "bytes":
+                n = dir_bytes(out)
+                if n != rows * rbytes:
+                    return f"wrote {n} bytes, expected {rows * rbytes}"
+            elif check == "metadata":
+                meta_path = os.path.join(out, "metadata.json")
+                if not os.path.exists(meta_path):
+                    return "no metadata.json in the output"
+                with open(meta_path, encoding="utf-8") as f:
+                    meta = json.load(f)
+                if meta.get("num_records", rows) != rows:
+                    return f"metadata.json says {meta.get('num_records')} records, expected {rows}"
+                if expect_writer and meta.get("writer") != expect_writer:
+                    return (f"asked for --writer {expect_writer} but metadata.json says writer="
+                            f"{meta.get('writer')!r} (flag not supported yet?)")
+            elif check == "augment":  # the augment output's layout is its own: check what it declares
+                meta_path = os.path.join(out, "metadata.json")
+                if os.path.exists(meta_path):
+                    with open(meta_path, encoding="utf-8") as f:
+                        meta = json.load(f)
+                    if meta.get("num_records", rows) != rows:
+                        return f"metadata.json says {meta.get('num_records')} records, expected {rows}"
+                elif tfrecord_files(out):
+                    n = sum(count_frames(p) for p in tfrecord_files(out))
+                    if n != rows:
+                        return f"wrote {n} records, expected {rows}"
+                elif not os.path.isdir(out) or not os.listdir(out):
+                    return "wrote no output"
+        except (OSError, ValueError) as e:
+            return f"cannot check the output: {e}"
+        return None
+
+    # ---------------------------------------------------------------- sections
+
+    def convert_cmd(self, writer: str, workers: int, layout: dict):
+        extra = shlex.split(self.args.convert_flags or "")
+
+        def make(inp, out):
+            return [self.py, "-m", "pipelines.convert", "--input", inp, "--output_dir", out, "--overwrite",
+                    "--writer", writer, *convert_encoding_flags(layout), *extra, *beam_flags(workers)]
+        return make
+
+    def rows_section(self, section: str, layout: dict, default_rows: int) -> None:
+        rows = rows_at(default_rows, self.args.scale)
+        rb = row_bytes(layout)
+        self.say(f"[{section}] {rows:,} rows x {rb:,} bytes = {rows * rb / 1e6:,.1f} MB raw")
+        path = self.h5(section, section, rows)
+        tiny = None
+        if self.steady:
+            tiny_rows = max(1, rows // TINY_FRACTION)
+            tiny = (self.h5(section, section + "_tiny", tiny_rows), tiny_rows)
+        self.section_info[section] = {"rows": rows, "row_bytes": rb, "raw_bytes": rows * rb, "input": path}
+        py = self.py
+        self.contender(section, "raw", "raw copy", "raw", rows, rb,
+                       lambda i, o: [py, "-m", "bench.raw_copy", "--input", i, "--output", os.path.join(o, "raw.bin")],
+                       tiny, check="bytes")
+        self.contender(section, "seed", "seed loop", "seed", rows, rb,
+                       lambda i, o: [py, "-m", "bench.seed_loop", "--input", i,
+                                     "--output", os.path.join(o, "data.tfrecord")], tiny)
+        self.contender(section, "plain_beam_2w", "plain Beam (2 workers)", "other", rows, rb,
+                       lambda i, o: [py, "-m", "bench.plain_beam", "--input", i, "--output_dir", o, *beam_flags(2)],
+                       tiny)
+        for writer in ("planned", "beam"):
+            self.contender(section, f"convert_{writer}_2w", f"convert --writer {writer} (2 workers)", "other",
+                           rows, rb, self.convert_cmd(writer, 2, layout), tiny, expect_writer=writer,
+                           check="metadata")
+        if section == "small":
+            for writer in ("planned", "beam"):
+                self.contender(section, f"convert_{writer}_1w", f"convert --writer {writer} (1 worker)", "other",
+                               rows, rb, self.convert_cmd(writer, 1, layout), tiny, expect_writer=writer,
+                               check="metadata")
+
+    def augment_section(self, section: str, kind: str, rows: int, h5_name: str) -> None:
+        layout = LAYOUTS[kind]
+        rb = row_bytes(layout)
+        self.say(f"[{section}] {rows:,} records (+ one int64 field; {rows * rb / 1e6:,.1f} MB of raw array bytes)")
+        h5_path = self.h5(kind, h5_name, rows)
+        src = self.records(kind, h5_path, rows, f"{section}_records")
+        tiny = None
+        if self.steady:
+            tiny_rows = max(1, rows // TINY_FRACTION)
+            tiny_h5 = self.h5(kind, h5_name + "_tiny", tiny_rows)
+            tiny = (self.records(kind, tiny_h5, tiny_rows, f"{section}_records_tiny"), tiny_rows)
+        self.section_info[section] = {"rows": rows, "row_bytes": rb, "raw_bytes": rows * rb, "input": src,
+                                      "input_bytes": dir_bytes(src)}
+        py = self.py
+        extra = shlex.split(self.args.augment_flags or "")
+
+        def augment(mode):
+            return lambda i, o: [py, "-m", "pipelines.augment", "--input", i, "--output_dir", o, "--mode", mode,
+                                 "--constants", AUGMENT_CONSTANT, "--encoding", "list", *extra, *beam_flags(2)]
+
+        def shards(i):
+            return os.path.join(i, "*.tfrecord")
+
+        self.contender(section, "raw", "raw copy of the records", "raw", rows, rb,
+                       lambda i, o: [py, "-m", "bench.raw_copy", "--records", shards(i),
+                                     "--output", os.path.join(o, "raw.bin")], tiny, check="none")
+        self.contender(section, "seed", "seed loop (parse/modify/serialize)", "seed", rows, rb,
+                       lambda i, o: [py, "-m", "bench.seed_augment", "--input", shards(i), "--output_dir", o], tiny)
+        rewrite = self.contender(section, "rewrite", "augment --mode rewrite (2 workers)", "other", rows, rb,
+                                 augment("rewrite"), tiny, check="augment")
+        sidecar = self.contender(section, "sidecar", "augment --mode sidecar (2 workers)", "other", rows, rb,
+                                 augment("sidecar"), tiny, check="augment")
+        if section == "augment_images" and rewrite["status"] == "ok" and sidecar["status"] == "ok":
+            rw, sc = rewrite.get("output_bytes"), sidecar.get("output_bytes")
+            if rw:
+                self.extras.update({"rewrite_bytes": rw, "sidecar_bytes": sc, "sidecar_ratio": sc / rw})
+                self.say(f"    sidecar/rewrite output bytes: {sc:,} / {rw:,} = {sc / rw:.2%} (must be < 5%)")
+
+    def rss8gb_section(self) -> None:
+        rb = row_bytes(LARGE)
+        rows = max(1, int(math.ceil(RSS8_BYTES * self.args.scale / rb)))
+        self.say(f"[rss8gb] {rows:,} rows x {rb:,} bytes = {rows * rb / 1e9:,.2f} GB raw")
+        path = self.h5("large", "rss8gb", rows)
+        self.section_info["rss8gb"] = {"rows": rows, "row_bytes": rb, "raw_bytes": rows * rb, "input": path}
+        self.contender("rss8gb", "convert_planned_2w", "convert --writer planned (2 workers)", "other", rows, rb,
+                       self.convert_cmd("planned", 2, LARGE), None, expect_writer="planned", check="metadata")
+
+    # ---------------------------------------------------------------- driver
+
+    def run(self) -> int:
+        args = self.args
+        shutil.rmtree(self.log_dir, ignore_errors=True)  # the logs of this run only
+        for d in (self.data_dir, self.out_dir, self.log_dir):
+            os.makedirs(d, exist_ok=True)
+        sections = [s.strip() for s in args.only.split(",") if s.strip()]
+        bad = [s for s in sections if s not in SECTIONS]
+        if bad:
+            raise SystemExit(f"--only: unknown section(s) {bad}; choose from {','.join(SECTIONS)}")
+        started = time.time()
+        self.say(f"bench: scale {args.scale}, sections {','.join(sections)}{' + rss_8gb' if args.rss_8gb else ''}, "
+                 f"steady state {'on' if self.steady else 'off'}, workdir {report.relpath(self.workdir)}, "
+                 f"results {report.relpath(self.results_dir)}")
+        order = []
+        try:
+            if "small" in sections:
+                self.rows_section("small", SMALL, SMALL_ROWS)
+                order.append("small")
+            if "large" in sections:
+                self.rows_section("large", LARGE, LARGE_ROWS)
+                order.append("large")
+            if "augment" in sections:
+                self.augment_section("augment_small", "small", rows_at(AUGMENT_ROWS, args.scale), "augment_small")
+                self.augment_section("augment_images", "large", rows_at(LARGE_ROWS, args.scale), "large")
+                order += ["augment_small", "augment_images"]
+            if args.rss_8gb:
+                self.rss8gb_section()
+                order.append("rss8gb")
+        finally:
+            shutil.rmtree(self.home, ignore_errors=True)
+        report.add_ratios(self.rows)
+        targets = report.evaluate_targets(self.rows, self.extras)
+        result = {"meta": self.meta(started), "sections": order, "section_info": self.section_info,
+                  "results": self.rows, "extras": self.extras, "targets": targets}
+        json_path = os.path.join(self.results_dir, "results.json")
+        md_path = os.path.join(self.results_dir, "results.md")
+        png_path = os.path.join(self.results_dir, "results.png")
+        report.write_json(json_path, result)
+        md = report.markdown(result)
+        with open(md_path, "w", encoding="utf-8") as f:
+            f.write(md)
+        why_not = report.draw_png(png_path, result)
+        self.say("")
+        self.say(md)
+        report.print_targets(targets, sys.stdout)
+        if args.scale < 1 or not self.steady:
+            self.say("  (the targets are meant for the full sizes, --scale 1, where steady-state figures are measured; "
+                     "at this scale start-up dominates)")
+        self.say(f"\nwrote {report.relpath(json_path)}, {report.relpath(md_path)}"
+                 + (f", {report.relpath(png_path)}" if why_not is None else f" (no PNG: {why_not})")
+                 + f" in {time.time() - started:.0f} s")
+        if not args.keep:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+        if not args.keep_outputs:
+            shutil.rmtree(self.out_dir, ignore_errors=True)
+        try:
+            os.rmdir(self.workdir)  # only when nothing is left in it
+        except OSError:
+            pass
+        return 0
+
+    def meta(self, started: float) -> dict:
+        versions = {}
+        for pkg in ("apache-beam", "tensorflow", "tfx-bsl", "numpy", "h5py", "protobuf", "google-crc32c"):
+            try:
+                versions[pkg] = importlib_metadata.version(pkg)
+            except importlib_metadata.PackageNotFoundError:
+                versions[pkg] = None
+        return {"created": datetime.datetime.fromtimestamp(started, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "command": "python -m bench.run " + shlex.join(sys.argv[1:]), "scale": self.args.scale,
+                "repeat": self.args.repeat, "steady": self.steady, "cpus": os.cpu_count(),
+                "platform": platform.platform(), "python": platform.python_version(), "versions": versions,
+                "git_commit": _git_commit(), "beam_flags_2_workers": beam_flags(2),
+                "convert_flags": self.args.convert_flags, "augment_flags": self.args.augment_flags}
+
+
+def show_path(arg: str) -> str:
+    """``arg`` relative to the repository root when it is a path inside it (commands as one types them there)."""
+    if os.path.isabs(arg) and (arg == ROOT or arg.startswith(ROOT + os.sep)):
+        return os.path.relpath(arg, ROOT)
+    return arg
+
+
+def datagen_stamp_ok(path: str, want: dict) -> bool:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f) == want
+    except (OSError, ValueError):
+        return False
+
+
+def tail(path: str | None, lines: int = 15) -> str:
+    if not path or not os.path.exists(path):
+        return ""
+    with open(path, "rb") as f:
+        f.seek(max(0, os.path.getsize(path) - 64 * 1024))
+        text = f.read().decode("utf-8", "replace")
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="multiplies every default size (e.g. 0.02 for a quick check; default 1.0)")
+    ap.add_argument("--only", default=",".join(SECTIONS), help="sections to run, comma-separated: small,large,augment")
+    ap.add_argument("--workdir", default=None,
+                    help=f"where inputs and outputs go (default {report.relpath(DEFAULT_WORKDIR)})")
+    ap.add_argument("--results_dir", default=None,
+                    help="where results.json/md/png and logs/ go (default bench/results, or WORKDIR/results "
+                         "when --workdir is given)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the generated data between runs and reuse it (regenerated only if missing)")
+    ap.add_argument("--keep_outputs", action="store_true", help="keep every contender's output")
+    ap.add_argument("--rss_8gb", action="store_true",
+                    help="also generate one 8 GB HDF5 file (x --scale) and convert it with --writer planned, "
+                         "for the peak RSS target (<= 1 GB per process)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per contender; the fastest is reported (default 1)")
+    ap.add_argument("--steady", choices=("auto", "on", "off"), default="auto",
+                    help="also run every contender on 1/50 of the rows to net out start-up (auto: when --scale >= 0.1)")
+    ap.add_argument("--timeout", type=float, default=3600.0, help="seconds before one run is killed (default 3600)")
+    ap.add_argument("--convert_flags", default="", help="extra flags for pipelines.convert, e.g. '--target_range_mb 16'")
+    ap.add_argument("--augment_flags", default="", help="extra flags for pipelines.augment")
+    args = ap.parse_args(argv)
+    if args.scale <= 0:
+        ap.error("--scale must be > 0")
+    if args.repeat < 1:
+        ap.error("--repeat must be >= 1")
+    return args
+
+
+def main(argv=None) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    return Bench(parse_args(argv)).run()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

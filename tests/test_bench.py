@@ -1,0 +1,47 @@
+"""Smoke test of the benchmark (``python -m bench.run``), at a tiny scale: it runs end to end and reports
+one row per contender. No timing is asserted; the benchmark itself is not part of the test suite."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+
+SMALL_CONTENDERS = {"raw", "seed", "plain_beam_2w", "convert_planned_2w", "convert_beam_2w",
+                    "convert_planned_1w", "convert_beam_1w"}
+
+
+@pytest.mark.timeout(600)
+def test_bench_runs_small_at_tiny_scale(tmp_path):
+    workdir = tmp_path / "work"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", HOME=str(tmp_path / "home"))
+    proc = subprocess.run([sys.executable, "-m", "bench.run", "--scale", "0.0005", "--only", "small",
+                           "--workdir", str(workdir)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=570)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = workdir / "results"
+    result = json.loads((results / "results.json").read_text())
+    rows = result["results"]
+    assert {r["key"] for r in rows} == SMALL_CONTENDERS
+    assert len(rows) == len(SMALL_CONTENDERS)
+    assert all(r["section"] == "small" and r["rows"] == 1000 for r in rows)
+    by_key = {r["key"]: r for r in rows}
+    for key in ("seed", "raw"):
+        assert by_key[key]["status"] == "ok", by_key[key]
+        assert by_key[key]["examples_per_s"] > 0
+        assert by_key[key]["peak_rss_mb"] > 0
+    assert by_key["seed"]["x_seed"] == pytest.approx(1.0)
+    assert by_key["raw"]["x_raw"] == pytest.approx(1.0)
+    md = (results / "results.md").read_text()
+    table = [line for line in md.splitlines() if line.startswith("| ") and not line.startswith("| contender")
+             and not line.startswith("| target")]
+    contender_lines = [line for line in table if line.split("|")[2].strip() in ("ok", "failed")]
+    assert len(contender_lines) == len(SMALL_CONTENDERS)
+    assert sorted(line.split("|")[1].strip() for line in contender_lines) == sorted(r["name"] for r in rows)
+    # Without --keep, the generated data and outputs are removed; the logs stay with the results.
+    assert not (workdir / "data").exists() and not (workdir / "out").exists()
+    assert len(list((results / "logs").glob("small__*.log"))) == len(SMALL_CONTENDERS)
