@@ -10,12 +10,14 @@ Every function refuses an output directory without ``metadata.json`` (Incomplete
 """
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from transforms import fileio, metadata, tfrecord
-from transforms.codec import VLEN_BYTES, FeatureSpec, decode_example
+from transforms.codec import VLEN_BYTES, FeatureSpec, decode_example_lenient
 from transforms.errors import RecordError, SchemaError
 
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
@@ -60,7 +62,7 @@ def iter_numpy(output_dir: str, features: Sequence[str] | None = None) -> Iterat
         count = 0
         for index, offset, record in iter_records(path, meta["compression"]):
             try:
-                yield decode_example(record, specs)
+                yield decode_example_lenient(record, specs)  # = decode_example, + inferred native lists
             except RecordError as e:
                 raise RecordError(f"Cannot decode example: {e}", file=path, record=index, offset=offset) from None
             count += 1
@@ -172,4 +174,209 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
                                  compression_type=_TF_COMPRESSION[meta["compression"]])
     ds = ds.map(lambda r: decode_tf(tf, tf.io.parse_single_example(r, parse_spec), specs),
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.batch(batch_size) if batch_size else ds
+
+
+# ----------------------------------------------------------------------------------------------
+# Sidecar collections (``python -m pipelines.augment --mode sidecar``): original + sidecar, merged
+# ----------------------------------------------------------------------------------------------
+
+MANIFEST_FILE = "manifest.json"
+SIDECAR_FORMAT = "tfrecord-etl-sidecar/1"
+
+
+@dataclasses.dataclass(frozen=True)
+class SidecarPair:
+    """One original shard and its sidecar shard: record i of one belongs with record i of the other."""
+
+    original: str
+    original_compression: str
+    sidecar: str
+    records: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SidecarCollection:
+    """A verified pairing of original shards with sidecar shards (see :func:`open_sidecar`).
+
+    ``original_inferred``: the original features were inferred (a collection without metadata), so a
+    ``list`` feature of shape ``(None,)`` has no ``<name>/shape`` companion.
+    """
+
+    pairs: tuple[SidecarPair, ...]
+    original_specs: tuple[FeatureSpec, ...]
+    sidecar_specs: tuple[FeatureSpec, ...]
+    sidecar_compression: str
+    original_inferred: bool
+
+    @property
+    def specs(self) -> tuple[FeatureSpec, ...]:
+        return self.original_specs + self.sidecar_specs
+
+
+def file_crc32c(path: str) -> tuple[int, str]:
+    """``(size in bytes, CRC32C as 8 hex digits)`` of a file's stored bytes (compressed as stored)."""
+    import google_crc32c
+    checksum, size = google_crc32c.Checksum(), 0
+    with fileio.open_read(path) as f:
+        while chunk := f.read(1 << 22):
+            checksum.update(chunk)
+            size += len(chunk)
+    return size, checksum.hexdigest().decode()
+
+
+def load_manifest(sidecar_dir: str) -> dict:
+    """The ``manifest.json`` of a sidecar collection.
+
+    Raises:
+      IncompleteOutputError: no manifest (not a sidecar collection, or an incomplete one).
+      SchemaError: the file is not a valid manifest.
+    """
+    import json
+    path = fileio.join(sidecar_dir, MANIFEST_FILE)
+    if not fileio.exists(path):
+        from transforms.errors import IncompleteOutputError
+        raise IncompleteOutputError("No manifest.json: not a sidecar collection, or an incomplete one",
+                                    file=sidecar_dir, hint="write it with python -m pipelines.augment --mode sidecar")
+    try:
+        manifest = json.loads(fileio.read_bytes(path))
+        if manifest.get("format") != SIDECAR_FORMAT:
+            raise ValueError(f"format {manifest.get('format')!r}, expected {SIDECAR_FORMAT!r}")
+        manifest["features"] = tuple(FeatureSpec.from_json(f) for f in manifest["features"])
+        for entry in manifest["shards"]:
+            for key, kind in (("input", str), ("sidecar", str), ("records", int), ("bytes", int), ("crc32c", str),
+                              ("compression", str)):
+                if not isinstance(entry[key], kind):
+                    raise ValueError(f"shard entry {entry!r}: '{key}' is not a {kind.__name__}")
+    except SchemaError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise SchemaError(f"Invalid manifest.json: {e}", file=path) from None
+    return manifest
+
+
+def _original_files(original: str) -> dict[str, str]:
+    """File name -> path of an original collection: its metadata's shards, a directory's files, or a pattern."""
+    if fileio.is_dir(original):
+        if fileio.exists(fileio.join(original, metadata.METADATA_FILE)):
+            return {fileio.basename(p): p for p in metadata.shard_paths(original, metadata.load(original))}
+        paths = [p for p, _ in fileio.match(fileio.join(original, "*"))]
+    else:
+        paths = [p for p, _ in fileio.match(original)]
+    return {fileio.basename(p): p for p in paths if not fileio.basename(p).startswith(".")}
+
+
+def open_sidecar(original: str, sidecar_dir: str, check_checksums: bool = True) -> SidecarCollection:
+    """Pairs the shards of ``original`` with the sidecar shards of ``sidecar_dir`` and verifies the pairing.
+
+    Args:
+      original: the original collection: an output directory of tfrecord-etl, a directory of shards, or a
+        file pattern of its shards (file names must be those recorded in the manifest).
+      sidecar_dir: an output directory of ``pipelines.augment --mode sidecar``.
+      check_checksums: also compare each original shard's CRC32C with the manifest (reads every
+        original byte once; sizes and record counts are always compared).
+
+    Raises:
+      IncompleteOutputError: no metadata.json or manifest.json in ``sidecar_dir``.
+      SchemaError: an original shard of the manifest is missing, or an original shard has no sidecar.
+      RecordError: an original shard changed since the sidecar was written (size or checksum), or a
+        sidecar shard's record count differs from its original's (naming the shard).
+    """
+    meta = metadata.load(sidecar_dir)
+    manifest = load_manifest(sidecar_dir)
+    originals = _original_files(original)
+    side_counts = {s["file"]: s["records"] for s in meta["shards"]}
+    pairs = []
+    for entry in manifest["shards"]:
+        name = fileio.basename(entry["input"])
+        path = originals.pop(name, None)
+        if path is None:
+            raise SchemaError(f"Original shard '{name}' of the sidecar collection is not in the original collection",
+                              file=original, shard=name, hint="pass the collection the sidecar was written for")
+        side_path = fileio.join(sidecar_dir, entry["sidecar"])
+        if side_counts.get(entry["sidecar"]) != entry["records"]:
+            raise RecordError(f"Sidecar shard holds {side_counts.get(entry['sidecar'])} records but its original "
+                              f"'{name}' holds {entry['records']}: misaligned pair", file=side_path, shard=name)
+        size = fileio.FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+        if size != entry["bytes"] or (check_checksums and file_crc32c(path) != (entry["bytes"], entry["crc32c"])):
+            what = f"{size} bytes, the manifest says {entry['bytes']}" if size != entry["bytes"] else \
+                "its CRC32C differs from the manifest's"
+            raise RecordError(f"Original shard changed after its sidecar was written ({what}): misaligned pair",
+                              file=path, shard=name, hint="re-run python -m pipelines.augment --mode sidecar on it")
+        pairs.append(SidecarPair(path, entry["compression"], side_path, entry["records"]))
+    if originals:
+        raise SchemaError(f"Original shards without a sidecar shard: {sorted(originals)[:5]}", file=original,
+                          hint="pass only the shards the sidecar was written for (a narrower pattern)")
+    return SidecarCollection(tuple(pairs), manifest["features"], tuple(meta["features"]), meta["compression"],
+                             bool(manifest.get("inferred", False)))
+
+
+def iter_numpy_merged(original: str, sidecar_dir: str, features: Sequence[str] | None = None,
+                      check_checksums: bool = True) -> Iterator[dict[str, np.ndarray]]:
+    """Yields one merged ``{name: np.ndarray}`` per example: the original's features and the sidecar's.
+
+    The pairing is verified first (see :func:`open_sidecar`); record i of an original shard is merged
+    with record i of its sidecar shard by concatenating the two serialized Examples (one valid Example).
+    Arrays are as in :func:`iter_numpy`; features inferred from a collection without metadata decode as
+    their native lists (``int64``, ``float32``, object arrays of bytes). No TensorFlow import.
+
+    Raises:
+      IncompleteOutputError, SchemaError, RecordError: see :func:`open_sidecar`; also RecordError when a
+      pair of shards turns out to hold different record counts while reading (naming both files).
+    """
+    coll = open_sidecar(original, sidecar_dir, check_checksums)
+    specs = _select(coll.specs, features)
+    for pair in coll.pairs:
+        originals = iter_records(pair.original, pair.original_compression)
+        sidecars = iter_records(pair.sidecar, coll.sidecar_compression)
+        for left, right in itertools.zip_longest(originals, sidecars):
+            if left is None or right is None:
+                index = (right if left is None else left)[0]
+                raise RecordError(f"{'Original' if left is None else 'Sidecar'} shard ended at record {index}: "
+                                  "misaligned pair", file=pair.original, sidecar=pair.sidecar, record=index)
+            try:
+                yield decode_example_lenient(left[2] + right[2], specs)
+            except RecordError as e:
+                raise RecordError(f"Cannot decode merged example: {e}", file=pair.original, sidecar=pair.sidecar,
+                                  record=left[0]) from None
+
+
+def to_tf_dataset_merged(original: str, sidecar_dir: str, batch_size: int | None = None,
+                         features: Sequence[str] | None = None, check_checksums: bool = True):
+    """A ``tf.data.Dataset`` of merged ``{name: tensor}`` examples: the original's features and the sidecar's.
+
+    The pairing is verified first (see :func:`open_sidecar`). Then, as plain tf.data::
+
+        tf.data.Dataset.zip((TFRecordDataset(originals), TFRecordDataset(sidecars)))
+            .map(lambda a, b: tf.strings.join([a, b]))      # concatenated Examples = one merged Example
+            .map(parse + decode)                             # as to_tf_dataset
+
+    Dtypes and shapes as :func:`to_tf_dataset`; features inferred from a collection without metadata
+    keep their native list types (a varying-length one is a 1-D dense tensor).
+    """
+    import tensorflow as tf
+    coll = open_sidecar(original, sidecar_dir, check_checksums)
+    specs = _select(coll.specs, features)
+    native = [s for s in specs if coll.original_inferred and s in coll.original_specs and s.shape == (None,)]
+    regular = [s for s in specs if s not in native]
+    parse_spec = _parse_spec(tf, regular)
+    parse_spec.update({s.name: tf.io.VarLenFeature(_tf_kind(tf, s)) for s in native})
+
+    def decode(serialized):
+        parsed = tf.io.parse_single_example(serialized, parse_spec)
+        out = decode_tf(tf, parsed, regular)
+        out.update({s.name: tf.sparse.to_dense(parsed[s.name]) for s in native})
+        return out
+
+    side_comp = _TF_COMPRESSION[coll.sidecar_compression]
+    groups = itertools.groupby(coll.pairs, key=lambda p: p.original_compression)  # one zip per run of shards
+    ds = None
+    for compression, run in groups:
+        run = list(run)
+        part = tf.data.Dataset.zip((
+            tf.data.TFRecordDataset([p.original for p in run], compression_type=_TF_COMPRESSION[compression]),
+            tf.data.TFRecordDataset([p.sidecar for p in run], compression_type=side_comp)))
+        ds = part if ds is None else ds.concatenate(part)
+    ds = ds.map(lambda a, b: tf.strings.join([a, b]))
+    ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.batch(batch_size) if batch_size else ds

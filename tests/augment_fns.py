@@ -1,0 +1,33 @@
+"""User functions for the augment tests (``--fn tests.augment_fns:NAME``)."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def add_one(features):
+    """Per example: ``id_plus_one`` = ``id`` + 1 (same dtype and shape as ``id``)."""
+    return {"id_plus_one": features["id"] + 1}
+
+
+def mass_kg(features):
+    """Per batch (penguin): ``mass_x2`` float32 (rows,) = 2 * body_mass_g, ``is_adelie`` bool (rows,)."""
+    return {"mass_x2": (features["body_mass_g"][:, 0] * 2).astype(np.float32),
+            "is_adelie": features["species"][:, 0] == 0}
+
+
+def norm_and_tag(features):
+    """Per batch: ``x_norm`` = L2 norm of ``x`` (float32), ``tag`` = b"even"/b"odd" by ``id``."""
+    return {"x_norm": np.linalg.norm(features["x"], axis=1).astype(np.float32),
+            "tag": np.where(features["id"].reshape(-1) % 2 == 0, b"even", b"odd")}
+
+
+def double_x(features):
+    """Per example: a new ``x`` = 2 * old ``x`` (for --replace_fields x)."""
+    return {"x": (features["x"] * 2).astype(np.float32)}
+
+
+def fail_late(features):
+    """Per example: raises on id 250, so a run fails in a late batch."""
+    if int(np.asarray(features["id"]).reshape(-1)[0]) == 250:
+        raise ValueError("boom at id 250")
+    return {"ok": np.int64(1)}
