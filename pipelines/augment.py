@@ -124,8 +124,9 @@ def main(argv: list[str]) -> int:
         logging.getLogger(__name__).warning("Removing %d files of a crashed run in %s", len(leftovers), cfg.output_dir)
         fileio.delete(leftovers)
     common.prepare_output_dir(cfg.output_dir, cfg.overwrite, cfg.model_dump())
-    with beam.Pipeline(options=PipelineOptions(beam_argv)) as p:
-        build_pipeline(p, plan)
+    p = beam.Pipeline(options=PipelineOptions(beam_argv))
+    build_pipeline(p, plan)
+    counters = common.run_pipeline(p)
     meta = metadata.load(cfg.output_dir)
     info = meta["augment"]
     common.print_summary(cfg.output_dir, meta, time.time() - started, {
@@ -135,6 +136,7 @@ def main(argv: list[str]) -> int:
         **({"replaced": ", ".join(plan.replace)} if plan.replace else {}),
         **({"manifest": f"{cfg.output_dir}/manifest.json"} if cfg.mode == "sidecar" else {}),
     })
+    common.print_metrics(counters)
     return 0
 
 

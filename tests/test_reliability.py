@@ -114,3 +114,14 @@ def test_sigkill_at_random_points_then_rerun(tmp_path):
         _check_complete(out, rows)
         assert not [p.name for p in out.iterdir() if p.name.startswith(".tmp-")]
     assert "incomplete" in outcomes, (points, outcomes)
+
+
+def test_worker_failure_in_multi_processing_is_one_line(tmp_path):
+    corrupt_h5(tmp_path / "in.h5")
+    cmd = [sys.executable, "-m", "pipelines.convert", "--input", str(tmp_path / "in.h5"), "--output_dir",
+           str(tmp_path / "out"), "--target_range_mb", "0.2", "--runner=DirectRunner",
+           "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    code, err = _run(cmd, tmp_path)
+    assert code == 2
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("error: SourceError: Cannot read rows 300-399")
