@@ -19,8 +19,8 @@ def quiet_logs(verbose: bool) -> None:
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
-    for name in ("apache_beam", "absl", "tensorflow"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    for name in ("apache_beam", "absl", "tensorflow"):  # a worker's failure comes back as our one line
+        logging.getLogger(name).setLevel(logging.CRITICAL)
     logging.getLogger("transforms").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore")
 
@@ -29,17 +29,47 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
     """Runs ``main`` and turns our errors (raised directly or from inside a Beam worker) into one line."""
     argv = sys.argv[1:] if argv is None else argv
     quiet_logs("--verbose" in argv)
+    configure_filesystems(argv)
     try:
         return main(argv)
     except EtlError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    except Exception as e:  # Beam may wrap a worker's error; find ours in the chain
+    except Exception as e:  # Beam may wrap a worker's error; find ours in the chain or in its text
         inner = _find_etl_error(e)
-        if inner is None:
+        line = f"{type(inner).__name__}: {inner}" if inner is not None else _etl_error_line(str(e))
+        if line is None:
             raise
-        print(f"error: {type(inner).__name__}: {inner}", file=sys.stderr)
+        print(f"error: {line}", file=sys.stderr)
         return 2
+
+
+def configure_filesystems(beam_argv: list[str]) -> None:
+    """Gives Beam's ``FileSystems`` the pipeline options (``--s3_endpoint_url``, ``--s3_access_key_id``,
+    ``--s3_region_name``, GCS project/credentials options, ...) before any file is touched.
+
+    Beam only does this when a ``Pipeline`` is constructed, but the launcher matches, indexes and cleans
+    inputs and outputs before that: without it an ``s3://`` path fails with "Must provide one of client or
+    options". Unknown flags are ignored; the options are parsed lazily, by the filesystem that needs them.
+    """
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+    FileSystems.set_options(PipelineOptions([str(a) for a in beam_argv if str(a) not in ("-h", "--help")]))
+
+
+_ERROR_NAMES = ("ConfigError", "SourceError", "SchemaError", "RecordError", "IncompleteOutputError")
+
+
+def _etl_error_line(text: str) -> str | None:
+    """Our error's ``Name: message`` line from a remote traceback's text (Beam's multi_processing and
+    portable runners re-raise a worker's error as a RuntimeError holding only the traceback text)."""
+    import re
+    found = None
+    for line in text.splitlines():
+        m = re.match(rf"^\s*(?:[\w.]+\.)?({'|'.join(_ERROR_NAMES)}): (.*)$", line)
+        if m:
+            found = f"{m.group(1)}: {m.group(2)}"
+    return found
 
 
 def _find_etl_error(e: BaseException | None):
@@ -135,9 +165,14 @@ def show_progress(setting: bool | None) -> bool:
 
 
 def run_pipeline(p) -> dict[str, int]:
-    """Runs ``p`` to completion and returns our Beam metrics counters ({} where the runner has none)."""
-    result = p.run()
-    result.wait_until_finish()
+    """Runs ``p`` to completion and returns our Beam metrics counters ({} where the runner has none).
+
+    Unless ``--verbose``, the stderr of the run (Beam's worker processes log their tracebacks there)
+    goes to a log file; our progress lines are echoed live, and a failure ends as one line naming it.
+    """
+    with _worker_stderr_to_log():
+        result = p.run()
+        result.wait_until_finish()
     try:
         from apache_beam.metrics.metric import MetricsFilter
         from transforms.beam_io import NAMESPACE
@@ -159,3 +194,54 @@ def print_metrics(counters: dict[str, int]) -> None:
     width = max(len(k) for k in counters)
     for name in sorted(counters):
         print(f"  {name:<{width}}  {counters[name]:>14,}")
+
+
+class _worker_stderr_to_log:
+    """Sends file descriptor 2 (inherited by Beam's worker processes) to a temporary log file and echoes
+    our ``[tfrecord-etl]`` progress lines from it to the real stderr while the pipeline runs."""
+
+    def __enter__(self):
+        import tempfile
+        import threading
+        self.active = not os.environ.get("TFRECORD_ETL_VERBOSE")
+        if not self.active:
+            return self
+        sys.stderr.flush()
+        self.log = tempfile.NamedTemporaryFile(prefix="tfrecord-etl-", suffix=".log", delete=False)
+        self.saved = os.dup(2)
+        os.dup2(self.log.fileno(), 2)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._echo, daemon=True)
+        self.thread.start()
+        return self
+
+    def _echo(self):
+        with open(self.log.name, "rb") as f:
+            pending = b""
+            while True:
+                chunk = f.read()
+                if chunk:
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        if line.startswith(b"[tfrecord-etl]"):
+                            os.write(self.saved, line + b"\n")
+                elif self.done.is_set():
+                    return
+                else:
+                    self.done.wait(0.2)
+
+    def __exit__(self, *exc):
+        if not self.active:
+            return False
+        sys.stderr.flush()
+        self.done.set()
+        self.thread.join(timeout=5)
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.log.close()
+        if exc[0] is None:
+            os.unlink(self.log.name)
+        else:
+            print(f"(the runner's log is in {self.log.name}; --verbose shows it live)", file=sys.stderr)
+        return False
