@@ -1,9 +1,18 @@
 """Summarize an output directory: features, shards, counts, sizes, compression, one decoded example.
 
-    python -m pipelines.inspect OUTPUT_DIR [--tf_read] [--json]
+    python -m pipelines.inspect OUTPUT_DIR_OR_PATTERN [--tf_read] [--json] [--sample_records N]
 
 ``--tf_read`` also reads every shard back with plain tf.data + tf.io.parse_example and checks the
 record counts against the metadata.
+
+TFRecord files without metadata (a file, a quoted glob, or a directory of them, e.g. TFX's
+``Split-train/``) are summarized too: the compression of each file is told from its suffix, else its
+first bytes; every record is counted (CRCs checked); the features are inferred from the first
+``--sample_records`` records (int64_list -> ``<i8``, float_list -> ``<f4``, bytes_list -> ``bytes``;
+shape ``[n]`` when every sampled record holds n values, else ``[null]``). Records that are not
+``tf.train.Example`` (e.g. ``tf.train.SequenceExample``) are refused with a RecordError naming the file
+and record. A directory with tfrecord-etl traces (``schema.pbtxt``, temporaries) but no metadata.json is
+an incomplete output and is refused (IncompleteOutputError).
 """
 from __future__ import annotations
 
@@ -13,11 +22,19 @@ import json
 import numpy as np
 
 from pipelines import common
-from transforms import metadata, reader
+from transforms import fileio, metadata, reader
 from transforms.errors import RecordError
 
 
-def summarize(output_dir: str, tf_read: bool = False) -> dict:
+def summarize(output_dir: str, tf_read: bool = False, sample_records: int = 1000) -> dict:
+    """The summary of an output directory, or of TFRecord files without metadata (see :func:`summarize_files`).
+
+    Raises:
+      IncompleteOutputError: a directory with tfrecord-etl traces but no metadata.json.
+      RecordError: a corrupt record, or (``tf_read``) tf.data reading another count than the metadata.
+    """
+    if not _has_metadata(output_dir):
+        return summarize_files(output_dir, tf_read, sample_records)
     meta = metadata.load(output_dir)
     sample = next(reader.iter_numpy(output_dir), None)
     out = {
@@ -38,6 +55,72 @@ def summarize(output_dir: str, tf_read: bool = False) -> dict:
     return out
 
 
+def _has_metadata(target: str) -> bool:
+    """True for a directory with metadata.json; a directory with our traces but none is incomplete."""
+    if not fileio.is_dir(target):
+        return fileio.exists(fileio.join(target, metadata.METADATA_FILE))
+    if fileio.exists(fileio.join(target, metadata.METADATA_FILE)):
+        return True
+    names = {fileio.basename(m.path) for m in fileio.FileSystems.match([fileio.join(target, "*")])[0].metadata_list}
+    traces = (".tmp-", ".temp-beam", "beam-temp-", f".{metadata.METADATA_FILE}")  # a run's temporaries
+    if metadata.SCHEMA_FILE in names or any(n.startswith(traces) for n in names):
+        metadata.load(target)  # raises IncompleteOutputError with its message
+    return False
+
+
+def summarize_files(pattern: str, tf_read: bool = False, sample_records: int = 1000) -> dict:
+    """The summary of TFRecord files without metadata: a file, a glob, or a directory of them.
+
+    Every record is counted (framing and CRCs checked); the features are inferred from the first
+    ``sample_records`` records (see :func:`transforms.codec.infer_feature_specs`) and the first record is
+    decoded with them. ``compression`` is the files' compression, ``mixed`` when it differs between them.
+
+    Raises:
+      SourceError: nothing matches. RecordError: a corrupt frame, or a record that is not a
+      tf.train.Example (file, record index, byte offset). SchemaError: a feature with two list kinds.
+    """
+    from transforms import codec, verify
+    shards, sample, sample_path = [], [], ""
+    for path, size in verify.list_record_files(pattern):
+        compression = verify.file_compression(path)
+        count = 0
+        for _, _, record in reader.iter_records(path, compression):
+            if len(sample) < sample_records:
+                sample.append(record)
+                sample_path = sample_path or path
+            count += 1
+        shards.append({"file": fileio.basename(path), "path": path, "records": count, "bytes": size,
+                       "compression": compression})
+    specs = verify.infer_specs(sample, sample_path)
+    first = codec.decode_example_lenient(sample[0], specs) if sample else {}
+    compressions = {s["compression"] for s in shards}
+    out = {
+        "output_dir": pattern,
+        "num_records": sum(s["records"] for s in shards),
+        "num_shards": len(shards),
+        "bytes": sum(s["bytes"] for s in shards),
+        "compression": compressions.pop() if len(compressions) == 1 else "mixed",
+        "features": [s.to_json() for s in specs],
+        "shards": shards,
+        "sample": {k: _short(v) for k, v in first.items()},
+        "inferred": {"from_records": len(sample), "metadata": False},
+    }
+    if tf_read:
+        out["tf_read_records"] = _count_files_with_tf(shards)
+        if out["tf_read_records"] != out["num_records"]:
+            raise RecordError(f"tf.data read {out['tf_read_records']} records, we counted {out['num_records']}",
+                              file=pattern)
+    return out
+
+
+def _count_files_with_tf(shards: list[dict]) -> int:
+    common.preload_tensorflow()
+    import tensorflow as tf
+    names = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
+    return sum(int(tf.data.TFRecordDataset(s["path"], compression_type=names[s["compression"]])
+                   .reduce(np.int64(0), lambda n, _: n + 1)) for s in shards)
+
+
 def _count_with_tf(output_dir: str) -> int:
     common.preload_tensorflow()
     ds = reader.to_tf_dataset(output_dir, batch_size=1024)
@@ -52,8 +135,12 @@ def _short(value: np.ndarray) -> str:
 def render(s: dict) -> str:
     lines = [f"{s['output_dir']}: {s['num_records']} examples in {s['num_shards']} shards, "
              f"{s['bytes']} bytes, compression {s['compression']}"]
+    if "inferred" in s:
+        lines.append(f"no metadata.json: features inferred from the first {s['inferred']['from_records']} records "
+                     "(a tfrecord-etl output directory without it is incomplete)")
     if "tf_read_records" in s:
-        lines.append(f"read back with tf.data: {s['tf_read_records']} examples (matches the metadata)")
+        lines.append(f"read back with tf.data: {s['tf_read_records']} examples (matches the "
+                     f"{'count' if 'inferred' in s else 'metadata'})")
     lines.append(f"{'feature':<28} {'dtype':<10} {'shape':<18} encoding")
     for f in s["features"]:
         shape = "*" if f["shape"] is None else str(f["shape"])
@@ -72,12 +159,15 @@ def render(s: dict) -> str:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipelines.inspect", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("output_dir", help="an output directory of tfrecord-etl")
+    parser.add_argument("output_dir", help="an output directory of tfrecord-etl, or a TFRecord file, glob or "
+                        "directory without metadata")
     parser.add_argument("--tf_read", action="store_true", help="also read every record with tf.data (default: off)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text (default: off)")
+    parser.add_argument("--sample_records", type=int, default=1000,
+                        help="records the features of files without metadata are inferred from (default: 1000)")
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow logs (default: off)")
     args = parser.parse_args(argv)
-    summary = summarize(args.output_dir, args.tf_read)
+    summary = summarize(args.output_dir, args.tf_read, max(1, args.sample_records))
     print(json.dumps(summary, indent=1) if args.json else render(summary))
     return 0
 

@@ -124,18 +124,32 @@ def load(output_dir: str) -> dict:
         meta = json.loads(fileio.read_bytes(path))
         if meta.get("format") != FORMAT:
             raise ValueError(f"format {meta.get('format')!r}, expected {FORMAT!r}")
-        meta["features"] = [FeatureSpec.from_json(f) for f in meta["features"]]
+        meta["features"] = [_checked(FeatureSpec.from_json(f)) for f in meta["features"]]
         for shard in meta["shards"]:
             name = shard["file"]
-            if not isinstance(name, str) or "/" in name or "\\" in name or name in ("", ".", ".."):
+            if not isinstance(name, str) or "/" in name or "\\" in name or "\x00" in name or name in ("", ".", ".."):
                 raise ValueError(f"shard file {name!r} is not a plain file name")
             if not isinstance(shard["records"], int) or shard["records"] < 0:
                 raise ValueError(f"shard {name!r} has a bad record count {shard['records']!r}")
-    except SchemaError:
-        raise
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise SchemaError(f"Invalid metadata.json: {e}", file=path) from None
+    except SchemaError as e:
+        raise e.with_context(file=path) from None
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # RecursionError: deep JSON
+        raise SchemaError(f"Invalid metadata.json: {str(e)[:300]}", file=path) from None
     return meta
+
+
+def _checked(spec: FeatureSpec) -> FeatureSpec:
+    """``spec`` when its shape is None or dimensions that are None or ints >= 0, and its dtype None,
+    ``'bytes'`` or a supported NumPy dtype string; else ValueError."""
+    if spec.shape is not None and not all(d is None or (type(d) is int and d >= 0) for d in spec.shape):
+        raise ValueError(f"feature {spec.name!r} has a bad shape {spec.shape!r}")
+    if spec.dtype is not None and spec.dtype != VLEN_BYTES:
+        if not isinstance(spec.dtype, str):
+            raise ValueError(f"feature {spec.name!r} has a bad dtype {spec.dtype!r}")
+        import numpy as np
+        from transforms.codec import normalize_dtype
+        normalize_dtype(np.dtype(spec.dtype), spec.name)  # SchemaError: object, structured, float128...
+    return spec
 
 
 def shard_paths(output_dir: str, meta: dict) -> list[str]:

@@ -1,0 +1,112 @@
+"""Verify TFRecord data: every frame and both masked CRC32Cs, record counts, decoding, and the source, exactly.
+
+    python -m pipelines.verify TARGET [--source PATTERN ...] [--json] [--verbose] [--max_problems N]
+
+TARGET is an output directory of tfrecord-etl (metadata.json required: a directory without it is an
+incomplete output and is refused), a sidecar collection of pipelines.augment (its manifest.json is
+checked too), or a file / quoted glob of plain TFRecord files without metadata (each record must be a
+tf.train.Example; the features are inferred). With --source, every array is compared with the convert
+input exactly (planned writer: in row order; otherwise matched by the _source/file and _source/row
+features of --provenance).
+
+Exit code: 0 when everything holds; 1 when a problem was found (each reported with file, record index,
+byte offset and feature); 2 when TARGET cannot be verified at all (bad flags, nothing matches, no or
+invalid metadata.json, an exact comparison that this output cannot support).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from pipelines import common
+from transforms import verify as verify_lib
+from transforms.errors import EtlError
+
+
+class TqdmProgress(verify_lib.Progress):
+    """A tqdm bar on stderr, shown only when stderr is a terminal and only after one second."""
+
+    def __init__(self, enabled: bool):
+        self._enabled, self._bar = enabled, None
+
+    def start(self, label, total, unit="B"):
+        self.close()
+        if self._enabled:
+            from tqdm import tqdm
+            self._bar = tqdm(total=total or None, desc=label, unit=unit, unit_scale=True, unit_divisor=1024
+                             if unit == "B" else 1000, delay=1.0, file=sys.stderr, leave=False, dynamic_ncols=True)
+
+    def update(self, n):
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self):
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def render(report: verify_lib.Report, verbose: bool = False) -> str:
+    """The human report: one status line, then problems (file, record, byte offset, feature) and warnings."""
+    what = {"output": "output", "sidecar": "sidecar collection", "files": "TFRecord files"}[report.kind]
+    checks = ["framing", "CRCs"]
+    if report.kind == "files":
+        checks.append("tf.train.Example payloads")
+    else:
+        checks += ["record counts", "decoding with the recorded features"]
+    if report.manifest:
+        checks.append("manifest")
+    if report.source:
+        checks.append(f"exact values against the source ({report.source['compared']} of "
+                      f"{report.source['rows']} rows compared, {report.source['mode']})")
+    head = (f"{report.target}: {what}, {report.num_records} records in {len(report.files)} files, "
+            f"compression {report.compression}")
+    lines = [f"{'OK' if report.ok else 'FAILED'}: {head}", f"checked: {', '.join(checks)} in {report.seconds:.1f} s"]
+    if report.inferred and report.features:
+        lines.append("features (inferred): " + ", ".join(
+            f"{s.name} {s.dtype} {list(s.shape) if s.shape is not None else '*'}" for s in report.features))
+    if verbose:
+        for f in report.files:
+            expected = "" if f.expected_records is None else f" (metadata: {f.expected_records})"
+            cut = "" if f.complete else ", reading stopped at a problem"
+            lines.append(f"  {f.file}: {f.records} records{expected}, {f.bytes} bytes, {f.compression}{cut}")
+    if report.num_problems:
+        lines.append(f"{report.num_problems} problem{'s' if report.num_problems != 1 else ''}:")
+        lines += [f"  {p.describe()}" for p in report.problems]
+        if report.num_problems > len(report.problems):
+            lines.append(f"  ... {report.num_problems - len(report.problems)} more (raise --max_problems to list them)")
+    for w in report.warnings:
+        lines.append(f"warning: {w}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pipelines.verify", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("target", help="an output directory (with metadata.json), or a file or glob of TFRecord files")
+    parser.add_argument("--source", nargs="+", action="extend", default=[], metavar="PATTERN",
+                        help="file pattern(s) of the convert input: compare every array exactly (default: off)")
+    parser.add_argument("--json", action="store_true", help="print a JSON report instead of text (default: off)")
+    parser.add_argument("--max_problems", type=int, default=100,
+                        help="problems listed in the report; all are counted (default: 100)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="list every file, and show TensorFlow and Beam logs (default: off)")
+    args = parser.parse_args(argv)
+    progress = TqdmProgress(enabled=not args.json and sys.stderr.isatty())
+    try:
+        report = verify_lib.verify(args.target, args.source, progress, max(0, args.max_problems))
+    except EtlError as e:
+        if args.json:
+            print(json.dumps({"target": args.target, "ok": False,
+                              "error": {"type": type(e).__name__, "message": str(e), **e.context}}, indent=1,
+                             default=str))
+        raise
+    finally:
+        progress.close()
+    print(json.dumps(report.to_json(), indent=1, default=str) if args.json else render(report, args.verbose))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(common.run_main(main))
