@@ -12,7 +12,6 @@ setuptools.setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.13",
     packages=setuptools.find_packages(include=["pipelines", "pipelines.*", "transforms", "transforms.*"]),
-    package_data={"pipelines": ["../configs/*.yaml"]},
     install_requires=[
         # tfx-bsl 1.21 pins tensorflow 2.21 and apache-beam[gcp]; these ranges resolve together on Python 3.11.
         "apache-beam[gcp]>=2.77,<2.78",

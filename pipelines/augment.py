@@ -116,6 +116,7 @@ def build_pipeline(p: beam.Pipeline, plan: augment.AugmentPlan):
 
 def main(argv: list[str]) -> int:
     cfg, beam_argv = parse_args(argv, AugmentConfig, AugmentOptions, "python -m pipelines.augment", __doc__)
+    common.configure_filesystems(beam_argv)  # pipeline_options from the YAML config too
     tfrecord.require_fast_crc32c()
     started = time.time()
     plan = augment.plan_augment(cfg)

@@ -40,7 +40,8 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
         line = f"{type(inner).__name__}: {inner}" if inner is not None else _etl_error_line(str(e))
         if line is None:
             raise
-        print(f"error: {line}", file=sys.stderr)
+        log = f" [runner log: {LAST_RUN_LOG}; --verbose shows it live]" if LAST_RUN_LOG else ""
+        print(f"error: {line}{log}", file=sys.stderr)
         return 2
 
 
@@ -240,8 +241,12 @@ class _worker_stderr_to_log:
         os.dup2(self.saved, 2)
         os.close(self.saved)
         self.log.close()
+        global LAST_RUN_LOG
         if exc[0] is None:
             os.unlink(self.log.name)
         else:
-            print(f"(the runner's log is in {self.log.name}; --verbose shows it live)", file=sys.stderr)
+            LAST_RUN_LOG = self.log.name
         return False
+
+
+LAST_RUN_LOG: str | None = None  # the runner log of a failed run, named on the error line

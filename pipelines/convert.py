@@ -43,6 +43,13 @@ def local_workers(options: PipelineOptions) -> int:
     return max(1, options.view_as(DirectOptions).direct_num_workers or 1)
 
 
+def _write_dead_letters(letters: list[dict], dead_letter_dir: str) -> int:
+    """Writes the beam writer's dead letters (if any) and returns their row count."""
+    if letters:
+        beam_io.write_dead_letters(dead_letter_dir, "dead_letters", letters)
+    return sum(d["rows"] for d in letters)
+
+
 def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan, specs):
     """Composes the convert pipeline on ``p``; returns the PCollection holding the committed output dir."""
     num_shards = cfg.num_shards or max(local_workers(p.options),
@@ -64,15 +71,10 @@ def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan, specs):
                    plan.source, specs, cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir is not None)
                ).with_outputs(beam_io.DEAD_LETTERS, main="records"))
     dead_rows = None
-    if cfg.dead_letter_dir is not None:
-        letters = encoded[beam_io.DEAD_LETTERS]
-        dead_rows = (letters
-                     | "DeadRows" >> beam.Map(lambda d: d["rows"])
-                     | "CountDeadRows" >> beam.CombineGlobally(sum))
-        _ = (letters
-             | "CollectDeadLetters" >> beam.combiners.ToList()
-             | "WriteDeadLetters" >> beam.Map(lambda ds: ds and beam_io.write_dead_letters(
-                 cfg.dead_letter_dir, "dead_letters", ds)))
+    if cfg.dead_letter_dir is not None:  # one chain, so the pipeline keeps a single leaf (DaskRunner)
+        dead_rows = (encoded[beam_io.DEAD_LETTERS]
+                     | "CollectDeadLetters" >> beam.combiners.ToList()
+                     | "WriteDeadLetters" >> beam.Map(_write_dead_letters, cfg.dead_letter_dir))
     return (encoded.records
             | "WriteToShards" >> beam_io.WriteToShards(cfg.output_dir, cfg.prefix, num_shards, cfg.compression)
             | "FinalizeOutput" >> finalize(dead_rows=dead_rows))
@@ -80,6 +82,7 @@ def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan, specs):
 
 def main(argv: list[str]) -> int:
     cfg, beam_argv = parse_args(argv, ConvertConfig, ConvertOptions, "python -m pipelines.convert", __doc__)
+    common.configure_filesystems(beam_argv)  # pipeline_options from the YAML config too
     tfrecord.require_fast_crc32c()
     started = time.time()
     plan, specs = build_plan(cfg)
