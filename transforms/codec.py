@@ -234,7 +234,7 @@ def _fixed_entry(spec: FeatureSpec, column, num_rows: int):
     if not spec.is_fixed or spec.dtype == VLEN_BYTES:
         return None
     dt = np.dtype(spec.dtype)
-    if spec.encoding == "list" and dt.kind != "f":
+    if spec.encoding == "list" and dt.kind not in "fbiuMm":
         return None
     arr = np.asarray(column)
     want = (num_rows, *spec.shape)
@@ -242,22 +242,45 @@ def _fixed_entry(spec: FeatureSpec, column, num_rows: int):
         raise SchemaError(f"Feature '{spec.name}': rows of shape {arr.shape[1:]} (batch {arr.shape}), expected {want}")
     if normalize_dtype(arr.dtype, spec.name) != spec.dtype:
         raise SchemaError(f"Feature '{spec.name}': dtype {arr.dtype}, expected {spec.dtype}")
-    if spec.encoding == "list":
-        arr = arr.astype("<f4")
-    data = to_little_endian(arr).reshape(num_rows, -1).view(np.uint8).reshape(num_rows, -1) if arr.size else \
-        np.zeros((num_rows, 0), np.uint8)
+    if spec.encoding == "list" and dt.kind in "biuMm":
+        data = _fixed_width_varints(arr.reshape(num_rows, -1), dt)
+    else:
+        if spec.encoding == "list":
+            arr = arr.astype("<f4")
+        data = to_little_endian(arr).reshape(num_rows, -1).view(np.uint8).reshape(num_rows, -1) if arr.size \
+            else np.zeros((num_rows, 0), np.uint8)
     n = data.shape[1]
     if spec.encoding == "tensor":  # Feature{bytes_list: BytesList{value: [data]}}
         inner = _encode_varint(1 << 3 | 2) + _encode_varint(n)
         feature_head = _encode_varint(1 << 3 | 2) + _encode_varint(len(inner) + n) + inner
-    else:  # Feature{float_list: FloatList{value: packed floats}}; an empty list is an empty message
+    else:  # Feature{float_list | int64_list: packed values}; an empty list is an empty message
+        tag = 2 if dt.kind == "f" else 3
         inner = _encode_varint(1 << 3 | 2) + _encode_varint(n) if n else b""
-        feature_head = _encode_varint(2 << 3 | 2) + _encode_varint(len(inner) + n) + inner
+        feature_head = _encode_varint(tag << 3 | 2) + _encode_varint(len(inner) + n) + inner
     name = spec.name.encode("utf-8")
     entry_head = _len_field(1, name) + _encode_varint(2 << 3 | 2) + _encode_varint(len(feature_head) + n)
     entry_len = len(entry_head) + len(feature_head) + n
     prefix = _encode_varint(1 << 3 | 2) + _encode_varint(entry_len) + entry_head + feature_head
     return prefix, data
+
+
+def _fixed_width_varints(values: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """Packed int64 varints of ``(rows, n)`` values, every value padded to the batch's widest varint.
+
+    Protobuf parsers accept such non-minimal varints (continuation bytes carrying zero bits; see the
+    protobuf encoding guide), which keeps every row the same length, so int64 lists join the
+    fixed-layout block. Returns ``(rows, n * width)`` uint8.
+    """
+    if dt.kind in "Mm":
+        v = to_little_endian(values).view("<i8").astype(np.uint64)
+    else:
+        v = values.astype(np.int64).view(np.uint64) if dt.kind != "u" or dt.itemsize < 8 else \
+            values.astype(np.uint64)
+    width = max(1, (int(v.max()).bit_length() + 6) // 7) if v.size else 1
+    out = np.empty(v.shape + (width,), np.uint8)
+    for j in range(width):
+        out[..., j] = ((v >> np.uint64(7 * j)) & np.uint64(0x7F)).astype(np.uint8) | (0x80 if j < width - 1 else 0)
+    return out.reshape(values.shape[0], -1)
 
 
 def _fixed_block(entries, num_rows: int) -> np.ndarray:
