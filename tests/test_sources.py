@@ -153,6 +153,26 @@ def test_row_ranges_cover_every_row_once():
     assert all(r.num_rows == 49 for r in ranges[:-1])  # 50 rows rounded down to a multiple of 7
 
 
+def test_balanced_shard_plans_cut_at_chunk_aligned_boundaries_and_cover_every_row_once():
+    from transforms.sharding import plan_balanced_shards
+    files = [sources.FileIndex("a.h5", 1001, (), row_bytes=10, chunk_rows=7),
+             sources.FileIndex("b.h5", 50, (), row_bytes=30), sources.FileIndex("c.h5", 0, (), row_bytes=10)]
+    for n in (1, 2, 3, 7, 2000):
+        shards = plan_balanced_shards(files, n, 500)
+        assert [s.index for s in shards] == list(range(n)) and all(s.num_shards == n for s in shards)
+        rows = [(r.path, i) for s in shards for r in s.ranges for i in range(r.start, r.stop)]
+        assert rows == [("a.h5", i) for i in range(1001)] + [("b.h5", i) for i in range(50)], n
+        assert all(r.num_rows * (10 if r.path == "a.h5" else 30) <= 500 for s in shards for r in s.ranges)
+        # every cut inside a.h5 falls on a chunk boundary (multiple of 7 rows) or at its end
+        assert all(r.start % 7 == 0 for s in shards for r in s.ranges if r.path == "a.h5")
+        if n <= 7:  # equal bytes within one chunk of rows (70 bytes) plus one row of b.h5 (30 bytes)
+            sizes = [s.num_bytes for s in shards]
+            assert max(sizes) - min(sizes) <= 100, sizes
+    # whole-range grouping would give 3 ranges to one shard and 2 to another (a 1.5x spread)
+    assert [s.num_rows for s in plan_balanced_shards([files[0]], 2, 50)] == [497, 504]
+    assert plan_balanced_shards([sources.FileIndex("m.npz", 3, (), 8, sizes=(8, 9, 10))], 2, 10) is None
+
+
 def test_shard_plans_are_contiguous_and_balanced():
     from transforms.sharding import plan_shards
     ranges = [sources.RowRange("f", i * 10, i * 10 + 10) for i in range(10)]

@@ -37,6 +37,7 @@ class InputPlan:
     indexes: tuple[FileIndex, ...]
     specs: tuple[FeatureSpec, ...]
     ranges: tuple[RowRange, ...]
+    range_bytes: int = sources.DEFAULT_RANGE_BYTES  # the target size of one row range
 
     @property
     def num_rows(self) -> int:
@@ -49,10 +50,15 @@ class InputPlan:
     def with_range_bytes(self, target_bytes: int) -> "InputPlan":
         """The same inputs split into row ranges of ``target_bytes`` (no file is opened again)."""
         ranges = [r for i in self.indexes for r in sources.plan_row_ranges(i, target_bytes)]
-        return dataclasses.replace(self, ranges=tuple(ranges))
+        return dataclasses.replace(self, ranges=tuple(ranges), range_bytes=target_bytes)
 
     def shards(self, num_shards: int) -> list[sharding.ShardPlan]:
-        """Contiguous shard plans of about equal bytes; ranges are split further when fewer than shards."""
+        """Contiguous shard plans of equal bytes (within a chunk of rows), each a list of row ranges of
+        at most ``range_bytes``; see :func:`sharding.plan_balanced_shards`. Files of per-row sizes (npz
+        arrays, npy files modes) are grouped by whole ranges, split further when fewer than shards."""
+        balanced = sharding.plan_balanced_shards(self.indexes, num_shards, self.range_bytes)
+        if balanced is not None:
+            return balanced
         plan = self
         if len(plan.ranges) < num_shards:
             plan = plan.with_range_bytes(max(1, plan.num_bytes // num_shards))
@@ -77,7 +83,7 @@ def plan_inputs(pattern: str, options: SourceOptions) -> InputPlan:
         indexes = [FileIndex(pattern, len(indexes), specs, max(i.row_bytes for i in indexes), 1,
                              tuple(i.path for i in indexes), tuple(i.sizes[0] for i in indexes), item_files=True)]
     ranges = [r for i in indexes for r in sources.plan_row_ranges(i, options.target_range_bytes)]
-    return InputPlan(source, tuple(indexes), specs, tuple(ranges))
+    return InputPlan(source, tuple(indexes), specs, tuple(ranges), options.target_range_bytes)
 
 
 def choose_encodings(specs: Sequence[FeatureSpec], default: str, per_feature: dict, allow_lossy=(),

@@ -158,28 +158,75 @@ _NATIVE_LE = np.little_endian
 # ----------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
+class FixedLayout:
+    """The fixed-layout part of a batch, not yet assembled: every row is ``head`` followed, for each
+    entry ``(prefix, data)``, by the constant ``prefix`` bytes and the row's ``data`` bytes.
+
+    Attributes:
+      head: the Example's ``features`` field tag and length (the same for every row).
+      entries: ``(prefix bytes, (rows, n) uint8 data)`` per fixed-layout feature, sorted by name.
+      num_rows: rows in the batch.
+    """
+
+    head: bytes
+    entries: list[tuple[bytes, np.ndarray]]
+    num_rows: int
+
+    @property
+    def width(self) -> int:
+        """Bytes of one assembled row (one serialized Example)."""
+        return (len(self.head) + sum(len(p) + d.shape[1] for p, d in self.entries)) if self.entries else 0
+
+    def fill(self, out: np.ndarray) -> None:
+        """Writes the assembled rows into ``out``, a ``(rows, width)`` uint8 array or view (its rows may be
+        strided, e.g. the data columns of a framed buffer, so no intermediate block is made)."""
+        if not self.entries:
+            return
+        out[:, :len(self.head)] = np.frombuffer(self.head, np.uint8)
+        pos = len(self.head)
+        for prefix, data in self.entries:
+            out[:, pos:pos + len(prefix)] = np.frombuffer(prefix, np.uint8)
+            pos += len(prefix)
+            out[:, pos:pos + data.shape[1]] = data
+            pos += data.shape[1]
+
+
+@dataclasses.dataclass
 class EncodedBatch:
     """A batch of serialized Examples, kept in a form that frames without a per-record Python step.
 
     Attributes:
-      block: ``(rows, width)`` uint8; row i is one complete Example holding every fixed-layout feature
-        (fixed-shape ``tensor`` features and fixed-shape float lists), entries sorted by name, so every
-        row has the same layout and only the data bytes differ. Width 0 when there are none.
+      layout: the fixed-layout features (fixed-shape ``tensor`` features and fixed-shape numeric lists),
+        entries sorted by name, so every row has the same layout and only the data bytes differ. It is
+        assembled only when asked: :attr:`block` makes a ``(rows, width)`` array, and
+        ``tfrecord.frame_encoded`` fills the data columns of the framed buffer directly (one copy).
       tails: None, or per row the bytes of one more Example per variable-layout feature (int64 lists,
         byte lists, varying shapes), appended to the block row: concatenated Examples are one Example
         (protobuf merge), and each tail holds exactly one feature, so the bytes are deterministic.
     """
 
-    block: np.ndarray
+    layout: FixedLayout
     tails: list[bytes] | None = None
 
     @property
     def num_rows(self) -> int:
-        return self.block.shape[0]
+        return self.layout.num_rows
+
+    @property
+    def width(self) -> int:
+        """Bytes of the fixed-layout part of every record (0 when there is none)."""
+        return self.layout.width
+
+    @property
+    def block(self) -> np.ndarray:
+        """``(rows, width)`` uint8; row i is one complete Example of every fixed-layout feature."""
+        out = np.empty((self.num_rows, self.width), np.uint8)
+        self.layout.fill(out)
+        return out
 
     def records(self) -> list[bytes]:
         """The serialized Examples, one bytes object per row."""
-        rows = [r.tobytes() for r in self.block] if self.block.shape[1] else [b""] * self.num_rows
+        rows = [r.tobytes() for r in self.block] if self.width else [b""] * self.num_rows
         return rows if self.tails is None else [a + b for a, b in zip(rows, self.tails)]
 
 
@@ -193,8 +240,9 @@ def encode_columns(columns: Mapping[str, object], specs: Sequence[FeatureSpec], 
                    allow_lossy: Iterable[str] = ()) -> EncodedBatch:
     """Encodes ``num_rows`` rows as serialized Examples, vectorized over the batch.
 
-    Fixed-layout features are written with NumPy into one ``(rows, width)`` block (the protobuf
-    headers are the same for every row); the others go through tfx_bsl's C++
+    Fixed-layout features become a :class:`FixedLayout` (the protobuf headers are the same for every
+    row, so only the data columns differ; it is assembled with NumPy straight into the framed buffer
+    by ``tfrecord.frame_encoded``, or into a block on demand); the others go through tfx_bsl's C++
     ``RecordBatchToExamplesEncoder``, one feature per call so that no map order can vary (protobuf
     serializes maps in an unspecified order, which would make reruns differ).
 
@@ -223,10 +271,11 @@ def encode_columns(columns: Mapping[str, object], specs: Sequence[FeatureSpec], 
         for name, arr in _encode_column(spec, columns[spec.name], num_rows):
             part = example_coder.RecordBatchToExamplesEncoder().encode(pa.RecordBatch.from_arrays([arr], [name]))
             tails = part if tails is None else [a + b for a, b in zip(tails, part)]
-    block = _fixed_block(fixed, num_rows)
-    if block.shape[1] > MAX_RECORD_BYTES or any(len(t) + block.shape[1] > MAX_RECORD_BYTES for t in tails or ()):
+    layout = _fixed_layout(fixed, num_rows)
+    width = layout.width
+    if width > MAX_RECORD_BYTES or any(len(t) + width > MAX_RECORD_BYTES for t in tails or ()):
         raise RecordError("An Example is over protobuf's 2 GB limit", hint="split the array into smaller rows")
-    return EncodedBatch(block, tails)
+    return EncodedBatch(layout, tails)
 
 
 def _fixed_entry(spec: FeatureSpec, column, num_rows: int):
@@ -283,21 +332,11 @@ def _fixed_width_varints(values: np.ndarray, dt: np.dtype) -> np.ndarray:
     return out.reshape(values.shape[0], -1)
 
 
-def _fixed_block(entries, num_rows: int) -> np.ndarray:
-    """One Example per row from fixed-layout entries: ``(rows, width)`` uint8."""
-    if not entries:
-        return np.zeros((num_rows, 0), np.uint8)
+def _fixed_layout(entries, num_rows: int) -> FixedLayout:
+    """One Example per row from fixed-layout entries, not yet assembled."""
     features_len = sum(len(p) + d.shape[1] for p, d in entries)
-    head = _encode_varint(1 << 3 | 2) + _encode_varint(features_len)
-    block = np.empty((num_rows, len(head) + features_len), np.uint8)
-    block[:, :len(head)] = np.frombuffer(head, np.uint8)
-    pos = len(head)
-    for prefix, data in entries:
-        block[:, pos:pos + len(prefix)] = np.frombuffer(prefix, np.uint8)
-        pos += len(prefix)
-        block[:, pos:pos + data.shape[1]] = data
-        pos += data.shape[1]
-    return block
+    head = _encode_varint(1 << 3 | 2) + _encode_varint(features_len) if entries else b""
+    return FixedLayout(head, list(entries), num_rows)
 
 
 def _encode_column(spec: FeatureSpec, column, num_rows: int):

@@ -100,8 +100,12 @@ def format_of(path: str, options: SourceOptions) -> str:
                       hint=f"name it .h5/.npz/.npy or pass --format one of {FORMATS}")
 
 
-def plan_row_ranges(index: FileIndex, target_bytes: int) -> list[RowRange]:
-    """Splits a file into row ranges of about ``target_bytes`` each, aligned to HDF5 chunk rows."""
+def plan_row_ranges(index: FileIndex, target_bytes: int, start: int = 0, stop: int | None = None) -> list[RowRange]:
+    """Splits a file into row ranges of about ``target_bytes`` each, aligned to HDF5 chunk rows.
+
+    ``start``/``stop`` (rows) limit the split to part of a file whose rows are all ``row_bytes`` long
+    (not to files of per-row ``sizes``); ranges then start at ``start`` and end at ``stop``.
+    """
     if index.sizes:  # one row per member/file: group consecutive rows up to the target size
         ranges, start, acc = [], 0, 0
         for i, size in enumerate(index.sizes):
@@ -112,11 +116,11 @@ def plan_row_ranges(index: FileIndex, target_bytes: int) -> list[RowRange]:
         if index.num_rows > start:
             ranges.append(RowRange(index.path, start, index.num_rows, index.items[start:], index.item_files))
         return ranges
+    stop = index.num_rows if stop is None else stop
     rows = max(1, target_bytes // max(1, index.row_bytes))
     if index.chunk_rows > 1 and rows > index.chunk_rows:
         rows -= rows % index.chunk_rows
-    return [RowRange(index.path, s, min(s + rows, index.num_rows), index.items)
-            for s in range(0, index.num_rows, rows)]
+    return [RowRange(index.path, s, min(s + rows, stop), index.items) for s in range(start, stop, rows)]
 
 
 def merge_specs(indexes: Sequence[FileIndex], loose: bool) -> tuple[FeatureSpec, ...]:

@@ -53,23 +53,40 @@ def frame_records(records: Iterable[bytes]) -> bytes:
     return b"".join(frame(r) for r in records)
 
 
-def frame_block(block: np.ndarray) -> np.ndarray:
-    """Frames every row of a ``(rows, width)`` uint8 block as one record, vectorized: the length and its
-    CRC are the same for every row, so only the data CRCs are computed per row (in C).
+def frame_fixed(num_rows: int, width: int, fill) -> np.ndarray:
+    """Frames ``num_rows`` records of ``width`` bytes each, vectorized, with the record data written in
+    place: ``fill(view)`` receives the ``(rows, width)`` data columns of the framed buffer and writes the
+    records there (no intermediate block; one copy of the data). The length and its CRC are the same
+    for every row, so only the data CRCs are computed per row (google-crc32c, in C).
 
     Returns a ``(rows, 16 + width)`` uint8 array whose bytes are the framed records.
     """
-    rows, width = block.shape
-    out = np.empty((rows, 16 + width), np.uint8)
+    out = np.empty((num_rows, 16 + width), np.uint8)
     length = struct.pack("<Q", width)
     out[:, :8] = np.frombuffer(length, np.uint8)
     out[:, 8:12] = np.frombuffer(_CRC.pack(masked_crc(length)), np.uint8)
-    out[:, 12:12 + width] = block
+    data = out[:, 12:12 + width]
+    fill(data)
     value = google_crc32c.value
-    crcs = np.fromiter((value(row) for row in block), dtype=np.uint64, count=rows)
+    crcs = np.fromiter((value(row) for row in data), dtype=np.uint64, count=num_rows)
     masked = (((crcs >> 15) | (crcs << 17)) + _MASK_DELTA) & 0xFFFFFFFF
-    out[:, 12 + width:] = masked.astype("<u4").view(np.uint8).reshape(rows, 4)
+    out[:, 12 + width:] = masked.astype("<u4").view(np.uint8).reshape(num_rows, 4)
     return out
+
+
+def frame_block(block: np.ndarray) -> np.ndarray:
+    """Frames every row of a ``(rows, width)`` uint8 block as one record; see :func:`frame_fixed`."""
+    rows, width = block.shape
+
+    def fill(view):
+        view[...] = block
+    return frame_fixed(rows, width, fill)
+
+
+def frame_encoded(batch) -> np.ndarray:
+    """Frames a fixed-layout ``codec.EncodedBatch`` (``tails`` None): its rows are assembled directly in
+    the framed buffer. Returns ``(rows, 16 + width)`` uint8."""
+    return frame_fixed(batch.num_rows, batch.width, batch.layout.fill)
 
 
 def compression_from_path(path: str) -> str:
@@ -151,7 +168,7 @@ class ShardWriter:
         """Frames and writes a ``codec.EncodedBatch``; fixed-layout batches are framed without a
         per-record Python object."""
         if batch.tails is None:
-            self._write(memoryview(frame_block(batch.block)).cast("B"), batch.num_rows)
+            self._write(memoryview(frame_encoded(batch)).cast("B"), batch.num_rows)
         else:
             self.write_batch(batch.records())
 
