@@ -295,7 +295,7 @@ def _fixed_entry(spec: FeatureSpec, column, num_rows: int):
         data = _fixed_width_varints(arr.reshape(num_rows, -1), dt)
     else:
         if spec.encoding == "list":
-            arr = arr.astype("<f4")
+            arr = arr.astype("<f4", copy=False)
         data = to_little_endian(arr).reshape(num_rows, -1).view(np.uint8).reshape(num_rows, -1) if arr.size \
             else np.zeros((num_rows, 0), np.uint8)
     n = data.shape[1]
