@@ -184,6 +184,25 @@ def test_dead_lettered_rows_are_accounted_for_by_provenance(tmp_path, capsys):
     assert "provenance" in stdout and "source rows were dead-lettered" in stdout
 
 
+def test_dead_letters_of_shards_cut_inside_the_range_grid_are_accounted_for(tmp_path, capsys):
+    """Shard boundaries (chunk-aligned: rows 300 and 700) fall between the 40-row range grid, so the planned
+    writer's ranges differ from a plain split of the file; verify must read the source with the writer's
+    ranges, or the rows it dead-lettered (300-419) and the rows verify cannot read would not match."""
+    from tests.test_reliability import corrupt_h5  # chunk 3 of /x (rows 300-399) cannot be decompressed
+    corrupt_h5(tmp_path / "in.h5")
+    out = tmp_path / "out"
+    code, _, err = convert(tmp_path / "in.h5", out, "--dead_letter_dir", tmp_path / "dead", "--target_range_mb",
+                           str(40 * 2056 / 2**20), "--num_shards", "3", "--provenance", capsys=capsys)
+    assert code == 0, err
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["rows_dead_lettered"] == 120 and meta["num_records"] == 880
+    letters = [json.loads(line) for p in sorted((tmp_path / "dead").glob("*.jsonl")) for line in p.open()]
+    assert [(d["start"], d["stop"]) for d in letters] == [(300, 340), (340, 380), (380, 420)]
+    code, stdout, _ = verify(out, "--source", tmp_path / "in.h5", capsys=capsys)
+    assert code == 0, stdout
+    assert "120 source rows were dead-lettered" in stdout
+
+
 # ----------------------------------------------------------------------------------------------
 # The bad-input matrix, TFRecord side
 # ----------------------------------------------------------------------------------------------

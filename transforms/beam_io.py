@@ -52,6 +52,11 @@ class InputPlan:
         ranges = [r for i in self.indexes for r in sources.plan_row_ranges(i, target_bytes)]
         return dataclasses.replace(self, ranges=tuple(ranges), range_bytes=target_bytes)
 
+    def as_written(self, num_shards: int) -> "InputPlan":
+        """The same inputs with the row ranges the planned writer reads for ``num_shards`` shards, in order
+        (what its dead letters name)."""
+        return dataclasses.replace(self, ranges=tuple(r for s in self.shards(num_shards) for r in s.ranges))
+
     def shards(self, num_shards: int) -> list[sharding.ShardPlan]:
         """Contiguous shard plans of equal bytes (within a chunk of rows), each a list of row ranges of
         at most ``range_bytes``; see :func:`sharding.plan_balanced_shards`. Files of per-row sizes (npz

@@ -40,7 +40,7 @@ class ConvertConfig(BaseModel):
     compression: Literal["none", "gzip", "zlib"] = Field("none", description="compression of the shards")
     num_shards: Optional[int] = Field(None, ge=1, description="number of shards; default: from the data size")
     target_shard_mb: float = Field(192.0, gt=0, description="target shard size in MB when num_shards is unset")
-    target_range_mb: float = Field(64.0, gt=0, description="target size of one read row range in MB")
+    target_range_mb: float = Field(8.0, gt=0, description="target size of one read row range in MB")
     writer: Literal["planned", "beam"] = Field("planned", description="planned: shards planned from the source "
                                                "index, no shuffle, byte-identical reruns; beam: WriteToTFRecord")
     prefix: str = Field("data", pattern=r"^[A-Za-z0-9_.-]+$", description="shard file name prefix")

@@ -404,14 +404,14 @@ def plan_sources(meta: dict, patterns: Sequence[str], where: str = ""):
       SourceError, SchemaError: a pattern matches nothing or a source file cannot be indexed.
     """
     from transforms import beam_io
-    from transforms.sources import SourceOptions
+    from transforms.sources import DEFAULT_RANGE_BYTES, SourceOptions
     opts = meta.get("options")
     if not isinstance(opts, dict) or not isinstance(opts.get("input"), str):
         raise ConfigError("--source needs the convert options in metadata.json ('options.input' is missing): "
                           "this output was not written by pipelines.convert", file=where or None)
     try:
         datasets = opts.get("datasets")
-        range_mb = float(opts.get("target_range_mb") or 64)  # the convert's own ranges (dead letters are ranges)
+        range_mb = float(opts.get("target_range_mb") or DEFAULT_RANGE_BYTES / 2**20)  # the convert's own ranges
         options = SourceOptions(opts.get("format"), tuple(datasets) if datasets else None,
                                 opts.get("npz_mode") or "rows", opts.get("npy_mode") or "rows",
                                 max(1, int(range_mb * 2**20)))
@@ -693,6 +693,11 @@ def make_comparer(meta: dict, patterns: Sequence[str], report: Report, progress:
                           f"features: {why} and the output has no provenance", file=where or None,
                           hint="re-convert with --provenance, or with the planned writer (--writer planned)")
     plans = plan_sources(meta, patterns, where)
+    num_shards = len(meta.get("shards") or ())
+    if meta.get("writer") == "planned" and len(plans) == 1 and num_shards:
+        # the writer's own row ranges (shards are cut at chunk-aligned byte boundaries, then split into
+        # ranges): its dead letters are whole ranges, so unreadable rows must be counted by the same ranges
+        plans = [plans[0].as_written(num_shards)]
     data_specs = [s for s in specs if s.name not in (PROVENANCE_FILE, PROVENANCE_ROW)]
     for pattern, plan in zip(patterns, plans):
         if len(plan.specs) != len(data_specs) or not all(_same_spec(a, b) for a, b in zip(plan.specs, data_specs)):
