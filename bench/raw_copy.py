@@ -49,7 +49,7 @@ def main(argv=None) -> int:
                         out.write(memoryview(buf)[:k])
                         nbytes += k
     seconds = time.perf_counter() - started
-    print(f"raw_copy: {nbytes:,} bytes in {seconds:.2f} s ({nbytes / 1e6 / max(seconds, 1e-9):,.0f} MB/s)",
+    print(f"raw_copy: {nbytes:,} bytes in {seconds:.3f} s ({nbytes / 1e6 / max(seconds, 1e-9):,.0f} MB/s)",
           file=sys.stderr)
     return 0
 

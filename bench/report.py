@@ -6,7 +6,8 @@ A result row (one contender of one section) is a dict with, among others: ``sect
 figures ``steady_examples_per_s``/``steady_mb_per_s`` (when measured: the same command also run on an
 input of 1/50 the rows, and ``(rows - tiny rows) / (wall - tiny wall)``, so interpreter start-up,
 imports and pipeline set-up cancel out), ``peak_rss_mb`` (largest single process), ``tree_rss_mb``
-(sum over the process tree) and the ratios ``x_seed``/``x_raw`` (and ``steady_x_seed``/``steady_x_raw``).
+(sum over the process tree), ``work_s``/``work_examples_per_s`` (the contender's own time for its work, see
+``bench.run.work_seconds``) and the ratios ``x_seed``/``x_raw`` (and ``steady_x_seed``/``steady_x_raw``, ``work_x_seed``).
 """
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ def add_ratios(rows: list[dict]) -> None:
             r["steady_x_seed"] = _ratio(r.get("steady_examples_per_s"),
                                         seed and seed.get("steady_examples_per_s")) if ok else None
             r["steady_x_raw"] = _ratio(r.get("steady_mb_per_s"), raw and raw.get("steady_mb_per_s")) if ok else None
+            r["work_x_seed"] = _ratio(r.get("work_examples_per_s"),
+                                      seed and seed.get("work_examples_per_s")) if ok else None
 
 
 def _ratio(a, b):
@@ -63,12 +66,14 @@ def _rate(r, field):
 
 
 def _compare(a_row, b_row, field):
-    """``(a / b, basis)`` on one basis for both rows (steady state only when both have it)."""
+    """``(a / b, basis)`` on one basis for both rows: steady state when both have it, else the work time
+    both report (see ``bench.run.work_seconds``), else the whole process."""
     if a_row is None or b_row is None or a_row["status"] != "ok" or b_row["status"] != "ok":
         return None, None
-    sa, sb = a_row.get(f"steady_{field}"), b_row.get(f"steady_{field}")
-    if sa is not None and sb is not None:
-        return _ratio(sa, sb), "steady state"
+    for prefix, basis in (("steady_", "steady state"), ("work_", "work time")):
+        sa, sb = a_row.get(f"{prefix}{field}"), b_row.get(f"{prefix}{field}")
+        if sa is not None and sb is not None:
+            return _ratio(sa, sb), basis
     return _ratio(a_row.get(field), b_row.get(field)), "whole process"
 
 
@@ -123,11 +128,14 @@ def markdown(result: dict) -> str:
              f"apache-beam {meta['versions'].get('apache-beam')}, tensorflow {meta['versions'].get('tensorflow')}, "
              f"tfx-bsl {meta['versions'].get('tfx-bsl')}); `{meta['command']}`", "",
              "examples/s and MB/s (raw array bytes, 1 MB = 10^6 bytes) are over the whole process's wall time; "
-             "*steady* figures net out start-up (the same command on 1/50 of the rows); x seed / x raw are "
+             "*steady* figures net out start-up (the same command on 1/50 of the rows); *work* is the contender's own "
+             "time for its work (the pipelines' first shard start to last shard end, from Beam metrics; the "
+             "single-process loops' time after imports); x seed / x raw are "
              "ratios to the seed loop / raw copy of the same section and run; peak RSS is the largest of any "
              "single process, tree RSS the largest sum over the process tree (MB).", ""]
     header = ("| contender | status | rows | wall s | examples/s | MB/s | x seed | x raw | steady examples/s | "
-              "steady x seed | steady x raw | peak RSS MB | tree RSS MB | procs |")
+              "steady x seed | steady x raw | work s | work examples/s | work x seed | peak RSS MB | tree RSS MB | "
+              "procs |")
     for section in result["sections"]:
         section_rows = [r for r in rows if r["section"] == section]
         if not section_rows:
@@ -135,7 +143,7 @@ def markdown(result: dict) -> str:
         info = result["section_info"].get(section, {})
         lines += [f"### {SECTION_TITLES.get(section, section)}", "",
                   f"{info.get('rows', 0):,} rows, {info.get('raw_bytes', 0) / 1e6:,.1f} MB of raw array bytes.", "",
-                  header, "|" + "---|" * 14]
+                  header, "|" + "---|" * 17]
         for r in section_rows:
             ok = r["status"] == "ok"
             lines.append("| " + " | ".join([
@@ -144,6 +152,8 @@ def markdown(result: dict) -> str:
                 _fmt(r.get("x_seed"), "{:.2f}"), _fmt(r.get("x_raw"), "{:.2f}"),
                 _fmt(r.get("steady_examples_per_s") if ok else None),
                 _fmt(r.get("steady_x_seed"), "{:.2f}"), _fmt(r.get("steady_x_raw"), "{:.2f}"),
+                _fmt(r.get("work_s") if ok else None, "{:.2f}"), _fmt(r.get("work_examples_per_s") if ok else None),
+                _fmt(r.get("work_x_seed"), "{:.2f}"),
                 _fmt(r.get("peak_rss_mb"), "{:,.0f}"), _fmt(r.get("tree_rss_mb"), "{:,.0f}"),
                 _fmt(r.get("procs_seen"), "{}")]) + " |")
         if section == "augment_images" and result["extras"].get("sidecar_ratio") is not None:

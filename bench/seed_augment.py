@@ -46,7 +46,7 @@ def main(argv=None) -> int:
                 writer.write(example.SerializeToString())
                 n += 1
     seconds = time.perf_counter() - started
-    print(f"seed_augment: {n} records in {seconds:.2f} s ({n / max(seconds, 1e-9):,.0f} records/s, "
+    print(f"seed_augment: {n} records in {seconds:.3f} s ({n / max(seconds, 1e-9):,.0f} records/s, "
           "after imports)", file=sys.stderr)
     return 0
 

@@ -39,7 +39,7 @@ def main(argv=None) -> int:
                 writer.write(to_example(columns, i))
             n += rows
     seconds = time.perf_counter() - started
-    print(f"seed_loop: {n} examples in {seconds:.2f} s ({n / max(seconds, 1e-9):,.0f} examples/s, "
+    print(f"seed_loop: {n} examples in {seconds:.3f} s ({n / max(seconds, 1e-9):,.0f} examples/s, "
           "after imports)", file=sys.stderr)
     return 0
 

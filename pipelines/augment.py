@@ -137,7 +137,7 @@ def main(argv: list[str]) -> int:
         **({"replaced": ", ".join(plan.replace)} if plan.replace else {}),
         **({"manifest": f"{cfg.output_dir}/manifest.json"} if cfg.mode == "sidecar" else {}),
     })
-    common.print_metrics(counters)
+    common.print_metrics(counters, meta["num_records"])
     return 0
 
 

@@ -165,8 +165,13 @@ def show_progress(setting: bool | None) -> bool:
     return sys.stderr.isatty() if setting is None else setting
 
 
+WORK_SPAN_MS = "work_span_ms"
+
+
 def run_pipeline(p) -> dict[str, int]:
-    """Runs ``p`` to completion and returns our Beam metrics counters ({} where the runner has none).
+    """Runs ``p`` to completion and returns our Beam metrics counters ({} where the runner has none),
+    plus ``work_span_ms``: from the first shard writer's start to the last one's end, in ms (the run's
+    work without start-up, planning and tear-down), when the runner reports distributions.
 
     Unless ``--verbose``, the stderr of the run (Beam's worker processes log their tracebacks there)
     goes to a log file; our progress lines are echoed live, and a failure ends as one line naming it.
@@ -177,24 +182,42 @@ def run_pipeline(p) -> dict[str, int]:
     try:
         from apache_beam.metrics.metric import MetricsFilter
         from transforms.beam_io import NAMESPACE
-        counters = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]
+        queried = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
     except Exception:  # noqa: BLE001 - e.g. DaskRunner implements no metrics
         return {}
     out: dict[str, int] = {}
-    for c in counters:
+    for c in queried["counters"]:
         value = c.committed if c.committed is not None else c.attempted
         out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(value or 0)
+    from transforms.beam_io import SHARD_END_MS, SHARD_START_MS
+    starts, ends = [], []
+    for d in queried.get("distributions", ()):
+        value = d.committed if d.committed is not None else d.attempted
+        if value is None or not value.count:
+            continue
+        if d.key.metric.name == SHARD_START_MS:
+            starts.append(value.min)
+        elif d.key.metric.name == SHARD_END_MS:
+            ends.append(value.max)
+    if starts and ends:
+        out[WORK_SPAN_MS] = max(0, max(ends) - min(starts))
     return out
 
 
-def print_metrics(counters: dict[str, int]) -> None:
-    """A table of the run's Beam metrics counters (nothing where the runner reports none)."""
+def print_metrics(counters: dict[str, int], records: int | None = None) -> None:
+    """A table of the run's Beam metrics counters (nothing where the runner reports none), then the work
+    span (first shard started to last shard written) and ``records`` per second of it."""
+    counters = dict(counters)
+    span_ms = counters.pop(WORK_SPAN_MS, None)
     if not counters:
         return
     print("Beam metrics:")
     width = max(len(k) for k in counters)
     for name in sorted(counters):
         print(f"  {name:<{width}}  {counters[name]:>14,}")
+    if span_ms is not None:
+        rate = f", {records / (span_ms / 1000):,.0f} records/s" if records and span_ms else ""
+        print(f"work span: {span_ms / 1000:.3f} s (first shard started to last shard written{rate})")
 
 
 class _worker_stderr_to_log:

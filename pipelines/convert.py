@@ -96,7 +96,7 @@ def main(argv: list[str]) -> int:
                           "row ranges": len(plan.ranges),
                           "features": ", ".join(f"{s.name} {s.dtype} {list(s.shape) if s.shape is not None else '*'}"
                                                 f" {s.encoding}" for s in specs)})
-    common.print_metrics(counters)
+    common.print_metrics(counters, meta["num_records"])
     return 0
 
 

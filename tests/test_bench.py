@@ -45,3 +45,17 @@ def test_bench_runs_small_at_tiny_scale(tmp_path):
     # Without --keep, the generated data and outputs are removed; the logs stay with the results.
     assert not (workdir / "data").exists() and not (workdir / "out").exists()
     assert len(list((results / "logs").glob("small__*.log"))) == len(SMALL_CONTENDERS)
+
+
+def test_work_seconds_are_read_from_each_kind_of_contender_log(tmp_path):
+    from bench.run import work_seconds
+    logs = {"convert": "wrote 10 examples\nBeam metrics:\n  rows_read  10\nwork span: 1.250 s (first shard started "
+                       "to last shard written, 8 records/s)\n",
+            "raw": "raw_copy: 1,000 bytes in 0.125 s (8 MB/s)\n", "seed": "seed_loop: 5 examples in 2.500 s (2 examples/s)\n",
+            "plain": "plain_beam: 5 examples in 9.000 s\n"}
+    got = {}
+    for name, text in logs.items():
+        (tmp_path / name).write_text(text)
+        got[name] = work_seconds(str(tmp_path / name))
+    assert got == {"convert": 1.25, "raw": 0.125, "seed": 2.5, "plain": None}
+    assert work_seconds(str(tmp_path / "missing")) is None

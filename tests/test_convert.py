@@ -254,3 +254,7 @@ def test_summary_prints_counts_metrics_and_progress(tmp_path, capsys):
     assert "Beam metrics:" in out and "examples_written" in out and "shards_written" in out
     assert "[tfrecord-etl] shard 1/2 done" in err and "[tfrecord-etl] shard 2/2 done" in err
     assert "INFO" not in err and "WARNING" not in err  # Beam/TF logs stay out of the default output
+    # the work span comes from the shard writers' start/end time distributions (Beam metrics)
+    import re
+    span = re.search(r"^work span: (\d+\.\d{3}) s \(first shard started to last shard written", out, re.M)
+    assert span and 0 <= float(span.group(1)) < 60, out

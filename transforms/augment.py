@@ -1005,12 +1005,14 @@ class AugmentShardFn(beam.DoFn):
         self._read = Metrics.counter(NAMESPACE, "records_read")
         self._written = Metrics.counter(NAMESPACE, "records_written")
         self._shards = Metrics.counter(NAMESPACE, "shards_written")
+        self._clock = beam_io.ShardClock()
 
     def setup(self):
         self._augmenter = BatchAugmenter(self._plan)
 
     def process(self, element, offsets=None):
         plan = self._plan
+        self._clock.start()
         if isinstance(element, InputShard):
             shard, joined = element, None
         else:
@@ -1050,6 +1052,7 @@ class AugmentShardFn(beam.DoFn):
         self._read.inc(count)
         self._written.inc(writer.records)
         self._shards.inc()
+        self._clock.end()
         yield {"index": shard.index, "input": shard.path, "file": shard.output_file, "records_in": count,
                "records": writer.records, "bytes": size, "input_bytes": tally["bytes"], "crc32c": tally["crc32c"],
                "compression": shard.compression}

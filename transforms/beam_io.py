@@ -26,6 +26,25 @@ from transforms.sources import FileIndex, RowRange, Source, SourceOptions
 
 log = logging.getLogger(__name__)
 NAMESPACE = "tfrecord_etl"
+# Distributions of wall-clock times (ms since the epoch) at which shard writers start and finish: their
+# span (last finish - first start) is the run's work time without start-up and tear-down.
+SHARD_START_MS, SHARD_END_MS = "shard_start_ms", "shard_end_ms"
+
+
+class ShardClock:
+    """Records a shard writer's start and end times in the SHARD_START_MS/SHARD_END_MS distributions."""
+
+    def __init__(self):
+        self._start = Metrics.distribution(NAMESPACE, SHARD_START_MS)
+        self._end = Metrics.distribution(NAMESPACE, SHARD_END_MS)
+
+    def start(self) -> None:
+        import time
+        self._start.update(int(time.time() * 1000))
+
+    def end(self) -> None:
+        import time
+        self._end.update(int(time.time() * 1000))
 PROVENANCE = (FeatureSpec("_source/file", "bytes", (), "list"), FeatureSpec("_source/row", "<i8", (), "list"))
 
 
@@ -312,6 +331,7 @@ class WriteShardFn(beam.DoFn):
         self._bytes = Metrics.counter(NAMESPACE, "bytes_written")
         self._shards = Metrics.counter(NAMESPACE, "shards_written")
         self._dead = Metrics.counter(NAMESPACE, "rows_dead_lettered")
+        self._clock = ShardClock()
 
     def _encoded(self, rr: RowRange, letters: list):
         """The encoded batches of one range; with a dead-letter dir, a failing range becomes a letter."""
@@ -329,6 +349,7 @@ class WriteShardFn(beam.DoFn):
 
     def process(self, shard: sharding.ShardPlan):
         import uuid
+        self._clock.start()
         name = shard.file_name(self._prefix, shard_suffix(self._compression))
         final = fileio.join(self._output_dir, name)
         temp = fileio.join(self._output_dir, f"{TEMP_PREFIX}{name}-{uuid.uuid4().hex}")
@@ -355,6 +376,7 @@ class WriteShardFn(beam.DoFn):
         self._bytes.inc(size)
         self._shards.inc()
         self._dead.inc(dead_rows)
+        self._clock.end()
         if self._progress:
             import sys
             print(f"[tfrecord-etl] shard {shard.index + 1}/{shard.num_shards} done: {name}, "
