@@ -50,10 +50,15 @@ def _write_dead_letters(letters: list[dict], dead_letter_dir: str) -> int:
     return sum(d["rows"] for d in letters)
 
 
+def num_shards_for(cfg: ConvertConfig, plan, options: PipelineOptions) -> int:
+    """``--num_shards``, else ``ceil(bytes / --target_shard_mb)`` and at least one shard per local worker."""
+    return cfg.num_shards or max(local_workers(options),
+                                 metadata.default_num_shards(plan.num_bytes, int(cfg.target_shard_mb * 2**20)))
+
+
 def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan, specs):
     """Composes the convert pipeline on ``p``; returns the PCollection holding the committed output dir."""
-    num_shards = cfg.num_shards or max(local_workers(p.options),
-                                       metadata.default_num_shards(plan.num_bytes, int(cfg.target_shard_mb * 2**20)))
+    num_shards = num_shards_for(cfg, plan, p.options)
     finalize = functools.partial(beam_io.FinalizeOutput, cfg.output_dir, specs, cfg.compression, plan.num_rows,
                                  [{"path": i.path, "rows": i.num_rows} for i in plan.indexes], cfg.writer,
                                  cfg.model_dump())
@@ -93,7 +98,8 @@ def main(argv: list[str]) -> int:
     meta = metadata.load(cfg.output_dir)
     common.print_summary(cfg.output_dir, meta, time.time() - started,
                          {"rows read": plan.num_rows, "rows dead-lettered": meta["rows_dead_lettered"],
-                          "row ranges": len(plan.ranges),
+                          "row ranges": len(plan.ranges) if cfg.writer == "beam" else
+                          sum(len(s.ranges) for s in plan.shards(num_shards_for(cfg, plan, p.options))),
                           "features": ", ".join(f"{s.name} {s.dtype} {list(s.shape) if s.shape is not None else '*'}"
                                                 f" {s.encoding}" for s in specs)})
     common.print_metrics(counters, meta["num_records"])
