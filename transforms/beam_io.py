@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Sequence
 
 import apache_beam as beam
@@ -39,11 +40,9 @@ class ShardClock:
         self._end = Metrics.distribution(NAMESPACE, SHARD_END_MS)
 
     def start(self) -> None:
-        import time
         self._start.update(int(time.time() * 1000))
 
     def end(self) -> None:
-        import time
         self._end.update(int(time.time() * 1000))
 PROVENANCE = (FeatureSpec("_source/file", "bytes", (), "list"), FeatureSpec("_source/row", "<i8", (), "list"))
 

@@ -43,12 +43,6 @@ def masked_crc(data) -> int:
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
-def frame(record: bytes) -> bytes:
-    """One framed record."""
-    length = struct.pack("<Q", len(record))
-    return length + _CRC.pack(masked_crc(length)) + record + _CRC.pack(masked_crc(record))
-
-
 def frame_records(records: Iterable[bytes]) -> bytes:
     """The frames of all ``records``, concatenated: one write per batch. The length header of each
     distinct record length is computed once per call (records of one batch mostly share a length)."""
@@ -268,9 +262,11 @@ def iter_records(stream: BinaryIO, path: str = "<stream>", check_crc: bool = Tru
                 raise RecordError(f"Truncated record: {got} of {length} data bytes", file=path,
                                   record=index, offset=offset, hint="the file was cut short; rewrite it")
         data = buf[pos + 12:end]
-        crc = value(data) if check_crc else 0
-        if check_crc and (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF != unpack_crc(buf, end)[0]:
-            raise RecordError("Data CRC mismatch: the record is corrupt", file=path, record=index, offset=offset)
+        if check_crc:
+            crc = value(data)
+            if (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF != unpack_crc(buf, end)[0]:
+                raise RecordError("Data CRC mismatch: the record is corrupt", file=path, record=index,
+                                  offset=offset)
         yield index, offset, data
         index += 1
         offset += 16 + length
