@@ -147,20 +147,11 @@ def test_convert_on_runner(runner, inputs, converted, tmp_path_factory, request,
     converted[runner] = out
 
 
-def augment_available() -> bool:
-    try:
-        from pipelines import augment  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def augmented():
     return {}
 
 
-@pytest.mark.skipif(not augment_available(), reason="pipelines.augment is not there yet")
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_augment_on_runner(runner, inputs, converted, augmented, tmp_path_factory, request):
     """Rewrite mode with a user function, a position join (a side input: counts -> offsets) and constants."""
@@ -238,7 +229,6 @@ def test_convert_pipeline_has_exactly_one_leaf(inputs, tmp_path, flags):
     assert len(sink_transforms(p)) == 1, sink_transforms(p)
 
 
-@pytest.mark.skipif(not augment_available(), reason="pipelines.augment is not there yet")
 def test_augment_pipeline_has_exactly_one_leaf(inputs, converted, tmp_path):
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions

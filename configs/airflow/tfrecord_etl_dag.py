@@ -36,6 +36,21 @@ VERIFY = ("import sys; from pipelines import common, verify; "
           "sys.exit(common.run_main(verify.main, [a for a in sys.argv[1:] "
           "if a.split('=', 1)[0] not in ('--runner', '--labels')]))")
 
+
+def pipeline_task(task_id: str, module: str, pipeline_options: str) -> BeamRunPythonPipelineOperator:
+    """A task running ``python -m MODULE`` (a Beam pipeline of this project) with the DAG's runner, the
+    shared ``beam_options`` and its own flags (``pipeline_options``, a template rendering to a dict)."""
+    return BeamRunPythonPipelineOperator(
+        task_id=task_id,
+        py_interpreter=PYTHON,
+        py_options=["-m"],
+        py_file=module,
+        runner="{{ params.runner }}",
+        default_pipeline_options="{{ params.beam_options }}",
+        pipeline_options=pipeline_options,
+    )
+
+
 with DAG(
     dag_id="tfrecord_etl",
     description="NumPy arrays (HDF5/.npz/.npy) -> TFRecord shards -> new fields -> verified",
@@ -60,25 +75,11 @@ with DAG(
                                              "'join_fields': 'array=label'}"),
     },
 ) as dag:
-    convert = BeamRunPythonPipelineOperator(
-        task_id="convert",
-        py_interpreter=PYTHON,
-        py_options=["-m"],
-        py_file="pipelines.convert",
-        runner="{{ params.runner }}",
-        default_pipeline_options="{{ params.beam_options }}",
-        pipeline_options="{{ dict(params.convert_options, input=params.input, output_dir=params.output_dir) }}",
-    )
-    augment = BeamRunPythonPipelineOperator(
-        task_id="augment",
-        py_interpreter=PYTHON,
-        py_options=["-m"],
-        py_file="pipelines.augment",
-        runner="{{ params.runner }}",
-        default_pipeline_options="{{ params.beam_options }}",
-        pipeline_options="{{ dict(params.augment_options, input=params.output_dir, "
-                         "output_dir=params.augmented_dir) }}",
-    )
+    convert = pipeline_task("convert", "pipelines.convert",
+                            "{{ dict(params.convert_options, input=params.input, output_dir=params.output_dir) }}")
+    augment = pipeline_task("augment", "pipelines.augment",
+                            "{{ dict(params.augment_options, input=params.output_dir, "
+                            "output_dir=params.augmented_dir) }}")
     verify = BeamRunPythonPipelineOperator(
         task_id="verify",
         py_interpreter=PYTHON,
