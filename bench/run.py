@@ -337,20 +337,27 @@ class Bench:
                     "--writer", writer, *convert_encoding_flags(layout), *extra, *beam_flags(workers)]
         return make
 
-    def rows_section(self, section: str, layout: dict, default_rows: int) -> None:
+    def rows_input(self, section: str, kind: str, default_rows: int):
+        """Generates a section's HDF5 input (and its 1/50 twin for the steady state) and measures the raw
+        copy of it; returns ``(rows, row bytes, tiny)`` for the section's other contenders."""
         rows = rows_at(default_rows, self.args.scale)
-        rb = row_bytes(layout)
+        rb = row_bytes(LAYOUTS[kind])
         self.say(f"[{section}] {rows:,} rows x {rb:,} bytes = {rows * rb / 1e6:,.1f} MB raw")
-        path = self.h5(section, section, rows)
+        path = self.h5(kind, section, rows)
         tiny = None
         if self.steady:
             tiny_rows = max(1, rows // TINY_FRACTION)
-            tiny = (self.h5(section, section + "_tiny", tiny_rows), tiny_rows)
+            tiny = (self.h5(kind, section + "_tiny", tiny_rows), tiny_rows)
         self.section_info[section] = {"rows": rows, "row_bytes": rb, "raw_bytes": rows * rb, "input": path}
         py = self.py
         self.contender(section, "raw", "raw copy", "raw", rows, rb,
                        lambda i, o: [py, "-m", "bench.raw_copy", "--input", i, "--output", os.path.join(o, "raw.bin")],
                        tiny, check="bytes")
+        return rows, rb, tiny
+
+    def rows_section(self, section: str, layout: dict, default_rows: int) -> None:
+        rows, rb, tiny = self.rows_input(section, section, default_rows)
+        py = self.py
         self.contender(section, "seed", "seed loop", "seed", rows, rb,
                        lambda i, o: [py, "-m", "bench.seed_loop", "--input", i,
                                      "--output", os.path.join(o, "data.tfrecord")], tiny)
@@ -370,19 +377,7 @@ class Bench:
     def scaling_section(self) -> None:
         """2 workers vs 1 on many small rows: the planned writer only (the beam writer would take minutes
         a run at this size; its 1- and 2-worker rates are in the small section), with the raw copy."""
-        rows = rows_at(SCALING_ROWS, self.args.scale)
-        rb = row_bytes(SMALL)
-        self.say(f"[scaling] {rows:,} rows x {rb:,} bytes = {rows * rb / 1e6:,.1f} MB raw")
-        path = self.h5("small", "scaling", rows)
-        tiny = None
-        if self.steady:
-            tiny_rows = max(1, rows // TINY_FRACTION)
-            tiny = (self.h5("small", "scaling_tiny", tiny_rows), tiny_rows)
-        self.section_info["scaling"] = {"rows": rows, "row_bytes": rb, "raw_bytes": rows * rb, "input": path}
-        py = self.py
-        self.contender("scaling", "raw", "raw copy", "raw", rows, rb,
-                       lambda i, o: [py, "-m", "bench.raw_copy", "--input", i, "--output", os.path.join(o, "raw.bin")],
-                       tiny, check="bytes")
+        rows, rb, tiny = self.rows_input("scaling", "small", SCALING_ROWS)
         for workers in (1, 2):
             self.contender("scaling", f"convert_planned_{workers}w",
                            f"convert --writer planned ({workers} worker{'s' if workers > 1 else ''})", "other",
