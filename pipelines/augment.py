@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pipelines import common
 from transforms import augment, fileio, metadata, tfrecord
 from transforms.config import ConvertConfig, add_model_flags, parse_args
+from transforms.errors import printable
 
 
 def _split(value):
@@ -82,6 +83,10 @@ class AugmentConfig(BaseModel):
     allow_lossy: list[str] = Field(default_factory=list, description="new features whose lossy list cast "
                                    "(float64->float32, uint64->int64) is allowed, comma-separated")
     batch_size: int = Field(4096, ge=1, description="records per batch (one encode call per batch)")
+    max_record_mb: float = Field(1024.0, gt=0, le=2047, description="limit on one record in MB: input length "
+                                 "headers (checked before reading) and output records; protobuf's limit is 2 GB")
+    max_features: int = Field(10_000, ge=1, description="limit on the features of one input record, and on the "
+                              "distinct feature names inferred from a collection without metadata")
     overwrite: bool = Field(False, description="replace an existing output directory")
     verbose: bool = Field(False, description="show TensorFlow and Beam logs")
     pipeline_options: dict[str, Any] = Field(default_factory=dict, description="Beam pipeline options as a "
@@ -133,8 +138,8 @@ def main(argv: list[str]) -> int:
     common.print_summary(cfg.output_dir, meta, time.time() - started, {
         "mode": cfg.mode,
         "records in / out": f"{info['records_in']} / {meta['num_records']} (checked per shard)",
-        "new features": ", ".join(f"{s.name} {s.dtype} {list(s.shape)} {s.encoding}" for s in plan.new_specs),
-        **({"replaced": ", ".join(plan.replace)} if plan.replace else {}),
+        "new features": ", ".join(f"{printable(s.name)} {s.dtype} {list(s.shape)} {s.encoding}" for s in plan.new_specs),
+        **({"replaced": ", ".join(map(printable, plan.replace))} if plan.replace else {}),
         **({"manifest": f"{cfg.output_dir}/manifest.json"} if cfg.mode == "sidecar" else {}),
     })
     common.print_metrics(counters, meta["num_records"])

@@ -18,6 +18,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pipelines import common
 from transforms import beam_io, metadata, tfrecord
 from transforms.config import ConvertConfig, ConvertOptions, parse_args
+from transforms.errors import printable
 from transforms.sources import SourceOptions
 
 
@@ -100,7 +101,7 @@ def main(argv: list[str]) -> int:
                          {"rows read": plan.num_rows, "rows dead-lettered": meta["rows_dead_lettered"],
                           "row ranges": len(plan.ranges) if cfg.writer == "beam" else
                           sum(len(s.ranges) for s in plan.shards(num_shards_for(cfg, plan, p.options))),
-                          "features": ", ".join(f"{s.name} {s.dtype} {list(s.shape) if s.shape is not None else '*'}"
+                          "features": ", ".join(f"{printable(s.name)} {s.dtype} {list(s.shape) if s.shape is not None else '*'}"
                                                 f" {s.encoding}" for s in specs)})
     common.print_metrics(counters, meta["num_records"])
     return 0

@@ -40,7 +40,8 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from transforms import beam_io, fileio, metadata, tfrecord
-from transforms.codec import (VLEN_BYTES, FeatureSpec, batch_decodable, check_spec, decode_batch,
+from transforms.codec import (MAX_FEATURES, VLEN_BYTES, FeatureSpec, batch_decodable, check_example_frame,
+                              check_spec, decode_batch,
                               decode_example_lenient, drop_features, encode_columns, feature_key_pattern,
                               infer_feature_specs, normalize_dtype, split_features)
 from transforms.errors import ConfigError, EtlError, RecordError, SchemaError, SourceError
@@ -52,6 +53,7 @@ NAMESPACE = beam_io.NAMESPACE
 MODES = ("rewrite", "sidecar")
 INFER_RECORDS = 1000  # records sampled to infer the features of a collection without metadata
 PROBE_RECORDS = 8  # records --fn is called on in the launcher to learn its outputs' dtypes and shapes
+BATCH_MB = 256  # new values of one batch are kept under this many MB: --batch_size shrinks for big new records
 RESERVED_NAMES = (metadata.METADATA_FILE, metadata.SCHEMA_FILE, MANIFEST_FILE)
 _SCALAR_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                   "float16", "float32", "float64", "bytes", "str")
@@ -115,7 +117,8 @@ def output_name(path: str, compression: str, output_compression: str) -> str:
     return name + tfrecord.SUFFIXES[output_compression]
 
 
-def resolve_input(pattern: str, compression: str = "auto", sample_size: int | None = None
+def resolve_input(pattern: str, compression: str = "auto", sample_size: int | None = None,
+                  max_record_bytes: int | None = None, max_features: int | None = None
                   ) -> tuple[InputCollection, list[bytes]]:
     """Finds the input shards, their compression and features; returns them and a sample of records.
 
@@ -132,7 +135,9 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
 
     Raises:
       ConfigError: a directory without metadata.json. SourceError: nothing matches.
-      SchemaError, RecordError: records that are not tf.train.Example.
+      SchemaError, RecordError: records that are not tf.train.Example, a record over ``max_record_bytes``
+        (default ``tfrecord.record_limit()``), more than ``max_features`` features (default
+        ``codec.MAX_FEATURES``) in a record or in the sample.
     """
     meta, counts = None, {}
     if fileio.is_dir(pattern):
@@ -156,11 +161,12 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
     comps = _compressions(paths, compression, meta)
     shards = tuple(InputShard(i, p, c, fileio.basename(p), counts.get(fileio.basename(p)))
                    for i, (p, c) in enumerate(zip(paths, comps)))
-    sample = read_sample(shards, (sample_size or INFER_RECORDS) if meta is None else PROBE_RECORDS)
+    sample = read_sample(shards, (sample_size or INFER_RECORDS) if meta is None else PROBE_RECORDS,
+                         max_record_bytes)
     if meta is not None:
         return InputCollection(pattern, shards, tuple(meta["features"]), False), sample
     try:
-        specs = infer_feature_specs(sample)
+        specs = infer_feature_specs(sample, max_features)
     except RecordError as e:
         raise _with(e, "the input must hold tf.train.Example records", file=shards[0].path) from None
     except SchemaError as e:
@@ -182,15 +188,15 @@ def _compressions(paths: Sequence[str], compression: str, meta: dict | None) -> 
     return comps
 
 
-def read_sample(shards: Sequence[InputShard], size: int) -> list[bytes]:
-    """Up to ``size`` first records of the collection, in shard order (CRCs checked)."""
+def read_sample(shards: Sequence[InputShard], size: int, max_record_bytes: int | None = None) -> list[bytes]:
+    """Up to ``size`` first records of the collection, in shard order (CRCs and record sizes checked)."""
     sample: list[bytes] = []
     for shard in shards:
         if len(sample) >= size:
             break
         if shard.records == 0:
             continue
-        records = iter_shard(shard)
+        records = iter_shard(shard, max_record_bytes=max_record_bytes)
         sample += [r for _, r in itertools.islice(records, size - len(sample))]
         records.close()
     return sample
@@ -214,20 +220,23 @@ class _TallyReader:
         return True
 
 
-def iter_shard(shard: InputShard, tally: dict | None = None) -> Iterator[tuple[int, bytes]]:
+def iter_shard(shard: InputShard, tally: dict | None = None, max_record_bytes: int | None = None
+               ) -> Iterator[tuple[int, bytes]]:
     """``(record index, record bytes)`` of one input shard, streamed a record at a time, CRCs checked.
 
     With ``tally`` (a dict), sets ``tally["bytes"]`` and ``tally["crc32c"]`` (8 hex digits) of the
     stored (compressed) file bytes once the shard is read to its end.
 
     Raises:
-      RecordError: a truncated or corrupt frame, or the wrong compression (file, record, offset).
+      RecordError: a truncated or corrupt frame, the wrong compression, or a length header over
+        ``max_record_bytes`` (default ``tfrecord.record_limit()``), checked before reading the record
+        (file, record, offset).
     """
     checksum = google_crc32c.Checksum() if tally is not None else None
     with fileio.open_read(shard.path) as raw:
         stream = _TallyReader(raw, checksum)
         for index, _, record in tfrecord.iter_records(tfrecord.open_decompressed(stream, shard.compression),
-                                                      shard.path):
+                                                      shard.path, max_record_bytes=max_record_bytes):
             yield index, record
         while stream.read(1 << 22):  # bytes after the last frame (e.g. a gzip trailer) count too
             pass
@@ -260,7 +269,7 @@ def parse_scalar(text: str, dtype: str, where: str = "") -> np.ndarray | bytes:
     """
     at = f"{where}: " if where else ""
     if dtype in ("bytes", "str", VLEN_BYTES):
-        return text.encode("utf-8")
+        return _utf8(text, at)
     try:
         dt = np.dtype(dtype)
     except TypeError:
@@ -304,7 +313,16 @@ def parse_constant(name: str, text: str) -> np.ndarray | bytes:
             return parse_scalar(value, kind, where)
         except ConfigError:
             pass
-    return value.encode("utf-8")
+    return _utf8(value, f"{where}: ")
+
+
+def _utf8(text: str, at: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ConfigError(f"{at}{text!r} holds code point U+{ord(text[e.start]):04X} (a lone surrogate, e.g. from "
+                          "bytes that are not UTF-8 on the command line), which has no UTF-8 form",
+                          hint="give the value as valid UTF-8 text") from None
 
 
 def load_function(spec: str) -> Callable:
@@ -335,7 +353,12 @@ def _bytes_objects(arr: np.ndarray, name: str) -> np.ndarray:
     out = np.empty(arr.shape, dtype=object)
     for idx, v in np.ndenumerate(arr):
         if isinstance(v, str):
-            out[idx] = v.encode("utf-8")
+            try:
+                out[idx] = v.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise SchemaError(f"New feature '{name}' holds code point U+{ord(v[e.start]):04X} (a lone "
+                                  "surrogate), which is not valid Unicode and has no UTF-8 form", feature=name,
+                                  hint="return valid str values, or bytes") from None
         elif isinstance(v, (bytes, np.bytes_)):
             out[idx] = bytes(v)
         else:
@@ -375,7 +398,33 @@ def _call(fn: Callable, fn_name: str, inputs: dict, file: str, record) -> Mappin
     if not isinstance(out, Mapping):
         raise SchemaError(f"--fn {fn_name} returned a {type(out).__name__}, expected a dict of arrays",
                           file=file, record=record)
+    bad = [k for k in out if not isinstance(k, str)]
+    if bad:
+        key = bad[0]
+        twin = [k for k in out if k is not key and str(k) == str(key)]
+        what = f"keys {key!r} and {twin[0]!r}, which name the same feature" if twin else \
+            f"key {key!r} ({type(key).__name__})"
+        raise SchemaError(f"--fn {fn_name} returned {what}; feature names must be str", file=file, record=record,
+                          feature=str(key), hint="return {str name: array} with distinct names")
     return out
+
+
+def value_bytes(value) -> int:
+    """Bytes a new value holds: ``nbytes`` of a numeric array, the total length of bytes/str values."""
+    if isinstance(value, (bytes, str)):
+        return len(value)
+    arr = np.asarray(value)
+    if arr.dtype == object:
+        return sum(len(v) if isinstance(v, (bytes, str)) else 8 for v in arr.reshape(-1).tolist())
+    return int(arr.nbytes)
+
+
+def check_new_size(size: int, limit: int | None, fn_name: str, file: str, record) -> None:
+    """Raises RecordError when the new values of one record (``size`` bytes) are over ``limit``."""
+    if limit is not None and size > limit:
+        raise RecordError(f"--fn {fn_name} returned {size} bytes ({size / 2**20:.1f} MB) for one record, over the "
+                          f"record size limit of {limit} bytes (--max_record_mb {limit / 2**20:g})", file=file,
+                          record=record, size=size, hint="return smaller values, or raise --max_record_mb")
 
 
 def decode_record(specs: Sequence[FeatureSpec], record: bytes, file: str, index: int) -> dict[str, np.ndarray]:
@@ -402,7 +451,7 @@ def decode_inputs(specs: Sequence[FeatureSpec], records: Sequence[bytes], file: 
 
 
 def fn_columns(fn: Callable, fn_name: str, specs: Sequence[FeatureSpec], records: Sequence[bytes], batched: bool,
-               file: str, first: int) -> dict[str, np.ndarray]:
+               file: str, first: int, max_record_bytes: int | None = None) -> dict[str, np.ndarray]:
     """The new columns ``{name: (rows, *shape)}`` that ``fn`` computes for a batch of records.
 
     Only the features in ``specs`` are decoded (``codec.decode_example_lenient``). Per example
@@ -411,8 +460,10 @@ def fn_columns(fn: Callable, fn_name: str, specs: Sequence[FeatureSpec], records
     axis of ``len(records)`` and returns arrays with that leading length.
 
     Raises:
-      RecordError: a record cannot be decoded, or ``fn`` raised (naming the file and record index).
-      SchemaError: outputs of different keys, shapes or dtypes between examples; a wrong batch length.
+      RecordError: a record cannot be decoded, ``fn`` raised, or its values for one record are over
+        ``max_record_bytes`` (checked as each record's values come back; naming the file and record index).
+      SchemaError: outputs of different keys, shapes or dtypes between examples; a wrong batch length;
+        a key that is not a str (``1`` and ``"1"`` would name one feature).
     """
     n = len(records)
     stacked = decode_inputs(specs, records, file, first)
@@ -431,6 +482,8 @@ def fn_columns(fn: Callable, fn_name: str, specs: Sequence[FeatureSpec], records
                                       "it cannot be stacked", file=file, record=f"{first}-{first + n - 1}",
                                       hint="use a per-example --fn (without --fn_batch)") from None
         out = _call(fn, fn_name, stacked, file, f"{first}-{first + n - 1}")
+        check_new_size(sum(value_bytes(v) for v in out.values()) // max(n, 1), max_record_bytes, fn_name, file,
+                       f"{first}-{first + n - 1}")
         columns = {}
         for name, value in out.items():
             arr = np.asarray(value)
@@ -439,7 +492,10 @@ def fn_columns(fn: Callable, fn_name: str, specs: Sequence[FeatureSpec], records
                                   f"axis of {n} (one value per record)", file=file, record=f"{first}-{first + n - 1}")
             columns[str(name)] = _column(name, arr)
         return columns
-    outs = [_call(fn, fn_name, x, file, first + i) for i, x in enumerate(inputs)]
+    outs = []
+    for i, x in enumerate(inputs):
+        outs.append(_call(fn, fn_name, x, file, first + i))
+        check_new_size(sum(value_bytes(v) for v in outs[-1].values()), max_record_bytes, fn_name, file, first + i)
     names = list(outs[0])
     columns = {}
     for name in names:
@@ -656,6 +712,8 @@ class AugmentPlan:
     allow_lossy: tuple[str, ...] = ()
     batch_size: int = 4096
     options: dict = dataclasses.field(default_factory=dict)
+    max_record_bytes: int = dataclasses.field(default_factory=tfrecord.record_limit)
+    max_features: int = MAX_FEATURES
 
     @property
     def output_specs(self) -> tuple[FeatureSpec, ...]:
@@ -684,7 +742,21 @@ class BatchAugmenter:
         self._patterns = tuple(feature_key_pattern(k) for k in sorted(self._new_keys | self._drop))
 
     def prepare(self, record: bytes, file: str, index: int) -> bytes:
-        """The old record, checked for name clashes, with the replaced features removed."""
+        """The old record, checked to be framed as a tf.train.Example (every record, not only the sampled
+        ones: ``codec.check_example_frame``, values not decoded) and for name clashes, with the replaced
+        features removed.
+
+        Raises:
+          RecordError: not a tf.train.Example, or more than ``plan.max_features`` features (file, record).
+          SchemaError: a new feature's name is already in the record.
+        """
+        try:
+            check_example_frame(record, self.plan.max_features)
+        except RecordError as e:
+            raise RecordError(f"Input record is not a tf.train.Example: {e.message}", file=file, record=index,
+                              payload_offset=e.context.get("offset"),
+                              hint=e.hint or "augment reads tf.train.Example records only; remove or fix this "
+                              "record") from None
         if not any(p in record for p in self._patterns):  # fast path: no parse
             return record
         try:
@@ -705,7 +777,8 @@ class BatchAugmenter:
         if plan.fn:
             if self._fn is None:
                 self._fn = load_function(plan.fn)
-            columns.update(fn_columns(self._fn, plan.fn, plan.fn_specs, records, plan.fn_batch, file, first))
+            columns.update(fn_columns(self._fn, plan.fn, plan.fn_specs, records, plan.fn_batch, file, first,
+                                      plan.max_record_bytes))
         columns.update(join_columns or {})
         for name, value in plan.constants:
             if isinstance(value, bytes):
@@ -741,9 +814,22 @@ class BatchAugmenter:
         except EtlError as e:
             raise _with(e, "a new feature keeps the dtype and shape of the first records (see the metadata)",
                         file=file, record=f"{first}-{first + n - 1}") from None
+        self._check_sizes(encoded, prepared, file, first)
         if plan.mode == "sidecar":
             return encoded
         return [old + new for old, new in zip(prepared, encoded.records())]
+
+    def _check_sizes(self, encoded, prepared: Sequence[bytes], file: str, first: int) -> None:
+        """Raises RecordError naming the record when an output record is over ``plan.max_record_bytes``."""
+        limit, width = self.plan.max_record_bytes, encoded.width
+        tails = encoded.tails or [b""] * encoded.num_rows
+        old = prepared if self.plan.mode == "rewrite" else [b""] * encoded.num_rows
+        for i, (tail, rec) in enumerate(zip(tails, old)):
+            size = width + len(tail) + len(rec)
+            if size > limit:
+                raise RecordError(f"Output record of {size} bytes ({size / 2**20:.1f} MB) is over the record size "
+                                  f"limit of {limit} bytes (--max_record_mb {limit / 2**20:g})", file=file,
+                                  record=first + i, size=size, hint="raise --max_record_mb, or add smaller values")
 
 
 def check_output_location(output_dir: str, paths: Iterable[str]) -> None:
@@ -815,7 +901,9 @@ def plan_augment(cfg) -> AugmentPlan:
       ConfigError, SourceError, SchemaError, RecordError.
     """
     _check_options(cfg)
-    collection, sample = resolve_input(cfg.input, cfg.compression)
+    max_record_bytes = tfrecord.record_limit(getattr(cfg, "max_record_mb", None))
+    max_features = getattr(cfg, "max_features", None) or MAX_FEATURES
+    collection, sample = resolve_input(cfg.input, cfg.compression, None, max_record_bytes, max_features)
     comps = collection.compressions
     if cfg.output_compression is None and len(comps) > 1:
         raise ConfigError(f"The input shards use several compressions {sorted(comps)}",
@@ -846,7 +934,14 @@ def plan_augment(cfg) -> AugmentPlan:
         if not sample:
             raise ConfigError("The input holds no record, so --fn cannot be probed for its outputs", file=cfg.input)
         probe = sample[:PROBE_RECORDS]
-        columns = fn_columns(load_function(cfg.fn), cfg.fn, fn_specs, probe, cfg.fn_batch, shards[0].path, 0)
+        for i, record in enumerate(probe):
+            try:
+                check_example_frame(record, max_features)
+            except RecordError as e:
+                raise RecordError(f"Input record is not a tf.train.Example: {e.message}", file=shards[0].path,
+                                  record=i, hint=e.hint) from None
+        columns = fn_columns(load_function(cfg.fn), cfg.fn, fn_specs, probe, cfg.fn_batch, shards[0].path, 0,
+                             max_record_bytes)
         if not columns:
             raise SchemaError(f"--fn {cfg.fn} returned no feature", hint="return {new name: array}")
         new_specs += [spec_of(n, c, cfg.encoding, cfg.allow_lossy) for n, c in columns.items()]
@@ -888,9 +983,16 @@ def plan_augment(cfg) -> AugmentPlan:
                               "record, in shard order")
         offsets = np.concatenate([[0], np.cumsum([s.records for s in shards])])
         shards = tuple(dataclasses.replace(s, offset=int(o)) for s, o in zip(shards, offsets))
+    batch_size = cfg.batch_size
+    if cfg.fn and columns:  # big new values: fewer records per batch, so a batch's values stay under BATCH_MB
+        per_record = max(1, sum(value_bytes(c) for c in columns.values()) // max(1, len(probe)))
+        batch_size = max(1, min(batch_size, (BATCH_MB << 20) // per_record))
+        if batch_size < cfg.batch_size:
+            log.info("--fn returns about %d bytes per record: batches of %d records", per_record, batch_size)
     plan = AugmentPlan(dataclasses.replace(collection, shards=shards), cfg.output_dir, cfg.mode, out_comp,
                        tuple(new_specs), cfg.fn, fn_specs, cfg.fn_batch, constants, join, tuple(cfg.replace_fields),
-                       tuple(drop_keys), tuple(cfg.allow_lossy), cfg.batch_size, cfg.model_dump())
+                       tuple(drop_keys), tuple(cfg.allow_lossy), batch_size, cfg.model_dump(), max_record_bytes,
+                       max_features)
     metadata.check_unique(plan.output_specs)
     return plan
 
@@ -899,9 +1001,9 @@ def plan_augment(cfg) -> AugmentPlan:
 # Beam: DoFns and PTransforms
 # ----------------------------------------------------------------------------------------------
 
-def count_records(shard: InputShard) -> tuple[int, int]:
-    """``(shard index, record count)``, by walking the shard's frames (CRCs checked)."""
-    return shard.index, sum(1 for _ in iter_shard(shard))
+def count_records(shard: InputShard, max_record_bytes: int | None = None) -> tuple[int, int]:
+    """``(shard index, record count)``, by walking the shard's frames (CRCs and record sizes checked)."""
+    return shard.index, sum(1 for _ in iter_shard(shard, max_record_bytes=max_record_bytes))
 
 
 def plan_offsets(counts: Sequence[tuple[int, int]], num_rows: int, pattern: str, join_pattern: str) -> dict:
@@ -923,12 +1025,12 @@ def plan_offsets(counts: Sequence[tuple[int, int]], num_rows: int, pattern: str,
 class ExtractKeysFn(beam.DoFn):
     """Streams one input shard: ``(key, (shard index, record index))`` per record (key join)."""
 
-    def __init__(self, key_spec: FeatureSpec, batch_size: int = 4096):
-        self._spec, self._batch_size = key_spec, batch_size
+    def __init__(self, key_spec: FeatureSpec, batch_size: int = 4096, max_record_bytes: int | None = None):
+        self._spec, self._batch_size, self._max = key_spec, batch_size, max_record_bytes
 
     def process(self, shard: InputShard):
         specs, name = [self._spec], self._spec.name
-        for first, records in batches(iter_shard(shard), self._batch_size):
+        for first, records in batches(iter_shard(shard, max_record_bytes=self._max), self._batch_size):
             decoded = decode_inputs(specs, records, shard.path, first)
             values = decoded[name] if decoded is not None else \
                 [decode_record(specs, r, shard.path, first + i)[name] for i, r in enumerate(records)]
@@ -1026,7 +1128,7 @@ class AugmentShardFn(beam.DoFn):
         try:
             with fileio.open_write(temp) as raw:
                 writer = tfrecord.ShardWriter(raw, plan.output_compression)
-                for first, records in batches(iter_shard(shard, tally), plan.batch_size):
+                for first, records in batches(iter_shard(shard, tally, plan.max_record_bytes), plan.batch_size):
                     join_columns = self._join_columns(shard, first, len(records), offset, joined)
                     out = self._augmenter.augment(records, shard.path, first, join_columns)
                     if isinstance(out, list):
@@ -1099,7 +1201,7 @@ class AugmentShards(beam.PTransform):
             paths = {s.index: s.path for s in plan.collection.shards}
             keys = (shards
                     | "SpreadShards" >> beam.Reshuffle()
-                    | "ExtractKeys" >> beam.ParDo(ExtractKeysFn(join.key_spec, plan.batch_size)))
+                    | "ExtractKeys" >> beam.ParDo(ExtractKeysFn(join.key_spec, plan.batch_size, plan.max_record_bytes)))
             rows = (pbegin
                     | "CreateJoinRanges" >> beam.Create(list(join.ranges))
                     | "SpreadJoinRanges" >> beam.Reshuffle()
@@ -1114,7 +1216,7 @@ class AugmentShards(beam.PTransform):
         if join is None or all(s.offset is not None for s in plan.collection.shards):
             return spread | "AugmentShard" >> beam.ParDo(augment)
         offsets = (spread
-                   | "CountRecords" >> beam.Map(count_records)
+                   | "CountRecords" >> beam.Map(count_records, plan.max_record_bytes)
                    | "CollectCounts" >> beam.combiners.ToList()
                    | "PlanOffsets" >> beam.Map(plan_offsets, join.num_rows, plan.collection.pattern, join.pattern))
         return spread | "AugmentShard" >> beam.ParDo(augment, offsets=beam.pvalue.AsSingleton(offsets))

@@ -33,6 +33,7 @@ from transforms.errors import RecordError, SchemaError
 ENCODINGS = ("tensor", "list")
 VLEN_BYTES = "bytes"  # dtype marker of variable-length byte strings (h5py vlen strings, file keys)
 MAX_RECORD_BYTES = 2**31 - 1  # protobuf's hard limit on one message
+MAX_FEATURES = 10_000  # default limit on the features of one Example, and on the distinct names inferred (--max_features)
 
 _FLOAT_KINDS = {"<f2", "<f4"}
 _LOSSY_LIST_CASTS = {"<u8": "uint64 -> int64", "<f8": "float64 -> float32"}
@@ -291,6 +292,8 @@ def _fixed_entry(spec: FeatureSpec, column, num_rows: int):
         raise SchemaError(f"Feature '{spec.name}': rows of shape {arr.shape[1:]} (batch {arr.shape}), expected {want}")
     if normalize_dtype(arr.dtype, spec.name) != spec.dtype:
         raise SchemaError(f"Feature '{spec.name}': dtype {arr.dtype}, expected {spec.dtype}")
+    if dt.kind == "U":
+        check_unicode(spec.name, arr)
     if spec.encoding == "list" and dt.kind in "biuMm":
         data = _fixed_width_varints(arr.reshape(num_rows, -1), dt)
     else:
@@ -358,13 +361,19 @@ def _encode_column(spec: FeatureSpec, column, num_rows: int):
     if len(rows) != num_rows:
         raise SchemaError(f"Feature '{spec.name}': {len(rows)} rows, expected {num_rows}")
     if spec.dtype == VLEN_BYTES:
-        yield spec.name, _bytes_lists([[_as_bytes(v) for v in np.asarray(r, dtype=object).ravel()] for r in rows])
+        yield spec.name, _bytes_lists([[_as_bytes(v, spec.name, i) for v in np.asarray(r, dtype=object).ravel()]
+                                       for i, r in enumerate(rows)])
         if not spec.is_fixed:
             yield f"{spec.name}/shape", _int_lists([np.shape(r) for r in rows])
         return
     arrs = [np.asarray(r) for r in rows]
-    for r in arrs:
+    for i, r in enumerate(arrs):
         _check_row(spec, r)
+        if r.dtype.kind == "U":
+            try:
+                check_unicode(spec.name, r.reshape(1, -1))
+            except SchemaError as e:
+                raise SchemaError(e.message, hint=e.hint, feature=spec.name, batch_row=i) from None
     if spec.encoding == "tensor":
         yield spec.name, _bytes_lists([[to_little_endian(r).tobytes()] for r in arrs])
     else:
@@ -385,8 +394,42 @@ def _check_row(spec: FeatureSpec, row: np.ndarray) -> None:
         raise SchemaError(f"Feature '{spec.name}': dtype {row.dtype}, expected {spec.dtype}")
 
 
-def _as_bytes(v) -> bytes:
-    return v.encode("utf-8") if isinstance(v, str) else bytes(v)
+def _as_bytes(v, name: str | None = None, row: int | None = None) -> bytes:
+    """``v`` as bytes (str as UTF-8). Raises SchemaError for a str with no UTF-8 form (a lone surrogate)."""
+    if isinstance(v, str):
+        try:
+            return v.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise _not_unicode(name, row, ord(v[e.start])) from None
+    return bytes(v)
+
+
+def _not_unicode(name: str | None, row: int | None, code: int) -> SchemaError:
+    what = "a lone surrogate" if 0xD800 <= code <= 0xDFFF else "above U+10FFFF"
+    return SchemaError(f"Feature '{name}' holds code point U+{code:04X} ({what}), which is not valid Unicode and has "
+                       "no UTF-8 form", feature=name, batch_row=row,
+                       hint="clean the strings, or store them as bytes (an 'S' dtype)")
+
+
+def check_unicode(name: str, values: np.ndarray, lengths: np.ndarray | None = None) -> None:
+    """Raises SchemaError (naming the feature and the batch row) when a ``'U'`` array holds a code point
+    that is a lone surrogate or above U+10FFFF (NumPy stores any 32-bit value; UTF-8 cannot).
+
+    ``values``: ``(rows, ...)`` array, or a flat array of all rows' elements with per-row ``lengths``.
+    """
+    if values.dtype.kind != "U" or values.size == 0:
+        return
+    codes = to_little_endian(values).view("<u4").reshape(-1)
+    bad = np.flatnonzero((codes > 0x10FFFF) | ((codes >= 0xD800) & (codes <= 0xDFFF)))
+    if not bad.size:
+        return
+    chars = values.dtype.itemsize // 4
+    element = int(bad[0]) // chars
+    if lengths is None:
+        row = element // max(1, values.size // max(1, values.shape[0])) if values.ndim > 1 else element
+    else:
+        row = int(np.searchsorted(np.cumsum(lengths), element, side="right"))
+    raise _not_unicode(name, row, int(codes[bad[0]]))
 
 
 def _offsets(lengths: np.ndarray) -> pa.Array:
@@ -418,6 +461,7 @@ def _fixed_tensor_column(arr: np.ndarray, num_rows: int) -> pa.Array:
 
 def _list_column(spec: FeatureSpec, values: np.ndarray, size: int | None, lengths=None) -> pa.Array:
     """A list array of the native list form of ``values`` (rows x size, or flat with ``lengths``)."""
+    check_unicode(spec.name, values, lengths)
     if lengths is None:
         lengths = np.full(values.shape[0], size, dtype=np.int64)
     flat = values.reshape(-1)
@@ -489,17 +533,18 @@ def _fields(buf: bytes, pos: int, end: int):
         yield field, wire, value
 
 
-def split_features(record: bytes) -> dict[str, tuple[int, int]]:
+def split_features(record: bytes, max_features: int | None = None) -> dict[str, tuple[int, int]]:
     """Maps each feature name of a serialized Example to the (start, stop) byte slice of its Feature.
 
     Later entries win, as in protobuf's map merge (so concatenated Examples behave like TensorFlow's
     parser, which keeps the last value of a repeated key).
 
     Raises:
-      RecordError: the bytes are not a tf.train.Example (with the byte offset).
+      RecordError: the bytes are not a tf.train.Example (with the byte offset), or it holds more than
+        ``max_features`` (default :data:`MAX_FEATURES`) feature entries.
     """
     out: dict[str, tuple[int, int]] = {}
-    for _, entry in split_feature_entries(record):
+    for _, entry in split_feature_entries(record, max_features):
         key, value = None, (0, 0)
         for field, wire, val in _fields(record, entry[0], entry[1]):
             if field == 1 and wire == 2:
@@ -515,8 +560,16 @@ def split_features(record: bytes) -> dict[str, tuple[int, int]]:
     return out
 
 
-def split_feature_entries(record: bytes) -> list[tuple[str | None, tuple[int, int]]]:
-    """The (name placeholder, byte slice) of every ``Features.feature`` map entry, in order."""
+def split_feature_entries(record: bytes, max_features: int | None = None) -> list[tuple[str | None, tuple[int, int]]]:
+    """The (name placeholder, byte slice) of every ``Features.feature`` map entry, in order.
+
+    Checks the Example's and the Features' framing (field numbers, wire types, lengths), not the values.
+
+    Raises:
+      RecordError: not a tf.train.Example, or more than ``max_features`` (default :data:`MAX_FEATURES`)
+        entries, counted while parsing (the error comes before the rest of the record is walked).
+    """
+    limit = MAX_FEATURES if max_features is None else max_features
     entries = []
     for field, wire, val in _fields(record, 0, len(record)):
         if field != 1 or wire != 2:
@@ -525,7 +578,21 @@ def split_feature_entries(record: bytes) -> list[tuple[str | None, tuple[int, in
             if f2 != 1 or w2 != 2:
                 raise RecordError(f"Unexpected field {f2} in tf.train.Features", offset=val[0])
             entries.append((None, v2))
+            if len(entries) > limit:
+                raise too_many_features(limit, offset=v2[0])
     return entries
+
+
+def too_many_features(limit: int, **context) -> RecordError:
+    """The RecordError of an Example (or a collection) with more than ``limit`` features."""
+    return RecordError(f"More than {limit} features (the feature limit, --max_features {limit})",
+                       hint="raise --max_features if the data is trusted", **context)
+
+
+def check_example_frame(record: bytes, max_features: int | None = None) -> int:
+    """Checks that ``record`` is framed as a tf.train.Example (see :func:`split_feature_entries`) and
+    returns its number of feature entries; cheap (no value is decoded). Raises RecordError."""
+    return len(split_feature_entries(record, max_features))
 
 
 def entry_name(record: bytes, entry: tuple[int, int]) -> str:
@@ -614,12 +681,15 @@ def _decode_varints(data: bytes, offset: int = 0) -> np.ndarray:
     return np.add.reduceat(parts, starts).view(np.int64)
 
 
-def parse_example(record: bytes) -> dict[str, tuple[str | None, object]]:
-    """Decodes a whole serialized Example to ``{name: (kind, values)}`` (see decode_feature)."""
-    return {name: decode_feature(record, span) for name, span in split_features(record).items()}
+def parse_example(record: bytes, max_features: int | None = None) -> dict[str, tuple[str | None, object]]:
+    """Decodes a whole serialized Example to ``{name: (kind, values)}`` (see decode_feature).
+
+    Raises RecordError: not an Example, or more than ``max_features`` features (see split_features)."""
+    return {name: decode_feature(record, span) for name, span in split_features(record, max_features).items()}
 
 
-def decode_example(record: bytes, specs: Sequence[FeatureSpec]) -> dict[str, np.ndarray]:
+def decode_example(record: bytes, specs: Sequence[FeatureSpec], max_features: int | None = None
+                   ) -> dict[str, np.ndarray]:
     """Decodes the features in ``specs`` to NumPy arrays with their recorded dtype and shape.
 
     Little-endian arrays come back for every dtype (values equal to the source's, whatever its byte
@@ -627,9 +697,10 @@ def decode_example(record: bytes, specs: Sequence[FeatureSpec]) -> dict[str, np.
     not decoded.
 
     Raises:
-      RecordError: a feature is missing, has the wrong kind, or its size does not match the shape.
+      RecordError: a feature is missing, has the wrong kind, or its size does not match the shape; more
+        than ``max_features`` (default :data:`MAX_FEATURES`) features in the record.
     """
-    spans = split_features(record)
+    spans = split_features(record, max_features)
     return {spec.name: _decode_spec(record, spans, spec) for spec in specs}
 
 
@@ -705,53 +776,62 @@ def _decode_spec(record: bytes, spans, spec: FeatureSpec) -> np.ndarray:
 _KIND_DTYPES = {"int64": "<i8", "float": "<f4", "bytes": VLEN_BYTES}
 
 
-def infer_feature_specs(records: Iterable[bytes]) -> tuple[FeatureSpec, ...]:
+def infer_feature_specs(records: Iterable[bytes], max_features: int | None = None) -> tuple[FeatureSpec, ...]:
     """Infers the features of serialized Examples that came without metadata (TFX, TFDS, tf.io writers).
 
     Each feature becomes a ``list`` spec of its native kind: ``int64_list`` -> ``'<i8'``, ``float_list``
     -> ``'<f4'``, ``bytes_list`` -> ``'bytes'``; shape ``(n,)`` when every sampled record holds exactly
     ``n`` values of it, else ``(None,)`` (a record without the feature, or with a Feature whose kind is
     not set, as some TFX Examples carry, counts as 0 values). A feature whose kind is never set is a
-    ``'bytes'`` ``(None,)`` feature. Order: first seen.
+    ``'bytes'`` ``(None,)`` feature. Order: first seen. Time and memory are linear in the entries read.
 
     Args:
       records: serialized ``tf.train.Example`` byte strings (a sample, e.g. a shard's first 1000).
+      max_features: limit on the features of one record and on the distinct names of all records
+        (default :data:`MAX_FEATURES`).
 
     Raises:
       SchemaError: a feature holds different kinds in different records.
-      RecordError: a record is not a tf.train.Example (with the record index and byte offset).
+      RecordError: a record is not a tf.train.Example (with the record index and byte offset), or more
+        than ``max_features`` features (in one record, or distinct names in all).
     """
+    limit = MAX_FEATURES if max_features is None else max_features
     kinds: dict[str, set] = {}
-    lengths: dict[str, list[int]] = {}
+    lengths: dict[str, set] = {}
+    present: dict[str, int] = {}
     total = 0
     for i, record in enumerate(records):
         try:
-            parsed = parse_example(record)
+            parsed = parse_example(record, limit)
         except RecordError as e:
-            raise RecordError(f"Cannot infer the features: {e}", record=i) from None
+            raise RecordError(f"Cannot infer the features: {e.message}", hint=e.hint, record=i,
+                              payload_offset=e.context.get("offset")) from None
         for name, (kind, values) in parsed.items():
-            kinds.setdefault(name, set())
-            lengths.setdefault(name, [0] * total)
+            if name not in kinds:
+                if len(kinds) >= limit:
+                    raise too_many_features(limit, record=i)
+                kinds[name], lengths[name], present[name] = set(), set(), 0
+                if total:
+                    lengths[name].add(0)  # absent from the earlier records
             if kind is not None:
                 kinds[name].add(kind)
-            lengths[name].append(len(values))
+            lengths[name].add(len(values))
+            present[name] += 1
         total += 1
-        for name, seen in lengths.items():
-            if len(seen) < total:
-                seen.append(0)
     specs = []
     for name, found in kinds.items():
         if len(found) > 1:
             raise SchemaError(f"Feature '{name}' holds {' and '.join(sorted(found))} lists in different records",
                               feature=name, hint="one feature must have one kind in every record")
         dtype = _KIND_DTYPES[next(iter(found))] if found else VLEN_BYTES
-        counts = set(lengths[name])
+        counts = lengths[name] | ({0} if present[name] < total else set())
         shape = (counts.pop(),) if len(counts) == 1 and found else (None,)
         specs.append(FeatureSpec(name, dtype, shape, "list"))
     return tuple(specs)
 
 
-def decode_example_lenient(record: bytes, specs: Sequence[FeatureSpec]) -> dict[str, np.ndarray]:
+def decode_example_lenient(record: bytes, specs: Sequence[FeatureSpec], max_features: int | None = None
+                           ) -> dict[str, np.ndarray]:
     """Like :func:`decode_example`, but also decodes variable-length native lists of foreign Examples.
 
     A ``list`` spec of shape ``(None,)`` whose ``<name>/shape`` companion is absent (an Example written
@@ -760,9 +840,10 @@ def decode_example_lenient(record: bytes, specs: Sequence[FeatureSpec]) -> dict[
     with no kind set decodes to an empty array. Every other spec decodes exactly as decode_example.
 
     Raises:
-      RecordError: a feature is missing, has the wrong kind, or its size does not match the shape.
+      RecordError: a feature is missing, has the wrong kind, or its size does not match the shape; more
+        than ``max_features`` (default :data:`MAX_FEATURES`) features in the record.
     """
-    spans = split_features(record)
+    spans = split_features(record, max_features)
     out = {}
     for spec in specs:
         if spec.encoding == "list" and spec.shape == (None,) and f"{spec.name}/shape" not in spans:

@@ -6,10 +6,22 @@ record index, byte offset) as attributes and in the message, plus a hint of what
 from __future__ import annotations
 
 
+def printable(text) -> str:
+    """``text`` safe to print on one terminal line: every non-printable character (ANSI escapes, newlines,
+    other control and format characters, lone surrogates) is written as its Python escape (``\\x1b``,
+    ``\\n``, ``\\u202e``, ``\\ud800``); printable text is returned unchanged."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class EtlError(Exception):
     """Base class. ``context`` holds where it happened (file, dataset, rows, record, offset, feature)."""
 
     def __init__(self, message: str, *, hint: str | None = None, **context):
+        message = printable(message)  # names in messages (features, datasets, files) never print raw escapes
+        hint = None if hint is None else printable(hint)
         self.message = message
         self.context = {k: v for k, v in context.items() if v is not None}
         self.hint = hint

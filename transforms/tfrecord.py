@@ -198,10 +198,25 @@ class ShardWriter:
 
 _READ_ERRORS = (OSError, EOFError, zlib.error, MemoryError, OverflowError)
 READ_CHUNK = 1 << 22  # bytes read at a time by iter_records (4 MiB)
+MAX_RECORD_MB = 1024.0  # default limit on one record's length header (--max_record_mb); protobuf's own is 2 GB
+
+
+def record_limit(max_record_mb: float | None = None) -> int:
+    """The record size limit in bytes of ``max_record_mb`` (MiB; None: :data:`MAX_RECORD_MB`)."""
+    return int((MAX_RECORD_MB if max_record_mb is None else max_record_mb) * 2**20)
+
+
+def check_record_size(size: int, limit: int, **context) -> None:
+    """Raises RecordError when a record of ``size`` bytes is over ``limit`` bytes (``context``: file, record...)."""
+    if size > limit:
+        raise RecordError(f"Record of {size} bytes ({size / 2**20:.1f} MB) is over the record size limit of "
+                          f"{limit} bytes (--max_record_mb {limit / 2**20:g})",
+                          hint="raise --max_record_mb if the file is trusted (protobuf's own limit is 2 GB)",
+                          **context)
 
 
 def iter_records(stream: BinaryIO, path: str = "<stream>", check_crc: bool = True,
-                 chunk: int = READ_CHUNK) -> Iterator[tuple[int, int, bytes]]:
+                 chunk: int = READ_CHUNK, max_record_bytes: int | None = None) -> Iterator[tuple[int, int, bytes]]:
     """Yields ``(record index, byte offset, record bytes)`` for each frame of an uncompressed stream.
 
     Offsets count bytes of the decompressed stream. The stream is read ``chunk`` bytes at a time (a
@@ -209,9 +224,15 @@ def iter_records(stream: BinaryIO, path: str = "<stream>", check_crc: bool = Tru
     cost per record is two C CRC calls and a slice, not several ``read`` calls; the stream is read
     past the last frame it yields.
 
+    Each length header is checked against ``max_record_bytes`` (default :func:`record_limit`, 1024 MB)
+    before its record is read or decompressed, so a header that lies (a huge length over a short or
+    compressed body) costs no memory.
+
     Raises:
-      RecordError: a truncated frame or a CRC mismatch, naming the file, record index and byte offset.
+      RecordError: a truncated frame, a CRC mismatch, or a record over the size limit, naming the file,
+        record index and byte offset.
     """
+    limit = record_limit() if max_record_bytes is None else max_record_bytes
     buf, pos, index, offset, eof = b"", 0, 0, 0, False
     unpack_header, unpack_crc, value = _HEADER.unpack_from, _CRC.unpack_from, google_crc32c.value
     checked_header = None  # the last header whose length CRC matched (records often share a length)
@@ -249,6 +270,8 @@ def iter_records(stream: BinaryIO, path: str = "<stream>", check_crc: bool = Tru
                                   record=index, offset=offset,
                                   hint="check the compression (gzip/zlib/none) of this file")
             checked_header = header
+        if length > limit:
+            check_record_size(length, limit, file=path, record=index, offset=offset)
         end = pos + 12 + length
         if len(buf) < end + 4:
             try:
