@@ -1,6 +1,7 @@
 """Summarize an output directory: features, shards, counts, sizes, compression, one decoded example.
 
     python -m pipelines.inspect OUTPUT_DIR_OR_PATTERN [--tf_read] [--json] [--sample_records N]
+        [--max_record_mb MB] [--max_features N]
 
 ``--tf_read`` also reads every shard back with plain tf.data + tf.io.parse_example and checks the
 record counts against the metadata.
@@ -22,21 +23,27 @@ import json
 import numpy as np
 
 from pipelines import common
-from transforms import fileio, metadata, reader
-from transforms.errors import RecordError
+from transforms import codec, fileio, metadata, reader, tfrecord
+from transforms.errors import ConfigError, RecordError, printable
 
 
-def summarize(output_dir: str, tf_read: bool = False, sample_records: int = 1000) -> dict:
+def summarize(output_dir: str, tf_read: bool = False, sample_records: int = 1000,
+              max_record_bytes: int | None = None, max_features: int | None = None) -> dict:
     """The summary of an output directory, or of TFRecord files without metadata (see :func:`summarize_files`).
+
+    ``max_record_bytes`` / ``max_features``: limits on one record's length header (checked before it is
+    read; default ``tfrecord.record_limit()``, 1024 MB) and on its features and the distinct names
+    inferred (default ``codec.MAX_FEATURES``, 10,000).
 
     Raises:
       IncompleteOutputError: a directory with tfrecord-etl traces but no metadata.json.
-      RecordError: a corrupt record, or (``tf_read``) tf.data reading another count than the metadata.
+      RecordError: a corrupt record, a record over a limit, or (``tf_read``) tf.data reading another count
+        than the metadata.
     """
     if not _has_metadata(output_dir):
-        return summarize_files(output_dir, tf_read, sample_records)
+        return summarize_files(output_dir, tf_read, sample_records, max_record_bytes, max_features)
     meta = metadata.load(output_dir)
-    sample = next(reader.iter_numpy(output_dir), None)
+    sample = next(reader.iter_numpy(output_dir, None, max_record_bytes, max_features), None)
     out = {
         "output_dir": output_dir,
         "num_records": meta["num_records"],
@@ -68,7 +75,8 @@ def _has_metadata(target: str) -> bool:
     return False
 
 
-def summarize_files(pattern: str, tf_read: bool = False, sample_records: int = 1000) -> dict:
+def summarize_files(pattern: str, tf_read: bool = False, sample_records: int = 1000,
+                    max_record_bytes: int | None = None, max_features: int | None = None) -> dict:
     """The summary of TFRecord files without metadata: a file, a glob, or a directory of them.
 
     Every record is counted (framing and CRCs checked); the features are inferred from the first
@@ -76,23 +84,25 @@ def summarize_files(pattern: str, tf_read: bool = False, sample_records: int = 1
     decoded with them. ``compression`` is the files' compression, ``mixed`` when it differs between them.
 
     Raises:
-      SourceError: nothing matches. RecordError: a corrupt frame, or a record that is not a
-      tf.train.Example (file, record index, byte offset). SchemaError: a feature with two list kinds.
+      SourceError: nothing matches, or a match is not a regular file (a FIFO or device is never opened).
+      RecordError: a corrupt frame, a record over ``max_record_bytes``, a record that is not a
+      tf.train.Example or has more than ``max_features`` features (file, record index, byte offset).
+      SchemaError: a feature with two list kinds.
     """
-    from transforms import codec, verify
+    from transforms import verify
     shards, sample, sample_path = [], [], ""
     for path, size in verify.list_record_files(pattern):
         compression = verify.file_compression(path)
         count = 0
-        for _, _, record in reader.iter_records(path, compression):
+        for _, _, record in reader.iter_records(path, compression, max_record_bytes):
             if len(sample) < sample_records:
                 sample.append(record)
                 sample_path = sample_path or path
             count += 1
         shards.append({"file": fileio.basename(path), "path": path, "records": count, "bytes": size,
                        "compression": compression})
-    specs = verify.infer_specs(sample, sample_path)
-    first = codec.decode_example_lenient(sample[0], specs) if sample else {}
+    specs = verify.infer_specs(sample, sample_path, max_features)
+    first = codec.decode_example_lenient(sample[0], specs, max_features) if sample else {}
     compressions = {s["compression"] for s in shards}
     out = {
         "output_dir": pattern,
@@ -133,6 +143,7 @@ def _short(value: np.ndarray) -> str:
 
 
 def render(s: dict) -> str:
+    """The human summary; every line has its non-printable characters escaped (``errors.printable``)."""
     lines = [f"{s['output_dir']}: {s['num_records']} examples in {s['num_shards']} shards, "
              f"{s['bytes']} bytes, compression {s['compression']}"]
     if "inferred" in s:
@@ -153,7 +164,7 @@ def render(s: dict) -> str:
     lines.append("first example:")
     for k, v in s["sample"].items():
         lines.append(f"  {k}: {v}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def main(argv: list[str]) -> int:
@@ -165,9 +176,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of text (default: off)")
     parser.add_argument("--sample_records", type=int, default=1000,
                         help="records the features of files without metadata are inferred from (default: 1000)")
+    parser.add_argument("--max_record_mb", type=float, default=tfrecord.MAX_RECORD_MB,
+                        help="limit on one record in MB, checked on its length header before it is read "
+                             f"(default: {tfrecord.MAX_RECORD_MB:g}; protobuf's own limit is 2048)")
+    parser.add_argument("--max_features", type=int, default=codec.MAX_FEATURES,
+                        help="limit on the features of one record and on the distinct feature names inferred "
+                             f"(default: {codec.MAX_FEATURES})")
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow logs (default: off)")
     args = parser.parse_args(argv)
-    summary = summarize(args.output_dir, args.tf_read, max(1, args.sample_records))
+    if not 0 < args.max_record_mb <= 2047 or args.max_features < 1:
+        raise ConfigError("--max_record_mb must be in (0, 2047] and --max_features at least 1",
+                          hint=f"got --max_record_mb {args.max_record_mb}, --max_features {args.max_features}")
+    summary = summarize(args.output_dir, args.tf_read, max(1, args.sample_records),
+                        tfrecord.record_limit(args.max_record_mb), args.max_features)
     print(json.dumps(summary, indent=1) if args.json else render(summary))
     return 0
 

@@ -1,10 +1,12 @@
 """Verify TFRecord data: every frame and both masked CRC32Cs, record counts, decoding, and the source, exactly.
 
-    python -m pipelines.verify TARGET [--source PATTERN ...] [--json] [--verbose] [--max_problems N]
+    python -m pipelines.verify TARGET [--source PATTERN ...] [--original DIR_OR_PATTERN ...] [--json] [--verbose]
+        [--max_problems N] [--max_record_mb MB] [--max_features N]
 
 TARGET is an output directory of tfrecord-etl (metadata.json required: a directory without it is an
 incomplete output and is refused), a sidecar collection of pipelines.augment (its manifest.json is
-checked too), or a file / quoted glob of plain TFRecord files without metadata (each record must be a
+checked too; its original shards only with --original: the paths written in manifest.json are never
+opened), or a file / quoted glob of plain TFRecord files without metadata (each record must be a
 tf.train.Example; the features are inferred). With --source, every array is compared with the convert
 input exactly (planned writer: in row order; otherwise matched by the _source/file and _source/row
 features of --provenance).
@@ -20,8 +22,9 @@ import json
 import sys
 
 from pipelines import common
+from transforms import codec, tfrecord
 from transforms import verify as verify_lib
-from transforms.errors import EtlError
+from transforms.errors import EtlError, printable
 
 
 class TqdmProgress(verify_lib.Progress):
@@ -60,24 +63,24 @@ def render(report: verify_lib.Report, verbose: bool = False) -> str:
     if report.source:
         checks.append(f"exact values against the source ({report.source['compared']} of "
                       f"{report.source['rows']} rows compared, {report.source['mode']})")
-    head = (f"{report.target}: {what}, {report.num_records} records in {len(report.files)} files, "
+    head = (f"{printable(report.target)}: {what}, {report.num_records} records in {len(report.files)} files, "
             f"compression {report.compression}")
     lines = [f"{'OK' if report.ok else 'FAILED'}: {head}", f"checked: {', '.join(checks)} in {report.seconds:.1f} s"]
     if report.inferred and report.features:
         lines.append("features (inferred): " + ", ".join(
-            f"{s.name} {s.dtype} {list(s.shape) if s.shape is not None else '*'}" for s in report.features))
+            f"{printable(s.name)} {s.dtype} {list(s.shape) if s.shape is not None else '*'}" for s in report.features))
     if verbose:
         for f in report.files:
             expected = "" if f.expected_records is None else f" (metadata: {f.expected_records})"
             cut = "" if f.complete else ", reading stopped at a problem"
-            lines.append(f"  {f.file}: {f.records} records{expected}, {f.bytes} bytes, {f.compression}{cut}")
+            lines.append(f"  {printable(f.file)}: {f.records} records{expected}, {f.bytes} bytes, {f.compression}{cut}")
     if report.num_problems:
         lines.append(f"{report.num_problems} problem{'s' if report.num_problems != 1 else ''}:")
         lines += [f"  {p.describe()}" for p in report.problems]
         if report.num_problems > len(report.problems):
             lines.append(f"  ... {report.num_problems - len(report.problems)} more (raise --max_problems to list them)")
     for w in report.warnings:
-        lines.append(f"warning: {w}")
+        lines.append(f"warning: {printable(w)}")
     return "\n".join(lines)
 
 
@@ -87,6 +90,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("target", help="an output directory (with metadata.json), or a file or glob of TFRecord files")
     parser.add_argument("--source", nargs="+", action="extend", default=[], metavar="PATTERN",
                         help="file pattern(s) of the convert input: compare every array exactly (default: off)")
+    parser.add_argument("--original", nargs="+", action="extend", default=[], metavar="DIR_OR_PATTERN",
+                        help="a sidecar's original collection (directory or file pattern): its shards, paired by "
+                             "file name with manifest.json, are checked (count, size, CRC32C); the manifest's own "
+                             "paths are never read (default: originals not checked)")
+    parser.add_argument("--max_record_mb", type=float, default=tfrecord.MAX_RECORD_MB,
+                        help="limit on one record in MB, checked on its length header before it is read "
+                             f"(default: {tfrecord.MAX_RECORD_MB:g}; protobuf's own limit is 2048)")
+    parser.add_argument("--max_features", type=int, default=codec.MAX_FEATURES,
+                        help="limit on the features of one record and on the distinct feature names of plain "
+                             f"files (default: {codec.MAX_FEATURES})")
     parser.add_argument("--json", action="store_true", help="print a JSON report instead of text (default: off)")
     parser.add_argument("--max_problems", type=int, default=100,
                         help="problems listed in the report; all are counted (default: 100)")
@@ -95,7 +108,13 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     progress = TqdmProgress(enabled=not args.json and sys.stderr.isatty())
     try:
-        report = verify_lib.verify(args.target, args.source, progress, max(0, args.max_problems))
+        if not 0 < args.max_record_mb <= 2047 or args.max_features < 1:
+            from transforms.errors import ConfigError
+            raise ConfigError("--max_record_mb must be in (0, 2047] and --max_features at least 1",
+                              hint=f"got --max_record_mb {args.max_record_mb}, --max_features {args.max_features}")
+        report = verify_lib.verify(args.target, args.source, progress, max(0, args.max_problems),
+                                   originals=args.original, max_record_bytes=tfrecord.record_limit(args.max_record_mb),
+                                   max_features=args.max_features)
     except EtlError as e:
         if args.json:
             print(json.dumps({"target": args.target, "ok": False,

@@ -444,29 +444,36 @@ def make_sidecar(outputs, tmp_path):
 
 def test_sidecar_collection_checks_the_manifest_and_reachable_originals(outputs, tmp_path, capsys):
     original, side = make_sidecar(outputs, tmp_path)
-    code, out, _ = verify(side, "--json", capsys=capsys)
+    code, out, _ = verify(side, "--json", capsys=capsys)  # the manifest's paths are never followed
+    report = json.loads(out)
+    assert code == 0 and report["manifest"] == {"shards": 3, "originals_checked": 0, "originals_unreachable": 0,
+                                                "originals_not_named": 3}, out
+    assert "3 original shards were not checked" in report["warnings"][0]
+    code, out, _ = verify(side, "--json", "--original", str(original), capsys=capsys)
     report = json.loads(out)
     assert code == 0 and report["kind"] == "sidecar", out
-    assert report["manifest"] == {"shards": 3, "originals_checked": 3, "originals_unreachable": 0}
+    assert report["manifest"] == {"shards": 3, "originals_checked": 3, "originals_unreachable": 0,
+                                  "originals_not_named": 0}
     first = original / metadata.load(str(original))["shards"][0]["file"]
     first.write_bytes(first.read_bytes() + b"\x00")  # the original changed after the sidecar was written
-    code, out, _ = verify(side, capsys=capsys)
+    code, out, _ = verify(side, "--original", str(original), capsys=capsys)
     assert code == 1 and "[manifest]" in out and first.name in out and "changed after its sidecar" in out
     manifest = json.loads((side / "manifest.json").read_text())
     manifest["shards"][1]["records"] += 1
     (side / "manifest.json").write_text(json.dumps(manifest))
-    code, out, _ = verify(side, capsys=capsys)
+    code, out, _ = verify(side, "--original", str(original), capsys=capsys)
     assert "misaligned pair" in out and manifest["shards"][1]["sidecar"] in out
     manifest["shards"][1]["records"] -= 1
     (side / "manifest.json").write_text(json.dumps(manifest))
     first.write_bytes(first.read_bytes()[:-1])
     recs = frames(first)  # same size, another value, valid CRCs: only the checksum tells
     write_records(first, [change_value(r, "images") if i == 0 else r for i, _, r in recs])
-    code, out, _ = verify(side, capsys=capsys)
+    code, out, _ = verify(side, "--original", str(original), capsys=capsys)
     assert code == 1 and "[manifest]" in out and "CRC32C" in out and "changed after its sidecar" in out
-    shutil.rmtree(original)  # originals unreachable: their checks are skipped, with a warning
-    code, out, _ = verify(side, capsys=capsys)
-    assert code == 0 and "3 original shards are not reachable" in out, out
+    other = tmp_path / "other"
+    other.mkdir()
+    code, out, _ = verify(side, "--original", str(other / "*"), capsys=capsys)  # none of them named
+    assert code == 1 and "--original" in out and "No" in out, out
 
 
 # ----------------------------------------------------------------------------------------------

@@ -23,18 +23,27 @@ from transforms.errors import RecordError, SchemaError
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 
 
-def iter_records(path: str, compression: str | None = None) -> Iterator[tuple[int, int, bytes]]:
+def iter_records(path: str, compression: str | None = None, max_record_bytes: int | None = None
+                 ) -> Iterator[tuple[int, int, bytes]]:
     """``(record index, byte offset, serialized record)`` of one TFRecord file, streamed, CRCs checked.
 
     ``compression``: ``none``, ``gzip`` or ``zlib``; None guesses from the suffix, then the first bytes.
+    ``max_record_bytes``: limit on a record's length header, checked before the record is read (default
+    ``tfrecord.record_limit()``, 1024 MB).
+
+    Raises:
+      RecordError: a corrupt frame or a record over the limit. SourceError: not a regular file (a FIFO or
+      device is never opened).
     """
+    tfrecord.check_regular(path)
     with fileio.open_read(path) as raw:
         if compression is None:
             compression = tfrecord.compression_from_path(path)
             if compression == "none":
                 compression = tfrecord.detect_compression(raw.read(12))
                 raw.seek(0)
-        yield from tfrecord.iter_records(tfrecord.open_decompressed(raw, compression), path)
+        yield from tfrecord.iter_records(tfrecord.open_decompressed(raw, compression), path,
+                                         max_record_bytes=max_record_bytes)
 
 
 def _select(specs: Sequence[FeatureSpec], features: Sequence[str] | None) -> list[FeatureSpec]:
@@ -47,24 +56,29 @@ def _select(specs: Sequence[FeatureSpec], features: Sequence[str] | None) -> lis
     return [by_name[f] for f in features]
 
 
-def iter_numpy(output_dir: str, features: Sequence[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
+def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_record_bytes: int | None = None,
+               max_features: int | None = None) -> Iterator[dict[str, np.ndarray]]:
     """Yields one ``{name: np.ndarray}`` per example, in shard order, without importing TensorFlow.
 
     Arrays have the recorded dtype (little-endian) and shape; ``bytes`` features are object arrays.
 
+    ``max_record_bytes`` / ``max_features``: limits on one record's size and feature count (defaults
+    ``tfrecord.record_limit()`` and ``codec.MAX_FEATURES``).
+
     Raises:
-      IncompleteOutputError: no metadata.json. RecordError: a corrupt record (file, index, offset), or a
-      shard whose record count differs from the metadata.
+      IncompleteOutputError: no metadata.json. RecordError: a corrupt record (file, index, offset), a
+      record over a limit, or a shard whose record count differs from the metadata.
     """
     meta = metadata.load(output_dir)
     specs = _select(meta["features"], features)
     for shard, path in zip(meta["shards"], metadata.shard_paths(output_dir, meta)):
         count = 0
-        for index, offset, record in iter_records(path, meta["compression"]):
+        for index, offset, record in iter_records(path, meta["compression"], max_record_bytes):
             try:
-                yield decode_example_lenient(record, specs)  # = decode_example, + inferred native lists
+                yield decode_example_lenient(record, specs, max_features)  # = decode_example, + native lists
             except RecordError as e:
-                raise RecordError(f"Cannot decode example: {e}", file=path, record=index, offset=offset) from None
+                raise RecordError(f"Cannot decode example: {e.message}", hint=e.hint, file=path, record=index,
+                                  offset=offset, payload_offset=e.context.get("offset")) from None
             count += 1
         if count != shard["records"]:
             raise RecordError(f"Shard holds {count} records, metadata says {shard['records']}", file=path)
@@ -263,7 +277,10 @@ def _original_files(original: str) -> dict[str, str]:
         paths = [p for p, _ in fileio.match(fileio.join(original, "*"))]
     else:
         paths = [p for p, _ in fileio.match(original)]
-    return {fileio.basename(p): p for p in paths if not fileio.basename(p).startswith(".")}
+    out = {fileio.basename(p): p for p in paths if not fileio.basename(p).startswith(".")}
+    for p in out.values():
+        tfrecord.check_regular(p)  # a FIFO or device among the originals is never opened
+    return out
 
 
 def open_sidecar(original: str, sidecar_dir: str, check_checksums: bool = True) -> SidecarCollection:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
+import stat
 import struct
 import zlib
 from typing import BinaryIO, Iterable, Iterator
@@ -19,7 +21,7 @@ from typing import BinaryIO, Iterable, Iterator
 import google_crc32c
 import numpy as np
 
-from transforms.errors import RecordError
+from transforms.errors import RecordError, SourceError
 
 COMPRESSIONS = ("none", "gzip", "zlib")
 SUFFIXES = {"none": "", "gzip": ".gz", "zlib": ".zlib"}
@@ -204,6 +206,24 @@ MAX_RECORD_MB = 1024.0  # default limit on one record's length header (--max_rec
 def record_limit(max_record_mb: float | None = None) -> int:
     """The record size limit in bytes of ``max_record_mb`` (MiB; None: :data:`MAX_RECORD_MB`)."""
     return int((MAX_RECORD_MB if max_record_mb is None else max_record_mb) * 2**20)
+
+
+def check_regular(path: str) -> None:
+    """Raises SourceError when local ``path`` exists and is not a regular file (a FIFO, device, socket or
+    directory): such a file is never opened, as reading it may block forever or never end. Remote paths
+    (``gs://``, ``s3://``, any ``scheme://``) pass."""
+    if "://" in path:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # a missing file is reported by whoever opens it
+    if not stat.S_ISREG(mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode) else
+                "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else
+                "a directory" if stat.S_ISDIR(mode) else "not a regular file")
+        raise SourceError(f"Not a regular file ({kind}): not read", file=path,
+                          hint="TFRecord inputs must be regular files")
 
 
 def check_record_size(size: int, limit: int, **context) -> None:

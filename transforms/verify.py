@@ -9,8 +9,10 @@ The logic behind ``python -m pipelines.verify`` (no argument parsing, no printin
   the source exactly (see :class:`SequentialComparer` and :class:`ProvenanceComparer`).
 * a **sidecar collection** (an output directory that also holds ``manifest.json``, written by
   ``pipelines.augment --mode sidecar``): as an output directory, plus each sidecar shard's record count
-  against the manifest and, when the original shard is reachable at the manifest's path, its record
-  count, size and CRC32C.
+  against the manifest and, when the user names the original collection (``originals``, the ``--original``
+  flag), each original shard's record count, size and CRC32C. The paths written in ``manifest.json`` are
+  never opened: originals are found by file name among the files the user named, so a manifest cannot
+  make verify read a file it was not given.
 * a **file pattern** (or one file) of plain TFRecord files without metadata: framing and CRCs, and that
   every record parses as a ``tf.train.Example`` whose features keep one kind; the features are inferred
   (:func:`transforms.codec.infer_feature_specs`) from the first records.
@@ -32,7 +34,7 @@ import numpy as np
 
 from transforms import codec, fileio, metadata, tfrecord
 from transforms.codec import VLEN_BYTES, FeatureSpec
-from transforms.errors import ConfigError, RecordError, SchemaError, SourceError
+from transforms.errors import ConfigError, RecordError, SchemaError, SourceError, printable
 
 MANIFEST_FILE = "manifest.json"
 PROVENANCE_FILE, PROVENANCE_ROW = "_source/file", "_source/row"
@@ -55,7 +57,8 @@ class Problem:
     differs from the metadata), ``decode`` (a record does not decode with the recorded features),
     ``not_example`` (a record of a plain file is not a tf.train.Example), ``kind`` (a feature of plain
     files holds different list kinds), ``source`` (a value differs from the source, or rows are missing
-    or extra), ``manifest`` (a sidecar pairing does not hold).
+    or extra), ``manifest`` (a sidecar pairing does not hold), ``unreadable`` (a shard that is not a regular
+    file, e.g. a FIFO or device: never opened), ``features`` (more distinct feature names than the limit).
 
     ``offset``: byte offset of the record's frame in the uncompressed stream; ``record``: 0-based index
     of the record in its file; ``feature``: the feature name, when one is at fault.
@@ -72,7 +75,11 @@ class Problem:
         return dataclasses.asdict(self)
 
     def describe(self) -> str:
-        """One line: ``[kind] file, record N, byte offset B, feature 'F': message``."""
+        """One line: ``[kind] file, record N, byte offset B, feature 'F': message`` (non-printable characters
+        of names and messages escaped, see ``errors.printable``)."""
+        return printable(self._describe())
+
+    def _describe(self) -> str:
         where = [self.file] if self.file else []
         if self.record is not None:
             where.append(f"record {self.record}")
@@ -101,7 +108,9 @@ class Report:
 
     ``problems`` holds the first ``max_problems`` findings; ``num_problems`` counts them all.
     ``source``: None, or ``{"patterns", "mode" ('sequential' | 'provenance'), "rows", "compared"}``.
-    ``manifest``: None, or ``{"shards", "originals_checked", "originals_unreachable"}`` for sidecars.
+    ``manifest``: None, or ``{"shards", "originals_checked", "originals_unreachable", "originals_not_named"}``
+    for sidecars (``originals_not_named``: shards whose original was not checked because no ``originals``
+    were given).
     """
 
     target: str
@@ -226,7 +235,8 @@ def list_record_files(target: str) -> list[tuple[str, int]]:
     and ``manifest.json`` are left out. Sorted by path.
 
     Raises:
-      SourceError: nothing matches (naming the pattern).
+      SourceError: nothing matches (naming the pattern), or a match is not a regular file (a FIFO or a
+        device is never opened).
     """
     pattern = fileio.join(target, "*") if fileio.is_dir(target) else target
     files = [(p, s) for p, s in fileio.match(pattern)
@@ -234,15 +244,22 @@ def list_record_files(target: str) -> list[tuple[str, int]]:
     if not files:
         raise SourceError("No TFRecord file matches (hidden files and metadata are left out)", file=target,
                           hint="pass a file, a directory of TFRecord files, or a glob such as 'dir/*.gz'")
+    for path, _ in files:
+        tfrecord.check_regular(path)
     return files
 
 
-def _records(path: str, compression: str, progress: Progress, checksum=None) -> Iterator[tuple[int, int, bytes]]:
-    """``(index, offset, record)`` of one file, CRCs checked; reports the stored bytes read to ``progress``."""
+def _records(path: str, compression: str, progress: Progress, checksum=None, max_record_bytes: int | None = None
+             ) -> Iterator[tuple[int, int, bytes]]:
+    """``(index, offset, record)`` of one file, CRCs and record sizes checked (``max_record_bytes``, default
+    ``tfrecord.record_limit()``); reports the stored bytes read to ``progress``. A file that is not regular
+    raises SourceError before it is opened."""
+    tfrecord.check_regular(path)
     with fileio.open_read(path) as raw:
         counting = _CountingReader(raw, progress, checksum)
         try:
-            yield from tfrecord.iter_records(tfrecord.open_decompressed(counting, compression), path)
+            yield from tfrecord.iter_records(tfrecord.open_decompressed(counting, compression), path,
+                                             max_record_bytes=max_record_bytes)
             if checksum is not None:
                 counting.drain()
         finally:
@@ -268,10 +285,10 @@ def not_example_reason(record: bytes) -> str | None:
             "tf.io.parse_single_sequence_example")
 
 
-def check_example(record: bytes) -> dict:
-    """``codec.parse_example(record)``, with the RecordError saying what the payload is when it can."""
+def check_example(record: bytes, max_features: int | None = None) -> dict:
+    """``codec.parse_example(record, max_features)``, with the RecordError saying what the payload is when it can."""
     try:
-        return codec.parse_example(record)
+        return codec.parse_example(record, max_features)
     except RecordError:
         reason = not_example_reason(record)
         if reason is None:
@@ -279,22 +296,24 @@ def check_example(record: bytes) -> dict:
         raise RecordError(f"Not a tf.train.Example: {reason}") from None
 
 
-def infer_specs(records: Sequence[bytes], path: str = "") -> tuple[FeatureSpec, ...]:
+def infer_specs(records: Sequence[bytes], path: str = "", max_features: int | None = None
+                ) -> tuple[FeatureSpec, ...]:
     """The features of serialized Examples without metadata (:func:`codec.infer_feature_specs`).
 
     Raises:
       RecordError: a record is not a tf.train.Example (naming ``path``, the record index and, for a
-        ``tf.train.SequenceExample``, what it is instead). SchemaError: a feature has two kinds.
+        ``tf.train.SequenceExample``, what it is instead); more than ``max_features`` features in a record
+        or distinct names in all (default ``codec.MAX_FEATURES``). SchemaError: a feature has two kinds.
     """
     for i, record in enumerate(records):
         try:
-            check_example(record)
+            check_example(record, max_features)
         except RecordError as e:
             raise RecordError(f"Cannot infer the features: {e.message}", file=path or None, record=i,
-                              payload_offset=e.context.get("offset")) from None
+                              payload_offset=e.context.get("offset"), hint=e.hint) from None
     try:
-        return codec.infer_feature_specs(records)
-    except SchemaError as e:
+        return codec.infer_feature_specs(records, max_features)
+    except (SchemaError, RecordError) as e:
         raise e.with_context(file=path or None) from None
 
 
@@ -723,7 +742,8 @@ def make_comparer(meta: dict, patterns: Sequence[str], report: Report, progress:
 # ----------------------------------------------------------------------------------------------
 
 def verify(target: str, sources: Sequence[str] = (), progress: Progress | None = None,
-           max_problems: int = 100) -> Report:
+           max_problems: int = 100, *, originals: Sequence[str] = (), max_record_bytes: int | None = None,
+           max_features: int | None = None) -> Report:
     """Verifies an output directory (with ``metadata.json``), a sidecar collection, or plain TFRecord files.
 
     Args:
@@ -732,6 +752,12 @@ def verify(target: str, sources: Sequence[str] = (), progress: Progress | None =
         (output directories only).
       progress: receives the stored bytes read (default: none).
       max_problems: findings kept in the report (all are counted).
+      originals: directories or file patterns of a sidecar's original collection; only these files are
+        read as originals (paired by file name with the manifest's entries). Without them the originals
+        are not checked (a warning says so).
+      max_record_bytes: limit on one record's length header, checked before it is read (default
+        ``tfrecord.record_limit()``, 1024 MB). max_features: limit on the features of one record and on
+        the distinct names of plain files (default ``codec.MAX_FEATURES``).
 
     Raises:
       IncompleteOutputError: a directory without ``metadata.json``.
@@ -741,11 +767,16 @@ def verify(target: str, sources: Sequence[str] = (), progress: Progress | None =
     """
     progress = progress or Progress()
     if fileio.is_dir(target) or fileio.exists(fileio.join(target, metadata.METADATA_FILE)):
-        return verify_output(target, sources, progress, max_problems)
+        return verify_output(target, sources, progress, max_problems, originals=originals,
+                             max_record_bytes=max_record_bytes, max_features=max_features)
     if sources:
         raise ConfigError("--source needs an output directory with metadata.json (it holds the convert options)",
                           file=target)
-    return verify_files(target, progress, max_problems)
+    if originals:
+        raise ConfigError("--original needs a sidecar collection (an output directory with manifest.json)",
+                          file=target)
+    return verify_files(target, progress, max_problems, max_record_bytes=max_record_bytes,
+                        max_features=max_features)
 
 
 def _framing_problem(report: Report, e: RecordError, path: str, compression: str) -> None:
@@ -772,7 +803,8 @@ def _decode_problem(kind: str, e, path: str, index: int, offset: int) -> Problem
 
 
 def verify_output(output_dir: str, sources: Sequence[str] = (), progress: Progress | None = None,
-                  max_problems: int = 100) -> Report:
+                  max_problems: int = 100, *, originals: Sequence[str] = (), max_record_bytes: int | None = None,
+                  max_features: int | None = None) -> Report:
     """Verifies an output directory (see the module docstring); raises as :func:`verify`."""
     started = time.time()
     progress = progress or Progress()
@@ -801,7 +833,8 @@ def verify_output(output_dir: str, sources: Sequence[str] = (), progress: Progre
             if isinstance(shard.get("bytes"), int) and shard["bytes"] != sizes[path]:
                 report.add(Problem("size", f"File holds {sizes[path]} bytes, metadata.json says {shard['bytes']}",
                                    path))
-            _read_shard(report, fr, path, meta["compression"], specs, comparer, progress)
+            _read_shard(report, fr, path, meta["compression"], specs, comparer, progress, max_record_bytes,
+                        max_features)
             if fr.complete and fr.records != expected:
                 report.add(Problem("count", f"Shard holds {fr.records} records, metadata.json says {expected}", path))
         if comparer:
@@ -815,18 +848,28 @@ def verify_output(output_dir: str, sources: Sequence[str] = (), progress: Progre
         comparer.finish()
         report.source = comparer.summary(sources)
     if has_manifest:
-        _check_manifest(report, output_dir, {fileio.basename(f.file): f for f in report.files}, progress)
+        _check_manifest(report, output_dir, {fileio.basename(f.file): f for f in report.files}, progress,
+                        originals, max_record_bytes)
+    elif originals:
+        raise ConfigError("--original needs a sidecar collection: this output has no manifest.json", file=output_dir)
     report.warnings += _unlisted_files(output_dir, {s["file"] for s, _ in shards})
     report.seconds = time.time() - started
     return report
 
 
-def _read_shard(report: Report, fr: FileReport, path: str, compression: str, specs, comparer, progress) -> None:
+def _read_shard(report: Report, fr: FileReport, path: str, compression: str, specs, comparer, progress,
+                max_record_bytes: int | None = None, max_features: int | None = None) -> None:
     try:
-        for index, offset, record in _records(path, compression, progress):
+        tfrecord.check_regular(path)
+    except SourceError as e:
+        fr.complete = False
+        report.add(Problem("unreadable", e.message, path))
+        return
+    try:
+        for index, offset, record in _records(path, compression, progress, None, max_record_bytes):
             fr.records += 1
             try:
-                decoded = codec.decode_example(record, specs)
+                decoded = codec.decode_example(record, specs, max_features)
             except (RecordError, SchemaError) as e:
                 reason = not_example_reason(record)
                 if reason:
@@ -855,20 +898,28 @@ def _unlisted_files(output_dir: str, listed: set) -> list[str]:
     return out
 
 
-def _check_manifest(report: Report, sidecar_dir: str, counted: dict, progress: Progress) -> None:
-    """Sidecar shard counts against ``manifest.json``; reachable originals' counts, sizes and CRC32Cs."""
+def _check_manifest(report: Report, sidecar_dir: str, counted: dict, progress: Progress,
+                    originals: Sequence[str] = (), max_record_bytes: int | None = None) -> None:
+    """Sidecar shard counts against ``manifest.json``; with ``originals`` (directories or patterns the user
+    named), each original shard's count, size and CRC32C.
+
+    The manifest's ``input`` paths are never opened: an original is the file of the same name among the
+    files ``originals`` names (regular files only; a FIFO or device is never opened).
+    """
     import google_crc32c
-    try:
-        from transforms.reader import load_manifest
-    except ImportError:  # pragma: no cover - a version without sidecar support
-        report.warnings.append("manifest.json found but this version cannot read it: sidecar checks skipped")
-        return
+    from transforms.reader import _original_files, load_manifest
     try:
         manifest = load_manifest(sidecar_dir)
     except SchemaError as e:
         report.add(Problem("manifest", e.message, fileio.join(sidecar_dir, MANIFEST_FILE)))
         return
-    checked, unreachable = 0, []
+    named: dict[str, str] = {}
+    for pattern in originals:
+        try:
+            named.update(_original_files(pattern))
+        except SourceError as e:
+            report.add(Problem("manifest", f"--original {pattern}: {e.message}", e.context.get("file", pattern)))
+    checked, unreachable, not_named = 0, [], 0
     for entry in manifest["shards"]:
         side = counted.get(entry["sidecar"])
         side_path = fileio.join(sidecar_dir, entry["sidecar"])
@@ -878,22 +929,22 @@ def _check_manifest(report: Report, sidecar_dir: str, counted: dict, progress: P
         elif side.complete and side.records != entry["records"]:
             report.add(Problem("manifest", f"Sidecar shard holds {side.records} records, manifest.json says "
                                f"{entry['records']} (its original's count): misaligned pair", side_path))
-        original = entry["input"]
-        if file_size(original) is None and not original.startswith(("/", "gs://", "s3://")):
-            original = fileio.join(sidecar_dir, original) if file_size(fileio.join(sidecar_dir, original)) \
-                is not None else original
-        if file_size(original) is None:
-            unreachable.append(entry["input"])
+        if not originals:
+            not_named += 1
             continue
-        checked += 1
+        original = named.get(fileio.basename(entry["input"]))
+        if original is None:
+            unreachable.append(fileio.basename(entry["input"]))
+            continue
         size = file_size(original)
+        checked += 1
         if size != entry["bytes"]:
             report.add(Problem("manifest", f"Original shard changed after its sidecar was written ({size} bytes, "
                                f"manifest.json: {entry['bytes']})", original))
             continue
         checksum, count = google_crc32c.Checksum(), 0
         try:
-            for _ in _records(original, entry["compression"], progress, checksum):
+            for _ in _records(original, entry["compression"], progress, checksum, max_record_bytes):
                 count += 1
         except RecordError as e:
             report.add(Problem("manifest", f"Original shard is corrupt: {e.message}", original,
@@ -906,23 +957,32 @@ def _check_manifest(report: Report, sidecar_dir: str, counted: dict, progress: P
         if crc != entry["crc32c"]:
             report.add(Problem("manifest", f"Original shard changed after its sidecar was written (CRC32C {crc}, "
                                f"manifest.json: {entry['crc32c']})", original))
+    if not_named:
+        report.warnings.append(f"{not_named} original shards were not checked: verify reads only the files it is "
+                               "given, never the paths in manifest.json; pass --original DIR_OR_PATTERN (the "
+                               "collection the sidecar was written for) to check their counts, sizes and CRC32Cs")
     if unreachable:
-        report.warnings.append(f"{len(unreachable)} original shards are not reachable at their manifest paths "
-                               f"(first: {unreachable[0]}): their counts and checksums were not checked")
+        report.warnings.append(f"{len(unreachable)} original shards are not among the --original files (first: "
+                               f"{printable(unreachable[0])}): their counts and checksums were not checked")
     report.manifest = {"shards": len(manifest["shards"]), "originals_checked": checked,
-                       "originals_unreachable": len(unreachable)}
+                       "originals_unreachable": len(unreachable), "originals_not_named": not_named}
 
 
 def verify_files(pattern: str, progress: Progress | None = None, max_problems: int = 100,
-                 sample_records: int = SAMPLE_RECORDS) -> Report:
+                 sample_records: int = SAMPLE_RECORDS, *, max_record_bytes: int | None = None,
+                 max_features: int | None = None) -> Report:
     """Verifies plain TFRecord files: framing, CRCs, each record a tf.train.Example, one kind per feature.
 
     The features are inferred from the first ``sample_records`` Examples; a later feature with another
-    kind is a ``kind`` problem. Compression is told per file (suffix, else first bytes).
+    kind is a ``kind`` problem. Compression is told per file (suffix, else first bytes). A record over
+    ``max_record_bytes`` is a ``framing`` problem (reading that file stops there, before the record is
+    read); a record with more than ``max_features`` features a ``not_example`` one; names beyond
+    ``max_features`` distinct ones one ``features`` problem (they are not tracked further).
 
     Raises:
-      SourceError: nothing matches ``pattern``.
+      SourceError: nothing matches ``pattern``, or a match is not a regular file.
     """
+    feature_limit = codec.MAX_FEATURES if max_features is None else max_features
     started = time.time()
     progress = progress or Progress()
     files = list_record_files(pattern)
@@ -930,6 +990,7 @@ def verify_files(pattern: str, progress: Progress | None = None, max_problems: i
     progress.start("verifying", sum(s for _, s in files))
     sample: list[bytes] = []
     kinds: dict[str, str] = {}
+    too_many = False
     compressions = set()
     for path, size in files:
         compression = file_compression(path)
@@ -937,10 +998,10 @@ def verify_files(pattern: str, progress: Progress | None = None, max_problems: i
         fr = FileReport(path, compression, 0, None, size)
         report.files.append(fr)
         try:
-            for index, offset, record in _records(path, compression, progress):
+            for index, offset, record in _records(path, compression, progress, None, max_record_bytes):
                 fr.records += 1
                 try:
-                    parsed = check_example(record)
+                    parsed = check_example(record, feature_limit)
                 except RecordError as e:
                     report.add(_decode_problem("not_example", e, path, index, offset))
                     continue
@@ -948,6 +1009,13 @@ def verify_files(pattern: str, progress: Progress | None = None, max_problems: i
                     sample.append(record)
                 for name, (kind, _) in parsed.items():
                     if kind is None:
+                        continue
+                    if name not in kinds and len(kinds) >= feature_limit:
+                        if not too_many:
+                            too_many = True
+                            report.add(Problem("features", f"More than {feature_limit} distinct feature names "
+                                               f"(--max_features {feature_limit}); later new names are not checked",
+                                               path, index, offset))
                         continue
                     seen = kinds.setdefault(name, kind)
                     if seen != kind:
@@ -959,8 +1027,8 @@ def verify_files(pattern: str, progress: Progress | None = None, max_problems: i
     progress.close()
     report.compression = compressions.pop() if len(compressions) == 1 else "mixed"
     try:
-        report.features = list(codec.infer_feature_specs(sample))
-    except SchemaError as e:  # already reported record by record as a kind problem
+        report.features = list(codec.infer_feature_specs(sample, feature_limit))
+    except (SchemaError, RecordError) as e:  # already reported record by record (kind, features)
         report.warnings.append(f"features not inferred: {e.message}")
     report.seconds = time.time() - started
     return report
