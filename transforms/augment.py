@@ -349,14 +349,24 @@ def load_function(spec: str) -> Callable:
     return obj
 
 
-def _bytes_objects(arr: np.ndarray, name: str) -> np.ndarray:
+def _bytes_objects(arr: np.ndarray, name: str, batch: bool = False) -> np.ndarray:
+    """An object array of bytes (str as UTF-8) of a bytes/str array; ``batch``: ``arr`` is ``(rows, ...)``
+    (errors then name the ``batch_row``). Raises RecordError for a str with no UTF-8 form."""
     out = np.empty(arr.shape, dtype=object)
+    if arr.dtype.kind == "U":  # before NumPy makes str objects (it cannot for code points above U+10FFFF)
+        from transforms.codec import check_unicode
+        try:
+            check_unicode(name, arr if batch and arr.ndim else arr.reshape(1, -1))
+        except RecordError as e:
+            if batch and arr.ndim:
+                raise
+            raise RecordError(e.message, hint=e.hint, feature=name) from None
     for idx, v in np.ndenumerate(arr):
         if isinstance(v, str):
             try:
                 out[idx] = v.encode("utf-8")
             except UnicodeEncodeError as e:
-                raise SchemaError(f"New feature '{name}' holds code point U+{ord(v[e.start]):04X} (a lone "
+                raise RecordError(f"New feature '{name}' holds code point U+{ord(v[e.start]):04X} (a lone "
                                   "surrogate), which is not valid Unicode and has no UTF-8 form", feature=name,
                                   hint="return valid str values, or bytes") from None
         elif isinstance(v, (bytes, np.bytes_)):
@@ -369,7 +379,7 @@ def _bytes_objects(arr: np.ndarray, name: str) -> np.ndarray:
 
 def _column(name: str, arr: np.ndarray) -> np.ndarray:
     """A new feature's batch column: numeric arrays as they are; strings as object arrays of bytes."""
-    return _bytes_objects(arr, name) if arr.dtype.kind in "SUO" else arr
+    return _bytes_objects(arr, name, batch=True) if arr.dtype.kind in "SUO" else arr
 
 
 def spec_of(name: str, column: np.ndarray, encoding: str, allow_lossy: Iterable[str] = ()) -> FeatureSpec:
@@ -490,7 +500,10 @@ def fn_columns(fn: Callable, fn_name: str, specs: Sequence[FeatureSpec], records
             if arr.ndim == 0 or arr.shape[0] != n:
                 raise SchemaError(f"--fn_batch {fn_name}: '{name}' has shape {arr.shape}, expected a leading "
                                   f"axis of {n} (one value per record)", file=file, record=f"{first}-{first + n - 1}")
-            columns[str(name)] = _column(name, arr)
+            try:
+                columns[str(name)] = _column(name, arr)
+            except EtlError as e:
+                raise e.with_context(file=file, record=f"{first}-{first + n - 1}") from None
         return columns
     outs = []
     for i, x in enumerate(inputs):
@@ -508,7 +521,13 @@ def fn_columns(fn: Callable, fn_name: str, specs: Sequence[FeatureSpec], records
             values.append(np.asarray(out[name]))
         kinds = {v.dtype.kind in "SUO" for v in values}
         if len(kinds) == 1 and kinds.pop():
-            values = [_bytes_objects(v, name) for v in values]
+            converted = []
+            for i, v in enumerate(values):
+                try:
+                    converted.append(_bytes_objects(v, name))
+                except EtlError as e:
+                    raise e.with_context(file=file, record=first + i) from None
+            values = converted
         shapes, dtypes = {v.shape for v in values}, {v.dtype for v in values}
         if len(shapes) > 1 or len(dtypes) > 1:
             what = f"shapes {sorted(map(str, shapes))}" if len(shapes) > 1 else f"dtypes {sorted(map(str, dtypes))}"

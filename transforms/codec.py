@@ -256,7 +256,8 @@ def encode_columns(columns: Mapping[str, object], specs: Sequence[FeatureSpec], 
 
     Raises:
       SchemaError: a column's dtype or shape does not match its spec, or a refused lossy cast.
-      RecordError: one record is over protobuf's 2 GB limit.
+      RecordError: one record is over protobuf's 2 GB limit; a str value with no UTF-8 form (a lone
+        surrogate, or a ``'U'`` code point above U+10FFFF), naming the feature and ``batch_row``.
     """
     from tfx_bsl.coders import example_coder  # C++; no TensorFlow import
 
@@ -372,8 +373,8 @@ def _encode_column(spec: FeatureSpec, column, num_rows: int):
         if r.dtype.kind == "U":
             try:
                 check_unicode(spec.name, r.reshape(1, -1))
-            except SchemaError as e:
-                raise SchemaError(e.message, hint=e.hint, feature=spec.name, batch_row=i) from None
+            except RecordError as e:
+                raise RecordError(e.message, hint=e.hint, feature=spec.name, batch_row=i) from None
     if spec.encoding == "tensor":
         yield spec.name, _bytes_lists([[to_little_endian(r).tobytes()] for r in arrs])
     else:
@@ -395,7 +396,7 @@ def _check_row(spec: FeatureSpec, row: np.ndarray) -> None:
 
 
 def _as_bytes(v, name: str | None = None, row: int | None = None) -> bytes:
-    """``v`` as bytes (str as UTF-8). Raises SchemaError for a str with no UTF-8 form (a lone surrogate)."""
+    """``v`` as bytes (str as UTF-8). Raises RecordError for a str with no UTF-8 form (a lone surrogate)."""
     if isinstance(v, str):
         try:
             return v.encode("utf-8")
@@ -404,15 +405,17 @@ def _as_bytes(v, name: str | None = None, row: int | None = None) -> bytes:
     return bytes(v)
 
 
-def _not_unicode(name: str | None, row: int | None, code: int) -> SchemaError:
+def _not_unicode(name: str | None, row: int | None, code: int) -> RecordError:
+    """The error of a str value with no UTF-8 form; ``row`` is the row's index in its batch (the caller
+    adds the batch's file and row range)."""
     what = "a lone surrogate" if 0xD800 <= code <= 0xDFFF else "above U+10FFFF"
-    return SchemaError(f"Feature '{name}' holds code point U+{code:04X} ({what}), which is not valid Unicode and has "
+    return RecordError(f"Feature '{name}' holds code point U+{code:04X} ({what}), which is not valid Unicode and has "
                        "no UTF-8 form", feature=name, batch_row=row,
                        hint="clean the strings, or store them as bytes (an 'S' dtype)")
 
 
 def check_unicode(name: str, values: np.ndarray, lengths: np.ndarray | None = None) -> None:
-    """Raises SchemaError (naming the feature and the batch row) when a ``'U'`` array holds a code point
+    """Raises RecordError (naming the feature and the batch row) when a ``'U'`` array holds a code point
     that is a lone surrogate or above U+10FFFF (NumPy stores any 32-bit value; UTF-8 cannot).
 
     ``values``: ``(rows, ...)`` array, or a flat array of all rows' elements with per-row ``lengths``.
