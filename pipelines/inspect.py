@@ -155,7 +155,7 @@ def render(s: dict) -> str:
     lines.append(f"{'feature':<28} {'dtype':<10} {'shape':<18} encoding")
     for f in s["features"]:
         shape = "*" if f["shape"] is None else str(f["shape"])
-        lines.append(f"{f['name']:<28} {str(f['dtype']):<10} {shape:<18} {f['encoding']}")
+        lines.append(f"{printable(f['name']):<28} {str(f['dtype']):<10} {shape:<18} {f['encoding']}")
     lines.append("shards:")
     for sh in s["shards"][:10]:
         lines.append(f"  {sh['file']}: {sh['records']} records, {sh['bytes']} bytes")
