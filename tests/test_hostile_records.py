@@ -477,3 +477,28 @@ def test_error_messages_escape_names():
     assert "\n" not in str(info.value) and "\x1b" not in str(info.value)
     assert r"Feature 'a\nb\x1b[0m' is complex64" in str(info.value)
     assert printable("plain é ü") == "plain é ü" and printable("\ud800") == r"\ud800"
+
+
+def test_check_example_frame_agrees_with_the_exact_walk():
+    """check_example_frame's fast path accepts and counts exactly what split_feature_entries does (mutated records)."""
+    import random
+    rng = random.Random(10)
+    specs = [codec.FeatureSpec("img", "<f4", (8,), "tensor"), codec.FeatureSpec("label", "<i8", (), "list"),
+             codec.FeatureSpec("name", "bytes", (), "list")]
+    names = np.empty(40, object)
+    names[:] = [b"n" * i for i in range(40)]
+    base = codec.encode_batch({"img": np.zeros((40, 8), "<f4"), "label": np.arange(40) * 1000, "name": names},
+                              specs, 40)
+    for _ in range(3000):
+        r = bytearray(rng.choice(base))
+        for _ in range(rng.randint(1, 3)):
+            r[rng.randrange(len(r))] = rng.randrange(256)
+        if rng.random() < 0.3:
+            r = r[:rng.randrange(len(r))]
+        outcomes = []
+        for check in (lambda b: len(codec.split_feature_entries(b, 2)), lambda b: codec.check_example_frame(b, 2)):
+            try:
+                outcomes.append(check(bytes(r)))
+            except RecordError as e:
+                outcomes.append(e.message)
+        assert outcomes[0] == outcomes[1], bytes(r)

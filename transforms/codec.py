@@ -594,8 +594,36 @@ def too_many_features(limit: int, **context) -> RecordError:
 
 def check_example_frame(record: bytes, max_features: int | None = None) -> int:
     """Checks that ``record`` is framed as a tf.train.Example (see :func:`split_feature_entries`) and
-    returns its number of feature entries; cheap (no value is decoded). Raises RecordError."""
-    return len(split_feature_entries(record, max_features))
+    returns its number of feature entries; cheap (no value is decoded: about 1 us per feature). Raises
+    RecordError (from split_feature_entries, which any irregularity falls back to)."""
+    limit = MAX_FEATURES if max_features is None else max_features
+    n, pos, count = len(record), 0, 0
+    while pos < n:
+        if record[pos] != 0x0A:  # Example.features: field 1, LEN (other tags: the exact walk below decides)
+            return len(split_feature_entries(record, max_features))
+        b = record[pos + 1] if pos + 1 < n else 0x80
+        if b < 0x80:
+            length, pos = b, pos + 2
+        else:
+            length, pos = _varint(record, pos + 1, n)
+        end = pos + length
+        if end > n:
+            return len(split_feature_entries(record, max_features))
+        while pos < end:  # Features.feature entries: field 1, LEN
+            if record[pos] != 0x0A:
+                return len(split_feature_entries(record, max_features))
+            b = record[pos + 1] if pos + 1 < end else 0x80
+            if b < 0x80:
+                pos += 2 + b
+            else:
+                length, pos = _varint(record, pos + 1, end)
+                pos += length
+            count += 1
+            if count > limit:
+                return len(split_feature_entries(record, max_features))
+        if pos != end:
+            return len(split_feature_entries(record, max_features))
+    return count
 
 
 def entry_name(record: bytes, entry: tuple[int, int]) -> str:
