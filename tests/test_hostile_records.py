@@ -210,6 +210,15 @@ def test_verify_and_inspect_refuse_a_fifo_target(tmp_path, capsys):
         one_error_line(err, "SourceError", "Not a regular file (a FIFO)", "b.tfrecord")
 
 
+@pytest.mark.timeout(60)
+def test_augment_refuses_a_fifo_shard(tmp_path):
+    """Issue 10 case 11: a FIFO among augment's input shards is refused before it is opened (no hang)."""
+    write_records(tmp_path / "a.tfrecord", id_records(2))
+    os.mkfifo(tmp_path / "b.tfrecord")
+    with pytest.raises(SourceError, match=r"Not a regular file \(a FIFO\): not read.*b.tfrecord"):
+        augment.plan_augment(augment_cfg(tmp_path / "*.tfrecord", tmp_path / "out", constants={"c": "1"}))
+
+
 # ----------------------------------------------------------------------------------------------
 # 12: augment checks every record; --fn keys; code points
 # ----------------------------------------------------------------------------------------------

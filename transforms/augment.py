@@ -134,7 +134,8 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
       collection (features of a collection without metadata are inferred from it).
 
     Raises:
-      ConfigError: a directory without metadata.json. SourceError: nothing matches.
+      ConfigError: a directory without metadata.json. SourceError: nothing matches, or a match is not a
+        regular file (FIFO, device).
       SchemaError, RecordError: records that are not tf.train.Example, a record over ``max_record_bytes``
         (default ``tfrecord.record_limit()``), more than ``max_features`` features (default
         ``codec.MAX_FEATURES``) in a record or in the sample.
@@ -158,6 +159,8 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
                     meta = candidate
     if meta is not None:
         counts = {s["file"]: s["records"] for s in meta["shards"]}
+    for path in paths:
+        tfrecord.check_regular(path)  # a FIFO or device among the shards is never opened
     comps = _compressions(paths, compression, meta)
     shards = tuple(InputShard(i, p, c, fileio.basename(p), counts.get(fileio.basename(p)))
                    for i, (p, c) in enumerate(zip(paths, comps)))
@@ -233,6 +236,7 @@ def iter_shard(shard: InputShard, tally: dict | None = None, max_record_bytes: i
         (file, record, offset).
     """
     checksum = google_crc32c.Checksum() if tally is not None else None
+    tfrecord.check_regular(shard.path)
     with fileio.open_read(shard.path) as raw:
         stream = _TallyReader(raw, checksum)
         for index, _, record in tfrecord.iter_records(tfrecord.open_decompressed(stream, shard.compression),
@@ -1044,12 +1048,20 @@ def plan_offsets(counts: Sequence[tuple[int, int]], num_rows: int, pattern: str,
 class ExtractKeysFn(beam.DoFn):
     """Streams one input shard: ``(key, (shard index, record index))`` per record (key join)."""
 
-    def __init__(self, key_spec: FeatureSpec, batch_size: int = 4096, max_record_bytes: int | None = None):
+    def __init__(self, key_spec: FeatureSpec, batch_size: int = 4096, max_record_bytes: int | None = None,
+                 max_features: int | None = None):
         self._spec, self._batch_size, self._max = key_spec, batch_size, max_record_bytes
+        self._max_features = max_features
 
     def process(self, shard: InputShard):
         specs, name = [self._spec], self._spec.name
         for first, records in batches(iter_shard(shard, max_record_bytes=self._max), self._batch_size):
+            for i, record in enumerate(records):  # framing and feature count, before the C++ decoder sees it
+                try:
+                    check_example_frame(record, self._max_features)
+                except RecordError as e:
+                    raise RecordError(f"Input record is not a tf.train.Example: {e.message}", file=shard.path,
+                                      record=first + i, hint=e.hint) from None
             decoded = decode_inputs(specs, records, shard.path, first)
             values = decoded[name] if decoded is not None else \
                 [decode_record(specs, r, shard.path, first + i)[name] for i, r in enumerate(records)]
@@ -1220,7 +1232,8 @@ class AugmentShards(beam.PTransform):
             paths = {s.index: s.path for s in plan.collection.shards}
             keys = (shards
                     | "SpreadShards" >> beam.Reshuffle()
-                    | "ExtractKeys" >> beam.ParDo(ExtractKeysFn(join.key_spec, plan.batch_size, plan.max_record_bytes)))
+                    | "ExtractKeys" >> beam.ParDo(ExtractKeysFn(join.key_spec, plan.batch_size, plan.max_record_bytes,
+                                                              plan.max_features)))
             rows = (pbegin
                     | "CreateJoinRanges" >> beam.Create(list(join.ranges))
                     | "SpreadJoinRanges" >> beam.Reshuffle()
