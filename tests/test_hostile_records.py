@@ -511,3 +511,16 @@ def test_check_example_frame_agrees_with_the_exact_walk():
             except RecordError as e:
                 outcomes.append(e.message)
         assert outcomes[0] == outcomes[1], bytes(r)
+
+
+def test_max_features_augment_worker_records(tmp_path):
+    """Issue 10 case 14: a record with too many features after augment's sample is refused by the worker (file, record)."""
+    records = id_records(1003)
+    records[1001] = example_of([(f"f{i}", int_feature(i)) for i in range(60)])
+    shard = write_records(tmp_path / "in.tfrecord", records)
+    plan = augment.plan_augment(augment_cfg(shard, tmp_path / "out", constants={"c": "1"}, max_features=50))
+    augmenter = augment.BatchAugmenter(plan)
+    with pytest.raises(RecordError, match=r"^More than 50 features \(the feature limit, --max_features 50\) "
+                                          r"\[file='[^']*in.tfrecord', record=1001"):
+        for first, batch in augment.batches(augment.iter_shard(plan.collection.shards[0]), 500):
+            augmenter.augment(batch, str(shard), first)

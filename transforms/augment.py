@@ -59,6 +59,14 @@ _SCALAR_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", 
                   "float16", "float32", "float64", "bytes", "str")
 
 
+def frame_error(e: RecordError, file: str, record: int) -> RecordError:
+    """The RecordError of an input record that ``codec.check_example_frame`` refused, naming file and record."""
+    limit = e.message.startswith("More than")  # the feature limit, not a malformed record
+    return RecordError(e.message if limit else f"Input record is not a tf.train.Example: {e.message}", file=file,
+                       record=record, payload_offset=e.context.get("offset"),
+                       hint=e.hint or "augment reads tf.train.Example records only; remove or fix this record")
+
+
 def _with(error: EtlError, hint: str | None = None, **context) -> EtlError:
     """``error`` with more context (its own keys win) and, when it has none, ``hint``."""
     return type(error)(error.message, hint=error.hint or hint, **{**context, **error.context})
@@ -776,10 +784,7 @@ class BatchAugmenter:
         try:
             check_example_frame(record, self.plan.max_features)
         except RecordError as e:
-            raise RecordError(f"Input record is not a tf.train.Example: {e.message}", file=file, record=index,
-                              payload_offset=e.context.get("offset"),
-                              hint=e.hint or "augment reads tf.train.Example records only; remove or fix this "
-                              "record") from None
+            raise frame_error(e, file, index) from None
         if not any(p in record for p in self._patterns):  # fast path: no parse
             return record
         try:
@@ -961,8 +966,7 @@ def plan_augment(cfg) -> AugmentPlan:
             try:
                 check_example_frame(record, max_features)
             except RecordError as e:
-                raise RecordError(f"Input record is not a tf.train.Example: {e.message}", file=shards[0].path,
-                                  record=i, hint=e.hint) from None
+                raise frame_error(e, shards[0].path, i) from None
         columns = fn_columns(load_function(cfg.fn), cfg.fn, fn_specs, probe, cfg.fn_batch, shards[0].path, 0,
                              max_record_bytes)
         if not columns:
@@ -1060,8 +1064,7 @@ class ExtractKeysFn(beam.DoFn):
                 try:
                     check_example_frame(record, self._max_features)
                 except RecordError as e:
-                    raise RecordError(f"Input record is not a tf.train.Example: {e.message}", file=shard.path,
-                                      record=first + i, hint=e.hint) from None
+                    raise frame_error(e, shard.path, first + i) from None
             decoded = decode_inputs(specs, records, shard.path, first)
             values = decoded[name] if decoded is not None else \
                 [decode_record(specs, r, shard.path, first + i)[name] for i, r in enumerate(records)]
