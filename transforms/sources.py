@@ -16,8 +16,11 @@ Formats and modes:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
+import struct
+import threading
 import zipfile
 import zlib
 from typing import BinaryIO, Sequence
@@ -33,6 +36,9 @@ log = logging.getLogger(__name__)
 FORMATS = ("hdf5", "npz", "npy")
 HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4", ".mat", ".h5ad")
 DEFAULT_RANGE_BYTES = 8 * 2**20  # see README Performance: 64 MB ranges cost 1-1.5 s more kernel time per GB
+DEFAULT_MAX_COMPRESSION_RATIO = 200.0  # npz member: uncompressed / compressed bytes (deflate tops out near 1032)
+RATIO_CHECK_MIN_BYTES = 2**20  # npz members of at most this many uncompressed bytes are never refused by ratio
+DEFAULT_MAX_EMPTY_ROWS = 10**6  # npy/npz rows mode: rows allowed when every row holds zero bytes
 KEY, ARRAY = "key", "array"
 
 
@@ -45,6 +51,8 @@ class SourceOptions:
     npz_mode: str = "rows"
     npy_mode: str = "rows"
     target_range_bytes: int = DEFAULT_RANGE_BYTES
+    max_compression_ratio: float = DEFAULT_MAX_COMPRESSION_RATIO  # npz members (uncompressed / compressed)
+    max_empty_rows: int = DEFAULT_MAX_EMPTY_ROWS  # npy/npz rows mode, rows of zero bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,19 +224,25 @@ def _read_npy_header(stream: BinaryIO, where: str) -> _NpyHeader:
     return _NpyHeader(tuple(shape), fortran, dtype, stream.tell())
 
 
-def _read_rows(stream: BinaryIO, h: _NpyHeader, start: int, stop: int, where: str) -> np.ndarray:
+def _read_rows(stream: BinaryIO, h: _NpyHeader, start: int, stop: int, where: str,
+               column_stream=None) -> np.ndarray:
     """Rows ``[start, stop)`` of an array stored after ``h.data_offset``; reads only those bytes.
 
     C order: one seek and one read. Fortran order: a seek and a read per column of the rows (the
-    first axis varies fastest there), reassembled in C order.
+    first axis varies fastest there), reassembled in C order. ``column_stream(c)``, when given,
+    returns the stream to read column ``c`` from (one forward-only decompressor per column of a
+    compressed npz member, so reading ranges in order decompresses each byte once).
+
+    Raises:
+      SourceError: fewer bytes than the header declares (naming the byte offset and the rows).
     """
     k, rest = stop - start, h.shape[1:]
     item = h.dtype.itemsize
     ncols = math.prod(rest)
 
-    def read(offset, nbytes):
-        stream.seek(h.data_offset + offset)
-        data = stream.read(nbytes)
+    def read(offset, nbytes, f=stream):
+        f.seek(h.data_offset + offset)
+        data = f.read(nbytes)
         if len(data) != nbytes:
             raise SourceError(f"Truncated array data: {len(data)} of {nbytes} bytes at byte {offset}",
                               file=where, rows=f"{start}-{stop - 1}", hint="the file was cut short")
@@ -238,8 +252,43 @@ def _read_rows(stream: BinaryIO, h: _NpyHeader, start: int, stop: int, where: st
         return np.frombuffer(read(start * ncols * item, k * ncols * item), dtype=h.dtype).reshape((k, *rest))
     cols = np.empty((ncols, k), dtype=h.dtype)
     for c in range(ncols):
-        cols[c] = np.frombuffer(read((c * h.shape[0] + start) * item, k * item), dtype=h.dtype)
+        f = column_stream(c) if column_stream is not None else stream
+        cols[c] = np.frombuffer(read((c * h.shape[0] + start) * item, k * item, f), dtype=h.dtype)
     return np.ascontiguousarray(cols.T.reshape((k, *rest), order="F"))
+
+
+def _data_bytes(h: _NpyHeader) -> int:
+    """Bytes of the array data the header declares (exact: Python ints, no overflow)."""
+    return h.dtype.itemsize * math.prod(h.shape)
+
+
+def _check_declared(h: _NpyHeader, present: int, path: str, member: str | None = None) -> None:
+    """Refuses a header that declares more bytes (header + shape x itemsize) than are present.
+
+    ``present``: the file size (.npy) or the member's uncompressed size in the zip directory (.npz).
+
+    Raises:
+      SourceError: naming the file (and member), the declared shape and dtype, declared and present bytes.
+    """
+    declared = h.data_offset + _data_bytes(h)
+    if declared > present:
+        what = "member" if member is not None else "file"
+        raise SourceError(f"The .npy header declares shape {h.shape} of {h.dtype.str}: {declared} bytes, but the "
+                          f"{what} holds {present} bytes", file=path, member=member,
+                          hint="the file is truncated or its header is corrupt; rewrite it with numpy.save")
+
+
+def _check_empty_rows(num_rows: int, data_row_bytes: int, options: "SourceOptions", path: str) -> None:
+    """Rows of zero bytes (shape ``(N, 0)``) are not bounded by the file size: ``N`` is capped by
+    ``options.max_empty_rows`` (``--max_empty_rows``).
+
+    Raises:
+      SourceError: more such rows than the limit (naming the file, the rows and the flag).
+    """
+    if data_row_bytes == 0 and num_rows > options.max_empty_rows:
+        raise SourceError(f"Every row holds zero bytes and the header declares {num_rows} rows: more than "
+                          f"the limit of {options.max_empty_rows} empty rows", file=path,
+                          hint="raise --max_empty_rows if you really want that many empty Examples")
 
 
 def _read_whole(stream: BinaryIO, h: _NpyHeader, where: str) -> np.ndarray:
@@ -397,42 +446,123 @@ def _check_names(specs: Sequence[FeatureSpec], path: str) -> None:
         seen.add(s.name)
 
 
+class _OpenArchive:
+    """One worker thread's open ``.npz``: the archive stream, its ZipFile and the open member streams.
+
+    Member streams are kept open between row ranges, so ranges read in order (a planned shard)
+    decompress each byte once: a range after the stream's position skips forward, one before it
+    makes zipfile rewind and decompress from the member's start.
+    """
+
+    def __init__(self, path: str, stream, zf: zipfile.ZipFile):
+        self.path, self.stream, self.zf = path, stream, zf
+        self.members: dict = {}  # (member, column or -1) -> ZipExtFile
+        self.headers: dict = {}  # member -> (_NpyHeader, ZipInfo, data start in the archive for stored members)
+
+    def close(self) -> None:
+        for m in self.members.values():
+            m.close()
+        self.zf.close()
+        self.stream.close()
+
+
+MAX_COLUMN_STREAMS = 64  # Fortran-order compressed members: one decompressor per column up to this many
+
+
 class NpzSource(Source):
-    """``.npz`` archives (np.savez and np.savez_compressed), members read through zipfile."""
+    """``.npz`` archives (np.savez and np.savez_compressed), members read through zipfile.
+
+    Planning checks every member against the zip directory (no duplicate names, declared sizes no
+    larger than the member, compression ratio at most ``max_compression_ratio``). Reading keeps one
+    archive per worker thread open with its member decompressors (see :class:`_OpenArchive`); stored
+    (uncompressed) members are read straight from the archive at their offset.
+    """
 
     def __init__(self, options: SourceOptions):
         super().__init__(options)
         self.loose = options.npz_mode == "arrays"
+        self._local = threading.local()
+
+    def __getstate__(self):  # open files stay with the worker that opened them
+        state = dict(self.__dict__)
+        state.pop("_local", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._local = threading.local()
 
     def _zip(self, path: str):
         stream = fileio.open_read(path)
         try:
             return zipfile.ZipFile(stream), stream
-        except (zipfile.BadZipFile, OSError, EOFError) as e:
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
             stream.close()
             raise SourceError(f"Not a valid .npz (zip) archive: {e}", file=path) from None
 
     def _members(self, zf, path) -> list[str]:
         names = [n for n in zf.namelist() if n.endswith(".npy")]
+        seen = set()
+        for n in names:
+            if n in seen:
+                raise SourceError(f"The archive holds two members named '{n}': one would hide the other", file=path,
+                                  member=n[:-4], hint="rewrite the archive with distinct member names")
+            seen.add(n)
         if not names:
             raise SchemaError("The archive holds no .npy member", file=path)
         return names
+
+    def _check_member(self, info: zipfile.ZipInfo, archive_bytes: int, path: str) -> None:
+        """Compressed size within the archive; compression ratio within ``max_compression_ratio``."""
+        member = info.filename[:-4]
+        if info.compress_size > archive_bytes:
+            raise SourceError(f"The zip directory declares {info.compress_size} compressed bytes, more than the "
+                              f"archive's {archive_bytes} bytes", file=path, member=member,
+                              hint="the archive is truncated or corrupt")
+        if info.compress_type == zipfile.ZIP_STORED:
+            if info.file_size != info.compress_size:
+                raise SourceError(f"Stored (uncompressed) member declares {info.file_size} bytes but "
+                                  f"{info.compress_size} stored bytes", file=path, member=member,
+                                  hint="the archive's zip directory is corrupt")
+            return
+        if info.file_size <= RATIO_CHECK_MIN_BYTES:
+            return
+        ratio = info.file_size / max(1, info.compress_size)
+        limit = self.options.max_compression_ratio
+        if ratio > limit:
+            raise SourceError(f"Member expands {ratio:.0f}x ({info.compress_size} compressed bytes to "
+                              f"{info.file_size}), more than --max_compression_ratio {limit:g} (a zip bomb?)",
+                              file=path, member=member,
+                              hint="if the data is genuine (e.g. mostly zeros), raise --max_compression_ratio")
 
     def _header(self, zf, member: str, path: str) -> _NpyHeader:
         where = f"{path}, member '{member[:-4]}'"
         try:
             with zf.open(member) as m:
                 return _read_npy_header(m, where)
-        except (zipfile.BadZipFile, OSError, EOFError) as e:
+        except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
             raise SourceError(f"Cannot read member: {e}", file=path, member=member[:-4]) from None
 
     def index(self, path: str) -> FileIndex:
+        """Learns rows and features; checks names, declared sizes and ratios (see the class).
+
+        Raises:
+          SourceError: not a zip, duplicate member names, a header declaring more bytes than the member
+            holds, a member's ratio above ``max_compression_ratio``, too many rows of zero bytes.
+          SchemaError: no .npy member, 0-d or differing members in rows mode, object arrays.
+        """
         zf, stream = self._zip(path)
         with stream, zf:
+            archive_bytes = stream.seek(0, 2)
             members = self._members(zf, path)
-            headers = {m: self._header(zf, m, path) for m in members}
+            headers = {}
+            for m in members:
+                info = zf.getinfo(m)
+                self._check_member(info, archive_bytes, path)
+                headers[m] = self._header(zf, m, path)
+                _check_declared(headers[m], info.file_size, path, m[:-4])
         if self.loose:
-            sizes = tuple(h.dtype.itemsize * math.prod(h.shape) for h in headers.values())
+            sizes = tuple(_data_bytes(h) for h in headers.values())
             specs = (FeatureSpec(KEY, VLEN_BYTES, (), "list"), _merged_array_spec(headers.values(), path))
             return FileIndex(path, len(members), specs, max(sizes), 1, tuple(members), sizes)
         specs, lengths = [], {}
@@ -446,30 +576,101 @@ class NpzSource(Source):
         if len(set(lengths.values())) > 1:
             raise SchemaError(f"Members have different leading lengths ({lengths})", file=path,
                               hint="use --npz_mode arrays (each member -> one Example)")
-        return FileIndex(path, next(iter(lengths.values())), tuple(specs), _row_bytes(specs), 1, tuple(members))
+        num_rows = next(iter(lengths.values()))
+        _check_empty_rows(num_rows, sum(_data_bytes(h) // max(1, h.shape[0]) for h in headers.values()),
+                          self.options, path)
+        return FileIndex(path, num_rows, tuple(specs), _row_bytes(specs), 1, tuple(members))
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _archive(self, path: str) -> _OpenArchive:
+        """This thread's open archive for ``path`` (the previous one is closed: one open at a time)."""
+        current = getattr(self._local, "archive", None)
+        if current is not None and current.path == path:
+            return current
+        self.close()
+        zf, stream = self._zip(path)
+        self._local.archive = _OpenArchive(path, stream, zf)
+        return self._local.archive
+
+    def close(self) -> None:
+        """Closes this thread's open archive, if any (reading again reopens it)."""
+        current = getattr(self._local, "archive", None)
+        self._local.archive = None
+        if current is not None:
+            current.close()
+
+    def _member_header(self, arc: _OpenArchive, member: str):
+        if member not in arc.headers:
+            info = arc.zf.getinfo(member)
+            h = self._header(arc.zf, member, arc.path)
+            start = None
+            if info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 1:
+                start = _stored_data_start(arc.stream, info, arc.path)
+            arc.headers[member] = (h, info, start)
+        return arc.headers[member]
+
+    def _member_stream(self, arc: _OpenArchive, member: str, slot: int = -1):
+        key = (member, slot)
+        if key not in arc.members:
+            arc.members[key] = arc.zf.open(member)
+        return arc.members[key]
+
+    def _read_member(self, arc: _OpenArchive, member: str, start: int | None, stop: int | None) -> np.ndarray:
+        """Rows ``[start, stop)`` of a member (the whole array when ``start`` is None)."""
+        h, info, data_start = self._member_header(arc, member)
+        where = f"{arc.path}, member '{member[:-4]}'"
+        if start is None:
+            h = dataclasses.replace(h, shape=h.shape or (1,))
+            start, stop, whole = 0, h.shape[0], True
+        else:
+            whole = False
+        if data_start is not None:  # stored: random access into the archive itself
+            raw = dataclasses.replace(h, data_offset=data_start + h.data_offset)
+            data = _read_rows(arc.stream, raw, start, stop, where)
+        else:
+            ncols = math.prod(h.shape[1:])
+            column_stream = None
+            if h.fortran and len(h.shape) > 1 and 1 < ncols <= MAX_COLUMN_STREAMS:
+                column_stream = functools.partial(self._member_stream, arc, member)
+            data = _read_rows(self._member_stream(arc, member), h, start, stop, where, column_stream)
+        return data.reshape(arc.headers[member][0].shape) if whole else data
 
     def read(self, rr: RowRange) -> Columns:
-        zf, stream = self._zip(rr.path)
-        with stream, zf:
+        """The columns of ``rr``: ``{member: rows}`` (rows mode) or ``{key, array}`` (arrays mode).
+
+        Raises:
+          SourceError: the archive or a member cannot be read (naming file, member and rows).
+        """
+        arc = self._archive(rr.path)
+        try:
             if self.loose:
                 keys, arrays = [], []
                 for m in rr.items:
-                    h = self._header(zf, m, rr.path)
-                    with zf.open(m) as f:
-                        arrays.append(_read_whole(f, h, f"{rr.path}, member '{m[:-4]}'"))
+                    arrays.append(self._read_member(arc, m, None, None))
                     keys.append(m[:-4].encode())
                 return {KEY: keys, ARRAY: arrays}
             columns = {}
             for m in rr.items:
-                h = self._header(zf, m, rr.path)
-                try:
-                    with zf.open(m) as f:
-                        data = _read_rows(f, h, rr.start, rr.stop, f"{rr.path}, member '{m[:-4]}'")
-                except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
-                    raise SourceError(f"Cannot read rows {rr.start}-{rr.stop - 1}: {e}", file=rr.path,
-                                      member=m[:-4]) from None
-                columns.update(flatten_fields(m[:-4], data))
+                columns.update(flatten_fields(m[:-4], self._read_member(arc, m, rr.start, rr.stop)))
             return columns
+        except (zipfile.BadZipFile, OSError, EOFError, zlib.error, ValueError) as e:
+            self.close()
+            raise SourceError(f"Cannot read {rr.describe()}: {e}", file=rr.path) from None
+        except BaseException:
+            self.close()  # a failed stream is never reused
+            raise
+
+
+def _stored_data_start(stream, info: zipfile.ZipInfo, path: str) -> int:
+    """Archive offset of a stored member's data: after its local header (30 bytes, name, extra)."""
+    stream.seek(info.header_offset)
+    local = stream.read(30)
+    if len(local) != 30 or local[:4] != b"PK\x03\x04":
+        raise SourceError("Bad local header of a stored member", file=path, member=info.filename[:-4],
+                          offset=info.header_offset, hint="the archive is corrupt")
+    name_len, extra_len = struct.unpack("<HH", local[26:30])
+    return info.header_offset + 30 + name_len + extra_len
 
 
 def _merged_array_spec(headers, path) -> FeatureSpec:
@@ -496,14 +697,24 @@ class NpySource(Source):
             return _read_npy_header(f, path)
 
     def index(self, path: str) -> FileIndex:
-        h = self._header(path)
+        """Learns rows and features from the header, checked against the file size.
+
+        Raises:
+          SourceError: unreadable header, a header declaring more bytes than the file holds, more rows
+            of zero bytes than ``max_empty_rows``.
+          SchemaError: object arrays, 0-d arrays in rows mode.
+        """
+        with fileio.open_read(path) as f:
+            h = _read_npy_header(f, path)
+            _check_declared(h, f.seek(0, 2), path)
         if self.loose:
-            size = h.dtype.itemsize * math.prod(h.shape)
+            size = _data_bytes(h)
             specs = (FeatureSpec(KEY, VLEN_BYTES, (), "list"), _merged_array_spec([h], path))
             return FileIndex(path, 1, specs, size, 1, (path,), (size,))
         if not h.shape:
             raise SchemaError("Array is 0-d: rows mode needs a leading axis", file=path,
                               hint="use --npy_mode files (each file -> one Example)")
+        _check_empty_rows(h.shape[0], h.dtype.itemsize * math.prod(h.shape[1:]), self.options, path)
         name = ARRAY
         specs = tuple(_leaf_specs(name, h.dtype, h.shape[1:], path))
         return FileIndex(path, h.shape[0], specs, _row_bytes(specs), 1, ())
