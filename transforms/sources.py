@@ -273,8 +273,8 @@ def _check_declared(h: _NpyHeader, present: int, path: str, member: str | None =
     declared = h.data_offset + _data_bytes(h)
     if declared > present:
         what = "member" if member is not None else "file"
-        raise SourceError(f"The .npy header declares shape {h.shape} of {h.dtype.str}: {declared} bytes, but the "
-                          f"{what} holds {present} bytes", file=path, member=member,
+        raise SourceError(f"Truncated array data: the .npy header declares shape {h.shape} of {h.dtype.str}, "
+                          f"{declared} bytes with the header, but the {what} holds {present} bytes", file=path, member=member,
                           hint="the file is truncated or its header is corrupt; rewrite it with numpy.save")
 
 
