@@ -156,7 +156,7 @@ def test_zip_bomb_member_is_refused_by_ratio(tmp_path, mode):
     err, peak = peak_bytes(lambda: plan_inputs(str(path), SourceOptions(npz_mode=mode)))
     assert isinstance(err, SourceError), err
     text = str(err)
-    assert "bomb.npz" in text and "member='a'" in text and "--max_compression_ratio 200" in text
+    assert "bomb.npz" in text and "member='a'" in text and "--max_compression_ratio 500" in text
     assert "Member expands" in text and "to 67108992)" in text
     assert peak < 8 * MB, peak
 
@@ -194,6 +194,19 @@ def test_raised_ratio_streams_a_highly_compressed_member_in_bounded_memory(tmp_p
     assert rows == 4 * MB
     assert peak < 8 * MB, peak
     plan.source.close()
+
+
+def test_many_small_bomb_members_are_refused_by_the_archive_ratio(tmp_path):
+    """Issue 10 case 14: 64 members of 1 MiB zeros each (under the per-member floor) are refused as a whole."""
+    path = tmp_path / "many.npz"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for i in range(64):
+            z.writestr(f"m{i}.npy", npy_header((MB // 8 - 16,)) + bytes(MB - 128))
+    assert all(i.file_size <= MB for i in zipfile.ZipFile(path).infolist())
+    with pytest.raises(SourceError, match=r"The archive expands \d+x in total .* --max_compression_ratio 500.*"
+                                          r"many\.npz"):
+        plan_inputs(str(path), SourceOptions(npz_mode="arrays"))
+    assert plan_inputs(str(path), SourceOptions(npz_mode="arrays", max_compression_ratio=2000)).num_rows == 64
 
 
 def test_ratio_flag_reaches_convert(tmp_path, capsys):
