@@ -58,6 +58,13 @@ def bomb_npz(path, nbytes, name="a.npy"):
 
 MB = 2**20
 
+try:  # the moto S3 server fixture, when the s3 extra is installed
+    from tests.test_s3 import BUCKET, s3  # noqa: F401
+except pytest.skip.Exception:
+    @pytest.fixture
+    def s3():
+        pytest.skip("pip install -e .[s3]")
+
 
 # ---------------------------------------------------------------- 13: declared sizes vs bytes present
 
@@ -83,6 +90,24 @@ def test_npy_header_declaring_more_rows_than_present_is_one_line(tmp_path, capsy
     assert "8128 bytes with the header" in err and "holds 7328 bytes" in err and "short.npy" in err
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.timeout(120)
+def test_lying_headers_on_s3_are_refused_from_the_object_size(s3, tmp_path):
+    """Issue 10 case 13: on s3:// the declared sizes are checked against the object's size too (.npy and an
+    npz member), before planning."""
+    from pipelines import common
+    client, flags = s3
+    common.configure_filesystems(flags)
+    client.put_object(Bucket=BUCKET, Key="lie/huge.npy", Body=npy_header((10**12,)))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("big.npy", npy_header((10**12,)) + bytes(80))
+    client.put_object(Bucket=BUCKET, Key="lie/lie.npz", Body=buf.getvalue())
+    with pytest.raises(SourceError, match=r"declares shape \(1000000000000,\).*holds 128 bytes.*s3://.*huge\.npy"):
+        plan_inputs(f"s3://{BUCKET}/lie/huge.npy", SourceOptions())
+    with pytest.raises(SourceError, match=r"holds 208 bytes.*s3://.*lie\.npz.*member='big'"):
+        plan_inputs(f"s3://{BUCKET}/lie/lie.npz", SourceOptions())
 
 
 @pytest.mark.timeout(60)
