@@ -168,6 +168,18 @@ def test_stored_member_with_lying_directory_sizes_is_refused(tmp_path):
         plan_inputs(str(path), SourceOptions())
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("suffix,mode", [(".npy", "rows"), (".npy", "files"), (".npz", "rows")])
+def test_fifo_input_is_refused_without_opening(tmp_path, suffix, mode):
+    """Issue 10 case 13: a FIFO named like an input is refused at planning (opening it would block forever)."""
+    import os
+    path = tmp_path / f"pipe{suffix}"
+    os.mkfifo(path)
+    options = SourceOptions(npy_mode=mode) if suffix == ".npy" else SourceOptions(npz_mode=mode)
+    with pytest.raises(SourceError, match=r"Not a regular file \(a FIFO\): refused, never opened.*pipe"):
+        plan_inputs(str(path), options)
+
+
 # ---------------------------------------------------------------- 14: zip bombs
 
 @pytest.mark.timeout(120)
@@ -384,3 +396,11 @@ def test_failed_read_closes_and_reopens_the_archive(tmp_path):
         source.read(RowRange(str(path), 2000, 2100, ("x.npy",)))
     np.testing.assert_array_equal(source.read(plan.ranges[1])["x"], np.arange(100.0, 200.0))
     source.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("fmt", ["npy", "npz"])
+def test_device_input_is_refused_without_reading(fmt):
+    """Issue 10 case 13: a device (/dev/zero, endless) given as an npy/npz input is refused, never read."""
+    with pytest.raises(SourceError, match=r"Not a regular file \(a device\): refused, never opened.*/dev/zero"):
+        plan_inputs("/dev/zero", SourceOptions(format=fmt))

@@ -260,6 +260,28 @@ def _read_rows(stream: BinaryIO, h: _NpyHeader, start: int, stop: int, where: st
     return np.ascontiguousarray(cols.T.reshape((k, *rest), order="F"))
 
 
+def _refuse_special_file(path: str) -> None:
+    """Refuses a local input that is not a regular file (FIFO, device, socket) before opening it: opening a
+    FIFO blocks forever and a device has no end. Remote paths are objects, always regular.
+
+    Raises:
+      SourceError: naming the file and what it is.
+    """
+    if not fileio.is_local(path):
+        return
+    import os
+    import stat
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise SourceError(f"Cannot open file: {e.strerror}", file=path) from None
+    if not stat.S_ISREG(mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "a directory" if stat.S_ISDIR(mode) else "not a file")
+        raise SourceError(f"Not a regular file ({kind}): refused, never opened", file=path,
+                          hint="name regular .npy/.npz files as inputs")
+
+
 def _data_bytes(h: _NpyHeader) -> int:
     """Bytes of the array data the header declares (exact: Python ints, no overflow)."""
     return h.dtype.itemsize * math.prod(h.shape)
@@ -496,6 +518,7 @@ class NpzSource(Source):
         self._local = threading.local()
 
     def _zip(self, path: str):
+        _refuse_special_file(path)
         stream = fileio.open_read(path)
         try:
             return zipfile.ZipFile(stream), stream
@@ -708,6 +731,7 @@ class NpySource(Source):
         self.loose = options.npy_mode == "files"
 
     def _header(self, path: str) -> _NpyHeader:
+        _refuse_special_file(path)
         with fileio.open_read(path) as f:
             return _read_npy_header(f, path)
 
@@ -719,6 +743,7 @@ class NpySource(Source):
             of zero bytes than ``max_empty_rows``.
           SchemaError: object arrays, 0-d arrays in rows mode.
         """
+        _refuse_special_file(path)
         with fileio.open_read(path) as f:
             h = _read_npy_header(f, path)
             _check_declared(h, f.seek(0, 2), path)
@@ -743,6 +768,7 @@ class NpySource(Source):
                     arrays.append(_read_whole(f, h, p))
             return {KEY: [fileio.basename(p)[:-4].encode() for p in rr.items], ARRAY: arrays}
         if fileio.is_local(rr.path):
+            _refuse_special_file(rr.path)
             try:
                 mm = np.load(rr.path, mmap_mode="r", allow_pickle=False)
             except (ValueError, OSError) as e:
