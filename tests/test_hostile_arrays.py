@@ -180,6 +180,27 @@ def test_fifo_input_is_refused_without_opening(tmp_path, suffix, mode):
         plan_inputs(str(path), options)
 
 
+@pytest.mark.parametrize("patch,words", [
+    ("method", "That compression method is not supported"),
+    ("encrypted", "is encrypted, password required"),
+])
+def test_unreadable_member_kind_is_one_error(tmp_path, patch, words):
+    """Issue 10 case 16: an npz member with an unknown compression method (Deflate64 id 9) or the encrypted flag
+    is a SourceError naming file and member, not a NotImplementedError/RuntimeError traceback."""
+    path = tmp_path / "w.npz"
+    np.savez_compressed(path, a=np.arange(10.0))
+    d = bytearray(path.read_bytes())
+    local, central = d.index(b"PK\x03\x04"), d.rindex(b"PK\x01\x02")
+    if patch == "method":
+        d[local + 8:local + 10] = d[central + 10:central + 12] = (9).to_bytes(2, "little")
+    else:
+        d[local + 6] |= 1
+        d[central + 8] |= 1
+    path.write_bytes(bytes(d))
+    with pytest.raises(SourceError, match=f"Cannot read member: .*{words}.*w\\.npz.*member='a'"):
+        plan_inputs(str(path), SourceOptions())
+
+
 # ---------------------------------------------------------------- 14: zip bombs
 
 @pytest.mark.timeout(120)

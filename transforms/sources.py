@@ -579,6 +579,9 @@ class NpzSource(Source):
                 return _read_npy_header(m, where)
         except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
             raise SourceError(f"Cannot read member: {e}", file=path, member=member[:-4]) from None
+        except (NotImplementedError, RuntimeError) as e:  # unknown compression method, encrypted member
+            raise SourceError(f"Cannot read member: {e}", file=path, member=member[:-4],
+                              hint="rewrite it with numpy.savez or numpy.savez_compressed") from None
 
     def index(self, path: str) -> FileIndex:
         """Learns rows and features; checks names, declared sizes and ratios (see the class).
