@@ -277,6 +277,10 @@ def test_ratio_flag_reaches_convert(tmp_path, capsys):
     import json
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["num_records"] == 2 * MB // 8
+    # verify --source re-reads the source with the convert's own limit (from metadata.json options)
+    from pipelines import verify as verify_module
+    code, stdout, err = run_command(verify_module.main, [out, "--source", path], capsys)
+    assert code == 0 and f"{2 * MB // 8} of {2 * MB // 8} rows compared" in stdout, (stdout, err)
 
 
 # ---------------------------------------------------------------- 12: duplicate npz member names
