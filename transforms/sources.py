@@ -300,7 +300,8 @@ def _check_declared(h: _NpyHeader, present: int, path: str, member: str | None =
     if declared > present:
         what = "member" if member is not None else "file"
         raise SourceError(f"Truncated array data: the .npy header declares shape {h.shape} of {h.dtype.str}, "
-                          f"{declared} bytes with the header, but the {what} holds {present} bytes", file=path, member=member,
+                          f"{declared} bytes with the header, but the {what} holds {present} bytes",
+                          file=path, member=member,
                           hint="the file is truncated or its header is corrupt; rewrite it with numpy.save")
 
 
@@ -483,7 +484,7 @@ class _OpenArchive:
     def __init__(self, path: str, stream, zf: zipfile.ZipFile):
         self.path, self.stream, self.zf = path, stream, zf
         self.members: dict = {}  # (member, column or -1) -> ZipExtFile
-        self.headers: dict = {}  # member -> (_NpyHeader, ZipInfo, data start in the archive for stored members)
+        self.headers: dict = {}  # member -> (_NpyHeader, ZipInfo, archive offset of the data (stored and deflated members))
 
     def close(self) -> None:
         for m in self.members.values():
@@ -503,7 +504,8 @@ class _Inflater:
     every column once, then each column's own stream) whatever the number of columns (a fresh
     decompressor per column would skip ``c`` columns each: ``ncols / 2`` passes). A seek backwards
     restarts from the member's start. The stream that reaches the member's end has passed every byte
-    and checks the zip CRC-32 (BadZipFile), as zipfile does. Memory: the zlib window (32 KB) and one compressed chunk per stream.
+    and checks the zip CRC-32 (BadZipFile), as zipfile does. Memory: the zlib window (32 KB) and one
+    compressed chunk (64 KB) per stream.
     """
 
     CHUNK = 64 * 1024
