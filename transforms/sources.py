@@ -484,7 +484,7 @@ class _OpenArchive:
     def __init__(self, path: str, stream, zf: zipfile.ZipFile):
         self.path, self.stream, self.zf = path, stream, zf
         self.members: dict = {}  # (member, column or -1) -> ZipExtFile
-        self.headers: dict = {}  # member -> (_NpyHeader, ZipInfo, archive offset of the data (stored and deflated members))
+        self.headers: dict = {}  # member -> (_NpyHeader, ZipInfo, archive offset of its data or None)
 
     def close(self) -> None:
         for m in self.members.values():
