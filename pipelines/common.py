@@ -43,7 +43,7 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
         inner = _find_etl_error(e)
         line = f"{type(inner).__name__}: {inner}" if inner is not None else _etl_error_line(str(e))
         if line is None:
-            line = _output_error_line(e)
+            line = _output_error_line(e, _flag_value(argv, "--output_dir"))
         if line is None:
             raise
         log = f" [runner log: {LAST_RUN_LOG}; --verbose shows it live]" if LAST_RUN_LOG else ""
@@ -93,11 +93,23 @@ MEMORY_ERROR_LINE = ("OutputError: Out of memory while reading, encoding or writ
                      "--target_range_mb (rows read at once per worker) or fewer --direct_num_workers")
 
 
-def _output_error_line(e: BaseException) -> str | None:
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    """The last value of ``flag`` in ``argv`` (``--flag value`` or ``--flag=value``), else None."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg[len(flag) + 1:]
+    return found
+
+
+def _output_error_line(e: BaseException, output_dir: str | None = None) -> str | None:
     """``OutputError: <strerror> writing '<path>'. Hint: ...`` for an OSError of an unwritable output
     (disk full, quota, read-only, permission, a file where a directory should be), raised directly, in the
     exception chain, or in the text of a Beam-wrapped worker error (``OSError: [Errno 28] No space left on
-    device: '/path'``); a MemoryError likewise. None for anything else."""
+    device: '/path'``); a MemoryError likewise. None for anything else. When the error names no file,
+    the line names ``output_dir`` (the command's ``--output_dir``) instead."""
     import re
     seen, cur = set(), e
     while cur is not None and id(cur) not in seen:
@@ -106,7 +118,7 @@ def _output_error_line(e: BaseException) -> str | None:
             return MEMORY_ERROR_LINE
         if isinstance(cur, OSError) and cur.errno in _OUTPUT_ERRNOS:
             path = cur.filename if cur.filename is not None else "?"
-            return _output_line(cur.errno, cur.strerror or os.strerror(cur.errno), str(path))
+            return _output_line(cur.errno, cur.strerror or os.strerror(cur.errno), str(path), output_dir)
         cur = cur.__cause__ or cur.__context__
     text = str(e)
     found = None
@@ -114,16 +126,17 @@ def _output_error_line(e: BaseException) -> str | None:
                          r"IsADirectoryError|[\w.]*Error): \[Errno (\d+)\] ([^:\n\]]+)(?:: '([^'\n]*)')?", text):
         code = int(m.group(1))
         if code in _OUTPUT_ERRNOS:
-            found = _output_line(code, m.group(2).strip(), m.group(3) or "?")
+            found = _output_line(code, m.group(2).strip(), m.group(3) or "?", output_dir)
     if found is None and re.search(r"^\s*MemoryError\b", text, re.M):
         return MEMORY_ERROR_LINE
     if found is None and re.search(r"No space left on device", text):
-        found = _output_line(errno.ENOSPC, os.strerror(errno.ENOSPC), "?")
+        found = _output_line(errno.ENOSPC, os.strerror(errno.ENOSPC), "?", output_dir)
     return found
 
 
-def _output_line(code: int, strerror: str, path: str) -> str:
-    where = f" writing {path!r}" if path != "?" else " writing the output"
+def _output_line(code: int, strerror: str, path: str, output_dir: str | None = None) -> str:
+    where = f" writing {path!r}" if path != "?" else \
+        f" writing into --output_dir {output_dir!r}" if output_dir else " writing the output"
     return f"OutputError: {strerror}{where} (errno {errno.errorcode.get(code, code)}). Hint: {_OUTPUT_ERRNOS[code]}"
 
 
