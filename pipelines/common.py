@@ -28,6 +28,8 @@ def quiet_logs(verbose: bool) -> None:
 
 def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) -> int:
     """Runs ``main`` and turns our errors (raised directly or from inside a Beam worker) into one line."""
+    global LAST_RUN_LOG
+    LAST_RUN_LOG = None  # an earlier in-process run's log must not be named on this run's error line
     argv = sys.argv[1:] if argv is None else argv
     quiet_logs("--verbose" in argv)
     configure_filesystems(argv)
@@ -123,7 +125,7 @@ def _output_error_line(e: BaseException, output_dir: str | None = None) -> str |
     text = str(e)
     found = None
     for m in re.finditer(r"(?:OSError|IOError|PermissionError|FileNotFoundError|NotADirectoryError|"
-                         r"IsADirectoryError|[\w.]*Error): \[Errno (\d+)\] ([^:\n\]]+)(?:: '([^'\n]*)')?", text):
+                         r"IsADirectoryError|[\w.]*Error): \[Errno (\d+)\] ([^:\n\[\]]+)(?:: '([^'\n]*)')?", text):
         code = int(m.group(1))
         if code in _OUTPUT_ERRNOS:
             found = _output_line(code, m.group(2).strip(), m.group(3) or "?", output_dir)
