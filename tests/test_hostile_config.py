@@ -107,6 +107,18 @@ def test_real_beam_flags_are_accepted(argv):
         config_lib.check_beam_flags(argv + ["--runer", "DirectRunner"])
 
 
+@pytest.mark.parametrize("flags,expected", [
+    (["--direct_num_workers", "abc"], "argument --direct_num_workers: invalid int value: 'abc'"),
+    (["--direct_running_mode", "bogus"], "argument --direct_running_mode: invalid choice: 'bogus' (choose from "
+                                         "'in_memory', 'multi_threading', 'multi_processing')"),
+], ids=["int", "choice"])
+def test_invalid_beam_flag_value_is_one_line(npy10, tmp_path, capsys, flags, expected):
+    """Issue 10 case 12: a bad value of a Beam flag printed Beam's whole usage text and exited from inside Beam."""
+    code, _, err = convert(npy10, tmp_path / "out", *flags, capsys=capsys, beam=False)
+    assert one_error_line(code, err) == (f"error: ConfigError: Invalid Beam option: {expected} Hint: see Beam's "
+                                         "PipelineOptions for its flags")
+
+
 def test_duplicate_yaml_key_is_refused(npy10, tmp_path, capsys):
     """Issue 10 case 12: a key repeated in the YAML config silently took the last value."""
     cfg = tmp_path / "c.yaml"

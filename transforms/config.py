@@ -264,8 +264,15 @@ _RUNNER_MODULES = ("apache_beam.runners.dataflow.dataflow_runner", "apache_beam.
                    "apache_beam.runners.dask.dask_runner")
 
 
-def beam_flag_actions(import_runners: bool = False) -> dict[str, argparse.Action]:
-    """Every ``--flag`` Beam knows (all registered ``PipelineOptions`` subclasses, recursively) -> its action.
+class _RaisingParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are a one-line ConfigError instead of usage text and SystemExit."""
+
+    def error(self, message):
+        raise ConfigError(f"Invalid Beam option: {message}", hint="see Beam's PipelineOptions for its flags")
+
+
+def beam_flag_parser(import_runners: bool = False) -> argparse.ArgumentParser:
+    """A parser of every ``--flag`` Beam knows (all registered ``PipelineOptions`` subclasses, recursively).
 
     With ``import_runners``, the runner modules that declare their own options (Dataflow, Flink, Spark,
     Prism, Dask) are imported first, where installed.
@@ -276,7 +283,7 @@ def beam_flag_actions(import_runners: bool = False) -> dict[str, argparse.Action
                 importlib.import_module(name)
             except Exception:  # noqa: BLE001 - a runner whose dependencies are missing declares nothing
                 pass
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, conflict_handler="resolve")
+    parser = _RaisingParser(add_help=False, allow_abbrev=False, conflict_handler="resolve")
     seen, stack = set(), list(PipelineOptions.__subclasses__())
     while stack:
         cls = stack.pop()
@@ -288,6 +295,10 @@ def beam_flag_actions(import_runners: bool = False) -> dict[str, argparse.Action
             cls._add_argparse_args(parser)
         except Exception:  # noqa: BLE001 - a foreign subclass that conflicts; Beam would fail on it too
             continue
+    return parser
+
+
+def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     return {o: a for a in parser._actions for o in a.option_strings}
 
 
@@ -297,12 +308,15 @@ def check_beam_flags(beam_argv: list[str], ours: list[str] = ()) -> None:
     Accepts ``--flag=value``, ``--flag value``, boolean ``--flag`` and ``--noflag`` (from a YAML ``false``).
 
     Raises:
-      ConfigError: ``unknown flag --compresion (did you mean --compression?)``, or a stray argument.
+      ConfigError: ``unknown flag --compresion (did you mean --compression?)``, a stray argument, or a
+        value Beam's parser refuses (``--direct_num_workers abc``).
     """
-    actions = beam_flag_actions()
+    parser = beam_flag_parser()
+    actions = _actions(parser)
     names = [str(a) for a in beam_argv]
     if any(_flag_name(n) and _lookup(actions, _flag_name(n)) is None for n in names):
-        actions = beam_flag_actions(import_runners=True)
+        parser = beam_flag_parser(import_runners=True)
+        actions = _actions(parser)
     i = 0
     while i < len(names):
         token = names[i]
@@ -327,6 +341,7 @@ def check_beam_flags(beam_argv: list[str], ours: list[str] = ()) -> None:
                 i += 1
         elif i < len(names):
             i += 1  # the flag's value, whatever it looks like (e.g. -1)
+    parser.parse_known_args([n for n in names if not (n.startswith("--no") and n.split("=")[0] not in actions)])
 
 
 def _flag_name(token: str) -> str | None:
