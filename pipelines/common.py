@@ -1,6 +1,7 @@
 """What every command shares: quiet logs, one-line errors, the output-directory guard, the summary."""
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -27,6 +28,8 @@ def quiet_logs(verbose: bool) -> None:
 
 def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) -> int:
     """Runs ``main`` and turns our errors (raised directly or from inside a Beam worker) into one line."""
+    global LAST_RUN_LOG
+    LAST_RUN_LOG = None  # an earlier in-process run's log must not be named on this run's error line
     argv = sys.argv[1:] if argv is None else argv
     quiet_logs("--verbose" in argv)
     configure_filesystems(argv)
@@ -35,9 +38,14 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
     except EtlError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
+    except MemoryError:
+        print(f"error: {MEMORY_ERROR_LINE}", file=sys.stderr)
+        return 2
     except Exception as e:  # Beam may wrap a worker's error; find ours in the chain or in its text
         inner = _find_etl_error(e)
         line = f"{type(inner).__name__}: {inner}" if inner is not None else _etl_error_line(str(e))
+        if line is None:
+            line = _output_error_line(e, _flag_value(argv, "--output_dir"))
         if line is None:
             raise
         log = f" [runner log: {LAST_RUN_LOG}; --verbose shows it live]" if LAST_RUN_LOG else ""
@@ -71,6 +79,67 @@ def _etl_error_line(text: str) -> str | None:
         if m:
             found = f"{m.group(1)}: {m.group(2)}"
     return found
+
+
+# errno of an output that cannot be written -> what to do about it
+_OUTPUT_ERRNOS = {
+    errno.ENOSPC: "free space on that file system or choose another --output_dir",
+    errno.EDQUOT: "free space within your quota or choose another --output_dir",
+    errno.EROFS: "the file system is read-only: choose another --output_dir",
+    errno.EACCES: "you may not write there: fix its permissions or choose another --output_dir",
+    errno.EPERM: "you may not write there: fix its permissions or choose another --output_dir",
+    errno.ENOTDIR: "a part of the path is a file, not a directory: choose another --output_dir",
+    errno.EISDIR: "a directory stands where a file is written: choose another --output_dir",
+}
+MEMORY_ERROR_LINE = ("OutputError: Out of memory while reading, encoding or writing. Hint: pass a smaller "
+                     "--target_range_mb (rows read at once per worker) or fewer --direct_num_workers")
+
+
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    """The last value of ``flag`` in ``argv`` (``--flag value`` or ``--flag=value``), else None."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg[len(flag) + 1:]
+    return found
+
+
+def _output_error_line(e: BaseException, output_dir: str | None = None) -> str | None:
+    """``OutputError: <strerror> writing '<path>'. Hint: ...`` for an OSError of an unwritable output
+    (disk full, quota, read-only, permission, a file where a directory should be), raised directly, in the
+    exception chain, or in the text of a Beam-wrapped worker error (``OSError: [Errno 28] No space left on
+    device: '/path'``); a MemoryError likewise. None for anything else. When the error names no file,
+    the line names ``output_dir`` (the command's ``--output_dir``) instead."""
+    import re
+    seen, cur = set(), e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, MemoryError):
+            return MEMORY_ERROR_LINE
+        if isinstance(cur, OSError) and cur.errno in _OUTPUT_ERRNOS:
+            path = cur.filename if cur.filename is not None else "?"
+            return _output_line(cur.errno, cur.strerror or os.strerror(cur.errno), str(path), output_dir)
+        cur = cur.__cause__ or cur.__context__
+    text = str(e)
+    found = None
+    for m in re.finditer(r"(?:OSError|IOError|PermissionError|FileNotFoundError|NotADirectoryError|"
+                         r"IsADirectoryError|[\w.]*Error): \[Errno (\d+)\] ([^:\n\[\]]+)(?:: '([^'\n]*)')?", text):
+        code = int(m.group(1))
+        if code in _OUTPUT_ERRNOS:
+            found = _output_line(code, m.group(2).strip(), m.group(3) or "?", output_dir)
+    if found is None and re.search(r"^\s*MemoryError\b", text, re.M):
+        return MEMORY_ERROR_LINE
+    if found is None and re.search(r"No space left on device", text):
+        found = _output_line(errno.ENOSPC, os.strerror(errno.ENOSPC), "?", output_dir)
+    return found
+
+
+def _output_line(code: int, strerror: str, path: str, output_dir: str | None = None) -> str:
+    where = f" writing {path!r}" if path != "?" else \
+        f" writing into --output_dir {output_dir!r}" if output_dir else " writing the output"
+    return f"OutputError: {strerror}{where} (errno {errno.errorcode.get(code, code)}). Hint: {_OUTPUT_ERRNOS[code]}"
 
 
 def _find_etl_error(e: BaseException | None):

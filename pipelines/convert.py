@@ -16,7 +16,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common
-from transforms import beam_io, metadata, tfrecord
+from transforms import beam_io, metadata, sharding, tfrecord
 from transforms.config import ConvertConfig, ConvertOptions, parse_args
 from transforms.errors import printable
 from transforms.sources import SourceOptions
@@ -53,9 +53,16 @@ def _write_dead_letters(letters: list[dict], dead_letter_dir: str) -> int:
 
 
 def num_shards_for(cfg: ConvertConfig, plan, options: PipelineOptions) -> int:
-    """``--num_shards``, else ``ceil(bytes / --target_shard_mb)`` and at least one shard per local worker."""
-    return cfg.num_shards or max(local_workers(options),
-                                 metadata.default_num_shards(plan.num_bytes, int(cfg.target_shard_mb * 2**20)))
+    """``--num_shards``, else ``ceil(bytes / --target_shard_mb)`` and at least one shard per local worker
+    (the default capped at one shard per row and at the file-name maximum).
+
+    Raises:
+      ConfigError: ``--num_shards`` above the rows of the input or above sharding.MAX_SHARDS.
+    """
+    if cfg.num_shards:
+        return sharding.check_num_shards(cfg.num_shards, plan.num_rows)
+    default = max(local_workers(options), metadata.default_num_shards(plan.num_bytes, int(cfg.target_shard_mb * 2**20)))
+    return min(default, max(1, plan.num_rows), sharding.MAX_SHARDS)
 
 
 def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan, specs):
@@ -93,6 +100,7 @@ def main(argv: list[str]) -> int:
     tfrecord.require_fast_crc32c()
     started = time.time()
     plan, specs = build_plan(cfg)
+    num_shards_for(cfg, plan, PipelineOptions(beam_argv))  # refuse a bad shard count before touching the output
     common.prepare_output_dir(cfg.output_dir, cfg.overwrite, cfg.model_dump(), cfg.prefix)
     p = beam.Pipeline(options=PipelineOptions(beam_argv))
     build_pipeline(p, cfg, plan, specs)

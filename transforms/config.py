@@ -8,14 +8,36 @@ options) passes through to Beam untouched.
 from __future__ import annotations
 
 import argparse
+import difflib
+import importlib
+import math
+import os
 import typing
 from typing import Any, Literal, Optional
 
 import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from transforms.errors import ConfigError
+
+
+MAX_SHARDS = 99999  # shard file names are PREFIX-NNNNN-of-NNNNN (sharding.ShardPlan.file_name)
+MAX_TARGET_SHARD_MB = 1024 * 1024.0  # 1 TiB
+MAX_TARGET_RANGE_MB = 64 * 1024.0  # 64 GiB: a row range is held in memory by one worker
+DEFAULT_MAX_LOCAL_WORKERS = max(16, 4 * (os.cpu_count() or 1))
+MAX_CONFIG_BYTES = 1 << 20  # a config file larger than 1 MiB is refused before parsing
+
+
+def non_blank(value: str) -> str:
+    """``value`` unless empty or only whitespace (an empty --output_dir would mean the current directory).
+
+    Raises:
+      ValueError: (a pydantic validation error) for an empty or blank path.
+    """
+    if isinstance(value, str) and not value.strip():
+        raise ValueError("must not be empty or blank")
+    return value
 
 
 class ConvertConfig(BaseModel):
@@ -23,8 +45,8 @@ class ConvertConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    input: str = Field(description="file pattern of the inputs (local, gs://, s3://)")
-    output_dir: str = Field(description="output directory of the shards and metadata")
+    input: str = Field(min_length=1, description="file pattern of the inputs (local, gs://, s3://)")
+    output_dir: str = Field(min_length=1, description="output directory of the shards and metadata")
     format: Optional[Literal["hdf5", "npz", "npy"]] = Field(None, description="input format; default: from the suffix")
     datasets: Optional[list[str]] = Field(None, description="HDF5 dataset paths (comma-separated); default: all")
     npz_mode: Literal["rows", "arrays"] = Field("rows", description="npz: row i of each member -> one Example "
@@ -38,10 +60,13 @@ class ConvertConfig(BaseModel):
                                    "(float64->float32, uint64->int64) is allowed, comma-separated")
     provenance: bool = Field(False, description="add features _source/file and _source/row")
     compression: Literal["none", "gzip", "zlib"] = Field("none", description="compression of the shards")
-    num_shards: Optional[int] = Field(None, ge=1, description="number of shards; default: from the data size")
-    target_shard_mb: float = Field(192.0, gt=0, description="target shard size in MB when num_shards is unset")
-    target_range_mb: float = Field(8.0, gt=0, description="target size of one read row range in MB")
-    max_compression_ratio: float = Field(500.0, gt=0, description="npz: refuse a member (of more than 1 MiB) or "
+    num_shards: Optional[int] = Field(None, ge=1, le=MAX_SHARDS, description="number of shards (at most the "
+                                      "number of rows); default: from the data size")
+    target_shard_mb: float = Field(192.0, gt=0, le=MAX_TARGET_SHARD_MB, allow_inf_nan=False,
+                                   description="target shard size in MB when num_shards is unset")
+    target_range_mb: float = Field(8.0, gt=0, le=MAX_TARGET_RANGE_MB, allow_inf_nan=False,
+                                   description="target size of one read row range in MB")
+    max_compression_ratio: float = Field(500.0, gt=0, allow_inf_nan=False, description="npz: refuse a member (of more than 1 MiB) or "
                                          "an archive whose uncompressed size exceeds this many times its "
                                          "compressed size (zip bombs)")
     max_empty_rows: int = Field(1000000, ge=0, description="npy/npz rows mode: most rows allowed when every row "
@@ -57,6 +82,10 @@ class ConvertConfig(BaseModel):
                                      "default: when stderr is a terminal")
     pipeline_options: dict[str, Any] = Field(default_factory=dict, description="Beam pipeline options as a "
                                              "mapping (YAML only), e.g. {runner: DirectRunner}; flags win")
+    max_local_workers: int = Field(DEFAULT_MAX_LOCAL_WORKERS, ge=1, description="the largest "
+                                   "--direct_num_workers accepted (default: 4 per CPU, at least 16)")
+
+    _paths = field_validator("input", "output_dir")(classmethod(lambda cls, v: non_blank(v)))
 
     def beam_argv(self, argv: list[str]) -> list[str]:
         """``pipeline_options`` as Beam flags, followed by ``argv`` (so the command line wins)."""
@@ -122,15 +151,65 @@ def add_model_flags(parser, model: type[BaseModel]) -> None:
                                 choices=choices, help=help_text)
 
 
-def load_yaml(path: str) -> dict:
-    """A YAML mapping, loaded safely. Raises ConfigError for a missing file or invalid YAML."""
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses anchors/aliases (a 538-byte "billion laughs" file expands to
+    gigabytes) and a key repeated in one mapping (last-wins would silently drop the first value)."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            mark = event.start_mark
+            raise ConfigError(f"YAML anchors and aliases (&{event.anchor} / *{event.anchor}) are not allowed "
+                              f"in config files (line {mark.line + 1})", file=mark.name,
+                              hint="write the values out in full")
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: SafeLoader reports it
+                continue
+            line = key_node.start_mark.line + 1
+            if first is not None:
+                raise ConfigError(f"Duplicate key {key!r} in the config file (line {line}, first on line {first})",
+                                  file=key_node.start_mark.name, hint="keep one of them")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(path: str, max_bytes: int = MAX_CONFIG_BYTES) -> dict:
+    """A YAML mapping, loaded safely: no tags beyond plain YAML, no anchors/aliases, no repeated keys,
+    at most ``max_bytes`` (1 MiB) read.
+
+    Raises:
+      ConfigError: a missing/unreadable or too large file, invalid YAML, an alias, a duplicate key.
+    """
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+        with open(path, "rb") as f:
+            raw = f.read(max_bytes + 1)
     except OSError as e:
         raise ConfigError(f"Cannot read config file: {e.strerror}", file=path) from None
+    if len(raw) > max_bytes:
+        raise ConfigError(f"The config file is larger than {max_bytes} bytes", file=path,
+                          hint="a config file holds a few options; pass large lists in a file of their own")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"The config file is not UTF-8 text (byte offset {e.start})", file=path) from None
+    try:
+        loader = _StrictLoader(text)
+        loader.name = path
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
     except yaml.YAMLError as e:
         raise ConfigError(f"Invalid YAML: {str(e).splitlines()[0]}", file=path) from None
+    except RecursionError:
+        raise ConfigError("Invalid YAML: nested too deeply", file=path) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -160,12 +239,16 @@ def parse_args(argv: list[str], model: type[BaseModel], options_cls: type[Pipeli
                description: str):
     """Parses our flags and the config file; returns ``(config, beam_argv)``.
 
+    Every flag that is neither ours nor a registered Beam pipeline option (on the command line or in the
+    YAML ``pipeline_options``) is refused, since Beam silently drops what it does not know.
+
     Raises:
-      ConfigError: invalid YAML, unknown key, wrong type or missing input (one line each).
+      ConfigError: invalid YAML, unknown key or flag, wrong type, missing input, too many local workers
+        (one line each).
     """
     parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False,
                                      epilog="Every other flag (--runner, --direct_num_workers, --temp_location, "
-                                            "Dataflow/Flink options) is passed to Beam untouched.")
+                                            "Dataflow/Flink options) is passed to Beam.")
     options_cls._add_argparse_args(parser)
     known, beam_argv = parser.parse_known_args(argv)
     values = load_yaml(known.config) if known.config else {}
@@ -173,4 +256,124 @@ def parse_args(argv: list[str], model: type[BaseModel], options_cls: type[Pipeli
         if key != "config" and value is not None:
             values[key] = value
     cfg = validate(model, values, f"config ({known.config})" if known.config else "flags")
-    return cfg, cfg.beam_argv(beam_argv) if hasattr(cfg, "beam_argv") else beam_argv
+    beam_argv = cfg.beam_argv(beam_argv) if hasattr(cfg, "beam_argv") else beam_argv
+    check_beam_flags(beam_argv, [o for a in parser._actions for o in a.option_strings])
+    check_local_workers(beam_argv, getattr(cfg, "max_local_workers", DEFAULT_MAX_LOCAL_WORKERS),
+                        hasattr(cfg, "max_local_workers"))
+    return cfg, beam_argv
+
+
+# Runner modules that register their own PipelineOptions subclasses when imported.
+_RUNNER_MODULES = ("apache_beam.runners.dataflow.dataflow_runner", "apache_beam.runners.portability.flink_runner",
+                   "apache_beam.runners.portability.spark_runner", "apache_beam.runners.portability.prism_runner",
+                   "apache_beam.runners.dask.dask_runner")
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are a one-line ConfigError instead of usage text and SystemExit."""
+
+    def error(self, message):
+        raise ConfigError(f"Invalid Beam option: {message}", hint="see Beam's PipelineOptions for its flags")
+
+
+def beam_flag_parser(import_runners: bool = False) -> argparse.ArgumentParser:
+    """A parser of every ``--flag`` Beam knows (all registered ``PipelineOptions`` subclasses, recursively).
+
+    With ``import_runners``, the runner modules that declare their own options (Dataflow, Flink, Spark,
+    Prism, Dask) are imported first, where installed.
+    """
+    if import_runners:
+        for name in _RUNNER_MODULES:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - a runner whose dependencies are missing declares nothing
+                pass
+    parser = _RaisingParser(add_help=False, allow_abbrev=False, conflict_handler="resolve")
+    seen, stack = set(), list(PipelineOptions.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        stack += cls.__subclasses__()
+        try:
+            cls._add_argparse_args(parser)
+        except Exception:  # noqa: BLE001 - a foreign subclass that conflicts; Beam would fail on it too
+            continue
+    return parser
+
+
+def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {o: a for a in parser._actions for o in a.option_strings}
+
+
+def check_beam_flags(beam_argv: list[str], ours: list[str] = ()) -> None:
+    """Refuses a flag that is neither ours (``ours``: option strings) nor Beam's, with a suggestion.
+
+    Accepts ``--flag=value``, ``--flag value``, boolean ``--flag`` and ``--noflag`` (from a YAML ``false``).
+
+    Raises:
+      ConfigError: ``unknown flag --compresion (did you mean --compression?)``, a stray argument, or a
+        value Beam's parser refuses (``--direct_num_workers abc``).
+    """
+    parser = beam_flag_parser()
+    actions = _actions(parser)
+    names = [str(a) for a in beam_argv]
+    if any(_flag_name(n) and _lookup(actions, _flag_name(n)) is None for n in names):
+        parser = beam_flag_parser(import_runners=True)
+        actions = _actions(parser)
+    i = 0
+    while i < len(names):
+        token = names[i]
+        if token == "--":
+            break
+        name = _flag_name(token)
+        if name is None:
+            raise ConfigError(f"unexpected argument {token!r}",
+                              hint="every value belongs to a --flag; quote patterns with spaces")
+        action = _lookup(actions, name)
+        if action is None:
+            candidates = sorted(set(actions) | {o for o in ours if o.startswith("--")})
+            close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)
+            did = f" (did you mean {close[0]}?)" if close else ""
+            raise ConfigError(f"unknown flag {name}{did}",
+                              hint="see --help for our flags; Beam's are listed in its PipelineOptions")
+        i += 1
+        if "=" in token or action.nargs == 0 or name.startswith("--no") and name not in actions:
+            continue
+        if action.nargs in ("+", "*"):
+            while i < len(names) and not names[i].startswith("-"):
+                i += 1
+        elif i < len(names):
+            i += 1  # the flag's value, whatever it looks like (e.g. -1)
+    parser.parse_known_args([n for n in names if not (n.startswith("--no") and n.split("=")[0] not in actions)])
+
+
+def _flag_name(token: str) -> str | None:
+    if not token.startswith("-") or token in ("-", "--") or token[1:2].isdigit():
+        return None
+    return token.split("=", 1)[0]
+
+
+def _lookup(actions: dict, name: str):
+    if name in actions:
+        return actions[name]
+    if name.startswith("--no"):  # --noflag: a boolean flag set false (pipeline_options: {flag: false})
+        action = actions.get("--" + name[4:])
+        if action is not None and action.nargs == 0:
+            return action
+    return None
+
+
+def check_local_workers(beam_argv: list[str], limit: int, has_flag: bool = True) -> None:
+    """Refuses ``--direct_num_workers`` above ``limit`` (each is a process, or a thread, of its own).
+
+    Raises:
+      ConfigError: too many workers (with the limit and the CPU count).
+    """
+    from apache_beam.options.pipeline_options import DirectOptions
+    workers = PipelineOptions([str(a) for a in beam_argv]).view_as(DirectOptions).direct_num_workers
+    if workers is not None and workers > limit:
+        raise ConfigError(f"--direct_num_workers {workers} is more than the limit of {limit} local workers",
+                          hint=f"this machine has {os.cpu_count()} CPUs: use at most a few per CPU"
+                               + (", or raise the limit with --max_local_workers" if has_flag else ""))

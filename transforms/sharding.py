@@ -10,7 +10,31 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+from transforms.errors import ConfigError
 from transforms.sources import FileIndex, RowRange, plan_row_ranges
+
+MAX_SHARDS = 99999  # file_name writes the index and count with 5 digits: PREFIX-NNNNN-of-NNNNN
+
+
+def check_num_shards(num_shards: int, num_rows: int) -> int:
+    """``num_shards`` if it is a usable shard count for ``num_rows`` rows; else a one-line ConfigError.
+
+    Limits: at least 1; at most :data:`MAX_SHARDS` (the file-name format's 5 digits); at most one shard per
+    row (``max(1, num_rows)``: more shards than rows would only write empty files; 10^8 shards of 10 rows
+    planned 2 GB of empty shard plans before writing anything).
+
+    Raises:
+      ConfigError: naming the count, the rows and the limit.
+    """
+    if num_shards < 1:
+        raise ConfigError(f"--num_shards {num_shards} must be at least 1")
+    if num_shards > MAX_SHARDS:
+        raise ConfigError(f"--num_shards {num_shards} is more than {MAX_SHARDS}, the most the shard file names "
+                          f"(PREFIX-NNNNN-of-NNNNN) can count", hint="write fewer, larger shards")
+    if num_shards > max(1, num_rows):
+        raise ConfigError(f"--num_shards {num_shards} is more than the {num_rows} rows of the input (at most one "
+                          f"shard per row)", hint=f"pass --num_shards {max(1, num_rows)} or fewer")
+    return num_shards
 
 
 @dataclasses.dataclass(frozen=True)
