@@ -66,9 +66,9 @@ class ConvertConfig(BaseModel):
                                    description="target shard size in MB when num_shards is unset")
     target_range_mb: float = Field(8.0, gt=0, le=MAX_TARGET_RANGE_MB, allow_inf_nan=False,
                                    description="target size of one read row range in MB")
-    max_compression_ratio: float = Field(500.0, gt=0, allow_inf_nan=False, description="npz: refuse a member (of more than 1 MiB) or "
-                                         "an archive whose uncompressed size exceeds this many times its "
-                                         "compressed size (zip bombs)")
+    max_compression_ratio: float = Field(500.0, gt=0, allow_inf_nan=False,
+                                         description="npz: refuse a member (of more than 1 MiB) or an archive whose "
+                                         "uncompressed size exceeds this many times its compressed size (zip bombs)")
     max_empty_rows: int = Field(1000000, ge=0, description="npy/npz rows mode: most rows allowed when every row "
                                 "holds zero bytes (shape (N, 0)), whose count the file size cannot bound")
     writer: Literal["planned", "beam"] = Field("planned", description="planned: shards planned from the source "
