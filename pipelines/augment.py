@@ -8,7 +8,6 @@ The pipeline: AugmentShards -> FinalizeAugment (see transforms/augment.py).
 """
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any, Literal, Optional
 
@@ -17,7 +16,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipelines import common
-from transforms import augment, fileio, metadata, tfrecord
+from transforms import augment, metadata, outdir, tfrecord
 from transforms.config import ConvertConfig, add_model_flags, parse_args
 from transforms.errors import printable
 
@@ -125,14 +124,12 @@ def main(argv: list[str]) -> int:
     tfrecord.require_fast_crc32c()
     started = time.time()
     plan = augment.plan_augment(cfg)
-    leftovers = augment.crashed_run_leftovers(plan)  # a re-run after a crash needs no cleanup
-    if leftovers:
-        logging.getLogger(__name__).warning("Removing %d files of a crashed run in %s", len(leftovers), cfg.output_dir)
-        fileio.delete(leftovers)
-    common.prepare_output_dir(cfg.output_dir, cfg.overwrite, cfg.model_dump())
-    p = beam.Pipeline(options=PipelineOptions(beam_argv))
-    build_pipeline(p, plan)
-    counters = common.run_pipeline(p)
+    files = [s.output_file for s in plan.collection.shards] + ([outdir.MANIFEST_FILE] if cfg.mode == "sidecar" else [])
+    with outdir.prepare(cfg.output_dir, command="augment", options=cfg.model_dump(), files=files,
+                        overwrite=cfg.overwrite):
+        p = beam.Pipeline(options=PipelineOptions(beam_argv))
+        build_pipeline(p, plan)
+        counters = common.run_pipeline(p)
     meta = metadata.load(cfg.output_dir)
     info = meta["augment"]
     common.print_summary(cfg.output_dir, meta, time.time() - started, {

@@ -1,4 +1,4 @@
-"""What every command shares: quiet logs, one-line errors, the output-directory guard, the summary."""
+"""What every command shares: quiet logs, one-line errors, the summary (the output directory: transforms.outdir)."""
 from __future__ import annotations
 
 import errno
@@ -150,54 +150,6 @@ def _find_etl_error(e: BaseException | None):
         seen.add(id(e))
         e = e.__cause__ or e.__context__
     return None
-
-
-def prepare_output_dir(output_dir: str, overwrite: bool, options: dict | None = None, prefix: str = "data") -> None:
-    """Makes ``output_dir`` ready for a run, so that re-running a command after a crash needs no cleanup.
-
-    - missing or empty: nothing to do;
-    - complete (has metadata.json): refused unless ``overwrite`` or it was written with the same
-      ``options`` (a retry of the same command, e.g. by Airflow, after a crash past the commit point);
-    - incomplete (no metadata.json; only our shards, temporaries, schema and Beam temp dirs): the
-      leftovers of a crashed run are removed;
-    - anything else is refused unless ``overwrite``.
-    The metadata is removed first, so a crash during cleanup never leaves a complete-looking output.
-
-    Raises:
-      ConfigError: the directory holds a complete output of other options, or files that are not ours.
-    """
-    if not fileio.exists(output_dir) or (fileio.is_local(output_dir) and not os.listdir(output_dir)):
-        return
-    entries = fileio.FileSystems.match([fileio.join(output_dir, "*")])[0].metadata_list
-    names = [fileio.basename(m.path.rstrip("/")) for m in entries]
-    meta_path = fileio.join(output_dir, metadata.METADATA_FILE)
-    if not overwrite and metadata.METADATA_FILE in names:
-        try:
-            same = options is not None and _comparable(metadata.load(output_dir)["options"]) == _comparable(options)
-        except EtlError:
-            same = False
-        if not same:
-            raise ConfigError("The output directory holds a complete output of another run", file=output_dir,
-                              hint="pass --overwrite to replace it, or choose another --output_dir")
-    elif not overwrite and not all(_is_ours(n, prefix) for n in names):
-        strangers = [n for n in names if not _is_ours(n, prefix)][:3]
-        raise ConfigError(f"The output directory exists and holds other files ({', '.join(strangers)})",
-                          file=output_dir, hint="pass --overwrite to replace it, or choose another --output_dir")
-    elif names:
-        logging.getLogger(__name__).warning("Removing %d files of an earlier run in %s", len(names), output_dir)
-    fileio.delete([meta_path])
-    fileio.delete([m.path for m in entries])
-
-
-def _comparable(options: dict) -> dict:
-    return {k: v for k, v in options.items() if k not in ("overwrite", "verbose")}
-
-
-def _is_ours(name: str, prefix: str) -> bool:
-    import re
-    return bool(re.fullmatch(rf"{re.escape(prefix)}-\d{{5}}-of-\d{{5}}\.tfrecord(\.gz|\.zlib)?", name)) or \
-        name.startswith((".tmp-", ".temp-beam", "beam-temp-", f".{metadata.METADATA_FILE}")) or \
-        name in (metadata.SCHEMA_FILE, "manifest.json")
 
 
 def print_summary(output_dir: str, meta: dict, seconds: float, extra: dict | None = None) -> None:

@@ -16,9 +16,9 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import common
-from transforms import beam_io, metadata, sharding, tfrecord
+from transforms import beam_io, metadata, outdir, sharding, tfrecord
 from transforms.config import ConvertConfig, ConvertOptions, parse_args
-from transforms.errors import printable
+from transforms.errors import ConfigError, printable
 from transforms.sources import SourceOptions
 
 
@@ -65,8 +65,17 @@ def num_shards_for(cfg: ConvertConfig, plan, options: PipelineOptions) -> int:
     return min(default, max(1, plan.num_rows), sharding.MAX_SHARDS)
 
 
-def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan, specs):
-    """Composes the convert pipeline on ``p``; returns the PCollection holding the committed output dir."""
+def output_files(cfg: ConvertConfig, plan, num_shards: int, shards=None) -> list[str]:
+    """The names of the shard files this run writes (``shards``: the planned writer's shard plans)."""
+    suffix = beam_io.shard_suffix(cfg.compression)
+    if cfg.writer == "planned":
+        return [s.file_name(cfg.prefix, suffix) for s in (shards if shards is not None else plan.shards(num_shards))]
+    return [f"{cfg.prefix}-{i:05d}-of-{num_shards:05d}{suffix}" for i in range(num_shards)]
+
+
+def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan, specs, shards=None):
+    """Composes the convert pipeline on ``p``; returns the PCollection holding the committed output dir.
+    ``shards``: the planned writer's shard plans when already computed."""
     num_shards = num_shards_for(cfg, plan, p.options)
     finalize = functools.partial(beam_io.FinalizeOutput, cfg.output_dir, specs, cfg.compression, plan.num_rows,
                                  [{"path": i.path, "rows": i.num_rows} for i in plan.indexes], cfg.writer,
@@ -76,7 +85,8 @@ def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan, specs):
                                         cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir,
                                         common.show_progress(cfg.progress))
         return (p
-                | "WritePlannedShards" >> beam_io.WritePlannedShards(plan.shards(num_shards), write_fn)
+                | "WritePlannedShards" >> beam_io.WritePlannedShards(
+                    shards if shards is not None else plan.shards(num_shards), write_fn)
                 | "FinalizeOutput" >> finalize(counted=True))
     encoded = (p
                | "CreateRowRanges" >> beam.Create(list(plan.ranges))
@@ -100,16 +110,26 @@ def main(argv: list[str]) -> int:
     tfrecord.require_fast_crc32c()
     started = time.time()
     plan, specs = build_plan(cfg)
-    num_shards_for(cfg, plan, PipelineOptions(beam_argv))  # refuse a bad shard count before touching the output
-    common.prepare_output_dir(cfg.output_dir, cfg.overwrite, cfg.model_dump(), cfg.prefix)
-    p = beam.Pipeline(options=PipelineOptions(beam_argv))
-    build_pipeline(p, cfg, plan, specs)
-    counters = common.run_pipeline(p)
+    outdir.check_inputs_outside(cfg.output_dir, [i.path for i in plan.indexes])
+    if cfg.dead_letter_dir is not None:
+        outdir.check_inputs_outside(cfg.output_dir, [cfg.dead_letter_dir], "--dead_letter_dir")
+    if cfg.writer == "beam" and outdir.escape_glob(cfg.output_dir) != cfg.output_dir:
+        raise ConfigError("--writer beam cannot write into a directory whose name holds * ? [ or ] (Beam's file "
+                          "sink matches it as a pattern)", file=cfg.output_dir,
+                          hint="rename the directory or use --writer planned, which takes paths literally")
+    options = PipelineOptions(beam_argv)
+    num_shards = num_shards_for(cfg, plan, options)
+    shards = plan.shards(num_shards) if cfg.writer == "planned" else None
+    with outdir.prepare(cfg.output_dir, command="convert", options=cfg.model_dump(), overwrite=cfg.overwrite,
+                        files=output_files(cfg, plan, num_shards, shards),
+                        beam_temp_prefixes=[cfg.prefix] if cfg.writer == "beam" else []):
+        p = beam.Pipeline(options=options)
+        build_pipeline(p, cfg, plan, specs, shards)
+        counters = common.run_pipeline(p)
     meta = metadata.load(cfg.output_dir)
     common.print_summary(cfg.output_dir, meta, time.time() - started,
                          {"rows read": plan.num_rows, "rows dead-lettered": meta["rows_dead_lettered"],
-                          "row ranges": len(plan.ranges) if cfg.writer == "beam" else
-                          sum(len(s.ranges) for s in plan.shards(num_shards_for(cfg, plan, p.options))),
+                          "row ranges": len(plan.ranges) if cfg.writer == "beam" else sum(len(s.ranges) for s in shards),
                           "features": ", ".join(f"{printable(s.name)} {s.dtype} {list(s.shape) if s.shape is not None else '*'}"
                                                 f" {s.encoding}" for s in specs)})
     common.print_metrics(counters, meta["num_records"])

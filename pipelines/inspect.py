@@ -23,7 +23,7 @@ import json
 import numpy as np
 
 from pipelines import common
-from transforms import codec, fileio, metadata, reader, tfrecord
+from transforms import codec, fileio, metadata, outdir, reader, tfrecord
 from transforms.errors import ConfigError, RecordError, printable
 
 
@@ -68,8 +68,8 @@ def _has_metadata(target: str) -> bool:
         return fileio.exists(fileio.join(target, metadata.METADATA_FILE))
     if fileio.exists(fileio.join(target, metadata.METADATA_FILE)):
         return True
-    names = {fileio.basename(m.path) for m in fileio.FileSystems.match([fileio.join(target, "*")])[0].metadata_list}
-    traces = (".tmp-", ".temp-beam", "beam-temp-", f".{metadata.METADATA_FILE}")  # a run's temporaries
+    names = set(outdir.list_names(target))
+    traces = (".tmp-", "beam-temp-", f".{metadata.METADATA_FILE}", outdir.MARKER_FILE)  # a run's temporaries
     if metadata.SCHEMA_FILE in names or any(n.startswith(traces) for n in names):
         metadata.load(target)  # raises IncompleteOutputError with its message
     return False

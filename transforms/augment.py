@@ -39,7 +39,7 @@ import google_crc32c
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from transforms import beam_io, fileio, metadata, tfrecord
+from transforms import beam_io, fileio, metadata, outdir, tfrecord
 from transforms.codec import (MAX_FEATURES, VLEN_BYTES, FeatureSpec, batch_decodable, check_example_frame,
                               check_spec, decode_batch,
                               decode_example_lenient, drop_features, encode_columns, feature_key_pattern,
@@ -860,39 +860,6 @@ class BatchAugmenter:
                                   record=first + i, size=size, hint="raise --max_record_mb, or add smaller values")
 
 
-def check_output_location(output_dir: str, paths: Iterable[str]) -> None:
-    """Raises ConfigError when an input file lies inside the output directory (inputs are never modified)."""
-    if fileio.is_local(output_dir):
-        root = os.path.abspath(output_dir) + os.sep
-        inside = [p for p in paths if fileio.is_local(p) and os.path.abspath(p).startswith(root)]
-    else:
-        root = output_dir.rstrip("/") + "/"
-        inside = [p for p in paths if p.startswith(root)]
-    if inside:
-        raise ConfigError("An input file is inside --output_dir, which is replaced by the output", file=inside[0],
-                          hint="write the output to another directory; inputs are never modified")
-
-
-def crashed_run_leftovers(plan: AugmentPlan) -> list[str]:
-    """The files a crashed run of this plan left in the output directory, to remove before a re-run.
-
-    Only when there is no ``metadata.json`` (never committed) and every file is one this plan writes
-    (its output shards, temporaries, ``schema.pbtxt``, ``manifest.json``); otherwise an empty list, and
-    ``pipelines.common.prepare_output_dir`` decides.
-    """
-    if not fileio.exists(plan.output_dir) or not fileio.is_dir(plan.output_dir):
-        return []
-    entries = [m.path for m in fileio.FileSystems.match([fileio.join(plan.output_dir, "*")])[0].metadata_list]
-    ours = {s.output_file for s in plan.collection.shards} | {metadata.SCHEMA_FILE, MANIFEST_FILE}
-    names = [fileio.basename(p.rstrip("/")) for p in entries]
-    if metadata.METADATA_FILE in names:
-        return []
-    if all(n in ours or n.startswith((beam_io.TEMP_PREFIX, f".{metadata.METADATA_FILE}", f".{MANIFEST_FILE}"))
-           for n in names):
-        return entries
-    return []
-
-
 def _check_options(cfg) -> None:
     problems = []
     if cfg.mode not in MODES:
@@ -948,8 +915,8 @@ def plan_augment(cfg) -> AugmentPlan:
     if bad:
         raise ConfigError(f"Input file '{bad[0]}' is not a shard name this pipeline can write", file=cfg.input,
                           hint="narrow the --input pattern to the TFRecord shards")
-    check_output_location(cfg.output_dir, [s.path for s in shards] +
-                          ([p for p, _ in fileio.match(cfg.join_input)] if cfg.join_input else []))
+    outdir.check_inputs_outside(cfg.output_dir, [s.path for s in shards] +
+                                ([p for p, _ in fileio.match(cfg.join_input)] if cfg.join_input else []))
     old = {s.name: s for s in collection.specs}
     where = " (inferred from the first records)" if collection.inferred else ""
     missing = [n for n in cfg.fn_inputs if n not in old]
@@ -1184,7 +1151,7 @@ class AugmentShardFn(beam.DoFn):
             except Exception:  # keep the original error
                 log.warning("Cannot delete temporary file %s", temp)
             raise
-        size = fileio.FileSystems.match([final])[0].metadata_list[0].size_in_bytes
+        size = fileio.size(final)
         self._read.inc(count)
         self._written.inc(writer.records)
         self._shards.inc()
@@ -1300,8 +1267,7 @@ class FinalizeAugmentFn(beam.DoFn):
         if bad or total_in != total_out or (expected is not None and expected != total_in):
             raise RecordError(f"Records in ({total_in}) != records out ({total_out}) (metadata: {expected})",
                               file=bad[0] if bad else plan.output_dir, hint="re-run; report it if it happens again")
-        stale = fileio.FileSystems.match([fileio.join(plan.output_dir, beam_io.TEMP_PREFIX + "*")])[0].metadata_list
-        fileio.delete([m.path for m in stale])
+        outdir.remove_temporaries(plan.output_dir, [r["file"] for r in results])
         if plan.mode == "sidecar":
             tmp = fileio.join(plan.output_dir, f".{MANIFEST_FILE}.tmp")
             fileio.write_bytes(tmp, json.dumps(manifest(plan, results), indent=1).encode())

@@ -20,9 +20,10 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.metrics import Metrics
 
-from transforms import fileio, metadata, sharding, sources, tfrecord
+from transforms import fileio, metadata, outdir, sharding, sources, tfrecord
 from transforms.codec import FeatureSpec, check_spec, encode_columns
 from transforms.errors import RecordError, SchemaError
+from transforms.outdir import TEMP_PREFIX
 from transforms.sources import FileIndex, RowRange, Source, SourceOptions
 
 log = logging.getLogger(__name__)
@@ -309,7 +310,6 @@ class WriteToShards(beam.PTransform):
             shard_name_template="-SSSSS-of-NNNNN", compression_type=_BEAM_COMPRESSION[self._compression])
 
 
-TEMP_PREFIX = ".tmp-"
 
 
 class WriteShardFn(beam.DoFn):
@@ -370,7 +370,7 @@ class WriteShardFn(beam.DoFn):
         except BaseException:
             fileio.delete([temp])
             raise
-        size = fileio.FileSystems.match([final])[0].metadata_list[0].size_in_bytes
+        size = fileio.size(final)
         self._written.inc(writer.records)
         self._bytes.inc(size)
         self._shards.inc()
@@ -402,7 +402,7 @@ def count_shard(path: str, compression: str) -> dict:
     with fileio.open_read(path) as raw:
         stream = tfrecord.open_decompressed(raw, compression)
         n = sum(1 for _ in tfrecord.iter_records(stream, path))
-    size = fileio.FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+    size = fileio.size(path)
     return {"file": fileio.basename(path), "records": n, "bytes": size}
 
 
@@ -424,8 +424,7 @@ class WriteMetadataFn(beam.DoFn):
         meta = metadata.build(specs, shards, compression, sources_info, writer, options)
         meta["rows_read"], meta["rows_dead_lettered"] = expected, dead
         metadata.write(output_dir, meta, specs)
-        stale = fileio.FileSystems.match([fileio.join(output_dir, TEMP_PREFIX + "*")])[0].metadata_list
-        fileio.delete([m.path for m in stale])  # temporaries of killed or duplicate attempts
+        outdir.remove_temporaries(output_dir, [s["file"] for s in shards])  # of killed or duplicate attempts
         yield output_dir
 
 

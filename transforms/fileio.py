@@ -75,6 +75,21 @@ def rename(src: str, dst: str) -> None:
     FileSystems.rename([src], [dst])
 
 
+def size(path: str) -> int:
+    """Size in bytes of the file ``path``, taken literally (a ``[`` in the path is not a glob).
+
+    Raises:
+      SourceError: the file does not exist.
+    """
+    try:
+        if is_local(path):
+            return os.path.getsize(path)
+        from transforms.outdir import escape_glob
+        return FileSystems.match([escape_glob(path)])[0].metadata_list[0].size_in_bytes
+    except (OSError, IndexError, Exception) as e:  # noqa: BLE001 - BeamIOError for a missing remote path
+        raise SourceError(f"Cannot read the size of the file: {e}", file=path) from None
+
+
 def delete(paths: list[str]) -> None:
     paths = [p for p in paths if exists(p)]
     if paths:

@@ -24,9 +24,8 @@ from typing import Sequence
 from transforms import fileio
 from transforms.codec import VLEN_BYTES, FeatureSpec
 from transforms.errors import IncompleteOutputError, SchemaError
+from transforms.outdir import METADATA_FILE, SCHEMA_FILE  # noqa: F401 - the output directory's names
 
-METADATA_FILE = "metadata.json"
-SCHEMA_FILE = "schema.pbtxt"
 FORMAT = "tfrecord-etl/1"
 VERSION = "0.1.0"
 

@@ -19,6 +19,7 @@ import numpy as np
 from transforms import fileio, metadata, tfrecord
 from transforms.codec import VLEN_BYTES, FeatureSpec, decode_example_lenient
 from transforms.errors import RecordError, SchemaError
+from transforms.outdir import MANIFEST_FILE  # noqa: F401 - re-exported
 
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 
@@ -195,7 +196,6 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
 # Sidecar collections (``python -m pipelines.augment --mode sidecar``): original + sidecar, merged
 # ----------------------------------------------------------------------------------------------
 
-MANIFEST_FILE = "manifest.json"
 SIDECAR_FORMAT = "tfrecord-etl-sidecar/1"
 
 
@@ -314,7 +314,7 @@ def open_sidecar(original: str, sidecar_dir: str, check_checksums: bool = True) 
         if side_counts.get(entry["sidecar"]) != entry["records"]:
             raise RecordError(f"Sidecar shard holds {side_counts.get(entry['sidecar'])} records but its original "
                               f"'{name}' holds {entry['records']}: misaligned pair", file=side_path, shard=name)
-        size = fileio.FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+        size = fileio.size(path)
         if size != entry["bytes"] or (check_checksums and file_crc32c(path) != (entry["bytes"], entry["crc32c"])):
             what = f"{size} bytes, the manifest says {entry['bytes']}" if size != entry["bytes"] else \
                 "its CRC32C differs from the manifest's"

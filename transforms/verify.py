@@ -32,14 +32,14 @@ from typing import BinaryIO, Iterator, Sequence
 
 import numpy as np
 
-from transforms import codec, fileio, metadata, tfrecord
+from transforms import codec, fileio, metadata, outdir, tfrecord
 from transforms.codec import VLEN_BYTES, FeatureSpec
 from transforms.errors import ConfigError, RecordError, SchemaError, SourceError, printable
 
 MANIFEST_FILE = "manifest.json"
 PROVENANCE_FILE, PROVENANCE_ROW = "_source/file", "_source/row"
 SAMPLE_RECORDS = 1000  # records the features of plain files are inferred from
-_KNOWN_FILES = {metadata.METADATA_FILE, metadata.SCHEMA_FILE, MANIFEST_FILE}
+_KNOWN_FILES = {metadata.METADATA_FILE, metadata.SCHEMA_FILE, MANIFEST_FILE, outdir.MARKER_FILE, outdir.LOCK_FILE}
 _CHUNK_ROWS = 4096  # rows compared with the source in one vectorized step
 _PROGRESS_STEP = 1 << 20
 
@@ -886,8 +886,7 @@ def _read_shard(report: Report, fr: FileReport, path: str, compression: str, spe
 
 def _unlisted_files(output_dir: str, listed: set) -> list[str]:
     try:
-        found = [fileio.basename(m.path) for m in
-                 fileio.FileSystems.match([fileio.join(output_dir, "*")])[0].metadata_list]
+        found = list(outdir.list_names(output_dir))
     except Exception:  # noqa: BLE001 - an unlistable directory only loses the warnings
         return []
     out = []
