@@ -8,8 +8,7 @@ import sys
 import warnings
 from typing import Callable
 
-from transforms import fileio, metadata
-from transforms.errors import ConfigError, EtlError
+from transforms.errors import EtlError
 
 
 def quiet_logs(verbose: bool) -> None:

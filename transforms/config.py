@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
-import math
 import os
 import typing
 from typing import Any, Literal, Optional
