@@ -69,7 +69,11 @@ def basename(path: str) -> str:
 
 
 def rename(src: str, dst: str) -> None:
-    """Moves ``src`` to ``dst``, replacing ``dst`` (the commit of a temp file)."""
+    """Moves ``src`` to ``dst``, replacing ``dst`` (the commit of a temp file). Paths are literal: local
+    files use ``os.replace`` (atomic), since Beam's local ``delete`` treats a path as a glob."""
+    if is_local(src) and is_local(dst):
+        os.replace(src, dst)
+        return
     if exists(dst):
         FileSystems.delete([dst])
     FileSystems.rename([src], [dst])
@@ -91,9 +95,16 @@ def size(path: str) -> int:
 
 
 def delete(paths: list[str]) -> None:
-    paths = [p for p in paths if exists(p)]
-    if paths:
-        FileSystems.delete(paths)
+    """Deletes the files ``paths`` that exist, each by its literal path (never a glob)."""
+    remote = []
+    for p in paths:
+        if is_local(p):
+            if os.path.lexists(p):
+                os.unlink(p)
+        elif exists(p):
+            remote.append(p)
+    if remote:
+        FileSystems.delete(remote)
 
 
 def read_bytes(path: str) -> bytes:

@@ -228,8 +228,7 @@ def owned(output_dir: str, names: Iterable[str]) -> Owned:
                                                  meta["augment"].get("mode") == "sidecar" else set())
         complete = True
         options = meta.get("options") if isinstance(meta.get("options"), dict) else options
-    if files:
-        files |= {f".{METADATA_FILE}.tmp", f".{MANIFEST_FILE}.tmp"}
+    files |= {f".{name}.tmp" for name in (METADATA_FILE, MANIFEST_FILE) if name in files}
     return Owned(frozenset(files), frozenset(prefixes), complete, options)
 
 
