@@ -107,10 +107,11 @@ def test_existing_output_dir_is_refused_unless_overwrite(tmp_path, capsys):
     (out / "metadata.json").unlink()
     (out / "notes.txt").write_text("mine")
     code, _, err = convert(tmp_path / "a.npy", out, capsys=capsys)
-    assert code == 2 and "holds other files (notes.txt)" in err
+    assert code == 2 and "holds files tfrecord-etl did not write (notes.txt)" in err
     assert (out / "notes.txt").exists()
     assert convert(tmp_path / "a.npy", out, "--overwrite", capsys=capsys)[0] == 0
-    assert not (out / "notes.txt").exists() and (out / "metadata.json").exists()
+    # --overwrite replaces only our files: the user's notes.txt stays (issue 10 case 1)
+    assert (out / "notes.txt").read_text() == "mine" and (out / "metadata.json").exists()
 
 
 @pytest.mark.parametrize("yaml_text,words", [

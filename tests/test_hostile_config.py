@@ -289,9 +289,9 @@ def test_read_only_output_file_system_is_one_line(incompressible, tmp_path, caps
         (mnt / "out").mkdir()
         subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True, capture_output=True, timeout=30)
         code, _, err = convert(incompressible, mnt / "out", capsys=capsys)
-        line = strip_runner_log(one_error_line(code, err))
-        assert line.startswith(f"error: OutputError: Read-only file system writing '{mnt / 'out'}/"), line
-        assert line.endswith("(errno EROFS). Hint: the file system is read-only: choose another --output_dir")
+        line = strip_runner_log(one_error_line(code, err))  # found before any work by outdir.prepare
+        assert line == (f"error: ConfigError: The output directory is not writable (read-only file system or no "
+                        f"permission) [file='{mnt / 'out'}'] Hint: choose a writable --output_dir"), line
 
 
 def test_unwritable_output_directory_is_one_line(incompressible, tmp_path, capsys):
@@ -314,12 +314,12 @@ def test_unwritable_output_directory_is_one_line(incompressible, tmp_path, capsy
 def test_output_oserror_raised_directly_is_one_line(npy10, tmp_path, capsys, monkeypatch):
     """Issue 10 case 16: an OSError of the output raised in the launcher itself (not in a worker), e.g. the
     output directory being a file (ENOTDIR), is one line naming the path."""
-    from pipelines import common
+    from transforms import outdir
     target = tmp_path / "file" / "out"
 
     def not_a_dir(*a, **k):
         raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(target))
-    monkeypatch.setattr(common, "prepare_output_dir", not_a_dir)
+    monkeypatch.setattr(outdir, "prepare", not_a_dir)
     code, _, err = convert(npy10, target, capsys=capsys)
     assert one_error_line(code, err) == (f"error: OutputError: Not a directory writing '{target}' (errno ENOTDIR). "
                                          "Hint: a part of the path is a file, not a directory: choose another "

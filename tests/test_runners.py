@@ -98,7 +98,7 @@ def run(module, argv, runner, request, capsys=None):
 
 
 def shard_bytes(out) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if ".tfrecord" in p.name}
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if ".tfrecord" in p.name and p.name[0] != "."}
 
 
 def comparable_metadata(out) -> dict:

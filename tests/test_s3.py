@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import BEAM_FLAGS, run_command
 from tests.test_convert import make_h5
-from transforms import reader
+from transforms import outdir, reader
 
 boto3 = pytest.importorskip("boto3", reason="pip install -e .[s3]")
 moto_server = pytest.importorskip("moto.server", reason="pip install -e .[s3]")
@@ -103,7 +103,9 @@ def test_s3_input_and_output_equal_a_local_run(s3, tmp_path, fmt, runner):
     assert [n.rsplit("/", 1)[1] for n in names] == sorted(local)  # no temporaries left on S3
     for name in names:
         body = client.get_object(Bucket=BUCKET, Key=name)["Body"].read()
-        if name.endswith(".json"):
+        if name.endswith(outdir.MARKER_FILE):  # the run marker: the same files listed, another run id
+            assert json.loads(body)["files"] == json.loads(local[outdir.MARKER_FILE])["files"]
+        elif name.endswith(".json"):
             remote, here = json.loads(body), json.loads(local["metadata.json"])
             assert comparable_metadata(remote) == comparable_metadata(here)
             assert [s["path"] for s in remote["sources"]] == [f"s3://{BUCKET}/{fmt}/in/{p.name}" for p in files]
