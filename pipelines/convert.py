@@ -27,7 +27,8 @@ def build_plan(cfg: ConvertConfig):
     plan = beam_io.plan_inputs(cfg.input, SourceOptions(
         cfg.format, tuple(cfg.datasets) if cfg.datasets else None, cfg.npz_mode, cfg.npy_mode,
         int(cfg.target_range_mb * 2**20), max_compression_ratio=cfg.max_compression_ratio,
-        max_empty_rows=cfg.max_empty_rows))
+        max_empty_rows=cfg.max_empty_rows, allow_external_storage=cfg.allow_external_storage,
+        allow_fill_value=cfg.allow_fill_value))
     specs = beam_io.choose_encodings(plan.specs, cfg.encoding, cfg.feature_encodings, cfg.allow_lossy, cfg.input)
     if cfg.provenance:
         specs += beam_io.PROVENANCE

@@ -68,8 +68,12 @@ class ConvertConfig(BaseModel):
     max_compression_ratio: float = Field(500.0, gt=0, allow_inf_nan=False,
                                          description="npz: refuse a member (of more than 1 MiB) or an archive whose "
                                          "uncompressed size exceeds this many times its compressed size (zip bombs)")
-    max_empty_rows: int = Field(1000000, ge=0, description="npy/npz rows mode: most rows allowed when every row "
+    max_empty_rows: int = Field(1000000, ge=0, description="rows mode: most rows allowed when every row "
                                 "holds zero bytes (shape (N, 0)), whose count the file size cannot bound")
+    allow_external_storage: bool = Field(False, description="hdf5: read datasets stored in external raw files "
+                                         "when those lie in the input file's own directory; default: refuse")
+    allow_fill_value: bool = Field(False, description="hdf5: read storage that was never written (unallocated "
+                                   "chunks) as the fill value; default: refuse")
     writer: Literal["planned", "beam"] = Field("planned", description="planned: shards planned from the source "
                                                "index, no shuffle, byte-identical reruns; beam: WriteToTFRecord")
     prefix: str = Field("data", pattern=r"^[A-Za-z0-9_.-]+$", description="shard file name prefix")

@@ -434,7 +434,8 @@ def plan_sources(meta: dict, patterns: Sequence[str], where: str = ""):
         options = SourceOptions(opts.get("format"), tuple(datasets) if datasets else None,
                                 opts.get("npz_mode") or "rows", opts.get("npy_mode") or "rows",
                                 max(1, int(range_mb * 2**20)),
-                                **{k: opts[k] for k in ("max_compression_ratio", "max_empty_rows") if k in opts})
+                                **{k: opts[k] for k in ("max_compression_ratio", "max_empty_rows", "allow_external_storage",
+                                                       "allow_fill_value") if k in opts})
     except (TypeError, ValueError) as e:
         raise ConfigError(f"Invalid convert options in metadata.json: {e}", file=where or None) from None
     return [beam_io.plan_inputs(p, options) for p in patterns]
