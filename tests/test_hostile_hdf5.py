@@ -193,21 +193,24 @@ def test_unallocated_dataset_is_refused_unless_allowed(tmp_path, capsys):
 
 
 def test_a_chunk_spanning_many_row_ranges_is_decompressed_once(tmp_path, monkeypatch):
-    """Issue 10 case 15: a gzip chunk of 4,000 rows read as 40 row ranges of 100 rows is read from the
-    file and decompressed once per worker (the file stays open with a chunk cache), not 40 times."""
+    """Issue 10 case 15: a gzip chunk of 4,000 rows read as 40 row ranges of 100 rows was re-read and
+    re-decompressed per range (the file was opened per range); now one open file and one open dataset
+    per worker thread keep HDF5's chunk cache (64 MiB) across the ranges of a shard."""
+    from transforms import sources
     path = tmp_path / "c.h5"
     data = np.random.default_rng(0).integers(0, 1000, size=(4000, 16)).astype("<i4")
     with h5py.File(path, "w") as f:
         f.create_dataset("x", data=data, chunks=(4000, 16), compression="gzip")
     source = Hdf5Source(SourceOptions("hdf5"))
-    opened = []
-    real_open = Hdf5Source._open
+    opened, datasets = [], []
+    real_open, real_dataset = Hdf5Source._open, sources._dataset_for_read
     monkeypatch.setattr(Hdf5Source, "_open", lambda self, p: opened.append(p) or real_open(self, p))
+    monkeypatch.setattr(sources, "_dataset_for_read", lambda *a: datasets.append(a[1]) or real_dataset(*a))
     got = np.concatenate([source.read(RowRange(str(path), s, s + 100, ("/x",)))["x"] for s in range(0, 4000, 100)])
     np.testing.assert_array_equal(got, data)
-    assert opened == [str(path)]  # one open file for all 40 ranges: its chunk cache keeps the chunk
-    cache_bytes = source._opened(str(path)).id.get_access_plist().get_cache()[2]
-    assert cache_bytes >= 4000 * 16 * 4  # the chunk fits the cache
+    assert opened == [str(path)] and datasets == ["/x"]  # one open file and dataset for all 40 ranges
+    dset = source._opened_dataset(str(path), "/x")
+    assert dset.id.get_access_plist().get_chunk_cache()[1] >= 4000 * 16 * 4  # the chunk fits the cache
     source.close()
 
 

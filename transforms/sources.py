@@ -483,23 +483,32 @@ class Hdf5Source(Source):
             return current[1]
         self.close()
         f, stream = self._open(path)
-        self._local.open = (path, f, stream)
+        self._local.open = (path, f, stream, {})
         return f
+
+    def _opened_dataset(self, path: str, name: str):
+        """The open dataset ``name`` of this thread's open file: HDF5's chunk cache belongs to the open
+        dataset, so it stays open between the row ranges of a shard."""
+        f = self._opened(path)
+        datasets = self._local.open[3]
+        if name not in datasets:
+            datasets[name] = _dataset_for_read(f, name, path)
+        return datasets[name]
 
     def close(self) -> None:
         current = getattr(self._local, "open", None)
         self._local.open = None
         if current is not None:
+            current[3].clear()
             current[1].close()
             if current[2] is not None:
                 current[2].close()
 
     def read(self, rr: RowRange) -> Columns:
-        f = self._opened(rr.path)
         columns = {}
         for name in rr.items:
             try:
-                data = _dataset_for_read(f, name, rr.path)[rr.start:rr.stop]
+                data = self._opened_dataset(rr.path, name)[rr.start:rr.stop]
             except Exception as e:
                 self.close()
                 raise SourceError(f"Cannot read rows {rr.start}-{rr.stop - 1}: {e}", file=rr.path,
@@ -522,6 +531,7 @@ def _dataset_for_read(f, name: str, path: str):
     dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
     dapl.set_efile_prefix(prefix)
     dapl.set_virtual_prefix(prefix)
+    dapl.set_chunk_cache(10007, HDF5_CHUNK_CACHE_BYTES, 0.75)
     return h5py.Dataset(h5py.h5d.open(f.id, name.encode(), dapl))
 
 
