@@ -283,6 +283,20 @@ def test_disk_full_is_one_line(incompressible, tmp_path, capsys, writer):
 
 
 @pytest.mark.timeout(300)
+def test_disk_full_during_augment_is_one_line(incompressible, tmp_path, capsys):
+    """Issue 10 case 16: disk full (ENOSPC) while augment writes its shards ended in a traceback."""
+    from pipelines import augment as augment_main
+    assert convert(incompressible, tmp_path / "coll", capsys=capsys)[0] == 0
+    with tiny_tmpfs(tmp_path / "mnt") as mnt:
+        out = mnt / "out"
+        code, _, err = run_command(augment_main.main, ["--input", tmp_path / "coll", "--output_dir", out,
+                                                       "--constants", "k=1", *BEAM_FLAGS], capsys)
+        line = strip_runner_log(one_error_line(code, err))
+        assert line.startswith("error: OutputError: No space left on device writing ") and "(errno ENOSPC)" in line
+        assert line.endswith("Hint: free space on that file system or choose another --output_dir"), line
+
+
+@pytest.mark.timeout(300)
 def test_read_only_output_file_system_is_one_line(incompressible, tmp_path, capsys):
     """Issue 10 case 16: a read-only output file system (EROFS) ended in a traceback."""
     with tiny_tmpfs(tmp_path / "mnt", "1m") as mnt:

@@ -50,6 +50,25 @@ def test_external_storage_outside_is_refused(tmp_path, secret, capsys):
     assert not out.exists() or b"SECRET" not in all_output_bytes(out)
 
 
+def test_external_storage_through_augment_join_and_verify_source(tmp_path, secret, capsys):
+    """Issue 10 case 9: the same file given to augment --join_input or verify --source is refused too
+    (they read sources through the same Hdf5Source); the secret never reaches the augmented output."""
+    from pipelines import augment as augment_main
+    from pipelines import verify as verify_main
+    from tests.conftest import BEAM_FLAGS, run_command
+    (tmp_path / "in").mkdir()
+    n = len(SECRET)
+    np.save(tmp_path / "ids.npy", np.arange(n))
+    assert convert(tmp_path / "ids.npy", tmp_path / "coll", capsys=capsys)[0] == 0
+    external_h5(tmp_path / "in" / "ext.h5", secret)
+    code, _, err = run_command(augment_main.main, ["--input", tmp_path / "coll", "--output_dir", tmp_path / "aug",
+                                                   "--join_input", tmp_path / "in" / "ext.h5", *BEAM_FLAGS], capsys)
+    assert code == 2 and "stored in external file(s)" in err
+    assert not (tmp_path / "aug").exists() or b"SECRET" not in all_output_bytes(tmp_path / "aug")
+    code, _, err = run_command(verify_main.main, [tmp_path / "coll", "--source", tmp_path / "in" / "ext.h5"], capsys)
+    assert code == 2 and "stored in external file(s)" in err
+
+
 def test_external_storage_in_the_inputs_directory_with_the_flag(tmp_path, capsys):
     """Issue 10 case 9: with --allow_external_storage, an external file next to the .h5 (named relatively)
     is read exactly, wherever the command runs from (HDF5 alone would resolve it against the cwd)."""

@@ -214,6 +214,10 @@ def test_output_dir_with_glob_characters_is_literal(tmp_path, capsys):
     np.testing.assert_array_equal(read_x(out), data)
     code, _, err = convert(tmp_path / "in.h5", tmp_path / "p[ab]", "--writer", "beam", capsys=capsys)
     assert code == 2 and "--writer beam cannot write into a directory whose name holds" in err
+    # with no sibling matching the pattern, every run ended in IndexError (the shard size was looked up by match)
+    code, _, err = convert(tmp_path / "in.h5", tmp_path / "q[xy]", capsys=capsys)
+    assert code == 0, err
+    np.testing.assert_array_equal(read_x(tmp_path / "q[xy]"), data)
 
 
 def test_empty_output_dir_is_refused(tmp_path, capsys, monkeypatch):
@@ -225,6 +229,20 @@ def test_empty_output_dir_is_refused(tmp_path, capsys, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["in.h5"]
     with pytest.raises(ConfigError, match="--output_dir is empty"):
         outdir.prepare("", command="convert", options={}, files=[], overwrite=True)
+
+
+def test_temporaries_of_killed_attempts_are_removed_by_name(tmp_path, capsys):
+    """Issue 10 case 8: at commit, only temporaries of this run's own file names are removed (and printed);
+    a '.tmp-' file of another name is not ours and is kept (it makes a re-run refuse without --overwrite)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    ours = out / f".tmp-data-00000-of-00001.tfrecord-{uuid.uuid4().hex}"
+    other = out / f".tmp-notes.txt-{uuid.uuid4().hex}"
+    ours.write_bytes(b"killed attempt")
+    other.write_bytes(b"not ours")
+    outdir.remove_temporaries(str(out), ["data-00000-of-00001.tfrecord"])
+    assert not ours.exists() and other.read_bytes() == b"not ours"
+    assert "removing 1 temporaries" in capsys.readouterr().err
 
 
 def test_a_crashed_beam_writer_runs_temp_dir_is_removed_by_the_rerun(tmp_path, capsys):

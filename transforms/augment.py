@@ -1058,6 +1058,9 @@ class ReadJoinRowsFn(beam.DoFn):
                 values[new] = v.copy() if isinstance(v, np.ndarray) else v
             yield key_of(keys[i], where), values
 
+    def finish_bundle(self):
+        self._join.source.close()
+
 
 def match_keys(element, join: JoinPlan, shard_paths: Mapping[int, str]):
     """One ``CoGroupByKey`` group -> ``(shard index, (record index, values))`` per record with that key.
@@ -1151,6 +1154,9 @@ class AugmentShardFn(beam.DoFn):
             except Exception:  # keep the original error
                 log.warning("Cannot delete temporary file %s", temp)
             raise
+        finally:
+            if plan.join is not None:
+                plan.join.source.close()  # the join source's files stay open for one shard
         size = fileio.size(final)
         self._read.inc(count)
         self._written.inc(writer.records)

@@ -175,6 +175,9 @@ class ReadRowRangesFn(beam.DoFn):
         self._bytes.inc(sum(v.nbytes for v in columns.values() if isinstance(v, np.ndarray)))
         yield rr, columns
 
+    def finish_bundle(self):
+        self._source.close()  # files stay open between the ranges of a bundle, not after it
+
 
 class ReadFromArrays(beam.PTransform):
     """Reads HDF5 / .npz / .npy files matching a pattern as batches ``(RowRange, columns)``.
@@ -284,6 +287,9 @@ class ReadAndEncodeFn(beam.DoFn):
             return
         yield from records
 
+    def finish_bundle(self):
+        self._read.finish_bundle()
+
 
 _BEAM_COMPRESSION = {"none": CompressionTypes.UNCOMPRESSED, "gzip": CompressionTypes.GZIP,
                      "zlib": CompressionTypes.DEFLATE}  # Beam's DEFLATE is a zlib stream with header: TF's ZLIB
@@ -370,6 +376,8 @@ class WriteShardFn(beam.DoFn):
         except BaseException:
             fileio.delete([temp])
             raise
+        finally:
+            self._source.close()  # files stay open between the ranges of a shard, not after it
         size = fileio.size(final)
         self._written.inc(writer.records)
         self._bytes.inc(size)

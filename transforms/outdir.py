@@ -431,4 +431,6 @@ def remove_temporaries(output_dir: str, files: Iterable[str]) -> None:
     files = set(files)
     stale = [n for n in list_names(output_dir) if (m := _TEMP.match(n)) and m.group("name") in files]
     if stale:
+        say(f"removing {len(stale)} temporaries of killed or duplicate attempts in {output_dir}: "
+            f"{_names_list(stale, 5)}")
         delete_names(output_dir, stale)

@@ -345,6 +345,9 @@ class Source:
     def read(self, rr: RowRange) -> Columns:
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Closes what this worker thread keeps open between row ranges (reading again reopens it)."""
+
 
 class Hdf5Source(Source):
     """HDF5 datasets through h5py: local files by path (HDF5's own driver, so virtual datasets resolve),
@@ -520,13 +523,15 @@ class Hdf5Source(Source):
 
 def _dataset_for_read(f, name: str, path: str):
     """``f[name]``, opened (local files) with the input's directory as the prefix of external and virtual
-    source files (HDF5 resolves relative external names against the working directory otherwise). Every
-    read opens it with the same prefix: HDF5 refuses a second prefix for a dataset already open."""
+    source files (HDF5 resolves relative external names against the working directory otherwise). HDF5
+    refuses a second prefix for a dataset already open, so readers close their files after each shard."""
     import os
 
     import h5py
-    if not fileio.is_local(path):  # remote files have neither (refused at planning)
-        return f[name]
+    dset = f[name]
+    if not fileio.is_local(path) or not (dset.id.get_create_plist().get_external_count() or dset.is_virtual):
+        return dset  # (remote files have neither: refused at planning)
+    del dset  # closed, so that it can be opened again with the prefixes
     prefix = os.path.dirname(os.path.abspath(path)).encode() + b"/"
     dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
     dapl.set_efile_prefix(prefix)

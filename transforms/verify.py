@@ -848,6 +848,8 @@ def verify_output(output_dir: str, sources: Sequence[str] = (), progress: Progre
                            f"hold {listed}", fileio.join(output_dir, metadata.METADATA_FILE)))
     if comparer:
         comparer.finish()
+        for plan in comparer.plans:
+            plan.source.close()
         report.source = comparer.summary(sources)
     if has_manifest:
         _check_manifest(report, output_dir, {fileio.basename(f.file): f for f in report.files}, progress,
