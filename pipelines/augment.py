@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipelines import common
 from transforms import augment, metadata, outdir, tfrecord
-from transforms.config import ConvertConfig, add_model_flags, parse_args
+from transforms.config import DEFAULT_MAX_LOCAL_WORKERS, ConvertConfig, add_model_flags, parse_args
 from transforms.errors import printable
 
 
@@ -86,7 +86,10 @@ class AugmentConfig(BaseModel):
                                  "headers (checked before reading) and output records; protobuf's limit is 2 GB")
     max_features: int = Field(10_000, ge=1, description="limit on the features of one input record, and on the "
                               "distinct feature names inferred from a collection without metadata")
-    overwrite: bool = Field(False, description="replace an existing output directory")
+    max_local_workers: int = Field(DEFAULT_MAX_LOCAL_WORKERS, ge=1, description="the largest "
+                                   "--direct_num_workers accepted (default: 4 per CPU, at least 16)")
+    overwrite: bool = Field(False, description="replace our files in an existing output directory (files we did "
+                            "not write are kept)")
     verbose: bool = Field(False, description="show TensorFlow and Beam logs")
     pipeline_options: dict[str, Any] = Field(default_factory=dict, description="Beam pipeline options as a "
                                              "mapping (YAML only), e.g. {runner: DirectRunner}; flags win")

@@ -1,6 +1,7 @@
 """What every command shares: quiet logs, one-line errors, the summary (the output directory: transforms.outdir)."""
 from __future__ import annotations
 
+import argparse
 import errno
 import logging
 import os
@@ -8,7 +9,7 @@ import sys
 import warnings
 from typing import Callable
 
-from transforms.errors import EtlError
+from transforms.errors import EtlError, printable
 
 
 def quiet_logs(verbose: bool) -> None:
@@ -50,6 +51,22 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
         log = f" [runner log: {LAST_RUN_LOG}; --verbose shows it live]" if LAST_RUN_LOG else ""
         print(f"error: {line}{log}", file=sys.stderr)
         return 2
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of a command without Beam flags (verify, inspect): a bad or unknown flag is a one-line
+    ConfigError (exit 2 through ``run_main``), with a suggestion for a misspelled flag."""
+
+    def error(self, message):
+        import difflib
+        import re
+        m = re.search(r"unrecognized arguments: (--[\w-]+)", message)
+        if m:
+            known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            close = difflib.get_close_matches(m.group(1), known, n=1, cutoff=0.75)
+            message = f"unknown flag {m.group(1)}" + (f" (did you mean {close[0]}?)" if close else "")
+        from transforms.errors import ConfigError
+        raise ConfigError(message, hint=f"{self.prog} --help lists every flag")
 
 
 def configure_filesystems(beam_argv: list[str]) -> None:
@@ -156,7 +173,7 @@ def print_summary(output_dir: str, meta: dict, seconds: float, extra: dict | Non
     total_bytes = sum(s["bytes"] for s in shards)
     n = meta["num_records"]
     print(f"wrote {n} examples in {len(shards)} shards, {total_bytes} bytes "
-          f"({meta['compression']}) to {output_dir} in {seconds:.1f} s ({n / max(seconds, 1e-9):,.0f} examples/s)")
+          f"({meta['compression']}) to {printable(output_dir)} in {seconds:.1f} s ({n / max(seconds, 1e-9):,.0f} examples/s)")
     for key, value in (extra or {}).items():
         print(f"  {key}: {value}")
 

@@ -168,8 +168,8 @@ def render(s: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.inspect", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.CommandParser(prog="python -m pipelines.inspect", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("output_dir", help="an output directory of tfrecord-etl, or a TFRecord file, glob or "
                         "directory without metadata")
     parser.add_argument("--tf_read", action="store_true", help="also read every record with tf.data (default: off)")

@@ -85,8 +85,8 @@ def render(report: verify_lib.Report, verbose: bool = False) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.verify", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.CommandParser(prog="python -m pipelines.verify", description=__doc__,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("target", help="an output directory (with metadata.json), or a file or glob of TFRecord files")
     parser.add_argument("--source", nargs="+", action="extend", default=[], metavar="PATTERN",
                         help="file pattern(s) of the convert input: compare every array exactly (default: off)")

@@ -66,12 +66,13 @@ def test_misspelled_augment_flag_is_refused(tmp_path, capsys):
 
 
 def test_misspelled_verify_flag_is_refused(tmp_path, capsys):
-    """Issue 10 case 12: verify's own parser refuses an unknown flag (argparse usage error, exit 2)."""
-    from pipelines import verify
-    with pytest.raises(SystemExit) as exc:
-        run_command(verify.main, [str(tmp_path), "--sorce", "x.h5"])
-    assert exc.value.code == 2
-    assert "unrecognized arguments: --sorce" in capsys.readouterr().err
+    """Issue 10 case 12: verify's and inspect's parsers refuse an unknown flag in one line, with a suggestion."""
+    from pipelines import inspect, verify
+    code, _, err = run_command(verify.main, [str(tmp_path), "--sorce", "x.h5"], capsys)
+    assert one_error_line(code, err) == ("error: ConfigError: unknown flag --sorce (did you mean --source?) "
+                                         "Hint: python -m pipelines.verify --help lists every flag")
+    code, _, err = run_command(inspect.main, [str(tmp_path), "--tf-read"], capsys)
+    assert one_error_line(code, err).startswith("error: ConfigError: unknown flag --tf-read (did you mean --tf_read?)")
 
 
 def test_misspelled_yaml_pipeline_option_is_refused(npy10, tmp_path, capsys):

@@ -79,7 +79,8 @@ class ConvertConfig(BaseModel):
     prefix: str = Field("data", pattern=r"^[A-Za-z0-9_.-]+$", description="shard file name prefix")
     dead_letter_dir: Optional[str] = Field(None, description="write row ranges that cannot be read or encoded "
                                            "there as JSON lines and go on; default: stop at the first")
-    overwrite: bool = Field(False, description="replace an existing output directory")
+    overwrite: bool = Field(False, description="replace our files in an existing output directory (files we did "
+                            "not write are kept)")
     verbose: bool = Field(False, description="show TensorFlow and Beam logs")
     progress: Optional[bool] = Field(None, description="print planned shards done / total on stderr; "
                                      "default: when stderr is a terminal")
