@@ -69,6 +69,31 @@ class CommandParser(argparse.ArgumentParser):
         raise ConfigError(message, hint=f"{self.prog} --help lists every flag")
 
 
+def add_record_limit_flags(parser: argparse.ArgumentParser) -> None:
+    """``--max_record_mb`` and ``--max_features``: the limits on hostile TFRecord files (verify, inspect)."""
+    from transforms import codec, tfrecord
+    parser.add_argument("--max_record_mb", type=float, default=tfrecord.MAX_RECORD_MB,
+                        help="limit on one record in MB, checked on its length header before it is read "
+                             f"(default: {tfrecord.MAX_RECORD_MB:g}; protobuf's own limit is 2048)")
+    parser.add_argument("--max_features", type=int, default=codec.MAX_FEATURES,
+                        help="limit on the features of one record and on the distinct feature names inferred "
+                             f"from files without metadata (default: {codec.MAX_FEATURES})")
+
+
+def record_limits(args) -> tuple[int, int]:
+    """``(max record bytes, max features)`` from the flags of :func:`add_record_limit_flags`.
+
+    Raises:
+      ConfigError: ``--max_record_mb`` outside (0, 2047] or ``--max_features`` below 1.
+    """
+    from transforms import tfrecord
+    from transforms.errors import ConfigError
+    if not 0 < args.max_record_mb <= 2047 or args.max_features < 1:
+        raise ConfigError("--max_record_mb must be in (0, 2047] and --max_features at least 1",
+                          hint=f"got --max_record_mb {args.max_record_mb}, --max_features {args.max_features}")
+    return tfrecord.record_limit(args.max_record_mb), args.max_features
+
+
 def configure_filesystems(beam_argv: list[str]) -> None:
     """Gives Beam's ``FileSystems`` the pipeline options (``--s3_endpoint_url``, ``--s3_access_key_id``,
     ``--s3_region_name``, GCS project/credentials options, ...) before any file is touched.

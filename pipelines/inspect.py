@@ -23,8 +23,8 @@ import json
 import numpy as np
 
 from pipelines import common
-from transforms import codec, fileio, metadata, outdir, reader, tfrecord
-from transforms.errors import ConfigError, RecordError, printable
+from transforms import codec, fileio, metadata, outdir, reader
+from transforms.errors import RecordError, printable
 
 
 def summarize(output_dir: str, tf_read: bool = False, sample_records: int = 1000,
@@ -176,19 +176,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of text (default: off)")
     parser.add_argument("--sample_records", type=int, default=1000,
                         help="records the features of files without metadata are inferred from (default: 1000)")
-    parser.add_argument("--max_record_mb", type=float, default=tfrecord.MAX_RECORD_MB,
-                        help="limit on one record in MB, checked on its length header before it is read "
-                             f"(default: {tfrecord.MAX_RECORD_MB:g}; protobuf's own limit is 2048)")
-    parser.add_argument("--max_features", type=int, default=codec.MAX_FEATURES,
-                        help="limit on the features of one record and on the distinct feature names inferred "
-                             f"(default: {codec.MAX_FEATURES})")
+    common.add_record_limit_flags(parser)
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow logs (default: off)")
     args = parser.parse_args(argv)
-    if not 0 < args.max_record_mb <= 2047 or args.max_features < 1:
-        raise ConfigError("--max_record_mb must be in (0, 2047] and --max_features at least 1",
-                          hint=f"got --max_record_mb {args.max_record_mb}, --max_features {args.max_features}")
-    summary = summarize(args.output_dir, args.tf_read, max(1, args.sample_records),
-                        tfrecord.record_limit(args.max_record_mb), args.max_features)
+    summary = summarize(args.output_dir, args.tf_read, max(1, args.sample_records), *common.record_limits(args))
     print(json.dumps(summary, indent=1) if args.json else render(summary))
     return 0
 

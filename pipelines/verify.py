@@ -22,7 +22,6 @@ import json
 import sys
 
 from pipelines import common
-from transforms import codec, tfrecord
 from transforms import verify as verify_lib
 from transforms.errors import EtlError, printable
 
@@ -94,12 +93,7 @@ def main(argv: list[str]) -> int:
                         help="a sidecar's original collection (directory or file pattern): its shards, paired by "
                              "file name with manifest.json, are checked (count, size, CRC32C); the manifest's own "
                              "paths are never read (default: originals not checked)")
-    parser.add_argument("--max_record_mb", type=float, default=tfrecord.MAX_RECORD_MB,
-                        help="limit on one record in MB, checked on its length header before it is read "
-                             f"(default: {tfrecord.MAX_RECORD_MB:g}; protobuf's own limit is 2048)")
-    parser.add_argument("--max_features", type=int, default=codec.MAX_FEATURES,
-                        help="limit on the features of one record and on the distinct feature names of plain "
-                             f"files (default: {codec.MAX_FEATURES})")
+    common.add_record_limit_flags(parser)
     parser.add_argument("--json", action="store_true", help="print a JSON report instead of text (default: off)")
     parser.add_argument("--max_problems", type=int, default=100,
                         help="problems listed in the report; all are counted (default: 100)")
@@ -108,13 +102,10 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     progress = TqdmProgress(enabled=not args.json and sys.stderr.isatty())
     try:
-        if not 0 < args.max_record_mb <= 2047 or args.max_features < 1:
-            from transforms.errors import ConfigError
-            raise ConfigError("--max_record_mb must be in (0, 2047] and --max_features at least 1",
-                              hint=f"got --max_record_mb {args.max_record_mb}, --max_features {args.max_features}")
+        max_record_bytes, max_features = common.record_limits(args)
         report = verify_lib.verify(args.target, args.source, progress, max(0, args.max_problems),
-                                   originals=args.original, max_record_bytes=tfrecord.record_limit(args.max_record_mb),
-                                   max_features=args.max_features)
+                                   originals=args.original, max_record_bytes=max_record_bytes,
+                                   max_features=max_features)
     except EtlError as e:
         if args.json:
             print(json.dumps({"target": args.target, "ok": False,

@@ -338,6 +338,16 @@ class Source:
 
     def __init__(self, options: SourceOptions):
         self.options = options
+        self._local = threading.local()  # what a worker thread keeps open between row ranges
+
+    def __getstate__(self):  # open files stay with the worker that opened them
+        state = dict(self.__dict__)
+        state.pop("_local", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._local = threading.local()
 
     def index(self, path: str) -> FileIndex:
         raise NotImplementedError
@@ -360,19 +370,6 @@ class Hdf5Source(Source):
     against the file size. Each worker thread keeps its last file open with a chunk cache of
     ``HDF5_CHUNK_CACHE_BYTES``, so a chunk spanning several row ranges of a shard is decompressed once.
     """
-
-    def __init__(self, options: SourceOptions):
-        super().__init__(options)
-        self._local = threading.local()
-
-    def __getstate__(self):  # open files stay with the worker that opened them
-        state = dict(self.__dict__)
-        state.pop("_local", None)
-        return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._local = threading.local()
 
     def _open(self, path: str):
         import h5py
@@ -766,16 +763,6 @@ class NpzSource(Source):
     def __init__(self, options: SourceOptions):
         super().__init__(options)
         self.loose = options.npz_mode == "arrays"
-        self._local = threading.local()
-
-    def __getstate__(self):  # open files stay with the worker that opened them
-        state = dict(self.__dict__)
-        state.pop("_local", None)
-        return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._local = threading.local()
 
     def _zip(self, path: str):
         _refuse_special_file(path)
