@@ -139,6 +139,7 @@ def _count_with_tf(output_dir: str) -> int:
 
 def _short(value: np.ndarray) -> str:
     text = np.array2string(np.asarray(value), threshold=8, edgeitems=2, max_line_width=100)
+    text = " ".join(line.strip() for line in text.splitlines())  # one line: the summary escapes newlines
     return f"{value.dtype} {list(np.shape(value))} {text}"
 
 

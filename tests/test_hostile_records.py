@@ -469,6 +469,15 @@ def test_inspect_escapes_names(evil_output, capsys):
     assert json.loads(out)["features"][0]["name"] == EVIL and "\x1b" not in out
 
 
+def test_inspect_prints_a_multi_row_value_on_one_line(tmp_path, capsys):
+    """The first example's 2-D value is one readable line, not NumPy's newlines escaped as '\\n'."""
+    np.save(tmp_path / "m.npy", np.arange(2 * 4 * 3, dtype=np.uint8).reshape(2, 4, 3))
+    assert convert(tmp_path / "m.npy", tmp_path / "out", capsys=capsys)[0] == 0
+    code, out, _ = run_command(inspect_main.main, [tmp_path / "out"], capsys)
+    line = next(x for x in out.splitlines() if x.startswith("  array: "))
+    assert code == 0 and line == "  array: uint8 [4, 3] [[ 0  1  2] [ 3  4  5] [ 6  7  8] [ 9 10 11]]", line
+
+
 def test_verify_report_escapes_names(tmp_path, capsys):
     """Issue 10 case 16: verify's problem lines escape a feature name with an ANSI escape and a newline."""
     name = "k\x1b[31m\nx"
