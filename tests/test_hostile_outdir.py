@@ -62,7 +62,7 @@ def test_rerun_of_the_same_command_keeps_the_users_files(tmp_path, capsys):
     code, _, err = convert(tmp_path / "in.h5", out, "--overwrite", capsys=capsys)
     assert code == 0, err
     assert (out / "notes.txt").read_text() == "mine"
-    assert "keeping 1 files tfrecord-etl did not write" in err and "removing" in err  # printed by default
+    assert "keeping 1 file tfrecord-etl did not write" in err and "removing" in err  # printed by default
     np.testing.assert_array_equal(read_x(out), data)
 
 
@@ -242,7 +242,7 @@ def test_temporaries_of_killed_attempts_are_removed_by_name(tmp_path, capsys):
     other.write_bytes(b"not ours")
     outdir.remove_temporaries(str(out), ["data-00000-of-00001.tfrecord"])
     assert not ours.exists() and other.read_bytes() == b"not ours"
-    assert "removing 1 temporaries" in capsys.readouterr().err
+    assert "removing 1 temporary file of killed" in capsys.readouterr().err
 
 
 def test_a_crashed_beam_writer_runs_temp_dir_is_removed_by_the_rerun(tmp_path, capsys):

@@ -345,6 +345,10 @@ def _comparable(options: dict | None) -> dict | None:
     return {k: v for k, v in options.items() if k not in ("overwrite", "verbose", "progress")}
 
 
+def _count(items, noun: str) -> str:
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
+
+
 def _names_list(names: Iterable[str], n: int = 3) -> str:
     from transforms.errors import printable
     names = sorted(names)
@@ -420,10 +424,11 @@ def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool) -> 
     if ours:
         order = [n for n in (METADATA_FILE,) if n in ours] + sorted(ours - {METADATA_FILE, MARKER_FILE})
         order += [MARKER_FILE] if MARKER_FILE in ours else []
-        say(f"removing {len(ours)} files of an earlier run in {output_dir}: {_names_list(order, 5)}")
+        say(f"removing {_count(ours, 'file')} of an earlier run in {output_dir}: {_names_list(order, 5)}")
         delete_names(output_dir, order)
     if strangers:
-        say(f"keeping {len(strangers)} files tfrecord-etl did not write in {output_dir}: {_names_list(strangers, 5)}")
+        say(f"keeping {_count(strangers, 'file')} tfrecord-etl did not write in {output_dir}: "
+            f"{_names_list(strangers, 5)}")
 
 
 def remove_temporaries(output_dir: str, files: Iterable[str]) -> None:
@@ -431,6 +436,6 @@ def remove_temporaries(output_dir: str, files: Iterable[str]) -> None:
     files = set(files)
     stale = [n for n in list_names(output_dir) if (m := _TEMP.match(n)) and m.group("name") in files]
     if stale:
-        say(f"removing {len(stale)} temporaries of killed or duplicate attempts in {output_dir}: "
+        say(f"removing {_count(stale, 'temporary file')} of killed or duplicate attempts in {output_dir}: "
             f"{_names_list(stale, 5)}")
         delete_names(output_dir, stale)
