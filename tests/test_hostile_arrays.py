@@ -372,15 +372,15 @@ def test_ranges_in_order_decompress_each_byte_once(tmp_path, monkeypatch, order)
     assert len(plan.ranges) >= 100
     produced = _count_decompressed(monkeypatch)
     inflated = [0]  # bytes our forked column inflaters produce (Fortran order)
-    from transforms import sources
-    real_produce = sources._Inflater._produce
+    from transforms.sources import npz
+    real_produce = npz._Inflater._produce
 
     def counting_produce(self, n):
         out = real_produce(self, n)
         inflated[0] += len(out)
         return out
 
-    monkeypatch.setattr(sources._Inflater, "_produce", counting_produce)
+    monkeypatch.setattr(npz._Inflater, "_produce", counting_produce)
     out = np.concatenate([plan.source.read(rr)["x"] for rr in plan.ranges])
     np.testing.assert_array_equal(out, x)
     passes = 1 if order == "C" else 2

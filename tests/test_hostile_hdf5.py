@@ -215,7 +215,7 @@ def test_a_chunk_spanning_many_row_ranges_is_decompressed_once(tmp_path, monkeyp
     """Issue 10 case 15: a gzip chunk of 4,000 rows read as 40 row ranges of 100 rows was re-read and
     re-decompressed per range (the file was opened per range); now one open file and one open dataset
     per worker thread keep HDF5's chunk cache (64 MiB) across the ranges of a shard."""
-    from transforms import sources
+    from transforms.sources import hdf5 as sources
     path = tmp_path / "c.h5"
     data = np.random.default_rng(0).integers(0, 1000, size=(4000, 16)).astype("<i4")
     with h5py.File(path, "w") as f:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from transforms import sources
+from transforms.sources import npyformat
 from transforms.beam_io import plan_inputs
 from transforms.errors import SchemaError, SourceError
 from transforms.sources import SourceOptions
@@ -121,9 +122,9 @@ def test_strided_fortran_read_matches_numpy(tmp_path):
     path = tmp_path / "f.npy"
     np.save(path, arr)
     with open(path, "rb") as f:
-        h = sources._read_npy_header(f, str(path))
+        h = npyformat._read_npy_header(f, str(path))
         assert h.fortran
-        np.testing.assert_array_equal(sources._read_rows(f, h, 7, 19, str(path)), arr[7:19])
+        np.testing.assert_array_equal(npyformat._read_rows(f, h, 7, 19, str(path)), arr[7:19])
 
 
 def test_npy_files_mode(tmp_path):
@@ -182,3 +183,30 @@ def test_shard_plans_are_contiguous_and_balanced():
     shards = plan_shards(ranges[:4], [333, 333, 333, 1], 3)
     assert [s.num_rows for s in shards] == [10, 10, 20]
     assert [s.file_name("data", ".tfrecord") for s in shards][0] == "data-00000-of-00003.tfrecord"
+
+
+# ---------------------------------------------------------------- the source registry (issue 11)
+
+@pytest.mark.parametrize("name,cls", sorted(sources.REGISTRY.items()))
+def test_registered_sources_declare_name_suffixes_and_modes(name, cls):
+    assert cls.format_name == name and cls.suffixes and cls.modes and cls.modes[0] == "rows"
+    assert all(s.startswith(".") and s == s.lower() for s in cls.suffixes)
+    for suffix in cls.suffixes:  # every registered suffix selects its source, in any letter case
+        assert sources.format_of(f"dir/file{suffix.upper()}", SourceOptions()) == name
+    assert isinstance(sources.make_source(name, SourceOptions()), cls)
+
+
+def test_formats_and_config_choices_come_from_the_registry():
+    import typing
+    from transforms.config import ConvertConfig
+    assert sources.FORMATS == ("hdf5", "npz", "npy")
+    choices = typing.get_args(typing.get_args(ConvertConfig.model_fields["format"].annotation)[0])
+    assert set(choices) == set(sources.FORMATS)
+    suffixes = [s for cls in sources.REGISTRY.values() for s in cls.suffixes]
+    assert len(suffixes) == len(set(suffixes))  # one source per suffix
+
+
+def test_unknown_suffix_names_the_registered_ones():
+    with pytest.raises(SourceError, match=r"Cannot tell the input format.*name it \.h5/\.npz/\.npy or pass --format "
+                                          r"one of \('hdf5', 'npz', 'npy'\)"):
+        sources.format_of("data.bin", SourceOptions())

@@ -1,0 +1,242 @@
+"""What every source shares: options, row ranges, file indexes, the Source base class (with the open files a
+worker thread keeps between row ranges), row-range planning, feature specs of a row and the shared checks
+(no FIFO or device is opened; rows of zero bytes are capped)."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from typing import Sequence
+
+import numpy as np
+
+from transforms import fileio
+from transforms.codec import VLEN_BYTES, FeatureSpec, normalize_dtype
+from transforms.errors import SchemaError, SourceError
+
+
+log = logging.getLogger("transforms.sources")
+
+DEFAULT_RANGE_BYTES = 8 * 2**20  # see README Performance: 64 MB ranges cost 1-1.5 s more kernel time per GB
+
+
+# npz: uncompressed / compressed bytes of a member and of the whole archive. Deflate tops out near 1032
+# (all zeros); real data measured with np.savez_compressed: float32 noise 1.1, int64 labels 11-27, 1% bool
+# mask 49, 0.1% sparse uint8 image 264, a constant int64 array 684.
+DEFAULT_MAX_COMPRESSION_RATIO = 500.0
+DEFAULT_MAX_EMPTY_ROWS = 10**6  # rows mode: rows allowed when every row holds zero bytes
+KEY, ARRAY = "key", "array"
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceOptions:
+    """How to read the inputs. ``target_range_bytes``: the size of one row range, in bytes."""
+
+    format: str | None = None  # None: from the file suffix
+    datasets: tuple[str, ...] | None = None
+    npz_mode: str = "rows"
+    npy_mode: str = "rows"
+    target_range_bytes: int = DEFAULT_RANGE_BYTES
+    max_compression_ratio: float = DEFAULT_MAX_COMPRESSION_RATIO  # npz members (uncompressed / compressed)
+    max_empty_rows: int = DEFAULT_MAX_EMPTY_ROWS  # rows mode, rows of zero bytes
+    allow_external_storage: bool = False  # hdf5: read external raw files confined to the input's directory
+    allow_fill_value: bool = False  # hdf5: read unallocated storage as the fill value
+
+
+@dataclasses.dataclass(frozen=True)
+class RowRange:
+    """Rows ``[start, stop)`` of ``path``; in ``arrays``/``files`` modes, rows are members or files.
+
+    ``items`` names the datasets (hdf5), members (npz) or, in ``files`` mode (``item_files``), the
+    files of the range.
+    """
+
+    path: str
+    start: int
+    stop: int
+    items: tuple[str, ...] = ()
+    item_files: bool = False
+
+    @property
+    def num_rows(self) -> int:
+        return self.stop - self.start
+
+    def describe(self) -> str:
+        return f"rows {self.start}-{self.stop - 1} of '{self.path}'"
+
+
+@dataclasses.dataclass(frozen=True)
+class FileIndex:
+    """What planning learns of one file: rows, features (encoding not yet chosen), bytes per row."""
+
+    path: str
+    num_rows: int
+    specs: tuple[FeatureSpec, ...]
+    row_bytes: int
+    chunk_rows: int = 1
+    items: tuple[str, ...] = ()
+    sizes: tuple[int, ...] = ()  # arrays/files modes: bytes of each row
+    item_files: bool = False  # files mode: items are the files, one per row
+
+
+Columns = dict  # feature name -> np.ndarray (rows, *shape) or list of per-row values
+
+
+def plan_row_ranges(index: FileIndex, target_bytes: int, start: int = 0, stop: int | None = None) -> list[RowRange]:
+    """Splits a file into row ranges of about ``target_bytes`` each, aligned to HDF5 chunk rows.
+
+    ``start``/``stop`` (rows) limit the split to part of a file whose rows are all ``row_bytes`` long
+    (not to files of per-row ``sizes``); ranges then start at ``start`` and end at ``stop``.
+    """
+    if index.sizes:  # one row per member/file: group consecutive rows up to the target size
+        ranges, start, acc = [], 0, 0
+        for i, size in enumerate(index.sizes):
+            if i > start and acc + size > target_bytes:
+                ranges.append(RowRange(index.path, start, i, index.items[start:i], index.item_files))
+                start, acc = i, 0
+            acc += size
+        if index.num_rows > start:
+            ranges.append(RowRange(index.path, start, index.num_rows, index.items[start:], index.item_files))
+        return ranges
+    stop = index.num_rows if stop is None else stop
+    rows = max(1, target_bytes // max(1, index.row_bytes))
+    if index.chunk_rows > 1 and rows > index.chunk_rows:
+        rows -= rows % index.chunk_rows
+    return [RowRange(index.path, s, min(s + rows, stop), index.items) for s in range(start, stop, rows)]
+
+
+def merge_specs(indexes: Sequence[FileIndex], loose: bool) -> tuple[FeatureSpec, ...]:
+    """The features shared by all files.
+
+    With ``loose`` (arrays/files modes) dtypes and dimensions that differ become None; otherwise any
+    difference is a SchemaError naming both files.
+    """
+    first = indexes[0]
+    specs = {s.name: s for s in first.specs}
+    for other in indexes[1:]:
+        theirs = {s.name: s for s in other.specs}
+        if set(theirs) != set(specs):
+            raise SchemaError(f"Files have different features: {sorted(specs)} in '{first.path}' but "
+                              f"{sorted(theirs)} in '{other.path}'", hint="convert them in separate runs")
+        for name, spec in specs.items():
+            o = theirs[name]
+            if spec.dtype == o.dtype and spec.shape == o.shape:
+                continue
+            if not loose:
+                raise SchemaError(f"Feature '{name}' is {spec.dtype} {spec.shape} in '{first.path}' but "
+                                  f"{o.dtype} {o.shape} in '{other.path}'", hint="convert them in separate runs")
+            specs[name] = _loosen(spec, o)
+    return tuple(specs.values())
+
+
+def _loosen(a: FeatureSpec, b: FeatureSpec) -> FeatureSpec:
+    dtype = a.dtype if a.dtype == b.dtype else None
+    if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+        shape = None
+    else:
+        shape = tuple(x if x == y else None for x, y in zip(a.shape, b.shape))
+    return dataclasses.replace(a, dtype=dtype, shape=shape)
+
+
+def _row_spec(name: str, dtype: np.dtype, row_shape: tuple, where: str) -> FeatureSpec:
+    return FeatureSpec(name, normalize_dtype(dtype, where), tuple(int(d) for d in row_shape))
+
+
+def _leaf_specs(name: str, dtype: np.dtype, row_shape: tuple, where: str, vlen_check=None) -> list[FeatureSpec]:
+    """Feature specs of one array column: one per leaf field of a structured dtype."""
+    if dtype.subdtype is not None:
+        base, sub = dtype.subdtype
+        return _leaf_specs(name, base, tuple(row_shape) + tuple(sub), where, vlen_check)
+    if dtype.fields is not None:
+        out = []
+        for field in dtype.names:
+            out.extend(_leaf_specs(f"{name}/{field}", dtype.fields[field][0], row_shape,
+                                   f"{where}, field '{field}'", vlen_check))
+        return out
+    if dtype.kind == "O" and vlen_check is not None:
+        vlen_check(dtype, where)
+        return [FeatureSpec(name, VLEN_BYTES, tuple(int(d) for d in row_shape), "list")]
+    return [_row_spec(name, dtype, row_shape, where)]
+
+
+def _row_bytes(specs: Sequence[FeatureSpec]) -> int:
+    total = 0
+    for s in specs:
+        itemsize = 64 if s.dtype in (None, VLEN_BYTES) else np.dtype(s.dtype).itemsize
+        total += itemsize * (s.size or 1)
+    return total
+
+
+def _refuse_special_file(path: str) -> None:
+    """Refuses a local input that is not a regular file (FIFO, device, socket) before opening it: opening a
+    FIFO blocks forever and a device has no end. Remote paths are objects, always regular.
+
+    Raises:
+      SourceError: naming the file and what it is.
+    """
+    if not fileio.is_local(path):
+        return
+    import os
+    import stat
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise SourceError(f"Cannot open file: {e.strerror}", file=path) from None
+    if not stat.S_ISREG(mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a socket" if stat.S_ISSOCK(mode) else "a directory" if stat.S_ISDIR(mode) else "not a file")
+        raise SourceError(f"Not a regular file ({kind}): refused, never opened", file=path,
+                          hint="name regular .npy/.npz files as inputs")
+
+
+def _check_empty_rows(num_rows: int, data_row_bytes: int, options: "SourceOptions", path: str) -> None:
+    """Rows of zero bytes (shape ``(N, 0)``) are not bounded by the file size: ``N`` is capped by
+    ``options.max_empty_rows`` (``--max_empty_rows``).
+
+    Raises:
+      SourceError: more such rows than the limit (naming the file, the rows and the flag).
+    """
+    if data_row_bytes == 0 and num_rows > options.max_empty_rows:
+        raise SourceError(f"Every row holds zero bytes and the header declares {num_rows} rows: more than "
+                          f"the limit of {options.max_empty_rows} empty rows", file=path,
+                          hint="raise --max_empty_rows if you really want that many empty Examples")
+
+
+class Source:
+    """Base: ``index(path)`` learns a file's rows and features; ``read(row_range)`` returns columns."""
+
+    format_name: str = ""  # the --format value; a registered source declares it
+    suffixes: tuple[str, ...] = ()  # lower-case file suffixes that select it
+    modes: tuple[str, ...] = ("rows",)  # its modes; the first is the default
+    loose = False  # arrays/files modes: dtype and shape may vary between rows
+
+    def __init__(self, options: SourceOptions):
+        self.options = options
+        self._local = threading.local()  # what a worker thread keeps open between row ranges
+
+    def __getstate__(self):  # open files stay with the worker that opened them
+        state = dict(self.__dict__)
+        state.pop("_local", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._local = threading.local()
+
+    def index(self, path: str) -> FileIndex:
+        raise NotImplementedError
+
+    def read(self, rr: RowRange) -> Columns:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Closes what this worker thread keeps open between row ranges (reading again reopens it)."""
+
+
+def _check_names(specs: Sequence[FeatureSpec], path: str) -> None:
+    seen = set()
+    for s in specs:
+        if s.name in seen:
+            raise SchemaError(f"Duplicate feature name '{s.name}'", file=path)
+        seen.add(s.name)
+

@@ -1,0 +1,79 @@
+"""``.npy`` source: rows of one array (memory-mapped when local), or one Example per file."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from transforms import fileio
+from transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
+from transforms.errors import SchemaError, SourceError
+from transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, SourceOptions,
+                                      _check_empty_rows, _leaf_specs, _refuse_special_file, _row_bytes)
+from transforms.sources.npyformat import (_check_declared, _data_bytes, _merged_array_spec, _NpyHeader,
+                                           _read_npy_header, _read_rows, _read_whole)
+
+
+class NpySource(Source):
+    """``.npy`` files: rows of one array (memory-mapped when local), or one Example per file."""
+
+    format_name = "npy"
+    suffixes = (".npy",)
+    modes = ("rows", "files")
+
+    def __init__(self, options: SourceOptions):
+        super().__init__(options)
+        self.loose = options.npy_mode == "files"
+
+    def _header(self, path: str) -> _NpyHeader:
+        _refuse_special_file(path)
+        with fileio.open_read(path) as f:
+            return _read_npy_header(f, path)
+
+    def index(self, path: str) -> FileIndex:
+        """Learns rows and features from the header, checked against the file size.
+
+        Raises:
+          SourceError: unreadable header, a header declaring more bytes than the file holds, more rows
+            of zero bytes than ``max_empty_rows``.
+          SchemaError: object arrays, 0-d arrays in rows mode.
+        """
+        _refuse_special_file(path)
+        with fileio.open_read(path) as f:
+            h = _read_npy_header(f, path)
+            _check_declared(h, f.seek(0, 2), path)
+        if self.loose:
+            size = _data_bytes(h)
+            specs = (FeatureSpec(KEY, VLEN_BYTES, (), "list"), _merged_array_spec([h], path))
+            return FileIndex(path, 1, specs, size, 1, (path,), (size,))
+        if not h.shape:
+            raise SchemaError("Array is 0-d: rows mode needs a leading axis", file=path,
+                              hint="use --npy_mode files (each file -> one Example)")
+        _check_empty_rows(h.shape[0], h.dtype.itemsize * math.prod(h.shape[1:]), self.options, path)
+        name = ARRAY
+        specs = tuple(_leaf_specs(name, h.dtype, h.shape[1:], path))
+        return FileIndex(path, h.shape[0], specs, _row_bytes(specs), 1, ())
+
+    def read(self, rr: RowRange) -> Columns:
+        if self.loose:
+            arrays = []
+            for p in rr.items:
+                h = self._header(p)
+                with fileio.open_read(p) as f:
+                    arrays.append(_read_whole(f, h, p))
+            return {KEY: [fileio.basename(p)[:-4].encode() for p in rr.items], ARRAY: arrays}
+        if fileio.is_local(rr.path):
+            _refuse_special_file(rr.path)
+            try:
+                mm = np.load(rr.path, mmap_mode="r", allow_pickle=False)
+            except (ValueError, OSError) as e:
+                raise SourceError(f"Cannot memory-map the array: {e}", file=rr.path,
+                                  rows=f"{rr.start}-{rr.stop - 1}", hint="the file may be truncated") from None
+            data = np.array(mm[rr.start:rr.stop], order="C")
+            del mm
+        else:
+            h = self._header(rr.path)
+            with fileio.open_read(rr.path) as f:
+                data = _read_rows(f, h, rr.start, rr.stop, rr.path)
+        return dict(flatten_fields(ARRAY, data))
+

@@ -1,0 +1,349 @@
+"""``.npz`` source (``np.savez``/``np.savez_compressed``): members checked against the zip directory (sizes,
+duplicates, compression ratio), streamed so that a shard's row ranges decompress each byte once."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import math
+import struct
+import zipfile
+import zlib
+
+import numpy as np
+
+from transforms import fileio
+from transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
+from transforms.errors import SchemaError, SourceError
+from transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, SourceOptions,
+                                      _check_empty_rows, _check_names, _leaf_specs, _refuse_special_file, _row_bytes)
+from transforms.sources.npyformat import (_check_declared, _data_bytes, _merged_array_spec, _NpyHeader,
+                                           _read_npy_header, _read_rows)
+
+
+RATIO_CHECK_MIN_BYTES = 2**20  # npz members of at most this many uncompressed bytes are never refused by ratio
+
+
+class _OpenArchive:
+    """One worker thread's open ``.npz``: the archive stream, its ZipFile and the open member streams.
+
+    Member streams are kept open between row ranges, so ranges read in order (a planned shard)
+    decompress each byte once: a range after the stream's position skips forward, one before it
+    makes zipfile rewind and decompress from the member's start.
+    """
+
+    def __init__(self, path: str, stream, zf: zipfile.ZipFile):
+        self.path, self.stream, self.zf = path, stream, zf
+        self.members: dict = {}  # (member, column or -1) -> ZipExtFile
+        self.headers: dict = {}  # member -> (_NpyHeader, ZipInfo, archive offset of its data or None)
+
+    def close(self) -> None:
+        for m in self.members.values():
+            m.close()
+        self.zf.close()
+        self.stream.close()
+
+
+MAX_COLUMN_STREAMS = 256  # Fortran-order compressed members: one decompressor per column up to this many
+
+
+class _Inflater:
+    """A forward stream over a deflated zip member's bytes that can be forked (the zlib state is copied).
+
+    Fortran-order members keep one per column: the stream of column ``c`` is forked from column
+    ``c - 1``'s, so reading ranges in order decompresses the member at most twice (the fork chain passes
+    every column once, then each column's own stream) whatever the number of columns (a fresh
+    decompressor per column would skip ``c`` columns each: ``ncols / 2`` passes). A seek backwards
+    restarts from the member's start. The stream that reaches the member's end has passed every byte
+    and checks the zip CRC-32 (BadZipFile), as zipfile does. Memory: the zlib window (32 KB) and one
+    compressed chunk (64 KB) per stream.
+    """
+
+    CHUNK = 64 * 1024
+
+    def __init__(self, raw, start: int, compress_size: int, size: int, crc: int):
+        self._raw, self._start, self._csize, self._size, self._crc = raw, start, compress_size, size, crc
+        self._reset()
+
+    def _reset(self) -> None:
+        self._d = zlib.decompressobj(-zlib.MAX_WBITS)
+        self._cpos, self._pos, self._tail, self._running = 0, 0, b"", 0
+
+    def fork(self) -> "_Inflater":
+        new = copy.copy(self)
+        new._d = self._d.copy()
+        return new
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> None:
+        self._tail = b""
+
+    def _produce(self, n: int) -> bytes:
+        """Up to ``n`` (> 0) more bytes; b"" at the member's end."""
+        while not self._d.eof:
+            if not self._tail:
+                if self._cpos >= self._csize:
+                    break
+                self._raw.seek(self._start + self._cpos)
+                self._tail = self._raw.read(min(self.CHUNK, self._csize - self._cpos))
+                if not self._tail:
+                    raise EOFError("the archive ends inside the member's compressed data")
+                self._cpos += len(self._tail)
+            out = self._d.decompress(self._tail, n)
+            self._tail = self._d.unconsumed_tail
+            if out:
+                self._pos += len(out)
+                self._running = zlib.crc32(out, self._running)
+                if self._pos >= self._size and self._running != self._crc:  # every byte passed this stream
+                    raise zipfile.BadZipFile("Bad CRC-32 of the member's data: the archive is corrupt")
+                return out
+        return b""
+
+    def read(self, n: int) -> bytes:
+        n = max(0, min(n, self._size - self._pos))
+        parts = []
+        while n > 0:
+            out = self._produce(n)
+            if not out:
+                break
+            parts.append(out)
+            n -= len(out)
+        return b"".join(parts)
+
+    def seek(self, target: int) -> int:
+        if target < self._pos:
+            self._reset()
+        while self._pos < min(target, self._size):
+            if not self._produce(min(target - self._pos, 2**20)):
+                break
+        return self._pos
+
+
+class NpzSource(Source):
+    """``.npz`` archives (np.savez and np.savez_compressed), members read through zipfile.
+
+    Planning checks every member against the zip directory (no duplicate names, declared sizes no
+    larger than the member, compression ratio at most ``max_compression_ratio``). Reading keeps one
+    archive per worker thread open with its member decompressors (see :class:`_OpenArchive`); stored
+    (uncompressed) members are read straight from the archive at their offset.
+    """
+
+    format_name = "npz"
+    suffixes = (".npz",)
+    modes = ("rows", "arrays")
+
+    def __init__(self, options: SourceOptions):
+        super().__init__(options)
+        self.loose = options.npz_mode == "arrays"
+
+    def _zip(self, path: str):
+        _refuse_special_file(path)
+        stream = fileio.open_read(path)
+        try:
+            return zipfile.ZipFile(stream), stream
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
+            stream.close()
+            raise SourceError(f"Not a valid .npz (zip) archive: {e}", file=path) from None
+
+    def _members(self, zf, path) -> list[str]:
+        names = [n for n in zf.namelist() if n.endswith(".npy")]
+        seen = set()
+        for n in names:
+            if n in seen:
+                raise SourceError(f"The archive holds two members named '{n}': one would hide the other", file=path,
+                                  member=n[:-4], hint="rewrite the archive with distinct member names")
+            seen.add(n)
+        if not names:
+            raise SchemaError("The archive holds no .npy member", file=path)
+        return names
+
+    def _check_member(self, info: zipfile.ZipInfo, archive_bytes: int, path: str) -> None:
+        """Compressed size within the archive; compression ratio within ``max_compression_ratio``."""
+        member = info.filename[:-4]
+        if info.compress_size > archive_bytes:
+            raise SourceError(f"The zip directory declares {info.compress_size} compressed bytes, more than the "
+                              f"archive's {archive_bytes} bytes", file=path, member=member,
+                              hint="the archive is truncated or corrupt")
+        if info.compress_type == zipfile.ZIP_STORED:
+            if info.file_size != info.compress_size:
+                raise SourceError(f"Stored (uncompressed) member declares {info.file_size} bytes but "
+                                  f"{info.compress_size} stored bytes", file=path, member=member,
+                                  hint="the archive's zip directory is corrupt")
+            return
+        if info.file_size <= RATIO_CHECK_MIN_BYTES:
+            return
+        ratio = info.file_size / max(1, info.compress_size)
+        limit = self.options.max_compression_ratio
+        if ratio > limit:
+            raise SourceError(f"Member expands {ratio:.0f}x ({info.compress_size} compressed bytes to "
+                              f"{info.file_size}), more than --max_compression_ratio {limit:g} (a zip bomb?)",
+                              file=path, member=member,
+                              hint="if the data is genuine (e.g. mostly zeros), raise --max_compression_ratio")
+
+    def _check_total(self, zf, archive_bytes: int, path: str) -> None:
+        """The archive as a whole within ``max_compression_ratio`` (many members just under the 1 MiB
+        floor of the per-member check would otherwise add up to any size)."""
+        total = sum(i.file_size for i in zf.infolist())
+        limit = self.options.max_compression_ratio
+        if total > RATIO_CHECK_MIN_BYTES and total > limit * max(1, archive_bytes):
+            raise SourceError(f"The archive expands {total / max(1, archive_bytes):.0f}x in total ({archive_bytes} "
+                              f"bytes to {total}), more than --max_compression_ratio {limit:g} (a zip bomb?)",
+                              file=path, hint="if the data is genuine (e.g. mostly zeros), raise "
+                              "--max_compression_ratio")
+
+    def _header(self, zf, member: str, path: str) -> _NpyHeader:
+        where = f"{path}, member '{member[:-4]}'"
+        try:
+            with zf.open(member) as m:
+                return _read_npy_header(m, where)
+        except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
+            raise SourceError(f"Cannot read member: {e}", file=path, member=member[:-4]) from None
+        except (NotImplementedError, RuntimeError) as e:  # unknown compression method, encrypted member
+            raise SourceError(f"Cannot read member: {e}", file=path, member=member[:-4],
+                              hint="rewrite it with numpy.savez or numpy.savez_compressed") from None
+
+    def index(self, path: str) -> FileIndex:
+        """Learns rows and features; checks names, declared sizes and ratios (see the class).
+
+        Raises:
+          SourceError: not a zip, duplicate member names, a header declaring more bytes than the member
+            holds, a member's ratio above ``max_compression_ratio``, too many rows of zero bytes.
+          SchemaError: no .npy member, 0-d or differing members in rows mode, object arrays.
+        """
+        zf, stream = self._zip(path)
+        with stream, zf:
+            archive_bytes = stream.seek(0, 2)
+            members = self._members(zf, path)
+            for m in members:
+                self._check_member(zf.getinfo(m), archive_bytes, path)
+            self._check_total(zf, archive_bytes, path)
+            headers = {}
+            for m in members:
+                headers[m] = self._header(zf, m, path)
+                _check_declared(headers[m], zf.getinfo(m).file_size, path, m[:-4])
+        if self.loose:
+            sizes = tuple(_data_bytes(h) for h in headers.values())
+            specs = (FeatureSpec(KEY, VLEN_BYTES, (), "list"), _merged_array_spec(headers.values(), path))
+            return FileIndex(path, len(members), specs, max(sizes), 1, tuple(members), sizes)
+        specs, lengths = [], {}
+        for m, h in headers.items():
+            if not h.shape:
+                raise SchemaError("Member is 0-d: rows mode needs a leading axis", file=path, member=m[:-4],
+                                  hint="use --npz_mode arrays (each member -> one Example)")
+            lengths[m[:-4]] = h.shape[0]
+            specs += _leaf_specs(m[:-4], h.dtype, h.shape[1:], f"{path}, member '{m[:-4]}'")
+        _check_names(specs, path)
+        if len(set(lengths.values())) > 1:
+            raise SchemaError(f"Members have different leading lengths ({lengths})", file=path,
+                              hint="use --npz_mode arrays (each member -> one Example)")
+        num_rows = next(iter(lengths.values()))
+        _check_empty_rows(num_rows, sum(_data_bytes(h) // max(1, h.shape[0]) for h in headers.values()),
+                          self.options, path)
+        return FileIndex(path, num_rows, tuple(specs), _row_bytes(specs), 1, tuple(members))
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _archive(self, path: str) -> _OpenArchive:
+        """This thread's open archive for ``path`` (the previous one is closed: one open at a time)."""
+        current = getattr(self._local, "archive", None)
+        if current is not None and current.path == path:
+            return current
+        self.close()
+        zf, stream = self._zip(path)
+        self._local.archive = _OpenArchive(path, stream, zf)
+        return self._local.archive
+
+    def close(self) -> None:
+        """Closes this thread's open archive, if any (reading again reopens it)."""
+        current = getattr(self._local, "archive", None)
+        self._local.archive = None
+        if current is not None:
+            current.close()
+
+    def _member_header(self, arc: _OpenArchive, member: str):
+        if member not in arc.headers:
+            info = arc.zf.getinfo(member)
+            h = self._header(arc.zf, member, arc.path)
+            start = None
+            if info.compress_type in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) and not info.flag_bits & 1:
+                start = _member_data_start(arc.stream, info, arc.path)
+            arc.headers[member] = (h, info, start)
+        return arc.headers[member]
+
+    def _column_inflater(self, arc: _OpenArchive, member: str, c: int) -> _Inflater:
+        """Column ``c``'s stream of a deflated Fortran-order member, forked from column ``c - 1``'s."""
+        key = (member, c)
+        if key not in arc.members:
+            _, info, data_start = arc.headers[member]
+            prev = arc.members.get((member, c - 1))
+            arc.members[key] = prev.fork() if isinstance(prev, _Inflater) else \
+                _Inflater(arc.stream, data_start, info.compress_size, info.file_size, info.CRC)
+        return arc.members[key]
+
+    def _member_stream(self, arc: _OpenArchive, member: str, slot: int = -1):
+        key = (member, slot)
+        if key not in arc.members:
+            arc.members[key] = arc.zf.open(member)
+        return arc.members[key]
+
+    def _read_member(self, arc: _OpenArchive, member: str, start: int | None, stop: int | None) -> np.ndarray:
+        """Rows ``[start, stop)`` of a member (the whole array when ``start`` is None)."""
+        h, info, data_start = self._member_header(arc, member)
+        where = f"{arc.path}, member '{member[:-4]}'"
+        if start is None:
+            h = dataclasses.replace(h, shape=h.shape or (1,))
+            start, stop, whole = 0, h.shape[0], True
+        else:
+            whole = False
+        ncols = math.prod(h.shape[1:])
+        if info.compress_type == zipfile.ZIP_STORED and data_start is not None:  # random access into the archive
+            raw = dataclasses.replace(h, data_offset=data_start + h.data_offset)
+            data = _read_rows(arc.stream, raw, start, stop, where)
+        elif h.fortran and len(h.shape) > 1 and 1 < ncols <= MAX_COLUMN_STREAMS and not whole:
+            if info.compress_type == zipfile.ZIP_DEFLATED and data_start is not None:
+                column_stream = functools.partial(self._column_inflater, arc, member)
+            else:  # bzip2/lzma: a fresh decompressor per column (each skips to its column once)
+                column_stream = functools.partial(self._member_stream, arc, member)
+            data = _read_rows(column_stream(0), h, start, stop, where, column_stream)
+        else:
+            data = _read_rows(self._member_stream(arc, member), h, start, stop, where)
+        return data.reshape(arc.headers[member][0].shape) if whole else data
+
+    def read(self, rr: RowRange) -> Columns:
+        """The columns of ``rr``: ``{member: rows}`` (rows mode) or ``{key, array}`` (arrays mode).
+
+        Raises:
+          SourceError: the archive or a member cannot be read (naming file, member and rows).
+        """
+        arc = self._archive(rr.path)
+        try:
+            if self.loose:
+                keys, arrays = [], []
+                for m in rr.items:
+                    arrays.append(self._read_member(arc, m, None, None))
+                    keys.append(m[:-4].encode())
+                return {KEY: keys, ARRAY: arrays}
+            columns = {}
+            for m in rr.items:
+                columns.update(flatten_fields(m[:-4], self._read_member(arc, m, rr.start, rr.stop)))
+            return columns
+        except (zipfile.BadZipFile, OSError, EOFError, zlib.error, ValueError) as e:
+            self.close()
+            raise SourceError(f"Cannot read {rr.describe()}: {e}", file=rr.path) from None
+        except BaseException:
+            self.close()  # a failed stream is never reused
+            raise
+
+
+def _member_data_start(stream, info: zipfile.ZipInfo, path: str) -> int:
+    """Archive offset of a member's (stored or compressed) data: after its local header (30 bytes, name, extra)."""
+    stream.seek(info.header_offset)
+    local = stream.read(30)
+    if len(local) != 30 or local[:4] != b"PK\x03\x04":
+        raise SourceError("Bad local header of a member", file=path, member=info.filename[:-4],
+                          offset=info.header_offset, hint="the archive is corrupt")
+    name_len, extra_len = struct.unpack("<HH", local[26:30])
+    return info.header_offset + 30 + name_len + extra_len
+
