@@ -190,7 +190,7 @@ def test_duplicate_name_is_refused_before_any_output(converted, tmp_path, capsys
 
 def test_duplicate_name_beyond_the_sample_is_refused_per_record(tf, tmp_path, capsys, monkeypatch):
     files = write_foreign(tf, tmp_path / "in", ["a.tfrecord", "b.tfrecord"], late_at=120)
-    monkeypatch.setattr(augment, "INFER_RECORDS", 10)  # 'late' is not in the sampled records
+    monkeypatch.setattr(augment.collection, "INFER_RECORDS", 10)  # 'late' is not in the sampled records
     out = tmp_path / "out"
     code, _, err = run_augment(str(tmp_path / "in" / "*.tfrecord"), out, "--constants", "late=1", capsys=capsys)
     assert code == 2

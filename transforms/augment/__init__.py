@@ -1,0 +1,52 @@
+"""Add fields to an existing TFRecord collection of ``tf.train.Example``, one input shard per work item.
+
+The augment pipeline reads as::
+
+    AugmentShards -> FinalizeAugment
+
+* **Plan** (launcher, before any output exists): match the input shards (or read a convert output's
+  ``metadata.json``), choose each shard's compression, infer the features of a collection without
+  metadata from its first records, call ``--fn`` once on the first records to learn the new fields'
+  dtypes and shapes, index the join source. Bad options fail here.
+* **AugmentShards**: each worker streams one input shard a batch of records at a time, computes the new
+  fields for the whole batch, encodes them in one call, and writes, per record, either the old record's
+  bytes followed by the new Example's bytes (``rewrite``; a concatenation of serialized Examples is one
+  Example, a protobuf merge) or only the new Example (``sidecar``) into a temporary file, renamed to
+  the input shard's name when complete. A key join first extracts each record's key and joins it
+  with the source rows (``CoGroupByKey``); a position join of a collection without record counts
+  first counts every shard's records.
+* **FinalizeAugment**: checks records in = records out, writes ``manifest.json`` (sidecar) and, last,
+  ``metadata.json``, the commit point.
+
+Old features are never decoded and re-encoded, except those named by ``--fn_inputs`` or the key
+feature, which are decoded (and only read) to compute the new ones.
+
+Modules (one job each): ``collection`` (input shards, compression, features, record reading),
+``values`` (constants, defaults, --fn), ``join`` (array-source joins), ``plan`` (the plan and the batch
+step), ``beam`` (DoFns and PTransforms), ``common`` (constants, error helpers).
+"""
+from __future__ import annotations
+
+from transforms.augment.common import (
+    BATCH_MB, frame_error, INFER_RECORDS, MODES, NAMESPACE, PROBE_RECORDS, RESERVED_NAMES)
+from transforms.augment.collection import (
+    batches, InputCollection, InputShard, iter_shard, output_name, read_sample, resolve_input)
+from transforms.augment.values import (
+    check_new_size, decode_inputs, decode_record, fn_columns, load_function, parse_constant, parse_scalar,
+    spec_of, value_bytes)
+from transforms.augment.join import (
+    default_value, JoinPlan, key_of, plan_join, read_source_rows)
+from transforms.augment.plan import (
+    AugmentPlan, BatchAugmenter, plan_augment)
+from transforms.augment.beam import (
+    AugmentShardFn, AugmentShards, count_records, ExtractKeysFn, FinalizeAugment, FinalizeAugmentFn, manifest,
+    match_keys, plan_offsets, ReadJoinRowsFn)
+
+__all__ = [
+    "AugmentPlan", "AugmentShardFn", "AugmentShards", "BATCH_MB", "BatchAugmenter", "batches", "check_new_size",
+    "count_records", "decode_inputs", "decode_record", "default_value", "ExtractKeysFn", "FinalizeAugment",
+    "FinalizeAugmentFn", "fn_columns", "frame_error", "INFER_RECORDS", "InputCollection", "InputShard",
+    "iter_shard", "JoinPlan", "key_of", "load_function", "manifest", "match_keys", "MODES", "NAMESPACE",
+    "output_name", "parse_constant", "parse_scalar", "plan_augment", "plan_join", "plan_offsets", "PROBE_RECORDS",
+    "read_sample", "read_source_rows", "ReadJoinRowsFn", "RESERVED_NAMES", "resolve_input", "spec_of",
+    "value_bytes"]

@@ -1,0 +1,335 @@
+"""Beam: the augment DoFns and PTransforms."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import uuid
+from typing import Mapping, Sequence
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.metrics import Metrics
+
+from transforms import beam_io, fileio, metadata, outdir, tfrecord
+from transforms.codec import FeatureSpec, check_example_frame
+from transforms.errors import RecordError, SourceError
+from transforms.reader import MANIFEST_FILE, SIDECAR_FORMAT
+from transforms.sources import RowRange
+from transforms.augment.common import frame_error, log, NAMESPACE
+from transforms.augment.collection import batches, InputShard, iter_shard
+from transforms.augment.values import decode_inputs, decode_record
+from transforms.augment.join import JoinPlan, key_of, read_source_rows, _stack_joined
+from transforms.augment.plan import AugmentPlan, BatchAugmenter
+
+
+def count_records(shard: InputShard, max_record_bytes: int | None = None) -> tuple[int, int]:
+    """``(shard index, record count)``, by walking the shard's frames (CRCs and record sizes checked)."""
+    return shard.index, sum(1 for _ in iter_shard(shard, max_record_bytes=max_record_bytes))
+
+
+def plan_offsets(counts: Sequence[tuple[int, int]], num_rows: int, pattern: str, join_pattern: str) -> dict:
+    """Shard index -> index of its first record in the collection; checks records = source rows.
+
+    Raises:
+      SourceError: the join source's row count differs from the collection's record count.
+    """
+    counts = sorted(counts)
+    total = sum(n for _, n in counts)
+    if total != num_rows:
+        raise SourceError(f"The join source has {num_rows} rows but the input has {total} records",
+                          file=join_pattern, input=pattern,
+                          hint="--join_by position needs one source row per record, in shard order")
+    offsets = np.concatenate([[0], np.cumsum([n for _, n in counts])])
+    return {index: int(o) for (index, _), o in zip(counts, offsets)}
+
+
+class ExtractKeysFn(beam.DoFn):
+    """Streams one input shard: ``(key, (shard index, record index))`` per record (key join)."""
+
+    def __init__(self, key_spec: FeatureSpec, batch_size: int = 4096, max_record_bytes: int | None = None,
+                 max_features: int | None = None):
+        self._spec, self._batch_size, self._max = key_spec, batch_size, max_record_bytes
+        self._max_features = max_features
+
+    def process(self, shard: InputShard):
+        specs, name = [self._spec], self._spec.name
+        for first, records in batches(iter_shard(shard, max_record_bytes=self._max), self._batch_size):
+            for i, record in enumerate(records):  # framing and feature count, before the C++ decoder sees it
+                try:
+                    check_example_frame(record, self._max_features)
+                except RecordError as e:
+                    raise frame_error(e, shard.path, first + i) from None
+            decoded = decode_inputs(specs, records, shard.path, first)
+            values = decoded[name] if decoded is not None else \
+                [decode_record(specs, r, shard.path, first + i)[name] for i, r in enumerate(records)]
+            for i, value in enumerate(values):
+                where = {"file": shard.path, "record": first + i, "feature": name}
+                yield key_of(value, where), (shard.index, first + i)
+
+
+class ReadJoinRowsFn(beam.DoFn):
+    """Reads one row range of the join source: ``(key, {new name: row value})`` per row (key join)."""
+
+    def __init__(self, join: JoinPlan):
+        self._join = join
+
+    def process(self, rr: RowRange):
+        join = self._join
+        columns = join.source.read(rr)
+        keys = columns[join.join_key]
+        for i in range(rr.num_rows):
+            where = {"file": rr.path, "row": rr.start + i, "feature": join.join_key}
+            values = {}
+            for src, new in join.fields:
+                v = columns[src][i]
+                values[new] = v.copy() if isinstance(v, np.ndarray) else v
+            yield key_of(keys[i], where), values
+
+    def finish_bundle(self):
+        self._join.source.close()
+
+
+def match_keys(element, join: JoinPlan, shard_paths: Mapping[int, str]):
+    """One ``CoGroupByKey`` group -> ``(shard index, (record index, values))`` per record with that key.
+
+    Raises:
+      SourceError: a key appears in several source rows; a record's key has no source row and no
+        default is configured (naming the shard and record).
+    """
+    key, grouped = element
+    refs, rows = list(grouped["records"]), list(grouped["rows"])
+    if not refs:
+        return
+    if len(rows) > 1:
+        raise SourceError(f"Key {key!r} appears in {len(rows)} rows of the join source", file=join.pattern,
+                          hint="keys must be unique in the join source")
+    if rows:
+        values = rows[0]
+    elif join.defaults is not None:
+        values = join.defaults
+    else:
+        shard, record = min(refs)
+        raise SourceError(f"No row of the join source has key {key!r} (held by {len(refs)} record(s))",
+                          file=join.pattern, shard=shard_paths[shard], record=record, feature=join.key_spec.name,
+                          hint="add the key to the join source, or pass --missing default --defaults NAME=VALUE,...")
+    for shard, record in refs:
+        yield shard, (record, values)
+
+
+class AugmentShardFn(beam.DoFn):
+    """Augments one input shard into one output shard, streamed a batch of records at a time.
+
+    Elements: an :class:`InputShard`, or ``(shard index, {"shard": [InputShard], "values": [(record
+    index, {name: value}), ...]})`` after a key join. Side input ``offsets`` (position join without
+    known counts): shard index -> first record index in the collection.
+
+    The output is written to ``.tmp-<name>-<uuid4>`` in the output directory and renamed to ``<name>``
+    when complete (a retried attempt writes its own temporary file; the last rename wins, so exactly one
+    final file exists); on failure the temporary file is deleted. Yields ``{"index", "input", "file",
+    "records_in", "records", "bytes", "input_bytes", "crc32c", "compression"}``.
+
+    Raises:
+      RecordError: records in != records out, or != the count in the input metadata.
+    """
+
+    def __init__(self, plan: AugmentPlan):
+        self._plan = plan
+        self._augmenter = None
+        self._read = Metrics.counter(NAMESPACE, "records_read")
+        self._written = Metrics.counter(NAMESPACE, "records_written")
+        self._shards = Metrics.counter(NAMESPACE, "shards_written")
+        self._clock = beam_io.ShardClock()
+
+    def setup(self):
+        self._augmenter = BatchAugmenter(self._plan)
+
+    def process(self, element, offsets=None):
+        plan = self._plan
+        self._clock.start()
+        if isinstance(element, InputShard):
+            shard, joined = element, None
+        else:
+            _, grouped = element
+            shard, joined = list(grouped["shard"])[0], dict(grouped["values"])
+        offset = shard.offset if shard.offset is not None else (offsets or {}).get(shard.index)
+        final = fileio.join(plan.output_dir, shard.output_file)
+        temp = fileio.join(plan.output_dir, f"{beam_io.TEMP_PREFIX}{shard.output_file}-{uuid.uuid4().hex}")
+        tally: dict = {}
+        count = 0
+        try:
+            with fileio.open_write(temp) as raw:
+                writer = tfrecord.ShardWriter(raw, plan.output_compression)
+                for first, records in batches(iter_shard(shard, tally, plan.max_record_bytes), plan.batch_size):
+                    join_columns = self._join_columns(shard, first, len(records), offset, joined)
+                    out = self._augmenter.augment(records, shard.path, first, join_columns)
+                    if isinstance(out, list):
+                        writer.write_batch(out)
+                    else:
+                        writer.write_encoded(out)
+                    count += len(records)
+                writer.close()
+            expected = [("records written", writer.records), ("metadata", shard.records),
+                        ("joined records", None if joined is None else len(joined))]
+            for what, n in expected:
+                if n is not None and n != count:
+                    raise RecordError(f"The shard holds {count} records but {what}: {n}", file=shard.path,
+                                      hint="the input changed during the run, or its metadata is wrong")
+            fileio.rename(temp, final)
+        except BaseException:
+            try:
+                fileio.delete([temp])
+            except Exception:  # keep the original error
+                log.warning("Cannot delete temporary file %s", temp)
+            raise
+        finally:
+            if plan.join is not None:
+                plan.join.source.close()  # the join source's files stay open for one shard
+        size = fileio.size(final)
+        self._read.inc(count)
+        self._written.inc(writer.records)
+        self._shards.inc()
+        self._clock.end()
+        yield {"index": shard.index, "input": shard.path, "file": shard.output_file, "records_in": count,
+               "records": writer.records, "bytes": size, "input_bytes": tally["bytes"], "crc32c": tally["crc32c"],
+               "compression": shard.compression}
+
+    def _join_columns(self, shard: InputShard, first: int, n: int, offset, joined):
+        join = self._plan.join
+        if join is None:
+            return None
+        if join.by == "position":
+            return read_source_rows(join, offset + first, offset + first + n)
+        columns = {}
+        for spec in join.specs:
+            try:
+                values = [joined[i][spec.name] for i in range(first, first + n)]
+            except KeyError as e:
+                raise RecordError(f"Record {e.args[0]} has no joined values", file=shard.path,
+                                  hint="the input changed during the run") from None
+            columns[spec.name] = _stack_joined(spec, values)
+        return columns
+
+
+def _keyed_by_index(shard: InputShard):
+    return shard.index, shard
+
+
+class AugmentShards(beam.PTransform):
+    """Input shards -> augmented output shards (one work item per shard); yields per-shard results.
+
+    Without a join: ``Create(shards) | Reshuffle | ParDo(AugmentShardFn)``. Position join without
+    record counts: a first pass counts each shard's records (side input of first-record offsets). Key
+    join: ``ExtractKeys`` (records) and ``ReadJoinRows`` (source) are joined with ``CoGroupByKey``,
+    grouped by shard with the shard itself, then each group is augmented.
+    """
+
+    def __init__(self, plan: AugmentPlan):
+        super().__init__()
+        self._plan = plan
+
+    def expand(self, pbegin):
+        plan, join = self._plan, self._plan.join
+        shards = pbegin | "CreateShards" >> beam.Create(list(plan.collection.shards))
+        augment = AugmentShardFn(plan)
+        if join is not None and join.by == "key":
+            paths = {s.index: s.path for s in plan.collection.shards}
+            keys = (shards
+                    | "SpreadShards" >> beam.Reshuffle()
+                    | "ExtractKeys" >> beam.ParDo(ExtractKeysFn(join.key_spec, plan.batch_size, plan.max_record_bytes,
+                                                              plan.max_features)))
+            rows = (pbegin
+                    | "CreateJoinRanges" >> beam.Create(list(join.ranges))
+                    | "SpreadJoinRanges" >> beam.Reshuffle()
+                    | "ReadJoinRows" >> beam.ParDo(ReadJoinRowsFn(join)))
+            matched = ({"records": keys, "rows": rows}
+                       | "JoinByKey" >> beam.CoGroupByKey()
+                       | "MatchKeys" >> beam.FlatMap(match_keys, join, paths))
+            return ({"shard": shards | "KeyShards" >> beam.Map(_keyed_by_index), "values": matched}
+                    | "GroupByShard" >> beam.CoGroupByKey()
+                    | "AugmentShard" >> beam.ParDo(augment))
+        spread = shards | "SpreadShards" >> beam.Reshuffle()
+        if join is None or all(s.offset is not None for s in plan.collection.shards):
+            return spread | "AugmentShard" >> beam.ParDo(augment)
+        offsets = (spread
+                   | "CountRecords" >> beam.Map(count_records, plan.max_record_bytes)
+                   | "CollectCounts" >> beam.combiners.ToList()
+                   | "PlanOffsets" >> beam.Map(plan_offsets, join.num_rows, plan.collection.pattern, join.pattern))
+        return spread | "AugmentShard" >> beam.ParDo(augment, offsets=beam.pvalue.AsSingleton(offsets))
+
+
+def manifest(plan: AugmentPlan, results: Sequence[dict]) -> dict:
+    """The ``manifest.json`` of a sidecar collection: each input shard's path, compression, record
+    count, size in bytes and CRC32C (of the stored bytes), with its sidecar shard, and the original
+    features (``inferred`` when they were inferred from a collection without metadata)."""
+    return {
+        "format": SIDECAR_FORMAT,
+        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "input": plan.collection.pattern,
+        "inferred": plan.collection.inferred,
+        "features": [s.to_json() for s in plan.collection.specs],
+        "shards": [{"input": _absolute(r["input"]), "compression": r["compression"], "records": r["records_in"],
+                    "bytes": r["input_bytes"], "crc32c": r["crc32c"], "sidecar": r["file"]} for r in results],
+        "num_records": sum(r["records_in"] for r in results),
+    }
+
+
+def _absolute(path: str) -> str:
+    return os.path.abspath(path) if fileio.is_local(path) else path
+
+
+class FinalizeAugmentFn(beam.DoFn):
+    """Checks records in = records out (per shard and in total), writes ``manifest.json`` (sidecar) and,
+    last, ``schema.pbtxt`` + ``metadata.json``; removes temporaries of killed attempts.
+
+    Raises:
+      RecordError: a shard missing or duplicated, or records lost.
+    """
+
+    def __init__(self, plan: AugmentPlan):
+        self._plan = plan
+
+    def process(self, results):
+        plan = self._plan
+        results = sorted(results, key=lambda r: r["index"])
+        if [r["index"] for r in results] != list(range(len(plan.collection.shards))):
+            raise RecordError(f"{len(results)} shard results for {len(plan.collection.shards)} input shards",
+                              file=plan.output_dir, hint="re-run; report it if it happens again")
+        total_in, total_out = sum(r["records_in"] for r in results), sum(r["records"] for r in results)
+        bad = [r["input"] for r in results if r["records_in"] != r["records"]]
+        expected = plan.collection.num_records
+        if bad or total_in != total_out or (expected is not None and expected != total_in):
+            raise RecordError(f"Records in ({total_in}) != records out ({total_out}) (metadata: {expected})",
+                              file=bad[0] if bad else plan.output_dir, hint="re-run; report it if it happens again")
+        outdir.remove_temporaries(plan.output_dir, [r["file"] for r in results])
+        if plan.mode == "sidecar":
+            tmp = fileio.join(plan.output_dir, f".{MANIFEST_FILE}.tmp")
+            fileio.write_bytes(tmp, json.dumps(manifest(plan, results), indent=1).encode())
+            fileio.rename(tmp, fileio.join(plan.output_dir, MANIFEST_FILE))
+        specs = plan.output_specs
+        shards = [{"file": r["file"], "records": r["records"], "bytes": r["bytes"]} for r in results]
+        sources = [{"path": r["input"], "records": r["records_in"]} for r in results]
+        meta = metadata.build(specs, shards, plan.output_compression, sources, "augment", plan.options)
+        meta["augment"] = {
+            "mode": plan.mode, "input": plan.collection.pattern, "input_features_inferred": plan.collection.inferred,
+            "records_in": total_in, "new_features": [s.name for s in plan.new_specs], "replaced": list(plan.replace),
+            "join": None if plan.join is None else {"input": plan.join.pattern, "by": plan.join.by,
+                                                    "files": [i.path for i in plan.join.indexes]},
+        }
+        metadata.write(plan.output_dir, meta, specs)
+        yield plan.output_dir
+
+
+class FinalizeAugment(beam.PTransform):
+    """Per-shard results -> ``manifest.json`` (sidecar) and ``metadata.json``, after every shard is final."""
+
+    def __init__(self, plan: AugmentPlan):
+        super().__init__()
+        self._plan = plan
+
+    def expand(self, results):
+        return (results
+                | "CollectShards" >> beam.combiners.ToList()
+                | "WriteMetadata" >> beam.ParDo(FinalizeAugmentFn(self._plan)))
+
+

@@ -1,0 +1,205 @@
+"""The input collection: shards, their compression and features, and reading their records."""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Iterable, Iterator, Sequence
+
+import google_crc32c
+
+from transforms import fileio, metadata, tfrecord
+from transforms.codec import FeatureSpec, infer_feature_specs
+from transforms.errors import ConfigError, RecordError, SchemaError
+from transforms.augment.common import INFER_RECORDS, PROBE_RECORDS, _with
+
+
+@dataclasses.dataclass(frozen=True)
+class InputShard:
+    """One input shard and where its output goes.
+
+    Attributes:
+      index: position in the collection's shard order (metadata order, else sorted paths).
+      path: the input file. compression: ``none``, ``gzip`` or ``zlib``.
+      output_file: the output shard's file name (the input's, compression suffix adjusted).
+      records: record count from the input metadata, or None when unknown.
+      offset: index of the shard's first record in the collection (position join), or None.
+    """
+
+    index: int
+    path: str
+    compression: str
+    output_file: str
+    records: int | None = None
+    offset: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class InputCollection:
+    """The input shards and their features (from ``metadata.json``, or inferred when ``inferred``)."""
+
+    pattern: str
+    shards: tuple[InputShard, ...]
+    specs: tuple[FeatureSpec, ...]
+    inferred: bool
+
+    @property
+    def num_records(self) -> int | None:
+        counts = [s.records for s in self.shards]
+        return None if None in counts else sum(counts)
+
+    @property
+    def compressions(self) -> set[str]:
+        return {s.compression for s in self.shards}
+
+
+def output_name(path: str, compression: str, output_compression: str) -> str:
+    """The output shard name of input ``path``: the same name, the compression suffix swapped."""
+    name = fileio.basename(path)
+    for suffix in {"gzip": (".gz",), "zlib": (".zlib", ".zz")}.get(compression, ()):
+        if name.endswith(suffix):
+            name = name[:-len(suffix)]
+            break
+    return name + tfrecord.SUFFIXES[output_compression]
+
+
+def resolve_input(pattern: str, compression: str = "auto", sample_size: int | None = None,
+                  max_record_bytes: int | None = None, max_features: int | None = None
+                  ) -> tuple[InputCollection, list[bytes]]:
+    """Finds the input shards, their compression and features; returns them and a sample of records.
+
+    ``pattern`` is an output directory of tfrecord-etl (its ``metadata.json`` gives the shards, the
+    compression, the features and the record counts) or a file pattern of TFRecord shards (when all
+    matched files sit in such a directory and are listed in its metadata, the metadata is used too).
+    ``compression`` ``auto``: from the metadata, else each file's suffix, else the first bytes of the
+    first file without a suffix (applied to all files without one).
+
+    Returns:
+      ``(collection, sample)``: ``output_file`` is still the input name (see :func:`output_name`);
+      ``sample`` holds up to ``sample_size`` (default :data:`INFER_RECORDS`) first records of the
+      collection (features of a collection without metadata are inferred from it).
+
+    Raises:
+      ConfigError: a directory without metadata.json. SourceError: nothing matches, or a match is not a
+        regular file (FIFO, device).
+      SchemaError, RecordError: records that are not tf.train.Example, a record over ``max_record_bytes``
+        (default ``tfrecord.record_limit()``), more than ``max_features`` features (default
+        ``codec.MAX_FEATURES``) in a record or in the sample.
+    """
+    meta, counts = None, {}
+    if fileio.is_dir(pattern):
+        if not fileio.exists(fileio.join(pattern, metadata.METADATA_FILE)):
+            raise ConfigError("--input is a directory without metadata.json (not a complete tfrecord-etl output)",
+                              file=pattern, hint="pass a file pattern of its TFRecord shards, e.g. "
+                                                 f"'{fileio.join(pattern, '*.tfrecord*')}'")
+        meta = metadata.load(pattern)
+        paths = metadata.shard_paths(pattern, meta)
+    else:
+        paths = [p for p, _ in fileio.match(pattern)]
+        parents = {p[:len(p) - len(fileio.basename(p))] for p in paths}
+        if len(parents) == 1:
+            parent = parents.pop()
+            if fileio.exists(fileio.join(parent, metadata.METADATA_FILE)):
+                candidate = metadata.load(parent)
+                if {fileio.basename(p) for p in paths} <= {s["file"] for s in candidate["shards"]}:
+                    meta = candidate
+    if meta is not None:
+        counts = {s["file"]: s["records"] for s in meta["shards"]}
+    for path in paths:
+        tfrecord.check_regular(path)  # a FIFO or device among the shards is never opened
+    comps = _compressions(paths, compression, meta)
+    shards = tuple(InputShard(i, p, c, fileio.basename(p), counts.get(fileio.basename(p)))
+                   for i, (p, c) in enumerate(zip(paths, comps)))
+    sample = read_sample(shards, (sample_size or INFER_RECORDS) if meta is None else PROBE_RECORDS,
+                         max_record_bytes)
+    if meta is not None:
+        return InputCollection(pattern, shards, tuple(meta["features"]), False), sample
+    try:
+        specs = infer_feature_specs(sample, max_features)
+    except RecordError as e:
+        raise _with(e, "the input must hold tf.train.Example records", file=shards[0].path) from None
+    except SchemaError as e:
+        raise e.with_context(file=pattern) from None
+    return InputCollection(pattern, shards, specs, True), sample
+
+
+def _compressions(paths: Sequence[str], compression: str, meta: dict | None) -> list[str]:
+    if compression != "auto":
+        return [compression] * len(paths)
+    if meta is not None:
+        return [meta["compression"]] * len(paths)
+    comps = [tfrecord.compression_from_path(p) for p in paths]
+    unsuffixed = [p for p, c in zip(paths, comps) if c == "none"]
+    if unsuffixed:
+        with fileio.open_read(unsuffixed[0]) as f:
+            detected = tfrecord.detect_compression(f.read(12))
+        comps = [detected if p in set(unsuffixed) else c for p, c in zip(paths, comps)]
+    return comps
+
+
+def read_sample(shards: Sequence[InputShard], size: int, max_record_bytes: int | None = None) -> list[bytes]:
+    """Up to ``size`` first records of the collection, in shard order (CRCs and record sizes checked)."""
+    sample: list[bytes] = []
+    for shard in shards:
+        if len(sample) >= size:
+            break
+        if shard.records == 0:
+            continue
+        records = iter_shard(shard, max_record_bytes=max_record_bytes)
+        sample += [r for _, r in itertools.islice(records, size - len(sample))]
+        records.close()
+    return sample
+
+
+class _TallyReader:
+    """A read-only stream that counts (and optionally checksums) the bytes read through it."""
+
+    def __init__(self, raw, checksum=None):
+        self._raw, self._checksum, self.bytes = raw, checksum, 0
+        self.mode, self.name = "rb", getattr(raw, "name", "")
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._raw.read(n)
+        self.bytes += len(data)
+        if self._checksum is not None and data:
+            self._checksum.update(data)
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+
+def iter_shard(shard: InputShard, tally: dict | None = None, max_record_bytes: int | None = None
+               ) -> Iterator[tuple[int, bytes]]:
+    """``(record index, record bytes)`` of one input shard, streamed a record at a time, CRCs checked.
+
+    With ``tally`` (a dict), sets ``tally["bytes"]`` and ``tally["crc32c"]`` (8 hex digits) of the
+    stored (compressed) file bytes once the shard is read to its end.
+
+    Raises:
+      RecordError: a truncated or corrupt frame, the wrong compression, or a length header over
+        ``max_record_bytes`` (default ``tfrecord.record_limit()``), checked before reading the record
+        (file, record, offset).
+    """
+    checksum = google_crc32c.Checksum() if tally is not None else None
+    tfrecord.check_regular(shard.path)
+    with fileio.open_read(shard.path) as raw:
+        stream = _TallyReader(raw, checksum)
+        for index, _, record in tfrecord.iter_records(tfrecord.open_decompressed(stream, shard.compression),
+                                                      shard.path, max_record_bytes=max_record_bytes):
+            yield index, record
+        while stream.read(1 << 22):  # bytes after the last frame (e.g. a gzip trailer) count too
+            pass
+    if tally is not None:
+        tally["bytes"], tally["crc32c"] = stream.bytes, checksum.hexdigest().decode()
+
+
+def batches(records: Iterable[tuple[int, bytes]], size: int) -> Iterator[tuple[int, list[bytes]]]:
+    """``(index of the first record, records)`` batches of up to ``size`` records."""
+    it = iter(records)
+    while True:
+        chunk = list(itertools.islice(it, size))
+        if not chunk:
+            return
+        yield chunk[0][0], [r for _, r in chunk]
+
+

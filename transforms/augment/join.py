@@ -1,0 +1,170 @@
+"""Joins with an array source (HDF5 / .npz / .npy, read with the convert pipeline's sources)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from transforms import beam_io
+from transforms.codec import VLEN_BYTES, FeatureSpec
+from transforms.errors import ConfigError, RecordError, SchemaError, SourceError
+from transforms.sources import FileIndex, RowRange, Source, SourceOptions
+from transforms.augment.values import parse_scalar
+
+
+@dataclasses.dataclass(frozen=True)
+class JoinPlan:
+    """An array source joined to the records, by position (row n -> record n) or by key.
+
+    Attributes:
+      fields: ``(source feature, new feature name)`` pairs. specs: the new features' specs.
+      key_spec: the collection's key feature (key join). join_key: the source's key feature.
+      defaults: new name -> value for a record whose key has no source row; None: that is an error.
+    """
+
+    pattern: str
+    by: str
+    source: Source
+    indexes: tuple[FileIndex, ...]
+    ranges: tuple[RowRange, ...]
+    fields: tuple[tuple[str, str], ...]
+    specs: tuple[FeatureSpec, ...]
+    key_spec: FeatureSpec | None = None
+    join_key: str | None = None
+    defaults: dict | None = None
+
+    @property
+    def num_rows(self) -> int:
+        return sum(i.num_rows for i in self.indexes)
+
+
+def _key_kind(spec: FeatureSpec) -> str | None:
+    if spec.dtype == VLEN_BYTES:
+        return "bytes"
+    if spec.dtype is None:
+        return None
+    kind = np.dtype(spec.dtype).kind
+    return "int" if kind in "iu" else ("bytes" if kind in "SU" else None)
+
+
+def key_of(value, where: dict) -> int | bytes:
+    """A join key from a decoded value holding one element: a Python int, or bytes (str as UTF-8).
+
+    Raises:
+      RecordError: not exactly one element, or not an integer or string.
+    """
+    arr = np.asarray(value)
+    if arr.size != 1:
+        raise RecordError(f"The key holds {arr.size} values, expected 1", **where)
+    v = arr.reshape(-1)[0]
+    if isinstance(v, (bytes, np.bytes_)):
+        return bytes(v)
+    if isinstance(v, (str, np.str_)):
+        return str(v).encode("utf-8")
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        return int(v)
+    raise RecordError(f"The key {v!r} is a {type(v).__name__}, expected an integer or a string", **where)
+
+
+def default_value(spec: FeatureSpec, text: str):
+    """A ``--defaults`` value for ``spec``: an array of its shape and dtype, or bytes. Raises ConfigError."""
+    value = parse_scalar(text, spec.dtype, f"--defaults {spec.name}")
+    if spec.dtype == VLEN_BYTES:
+        if spec.shape == ():
+            return value
+        out = np.empty(spec.shape, object)
+        out.fill(value)
+        return out
+    return np.full(spec.shape, value, dtype=spec.dtype)
+
+
+def plan_join(pattern: str, by: str, old_specs: Sequence[FeatureSpec], *, key_feature=None, join_key=None,
+              fields: Mapping[str, str] | None = None, datasets=None, missing="error", defaults=None,
+              encoding="tensor", allow_lossy=()) -> JoinPlan:
+    """Indexes the join source (``beam_io.plan_inputs``) and checks the join options.
+
+    Args:
+      pattern: file pattern of HDF5 / .npz / .npy files (rows mode). by: ``position`` or ``key``.
+      old_specs: the collection's features (the key feature is looked up there).
+      fields: source feature -> new name (default: every source feature but the key, same name).
+      datasets: HDF5 dataset paths to read (default all). missing/defaults: see :class:`JoinPlan`.
+
+    Raises:
+      ConfigError: unknown features or defaults. SchemaError: key kinds that cannot match.
+      SourceError: unreadable source files.
+    """
+    plan = beam_io.plan_inputs(pattern, SourceOptions(datasets=tuple(datasets) if datasets else None))
+    src_specs = beam_io.choose_encodings(plan.specs, encoding, {}, allow_lossy)
+    by_name = {s.name: s for s in src_specs}
+    key_spec = None
+    if by == "key":
+        old = {s.name: s for s in old_specs}
+        if key_feature not in old:
+            raise ConfigError(f"--key_feature '{key_feature}' is not a feature of the input",
+                              hint=f"features are {sorted(old)}")
+        if join_key not in by_name:
+            raise ConfigError(f"--join_key '{join_key}' is not a feature of the join source", file=pattern,
+                              hint=f"source features are {sorted(by_name)}")
+        key_spec, src_key = old[key_feature], by_name[join_key]
+        kinds = (_key_kind(key_spec), _key_kind(src_key))
+        if None in kinds or kinds[0] != kinds[1]:
+            raise SchemaError(f"Cannot join key feature '{key_feature}' ({key_spec.dtype}) with source key "
+                              f"'{join_key}' ({src_key.dtype})", file=pattern,
+                              hint="both keys must be integers, or both strings")
+        if src_key.size != 1:
+            raise SchemaError(f"Source key '{join_key}' has shape {src_key.shape}; a key is one value per row",
+                              file=pattern)
+    fields = dict(fields) if fields else {n: n for n in by_name if n != join_key}
+    unknown = sorted(set(fields) - set(by_name))
+    if unknown:
+        raise ConfigError(f"--join_fields names {unknown}, which the join source does not have", file=pattern,
+                          hint=f"source features are {sorted(by_name)}")
+    specs = tuple(dataclasses.replace(by_name[src], name=new) for src, new in fields.items())
+    parsed_defaults = None
+    if missing == "default":
+        defaults = dict(defaults or {})
+        names = [s.name for s in specs]
+        lacking, extra = [n for n in names if n not in defaults], sorted(set(defaults) - set(names))
+        if lacking or extra:
+            raise ConfigError(f"--missing default needs one --defaults value per joined feature: "
+                              f"{'missing ' + str(lacking) if lacking else 'unknown ' + str(extra)}",
+                              hint=f"joined features are {names}")
+        parsed_defaults = {s.name: default_value(s, defaults[s.name]) for s in specs}
+    return JoinPlan(pattern, by, plan.source, plan.indexes, plan.ranges, tuple(fields.items()), specs, key_spec,
+                    join_key, parsed_defaults)
+
+
+def _concat(parts: list):
+    if all(isinstance(p, np.ndarray) for p in parts):
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+    return [v for p in parts for v in p]
+
+
+def read_source_rows(join: JoinPlan, start: int, stop: int) -> dict:
+    """The join fields of source rows ``[start, stop)`` (rows numbered across the source files in order).
+
+    Returns ``{new name: column}`` (arrays ``(rows, *shape)``, or lists for variable-length strings).
+
+    Raises:
+      SourceError: the source has fewer rows than asked (a position join on a collection with more
+        records than source rows).
+    """
+    parts, base = [], 0
+    for index in join.indexes:
+        lo, hi = max(start, base), min(stop, base + index.num_rows)
+        if lo < hi:
+            parts.append(join.source.read(RowRange(index.path, lo - base, hi - base, index.items)))
+        base += index.num_rows
+    if stop > base:
+        raise SourceError(f"The join source has {base} rows, but record {stop - 1} needs row {stop - 1}",
+                          file=join.pattern, hint="--join_by position needs one source row per record")
+    return {new: _concat([p[src] for p in parts]) for src, new in join.fields}
+
+
+def _stack_joined(spec: FeatureSpec, values: list):
+    if spec.dtype == VLEN_BYTES or not spec.is_fixed:
+        return list(values)
+    return np.stack([np.asarray(v) for v in values]).astype(np.dtype(spec.dtype), copy=False)
+
+

@@ -1,0 +1,297 @@
+"""The augment plan and the batch step (pure: no Beam)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from transforms import beam_io, fileio, metadata, outdir, tfrecord
+from transforms.codec import (MAX_FEATURES, FeatureSpec, check_example_frame, drop_features, encode_columns,
+                              feature_key_pattern, split_features)
+from transforms.errors import ConfigError, EtlError, RecordError, SchemaError, SourceError
+from transforms.augment.common import BATCH_MB, frame_error, log, MODES, PROBE_RECORDS, RESERVED_NAMES, _with
+from transforms.augment.collection import InputCollection, output_name, resolve_input
+from transforms.augment.values import fn_columns, load_function, parse_constant, spec_of, value_bytes
+from transforms.augment.join import JoinPlan, plan_join
+
+
+@dataclasses.dataclass(frozen=True)
+class AugmentPlan:
+    """Everything the workers need, decided in the launcher.
+
+    Attributes:
+      collection: the input shards (``output_file`` set) and old features.
+      mode: ``rewrite`` (old record bytes + new Example) or ``sidecar`` (new Example only).
+      fn, fn_specs, fn_batch: the user function (``module:function``), the old features it gets, batch calls.
+      constants: ``(name, value)``; value is a 0-d array or bytes.
+      new_specs: the new features, in order: fn outputs, join fields, constants.
+      replace: new feature names allowed to replace existing ones; drop_keys: Example keys removed
+        from old records first (the replaced features and their ``/shape``, ``/dtype`` companions).
+      batch_size: records per batch (one encode call per batch).
+      options: the validated config, recorded in the metadata.
+    """
+
+    collection: InputCollection
+    output_dir: str
+    mode: str
+    output_compression: str
+    new_specs: tuple[FeatureSpec, ...]
+    fn: str | None = None
+    fn_specs: tuple[FeatureSpec, ...] = ()
+    fn_batch: bool = False
+    constants: tuple[tuple[str, object], ...] = ()
+    join: JoinPlan | None = None
+    replace: tuple[str, ...] = ()
+    drop_keys: tuple[str, ...] = ()
+    allow_lossy: tuple[str, ...] = ()
+    batch_size: int = 4096
+    options: dict = dataclasses.field(default_factory=dict)
+    max_record_bytes: int = dataclasses.field(default_factory=tfrecord.record_limit)
+    max_features: int = MAX_FEATURES
+
+    @property
+    def output_specs(self) -> tuple[FeatureSpec, ...]:
+        """The features of the output shards: old (minus replaced) + new, or only the new ones (sidecar)."""
+        if self.mode == "sidecar":
+            return self.new_specs
+        return tuple(s for s in self.collection.specs if s.name not in self.replace) + self.new_specs
+
+
+class BatchAugmenter:
+    """Turns one batch of input records into output records; the pure core of AugmentShardFn.
+
+    Per record: refuses a new feature name that the record already holds (SchemaError naming the
+    feature, file and record index) unless it is in ``plan.replace``, then removes the replaced
+    entries byte for byte (``codec.drop_features``). Per batch: computes the new columns (fn, join,
+    constants) and encodes them in one ``codec.encode_columns`` call.
+    """
+
+    def __init__(self, plan: AugmentPlan):
+        self.plan = plan
+        self._fn = None
+        self._new_keys = {k for s in plan.new_specs for k, _, _ in metadata.example_features(s)}
+        self._allowed = set(plan.drop_keys) | {k for s in plan.new_specs if s.name in plan.replace
+                                               for k, _, _ in metadata.example_features(s)}
+        self._drop = frozenset(plan.drop_keys)
+        self._patterns = tuple(feature_key_pattern(k) for k in sorted(self._new_keys | self._drop))
+
+    def prepare(self, record: bytes, file: str, index: int) -> bytes:
+        """The old record, checked to be framed as a tf.train.Example (every record, not only the sampled
+        ones: ``codec.check_example_frame``, values not decoded) and for name clashes, with the replaced
+        features removed.
+
+        Raises:
+          RecordError: not a tf.train.Example, or more than ``plan.max_features`` features (file, record).
+          SchemaError: a new feature's name is already in the record.
+        """
+        try:
+            check_example_frame(record, self.plan.max_features)
+        except RecordError as e:
+            raise frame_error(e, file, index) from None
+        if not any(p in record for p in self._patterns):  # fast path: no parse
+            return record
+        try:
+            present = set(split_features(record))
+        except RecordError as e:
+            raise e.with_context(file=file, record=index) from None
+        clash = sorted((present & self._new_keys) - self._allowed)
+        if clash:
+            raise SchemaError(f"New feature '{clash[0]}' already exists in the record", file=file, record=index,
+                              feature=clash[0], hint=f"pass --replace_fields {clash[0]} to replace it (rewrite "
+                              "mode), or choose another name")
+        return drop_features(record, self._drop) if present & self._drop else record
+
+    def new_columns(self, records: Sequence[bytes], file: str, first: int, join_columns: dict | None = None) -> dict:
+        """``{new name: column}`` for a batch: fn outputs, join columns (given), constants."""
+        n, plan = len(records), self.plan
+        columns = {}
+        if plan.fn:
+            if self._fn is None:
+                self._fn = load_function(plan.fn)
+            columns.update(fn_columns(self._fn, plan.fn, plan.fn_specs, records, plan.fn_batch, file, first,
+                                      plan.max_record_bytes))
+        columns.update(join_columns or {})
+        for name, value in plan.constants:
+            if isinstance(value, bytes):
+                col = np.empty(n, dtype=object)
+                col.fill(value)
+            else:
+                col = np.full(n, value, dtype=value.dtype)
+            columns[name] = col
+        return columns
+
+    def augment(self, records: Sequence[bytes], file: str, first: int, join_columns: dict | None = None):
+        """Output records of one batch: a list of bytes (rewrite) or a ``codec.EncodedBatch`` (sidecar).
+
+        Raises:
+          SchemaError: a name clash, or new values whose dtype/shape differ from ``plan.new_specs``.
+          RecordError: a malformed record, or ``--fn`` raised.
+        """
+        n, plan = len(records), self.plan
+        prepared = [self.prepare(r, file, first + i) for i, r in enumerate(records)]
+        columns = self.new_columns(records, file, first, join_columns)
+        names = [s.name for s in plan.new_specs]
+        if sorted(columns) != sorted(names):
+            raise SchemaError(f"The new features of this batch are {sorted(columns)}, but the first records gave "
+                              f"{sorted(names)}", file=file, record=f"{first}-{first + n - 1}",
+                              hint="--fn must return the same keys for every record")
+        for spec in plan.new_specs:
+            col = columns[spec.name]
+            if isinstance(col, np.ndarray) and spec.is_fixed and col.shape[1:] != spec.shape:
+                raise SchemaError(f"New feature '{spec.name}' has shape {col.shape[1:]} here but {spec.shape} in "
+                                  "the first records", file=file, record=f"{first}-{first + n - 1}", feature=spec.name)
+        try:
+            encoded = encode_columns(columns, plan.new_specs, n, plan.allow_lossy)
+        except EtlError as e:
+            raise _with(e, "a new feature keeps the dtype and shape of the first records (see the metadata)",
+                        file=file, record=f"{first}-{first + n - 1}") from None
+        self._check_sizes(encoded, prepared, file, first)
+        if plan.mode == "sidecar":
+            return encoded
+        return [old + new for old, new in zip(prepared, encoded.records())]
+
+    def _check_sizes(self, encoded, prepared: Sequence[bytes], file: str, first: int) -> None:
+        """Raises RecordError naming the record when an output record is over ``plan.max_record_bytes``."""
+        limit, width = self.plan.max_record_bytes, encoded.width
+        tails = encoded.tails or [b""] * encoded.num_rows
+        old = prepared if self.plan.mode == "rewrite" else [b""] * encoded.num_rows
+        for i, (tail, rec) in enumerate(zip(tails, old)):
+            size = width + len(tail) + len(rec)
+            if size > limit:
+                raise RecordError(f"Output record of {size} bytes ({size / 2**20:.1f} MB) is over the record size "
+                                  f"limit of {limit} bytes (--max_record_mb {limit / 2**20:g})", file=file,
+                                  record=first + i, size=size, hint="raise --max_record_mb, or add smaller values")
+
+
+def _check_options(cfg) -> None:
+    problems = []
+    if cfg.mode not in MODES:
+        problems.append(f"--mode must be one of {MODES}")
+    if not (cfg.fn or cfg.join_input or cfg.constants):
+        problems.append("nothing to add: give --fn, --join_input or --constants")
+    if (cfg.fn_inputs or cfg.fn_batch) and not cfg.fn:
+        problems.append("--fn_inputs and --fn_batch need --fn")
+    if cfg.join_input and cfg.join_by == "key" and not (cfg.key_feature and cfg.join_key):
+        problems.append("--join_by key needs --key_feature (the input's key) and --join_key (the source's)")
+    if (cfg.key_feature or cfg.join_key) and not (cfg.join_input and cfg.join_by == "key"):
+        problems.append("--key_feature and --join_key need --join_input and --join_by key")
+    if (cfg.join_fields or cfg.join_datasets) and not cfg.join_input:
+        problems.append("--join_fields and --join_datasets need --join_input")
+    if cfg.missing == "default" and not (cfg.join_input and cfg.join_by == "key"):
+        problems.append("--missing default needs --join_by key")
+    if cfg.defaults and cfg.missing != "default":
+        problems.append("--defaults needs --missing default")
+    if cfg.replace_fields and cfg.mode == "sidecar":
+        problems.append("--replace_fields needs --mode rewrite: a sidecar cannot remove a value from the "
+                        "original records")
+    if problems:
+        raise ConfigError("; ".join(problems), hint="see python -m pipelines.augment --help")
+
+
+def plan_augment(cfg) -> AugmentPlan:
+    """Plans a run from a validated config (``pipelines.augment.AugmentConfig`` or any object with its fields).
+
+    Every user error surfaces here, before any output exists: options, inputs, the join source, the
+    new fields' dtypes and shapes (``--fn`` is called once on the first records), name clashes with
+    the known features, and a position join's row count when the record counts are known.
+
+    Raises:
+      ConfigError, SourceError, SchemaError, RecordError.
+    """
+    _check_options(cfg)
+    max_record_bytes = tfrecord.record_limit(getattr(cfg, "max_record_mb", None))
+    max_features = getattr(cfg, "max_features", None) or MAX_FEATURES
+    collection, sample = resolve_input(cfg.input, cfg.compression, None, max_record_bytes, max_features)
+    comps = collection.compressions
+    if cfg.output_compression is None and len(comps) > 1:
+        raise ConfigError(f"The input shards use several compressions {sorted(comps)}",
+                          hint="choose the output's with --output_compression")
+    out_comp = cfg.output_compression or comps.pop()
+    shards = tuple(dataclasses.replace(s, output_file=output_name(s.path, s.compression, out_comp))
+                   for s in collection.shards)
+    names = [s.output_file for s in shards]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"Two input shards would write the same output file '{dupes[0]}'", file=cfg.input,
+                          hint="input shards need distinct file names (augment one directory at a time)")
+    bad = [n for n in names if n in RESERVED_NAMES or n.startswith(beam_io.TEMP_PREFIX)]
+    if bad:
+        raise ConfigError(f"Input file '{bad[0]}' is not a shard name this pipeline can write", file=cfg.input,
+                          hint="narrow the --input pattern to the TFRecord shards")
+    outdir.check_inputs_outside(cfg.output_dir, [s.path for s in shards] +
+                                ([p for p, _ in fileio.match(cfg.join_input)] if cfg.join_input else []))
+    old = {s.name: s for s in collection.specs}
+    where = " (inferred from the first records)" if collection.inferred else ""
+    missing = [n for n in cfg.fn_inputs if n not in old]
+    if missing:
+        raise ConfigError(f"--fn_inputs names {missing}, which the input does not have{where}", file=cfg.input,
+                          hint=f"features are {sorted(old)}")
+    fn_specs = tuple(old[n] for n in cfg.fn_inputs)
+    new_specs: list[FeatureSpec] = []
+    if cfg.fn:
+        if not sample:
+            raise ConfigError("The input holds no record, so --fn cannot be probed for its outputs", file=cfg.input)
+        probe = sample[:PROBE_RECORDS]
+        for i, record in enumerate(probe):
+            try:
+                check_example_frame(record, max_features)
+            except RecordError as e:
+                raise frame_error(e, shards[0].path, i) from None
+        columns = fn_columns(load_function(cfg.fn), cfg.fn, fn_specs, probe, cfg.fn_batch, shards[0].path, 0,
+                             max_record_bytes)
+        if not columns:
+            raise SchemaError(f"--fn {cfg.fn} returned no feature", hint="return {new name: array}")
+        new_specs += [spec_of(n, c, cfg.encoding, cfg.allow_lossy) for n, c in columns.items()]
+    join = None
+    if cfg.join_input:
+        join = plan_join(cfg.join_input, cfg.join_by, collection.specs, key_feature=cfg.key_feature,
+                         join_key=cfg.join_key, fields=cfg.join_fields, datasets=cfg.join_datasets,
+                         missing=cfg.missing, defaults=cfg.defaults, encoding=cfg.encoding,
+                         allow_lossy=cfg.allow_lossy)
+        new_specs += join.specs
+    constants = tuple((name, parse_constant(name, text)) for name, text in cfg.constants.items())
+    for name, value in constants:
+        col = np.empty(1, object) if isinstance(value, bytes) else np.full(1, value, dtype=value.dtype)
+        if isinstance(value, bytes):
+            col[0] = value
+        new_specs.append(spec_of(name, col, cfg.encoding, cfg.allow_lossy))
+    seen: dict[str, int] = {}
+    for s in new_specs:
+        seen[s.name] = seen.get(s.name, 0) + 1
+    twice = sorted(n for n, c in seen.items() if c > 1)
+    if twice:
+        raise ConfigError(f"New feature '{twice[0]}' comes from two places (--fn, --join_fields, --constants)",
+                          hint="rename one of them")
+    not_new = sorted(set(cfg.replace_fields) - set(seen))
+    if not_new:
+        raise ConfigError(f"--replace_fields names {not_new}, which are not new features", hint=f"new features are "
+                          f"{sorted(seen)}; --replace_fields lets a new feature replace an existing one")
+    clash = sorted(n for n in seen if n in old and n not in cfg.replace_fields)
+    if clash:
+        raise SchemaError(f"New feature '{clash[0]}' already exists in the input{where}", file=cfg.input,
+                          feature=clash[0], hint=f"pass --replace_fields {clash[0]} to replace it (rewrite mode), "
+                          "or choose another name")
+    drop_keys = sorted({k for n in cfg.replace_fields
+                        for k in ([e[0] for e in metadata.example_features(old[n])] if n in old else [n])})
+    if join is not None and join.by == "position" and collection.num_records is not None:
+        if join.num_rows != collection.num_records:
+            raise SourceError(f"The join source has {join.num_rows} rows but the input has {collection.num_records} "
+                              "records", file=cfg.join_input, hint="--join_by position needs one source row per "
+                              "record, in shard order")
+        offsets = np.concatenate([[0], np.cumsum([s.records for s in shards])])
+        shards = tuple(dataclasses.replace(s, offset=int(o)) for s, o in zip(shards, offsets))
+    batch_size = cfg.batch_size
+    if cfg.fn and columns:  # big new values: fewer records per batch, so a batch's values stay under BATCH_MB
+        per_record = max(1, sum(value_bytes(c) for c in columns.values()) // max(1, len(probe)))
+        batch_size = max(1, min(batch_size, (BATCH_MB << 20) // per_record))
+        if batch_size < cfg.batch_size:
+            log.info("--fn returns about %d bytes per record: batches of %d records", per_record, batch_size)
+    plan = AugmentPlan(dataclasses.replace(collection, shards=shards), cfg.output_dir, cfg.mode, out_comp,
+                       tuple(new_specs), cfg.fn, fn_specs, cfg.fn_batch, constants, join, tuple(cfg.replace_fields),
+                       tuple(drop_keys), tuple(cfg.allow_lossy), batch_size, cfg.model_dump(), max_record_bytes,
+                       max_features)
+    metadata.check_unique(plan.output_specs)
+    return plan
+
+
