@@ -1,0 +1,145 @@
+"""Feature specs (the per-feature record of dtype, shape and encoding) and the dtype rules of both encodings."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from transforms.errors import SchemaError
+
+
+ENCODINGS = ("tensor", "list")
+
+
+VLEN_BYTES = "bytes"  # dtype marker of variable-length byte strings (h5py vlen strings, file keys)
+
+
+MAX_RECORD_BYTES = 2**31 - 1  # protobuf's hard limit on one message
+
+
+MAX_FEATURES = 10_000  # default limit on the features of one Example, and on the distinct names inferred (--max_features)
+
+
+_FLOAT_KINDS = {"<f2", "<f4"}
+
+
+_LOSSY_LIST_CASTS = {"<u8": "uint64 -> int64", "<f8": "float64 -> float32"}
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureSpec:
+    """One feature of an Example.
+
+    Attributes:
+      name: feature key in the Example.
+      dtype: NumPy dtype string in little-endian form (``'<f8'``, ``'|u1'``, ``'|S6'``, ``'<U4'``,
+        ``'<M8[D]'``), ``'bytes'`` for variable-length byte strings, or None when it varies per example
+        (tensor encoding only).
+      shape: per-example shape; None for a dimension that varies between examples, or None for the
+        whole shape when even the rank varies (the ``np.savez(**arrays)`` case).
+      encoding: ``'tensor'`` or ``'list'`` (see the module docstring).
+    """
+
+    name: str
+    dtype: str | None
+    shape: tuple[int | None, ...] | None
+    encoding: str = "tensor"
+
+    @property
+    def is_fixed(self) -> bool:
+        """True when dtype and every dimension are known, so no per-example shape/dtype features exist."""
+        return self.dtype is not None and self.shape is not None and all(d is not None for d in self.shape)
+
+    @property
+    def size(self) -> int | None:
+        """Number of elements per example, or None when the shape varies."""
+        return math.prod(self.shape) if self.shape is not None and None not in self.shape else None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "shape": None if self.shape is None else list(self.shape), "encoding": self.encoding}
+
+    @classmethod
+    def from_json(cls, obj: Mapping) -> "FeatureSpec":
+        try:
+            spec = cls(str(obj["name"]), obj["dtype"],
+                       None if obj["shape"] is None else tuple(obj["shape"]), str(obj.get("encoding", "tensor")))
+        except (KeyError, TypeError) as e:
+            raise SchemaError(f"Malformed feature entry {obj!r}: {e}") from None
+        check_spec(spec, allow_lossy=(spec.name,))  # a lossy list cast on record was allowed when written
+        return spec
+
+
+def check_spec(spec: FeatureSpec, allow_lossy: Iterable[str] = ()) -> None:
+    """Raises SchemaError when ``spec`` cannot be encoded as asked."""
+    if spec.encoding not in ENCODINGS:
+        raise SchemaError(f"Unknown encoding {spec.encoding!r} for feature '{spec.name}'",
+                          hint=f"use one of {ENCODINGS}")
+    if spec.dtype is None and spec.encoding != "tensor":
+        raise SchemaError(f"Feature '{spec.name}' has a dtype that varies between examples; only the "
+                          "'tensor' encoding can carry it", hint="set its encoding to tensor")
+    if spec.dtype is not None and spec.dtype != VLEN_BYTES:
+        dt = np.dtype(spec.dtype)
+        if spec.encoding == "list":
+            if dt.kind == "c":
+                raise SchemaError(f"Feature '{spec.name}' is {dt}: complex numbers have no list form",
+                                  hint="use the tensor encoding for it")
+            lossy = _LOSSY_LIST_CASTS.get(dt.str)
+            if lossy and spec.name not in set(allow_lossy):
+                raise SchemaError(f"Feature '{spec.name}': the list encoding would cast {lossy}, which is lossy",
+                                  hint=f"use the tensor encoding, or allow it with allow_lossy: [{spec.name}]")
+    if spec.dtype == VLEN_BYTES and spec.encoding != "list":
+        raise SchemaError(f"Feature '{spec.name}' holds variable-length strings: only the list encoding "
+                          "can carry them", hint="set its encoding to list")
+
+
+def normalize_dtype(dt: np.dtype, where: str = "") -> str:
+    """The little-endian dtype string of a supported non-structured dtype.
+
+    Raises:
+      SchemaError: object, float128, structured (flatten it first) and other unsupported dtypes.
+    """
+    dt = np.dtype(dt)
+    at = f" ({where})" if where else ""
+    if dt.fields is not None:
+        raise SchemaError(f"Structured dtype {dt} must be flattened into fields first{at}")
+    if dt.subdtype is not None:
+        raise SchemaError(f"Subarray dtype {dt} must be expanded first{at}")
+    kind, size = dt.kind, dt.itemsize
+    ok = (kind in "biu" and size in (1, 2, 4, 8)) or (kind == "f" and size in (2, 4, 8)) \
+        or (kind == "c" and size in (8, 16)) or (kind in "SUV" and size > 0) or kind in "Mm"
+    if not ok:
+        what = {"O": "object (Python objects; refused: input is never unpickled)",
+                "f": f"float{size * 8} (no portable form)"}.get(kind, str(dt))
+        raise SchemaError(f"Unsupported dtype {what}{at}",
+                          hint="convert the array to a supported dtype (bool, ints, floats up to 64 bits, "
+                               "complex64/128, fixed-width bytes/str) before converting")
+    return dt.newbyteorder("<").str if size > 1 or kind in "Mm" else dt.str
+
+
+def flatten_fields(name: str, array: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """Splits a structured array of shape ``(rows, *s)`` into one ``(name/field, array)`` per leaf field.
+
+    Nested compounds recurse (``name/outer/inner``); subarray fields add their dimensions to the end,
+    as NumPy does: a field ``('<f4', (3,))`` becomes an array of shape ``(rows, *s, 3)``.
+    """
+    if array.dtype.fields is None:
+        return [(name, array)]
+    out = []
+    for field in array.dtype.names:
+        out.extend(flatten_fields(f"{name}/{field}", array[field]))
+    return out
+
+
+def to_little_endian(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous little-endian array with the same values (no copy when it already is one)."""
+    dt = array.dtype
+    if dt.byteorder == ">" or (dt.byteorder == "=" and not _NATIVE_LE):
+        array = array.astype(dt.newbyteorder("<"))
+    return np.ascontiguousarray(array)
+
+
+_NATIVE_LE = np.little_endian
+
+

@@ -1,0 +1,311 @@
+"""The protobuf wire format of tf.train.Example: field writers and a small reader (no TensorFlow)."""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from transforms.errors import RecordError
+from transforms.codec.spec import FeatureSpec, MAX_FEATURES, normalize_dtype, VLEN_BYTES
+
+
+def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= end:
+            raise RecordError("Truncated varint in serialized Example", offset=pos)
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 70:
+            raise RecordError("Varint longer than 10 bytes in serialized Example", offset=pos)
+
+
+def _fields(buf: bytes, pos: int, end: int):
+    """Yields (field number, wire type, value) over a message; LEN values are (start, stop) slices."""
+    while pos < end:
+        key, pos = _varint(buf, pos, end)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos, end)
+        elif wire == 1:
+            value, pos = (pos, pos + 8), pos + 8
+        elif wire == 2:
+            n, pos = _varint(buf, pos, end)
+            value, pos = (pos, pos + n), pos + n
+        elif wire == 5:
+            value, pos = (pos, pos + 4), pos + 4
+        else:
+            raise RecordError(f"Unsupported protobuf wire type {wire}: not a tf.train.Example", offset=pos)
+        if pos > end or field == 0:
+            raise RecordError("Field runs past the end of the message: not a tf.train.Example", offset=pos)
+        yield field, wire, value
+
+
+def split_features(record: bytes, max_features: int | None = None) -> dict[str, tuple[int, int]]:
+    """Maps each feature name of a serialized Example to the (start, stop) byte slice of its Feature.
+
+    Later entries win, as in protobuf's map merge (so concatenated Examples behave like TensorFlow's
+    parser, which keeps the last value of a repeated key).
+
+    Raises:
+      RecordError: the bytes are not a tf.train.Example (with the byte offset), or it holds more than
+        ``max_features`` (default :data:`MAX_FEATURES`) feature entries.
+    """
+    out: dict[str, tuple[int, int]] = {}
+    for _, entry in split_feature_entries(record, max_features):
+        key, value = None, (0, 0)
+        for field, wire, val in _fields(record, entry[0], entry[1]):
+            if field == 1 and wire == 2:
+                try:
+                    key = bytes(record[val[0]:val[1]]).decode("utf-8")
+                except UnicodeDecodeError:
+                    raise RecordError("Feature name is not UTF-8: not a tf.train.Example", offset=val[0]) from None
+            elif field == 2 and wire == 2:
+                value = val
+        if key is None:
+            raise RecordError("Feature map entry without a name: not a tf.train.Example", offset=entry[0])
+        out[key] = value
+    return out
+
+
+def split_feature_entries(record: bytes, max_features: int | None = None) -> list[tuple[str | None, tuple[int, int]]]:
+    """The (name placeholder, byte slice) of every ``Features.feature`` map entry, in order.
+
+    Checks the Example's and the Features' framing (field numbers, wire types, lengths), not the values.
+
+    Raises:
+      RecordError: not a tf.train.Example, or more than ``max_features`` (default :data:`MAX_FEATURES`)
+        entries, counted while parsing (the error comes before the rest of the record is walked).
+    """
+    limit = MAX_FEATURES if max_features is None else max_features
+    entries = []
+    for field, wire, val in _fields(record, 0, len(record)):
+        if field != 1 or wire != 2:
+            raise RecordError(f"Unexpected field {field} (wire type {wire}) in a tf.train.Example", offset=0)
+        for f2, w2, v2 in _fields(record, val[0], val[1]):
+            if f2 != 1 or w2 != 2:
+                raise RecordError(f"Unexpected field {f2} in tf.train.Features", offset=val[0])
+            entries.append((None, v2))
+            if len(entries) > limit:
+                raise too_many_features(limit, offset=v2[0])
+    return entries
+
+
+def too_many_features(limit: int, **context) -> RecordError:
+    """The RecordError of an Example (or a collection) with more than ``limit`` features."""
+    return RecordError(f"More than {limit} features (the feature limit, --max_features {limit})",
+                       hint="raise --max_features if the data is trusted", **context)
+
+
+def check_example_frame(record: bytes, max_features: int | None = None) -> int:
+    """Checks that ``record`` is framed as a tf.train.Example (see :func:`split_feature_entries`) and
+    returns its number of feature entries; cheap (no value is decoded: about 1 us per feature). Raises
+    RecordError (from split_feature_entries, which any irregularity falls back to)."""
+    limit = MAX_FEATURES if max_features is None else max_features
+    n, pos, count = len(record), 0, 0
+    while pos < n:
+        if record[pos] != 0x0A:  # Example.features: field 1, LEN (other tags: the exact walk below decides)
+            return len(split_feature_entries(record, max_features))
+        b = record[pos + 1] if pos + 1 < n else 0x80
+        if b < 0x80:
+            length, pos = b, pos + 2
+        else:
+            length, pos = _varint(record, pos + 1, n)
+        end = pos + length
+        if end > n:
+            return len(split_feature_entries(record, max_features))
+        while pos < end:  # Features.feature entries: field 1, LEN
+            if record[pos] != 0x0A:
+                return len(split_feature_entries(record, max_features))
+            b = record[pos + 1] if pos + 1 < end else 0x80
+            if b < 0x80:
+                pos += 2 + b
+            else:
+                length, pos = _varint(record, pos + 1, end)
+                pos += length
+            count += 1
+            if count > limit:
+                return len(split_feature_entries(record, max_features))
+        if pos != end:
+            return len(split_feature_entries(record, max_features))
+    return count
+
+
+def entry_name(record: bytes, entry: tuple[int, int]) -> str:
+    """The feature name of one map entry slice (see split_feature_entries)."""
+    for field, wire, val in _fields(record, entry[0], entry[1]):
+        if field == 1 and wire == 2:
+            return bytes(record[val[0]:val[1]]).decode("utf-8", errors="replace")
+    raise RecordError("Feature map entry without a name", offset=entry[0])
+
+
+def drop_features(record: bytes, names: Iterable[str]) -> bytes:
+    """The Example without the features in ``names``: other entries are copied byte for byte, not decoded."""
+    names = set(names)
+    kept = [record[s:e] for _, (s, e) in split_feature_entries(record) if entry_name(record, (s, e)) not in names]
+    features = b"".join(_len_field(1, bytes(e)) for e in kept)
+    return _len_field(1, features) if kept else b""
+
+
+def _len_field(field: int, payload: bytes) -> bytes:
+    return _encode_varint(field << 3 | 2) + _encode_varint(len(payload)) + payload
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def decode_feature(record: bytes, span: tuple[int, int]):
+    """Decodes one Feature slice to ``(kind, values)``.
+
+    ``kind`` is ``'bytes'`` (values: list of bytes), ``'float'`` (float32 array), ``'int64'`` (int64
+    array), or None for a Feature with no kind set (values: empty list).
+    """
+    kind, values = None, []
+    for field, wire, val in _fields(record, span[0], span[1]):
+        if wire != 2 or field not in (1, 2, 3):
+            raise RecordError(f"Unexpected field {field} in tf.train.Feature", offset=span[0])
+        kind = {1: "bytes", 2: "float", 3: "int64"}[field]
+        values = _decode_list(record, kind, val)
+    return kind, values
+
+
+def _decode_list(buf: bytes, kind: str, span: tuple[int, int]):
+    if kind == "bytes":
+        return [bytes(buf[v[0]:v[1]]) for f, w, v in _fields(buf, span[0], span[1]) if f == 1 and w == 2]
+    parts = []
+    for f, w, v in _fields(buf, span[0], span[1]):
+        if f != 1:
+            continue
+        if kind == "float":
+            if w not in (2, 5) or (v[1] - v[0]) % 4:
+                raise RecordError("FloatList value with wire type %d or a length not a multiple of 4" % w,
+                                  offset=span[0])
+            parts.append(np.frombuffer(bytes(buf[v[0]:v[1]]), dtype="<f4"))
+        elif w == 2:
+            parts.append(_decode_varints(bytes(buf[v[0]:v[1]]), v[0]))
+        elif w == 0:
+            parts.append(np.array([v & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64).view(np.int64))  # 64 bits, as protobuf
+        else:
+            raise RecordError("Int64List value with wire type %d" % w, offset=span[0])
+    if kind == "float":
+        return np.concatenate(parts) if parts else np.zeros(0, "<f4")
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def _decode_varints(data: bytes, offset: int = 0) -> np.ndarray:
+    """Vectorized decode of packed varints to int64 (two's complement, as protobuf int64)."""
+    b = np.frombuffer(data, dtype=np.uint8)
+    if b.size == 0:
+        return np.zeros(0, np.int64)
+    if b[-1] >= 0x80:
+        raise RecordError("Truncated packed varint list", offset=offset + len(data))
+    ends = np.flatnonzero(b < 0x80)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    if np.any(ends - starts >= 10):
+        raise RecordError("Varint longer than 10 bytes", offset=offset)
+    pos = np.arange(b.size) - np.repeat(starts, ends - starts + 1)
+    parts = (b & 0x7F).astype(np.uint64) << (7 * pos).astype(np.uint64)
+    return np.add.reduceat(parts, starts).view(np.int64)
+
+
+def parse_example(record: bytes, max_features: int | None = None) -> dict[str, tuple[str | None, object]]:
+    """Decodes a whole serialized Example to ``{name: (kind, values)}`` (see decode_feature).
+
+    Raises RecordError: not an Example, or more than ``max_features`` features (see split_features)."""
+    return {name: decode_feature(record, span) for name, span in split_features(record, max_features).items()}
+
+
+def decode_example(record: bytes, specs: Sequence[FeatureSpec], max_features: int | None = None
+                   ) -> dict[str, np.ndarray]:
+    """Decodes the features in ``specs`` to NumPy arrays with their recorded dtype and shape.
+
+    Little-endian arrays come back for every dtype (values equal to the source's, whatever its byte
+    order); ``'bytes'`` features come back as object arrays of bytes. Features not in ``specs`` are
+    not decoded.
+
+    Raises:
+      RecordError: a feature is missing, has the wrong kind, or its size does not match the shape; more
+        than ``max_features`` (default :data:`MAX_FEATURES`) features in the record.
+    """
+    spans = split_features(record, max_features)
+    return {spec.name: _decode_spec(record, spans, spec) for spec in specs}
+
+
+def _get(record, spans, name, kind):
+    if name not in spans:
+        raise RecordError(f"Feature '{name}' is missing from the Example", feature=name)
+    got, values = decode_feature(record, spans[name])
+    if got != kind:
+        raise RecordError(f"Feature '{name}' holds a {got} list, expected {kind}", feature=name)
+    return values
+
+
+def _decode_spec(record: bytes, spans, spec: FeatureSpec) -> np.ndarray:
+    shape = spec.shape
+    if not spec.is_fixed:
+        shape = tuple(int(v) for v in _get(record, spans, f"{spec.name}/shape", "int64"))
+        if any(d < 0 for d in shape) or spec.shape is not None and (
+                len(shape) != len(spec.shape) or any(d is not None and d != n for d, n in zip(spec.shape, shape))):
+            raise RecordError(f"Feature '{spec.name}/shape' holds {list(shape)}, which is not a shape of "
+                              f"{spec.shape}", feature=spec.name)
+    dtype = spec.dtype
+    if dtype is None:
+        values = _get(record, spans, f"{spec.name}/dtype", "bytes")
+        dtype = values[0].decode("ascii", errors="replace") if len(values) == 1 else ""
+        try:
+            normalize_dtype(np.dtype(dtype), spec.name)
+        except (TypeError, ValueError, OverflowError):
+            raise RecordError(f"Feature '{spec.name}/dtype' holds {values!r}, not one NumPy dtype",
+                              feature=spec.name) from None
+    count = math.prod(shape)
+    if spec.encoding == "tensor":
+        raws = _get(record, spans, spec.name, "bytes")
+        raw = raws[0] if len(raws) == 1 else None
+        dt = np.dtype(dtype)
+        if raw is None or len(raw) != count * dt.itemsize:
+            got = f"{len(raw)} bytes" if raw is not None else f"{len(raws)} values (0 bytes)"
+            raise RecordError(f"Feature '{spec.name}' holds {got}, expected "
+                              f"{count * dt.itemsize} for {dtype} {shape}", feature=spec.name)
+        return np.frombuffer(raw, dtype=dt).reshape(shape)
+    kind = "bytes" if dtype == VLEN_BYTES or np.dtype(dtype).kind in "SUV" else \
+        ("float" if np.dtype(dtype).kind == "f" else "int64")
+    values = _get(record, spans, spec.name, kind)
+    if len(values) != count:
+        raise RecordError(f"Feature '{spec.name}' holds {len(values)} values, expected {count} for shape {shape}",
+                          feature=spec.name)
+    if dtype == VLEN_BYTES:
+        out = np.empty(count, dtype=object)
+        out[:] = values
+        return out.reshape(shape)
+    dt = np.dtype(dtype)
+    if dt.kind == "S":
+        return np.array(values, dtype=dt).reshape(shape)
+    if dt.kind == "V":
+        return np.array(values, dtype=f"S{dt.itemsize}").view(dt).reshape(shape)
+    if dt.kind == "U":
+        try:
+            return np.array([v.decode("utf-8") for v in values], dtype=dt).reshape(shape)
+        except UnicodeDecodeError as e:
+            raise RecordError(f"Feature '{spec.name}' holds a value that is not UTF-8: {e}", feature=spec.name) from None
+    if dt.kind in "Mm":
+        return values.view(dt).reshape(shape)
+    out = values.astype(dt)
+    if dt.kind != "f" and not np.array_equal(out.astype(values.dtype), values):
+        raise RecordError(f"Feature '{spec.name}' holds values out of range for {dtype}", feature=spec.name)
+    return out.reshape(shape)
+
+

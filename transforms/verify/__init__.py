@@ -1,0 +1,40 @@
+"""Verification of TFRecord data: framing, CRCs, record counts, decoding, and exact comparison with the source.
+
+The logic behind ``python -m pipelines.verify`` (no argument parsing, no printing). Three kinds of target:
+
+* an **output directory** of tfrecord-etl (``metadata.json`` required, else IncompleteOutputError): every
+  shard listed in the metadata is read; every frame's length and data masked CRC32C is checked; every
+  record is decoded with the recorded features (:func:`transforms.codec.decode_example`); the record
+  counts and file sizes are compared with the metadata. With ``sources``, every array is compared with
+  the source exactly (see :class:`SequentialComparer` and :class:`ProvenanceComparer`).
+* a **sidecar collection** (an output directory that also holds ``manifest.json``, written by
+  ``pipelines.augment --mode sidecar``): as an output directory, plus each sidecar shard's record count
+  against the manifest and, when the user names the original collection (``originals``, the ``--original``
+  flag), each original shard's record count, size and CRC32C. The paths written in ``manifest.json`` are
+  never opened: originals are found by file name among the files the user named, so a manifest cannot
+  make verify read a file it was not given.
+* a **file pattern** (or one file) of plain TFRecord files without metadata: framing and CRCs, and that
+  every record parses as a ``tf.train.Example`` whose features keep one kind; the features are inferred
+  (:func:`transforms.codec.infer_feature_specs`) from the first records.
+
+Findings are :class:`Problem` entries of a :class:`Report` (file, record index, byte offset, feature):
+the function returns normally. It raises only when the target cannot be verified at all.
+
+Byte offsets are those of a record's frame in the uncompressed stream (as TensorFlow counts them).
+"""
+from __future__ import annotations
+
+from transforms.verify.report import (
+    FileReport, MANIFEST_FILE, Problem, Progress, PROVENANCE_FILE, PROVENANCE_ROW, Report, SAMPLE_RECORDS)
+from transforms.verify.records import (
+    check_example, file_compression, file_size, infer_specs, list_record_files, not_example_reason)
+from transforms.verify.compare import (
+    compare_value, expected_value, make_comparer, plan_sources, ProvenanceComparer, SequentialComparer)
+from transforms.verify.targets import (
+    verify, verify_files, verify_output)
+
+__all__ = [
+    "check_example", "compare_value", "expected_value", "file_compression", "file_size", "FileReport",
+    "infer_specs", "list_record_files", "make_comparer", "MANIFEST_FILE", "not_example_reason", "plan_sources",
+    "Problem", "Progress", "PROVENANCE_FILE", "PROVENANCE_ROW", "ProvenanceComparer", "Report", "SAMPLE_RECORDS",
+    "SequentialComparer", "verify", "verify_files", "verify_output"]
