@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipelines import common
 from transforms import augment, metadata, outdir, tfrecord
-from transforms.config import DEFAULT_MAX_LOCAL_WORKERS, ConvertConfig, add_model_flags, parse_args
+from transforms.config import DEFAULT_MAX_LOCAL_WORKERS, ConvertConfig, EncodingName, add_model_flags, parse_args
 from transforms.errors import printable
 
 
@@ -78,7 +78,9 @@ class AugmentConfig(BaseModel):
     defaults: dict[str, str] = Field(default_factory=dict, description="values for unmatched keys, NAME=VALUE,...")
     replace_fields: list[str] = Field(default_factory=list, description="new features that replace existing ones "
                                       "(the old values are removed), comma-separated")
-    encoding: Literal["tensor", "list"] = Field("tensor", description="encoding of the new numeric features")
+    encoding: EncodingName = Field("tensor", description="encoding of the new numeric features")
+    feature_encodings: dict[str, EncodingName] = Field(
+        default_factory=dict, description="per-new-feature encodings (e.g. mask=packbits), NAME=ENCODING,...")
     allow_lossy: list[str] = Field(default_factory=list, description="new features whose lossy list cast "
                                    "(float64->float32, uint64->int64) is allowed, comma-separated")
     batch_size: int = Field(4096, ge=1, description="records per batch (one encode call per batch)")

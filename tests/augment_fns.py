@@ -31,3 +31,17 @@ def fail_late(features):
     if int(np.asarray(features["id"]).reshape(-1)[0]) == 250:
         raise ValueError("boom at id 250")
     return {"ok": np.int64(1)}
+
+
+def mask_and_noise(features):
+    """Per batch: ``mask`` bool (rows, 3, 10) from ``id``'s bits, ``noise`` float32 (rows, 16) mostly zeros."""
+    ids = np.asarray(features["id"]).reshape(-1)
+    mask = ((ids[:, None, None] >> np.arange(30).reshape(3, 10)) & 1).astype(bool)
+    noise = np.zeros((len(ids), 16), np.float32)
+    noise[:, 0] = ids
+    return {"mask": mask, "noise": noise}
+
+
+def mask_and_noise_of_array(features):
+    """``mask_and_noise`` of a ``.npy`` conversion's ``array`` feature."""
+    return mask_and_noise({"id": features["array"]})

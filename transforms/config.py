@@ -18,7 +18,10 @@ import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from transforms.codec.encodings import ENCODINGS
 from transforms.errors import ConfigError
+
+EncodingName = Literal[tuple(ENCODINGS)]  # the registered encodings: tensor, list, zlib, packbits
 
 
 MAX_SHARDS = 99999  # shard file names are PREFIX-NNNNN-of-NNNNN (sharding.ShardPlan.file_name)
@@ -52,8 +55,8 @@ class ConvertConfig(BaseModel):
                                                 "(rows), or each member -> one Example (arrays)")
     npy_mode: Literal["rows", "files"] = Field("rows", description="npy: rows of one array (rows), or each "
                                                "file -> one Example (files)")
-    encoding: Literal["tensor", "list"] = Field("tensor", description="default encoding of every feature")
-    feature_encodings: dict[str, Literal["tensor", "list"]] = Field(
+    encoding: EncodingName = Field("tensor", description="default encoding of every feature")
+    feature_encodings: dict[str, EncodingName] = Field(
         default_factory=dict, description="per-feature encodings, NAME=ENCODING,...")
     allow_lossy: list[str] = Field(default_factory=list, description="features whose lossy list cast "
                                    "(float64->float32, uint64->int64) is allowed, comma-separated")

@@ -22,7 +22,7 @@ import math
 from typing import Sequence
 
 from transforms import fileio
-from transforms.codec import VLEN_BYTES, FeatureSpec
+from transforms.codec import VLEN_BYTES, FeatureSpec, encoding_of
 from transforms.errors import IncompleteOutputError, SchemaError
 from transforms.outdir import METADATA_FILE, SCHEMA_FILE  # noqa: F401 - the output directory's names
 
@@ -35,21 +35,7 @@ def example_features(spec: FeatureSpec) -> list[tuple[str, str, tuple | None]]:
 
     ``kind`` is ``'bytes'``, ``'int64'`` or ``'float'``; a None shape means variable length.
     """
-    if spec.encoding == "tensor":
-        out = [(spec.name, "bytes", ())]
-    else:
-        if spec.dtype == VLEN_BYTES or spec.dtype is None:
-            kind = "bytes"
-        else:
-            import numpy as np
-            k = np.dtype(spec.dtype).kind
-            kind = "bytes" if k in "SUV" else ("float" if k == "f" else "int64")
-        out = [(spec.name, kind, spec.shape if spec.size is not None else None)]
-    if not spec.is_fixed:
-        out.append((f"{spec.name}/shape", "int64", None))
-    if spec.dtype is None:
-        out.append((f"{spec.name}/dtype", "bytes", ()))
-    return out
+    return encoding_of(spec).features(spec)
 
 
 def check_unique(specs: Sequence[FeatureSpec]) -> None:

@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from transforms import fileio, metadata, tfrecord
-from transforms.codec import VLEN_BYTES, FeatureSpec, decode_example_lenient
+from transforms.codec import FeatureSpec, decode_example_lenient, encoding_of
 from transforms.errors import RecordError, SchemaError
 from transforms.outdir import MANIFEST_FILE  # noqa: F401 - re-exported
 
@@ -85,12 +85,6 @@ def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_recor
             raise RecordError(f"Shard holds {count} records, metadata says {shard['records']}", file=path)
 
 
-def _tf_kind(tf, spec: FeatureSpec):
-    if spec.dtype == VLEN_BYTES or spec.dtype is None or np.dtype(spec.dtype).kind in "SUV":
-        return tf.string
-    return tf.float32 if np.dtype(spec.dtype).kind == "f" else tf.int64
-
-
 def feature_spec(output_dir: str, features: Sequence[str] | None = None) -> dict:
     """The ``tf.io.parse_example`` spec of the output's Example features (encoded form).
 
@@ -113,45 +107,6 @@ def _parse_spec(tf, specs):
     return out
 
 
-_TF_RAW = {"b": "bool", "f2": "float16", "f4": "float32", "f8": "float64", "c8": "complex64",
-           "c16": "complex128", "i1": "int8", "i2": "int16", "i4": "int32", "i8": "int64", "u1": "uint8",
-           "u2": "uint16", "u4": "int32", "u8": "int64"}
-
-
-def _tensor_to_tf(tf, spec: FeatureSpec, raw, shape):
-    dt = np.dtype(spec.dtype)
-    if dt.kind in "SV":
-        n = dt.itemsize
-        count = tf.reduce_prod(shape)
-        parts = tf.strings.substr(raw, tf.range(count) * n, tf.fill([count], n))
-        if dt.kind == "S":
-            parts = tf.strings.regex_replace(parts, "\x00+$", "")
-        return tf.reshape(parts, shape)
-    if dt.kind == "U":
-        codes = tf.reshape(tf.io.decode_raw(raw, tf.int32, little_endian=True), [-1, dt.itemsize // 4])
-        text = tf.strings.unicode_encode(tf.RaggedTensor.from_tensor(codes, padding=0), "UTF-8")
-        return tf.reshape(text, shape)
-    key = "b" if dt.kind == "b" else ("i8" if dt.kind in "Mm" else f"{dt.kind}{dt.itemsize}")
-    values = tf.io.decode_raw(raw, getattr(tf, _TF_RAW[key]), little_endian=True)
-    if dt.kind == "u" and dt.itemsize >= 4:
-        values = tf.bitcast(values, tf.uint32 if dt.itemsize == 4 else tf.uint64)
-    return tf.reshape(values, shape)
-
-
-def _list_to_tf(tf, spec: FeatureSpec, values, shape):
-    if isinstance(values, tf.SparseTensor):
-        values = tf.sparse.to_dense(values)
-    values = tf.reshape(values, shape)
-    if spec.dtype == VLEN_BYTES:
-        return values
-    dt = np.dtype(spec.dtype)
-    if dt.kind in "SUVMm":
-        return values
-    if dt.kind == "u" and dt.itemsize == 8:
-        return tf.bitcast(values, tf.uint64)
-    return tf.cast(values, getattr(tf, "bool" if dt.kind == "b" else dt.name))
-
-
 def decode_tf(tf, parsed: dict, specs: Sequence[FeatureSpec]) -> dict:
     """Parsed (encoded) features of one example -> tensors with the original dtypes and shapes.
 
@@ -168,10 +123,7 @@ def decode_tf(tf, parsed: dict, specs: Sequence[FeatureSpec]) -> dict:
             shape = tf.constant(list(spec.shape), tf.int32)
         else:
             shape = tf.cast(tf.sparse.to_dense(parsed[f"{spec.name}/shape"]), tf.int32)
-        if spec.encoding == "tensor":
-            out[spec.name] = _tensor_to_tf(tf, spec, parsed[spec.name], shape)
-        else:
-            out[spec.name] = _list_to_tf(tf, spec, parsed[spec.name], shape)
+        out[spec.name] = encoding_of(spec).to_tf(tf, spec, parsed[spec.name], shape)
     return out
 
 
@@ -377,7 +329,8 @@ def to_tf_dataset_merged(original: str, sidecar_dir: str, batch_size: int | None
     native = [s for s in specs if coll.original_inferred and s in coll.original_specs and s.shape == (None,)]
     regular = [s for s in specs if s not in native]
     parse_spec = _parse_spec(tf, regular)
-    parse_spec.update({s.name: tf.io.VarLenFeature(_tf_kind(tf, s)) for s in native})
+    kinds = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
+    parse_spec.update({s.name: tf.io.VarLenFeature(kinds[encoding_of(s).kind(s.dtype)]) for s in native})
 
     def decode(serialized):
         parsed = tf.io.parse_single_example(serialized, parse_spec)

@@ -7,7 +7,7 @@ from typing import Sequence
 import numpy as np
 
 from transforms import beam_io, fileio, metadata, outdir, tfrecord
-from transforms.codec import (MAX_FEATURES, FeatureSpec, check_example_frame, drop_features, encode_columns,
+from transforms.codec import (MAX_FEATURES, FeatureSpec, check_example_frame, check_spec, drop_features, encode_columns,
                               feature_key_pattern, split_features)
 from transforms.errors import ConfigError, EtlError, RecordError, SchemaError, SourceError
 from transforms.augment.common import BATCH_MB, frame_error, log, MODES, PROBE_RECORDS, RESERVED_NAMES, _with
@@ -263,6 +263,12 @@ def plan_augment(cfg) -> AugmentPlan:
     if twice:
         raise ConfigError(f"New feature '{twice[0]}' comes from two places (--fn, --join_fields, --constants)",
                           hint="rename one of them")
+    not_new = sorted(set(cfg.feature_encodings) - set(seen))
+    if not_new:
+        raise ConfigError(f"--feature_encodings names {not_new}, which are not new features",
+                          hint=f"new features are {sorted(seen)}")
+    new_specs = [_encoded_as(s, cfg.feature_encodings[s.name], cfg.allow_lossy)
+                 if s.name in cfg.feature_encodings else s for s in new_specs]
     not_new = sorted(set(cfg.replace_fields) - set(seen))
     if not_new:
         raise ConfigError(f"--replace_fields names {not_new}, which are not new features", hint=f"new features are "
@@ -295,3 +301,8 @@ def plan_augment(cfg) -> AugmentPlan:
     return plan
 
 
+def _encoded_as(spec: FeatureSpec, encoding: str, allow_lossy) -> FeatureSpec:
+    """``spec`` with the encoding asked by ``--feature_encodings``, checked (SchemaError when it cannot carry it)."""
+    spec = dataclasses.replace(spec, encoding=encoding)
+    check_spec(spec, allow_lossy)
+    return spec

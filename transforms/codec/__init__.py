@@ -2,17 +2,13 @@
 
 Pure functions over numpy, pyarrow and tfx_bsl's C++ encoder; no Beam and no TensorFlow import.
 
-Encodings (chosen per feature; the default is ``tensor``):
-
-* ``tensor``: one ``bytes_list`` value holding the row's raw bytes, C order, little-endian. Dtype and
-  shape are recorded in the metadata, so it is exact for every supported dtype. When the shape (or the
-  dtype) varies between examples, the features ``<name>/shape`` (int64_list) and ``<name>/dtype``
-  (bytes_list, a NumPy dtype string) travel with each example.
-* ``list``: TensorFlow's native lists, so ``tf.io.FixedLenFeature(shape, dtype)`` reads it directly:
-  bool and integers up to 64 bits -> ``int64_list``; float16/float32 -> ``float_list``; fixed-width
-  bytes/str/void and variable-length bytes -> ``bytes_list`` (one value per element, str as UTF-8).
-  Lossy casts (float64 -> float32, uint64 -> int64) are refused unless allowed by feature name;
-  complex numbers have no list form.
+Encodings (chosen per feature; the default is ``tensor``) are classes registered in
+``transforms.codec.encodings.ENCODINGS``: ``tensor`` (the row's raw little-endian bytes in one ``bytes_list``
+value; dtype and shape in the metadata; exact for every supported dtype), ``list`` (TensorFlow's native
+``int64_list`` / ``float_list`` / ``bytes_list``, read directly by ``tf.io.FixedLenFeature``), ``zlib`` (the
+``tensor`` bytes zlib-compressed, as TFDS's ``Encoding.ZLIB``) and ``packbits`` (bool masks at one bit per
+element). When the shape (or the dtype) varies between examples, the features ``<name>/shape`` (int64_list) and
+``<name>/dtype`` (bytes_list, a NumPy dtype string) travel with each example.
 
 Wire format: ``Example{1: Features{1: repeated MapEntry{1: key, 2: Feature}}}``, where
 ``Feature`` is a oneof of ``BytesList`` (1), ``FloatList`` (2) and ``Int64List`` (3), each with one
@@ -22,23 +18,22 @@ repeated field 1 (tensorflow/core/example/feature.proto). Concatenated Examples 
 from __future__ import annotations
 
 from transforms.codec.spec import (
-    check_spec, ENCODINGS, FeatureSpec, flatten_fields, MAX_FEATURES, MAX_RECORD_BYTES, normalize_dtype,
-    to_little_endian, VLEN_BYTES)
+    FeatureSpec, flatten_fields, MAX_FEATURES, MAX_RECORD_BYTES, normalize_dtype, to_little_endian, VLEN_BYTES)
+from transforms.codec.encodings import check_spec, check_unicode, Encoding, ENCODINGS, encoding_of
 from transforms.codec.wire import (
     check_example_frame, decode_example, decode_feature, drop_features, entry_name, parse_example,
     split_feature_entries, split_features, too_many_features)
-from transforms.codec.encode import (
-    check_unicode, encode_batch, encode_columns, EncodedBatch, FixedLayout)
+from transforms.codec.encode import encode_batch, encode_columns, EncodedBatch, FixedLayout
 from transforms.codec.foreign import (
     batch_decodable, decode_batch, decode_example_lenient, feature_key_pattern, infer_feature_specs)
 
 # used by verify and the tests: the wire-format primitives and the bytes conversion of a value
-from transforms.codec.encode import _as_bytes  # noqa: F401
+from transforms.codec.encodings import as_bytes as _as_bytes  # noqa: F401
 from transforms.codec.wire import _encode_varint, _fields, _len_field  # noqa: F401
 
 __all__ = [
     "batch_decodable", "check_example_frame", "check_spec", "check_unicode", "decode_batch", "decode_example",
     "decode_example_lenient", "decode_feature", "drop_features", "encode_batch", "encode_columns", "EncodedBatch",
-    "ENCODINGS", "entry_name", "feature_key_pattern", "FeatureSpec", "FixedLayout", "flatten_fields",
+    "Encoding", "ENCODINGS", "encoding_of", "entry_name", "feature_key_pattern", "FeatureSpec", "FixedLayout", "flatten_fields",
     "infer_feature_specs", "MAX_FEATURES", "MAX_RECORD_BYTES", "normalize_dtype", "parse_example",
     "split_feature_entries", "split_features", "to_little_endian", "too_many_features", "VLEN_BYTES"]

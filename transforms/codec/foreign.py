@@ -6,6 +6,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from transforms.errors import RecordError, SchemaError
+from transforms.codec.encodings import encoding_of
 from transforms.codec.spec import FeatureSpec, MAX_FEATURES, VLEN_BYTES
 from transforms.codec.wire import (decode_feature, _decode_spec, _encode_varint, parse_example, split_features,
                                    too_many_features)
@@ -84,24 +85,13 @@ def decode_example_lenient(record: bytes, specs: Sequence[FeatureSpec], max_feat
     spans = split_features(record, max_features)
     out = {}
     for spec in specs:
-        if spec.encoding == "list" and spec.shape == (None,) and f"{spec.name}/shape" not in spans:
-            out[spec.name] = _native_values(record, spans, spec)
+        encoding = encoding_of(spec)
+        if encoding.native and spec.shape == (None,) and f"{spec.name}/shape" not in spans:
+            kind, values = decode_feature(record, spans[spec.name]) if spec.name in spans else (None, [])
+            out[spec.name] = encoding.decode_native(spec, kind, values)
         else:
             out[spec.name] = _decode_spec(record, spans, spec)
     return out
-
-
-def _native_values(record: bytes, spans, spec: FeatureSpec) -> np.ndarray:
-    kind, values = decode_feature(record, spans[spec.name]) if spec.name in spans else (None, [])
-    want = "bytes" if spec.dtype == VLEN_BYTES or np.dtype(spec.dtype).kind in "SUV" else \
-        ("float" if np.dtype(spec.dtype).kind == "f" else "int64")
-    if kind is not None and kind != want:
-        raise RecordError(f"Feature '{spec.name}' holds a {kind} list, expected {want}", feature=spec.name)
-    if want == "bytes":
-        out = np.empty(len(values), dtype=object)
-        out[:] = values
-        return out
-    return np.asarray(values, dtype="<f4" if want == "float" else "<i8")
 
 
 def feature_key_pattern(name: str) -> bytes:
@@ -117,9 +107,7 @@ def feature_key_pattern(name: str) -> bytes:
 def batch_decodable(spec: FeatureSpec) -> bool:
     """True when :func:`decode_batch` can decode ``spec``: a fixed shape, and not a ``list`` of fixed-width
     bytes/str/void (those decode per record with decode_example)."""
-    if not spec.is_fixed:
-        return False
-    return spec.encoding == "tensor" or spec.dtype == VLEN_BYTES or np.dtype(spec.dtype).kind not in "SUV"
+    return encoding_of(spec).batch_decodable(spec)
 
 
 def decode_batch(records: Sequence[bytes], specs: Sequence[FeatureSpec]) -> dict[str, np.ndarray]:
@@ -134,7 +122,6 @@ def decode_batch(records: Sequence[bytes], specs: Sequence[FeatureSpec]) -> dict
       RecordError: a feature missing from a record, of the wrong kind, or of the wrong size (the record
         is not named: decode record by record to find it).
     """
-    import pyarrow.compute as pc
     from tensorflow_metadata.proto.v0 import schema_pb2
     from tfx_bsl.coders import example_coder
 
@@ -145,10 +132,7 @@ def decode_batch(records: Sequence[bytes], specs: Sequence[FeatureSpec]) -> dict
         if not batch_decodable(spec):
             raise SchemaError(f"Feature '{spec.name}' ({spec.dtype} {spec.shape} {spec.encoding}) cannot be "
                               "decoded as a batch", feature=spec.name, hint="decode it with decode_example")
-        if spec.encoding == "tensor" or spec.dtype == VLEN_BYTES:
-            kinds[spec.name] = "bytes"
-        else:
-            kinds[spec.name] = "float" if np.dtype(spec.dtype).kind == "f" else "int64"
+        kinds[spec.name] = encoding_of(spec).kind(spec.dtype)
         schema.feature.add(name=spec.name, type=types[kinds[spec.name]])
     try:
         batch = example_coder.ExamplesToRecordBatchDecoder(schema.SerializeToString()).DecodeBatch(list(records))
@@ -163,31 +147,12 @@ def decode_batch(records: Sequence[bytes], specs: Sequence[FeatureSpec]) -> dict
             raise RecordError(f"Feature '{spec.name}' is missing from an Example", feature=spec.name)
         lengths = np.diff(col.offsets.to_numpy())
         values = col.flatten()
-        want = 1 if spec.encoding == "tensor" else spec.size
+        encoding = encoding_of(spec)
+        want = encoding.batch_values(spec)
         if n and not (lengths == want).all():
             raise RecordError(f"Feature '{spec.name}' holds {sorted(set(lengths.tolist()))} values in some "
                               f"Examples, expected {want}", feature=spec.name)
-        if spec.encoding == "tensor":
-            dt = np.dtype(spec.dtype)
-            nbytes = spec.size * dt.itemsize
-            if n and not (pc.binary_length(values).to_numpy() == nbytes).all():
-                raise RecordError(f"Feature '{spec.name}' holds a value of the wrong size, expected {nbytes} bytes "
-                                  f"for {spec.dtype} {spec.shape}", feature=spec.name)
-            out[spec.name] = np.frombuffer(b"".join(values.to_pylist()), dtype=dt).reshape(n, *spec.shape)
-        elif spec.dtype == VLEN_BYTES:
-            arr = np.empty(n * want, dtype=object)
-            arr[:] = values.to_pylist()
-            out[spec.name] = arr.reshape(n, *spec.shape)
-        else:
-            raw, dt = values.to_numpy(zero_copy_only=False), np.dtype(spec.dtype)
-            if dt.kind in "Mm":
-                arr = raw.view(dt)
-            else:
-                arr = raw.astype(dt)
-                if dt.kind != "f" and not np.array_equal(arr.astype(raw.dtype), raw):
-                    raise RecordError(f"Feature '{spec.name}' holds values out of range for {spec.dtype}",
-                                      feature=spec.name)
-            out[spec.name] = arr.reshape(n, *spec.shape)
+        out[spec.name] = encoding.decode_flat(spec, values, n)
     return out
 
 

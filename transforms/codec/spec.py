@@ -1,16 +1,13 @@
-"""Feature specs (the per-feature record of dtype, shape and encoding) and the dtype rules of both encodings."""
+"""Feature specs (the per-feature record of dtype, shape and encoding) and the dtype rules shared by every encoding."""
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable, Mapping
+from typing import Mapping
 
 import numpy as np
 
 from transforms.errors import SchemaError
-
-
-ENCODINGS = ("tensor", "list")
 
 
 VLEN_BYTES = "bytes"  # dtype marker of variable-length byte strings (h5py vlen strings, file keys)
@@ -20,12 +17,6 @@ MAX_RECORD_BYTES = 2**31 - 1  # protobuf's hard limit on one message
 
 
 MAX_FEATURES = 10_000  # default limit on the features of one Example, and on the distinct names inferred (--max_features)
-
-
-_FLOAT_KINDS = {"<f2", "<f4"}
-
-
-_LOSSY_LIST_CASTS = {"<u8": "uint64 -> int64", "<f8": "float64 -> float32"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +30,8 @@ class FeatureSpec:
         (tensor encoding only).
       shape: per-example shape; None for a dimension that varies between examples, or None for the
         whole shape when even the rank varies (the ``np.savez(**arrays)`` case).
-      encoding: ``'tensor'`` or ``'list'`` (see the module docstring).
+      encoding: a name registered in ``transforms.codec.encodings.ENCODINGS`` (``tensor``, ``list``, ``zlib``,
+        ``packbits``).
     """
 
     name: str
@@ -67,31 +59,9 @@ class FeatureSpec:
                        None if obj["shape"] is None else tuple(obj["shape"]), str(obj.get("encoding", "tensor")))
         except (KeyError, TypeError) as e:
             raise SchemaError(f"Malformed feature entry {obj!r}: {e}") from None
+        from transforms.codec.encodings import check_spec
         check_spec(spec, allow_lossy=(spec.name,))  # a lossy list cast on record was allowed when written
         return spec
-
-
-def check_spec(spec: FeatureSpec, allow_lossy: Iterable[str] = ()) -> None:
-    """Raises SchemaError when ``spec`` cannot be encoded as asked."""
-    if spec.encoding not in ENCODINGS:
-        raise SchemaError(f"Unknown encoding {spec.encoding!r} for feature '{spec.name}'",
-                          hint=f"use one of {ENCODINGS}")
-    if spec.dtype is None and spec.encoding != "tensor":
-        raise SchemaError(f"Feature '{spec.name}' has a dtype that varies between examples; only the "
-                          "'tensor' encoding can carry it", hint="set its encoding to tensor")
-    if spec.dtype is not None and spec.dtype != VLEN_BYTES:
-        dt = np.dtype(spec.dtype)
-        if spec.encoding == "list":
-            if dt.kind == "c":
-                raise SchemaError(f"Feature '{spec.name}' is {dt}: complex numbers have no list form",
-                                  hint="use the tensor encoding for it")
-            lossy = _LOSSY_LIST_CASTS.get(dt.str)
-            if lossy and spec.name not in set(allow_lossy):
-                raise SchemaError(f"Feature '{spec.name}': the list encoding would cast {lossy}, which is lossy",
-                                  hint=f"use the tensor encoding, or allow it with allow_lossy: [{spec.name}]")
-    if spec.dtype == VLEN_BYTES and spec.encoding != "list":
-        raise SchemaError(f"Feature '{spec.name}' holds variable-length strings: only the list encoding "
-                          "can carry them", hint="set its encoding to list")
 
 
 def normalize_dtype(dt: np.dtype, where: str = "") -> str:

@@ -1,13 +1,13 @@
 """The protobuf wire format of tf.train.Example: field writers and a small reader (no TensorFlow)."""
 from __future__ import annotations
 
-import math
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from transforms.errors import RecordError
-from transforms.codec.spec import FeatureSpec, MAX_FEATURES, normalize_dtype, VLEN_BYTES
+from transforms.codec.encodings import encoding_of
+from transforms.codec.spec import FeatureSpec, MAX_FEATURES, normalize_dtype
 
 
 def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -271,26 +271,8 @@ def _decode_spec(record: bytes, spans, spec: FeatureSpec) -> np.ndarray:
         except (TypeError, ValueError, OverflowError):
             raise RecordError(f"Feature '{spec.name}/dtype' holds {values!r}, not one NumPy dtype",
                               feature=spec.name) from None
-    count = math.prod(shape)
-    if spec.encoding == "tensor":
-        raws = _get(record, spans, spec.name, "bytes")
-        raw = raws[0] if len(raws) == 1 else None
-        dt = np.dtype(dtype)
-        if raw is None or len(raw) != count * dt.itemsize:
-            got = f"{len(raw)} bytes" if raw is not None else f"{len(raws)} values (0 bytes)"
-            raise RecordError(f"Feature '{spec.name}' holds {got}, expected "
-                              f"{count * dt.itemsize} for {dtype} {shape}", feature=spec.name)
-        return np.frombuffer(raw, dtype=dt).reshape(shape)
-    kind = "bytes" if dtype == VLEN_BYTES or np.dtype(dtype).kind in "SUV" else \
-        ("float" if np.dtype(dtype).kind == "f" else "int64")
-    values = _get(record, spans, spec.name, kind)
-    if len(values) != count:
-        raise RecordError(f"Feature '{spec.name}' holds {len(values)} values, expected {count} for shape {shape}",
-                          feature=spec.name)
-    if dtype == VLEN_BYTES:
-        out = np.empty(count, dtype=object)
-        out[:] = values
-        return out.reshape(shape)
+    encoding = encoding_of(spec)
+    return encoding.decode(spec, _get(record, spans, spec.name, encoding.kind(dtype)), shape, dtype)
     dt = np.dtype(dtype)
     if dt.kind == "S":
         return np.array(values, dtype=dt).reshape(shape)

@@ -25,13 +25,7 @@ def expected_value(spec: FeatureSpec, value, allow_lossy: Sequence[str] = ()) ->
         return out.reshape(arr.shape)
     arr = np.asarray(value)
     arr = codec.to_little_endian(arr).reshape(arr.shape)  # keeps 0-d rows 0-d
-    return _lossy(spec, arr, allow_lossy)
-
-
-def _lossy(spec: FeatureSpec, arr: np.ndarray, allow_lossy: Sequence[str]) -> np.ndarray:
-    if spec.encoding == "list" and spec.name in allow_lossy and arr.dtype.kind == "f" and arr.dtype.itemsize == 8:
-        return arr.astype("<f4").astype("<f8")
-    return arr
+    return codec.encoding_of(spec).stored(spec, arr, allow_lossy)
 
 
 def _row_bytes(arr: np.ndarray) -> np.ndarray:
@@ -159,7 +153,7 @@ class _Comparer:
                                         file=rr.path, feature=spec.name))
                 return None
             if spec.is_fixed and spec.dtype != VLEN_BYTES and isinstance(col, np.ndarray) and col.dtype != object:
-                out[spec.name] = _lossy(spec, codec.to_little_endian(col), self.lossy)
+                out[spec.name] = codec.encoding_of(spec).stored(spec, codec.to_little_endian(col), self.lossy)
             else:
                 out[spec.name] = [expected_value(spec, v, self.lossy) for v in col]
         return out

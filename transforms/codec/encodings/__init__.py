@@ -1,0 +1,42 @@
+"""Feature encodings, one class each, registered in :data:`ENCODINGS` (the only place that knows their names).
+
+* ``tensor`` (:mod:`.tensor`, the default): one ``bytes_list`` value, the row's raw little-endian bytes.
+* ``list`` (:mod:`.lists`): TensorFlow's native ``int64_list`` / ``float_list`` / ``bytes_list``.
+* ``zlib`` (:mod:`.zlib`): the ``tensor`` bytes zlib-compressed (TFDS ``Encoding.ZLIB``).
+* ``packbits`` (:mod:`.packbits`): bool (or 0/1 uint8) rows at one bit per element.
+
+A new encoding is one :class:`Encoding` subclass in its own module, added to ``ENCODINGS`` below, plus its tests;
+the config choices, the metadata, the schema, both readers and verify take it from here.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from transforms.codec.spec import FeatureSpec
+from transforms.codec.encodings.base import Encoding, as_bytes, check_unicode
+from transforms.codec.encodings.lists import ListEncoding
+from transforms.codec.encodings.packbits import PackbitsEncoding
+from transforms.codec.encodings.tensor import TensorEncoding
+from transforms.codec.encodings.zlib import ZlibEncoding
+from transforms.errors import SchemaError
+
+ENCODINGS: dict[str, Encoding] = {e.name: e for e in (TensorEncoding(), ListEncoding(), ZlibEncoding(),
+                                                      PackbitsEncoding())}
+
+__all__ = ["ENCODINGS", "Encoding", "ListEncoding", "PackbitsEncoding", "TensorEncoding", "ZlibEncoding",
+           "as_bytes", "check_spec", "check_unicode", "encoding_of"]
+
+
+def encoding_of(spec: FeatureSpec) -> Encoding:
+    """The registered encoding of ``spec``. Raises SchemaError for an unknown name."""
+    try:
+        return ENCODINGS[spec.encoding]
+    except KeyError:
+        raise SchemaError(f"Unknown encoding {spec.encoding!r} for feature '{spec.name}'",
+                          hint=f"use one of {tuple(ENCODINGS)}") from None
+
+
+def check_spec(spec: FeatureSpec, allow_lossy: Iterable[str] = ()) -> None:
+    """Raises SchemaError when ``spec`` cannot be encoded as asked (unknown encoding, a dtype or shape its
+    encoding cannot carry, a lossy cast not allowed by feature name)."""
+    encoding_of(spec).check(spec, allow_lossy)

@@ -1,0 +1,58 @@
+"""The ``zlib`` encoding: the ``tensor`` bytes of a row, zlib-compressed (``zlib.compress``, level 6), in one
+``bytes_list`` value: byte-compatible with TFDS's ``Tensor(..., encoding=Encoding.ZLIB)`` (which stores
+``zlib.compress(array.tobytes())``) for the same dtype and shape on a little-endian machine. Pays for sparse or
+repetitive arrays; decoded inside tf.data with ``tf.io.decode_compressed(..., 'ZLIB')``."""
+from __future__ import annotations
+
+import zlib
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from transforms.codec.spec import FeatureSpec, to_little_endian
+from transforms.codec.encodings.base import bytes_lists, le_bytes
+from transforms.codec.encodings.tensor import TensorEncoding
+from transforms.errors import RecordError
+
+LEVEL = -1  # zlib's default (6), what TFDS's zlib.compress uses
+
+
+class ZlibEncoding(TensorEncoding):
+    """Row -> ``Feature{bytes_list: [zlib.compress(row.astype(little-endian).tobytes())]}``."""
+
+    name = "zlib"
+    varying_dtype = False
+
+    def fixed_layout(self, spec: FeatureSpec) -> bool:
+        return False  # compressed rows differ in length
+
+    def fixed_column(self, spec: FeatureSpec, arr: np.ndarray) -> pa.Array:
+        compress = zlib.compress
+        return bytes_lists([[compress(row, LEVEL)] for row in le_bytes(arr)])
+
+    def rows_column(self, spec: FeatureSpec, rows: Sequence[np.ndarray]) -> pa.Array:
+        return bytes_lists([[zlib.compress(to_little_endian(r).tobytes(), LEVEL)] for r in rows])
+
+    def payload_bytes(self, count: int, dt: np.dtype) -> int | None:
+        return None  # the compressed length is not known up front
+
+    def payload(self, spec: FeatureSpec, raw: bytes, count: int, dt: np.dtype, shape: tuple) -> bytes:
+        """Decompresses at most the expected ``count * itemsize`` bytes (a zlib bomb stops there) and checks
+        the stream ends exactly there. Raises RecordError naming the feature."""
+        want = count * dt.itemsize
+        d = zlib.decompressobj()
+        try:
+            out = d.decompress(raw, want or 1)  # max_length 0 would mean no limit
+            extra = d.decompress(d.unconsumed_tail, 1) if not d.eof else b""  # never more than one byte past
+        except zlib.error as e:
+            raise RecordError(f"Feature '{spec.name}' holds a value that is not a zlib stream: {e}",
+                              feature=spec.name) from None
+        if len(out) != want or extra or not d.eof or d.unused_data:
+            got = f"{len(out)}{'+' if extra else ''} bytes" if d.eof or extra else "a truncated stream"
+            raise RecordError(f"Feature '{spec.name}' decompresses to {got}, expected {want} for {spec.dtype} "
+                              f"{tuple(shape)}", feature=spec.name)
+        return out
+
+    def tf_payload(self, tf, spec: FeatureSpec, raw):
+        return tf.io.decode_compressed(raw, compression_type="ZLIB")
