@@ -84,7 +84,7 @@ class AugmentConfig(BaseModel):
     allow_lossy: list[str] = Field(default_factory=list, description="new features whose lossy list cast "
                                    "(float64->float32, uint64->int64) is allowed, comma-separated")
     batch_size: int = Field(4096, ge=1, description="records per batch (one encode call per batch)")
-    max_record_mb: float = Field(1024.0, gt=0, le=2047, description="limit on one record in MB: input length "
+    max_record_mb: float = Field(1024.0, gt=0, le=2047, description="limit on one record in MiB (2**20 bytes): input length "
                                  "headers (checked before reading) and output records; protobuf's limit is 2 GB")
     max_features: int = Field(10_000, ge=1, description="limit on the features of one input record, and on the "
                               "distinct feature names inferred from a collection without metadata")

@@ -73,7 +73,7 @@ def add_record_limit_flags(parser: argparse.ArgumentParser) -> None:
     """``--max_record_mb`` and ``--max_features``: the limits on hostile TFRecord files (verify, inspect)."""
     from transforms import codec, tfrecord
     parser.add_argument("--max_record_mb", type=float, default=tfrecord.MAX_RECORD_MB,
-                        help="limit on one record in MB, checked on its length header before it is read "
+                        help="limit on one record in MiB (2**20 bytes), checked on its length header before it is read "
                              f"(default: {tfrecord.MAX_RECORD_MB:g}; protobuf's own limit is 2048)")
     parser.add_argument("--max_features", type=int, default=codec.MAX_FEATURES,
                         help="limit on the features of one record and on the distinct feature names inferred "

@@ -130,7 +130,7 @@ def test_rewrite_convert_output_fn_per_example_position_join_constants(converted
     # plain TensorFlow: the old bytes are the start of each new record; the new values are right
     old, new = tf_records(tf, in_files), tf_records(tf, out_files, "GZIP")
     assert_old_bytes_kept(old, new, ["id", "x", "name"])
-    parsed = tf_parse(tf, new, reader.feature_spec(str(out)))
+    parsed = tf_parse(tf, new, reader.tf_feature_spec(str(out)))
     ids = np.array([np.frombuffer(v, "<i8")[0] for v in parsed["id"]])
     np.testing.assert_array_equal(ids, np.arange(ROWS))
     np.testing.assert_array_equal([np.frombuffer(v, "<i8")[0] for v in parsed["id_plus_one"]], ids + 1)
@@ -290,7 +290,7 @@ def test_key_join_missing_key_gets_the_default(converted, key_source, tmp_path, 
     assert code == 0, err
     new = tf_records(tf, sorted(out.glob("*.tfrecord")))
     assert_old_bytes_kept(tf_records(tf, sorted(converted.glob("*.tfrecord"))), new, ["id", "x", "name"])
-    parsed = tf_parse(tf, new, reader.feature_spec(str(out)))
+    parsed = tf_parse(tf, new, reader.tf_feature_spec(str(out)))
     ids = np.array([np.frombuffer(v, "<i8")[0] for v in parsed["id"]])
     labels = np.array([np.frombuffer(v, "<i2")[0] for v in parsed["label"]])
     np.testing.assert_array_equal(labels, np.where(ids % 3 == 0, ids * 2, -1))

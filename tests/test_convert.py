@@ -86,7 +86,7 @@ def test_output_files_and_metadata(converted):
 
 def test_plain_tensorflow_reads_back_exact_arrays(converted, tf):
     data, out = converted
-    spec = reader.feature_spec(str(out))
+    spec = reader.tf_feature_spec(str(out))
     files = sorted(str(p) for p in out.glob("*.tfrecord"))
     rows = []
     for serialized in tf.data.TFRecordDataset(files).batch(64):

@@ -65,9 +65,9 @@ class ConvertConfig(BaseModel):
     num_shards: Optional[int] = Field(None, ge=1, le=MAX_SHARDS, description="number of shards (at most the "
                                       "number of rows); default: from the data size")
     target_shard_mb: float = Field(192.0, gt=0, le=MAX_TARGET_SHARD_MB, allow_inf_nan=False,
-                                   description="target shard size in MB when num_shards is unset")
+                                   description="target shard size in MiB (2**20 bytes) when num_shards is unset")
     target_range_mb: float = Field(8.0, gt=0, le=MAX_TARGET_RANGE_MB, allow_inf_nan=False,
-                                   description="target size of one read row range in MB")
+                                   description="target size of one read row range in MiB (2**20 bytes)")
     max_compression_ratio: float = Field(500.0, gt=0, allow_inf_nan=False,
                                          description="npz: refuse a member (of more than 1 MiB) or an archive whose "
                                          "uncompressed size exceeds this many times its compressed size (zip bombs)")

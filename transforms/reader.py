@@ -4,7 +4,7 @@
     for example in reader.iter_numpy("out/"):            # dicts of numpy arrays, in shard order
         ...
     ds = reader.to_tf_dataset("out/", batch_size=256)    # dicts of tensors, original dtypes and shapes
-    spec = reader.feature_spec("out/")                   # for tf.io.parse_example
+    spec = reader.tf_feature_spec("out/")                   # for tf.io.parse_example
 
 Every function refuses an output directory without ``metadata.json`` (IncompleteOutputError).
 """
@@ -85,8 +85,10 @@ def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_recor
             raise RecordError(f"Shard holds {count} records, metadata says {shard['records']}", file=path)
 
 
-def feature_spec(output_dir: str, features: Sequence[str] | None = None) -> dict:
-    """The ``tf.io.parse_example`` spec of the output's Example features (encoded form).
+def tf_feature_spec(output_dir: str, features: Sequence[str] | None = None) -> dict:
+    """TensorFlow's feature spec (the ``tf.io.parse_example`` dict) of the output's Example features, in their
+    encoded form. Not to be confused with ``codec.FeatureSpec``, this project's record of one feature (name, dtype,
+    shape, encoding) as kept in the metadata.
 
     ``tensor`` features parse as ``FixedLenFeature([], tf.string)``; fixed ``list`` features as
     ``FixedLenFeature(shape, tf.int64 | tf.float32 | tf.string)``; variable-length ones as
