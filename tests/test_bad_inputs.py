@@ -86,7 +86,7 @@ def test_truncated_rows_of_npy_name_the_row_range(tmp_path, capsys):
     """A .npy cut short after planning: the worker's error names the file and row range."""
     path = tmp_path / "a.npy"
     np.save(path, np.arange(1000, dtype="<i8").reshape(100, 10))
-    from transforms.beam_io import plan_inputs
+    from transforms.planning import plan_inputs
     from transforms.errors import SourceError
     from transforms.sources import SourceOptions
     plan = plan_inputs(str(path), SourceOptions(target_range_bytes=800, format="npy"))

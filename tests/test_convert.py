@@ -218,12 +218,12 @@ def test_planned_writer_reruns_are_byte_identical(tmp_path):
 
 
 def test_planned_shard_retry_leaves_exactly_one_final_file_and_failure_leaves_none(tmp_path):
-    from transforms import beam_io
+    from transforms import beam_io, planning
     from transforms.errors import SourceError
     from transforms.sources import SourceOptions
     make_h5(tmp_path / "in.h5", rows=200)
-    plan = beam_io.plan_inputs(str(tmp_path / "in.h5"), SourceOptions(target_range_bytes=20000))
-    specs = beam_io.choose_encodings(plan.specs, "tensor", {})
+    plan = planning.plan_inputs(str(tmp_path / "in.h5"), SourceOptions(target_range_bytes=20000))
+    specs = planning.choose_encodings(plan.specs, "tensor", {})
     (shard,) = plan.shards(1)
     assert len(shard.ranges) > 2
     out = tmp_path / "out"

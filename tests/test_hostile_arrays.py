@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import convert, run_command
-from transforms.beam_io import plan_inputs
+from transforms.planning import plan_inputs
 from transforms.errors import SourceError
 from transforms.sources import NpzSource, RowRange, SourceOptions
 

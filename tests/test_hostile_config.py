@@ -215,9 +215,8 @@ def test_default_shard_count_is_capped_at_rows(npy10, tmp_path):
     from apache_beam.options.pipeline_options import PipelineOptions
     from pipelines import convert as convert_module
     cfg = config_lib.ConvertConfig(input=str(npy10), output_dir=str(tmp_path / "o"))
-    plan, _ = convert_module.build_plan(cfg)
     options = PipelineOptions(["--runner=DirectRunner", "--direct_num_workers=12"])
-    assert convert_module.num_shards_for(cfg, plan, options) == 10
+    assert convert_module.build_plan(cfg, options).num_shards == 10
 
 
 # --- group 16: absurd numbers, too many workers, full and read-only output, MemoryError --------------------
@@ -345,7 +344,7 @@ def test_memory_error_is_one_line(npy10, tmp_path, capsys, monkeypatch):
     """Issue 10 case 16: a MemoryError (e.g. an --fn returning 50 MB per record) ended in a traceback."""
     from pipelines import convert as convert_module
 
-    def out_of_memory(cfg):
+    def out_of_memory(cfg, options=None):
         raise MemoryError()
     monkeypatch.setattr(convert_module, "build_plan", out_of_memory)
     code, _, err = convert(npy10, tmp_path / "out", capsys=capsys)

@@ -211,9 +211,8 @@ def convert_pipeline(argv):
     from pipelines import convert
     from transforms.config import ConvertConfig, ConvertOptions, parse_args
     cfg, beam_argv = parse_args([str(a) for a in argv], ConvertConfig, ConvertOptions, "convert", "")
-    plan, specs = convert.build_plan(cfg)
     p = beam.Pipeline(options=PipelineOptions(beam_argv))
-    convert.build_pipeline(p, cfg, plan, specs)
+    convert.build_pipeline(p, cfg, convert.build_plan(cfg, p.options))
     return p
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from transforms import sources
 from transforms.sources import npyformat
-from transforms.beam_io import plan_inputs
+from transforms.planning import plan_inputs
 from transforms.errors import SchemaError, SourceError
 from transforms.sources import SourceOptions
 

@@ -6,7 +6,7 @@ import numpy as np
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms import beam_io, codec
+from transforms import beam_io, codec, planning
 from transforms.sources import SourceOptions
 
 
@@ -15,7 +15,7 @@ def test_read_from_npy_and_encode_examples(tmp_path):
     np.save(tmp_path / "a.npy", arr)
     read = beam_io.ReadFromNpy(str(tmp_path / "a.npy"), target_range_bytes=80)
     assert len(read.plan.ranges) == 5
-    specs = beam_io.choose_encodings(read.plan.specs, "list", {})
+    specs = planning.choose_encodings(read.plan.specs, "list", {})
 
     def decode(record):
         return tuple(codec.decode_example(record, specs)["array"].tolist())

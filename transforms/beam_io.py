@@ -1,17 +1,16 @@
-"""PTransforms and DoFns that wire the sources, the codec and the shard writers into Beam.
+"""The DoFns and PTransforms that wire the sources, the codec and the shard writers into Beam.
 
-The convert pipeline reads as::
-
-    ReadFromArrays -> EncodeExamples -> WriteToTFRecord -> CountShardRecords -> WriteMetadata
-
-Planning (matching files, indexing rows and features, splitting row ranges) happens when the
-transform is built, in the launcher, like Beam's file sources estimate sizes: a bad input fails
-before any output exists, and the shard count and feature specs are known up front.
+Reading: ``ReadFromArrays`` (and ``ReadFromHdf5`` / ``ReadFromNpz`` / ``ReadFromNpy``) -> ``(RowRange, columns)``
+batches; ``EncodeExamples`` -> serialized records. Writing: ``WriteShardFn`` (the planned writer: one shard plan
+read, encoded and written per element, committed through ``transforms.sink``), ``WriteToShards`` (Beam's
+``WriteToTFRecord``) and ``WriteMetadataFn`` (the count check and ``metadata.json``, the commit point). Planning
+lives in ``transforms.planning``; ``transforms.convert`` composes these into ``ConvertToTFRecord``.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 import time
 from typing import Sequence
 
@@ -20,11 +19,11 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.metrics import Metrics
 
-from transforms import fileio, metadata, outdir, sharding, sources, tfrecord
-from transforms.codec import FeatureSpec, check_spec, encode_columns
-from transforms.errors import RecordError, SchemaError
-from transforms.outdir import TEMP_PREFIX
-from transforms.sources import FileIndex, RowRange, Source, SourceOptions
+from transforms import fileio, metadata, outdir, reader, sharding, sink, sources
+from transforms.codec import EncodedBatch, FeatureSpec, encode_columns
+from transforms.errors import RecordError
+from transforms.planning import InputPlan, add_provenance, plan_inputs, shard_suffix
+from transforms.sources import RowRange, Source, SourceOptions
 
 log = logging.getLogger(__name__)
 NAMESPACE = "tfrecord_etl"
@@ -45,99 +44,6 @@ class ShardClock:
 
     def end(self) -> None:
         self._end.update(int(time.time() * 1000))
-PROVENANCE = (FeatureSpec("_source/file", "bytes", (), "list"), FeatureSpec("_source/row", "<i8", (), "list"))
-
-
-@dataclasses.dataclass(frozen=True)
-class InputPlan:
-    """Everything known of the inputs before the pipeline runs."""
-
-    source: Source
-    indexes: tuple[FileIndex, ...]
-    specs: tuple[FeatureSpec, ...]
-    ranges: tuple[RowRange, ...]
-    range_bytes: int = sources.DEFAULT_RANGE_BYTES  # the target size of one row range
-
-    @property
-    def num_rows(self) -> int:
-        return sum(i.num_rows for i in self.indexes)
-
-    @property
-    def num_bytes(self) -> int:
-        return sum(sum(i.sizes) if i.sizes else i.num_rows * i.row_bytes for i in self.indexes)
-
-    def with_range_bytes(self, target_bytes: int) -> "InputPlan":
-        """The same inputs split into row ranges of ``target_bytes`` (no file is opened again)."""
-        ranges = [r for i in self.indexes for r in sources.plan_row_ranges(i, target_bytes)]
-        return dataclasses.replace(self, ranges=tuple(ranges), range_bytes=target_bytes)
-
-    def as_written(self, num_shards: int) -> "InputPlan":
-        """The same inputs with the row ranges the planned writer reads for ``num_shards`` shards, in order
-        (what its dead letters name)."""
-        return dataclasses.replace(self, ranges=tuple(r for s in self.shards(num_shards) for r in s.ranges))
-
-    def shards(self, num_shards: int) -> list[sharding.ShardPlan]:
-        """Contiguous shard plans of equal bytes (within a chunk of rows), each a list of row ranges of
-        at most ``range_bytes``; see :func:`sharding.plan_balanced_shards`. Files of per-row sizes (npz
-        arrays, npy files modes) are grouped by whole ranges, split further when fewer than shards."""
-        balanced = sharding.plan_balanced_shards(self.indexes, num_shards, self.range_bytes)
-        if balanced is not None:
-            return balanced
-        plan = self
-        if len(plan.ranges) < num_shards:
-            plan = plan.with_range_bytes(max(1, plan.num_bytes // num_shards))
-        by_path = {i.path: i for i in plan.indexes}
-        sizes = [sharding.range_bytes(r, by_path[r.path]) for r in plan.ranges]
-        return sharding.plan_shards(plan.ranges, sizes, num_shards)
-
-
-def plan_inputs(pattern: str, options: SourceOptions) -> InputPlan:
-    """Matches ``pattern``, indexes every file and plans row ranges of ``options.target_range_bytes``.
-
-    Raises:
-      SourceError, SchemaError: unmatched pattern, unreadable file, unsupported dtype, features that
-        differ between files (naming the file and dataset/member).
-    """
-    files = fileio.match(pattern)
-    fmt = sources.format_of(files[0][0], options)
-    source = sources.make_source(fmt, options)
-    indexes = [source.index(path) for path, _ in files]
-    specs = sources.merge_specs(indexes, loose=source.loose)
-    if sources.files_mode(source):  # all files together are one sequence of rows
-        indexes = [FileIndex(pattern, len(indexes), specs, max(i.row_bytes for i in indexes), 1,
-                             tuple(i.path for i in indexes), tuple(i.sizes[0] for i in indexes), item_files=True)]
-    ranges = [r for i in indexes for r in sources.plan_row_ranges(i, options.target_range_bytes)]
-    return InputPlan(source, tuple(indexes), specs, tuple(ranges), options.target_range_bytes)
-
-
-def choose_encodings(specs: Sequence[FeatureSpec], default: str, per_feature: dict, allow_lossy=(),
-                     where: str | None = None) -> tuple:
-    """Sets each feature's encoding (per-feature choice, else ``default``; variable-length strings are
-    always ``list``, varying dtypes always ``tensor``) and checks it.
-
-    Raises:
-      SchemaError: an encoding that cannot carry the feature (naming ``where``, the input pattern).
-      ConfigError: ``per_feature`` names a feature that does not exist.
-    """
-    unknown = set(per_feature) - {s.name for s in specs}
-    if unknown:
-        from transforms.errors import ConfigError
-        raise ConfigError(f"feature_encodings names unknown features {sorted(unknown)}",
-                          hint=f"features are {[s.name for s in specs]}")
-    out = []
-    for s in specs:
-        enc = per_feature.get(s.name)
-        if enc is None:
-            enc = "list" if s.dtype == "bytes" else ("tensor" if s.dtype is None else default)
-        spec = dataclasses.replace(s, encoding=enc)
-        try:
-            check_spec(spec, allow_lossy)
-        except SchemaError as e:
-            raise e.with_context(file=where) from None
-        out.append(spec)
-    return tuple(out)
-
-
 DEAD_LETTERS = "dead_letters"
 
 
@@ -151,14 +57,8 @@ def dead_letter(rr: RowRange, error: BaseException) -> dict:
 
 
 def write_dead_letters(dead_letter_dir: str, name: str, letters: list[dict]) -> str:
-    """Writes ``letters`` as JSON lines to ``dead_letter_dir/name.jsonl`` (temp file + rename)."""
-    import json
-    import uuid
-    final = fileio.join(dead_letter_dir, f"{name}.jsonl")
-    temp = fileio.join(dead_letter_dir, f"{TEMP_PREFIX}{name}-{uuid.uuid4().hex}")
-    fileio.write_bytes(temp, "".join(json.dumps(d, sort_keys=True) + "\n" for d in letters).encode())
-    fileio.rename(temp, final)
-    return final
+    """Writes ``letters`` as JSON lines to ``dead_letter_dir/name.jsonl`` (through ``sink``); returns its path."""
+    return sink.write_json_lines(fileio.join(dead_letter_dir, f"{name}.jsonl"), letters)
 
 
 class ReadRowRangesFn(beam.DoFn):
@@ -219,40 +119,31 @@ class ReadFromNpy(ReadFromArrays):
         super().__init__(pattern, SourceOptions("npy", npy_mode=mode, target_range_bytes=target_range_bytes))
 
 
-def add_provenance(rr: RowRange, columns: dict) -> dict:
-    """Adds ``_source/file`` (bytes) and ``_source/row`` (int64) columns for the rows of ``rr``."""
-    out = dict(columns)
-    if rr.item_files:  # files mode: one file per row
-        out["_source/file"] = [p.encode() for p in rr.items]
-    else:
-        out["_source/file"] = [rr.path.encode()] * rr.num_rows
-    out["_source/row"] = np.arange(rr.start, rr.stop, dtype=np.int64)
-    return out
+def encode_range(rr: RowRange, columns: dict, specs: Sequence[FeatureSpec], allow_lossy=(),
+                 provenance=False) -> EncodedBatch:
+    """Encodes the columns of one row range (``{name: (rows, *shape)}``) in one vectorized call; a RecordError
+    gets the range's file and rows. With ``provenance`` the ``_source/file`` / ``_source/row`` columns are added."""
+    if provenance:
+        columns = add_provenance(rr, columns)
+    try:
+        return encode_columns(columns, specs, rr.num_rows, allow_lossy)
+    except RecordError as e:
+        raise e.with_context(file=rr.path, rows=f"{rr.start}-{rr.stop - 1}") from None
 
 
 class EncodeExamplesFn(beam.DoFn):
-    """Encodes a batch of columns into serialized Examples, one vectorized call per batch.
+    """Encodes a batch of columns into serialized Examples, one vectorized call per batch; yields one record
+    (bytes) per row."""
 
-    With ``batched`` it yields one ``codec.EncodedBatch`` per batch, else one record (bytes) per element.
-    """
-
-    def __init__(self, specs: Sequence[FeatureSpec], allow_lossy=(), provenance=False, batched=False):
-        self._specs, self._lossy, self._prov, self._batched = tuple(specs), tuple(allow_lossy), provenance, batched
+    def __init__(self, specs: Sequence[FeatureSpec], allow_lossy=(), provenance=False):
+        self._specs, self._lossy, self._prov = tuple(specs), tuple(allow_lossy), provenance
         self._examples = Metrics.counter(NAMESPACE, "examples_encoded")
 
     def process(self, element):
         rr, columns = element
-        if self._prov:
-            columns = add_provenance(rr, columns)
-        try:
-            batch = encode_columns(columns, self._specs, rr.num_rows, self._lossy)
-        except RecordError as e:
-            raise e.with_context(file=rr.path, rows=f"{rr.start}-{rr.stop - 1}") from None
+        batch = encode_range(rr, columns, self._specs, self._lossy, self._prov)
         self._examples.inc(rr.num_rows)
-        if self._batched:
-            yield batch
-        else:
-            yield from batch.records()
+        yield from batch.records()
 
 
 class EncodeExamples(beam.PTransform):
@@ -271,32 +162,34 @@ class ReadAndEncodeFn(beam.DoFn):
     WriteToTFRecord); a failing range goes to the ``dead_letters`` output when ``dead_letters``."""
 
     def __init__(self, source: Source, specs, allow_lossy=(), provenance=False, dead_letters=False):
-        self._read = ReadRowRangesFn(source)
-        self._encode = EncodeExamplesFn(specs, allow_lossy, provenance)
+        self._source, self._specs, self._lossy, self._prov = source, tuple(specs), tuple(allow_lossy), provenance
         self._dead_letters = dead_letters
+        self._rows = Metrics.counter(NAMESPACE, "rows_read")
+        self._bytes = Metrics.counter(NAMESPACE, "bytes_read")
+        self._examples = Metrics.counter(NAMESPACE, "examples_encoded")
         self._dead = Metrics.counter(NAMESPACE, "rows_dead_lettered")
 
     def process(self, rr: RowRange):
         try:
-            records = [r for batch in self._read.process(rr) for r in self._encode.process(batch)]
+            columns = self._source.read(rr)
+            self._rows.inc(rr.num_rows)
+            self._bytes.inc(sum(v.nbytes for v in columns.values() if isinstance(v, np.ndarray)))
+            records = encode_range(rr, columns, self._specs, self._lossy, self._prov).records()
         except Exception as e:  # noqa: BLE001 - any failure of one range is its dead letter
             if not self._dead_letters:
                 raise
             self._dead.inc(rr.num_rows)
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter(rr, e))
             return
+        self._examples.inc(rr.num_rows)
         yield from records
 
     def finish_bundle(self):
-        self._read.finish_bundle()
+        self._source.close()  # files stay open between the ranges of a bundle, not after it
 
 
 _BEAM_COMPRESSION = {"none": CompressionTypes.UNCOMPRESSED, "gzip": CompressionTypes.GZIP,
                      "zlib": CompressionTypes.DEFLATE}  # Beam's DEFLATE is a zlib stream with header: TF's ZLIB
-
-
-def shard_suffix(compression: str) -> str:
-    return ".tfrecord" + tfrecord.SUFFIXES[compression]
 
 
 class WriteToShards(beam.PTransform):
@@ -319,18 +212,17 @@ class WriteToShards(beam.PTransform):
 
 
 class WriteShardFn(beam.DoFn):
-    """Writes one planned shard: reads its row ranges in order, encodes each in one call, frames the
-    batch (google-crc32c) into a temporary file, and renames it to its final name when complete.
-
-    A retried or duplicated attempt writes its own temporary file; the last rename wins and the bytes
-    are the same, so exactly one final file exists. Yields ``{"file", "records", "bytes"}``.
+    """Writes one planned shard: reads its row ranges in order, encodes each in one call, frames the batch
+    (google-crc32c) into a temporary file, and commits it under its final name when the records written plus
+    the rows dead-lettered equal the rows planned (``sink.shard_writer``). Yields ``{"file", "records", "bytes",
+    "dead_rows"}``.
     """
 
     def __init__(self, source: Source, specs, output_dir: str, prefix: str, compression: str,
                  allow_lossy=(), provenance=False, dead_letter_dir: str | None = None, progress=False):
         self._source, self._output_dir, self._prefix, self._compression = source, output_dir, prefix, compression
+        self._specs, self._lossy, self._prov = tuple(specs), tuple(allow_lossy), provenance
         self._dead_letter_dir, self._progress = dead_letter_dir, progress
-        self._encode = EncodeExamplesFn(specs, allow_lossy, provenance, batched=True)
         self._rows = Metrics.counter(NAMESPACE, "rows_read")
         self._written = Metrics.counter(NAMESPACE, "examples_written")
         self._bytes = Metrics.counter(NAMESPACE, "bytes_written")
@@ -338,44 +230,36 @@ class WriteShardFn(beam.DoFn):
         self._dead = Metrics.counter(NAMESPACE, "rows_dead_lettered")
         self._clock = ShardClock()
 
-    def _encoded(self, rr: RowRange, letters: list):
-        """The encoded batches of one range; with a dead-letter dir, a failing range becomes a letter."""
+    def _encoded(self, rr: RowRange, letters: list) -> EncodedBatch | None:
+        """The encoded rows of one range; with a dead-letter dir, a failing range becomes a letter (None)."""
         try:
-            columns = self._source.read(rr)
-            return list(self._encode.process((rr, columns)))
+            return encode_range(rr, self._source.read(rr), self._specs, self._lossy, self._prov)
         except Exception as e:  # noqa: BLE001 - any failure of one range is its dead letter
             if self._dead_letter_dir is None:
                 raise
-            logging.getLogger(__name__).warning("Dead-lettering %s: %s", rr.describe(), e)
+            log.warning("Dead-lettering %s: %s", rr.describe(), e)
             letters.append(dead_letter(rr, e))
-            return []
+            return None
         finally:
             self._rows.inc(rr.num_rows)
 
     def process(self, shard: sharding.ShardPlan):
-        import uuid
         self._clock.start()
         name = shard.file_name(self._prefix, shard_suffix(self._compression))
         final = fileio.join(self._output_dir, name)
-        temp = fileio.join(self._output_dir, f"{TEMP_PREFIX}{name}-{uuid.uuid4().hex}")
         letters: list[dict] = []
         try:
-            with fileio.open_write(temp) as raw:
-                writer = tfrecord.ShardWriter(raw, self._compression)
+            with sink.shard_writer(final, self._compression) as writer:
                 for rr in shard.ranges:
-                    for batch in self._encoded(rr, letters):
+                    batch = self._encoded(rr, letters)
+                    if batch is not None:
                         writer.write_encoded(batch)
-                writer.close()
-            dead_rows = sum(d["rows"] for d in letters)
-            if writer.records + dead_rows != shard.num_rows:
-                raise RecordError(f"Shard {name}: {shard.num_rows} rows planned but {writer.records} records "
-                                  f"written and {dead_rows} rows dead-lettered", file=final)
-            if letters:
-                write_dead_letters(self._dead_letter_dir, name, letters)
-            fileio.rename(temp, final)
-        except BaseException:
-            fileio.delete([temp])
-            raise
+                dead_rows = sum(d["rows"] for d in letters)
+                if writer.records + dead_rows != shard.num_rows:
+                    raise RecordError(f"Shard {name}: {shard.num_rows} rows planned but {writer.records} records "
+                                      f"written and {dead_rows} rows dead-lettered", file=final)
+                if letters:
+                    write_dead_letters(self._dead_letter_dir, name, letters)
         finally:
             self._source.close()  # files stay open between the ranges of a shard, not after it
         size = fileio.size(final)
@@ -385,7 +269,6 @@ class WriteShardFn(beam.DoFn):
         self._dead.inc(dead_rows)
         self._clock.end()
         if self._progress:
-            import sys
             print(f"[tfrecord-etl] shard {shard.index + 1}/{shard.num_shards} done: {name}, "
                   f"{writer.records} records, {size} bytes", file=sys.stderr, flush=True)
         yield {"file": name, "records": writer.records, "bytes": size, "dead_rows": dead_rows}
@@ -407,48 +290,61 @@ class WritePlannedShards(beam.PTransform):
 
 def count_shard(path: str, compression: str) -> dict:
     """``{"file", "records", "bytes"}`` of one written shard, by walking its frames (CRCs checked)."""
-    with fileio.open_read(path) as raw:
-        stream = tfrecord.open_decompressed(raw, compression)
-        n = sum(1 for _ in tfrecord.iter_records(stream, path))
-    size = fileio.size(path)
-    return {"file": fileio.basename(path), "records": n, "bytes": size}
+    n = sum(1 for _ in reader.iter_records(path, compression))
+    return {"file": fileio.basename(path), "records": n, "bytes": fileio.size(path)}
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputCommit:
+    """What the commit of an output directory needs: where, the features, the shard compression, the rows
+    planned (``expected_rows``), the inputs (``sources``: ``[{"path", "rows"}]``), the writer's name and the
+    run's options (recorded in ``metadata.json``)."""
+
+    output_dir: str
+    specs: tuple[FeatureSpec, ...]
+    compression: str
+    expected_rows: int
+    sources: tuple[dict, ...]
+    writer: str
+    options: dict
 
 
 class WriteMetadataFn(beam.DoFn):
-    """Checks rows in = records out and writes ``metadata.json`` last (the commit point)."""
+    """Checks rows in = records out + rows dead-lettered and writes ``metadata.json`` last (the commit point);
+    removes the temporaries of killed or duplicate attempts.
 
-    def __init__(self, output_dir, specs, compression, expected_rows, sources_info, writer, options):
-        self._args = (output_dir, tuple(specs), compression, expected_rows, sources_info, writer, options)
+    Raises:
+      RecordError: records lost or duplicated.
+    """
+
+    def __init__(self, commit: OutputCommit):
+        self._commit = commit
 
     def process(self, shards, extra_dead_rows=0):
-        output_dir, specs, compression, expected, sources_info, writer, options = self._args
+        c = self._commit
         shards = sorted(shards, key=lambda s: s["file"])
         written = sum(s["records"] for s in shards)
         dead = sum(s.pop("dead_rows", 0) for s in shards) + extra_dead_rows
-        if written + dead != expected:
-            raise RecordError(f"Rows read ({expected}) != examples written ({written}) + rows dead-lettered "
-                              f"({dead}): records were lost or duplicated", file=output_dir,
+        if written + dead != c.expected_rows:
+            raise RecordError(f"Rows read ({c.expected_rows}) != examples written ({written}) + rows dead-lettered "
+                              f"({dead}): records were lost or duplicated", file=c.output_dir,
                               hint="re-run; report it if it happens again")
-        meta = metadata.build(specs, shards, compression, sources_info, writer, options)
-        meta["rows_read"], meta["rows_dead_lettered"] = expected, dead
-        metadata.write(output_dir, meta, specs)
-        outdir.remove_temporaries(output_dir, [s["file"] for s in shards])  # of killed or duplicate attempts
-        yield output_dir
+        meta = metadata.build(c.specs, shards, c.compression, c.sources, c.writer, c.options)
+        meta["rows_read"], meta["rows_dead_lettered"] = c.expected_rows, dead
+        metadata.write(c.output_dir, meta, c.specs)
+        outdir.remove_temporaries(c.output_dir, [s["file"] for s in shards])
+        yield c.output_dir
 
 
 class FinalizeOutput(beam.PTransform):
-    """Shard paths (or, with ``counted``, per-shard counts) -> ``metadata.json``, written after every
-    shard is final."""
+    """Per-shard counts (``{"file", "records", "bytes"[, "dead_rows"]}``) -> ``metadata.json``, written after
+    every shard is final. ``dead_rows``: an optional singleton PCollection of rows dead-lettered elsewhere."""
 
-    def __init__(self, output_dir, specs, compression, expected_rows, sources_info, writer, options,
-                 counted=False, dead_rows=None):
+    def __init__(self, commit: OutputCommit, dead_rows=None):
         super().__init__()
-        self._compression, self._counted, self._dead_rows = compression, counted, dead_rows
-        self._fn = WriteMetadataFn(output_dir, specs, compression, expected_rows, sources_info, writer, options)
+        self._fn, self._dead_rows = WriteMetadataFn(commit), dead_rows
 
     def expand(self, shards):
-        if not self._counted:
-            shards = shards | "CountShardRecords" >> beam.Map(count_shard, self._compression)
         extra = () if self._dead_rows is None else (beam.pvalue.AsSingleton(self._dead_rows),)
         return (shards
                 | "CollectShards" >> beam.combiners.ToList()

@@ -68,6 +68,10 @@ def basename(path: str) -> str:
     return FileSystems.split(path)[1]
 
 
+def dirname(path: str) -> str:
+    return FileSystems.split(path)[0]
+
+
 def rename(src: str, dst: str) -> None:
     """Moves ``src`` to ``dst``, replacing ``dst`` (the commit of a temp file). Paths are literal: local
     files use ``os.replace`` (atomic), since Beam's local ``delete`` treats a path as a glob."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 from typing import Sequence
 
 from transforms import fileio
@@ -86,11 +85,10 @@ def build(specs, shards, compression, sources, writer, options) -> dict:
 
 
 def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec]) -> None:
-    """Writes ``schema.pbtxt`` and then ``metadata.json``, the commit point, through a temp file + rename."""
-    fileio.write_bytes(fileio.join(output_dir, SCHEMA_FILE), schema_text(specs).encode())
-    tmp = fileio.join(output_dir, f".{METADATA_FILE}.tmp")
-    fileio.write_bytes(tmp, json.dumps(meta, indent=1).encode())
-    fileio.rename(tmp, fileio.join(output_dir, METADATA_FILE))
+    """Writes ``schema.pbtxt`` and then ``metadata.json``, the commit point, each through ``sink.committed_file``."""
+    from transforms import sink
+    sink.write_file(fileio.join(output_dir, SCHEMA_FILE), schema_text(specs).encode())
+    sink.write_json(fileio.join(output_dir, METADATA_FILE), meta)
 
 
 def load(output_dir: str) -> dict:
@@ -139,8 +137,3 @@ def _checked(spec: FeatureSpec) -> FeatureSpec:
 
 def shard_paths(output_dir: str, meta: dict) -> list[str]:
     return [fileio.join(output_dir, s["file"]) for s in meta["shards"]]
-
-
-def default_num_shards(total_bytes: int, target_shard_bytes: int) -> int:
-    """Shards of about ``target_shard_bytes`` each (at least one)."""
-    return max(1, math.ceil(total_bytes / max(1, target_shard_bytes)))

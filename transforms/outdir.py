@@ -42,6 +42,7 @@ from transforms.errors import ConfigError
 METADATA_FILE = "metadata.json"
 SCHEMA_FILE = "schema.pbtxt"
 MANIFEST_FILE = "manifest.json"
+SIDECAR_FORMAT = "tfrecord-etl-sidecar/1"  # the "format" of a sidecar collection's manifest.json
 MARKER_FILE = ".tfrecord-etl-run.json"
 LOCK_FILE = ".tfrecord-etl.lock"
 TEMP_PREFIX = ".tmp-"
@@ -392,9 +393,8 @@ def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str
         marker = {"format": MARKER_FORMAT, "run_id": run_id, "command": command, "created": _now(),
                   "host": socket.gethostname(), "pid": os.getpid(), "files": sorted(files),
                   "beam_temp_prefixes": sorted(set(beam_temp_prefixes)), "options": options}
-        tmp = fileio.join(output_dir, f"{TEMP_PREFIX}{MARKER_FILE}-{run_id}")
-        fileio.write_bytes(tmp, json.dumps(marker, indent=1, default=str).encode())
-        fileio.rename(tmp, fileio.join(output_dir, MARKER_FILE))
+        from transforms import sink  # sink imports this module's names
+        sink.write_json(fileio.join(output_dir, MARKER_FILE), marker, default=str)
     except BaseException:
         lock.release()
         raise

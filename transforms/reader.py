@@ -19,7 +19,7 @@ import numpy as np
 from transforms import fileio, metadata, tfrecord
 from transforms.codec import FeatureSpec, decode_example_lenient, encoding_of
 from transforms.errors import RecordError, SchemaError
-from transforms.outdir import MANIFEST_FILE  # noqa: F401 - re-exported
+from transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # noqa: F401 - re-exported
 
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 
@@ -150,7 +150,6 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
 # Sidecar collections (``python -m pipelines.augment --mode sidecar``): original + sidecar, merged
 # ----------------------------------------------------------------------------------------------
 
-SIDECAR_FORMAT = "tfrecord-etl-sidecar/1"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,12 +38,13 @@ from transforms.augment.join import (
     default_value, JoinPlan, key_of, plan_join, read_source_rows)
 from transforms.augment.plan import (
     AugmentPlan, BatchAugmenter, plan_augment)
+from transforms.augment.config import AugmentConfig, AugmentOptions
 from transforms.augment.beam import (
-    AugmentShardFn, AugmentShards, count_records, ExtractKeysFn, FinalizeAugment, FinalizeAugmentFn, manifest,
+    AugmentShardFn, AugmentShards, AugmentTFRecord, count_records, ExtractKeysFn, FinalizeAugment, FinalizeAugmentFn, manifest,
     match_keys, plan_offsets, ReadJoinRowsFn)
 
 __all__ = [
-    "AugmentPlan", "AugmentShardFn", "AugmentShards", "BATCH_MB", "BatchAugmenter", "batches", "check_new_size",
+    "AugmentConfig", "AugmentOptions", "AugmentTFRecord", "AugmentPlan", "AugmentShardFn", "AugmentShards", "BATCH_MB", "BatchAugmenter", "batches", "check_new_size",
     "count_records", "decode_inputs", "decode_record", "default_value", "ExtractKeysFn", "FinalizeAugment",
     "FinalizeAugmentFn", "fn_columns", "frame_error", "INFER_RECORDS", "InputCollection", "InputShard",
     "iter_shard", "JoinPlan", "key_of", "load_function", "manifest", "match_keys", "MODES", "NAMESPACE",

@@ -2,21 +2,19 @@
 from __future__ import annotations
 
 import datetime
-import json
 import os
-import uuid
 from typing import Mapping, Sequence
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from transforms import beam_io, fileio, metadata, outdir, tfrecord
+from transforms import beam_io, fileio, metadata, outdir, sink
 from transforms.codec import FeatureSpec, check_example_frame
 from transforms.errors import RecordError, SourceError
-from transforms.reader import MANIFEST_FILE, SIDECAR_FORMAT
+from transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT
 from transforms.sources import RowRange
-from transforms.augment.common import frame_error, log, NAMESPACE
+from transforms.augment.common import frame_error, NAMESPACE
 from transforms.augment.collection import batches, InputShard, iter_shard
 from transforms.augment.values import decode_inputs, decode_record
 from transforms.augment.join import JoinPlan, key_of, read_source_rows, _stack_joined
@@ -154,12 +152,10 @@ class AugmentShardFn(beam.DoFn):
             shard, joined = list(grouped["shard"])[0], dict(grouped["values"])
         offset = shard.offset if shard.offset is not None else (offsets or {}).get(shard.index)
         final = fileio.join(plan.output_dir, shard.output_file)
-        temp = fileio.join(plan.output_dir, f"{beam_io.TEMP_PREFIX}{shard.output_file}-{uuid.uuid4().hex}")
         tally: dict = {}
         count = 0
         try:
-            with fileio.open_write(temp) as raw:
-                writer = tfrecord.ShardWriter(raw, plan.output_compression)
+            with sink.shard_writer(final, plan.output_compression) as writer:
                 for first, records in batches(iter_shard(shard, tally, plan.max_record_bytes), plan.batch_size):
                     join_columns = self._join_columns(shard, first, len(records), offset, joined)
                     out = self._augmenter.augment(records, shard.path, first, join_columns)
@@ -168,20 +164,12 @@ class AugmentShardFn(beam.DoFn):
                     else:
                         writer.write_encoded(out)
                     count += len(records)
-                writer.close()
-            expected = [("records written", writer.records), ("metadata", shard.records),
-                        ("joined records", None if joined is None else len(joined))]
-            for what, n in expected:
-                if n is not None and n != count:
-                    raise RecordError(f"The shard holds {count} records but {what}: {n}", file=shard.path,
-                                      hint="the input changed during the run, or its metadata is wrong")
-            fileio.rename(temp, final)
-        except BaseException:
-            try:
-                fileio.delete([temp])
-            except Exception:  # keep the original error
-                log.warning("Cannot delete temporary file %s", temp)
-            raise
+                expected = [("records written", writer.records), ("metadata", shard.records),
+                            ("joined records", None if joined is None else len(joined))]
+                for what, n in expected:
+                    if n is not None and n != count:
+                        raise RecordError(f"The shard holds {count} records but {what}: {n}", file=shard.path,
+                                          hint="the input changed during the run, or its metadata is wrong")
         finally:
             if plan.join is not None:
                 plan.join.source.close()  # the join source's files stay open for one shard
@@ -303,9 +291,7 @@ class FinalizeAugmentFn(beam.DoFn):
                               file=bad[0] if bad else plan.output_dir, hint="re-run; report it if it happens again")
         outdir.remove_temporaries(plan.output_dir, [r["file"] for r in results])
         if plan.mode == "sidecar":
-            tmp = fileio.join(plan.output_dir, f".{MANIFEST_FILE}.tmp")
-            fileio.write_bytes(tmp, json.dumps(manifest(plan, results), indent=1).encode())
-            fileio.rename(tmp, fileio.join(plan.output_dir, MANIFEST_FILE))
+            sink.write_json(fileio.join(plan.output_dir, MANIFEST_FILE), manifest(plan, results))
         specs = plan.output_specs
         shards = [{"file": r["file"], "records": r["records"], "bytes": r["bytes"]} for r in results]
         sources = [{"path": r["input"], "records": r["records_in"]} for r in results]
@@ -333,3 +319,54 @@ class FinalizeAugment(beam.PTransform):
                 | "WriteMetadata" >> beam.ParDo(FinalizeAugmentFn(self._plan)))
 
 
+
+
+class AugmentTFRecord(beam.PTransform):
+    """Adds features to an existing TFRecord collection of ``tf.train.Example``: ``rewrite`` mode writes each
+    record's old bytes plus the new features (a byte-level append), ``sidecar`` mode only the new features,
+    aligned record by record with a ``manifest.json``. Returns the PCollection of the committed output directory.
+
+        import apache_beam as beam
+        from transforms.augment import AugmentTFRecord
+
+        with beam.Pipeline() as p:
+            p | AugmentTFRecord("out/", "out-labelled/", join_input="labels.h5", join_by="position")
+
+    Args:
+      input_pattern: TFRecord shards (a file pattern) or a convert output directory (``--input``).
+      output_dir: the output directory (``--output_dir``).
+      **options: any other ``AugmentConfig`` field by name (``mode="sidecar"``, ``fn="mymod:add"``,
+        ``fn_inputs=["x"]``, ``constants={"source": "tfx"}``, ``feature_encodings={"mask": "packbits"}``...).
+
+    Planning (reading a sample of records, probing ``fn``, indexing the join source) happens at construction,
+    and so do the output directory's checks (``outdir.prepare``: files that are not ours are refused unless
+    ``overwrite=True``); the lock is not held while the pipeline runs (the command holds it).
+
+    Raises (at construction):
+      ConfigError, SourceError, SchemaError, RecordError: as the command's flags and inputs.
+    """
+
+    def __init__(self, input_pattern: str | None = None, output_dir: str | None = None, *, config=None,
+                 plan: AugmentPlan | None = None, prepare_output: bool = True, **options):
+        super().__init__()
+        from transforms.augment.config import AugmentConfig
+        from transforms.augment.plan import plan_augment
+        from transforms.errors import ConfigError
+        if plan is None:
+            if config is None:
+                try:
+                    config = AugmentConfig(input=input_pattern, output_dir=output_dir, **options)
+                except Exception as e:  # pydantic's ValidationError: one line, as the command's flags
+                    raise ConfigError(f"Invalid AugmentTFRecord options: {e}") from None
+            plan = plan_augment(config)
+        self.plan = plan
+        if prepare_output:
+            files = [s.output_file for s in plan.collection.shards] + \
+                ([MANIFEST_FILE] if plan.mode == "sidecar" else [])
+            outdir.prepare(plan.output_dir, command="augment", options=plan.options, files=files,
+                           overwrite=bool(plan.options.get("overwrite"))).release()
+
+    def expand(self, pbegin):
+        return (pbegin
+                | "AugmentShards" >> AugmentShards(self.plan)
+                | "FinalizeAugment" >> FinalizeAugment(self.plan))

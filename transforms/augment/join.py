@@ -6,7 +6,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from transforms import beam_io
+from transforms import planning
 from transforms.codec import VLEN_BYTES, FeatureSpec
 from transforms.errors import ConfigError, RecordError, SchemaError, SourceError
 from transforms.sources import FileIndex, RowRange, Source, SourceOptions
@@ -82,7 +82,7 @@ def default_value(spec: FeatureSpec, text: str):
 def plan_join(pattern: str, by: str, old_specs: Sequence[FeatureSpec], *, key_feature=None, join_key=None,
               fields: Mapping[str, str] | None = None, datasets=None, missing="error", defaults=None,
               encoding="tensor", allow_lossy=()) -> JoinPlan:
-    """Indexes the join source (``beam_io.plan_inputs``) and checks the join options.
+    """Indexes the join source (``planning.plan_inputs``) and checks the join options.
 
     Args:
       pattern: file pattern of HDF5 / .npz / .npy files (rows mode). by: ``position`` or ``key``.
@@ -94,8 +94,8 @@ def plan_join(pattern: str, by: str, old_specs: Sequence[FeatureSpec], *, key_fe
       ConfigError: unknown features or defaults. SchemaError: key kinds that cannot match.
       SourceError: unreadable source files.
     """
-    plan = beam_io.plan_inputs(pattern, SourceOptions(datasets=tuple(datasets) if datasets else None))
-    src_specs = beam_io.choose_encodings(plan.specs, encoding, {}, allow_lossy)
+    plan = planning.plan_inputs(pattern, SourceOptions(datasets=tuple(datasets) if datasets else None))
+    src_specs = planning.choose_encodings(plan.specs, encoding, {}, allow_lossy)
     by_name = {s.name: s for s in src_specs}
     key_spec = None
     if by == "key":

@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from transforms import beam_io, fileio, metadata, outdir, tfrecord
+from transforms import fileio, metadata, outdir, tfrecord
 from transforms.codec import (MAX_FEATURES, FeatureSpec, check_example_frame, check_spec, drop_features, encode_columns,
                               feature_key_pattern, split_features)
 from transforms.errors import ConfigError, EtlError, RecordError, SchemaError, SourceError
@@ -215,7 +215,7 @@ def plan_augment(cfg) -> AugmentPlan:
     if dupes:
         raise ConfigError(f"Two input shards would write the same output file '{dupes[0]}'", file=cfg.input,
                           hint="input shards need distinct file names (augment one directory at a time)")
-    bad = [n for n in names if n in RESERVED_NAMES or n.startswith(beam_io.TEMP_PREFIX)]
+    bad = [n for n in names if n in RESERVED_NAMES or n.startswith(outdir.TEMP_PREFIX)]
     if bad:
         raise ConfigError(f"Input file '{bad[0]}' is not a shard name this pipeline can write", file=cfg.input,
                           hint="narrow the --input pattern to the TFRecord shards")

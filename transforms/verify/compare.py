@@ -97,13 +97,13 @@ def _same_spec(a: FeatureSpec, b: FeatureSpec) -> bool:
 def plan_sources(meta: dict, patterns: Sequence[str], where: str = ""):
     """Plans ``patterns`` with the convert options recorded in ``meta["options"]``.
 
-    Returns a list of ``transforms.beam_io.InputPlan``, one per pattern, in the order given.
+    Returns a list of ``transforms.planning.InputPlan``, one per pattern, in the order given.
 
     Raises:
       ConfigError: the metadata holds no convert options (not written by pipelines.convert).
       SourceError, SchemaError: a pattern matches nothing or a source file cannot be indexed.
     """
-    from transforms import beam_io
+    from transforms import planning
     from transforms.sources import DEFAULT_RANGE_BYTES, SourceOptions
     opts = meta.get("options")
     if not isinstance(opts, dict) or not isinstance(opts.get("input"), str):
@@ -119,7 +119,7 @@ def plan_sources(meta: dict, patterns: Sequence[str], where: str = ""):
                                                        "allow_fill_value") if k in opts})
     except (TypeError, ValueError) as e:
         raise ConfigError(f"Invalid convert options in metadata.json: {e}", file=where or None) from None
-    return [beam_io.plan_inputs(p, options) for p in patterns]
+    return [planning.plan_inputs(p, options) for p in patterns]
 
 
 class _Comparer:
@@ -137,9 +137,9 @@ class _Comparer:
     def expected_columns(self, plan, rr, specs: Sequence[FeatureSpec], report_errors: bool = True) -> dict | None:
         """``{name: array (rows, *shape) | list of per-row arrays}`` as decode_example returns them, or None
         when the range cannot be read (a problem when ``report_errors``; the error in ``self.read_error``)."""
-        from transforms import beam_io
+        from transforms import planning
         try:
-            columns = beam_io.add_provenance(rr, plan.source.read(rr))
+            columns = planning.add_provenance(rr, plan.source.read(rr))
         except (SourceError, SchemaError) as e:
             self.read_error = f"Cannot read the source ({rr.describe()}): {e}"
             if report_errors:

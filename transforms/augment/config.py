@@ -1,0 +1,105 @@
+"""The options of the augment pipeline (``python -m pipelines.augment``, ``AugmentTFRecord``): the pydantic model
+that validates flags and YAML keys, and the Beam ``PipelineOptions`` subclass that declares the flags."""
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from apache_beam.options.pipeline_options import PipelineOptions
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from transforms.config import DEFAULT_MAX_LOCAL_WORKERS, ConvertConfig, EncodingName, add_model_flags
+
+
+def _split(value):
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return value
+
+
+def _pairs(value, allow_bare=False):
+    """``"A=B,C=D"`` (flags) or a mapping (YAML) -> ``{A: B, C: D}``; values as strings."""
+    if isinstance(value, (str, list)):
+        items, out = _split(value) if isinstance(value, str) else value, {}
+        for item in items:
+            key, sep, val = str(item).partition("=")
+            if not sep and not allow_bare:
+                raise ValueError(f"expected NAME=VALUE, got {item!r}")
+            out[key.strip()] = val.strip() if sep else key.strip()
+        return out
+    if isinstance(value, dict):
+        return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+    return value
+
+
+class AugmentConfig(BaseModel):
+    """Options of ``python -m pipelines.augment``; YAML keys and flags have these names."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: str = Field(description="TFRecord shards of tf.train.Example: a file pattern, or an output directory of "
+                                   "the convert pipeline (its metadata.json is used)")
+    output_dir: str = Field(description="output directory; an existing non-empty one is refused unless --overwrite")
+    mode: Literal["rewrite", "sidecar"] = Field("rewrite", description="rewrite: each record = old bytes + new "
+                                                "features; sidecar: only the new features, aligned per record")
+    compression: Literal["auto", "none", "gzip", "zlib"] = Field(
+        "auto", description="compression of the input: auto = from the metadata, else the suffix, else the first bytes")
+    output_compression: Optional[Literal["none", "gzip", "zlib"]] = Field(
+        None, description="compression of the output shards; default: the input's")
+    fn: Optional[str] = Field(None, description="user function module:function returning {new name: array}")
+    fn_inputs: list[str] = Field(default_factory=list, description="existing features decoded for --fn, "
+                                 "comma-separated")
+    fn_batch: bool = Field(False, description="call --fn once per batch with arrays stacked along a new leading "
+                           "axis, instead of once per example")
+    constants: dict[str, str] = Field(default_factory=dict, description="constant new features, "
+                                      "NAME=VALUE[:DTYPE],... (int -> int64, decimal -> float32, else bytes)")
+    join_input: Optional[str] = Field(None, description="HDF5/.npz/.npy file pattern whose rows are joined to "
+                                      "the records")
+    join_by: Literal["position", "key"] = Field("position", description="position: source row n -> record n in "
+                                                "shard order; key: --key_feature = --join_key")
+    key_feature: Optional[str] = Field(None, description="the input's key feature (int64 or bytes) for --join_by key")
+    join_key: Optional[str] = Field(None, description="the join source's key feature for --join_by key")
+    join_fields: dict[str, str] = Field(default_factory=dict, description="source features to add, SOURCE[=NEW],...; "
+                                        "default: all but the key")
+    join_datasets: Optional[list[str]] = Field(None, description="HDF5 dataset paths of the join source to read, "
+                                               "comma-separated; default: all")
+    missing: Literal["error", "default"] = Field("error", description="a key with no source row: error, or "
+                                                 "--defaults values")
+    defaults: dict[str, str] = Field(default_factory=dict, description="values for unmatched keys, NAME=VALUE,...")
+    replace_fields: list[str] = Field(default_factory=list, description="new features that replace existing ones "
+                                      "(the old values are removed), comma-separated")
+    encoding: EncodingName = Field("tensor", description="encoding of the new numeric features")
+    feature_encodings: dict[str, EncodingName] = Field(
+        default_factory=dict, description="per-new-feature encodings (e.g. mask=packbits), NAME=ENCODING,...")
+    allow_lossy: list[str] = Field(default_factory=list, description="new features whose lossy list cast "
+                                   "(float64->float32, uint64->int64) is allowed, comma-separated")
+    batch_size: int = Field(4096, ge=1, description="records per batch (one encode call per batch)")
+    max_record_mb: float = Field(1024.0, gt=0, le=2047, description="limit on one record in MiB (2**20 bytes): input length "
+                                 "headers (checked before reading) and output records; protobuf's limit is 2 GB")
+    max_features: int = Field(10_000, ge=1, description="limit on the features of one input record, and on the "
+                              "distinct feature names inferred from a collection without metadata")
+    max_local_workers: int = Field(DEFAULT_MAX_LOCAL_WORKERS, ge=1, description="the largest "
+                                   "--direct_num_workers accepted (default: 4 per CPU, at least 16)")
+    overwrite: bool = Field(False, description="replace our files in an existing output directory (files we did "
+                            "not write are kept)")
+    verbose: bool = Field(False, description="show TensorFlow and Beam logs")
+    pipeline_options: dict[str, Any] = Field(default_factory=dict, description="Beam pipeline options as a "
+                                             "mapping (YAML only), e.g. {runner: DirectRunner}; flags win")
+
+    beam_argv = ConvertConfig.beam_argv
+
+    _lists = field_validator("fn_inputs", "replace_fields", "allow_lossy", "join_datasets", mode="before")(
+        classmethod(lambda cls, v: _split(v)))
+    _dicts = field_validator("constants", "defaults", mode="before")(classmethod(lambda cls, v: _pairs(v)))
+    _fields = field_validator("join_fields", mode="before")(classmethod(lambda cls, v: _pairs(v, allow_bare=True)))
+
+
+class AugmentOptions(PipelineOptions):
+    """The augment pipeline's flags, declared the Beam way; defaults are None so the config file can fill them."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        # Beam adds every PipelineOptions subclass to one parser, and ConvertOptions declares --input,
+        # --output_dir, --compression, ... too: let ours replace those instead of raising a conflict.
+        group = parser.add_argument_group("augment options", conflict_handler="resolve")
+        add_model_flags(group, AugmentConfig)
+        group.add_argument("--config", default=None, help="YAML config file (keys as the flags)")

@@ -1,0 +1,205 @@
+"""Planning a conversion, before any data moves: match and index the inputs, choose the encodings, count and
+plan the shards, name the output files. Plain Python (no Beam pipeline construct; files through
+``transforms.fileio``), unit-tested on its own (tests/test_planning.py); ``transforms.convert`` turns a plan into
+PTransforms. The split follows xarray-beam's ``rechunker_algorithm.py`` beside ``rechunk.py``: the algorithm pure,
+the wiring separate. The shard-count policy is :func:`num_shards`, the only place that decides it.
+
+Planning happens in the launcher, like Beam's file sources estimate sizes: a bad input fails before any output
+exists, and the shard count and feature specs are known up front.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from typing import Sequence
+
+from transforms import fileio, sharding, sources, tfrecord
+from transforms.codec import FeatureSpec, check_spec
+from transforms.errors import ConfigError, SchemaError
+from transforms.sources import FileIndex, RowRange, Source, SourceOptions
+
+PROVENANCE = (FeatureSpec("_source/file", "bytes", (), "list"), FeatureSpec("_source/row", "<i8", (), "list"))
+DEFAULT_TARGET_SHARD_BYTES = 192 * 2**20  # --target_shard_mb 192
+
+
+@dataclasses.dataclass(frozen=True)
+class InputPlan:
+    """Everything known of the inputs before the pipeline runs.
+
+    Attributes:
+      source: the registered source that reads the files. indexes: one :class:`FileIndex` per file (in
+        ``files`` modes one for all files). specs: the features, encoding not yet chosen.
+      ranges: row ranges of about ``range_bytes`` bytes each, in file and row order.
+    """
+
+    source: Source
+    indexes: tuple[FileIndex, ...]
+    specs: tuple[FeatureSpec, ...]
+    ranges: tuple[RowRange, ...]
+    range_bytes: int = sources.DEFAULT_RANGE_BYTES  # the target size of one row range
+
+    @property
+    def num_rows(self) -> int:
+        return sum(i.num_rows for i in self.indexes)
+
+    @property
+    def num_bytes(self) -> int:
+        """Array bytes of all rows (before encoding)."""
+        return sum(sum(i.sizes) if i.sizes else i.num_rows * i.row_bytes for i in self.indexes)
+
+    def with_range_bytes(self, target_bytes: int) -> "InputPlan":
+        """The same inputs split into row ranges of ``target_bytes`` (no file is opened again)."""
+        ranges = [r for i in self.indexes for r in sources.plan_row_ranges(i, target_bytes)]
+        return dataclasses.replace(self, ranges=tuple(ranges), range_bytes=target_bytes)
+
+    def as_written(self, num_shards: int) -> "InputPlan":
+        """The same inputs with the row ranges the planned writer reads for ``num_shards`` shards, in order
+        (what its dead letters name)."""
+        return dataclasses.replace(self, ranges=tuple(r for s in self.shards(num_shards) for r in s.ranges))
+
+    def shards(self, num_shards: int) -> list[sharding.ShardPlan]:
+        """Contiguous shard plans of equal bytes (within a chunk of rows), each a list of row ranges of at most
+        ``range_bytes``; see :func:`sharding.plan_balanced_shards`. Files of per-row sizes (npz arrays, npy
+        files modes) are grouped by whole ranges (:func:`sharding.plan_shards`), cut finer first when there are
+        fewer ranges than shards."""
+        balanced = sharding.plan_balanced_shards(self.indexes, num_shards, self.range_bytes)
+        if balanced is not None:
+            return balanced
+        ranges = self.ranges
+        if len(ranges) < num_shards:
+            ranges = self.with_range_bytes(max(1, self.num_bytes // num_shards)).ranges
+        by_path = {i.path: i for i in self.indexes}
+        return sharding.plan_shards(ranges, [sharding.range_bytes(r, by_path[r.path]) for r in ranges], num_shards)
+
+
+def plan_inputs(pattern: str, options: SourceOptions) -> InputPlan:
+    """Matches ``pattern``, indexes every file and plans row ranges of ``options.target_range_bytes``.
+
+    Raises:
+      SourceError, SchemaError: unmatched pattern, unreadable file, unsupported dtype, features that
+        differ between files (naming the file and dataset/member).
+    """
+    files = fileio.match(pattern)
+    fmt = sources.format_of(files[0][0], options)
+    source = sources.make_source(fmt, options)
+    indexes = [source.index(path) for path, _ in files]
+    specs = sources.merge_specs(indexes, loose=source.loose)
+    if sources.files_mode(source):  # all files together are one sequence of rows
+        indexes = [FileIndex(pattern, len(indexes), specs, max(i.row_bytes for i in indexes), 1,
+                             tuple(i.path for i in indexes), tuple(i.sizes[0] for i in indexes), item_files=True)]
+    ranges = [r for i in indexes for r in sources.plan_row_ranges(i, options.target_range_bytes)]
+    return InputPlan(source, tuple(indexes), specs, tuple(ranges), options.target_range_bytes)
+
+
+def add_provenance(rr: RowRange, columns: dict) -> dict:
+    """Adds ``_source/file`` (bytes) and ``_source/row`` (int64) columns for the rows of ``rr``."""
+    out = dict(columns)
+    if rr.item_files:  # files mode: one file per row
+        out["_source/file"] = [p.encode() for p in rr.items]
+    else:
+        out["_source/file"] = [rr.path.encode()] * rr.num_rows
+    out["_source/row"] = np.arange(rr.start, rr.stop, dtype=np.int64)
+    return out
+
+
+def choose_encodings(specs: Sequence[FeatureSpec], default: str, per_feature: dict, allow_lossy=(),
+                     where: str | None = None) -> tuple:
+    """Sets each feature's encoding (per-feature choice, else ``default``; variable-length strings are
+    always ``list``, varying dtypes always ``tensor``) and checks it.
+
+    Raises:
+      SchemaError: an encoding that cannot carry the feature (naming ``where``, the input pattern).
+      ConfigError: ``per_feature`` names a feature that does not exist.
+    """
+    unknown = set(per_feature) - {s.name for s in specs}
+    if unknown:
+        raise ConfigError(f"feature_encodings names unknown features {sorted(unknown)}",
+                          hint=f"features are {[s.name for s in specs]}")
+    out = []
+    for s in specs:
+        enc = per_feature.get(s.name)
+        if enc is None:
+            enc = "list" if s.dtype == "bytes" else ("tensor" if s.dtype is None else default)
+        spec = dataclasses.replace(s, encoding=enc)
+        try:
+            check_spec(spec, allow_lossy)
+        except SchemaError as e:
+            raise e.with_context(file=where) from None
+        out.append(spec)
+    return tuple(out)
+
+
+def num_shards(num_rows: int, num_bytes: int, *, requested: int | None = None,
+               target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES, local_workers: int = 1) -> int:
+    """The shard count of a conversion: the only place that decides it.
+
+    ``requested`` (``--num_shards``) when given, checked by :func:`sharding.check_num_shards`; else
+    ``ceil(num_bytes / target_shard_bytes)`` (``--target_shard_mb``; never one giant file) and at least one shard
+    per local worker (so every DirectRunner worker has a shard to write), capped at one shard per row and at
+    :data:`sharding.MAX_SHARDS`.
+
+    Raises:
+      ConfigError: ``requested`` above the rows of the input or above sharding.MAX_SHARDS.
+    """
+    if requested:
+        return sharding.check_num_shards(requested, num_rows)
+    by_size = max(1, math.ceil(num_bytes / target_shard_bytes))
+    return min(max(local_workers, by_size), max(1, num_rows), sharding.MAX_SHARDS)
+
+
+def shard_suffix(compression: str) -> str:
+    """``.tfrecord`` plus the compression's suffix (``.gz``, ``.zlib``)."""
+    return ".tfrecord" + tfrecord.SUFFIXES[compression]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertPlan:
+    """A conversion planned once: the inputs, the features with their encodings, the shard count, the planned
+    writer's shard plans (None for the ``beam`` writer, whose shards Beam assigns) and the output file names.
+
+    Build it with :func:`plan_convert`; ``transforms.convert.ConvertToTFRecord`` writes it.
+    """
+
+    inputs: InputPlan
+    specs: tuple[FeatureSpec, ...]
+    num_shards: int
+    shards: tuple[sharding.ShardPlan, ...] | None
+    output_files: tuple[str, ...]
+
+
+def source_options(cfg) -> SourceOptions:
+    """The :class:`SourceOptions` of a ``ConvertConfig``."""
+    return SourceOptions(cfg.format, tuple(cfg.datasets) if cfg.datasets else None, cfg.npz_mode, cfg.npy_mode,
+                         int(cfg.target_range_mb * 2**20), max_compression_ratio=cfg.max_compression_ratio,
+                         max_empty_rows=cfg.max_empty_rows, allow_external_storage=cfg.allow_external_storage,
+                         allow_fill_value=cfg.allow_fill_value)
+
+
+def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -> ConvertPlan:
+    """Plans the conversion described by ``cfg`` (a ``ConvertConfig``): every input error surfaces here.
+
+    ``local_workers``: DirectRunner's worker count (1 on other runners), see :func:`num_shards`. ``inputs``: an
+    :class:`InputPlan` already made for ``cfg`` (else the inputs are matched and indexed here).
+
+    Raises:
+      SourceError, SchemaError: unreadable or unsupported inputs, encodings that cannot carry a feature.
+      ConfigError: unknown feature names, a shard count that cannot be written, duplicate feature keys.
+    """
+    from transforms import metadata
+    inputs = inputs or plan_inputs(cfg.input, source_options(cfg))
+    specs = choose_encodings(inputs.specs, cfg.encoding, cfg.feature_encodings, cfg.allow_lossy, cfg.input)
+    if cfg.provenance:
+        specs += PROVENANCE
+    metadata.check_unique(specs)
+    n = num_shards(inputs.num_rows, inputs.num_bytes, requested=cfg.num_shards,
+                   target_shard_bytes=int(cfg.target_shard_mb * 2**20), local_workers=local_workers)
+    suffix = shard_suffix(cfg.compression)
+    if cfg.writer == "planned":
+        shards = tuple(inputs.shards(n))
+        files = tuple(s.file_name(cfg.prefix, suffix) for s in shards)
+    else:
+        shards = None
+        files = tuple(f"{cfg.prefix}-{i:05d}-of-{n:05d}{suffix}" for i in range(n))
+    return ConvertPlan(inputs, tuple(specs), n, shards, files)

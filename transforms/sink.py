@@ -1,0 +1,81 @@
+"""The commit protocol of every file the project writes into an output or dead-letter directory, written once.
+
+A file is written under a temporary name of its own beside its final name (``.tmp-<final name>-<32 hex>``, the
+name :mod:`transforms.outdir` recognizes as ours), and renamed to the final name only when it is complete; on
+any failure (an exception, a count that does not match) the temporary is deleted and the error goes on. A
+retried or duplicated attempt (Beam retries bundles; a runner may run one twice) writes its own temporary; the
+last rename wins, and since the bytes are the same exactly one complete final file exists. Temporaries of killed
+attempts are removed by exact name when the run commits (``outdir.remove_temporaries``).
+
+The models are TFDS's ``incomplete_file`` context manager (``tensorflow_datasets/core/utils/py_utils.py``) and
+Beam's ``FileBasedSink`` (``open_writer`` under a temp name, ``finalize_write`` renames).
+
+Users: convert's planned shard writer (``beam_io.WriteShardFn``), augment's shard writer
+(``augment.beam.AugmentShardFn``), dead letters, ``schema.pbtxt`` + ``metadata.json``, augment's
+``manifest.json`` and the run marker.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import uuid
+from typing import BinaryIO, Iterator
+
+from transforms import fileio, tfrecord
+from transforms.outdir import TEMP_PREFIX
+
+log = logging.getLogger(__name__)
+
+
+def temp_path(final: str) -> str:
+    """A fresh temporary path beside ``final``: ``<dir>/.tmp-<name>-<32 hex>``."""
+    return fileio.join(fileio.dirname(final), f"{TEMP_PREFIX}{fileio.basename(final)}-{uuid.uuid4().hex}")
+
+
+@contextlib.contextmanager
+def committed_file(final: str) -> Iterator[BinaryIO]:
+    """Yields a binary stream writing a temporary file beside ``final``; when the block ends without an error
+    the stream is closed and the file renamed to ``final`` (replacing an earlier attempt's copy). On any error,
+    inside the block or in the close/rename, the temporary is deleted and the error re-raised.
+    """
+    temp = temp_path(final)
+    try:
+        with fileio.open_write(temp) as raw:
+            yield raw
+        fileio.rename(temp, final)
+    except BaseException:
+        try:
+            fileio.delete([temp])
+        except Exception:  # noqa: BLE001 - keep the original error; the run's commit removes it by name
+            log.warning("Cannot delete temporary file %s", temp)
+        raise
+
+
+def write_file(final: str, data: bytes) -> str:
+    """Writes ``data`` to ``final`` through :func:`committed_file`; returns ``final``."""
+    with committed_file(final) as f:
+        f.write(data)
+    return final
+
+
+def write_json(final: str, obj, **dumps) -> str:
+    """Writes ``obj`` as JSON (``indent=1`` unless given) to ``final`` through :func:`committed_file`."""
+    dumps.setdefault("indent", 1)
+    return write_file(final, json.dumps(obj, **dumps).encode())
+
+
+def write_json_lines(final: str, rows) -> str:
+    """Writes ``rows`` as JSON lines (keys sorted) to ``final`` through :func:`committed_file`."""
+    return write_file(final, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode())
+
+
+@contextlib.contextmanager
+def shard_writer(final: str, compression: str) -> Iterator[tfrecord.ShardWriter]:
+    """Yields a :class:`tfrecord.ShardWriter` (framing, CRCs, ``compression``) on a temporary file that becomes
+    the TFRecord shard ``final`` when the block ends without an error. The caller checks its counts inside the
+    block (``writer.records`` against what was planned) and raises to abandon the shard."""
+    with committed_file(final) as raw:
+        writer = tfrecord.ShardWriter(raw, compression)
+        yield writer
+        writer.close()
