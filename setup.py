@@ -1,8 +1,13 @@
 """tfrecord-etl: NumPy arrays (HDF5, .npz, .npy) -> sharded TFRecord files of tf.train.Example on Apache Beam.
 
+Installs one import package, ``tfrecord_etl``, holding the repo's ``transforms/`` and ``pipelines/`` folders as
+``tfrecord_etl.transforms`` and ``tfrecord_etl.pipelines`` (other PyPI distributions install top-level
+``transforms`` and ``pipelines`` packages: ours never shadow theirs), and the console command ``tfrecord-etl``.
 Also usable as Beam's ``--setup_file`` so Dataflow workers install the same packages.
 """
 import setuptools
+
+_FOLDERS = ("transforms", "pipelines")  # the repo's top-level folders, installed under tfrecord_etl
 
 setuptools.setup(
     name="tfrecord-etl",
@@ -11,7 +16,10 @@ setuptools.setup(
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.13",
-    packages=setuptools.find_packages(include=["pipelines", "pipelines.*", "transforms", "transforms.*"]),
+    packages=["tfrecord_etl"] + [f"tfrecord_etl.{p}" for p in setuptools.find_packages(
+        include=[f for folder in _FOLDERS for f in (folder, folder + ".*")])],
+    package_dir={"tfrecord_etl": "tfrecord_etl", **{f"tfrecord_etl.{f}": f for f in _FOLDERS}},
+    entry_points={"console_scripts": ["tfrecord-etl = tfrecord_etl.pipelines.cli:main"]},
     install_requires=[
         # tfx-bsl 1.21 pins tensorflow 2.21 and apache-beam[gcp]; these ranges resolve together on Python 3.11.
         "apache-beam[gcp]>=2.77,<2.78",

@@ -6,6 +6,9 @@ VENV="$ROOT/.venv"
 PY="$VENV/bin/python"
 FIXTURES="$ROOT/.fixtures/site"
 FIXTURE_PACKAGES="tables==3.11.1 pvlib==0.16.1 matplotlib==3.11.2 tfx==1.21.0"
+# PyPI distributions that install top-level `transforms` and `pipelines` packages of their own: the packaging
+# test installs our wheel next to them (never imported: `transforms` 0.2.1 needs Python 2's sgmllib)
+CLASH_PACKAGES="transforms==0.2.1 pipelines==0.0.14"
 
 if [ ! -x "$PY" ]; then
   echo "[setup] creating $VENV" >&2
@@ -19,12 +22,15 @@ if [ ! -f "$stamp" ]; then
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi
-fixture_stamp="$ROOT/.fixtures/.done-$(echo "$FIXTURE_PACKAGES" | sha1sum | cut -c1-12)"
+fixture_stamp="$ROOT/.fixtures/.done-$(echo "$FIXTURE_PACKAGES $CLASH_PACKAGES" | sha1sum | cut -c1-12)"
 if [ ! -f "$fixture_stamp" ]; then
   echo "[setup] fetching real input files: $FIXTURE_PACKAGES (no-deps, into .fixtures/)" >&2
   rm -rf "$FIXTURES"
   # shellcheck disable=SC2086
   "$PY" -m pip install -q --no-deps --target "$FIXTURES" $FIXTURE_PACKAGES
+  rm -rf "$ROOT/.fixtures/clash"
+  # shellcheck disable=SC2086
+  "$PY" -m pip download -q --no-deps -d "$ROOT/.fixtures/clash" $CLASH_PACKAGES
   touch "$fixture_stamp"
 fi
 export TFRECORD_ETL_FIXTURES="$FIXTURES"

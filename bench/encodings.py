@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from transforms import codec, reader
-from transforms.codec import FeatureSpec
+from tfrecord_etl.transforms import codec, reader
+from tfrecord_etl.transforms.codec import FeatureSpec
 
 ROWS = 64
 
@@ -48,7 +48,7 @@ def best(fn, repeat: int) -> float:
 
 def measure(tf, name: str, arr: np.ndarray, encoding: str, repeat: int) -> dict | None:
     spec = FeatureSpec(name, codec.normalize_dtype(arr.dtype), arr.shape[1:], encoding)
-    from transforms.errors import EtlError
+    from tfrecord_etl.transforms.errors import EtlError
     try:
         records = codec.encode_batch({name: arr}, [spec], len(arr))
     except EtlError:  # this encoding cannot carry this array (e.g. packbits of a photo)

@@ -13,11 +13,11 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import common
-from transforms import augment, metadata, outdir, tfrecord
-from transforms.augment.config import AugmentConfig, AugmentOptions
-from transforms.config import parse_args
-from transforms.errors import printable
+from tfrecord_etl.pipelines import common
+from tfrecord_etl.transforms import augment, metadata, outdir, tfrecord
+from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
+from tfrecord_etl.transforms.config import parse_args
+from tfrecord_etl.transforms.errors import printable
 
 __all__ = ["AugmentConfig", "AugmentOptions", "build_pipeline", "main"]
 

@@ -9,7 +9,7 @@ import sys
 import warnings
 from typing import Callable
 
-from transforms.errors import EtlError, printable
+from tfrecord_etl.transforms.errors import EtlError, printable
 
 
 def quiet_logs(verbose: bool) -> None:
@@ -22,7 +22,7 @@ def quiet_logs(verbose: bool) -> None:
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     for name in ("apache_beam", "absl", "tensorflow"):  # a worker's failure comes back as our one line
         logging.getLogger(name).setLevel(logging.CRITICAL)
-    logging.getLogger("transforms").setLevel(logging.WARNING)
+    logging.getLogger("tfrecord_etl").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore")
 
 
@@ -65,13 +65,13 @@ class CommandParser(argparse.ArgumentParser):
             known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
             close = difflib.get_close_matches(m.group(1), known, n=1, cutoff=0.75)
             message = f"unknown flag {m.group(1)}" + (f" (did you mean {close[0]}?)" if close else "")
-        from transforms.errors import ConfigError
+        from tfrecord_etl.transforms.errors import ConfigError
         raise ConfigError(message, hint=f"{self.prog} --help lists every flag")
 
 
 def add_record_limit_flags(parser: argparse.ArgumentParser) -> None:
     """``--max_record_mb`` and ``--max_features``: the limits on hostile TFRecord files (verify, inspect)."""
-    from transforms import codec, tfrecord
+    from tfrecord_etl.transforms import codec, tfrecord
     parser.add_argument("--max_record_mb", type=float, default=tfrecord.MAX_RECORD_MB,
                         help="limit on one record in MiB (2**20 bytes), checked on its length header before it is read "
                              f"(default: {tfrecord.MAX_RECORD_MB:g}; protobuf's own limit is 2048)")
@@ -86,8 +86,8 @@ def record_limits(args) -> tuple[int, int]:
     Raises:
       ConfigError: ``--max_record_mb`` outside (0, 2047] or ``--max_features`` below 1.
     """
-    from transforms import tfrecord
-    from transforms.errors import ConfigError
+    from tfrecord_etl.transforms import tfrecord
+    from tfrecord_etl.transforms.errors import ConfigError
     if not 0 < args.max_record_mb <= 2047 or args.max_features < 1:
         raise ConfigError("--max_record_mb must be in (0, 2047] and --max_features at least 1",
                           hint=f"got --max_record_mb {args.max_record_mb}, --max_features {args.max_features}")
@@ -243,7 +243,7 @@ def run_pipeline(p) -> dict[str, int]:
         result.wait_until_finish()
     try:
         from apache_beam.metrics.metric import MetricsFilter
-        from transforms.beam_io import NAMESPACE
+        from tfrecord_etl.transforms.beam_io import NAMESPACE
         queried = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
     except Exception:  # noqa: BLE001 - e.g. DaskRunner implements no metrics
         return {}
@@ -251,7 +251,7 @@ def run_pipeline(p) -> dict[str, int]:
     for c in queried["counters"]:
         value = c.committed if c.committed is not None else c.attempted
         out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(value or 0)
-    from transforms.beam_io import SHARD_END_MS, SHARD_START_MS
+    from tfrecord_etl.transforms.beam_io import SHARD_END_MS, SHARD_START_MS
     starts, ends = [], []
     for d in queried.get("distributions", ()):
         value = d.committed if d.committed is not None else d.attempted

@@ -14,11 +14,11 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines import common
-from transforms import metadata, outdir, planning, tfrecord
-from transforms.config import ConvertConfig, ConvertOptions, parse_args
-from transforms.convert import ConvertToTFRecord, check_output
-from transforms.errors import printable
+from tfrecord_etl.pipelines import common
+from tfrecord_etl.transforms import metadata, outdir, planning, tfrecord
+from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, parse_args
+from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output
+from tfrecord_etl.transforms.errors import printable
 
 
 def local_workers(options: PipelineOptions) -> int:

@@ -22,9 +22,9 @@ import json
 
 import numpy as np
 
-from pipelines import common
-from transforms import codec, fileio, metadata, outdir, reader
-from transforms.errors import RecordError, printable
+from tfrecord_etl.pipelines import common
+from tfrecord_etl.transforms import codec, fileio, metadata, outdir, reader
+from tfrecord_etl.transforms.errors import RecordError, printable
 
 
 def summarize(output_dir: str, tf_read: bool = False, sample_records: int = 1000,
@@ -89,7 +89,7 @@ def summarize_files(pattern: str, tf_read: bool = False, sample_records: int = 1
       tf.train.Example or has more than ``max_features`` features (file, record index, byte offset).
       SchemaError: a feature with two list kinds.
     """
-    from transforms import verify
+    from tfrecord_etl.transforms import verify
     shards, sample, sample_path = [], [], ""
     for path, size in verify.list_record_files(pattern):
         compression = verify.file_compression(path)

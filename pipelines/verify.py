@@ -21,9 +21,9 @@ import argparse
 import json
 import sys
 
-from pipelines import common
-from transforms import verify as verify_lib
-from transforms.errors import EtlError, printable
+from tfrecord_etl.pipelines import common
+from tfrecord_etl.transforms import verify as verify_lib
+from tfrecord_etl.transforms.errors import EtlError, printable
 
 
 class TqdmProgress(verify_lib.Progress):

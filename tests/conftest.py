@@ -34,7 +34,7 @@ def fixture_file(relative: str) -> pathlib.Path:
 
 def run_command(module_main, argv, capsys=None):
     """Runs a pipeline's ``main`` like the command line does; returns (exit code, stdout, stderr)."""
-    from pipelines import common
+    from tfrecord_etl.pipelines import common
     code = common.run_main(module_main, [str(a) for a in argv])
     if capsys is None:
         return code, "", ""
@@ -44,6 +44,6 @@ def run_command(module_main, argv, capsys=None):
 
 def convert(input_pattern, output_dir, *flags, capsys=None, beam=True):
     """Runs ``python -m pipelines.convert`` in-process with the in-memory DirectRunner."""
-    from pipelines import convert as convert_module
+    from tfrecord_etl.pipelines import convert as convert_module
     argv = ["--input", input_pattern, "--output_dir", output_dir, *flags] + (BEAM_FLAGS if beam else [])
     return run_command(convert_module.main, argv, capsys)

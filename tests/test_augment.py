@@ -9,12 +9,12 @@ import h5py
 import numpy as np
 import pytest
 
-from pipelines import augment as augment_main
-from pipelines import common
+from tfrecord_etl.pipelines import augment as augment_main
+from tfrecord_etl.pipelines import common
 from tests.conftest import BEAM_FLAGS, convert, fixture_file, run_command
-from transforms import augment, codec, reader
-from transforms.codec import FeatureSpec
-from transforms.errors import ConfigError, RecordError, SchemaError
+from tfrecord_etl.transforms import augment, codec, reader
+from tfrecord_etl.transforms.codec import FeatureSpec
+from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
 
 PENGUIN = "tfx/components/testdata/penguin/data/Split-train/data_tfrecord-00000-of-00001.gz"
 ROWS = 300  # records of the generated collections: ids 0..299 in shard order
@@ -498,7 +498,7 @@ def test_decode_batch_equals_decode_example_per_record():
 
 
 def test_yaml_config_mappings_and_flag_precedence(tmp_path):
-    from transforms.config import parse_args
+    from tfrecord_etl.transforms.config import parse_args
     cfg_file = tmp_path / "augment.yaml"
     cfg_file.write_text("input: in/\noutput_dir: out/\nmode: sidecar\nconstants: {w: 0.5, flag: true}\n"
                         "join_fields: [array=label]\nfn_inputs: [a, b]\npipeline_options: {runner: DirectRunner}\n")

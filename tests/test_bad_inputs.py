@@ -86,9 +86,9 @@ def test_truncated_rows_of_npy_name_the_row_range(tmp_path, capsys):
     """A .npy cut short after planning: the worker's error names the file and row range."""
     path = tmp_path / "a.npy"
     np.save(path, np.arange(1000, dtype="<i8").reshape(100, 10))
-    from transforms.planning import plan_inputs
-    from transforms.errors import SourceError
-    from transforms.sources import SourceOptions
+    from tfrecord_etl.transforms.planning import plan_inputs
+    from tfrecord_etl.transforms.errors import SourceError
+    from tfrecord_etl.transforms.sources import SourceOptions
     plan = plan_inputs(str(path), SourceOptions(target_range_bytes=800, format="npy"))
     path.write_bytes(path.read_bytes()[:-500])
     with pytest.raises(SourceError, match=r"a\.npy.*rows='\d+-\d+'.*truncated"):
@@ -124,7 +124,7 @@ def test_existing_output_dir_is_refused_unless_overwrite(tmp_path, capsys):
 def test_invalid_config_is_one_line(tmp_path, capsys, yaml_text, words):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml_text)
-    from pipelines import convert as convert_module
+    from tfrecord_etl.pipelines import convert as convert_module
     from tests.conftest import run_command
     code, _, err = run_command(convert_module.main, ["--config", cfg, "--input", "x.npy", "--output_dir",
                                                      tmp_path / "o"], capsys)
@@ -133,7 +133,7 @@ def test_invalid_config_is_one_line(tmp_path, capsys, yaml_text, words):
 
 
 def test_missing_input_is_one_line(tmp_path, capsys):
-    from pipelines import convert as convert_module
+    from tfrecord_etl.pipelines import convert as convert_module
     from tests.conftest import run_command
     code, _, err = run_command(convert_module.main, ["--output_dir", tmp_path / "o"], capsys)
     assert code == 2 and "missing required key 'input' (--input)" in err

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
-from transforms import codec
-from transforms.codec import FeatureSpec
-from transforms.errors import RecordError, SchemaError
+from tfrecord_etl.transforms import codec
+from tfrecord_etl.transforms.codec import FeatureSpec
+from tfrecord_etl.transforms.errors import RecordError, SchemaError
 
 NUMERIC = ["?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16"]
 TEXT = ["S5", "U3", "V4"]

@@ -8,9 +8,9 @@ import h5py
 import numpy as np
 import pytest
 
-from pipelines import common
+from tfrecord_etl.pipelines import common
 from tests.conftest import convert, fixture_file
-from transforms import reader
+from tfrecord_etl.transforms import reader
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def test_gzip_output_and_arrays_mode_npz_with_varying_shapes(tmp_path):
 
 
 def test_help_lists_custom_flags_with_defaults(capsys):
-    from pipelines import convert as convert_module
+    from tfrecord_etl.pipelines import convert as convert_module
     with pytest.raises(SystemExit) as exit_info:
         common.run_main(convert_module.main, ["--help"])
     assert exit_info.value.code == 0
@@ -192,7 +192,7 @@ def test_config_file_and_flag_precedence(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"input: {tmp_path / 'a.npy'}\noutput_dir: {tmp_path / 'out'}\ncompression: gzip\n"
                    "num_shards: 2\npipeline_options:\n  runner: DirectRunner\n  direct_running_mode: in_memory\n")
-    from pipelines import convert as convert_module
+    from tfrecord_etl.pipelines import convert as convert_module
     from tests.conftest import run_command
     code, _, _ = run_command(convert_module.main, ["--config", cfg, "--num_shards", "1"])
     assert code == 0
@@ -218,9 +218,9 @@ def test_planned_writer_reruns_are_byte_identical(tmp_path):
 
 
 def test_planned_shard_retry_leaves_exactly_one_final_file_and_failure_leaves_none(tmp_path):
-    from transforms import beam_io, planning
-    from transforms.errors import SourceError
-    from transforms.sources import SourceOptions
+    from tfrecord_etl.transforms import beam_io, planning
+    from tfrecord_etl.transforms.errors import SourceError
+    from tfrecord_etl.transforms.sources import SourceOptions
     make_h5(tmp_path / "in.h5", rows=200)
     plan = planning.plan_inputs(str(tmp_path / "in.h5"), SourceOptions(target_range_bytes=20000))
     specs = planning.choose_encodings(plan.specs, "tensor", {})

@@ -11,9 +11,9 @@ import h5py
 import numpy as np
 import pytest
 
-from transforms import codec, reader
-from transforms.codec import ENCODINGS, FeatureSpec
-from transforms.errors import RecordError, SchemaError
+from tfrecord_etl.transforms import codec, reader
+from tfrecord_etl.transforms.codec import ENCODINGS, FeatureSpec
+from tfrecord_etl.transforms.errors import RecordError, SchemaError
 from tests.conftest import convert, fixture_file, run_command
 from tests.test_codec import NUMERIC, TEXT, TIME, assert_exact, sample
 
@@ -40,8 +40,8 @@ def tf_rows(tf, records, spec):
 
 
 def test_registry_is_the_one_list_of_encodings_and_config_takes_its_names():
-    from pipelines.augment import AugmentConfig
-    from transforms.config import ConvertConfig
+    from tfrecord_etl.pipelines.augment import AugmentConfig
+    from tfrecord_etl.transforms.config import ConvertConfig
     assert list(ENCODINGS) == ["tensor", "list", "zlib", "packbits"]
     for name in ENCODINGS:
         assert ConvertConfig(input="a.h5", output_dir="o", encoding=name, feature_encodings={"x": name}).encoding == name
@@ -235,7 +235,7 @@ def test_convert_with_zlib_and_packbits_round_trips_through_every_reader_and_ver
         image = tf.io.decode_raw(tf.io.decode_compressed(ex["image"], "ZLIB"), tf.uint8).numpy().reshape(32, 32)
         bits = np.unpackbits(tf.io.decode_raw(ex["mask"], tf.uint8).numpy().reshape(32, 4), axis=-1)
         assert np.array_equal(image, crops[i]) and np.array_equal(bits.astype(bool), mask[i])
-    from pipelines import verify as verify_module
+    from tfrecord_etl.pipelines import verify as verify_module
     code, stdout, _ = run_command(verify_module.main, [str(out), "--source", str(tmp_path / "in.h5")], capsys)
     assert code == 0, stdout
     # a flipped bit in a mask (valid CRC) is caught by the source comparison
@@ -248,14 +248,14 @@ def test_convert_with_zlib_and_packbits_round_trips_through_every_reader_and_ver
     flipped = mask[0].copy()
     flipped[5, 5] = not flipped[5, 5]
     new = codec.drop_features(records[0], {"mask"}) + codec.encode_batch({"mask": flipped[None]}, [spec], 1)[0]
-    from transforms import tfrecord
+    from tfrecord_etl.transforms import tfrecord
     shard.write_bytes(tfrecord.frame_records([new] + records[1:]))
     code, stdout, _ = run_command(verify_module.main, [str(out), "--source", str(tmp_path / "in.h5")], capsys)
     assert code == 1 and "mask" in stdout
 
 
 def test_augment_writes_new_features_with_the_new_encodings(tmp_path, tf, capsys):
-    from pipelines import augment as augment_main
+    from tfrecord_etl.pipelines import augment as augment_main
     from tests.conftest import BEAM_FLAGS
     ids = np.arange(40, dtype="<i8")
     np.save(tmp_path / "ids.npy", ids)

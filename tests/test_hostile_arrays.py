@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import convert, run_command
-from transforms.planning import plan_inputs
-from transforms.errors import SourceError
-from transforms.sources import NpzSource, RowRange, SourceOptions
+from tfrecord_etl.transforms.planning import plan_inputs
+from tfrecord_etl.transforms.errors import SourceError
+from tfrecord_etl.transforms.sources import NpzSource, RowRange, SourceOptions
 
 
 def npy_header(shape, dtype="<f8", fortran=False) -> bytes:
@@ -96,7 +96,7 @@ def test_npy_header_declaring_more_rows_than_present_is_one_line(tmp_path, capsy
 def test_lying_headers_on_s3_are_refused_from_the_object_size(s3, tmp_path):
     """Issue 10 case 13: on s3:// the declared sizes are checked against the object's size too (.npy and an
     npz member), before planning."""
-    from pipelines import common
+    from tfrecord_etl.pipelines import common
     client, flags = s3
     common.configure_filesystems(flags)
     client.put_object(Bucket=BUCKET, Key="lie/huge.npy", Body=npy_header((10**12,)))
@@ -278,7 +278,7 @@ def test_ratio_flag_reaches_convert(tmp_path, capsys):
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["num_records"] == 2 * MB // 8
     # verify --source re-reads the source with the convert's own limit (from metadata.json options)
-    from pipelines import verify as verify_module
+    from tfrecord_etl.pipelines import verify as verify_module
     code, stdout, err = run_command(verify_module.main, [out, "--source", path], capsys)
     assert code == 0 and f"{2 * MB // 8} of {2 * MB // 8} rows compared" in stdout, (stdout, err)
 
@@ -372,7 +372,7 @@ def test_ranges_in_order_decompress_each_byte_once(tmp_path, monkeypatch, order)
     assert len(plan.ranges) >= 100
     produced = _count_decompressed(monkeypatch)
     inflated = [0]  # bytes our forked column inflaters produce (Fortran order)
-    from transforms.sources import npz
+    from tfrecord_etl.transforms.sources import npz
     real_produce = npz._Inflater._produce
 
     def counting_produce(self, n):
@@ -410,7 +410,7 @@ def test_arrays_mode_reads_members_exactly(tmp_path):
 def test_convert_then_verify_source_on_compressed_npz(tmp_path, capsys):
     """Issue 10 case 15: convert (planned writer, small ranges) and verify --source agree exactly on a
     compressed npz read through the streaming reader."""
-    from pipelines import verify as verify_module
+    from tfrecord_etl.pipelines import verify as verify_module
     rng = np.random.default_rng(3)
     path = tmp_path / "v.npz"
     np.savez_compressed(path, x=rng.standard_normal((3000, 8)).astype("<f4"),
@@ -446,7 +446,7 @@ def test_device_input_is_refused_without_reading(fmt):
 def test_fortran_member_with_many_columns_is_exact(tmp_path):
     """Issue 10 case 15: a deflated Fortran-order member with more columns than MAX_COLUMN_STREAMS (257 here)
     falls back to one stream per member and is still exact, in order and reversed."""
-    from transforms.sources import MAX_COLUMN_STREAMS
+    from tfrecord_etl.transforms.sources import MAX_COLUMN_STREAMS
     x = np.asfortranarray(np.arange(120 * (MAX_COLUMN_STREAMS + 1), dtype="<i4").reshape(120, -1))
     path = tmp_path / "wide.npz"
     np.savez_compressed(path, x=x)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import BEAM_FLAGS, convert, run_command
-from transforms import config as config_lib
-from transforms.errors import ConfigError
+from tfrecord_etl.transforms import config as config_lib
+from tfrecord_etl.transforms.errors import ConfigError
 
 HINT_FLAGS = " Hint: see --help for our flags; Beam's are listed in its PipelineOptions"
 HINT_KEYS = " Hint: see --help for every key, its type and default"
@@ -58,7 +58,7 @@ def test_misspelled_convert_flag_is_refused(npy10, tmp_path, capsys, flags, expe
 
 def test_misspelled_augment_flag_is_refused(tmp_path, capsys):
     """Issue 10 case 12: augment takes the same check (its flags and Beam's)."""
-    from pipelines import augment
+    from tfrecord_etl.pipelines import augment
     code, _, err = run_command(augment.main, ["--input", str(tmp_path / "x*.tfrecord"), "--output_dir",
                                               str(tmp_path / "out"), "--overwrit", *BEAM_FLAGS], capsys)
     assert one_error_line(code, err) == f"error: ConfigError: unknown flag --overwrit (did you mean --overwrite?)" \
@@ -67,7 +67,7 @@ def test_misspelled_augment_flag_is_refused(tmp_path, capsys):
 
 def test_misspelled_verify_flag_is_refused(tmp_path, capsys):
     """Issue 10 case 12: verify's and inspect's parsers refuse an unknown flag in one line, with a suggestion."""
-    from pipelines import inspect, verify
+    from tfrecord_etl.pipelines import inspect, verify
     code, _, err = run_command(verify.main, [str(tmp_path), "--sorce", "x.h5"], capsys)
     assert one_error_line(code, err) == ("error: ConfigError: unknown flag --sorce (did you mean --source?) "
                                          "Hint: python -m pipelines.verify --help lists every flag")
@@ -79,7 +79,7 @@ def test_misspelled_yaml_pipeline_option_is_refused(npy10, tmp_path, capsys):
     """Issue 10 case 12: a misspelled key of the YAML ``pipeline_options`` mapping was dropped by Beam."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"input: {npy10}\npipeline_options:\n  runner: DirectRunner\n  direct_runing_mode: in_memory\n")
-    code, _, err = run_command(__import__("pipelines.convert").convert.main,
+    code, _, err = run_command(__import__("tfrecord_etl.pipelines.convert", fromlist=["main"]).main,
                                ["--config", cfg, "--output_dir", tmp_path / "out"], capsys)
     assert one_error_line(code, err) == ("error: ConfigError: unknown flag --direct_runing_mode (did you mean "
                                          f"--direct_running_mode?){HINT_FLAGS}")
@@ -124,7 +124,7 @@ def test_duplicate_yaml_key_is_refused(npy10, tmp_path, capsys):
     """Issue 10 case 12: a key repeated in the YAML config silently took the last value."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"input: {npy10}\ncompression: gzip\nnum_shards: 2\ncompression: none\n")
-    from pipelines import convert as convert_module
+    from tfrecord_etl.pipelines import convert as convert_module
     code, _, err = run_command(convert_module.main, ["--config", cfg, "--output_dir", tmp_path / "out"], capsys)
     assert one_error_line(code, err) == (f"error: ConfigError: Duplicate key 'compression' in the config file "
                                          f"(line 4, first on line 2) [file='{cfg}'] Hint: keep one of them")
@@ -157,7 +157,7 @@ def test_yaml_billion_laughs_is_refused(npy10, tmp_path, capsys):
     cfg = tmp_path / "bomb.yaml"
     cfg.write_text(BILLION_LAUGHS)
     assert cfg.stat().st_size < 600
-    from pipelines import convert as convert_module
+    from tfrecord_etl.pipelines import convert as convert_module
     code, _, err = run_command(convert_module.main, ["--config", cfg, "--input", npy10, "--output_dir",
                                                      tmp_path / "out"], capsys)
     assert one_error_line(code, err) == (f"error: ConfigError: YAML anchors and aliases (&a / *a) are not allowed "
@@ -199,7 +199,7 @@ def test_more_shards_than_rows_are_refused(npy10, tmp_path, capsys):
 
 def test_num_shards_limits_in_one_place():
     """Issue 10 case 14: sharding.check_num_shards holds the shard-count limits (rows and file-name digits)."""
-    from transforms import sharding
+    from tfrecord_etl.transforms import sharding
     assert sharding.check_num_shards(10, 10) == 10
     assert sharding.check_num_shards(1, 0) == 1
     with pytest.raises(ConfigError, match=r"^--num_shards 2 is more than the 0 rows"):
@@ -213,7 +213,7 @@ def test_num_shards_limits_in_one_place():
 def test_default_shard_count_is_capped_at_rows(npy10, tmp_path):
     """Issue 10 case 14: the default count (one shard per local worker at least) never exceeds the rows."""
     from apache_beam.options.pipeline_options import PipelineOptions
-    from pipelines import convert as convert_module
+    from tfrecord_etl.pipelines import convert as convert_module
     cfg = config_lib.ConvertConfig(input=str(npy10), output_dir=str(tmp_path / "o"))
     options = PipelineOptions(["--runner=DirectRunner", "--direct_num_workers=12"])
     assert convert_module.build_plan(cfg, options).num_shards == 10
@@ -285,7 +285,7 @@ def test_disk_full_is_one_line(incompressible, tmp_path, capsys, writer):
 @pytest.mark.timeout(300)
 def test_disk_full_during_augment_is_one_line(incompressible, tmp_path, capsys):
     """Issue 10 case 16: disk full (ENOSPC) while augment writes its shards ended in a traceback."""
-    from pipelines import augment as augment_main
+    from tfrecord_etl.pipelines import augment as augment_main
     assert convert(incompressible, tmp_path / "coll", capsys=capsys)[0] == 0
     with tiny_tmpfs(tmp_path / "mnt") as mnt:
         out = mnt / "out"
@@ -328,7 +328,7 @@ def test_unwritable_output_directory_is_one_line(incompressible, tmp_path, capsy
 def test_output_oserror_raised_directly_is_one_line(npy10, tmp_path, capsys, monkeypatch):
     """Issue 10 case 16: an OSError of the output raised in the launcher itself (not in a worker), e.g. the
     output directory being a file (ENOTDIR), is one line naming the path."""
-    from transforms import outdir
+    from tfrecord_etl.transforms import outdir
     target = tmp_path / "file" / "out"
 
     def not_a_dir(*a, **k):
@@ -342,7 +342,7 @@ def test_output_oserror_raised_directly_is_one_line(npy10, tmp_path, capsys, mon
 
 def test_memory_error_is_one_line(npy10, tmp_path, capsys, monkeypatch):
     """Issue 10 case 16: a MemoryError (e.g. an --fn returning 50 MB per record) ended in a traceback."""
-    from pipelines import convert as convert_module
+    from tfrecord_etl.pipelines import convert as convert_module
 
     def out_of_memory(cfg, options=None):
         raise MemoryError()
@@ -371,13 +371,13 @@ def test_memory_error_is_one_line(npy10, tmp_path, capsys, monkeypatch):
 ], ids=["enospc", "eacces", "edquot", "memory", "other"])
 def test_worker_output_errors_in_beam_text_are_one_line(text, expected):
     """Issue 10 case 16: Beam's multi-process runners re-raise a worker's OSError as text in a RuntimeError."""
-    from pipelines import common
+    from tfrecord_etl.pipelines import common
     assert common._output_error_line(RuntimeError(text), "o") == expected
 
 
 def test_worker_disk_full_through_run_main(tmp_path, capsys):
     """Issue 10 case 16: run_main turns a Beam-wrapped disk-full error (augment, beam writer) into one line."""
-    from pipelines import common
+    from tfrecord_etl.pipelines import common
 
     def failing(argv):
         raise RuntimeError("OSError: [Errno 28] No space left on device [while running 'AugmentShards/Write']")

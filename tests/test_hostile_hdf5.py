@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, convert
-from transforms import reader
-from transforms.errors import EtlError, SourceError
-from transforms.sources import Hdf5Source, RowRange, SourceOptions
+from tfrecord_etl.transforms import reader
+from tfrecord_etl.transforms.errors import EtlError, SourceError
+from tfrecord_etl.transforms.sources import Hdf5Source, RowRange, SourceOptions
 
 SECRET = b"root:x:0:0:SECRET-BYTES-NEVER-TO-BE-READ:/root:/bin/bash\n" * 4
 
@@ -53,8 +53,8 @@ def test_external_storage_outside_is_refused(tmp_path, secret, capsys):
 def test_external_storage_through_augment_join_and_verify_source(tmp_path, secret, capsys):
     """Issue 10 case 9: the same file given to augment --join_input or verify --source is refused too
     (they read sources through the same Hdf5Source); the secret never reaches the augmented output."""
-    from pipelines import augment as augment_main
-    from pipelines import verify as verify_main
+    from tfrecord_etl.pipelines import augment as augment_main
+    from tfrecord_etl.pipelines import verify as verify_main
     from tests.conftest import BEAM_FLAGS, run_command
     (tmp_path / "in").mkdir()
     n = len(SECRET)
@@ -215,7 +215,7 @@ def test_a_chunk_spanning_many_row_ranges_is_decompressed_once(tmp_path, monkeyp
     """Issue 10 case 15: a gzip chunk of 4,000 rows read as 40 row ranges of 100 rows was re-read and
     re-decompressed per range (the file was opened per range); now one open file and one open dataset
     per worker thread keep HDF5's chunk cache (64 MiB) across the ranges of a shard."""
-    from transforms.sources import hdf5 as sources
+    from tfrecord_etl.transforms.sources import hdf5 as sources
     path = tmp_path / "c.h5"
     data = np.random.default_rng(0).integers(0, 1000, size=(4000, 16)).astype("<i4")
     with h5py.File(path, "w") as f:

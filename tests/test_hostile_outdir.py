@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import BEAM_FLAGS, ROOT, convert, run_command
-from transforms import outdir, reader
-from transforms.errors import ConfigError
+from tfrecord_etl.transforms import outdir, reader
+from tfrecord_etl.transforms.errors import ConfigError
 
 ROWS = 40
 
@@ -45,7 +45,7 @@ def read_x(out):
 
 
 def augment(input_pattern, output_dir, *flags, capsys=None):
-    from pipelines import augment as augment_main
+    from tfrecord_etl.pipelines import augment as augment_main
     argv = ["--input", input_pattern, "--output_dir", output_dir, "--constants", "k=1", *flags] + BEAM_FLAGS
     return run_command(augment_main.main, argv, capsys)
 

@@ -15,14 +15,14 @@ import h5py
 import numpy as np
 import pytest
 
-from pipelines import augment as augment_main
-from pipelines import inspect as inspect_main
-from pipelines import verify as verify_main
-from pipelines.augment import AugmentConfig
+from tfrecord_etl.pipelines import augment as augment_main
+from tfrecord_etl.pipelines import inspect as inspect_main
+from tfrecord_etl.pipelines import verify as verify_main
+from tfrecord_etl.pipelines.augment import AugmentConfig
 from tests.conftest import BEAM_FLAGS, convert, run_command
-from transforms import augment, codec, fileio, metadata, reader, tfrecord
-from transforms import verify as verify_lib
-from transforms.errors import ConfigError, RecordError, SchemaError, SourceError, printable
+from tfrecord_etl.transforms import augment, codec, fileio, metadata, reader, tfrecord
+from tfrecord_etl.transforms import verify as verify_lib
+from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError, printable
 
 HUGE = 3 * 2**29  # 1.5 GiB: the length a lying header declares
 

@@ -1,10 +1,13 @@
-"""Deployment: what Dataflow workers do with ``--setup_file ./setup.py``, and the cluster configs.
+"""Deployment: what Dataflow workers do with ``--setup_file ./setup.py``, the wheel next to the PyPI distributions
+that install top-level ``transforms`` / ``pipelines`` packages of their own, and the cluster configs.
 
 Beam's launcher builds an sdist of this project from setup.py (the Stager's own code is used here), the
-workers install it and import ``pipelines`` / ``transforms`` from it, never from a checkout. Here: the
-sdist goes into a fresh venv (the heavy dependencies come from .venv's site-packages through a .pth
-file, so nothing is downloaded) and ``python -m pipelines.convert`` runs from a temp dir outside the repo,
-on DirectRunner with worker processes that import the installed copy too.
+workers install it and import ``tfrecord_etl.transforms`` / ``tfrecord_etl.pipelines`` from it, never from a
+checkout. Here: the sdist goes into a fresh venv (the heavy dependencies come from .venv's site-packages through
+a .pth file, so nothing is downloaded) and ``python -m tfrecord_etl.pipelines.convert`` runs from a temp dir
+outside the repo, on DirectRunner with worker processes that import the installed copy too. The wheel goes into
+another fresh venv that already holds PyPI's ``transforms`` 0.2.1 and ``pipelines`` 0.0.14 (fetched by
+run_tests.sh into .fixtures/clash), and the ``tfrecord-etl`` console command converts there.
 """
 from __future__ import annotations
 
@@ -20,7 +23,9 @@ import tarfile
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, convert
+from tests.conftest import FIXTURES, ROOT, convert
+
+CLASH = FIXTURES.parent / "clash"  # PyPI's transforms and pipelines distributions (see .ci/env.sh)
 
 NOT_SHIPPED = (".venv*", ".git", ".fixtures", "out", "build", "dist", "*.egg-info", "__pycache__", ".hypothesis",
                ".pytest_cache", "tests", "bench")
@@ -39,16 +44,16 @@ def sdist(tmp_path_factory):
 def test_sdist_holds_every_module(sdist):
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-    for package in ("pipelines", "transforms"):
+    for package in ("pipelines", "transforms", "tfrecord_etl"):
         modules = {f"{package}/{p}" for p in os.listdir(ROOT / package) if p.endswith(".py")}
         assert modules <= names, sorted(modules - names)
     assert "setup.py" in names
 
 
-@pytest.fixture(scope="module")
-def installed(sdist, tmp_path_factory):
-    """A fresh venv with only the sdist installed (--no-deps); .venv's site-packages on its path by .pth."""
-    venv = tmp_path_factory.mktemp("venv") / "fresh"
+def fresh_venv(parent, *packages) -> tuple:
+    """A fresh venv with only ``packages`` installed (--no-deps, no index); .venv's site-packages on its path by
+    a .pth file. Returns (its python, its site-packages)."""
+    venv = parent / "fresh"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -57,8 +62,14 @@ def installed(sdist, tmp_path_factory):
     with open(os.path.join(site, "_tfrecord_etl_deps.pth"), "w") as f:
         f.write(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    "--no-build-isolation", "--no-index", sdist], check=True, capture_output=True)
+                    "--no-build-isolation", "--no-index", *map(str, packages)], check=True, capture_output=True)
     return python, site
+
+
+@pytest.fixture(scope="module")
+def installed(sdist, tmp_path_factory):
+    """A fresh venv with only the sdist installed, as a Dataflow worker installs --setup_file."""
+    return fresh_venv(tmp_path_factory.mktemp("venv"), sdist)
 
 
 def clean_env(home) -> dict:
@@ -71,15 +82,15 @@ def test_installed_package_converts_from_outside_the_repo(installed, tmp_path):
     python, site = installed
     work = tmp_path / "elsewhere"
     work.mkdir()
-    where = subprocess.run([str(python), "-c", "import pipelines, transforms; print(pipelines.__file__); "
-                            "print(transforms.__file__)"], cwd=work, env=clean_env(tmp_path),
+    where = subprocess.run([str(python), "-c", "import tfrecord_etl.pipelines as p, tfrecord_etl.transforms as t; "
+                            "print(p.__file__); print(t.__file__)"], cwd=work, env=clean_env(tmp_path),
                            check=True, capture_output=True, text=True).stdout.split()
     assert all(w.startswith(site) for w in where), where  # the installed copy, not the checkout
 
     ids = np.arange(400, dtype="<i8")
     np.savez(work / "in.npz", id=ids, x=np.stack([ids, -ids], axis=1).astype(">f4"))
     flags = ["--num_shards", "2", "--compression", "gzip", "--target_range_mb", "0.002"]
-    result = subprocess.run([str(python), "-m", "pipelines.convert", "--input", "in.npz", "--output_dir", "out",
+    result = subprocess.run([str(python), "-m", "tfrecord_etl.pipelines.convert", "--input", "in.npz", "--output_dir", "out",
                              *flags, "--runner=DirectRunner", "--direct_running_mode=multi_processing",
                              "--direct_num_workers=2"],
                             cwd=work, env=clean_env(tmp_path), capture_output=True, text=True, timeout=300)
@@ -92,6 +103,75 @@ def test_installed_package_converts_from_outside_the_repo(installed, tmp_path):
     for name in ("data-00000-of-00002.tfrecord.gz", "data-00001-of-00002.tfrecord.gz", "schema.pbtxt"):
         assert (work / "out" / name).read_bytes() == (tmp_path / "here" / name).read_bytes(), name
     assert json.loads((work / "out" / "metadata.json").read_text())["num_records"] == 400
+
+
+def test_wheel_installs_next_to_pypi_transforms_and_pipelines_and_the_console_command_converts(tmp_path):
+    """Issue 11: the wheel installed top-level ``transforms`` and ``pipelines``, as PyPI's ``transforms`` and
+    ``pipelines`` distributions do: installing both shadowed one or the other."""
+    clash = sorted(CLASH.glob("transforms-*")) + sorted(CLASH.glob("pipelines-*"))
+    if len(clash) != 2:
+        pytest.fail(f"{CLASH} lacks the PyPI transforms/pipelines distributions: run ./run_tests.sh, which fetches them")
+    wheels = tmp_path / "wheels"
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*NOT_SHIPPED))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                    "-w", str(wheels), str(src)], check=True, capture_output=True)
+    wheel = next(wheels.glob("tfrecord_etl-*.whl"))
+    import zipfile
+    tops = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist() if not n.startswith("tfrecord_etl-")}
+    assert tops == {"tfrecord_etl"}, tops  # one import package, nothing top-level of another name
+    python, site = fresh_venv(tmp_path, *clash, wheel)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    probe = ("import importlib.util as u, tfrecord_etl.transforms.codec as c; "
+             "print(u.find_spec('transforms').origin); print(u.find_spec('pipelines').origin); print(c.__file__)")
+    theirs_t, theirs_p, ours = subprocess.run([str(python), "-c", probe], cwd=work, env=clean_env(tmp_path),
+                                              check=True, capture_output=True, text=True).stdout.split()
+    assert theirs_t == os.path.join(site, "transforms", "__init__.py")  # PyPI's, untouched
+    assert os.path.exists(os.path.join(site, "transforms", "safe_html.py"))
+    assert theirs_p == os.path.join(site, "pipelines", "__init__.py") and os.path.isdir(os.path.join(site, "pipelines", "api"))
+    assert not os.path.exists(os.path.join(site, "transforms", "codec"))  # ours did not mix into theirs
+    assert ours.startswith(os.path.join(site, "tfrecord_etl", "transforms"))
+
+    with __import__("h5py").File(work / "in.h5", "w") as f:
+        f["x"] = np.arange(60, dtype=">f8").reshape(20, 3)
+        f["mask"] = np.arange(20 * 9).reshape(20, 9) % 3 == 0
+    command = os.path.join(os.path.dirname(python), "tfrecord-etl")
+    result = subprocess.run([command, "convert", "--input", "in.h5", "--output_dir", "out", "--num_shards", "2",
+                             "--feature_encodings", "mask=packbits", "--runner=DirectRunner",
+                             "--direct_running_mode=in_memory"], cwd=work, env=clean_env(tmp_path),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "wrote 20 examples in 2 shards" in result.stdout
+    result = subprocess.run([command, "verify", "out", "--source", "in.h5"], cwd=work, env=clean_env(tmp_path),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    result = subprocess.run([command, "nope"], cwd=work, env=clean_env(tmp_path), capture_output=True, text=True)
+    assert result.returncode == 2 and result.stderr.startswith("error: unknown command 'nope'")
+    from tfrecord_etl.transforms import reader
+    got = list(reader.iter_numpy(str(work / "out")))
+    assert [e["x"].tolist() for e in got] == np.arange(60, dtype="<f8").reshape(20, 3).tolist()
+    assert [e["mask"].tolist() for e in got] == (np.arange(180).reshape(20, 9) % 3 == 0).tolist()
+
+
+def test_public_surface_loads_lazily_and_names_exist():
+    """``import tfrecord_etl`` imports neither Beam nor TensorFlow; every name in __all__ resolves."""
+    probe = ("import sys, tfrecord_etl as te; print('apache_beam' in sys.modules or 'tensorflow' in sys.modules); "
+             "[getattr(te, n) for n in te.__all__]; print(te.ConvertToTFRecord.__module__, te.reader.__name__)")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.split()
+    assert out == ["False", "tfrecord_etl.transforms.convert", "tfrecord_etl.transforms.reader"]
+
+
+def test_no_module_imports_the_repo_packages_by_their_bare_names():
+    """One import name (tfrecord_etl.*): a bare ``transforms``/``pipelines`` import would load a second copy of
+    every module (two identities for each error class) and resolve to another distribution when installed."""
+    import re
+    bare = re.compile(r"^\s*(from|import)\s+(transforms|pipelines)\b", re.M)
+    hits = [str(p.relative_to(ROOT)) for folder in ("transforms", "pipelines", "tests", "bench", "configs",
+                                                     "tfrecord_etl")
+            for p in (ROOT / folder).rglob("*.py") if bare.search(p.read_text())]
+    assert hits == []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -108,7 +188,7 @@ def test_installed_package_converts_from_outside_the_repo(installed, tmp_path):
 ])
 def test_cluster_configs_parse(name, runner, checks, caplog):
     from apache_beam.options import pipeline_options as po
-    from transforms.config import ConvertConfig, load_yaml, validate
+    from tfrecord_etl.transforms.config import ConvertConfig, load_yaml, validate
     values = load_yaml(str(ROOT / "configs" / name))
     cfg = validate(ConvertConfig, {**values, "input": "gs://b/in/*.h5", "output_dir": "gs://b/out"})
     assert cfg.writer == "planned"

@@ -8,10 +8,10 @@ import h5py
 import numpy as np
 import pytest
 
-from transforms import planning, reader, sharding, sink, tfrecord
-from transforms.config import ConvertConfig
-from transforms.errors import ConfigError, SchemaError
-from transforms.sources import SourceOptions
+from tfrecord_etl.transforms import planning, reader, sharding, sink, tfrecord
+from tfrecord_etl.transforms.config import ConvertConfig
+from tfrecord_etl.transforms.errors import ConfigError, SchemaError
+from tfrecord_etl.transforms.sources import SourceOptions
 
 
 # -- the shard-count policy --------------------------------------------------------------------------------
@@ -113,7 +113,7 @@ def test_convert_to_tfrecord_in_a_user_pipeline(h5, tmp_path):
     import apache_beam as beam
     import tensorflow as tf
     from apache_beam.options.pipeline_options import PipelineOptions
-    from transforms.convert import ConvertToTFRecord
+    from tfrecord_etl.transforms.convert import ConvertToTFRecord
     out = tmp_path / "out"
     os.makedirs(out)
     (out / "notes.txt").write_text("mine")
@@ -140,8 +140,8 @@ def test_convert_to_tfrecord_in_a_user_pipeline(h5, tmp_path):
 def test_augment_tfrecord_in_a_user_pipeline(h5, tmp_path):
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
-    from transforms.augment import AugmentTFRecord
-    from transforms.convert import ConvertToTFRecord
+    from tfrecord_etl.transforms.augment import AugmentTFRecord
+    from tfrecord_etl.transforms.convert import ConvertToTFRecord
     flags = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
     src, side = tmp_path / "src", tmp_path / "side"
     with beam.Pipeline(options=flags) as p:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import convert, fixture_file
-from transforms import reader
+from tfrecord_etl.transforms import reader
 
 TABLES = "tables/tests/"
 SAMPLE_DATA = "matplotlib/mpl-data/sample_data/"

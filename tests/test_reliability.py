@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, convert
-from transforms import reader
-from transforms.errors import IncompleteOutputError
+from tfrecord_etl.transforms import reader
+from tfrecord_etl.transforms.errors import IncompleteOutputError
 
 
 def corrupt_h5(path, rows=1000, bad_chunk=3):

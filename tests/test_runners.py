@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import run_command
-from transforms import reader
+from tfrecord_etl.transforms import reader
 
 ROWS = 240
 DASK = "apache_beam.runners.dask.dask_runner.DaskRunner"
@@ -116,7 +116,7 @@ def converted(inputs, tmp_path_factory):
 
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_convert_on_runner(runner, inputs, converted, tmp_path_factory, request, capsys):
-    from pipelines import convert
+    from tfrecord_etl.pipelines import convert
     directory, data = inputs
     out = tmp_path_factory.mktemp("convert") / runner
     code, stdout, err = run(convert, ["--input", directory / "in.h5", "--output_dir", out, *CONVERT_FLAGS], runner,
@@ -156,7 +156,7 @@ def augmented():
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_augment_on_runner(runner, inputs, converted, augmented, tmp_path_factory, request):
     """Rewrite mode with a user function, a position join (a side input: counts -> offsets) and constants."""
-    from pipelines import augment
+    from tfrecord_etl.pipelines import augment
     directory, data = inputs
     if "direct-in_memory" not in converted:
         pytest.skip("needs the in_memory convert output")
@@ -208,8 +208,8 @@ def sink_transforms(p) -> list[str]:
 def convert_pipeline(argv):
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
-    from pipelines import convert
-    from transforms.config import ConvertConfig, ConvertOptions, parse_args
+    from tfrecord_etl.pipelines import convert
+    from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, parse_args
     cfg, beam_argv = parse_args([str(a) for a in argv], ConvertConfig, ConvertOptions, "convert", "")
     p = beam.Pipeline(options=PipelineOptions(beam_argv))
     convert.build_pipeline(p, cfg, convert.build_plan(cfg, p.options))
@@ -232,9 +232,9 @@ def test_convert_pipeline_has_exactly_one_leaf(inputs, tmp_path, flags):
 def test_augment_pipeline_has_exactly_one_leaf(inputs, converted, tmp_path):
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
-    from pipelines import augment as augment_main
-    from transforms import augment
-    from transforms.config import parse_args
+    from tfrecord_etl.pipelines import augment as augment_main
+    from tfrecord_etl.transforms import augment
+    from tfrecord_etl.transforms.config import parse_args
     directory, _ = inputs
     if "direct-in_memory" not in converted:
         pytest.skip("needs the in_memory convert output")
@@ -254,7 +254,7 @@ def test_beam_writer_is_not_usable_on_dask(inputs, converted, tmp_path, request,
     here: the run completes but leaves several ``beam-temp-*`` directories, one holding a second copy of
     every shard; seen elsewhere: it fails at finalize. The planned writer (the default) is the one that
     works on Dask (test_convert_on_runner). If this test fails, Beam fixed it: update the README."""
-    from pipelines import convert
+    from tfrecord_etl.pipelines import convert
     directory, _ = inputs
     out = tmp_path / "out"
     code, _, _ = run(convert, ["--input", directory / "in.h5", "--output_dir", out, *CONVERT_FLAGS,

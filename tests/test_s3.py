@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import BEAM_FLAGS, run_command
 from tests.test_convert import make_h5
-from transforms import outdir, reader
+from tfrecord_etl.transforms import outdir, reader
 
 boto3 = pytest.importorskip("boto3", reason="pip install -e .[s3]")
 moto_server = pytest.importorskip("moto.server", reason="pip install -e .[s3]")
@@ -54,7 +54,7 @@ def keys(client, prefix):
 
 
 def convert(argv):
-    from pipelines import convert as convert_module
+    from tfrecord_etl.pipelines import convert as convert_module
     return run_command(convert_module.main, [str(a) for a in argv])
 
 
@@ -127,8 +127,8 @@ def test_hdf5_row_range_is_read_from_s3_without_downloading_the_file(s3, tmp_pat
     the whole object. Counted on the client: the bytes Beam's boto3 client returns from ranged GETs."""
     import h5py
     from apache_beam.io.aws.clients.s3 import boto3_client
-    from pipelines import common
-    from transforms.sources import Hdf5Source, RowRange, SourceOptions
+    from tfrecord_etl.pipelines import common
+    from tfrecord_etl.transforms.sources import Hdf5Source, RowRange, SourceOptions
 
     client, s3_flags = s3
     rows, width = 32_000, 1024  # 32000 x 1024 float32: 125 MB in chunks of 256 rows (1 MB)

@@ -5,11 +5,11 @@ import h5py
 import numpy as np
 import pytest
 
-from transforms import sources
-from transforms.sources import npyformat
-from transforms.planning import plan_inputs
-from transforms.errors import SchemaError, SourceError
-from transforms.sources import SourceOptions
+from tfrecord_etl.transforms import sources
+from tfrecord_etl.transforms.sources import npyformat
+from tfrecord_etl.transforms.planning import plan_inputs
+from tfrecord_etl.transforms.errors import SchemaError, SourceError
+from tfrecord_etl.transforms.sources import SourceOptions
 
 
 def read_all(plan) -> dict:
@@ -155,7 +155,7 @@ def test_row_ranges_cover_every_row_once():
 
 
 def test_balanced_shard_plans_cut_at_chunk_aligned_boundaries_and_cover_every_row_once():
-    from transforms.sharding import plan_balanced_shards
+    from tfrecord_etl.transforms.sharding import plan_balanced_shards
     files = [sources.FileIndex("a.h5", 1001, (), row_bytes=10, chunk_rows=7),
              sources.FileIndex("b.h5", 50, (), row_bytes=30), sources.FileIndex("c.h5", 0, (), row_bytes=10)]
     for n in (1, 2, 3, 7, 2000):
@@ -175,7 +175,7 @@ def test_balanced_shard_plans_cut_at_chunk_aligned_boundaries_and_cover_every_ro
 
 
 def test_shard_plans_are_contiguous_and_balanced():
-    from transforms.sharding import plan_shards
+    from tfrecord_etl.transforms.sharding import plan_shards
     ranges = [sources.RowRange("f", i * 10, i * 10 + 10) for i in range(10)]
     shards = plan_shards(ranges, [100] * 10, 3)
     assert [len(s.ranges) for s in shards] == [3, 4, 3]
@@ -198,7 +198,7 @@ def test_registered_sources_declare_name_suffixes_and_modes(name, cls):
 
 def test_formats_and_config_choices_come_from_the_registry():
     import typing
-    from transforms.config import ConvertConfig
+    from tfrecord_etl.transforms.config import ConvertConfig
     assert sources.FORMATS == ("hdf5", "npz", "npy")
     choices = typing.get_args(typing.get_args(ConvertConfig.model_fields["format"].annotation)[0])
     assert set(choices) == set(sources.FORMATS)

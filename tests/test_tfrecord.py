@@ -5,9 +5,9 @@ import io
 
 import pytest
 
-from pipelines import common
-from transforms import tfrecord
-from transforms.errors import RecordError
+from tfrecord_etl.pipelines import common
+from tfrecord_etl.transforms import tfrecord
+from tfrecord_etl.transforms.errors import RecordError
 
 RECORDS = [b"", b"a", b"hello world" * 100, bytes(range(256)) * 40]
 
@@ -82,7 +82,7 @@ def test_encoded_batches_are_framed_in_place_exactly_as_their_records(tf):
     """The fixed-layout fast path (rows assembled straight into the framed buffer) writes the same bytes
     as framing each record, and TensorFlow parses them back to the original arrays."""
     import numpy as np
-    from transforms import codec
+    from tfrecord_etl.transforms import codec
     rng = np.random.default_rng(5)
     columns = {"image": rng.integers(0, 256, (40, 4, 4, 3), dtype=np.uint8),
                "emb": rng.standard_normal((40, 8)).astype("<f4"), "id": np.arange(40, dtype="<i8") * 1000}

@@ -6,8 +6,8 @@ import numpy as np
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from transforms import beam_io, codec, planning
-from transforms.sources import SourceOptions
+from tfrecord_etl.transforms import beam_io, codec, planning
+from tfrecord_etl.transforms.sources import SourceOptions
 
 
 def test_read_from_npy_and_encode_examples(tmp_path):

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import convert, fixture_file, run_command
-from transforms import codec, metadata, reader, tfrecord
-from transforms.errors import ConfigError, IncompleteOutputError, RecordError, SchemaError
+from tfrecord_etl.transforms import codec, metadata, reader, tfrecord
+from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, RecordError, SchemaError
 
 ROWS = 240
 PENGUIN = "tfx/components/testdata/penguin/data/Split-train/data_tfrecord-00000-of-00001.gz"
@@ -21,12 +21,12 @@ SEQUENCE = "tfx/components/testdata/tfrecord_sequence/Split-train/data_tfrecord_
 
 
 def verify(*args, capsys):
-    from pipelines import verify as verify_module
+    from tfrecord_etl.pipelines import verify as verify_module
     return run_command(verify_module.main, [str(a) for a in args], capsys)
 
 
 def inspect(*args, capsys):
-    from pipelines import inspect as inspect_module
+    from tfrecord_etl.pipelines import inspect as inspect_module
     return run_command(inspect_module.main, [str(a) for a in args], capsys)
 
 
@@ -550,7 +550,7 @@ def test_yaml_python_tags_are_refused_and_never_run(tmp_path, capsys):
     code, _, err = convert("x.h5", tmp_path / "out", "--config", config, capsys=capsys)
     assert code == 2 and err.startswith("error: ConfigError:") and "Invalid YAML" in err and "evil.yaml" in err
     assert not marker.exists()
-    from transforms.config import load_yaml
+    from tfrecord_etl.transforms.config import load_yaml
     with pytest.raises(ConfigError, match="python/object"):
         load_yaml(str(config))
 
@@ -575,7 +575,7 @@ def test_metadata_shard_paths_stay_inside_for_plain_names(tmp_path):
 
 
 def test_progress_bar_is_off_without_a_terminal_and_safe_on_one(capsys):
-    from pipelines.verify import TqdmProgress
+    from tfrecord_etl.pipelines.verify import TqdmProgress
     bar = TqdmProgress(enabled=True)
     bar.start("verifying", 10)
     bar.update(5)
@@ -588,7 +588,7 @@ def test_progress_bar_is_off_without_a_terminal_and_safe_on_one(capsys):
 
 
 def test_infer_specs_names_the_file_and_record_of_a_sequence_example():
-    from transforms import verify as verify_lib
+    from tfrecord_etl.transforms import verify as verify_lib
     good = frames(fixture_file(PENGUIN), "gzip")[0][2]
     with pytest.raises(RecordError, match="SequenceExample") as e:
         verify_lib.infer_specs([good, frames(fixture_file(SEQUENCE), "gzip")[0][2]], "seq.gz")

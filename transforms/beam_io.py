@@ -19,11 +19,11 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.metrics import Metrics
 
-from transforms import fileio, metadata, outdir, reader, sharding, sink, sources
-from transforms.codec import EncodedBatch, FeatureSpec, encode_columns
-from transforms.errors import RecordError
-from transforms.planning import InputPlan, add_provenance, plan_inputs, shard_suffix
-from transforms.sources import RowRange, Source, SourceOptions
+from tfrecord_etl.transforms import fileio, metadata, outdir, reader, sharding, sink, sources
+from tfrecord_etl.transforms.codec import EncodedBatch, FeatureSpec, encode_columns
+from tfrecord_etl.transforms.errors import RecordError
+from tfrecord_etl.transforms.planning import InputPlan, add_provenance, plan_inputs, shard_suffix
+from tfrecord_etl.transforms.sources import RowRange, Source, SourceOptions
 
 log = logging.getLogger(__name__)
 NAMESPACE = "tfrecord_etl"

@@ -18,8 +18,8 @@ import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from transforms.codec.encodings import ENCODINGS
-from transforms.errors import ConfigError
+from tfrecord_etl.transforms.codec.encodings import ENCODINGS
+from tfrecord_etl.transforms.errors import ConfigError
 
 EncodingName = Literal[tuple(ENCODINGS)]  # the registered encodings: tensor, list, zlib, packbits
 

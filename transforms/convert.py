@@ -1,7 +1,7 @@
 """The convert pipeline as one PTransform, ``ConvertToTFRecord``, and its writers, chosen from :data:`WRITERS`.
 
     import apache_beam as beam
-    from transforms.convert import ConvertToTFRecord
+    from tfrecord_etl.transforms.convert import ConvertToTFRecord
 
     with beam.Pipeline() as p:
         p | ConvertToTFRecord("data/*.h5", "out/", num_shards=8, compression="gzip")
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from transforms import beam_io, outdir
-from transforms.config import ConvertConfig
-from transforms.errors import ConfigError
-from transforms.planning import ConvertPlan, plan_convert
+from tfrecord_etl.transforms import beam_io, outdir
+from tfrecord_etl.transforms.config import ConvertConfig
+from tfrecord_etl.transforms.errors import ConfigError
+from tfrecord_etl.transforms.planning import ConvertPlan, plan_convert
 
 
 class WritePlanned(beam.PTransform):

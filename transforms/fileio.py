@@ -8,7 +8,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
 
-from transforms.errors import SourceError
+from tfrecord_etl.transforms.errors import SourceError
 
 _RAW = CompressionTypes.UNCOMPRESSED
 
@@ -92,7 +92,7 @@ def size(path: str) -> int:
     try:
         if is_local(path):
             return os.path.getsize(path)
-        from transforms.outdir import escape_glob
+        from tfrecord_etl.transforms.outdir import escape_glob
         return FileSystems.match([escape_glob(path)])[0].metadata_list[0].size_in_bytes
     except (OSError, IndexError, Exception) as e:  # noqa: BLE001 - BeamIOError for a missing remote path
         raise SourceError(f"Cannot read the size of the file: {e}", file=path) from None

@@ -20,10 +20,10 @@ import datetime
 import json
 from typing import Sequence
 
-from transforms import fileio
-from transforms.codec import VLEN_BYTES, FeatureSpec, encoding_of
-from transforms.errors import IncompleteOutputError, SchemaError
-from transforms.outdir import METADATA_FILE, SCHEMA_FILE  # noqa: F401 - the output directory's names
+from tfrecord_etl.transforms import fileio
+from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, encoding_of
+from tfrecord_etl.transforms.errors import IncompleteOutputError, SchemaError
+from tfrecord_etl.transforms.outdir import METADATA_FILE, SCHEMA_FILE  # noqa: F401 - the output directory's names
 
 FORMAT = "tfrecord-etl/1"
 VERSION = "0.1.0"
@@ -86,7 +86,7 @@ def build(specs, shards, compression, sources, writer, options) -> dict:
 
 def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec]) -> None:
     """Writes ``schema.pbtxt`` and then ``metadata.json``, the commit point, each through ``sink.committed_file``."""
-    from transforms import sink
+    from tfrecord_etl.transforms import sink
     sink.write_file(fileio.join(output_dir, SCHEMA_FILE), schema_text(specs).encode())
     sink.write_json(fileio.join(output_dir, METADATA_FILE), meta)
 
@@ -130,7 +130,7 @@ def _checked(spec: FeatureSpec) -> FeatureSpec:
         if not isinstance(spec.dtype, str):
             raise ValueError(f"feature {spec.name!r} has a bad dtype {spec.dtype!r}")
         import numpy as np
-        from transforms.codec import normalize_dtype
+        from tfrecord_etl.transforms.codec import normalize_dtype
         normalize_dtype(np.dtype(spec.dtype), spec.name)  # SchemaError: object, structured, float128...
     return spec
 

@@ -36,8 +36,8 @@ import sys
 import uuid
 from typing import Iterable
 
-from transforms import fileio
-from transforms.errors import ConfigError
+from tfrecord_etl.transforms import fileio
+from tfrecord_etl.transforms.errors import ConfigError
 
 METADATA_FILE = "metadata.json"
 SCHEMA_FILE = "schema.pbtxt"
@@ -351,7 +351,7 @@ def _count(items, noun: str) -> str:
 
 
 def _names_list(names: Iterable[str], n: int = 3) -> str:
-    from transforms.errors import printable
+    from tfrecord_etl.transforms.errors import printable
     names = sorted(names)
     shown = ", ".join(printable(x) for x in names[:n])
     return shown + (f" and {len(names) - n} more" if len(names) > n else "")
@@ -393,7 +393,7 @@ def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str
         marker = {"format": MARKER_FORMAT, "run_id": run_id, "command": command, "created": _now(),
                   "host": socket.gethostname(), "pid": os.getpid(), "files": sorted(files),
                   "beam_temp_prefixes": sorted(set(beam_temp_prefixes)), "options": options}
-        from transforms import sink  # sink imports this module's names
+        from tfrecord_etl.transforms import sink  # sink imports this module's names
         sink.write_json(fileio.join(output_dir, MARKER_FILE), marker, default=str)
     except BaseException:
         lock.release()

@@ -15,10 +15,10 @@ import math
 import numpy as np
 from typing import Sequence
 
-from transforms import fileio, sharding, sources, tfrecord
-from transforms.codec import FeatureSpec, check_spec
-from transforms.errors import ConfigError, SchemaError
-from transforms.sources import FileIndex, RowRange, Source, SourceOptions
+from tfrecord_etl.transforms import fileio, sharding, sources, tfrecord
+from tfrecord_etl.transforms.codec import FeatureSpec, check_spec
+from tfrecord_etl.transforms.errors import ConfigError, SchemaError
+from tfrecord_etl.transforms.sources import FileIndex, RowRange, Source, SourceOptions
 
 PROVENANCE = (FeatureSpec("_source/file", "bytes", (), "list"), FeatureSpec("_source/row", "<i8", (), "list"))
 DEFAULT_TARGET_SHARD_BYTES = 192 * 2**20  # --target_shard_mb 192
@@ -187,7 +187,7 @@ def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -
       SourceError, SchemaError: unreadable or unsupported inputs, encodings that cannot carry a feature.
       ConfigError: unknown feature names, a shard count that cannot be written, duplicate feature keys.
     """
-    from transforms import metadata
+    from tfrecord_etl.transforms import metadata
     inputs = inputs or plan_inputs(cfg.input, source_options(cfg))
     specs = choose_encodings(inputs.specs, cfg.encoding, cfg.feature_encodings, cfg.allow_lossy, cfg.input)
     if cfg.provenance:

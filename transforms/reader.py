@@ -1,6 +1,6 @@
 """Read an output directory of tfrecord-etl back: as NumPy (no TensorFlow import) or as tf.data.
 
-    from transforms import reader
+    from tfrecord_etl.transforms import reader
     for example in reader.iter_numpy("out/"):            # dicts of numpy arrays, in shard order
         ...
     ds = reader.to_tf_dataset("out/", batch_size=256)    # dicts of tensors, original dtypes and shapes
@@ -16,10 +16,10 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from transforms import fileio, metadata, tfrecord
-from transforms.codec import FeatureSpec, decode_example_lenient, encoding_of
-from transforms.errors import RecordError, SchemaError
-from transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # noqa: F401 - re-exported
+from tfrecord_etl.transforms import fileio, metadata, tfrecord
+from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, encoding_of
+from tfrecord_etl.transforms.errors import RecordError, SchemaError
+from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # noqa: F401 - re-exported
 
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 
@@ -202,7 +202,7 @@ def load_manifest(sidecar_dir: str) -> dict:
     import json
     path = fileio.join(sidecar_dir, MANIFEST_FILE)
     if not fileio.exists(path):
-        from transforms.errors import IncompleteOutputError
+        from tfrecord_etl.transforms.errors import IncompleteOutputError
         raise IncompleteOutputError("No manifest.json: not a sidecar collection, or an incomplete one",
                                     file=sidecar_dir, hint="write it with python -m pipelines.augment --mode sidecar")
     try:

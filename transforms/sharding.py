@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from transforms.errors import ConfigError
-from transforms.sources import FileIndex, RowRange, plan_row_ranges
+from tfrecord_etl.transforms.errors import ConfigError
+from tfrecord_etl.transforms.sources import FileIndex, RowRange, plan_row_ranges
 
 MAX_SHARDS = 99999  # file_name writes the index and count with 5 digits: PREFIX-NNNNN-of-NNNNN
 

@@ -22,8 +22,8 @@ import logging
 import uuid
 from typing import BinaryIO, Iterator
 
-from transforms import fileio, tfrecord
-from transforms.outdir import TEMP_PREFIX
+from tfrecord_etl.transforms import fileio, tfrecord
+from tfrecord_etl.transforms.outdir import TEMP_PREFIX
 
 log = logging.getLogger(__name__)
 

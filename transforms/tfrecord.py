@@ -21,7 +21,7 @@ from typing import BinaryIO, Iterable, Iterator
 import google_crc32c
 import numpy as np
 
-from transforms.errors import RecordError, SourceError
+from tfrecord_etl.transforms.errors import RecordError, SourceError
 
 COMPRESSIONS = ("none", "gzip", "zlib")
 SUFFIXES = {"none": "", "gzip": ".gz", "zlib": ".zlib"}

@@ -27,19 +27,19 @@ step), ``beam`` (DoFns and PTransforms), ``common`` (constants, error helpers).
 """
 from __future__ import annotations
 
-from transforms.augment.common import (
+from tfrecord_etl.transforms.augment.common import (
     BATCH_MB, frame_error, INFER_RECORDS, MODES, NAMESPACE, PROBE_RECORDS, RESERVED_NAMES)
-from transforms.augment.collection import (
+from tfrecord_etl.transforms.augment.collection import (
     batches, InputCollection, InputShard, iter_shard, output_name, read_sample, resolve_input)
-from transforms.augment.values import (
+from tfrecord_etl.transforms.augment.values import (
     check_new_size, decode_inputs, decode_record, fn_columns, load_function, parse_constant, parse_scalar,
     spec_of, value_bytes)
-from transforms.augment.join import (
+from tfrecord_etl.transforms.augment.join import (
     default_value, JoinPlan, key_of, plan_join, read_source_rows)
-from transforms.augment.plan import (
+from tfrecord_etl.transforms.augment.plan import (
     AugmentPlan, BatchAugmenter, plan_augment)
-from transforms.augment.config import AugmentConfig, AugmentOptions
-from transforms.augment.beam import (
+from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
+from tfrecord_etl.transforms.augment.beam import (
     AugmentShardFn, AugmentShards, AugmentTFRecord, count_records, ExtractKeysFn, FinalizeAugment, FinalizeAugmentFn, manifest,
     match_keys, plan_offsets, ReadJoinRowsFn)
 

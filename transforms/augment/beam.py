@@ -9,16 +9,16 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from transforms import beam_io, fileio, metadata, outdir, sink
-from transforms.codec import FeatureSpec, check_example_frame
-from transforms.errors import RecordError, SourceError
-from transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT
-from transforms.sources import RowRange
-from transforms.augment.common import frame_error, NAMESPACE
-from transforms.augment.collection import batches, InputShard, iter_shard
-from transforms.augment.values import decode_inputs, decode_record
-from transforms.augment.join import JoinPlan, key_of, read_source_rows, _stack_joined
-from transforms.augment.plan import AugmentPlan, BatchAugmenter
+from tfrecord_etl.transforms import beam_io, fileio, metadata, outdir, sink
+from tfrecord_etl.transforms.codec import FeatureSpec, check_example_frame
+from tfrecord_etl.transforms.errors import RecordError, SourceError
+from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT
+from tfrecord_etl.transforms.sources import RowRange
+from tfrecord_etl.transforms.augment.common import frame_error, NAMESPACE
+from tfrecord_etl.transforms.augment.collection import batches, InputShard, iter_shard
+from tfrecord_etl.transforms.augment.values import decode_inputs, decode_record
+from tfrecord_etl.transforms.augment.join import JoinPlan, key_of, read_source_rows, _stack_joined
+from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter
 
 
 def count_records(shard: InputShard, max_record_bytes: int | None = None) -> tuple[int, int]:
@@ -327,7 +327,7 @@ class AugmentTFRecord(beam.PTransform):
     aligned record by record with a ``manifest.json``. Returns the PCollection of the committed output directory.
 
         import apache_beam as beam
-        from transforms.augment import AugmentTFRecord
+        from tfrecord_etl.transforms.augment import AugmentTFRecord
 
         with beam.Pipeline() as p:
             p | AugmentTFRecord("out/", "out-labelled/", join_input="labels.h5", join_by="position")
@@ -349,9 +349,9 @@ class AugmentTFRecord(beam.PTransform):
     def __init__(self, input_pattern: str | None = None, output_dir: str | None = None, *, config=None,
                  plan: AugmentPlan | None = None, prepare_output: bool = True, **options):
         super().__init__()
-        from transforms.augment.config import AugmentConfig
-        from transforms.augment.plan import plan_augment
-        from transforms.errors import ConfigError
+        from tfrecord_etl.transforms.augment.config import AugmentConfig
+        from tfrecord_etl.transforms.augment.plan import plan_augment
+        from tfrecord_etl.transforms.errors import ConfigError
         if plan is None:
             if config is None:
                 try:

@@ -7,10 +7,10 @@ from typing import Iterable, Iterator, Sequence
 
 import google_crc32c
 
-from transforms import fileio, metadata, tfrecord
-from transforms.codec import FeatureSpec, infer_feature_specs
-from transforms.errors import ConfigError, RecordError, SchemaError
-from transforms.augment.common import INFER_RECORDS, PROBE_RECORDS, _with
+from tfrecord_etl.transforms import fileio, metadata, tfrecord
+from tfrecord_etl.transforms.codec import FeatureSpec, infer_feature_specs
+from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
+from tfrecord_etl.transforms.augment.common import INFER_RECORDS, PROBE_RECORDS, _with
 
 
 @dataclasses.dataclass(frozen=True)

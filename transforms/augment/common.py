@@ -4,9 +4,9 @@ from __future__ import annotations
 import logging
 
 
-from transforms import beam_io, metadata
-from transforms.errors import EtlError, RecordError
-from transforms.reader import MANIFEST_FILE
+from tfrecord_etl.transforms import beam_io, metadata
+from tfrecord_etl.transforms.errors import EtlError, RecordError
+from tfrecord_etl.transforms.reader import MANIFEST_FILE
 
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional
 from apache_beam.options.pipeline_options import PipelineOptions
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from transforms.config import DEFAULT_MAX_LOCAL_WORKERS, ConvertConfig, EncodingName, add_model_flags
+from tfrecord_etl.transforms.config import DEFAULT_MAX_LOCAL_WORKERS, ConvertConfig, EncodingName, add_model_flags
 
 
 def _split(value):

@@ -6,11 +6,11 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from transforms import planning
-from transforms.codec import VLEN_BYTES, FeatureSpec
-from transforms.errors import ConfigError, RecordError, SchemaError, SourceError
-from transforms.sources import FileIndex, RowRange, Source, SourceOptions
-from transforms.augment.values import parse_scalar
+from tfrecord_etl.transforms import planning
+from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
+from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError
+from tfrecord_etl.transforms.sources import FileIndex, RowRange, Source, SourceOptions
+from tfrecord_etl.transforms.augment.values import parse_scalar
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,14 +6,14 @@ from typing import Sequence
 
 import numpy as np
 
-from transforms import fileio, metadata, outdir, tfrecord
-from transforms.codec import (MAX_FEATURES, FeatureSpec, check_example_frame, check_spec, drop_features, encode_columns,
+from tfrecord_etl.transforms import fileio, metadata, outdir, tfrecord
+from tfrecord_etl.transforms.codec import (MAX_FEATURES, FeatureSpec, check_example_frame, check_spec, drop_features, encode_columns,
                               feature_key_pattern, split_features)
-from transforms.errors import ConfigError, EtlError, RecordError, SchemaError, SourceError
-from transforms.augment.common import BATCH_MB, frame_error, log, MODES, PROBE_RECORDS, RESERVED_NAMES, _with
-from transforms.augment.collection import InputCollection, output_name, resolve_input
-from transforms.augment.values import fn_columns, load_function, parse_constant, spec_of, value_bytes
-from transforms.augment.join import JoinPlan, plan_join
+from tfrecord_etl.transforms.errors import ConfigError, EtlError, RecordError, SchemaError, SourceError
+from tfrecord_etl.transforms.augment.common import BATCH_MB, frame_error, log, MODES, PROBE_RECORDS, RESERVED_NAMES, _with
+from tfrecord_etl.transforms.augment.collection import InputCollection, output_name, resolve_input
+from tfrecord_etl.transforms.augment.values import fn_columns, load_function, parse_constant, spec_of, value_bytes
+from tfrecord_etl.transforms.augment.join import JoinPlan, plan_join
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,10 +7,10 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from transforms.codec import (VLEN_BYTES, FeatureSpec, batch_decodable, check_spec, decode_batch,
+from tfrecord_etl.transforms.codec import (VLEN_BYTES, FeatureSpec, batch_decodable, check_spec, decode_batch,
                               decode_example_lenient, normalize_dtype)
-from transforms.errors import ConfigError, EtlError, RecordError, SchemaError
-from transforms.augment.common import _SCALAR_DTYPES, _with
+from tfrecord_etl.transforms.errors import ConfigError, EtlError, RecordError, SchemaError
+from tfrecord_etl.transforms.augment.common import _SCALAR_DTYPES, _with
 
 
 def parse_scalar(text: str, dtype: str, where: str = "") -> np.ndarray | bytes:
@@ -109,7 +109,7 @@ def _bytes_objects(arr: np.ndarray, name: str, batch: bool = False) -> np.ndarra
     (errors then name the ``batch_row``). Raises RecordError for a str with no UTF-8 form."""
     out = np.empty(arr.shape, dtype=object)
     if arr.dtype.kind == "U":  # before NumPy makes str objects (it cannot for code points above U+10FFFF)
-        from transforms.codec import check_unicode
+        from tfrecord_etl.transforms.codec import check_unicode
         try:
             check_unicode(name, arr if batch and arr.ndim else arr.reshape(1, -1))
         except RecordError as e:

@@ -17,19 +17,19 @@ repeated field 1 (tensorflow/core/example/feature.proto). Concatenated Examples 
 """
 from __future__ import annotations
 
-from transforms.codec.spec import (
+from tfrecord_etl.transforms.codec.spec import (
     FeatureSpec, flatten_fields, MAX_FEATURES, MAX_RECORD_BYTES, normalize_dtype, to_little_endian, VLEN_BYTES)
-from transforms.codec.encodings import check_spec, check_unicode, Encoding, ENCODINGS, encoding_of
-from transforms.codec.wire import (
+from tfrecord_etl.transforms.codec.encodings import check_spec, check_unicode, Encoding, ENCODINGS, encoding_of
+from tfrecord_etl.transforms.codec.wire import (
     check_example_frame, decode_example, decode_feature, drop_features, entry_name, parse_example,
     split_feature_entries, split_features, too_many_features)
-from transforms.codec.encode import encode_batch, encode_columns, EncodedBatch, FixedLayout
-from transforms.codec.foreign import (
+from tfrecord_etl.transforms.codec.encode import encode_batch, encode_columns, EncodedBatch, FixedLayout
+from tfrecord_etl.transforms.codec.foreign import (
     batch_decodable, decode_batch, decode_example_lenient, feature_key_pattern, infer_feature_specs)
 
 # used by verify and the tests: the wire-format primitives and the bytes conversion of a value
-from transforms.codec.encodings import as_bytes as _as_bytes  # noqa: F401
-from transforms.codec.wire import _encode_varint, _fields, _len_field  # noqa: F401
+from tfrecord_etl.transforms.codec.encodings import as_bytes as _as_bytes  # noqa: F401
+from tfrecord_etl.transforms.codec.wire import _encode_varint, _fields, _len_field  # noqa: F401
 
 __all__ = [
     "batch_decodable", "check_example_frame", "check_spec", "check_unicode", "decode_batch", "decode_example",

@@ -7,11 +7,11 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from transforms.errors import RecordError, SchemaError
-from transforms.codec.encodings import check_unicode, encoding_of
-from transforms.codec.encodings.base import int_lists, bytes_lists
-from transforms.codec.spec import FeatureSpec, MAX_RECORD_BYTES, normalize_dtype, VLEN_BYTES
-from transforms.codec.wire import _encode_varint, _len_field
+from tfrecord_etl.transforms.errors import RecordError, SchemaError
+from tfrecord_etl.transforms.codec.encodings import check_unicode, encoding_of
+from tfrecord_etl.transforms.codec.encodings.base import int_lists, bytes_lists
+from tfrecord_etl.transforms.codec.spec import FeatureSpec, MAX_RECORD_BYTES, normalize_dtype, VLEN_BYTES
+from tfrecord_etl.transforms.codec.wire import _encode_varint, _len_field
 
 _KIND_TAGS = {"bytes": 1, "float": 2, "int64": 3}  # Feature's oneof field numbers (feature.proto)
 

@@ -5,10 +5,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from transforms.errors import RecordError, SchemaError
-from transforms.codec.encodings import encoding_of
-from transforms.codec.spec import FeatureSpec, MAX_FEATURES, VLEN_BYTES
-from transforms.codec.wire import (decode_feature, _decode_spec, _encode_varint, parse_example, split_features,
+from tfrecord_etl.transforms.errors import RecordError, SchemaError
+from tfrecord_etl.transforms.codec.encodings import encoding_of
+from tfrecord_etl.transforms.codec.spec import FeatureSpec, MAX_FEATURES, VLEN_BYTES
+from tfrecord_etl.transforms.codec.wire import (decode_feature, _decode_spec, _encode_varint, parse_example, split_features,
                                    too_many_features)
 
 

@@ -7,7 +7,7 @@ from typing import Mapping
 
 import numpy as np
 
-from transforms.errors import SchemaError
+from tfrecord_etl.transforms.errors import SchemaError
 
 
 VLEN_BYTES = "bytes"  # dtype marker of variable-length byte strings (h5py vlen strings, file keys)
@@ -59,7 +59,7 @@ class FeatureSpec:
                        None if obj["shape"] is None else tuple(obj["shape"]), str(obj.get("encoding", "tensor")))
         except (KeyError, TypeError) as e:
             raise SchemaError(f"Malformed feature entry {obj!r}: {e}") from None
-        from transforms.codec.encodings import check_spec
+        from tfrecord_etl.transforms.codec.encodings import check_spec
         check_spec(spec, allow_lossy=(spec.name,))  # a lossy list cast on record was allowed when written
         return spec
 

@@ -5,9 +5,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from transforms.errors import RecordError
-from transforms.codec.encodings import encoding_of
-from transforms.codec.spec import FeatureSpec, MAX_FEATURES, normalize_dtype
+from tfrecord_etl.transforms.errors import RecordError
+from tfrecord_etl.transforms.codec.encodings import encoding_of
+from tfrecord_etl.transforms.codec.spec import FeatureSpec, MAX_FEATURES, normalize_dtype
 
 
 def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:

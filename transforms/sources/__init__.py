@@ -19,13 +19,13 @@ The model is TFDS's ``file_adapters.ADAPTER_FOR_FORMAT``.
 """
 from __future__ import annotations
 
-from transforms.errors import SourceError
-from transforms.sources.base import (ARRAY, DEFAULT_MAX_COMPRESSION_RATIO, DEFAULT_MAX_EMPTY_ROWS,
+from tfrecord_etl.transforms.errors import SourceError
+from tfrecord_etl.transforms.sources.base import (ARRAY, DEFAULT_MAX_COMPRESSION_RATIO, DEFAULT_MAX_EMPTY_ROWS,
                                      DEFAULT_RANGE_BYTES, KEY, Columns, FileIndex, RowRange, Source,
                                      SourceOptions, merge_specs, plan_row_ranges)
-from transforms.sources.hdf5 import HDF5_CHUNK_CACHE_BYTES, HDF5_SUFFIXES, Hdf5Source
-from transforms.sources.npy import NpySource
-from transforms.sources.npz import MAX_COLUMN_STREAMS, RATIO_CHECK_MIN_BYTES, NpzSource
+from tfrecord_etl.transforms.sources.hdf5 import HDF5_CHUNK_CACHE_BYTES, HDF5_SUFFIXES, Hdf5Source
+from tfrecord_etl.transforms.sources.npy import NpySource
+from tfrecord_etl.transforms.sources.npz import MAX_COLUMN_STREAMS, RATIO_CHECK_MIN_BYTES, NpzSource
 
 __all__ = ["ARRAY", "DEFAULT_MAX_COMPRESSION_RATIO", "DEFAULT_MAX_EMPTY_ROWS", "DEFAULT_RANGE_BYTES", "FORMATS",
            "HDF5_CHUNK_CACHE_BYTES", "HDF5_SUFFIXES", "KEY", "MAX_COLUMN_STREAMS", "RATIO_CHECK_MIN_BYTES",

@@ -10,12 +10,12 @@ from typing import Sequence
 
 import numpy as np
 
-from transforms import fileio
-from transforms.codec import VLEN_BYTES, FeatureSpec, normalize_dtype
-from transforms.errors import SchemaError, SourceError
+from tfrecord_etl.transforms import fileio
+from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, normalize_dtype
+from tfrecord_etl.transforms.errors import SchemaError, SourceError
 
 
-log = logging.getLogger("transforms.sources")
+log = logging.getLogger("tfrecord_etl.transforms.sources")
 
 DEFAULT_RANGE_BYTES = 8 * 2**20  # see README Performance: 64 MB ranges cost 1-1.5 s more kernel time per GB
 

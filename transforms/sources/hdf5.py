@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-from transforms import fileio
-from transforms.codec import flatten_fields
-from transforms.errors import SchemaError, SourceError
-from transforms.sources.base import (Columns, FileIndex, RowRange, Source, SourceOptions, _check_empty_rows,
+from tfrecord_etl.transforms import fileio
+from tfrecord_etl.transforms.codec import flatten_fields
+from tfrecord_etl.transforms.errors import SchemaError, SourceError
+from tfrecord_etl.transforms.sources.base import (Columns, FileIndex, RowRange, Source, SourceOptions, _check_empty_rows,
                                       _check_names, _leaf_specs, _refuse_special_file, _row_bytes, log)
 
 

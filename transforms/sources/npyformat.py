@@ -9,9 +9,9 @@ from typing import BinaryIO
 
 import numpy as np
 
-from transforms.codec import FeatureSpec
-from transforms.errors import SchemaError, SourceError
-from transforms.sources.base import ARRAY, _loosen, _row_spec
+from tfrecord_etl.transforms.codec import FeatureSpec
+from tfrecord_etl.transforms.errors import SchemaError, SourceError
+from tfrecord_etl.transforms.sources.base import ARRAY, _loosen, _row_spec
 
 
 @dataclasses.dataclass(frozen=True)

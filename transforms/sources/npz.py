@@ -12,12 +12,12 @@ import zlib
 
 import numpy as np
 
-from transforms import fileio
-from transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
-from transforms.errors import SchemaError, SourceError
-from transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, SourceOptions,
+from tfrecord_etl.transforms import fileio
+from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
+from tfrecord_etl.transforms.errors import SchemaError, SourceError
+from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, SourceOptions,
                                       _check_empty_rows, _check_names, _leaf_specs, _refuse_special_file, _row_bytes)
-from transforms.sources.npyformat import (_check_declared, _data_bytes, _merged_array_spec, _NpyHeader,
+from tfrecord_etl.transforms.sources.npyformat import (_check_declared, _data_bytes, _merged_array_spec, _NpyHeader,
                                            _read_npy_header, _read_rows)
 
 

@@ -24,13 +24,13 @@ Byte offsets are those of a record's frame in the uncompressed stream (as Tensor
 """
 from __future__ import annotations
 
-from transforms.verify.report import (
+from tfrecord_etl.transforms.verify.report import (
     FileReport, MANIFEST_FILE, Problem, Progress, PROVENANCE_FILE, PROVENANCE_ROW, Report, SAMPLE_RECORDS)
-from transforms.verify.records import (
+from tfrecord_etl.transforms.verify.records import (
     check_example, file_compression, file_size, infer_specs, list_record_files, not_example_reason)
-from transforms.verify.compare import (
+from tfrecord_etl.transforms.verify.compare import (
     compare_value, expected_value, make_comparer, plan_sources, ProvenanceComparer, SequentialComparer)
-from transforms.verify.targets import (
+from tfrecord_etl.transforms.verify.targets import (
     verify, verify_files, verify_output)
 
 __all__ = [

@@ -6,10 +6,10 @@ from typing import Sequence
 
 import numpy as np
 
-from transforms import codec, fileio
-from transforms.codec import VLEN_BYTES, FeatureSpec
-from transforms.errors import ConfigError, SchemaError, SourceError
-from transforms.verify.report import _CHUNK_ROWS, Problem, Progress, PROVENANCE_FILE, PROVENANCE_ROW, Report
+from tfrecord_etl.transforms import codec, fileio
+from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
+from tfrecord_etl.transforms.errors import ConfigError, SchemaError, SourceError
+from tfrecord_etl.transforms.verify.report import _CHUNK_ROWS, Problem, Progress, PROVENANCE_FILE, PROVENANCE_ROW, Report
 
 
 def expected_value(spec: FeatureSpec, value, allow_lossy: Sequence[str] = ()) -> np.ndarray:
@@ -103,8 +103,8 @@ def plan_sources(meta: dict, patterns: Sequence[str], where: str = ""):
       ConfigError: the metadata holds no convert options (not written by pipelines.convert).
       SourceError, SchemaError: a pattern matches nothing or a source file cannot be indexed.
     """
-    from transforms import planning
-    from transforms.sources import DEFAULT_RANGE_BYTES, SourceOptions
+    from tfrecord_etl.transforms import planning
+    from tfrecord_etl.transforms.sources import DEFAULT_RANGE_BYTES, SourceOptions
     opts = meta.get("options")
     if not isinstance(opts, dict) or not isinstance(opts.get("input"), str):
         raise ConfigError("--source needs the convert options in metadata.json ('options.input' is missing): "
@@ -137,7 +137,7 @@ class _Comparer:
     def expected_columns(self, plan, rr, specs: Sequence[FeatureSpec], report_errors: bool = True) -> dict | None:
         """``{name: array (rows, *shape) | list of per-row arrays}`` as decode_example returns them, or None
         when the range cannot be read (a problem when ``report_errors``; the error in ``self.read_error``)."""
-        from transforms import planning
+        from tfrecord_etl.transforms import planning
         try:
             columns = planning.add_provenance(rr, plan.source.read(rr))
         except (SourceError, SchemaError) as e:
@@ -353,7 +353,7 @@ class ProvenanceComparer(_Comparer):
             self._compare_one(k, row, file, index, offset, decoded)
 
     def _compare_one(self, k, row, file, index, offset, decoded) -> None:
-        from transforms.sources import RowRange
+        from tfrecord_etl.transforms.sources import RowRange
         plan, fi = self._indexes[k]
         items = fi.items[row:row + 1] if fi.sizes else fi.items
         columns = self.expected_columns(plan, RowRange(fi.path, row, row + 1, items, fi.item_files), self.data_specs)

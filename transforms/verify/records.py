@@ -4,10 +4,10 @@ from __future__ import annotations
 import io
 from typing import BinaryIO, Iterator, Sequence
 
-from transforms import codec, fileio, tfrecord
-from transforms.codec import FeatureSpec
-from transforms.errors import RecordError, SchemaError, SourceError
-from transforms.verify.report import _KNOWN_FILES, Progress, _PROGRESS_STEP
+from tfrecord_etl.transforms import codec, fileio, tfrecord
+from tfrecord_etl.transforms.codec import FeatureSpec
+from tfrecord_etl.transforms.errors import RecordError, SchemaError, SourceError
+from tfrecord_etl.transforms.verify.report import _KNOWN_FILES, Progress, _PROGRESS_STEP
 
 
 class _CountingReader(io.RawIOBase):

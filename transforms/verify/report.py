@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from transforms import metadata, outdir
-from transforms.codec import FeatureSpec
-from transforms.errors import printable
+from tfrecord_etl.transforms import metadata, outdir
+from tfrecord_etl.transforms.codec import FeatureSpec
+from tfrecord_etl.transforms.errors import printable
 
 
 MANIFEST_FILE = "manifest.json"

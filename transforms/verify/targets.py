@@ -4,13 +4,13 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-from transforms import codec, fileio, metadata, outdir, tfrecord
-from transforms.errors import ConfigError, RecordError, SchemaError, SourceError, printable
-from transforms.verify.report import (FileReport, _KNOWN_FILES, MANIFEST_FILE, Problem, Progress, Report,
+from tfrecord_etl.transforms import codec, fileio, metadata, outdir, tfrecord
+from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError, printable
+from tfrecord_etl.transforms.verify.report import (FileReport, _KNOWN_FILES, MANIFEST_FILE, Problem, Progress, Report,
                                       SAMPLE_RECORDS)
-from transforms.verify.records import (check_example, file_compression, file_size, list_record_files,
+from tfrecord_etl.transforms.verify.records import (check_example, file_compression, file_size, list_record_files,
                                        not_example_reason, _records)
-from transforms.verify.compare import make_comparer
+from tfrecord_etl.transforms.verify.compare import make_comparer
 
 
 def verify(target: str, sources: Sequence[str] = (), progress: Progress | None = None,
@@ -180,7 +180,7 @@ def _check_manifest(report: Report, sidecar_dir: str, counted: dict, progress: P
     files ``originals`` names (regular files only; a FIFO or device is never opened).
     """
     import google_crc32c
-    from transforms.reader import _original_files, load_manifest
+    from tfrecord_etl.transforms.reader import _original_files, load_manifest
     try:
         manifest = load_manifest(sidecar_dir)
     except SchemaError as e:

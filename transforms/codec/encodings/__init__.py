@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from transforms.codec.spec import FeatureSpec
-from transforms.codec.encodings.base import Encoding, as_bytes, check_unicode
-from transforms.codec.encodings.lists import ListEncoding
-from transforms.codec.encodings.packbits import PackbitsEncoding
-from transforms.codec.encodings.tensor import TensorEncoding
-from transforms.codec.encodings.zlib import ZlibEncoding
-from transforms.errors import SchemaError
+from tfrecord_etl.transforms.codec.spec import FeatureSpec
+from tfrecord_etl.transforms.codec.encodings.base import Encoding, as_bytes, check_unicode
+from tfrecord_etl.transforms.codec.encodings.lists import ListEncoding
+from tfrecord_etl.transforms.codec.encodings.packbits import PackbitsEncoding
+from tfrecord_etl.transforms.codec.encodings.tensor import TensorEncoding
+from tfrecord_etl.transforms.codec.encodings.zlib import ZlibEncoding
+from tfrecord_etl.transforms.errors import SchemaError
 
 ENCODINGS: dict[str, Encoding] = {e.name: e for e in (TensorEncoding(), ListEncoding(), ZlibEncoding(),
                                                       PackbitsEncoding())}

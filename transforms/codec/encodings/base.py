@@ -7,8 +7,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from transforms.codec.spec import VLEN_BYTES, FeatureSpec, to_little_endian
-from transforms.errors import RecordError, SchemaError
+from tfrecord_etl.transforms.codec.spec import VLEN_BYTES, FeatureSpec, to_little_endian
+from tfrecord_etl.transforms.errors import RecordError, SchemaError
 
 
 class Encoding:

@@ -12,9 +12,9 @@ from typing import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from transforms.codec.spec import VLEN_BYTES, FeatureSpec, to_little_endian
-from transforms.codec.encodings.base import Encoding, as_bytes, bytes_lists, check_unicode, le_bytes, list_of
-from transforms.errors import RecordError, SchemaError
+from tfrecord_etl.transforms.codec.spec import VLEN_BYTES, FeatureSpec, to_little_endian
+from tfrecord_etl.transforms.codec.encodings.base import Encoding, as_bytes, bytes_lists, check_unicode, le_bytes, list_of
+from tfrecord_etl.transforms.errors import RecordError, SchemaError
 
 _LOSSY_LIST_CASTS = {"<u8": "uint64 -> int64", "<f8": "float64 -> float32"}
 

@@ -10,9 +10,9 @@ from typing import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from transforms.codec.spec import FeatureSpec
-from transforms.codec.encodings.base import Encoding, bytes_lists, one_bytes_value, one_value_per_row
-from transforms.errors import RecordError, SchemaError
+from tfrecord_etl.transforms.codec.spec import FeatureSpec
+from tfrecord_etl.transforms.codec.encodings.base import Encoding, bytes_lists, one_bytes_value, one_value_per_row
+from tfrecord_etl.transforms.errors import RecordError, SchemaError
 
 DTYPES = ("|b1", "|u1")
 

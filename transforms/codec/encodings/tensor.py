@@ -9,8 +9,8 @@ from typing import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from transforms.codec.spec import FeatureSpec, to_little_endian
-from transforms.codec.encodings.base import (Encoding, bytes_lists, check_vlen, le_bytes, one_bytes_value,
+from tfrecord_etl.transforms.codec.spec import FeatureSpec, to_little_endian
+from tfrecord_etl.transforms.codec.encodings.base import (Encoding, bytes_lists, check_vlen, le_bytes, one_bytes_value,
                                              one_value_per_row)
 
 # tf.io.decode_raw's out_type per NumPy kind+itemsize (uint32/uint64 are decoded as int32/int64 and bitcast)
@@ -57,7 +57,7 @@ class TensorEncoding(Encoding):
 
     def decode_flat(self, spec: FeatureSpec, values: pa.Array, n: int) -> np.ndarray:
         import pyarrow.compute as pc
-        from transforms.errors import RecordError
+        from tfrecord_etl.transforms.errors import RecordError
         dt = np.dtype(spec.dtype)
         nbytes = self.payload_bytes(spec.size, dt)
         if n and nbytes is not None and not (pc.binary_length(values).to_numpy() == nbytes).all():

@@ -10,10 +10,10 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from transforms.codec.spec import FeatureSpec, to_little_endian
-from transforms.codec.encodings.base import bytes_lists, le_bytes
-from transforms.codec.encodings.tensor import TensorEncoding
-from transforms.errors import RecordError
+from tfrecord_etl.transforms.codec.spec import FeatureSpec, to_little_endian
+from tfrecord_etl.transforms.codec.encodings.base import bytes_lists, le_bytes
+from tfrecord_etl.transforms.codec.encodings.tensor import TensorEncoding
+from tfrecord_etl.transforms.errors import RecordError
 
 LEVEL = -1  # zlib's default (6), what TFDS's zlib.compress uses
 

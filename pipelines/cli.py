@@ -1,0 +1,36 @@
+"""The ``tfrecord-etl`` console command (installed by ``pip install``): ``tfrecord-etl convert|augment|verify|inspect
+[flags]`` runs the same ``main`` as ``python -m pipelines.<command>`` from a checkout (or ``python -m
+tfrecord_etl.pipelines.<command>`` installed), with the same flags, exit codes and one-line errors."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {
+    "convert": "NumPy arrays in HDF5 / .npz / .npy files -> sharded TFRecord files of tf.train.Example",
+    "augment": "add features to an existing TFRecord collection (rewrite or sidecar)",
+    "verify": "check an output directory, a sidecar collection or TFRecord files (framing, counts, values)",
+    "inspect": "print the features, shards and one decoded example of an output",
+}
+
+USAGE = "usage: tfrecord-etl {" + ",".join(COMMANDS) + "} [flags]   (tfrecord-etl COMMAND --help lists its flags)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs ``tfrecord-etl COMMAND [flags]``; returns the exit code (2 for an unknown or missing command)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE + "\n\ncommands:\n" + "\n".join(f"  {name:<8} {text}" for name, text in COMMANDS.items()),
+              file=sys.stderr if not argv else sys.stdout)
+        return 2 if not argv else 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"error: unknown command {command!r}. Hint: {USAGE}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"tfrecord_etl.pipelines.{command}")
+    from tfrecord_etl.pipelines import common
+    return common.run_main(module.main, rest)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

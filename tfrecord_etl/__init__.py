@@ -1,0 +1,76 @@
+"""tfrecord-etl: NumPy arrays (HDF5, .npz, .npy) -> sharded TFRecord files of ``tf.train.Example`` on Apache Beam.
+
+``tfrecord_etl`` is the project's one import name. Installed (``pip install tfrecord-etl``), it holds the
+subpackages ``tfrecord_etl.transforms`` (PTransforms, DoFns, the codec, the sources, the reader) and
+``tfrecord_etl.pipelines`` (the commands); in a checkout of the repository, this file points the package at the
+``transforms/`` and ``pipelines/`` folders beside it. One name everywhere matters: Beam pickles DoFns by module
+name, so the launcher and the workers (which install the package, e.g. through ``--setup_file``) must agree, and
+other distributions on PyPI install top-level ``transforms`` and ``pipelines`` packages of their own.
+
+The public surface is :data:`__all__`; the names load on first use (PEP 562), so ``import tfrecord_etl`` does not
+import Beam or TensorFlow::
+
+    import apache_beam as beam
+    import tfrecord_etl as te
+
+    with beam.Pipeline() as p:
+        p | te.ConvertToTFRecord("data/*.h5", "out/", num_shards=8)
+    for example in te.iter_numpy("out/"):
+        ...
+"""
+from __future__ import annotations
+
+import importlib
+import os
+
+__version__ = "0.1.0"
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if not os.path.isdir(os.path.join(_HERE, "transforms")):  # a checkout: the packages are the repo's folders
+    __path__.append(os.path.dirname(_HERE))  # noqa: F821 - __path__ is set for every package
+
+# public name -> the module that defines it (a module itself when the name is the module's last part)
+_PUBLIC = {
+    "ConvertToTFRecord": "tfrecord_etl.transforms.convert",
+    "AugmentTFRecord": "tfrecord_etl.transforms.augment",
+    "ConvertConfig": "tfrecord_etl.transforms.config",
+    "AugmentConfig": "tfrecord_etl.transforms.augment",
+    "plan_convert": "tfrecord_etl.transforms.planning",
+    "ReadFromArrays": "tfrecord_etl.transforms.beam_io",
+    "ReadFromHdf5": "tfrecord_etl.transforms.beam_io",
+    "ReadFromNpz": "tfrecord_etl.transforms.beam_io",
+    "ReadFromNpy": "tfrecord_etl.transforms.beam_io",
+    "EncodeExamples": "tfrecord_etl.transforms.beam_io",
+    "reader": "tfrecord_etl.transforms.reader",
+    "iter_numpy": "tfrecord_etl.transforms.reader",
+    "iter_numpy_merged": "tfrecord_etl.transforms.reader",
+    "to_tf_dataset": "tfrecord_etl.transforms.reader",
+    "to_tf_dataset_merged": "tfrecord_etl.transforms.reader",
+    "tf_feature_spec": "tfrecord_etl.transforms.reader",
+    "open_sidecar": "tfrecord_etl.transforms.reader",
+    "FeatureSpec": "tfrecord_etl.transforms.codec",
+    "ENCODINGS": "tfrecord_etl.transforms.codec",
+    "SOURCES": "tfrecord_etl.transforms.sources",
+    "EtlError": "tfrecord_etl.transforms.errors",
+    "ConfigError": "tfrecord_etl.transforms.errors",
+    "SourceError": "tfrecord_etl.transforms.errors",
+    "SchemaError": "tfrecord_etl.transforms.errors",
+    "RecordError": "tfrecord_etl.transforms.errors",
+    "IncompleteOutputError": "tfrecord_etl.transforms.errors",
+}
+_RENAMED = {"SOURCES": "REGISTRY"}  # public name -> the defining module's name
+
+__all__ = ["__version__", *_PUBLIC]
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'tfrecord_etl' has no attribute {name!r}")
+    module = importlib.import_module(_PUBLIC[name])
+    value = module if module.__name__.rpartition(".")[2] == name else getattr(module, _RENAMED.get(name, name))
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
