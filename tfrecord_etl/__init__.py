@@ -40,6 +40,7 @@ _PUBLIC = {
     "ReadFromHdf5": "tfrecord_etl.transforms.beam_io",
     "ReadFromNpz": "tfrecord_etl.transforms.beam_io",
     "ReadFromNpy": "tfrecord_etl.transforms.beam_io",
+    "ReadFromRaw": "tfrecord_etl.transforms.beam_io",
     "EncodeExamples": "tfrecord_etl.transforms.beam_io",
     "reader": "tfrecord_etl.transforms.reader",
     "iter_numpy": "tfrecord_etl.transforms.reader",

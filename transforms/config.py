@@ -19,9 +19,11 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tfrecord_etl.transforms.codec.encodings import ENCODINGS
+from tfrecord_etl.transforms.sources import REGISTRY as SOURCE_REGISTRY
 from tfrecord_etl.transforms.errors import ConfigError
 
 EncodingName = Literal[tuple(ENCODINGS)]  # the registered encodings: tensor, list, zlib, packbits
+FormatName = Literal[tuple(SOURCE_REGISTRY)]  # the registered sources: hdf5, npz, npy, raw
 
 
 MAX_SHARDS = 99999  # shard file names are PREFIX-NNNNN-of-NNNNN (sharding.ShardPlan.file_name)
@@ -49,12 +51,18 @@ class ConvertConfig(BaseModel):
 
     input: str = Field(min_length=1, description="file pattern of the inputs (local, gs://, s3://)")
     output_dir: str = Field(min_length=1, description="output directory of the shards and metadata")
-    format: Optional[Literal["hdf5", "npz", "npy"]] = Field(None, description="input format; default: from the suffix")
+    format: Optional[FormatName] = Field(None, description="input format; default: from the suffix")
     datasets: Optional[list[str]] = Field(None, description="HDF5 dataset paths (comma-separated); default: all")
     npz_mode: Literal["rows", "arrays"] = Field("rows", description="npz: row i of each member -> one Example "
                                                 "(rows), or each member -> one Example (arrays)")
     npy_mode: Literal["rows", "files"] = Field("rows", description="npy: rows of one array (rows), or each "
                                                "file -> one Example (files)")
+    dtype: Optional[str] = Field(None, description="raw: the array's NumPy dtype, any byte order (e.g. '>f4'); "
+                                 "default: from a sidecar")
+    shape: Optional[list[int]] = Field(None, description="raw: the array's shape, comma-separated; the first "
+                                       "dimension may be -1 (rows from the file size), e.g. -1,28,28")
+    offset: int = Field(0, ge=0, description="raw: bytes before the array data (a header to skip)")
+    order: Literal["C", "F"] = Field("C", description="raw: C (row-major) or F (Fortran, column-major) order")
     encoding: EncodingName = Field("tensor", description="default encoding of every feature")
     feature_encodings: dict[str, EncodingName] = Field(
         default_factory=dict, description="per-feature encodings, NAME=ENCODING,...")
@@ -107,7 +115,8 @@ class ConvertConfig(BaseModel):
         return out + list(argv)
 
 
-_LIST_FIELDS = {"datasets", "allow_lossy"}
+_LIST_FIELDS = {"datasets", "allow_lossy", "shape"}
+_NEGATIVE_VALUE_FLAGS = ("--shape",)  # values that may start with '-' (-1,28,28), which argparse takes for a flag
 _DICT_FIELDS = {"feature_encodings"}
 _YAML_ONLY = {"pipeline_options"}
 
@@ -257,6 +266,10 @@ def parse_args(argv: list[str], model: type[BaseModel], options_cls: type[Pipeli
                                      epilog="Every other flag (--runner, --direct_num_workers, --temp_location, "
                                             "Dataflow/Flink options) is passed to Beam.")
     options_cls._add_argparse_args(parser)
+    argv = list(argv)
+    for i in range(len(argv) - 2, -1, -1):
+        if argv[i] in _NEGATIVE_VALUE_FLAGS and i + 1 < len(argv):
+            argv[i:i + 2] = [f"{argv[i]}={argv[i + 1]}"]
     known, beam_argv = parser.parse_known_args(argv)
     values = load_yaml(known.config) if known.config else {}
     for key, value in vars(known).items():

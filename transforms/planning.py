@@ -17,7 +17,7 @@ from typing import Sequence
 
 from tfrecord_etl.transforms import fileio, sharding, sources, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, check_spec
-from tfrecord_etl.transforms.errors import ConfigError, SchemaError
+from tfrecord_etl.transforms.errors import ConfigError, SchemaError, SourceError
 from tfrecord_etl.transforms.sources import FileIndex, RowRange, Source, SourceOptions
 
 PROVENANCE = (FeatureSpec("_source/file", "bytes", (), "list"), FeatureSpec("_source/row", "<i8", (), "list"))
@@ -84,7 +84,10 @@ def plan_inputs(pattern: str, options: SourceOptions) -> InputPlan:
     files = fileio.match(pattern)
     fmt = sources.format_of(files[0][0], options)
     source = sources.make_source(fmt, options)
-    indexes = [source.index(path) for path, _ in files]
+    data = [path for path, _ in files if not source.is_sidecar(path)]
+    if not data:
+        raise SourceError(f"Every file matching the pattern is a {fmt} sidecar, none holds data", file=pattern)
+    indexes = [source.index(path) for path in data]
     specs = sources.merge_specs(indexes, loose=source.loose)
     if sources.files_mode(source):  # all files together are one sequence of rows
         indexes = [FileIndex(pattern, len(indexes), specs, max(i.row_bytes for i in indexes), 1,
@@ -174,7 +177,9 @@ def source_options(cfg) -> SourceOptions:
     return SourceOptions(cfg.format, tuple(cfg.datasets) if cfg.datasets else None, cfg.npz_mode, cfg.npy_mode,
                          int(cfg.target_range_mb * 2**20), max_compression_ratio=cfg.max_compression_ratio,
                          max_empty_rows=cfg.max_empty_rows, allow_external_storage=cfg.allow_external_storage,
-                         allow_fill_value=cfg.allow_fill_value)
+                         allow_fill_value=cfg.allow_fill_value, raw_dtype=cfg.dtype,
+                         raw_shape=tuple(cfg.shape) if cfg.shape else None, raw_offset=cfg.offset,
+                         raw_order=cfg.order)
 
 
 def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -> ConvertPlan:

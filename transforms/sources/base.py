@@ -41,6 +41,10 @@ class SourceOptions:
     max_empty_rows: int = DEFAULT_MAX_EMPTY_ROWS  # rows mode, rows of zero bytes
     allow_external_storage: bool = False  # hdf5: read external raw files confined to the input's directory
     allow_fill_value: bool = False  # hdf5: read unallocated storage as the fill value
+    raw_dtype: str | None = None  # raw: the array layout of the flags (a sidecar may give the rest)
+    raw_shape: tuple[int, ...] | None = None
+    raw_offset: int = 0
+    raw_order: str = "C"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,6 +232,10 @@ class Source:
 
     def read(self, rr: RowRange) -> Columns:
         raise NotImplementedError
+
+    def is_sidecar(self, path: str) -> bool:
+        """True for a matched file that describes data rather than holding it (never read as an input)."""
+        return False
 
     def close(self) -> None:
         """Closes what this worker thread keeps open between row ranges (reading again reopens it)."""

@@ -116,7 +116,9 @@ def plan_sources(meta: dict, patterns: Sequence[str], where: str = ""):
                                 opts.get("npz_mode") or "rows", opts.get("npy_mode") or "rows",
                                 max(1, int(range_mb * 2**20)),
                                 **{k: opts[k] for k in ("max_compression_ratio", "max_empty_rows", "allow_external_storage",
-                                                       "allow_fill_value") if k in opts})
+                                                       "allow_fill_value") if k in opts},
+                                raw_dtype=opts.get("dtype"), raw_shape=tuple(opts["shape"]) if opts.get("shape") else None,
+                                raw_offset=int(opts.get("offset") or 0), raw_order=opts.get("order") or "C")
     except (TypeError, ValueError) as e:
         raise ConfigError(f"Invalid convert options in metadata.json: {e}", file=where or None) from None
     return [planning.plan_inputs(p, options) for p in patterns]

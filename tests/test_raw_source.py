@@ -1,0 +1,146 @@
+"""--format raw: raw binary arrays of fixed-size rows (issue 14 item 2), on matplotlib's own raw sample files
+(the EEG and membrane recordings and the MRI slice of its mri_with_eeg / membrane examples) and generated ones:
+exact round trips through our reader and plain TensorFlow, both writers, sidecars, verify, inspect, augment joins."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import numpy as np
+import pytest
+
+from tfrecord_etl.transforms import reader
+from tests.conftest import BEAM_FLAGS, convert, fixture_file, run_command
+
+SAMPLE = "matplotlib/mpl-data/sample_data"
+
+
+def tf_rows(out, dtype, shape):
+    """Every record's ``array`` read with plain TensorFlow (decode_raw of the little-endian tensor bytes)."""
+    import tensorflow as tf
+    files = sorted(str(p) for p in out.iterdir() if p.name.endswith((".tfrecord", ".tfrecord.gz")))
+    comp = "GZIP" if files[0].endswith(".gz") else ""
+    spec = {"array": tf.io.FixedLenFeature([], tf.string)}
+    out = [tf.io.decode_raw(tf.io.parse_single_example(r, spec)["array"], getattr(tf, np.dtype(dtype).name),
+                            little_endian=True).numpy().reshape(shape)
+           for r in tf.data.TFRecordDataset(files, compression_type=comp)]
+    return np.stack(out) if out else np.zeros((0, *shape), dtype)
+
+
+def read_back(out):
+    return np.stack([e["array"] for e in reader.iter_numpy(str(out))])
+
+
+@pytest.mark.parametrize("writer", ["planned", "beam"])
+def test_matplotlib_eeg_recording_round_trips(tmp_path, capsys, writer):
+    """mri_with_eeg.py reads eeg.dat as np.fromfile(f, dtype=float).reshape(800, 4)."""
+    src = fixture_file(f"{SAMPLE}/eeg.dat")
+    want = np.fromfile(src, dtype="<f8").reshape(800, 4)
+    out = tmp_path / "out"
+    code, _, err = convert(src, out, "--dtype", "<f8", "--shape", "-1,4", "--num_shards", "3", "--writer", writer,
+                           "--provenance", capsys=capsys)
+    assert code == 0, err
+    got = reader.iter_numpy(str(out))
+    if writer == "beam":  # unordered: put the rows back in order by provenance
+        got = sorted(got, key=lambda e: int(e["_source/row"]))
+    got = np.stack([e["array"] for e in got])
+    assert got.dtype == np.dtype("<f8") and np.array_equal(got, want)
+    if writer == "planned":
+        assert np.array_equal(tf_rows(out, "<f8", (4,)), want)
+
+
+def test_matplotlib_membrane_with_a_sidecar_and_the_mri_slice(tmp_path, capsys):
+    """membrane.dat: np.fromfile(f, np.float32) (12,000 samples, layout from a sidecar); s1045.ima.gz: the MRI
+    slice, np.frombuffer(gunzipped, np.uint16).reshape(256, 256), decompressed to a raw file (big-endian copy too)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "membrane.dat").write_bytes(fixture_file(f"{SAMPLE}/membrane.dat").read_bytes())
+    (data / "membrane.dat.json").write_text(json.dumps({"dtype": "<f4", "shape": [-1]}))
+    code, _, err = convert(data / "*", tmp_path / "m", "--format", "raw", capsys=capsys)  # the sidecar is skipped
+    assert code == 0, err
+    want = np.fromfile(data / "membrane.dat", np.float32)
+    assert np.array_equal(read_back(tmp_path / "m"), want)
+
+    mri = np.frombuffer(gzip.open(fixture_file(f"{SAMPLE}/s1045.ima.gz")).read(), np.uint16).reshape(256, 256)
+    (tmp_path / "mri.raw").write_bytes(mri.tobytes())
+    (tmp_path / "mri_be.raw").write_bytes(b"HDR!" * 4 + mri.astype(">u2").tobytes())
+    for name, flags in (("mri.raw", ["--dtype", "<u2"]), ("mri_be.raw", ["--dtype", ">u2", "--offset", "16"])):
+        out = tmp_path / name.replace(".", "_")
+        code, _, err = convert(tmp_path / name, out, *flags, "--shape", "-1,256", "--compression", "gzip",
+                               capsys=capsys)
+        assert code == 0, err
+        assert np.array_equal(read_back(out), mri) and read_back(out).dtype == np.dtype("<u2")
+        assert np.array_equal(tf_rows(out, "<u2", (256,)), mri)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [">f4", "<i2", "|u1", ">c8", "?"])
+def test_generated_layouts_round_trip(tmp_path, capsys, order, dtype):
+    rng = np.random.default_rng(1)
+    arr = rng.integers(0, 100, (37, 5, 3)).astype(dtype)
+    header = b"x" * 24
+    (tmp_path / "a.bin").write_bytes(header + arr.tobytes(order=order))
+    code, _, err = convert(tmp_path / "a.bin", tmp_path / "out", "--dtype", dtype, "--shape", "-1,5,3",
+                           "--offset", "24", "--order", order, "--target_range_mb", "0.0001", "--num_shards", "4",
+                           capsys=capsys)
+    assert code == 0, err
+    got = read_back(tmp_path / "out")
+    assert np.array_equal(got, arr) and got.dtype == arr.dtype.newbyteorder("<")
+    # the fixed row count works too, and mismatches it name both sizes
+    code, _, err = convert(tmp_path / "a.bin", tmp_path / "out2", "--dtype", dtype, "--shape", "37,5,3",
+                           "--offset", "24", "--order", order, capsys=capsys)
+    assert code == 0, err
+
+
+def test_directory_sidecar_yaml_and_an_empty_file(tmp_path, capsys):
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "raw.yaml").write_text("dtype: '>i8'\nshape: -1,2\n")
+    np.arange(10, dtype=">i8").tofile(d / "a.raw")
+    (d / "b.raw").write_bytes(b"")  # zero rows
+    np.arange(10, 16, dtype=">i8").tofile(d / "c.raw")
+    code, _, err = convert(d / "*.raw", tmp_path / "out", capsys=capsys)
+    assert code == 0, err
+    assert read_back(tmp_path / "out").tolist() == np.arange(16).reshape(8, 2).tolist()
+
+
+def test_verify_source_and_inspect_on_a_raw_conversion(tmp_path, capsys):
+    from tfrecord_etl.pipelines import inspect as inspect_module, verify as verify_module
+    arr = np.arange(300, dtype="<f4").reshape(100, 3)
+    (tmp_path / "a.raw").write_bytes(arr.tobytes())
+    out = tmp_path / "out"
+    assert convert(tmp_path / "a.raw", out, "--dtype", "<f4", "--shape", "-1,3", capsys=capsys)[0] == 0
+    code, stdout, _ = run_command(verify_module.main, [out, "--source", tmp_path / "a.raw"], capsys)
+    assert code == 0, stdout
+    code, stdout, _ = run_command(inspect_module.main, [out], capsys)
+    assert code == 0 and "array" in stdout and "<f4" in stdout
+    arr[57, 1] = -1  # the source changed after the conversion: verify finds the row
+    (tmp_path / "a.raw").write_bytes(arr.tobytes())
+    code, stdout, _ = run_command(verify_module.main, [out, "--source", tmp_path / "a.raw"], capsys)
+    assert code == 1 and "57" in stdout
+
+
+def test_augment_joins_a_raw_file_by_position(tmp_path, capsys):
+    from tfrecord_etl.pipelines import augment as augment_main
+    np.save(tmp_path / "x.npy", np.arange(50, dtype="<i8"))
+    assert convert(tmp_path / "x.npy", tmp_path / "src", capsys=capsys)[0] == 0
+    labels = (np.arange(50) % 4).astype(">u2")
+    (tmp_path / "labels.raw").write_bytes(labels.tobytes())
+    (tmp_path / "labels.raw.json").write_text('{"dtype": ">u2", "shape": [-1]}')
+    code, _, err = run_command(augment_main.main, [
+        "--input", tmp_path / "src", "--output_dir", tmp_path / "side", "--mode", "sidecar",
+        "--join_input", tmp_path / "labels.raw", "--join_fields", "array=label", *BEAM_FLAGS], capsys)
+    assert code == 0, err
+    got = [int(e["label"]) for e in reader.iter_numpy_merged(str(tmp_path / "src"), str(tmp_path / "side"))]
+    assert got == labels.tolist()
+
+
+def test_fifo_and_a_symlinked_sidecar_loop_are_refused(tmp_path, capsys):
+    os.mkfifo(tmp_path / "p.raw")
+    code, _, err = convert(tmp_path / "p.raw", tmp_path / "out", "--dtype", "u1", "--shape", "-1", capsys=capsys)
+    assert code == 2 and "FIFO" in err
+    (tmp_path / "q.raw").write_bytes(b"\0" * 4)
+    os.mkfifo(tmp_path / "q.raw.json")
+    code, _, err = convert(tmp_path / "q.raw", tmp_path / "out", capsys=capsys)
+    assert code == 2 and "FIFO" in err and "q.raw.json" in err
