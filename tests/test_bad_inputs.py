@@ -80,6 +80,17 @@ CASES = {
     "raw: sidecar with an unknown key": ("k.raw", lambda p: (p.write_bytes(b"\0" * 8), p.with_name(
         "k.raw.yaml").write_text("dtype: u1\nshape: [-1]\nendian: big\n")), [], "ConfigError",
         ["unknown keys ['endian']"]),
+    "packbits on floats": ("pf.npy", lambda p: np.save(p, np.zeros((4, 3), "f4")), ["--feature_encodings",
+                           "array=packbits"], "SchemaError", ["packbits encoding stores booleans", "'array'"]),
+    "packbits on a uint8 that is not 0/1": ("pu.npy", lambda p: np.save(p, np.arange(12, dtype="u1").reshape(4, 3)),
+                                            ["--feature_encodings", "array=packbits"], "RecordError",
+                                            ["other than 0 and 1", "rows='0-3'", "batch_row=0"]),
+    "files: a flat folder without labels": ("flat", lambda p: (p.mkdir(), (p / "a.png").write_bytes(b"x")),
+                                            ["--format", "files"], "SourceError", ["not in a class folder"]),
+    "files: a labels table without its header": (
+        "tbl", lambda p: (p.mkdir(), (p / "c").mkdir(), (p / "c" / "a.png").write_bytes(b"x"),
+                          (p / "l.csv").write_text("a.png,c\n")),
+        ["--format", "files", "--file_labels", "LABELS"], "ConfigError", ["header row 'file,label"]),
     "unknown feature in feature_encodings": ("ok.npy", lambda p: np.save(p, np.zeros(3)),
                                              ["--feature_encodings", "nope=list"], "ConfigError", ["nope"]),
 }
@@ -92,7 +103,10 @@ def test_bad_input_gives_one_clear_error(tmp_path, capsys, case):
     if write:
         write(path)
     out = tmp_path / "out"
-    code, stdout, err = convert(path, out, *flags, capsys=capsys)
+    flags = [str(path / "l.csv") if f == "LABELS" else f for f in flags]
+    pattern = path / "*" / "*" if case.startswith("files: a labels") else path / "*" if case.startswith("files") \
+        else path
+    code, stdout, err = convert(pattern, out, *flags, capsys=capsys)
     assert code == 2, (stdout, err)
     assert err.startswith(f"error: {error}:"), err
     assert len(err.strip().splitlines()) == 1, err

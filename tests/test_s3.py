@@ -160,3 +160,40 @@ def test_hdf5_row_range_is_read_from_s3_without_downloading_the_file(s3, tmp_pat
     # 16 MB (h5py's superblock read; again after it seeks to the end for the file size; /x's range; /y's
     # range): 64 MB in 5 ranged GETs here, for 2 MB of rows. Not the whole file, but 16 MB steps.
     assert 0 < fetched["bytes"] <= fetched["gets"] * 16 * 2**20 and fetched["bytes"] < size * 0.6, fetched
+
+
+@pytest.mark.parametrize("fmt", ["raw", "files"])
+def test_s3_raw_and_file_collections_equal_a_local_run(s3, tmp_path, fmt):
+    """Issue 14: the new sources read s3:// as the others do (raw: the layout from a directory sidecar on S3,
+    ranged reads; files: listing sizes, class folders, labels), and write the same shards as a local run."""
+    client, s3_flags = s3
+    local_in = tmp_path / "in"
+    if fmt == "raw":
+        local_in.mkdir()
+        (local_in / "raw.yaml").write_text("dtype: '>f4'\nshape: [-1, 3]\norder: F\n")
+        np.arange(90, dtype=">f4").reshape(30, 3).tofile(local_in / "a.raw")  # C bytes read as F: still exact
+        np.arange(12, dtype=">f4").reshape(3, 4).T.tofile(local_in / "b.raw")
+        pattern, flags = "*.raw", []
+    else:
+        for c in ("cats", "dogs"):
+            (local_in / c).mkdir(parents=True)
+        from tests.conftest import fixture_file
+        for i, name in enumerate(("grace_hopper.jpg", "logo2.png", "Minduka_Present_Blue_Pack.png")):
+            data = fixture_file(f"matplotlib/mpl-data/sample_data/{name}").read_bytes()
+            (local_in / ("cats", "dogs")[i % 2] / name).write_bytes(data)
+        pattern, flags = "*/*", ["--format", "files", "--decode_check"]
+    for p in local_in.rglob("*"):
+        if p.is_file():
+            client.upload_file(str(p), BUCKET, f"{fmt}/in/{p.relative_to(local_in)}")
+    flags += ["--num_shards", "2", *BEAM_FLAGS]
+    code, _, _ = convert(["--input", local_in / pattern, "--output_dir", tmp_path / "out", *flags])
+    assert code == 0
+    out_s3 = f"s3://{BUCKET}/{fmt}/out"
+    code, _, _ = convert(["--input", f"s3://{BUCKET}/{fmt}/in/{pattern}", "--output_dir", out_s3, *flags, *s3_flags])
+    assert code == 0
+    for name in ("data-00000-of-00002.tfrecord", "data-00001-of-00002.tfrecord", "schema.pbtxt"):
+        body = client.get_object(Bucket=BUCKET, Key=f"{fmt}/out/{name}")["Body"].read()
+        assert body == (tmp_path / "out" / name).read_bytes(), name  # file names are relative to the base
+    got = list(reader.iter_numpy(out_s3))
+    here = list(reader.iter_numpy(str(tmp_path / "out")))
+    assert len(got) == len(here) and all(np.array_equal(a[k], b[k]) for a, b in zip(got, here) for k in a)

@@ -189,7 +189,8 @@ def test_shard_plans_are_contiguous_and_balanced():
 
 @pytest.mark.parametrize("name,cls", sorted(sources.REGISTRY.items()))
 def test_registered_sources_declare_name_suffixes_and_modes(name, cls):
-    assert cls.format_name == name and cls.suffixes and cls.modes and cls.modes[0] == "rows"
+    assert cls.format_name == name and cls.modes and cls.modes[0] in ("rows", "files")
+    assert cls.suffixes or name == "files"  # files is chosen with --format only
     assert all(s.startswith(".") and s == s.lower() for s in cls.suffixes)
     for suffix in cls.suffixes:  # every registered suffix selects its source, in any letter case
         assert sources.format_of(f"dir/file{suffix.upper()}", SourceOptions()) == name
@@ -199,7 +200,7 @@ def test_registered_sources_declare_name_suffixes_and_modes(name, cls):
 def test_formats_and_config_choices_come_from_the_registry():
     import typing
     from tfrecord_etl.transforms.config import ConvertConfig
-    assert sources.FORMATS == ("hdf5", "npz", "npy", "raw")
+    assert sources.FORMATS == ("hdf5", "npz", "npy", "raw", "files")
     choices = typing.get_args(typing.get_args(ConvertConfig.model_fields["format"].annotation)[0])
     assert set(choices) == set(sources.FORMATS)
     suffixes = [s for cls in sources.REGISTRY.values() for s in cls.suffixes]
@@ -208,5 +209,5 @@ def test_formats_and_config_choices_come_from_the_registry():
 
 def test_unknown_suffix_names_the_registered_ones():
     with pytest.raises(SourceError, match=r"Cannot tell the input format.*name it \.h5/\.npz/\.npy/\.raw or pass "
-                                          r"--format one of \('hdf5', 'npz', 'npy', 'raw'\)"):
+                                          r"--format one of \('hdf5', 'npz', 'npy', 'raw', 'files'\)"):
         sources.format_of("data.csv", SourceOptions())

@@ -168,6 +168,32 @@ class EncodeExamples(beam.PTransform):
         return batches | "EncodeBatches" >> beam.ParDo(self._fn)
 
 
+def read_and_encode(source: Source, rr: RowRange, specs, allow_lossy=(), provenance=False, dead_letters=False
+                    ) -> tuple[list[EncodedBatch], list[dict]]:
+    """Reads and encodes one row range: ``([batch], [])``; with ``dead_letters`` a range that fails becomes
+    ``([], [letter])``, except that a range of several files (``files`` / npy ``files`` modes: one file per row)
+    is retried file by file, so only the files that fail become letters and the others are written.
+
+    Raises:
+      Exception: whatever reading or encoding raised, when not ``dead_letters``.
+    """
+    try:
+        return [encode_range(rr, source.read(rr), specs, allow_lossy, provenance)], []
+    except Exception as e:  # noqa: BLE001 - any failure of one range is its dead letter
+        if not dead_letters:
+            raise
+        if not (rr.item_files and rr.num_rows > 1):
+            log.warning("Dead-lettering %s: %s", rr.describe(), e)
+            return [], [dead_letter(rr, e)]
+    batches, letters = [], []
+    for i in range(rr.num_rows):
+        one = RowRange(rr.path, rr.start + i, rr.start + i + 1, rr.items[i:i + 1], True)
+        b, d = read_and_encode(source, one, specs, allow_lossy, provenance, dead_letters)
+        batches += b
+        letters += d
+    return batches, letters
+
+
 class ReadAndEncodeFn(beam.DoFn):
     """Reads and encodes one RowRange, yielding serialized records (one per element, for
     WriteToTFRecord); a failing range goes to the ``dead_letters`` output when ``dead_letters``."""
@@ -181,19 +207,15 @@ class ReadAndEncodeFn(beam.DoFn):
         self._dead = Metrics.counter(NAMESPACE, "rows_dead_lettered")
 
     def process(self, rr: RowRange):
-        try:
-            columns = self._source.read(rr)
-            self._rows.inc(rr.num_rows)
-            self._bytes.inc(sum(v.nbytes for v in columns.values() if isinstance(v, np.ndarray)))
-            records = encode_range(rr, columns, self._specs, self._lossy, self._prov).records()
-        except Exception as e:  # noqa: BLE001 - any failure of one range is its dead letter
-            if not self._dead_letters:
-                raise
-            self._dead.inc(rr.num_rows)
-            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, dead_letter(rr, e))
-            return
-        self._examples.inc(rr.num_rows)
-        yield from records
+        batches, letters = read_and_encode(self._source, rr, self._specs, self._lossy, self._prov,
+                                           self._dead_letters)
+        self._rows.inc(rr.num_rows)
+        for letter in letters:
+            self._dead.inc(letter["rows"])
+            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
+        for batch in batches:
+            self._examples.inc(batch.num_rows)
+            yield from batch.records()
 
     def finish_bundle(self):
         self._source.close()  # files stay open between the ranges of a bundle, not after it
@@ -241,18 +263,15 @@ class WriteShardFn(beam.DoFn):
         self._dead = Metrics.counter(NAMESPACE, "rows_dead_lettered")
         self._clock = ShardClock()
 
-    def _encoded(self, rr: RowRange, letters: list) -> EncodedBatch | None:
-        """The encoded rows of one range; with a dead-letter dir, a failing range becomes a letter (None)."""
+    def _encoded(self, rr: RowRange, letters: list) -> list[EncodedBatch]:
+        """The encoded rows of one range; with a dead-letter dir, what fails becomes letters."""
         try:
-            return encode_range(rr, self._source.read(rr), self._specs, self._lossy, self._prov)
-        except Exception as e:  # noqa: BLE001 - any failure of one range is its dead letter
-            if self._dead_letter_dir is None:
-                raise
-            log.warning("Dead-lettering %s: %s", rr.describe(), e)
-            letters.append(dead_letter(rr, e))
-            return None
+            batches, dead = read_and_encode(self._source, rr, self._specs, self._lossy, self._prov,
+                                            self._dead_letter_dir is not None)
         finally:
             self._rows.inc(rr.num_rows)
+        letters += dead
+        return batches
 
     def process(self, shard: sharding.ShardPlan):
         self._clock.start()
@@ -262,8 +281,7 @@ class WriteShardFn(beam.DoFn):
         try:
             with sink.shard_writer(final, self._compression) as writer:
                 for rr in shard.ranges:
-                    batch = self._encoded(rr, letters)
-                    if batch is not None:
+                    for batch in self._encoded(rr, letters):
                         writer.write_encoded(batch)
                 dead_rows = sum(d["rows"] for d in letters)
                 if writer.records + dead_rows != shard.num_rows:
@@ -318,6 +336,7 @@ class OutputCommit:
     sources: tuple[dict, ...]
     writer: str
     options: dict
+    described: dict = dataclasses.field(default_factory=dict)  # Source.describe(): e.g. the label names
 
 
 class WriteMetadataFn(beam.DoFn):
@@ -342,6 +361,7 @@ class WriteMetadataFn(beam.DoFn):
                               hint="re-run; report it if it happens again")
         meta = metadata.build(c.specs, shards, c.compression, c.sources, c.writer, c.options)
         meta["rows_read"], meta["rows_dead_lettered"] = c.expected_rows, dead
+        meta.update(c.described)
         metadata.write(c.output_dir, meta, c.specs)
         outdir.remove_temporaries(c.output_dir, [s["file"] for s in shards])
         yield c.output_dir

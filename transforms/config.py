@@ -63,6 +63,14 @@ class ConvertConfig(BaseModel):
                                        "dimension may be -1 (rows from the file size), e.g. -1,28,28")
     offset: int = Field(0, ge=0, description="raw: bytes before the array data (a header to skip)")
     order: Literal["C", "F"] = Field("C", description="raw: C (row-major) or F (Fortran, column-major) order")
+    file_labels: str = Field("dir", min_length=1, description="files: dir (label = the class folder under the "
+                        "pattern's base), none, or the path of a CSV table file,label[,more columns]")
+    file_feature: str = Field("image", pattern=r"^[A-Za-z0-9_.-]+$", description="files: the feature holding "
+                              "each file's bytes")
+    image_header: bool = Field(True, description="files: record <feature>/format, /height, /width, /channels "
+                               "from the image header (Pillow); a file that is not an image fails")
+    decode_check: bool = Field(False, description="files: decode every image fully; corrupt ones fail (or are "
+                               "dead-lettered)")
     encoding: EncodingName = Field("tensor", description="default encoding of every feature")
     feature_encodings: dict[str, EncodingName] = Field(
         default_factory=dict, description="per-feature encodings, NAME=ENCODING,...")

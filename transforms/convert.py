@@ -114,6 +114,7 @@ class ConvertToTFRecord(beam.PTransform):
         self.config = config
         self.plan = plan or plan_convert(config, local_workers)
         self._progress = progress
+        report_orphan_labels(config, self.plan)
         if prepare_output:
             check_output(config, self.plan)
             outdir.prepare(config.output_dir, command="convert", options=config.model_dump(),
@@ -126,8 +127,18 @@ class ConvertToTFRecord(beam.PTransform):
         shards = pbegin | type(writer).__name__ >> writer
         commit = beam_io.OutputCommit(cfg.output_dir, plan.specs, cfg.compression, plan.inputs.num_rows,
                                       tuple({"path": i.path, "rows": i.num_rows} for i in plan.inputs.indexes),
-                                      cfg.writer, cfg.model_dump())
+                                      cfg.writer, cfg.model_dump(), plan.inputs.source.describe())
         return shards | "FinalizeOutput" >> beam_io.FinalizeOutput(commit, getattr(writer, "dead_rows", None))
+
+
+def report_orphan_labels(cfg: ConvertConfig, plan: ConvertPlan) -> None:
+    """``--format files`` with a labels table and ``--dead_letter_dir``: the table's rows that name no matched file
+    go to ``labels_without_files.jsonl`` there (without the flag they stopped the planning)."""
+    orphans = getattr(plan.inputs.source, "orphans", ())
+    if orphans and cfg.dead_letter_dir is not None:
+        beam_io.write_dead_letters(cfg.dead_letter_dir, "labels_without_files", [
+            {"file": cfg.file_labels, "files": [name], "rows": 0, "error": "SourceError",
+             "message": "The labels table names a file that the input pattern does not match"} for name in orphans])
 
 
 def check_output(cfg: ConvertConfig, plan: ConvertPlan) -> None:

@@ -84,16 +84,17 @@ def plan_inputs(pattern: str, options: SourceOptions) -> InputPlan:
     files = fileio.match(pattern)
     fmt = sources.format_of(files[0][0], options)
     source = sources.make_source(fmt, options)
-    data = [path for path, _ in files if not source.is_sidecar(path)]
+    data = [(path, size) for path, size in files if not source.is_sidecar(path)]
     if not data:
         raise SourceError(f"Every file matching the pattern is a {fmt} sidecar, none holds data", file=pattern)
-    indexes = [source.index(path) for path in data]
+    indexes = source.index_files(pattern, data) or [source.index(path) for path, _ in data]
     specs = sources.merge_specs(indexes, loose=source.loose)
     if sources.files_mode(source):  # all files together are one sequence of rows
         indexes = [FileIndex(pattern, len(indexes), specs, max(i.row_bytes for i in indexes), 1,
                              tuple(i.path for i in indexes), tuple(i.sizes[0] for i in indexes), item_files=True)]
-    ranges = [r for i in indexes for r in sources.plan_row_ranges(i, options.target_range_bytes)]
-    return InputPlan(source, tuple(indexes), specs, tuple(ranges), options.target_range_bytes)
+    range_bytes = source.range_bytes(options.target_range_bytes)
+    ranges = [r for i in indexes for r in sources.plan_row_ranges(i, range_bytes)]
+    return InputPlan(source, tuple(indexes), specs, tuple(ranges), range_bytes)
 
 
 def add_provenance(rr: RowRange, columns: dict) -> dict:
@@ -179,7 +180,9 @@ def source_options(cfg) -> SourceOptions:
                          max_empty_rows=cfg.max_empty_rows, allow_external_storage=cfg.allow_external_storage,
                          allow_fill_value=cfg.allow_fill_value, raw_dtype=cfg.dtype,
                          raw_shape=tuple(cfg.shape) if cfg.shape else None, raw_offset=cfg.offset,
-                         raw_order=cfg.order)
+                         raw_order=cfg.order, files_labels=cfg.file_labels, files_feature=cfg.file_feature,
+                         files_image_header=cfg.image_header, files_decode_check=cfg.decode_check,
+                         files_dead_letters=cfg.dead_letter_dir is not None)
 
 
 def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -> ConvertPlan:

@@ -37,14 +37,21 @@ def iter_records(path: str, compression: str | None = None, max_record_bytes: in
       device is never opened).
     """
     tfrecord.check_regular(path)
+    if compression is None:
+        compression = file_compression(path)
     with fileio.open_read(path) as raw:
-        if compression is None:
-            compression = tfrecord.compression_from_path(path)
-            if compression == "none":
-                compression = tfrecord.detect_compression(raw.read(12))
-                raw.seek(0)
         yield from tfrecord.iter_records(tfrecord.open_decompressed(raw, compression), path,
                                          max_record_bytes=max_record_bytes)
+
+
+def file_compression(path: str) -> str:
+    """The compression of a TFRecord file: from its suffix (``.gz``, ``.zlib``/``.zz``), else its first bytes
+    (``tfrecord.detect_compression``)."""
+    compression = tfrecord.compression_from_path(path)
+    if compression == "none":
+        with fileio.open_read(path) as raw:
+            compression = tfrecord.detect_compression(raw.read(12))
+    return compression
 
 
 def _select(specs: Sequence[FeatureSpec], features: Sequence[str] | None) -> list[FeatureSpec]:

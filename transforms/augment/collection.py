@@ -130,8 +130,8 @@ def _compressions(paths: Sequence[str], compression: str, meta: dict | None) -> 
     comps = [tfrecord.compression_from_path(p) for p in paths]
     unsuffixed = [p for p, c in zip(paths, comps) if c == "none"]
     if unsuffixed:
-        with fileio.open_read(unsuffixed[0]) as f:
-            detected = tfrecord.detect_compression(f.read(12))
+        from tfrecord_etl.transforms.reader import file_compression
+        detected = file_compression(unsuffixed[0])
         comps = [detected if p in set(unsuffixed) else c for p, c in zip(paths, comps)]
     return comps
 

@@ -26,14 +26,16 @@ from tfrecord_etl.transforms.sources.base import (ARRAY, DEFAULT_MAX_COMPRESSION
 from tfrecord_etl.transforms.sources.hdf5 import HDF5_CHUNK_CACHE_BYTES, HDF5_SUFFIXES, Hdf5Source
 from tfrecord_etl.transforms.sources.npy import NpySource
 from tfrecord_etl.transforms.sources.npz import MAX_COLUMN_STREAMS, RATIO_CHECK_MIN_BYTES, NpzSource
+from tfrecord_etl.transforms.sources.files import FilesSource
 from tfrecord_etl.transforms.sources.raw import RawSource
 
 __all__ = ["ARRAY", "DEFAULT_MAX_COMPRESSION_RATIO", "DEFAULT_MAX_EMPTY_ROWS", "DEFAULT_RANGE_BYTES", "FORMATS",
            "HDF5_CHUNK_CACHE_BYTES", "HDF5_SUFFIXES", "KEY", "MAX_COLUMN_STREAMS", "RATIO_CHECK_MIN_BYTES",
-           "REGISTRY", "Columns", "FileIndex", "Hdf5Source", "NpySource", "NpzSource", "RawSource", "RowRange", "Source",
+           "REGISTRY", "Columns", "FileIndex", "FilesSource", "Hdf5Source", "NpySource", "NpzSource", "RawSource", "RowRange", "Source",
            "SourceOptions", "files_mode", "format_of", "make_source", "merge_specs", "plan_row_ranges"]
 
-REGISTRY: dict[str, type[Source]] = {cls.format_name: cls for cls in (Hdf5Source, NpzSource, NpySource, RawSource)}
+REGISTRY: dict[str, type[Source]] = {cls.format_name: cls for cls in (Hdf5Source, NpzSource, NpySource, RawSource,
+                                                                           FilesSource)}
 FORMATS = tuple(REGISTRY)
 
 

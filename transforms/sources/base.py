@@ -45,6 +45,11 @@ class SourceOptions:
     raw_shape: tuple[int, ...] | None = None
     raw_offset: int = 0
     raw_order: str = "C"
+    files_labels: str = "dir"  # files: dir (the class folder), none, or the path of a labels CSV
+    files_feature: str = "image"  # files: the feature holding each file's bytes
+    files_image_header: bool = True  # files: record format/height/width/channels from the image header
+    files_decode_check: bool = False  # files: decode every image (corrupt ones fail)
+    files_dead_letters: bool = False  # files: unlabelled files / orphan label rows are reported, not fatal
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,6 +237,20 @@ class Source:
 
     def read(self, rr: RowRange) -> Columns:
         raise NotImplementedError
+
+    def index_files(self, pattern: str, files: list[tuple[str, int]]) -> list[FileIndex] | None:
+        """The indexes of all matched ``(path, size)`` at once, for a source that plans from the listing alone
+        (``files``); None (the default) indexes each file with :meth:`index`."""
+        return None
+
+    def range_bytes(self, target_bytes: int) -> int:
+        """The target bytes of one row range for this source (``--target_range_mb``, unless the source knows
+        better: ``files`` plans one file per range)."""
+        return target_bytes
+
+    def describe(self) -> dict:
+        """What ``metadata.json`` records of the inputs besides the files and rows (e.g. label names)."""
+        return {}
 
     def is_sidecar(self, path: str) -> bool:
         """True for a matched file that describes data rather than holding it (never read as an input)."""

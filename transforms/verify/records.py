@@ -5,6 +5,7 @@ import io
 from typing import BinaryIO, Iterator, Sequence
 
 from tfrecord_etl.transforms import codec, fileio, tfrecord
+from tfrecord_etl.transforms.reader import file_compression  # noqa: F401 - one home: the reader
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import RecordError, SchemaError, SourceError
 from tfrecord_etl.transforms.verify.report import _KNOWN_FILES, Progress, _PROGRESS_STEP
@@ -57,15 +58,6 @@ def file_size(path: str) -> int | None:
     except Exception:  # noqa: BLE001 - Beam raises BeamIOError for a missing path on some filesystems
         return None
     return found[0].size_in_bytes if found else None
-
-
-def file_compression(path: str) -> str:
-    """The compression of a TFRecord file: from its suffix (``.gz``, ``.zlib``/``.zz``), else its first bytes."""
-    compression = tfrecord.compression_from_path(path)
-    if compression == "none":
-        with fileio.open_read(path) as raw:
-            compression = tfrecord.detect_compression(raw.read(12))
-    return compression
 
 
 def list_record_files(target: str) -> list[tuple[str, int]]:

@@ -1,0 +1,152 @@
+"""--format files: image/file collections with labels (issue 14 item 1), on real images (matplotlib's sample photos
+and its toolbar icons, arranged into class folders here) plus a truncated JPEG and an empty file: file bytes
+byte-identical through our reader and plain TensorFlow, labels from folders or a CSV table, dead letters, both
+writers, verify, inspect."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from tfrecord_etl.transforms import reader
+from tests.conftest import convert, fixture_file, run_command
+
+MPL = "matplotlib/mpl-data"
+
+
+@pytest.fixture
+def collection(tmp_path):
+    """train/photos: 3 real photos/logos; train/icons: matplotlib's 20+ toolbar PNGs; returns (base, files)."""
+    base = tmp_path / "train"
+    (base / "photos").mkdir(parents=True)
+    (base / "icons").mkdir()
+    for name in ("grace_hopper.jpg", "logo2.png", "Minduka_Present_Blue_Pack.png"):
+        shutil.copy(fixture_file(f"{MPL}/sample_data/{name}"), base / "photos" / name)
+    icons = sorted(fixture_file(f"{MPL}/images").glob("*.png"))
+    assert len(icons) >= 10
+    for p in icons:
+        shutil.copy(p, base / "icons" / p.name)
+    return base, sorted(p for p in base.rglob("*") if p.is_file())
+
+
+def tf_examples(out):
+    import tensorflow as tf
+    files = sorted(str(p) for p in out.iterdir() if p.name.endswith((".tfrecord", ".tfrecord.gz")))
+    spec = {"image": tf.io.FixedLenFeature([], tf.string), "filename": tf.io.FixedLenFeature([], tf.string),
+            "label/text": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
+    return [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(files)]
+
+
+def test_image_folder_round_trips_byte_identically(collection, tmp_path, capsys):
+    from PIL import Image
+    import tensorflow as tf
+    base, files = collection
+    out = tmp_path / "out"
+    code, _, err = convert(base / "*" / "*", out, "--format", "files", "--encoding", "list", "--num_shards", "2",
+                           capsys=capsys)
+    assert code == 0, err
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["files"]["label_names"] == ["icons", "photos"] and meta["num_records"] == len(files)
+    got = list(reader.iter_numpy(str(out)))
+    assert [e["filename"] for e in got] == [str(p.relative_to(base)).encode() for p in files]
+    for e, p in zip(got, files):
+        assert e["image"] == p.read_bytes()  # untouched bytes
+        assert e["label/text"] == p.parent.name.encode() and int(e["label"]) == ["icons", "photos"].index(p.parent.name)
+        with Image.open(p) as im:
+            assert (e["image/format"], int(e["image/width"]), int(e["image/height"]), int(e["image/channels"])) == \
+                (im.format.encode(), *im.size, len(im.getbands()))
+    for ex, p in zip(tf_examples(out), files):  # plain TensorFlow; decode_image equals Pillow's decode
+        assert ex["image"].numpy() == p.read_bytes() and ex["label/text"].numpy() == p.parent.name.encode()
+        if p.suffix == ".png":
+            with Image.open(p) as im:
+                want = np.asarray(im.convert("RGBA" if "A" in im.getbands() else "RGB"))
+            decoded = tf.io.decode_image(ex["image"], channels=want.shape[-1]).numpy()
+            assert np.array_equal(decoded, want), p.name
+    # the same collection again: the same label numbers and the same bytes (the planned writer is deterministic)
+    code, _, _ = convert(base / "*" / "*", tmp_path / "again", "--format", "files", "--encoding", "list",
+                         "--num_shards", "2", capsys=capsys)
+    assert code == 0
+    for name in ("data-00000-of-00002.tfrecord", "data-00001-of-00002.tfrecord"):
+        assert (out / name).read_bytes() == (tmp_path / "again" / name).read_bytes()
+
+
+def test_corrupt_and_empty_files_are_dead_letters_and_counts_add_up(collection, tmp_path, capsys):
+    base, files = collection
+    jpeg = (base / "photos" / "grace_hopper.jpg").read_bytes()
+    (base / "photos" / "cut.jpg").write_bytes(jpeg[:len(jpeg) // 3])  # a truncated JPEG: the header reads fine
+    (base / "icons" / "empty.png").write_bytes(b"")
+    (base / "icons" / "notes.png").write_bytes(b"not an image at all")
+    out, dead = tmp_path / "out", tmp_path / "dead"
+    code, _, err = convert(base / "*" / "*", out, "--format", "files", "--decode_check", "--dead_letter_dir", dead,
+                           capsys=capsys)
+    assert code == 0, err
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["num_records"] == len(files) and meta["rows_dead_lettered"] == 3
+    assert meta["rows_read"] == len(files) + 3
+    letters = [json.loads(line) for f in sorted(dead.glob("*.jsonl")) for line in f.read_text().splitlines()]
+    assert sorted(f.rsplit("/", 1)[-1] for d in letters for f in d["files"]) == ["cut.jpg", "empty.png", "notes.png"]
+    text = " ".join(d["message"] for d in letters)
+    assert "empty" in text and "corrupt image" in text and "not an image" in text
+    # without --decode_check the truncated JPEG's header is enough; without dead letters the first bad file stops
+    code, _, err = convert(base / "*" / "*", tmp_path / "strict", "--format", "files", capsys=capsys)
+    assert code == 2 and err.startswith("error: SourceError: The file is empty") and "empty.png" in err
+    assert not (tmp_path / "strict" / "metadata.json").exists()
+
+
+def test_labels_from_a_csv_table_with_more_columns(collection, tmp_path, capsys):
+    base, files = collection
+    table = tmp_path / "labels.csv"
+    rows = ["file,label,source"] + [f"{p.name},{'big' if p.stat().st_size > 5000 else 'small'},mpl" for p in files]
+    table.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "out"
+    code, _, err = convert(base / "*" / "*", out, "--format", "files", "--file_labels", table, "--no-image_header",
+                           "--writer", "beam", capsys=capsys)
+    assert code == 0, err
+    got = {e["filename"].item(): e for e in reader.iter_numpy(str(out))}  # the beam writer keeps no order
+    for p in files:
+        e = got[str(p.relative_to(base)).encode()]
+        size = "big" if p.stat().st_size > 5000 else "small"
+        assert e["label/text"] == size.encode() and int(e["label"]) == ["big", "small"].index(size)
+        assert e["source"] == b"mpl" and e["image"] == p.read_bytes() and "image/format" not in e
+    # a file with no row, and a row with no file: an error each, or reported with --dead_letter_dir
+    table.write_text("\n".join(rows[:-1] + ["ghost.png,small,mpl"]) + "\n")
+    code, _, err = convert(base / "*" / "*", tmp_path / "o2", "--format", "files", "--file_labels", table,
+                           capsys=capsys)
+    assert code == 2 and "have no row in the labels table" in err and files[-1].name in err
+    dead = tmp_path / "dead"
+    code, _, err = convert(base / "*" / "*", tmp_path / "o3", "--format", "files", "--file_labels", table,
+                           "--dead_letter_dir", dead, capsys=capsys)
+    assert code == 0, err
+    letters = {f.name: [json.loads(x) for x in f.read_text().splitlines()] for f in dead.glob("*.jsonl")}
+    assert [d["files"] for d in letters.pop("labels_without_files.jsonl")] == [["ghost.png"]]
+    assert [f.rsplit("/", 1)[-1] for d in sum(letters.values(), []) for f in d["files"]] == [files[-1].name]
+
+
+def test_verify_and_inspect_a_file_collection(collection, tmp_path, capsys):
+    from tfrecord_etl.pipelines import inspect as inspect_module, verify as verify_module
+    base, files = collection
+    out = tmp_path / "out"
+    assert convert(base / "*" / "*", out, "--format", "files", capsys=capsys)[0] == 0
+    code, stdout, _ = run_command(verify_module.main, [out, "--source", str(base / "*" / "*")], capsys)
+    assert code == 0, stdout
+    code, stdout, _ = run_command(inspect_module.main, [out], capsys)
+    assert code == 0 and "image/width" in stdout
+    changed = base / "photos" / "logo2.png"
+    changed.write_bytes(changed.read_bytes() + b"\0")  # the source changed after the conversion
+    code, stdout, _ = run_command(verify_module.main, [out, "--source", str(base / "*" / "*")], capsys)
+    assert code == 1 and "image" in stdout
+
+
+def test_flat_folder_needs_a_label_source(tmp_path, capsys):
+    d = tmp_path / "flat"
+    d.mkdir()
+    shutil.copy(fixture_file(f"{MPL}/sample_data/logo2.png"), d / "a.png")
+    code, _, err = convert(d / "*.png", tmp_path / "out", "--format", "files", capsys=capsys)
+    assert code == 2 and "not in a class folder" in err and "--file_labels none" in err
+    code, _, err = convert(d / "*.png", tmp_path / "out", "--format", "files", "--file_labels", "none",
+                           capsys=capsys)
+    assert code == 0, err
+    (ex,) = list(reader.iter_numpy(str(tmp_path / "out")))
+    assert ex["filename"] == b"a.png" and "label" not in ex and ex["image/format"] == b"PNG"
