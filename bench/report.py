@@ -21,6 +21,8 @@ SECTION_TITLES = {
     "augment_small": "Augmentation: small records + one int64 field",
     "augment_images": "Augmentation: image collection (the large rows converted) + one int64 field",
     "scaling": "Scaling: 2 workers vs 1 on many small rows (x float32[16] + id int64; 72 bytes a row)",
+    "raw": "Raw binary file (--format raw): uint8 [64, 64, 3] rows, 12,288 bytes a row",
+    "files": "Image files (--format files): 64x64 RGB PNGs in 4 class folders",
     "rss8gb": "Peak RSS: one 8 GB HDF5 file, convert --writer planned",
 }
 GB = 1e9

@@ -61,12 +61,14 @@ SMALL_ROWS = 2_000_000
 SCALING_ROWS = 20_000_000  # 1.44 GB: about 5 s of work per worker, well above start-up noise
 LARGE_ROWS = 84_000  # 84,000 x 12,808 bytes = 1.076 GB (> 1 GiB)
 AUGMENT_ROWS = 1_000_000
+RAW_ROWS = 40_000  # uint8 [64, 64, 3]: 491 MB, the size of the "laptop" file of issue 16
+FILES = 10_000  # PNG 64x64 RGB, about 10 KB each
 RSS8_BYTES = 8 * 2**30
 TINY_FRACTION = 50  # steady state: the same command on 1/50 of the rows
 MIN_STEADY_DELTA_S = 0.25  # below this difference of wall times, the steady-state figure is noise (use --repeat 3)
 
 BEAM = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
-SECTIONS = ("small", "large", "augment", "scaling")
+SECTIONS = ("small", "large", "augment", "scaling", "raw", "files")
 
 
 def beam_flags(workers: int) -> list[str]:
@@ -374,6 +376,51 @@ class Bench:
                                rows, rb, self.convert_cmd(writer, 1, layout), tiny, expect_writer=writer,
                                check="metadata")
 
+    def new_source_section(self, section: str) -> None:
+        """``raw``: a raw uint8 [64, 64, 3] file (``--format raw``) against seed 003's memmap loop; ``files``: PNG
+        files in 4 class folders (``--format files``) against seed 001's loop; each with the raw copy of the
+        input bytes. Inputs are generated once (``bench.seed_files make-*``)."""
+        py = self.py
+        if section == "raw":
+            rows = rows_at(RAW_ROWS, self.args.scale)
+            rb = 64 * 64 * 3
+            path = os.path.join(self.data_dir, f"raw_{rows}.raw")
+            if not os.path.exists(path):
+                subprocess.run([py, "-m", "bench.seed_files", "make-raw", "--output", path, "--rows", str(rows)],
+                               check=True)
+            raw_bytes, pattern = rows * rb, path
+            seed = ["raw", "--input"]
+            flags = ["--dtype", "|u1", "--shape", "-1,64,64,3"]
+        else:
+            rows = rows_at(FILES, self.args.scale)
+            path = os.path.join(self.data_dir, f"files_{rows}")
+            if not os.path.isdir(path):
+                subprocess.run([py, "-m", "bench.seed_files", "make-files", "--output", path + ".tmp",
+                                "--files", str(rows)], check=True)
+                os.rename(path + ".tmp", path)
+            raw_bytes = dir_bytes(path)
+            rb = max(1, raw_bytes // rows)
+            pattern = os.path.join(path, "*", "*")
+            seed = ["files", "--input"]
+            flags = ["--format", "files"]
+        self.say(f"[{section}] {rows:,} rows, {raw_bytes / 1e6:,.1f} MB of input")
+        self.section_info[section] = {"rows": rows, "row_bytes": rb, "raw_bytes": raw_bytes, "input": path}
+        self.contender(section, "raw", "raw copy", "raw", rows, rb,
+                       lambda i, o: [py, "-m", "bench.raw_copy", "--records", pattern,
+                                     "--output", os.path.join(o, "raw.bin")], None, check="none")
+        self.contender(section, "seed", f"seed loop ({'003 memmap' if section == 'raw' else '001 files'})", "seed",
+                       rows, rb, lambda i, o: [py, "-m", "bench.seed_files", *seed, i,
+                                               "--output", os.path.join(o, "data.tfrecord")], None)
+        self.contender(section, "convert_planned_2w", "convert --writer planned (2 workers)", "other", rows, rb,
+                       lambda i, o: [py, "-m", "pipelines.convert", "--input", pattern, "--output_dir", o,
+                                     "--overwrite", *flags, *beam_flags(2)], None, expect_writer="planned",
+                       check="metadata")
+        self.contender(section, "convert_planned_inproc", "convert --writer planned (in-process)", "other", rows,
+                       rb, lambda i, o: [py, "-m", "pipelines.convert", "--input", pattern, "--output_dir", o,
+                                         "--overwrite", *flags, "--runner=DirectRunner",
+                                         "--direct_running_mode=in_memory"], None, expect_writer="planned",
+                       check="metadata")
+
     def scaling_section(self) -> None:
         """2 workers vs 1 on many small rows: the planned writer only (the beam writer would take minutes
         a run at this size; its 1- and 2-worker rates are in the small section), with the raw copy."""
@@ -461,6 +508,10 @@ class Bench:
             if "scaling" in sections:
                 self.scaling_section()
                 order.append("scaling")
+            for section in ("raw", "files"):
+                if section in sections:
+                    self.new_source_section(section)
+                    order.append(section)
             if args.rss_8gb:
                 self.rss8gb_section()
                 order.append("rss8gb")
