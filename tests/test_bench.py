@@ -59,3 +59,20 @@ def test_work_seconds_are_read_from_each_kind_of_contender_log(tmp_path):
         got[name] = work_seconds(str(tmp_path / name))
     assert got == {"convert": 1.25, "raw": 0.125, "seed": 2.5, "plain": None}
     assert work_seconds(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.timeout(600)
+def test_bench_raw_and_files_sections_at_tiny_scale(tmp_path):
+    """Issue 14: the raw and files sections run end to end, every contender ok on the same row count."""
+    workdir = tmp_path / "work"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", HOME=str(tmp_path / "home"))
+    proc = subprocess.run([sys.executable, "-m", "bench.run", "--scale", "0.002", "--only", "raw,files",
+                           "--steady", "off", "--workdir", str(workdir)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=570)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = json.loads((workdir / "results" / "results.json").read_text())["results"]
+    want = {"raw", "seed", "convert_planned_2w", "convert_planned_inproc"}
+    for section, n in (("raw", 80), ("files", 20)):
+        got = {r["key"]: r for r in rows if r["section"] == section}
+        assert set(got) == want
+        assert all(r["status"] == "ok" and r["rows"] == n for r in got.values()), got
