@@ -283,3 +283,20 @@ def test_augment_writes_new_features_with_the_new_encodings(tmp_path, tf, capsys
         "--fn", "tests.augment_fns:mask_and_noise_of_array", "--fn_inputs", "array", "--fn_batch",
         "--feature_encodings", "nope=zlib", *BEAM_FLAGS], capsys)
     assert code != 0 and "nope" in err
+
+
+def test_beam_writer_and_inspect_with_zlib_and_packbits(tmp_path, capsys):
+    from tfrecord_etl.pipelines import inspect as inspect_module
+    crops, mask = real_mask_and_image()
+    with h5py.File(tmp_path / "in.h5", "w") as f:
+        f["image"], f["mask"] = crops, mask
+    out = tmp_path / "out"
+    code, _, err = convert(tmp_path / "in.h5", out, "--feature_encodings", "image=zlib,mask=packbits",
+                           "--writer", "beam", "--provenance", "--compression", "gzip", "--num_shards", "2",
+                           capsys=capsys)
+    assert code == 0, err
+    got = sorted(reader.iter_numpy(str(out)), key=lambda e: int(e["_source/row"]))  # the beam writer: any order
+    assert [int(e["_source/row"]) for e in got] == list(range(len(crops)))
+    assert all(np.array_equal(e["image"], crops[i]) and np.array_equal(e["mask"], mask[i]) for i, e in enumerate(got))
+    code, stdout, _ = run_command(inspect_module.main, [out, "--tf_read"], capsys)
+    assert code == 0 and "packbits" in stdout and "zlib" in stdout
