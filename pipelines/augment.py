@@ -36,7 +36,8 @@ def main(argv: list[str]) -> int:
     files = [s.output_file for s in plan.collection.shards] + ([outdir.MANIFEST_FILE] if cfg.mode == "sidecar" else [])
     with outdir.prepare(cfg.output_dir, command="augment", options=cfg.model_dump(), files=files,
                         overwrite=cfg.overwrite):
-        p = beam.Pipeline(options=PipelineOptions(beam_argv))
+        options = PipelineOptions(beam_argv)
+        p = beam.Pipeline(runner=common.local_runner(options), options=options)
         build_pipeline(p, plan)
         counters = common.run_pipeline(p)
     meta = metadata.load(cfg.output_dir)

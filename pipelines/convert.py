@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
     check_output(cfg, plan)
     with outdir.prepare(cfg.output_dir, command="convert", options=cfg.model_dump(), overwrite=cfg.overwrite,
                         files=plan.output_files, beam_temp_prefixes=[cfg.prefix] if cfg.writer == "beam" else []):
-        p = beam.Pipeline(options=options)
+        p = beam.Pipeline(runner=common.local_runner(options), options=options)
         build_pipeline(p, cfg, plan)
         counters = common.run_pipeline(p)
     meta = metadata.load(cfg.output_dir)

@@ -261,3 +261,35 @@ def test_beam_writer_is_not_usable_on_dask(inputs, converted, tmp_path, request,
                                "--writer", "beam"], "dask-localcluster", request, capsys)
     temp_dirs = [p for p in out.iterdir() if p.name.startswith("beam-temp-")] if out.exists() else []
     assert code != 0 or len(temp_dirs) >= 2, "WriteToTFRecord ran once on DaskRunner: Beam fixed it"
+
+
+@pytest.mark.parametrize("flags", [[], ["--runner", "DirectRunner", "--direct_running_mode", "multi_processing",
+                                        "--direct_num_workers", "2"]], ids=["default", "direct-2-processes"])
+def test_the_local_runner_is_the_fnapi_runner_without_a_prism_attempt(tmp_path, flags):
+    """Issue 15: Beam 2.77's DirectRunner first tries the Prism runner (a binary downloaded at run time); on a
+    connected laptop the pipeline would run there, untested. The commands run Beam's FnApiRunner directly."""
+    import subprocess
+    import sys
+    from tests.conftest import ROOT
+    np.save(tmp_path / "a.npy", np.arange(20, dtype="<i8"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    for module, args in (("convert", ["--input", tmp_path / "a.npy", "--output_dir", tmp_path / "c"]),
+                         ("augment", ["--input", tmp_path / "c", "--output_dir", tmp_path / "a",
+                                      "--constants", "k=1"])):
+        proc = subprocess.run([sys.executable, "-m", f"pipelines.{module}", *map(str, args), "--verbose", *flags],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "Prism" not in proc.stderr and "prism" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_local_runner_is_fnapi_for_direct_only_and_carries_the_options():
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from tfrecord_etl.pipelines import common
+    for argv in ([], ["--runner=DirectRunner"], ["--runner", "direct"]):
+        runner = common.local_runner(PipelineOptions(argv + ["--s3_endpoint_url=http://127.0.0.1:9"]))
+        assert isinstance(runner, fn_runner.FnApiRunner)
+        options = runner._provision_info.provision_info.pipeline_options  # what worker processes receive
+        assert "http://127.0.0.1:9" in str(options)
+    for name in ("DataflowRunner", "apache_beam.runners.dask.dask_runner.DaskRunner", "PortableRunner"):
+        assert common.local_runner(PipelineOptions([f"--runner={name}"])) is None
