@@ -70,7 +70,7 @@ def _has_metadata(target: str) -> bool:
         return True
     names = set(outdir.list_names(target))
     traces = (".tmp-", "beam-temp-", f".{metadata.METADATA_FILE}", outdir.MARKER_FILE)  # a run's temporaries
-    if metadata.SCHEMA_FILE in names or any(n.startswith(traces) for n in names):
+    if metadata.SCHEMA_FILE in names or any(n.startswith(traces) for n in names) or outdir.nested_outputs(target):
         metadata.load(target)  # raises IncompleteOutputError with its message
     return False
 
@@ -133,8 +133,10 @@ def _count_files_with_tf(shards: list[dict]) -> int:
 
 def _count_with_tf(output_dir: str) -> int:
     common.preload_tensorflow()
-    ds = reader.to_tf_dataset(output_dir, batch_size=1024)
-    return int(sum(int(next(iter(batch.values())).shape[0]) for batch in ds))
+    if all(s.is_fixed for s in metadata.load(output_dir)["features"]):
+        ds = reader.to_tf_dataset(output_dir, batch_size=1024)
+        return int(sum(int(next(iter(batch.values())).shape[0]) for batch in ds))
+    return sum(1 for _ in reader.to_tf_dataset(output_dir))  # shapes vary: one example at a time
 
 
 def _short(value: np.ndarray) -> str:

@@ -109,6 +109,9 @@ class ConvertConfig(BaseModel):
                                    "--direct_num_workers accepted (default: 4 per CPU, at least 16)")
 
     _paths = field_validator("input", "output_dir")(classmethod(lambda cls, v: non_blank(v)))
+    # YAML may use the flags' comma syntax too ("datasets: /X,/obs")
+    _lists = field_validator("datasets", "allow_lossy", "shape", mode="before")(
+        classmethod(lambda cls, v: [p.strip() for p in v.split(",") if p.strip()] if isinstance(v, str) else v))
 
     def beam_argv(self, argv: list[str]) -> list[str]:
         """``pipeline_options`` as Beam flags, followed by ``argv`` (so the command line wins)."""
@@ -250,7 +253,8 @@ def validate(model: type[BaseModel], values: dict, source: str = "config"):
         for err in e.errors():
             key = ".".join(str(p) for p in err["loc"]) or "?"
             if err["type"] == "extra_forbidden":
-                problems.append(f"unknown key '{key}'")
+                close = difflib.get_close_matches(key, list(model.model_fields), n=1)
+                problems.append(f"unknown key '{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
             elif err["type"] == "missing":
                 problems.append(f"missing required key '{key}' (--{key})")
             else:
@@ -271,6 +275,7 @@ def parse_args(argv: list[str], model: type[BaseModel], options_cls: type[Pipeli
         (one line each).
     """
     parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="Every other flag (--runner, --direct_num_workers, --temp_location, "
                                             "Dataflow/Flink options) is passed to Beam.")
     options_cls._add_argparse_args(parser)

@@ -100,6 +100,12 @@ def load(output_dir: str) -> dict:
     """
     path = fileio.join(output_dir, METADATA_FILE)
     if not fileio.exists(path):
+        from tfrecord_etl.transforms import outdir
+        nested = outdir.nested_outputs(output_dir) if fileio.is_dir(output_dir) else []
+        if nested:
+            shown = ", ".join(nested[:5]) + (f" and {len(nested) - 5} more" if len(nested) > 5 else "")
+            raise IncompleteOutputError(f"Not an output directory: it holds {len(nested)} output directories "
+                                        f"({shown})", file=output_dir, hint="name one of them")
         raise IncompleteOutputError("No metadata.json: the output is incomplete (a run is going on or "
                                     "crashed) or was not written by tfrecord-etl", file=output_dir,
                                     hint="re-run the command that writes it")

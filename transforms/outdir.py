@@ -90,6 +90,16 @@ def list_names(directory: str) -> dict[str, str]:
     return out
 
 
+MAX_NESTED_CHECKS = 1000  # sub-directories looked into for a metadata.json (a limit, not a walk)
+
+
+def nested_outputs(directory: str) -> list[str]:
+    """Names of the direct sub-directories of ``directory`` that are complete outputs (hold ``metadata.json``),
+    sorted; at most :data:`MAX_NESTED_CHECKS` children are looked into."""
+    names = sorted(list_names(directory).items())[:MAX_NESTED_CHECKS]
+    return [n for n, path in names if fileio.exists(fileio.join(path, METADATA_FILE))]
+
+
 def delete_names(directory: str, names: Iterable[str]) -> None:
     """Deletes the children ``names`` of ``directory`` (directories recursively), each by its exact path."""
     import shutil

@@ -82,11 +82,12 @@ def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_recor
     for shard, path in zip(meta["shards"], metadata.shard_paths(output_dir, meta)):
         count = 0
         for index, offset, record in iter_records(path, meta["compression"], max_record_bytes):
-            try:
-                yield decode_example_lenient(record, specs, max_features)  # = decode_example, + native lists
+            try:  # never around the yield: a generator closed at interpreter exit would evaluate the except
+                example = decode_example_lenient(record, specs, max_features)  # = decode_example, + native lists
             except RecordError as e:
                 raise RecordError(f"Cannot decode example: {e.message}", hint=e.hint, file=path, record=index,
                                   offset=offset, payload_offset=e.context.get("offset")) from None
+            yield example
             count += 1
         if count != shard["records"]:
             raise RecordError(f"Shard holds {count} records, metadata says {shard['records']}", file=path)
@@ -140,11 +141,21 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
     """A ``tf.data.Dataset`` of ``{name: tensor}`` with the original dtypes and shapes, in shard order.
 
     ``S``/``U``/``V`` features become ``tf.string`` (str as UTF-8), datetimes ``tf.int64``.
-    ``batch_size`` batches examples (shapes must then agree within a batch).
+    ``batch_size`` batches examples; every selected feature must then have a fixed shape.
+
+    Raises:
+      IncompleteOutputError: no metadata.json. SchemaError: ``batch_size`` with features whose shape or dtype
+        varies between examples (tf.data could not stack them: batch those yourself, e.g. with
+        ``ds.ragged_batch``, or pass ``features``).
     """
     import tensorflow as tf
     meta = metadata.load(output_dir)
     specs = _select(meta["features"], features)
+    varying = [s.name for s in specs if not s.is_fixed]
+    if batch_size and varying:
+        raise SchemaError(f"Cannot batch: the shape or dtype of {varying} varies between examples",
+                          file=output_dir, hint="pass batch_size=None (and batch them yourself, e.g. with "
+                          "ds.ragged_batch), or select fixed features with features=[...]")
     parse_spec = _parse_spec(tf, specs)
     ds = tf.data.TFRecordDataset(metadata.shard_paths(output_dir, meta),
                                  compression_type=_TF_COMPRESSION[meta["compression"]])
@@ -311,11 +322,12 @@ def iter_numpy_merged(original: str, sidecar_dir: str, features: Sequence[str] |
                 index = (right if left is None else left)[0]
                 raise RecordError(f"{'Original' if left is None else 'Sidecar'} shard ended at record {index}: "
                                   "misaligned pair", file=pair.original, sidecar=pair.sidecar, record=index)
-            try:
-                yield decode_example_lenient(left[2] + right[2], specs)
+            try:  # not around the yield (see iter_numpy)
+                example = decode_example_lenient(left[2] + right[2], specs)
             except RecordError as e:
                 raise RecordError(f"Cannot decode merged example: {e}", file=pair.original, sidecar=pair.sidecar,
                                   record=left[0]) from None
+            yield example
 
 
 def to_tf_dataset_merged(original: str, sidecar_dir: str, batch_size: int | None = None,

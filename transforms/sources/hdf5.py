@@ -92,7 +92,7 @@ class Hdf5Source(Source):
         hard links once (a link to an ancestor is no cycle).
         """
         import h5py
-        found, seen = [], {f.id}
+        found, seen, skipped = [], {f.id}, {"scalar": [], "dimension-scale": []}
         stack = [(iter(sorted(f.keys())), f, "")]
         while stack:
             keys, group, prefix = stack[-1]
@@ -114,10 +114,12 @@ class Hdf5Source(Source):
                     stack.append((iter(sorted(obj.keys())), obj, full))
             elif isinstance(obj, h5py.Dataset):
                 if obj.attrs.get("CLASS") == b"DIMENSION_SCALE" or obj.ndim == 0:
-                    log.warning("Skipping %s dataset '%s' in '%s'",
-                                "scalar" if obj.ndim == 0 else "dimension-scale", full, path)
+                    skipped["scalar" if obj.ndim == 0 else "dimension-scale"].append(full)
                     continue
                 found.append(full)
+        parts = [f"{len(v)} {k} ({', '.join(v[:3])}{', ...' if len(v) > 3 else ''})" for k, v in skipped.items() if v]
+        if parts:  # one line per file, not one per dataset (a NetCDF file has dozens)
+            log.warning("Skipping %s datasets in '%s'", " and ".join(parts), path)
         if not found:
             raise SchemaError("The file holds no dataset with rows", file=path)
         return found

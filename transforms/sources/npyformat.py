@@ -102,8 +102,11 @@ def _read_whole(stream: BinaryIO, h: _NpyHeader, where: str) -> np.ndarray:
     return _read_rows(stream, flat, 0, flat.shape[0], where).reshape(h.shape)
 
 
-def _merged_array_spec(headers, path) -> FeatureSpec:
-    specs = [_row_spec(ARRAY, h.dtype, h.shape, path) for h in headers]
+def _merged_array_spec(headers, path, members=None) -> FeatureSpec:
+    """The ``array`` feature of arrays/files modes, loosened over ``headers`` (``members``: their npz member
+    names, named in errors)."""
+    wheres = [f"{path}, member '{m}'" for m in members] if members is not None else [path] * len(headers)
+    specs = [_row_spec(ARRAY, h.dtype, h.shape, w) for h, w in zip(headers, wheres)]
     out = specs[0]
     for s in specs[1:]:
         out = _loosen(out, s)

@@ -225,7 +225,7 @@ class NpzSource(Source):
                 _check_declared(headers[m], zf.getinfo(m).file_size, path, m[:-4])
         if self.loose:
             sizes = tuple(_data_bytes(h) for h in headers.values())
-            specs = (FeatureSpec(KEY, VLEN_BYTES, (), "list"), _merged_array_spec(headers.values(), path))
+            specs = (FeatureSpec(KEY, VLEN_BYTES, (), "list"), _merged_array_spec(list(headers.values()), path, [m[:-4] if m.endswith('.npy') else m for m in headers]))
             return FileIndex(path, len(members), specs, max(sizes), 1, tuple(members), sizes)
         specs, lengths = [], {}
         for m, h in headers.items():

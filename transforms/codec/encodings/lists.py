@@ -36,7 +36,8 @@ class ListEncoding(Encoding):
         lossy = _LOSSY_LIST_CASTS.get(dt.str)
         if lossy and spec.name not in set(allow_lossy):
             raise SchemaError(f"Feature '{spec.name}': the list encoding would cast {lossy}, which is lossy",
-                              hint=f"use the tensor encoding, or allow it with allow_lossy: [{spec.name}]")
+                              hint=f"use the tensor encoding, or allow it with --allow_lossy {spec.name} "
+                                   f"(YAML: allow_lossy: [{spec.name}])")
 
     def kind(self, dtype: str) -> str:
         if dtype == VLEN_BYTES:

@@ -1,0 +1,121 @@
+"""Issue 15, the rough edges a new user meets first (measured on main before the fix; each test fails there)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tfrecord_etl.transforms import reader
+from tfrecord_etl.transforms.errors import SchemaError
+from tests.conftest import ROOT, convert, run_command
+
+
+def inspect(*args, capsys):
+    from tfrecord_etl.pipelines import inspect as inspect_module
+    return run_command(inspect_module.main, [str(a) for a in args], capsys)
+
+
+def verify(*args, capsys):
+    from tfrecord_etl.pipelines import verify as verify_module
+    return run_command(verify_module.main, [str(a) for a in args], capsys)
+
+
+@pytest.fixture
+def varying(tmp_path, capsys):
+    np.savez(tmp_path / "var.npz", a=np.zeros((2, 3)), b=np.ones(5), c=np.arange(4).reshape(2, 2))
+    assert convert(tmp_path / "var.npz", tmp_path / "out", "--npz_mode", "arrays", capsys=capsys)[0] == 0
+    return tmp_path / "out"
+
+
+def test_an_unfinished_reader_generator_prints_nothing_at_exit(varying):
+    """Was: 'TypeError: catching classes that do not inherit from BaseException' at interpreter exit."""
+    code = f"from tfrecord_etl.transforms import reader; it = reader.iter_numpy({str(varying)!r}); next(it)"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+def test_tf_read_of_varying_shapes_counts_them_and_batching_them_is_a_clear_error(varying, capsys):
+    """Was: a raw TensorFlow traceback (Cannot add tensor to the batch) from inspect --tf_read."""
+    code, out, err = inspect(varying, "--tf_read", "--json", capsys=capsys)
+    assert code == 0, err
+    assert '"tf_read_records": 3' in out
+    with pytest.raises(SchemaError, match=r"Cannot batch: the shape or dtype of \['array'\] varies"):
+        reader.to_tf_dataset(str(varying), batch_size=2)
+    assert len(list(reader.to_tf_dataset(str(varying), batch_size=2, features=["key"]))) == 2
+
+
+def test_float128_in_npz_arrays_mode_names_the_member(tmp_path, capsys):
+    np.savez(tmp_path / "f.npz", a=np.zeros(3), big=np.zeros(4, np.longdouble))
+    code, _, err = convert(tmp_path / "f.npz", tmp_path / "out", "--npz_mode", "arrays", capsys=capsys)
+    assert code == 2 and "float128" in err and "member 'big'" in err
+
+
+@pytest.mark.parametrize("name,words", [("in.h5", "an HDF5 file"), ("in.npz", "a zip archive (.npz)"),
+                                        ("in.npy", "a .npy array")])
+def test_inspect_and_verify_on_an_array_file_say_what_it_is(tmp_path, capsys, name, words):
+    """Was: 'Length CRC mismatch: corrupt data or wrong compression'."""
+    import h5py
+    path = tmp_path / name
+    if name.endswith(".h5"):
+        with h5py.File(path, "w") as f:
+            f["x"] = np.arange(10)
+    elif name.endswith(".npz"):
+        np.savez(path, x=np.arange(10))
+    else:
+        np.save(path, np.arange(10))
+    code, _, err = inspect(path, capsys=capsys)
+    assert code == 2 and f"Not a TFRecord file: it starts like {words}" in err and "pipelines.convert" in err
+    code, out, _ = verify(path, capsys=capsys)
+    assert code == 1 and f"it starts like {words}" in out
+
+
+def test_inspect_and_verify_on_a_directory_of_outputs_list_them(varying, tmp_path, capsys):
+    """Was: 'No input file matches out/*' (inspect) and 'No metadata.json' (verify)."""
+    parent = tmp_path / "outs"
+    parent.mkdir()
+    os.rename(varying, parent / "first")
+    assert convert(tmp_path / "var.npz", parent / "second", "--npz_mode", "arrays", capsys=capsys)[0] == 0
+    for run in (inspect, verify):
+        code, out, err = run(parent, capsys=capsys)
+        assert code == 2, out + err
+        assert "Not an output directory: it holds 2 output directories (first, second)" in err
+
+
+def test_skipped_hdf5_datasets_are_one_warning_line_per_file(tmp_path, caplog):
+    """Was: one WARNING line per skipped scalar or dimension-scale dataset (19 for one NetCDF file)."""
+    import h5py
+    from tfrecord_etl.transforms import planning
+    from tfrecord_etl.transforms.sources import SourceOptions
+    with h5py.File(tmp_path / "nc.h5", "w") as f:
+        f["data"] = np.zeros((4, 3))
+        for i in range(5):
+            f[f"s{i}"] = np.float64(i)
+        for name in ("lat", "lon"):
+            f[name] = np.arange(3.0)
+            f[name].make_scale(name)
+    with caplog.at_level("WARNING", logger="tfrecord_etl"):
+        plan = planning.plan_inputs(str(tmp_path / "nc.h5"), SourceOptions())
+    assert [s.name for s in plan.specs] == ["data"]
+    lines = [r.getMessage() for r in caplog.records if "Skipping" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "5 scalar (/s0, /s1, /s2, ...)" in lines[0] and "2 dimension-scale (/lat, /lon)" in lines[0]
+
+
+def test_yaml_takes_the_flags_comma_syntax_and_a_typo_key_gets_a_suggestion(tmp_path, capsys):
+    import h5py
+    with h5py.File(tmp_path / "in.h5", "w") as f:
+        f["X"], f["obs"], f["other"] = np.zeros((3, 2)), np.ones(3), np.arange(4)
+    (tmp_path / "a.yaml").write_text(f"input: {tmp_path / 'in.h5'}\noutput_dir: {tmp_path / 'o'}\n"
+                                     "datasets: /X,/obs\n")
+    from tfrecord_etl.pipelines import convert as convert_module
+    code, _, err = run_command(convert_module.main, ["--config", tmp_path / "a.yaml",
+                                                     "--runner=DirectRunner", "--direct_running_mode=in_memory"], capsys)
+    assert code == 0, err
+    assert [s.name for s in reader.metadata.load(str(tmp_path / "o"))["features"]] == ["X", "obs"]
+    (tmp_path / "b.yaml").write_text(f"input: {tmp_path / 'in.h5'}\noutput_dir: {tmp_path / 'p'}\ndataset: /X\n")
+    code, _, err = run_command(convert_module.main, ["--config", tmp_path / "b.yaml"], capsys)
+    assert code == 2 and "unknown key 'dataset' (did you mean 'datasets'?)" in err
