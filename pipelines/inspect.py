@@ -2,6 +2,7 @@
 
     python -m pipelines.inspect OUTPUT_DIR_OR_PATTERN [--tf_read] [--json] [--sample_records N]
         [--max_record_mb MB] [--max_features N]
+    python -m pipelines.inspect FILE.h5 [--json]     # the HDF5 dataset tree and its row groups
 
 ``--tf_read`` also reads every shard back with plain tf.data + tf.io.parse_example and checks the
 record counts against the metadata.
@@ -170,6 +171,16 @@ def render(s: dict) -> str:
     return "\n".join(printable(line) for line in lines)
 
 
+def _is_hdf5_file(target: str) -> bool:
+    """True for one existing regular file that starts with the HDF5 signature."""
+    if fileio.is_dir(target) or any(c in target for c in "*?[") or not fileio.exists(target):
+        return False
+    from tfrecord_etl.transforms import tfrecord
+    tfrecord.check_regular(target)
+    with fileio.open_read(target) as f:
+        return f.read(8) == b"\x89HDF\r\n\x1a\n"
+
+
 def main(argv: list[str]) -> int:
     parser = common.CommandParser(prog="python -m pipelines.inspect", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -182,6 +193,11 @@ def main(argv: list[str]) -> int:
     common.add_record_limit_flags(parser)
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow logs (default: off)")
     args = parser.parse_args(argv)
+    if _is_hdf5_file(args.output_dir):  # the dataset tree, so no external tool (h5ls) is needed
+        from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, render_tree
+        tree = hdf5_tree(args.output_dir)
+        print(json.dumps(tree, indent=1) if args.json else render_tree(tree))
+        return 0
     summary = summarize(args.output_dir, args.tf_read, max(1, args.sample_records), *common.record_limits(args))
     print(json.dumps(summary, indent=1) if args.json else render(summary))
     return 0

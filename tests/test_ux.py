@@ -67,8 +67,11 @@ def test_inspect_and_verify_on_an_array_file_say_what_it_is(tmp_path, capsys, na
         np.savez(path, x=np.arange(10))
     else:
         np.save(path, np.arange(10))
-    code, _, err = inspect(path, capsys=capsys)
-    assert code == 2 and f"Not a TFRecord file: it starts like {words}" in err and "pipelines.convert" in err
+    code, out, err = inspect(path, capsys=capsys)
+    if name.endswith(".h5"):  # inspect lists an HDF5 file's datasets instead (see the tree test)
+        assert code == 0 and "/x" in out and "10 rows: 1 dataset" in out
+    else:
+        assert code == 2 and f"Not a TFRecord file: it starts like {words}" in err and "pipelines.convert" in err
     code, out, _ = verify(path, capsys=capsys)
     assert code == 1 and f"it starts like {words}" in out
 
@@ -119,3 +122,34 @@ def test_yaml_takes_the_flags_comma_syntax_and_a_typo_key_gets_a_suggestion(tmp_
     (tmp_path / "b.yaml").write_text(f"input: {tmp_path / 'in.h5'}\noutput_dir: {tmp_path / 'p'}\ndataset: /X\n")
     code, _, err = run_command(convert_module.main, ["--config", tmp_path / "b.yaml"], capsys)
     assert code == 2 and "unknown key 'dataset' (did you mean 'datasets'?)" in err
+
+
+def test_inspect_an_hdf5_file_lists_its_tree_and_row_groups(tmp_path, capsys):
+    """Issue 15: the hint named h5ls, which is not installed with the project; a container file's 'lengths differ'
+    error was one line of ~1,200 characters."""
+    import h5py
+    path = tmp_path / "adata.h5"
+    with h5py.File(path, "w") as f:  # the shape of an AnnData file: obs x var matrix, per-obs and per-var tables
+        f.create_dataset("X", data=np.zeros((50, 8), "<f4"), chunks=(10, 8), compression="gzip")
+        for i in range(9):
+            f[f"obs/col{i}"] = np.arange(50)
+        f["var/names"] = np.array([b"g%d" % i for i in range(8)])
+        f["uns/version"] = np.int64(1)
+        f["linked"] = h5py.SoftLink("/X")
+        f["lat"] = np.arange(4.0)
+        f["lat"].make_scale("lat")
+    code, out, err = inspect(path, capsys=capsys)
+    assert code == 0, err
+    assert "/X" in out and "float32" in out and "[50, 8]" in out and "chunks [10, 8], deflate" in out
+    assert "/linked -> /X (soft link, not followed)" in out and "[scalar: skipped by convert]" in out
+    assert "[dimension-scale: skipped by convert]" in out
+    assert "50 rows: 10 datasets  ->  --datasets /X,/obs/col0," in out and "8 rows: 1 dataset  ->  --datasets /var/names" in out
+    code, out, _ = inspect(path, "--json", capsys=capsys)
+    import json
+    tree = json.loads(out)
+    assert tree["row_groups"][0]["rows"] == 50 and len(tree["row_groups"][0]["datasets"]) == 10
+    code, _, err = convert(path, tmp_path / "out", capsys=capsys)
+    assert code == 2 and "and 5 more" in err and "python -m pipelines.inspect" in err and len(err) < 600
+    flag = tree["row_groups"][0]["flag"].split(" ", 1)[1]
+    code, _, err = convert(path, tmp_path / "out", "--datasets", flag, capsys=capsys)
+    assert code == 0, err

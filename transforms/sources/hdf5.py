@@ -77,9 +77,12 @@ class Hdf5Source(Source):
                 stream.close()
         _check_names(specs, path)
         if len(set(lengths.values())) > 1:
-            listing = ", ".join(f"'{n}': {v}" for n, v in lengths.items())
+            items = list(lengths.items())
+            listing = ", ".join(f"'{n}': {v}" for n, v in items[:6]) + \
+                (f" and {len(items) - 6} more" if len(items) > 6 else "")  # one short line, not 1,200 characters
             raise SchemaError(f"Datasets have different leading lengths ({listing})", file=path,
-                              hint="choose datasets of equal length with --datasets")
+                              hint="choose datasets of equal length with --datasets; python -m pipelines.inspect "
+                                   "FILE lists the row groups and the flag for each")
         rows = next(iter(lengths.values()))
         _check_empty_rows(rows, data_row_bytes, self.options, path)
         return FileIndex(path, rows, tuple(specs), _row_bytes(specs), chunk_rows, tuple(names))
@@ -130,7 +133,7 @@ class Hdf5Source(Source):
             obj = f[name]
         except KeyError:
             raise SourceError("No such dataset", file=path, dataset=name,
-                              hint="list the datasets with h5ls, then pass --datasets") from None
+                              hint="python -m pipelines.inspect FILE lists its datasets; then pass --datasets") from None
         except Exception as e:
             raise SchemaError(f"Cannot open HDF5 object: {e}", file=path, dataset=name) from None
         if not isinstance(obj, h5py.Dataset):

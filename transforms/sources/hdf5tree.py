@@ -1,0 +1,110 @@
+"""The dataset tree of an HDF5 file, for ``python -m pipelines.inspect FILE.h5`` (no external tool such as h5ls):
+every object with its dtype, shape, chunks and filters, and the row groups (datasets sharing a leading length,
+which convert reads together). Metadata only: no data is read, no link is followed."""
+from __future__ import annotations
+
+from tfrecord_etl.transforms.codec import normalize_dtype
+from tfrecord_etl.transforms.errors import SchemaError
+
+MAX_OBJECTS = 10_000  # entries listed before the walk stops (the summary says so)
+
+
+def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
+    """``{"file", "objects": [...], "row_groups": [...], "truncated"}`` of the HDF5 file ``path``.
+
+    Each object: ``path``, ``kind`` (``group``, ``dataset``, ``scalar``, ``dimension-scale``, ``soft link``,
+    ``external link``), and for datasets ``dtype``, ``shape``, ``chunks``, ``filters``, ``storage``
+    (``contiguous``, ``chunked``, ``compact``, ``external``, ``virtual``). Row groups: ``{"rows", "datasets",
+    "flag"}`` for the datasets with a leading axis (scalars and dimension scales, which convert skips, are left
+    out), largest group first, each with the ``--datasets`` flag that converts it.
+
+    Raises:
+      SourceError: not a readable HDF5 file (naming it).
+    """
+    import h5py
+    from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source
+    from tfrecord_etl.transforms.sources.base import SourceOptions
+    f, stream = Hdf5Source(SourceOptions())._open(path)
+    objects, truncated = [], False
+    try:
+        stack = [(iter(sorted(f.keys())), f, "")]
+        while stack:
+            keys, group, prefix = stack[-1]
+            key = next(keys, None)
+            if key is None:
+                stack.pop()
+                continue
+            if len(objects) >= max_objects:
+                truncated = True
+                break
+            full = f"{prefix}/{key}"
+            link = group.get(key, getlink=True)
+            if isinstance(link, h5py.SoftLink):
+                objects.append({"path": full, "kind": "soft link", "target": link.path})
+                continue
+            if isinstance(link, h5py.ExternalLink):
+                objects.append({"path": full, "kind": "external link", "target": f"{link.filename}:{link.path}"})
+                continue
+            try:
+                obj = group[key]
+            except Exception as e:  # noqa: BLE001 - a damaged or unsupported object: listed, not fatal
+                objects.append({"path": full, "kind": "unreadable", "target": str(e)})
+                continue
+            if isinstance(obj, h5py.Group):
+                objects.append({"path": full, "kind": "group"})
+                stack.append((iter(sorted(obj.keys())), obj, full))
+                continue
+            kind = "dimension-scale" if obj.attrs.get("CLASS") == b"DIMENSION_SCALE" else \
+                ("scalar" if obj.ndim == 0 else "dataset")
+            plist = obj.id.get_create_plist()
+            storage = "virtual" if obj.is_virtual else ("external" if plist.get_external_count() else
+                                                        {0: "compact", 1: "contiguous", 2: "chunked"}.get(
+                                                            plist.get_layout(), "other"))
+            filters = [str(plist.get_filter(i)[3].decode(errors="replace") or plist.get_filter(i)[0])
+                       for i in range(plist.get_nfilters())]
+            try:
+                dtype = str(obj.dtype)
+                if obj.dtype.fields is None and obj.dtype.subdtype is None and obj.dtype.kind != "O":
+                    normalize_dtype(obj.dtype)  # e.g. float128: no portable form
+            except (TypeError, ValueError, SchemaError) as e:  # HDF5 time types, float128...: convert refuses them
+                dtype, kind = (f"no NumPy dtype ({e})" if not isinstance(e, SchemaError) else dtype), "unsupported dtype"
+            objects.append({"path": full, "kind": kind, "dtype": dtype, "shape": list(obj.shape),
+                            "chunks": list(obj.chunks) if obj.chunks else None, "filters": filters,
+                            "storage": storage})
+    finally:
+        f.close()
+        if stream is not None:
+            stream.close()
+    by_rows: dict[int, list[str]] = {}
+    for o in objects:
+        if o["kind"] == "dataset":
+            by_rows.setdefault(o["shape"][0], []).append(o["path"])
+    groups = [{"rows": rows, "datasets": names, "flag": "--datasets " + ",".join(names)}
+              for rows, names in sorted(by_rows.items(), key=lambda kv: (-len(kv[1]), -kv[0]))]
+    return {"file": path, "objects": objects, "row_groups": groups, "truncated": truncated}
+
+
+def render_tree(tree: dict) -> str:
+    """The text form of :func:`hdf5_tree`: one line per object, then the row groups."""
+    lines = [f"HDF5 file {tree['file']}: {len(tree['objects'])} objects"
+             + (f" (listing stopped at {MAX_OBJECTS})" if tree["truncated"] else "")]
+    for o in tree["objects"]:
+        if o["kind"] in ("group",):
+            lines.append(f"  {o['path']}/")
+        elif "link" in o["kind"]:
+            lines.append(f"  {o['path']} -> {o['target']} ({o['kind']}, not followed)")
+        elif o["kind"] == "unreadable":
+            lines.append(f"  {o['path']}  [unreadable: {o['target']}]")
+        else:
+            extra = [o["storage"]] + ([f"chunks {o['chunks']}"] if o["chunks"] else []) + o["filters"]
+            skip = {"dataset": "", "unsupported dtype": "  [unsupported dtype: convert refuses it]"}.get(
+                o["kind"], f"  [{o['kind']}: skipped by convert]")
+            lines.append(f"  {o['path']:<40} {o['dtype']:<12} {str(o['shape']):<18} {', '.join(extra)}{skip}")
+    lines.append("row groups (datasets converted together share their leading length):")
+    for g in tree["row_groups"]:
+        shown = g["flag"] if len(g["flag"]) <= 200 else g["flag"][:200] + f"... ({len(g['datasets'])} datasets)"
+        n = len(g["datasets"])
+        lines.append(f"  {g['rows']} rows: {n} dataset{'s' if n > 1 else ''}  ->  {shown}")
+    if not tree["row_groups"]:
+        lines.append("  none: no dataset with rows")
+    return "\n".join(lines)
