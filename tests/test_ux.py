@@ -153,3 +153,15 @@ def test_inspect_an_hdf5_file_lists_its_tree_and_row_groups(tmp_path, capsys):
     flag = tree["row_groups"][0]["flag"].split(" ", 1)[1]
     code, _, err = convert(path, tmp_path / "out", "--datasets", flag, capsys=capsys)
     assert code == 0, err
+
+
+@pytest.mark.timeout(60)
+def test_the_hdf5_tree_visits_a_hard_link_cycle_once(tmp_path, capsys):
+    """The tree shares the source's walk: a group hard-linked into itself is listed once, not looped over."""
+    import h5py
+    with h5py.File(tmp_path / "loop.h5", "w") as f:
+        f["g/x"] = np.arange(6)
+        f["g/loop"] = f["g"]  # a hard link to an ancestor
+    code, out, err = inspect(tmp_path / "loop.h5", capsys=capsys)
+    assert code == 0, err
+    assert out.count("/g/x ") == 1 and "6 rows: 1 dataset  ->  --datasets /g/x" in out

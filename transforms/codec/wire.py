@@ -273,21 +273,5 @@ def _decode_spec(record: bytes, spans, spec: FeatureSpec) -> np.ndarray:
                               feature=spec.name) from None
     encoding = encoding_of(spec)
     return encoding.decode(spec, _get(record, spans, spec.name, encoding.kind(dtype)), shape, dtype)
-    dt = np.dtype(dtype)
-    if dt.kind == "S":
-        return np.array(values, dtype=dt).reshape(shape)
-    if dt.kind == "V":
-        return np.array(values, dtype=f"S{dt.itemsize}").view(dt).reshape(shape)
-    if dt.kind == "U":
-        try:
-            return np.array([v.decode("utf-8") for v in values], dtype=dt).reshape(shape)
-        except UnicodeDecodeError as e:
-            raise RecordError(f"Feature '{spec.name}' holds a value that is not UTF-8: {e}", feature=spec.name) from None
-    if dt.kind in "Mm":
-        return values.view(dt).reshape(shape)
-    out = values.astype(dt)
-    if dt.kind != "f" and not np.array_equal(out.astype(values.dtype), values):
-        raise RecordError(f"Feature '{spec.name}' holds values out of range for {dtype}", feature=spec.name)
-    return out.reshape(shape)
 
 

@@ -90,32 +90,16 @@ class Hdf5Source(Source):
     def _all_datasets(self, f, path: str) -> list[str]:
         """Every dataset with a leading axis, depth first in name order; links are not followed.
 
-        Dimension scales (netCDF-4 coordinates) and 0-d datasets are skipped with a warning. The walk
-        keeps its own stack (1,200 nested groups need no recursion) and visits a group reached twice by
-        hard links once (a link to an ancestor is no cycle).
+        Dimension scales (netCDF-4 coordinates) and 0-d datasets are skipped with one warning (see
+        :func:`walk` for the order and the links).
         """
         import h5py
-        found, seen, skipped = [], {f.id}, {"scalar": [], "dimension-scale": []}
-        stack = [(iter(sorted(f.keys())), f, "")]
-        while stack:
-            keys, group, prefix = stack[-1]
-            key = next(keys, None)
-            if key is None:
-                stack.pop()
-                continue
-            full = f"{prefix}/{key}"
-            if not isinstance(group.get(key, getlink=True), h5py.HardLink):
-                continue
-            try:
-                obj = group[key]
-            except Exception as e:
-                raise SchemaError(f"Cannot open HDF5 object: {e}", file=path, dataset=full,
+        found, skipped = [], {"scalar": [], "dimension-scale": []}
+        for full, _, obj in walk(f):
+            if isinstance(obj, Exception):
+                raise SchemaError(f"Cannot open HDF5 object: {obj}", file=path, dataset=full,
                                   hint="choose other datasets with --datasets") from None
-            if isinstance(obj, h5py.Group):
-                if obj.id not in seen:
-                    seen.add(obj.id)
-                    stack.append((iter(sorted(obj.keys())), obj, full))
-            elif isinstance(obj, h5py.Dataset):
+            if isinstance(obj, h5py.Dataset):
                 if obj.attrs.get("CLASS") == b"DIMENSION_SCALE" or obj.ndim == 0:
                     skipped["scalar" if obj.ndim == 0 else "dimension-scale"].append(full)
                     continue
@@ -180,6 +164,41 @@ class Hdf5Source(Source):
                                   "plugin (e.g. pip install hdf5plugin)") from None
             columns.update(flatten_fields(name.strip("/"), data))
         return columns
+
+
+def walk(f):
+    """Yields ``(path, link, object)`` for every object below the open file ``f``, depth first in name order.
+
+    ``object`` is the h5py Group or Dataset, None for a soft or external link (never followed), or the exception
+    raised opening it. The walk keeps its own stack (1,200 nested groups need no recursion) and visits a group
+    reached twice by hard links once (a link to an ancestor is no cycle). Shared by the source's index and the
+    tree of ``pipelines.inspect FILE.h5`` (``hdf5tree``).
+    """
+    import h5py
+    seen = {f.id}
+    stack = [(iter(sorted(f.keys())), f, "")]
+    while stack:
+        keys, group, prefix = stack[-1]
+        key = next(keys, None)
+        if key is None:
+            stack.pop()
+            continue
+        full = f"{prefix}/{key}"
+        link = group.get(key, getlink=True)
+        if not isinstance(link, h5py.HardLink):
+            yield full, link, None
+            continue
+        try:
+            obj = group[key]
+        except Exception as e:  # noqa: BLE001 - the caller decides: refuse (index) or list it (tree)
+            yield full, link, e
+            continue
+        if isinstance(obj, h5py.Group):
+            if obj.id in seen:
+                continue
+            seen.add(obj.id)
+            stack.append((iter(sorted(obj.keys())), obj, full))
+        yield full, link, obj
 
 
 def _dataset_for_read(f, name: str, path: str):

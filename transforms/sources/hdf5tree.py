@@ -22,37 +22,26 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
       SourceError: not a readable HDF5 file (naming it).
     """
     import h5py
-    from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source
+    from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source, walk
     from tfrecord_etl.transforms.sources.base import SourceOptions
     f, stream = Hdf5Source(SourceOptions())._open(path)
     objects, truncated = [], False
     try:
-        stack = [(iter(sorted(f.keys())), f, "")]
-        while stack:
-            keys, group, prefix = stack[-1]
-            key = next(keys, None)
-            if key is None:
-                stack.pop()
-                continue
+        for full, link, obj in walk(f):
             if len(objects) >= max_objects:
                 truncated = True
                 break
-            full = f"{prefix}/{key}"
-            link = group.get(key, getlink=True)
             if isinstance(link, h5py.SoftLink):
                 objects.append({"path": full, "kind": "soft link", "target": link.path})
                 continue
             if isinstance(link, h5py.ExternalLink):
                 objects.append({"path": full, "kind": "external link", "target": f"{link.filename}:{link.path}"})
                 continue
-            try:
-                obj = group[key]
-            except Exception as e:  # noqa: BLE001 - a damaged or unsupported object: listed, not fatal
-                objects.append({"path": full, "kind": "unreadable", "target": str(e)})
+            if isinstance(obj, Exception) or obj is None:  # a damaged or unsupported object: listed, not fatal
+                objects.append({"path": full, "kind": "unreadable", "target": str(obj)})
                 continue
             if isinstance(obj, h5py.Group):
                 objects.append({"path": full, "kind": "group"})
-                stack.append((iter(sorted(obj.keys())), obj, full))
                 continue
             kind = "dimension-scale" if obj.attrs.get("CLASS") == b"DIMENSION_SCALE" else \
                 ("scalar" if obj.ndim == 0 else "dataset")
