@@ -32,6 +32,8 @@ setuptools.setup(
         "pydantic>=2.5",
         "PyYAML>=6.0",
         "tqdm>=4.66",
+        # NetCDF-3 classic / 64-bit offset files (scipy.io.netcdf_file, memory-mapped); netCDF-4 goes through h5py
+        "scipy>=1.11",
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3",

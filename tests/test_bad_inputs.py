@@ -47,7 +47,7 @@ CASES = {
                        ["Not a readable HDF5 file"]),
     "truncated HDF5": ("trunc.h5", lambda p: (h5_uneven(p), p.write_bytes(p.read_bytes()[:700])), [],
                        "SourceError", ["HDF5"]),
-    "mismatched leading lengths": ("uneven.h5", h5_uneven, [], "SchemaError",
+    "mismatched leading lengths": ("uneven.h5", h5_uneven, ["--datasets", "/a,/g/b"], "SchemaError",
                                    ["different leading lengths", "'/a': 5", "'/g/b': 6"]),
     "vlen numeric": ("vlen.h5", h5_vlen_numeric, [], "SchemaError", ["variable-length numeric", "'/v'"]),
     "object npy": ("obj.npy", lambda p: np.save(p, np.array([1, "a"], dtype=object), allow_pickle=True), [],

@@ -73,7 +73,12 @@ def test_hdf5_datasets_option_and_errors(h5_file, tmp_path):
         f["a"] = np.zeros(5)
         f["b"] = np.zeros(6)
     with pytest.raises(SchemaError, match=r"different leading lengths \('/a': 5, '/b': 6\)"):
-        plan_inputs(str(other), SourceOptions())
+        plan_inputs(str(other), SourceOptions(datasets=("/a", "/b")))
+    # issue 15: with no --datasets the largest row group is read, --hdf5_group N another
+    assert [s.name for s in plan_inputs(str(other), SourceOptions()).specs] == ["b"]
+    assert [s.name for s in plan_inputs(str(other), SourceOptions(hdf5_group=2)).specs] == ["a"]
+    with pytest.raises(SchemaError, match="--hdf5_group 3 asked, but the file holds 2 row group"):
+        plan_inputs(str(other), SourceOptions(hdf5_group=3))
 
 
 @pytest.mark.parametrize("save", [np.savez, np.savez_compressed])
@@ -192,22 +197,26 @@ def test_registered_sources_declare_name_suffixes_and_modes(name, cls):
     assert cls.format_name == name and cls.modes and cls.modes[0] in ("rows", "files")
     assert cls.suffixes or name == "files"  # files is chosen with --format only
     assert all(s.startswith(".") and s == s.lower() for s in cls.suffixes)
-    for suffix in cls.suffixes:  # every registered suffix selects its source, in any letter case
-        assert sources.format_of(f"dir/file{suffix.upper()}", SourceOptions()) == name
+    for suffix in cls.suffixes:  # every registered suffix selects its source, in any letter case; a shared suffix
+        owners = [n for n, c in sources.REGISTRY.items() if suffix in c.suffixes]  # (.nc) the first, unless magic
+        assert sources.format_of(f"dir/file{suffix.upper()}", SourceOptions()) == owners[0]
+        assert owners[0] == name or cls.magic
     assert isinstance(sources.make_source(name, SourceOptions()), cls)
 
 
 def test_formats_and_config_choices_come_from_the_registry():
     import typing
     from tfrecord_etl.transforms.config import ConvertConfig
-    assert sources.FORMATS == ("hdf5", "npz", "npy", "raw", "files")
+    assert sources.FORMATS == ("hdf5", "netcdf3", "npz", "npy", "raw", "files")
     choices = typing.get_args(typing.get_args(ConvertConfig.model_fields["format"].annotation)[0])
     assert set(choices) == set(sources.FORMATS)
     suffixes = [s for cls in sources.REGISTRY.values() for s in cls.suffixes]
-    assert len(suffixes) == len(set(suffixes))  # one source per suffix
+    shared = {s for s in suffixes if suffixes.count(s) > 1}
+    assert shared == {".nc"}  # netCDF-4 (HDF5) and NetCDF-3 share it: the file's magic bytes decide
+    assert all(cls.magic for cls in sources.REGISTRY.values() if shared & set(cls.suffixes))
 
 
 def test_unknown_suffix_names_the_registered_ones():
-    with pytest.raises(SourceError, match=r"Cannot tell the input format.*name it \.h5/\.npz/\.npy/\.raw or pass "
-                                          r"--format one of \('hdf5', 'npz', 'npy', 'raw', 'files'\)"):
+    with pytest.raises(SourceError, match=r"Cannot tell the input format.*name it \.h5/\.nc/\.npz/\.npy/\.raw or "
+                                          r"pass --format one of \('hdf5', 'netcdf3', 'npz', 'npy', 'raw', 'files'\)"):
         sources.format_of("data.csv", SourceOptions())

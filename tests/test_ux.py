@@ -69,7 +69,7 @@ def test_inspect_and_verify_on_an_array_file_say_what_it_is(tmp_path, capsys, na
         np.save(path, np.arange(10))
     code, out, err = inspect(path, capsys=capsys)
     if name.endswith(".h5"):  # inspect lists an HDF5 file's datasets instead (see the tree test)
-        assert code == 0 and "/x" in out and "10 rows: 1 dataset" in out
+        assert code == 0 and "/x" in out and "group 1: 10 rows, 1 dataset" in out
     else:
         assert code == 2 and f"Not a TFRecord file: it starts like {words}" in err and "pipelines.convert" in err
     code, out, _ = verify(path, capsys=capsys)
@@ -100,12 +100,16 @@ def test_skipped_hdf5_datasets_are_one_warning_line_per_file(tmp_path, caplog):
         for name in ("lat", "lon"):
             f[name] = np.arange(3.0)
             f[name].make_scale(name)
+        f["nv"] = np.zeros(2, "f4")  # a netCDF-4 dimension with no variable: a placeholder, never data
+        f["nv"].make_scale("This is a netCDF dimension but not a netCDF variable         2")
     with caplog.at_level("WARNING", logger="tfrecord_etl"):
         plan = planning.plan_inputs(str(tmp_path / "nc.h5"), SourceOptions())
     assert [s.name for s in plan.specs] == ["data"]
     lines = [r.getMessage() for r in caplog.records if "Skipping" in r.getMessage()]
     assert len(lines) == 1, lines
-    assert "5 scalar (/s0, /s1, /s2, ...)" in lines[0] and "2 dimension-scale (/lat, /lon)" in lines[0]
+    assert "5 scalar (/s0, /s1, /s2, ...)" in lines[0] and "1 netcdf-dimension (/nv)" in lines[0]
+    groups = [r.getMessage() for r in caplog.records if "row groups" in r.getMessage()]
+    assert len(groups) == 1 and "3 rows on dimension '/lat'" in groups[0], groups  # coordinates: groups of their own
 
 
 def test_yaml_takes_the_flags_comma_syntax_and_a_typo_key_gets_a_suggestion(tmp_path, capsys):
@@ -124,7 +128,7 @@ def test_yaml_takes_the_flags_comma_syntax_and_a_typo_key_gets_a_suggestion(tmp_
     assert code == 2 and "unknown key 'dataset' (did you mean 'datasets'?)" in err
 
 
-def test_inspect_an_hdf5_file_lists_its_tree_and_row_groups(tmp_path, capsys):
+def test_inspect_an_hdf5_file_lists_its_tree_and_row_groups(tmp_path, capsys, caplog):
     """Issue 15: the hint named h5ls, which is not installed with the project; a container file's 'lengths differ'
     error was one line of ~1,200 characters."""
     import h5py
@@ -142,17 +146,27 @@ def test_inspect_an_hdf5_file_lists_its_tree_and_row_groups(tmp_path, capsys):
     assert code == 0, err
     assert "/X" in out and "float32" in out and "[50, 8]" in out and "chunks [10, 8], deflate" in out
     assert "/linked -> /X (soft link, not followed)" in out and "[scalar: skipped by convert]" in out
-    assert "[dimension-scale: skipped by convert]" in out
-    assert "50 rows: 10 datasets  ->  --datasets /X,/obs/col0," in out and "8 rows: 1 dataset  ->  --datasets /var/names" in out
+    assert "[coordinate variable]" in out
+    assert "group 1: 50 rows, 10 datasets, 5200 bytes  ->  --hdf5_group 1 or --datasets /X,/obs/col0," in out
+    assert "8 rows, 1 dataset, 16 bytes  ->  --hdf5_group 3 or --datasets /var/names" in out
     code, out, _ = inspect(path, "--json", capsys=capsys)
     import json
     tree = json.loads(out)
     assert tree["row_groups"][0]["rows"] == 50 and len(tree["row_groups"][0]["datasets"]) == 10
-    code, _, err = convert(path, tmp_path / "out", capsys=capsys)
+    names = tree["row_groups"][0]["datasets"] + tree["row_groups"][2]["datasets"]
+    code, _, err = convert(path, tmp_path / "bad", "--datasets", ",".join(names), capsys=capsys)
     assert code == 2 and "and 5 more" in err and "python -m pipelines.inspect" in err and len(err) < 600
     flag = tree["row_groups"][0]["flag"].split(" ", 1)[1]
     code, _, err = convert(path, tmp_path / "out", "--datasets", flag, capsys=capsys)
     assert code == 0, err
+    # issue 15: with no --datasets the largest row group (X and the obs columns) is converted, the others named
+    with caplog.at_level("WARNING", logger="tfrecord_etl"):
+        code, _, err = convert(path, tmp_path / "default", capsys=capsys)
+    assert code == 0, err
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "holds 3 row groups: converting group 1: 50 rows, 10 dataset(s)" in said and "--hdf5_group 3" in said
+    assert reader.metadata.load(str(tmp_path / "default"))["features"] == \
+        reader.metadata.load(str(tmp_path / "out"))["features"]
 
 
 @pytest.mark.timeout(60)
@@ -164,4 +178,4 @@ def test_the_hdf5_tree_visits_a_hard_link_cycle_once(tmp_path, capsys):
         f["g/loop"] = f["g"]  # a hard link to an ancestor
     code, out, err = inspect(tmp_path / "loop.h5", capsys=capsys)
     assert code == 0, err
-    assert out.count("/g/x ") == 1 and "6 rows: 1 dataset  ->  --datasets /g/x" in out
+    assert out.count("/g/x ") == 1 and "6 rows, 1 dataset, 48 bytes  ->  --hdf5_group 1 or --datasets /g/x" in out

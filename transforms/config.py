@@ -16,7 +16,7 @@ from typing import Any, Literal, Optional
 
 import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tfrecord_etl.transforms.codec.encodings import ENCODINGS
 from tfrecord_etl.transforms.sources import REGISTRY as SOURCE_REGISTRY
@@ -52,7 +52,13 @@ class ConvertConfig(BaseModel):
     input: str = Field(min_length=1, description="file pattern of the inputs (local, gs://, s3://)")
     output_dir: str = Field(min_length=1, description="output directory of the shards and metadata")
     format: Optional[FormatName] = Field(None, description="input format; default: from the suffix")
-    datasets: Optional[list[str]] = Field(None, description="HDF5 dataset paths (comma-separated); default: all")
+    datasets: Optional[list[str]] = Field(None, description="HDF5 dataset paths (comma-separated); default: the "
+                                          "largest row group (datasets sharing their leading dimension)")
+    hdf5_group: Optional[int] = Field(None, ge=1, description="hdf5 rows mode: convert row group N (1 = the "
+                                      "largest; inspect FILE.h5 lists them) instead of the largest")
+    hdf5_mode: Literal["auto", "rows", "datasets"] = Field(
+        "auto", description="hdf5/netcdf3: row i of the datasets -> one Example (rows), each dataset / MATLAB cell -> "
+        "one Example (datasets), or auto: rows, and datasets for a file with no dataset with rows")
     npz_mode: Literal["rows", "arrays"] = Field("rows", description="npz: row i of each member -> one Example "
                                                 "(rows), or each member -> one Example (arrays)")
     npy_mode: Literal["rows", "files"] = Field("rows", description="npy: rows of one array (rows), or each "
@@ -112,6 +118,13 @@ class ConvertConfig(BaseModel):
     # YAML may use the flags' comma syntax too ("datasets: /X,/obs")
     _lists = field_validator("datasets", "allow_lossy", "shape", mode="before")(
         classmethod(lambda cls, v: [p.strip() for p in v.split(",") if p.strip()] if isinstance(v, str) else v))
+
+    @model_validator(mode="after")
+    def _one_hdf5_choice(self):
+        if self.hdf5_group is not None and (self.datasets or self.hdf5_mode == "datasets"):
+            raise ValueError("hdf5_group chooses a row group in rows mode: it cannot be combined with datasets or "
+                             "hdf5_mode datasets")
+        return self
 
     def beam_argv(self, argv: list[str]) -> list[str]:
         """``pipeline_options`` as Beam flags, followed by ``argv`` (so the command line wins)."""

@@ -50,6 +50,9 @@ class SourceOptions:
     files_image_header: bool = True  # files: record format/height/width/channels from the image header
     files_decode_check: bool = False  # files: decode every image (corrupt ones fail)
     files_dead_letters: bool = False  # files: unlabelled files / orphan label rows are reported, not fatal
+    hdf5_mode: str = "auto"  # rows: row i of the chosen datasets -> one Example; datasets: each dataset -> one;
+    # auto: rows, or datasets for a file holding no dataset with rows (Source.switch_to_datasets)
+    hdf5_group: int | None = None  # rows mode without datasets: the row group (1 = largest, the default)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,6 +219,7 @@ class Source:
 
     format_name: str = ""  # the --format value; a registered source declares it
     suffixes: tuple[str, ...] = ()  # lower-case file suffixes that select it
+    magic: tuple[bytes, ...] = ()  # how its files start: decides between sources sharing a suffix
     modes: tuple[str, ...] = ("rows",)  # its modes; the first is the default
     loose = False  # arrays/files modes: dtype and shape may vary between rows
 
@@ -255,6 +259,23 @@ class Source:
     def is_sidecar(self, path: str) -> bool:
         """True for a matched file that describes data rather than holding it (never read as an input)."""
         return False
+
+    def switch_to_datasets(self, path: str) -> bool:
+        """``hdf5_mode=auto`` (hdf5, netcdf3): ``path`` holds no dataset with rows, so this source converts each
+        dataset as one Example from now on; False when the mode was set explicitly.
+
+        Raises:
+          SchemaError: an earlier file was indexed in rows mode (the files cannot share features then).
+        """
+        if self.options.hdf5_mode != "auto":
+            return False
+        if getattr(self, "_rows_indexed", False):
+            raise SchemaError("The file holds no dataset with rows, but earlier files were converted row by row",
+                              file=path, hint="convert it in a separate run, or pass --hdf5_mode datasets for all")
+        log.warning("'%s' holds no dataset with rows (or is a Keras weights file): converting each dataset (and each "
+                    "MATLAB cell) as one Example, as --hdf5_mode datasets does", path)
+        self.loose = True
+        return True
 
     def close(self) -> None:
         """Closes what this worker thread keeps open between row ranges (reading again reopens it)."""

@@ -7,8 +7,12 @@ import math
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources.base import (Columns, FileIndex, RowRange, Source, SourceOptions, _check_empty_rows,
-                                      _check_names, _leaf_specs, _refuse_special_file, _row_bytes, log)
+from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
+from tfrecord_etl.transforms.sources import hdf5layout as layout
+from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, SourceOptions,
+                                                  _check_empty_rows, _check_names, _leaf_specs, _loosen,
+                                                  _refuse_special_file, _row_bytes, _row_spec, log)
+from tfrecord_etl.transforms.sources.hdf5layout import walk  # noqa: F401 - the tree's import name
 
 
 HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4", ".mat", ".h5ad")
@@ -29,6 +33,8 @@ class Hdf5Source(Source):
 
     format_name = "hdf5"
     suffixes = HDF5_SUFFIXES
+    modes = ("rows", "datasets")
+    magic = (b"\x89HDF\r\n\x1a\n",)  # at byte 0 (a file with a user block, e.g. MATLAB v7.3, is HDF5 by default)
 
     def _open(self, path: str):
         import h5py
@@ -38,8 +44,11 @@ class Hdf5Source(Source):
             try:
                 return h5py.File(path, "r", **cache), None
             except Exception as e:
+                with open(path, "rb") as head:
+                    netcdf3 = head.read(4) in (b"CDF\x01", b"CDF\x02")
                 raise SourceError(f"Not a readable HDF5 file: {e}", file=path,
-                                  hint="check that the file is HDF5 and complete") from None
+                                  hint="it is a NetCDF-3 file: use --format netcdf3" if netcdf3 else
+                                  "check that the file is HDF5 and complete") from None
         stream = fileio.open_read(path)
         try:
             return h5py.File(stream, "r", **cache), stream
@@ -48,29 +57,55 @@ class Hdf5Source(Source):
             raise SourceError(f"Not a readable HDF5 file: {e}", file=path,
                               hint="check that the file is HDF5 and complete") from None
 
+    def __init__(self, options: SourceOptions):
+        super().__init__(options)
+        self.loose = options.hdf5_mode == "datasets"  # (auto may switch it: Source.switch_to_datasets)
+
     def index(self, path: str) -> FileIndex:
+        """Learns rows and features of ``path``.
+
+        Rows mode: the datasets of ``options.datasets``, else the row group ``options.hdf5_group`` (1-based,
+        largest first; default 1) of :func:`hdf5layout.group_rows`; a file with several groups logs them with the
+        flag that selects each. Datasets mode: every data dataset (and every cell of a MATLAB cell array) is one
+        row, features ``key`` and ``array``.
+
+        Raises:
+          SourceError: unreadable file, missing dataset, filter not available, external/unallocated storage.
+          SchemaError: unsupported dtype, 0-d or cell datasets in rows mode, lengths that differ, no data.
+        """
         import h5py
         f, stream = self._open(path)
         try:
-            names = list(self.options.datasets or self._all_datasets(f, path))
+            if self.loose:
+                return self._index_datasets(f, path)
+            names = list(self.options.datasets or self._default_datasets(f, path) or [])
+            if not names and self.switch_to_datasets(path):
+                return self._index_datasets(f, path)
+            self._rows_indexed = True
             specs, lengths, chunk_rows, data_row_bytes = [], {}, 1, 0
             for name in names:
                 dset = self._dataset(f, name, path)
+                kind = layout.kind_of(dset, name)
+                if kind == layout.CELL:
+                    raise SchemaError("The dataset holds object references (a MATLAB cell array?), not rows of "
+                                      "values", file=path, dataset=name,
+                                      hint="use --hdf5_mode datasets: each cell becomes one Example")
                 if dset.ndim == 0:
                     raise SchemaError("Dataset is a scalar (0-d): it has no rows", file=path, dataset=name,
-                                      hint="choose datasets with a leading axis with --datasets")
+                                      hint="choose datasets with a leading axis with --datasets, or use "
+                                           "--hdf5_mode datasets")
                 _check_filters(dset, path, name)
                 try:
-                    dtype = dset.dtype
-                except TypeError as e:
+                    dtype = layout.dtype_of(dset)
+                except (TypeError, ValueError) as e:
                     raise SchemaError(f"Unsupported HDF5 type: {e}", file=path, dataset=name) from None
                 _check_storage(dset, path, name, self.options)
-                data_row_bytes += dtype.itemsize * math.prod(dset.shape[1:])
-                specs += _leaf_specs(name.strip("/"), dtype, dset.shape[1:], f"{path}, dataset '{name}'",
+                rows, row_shape = layout.rows_and_shape(dset)
+                data_row_bytes += dtype.itemsize * math.prod(row_shape)
+                specs += _leaf_specs(name.strip("/"), dtype, row_shape, f"{path}, dataset '{name}'",
                                      _hdf5_vlen_check(h5py))
-                lengths[name] = dset.shape[0]
-                if dset.chunks:
-                    chunk_rows = max(chunk_rows, dset.chunks[0])
+                lengths[name] = rows
+                chunk_rows = max(chunk_rows, layout.chunk_rows(dset))
         finally:
             f.close()
             if stream is not None:
@@ -81,35 +116,109 @@ class Hdf5Source(Source):
             listing = ", ".join(f"'{n}': {v}" for n, v in items[:6]) + \
                 (f" and {len(items) - 6} more" if len(items) > 6 else "")  # one short line, not 1,200 characters
             raise SchemaError(f"Datasets have different leading lengths ({listing})", file=path,
-                              hint="choose datasets of equal length with --datasets; python -m pipelines.inspect "
-                                   "FILE lists the row groups and the flag for each")
+                              hint="choose datasets of equal length with --datasets (or a row group with "
+                                   "--hdf5_group N); python -m pipelines.inspect FILE lists the row groups")
         rows = next(iter(lengths.values()))
         _check_empty_rows(rows, data_row_bytes, self.options, path)
         return FileIndex(path, rows, tuple(specs), _row_bytes(specs), chunk_rows, tuple(names))
 
-    def _all_datasets(self, f, path: str) -> list[str]:
-        """Every dataset with a leading axis, depth first in name order; links are not followed.
-
-        Dimension scales (netCDF-4 coordinates) and 0-d datasets are skipped with one warning (see
-        :func:`walk` for the order and the links).
-        """
+    def _classified(self, f, path: str):
+        """``[(path, dataset, kind)]`` of every dataset (walk order) and ``{reason: [paths]}`` of those skipped:
+        unsupported types are skipped here (listed), and refused only when nothing else is left."""
         import h5py
-        found, skipped = [], {"scalar": [], "dimension-scale": []}
-        for full, _, obj in walk(f):
+        found, skipped, first_error = [], {}, None
+        for full, _, obj in layout.walk(f):
             if isinstance(obj, Exception):
                 raise SchemaError(f"Cannot open HDF5 object: {obj}", file=path, dataset=full,
                                   hint="choose other datasets with --datasets") from None
-            if isinstance(obj, h5py.Dataset):
-                if obj.attrs.get("CLASS") == b"DIMENSION_SCALE" or obj.ndim == 0:
-                    skipped["scalar" if obj.ndim == 0 else "dimension-scale"].append(full)
+            if not isinstance(obj, h5py.Dataset):
+                continue
+            try:
+                obj.dtype
+            except (TypeError, ValueError) as e:  # HDF5 time types; float128 wider than any NumPy type here
+                skipped.setdefault("unsupported-type", []).append(full)
+                first_error = first_error or SchemaError(f"Unsupported HDF5 type: {e}", file=path, dataset=full)
+                continue
+            found.append((full, obj, layout.kind_of(obj, full)))
+        return found, skipped, first_error
+
+    def _default_datasets(self, f, path: str) -> list[str]:
+        """The datasets of the chosen row group (see :meth:`index`); skipped kinds are logged in one line."""
+        if self.options.hdf5_mode == "auto" and layout.is_keras(f):
+            return []  # a weights file has no rows: index() converts each weight as one Example
+        found, skipped, first_error = self._classified(f, path)
+        entries = []
+        for full, dset, kind in found:
+            if kind in (layout.DATA, layout.SCALE):
+                rows, _ = layout.rows_and_shape(dset)
+                entries.append((full, rows, layout.leading_dimension(dset), layout.data_bytes(dset)))
+            elif kind != layout.INTERNAL:
+                skipped.setdefault(kind, []).append(full)
+        if not entries and first_error is None and self.options.hdf5_mode == "auto" and (
+                skipped.get(layout.SCALAR) or skipped.get(layout.CELL)):
+            return []  # index() converts each dataset instead
+        _log_skipped(skipped, path, "rows mode")
+        if not entries:
+            if first_error is not None:
+                raise first_error
+            raise SchemaError("The file holds no dataset with rows", file=path,
+                              hint="use --hdf5_mode datasets to convert each dataset (scalars, cells) as one "
+                                   "Example" if skipped else None)
+        groups = layout.group_rows(entries)
+        number = self.options.hdf5_group or 1
+        if number > len(groups):
+            raise SchemaError(f"--hdf5_group {number} asked, but the file holds {len(groups)} row group(s)",
+                              file=path, hint="python -m pipelines.inspect FILE lists them")
+        if len(groups) > 1:
+            others = "; ".join(f"{g.describe(i)} -> --hdf5_group {i}" for i, g in enumerate(groups[:4], 1)
+                               if i != number)
+            more = f"; and {len(groups) - 4} more" if len(groups) > 4 else ""
+            keras = " This is a Keras weights file: --hdf5_mode datasets converts one Example per weight." \
+                if layout.is_keras(f) else ""  # (reached with --hdf5_mode rows: auto converts each weight)
+            log.warning("'%s' holds %d row groups: converting %s. Others: %s%s (python -m pipelines.inspect FILE "
+                        "lists them with their --datasets flags).%s", path, len(groups),
+                        groups[number - 1].describe(number), others, more, keras)
+        return list(groups[number - 1].datasets)
+
+    def _index_datasets(self, f, path: str) -> FileIndex:
+        """Datasets mode: one row per dataset (or per cell of a cell array), features ``key``/``array``."""
+        names = self.options.datasets
+        if names:
+            found = [(n, d, layout.kind_of(d, n)) for n, d in ((n, self._dataset(f, n, path)) for n in names)]
+            skipped = {}
+        else:
+            found, skipped, _ = self._classified(f, path)
+        items, sizes, specs = [], [], []
+        for full, dset, kind in found:
+            if kind in (layout.INTERNAL, layout.DIMENSION, layout.EMPTY):
+                if kind != layout.INTERNAL:
+                    skipped.setdefault(kind, []).append(full)
+                continue
+            targets = [(full, dset)] if kind != layout.CELL else \
+                _cells(f, full, dset, path, None if names else skipped.setdefault("unconvertible cell", []))
+            for item, target in targets:
+                _check_filters(target, path, item)
+                _check_storage(target, path, item, self.options)
+                dtype = layout.dtype_of(target)
+                if dtype.kind == "O" or dtype.fields is not None:
+                    if names:
+                        raise SchemaError("Variable-length and compound datasets are not supported in datasets "
+                                          "mode", file=path, dataset=item, hint="convert them in rows mode "
+                                          "with --datasets")
+                    skipped.setdefault("variable-length or compound", []).append(item)
                     continue
-                found.append(full)
-        parts = [f"{len(v)} {k} ({', '.join(v[:3])}{', ...' if len(v) > 3 else ''})" for k, v in skipped.items() if v]
-        if parts:  # one line per file, not one per dataset (a NetCDF file has dozens)
-            log.warning("Skipping %s datasets in '%s'", " and ".join(parts), path)
-        if not found:
-            raise SchemaError("The file holds no dataset with rows", file=path)
-        return found
+                shape = tuple(target.shape[::-1]) if layout.is_matlab(target) and target.ndim > 1 else target.shape
+                specs.append(_row_spec(ARRAY, dtype, shape, f"{path}, dataset '{item}'"))
+                items.append(item)
+                sizes.append(layout.data_bytes(target))
+        _log_skipped(skipped, path, "datasets mode")
+        if not items:
+            raise SchemaError("The file holds no dataset to convert", file=path)
+        array = specs[0]
+        for s in specs[1:]:
+            array = _loosen(array, s)
+        return FileIndex(path, len(items), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), array), max(sizes), 1,
+                         tuple(items), tuple(sizes))
 
     def _dataset(self, f, name: str, path: str):
         import h5py
@@ -153,10 +262,16 @@ class Hdf5Source(Source):
                 current[2].close()
 
     def read(self, rr: RowRange) -> Columns:
+        if self.loose:
+            keys, arrays = [], []
+            for item in rr.items:
+                keys.append(item.encode())
+                arrays.append(self._read_item(rr.path, item))
+            return {KEY: keys, ARRAY: arrays}
         columns = {}
         for name in rr.items:
             try:
-                data = self._opened_dataset(rr.path, name)[rr.start:rr.stop]
+                data = layout.read_rows(self._opened_dataset(rr.path, name), rr.start, rr.stop)
             except Exception as e:
                 self.close()
                 raise SourceError(f"Cannot read rows {rr.start}-{rr.stop - 1}: {e}", file=rr.path,
@@ -165,40 +280,64 @@ class Hdf5Source(Source):
             columns.update(flatten_fields(name.strip("/"), data))
         return columns
 
+    def _read_item(self, path: str, item: str):
+        """Datasets mode: the whole dataset ``item``, or the cell ``name{k}`` of a cell array."""
+        try:
+            if item.endswith("}") and "{" in item:
+                name, k = item[:-1].rsplit("{", 1)
+                f = self._opened(path)
+                ref = self._opened_dataset(path, name)[()].ravel()[int(k) - 1]
+                return layout.read_whole(f[ref])
+            return layout.read_whole(self._opened_dataset(path, item))
+        except Exception as e:
+            self.close()
+            raise SourceError(f"Cannot read the dataset: {e}", file=path, dataset=item,
+                              hint="the file may be corrupt or need an HDF5 filter plugin") from None
 
-def walk(f):
-    """Yields ``(path, link, object)`` for every object below the open file ``f``, depth first in name order.
 
-    ``object`` is the h5py Group or Dataset, None for a soft or external link (never followed), or the exception
-    raised opening it. The walk keeps its own stack (1,200 nested groups need no recursion) and visits a group
-    reached twice by hard links once (a link to an ancestor is no cycle). Shared by the source's index and the
-    tree of ``pipelines.inspect FILE.h5`` (``hdf5tree``).
+def _cells(f, name: str, dset, path: str, skipped: list | None = None) -> list:
+    """``[(item, dataset)]`` of the cells of a cell array ``dset`` (object references), items ``name{k}`` with
+    MATLAB's 1-based linear index (column-major, as MATLAB's ``c{k}``). A cell that is not a numeric/char/logical
+    array (a nested cell, a struct, a null reference) is appended to ``skipped``, or refused when it is None.
+
+    Raises:
+      SchemaError: such a cell and ``skipped`` is None (naming the cell).
     """
     import h5py
-    seen = {f.id}
-    stack = [(iter(sorted(f.keys())), f, "")]
-    while stack:
-        keys, group, prefix = stack[-1]
-        key = next(keys, None)
-        if key is None:
-            stack.pop()
-            continue
-        full = f"{prefix}/{key}"
-        link = group.get(key, getlink=True)
-        if not isinstance(link, h5py.HardLink):
-            yield full, link, None
-            continue
+    refs = dset[()].ravel()  # HDF5 stores MATLAB's dimensions reversed: C order here is MATLAB's column order
+    out = []
+    for k, ref in enumerate(refs, 1):
+        item = f"{name}{{{k}}}"
         try:
-            obj = group[key]
-        except Exception as e:  # noqa: BLE001 - the caller decides: refuse (index) or list it (tree)
-            yield full, link, e
-            continue
-        if isinstance(obj, h5py.Group):
-            if obj.id in seen:
+            target = f[ref] if ref else None
+        except Exception as e:  # noqa: BLE001
+            target = e
+        if not isinstance(target, h5py.Dataset) or h5py.check_ref_dtype(target.dtype) is not None:
+            if skipped is not None:
+                skipped.append(item)
                 continue
-            seen.add(obj.id)
-            stack.append((iter(sorted(obj.keys())), obj, full))
-        yield full, link, obj
+            what = "a null reference" if target is None else ("a nested cell array" if isinstance(
+                target, h5py.Dataset) else f"an unreadable reference ({target})" if isinstance(
+                target, Exception) else "a struct or group")
+            raise SchemaError(f"Cell {item} holds {what}: only cells of arrays are converted", file=path,
+                              dataset=item, hint="store the cell's arrays as separate variables, or choose other "
+                                                 "datasets with --datasets")
+        if layout.is_empty(target):
+            continue  # an empty MATLAB array stores its dimensions, not data
+        if target.is_virtual or target.id.get_create_plist().get_external_count():
+            raise SchemaError(f"Cell {item} is stored outside the file (external or virtual storage): refused",
+                              file=path, dataset=item)
+        out.append((item, target))
+    return out
+
+
+def _log_skipped(skipped: dict, path: str, mode: str) -> None:
+    """One WARNING line per file for the datasets skipped, by reason (a NetCDF file has dozens)."""
+    parts = [f"{len(v)} {k} ({', '.join(v[:3])}{', ...' if len(v) > 3 else ''})" for k, v in skipped.items() if v]
+    if parts:
+        hint = "; --hdf5_mode datasets converts each scalar and each cell as one Example" \
+            if mode == "rows mode" and (skipped.get(layout.CELL) or skipped.get(layout.SCALAR)) else ""
+        log.warning("Skipping %s datasets in '%s' (%s)%s", " and ".join(parts), path, mode, hint)
 
 
 def _dataset_for_read(f, name: str, path: str):

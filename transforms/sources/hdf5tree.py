@@ -16,18 +16,20 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
     ``external link``), and for datasets ``dtype``, ``shape``, ``chunks``, ``filters``, ``storage``
     (``contiguous``, ``chunked``, ``compact``, ``external``, ``virtual``). Row groups: ``{"rows", "datasets",
     "flag"}`` for the datasets with a leading axis (scalars and dimension scales, which convert skips, are left
-    out), largest group first, each with the ``--datasets`` flag that converts it.
+    out), largest group first (the one convert reads by default; ``--hdf5_group N`` picks another), each with the
+    ``--datasets`` flag that converts it. MATLAB variables (``matlab``: true) have their rows on HDF5's last axis.
 
     Raises:
       SourceError: not a readable HDF5 file (naming it).
     """
     import h5py
-    from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source, walk
+    from tfrecord_etl.transforms.sources import hdf5layout as layout
+    from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source
     from tfrecord_etl.transforms.sources.base import SourceOptions
     f, stream = Hdf5Source(SourceOptions())._open(path)
-    objects, truncated = [], False
+    objects, truncated, entries = [], False, []
     try:
-        for full, link, obj in walk(f):
+        for full, link, obj in layout.walk(f):
             if len(objects) >= max_objects:
                 truncated = True
                 break
@@ -41,10 +43,10 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
                 objects.append({"path": full, "kind": "unreadable", "target": str(obj)})
                 continue
             if isinstance(obj, h5py.Group):
-                objects.append({"path": full, "kind": "group"})
+                objects.append({"path": full, "kind": "matlab-internal" if full in layout.MATLAB_INTERNAL
+                                else "group"})
                 continue
-            kind = "dimension-scale" if obj.attrs.get("CLASS") == b"DIMENSION_SCALE" else \
-                ("scalar" if obj.ndim == 0 else "dataset")
+            kind = layout.kind_of(obj, full)
             plist = obj.id.get_create_plist()
             storage = "virtual" if obj.is_virtual else ("external" if plist.get_external_count() else
                                                         {0: "compact", 1: "contiguous", 2: "chunked"}.get(
@@ -59,17 +61,17 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
                 dtype, kind = (f"no NumPy dtype ({e})" if not isinstance(e, SchemaError) else dtype), "unsupported dtype"
             objects.append({"path": full, "kind": kind, "dtype": dtype, "shape": list(obj.shape),
                             "chunks": list(obj.chunks) if obj.chunks else None, "filters": filters,
-                            "storage": storage})
+                            "storage": storage, "matlab": layout.is_matlab(obj)})
+            if kind in (layout.DATA, layout.SCALE):
+                rows, _ = layout.rows_and_shape(obj)
+                entries.append((full, rows, layout.leading_dimension(obj), layout.data_bytes(obj)))
     finally:
         f.close()
         if stream is not None:
             stream.close()
-    by_rows: dict[int, list[str]] = {}
-    for o in objects:
-        if o["kind"] == "dataset":
-            by_rows.setdefault(o["shape"][0], []).append(o["path"])
-    groups = [{"rows": rows, "datasets": names, "flag": "--datasets " + ",".join(names)}
-              for rows, names in sorted(by_rows.items(), key=lambda kv: (-len(kv[1]), -kv[0]))]
+    groups = [{"group": i, "rows": g.rows, "dimension": g.dimension, "datasets": list(g.datasets), "bytes": g.nbytes,
+               "flag": "--datasets " + ",".join(g.datasets)}
+              for i, g in enumerate(layout.group_rows(entries), 1)]
     return {"file": path, "objects": objects, "row_groups": groups, "truncated": truncated}
 
 
@@ -78,22 +80,30 @@ def render_tree(tree: dict) -> str:
     lines = [f"HDF5 file {tree['file']}: {len(tree['objects'])} objects"
              + (f" (listing stopped at {MAX_OBJECTS})" if tree["truncated"] else "")]
     for o in tree["objects"]:
-        if o["kind"] in ("group",):
-            lines.append(f"  {o['path']}/")
+        if o["kind"] in ("group", "matlab-internal"):
+            lines.append(f"  {o['path']}/" + ("  [MATLAB's own storage: read through cell references]"
+                                              if o["kind"] == "matlab-internal" else ""))
         elif "link" in o["kind"]:
             lines.append(f"  {o['path']} -> {o['target']} ({o['kind']}, not followed)")
         elif o["kind"] == "unreadable":
             lines.append(f"  {o['path']}  [unreadable: {o['target']}]")
         else:
             extra = [o["storage"]] + ([f"chunks {o['chunks']}"] if o["chunks"] else []) + o["filters"]
-            skip = {"dataset": "", "unsupported dtype": "  [unsupported dtype: convert refuses it]"}.get(
+            skip = {"dataset": "", "dimension-scale": "  [coordinate variable]",
+                    "unsupported dtype": "  [unsupported dtype: convert refuses it]",
+                    "matlab-cell": "  [MATLAB cell: --hdf5_mode datasets converts each cell]"}.get(
                 o["kind"], f"  [{o['kind']}: skipped by convert]")
+            if o.get("matlab"):
+                extra.append("MATLAB column-major: rows on the last axis")
             lines.append(f"  {o['path']:<40} {o['dtype']:<12} {str(o['shape']):<18} {', '.join(extra)}{skip}")
-    lines.append("row groups (datasets converted together share their leading length):")
+    lines.append("row groups (datasets converted together share their leading dimension; convert reads group 1 "
+                 "unless --hdf5_group N or --datasets says otherwise):")
     for g in tree["row_groups"]:
         shown = g["flag"] if len(g["flag"]) <= 200 else g["flag"][:200] + f"... ({len(g['datasets'])} datasets)"
         n = len(g["datasets"])
-        lines.append(f"  {g['rows']} rows: {n} dataset{'s' if n > 1 else ''}  ->  {shown}")
+        dim = f" on '{g['dimension']}'" if g["dimension"] else ""
+        lines.append(f"  group {g['group']}: {g['rows']} rows{dim}, {n} dataset{'s' if n > 1 else ''}, "
+                     f"{g['bytes']} bytes  ->  --hdf5_group {g['group']} or {shown}")
     if not tree["row_groups"]:
         lines.append("  none: no dataset with rows")
     return "\n".join(lines)

@@ -103,24 +103,20 @@ def plan_sources(meta: dict, patterns: Sequence[str], where: str = ""):
       ConfigError: the metadata holds no convert options (not written by pipelines.convert).
       SourceError, SchemaError: a pattern matches nothing or a source file cannot be indexed.
     """
+    from pydantic import ValidationError
+
     from tfrecord_etl.transforms import planning
-    from tfrecord_etl.transforms.sources import DEFAULT_RANGE_BYTES, SourceOptions
+    from tfrecord_etl.transforms.config import ConvertConfig
     opts = meta.get("options")
     if not isinstance(opts, dict) or not isinstance(opts.get("input"), str):
         raise ConfigError("--source needs the convert options in metadata.json ('options.input' is missing): "
                           "this output was not written by pipelines.convert", file=where or None)
-    try:
-        datasets = opts.get("datasets")
-        range_mb = float(opts.get("target_range_mb") or DEFAULT_RANGE_BYTES / 2**20)  # the convert's own ranges
-        options = SourceOptions(opts.get("format"), tuple(datasets) if datasets else None,
-                                opts.get("npz_mode") or "rows", opts.get("npy_mode") or "rows",
-                                max(1, int(range_mb * 2**20)),
-                                **{k: opts[k] for k in ("max_compression_ratio", "max_empty_rows", "allow_external_storage",
-                                                       "allow_fill_value") if k in opts},
-                                raw_dtype=opts.get("dtype"), raw_shape=tuple(opts["shape"]) if opts.get("shape") else None,
-                                raw_offset=int(opts.get("offset") or 0), raw_order=opts.get("order") or "C")
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"Invalid convert options in metadata.json: {e}", file=where or None) from None
+    try:  # the convert's own source options (planning.source_options is their one home)
+        cfg = ConvertConfig.model_validate({k: v for k, v in opts.items() if k in ConvertConfig.model_fields})
+        options = planning.source_options(cfg)
+    except (TypeError, ValueError, ValidationError) as e:
+        raise ConfigError(f"Invalid convert options in metadata.json: {str(e).splitlines()[0]}",
+                          file=where or None) from None
     return [planning.plan_inputs(p, options) for p in patterns]
 
 

@@ -1,0 +1,222 @@
+"""What the datasets of an HDF5 file are, for the source and for ``python -m pipelines.inspect FILE.h5``: the walk,
+each dataset's kind (data, scalar, dimension scale, MATLAB cell, ...), the MATLAB v7.3 orientation and the row
+groups (datasets converted together). Metadata only: no data is read, no link is followed.
+
+Container formats built on HDF5 and what this module knows of them:
+
+* netCDF-4 (Unidata, "NetCDF-4 file format"): coordinate variables are dimension scales (``CLASS=DIMENSION_SCALE``);
+  a dimension without a variable is a scale whose ``NAME`` starts ``This is a netCDF dimension but not a netCDF
+  variable`` (a placeholder, never data). Variables on the same leading dimension form one row group, as xarray
+  groups variables by dimension.
+* AnnData ``.h5ad``: ``/X`` and the ``/obs`` columns share ``n_obs`` rows, ``/var`` columns ``n_vars``: two row groups.
+* MATLAB v7.3 ``.mat`` (an HDF5 file behind a 512-byte user block): every variable carries a ``MATLAB_class``
+  attribute and is stored column-major, so HDF5 sees its dimensions reversed (a MATLAB 1000x20 matrix is an HDF5
+  (20, 1000) dataset). Such datasets are read transposed back: MATLAB's first dimension is the row axis. Cell
+  arrays are datasets of object references into ``/#refs#``; ``/#refs#`` and ``/#subsystem#`` are MATLAB's own
+  storage, never a variable. Empty arrays (``MATLAB_empty``) store their dimensions, not data. Complex arrays are
+  compounds of ``real`` and ``imag``: they convert to complex64/complex128. Character arrays (``MATLAB_class``
+  ``char``) stay their UTF-16 code units (uint16), logicals uint8: exact, as stored.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+MATLAB_INTERNAL = ("/#refs#", "/#subsystem#")
+NETCDF_DIMENSION_ONLY = b"This is a netCDF dimension but not a netCDF variable"
+
+# kinds of a dataset; rows mode converts DATA and SCALE (coordinate variables: real values on their dimension),
+# datasets mode also SCALAR and the cells of CELL; the others are listed and skipped
+DATA, SCALAR, SCALE, DIMENSION, CELL, EMPTY, INTERNAL = ("dataset", "scalar", "dimension-scale", "netcdf-dimension",
+                                                          "matlab-cell", "matlab-empty", "matlab-internal")
+
+
+def walk(f):
+    """Yields ``(path, link, object)`` for every object below the open file ``f``, depth first in name order.
+
+    ``object`` is the h5py Group or Dataset, None for a soft or external link (never followed), or the exception
+    raised opening it. The walk keeps its own stack (1,200 nested groups need no recursion) and visits a group
+    reached twice by hard links once (a link to an ancestor is no cycle). MATLAB's own groups (``/#refs#``,
+    ``/#subsystem#``) are yielded but not entered: their datasets are reached through cell references.
+    """
+    import h5py
+    seen = {f.id}
+    stack = [(iter(sorted(f.keys())), f, "")]
+    while stack:
+        keys, group, prefix = stack[-1]
+        key = next(keys, None)
+        if key is None:
+            stack.pop()
+            continue
+        full = f"{prefix}/{key}"
+        link = group.get(key, getlink=True)
+        if not isinstance(link, h5py.HardLink):
+            yield full, link, None
+            continue
+        try:
+            obj = group[key]
+        except Exception as e:  # noqa: BLE001 - the caller decides: refuse (index) or list it (tree)
+            yield full, link, e
+            continue
+        if isinstance(obj, h5py.Group):
+            if obj.id in seen:
+                continue
+            seen.add(obj.id)
+            if full not in MATLAB_INTERNAL:
+                stack.append((iter(sorted(obj.keys())), obj, full))
+        yield full, link, obj
+
+
+def is_matlab(dset) -> bool:
+    """True for a MATLAB v7.3 variable (a ``MATLAB_class`` attribute): stored column-major, read transposed."""
+    return "MATLAB_class" in dset.attrs
+
+
+def is_keras(f) -> bool:
+    """True for a Keras weights / model file (``keras_version`` or ``layer_names`` at the root or in
+    ``/model_weights``, as ``save_weights`` and the legacy ``.h5`` model format write)."""
+    for group in (f, f.get("model_weights")):
+        if group is not None and ("keras_version" in group.attrs or "layer_names" in group.attrs):
+            return True
+    return False
+
+
+def kind_of(dset, path: str) -> str:
+    """The kind of dataset ``dset`` at ``path`` (one of DATA, SCALAR, SCALE, DIMENSION, CELL, EMPTY, INTERNAL)."""
+    import h5py
+    if path.startswith(tuple(p + "/" for p in MATLAB_INTERNAL)):
+        return INTERNAL
+    attrs = dset.attrs
+    if attrs.get("CLASS") == b"DIMENSION_SCALE":
+        name = attrs.get("NAME", b"")
+        return DIMENSION if isinstance(name, bytes) and name.startswith(NETCDF_DIMENSION_ONLY) else SCALE
+    if is_empty(dset):
+        return EMPTY
+    try:
+        if h5py.check_ref_dtype(dset.dtype) is not None:
+            return CELL
+    except (TypeError, ValueError):
+        pass  # no NumPy dtype: the caller refuses it with its own message
+    return SCALAR if dset.ndim == 0 else DATA
+
+
+def is_empty(dset) -> bool:
+    """True for an empty MATLAB array (``MATLAB_empty``, or MATLAB's shared ``canonical empty``): its stored
+    values are its dimensions, not data."""
+    attrs = dset.attrs
+    return "MATLAB_class" in attrs and (bool(attrs.get("MATLAB_empty", 0))
+                                        or attrs.get("MATLAB_class") == b"canonical empty")
+
+
+def dtype_of(dset):
+    """The NumPy dtype a dataset converts to: a MATLAB complex array (compound ``real``/``imag``) is complex."""
+    import numpy as np
+    dtype = dset.dtype
+    if is_matlab(dset) and dtype.names == ("real", "imag") and dtype["real"] == dtype["imag"] \
+            and dtype["real"].kind == "f" and dtype["real"].itemsize in (4, 8):
+        return np.dtype(f"{dtype['real'].byteorder if dtype['real'].byteorder != '=' else ''}c{2 * dtype['real'].itemsize}")
+    return dtype
+
+
+def _converted(dset, data):
+    """``data`` read from ``dset`` in the dtype of :func:`dtype_of` (MATLAB complex parts copied bit for bit)."""
+    import numpy as np
+    target = dtype_of(dset)
+    if target == data.dtype:
+        return data
+    out = np.empty(data.shape, target)
+    out.real, out.imag = data["real"], data["imag"]
+    return out
+
+
+def rows_and_shape(dset) -> tuple[int, tuple[int, ...]]:
+    """``(rows, row shape)`` of a dataset of kind DATA as converted: MATLAB variables transposed (rows = MATLAB's
+    first dimension, HDF5's last)."""
+    shape = tuple(int(d) for d in dset.shape)
+    if is_matlab(dset) and len(shape) > 1:
+        shape = shape[::-1]
+    return shape[0], shape[1:]
+
+
+def chunk_rows(dset) -> int:
+    """Rows per HDF5 chunk along the row axis (1 for unchunked datasets)."""
+    if not dset.chunks:
+        return 1
+    return int(dset.chunks[-1] if is_matlab(dset) and dset.ndim > 1 else dset.chunks[0])
+
+
+def read_rows(dset, start: int, stop: int):
+    """Rows ``[start, stop)`` of a DATA dataset as a C-contiguous NumPy array of shape ``(stop - start, *row
+    shape)``; MATLAB variables are sliced on HDF5's last axis and transposed back."""
+    import numpy as np
+    if is_matlab(dset) and dset.ndim > 1:
+        return _converted(dset, np.ascontiguousarray(dset[..., start:stop].transpose()))
+    return _converted(dset, dset[start:stop])
+
+
+def read_whole(dset):
+    """The whole dataset as a NumPy array (MATLAB variables in MATLAB's orientation)."""
+    import numpy as np
+    data = np.asarray(dset[()])
+    if is_matlab(dset) and dset.ndim > 1:
+        data = np.ascontiguousarray(data.transpose())
+    return _converted(dset, data)
+
+
+def leading_dimension(dset) -> str | None:
+    """The name of the dimension scale attached to the row axis (netCDF-4 / xarray), or None."""
+    if is_matlab(dset) or dset.ndim == 0:
+        return None
+    if dset.attrs.get("CLASS") == b"DIMENSION_SCALE":
+        return dset.name  # a coordinate variable is its own dimension
+    try:
+        scales = list(dset.dims[0].values())
+    except Exception:  # noqa: BLE001 - a damaged DIMENSION_LIST: no dimension known
+        return None
+    return scales[0].name if scales else None
+
+
+@dataclasses.dataclass(frozen=True)
+class RowGroup:
+    """Datasets converted together: same rows and, where dimension scales say so, the same leading dimension.
+
+    ``nbytes``: the bytes of all its datasets (the default group is the largest).
+    """
+
+    rows: int
+    dimension: str | None
+    datasets: tuple[str, ...]
+    nbytes: int
+
+    def describe(self, number: int) -> str:
+        dim = f" on dimension '{self.dimension}'" if self.dimension else ""
+        names = ", ".join(self.datasets[:3]) + (f" and {len(self.datasets) - 3} more" if len(self.datasets) > 3 else "")
+        return f"group {number}: {self.rows} rows{dim}, {len(self.datasets)} dataset(s) ({names})"
+
+
+def group_rows(entries) -> list[RowGroup]:
+    """Row groups of ``entries`` = ``[(path, rows, dimension or None, nbytes)]``, largest first (by bytes, then by
+    datasets, then rows), datasets in walk order. Datasets of the same length on different named dimensions (a
+    square lat/lon grid) are separate groups; an unnamed one joins the named group of its length only when that
+    is the only one."""
+    by_key: dict = {}
+    for path, rows, dim, nbytes in entries:
+        by_key.setdefault((rows, dim), []).append((path, nbytes))
+    named = {}
+    for rows, dim in by_key:
+        if dim is not None:
+            named.setdefault(rows, []).append(dim)
+    for (rows, dim) in list(by_key):
+        if dim is None and len(named.get(rows, ())) == 1:
+            by_key.setdefault((rows, named[rows][0]), []).extend(by_key.pop((rows, None)))
+    order = {path: i for i, (path, *_) in enumerate(entries)}
+    groups = [RowGroup(rows, dim, tuple(sorted((p for p, _ in items), key=order.get)), sum(n for _, n in items))
+              for (rows, dim), items in by_key.items()]
+    return sorted(groups, key=lambda g: (-g.nbytes, -len(g.datasets), -g.rows, g.datasets))
+
+
+def data_bytes(dset) -> int:
+    try:
+        return int(math.prod(dset.shape)) * dset.dtype.itemsize
+    except (TypeError, ValueError):
+        return 0

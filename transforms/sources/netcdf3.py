@@ -1,0 +1,178 @@
+"""NetCDF-3 source (classic ``CDF\\x01`` and 64-bit offset ``CDF\\x02`` files) through SciPy's ``netcdf_file``,
+memory-mapped: variables on the same leading dimension form a row group, as in netCDF-4 files (``hdf5layout``).
+
+netCDF-4 files are HDF5 and go through :class:`Hdf5Source`; a ``.nc`` input is routed by its magic bytes
+(:func:`transforms.sources.format_of`). Values are the stored ones: ``scale_factor``/``add_offset``/``_FillValue``
+are not applied (``maskandscale=False``), so the conversion is exact; the attributes stay in the file.
+Reference: Unidata, "The NetCDF Classic Format Specification"; ``scipy.io.netcdf_file``.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from tfrecord_etl.transforms import fileio
+from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
+from tfrecord_etl.transforms.errors import SchemaError, SourceError
+from tfrecord_etl.transforms.sources import hdf5layout as layout
+from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, _check_empty_rows,
+                                                  _check_names, _leaf_specs, _loosen, _refuse_special_file, _row_bytes,
+                                                  _row_spec, log)
+
+NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02")
+
+
+class NetCdf3Source(Source):
+    """NetCDF-3 files, memory-mapped (local files only; copy a remote one first: SciPy reads a file object's
+    variables whole at open, before any size could be checked).
+
+    Rows mode: the variables of ``options.datasets`` (names with or without a leading ``/``), else the row
+    group ``options.hdf5_group`` (1 = largest in bytes) of the variables grouped by their first dimension; 0-d
+    variables are skipped (one warning). Datasets mode: each variable is one Example (``key``, ``array``).
+    """
+
+    format_name = "netcdf3"
+    suffixes = (".nc", ".cdf", ".nc3")
+    magic = NETCDF3_MAGIC
+    modes = ("rows", "datasets")
+
+    def __init__(self, options):
+        super().__init__(options)
+        self.loose = options.hdf5_mode == "datasets"
+
+    def _open(self, path: str):
+        from scipy.io import netcdf_file
+        _refuse_special_file(path)
+        if not fileio.is_local(path):
+            raise SourceError("NetCDF-3 files are read memory-mapped from local disk", file=path,
+                              hint="copy the file to a local directory first (or convert it to netCDF-4)")
+        try:
+            return netcdf_file(path, "r", mmap=True, maskandscale=False)
+        except Exception as e:  # noqa: BLE001 - SciPy raises TypeError/ValueError/OSError on damaged headers
+            raise SourceError(f"Not a readable NetCDF-3 file: {e}", file=path,
+                              hint="check that the file is complete") from None
+
+    @staticmethod
+    def _close(f) -> None:
+        with warnings.catch_warnings():  # "Cannot close a netcdf_file opened with mmap=True ...": views are gone
+            warnings.simplefilter("ignore")
+            f.close()
+
+    def _variable(self, f, name: str, path: str):
+        key = name.lstrip("/")
+        if key not in f.variables:
+            raise SourceError("No such variable", file=path, dataset=name,
+                              hint=f"variables: {sorted(f.variables)[:10]}; python -m pipelines.inspect FILE "
+                                   "lists them")
+        return f.variables[key]
+
+    def index(self, path: str) -> FileIndex:
+        """Learns rows and features (see the class).
+
+        Raises:
+          SourceError: unreadable or remote file, unknown variable.
+          SchemaError: 0-d variables in rows mode, lengths that differ, no variable with rows.
+        """
+        f = self._open(path)
+        try:
+            if self.loose:
+                return self._index_variables(f, path)
+            names = list(self.options.datasets or self._default_variables(f, path) or [])
+            if not names and self.switch_to_datasets(path):
+                return self._index_variables(f, path)
+            self._rows_indexed = True
+            specs, lengths, data_row_bytes = [], {}, 0
+            for name in names:
+                var = self._variable(f, name, path)
+                if not var.shape:
+                    raise SchemaError("Variable is a scalar (0-d): it has no rows", file=path, dataset=name,
+                                      hint="use --hdf5_mode datasets (each variable -> one Example)")
+                dtype = var.data.dtype
+                data_row_bytes += dtype.itemsize * int(np.prod(var.shape[1:]))
+                specs += _leaf_specs(name.strip("/"), dtype, var.shape[1:], f"{path}, variable '{name}'")
+                lengths[name] = int(var.shape[0])
+        finally:
+            self._close(f)
+        _check_names(specs, path)
+        if len(set(lengths.values())) > 1:
+            listing = ", ".join(f"'{n}': {v}" for n, v in list(lengths.items())[:6])
+            raise SchemaError(f"Variables have different leading lengths ({listing})", file=path,
+                              hint="choose variables of one dimension with --datasets")
+        rows = next(iter(lengths.values()))
+        _check_empty_rows(rows, data_row_bytes, self.options, path)
+        return FileIndex(path, rows, tuple(specs), _row_bytes(specs), 1, tuple(names))
+
+    def _default_variables(self, f, path: str) -> list[str]:
+        entries, scalars = [], []
+        for name, var in f.variables.items():
+            if not var.shape:
+                scalars.append(name)
+                continue
+            entries.append((name, int(var.shape[0]), var.dimensions[0], int(var.data.nbytes)))
+        if scalars:
+            log.warning("Skipping %d scalar (%s%s) variables in '%s' (rows mode)", len(scalars),
+                        ", ".join(scalars[:3]), ", ..." if len(scalars) > 3 else "", path)
+        if not entries:
+            if self.options.hdf5_mode == "auto" and scalars:
+                return []  # index() converts each variable instead
+            raise SchemaError("The file holds no variable with rows", file=path,
+                              hint="use --hdf5_mode datasets (each variable -> one Example)")
+        groups = layout.group_rows(entries)
+        number = self.options.hdf5_group or 1
+        if number > len(groups):
+            raise SchemaError(f"--hdf5_group {number} asked, but the file holds {len(groups)} row group(s)",
+                              file=path, hint="python -m pipelines.inspect FILE lists them")
+        if len(groups) > 1:
+            others = "; ".join(f"{g.describe(i)} -> --hdf5_group {i}" for i, g in enumerate(groups[:4], 1)
+                               if i != number)
+            log.warning("'%s' holds %d row groups: converting %s. Others: %s", path, len(groups),
+                        groups[number - 1].describe(number), others)
+        return list(groups[number - 1].datasets)
+
+    def _index_variables(self, f, path: str) -> FileIndex:
+        names = [n.lstrip("/") for n in self.options.datasets] if self.options.datasets else list(f.variables)
+        specs, sizes = [], []
+        for name in names:
+            var = self._variable(f, name, path)
+            specs.append(_row_spec(ARRAY, var.data.dtype, var.shape, f"{path}, variable '{name}'"))
+            sizes.append(int(var.data.nbytes))
+        if not names:
+            raise SchemaError("The file holds no variable", file=path)
+        array = specs[0]
+        for s in specs[1:]:
+            array = _loosen(array, s)
+        return FileIndex(path, len(names), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), array), max(sizes), 1,
+                         tuple(names), tuple(sizes))
+
+    def _opened(self, path: str):
+        current = getattr(self._local, "open", None)
+        if current is not None and current[0] == path:
+            return current[1]
+        self.close()
+        f = self._open(path)
+        self._local.open = (path, f)
+        return f
+
+    def close(self) -> None:
+        current = getattr(self._local, "open", None)
+        self._local.open = None
+        if current is not None:
+            self._close(current[1])
+
+    def read(self, rr: RowRange) -> Columns:
+        try:
+            f = self._opened(rr.path)
+            if self.loose:
+                return {KEY: [n.encode() for n in rr.items],
+                        ARRAY: [np.array(self._variable(f, n, rr.path).data) for n in rr.items]}
+            columns = {}
+            for name in rr.items:
+                data = np.array(self._variable(f, name, rr.path).data[rr.start:rr.stop])  # a copy: the map closes
+                columns.update(flatten_fields(name.strip("/"), data))
+            return columns
+        except SourceError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            self.close()
+            raise SourceError(f"Cannot read {rr.describe()}: {e}", file=rr.path) from None
