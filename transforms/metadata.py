@@ -70,12 +70,23 @@ def schema_text(specs: Sequence[FeatureSpec]) -> str:
 
 
 def build(specs, shards, compression, sources, writer, options) -> dict:
+    """The ``metadata.json`` document. A feature whose list values went through an allowed lossy cast
+    (``--allow_lossy``) records the dtype on the wire as ``stored_dtype`` (float64 features hold float32 values)."""
+    from tfrecord_etl.transforms.codec.encodings import ENCODINGS
+    lossy = tuple((options or {}).get("allow_lossy") or ()) if isinstance(options, dict) else ()
+    features = []
+    for s in specs:
+        entry = s.to_json()
+        stored = ENCODINGS[s.encoding].stored_dtype(s, lossy) if s.encoding in ENCODINGS else None
+        if stored:
+            entry["stored_dtype"] = stored
+        features.append(entry)
     return {
         "format": FORMAT,
         "tool_version": VERSION,
         "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "compression": compression,
-        "features": [s.to_json() for s in specs],
+        "features": features,
         "shards": list(shards),
         "num_records": sum(s["records"] for s in shards),
         "sources": list(sources),

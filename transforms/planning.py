@@ -10,6 +10,7 @@ exists, and the shard count and feature specs are known up front.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 
 import numpy as np
@@ -19,6 +20,8 @@ from tfrecord_etl.transforms import fileio, sharding, sources, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, check_spec
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError, SourceError
 from tfrecord_etl.transforms.sources import FileIndex, RowRange, Source, SourceOptions
+
+log = logging.getLogger("tfrecord_etl.transforms.planning")
 
 PROVENANCE = (FeatureSpec("_source/file", "bytes", (), "list"), FeatureSpec("_source/row", "<i8", (), "list"))
 DEFAULT_TARGET_SHARD_BYTES = 192 * 2**20  # --target_shard_mb 192
@@ -121,17 +124,22 @@ def choose_encodings(specs: Sequence[FeatureSpec], default: str, per_feature: di
     if unknown:
         raise ConfigError(f"feature_encodings names unknown features {sorted(unknown)}",
                           hint=f"features are {[s.name for s in specs]}")
-    out = []
+    out, kept_tensor = [], []
     for s in specs:
         enc = per_feature.get(s.name)
         if enc is None:
             enc = "list" if s.dtype == "bytes" else ("tensor" if s.dtype is None else default)
+            if s.dtype is None and default != "tensor":
+                kept_tensor.append(s.name)
         spec = dataclasses.replace(s, encoding=enc)
         try:
             check_spec(spec, allow_lossy)
         except SchemaError as e:
             raise e.with_context(file=where) from None
         out.append(spec)
+    if kept_tensor:  # said, not silent (issue 15): a list/zlib/packbits feature holds one dtype
+        log.warning("--encoding %s: feature(s) %s keep the tensor encoding, their dtype varies between examples "
+                    "(the tensor encoding records each example's dtype)", default, ", ".join(kept_tensor))
     return tuple(out)
 
 

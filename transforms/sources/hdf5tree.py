@@ -75,9 +75,37 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
     return {"file": path, "objects": objects, "row_groups": groups, "truncated": truncated}
 
 
+def netcdf3_tree(path: str) -> dict:
+    """:func:`hdf5_tree`'s form for a NetCDF-3 file: every variable (``dataset``, or ``scalar`` for 0-d) with its
+    dimensions, and the row groups (variables sharing their first dimension) convert chooses from.
+
+    Raises:
+      SourceError: not a readable NetCDF-3 file (naming it).
+    """
+    from tfrecord_etl.transforms.sources import hdf5layout as layout
+    from tfrecord_etl.transforms.sources.base import SourceOptions
+    from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
+    source = NetCdf3Source(SourceOptions())
+    f = source._open(path)
+    objects, entries = [], []
+    try:
+        for name, var in f.variables.items():
+            storage = "record variable" if var.isrec else "fixed-size"
+            objects.append({"path": name, "kind": "dataset" if var.shape else "scalar", "dtype": str(var.data.dtype),
+                            "shape": list(var.shape), "chunks": None, "filters": [f"dims {', '.join(var.dimensions)}"]
+                            if var.dimensions else [], "storage": storage})
+            if var.shape:
+                entries.append((name, int(var.shape[0]), var.dimensions[0], int(var.data.nbytes)))
+    finally:
+        source._close(f)
+    groups = [{"group": i, "rows": g.rows, "dimension": g.dimension, "datasets": list(g.datasets), "bytes": g.nbytes,
+               "flag": "--datasets " + ",".join(g.datasets)} for i, g in enumerate(layout.group_rows(entries), 1)]
+    return {"file": path, "format": "NetCDF-3", "objects": objects, "row_groups": groups, "truncated": False}
+
+
 def render_tree(tree: dict) -> str:
     """The text form of :func:`hdf5_tree`: one line per object, then the row groups."""
-    lines = [f"HDF5 file {tree['file']}: {len(tree['objects'])} objects"
+    lines = [f"{tree.get('format', 'HDF5')} file {tree['file']}: {len(tree['objects'])} objects"
              + (f" (listing stopped at {MAX_OBJECTS})" if tree["truncated"] else "")]
     for o in tree["objects"]:
         if o["kind"] in ("group", "matlab-internal"):
@@ -105,5 +133,6 @@ def render_tree(tree: dict) -> str:
         lines.append(f"  group {g['group']}: {g['rows']} rows{dim}, {n} dataset{'s' if n > 1 else ''}, "
                      f"{g['bytes']} bytes  ->  --hdf5_group {g['group']} or {shown}")
     if not tree["row_groups"]:
-        lines.append("  none: no dataset with rows")
+        lines.append("  none: no dataset with rows; convert (--hdf5_mode auto) makes each dataset and MATLAB cell one "
+                     "Example")
     return "\n".join(lines)

@@ -44,6 +44,11 @@ class Encoding:
         """The kind of the main Example feature for ``dtype``: ``'bytes'``, ``'int64'`` or ``'float'``."""
         return "bytes"
 
+    def stored_dtype(self, spec: FeatureSpec, allow_lossy: Iterable[str] = ()) -> str | None:
+        """The dtype of the values on the wire when it differs from ``spec.dtype`` (an allowed lossy cast), else
+        None; ``metadata.json`` records it next to the feature's dtype."""
+        return None
+
     def dense_shape(self, spec: FeatureSpec) -> tuple | None:
         """The dense shape of the main feature's values (``FixedLenFeature``), or None (variable length)."""
         return ()

@@ -146,6 +146,11 @@ class ListEncoding(Encoding):
             return tf.bitcast(values, tf.uint64)
         return tf.cast(values, getattr(tf, "bool" if dt.kind == "b" else dt.name))
 
+    def stored_dtype(self, spec: FeatureSpec, allow_lossy: Iterable[str] = ()) -> str | None:
+        if spec.name in set(allow_lossy) and spec.dtype in _LOSSY_LIST_CASTS:
+            return {"<f8": "<f4", "<u8": "<i8"}[spec.dtype]  # float_list holds float32, int64_list int64
+        return None
+
     def stored(self, spec: FeatureSpec, arr: np.ndarray, allow_lossy: Iterable[str] = ()) -> np.ndarray:
         if spec.name in allow_lossy and arr.dtype.kind == "f" and arr.dtype.itemsize == 8:
             return arr.astype("<f4").astype("<f8")
