@@ -62,6 +62,8 @@ def matlab_file(path, nested_cell=False):
             targets[2] = inner
         c = f.create_dataset("c", data=np.array([[t.ref] for t in targets]), dtype=h5py.ref_dtype)  # 1x3 cell
         c.attrs["MATLAB_class"] = np.bytes_("cell")
+        sub = f.create_group("#subsystem#")  # MATLAB's own storage (class objects): never a variable
+        sub.create_dataset("MCOS", data=np.arange(3, dtype=np.uint8)).attrs["MATLAB_class"] = np.bytes_("FileWrapper__")
         e = f.create_dataset("empty", data=np.array([0, 0], np.uint64))
         e.attrs["MATLAB_class"], e.attrs["MATLAB_empty"] = np.bytes_("double"), np.uint8(1)
         s = f.create_group("s")
