@@ -158,3 +158,40 @@ def test_varint_decoding_handles_negative_and_large_values():
     src = np.array([[-1, 2**63 - 1, -(2**63), 0]], dtype="<i8")
     rec = codec.encode_batch({"f": src}, [spec], 1)[0]
     np.testing.assert_array_equal(codec.decode_example(rec, [spec])["f"], src[0])
+
+
+def _first_bad(records, max_features):
+    for i, r in enumerate(records):
+        try:
+            codec.check_example_frame(r, max_features)
+        except RecordError:
+            return i
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.integers(1, 12), mutations=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 400),
+                                                              st.integers(0, 255)), max_size=4),
+       cut=st.one_of(st.none(), st.tuples(st.integers(0, 11), st.integers(0, 400))),
+       max_features=st.sampled_from([None, 2, 3]))
+def test_batch_framing_check_agrees_with_the_per_record_check(rows, mutations, cut, max_features):
+    """check_example_frames (one walk + one NumPy comparison, used by augment) refuses exactly the batches the
+    per-record check refuses, naming the same first bad record."""
+    specs = [FeatureSpec("x", "<f4", (3,), "list"), FeatureSpec("id", "<i8", (), "list"),
+             FeatureSpec("name", "bytes", (), "list")]
+    columns = {"x": np.arange(rows * 3, dtype="<f4").reshape(rows, 3), "id": np.arange(rows, dtype="<i8"),
+               "name": np.array([b"n%d" % (i % 2) for i in range(rows)], dtype=object)}
+    records = [bytearray(r) for r in codec.encode_columns(columns, specs, rows).records()]
+    for i, pos, value in mutations:
+        if i < rows and pos < len(records[i]):
+            records[i][pos] = value
+    if cut is not None and cut[0] < rows:
+        records[cut[0]] = records[cut[0]][:cut[1]]
+    records = [bytes(r) for r in records]
+    expected = _first_bad(records, max_features)
+    if expected is None:
+        codec.check_example_frames(records, max_features)
+    else:
+        with pytest.raises(RecordError) as err:
+            codec.check_example_frames(records, max_features)
+        assert err.value.context["record"] == expected

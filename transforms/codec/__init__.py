@@ -21,7 +21,7 @@ from tfrecord_etl.transforms.codec.spec import (
     FeatureSpec, flatten_fields, MAX_FEATURES, MAX_RECORD_BYTES, normalize_dtype, to_little_endian, VLEN_BYTES)
 from tfrecord_etl.transforms.codec.encodings import check_spec, check_unicode, Encoding, ENCODINGS, encoding_of
 from tfrecord_etl.transforms.codec.wire import (
-    check_example_frame, decode_example, decode_feature, drop_features, entry_name, parse_example,
+    check_example_frame, check_example_frames, decode_example, decode_feature, drop_features, entry_name, parse_example,
     split_feature_entries, split_features, too_many_features)
 from tfrecord_etl.transforms.codec.encode import encode_batch, encode_columns, EncodedBatch, FixedLayout
 from tfrecord_etl.transforms.codec.foreign import (
@@ -32,7 +32,7 @@ from tfrecord_etl.transforms.codec.encodings import as_bytes as _as_bytes  # noq
 from tfrecord_etl.transforms.codec.wire import _encode_varint, _fields, _len_field  # noqa: F401
 
 __all__ = [
-    "batch_decodable", "check_example_frame", "check_spec", "check_unicode", "decode_batch", "decode_example",
+    "batch_decodable", "check_example_frame", "check_example_frames", "check_spec", "check_unicode", "decode_batch", "decode_example",
     "decode_example_lenient", "decode_feature", "drop_features", "encode_batch", "encode_columns", "EncodedBatch",
     "Encoding", "ENCODINGS", "encoding_of", "entry_name", "feature_key_pattern", "FeatureSpec", "FixedLayout", "flatten_fields",
     "infer_feature_specs", "MAX_FEATURES", "MAX_RECORD_BYTES", "normalize_dtype", "parse_example",

@@ -136,6 +136,76 @@ def check_example_frame(record: bytes, max_features: int | None = None) -> int:
     return count
 
 
+def check_example_frames(records: Sequence[bytes], max_features: int | None = None) -> None:
+    """:func:`check_example_frame` for a batch, about 10x cheaper on the uniform batches a collection's records
+    make: the first record is walked once, noting the positions of the bytes the walk reads (tags and length
+    varints); every record of the same length whose bytes at those positions are equal (one NumPy comparison
+    over the batch) would walk identically, so it is framed identically. Other records are walked one by one.
+
+    Raises:
+      RecordError: the first record, in batch order, that is not framed as a tf.train.Example; its
+        ``context['record']`` is the index within ``records``.
+    """
+    if not records:
+        return
+    _checked_count(records, 0, max_features)
+    walked = {0}
+    positions = _frame_positions(records[0])
+    n0 = len(records[0])
+    same = [i for i in range(1, len(records)) if len(records[i]) == n0] if positions is not None else []
+    if same:
+        block = np.frombuffer(b"".join([records[0]] + [records[i] for i in same]), np.uint8).reshape(len(same) + 1, n0)
+        index = np.asarray(positions, dtype=np.intp)
+        equal = (block[1:, index] == block[0, index]).all(axis=1)
+        walked.update(i for i, ok in zip(same, equal.tolist()) if ok)
+    for i in range(1, len(records)):
+        if i not in walked:
+            _checked_count(records, i, max_features)
+
+
+def _checked_count(records, i: int, max_features):
+    try:
+        return check_example_frame(records[i], max_features)
+    except RecordError as e:
+        raise e.with_context(record=i) from None
+
+
+def _frame_positions(record: bytes) -> list[int] | None:
+    """The byte positions :func:`check_example_frame`'s fast walk reads in ``record`` (tag bytes and length
+    varints), or None when the record leaves the fast walk (the exact walk decides then)."""
+    try:
+        return _walk_positions(record)
+    except RecordError:
+        return None
+
+
+def _walk_positions(record: bytes) -> list[int] | None:
+    n, pos, out = len(record), 0, []
+    while pos < n:
+        if record[pos] != 0x0A:
+            return None
+        start = pos
+        length, pos = _varint(record, pos + 1, n) if pos + 1 < n else (None, n)
+        if length is None:
+            return None
+        out.extend(range(start, pos))
+        end = pos + length
+        if end > n:
+            return None
+        while pos < end:
+            if record[pos] != 0x0A:
+                return None
+            start = pos
+            length, pos = _varint(record, pos + 1, end) if pos + 1 < end else (None, end)
+            if length is None:
+                return None
+            out.extend(range(start, pos))
+            pos += length
+        if pos != end:
+            return None
+    return out
+
+
 def entry_name(record: bytes, entry: tuple[int, int]) -> str:
     """The feature name of one map entry slice (see split_feature_entries)."""
     for field, wire, val in _fields(record, entry[0], entry[1]):
