@@ -141,6 +141,14 @@ def merge_specs(indexes: Sequence[FileIndex], loose: bool) -> tuple[FeatureSpec,
     return tuple(specs.values())
 
 
+def loosen_all(specs: Sequence[FeatureSpec]) -> FeatureSpec:
+    """One spec covering all ``specs`` (of one feature): dtypes and dimensions that differ become None."""
+    out = specs[0]
+    for s in specs[1:]:
+        out = _loosen(out, s)
+    return out
+
+
 def _loosen(a: FeatureSpec, b: FeatureSpec) -> FeatureSpec:
     dtype = a.dtype if a.dtype == b.dtype else None
     if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):

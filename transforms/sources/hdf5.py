@@ -10,7 +10,7 @@ from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.sources import hdf5layout as layout
 from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, SourceOptions,
-                                                  _check_empty_rows, _check_names, _leaf_specs, _loosen,
+                                                  _check_empty_rows, _check_names, _leaf_specs, loosen_all,
                                                   _refuse_special_file, _row_bytes, _row_spec, log)
 from tfrecord_etl.transforms.sources.hdf5layout import walk  # noqa: F401 - the tree's import name
 
@@ -164,21 +164,9 @@ class Hdf5Source(Source):
             raise SchemaError("The file holds no dataset with rows", file=path,
                               hint="use --hdf5_mode datasets to convert each dataset (scalars, cells) as one "
                                    "Example" if skipped else None)
-        groups = layout.group_rows(entries)
-        number = self.options.hdf5_group or 1
-        if number > len(groups):
-            raise SchemaError(f"--hdf5_group {number} asked, but the file holds {len(groups)} row group(s)",
-                              file=path, hint="python -m pipelines.inspect FILE lists them")
-        if len(groups) > 1:
-            others = "; ".join(f"{g.describe(i)} -> --hdf5_group {i}" for i, g in enumerate(groups[:4], 1)
-                               if i != number)
-            more = f"; and {len(groups) - 4} more" if len(groups) > 4 else ""
-            keras = " This is a Keras weights file: --hdf5_mode datasets converts one Example per weight." \
-                if layout.is_keras(f) else ""  # (reached with --hdf5_mode rows: auto converts each weight)
-            log.warning("'%s' holds %d row groups: converting %s. Others: %s%s (python -m pipelines.inspect FILE "
-                        "lists them with their --datasets flags).%s", path, len(groups),
-                        groups[number - 1].describe(number), others, more, keras)
-        return list(groups[number - 1].datasets)
+        keras = " This is a Keras weights file: --hdf5_mode datasets converts one Example per weight." \
+            if layout.is_keras(f) else ""  # (reached with --hdf5_mode rows: auto converts each weight)
+        return layout.choose_group(entries, self.options.hdf5_group, path, keras)
 
     def _index_datasets(self, f, path: str) -> FileIndex:
         """Datasets mode: one row per dataset (or per cell of a cell array), features ``key``/``array``."""
@@ -214,11 +202,8 @@ class Hdf5Source(Source):
         _log_skipped(skipped, path, "datasets mode")
         if not items:
             raise SchemaError("The file holds no dataset to convert", file=path)
-        array = specs[0]
-        for s in specs[1:]:
-            array = _loosen(array, s)
-        return FileIndex(path, len(items), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), array), max(sizes), 1,
-                         tuple(items), tuple(sizes))
+        return FileIndex(path, len(items), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), loosen_all(specs)),
+                         max(sizes), 1, tuple(items), tuple(sizes))
 
     def _dataset(self, f, name: str, path: str):
         import h5py

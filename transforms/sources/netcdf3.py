@@ -17,8 +17,8 @@ from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_field
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import hdf5layout as layout
 from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, _check_empty_rows,
-                                                  _check_names, _leaf_specs, _loosen, _refuse_special_file, _row_bytes,
-                                                  _row_spec, log)
+                                                  _check_names, _leaf_specs, _refuse_special_file, _row_bytes,
+                                                  _row_spec, log, loosen_all)
 
 NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02")
 
@@ -118,17 +118,7 @@ class NetCdf3Source(Source):
                 return []  # index() converts each variable instead
             raise SchemaError("The file holds no variable with rows", file=path,
                               hint="use --hdf5_mode datasets (each variable -> one Example)")
-        groups = layout.group_rows(entries)
-        number = self.options.hdf5_group or 1
-        if number > len(groups):
-            raise SchemaError(f"--hdf5_group {number} asked, but the file holds {len(groups)} row group(s)",
-                              file=path, hint="python -m pipelines.inspect FILE lists them")
-        if len(groups) > 1:
-            others = "; ".join(f"{g.describe(i)} -> --hdf5_group {i}" for i, g in enumerate(groups[:4], 1)
-                               if i != number)
-            log.warning("'%s' holds %d row groups: converting %s. Others: %s", path, len(groups),
-                        groups[number - 1].describe(number), others)
-        return list(groups[number - 1].datasets)
+        return layout.choose_group(entries, self.options.hdf5_group, path)
 
     def _index_variables(self, f, path: str) -> FileIndex:
         names = [n.lstrip("/") for n in self.options.datasets] if self.options.datasets else list(f.variables)
@@ -139,11 +129,8 @@ class NetCdf3Source(Source):
             sizes.append(int(var.data.nbytes))
         if not names:
             raise SchemaError("The file holds no variable", file=path)
-        array = specs[0]
-        for s in specs[1:]:
-            array = _loosen(array, s)
-        return FileIndex(path, len(names), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), array), max(sizes), 1,
-                         tuple(names), tuple(sizes))
+        return FileIndex(path, len(names), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), loosen_all(specs)),
+                         max(sizes), 1, tuple(names), tuple(sizes))
 
     def _opened(self, path: str):
         current = getattr(self._local, "open", None)

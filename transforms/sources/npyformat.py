@@ -11,7 +11,7 @@ import numpy as np
 
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources.base import ARRAY, _loosen, _row_spec
+from tfrecord_etl.transforms.sources.base import ARRAY, loosen_all, _row_spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,10 +106,7 @@ def _merged_array_spec(headers, path, members=None) -> FeatureSpec:
     """The ``array`` feature of arrays/files modes, loosened over ``headers`` (``members``: their npz member
     names, named in errors)."""
     wheres = [f"{path}, member '{m}'" for m in members] if members is not None else [path] * len(headers)
-    specs = [_row_spec(ARRAY, h.dtype, h.shape, w) for h, w in zip(headers, wheres)]
-    out = specs[0]
-    for s in specs[1:]:
-        out = _loosen(out, s)
+    out = loosen_all([_row_spec(ARRAY, h.dtype, h.shape, w) for h, w in zip(headers, wheres)])
     for h in headers:
         if h.dtype.fields is not None:
             raise SchemaError("Structured members are not supported in arrays/files mode", file=path,
