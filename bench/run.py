@@ -49,7 +49,7 @@ import tempfile
 import time
 from importlib import metadata as importlib_metadata
 
-from bench import datagen, report
+from bench import datagen, report, sizes
 from bench.common import (AUGMENT_CONSTANT, LARGE, LAYOUTS, SMALL, convert_encoding_flags, count_frames,
                           dir_bytes, row_bytes, tfrecord_files)
 
@@ -68,7 +68,8 @@ TINY_FRACTION = 50  # steady state: the same command on 1/50 of the rows
 MIN_STEADY_DELTA_S = 0.25  # below this difference of wall times, the steady-state figure is noise (use --repeat 3)
 
 BEAM = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
-SECTIONS = ("small", "large", "augment", "scaling", "raw", "files")
+SECTIONS = ("small", "large", "augment", "scaling", "raw", "files", "sizes")
+DEFAULT_SECTIONS = SECTIONS[:-1]  # sizes (issue 16, ~13 minutes, 17 GB of inputs) runs when asked: --only sizes
 
 
 def beam_flags(workers: int) -> list[str]:
@@ -512,6 +513,8 @@ class Bench:
                 if section in sections:
                     self.new_source_section(section)
                     order.append(section)
+            if "sizes" in sections:
+                order += sizes.run_sizes(self, args.sizes, args.seed_limit_s)
             if args.rss_8gb:
                 self.rss8gb_section()
                 order.append("rss8gb")
@@ -526,6 +529,14 @@ class Bench:
         png_path = os.path.join(self.results_dir, "results.png")
         report.write_json(json_path, result)
         md = report.markdown(result)
+        if "sizes" in sections:
+            summ = sizes.summary(self.rows, self.section_info)
+            result["sizes"] = {"summary": summ, "targets": sizes.targets(self.rows, summ)}
+            report.write_json(json_path, result)
+            md += "\n" + sizes.markdown(summ, result["sizes"]["targets"])
+            why = sizes.draw(os.path.join(self.results_dir, "sizes.png"), summ)
+            self.say(f"sizes chart: {report.relpath(os.path.join(self.results_dir, 'sizes.png'))}" if why is None
+                     else f"no sizes chart: {why}")
         with open(md_path, "w", encoding="utf-8") as f:
             f.write(md)
         why_not = report.draw_png(png_path, result)
@@ -644,8 +655,13 @@ def parse_args(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=float, default=1.0,
                     help="multiplies every default size (e.g. 0.02 for a quick check; default 1.0)")
-    ap.add_argument("--only", default=",".join(SECTIONS),
-                    help="sections to run, comma-separated: small,large,augment,scaling (default: all)")
+    ap.add_argument("--only", default=",".join(DEFAULT_SECTIONS),
+                    help=f"sections to run, comma-separated, of {','.join(SECTIONS)} (default: all but sizes)")
+    ap.add_argument("--sizes", default=sizes.DEFAULT_SIZES,
+                    help=f"sizes section: input sizes in raw array bytes, times --scale (default {sizes.DEFAULT_SIZES})")
+    ap.add_argument("--seed_limit_s", type=float, default=300.0,
+                    help="sizes section: skip the seed loop where its previous rate predicts more seconds than this "
+                         "(default 300)")
     ap.add_argument("--workdir", default=None,
                     help=f"where inputs and outputs go (default {report.relpath(DEFAULT_WORKDIR)})")
     ap.add_argument("--results_dir", default=None,

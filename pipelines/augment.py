@@ -14,7 +14,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrecord_etl.pipelines import common
-from tfrecord_etl.transforms import augment, metadata, outdir, tfrecord
+from tfrecord_etl.transforms import augment, localmode, metadata, outdir, tfrecord
 from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
 from tfrecord_etl.transforms.config import parse_args
 from tfrecord_etl.transforms.errors import printable
@@ -27,6 +27,15 @@ def build_pipeline(p: beam.Pipeline, plan: augment.AugmentPlan):
     return p | "AugmentTFRecord" >> augment.AugmentTFRecord(plan=plan, prepare_output=False)
 
 
+def augment_size(plan) -> tuple[int, int]:
+    """``(records, bytes)`` of the input collection for the local mode: the recorded count, else the file bytes
+    over ~100-byte records (a guess that errs to fewer records, i.e. to staying in-process)."""
+    from tfrecord_etl.transforms import fileio
+    num_bytes = sum(fileio.size(s.path) for s in plan.collection.shards)
+    records = plan.collection.num_records
+    return (records if records is not None else num_bytes // 100), num_bytes
+
+
 def main(argv: list[str]) -> int:
     cfg, beam_argv = parse_args(argv, AugmentConfig, AugmentOptions, "python -m pipelines.augment", __doc__)
     common.configure_filesystems(beam_argv)  # pipeline_options from the YAML config too
@@ -36,6 +45,7 @@ def main(argv: list[str]) -> int:
     files = [s.output_file for s in plan.collection.shards] + ([outdir.MANIFEST_FILE] if cfg.mode == "sidecar" else [])
     with outdir.prepare(cfg.output_dir, command="augment", options=cfg.model_dump(), files=files,
                         overwrite=cfg.overwrite):
+        beam_argv, mode = localmode.choose_local_mode(beam_argv, *augment_size(plan), len(plan.collection.shards))
         options = PipelineOptions(beam_argv)
         p = beam.Pipeline(runner=common.local_runner(options), options=options)
         build_pipeline(p, plan)
@@ -48,6 +58,7 @@ def main(argv: list[str]) -> int:
         "new features": ", ".join(f"{printable(s.name)} {s.dtype} {list(s.shape)} {s.encoding}" for s in plan.new_specs),
         **({"replaced": ", ".join(map(printable, plan.replace))} if plan.replace else {}),
         **({"manifest": f"{cfg.output_dir}/manifest.json"} if cfg.mode == "sidecar" else {}),
+        **({"local runner": mode.describe()} if mode else {}),
     })
     common.print_metrics(counters, meta["num_records"])
     return 0

@@ -228,7 +228,7 @@ def show_progress(setting: bool | None) -> bool:
 
 
 WORK_SPAN_MS = "work_span_ms"
-_DIRECT_NAMES = (None, "", "DirectRunner", "direct", "SwitchingDirectRunner")
+from tfrecord_etl.transforms.localmode import _DIRECT_NAMES  # noqa: E402 - the one list of DirectRunner's names
 
 
 def local_runner(options):

@@ -15,7 +15,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrecord_etl.pipelines import common
-from tfrecord_etl.transforms import metadata, outdir, planning, tfrecord
+from tfrecord_etl.transforms import localmode, metadata, outdir, planning, tfrecord
 from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, parse_args
 from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output
 from tfrecord_etl.transforms.errors import printable
@@ -31,10 +31,11 @@ def local_workers(options: PipelineOptions) -> int:
     return max(1, options.view_as(DirectOptions).direct_num_workers or 1)
 
 
-def build_plan(cfg: ConvertConfig, options: PipelineOptions | None = None) -> planning.ConvertPlan:
+def build_plan(cfg: ConvertConfig, options: PipelineOptions | None = None,
+               inputs: planning.InputPlan | None = None) -> planning.ConvertPlan:
     """Plans the conversion once (inputs, encodings, shard count, shard plans, file names); every input error
-    surfaces here."""
-    return planning.plan_convert(cfg, local_workers(options) if options is not None else 1)
+    surfaces here. ``inputs``: the inputs already planned (the local mode is chosen from them)."""
+    return planning.plan_convert(cfg, local_workers(options) if options is not None else 1, inputs=inputs)
 
 
 def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan: planning.ConvertPlan):
@@ -48,8 +49,10 @@ def main(argv: list[str]) -> int:
     common.configure_filesystems(beam_argv)  # pipeline_options from the YAML config too
     tfrecord.require_fast_crc32c()
     started = time.time()
+    inputs = planning.plan_inputs(cfg.input, planning.source_options(cfg))
+    beam_argv, mode = localmode.choose_local_mode(beam_argv, inputs.num_rows, inputs.num_bytes, inputs.num_rows)
     options = PipelineOptions(beam_argv)
-    plan = build_plan(cfg, options)
+    plan = build_plan(cfg, options, inputs)
     check_output(cfg, plan)
     with outdir.prepare(cfg.output_dir, command="convert", options=cfg.model_dump(), overwrite=cfg.overwrite,
                         files=plan.output_files, beam_temp_prefixes=[cfg.prefix] if cfg.writer == "beam" else []):
@@ -62,6 +65,7 @@ def main(argv: list[str]) -> int:
                          {"rows read": inputs.num_rows, "rows dead-lettered": meta["rows_dead_lettered"],
                           "row ranges": len(inputs.ranges) if plan.shards is None else
                           sum(len(s.ranges) for s in plan.shards),
+                          **({"local runner": mode.describe()} if mode else {}),
                           "features": ", ".join(f"{printable(s.name)} {s.dtype} {list(s.shape) if s.shape is not None else '*'}"
                                                 f" {s.encoding}" for s in plan.specs)})
     common.print_metrics(counters, meta["num_records"])

@@ -344,7 +344,7 @@ def test_memory_error_is_one_line(npy10, tmp_path, capsys, monkeypatch):
     """Issue 10 case 16: a MemoryError (e.g. an --fn returning 50 MB per record) ended in a traceback."""
     from tfrecord_etl.pipelines import convert as convert_module
 
-    def out_of_memory(cfg, options=None):
+    def out_of_memory(cfg, options=None, inputs=None):
         raise MemoryError()
     monkeypatch.setattr(convert_module, "build_plan", out_of_memory)
     code, _, err = convert(npy10, tmp_path / "out", capsys=capsys)

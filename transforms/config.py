@@ -303,6 +303,8 @@ def parse_args(argv: list[str], model: type[BaseModel], options_cls: type[Pipeli
             values[key] = value
     cfg = validate(model, values, f"config ({known.config})" if known.config else "flags")
     beam_argv = cfg.beam_argv(beam_argv) if hasattr(cfg, "beam_argv") else beam_argv
+    from tfrecord_etl.transforms.localmode import without_auto
+    beam_argv = without_auto(beam_argv)  # --direct_running_mode auto: ours, resolved after planning
     check_beam_flags(beam_argv, [o for a in parser._actions for o in a.option_strings])
     check_local_workers(beam_argv, getattr(cfg, "max_local_workers", DEFAULT_MAX_LOCAL_WORKERS),
                         hasattr(cfg, "max_local_workers"))
