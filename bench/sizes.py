@@ -40,7 +40,8 @@ def parse_size(text: str) -> int:
 
 def run_sizes(bench, sizes: str, seed_limit_s: float) -> list[str]:
     """Measures every (layout, size) section and the laptop cases; returns the section names in order."""
-    py, order = bench.py, []
+    py = bench.py
+    order = [_laptop(bench)]  # first: a laptop's Python installation is in the page cache, which 8 GB runs evict
     for kind in ("small", "large"):
         layout, rb = LAYOUTS[kind], row_bytes(LAYOUTS[kind])
         seed_rate = None  # rows/s of the seed loop at the previous size (whole process)
@@ -72,7 +73,6 @@ def run_sizes(bench, sizes: str, seed_limit_s: float) -> list[str]:
                 if key == "auto" and row["status"] == "ok":
                     row["chosen"] = chosen_mode(row.get("log"))
             order.append(section)
-    order.append(_laptop(bench))
     return order
 
 

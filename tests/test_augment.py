@@ -149,7 +149,7 @@ def test_rewrite_tf_written_uncompressed_position_join_with_counting(foreign_pla
     code, _, err = run_augment(str(foreign_plain[0].parent / "part-*"), out, "--join_input", tmp_path / "extra.npz",
                                "--encoding", "list", "--constants", "one=1:int8", "--output_compression", "zlib")
     assert code == 0, err
-    assert sorted(p.name for p in out.glob("part-*")) == ["part-00000.zlib", "part-00001.zlib"]
+    assert sorted(p.name for p in out.glob("part-*")) == ["part-00000.deflate", "part-00001.deflate"]
     old, new = tf_records(tf, foreign_plain), tf_records(tf, sorted(out.glob("part-*")), "ZLIB")
     assert_old_bytes_kept(old, new, ["id", "x", "name", "empty"])
     spec = {**foreign_spec(tf), "w": tf.io.FixedLenFeature([], tf.float32), "v": tf.io.FixedLenFeature([2], tf.int64),
@@ -422,7 +422,8 @@ def test_constants_and_output_names():
     with pytest.raises(ConfigError, match="out of range"):
         augment.parse_constant("a", "300:uint8")
     assert augment.output_name("d/x.tfrecord.gz", "gzip", "none") == "x.tfrecord"
-    assert augment.output_name("d/part-0", "none", "zlib") == "part-0.zlib"
+    assert augment.output_name("d/part-0", "none", "zlib") == "part-0.deflate"
+    assert augment.output_name("d/part-0.zlib", "zlib", "none") == "part-0"  # older outputs' suffix still known
     assert augment.output_name("d/a.gz", "gzip", "gzip") == "a.gz"
 
 
@@ -507,3 +508,16 @@ def test_yaml_config_mappings_and_flag_precedence(tmp_path):
     assert cfg.mode == "rewrite"  # the flag wins over the file
     assert cfg.constants == {"w": "0.5", "flag": "true"} and cfg.join_fields == {"array": "label"}
     assert cfg.fn_inputs == ["a", "b"] and beam_argv == ["--runner=DirectRunner", "--direct_num_workers=2"]
+
+
+def test_a_directory_without_metadata_gets_a_pattern_that_matches(tmp_path, capsys):
+    """Issue 12: the hint suggested 'DIR/*.tfrecord*', which matches nothing in a TFX split directory (shards
+    named data_tfrecord-00000-of-00001.gz)."""
+    import shutil
+    split = tmp_path / "Split-train"
+    split.mkdir()
+    shutil.copy(fixture_file(PENGUIN), split / "data_tfrecord-00000-of-00001.gz")
+    code, _, err = run_augment(split, tmp_path / "out", "--constants", "k=1", capsys=capsys)
+    assert code == 2 and f"e.g. '{split}/*.gz'" in err
+    code, _, err = run_augment(f"{split}/*.gz", tmp_path / "out", "--constants", "k=1", capsys=capsys)
+    assert code == 0, err  # the suggested pattern works

@@ -76,3 +76,39 @@ def test_bench_raw_and_files_sections_at_tiny_scale(tmp_path):
         got = {r["key"]: r for r in rows if r["section"] == section}
         assert set(got) == want
         assert all(r["status"] == "ok" and r["rows"] == n for r in got.values()), got
+
+
+def test_sizes_summary_and_targets_from_rows():
+    """The sizes section's arithmetic (issue 16): auto against the best fixed mode, steady state as the slope
+    between the two largest sizes, and a target is not met when auto ran the same mode as in-process."""
+    from bench import sizes
+    assert sizes.parse_size("10MB") == 10**7 and sizes.parse_size("8GB") == 8 * 10**9
+    info = {f"sizes_{k}_{s}": {"layout": k, "size": s, "rows": r, "raw_bytes": r * 72}
+            for k in ("small", "large") for s, r in (("1GB", 1000), ("8GB", 8000))}
+    rows = []
+    for section, walls in (("sizes_small_1GB", {"raw": 1.0, "seed": 100.0, "convert_in_memory": 5.0,
+                                                "convert_multi_threading": 5.5, "convert_multi_processing": 6.0,
+                                                "convert_auto": 5.2}),
+                           ("sizes_small_8GB", {"raw": 8.0, "convert_in_memory": 40.0,
+                                                "convert_multi_threading": 35.0, "convert_multi_processing": 30.0,
+                                                "convert_auto": 31.0}),
+                           ("sizes_large_1GB", {"raw": 1.0, "seed": 9.0, "convert_in_memory": 3.0,
+                                                "convert_auto": 3.1}),
+                           ("sizes_large_8GB", {"raw": 10.0, "seed": 60.0, "convert_in_memory": 10.0,
+                                                "convert_auto": 8.0})):
+        for key, wall in walls.items():
+            rows.append({"section": section, "key": key, "status": "ok", "wall_s": wall,
+                         "chosen": ("multi_processing, 2 workers (auto: ...)" if section == "sizes_small_8GB"
+                                    else "in_memory (auto: ...)") if key == "convert_auto" else None})
+    rows.append({"section": "sizes_small_8GB", "key": "seed", "status": "skipped", "predicted_wall_s": 800.0})
+    summ = sizes.summary(rows, info)
+    small = summ["small"]
+    assert [round(t["auto_vs_best"], 3) for t in small["table"]] == [1.04, round(31 / 30, 3)]
+    assert small["steady_rows_per_s"]["convert_auto"] == pytest.approx(7000 / 25.8)
+    assert "seed" not in small["steady_rows_per_s"]  # one measured size only
+    targets = {t["target"]: t for t in sizes.targets(rows, summ)}
+    assert targets["auto faster than in-process on the largest small-row input (8GB)"]["status"] == "met"
+    large = targets["auto faster than in-process on the largest large-row input (8GB)"]
+    assert large["status"] == "missed" and "noise" in large["text"]  # auto ran in-process there
+    md = sizes.markdown(summ, sizes.targets(rows, summ))
+    assert "~800 (predicted, skipped)" in md and "| 8GB | 8,000 |" in md

@@ -151,7 +151,7 @@ def test_list_encoding_reads_with_fixed_len_feature(tmp_path, tf):
     np.save(tmp_path / "a.npy", arr)
     code, _, _ = convert(tmp_path / "a.npy", tmp_path / "out", "--encoding", "list", "--compression", "zlib")
     assert code == 0
-    files = [str(p) for p in (tmp_path / "out").glob("*.tfrecord.zlib")]
+    files = [str(p) for p in (tmp_path / "out").glob("*.tfrecord.deflate")]
     ds = tf.data.TFRecordDataset(files, compression_type="ZLIB").batch(40).map(
         lambda s: tf.io.parse_example(s, {"array": tf.io.FixedLenFeature([2, 3], tf.int64)}))
     got = next(iter(ds))["array"].numpy()
@@ -260,3 +260,31 @@ def test_summary_prints_counts_metrics_and_progress(tmp_path, capsys):
     import re
     span = re.search(r"^work span: (\d+\.\d{3}) s \(first shard started to last shard written", out, re.M)
     assert span and 0 <= float(span.group(1)) < 60, out
+
+
+def test_zlib_shards_are_named_deflate_so_beam_auto_detection_reads_them(tmp_path, tf):
+    """Issue 12 item 4: `.tfrecord.zlib` was unknown to Beam's CompressionTypes.AUTO (and so to TFDV and TFX
+    ImportExampleGen); Beam calls the format DEFLATE and detects `.deflate`."""
+    import apache_beam as beam
+    from apache_beam.io.tfrecordio import ReadFromTFRecord
+    from apache_beam.testing.util import assert_that, equal_to
+    arr = np.arange(30, dtype="<i8")
+    np.save(tmp_path / "a.npy", arr)
+    code, _, err = convert(tmp_path / "a.npy", tmp_path / "out", "--encoding", "list", "--compression", "zlib",
+                           "--num_shards", "2")
+    assert code == 0, err
+    names = sorted(p.name for p in (tmp_path / "out").glob("data-*"))
+    assert names == ["data-00000-of-00002.tfrecord.deflate", "data-00001-of-00002.tfrecord.deflate"]
+    expected = [tf.train.Example(features=tf.train.Features(feature={"array": tf.train.Feature(
+        int64_list=tf.train.Int64List(value=[int(v)]))})).SerializeToString() for v in arr]
+    with beam.Pipeline(runner="DirectRunner", options=beam.options.pipeline_options.PipelineOptions(
+            ["--direct_running_mode=in_memory"])) as p:  # compression_type defaults to AUTO
+        got = p | ReadFromTFRecord(str(tmp_path / "out" / "data-*"))
+        assert_that(got, equal_to(expected))
+    # shards named `.zlib` (older outputs) are still read as zlib
+    (tmp_path / "old").mkdir()
+    for name in names:
+        (tmp_path / "out" / name).rename(tmp_path / "old" / name.replace(".deflate", ".zlib"))
+    old = sorted((tmp_path / "old").glob("*.zlib"))
+    assert {reader.file_compression(str(p)) for p in old} == {"zlib"}
+    assert sorted(r for p in old for _, _, r in reader.iter_records(str(p))) == sorted(expected)

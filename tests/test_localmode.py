@@ -18,12 +18,14 @@ def test_the_rule():
     small = 72
     argv, mode = localmode.choose_local_mode(["--runner=DirectRunner"], 10, 10 * small, 10, cpus=2)
     assert mode.mode == "in_memory" and "--direct_running_mode=in_memory" in argv and "10 rows" in mode.reason
+    assert mode.workers == 2 and "--direct_num_workers=2" in argv  # two bundles at once, in-process
+    assert mode.describe().startswith("in_memory, 2 parallel bundles (threads) (auto: 10 rows")
     argv, mode = localmode.choose_local_mode([], 111_000_000, 111_000_000 * small, 40, cpus=2)
     assert (mode.mode, mode.workers) == ("multi_processing", 2) and "--direct_num_workers=2" in argv
     _, mode = localmode.choose_local_mode([], 30_000_000, 30_000_000 * 12_808, 400, cpus=2)
     assert mode.mode == "in_memory" and "bound by reading and writing" in mode.reason  # large rows: I/O-bound
-    _, mode = localmode.choose_local_mode([], 111_000_000, 111_000_000 * small, 40, cpus=1)
-    assert mode.mode == "in_memory" and "one CPU" in mode.reason
+    argv, mode = localmode.choose_local_mode([], 111_000_000, 111_000_000 * small, 40, cpus=1)
+    assert mode.mode == "in_memory" and "one CPU" in mode.reason and not any("workers" in a for a in argv)
     argv, mode = localmode.choose_local_mode(["--direct_num_workers=3"], 111_000_000, 8 * 10**9, 40, cpus=8)
     assert mode.workers == 3 and argv.count("--direct_num_workers=3") == 1  # the count asked for is the cap
     _, mode = localmode.choose_local_mode(["--direct_num_workers=1"], 111_000_000, 8 * 10**9, 40, cpus=8)
@@ -47,7 +49,9 @@ def test_convert_says_which_mode_ran_and_why(tmp_path, capsys):
         code, out, err = run_command(convert.main, ["--input", tmp_path / "in.h5", "--output_dir",
                                                     tmp_path / f"out{len(extra)}", *extra], capsys)
         assert code == 0, err
-        assert "local runner: in_memory (auto: 10 rows, below the 25,000,000" in out
+        import re
+        assert re.search(r"local runner: in_memory(, \d+ parallel bundles \(threads\))? \(auto: 10 rows, below "
+                         r"the 25,000,000", out), out
     code, out, err = run_command(convert.main, ["--input", tmp_path / "in.h5", "--output_dir", tmp_path / "mt",
                                                 "--direct_running_mode", "multi_threading",
                                                 "--direct_num_workers", "2"], capsys)

@@ -162,7 +162,7 @@ def num_shards(num_rows: int, num_bytes: int, *, requested: int | None = None,
 
 
 def shard_suffix(compression: str) -> str:
-    """``.tfrecord`` plus the compression's suffix (``.gz``, ``.zlib``)."""
+    """``.tfrecord`` plus the compression's suffix (``.gz``, ``.deflate``)."""
     return ".tfrecord" + tfrecord.SUFFIXES[compression]
 
 

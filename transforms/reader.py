@@ -45,8 +45,8 @@ def iter_records(path: str, compression: str | None = None, max_record_bytes: in
 
 
 def file_compression(path: str) -> str:
-    """The compression of a TFRecord file: from its suffix (``.gz``, ``.zlib``/``.zz``), else its first bytes
-    (``tfrecord.detect_compression``)."""
+    """The compression of a TFRecord file: from its suffix (``.gz``, ``.deflate``/``.zlib``/``.zz``), else its
+    first bytes (``tfrecord.detect_compression``)."""
     compression = tfrecord.compression_from_path(path)
     if compression == "none":
         with fileio.open_read(path) as raw:

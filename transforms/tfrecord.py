@@ -24,7 +24,11 @@ import numpy as np
 from tfrecord_etl.transforms.errors import RecordError, SourceError
 
 COMPRESSIONS = ("none", "gzip", "zlib")
-SUFFIXES = {"none": "", "gzip": ".gz", "zlib": ".zlib"}
+# Shard suffixes written. zlib shards end in .deflate, the name Apache Beam gives the same format
+# (CompressionTypes.DEFLATE) and detects with CompressionTypes.AUTO, so ReadFromTFRecord, TFDV and TFX ImportExampleGen
+# read them as they are (issue 12); .zlib and .zz (older outputs) are still read as zlib.
+SUFFIXES = {"none": "", "gzip": ".gz", "zlib": ".deflate"}
+ZLIB_SUFFIXES = (".deflate", ".zlib", ".zz")
 _MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")
 _LEN = struct.Struct("<Q")
@@ -99,10 +103,10 @@ def frame_encoded(batch) -> np.ndarray:
 
 
 def compression_from_path(path: str) -> str:
-    """``'gzip'`` for ``*.gz``, ``'zlib'`` for ``*.zlib``/``*.zz``, else ``'none'``."""
+    """``'gzip'`` for ``*.gz``, ``'zlib'`` for ``*.deflate``/``*.zlib``/``*.zz``, else ``'none'``."""
     if path.endswith(".gz"):
         return "gzip"
-    if path.endswith((".zlib", ".zz")):
+    if path.endswith(ZLIB_SUFFIXES):
         return "zlib"
     return "none"
 

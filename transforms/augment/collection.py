@@ -55,11 +55,27 @@ class InputCollection:
 def output_name(path: str, compression: str, output_compression: str) -> str:
     """The output shard name of input ``path``: the same name, the compression suffix swapped."""
     name = fileio.basename(path)
-    for suffix in {"gzip": (".gz",), "zlib": (".zlib", ".zz")}.get(compression, ()):
+    for suffix in {"gzip": (".gz",), "zlib": tfrecord.ZLIB_SUFFIXES}.get(compression, ()):
         if name.endswith(suffix):
             name = name[:-len(suffix)]
             break
     return name + tfrecord.SUFFIXES[output_compression]
+
+
+def suggest_pattern(directory: str) -> str:
+    """A file pattern for the shards in ``directory`` that matches them: ``DIR/*<suffix>`` with the suffix most of
+    its files share (TFX names shards ``data_tfrecord-00000-of-00001.gz``, so ``*.tfrecord*`` would match nothing),
+    else ``DIR/*``."""
+    import collections
+    try:
+        names = [fileio.basename(p) for p, _ in fileio.match(fileio.join(directory, "*"))]
+    except Exception:  # noqa: BLE001 - an empty or unreadable directory: the generic pattern
+        names = []
+    suffixes = collections.Counter("." + n.rsplit(".", 1)[1] for n in names if "." in n and not n.startswith("."))
+    for suffix, _ in suffixes.most_common(1):
+        if suffix not in (".json", ".pbtxt"):
+            return fileio.join(directory, "*" + suffix)
+    return fileio.join(directory, "*")
 
 
 def resolve_input(pattern: str, compression: str = "auto", sample_size: int | None = None,
@@ -90,7 +106,7 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
         if not fileio.exists(fileio.join(pattern, metadata.METADATA_FILE)):
             raise ConfigError("--input is a directory without metadata.json (not a complete tfrecord-etl output)",
                               file=pattern, hint="pass a file pattern of its TFRecord shards, e.g. "
-                                                 f"'{fileio.join(pattern, '*.tfrecord*')}'")
+                                                 f"'{suggest_pattern(pattern)}'")
         meta = metadata.load(pattern)
         paths = metadata.shard_paths(pattern, meta)
     else:

@@ -36,6 +36,10 @@ class Hdf5Source(Source):
     modes = ("rows", "datasets")
     magic = (b"\x89HDF\r\n\x1a\n",)  # at byte 0 (a file with a user block, e.g. MATLAB v7.3, is HDF5 by default)
 
+    def __init__(self, options: SourceOptions):
+        super().__init__(options)
+        self.loose = options.hdf5_mode == "datasets"  # (auto may switch it: Source.switch_to_datasets)
+
     def _open(self, path: str):
         import h5py
         _refuse_special_file(path)
@@ -56,10 +60,6 @@ class Hdf5Source(Source):
             stream.close()
             raise SourceError(f"Not a readable HDF5 file: {e}", file=path,
                               hint="check that the file is HDF5 and complete") from None
-
-    def __init__(self, options: SourceOptions):
-        super().__init__(options)
-        self.loose = options.hdf5_mode == "datasets"  # (auto may switch it: Source.switch_to_datasets)
 
     def index(self, path: str) -> FileIndex:
         """Learns rows and features of ``path``.
