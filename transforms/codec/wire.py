@@ -182,28 +182,29 @@ def _frame_positions(record: bytes) -> list[int] | None:
 def _walk_positions(record: bytes) -> list[int] | None:
     n, pos, out = len(record), 0, []
     while pos < n:
-        if record[pos] != 0x0A:
+        end = _len_header(record, pos, n, out)  # Example.features, then its Features.feature entries
+        if end is None:
             return None
-        start = pos
-        length, pos = _varint(record, pos + 1, n) if pos + 1 < n else (None, n)
-        if length is None:
-            return None
-        out.extend(range(start, pos))
-        end = pos + length
-        if end > n:
-            return None
+        pos = out[-1] + 1
         while pos < end:
-            if record[pos] != 0x0A:
+            entry_end = _len_header(record, pos, end, out)
+            if entry_end is None:
                 return None
-            start = pos
-            length, pos = _varint(record, pos + 1, end) if pos + 1 < end else (None, end)
-            if length is None:
-                return None
-            out.extend(range(start, pos))
-            pos += length
+            pos = entry_end
         if pos != end:
             return None
     return out
+
+
+def _len_header(record: bytes, pos: int, limit: int, out: list[int]) -> int | None:
+    """Reads a field-1 LEN header (tag 0x0A and its length varint) at ``pos``, appending the positions of its
+    bytes to ``out``; returns where the field's payload ends, or None when it is not such a header or overruns
+    ``limit``."""
+    if record[pos] != 0x0A or pos + 1 >= limit:
+        return None
+    length, payload = _varint(record, pos + 1, limit)
+    out.extend(range(pos, payload))
+    return payload + length if payload + length <= limit else None
 
 
 def entry_name(record: bytes, entry: tuple[int, int]) -> str:
