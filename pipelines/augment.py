@@ -57,6 +57,12 @@ def main(argv: list[str]) -> int:
         "records in / out": f"{info['records_in']} / {meta['num_records']} (checked per shard)",
         "new features": ", ".join(f"{printable(s.name)} {s.dtype} {list(s.shape)} {s.encoding}" for s in plan.new_specs),
         **({"replaced": ", ".join(map(printable, plan.replace))} if plan.replace else {}),
+        **({"input features": "learned from every record" + (
+            f"; the first records' guess was wrong for {len(info['input_features_corrected'])}: "
+            + "; ".join(map(printable, info["input_features_corrected"])) if info["input_features_corrected"]
+            else " (the first records' guess held)")} if info.get("input_features_inferred") else {}),
+        **({"input schema": f"{printable(info['input_schema'])} (every record checked)"}
+           if info.get("input_schema") else {}),
         **({"manifest": f"{cfg.output_dir}/manifest.json"} if cfg.mode == "sidecar" else {}),
         **({"local runner": mode.describe()} if mode else {}),
     })

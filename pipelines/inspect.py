@@ -1,7 +1,6 @@
 """Summarize an output directory: features, shards, counts, sizes, compression, one decoded example.
 
-    python -m pipelines.inspect OUTPUT_DIR_OR_PATTERN [--tf_read] [--json] [--sample_records N]
-        [--max_record_mb MB] [--max_features N]
+    python -m pipelines.inspect OUTPUT_DIR_OR_PATTERN [--tf_read] [--json] [--max_record_mb MB] [--max_features N]
     python -m pipelines.inspect FILE.h5 [--json]     # the HDF5 dataset tree and its row groups
 
 ``--tf_read`` also reads every shard back with plain tf.data + tf.io.parse_example and checks the
@@ -9,9 +8,9 @@ record counts against the metadata.
 
 TFRecord files without metadata (a file, a quoted glob, or a directory of them, e.g. TFX's
 ``Split-train/``) are summarized too: the compression of each file is told from its suffix, else its
-first bytes; every record is counted (CRCs checked); the features are inferred from the first
-``--sample_records`` records (int64_list -> ``<i8``, float_list -> ``<f4``, bytes_list -> ``bytes``;
-shape ``[n]`` when every sampled record holds n values, else ``[null]``). Records that are not
+first bytes; every record is counted (CRCs checked) and the features are learned from all of them
+(``codec.FeatureStats``: int64_list -> ``<i8``, float_list -> ``<f4``, bytes_list -> ``bytes``; a ``list`` of
+shape ``[n]`` when every record holds n values, else ``varlen`` ``[null]``). Records that are not
 ``tf.train.Example`` (e.g. ``tf.train.SequenceExample``) are refused with a RecordError naming the file
 and record. A directory with tfrecord-etl traces (``schema.pbtxt``, temporaries) but no metadata.json is
 an incomplete output and is refused (IncompleteOutputError).
@@ -28,8 +27,7 @@ from tfrecord_etl.transforms import codec, fileio, metadata, outdir, reader
 from tfrecord_etl.transforms.errors import RecordError, printable
 
 
-def summarize(output_dir: str, tf_read: bool = False, sample_records: int = 1000,
-              max_record_bytes: int | None = None, max_features: int | None = None) -> dict:
+def summarize(output_dir: str, tf_read: bool = False, max_record_bytes: int | None = None, max_features: int | None = None) -> dict:
     """The summary of an output directory, or of TFRecord files without metadata (see :func:`summarize_files`).
 
     ``max_record_bytes`` / ``max_features``: limits on one record's length header (checked before it is
@@ -42,7 +40,7 @@ def summarize(output_dir: str, tf_read: bool = False, sample_records: int = 1000
         than the metadata.
     """
     if not _has_metadata(output_dir):
-        return summarize_files(output_dir, tf_read, sample_records, max_record_bytes, max_features)
+        return summarize_files(output_dir, tf_read, max_record_bytes, max_features)
     meta = metadata.load(output_dir)
     sample = next(reader.iter_numpy(output_dir, None, max_record_bytes, max_features), None)
     out = {
@@ -76,34 +74,42 @@ def _has_metadata(target: str) -> bool:
     return False
 
 
-def summarize_files(pattern: str, tf_read: bool = False, sample_records: int = 1000,
-                    max_record_bytes: int | None = None, max_features: int | None = None) -> dict:
+def summarize_files(pattern: str, tf_read: bool = False, max_record_bytes: int | None = None,
+                    max_features: int | None = None) -> dict:
     """The summary of TFRecord files without metadata: a file, a glob, or a directory of them.
 
-    Every record is counted (framing and CRCs checked); the features are inferred from the first
-    ``sample_records`` records (see :func:`transforms.codec.infer_feature_specs`) and the first record is
-    decoded with them. ``compression`` is the files' compression, ``mixed`` when it differs between them.
+    Every record is counted (framing and CRCs checked) and observed (``codec.FeatureStats``, one C++ decode per
+    batch of up to 4,096 records or 64 MiB): the features are those every record satisfies, and the first record is decoded with them.
+    ``compression`` is the files' compression, ``mixed`` when it differs between them.
 
     Raises:
       SourceError: nothing matches, or a match is not a regular file (a FIFO or device is never opened).
       RecordError: a corrupt frame, a record over ``max_record_bytes``, a record that is not a
       tf.train.Example or has more than ``max_features`` features (file, record index, byte offset).
-      SchemaError: a feature with two list kinds.
+      SchemaError: a feature with two list kinds (file, record).
     """
     from tfrecord_etl.transforms import verify
-    shards, sample, sample_path = [], [], ""
+    from tfrecord_etl.transforms.errors import EtlError
+    shards, first = [], None
+    stats = codec.FeatureStats()
     for path, size in verify.list_record_files(pattern):
         compression = verify.file_compression(path)
-        count = 0
+        count, batch, held = 0, [], 0
         for _, _, record in reader.iter_records(path, compression, max_record_bytes):
-            if len(sample) < sample_records:
-                sample.append(record)
-                sample_path = sample_path or path
-            count += 1
+            first = record if first is None else first
+            batch.append(record)
+            count, held = count + 1, held + len(record)
+            if len(batch) == 4096 or held > 64 << 20 or count == 1:  # the first alone: other records fail at once
+                _observe(stats, batch, path, count - len(batch), max_features)
+                batch, held = [], 0
+        _observe(stats, batch, path, count - len(batch), max_features)
         shards.append({"file": fileio.basename(path), "path": path, "records": count, "bytes": size,
                        "compression": compression})
-    specs = verify.infer_specs(sample, sample_path, max_features)
-    first = codec.decode_example_lenient(sample[0], specs, max_features) if sample else {}
+    specs = stats.specs()
+    try:
+        example = codec.decode_example_lenient(first, specs, max_features) if first is not None else {}
+    except EtlError as e:
+        raise e.with_context(file=shards[0]["path"], record=0) from None
     compressions = {s["compression"] for s in shards}
     out = {
         "output_dir": pattern,
@@ -113,8 +119,8 @@ def summarize_files(pattern: str, tf_read: bool = False, sample_records: int = 1
         "compression": compressions.pop() if len(compressions) == 1 else "mixed",
         "features": [s.to_json() for s in specs],
         "shards": shards,
-        "sample": {k: _short(v) for k, v in first.items()},
-        "inferred": {"from_records": len(sample), "metadata": False},
+        "sample": {k: _short(v) for k, v in example.items()},
+        "inferred": {"from_records": stats.records, "metadata": False},
     }
     if tf_read:
         out["tf_read_records"] = _count_files_with_tf(shards)
@@ -140,6 +146,21 @@ def _count_with_tf(output_dir: str) -> int:
     return sum(1 for _ in reader.to_tf_dataset(output_dir))  # shapes vary: one example at a time
 
 
+def _observe(stats, records, path: str, first: int, max_features: int | None) -> None:
+    """Adds a batch of one file's records to ``stats``; errors name the file and the record (or the batch's range)."""
+    from tfrecord_etl.transforms.errors import EtlError
+    before = stats.records
+    try:
+        stats.observe_records(records, max_features)
+    except EtlError as e:
+        index = e.context.pop("record", None)
+        where = f"{first}-{first + len(records) - 1}" if index is None else first + index - before
+        if isinstance(e, RecordError) and index is not None:
+            e = RecordError(f"Not a tf.train.Example: {e.message}", hint=e.hint or "inspect reads tf.train.Example "
+                            "records only (not SequenceExample)", **e.context)
+        raise e.with_context(file=path, record=where) from None
+
+
 def _short(value: np.ndarray) -> str:
     text = np.array2string(np.asarray(value), threshold=8, edgeitems=2, max_line_width=100)
     text = " ".join(line.strip() for line in text.splitlines())  # one line: the summary escapes newlines
@@ -151,7 +172,7 @@ def render(s: dict) -> str:
     lines = [f"{s['output_dir']}: {s['num_records']} examples in {s['num_shards']} shards, "
              f"{s['bytes']} bytes, compression {s['compression']}"]
     if "inferred" in s:
-        lines.append(f"no metadata.json: features inferred from the first {s['inferred']['from_records']} records "
+        lines.append(f"no metadata.json: features learned from all {s['inferred']['from_records']} records "
                      "(a tfrecord-etl output directory without it is incomplete)")
     if "tf_read_records" in s:
         lines.append(f"read back with tf.data: {s['tf_read_records']} examples (matches the "
@@ -194,8 +215,6 @@ def main(argv: list[str]) -> int:
                         "directory without metadata")
     parser.add_argument("--tf_read", action="store_true", help="also read every record with tf.data (default: off)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text (default: off)")
-    parser.add_argument("--sample_records", type=int, default=1000,
-                        help="records the features of files without metadata are inferred from (default: 1000)")
     common.add_record_limit_flags(parser)
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow logs (default: off)")
     args = parser.parse_args(argv)
@@ -205,7 +224,7 @@ def main(argv: list[str]) -> int:
         tree = (hdf5_tree if kind == "hdf5" else netcdf3_tree)(args.output_dir)
         print(json.dumps(tree, indent=1) if args.json else render_tree(tree))
         return 0
-    summary = summarize(args.output_dir, args.tf_read, max(1, args.sample_records), *common.record_limits(args))
+    summary = summarize(args.output_dir, args.tf_read, *common.record_limits(args))
     print(json.dumps(summary, indent=1) if args.json else render(summary))
     return 0
 

@@ -45,3 +45,9 @@ def mask_and_noise(features):
 def mask_and_noise_of_array(features):
     """``mask_and_noise`` of a ``.npy`` conversion's ``array`` feature."""
     return mask_and_noise({"id": features["array"]})
+
+
+def count_values(features):
+    """Per example (foreign collections): ``n_<name>`` int64 = how many values each input feature holds (its
+    1-D VarLen array's length; 0 where the record has none)."""
+    return {f"n_{name}": np.int64(np.asarray(value).shape[0]) for name, value in features.items()}

@@ -403,8 +403,8 @@ def test_infer_feature_specs_and_lenient_decoding(tf):
     records = [example(a=ints(1, 2), b=floats(1.5), c=strings(b"x"), e=tf.train.Feature()),
                example(a=ints(3), b=floats(2.5), c=strings(b"y"), e=tf.train.Feature())]
     specs = {s.name: s for s in codec.infer_feature_specs(records)}
-    assert specs == {"a": FeatureSpec("a", "<i8", (None,), "list"), "b": FeatureSpec("b", "<f4", (1,), "list"),
-                     "c": FeatureSpec("c", "bytes", (1,), "list"), "e": FeatureSpec("e", "bytes", (None,), "list")}
+    assert specs == {"a": FeatureSpec("a", "<i8", (None,), "varlen"), "b": FeatureSpec("b", "<f4", (1,), "list"),
+                     "c": FeatureSpec("c", "bytes", (1,), "list"), "e": FeatureSpec("e", "bytes", (None,), "varlen")}
     got = codec.decode_example_lenient(records[0], list(specs.values()))
     assert got["a"].tolist() == [1, 2] and got["b"].tolist() == [1.5] and got["c"].tolist() == [b"x"]
     assert got["e"].size == 0

@@ -42,7 +42,7 @@ def tf_rows(tf, records, spec):
 def test_registry_is_the_one_list_of_encodings_and_config_takes_its_names():
     from tfrecord_etl.pipelines.augment import AugmentConfig
     from tfrecord_etl.transforms.config import ConvertConfig
-    assert list(ENCODINGS) == ["tensor", "list", "zlib", "packbits"]
+    assert list(ENCODINGS) == ["tensor", "list", "zlib", "packbits", "varlen"]
     for name in ENCODINGS:
         assert ConvertConfig(input="a.h5", output_dir="o", encoding=name, feature_encodings={"x": name}).encoding == name
         assert AugmentConfig(input="a", output_dir="o", feature_encodings={"x": name}).feature_encodings == {"x": name}

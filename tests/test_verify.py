@@ -492,7 +492,7 @@ def test_inspect_infers_the_features_of_the_tfx_penguin_file(capsys):
             [{"name": "species", "dtype": "<i8", "shape": [1], "encoding": "list"}]
         assert s["inferred"] == {"from_records": 234, "metadata": False} and "species" in s["sample"]
     code, out, _ = inspect(path, capsys=capsys)
-    assert code == 0 and "no metadata.json: features inferred from the first 234 records" in out
+    assert code == 0 and "no metadata.json: features learned from all 234 records" in out
     assert "species                      <i8        [1]" in out
 
 
@@ -513,8 +513,8 @@ def test_inspect_tolerates_features_with_no_kind_and_varying_lengths(tmp_path, c
     code, out, _ = inspect(tmp_path / "x.tfrecord", "--json", capsys=capsys)
     s = json.loads(out)
     assert code == 0 and s["compression"] == "none" and s["num_records"] == 2
-    assert s["features"] == [{"name": "e", "dtype": "bytes", "shape": [None], "encoding": "list"},
-                             {"name": "n", "dtype": "<i8", "shape": [None], "encoding": "list"}]
+    assert s["features"] == [{"name": "e", "dtype": "bytes", "shape": [None], "encoding": "varlen"},
+                             {"name": "n", "dtype": "<i8", "shape": [None], "encoding": "varlen"}]
 
 
 def test_inspect_reads_shards_without_metadata_and_refuses_an_incomplete_output(outputs, tmp_path, capsys):

@@ -171,8 +171,10 @@ class ConvertOptions(PipelineOptions):
 
 
 def add_model_flags(parser, model: type[BaseModel]) -> None:
-    """Adds ``--NAME`` for every field of ``model`` (help text with the default)."""
+    """Adds ``--NAME`` for every field of ``model`` (``--ALIAS`` for a field with an alias, e.g. augment's
+    ``--schema``, whose field cannot be named ``schema`` in a pydantic model; help text with the default)."""
     for name, field in model.model_fields.items():
+        flag = f"--{field.alias or name}"
         if name in _YAML_ONLY:
             continue
         default = field.get_default(call_default_factory=True)
@@ -185,9 +187,10 @@ def add_model_flags(parser, model: type[BaseModel]) -> None:
             lit = [typing.get_args(a) for a in typing.get_args(field.annotation) if typing.get_origin(a) is Literal]
             choices = list(lit[0]) if lit else None
         if field.annotation is bool or field.annotation == Optional[bool]:
-            parser.add_argument(f"--{name}", default=None, action=argparse.BooleanOptionalAction, help=help_text)
+            parser.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction,
+                                help=help_text)
         else:
-            parser.add_argument(f"--{name}", default=None, type=_flag_type(name, field.annotation),
+            parser.add_argument(flag, dest=name, default=None, type=_flag_type(name, field.annotation),
                                 choices=choices, help=help_text)
 
 

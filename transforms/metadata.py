@@ -11,8 +11,8 @@ and every reader refuses it. Format (``"format": "tfrecord-etl/1"``)::
      "options": {...the validated config...}}
 
 ``schema.pbtxt`` is a tensorflow_metadata Schema with one feature per Example feature (dense shapes
-for fixed ``list`` features; a single bytes value for ``tensor`` features), so TFX tools (TFXIO,
-TFDV, Transform) read the data.
+for fixed ``list`` features; a single bytes value for ``tensor`` features; ``varlen`` features optional,
+``presence.min_fraction`` 0), so TFX tools (TFXIO, TFDV, Transform) read the data.
 """
 from __future__ import annotations
 
@@ -66,7 +66,51 @@ def schema_text(specs: Sequence[FeatureSpec]) -> str:
                 f.presence.min_count = 1
             else:
                 f.value_count.min = 0
+                if encoding_of(spec).optional:  # varlen: records may lack it (TFMD presence)
+                    f.presence.min_fraction = 0.0
+                    f.presence.min_count = 0
     return text_format.MessageToString(schema)
+
+
+def specs_from_schema(text: str, path: str = "") -> tuple[FeatureSpec, ...]:
+    """The features a tensorflow_metadata Schema in text format declares (``schema.pbtxt``, e.g. from TFX SchemaGen),
+    as TensorFlow's ``schema_as_feature_spec`` reads them: a feature with a ``shape``, or required in every record
+    (``presence.min_fraction`` 1) with ``value_count`` min = max = n, is a fixed ``list`` (``FixedLenFeature``);
+    every other feature is ``varlen`` (``VarLenFeature``). ``INT`` -> ``'<i8'``, ``FLOAT`` -> ``'<f4'``, ``BYTES`` ->
+    ``'bytes'``. Features marked deprecated (``lifecycle_stage`` DEPRECATED) are left out, as TFX does.
+
+    Raises:
+      SchemaError: not a Schema in text format, or a feature of another type (``STRUCT``: sequence examples),
+        naming the file and the feature.
+    """
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    schema = schema_pb2.Schema()
+    try:
+        text_format.Parse(text, schema)
+    except text_format.ParseError as e:
+        raise SchemaError(f"Not a tensorflow_metadata Schema in text format: {e}", file=path or None,
+                          hint="pass a schema.pbtxt such as TFX SchemaGen writes") from None
+    dtypes = {schema_pb2.INT: "<i8", schema_pb2.FLOAT: "<f4", schema_pb2.BYTES: VLEN_BYTES}
+    specs = []
+    for f in schema.feature:
+        if f.lifecycle_stage == schema_pb2.DEPRECATED:
+            continue
+        if f.type not in dtypes:
+            raise SchemaError(f"Feature '{f.name}' has type {schema_pb2.FeatureType.Name(f.type)}: only INT, FLOAT "
+                              "and BYTES features of tf.train.Example are supported", file=path or None,
+                              feature=f.name, hint="SequenceExample collections are not supported")
+        if f.HasField("shape"):
+            specs.append(FeatureSpec(f.name, dtypes[f.type], tuple(int(d.size) for d in f.shape.dim), "list"))
+        elif (f.HasField("value_count") and f.value_count.min == f.value_count.max and f.value_count.min > 0
+              and f.presence.min_fraction == 1.0):
+            specs.append(FeatureSpec(f.name, dtypes[f.type], (int(f.value_count.min),), "list"))
+        else:
+            specs.append(FeatureSpec(f.name, dtypes[f.type], (None,), "varlen"))
+    if not specs:
+        raise SchemaError("The schema declares no feature", file=path or None)
+    return tuple(specs)
 
 
 def build(specs, shards, compression, sources, writer, options) -> dict:

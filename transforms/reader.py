@@ -129,11 +129,14 @@ def decode_tf(tf, parsed: dict, specs: Sequence[FeatureSpec]) -> dict:
             out[f"{spec.name}/dtype"] = parsed[f"{spec.name}/dtype"]
             out[f"{spec.name}/shape"] = tf.sparse.to_dense(parsed[f"{spec.name}/shape"])
             continue
+        encoding = encoding_of(spec)
         if spec.is_fixed:
             shape = tf.constant(list(spec.shape), tf.int32)
-        else:
+        elif encoding.shape_companion(spec):
             shape = tf.cast(tf.sparse.to_dense(parsed[f"{spec.name}/shape"]), tf.int32)
-        out[spec.name] = encoding_of(spec).to_tf(tf, spec, parsed[spec.name], shape)
+        else:  # varlen (tf.io.VarLenFeature): a 1-D tensor of the record's values, empty when it has none
+            shape = tf.shape(parsed[spec.name].values)
+        out[spec.name] = encoding.to_tf(tf, spec, parsed[spec.name], shape)
     return out
 
 

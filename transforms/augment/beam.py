@@ -10,7 +10,7 @@ import numpy as np
 from apache_beam.metrics import Metrics
 
 from tfrecord_etl.transforms import beam_io, fileio, metadata, outdir, sink
-from tfrecord_etl.transforms.codec import FeatureSpec, check_example_frame
+from tfrecord_etl.transforms.codec import FeatureSpec, FeatureStats, check_example_frame
 from tfrecord_etl.transforms.errors import RecordError, SourceError
 from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT
 from tfrecord_etl.transforms.sources import RowRange
@@ -18,7 +18,7 @@ from tfrecord_etl.transforms.augment.common import frame_error, NAMESPACE
 from tfrecord_etl.transforms.augment.collection import batches, InputShard, iter_shard
 from tfrecord_etl.transforms.augment.values import decode_inputs, decode_record
 from tfrecord_etl.transforms.augment.join import JoinPlan, key_of, read_source_rows, _stack_joined
-from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter
+from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter, learned_specs, observe_batch
 
 
 def count_records(shard: InputShard, max_record_bytes: int | None = None) -> tuple[int, int]:
@@ -154,11 +154,14 @@ class AugmentShardFn(beam.DoFn):
         final = fileio.join(plan.output_dir, shard.output_file)
         tally: dict = {}
         count = 0
+        stats = FeatureStats() if plan.collection.observed else None
         try:
             with sink.shard_writer(final, plan.output_compression) as writer:
                 for first, records in batches(iter_shard(shard, tally, plan.max_record_bytes), plan.batch_size):
                     join_columns = self._join_columns(shard, first, len(records), offset, joined)
-                    out = self._augmenter.augment(records, shard.path, first, join_columns)
+                    out = self._augmenter.augment(records, shard.path, first, join_columns)  # checks the framing
+                    if stats is not None:
+                        observe_batch(plan, stats, records, shard.path, first)
                     if isinstance(out, list):
                         writer.write_batch(out)
                     else:
@@ -180,7 +183,7 @@ class AugmentShardFn(beam.DoFn):
         self._clock.end()
         yield {"index": shard.index, "input": shard.path, "file": shard.output_file, "records_in": count,
                "records": writer.records, "bytes": size, "input_bytes": tally["bytes"], "crc32c": tally["crc32c"],
-               "compression": shard.compression}
+               "compression": shard.compression, "features": None if stats is None else stats.to_json()}
 
     def _join_columns(self, shard: InputShard, first: int, n: int, offset, joined):
         join = self._plan.join
@@ -289,6 +292,13 @@ class FinalizeAugmentFn(beam.DoFn):
         if bad or total_in != total_out or (expected is not None and expected != total_in):
             raise RecordError(f"Records in ({total_in}) != records out ({total_out}) (metadata: {expected})",
                               file=bad[0] if bad else plan.output_dir, hint="re-run; report it if it happens again")
+        corrections = []
+        if plan.collection.observed:  # the features every record satisfies, not the sample's guess
+            stats = FeatureStats()
+            for r in results:
+                stats.merge(FeatureStats.from_json(r["features"]))
+            specs, corrections = learned_specs(plan, stats)
+            plan = plan.with_input_specs(specs)
         outdir.remove_temporaries(plan.output_dir, [r["file"] for r in results])
         if plan.mode == "sidecar":
             sink.write_json(fileio.join(plan.output_dir, MANIFEST_FILE), manifest(plan, results))
@@ -298,6 +308,7 @@ class FinalizeAugmentFn(beam.DoFn):
         meta = metadata.build(specs, shards, plan.output_compression, sources, "augment", plan.options)
         meta["augment"] = {
             "mode": plan.mode, "input": plan.collection.pattern, "input_features_inferred": plan.collection.inferred,
+            "input_schema": plan.collection.schema_file, "input_features_corrected": corrections,
             "records_in": total_in, "new_features": [s.name for s in plan.new_specs], "replaced": list(plan.replace),
             "join": None if plan.join is None else {"input": plan.join.pattern, "by": plan.join.by,
                                                     "files": [i.path for i in plan.join.indexes]},

@@ -13,6 +13,9 @@ from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
 from tfrecord_etl.transforms.augment.common import INFER_RECORDS, PROBE_RECORDS, _with
 
 
+SCHEMA_MAX_BYTES = 64 << 20  # a --schema file larger than this is refused before it is read
+
+
 @dataclasses.dataclass(frozen=True)
 class InputShard:
     """One input shard and where its output goes.
@@ -35,12 +38,20 @@ class InputShard:
 
 @dataclasses.dataclass(frozen=True)
 class InputCollection:
-    """The input shards and their features (from ``metadata.json``, or inferred when ``inferred``)."""
+    """The input shards and their features: from ``metadata.json``; from ``--schema`` (``schema_file``); or, when
+    ``inferred``, from a sample of records (a guess that augment replaces with what every record holds)."""
 
     pattern: str
     shards: tuple[InputShard, ...]
     specs: tuple[FeatureSpec, ...]
     inferred: bool
+    schema_file: str | None = None
+
+    @property
+    def observed(self) -> bool:
+        """True when no metadata.json vouches for the features, so every record is observed
+        (``codec.FeatureStats``): to learn them (inferred) or to check them (``--schema``)."""
+        return self.inferred or self.schema_file is not None
 
     @property
     def num_records(self) -> int | None:
@@ -79,7 +90,7 @@ def suggest_pattern(directory: str) -> str:
 
 
 def resolve_input(pattern: str, compression: str = "auto", sample_size: int | None = None,
-                  max_record_bytes: int | None = None, max_features: int | None = None
+                  max_record_bytes: int | None = None, max_features: int | None = None, schema: str | None = None
                   ) -> tuple[InputCollection, list[bytes]]:
     """Finds the input shards, their compression and features; returns them and a sample of records.
 
@@ -87,7 +98,8 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
     compression, the features and the record counts) or a file pattern of TFRecord shards (when all
     matched files sit in such a directory and are listed in its metadata, the metadata is used too).
     ``compression`` ``auto``: from the metadata, else each file's suffix, else the first bytes of the
-    first file without a suffix (applied to all files without one).
+    first file without a suffix (applied to all files without one). ``schema``: a tensorflow_metadata
+    ``schema.pbtxt`` declaring the features of a collection without metadata (``metadata.specs_from_schema``).
 
     Returns:
       ``(collection, sample)``: ``output_file`` is still the input name (see :func:`output_name`);
@@ -95,8 +107,8 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
       collection (features of a collection without metadata are inferred from it).
 
     Raises:
-      ConfigError: a directory without metadata.json. SourceError: nothing matches, or a match is not a
-        regular file (FIFO, device).
+      ConfigError: a directory without metadata.json; ``schema`` for a collection with metadata.json.
+        SourceError: nothing matches, or a match is not a regular file (FIFO, device).
       SchemaError, RecordError: records that are not tf.train.Example, a record over ``max_record_bytes``
         (default ``tfrecord.record_limit()``), more than ``max_features`` features (default
         ``codec.MAX_FEATURES``) in a record or in the sample.
@@ -128,7 +140,18 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
     sample = read_sample(shards, (sample_size or INFER_RECORDS) if meta is None else PROBE_RECORDS,
                          max_record_bytes)
     if meta is not None:
+        if schema:
+            raise ConfigError("--schema is for collections without metadata.json; this one has it", file=pattern,
+                              hint="drop --schema: the metadata's features are used")
         return InputCollection(pattern, shards, tuple(meta["features"]), False), sample
+    if schema:
+        if not fileio.exists(schema) or fileio.is_dir(schema):
+            raise ConfigError("--schema names no file", file=schema, hint="pass the path of a schema.pbtxt")
+        if fileio.size(schema) > SCHEMA_MAX_BYTES:
+            raise ConfigError(f"--schema is {fileio.size(schema):,} bytes, over {SCHEMA_MAX_BYTES:,}: not a "
+                              "schema.pbtxt", file=schema)
+        specs = metadata.specs_from_schema(fileio.read_bytes(schema).decode("utf-8", "replace"), schema)
+        return InputCollection(pattern, shards, specs, False, schema), sample
     try:
         specs = infer_feature_specs(sample, max_features)
     except RecordError as e:

@@ -34,7 +34,7 @@ def _pairs(value, allow_bare=False):
 class AugmentConfig(BaseModel):
     """Options of ``python -m pipelines.augment``; YAML keys and flags have these names."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     input: str = Field(description="TFRecord shards of tf.train.Example: a file pattern, or an output directory of "
                                    "the convert pipeline (its metadata.json is used)")
@@ -45,6 +45,9 @@ class AugmentConfig(BaseModel):
         "auto", description="compression of the input: auto = from the metadata, else the suffix, else the first bytes")
     output_compression: Optional[Literal["none", "gzip", "zlib"]] = Field(
         None, description="compression of the output shards; default: the input's")
+    input_schema: Optional[str] = Field(None, alias="schema", description="a tensorflow_metadata schema.pbtxt (e.g. from TFX SchemaGen) "
+                                  "declaring the input's features, for a collection without metadata.json; every "
+                                  "record is checked against it (default: learn the features from every record)")
     fn: Optional[str] = Field(None, description="user function module:function returning {new name: array}")
     fn_inputs: list[str] = Field(default_factory=list, description="existing features decoded for --fn, "
                                  "comma-separated")

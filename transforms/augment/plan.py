@@ -7,8 +7,9 @@ from typing import Sequence
 import numpy as np
 
 from tfrecord_etl.transforms import fileio, metadata, outdir, tfrecord
-from tfrecord_etl.transforms.codec import (MAX_FEATURES, FeatureSpec, check_example_frame, check_example_frames,
-                                           check_spec, drop_features, encode_columns,
+from tfrecord_etl.transforms.codec import (MAX_FEATURES, FeatureSpec, FeatureStats, as_varlen, check_example_frame,
+                                           check_example_frames,
+                                           check_spec, drop_features, encode_columns, encoding_of,
                               feature_key_pattern, split_features)
 from tfrecord_etl.transforms.errors import ConfigError, EtlError, RecordError, SchemaError, SourceError
 from tfrecord_etl.transforms.augment.common import BATCH_MB, frame_error, log, MODES, PROBE_RECORDS, RESERVED_NAMES, _with
@@ -50,6 +51,10 @@ class AugmentPlan:
     options: dict = dataclasses.field(default_factory=dict)
     max_record_bytes: int = dataclasses.field(default_factory=tfrecord.record_limit)
     max_features: int = MAX_FEATURES
+
+    def with_input_specs(self, specs: Sequence[FeatureSpec]) -> "AugmentPlan":
+        """This plan with the input features replaced (by those learned from every record, at finalize)."""
+        return dataclasses.replace(self, collection=dataclasses.replace(self.collection, specs=tuple(specs)))
 
     @property
     def output_specs(self) -> tuple[FeatureSpec, ...]:
@@ -171,6 +176,60 @@ class BatchAugmenter:
                                   record=first + i, size=size, hint="raise --max_record_mb, or add smaller values")
 
 
+def observe_batch(plan: AugmentPlan, stats: FeatureStats, records: Sequence[bytes], file: str, first: int) -> None:
+    """Adds a batch of input records (a collection without metadata.json; framing already checked by
+    :meth:`BatchAugmenter.augment`) to its shard's ``stats``; with
+    ``--schema``, a batch whose records contradict the schema fails here, before the output is committed.
+
+    Raises:
+      SchemaError: a feature of two kinds, or records that contradict ``--schema`` (file, record range).
+      RecordError: a record that is not a tf.train.Example, or too many distinct feature names (file, record).
+    """
+    batch = FeatureStats()
+    span = f"{first}-{first + len(records) - 1}"
+    try:
+        batch.observe_records(records, plan.max_features, framed=True)
+    except EtlError as e:
+        index = e.context.pop("record", None)
+        raise e.with_context(file=file, record=span if index is None else first + index) from None
+    if plan.collection.schema_file:
+        problems = batch.contradictions(plan.collection.specs)
+        if problems:
+            raise SchemaError(f"The records contradict --schema: {'; '.join(problems[:3])}", file=file, record=span,
+                              hint=f"fix {plan.collection.schema_file}, or drop --schema to learn the features from "
+                              "the records")
+    stats.merge(batch)
+
+
+def learned_specs(plan: AugmentPlan, stats: FeatureStats) -> tuple[tuple[FeatureSpec, ...], list[str]]:
+    """``(specs, corrections)``: the input features the output's metadata records, and one sentence per feature
+    whose sample guess the whole collection corrected (logged as a WARNING, recorded in the metadata, printed in the
+    summary). The specs are those every record satisfies (learned from ``stats``, all records) for a collection
+    whose features were inferred from a sample; otherwise the plan's."""
+    if not plan.collection.inferred:
+        return plan.collection.specs, []
+    learned = stats.specs()
+    guessed = {s.name: s for s in plan.collection.specs}
+    corrections = []
+    for spec in learned:
+        was = guessed.get(spec.name)
+        if was == spec:
+            continue
+        _, present, least, most = stats.features[spec.name]
+        if was is not None and was.dtype != spec.dtype:
+            what = f"later records hold {encoding_of(spec).kind(spec.dtype)} values"
+        elif present < stats.records:
+            what = f"missing or empty in {stats.records - present:,} of {stats.records:,} records"
+        else:
+            what = f"{least}-{most} values per record"
+        before = "absent from the first records" if was is None else \
+            f"{was.encoding} {was.dtype} {list(was.shape)} in the first records"
+        corrections.append(f"'{spec.name}': {before}, but {what}: recorded as {spec.encoding} {spec.dtype} "
+                           f"{list(spec.shape)}")
+        log.warning("input feature %s", corrections[-1])
+    return learned, corrections
+
+
 def _check_options(cfg) -> None:
     problems = []
     if cfg.mode not in MODES:
@@ -209,7 +268,8 @@ def plan_augment(cfg) -> AugmentPlan:
     _check_options(cfg)
     max_record_bytes = tfrecord.record_limit(getattr(cfg, "max_record_mb", None))
     max_features = getattr(cfg, "max_features", None) or MAX_FEATURES
-    collection, sample = resolve_input(cfg.input, cfg.compression, None, max_record_bytes, max_features)
+    collection, sample = resolve_input(cfg.input, cfg.compression, None, max_record_bytes, max_features,
+                                       getattr(cfg, "input_schema", None))
     comps = collection.compressions
     if cfg.output_compression is None and len(comps) > 1:
         raise ConfigError(f"The input shards use several compressions {sorted(comps)}",
@@ -229,12 +289,15 @@ def plan_augment(cfg) -> AugmentPlan:
     outdir.check_inputs_outside(cfg.output_dir, [s.path for s in shards] +
                                 ([p for p, _ in fileio.match(cfg.join_input)] if cfg.join_input else []))
     old = {s.name: s for s in collection.specs}
-    where = " (inferred from the first records)" if collection.inferred else ""
+    where = " (inferred from the first records)" if collection.inferred else \
+        f" (declared by --schema {collection.schema_file})" if collection.schema_file else ""
     missing = [n for n in cfg.fn_inputs if n not in old]
     if missing:
         raise ConfigError(f"--fn_inputs names {missing}, which the input does not have{where}", file=cfg.input,
                           hint=f"features are {sorted(old)}")
-    fn_specs = tuple(old[n] for n in cfg.fn_inputs)
+    # a sample's guess is not a promise: --fn gets the features of a collection without metadata or --schema as
+    # tf.io.VarLenFeature gives them (1-D, empty where a record has no value)
+    fn_specs = tuple(as_varlen(old[n]) if collection.inferred else old[n] for n in cfg.fn_inputs)
     new_specs: list[FeatureSpec] = []
     if cfg.fn:
         if not sample:

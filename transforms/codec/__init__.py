@@ -25,15 +25,15 @@ from tfrecord_etl.transforms.codec.wire import (
     split_feature_entries, split_features, too_many_features)
 from tfrecord_etl.transforms.codec.encode import encode_batch, encode_columns, EncodedBatch, FixedLayout
 from tfrecord_etl.transforms.codec.foreign import (
-    batch_decodable, decode_batch, decode_example_lenient, feature_key_pattern, infer_feature_specs)
+    as_varlen, batch_decodable, decode_batch, decode_example_lenient, feature_key_pattern, FeatureStats, infer_feature_specs)
 
 # used by verify and the tests: the wire-format primitives and the bytes conversion of a value
 from tfrecord_etl.transforms.codec.encodings import as_bytes as _as_bytes  # noqa: F401
 from tfrecord_etl.transforms.codec.wire import _encode_varint, _fields, _len_field  # noqa: F401
 
 __all__ = [
-    "batch_decodable", "check_example_frame", "check_example_frames", "check_spec", "check_unicode", "decode_batch", "decode_example",
+    "as_varlen", "batch_decodable", "check_example_frame", "check_example_frames", "check_spec", "check_unicode", "decode_batch", "decode_example",
     "decode_example_lenient", "decode_feature", "drop_features", "encode_batch", "encode_columns", "EncodedBatch",
-    "Encoding", "ENCODINGS", "encoding_of", "entry_name", "feature_key_pattern", "FeatureSpec", "FixedLayout", "flatten_fields",
+    "Encoding", "ENCODINGS", "encoding_of", "entry_name", "feature_key_pattern", "FeatureSpec", "FeatureStats", "FixedLayout", "flatten_fields",
     "infer_feature_specs", "MAX_FEATURES", "MAX_RECORD_BYTES", "normalize_dtype", "parse_example",
     "split_feature_entries", "split_features", "to_little_endian", "too_many_features", "VLEN_BYTES"]

@@ -190,7 +190,7 @@ def _encode_column(spec: FeatureSpec, encoding, column, num_rows: int):
         raise SchemaError(f"Feature '{spec.name}': {len(rows)} rows, expected {num_rows}")
     if spec.dtype == VLEN_BYTES:
         yield spec.name, encoding.rows_column(spec, rows)
-        if not spec.is_fixed:
+        if encoding.shape_companion(spec):
             yield f"{spec.name}/shape", int_lists([np.shape(r) for r in rows])
         return
     arrs = [np.asarray(r) for r in rows]
@@ -202,7 +202,8 @@ def _encode_column(spec: FeatureSpec, encoding, column, num_rows: int):
             except RecordError as e:
                 raise RecordError(e.message, hint=e.hint, feature=spec.name, batch_row=i) from None
     yield spec.name, encoding.rows_column(spec, arrs)
-    yield f"{spec.name}/shape", int_lists([r.shape for r in arrs])
+    if encoding.shape_companion(spec):
+        yield f"{spec.name}/shape", int_lists([r.shape for r in arrs])
     if spec.dtype is None:
         yield f"{spec.name}/dtype", bytes_lists([[normalize_dtype(r.dtype, spec.name).encode()] for r in arrs])
 

@@ -326,8 +326,17 @@ def _get(record, spans, name, kind):
 
 
 def _decode_spec(record: bytes, spans, spec: FeatureSpec) -> np.ndarray:
+    encoding = encoding_of(spec)
+    if encoding.optional:  # tf.io.VarLenFeature: any length; absent or no kind set = empty
+        kind, values = decode_feature(record, spans[spec.name]) if spec.name in spans else (None, [])
+        want = encoding.kind(spec.dtype)
+        if kind is not None and kind != want:
+            raise RecordError(f"Feature '{spec.name}' holds a {kind} list, expected {want}", feature=spec.name)
+        if kind is None and want != "bytes":
+            values = np.zeros(0, "<f4" if want == "float" else np.int64)
+        return encoding.decode(spec, values, (len(values),), spec.dtype)
     shape = spec.shape
-    if not spec.is_fixed:
+    if encoding.shape_companion(spec):
         shape = tuple(int(v) for v in _get(record, spans, f"{spec.name}/shape", "int64"))
         if any(d < 0 for d in shape) or spec.shape is not None and (
                 len(shape) != len(spec.shape) or any(d is not None and d != n for d, n in zip(spec.shape, shape))):
@@ -342,7 +351,6 @@ def _decode_spec(record: bytes, spans, spec: FeatureSpec) -> np.ndarray:
         except (TypeError, ValueError, OverflowError):
             raise RecordError(f"Feature '{spec.name}/dtype' holds {values!r}, not one NumPy dtype",
                               feature=spec.name) from None
-    encoding = encoding_of(spec)
     return encoding.decode(spec, _get(record, spans, spec.name, encoding.kind(dtype)), shape, dtype)
 
 

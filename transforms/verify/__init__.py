@@ -14,8 +14,8 @@ The logic behind ``python -m pipelines.verify`` (no argument parsing, no printin
   never opened: originals are found by file name among the files the user named, so a manifest cannot
   make verify read a file it was not given.
 * a **file pattern** (or one file) of plain TFRecord files without metadata: framing and CRCs, and that
-  every record parses as a ``tf.train.Example`` whose features keep one kind; the features are inferred
-  (:func:`transforms.codec.infer_feature_specs`) from the first records.
+  every record parses as a ``tf.train.Example`` whose features keep one kind; the features are learned
+  from every record (:class:`transforms.codec.FeatureStats`).
 
 Findings are :class:`Problem` entries of a :class:`Report` (file, record index, byte offset, feature):
 the function returns normally. It raises only when the target cannot be verified at all.
@@ -25,7 +25,7 @@ Byte offsets are those of a record's frame in the uncompressed stream (as Tensor
 from __future__ import annotations
 
 from tfrecord_etl.transforms.verify.report import (
-    FileReport, MANIFEST_FILE, Problem, Progress, PROVENANCE_FILE, PROVENANCE_ROW, Report, SAMPLE_RECORDS)
+    FileReport, MANIFEST_FILE, Problem, Progress, PROVENANCE_FILE, PROVENANCE_ROW, Report)
 from tfrecord_etl.transforms.verify.records import (
     check_example, file_compression, file_size, infer_specs, list_record_files, not_example_reason)
 from tfrecord_etl.transforms.verify.compare import (
@@ -36,5 +36,5 @@ from tfrecord_etl.transforms.verify.targets import (
 __all__ = [
     "check_example", "compare_value", "expected_value", "file_compression", "file_size", "FileReport",
     "infer_specs", "list_record_files", "make_comparer", "MANIFEST_FILE", "not_example_reason", "plan_sources",
-    "Problem", "Progress", "PROVENANCE_FILE", "PROVENANCE_ROW", "ProvenanceComparer", "Report", "SAMPLE_RECORDS",
+    "Problem", "Progress", "PROVENANCE_FILE", "PROVENANCE_ROW", "ProvenanceComparer", "Report",
     "SequentialComparer", "verify", "verify_files", "verify_output"]

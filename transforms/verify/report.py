@@ -14,7 +14,6 @@ MANIFEST_FILE = "manifest.json"
 PROVENANCE_FILE, PROVENANCE_ROW = "_source/file", "_source/row"
 
 
-SAMPLE_RECORDS = 1000  # records the features of plain files are inferred from
 
 
 _KNOWN_FILES = {metadata.METADATA_FILE, metadata.SCHEMA_FILE, MANIFEST_FILE, outdir.MARKER_FILE, outdir.LOCK_FILE}

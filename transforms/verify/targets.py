@@ -6,8 +6,8 @@ from typing import Sequence
 
 from tfrecord_etl.transforms import codec, fileio, metadata, outdir, tfrecord
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError, printable
-from tfrecord_etl.transforms.verify.report import (FileReport, _KNOWN_FILES, MANIFEST_FILE, Problem, Progress, Report,
-                                      SAMPLE_RECORDS)
+from tfrecord_etl.transforms.verify.report import (FileReport, _KNOWN_FILES, MANIFEST_FILE, Problem, Progress,
+                                                   Report)
 from tfrecord_etl.transforms.verify.records import (check_example, file_compression, file_size, list_record_files,
                                        not_example_reason, _records)
 from tfrecord_etl.transforms.verify.compare import make_comparer
@@ -242,12 +242,13 @@ def _check_manifest(report: Report, sidecar_dir: str, counted: dict, progress: P
 
 
 def verify_files(pattern: str, progress: Progress | None = None, max_problems: int = 100,
-                 sample_records: int = SAMPLE_RECORDS, *, max_record_bytes: int | None = None,
+                 *, max_record_bytes: int | None = None,
                  max_features: int | None = None) -> Report:
     """Verifies plain TFRecord files: framing, CRCs, each record a tf.train.Example, one kind per feature.
 
-    The features are inferred from the first ``sample_records`` Examples; a later feature with another
-    kind is a ``kind`` problem. Compression is told per file (suffix, else first bytes). A record over
+    The features are learned from every record (``codec.FeatureStats``: fixed ``list`` where every record holds
+    the same number of values, else ``varlen``); a feature with another kind than in earlier records is a ``kind``
+    problem. Compression is told per file (suffix, else first bytes). A record over
     ``max_record_bytes`` is a ``framing`` problem (reading that file stops there, before the record is
     read); a record with more than ``max_features`` features a ``not_example`` one; names beyond
     ``max_features`` distinct ones one ``features`` problem (they are not tracked further).
@@ -261,7 +262,7 @@ def verify_files(pattern: str, progress: Progress | None = None, max_problems: i
     files = list_record_files(pattern)
     report = Report(pattern, "files", inferred=True, max_problems=max_problems)
     progress.start("verifying", sum(s for _, s in files))
-    sample: list[bytes] = []
+    stats = codec.FeatureStats()  # the features every record satisfies (not a guess from the first records)
     kinds: dict[str, str] = {}
     too_many = False
     compressions = set()
@@ -278,8 +279,11 @@ def verify_files(pattern: str, progress: Progress | None = None, max_problems: i
                 except RecordError as e:
                     report.add(_decode_problem("not_example", e, path, index, offset))
                     continue
-                if len(sample) < sample_records:
-                    sample.append(record)
+                if not too_many:
+                    try:
+                        stats.observe(parsed, feature_limit, index)
+                    except RecordError:  # more distinct names than the limit: reported below, once
+                        pass
                 for name, (kind, _) in parsed.items():
                     if kind is None:
                         continue
@@ -300,8 +304,9 @@ def verify_files(pattern: str, progress: Progress | None = None, max_problems: i
     progress.close()
     report.compression = compressions.pop() if len(compressions) == 1 else "mixed"
     try:
-        report.features = list(codec.infer_feature_specs(sample, feature_limit))
-    except (SchemaError, RecordError) as e:  # already reported record by record (kind, features)
+        stats._check_kinds()
+        report.features = list(stats.specs())
+    except SchemaError as e:  # already reported record by record (kind)
         report.warnings.append(f"features not inferred: {e.message}")
     report.seconds = time.time() - started
     return report

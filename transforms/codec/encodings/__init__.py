@@ -4,6 +4,8 @@
 * ``list`` (:mod:`.lists`): TensorFlow's native ``int64_list`` / ``float_list`` / ``bytes_list``.
 * ``zlib`` (:mod:`.zlib`): the ``tensor`` bytes zlib-compressed (TFDS ``Encoding.ZLIB``).
 * ``packbits`` (:mod:`.packbits`): bool (or 0/1 uint8) rows at one bit per element.
+* ``varlen`` (:mod:`.varlen`): ``tf.io.VarLenFeature``, 1-D native lists of any length that a record may lack
+  (the features of foreign collections, e.g. TFX ExampleGen's empty CSV cells).
 
 A new encoding is one :class:`Encoding` subclass in its own module, added to ``ENCODINGS`` below, plus its tests;
 the config choices, the metadata, the schema, both readers and verify take it from here.
@@ -17,13 +19,14 @@ from tfrecord_etl.transforms.codec.encodings.base import Encoding, as_bytes, che
 from tfrecord_etl.transforms.codec.encodings.lists import ListEncoding
 from tfrecord_etl.transforms.codec.encodings.packbits import PackbitsEncoding
 from tfrecord_etl.transforms.codec.encodings.tensor import TensorEncoding
+from tfrecord_etl.transforms.codec.encodings.varlen import VarLenEncoding
 from tfrecord_etl.transforms.codec.encodings.zlib import ZlibEncoding
 from tfrecord_etl.transforms.errors import SchemaError
 
 ENCODINGS: dict[str, Encoding] = {e.name: e for e in (TensorEncoding(), ListEncoding(), ZlibEncoding(),
-                                                      PackbitsEncoding())}
+                                                      PackbitsEncoding(), VarLenEncoding())}
 
-__all__ = ["ENCODINGS", "Encoding", "ListEncoding", "PackbitsEncoding", "TensorEncoding", "ZlibEncoding",
+__all__ = ["ENCODINGS", "Encoding", "ListEncoding", "PackbitsEncoding", "TensorEncoding", "VarLenEncoding", "ZlibEncoding",
            "as_bytes", "check_spec", "check_unicode", "encoding_of"]
 
 

@@ -29,6 +29,9 @@ class Encoding:
     native = False
     #: can carry a dtype that varies between examples (``<name>/dtype`` companion)
     varying_dtype = False
+    #: a record may lack the feature (or hold it with no kind set): it then decodes to an empty 1-D array
+    #: (``tf.io.VarLenFeature``); otherwise a missing feature is an error
+    optional = False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -57,11 +60,15 @@ class Encoding:
         """The Example features that carry ``spec``: ``(name, kind, dense shape or None)``."""
         kind = "bytes" if spec.dtype is None else self.kind(spec.dtype)
         out = [(spec.name, kind, self.dense_shape(spec))]
-        if not spec.is_fixed:
+        if self.shape_companion(spec):
             out.append((f"{spec.name}/shape", "int64", None))
         if spec.dtype is None:
             out.append((f"{spec.name}/dtype", "bytes", ()))
         return out
+
+    def shape_companion(self, spec: FeatureSpec) -> bool:
+        """True when each record carries the row's shape in a ``<name>/shape`` int64_list (the shape varies)."""
+        return not spec.is_fixed
 
     # -- encode (NumPy, vectorized over a batch) ----------------------------------------------------
     def fixed_layout(self, spec: FeatureSpec) -> bool:
