@@ -24,10 +24,11 @@ import numpy as np
 
 from tfrecord_etl.pipelines import common
 from tfrecord_etl.transforms import codec, fileio, metadata, outdir, reader
-from tfrecord_etl.transforms.errors import RecordError, printable
+from tfrecord_etl.transforms.errors import EtlError, RecordError, printable
 
 
-def summarize(output_dir: str, tf_read: bool = False, max_record_bytes: int | None = None, max_features: int | None = None) -> dict:
+def summarize(output_dir: str, tf_read: bool = False, max_record_bytes: int | None = None,
+              max_features: int | None = None) -> dict:
     """The summary of an output directory, or of TFRecord files without metadata (see :func:`summarize_files`).
 
     ``max_record_bytes`` / ``max_features``: limits on one record's length header (checked before it is
@@ -79,7 +80,8 @@ def summarize_files(pattern: str, tf_read: bool = False, max_record_bytes: int |
     """The summary of TFRecord files without metadata: a file, a glob, or a directory of them.
 
     Every record is counted (framing and CRCs checked) and observed (``codec.FeatureStats``, one C++ decode per
-    batch of up to 4,096 records or 64 MiB): the features are those every record satisfies, and the first record is decoded with them.
+    batch of up to 4,096 records or 64 MiB): the features are those every record satisfies, and the first record
+    is decoded with them.
     ``compression`` is the files' compression, ``mixed`` when it differs between them.
 
     Raises:
@@ -89,7 +91,6 @@ def summarize_files(pattern: str, tf_read: bool = False, max_record_bytes: int |
       SchemaError: a feature with two list kinds (file, record).
     """
     from tfrecord_etl.transforms import verify
-    from tfrecord_etl.transforms.errors import EtlError
     shards, first = [], None
     stats = codec.FeatureStats()
     for path, size in verify.list_record_files(pattern):
@@ -148,7 +149,6 @@ def _count_with_tf(output_dir: str) -> int:
 
 def _observe(stats, records, path: str, first: int, max_features: int | None) -> None:
     """Adds a batch of one file's records to ``stats``; errors name the file and the record (or the batch's range)."""
-    from tfrecord_etl.transforms.errors import EtlError
     before = stats.records
     try:
         stats.observe_records(records, max_features)

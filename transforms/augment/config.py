@@ -45,9 +45,10 @@ class AugmentConfig(BaseModel):
         "auto", description="compression of the input: auto = from the metadata, else the suffix, else the first bytes")
     output_compression: Optional[Literal["none", "gzip", "zlib"]] = Field(
         None, description="compression of the output shards; default: the input's")
-    input_schema: Optional[str] = Field(None, alias="schema", description="a tensorflow_metadata schema.pbtxt (e.g. from TFX SchemaGen) "
-                                  "declaring the input's features, for a collection without metadata.json; every "
-                                  "record is checked against it (default: learn the features from every record)")
+    input_schema: Optional[str] = Field(
+        None, alias="schema", description="a tensorflow_metadata schema.pbtxt (e.g. from TFX SchemaGen) declaring the "
+        "input's features, for a collection without metadata.json; every record is checked against it (default: learn "
+        "the features from every record)")
     fn: Optional[str] = Field(None, description="user function module:function returning {new name: array}")
     fn_inputs: list[str] = Field(default_factory=list, description="existing features decoded for --fn, "
                                  "comma-separated")

@@ -8,8 +8,8 @@ import numpy as np
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 from tfrecord_etl.transforms.codec.encodings import encoding_of
 from tfrecord_etl.transforms.codec.spec import FeatureSpec, MAX_FEATURES, VLEN_BYTES
-from tfrecord_etl.transforms.codec.wire import (check_example_frames, decode_feature, _decode_spec, _encode_varint, parse_example, split_features,
-                                   too_many_features)
+from tfrecord_etl.transforms.codec.wire import (check_example_frames, decode_feature, _decode_spec, _encode_varint,
+                                                parse_example, split_features, too_many_features)
 
 
 _KIND_DTYPES = {"int64": "<i8", "float": "<f4", "bytes": VLEN_BYTES}
@@ -59,7 +59,8 @@ class FeatureStats:
     def observe_records(self, records: Sequence[bytes], max_features: int | None = None, framed: bool = False
                         ) -> None:
         """Adds a batch of serialized Examples in one C++ call (tfx_bsl's ``ExamplesToRecordBatchDecoder`` without
-        a schema: about 14 us per record of 18 features, 16x the Python parse). A batch tfx_bsl refuses (a feature
+        a schema: about 4.5 us per record of TFX's 18-feature taxi Examples in batches of 4,096, against ~230 us for
+        the Python parse). A batch tfx_bsl refuses (a feature
         of two kinds, more distinct names than ``max_features``) is walked record by record, so the error names the
         record. tfx_bsl skips unknown fields (a ``SequenceExample`` decodes as an empty Example), so the records'
         framing is checked first (:func:`codec.check_example_frames`) unless ``framed`` says it was.
@@ -92,7 +93,7 @@ class FeatureStats:
                 except RecordError as e:
                     raise e.with_context(record=first + i) from None
                 self.observe(parsed, limit, first + i)
-                self._check_kinds(first + i)
+                self.check_kinds(first + i)
             return
         columns = dict(zip(batch.schema.names, batch.columns))  # tfx_bsl sorts them: first-seen order instead
         order = [n for n in split_features(records[0], limit) if n in columns]
@@ -110,9 +111,10 @@ class FeatureStats:
                 lengths = pc.list_value_length(column)
                 self._add(entry, kind, present, pc.min(lengths).as_py(), pc.max(lengths).as_py())
         self.records += len(records)
-        self._check_kinds()
+        self.check_kinds()
 
-    def _check_kinds(self, record: int | None = None) -> None:
+    def check_kinds(self, record: int | None = None) -> None:
+        """Raises SchemaError when a feature was seen with two kinds (naming ``record`` when given)."""
         for name, (kinds, _, _, _) in self.features.items():
             if len(kinds) > 1:
                 raise SchemaError(f"Feature '{name}' holds {' and '.join(sorted(kinds))} lists in different records",
@@ -126,7 +128,7 @@ class FeatureStats:
                 self._add(entry, kind, 0, least, most)
             entry[1] += present
         self.records += other.records
-        self._check_kinds()
+        self.check_kinds()
         return self
 
     def to_json(self) -> dict:
@@ -211,7 +213,7 @@ def infer_feature_specs(records: Iterable[bytes], max_features: int | None = Non
             raise RecordError(f"Cannot infer the features: {e.message}", hint=e.hint, record=i,
                               payload_offset=e.context.get("offset")) from None
         stats.observe(parsed, limit, i)
-    stats._check_kinds()
+    stats.check_kinds()
     return stats.specs()
 
 

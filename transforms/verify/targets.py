@@ -304,7 +304,7 @@ def verify_files(pattern: str, progress: Progress | None = None, max_problems: i
     progress.close()
     report.compression = compressions.pop() if len(compressions) == 1 else "mixed"
     try:
-        stats._check_kinds()
+        stats.check_kinds()
         report.features = list(stats.specs())
     except SchemaError as e:  # already reported record by record (kind)
         report.warnings.append(f"features not inferred: {e.message}")
