@@ -39,6 +39,8 @@ setuptools.setup(
         "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3",
                  # TFDS's own Tensor(encoding=ZLIB) encoder: the zlib encoding is checked byte for byte against it
                  "tensorflow-datasets>=4.9.10,<5",
+                 # the `tfrecord` package (PyTorch readers): its multi-worker path reads our --index files
+                 "tfrecord>=1.14,<2",
                  # the runner matrix (DaskRunner) and the S3 tests (a moto server) run in CI
                  "dask>=2024.4.2", "distributed>=2024.4.2", "boto3>=1.34,<2", "moto[server]>=5.0"],
         # --runner DaskRunner (apache-beam[dask] asks for the same ranges); see "Running at scale" in the README.

@@ -66,6 +66,8 @@ def main(argv: list[str]) -> int:
                           "row ranges": len(inputs.ranges) if plan.shards is None else
                           sum(len(s.ranges) for s in plan.shards),
                           **({"local runner": mode.describe()} if mode else {}),
+                          **({"index files": f"{len(meta['shards'])} (tfrecord2idx: byte offset and length of "
+                                             f"every record, beside each shard)"} if cfg.index else {}),
                           "features": ", ".join(f"{printable(s.name)} {s.dtype} {list(s.shape) if s.shape is not None else '*'}"
                                                 f" {s.encoding}" for s in plan.specs)})
     common.print_metrics(counters, meta["num_records"])

@@ -19,7 +19,7 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.metrics import Metrics
 
-from tfrecord_etl.transforms import fileio, metadata, outdir, reader, sharding, sink, sources
+from tfrecord_etl.transforms import fileio, metadata, outdir, reader, sharding, sink, sources, tfrecord
 from tfrecord_etl.transforms.codec import EncodedBatch, FeatureSpec, encode_columns
 from tfrecord_etl.transforms.errors import RecordError
 from tfrecord_etl.transforms.planning import InputPlan, add_provenance, plan_inputs, shard_suffix
@@ -248,12 +248,14 @@ class WriteShardFn(beam.DoFn):
     """Writes one planned shard: reads its row ranges in order, encodes each in one call, frames the batch
     (google-crc32c) into a temporary file, and commits it under its final name when the records written plus
     the rows dead-lettered equal the rows planned (``sink.shard_writer``). Yields ``{"file", "records", "bytes",
-    "dead_rows"}``.
+    "dead_rows"[, "index"]}``; with ``index`` the shard's ``tfrecord2idx`` index file is written with it.
     """
 
     def __init__(self, source: Source, specs, output_dir: str, prefix: str, compression: str,
-                 allow_lossy=(), provenance=False, dead_letter_dir: str | None = None, progress=False):
+                 allow_lossy=(), provenance=False, dead_letter_dir: str | None = None, progress=False,
+                 index=False):
         self._source, self._output_dir, self._prefix, self._compression = source, output_dir, prefix, compression
+        self._index = index
         self._specs, self._lossy, self._prov = tuple(specs), tuple(allow_lossy), provenance
         self._dead_letter_dir, self._progress = dead_letter_dir, progress
         self._rows = Metrics.counter(NAMESPACE, "rows_read")
@@ -279,7 +281,7 @@ class WriteShardFn(beam.DoFn):
         final = fileio.join(self._output_dir, name)
         letters: list[dict] = []
         try:
-            with sink.shard_writer(final, self._compression) as writer:
+            with sink.shard_writer(final, self._compression, self._index) as writer:
                 for rr in shard.ranges:
                     for batch in self._encoded(rr, letters):
                         writer.write_encoded(batch)
@@ -300,7 +302,10 @@ class WriteShardFn(beam.DoFn):
         if self._progress:
             print(f"[tfrecord-etl] shard {shard.index + 1}/{shard.num_shards} done: {name}, "
                   f"{writer.records} records, {size} bytes", file=sys.stderr, flush=True)
-        yield {"file": name, "records": writer.records, "bytes": size, "dead_rows": dead_rows}
+        out = {"file": name, "records": writer.records, "bytes": size, "dead_rows": dead_rows}
+        if self._index:
+            out["index"] = tfrecord.index_name(name)
+        yield out
 
 
 class WritePlannedShards(beam.PTransform):
@@ -317,10 +322,14 @@ class WritePlannedShards(beam.PTransform):
                 | "WriteShards" >> beam.ParDo(self._fn))
 
 
-def count_shard(path: str, compression: str) -> dict:
-    """``{"file", "records", "bytes"}`` of one written shard, by walking its frames (CRCs checked)."""
-    n = sum(1 for _ in reader.iter_records(path, compression))
-    return {"file": fileio.basename(path), "records": n, "bytes": fileio.size(path)}
+def count_shard(path: str, compression: str, index: bool = False) -> dict:
+    """``{"file", "records", "bytes"[, "index"]}`` of one written shard, by walking its frames (CRCs checked);
+    with ``index`` its ``tfrecord2idx`` index file is written from the same walk."""
+    lengths = [len(record) for _, _, record in reader.iter_records(path, compression)]
+    out = {"file": fileio.basename(path), "records": len(lengths), "bytes": fileio.size(path)}
+    if index:
+        out["index"] = fileio.basename(sink.write_index(path, tfrecord.index_text(np.array(lengths, np.int64))))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

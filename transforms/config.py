@@ -84,6 +84,8 @@ class ConvertConfig(BaseModel):
                                    "(float64->float32, uint64->int64) is allowed, comma-separated")
     provenance: bool = Field(False, description="add features _source/file and _source/row")
     compression: Literal["none", "gzip", "zlib"] = Field("none", description="compression of the shards")
+    index: bool = Field(False, description="write a tfrecord2idx index file (byte offset and length of every "
+                        "record) beside each shard, for PyTorch/DALI readers and reader.get; uncompressed shards only")
     num_shards: Optional[int] = Field(None, ge=1, le=MAX_SHARDS, description="number of shards (at most the "
                                       "number of rows); default: from the data size")
     target_shard_mb: float = Field(192.0, gt=0, le=MAX_TARGET_SHARD_MB, allow_inf_nan=False,
@@ -124,6 +126,10 @@ class ConvertConfig(BaseModel):
         if self.hdf5_group is not None and (self.datasets or self.hdf5_mode == "datasets"):
             raise ValueError("hdf5_group chooses a row group in rows mode: it cannot be combined with datasets or "
                              "hdf5_mode datasets")
+        if self.index and self.compression != "none":
+            raise ValueError(f"index files give byte offsets into uncompressed shards (what the tfrecord package, "
+                             f"DALI and reader.get seek to): --index cannot be combined with --compression "
+                             f"{self.compression}")
         return self
 
     def beam_argv(self, argv: list[str]) -> list[str]:

@@ -40,7 +40,8 @@ class WritePlanned(beam.PTransform):
     def expand(self, pbegin):
         plan, cfg = self._plan, self._cfg
         fn = beam_io.WriteShardFn(plan.inputs.source, plan.specs, cfg.output_dir, cfg.prefix, cfg.compression,
-                                  cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir, self._progress)
+                                  cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir, self._progress,
+                                  cfg.index)
         return pbegin | "WritePlannedShards" >> beam_io.WritePlannedShards(plan.shards, fn)
 
 
@@ -77,7 +78,7 @@ class WriteWithBeamSink(beam.PTransform):
         return (encoded.records
                 | "WriteToShards" >> beam_io.WriteToShards(cfg.output_dir, cfg.prefix, plan.num_shards,
                                                            cfg.compression)
-                | "CountShardRecords" >> beam.Map(beam_io.count_shard, cfg.compression))
+                | "CountShardRecords" >> beam.Map(beam_io.count_shard, cfg.compression, cfg.index))
 
 
 WRITERS: dict[str, type[beam.PTransform]] = {"planned": WritePlanned, "beam": WriteWithBeamSink}

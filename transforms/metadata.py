@@ -171,8 +171,9 @@ def load(output_dir: str) -> dict:
         meta["features"] = [_checked(FeatureSpec.from_json(f)) for f in meta["features"]]
         for shard in meta["shards"]:
             name = shard["file"]
-            if not isinstance(name, str) or "/" in name or "\\" in name or "\x00" in name or name in ("", ".", ".."):
-                raise ValueError(f"shard file {name!r} is not a plain file name")
+            for key in ("file", "index") if "index" in shard else ("file",):
+                if not _plain_name(shard[key]):
+                    raise ValueError(f"shard {key} {shard[key]!r} is not a plain file name")
             if not isinstance(shard["records"], int) or shard["records"] < 0:
                 raise ValueError(f"shard {name!r} has a bad record count {shard['records']!r}")
     except SchemaError as e:
@@ -180,6 +181,10 @@ def load(output_dir: str) -> dict:
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # RecursionError: deep JSON
         raise SchemaError(f"Invalid metadata.json: {str(e)[:300]}", file=path) from None
     return meta
+
+
+def _plain_name(name) -> bool:
+    return isinstance(name, str) and not any(c in name for c in "/\\\x00") and name not in ("", ".", "..")
 
 
 def _checked(spec: FeatureSpec) -> FeatureSpec:

@@ -234,7 +234,7 @@ def owned(output_dir: str, names: Iterable[str]) -> Owned:
     complete = False
     if meta is not None and isinstance(meta.get("format"), str) and meta["format"].startswith("tfrecord-etl/"):
         shards = meta.get("shards") if isinstance(meta.get("shards"), list) else []
-        files |= _plain_names([s.get("file") for s in shards if isinstance(s, dict)])
+        files |= _plain_names([s.get(key) for s in shards if isinstance(s, dict) for key in ("file", "index")])
         files |= {METADATA_FILE, SCHEMA_FILE} | ({MANIFEST_FILE} if isinstance(meta.get("augment"), dict) and
                                                  meta["augment"].get("mode") == "sidecar" else set())
         complete = True

@@ -219,4 +219,6 @@ def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -
     else:
         shards = None
         files = tuple(f"{cfg.prefix}-{i:05d}-of-{n:05d}{suffix}" for i in range(n))
+    if cfg.index:
+        files += tuple(tfrecord.index_name(f) for f in files)
     return ConvertPlan(inputs, tuple(specs), n, shards, files)

@@ -4,6 +4,7 @@
     for example in reader.iter_numpy("out/"):            # dicts of numpy arrays, in shard order
         ...
     ds = reader.to_tf_dataset("out/", batch_size=256)    # dicts of tensors, original dtypes and shapes
+    example = reader.get("out/", 12345)                     # one example by index (seek + read, --index)
     spec = reader.tf_feature_spec("out/")                   # for tf.io.parse_example
 
 Every function refuses an output directory without ``metadata.json`` (IncompleteOutputError).
@@ -165,6 +166,100 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
     ds = ds.map(lambda r: decode_tf(tf, tf.io.parse_single_example(r, parse_spec), specs),
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.batch(batch_size) if batch_size else ds
+
+
+class RandomAccess:
+    """Record ``i`` of an output directory (global index, in shard order) by one seek and one read, with no pass
+    over the records before it: the offsets come from the shards' ``tfrecord2idx`` index files (``--index``),
+    or, for a shard written without one, from one pass over its 12-byte frame headers on first access.
+    A map-style dataset for PyTorch or Grain: ``len(ra)``, ``ra[i]`` (``{name: np.ndarray}`` as
+    :func:`iter_numpy`), ``ra.record(i)`` (the serialized Example).
+
+    Each read checks the frame (length against the index, both CRCs); each index file is checked against its
+    shard (records as in the metadata, offsets that follow each other and end at the shard's size).
+
+    Raises (at construction or on access):
+      IncompleteOutputError: no metadata.json. ConfigError: compressed shards (offsets index the uncompressed
+      stream: re-convert with ``--compression none``). IndexError: ``i`` outside ``[-len, len)``.
+      RecordError: an index file that does not match its shard, or a corrupt record (file, record, offset).
+    """
+
+    def __init__(self, output_dir: str, features: Sequence[str] | None = None,
+                 max_record_bytes: int | None = None, max_features: int | None = None):
+        from tfrecord_etl.transforms.errors import ConfigError
+        meta = metadata.load(output_dir)
+        if meta["compression"] != "none":
+            raise ConfigError(f"Random access needs uncompressed shards; these are {meta['compression']}",
+                              file=output_dir, hint="re-convert with --compression none --index, or read them in "
+                                                    "order with reader.iter_numpy")
+        self._specs = _select(meta["features"], features)
+        self._shards = meta["shards"]
+        self._paths = metadata.shard_paths(output_dir, meta)
+        self._dir = output_dir
+        self._ends = np.cumsum([s["records"] for s in self._shards], dtype=np.int64)
+        self._offsets: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._limit = tfrecord.record_limit() if max_record_bytes is None else max_record_bytes
+        self._max_features = max_features
+
+    def __len__(self) -> int:
+        return int(self._ends[-1]) if len(self._ends) else 0
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"record {i} of an output of {n} records")
+        i %= n
+        shard = int(np.searchsorted(self._ends, i, side="right"))
+        return shard, i - (int(self._ends[shard - 1]) if shard else 0)
+
+    def _frames(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets, frame lengths) of shard ``k``, from its index file or its headers; checked, then cached."""
+        if k not in self._offsets:
+            shard, path = self._shards[k], self._paths[k]
+            size = fileio.size(path)
+            if "index" in shard:
+                where = fileio.join(self._dir, shard["index"])
+                if fileio.size(where) > 48 * (shard["records"] + 1):  # a line is at most 2 x 20 digits + 2
+                    raise RecordError(f"Index file of {fileio.size(where)} bytes for {shard['records']} records",
+                                      file=where, hint="rewrite the output with --index")
+                offsets, frames = tfrecord.parse_index(fileio.read_bytes(where), where)
+            else:
+                where = path
+                with fileio.open_read(path) as raw:
+                    offsets, frames = tfrecord.scan_frames(raw, size, path)
+            end = int(offsets[-1] + frames[-1]) if len(offsets) else 0
+            if len(offsets) != shard["records"] or end != size:
+                raise RecordError(f"Index of {len(offsets)} records ending at byte {end} does not match the shard "
+                                  f"({shard['records']} records in the metadata, {size} bytes)", file=where,
+                                  hint="rewrite the output with --index")
+            self._offsets[k] = offsets, frames
+        return self._offsets[k]
+
+    def record(self, i: int) -> bytes:
+        """The serialized record ``i`` (bytes), its frame checked."""
+        k, j = self._locate(i)
+        offsets, frames = self._frames(k)
+        path, offset, frame = self._paths[k], int(offsets[j]), int(frames[j])
+        tfrecord.check_record_size(frame - 16, self._limit, file=path, record=j, offset=offset)
+        with fileio.open_read(path) as raw:
+            raw.seek(offset)
+            data = raw.read(frame)
+        return tfrecord.unframe(data, path, j, offset)
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        k, j = self._locate(i)
+        record = self.record(i)
+        try:
+            return decode_example_lenient(record, self._specs, self._max_features)
+        except RecordError as e:
+            raise RecordError(f"Cannot decode example: {e.message}", hint=e.hint, file=self._paths[k], record=j,
+                              offset=int(self._frames(k)[0][j]), payload_offset=e.context.get("offset")) from None
+
+
+def get(output_dir: str, i: int, features: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """Example ``i`` (global index, in shard order) of an output directory as ``{name: np.ndarray}``: one seek and
+    one read (see :class:`RandomAccess`; keep one of those for many reads, it caches the offsets)."""
+    return RandomAccess(output_dir, features)[i]
 
 
 # ----------------------------------------------------------------------------------------------

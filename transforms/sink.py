@@ -71,11 +71,20 @@ def write_json_lines(final: str, rows) -> str:
 
 
 @contextlib.contextmanager
-def shard_writer(final: str, compression: str) -> Iterator[tfrecord.ShardWriter]:
+def shard_writer(final: str, compression: str, index: bool = False) -> Iterator[tfrecord.ShardWriter]:
     """Yields a :class:`tfrecord.ShardWriter` (framing, CRCs, ``compression``) on a temporary file that becomes
     the TFRecord shard ``final`` when the block ends without an error. The caller checks its counts inside the
-    block (``writer.records`` against what was planned) and raises to abandon the shard."""
+    block (``writer.records`` against what was planned) and raises to abandon the shard. With ``index``, the
+    shard's ``tfrecord2idx`` index (``tfrecord.index_name``) is committed just before the shard itself."""
     with committed_file(final) as raw:
-        writer = tfrecord.ShardWriter(raw, compression)
+        writer = tfrecord.ShardWriter(raw, compression, index=index)
         yield writer
         writer.close()
+        if index:
+            write_index(final, writer.index_text())
+
+
+def write_index(shard_path: str, text: bytes) -> str:
+    """Commits ``text`` as the index file of the shard at ``shard_path`` (beside it); returns the index path."""
+    return write_file(fileio.join(fileio.dirname(shard_path), tfrecord.index_name(fileio.basename(shard_path))),
+                      text)

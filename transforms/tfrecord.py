@@ -29,6 +29,7 @@ COMPRESSIONS = ("none", "gzip", "zlib")
 # read them as they are (issue 12); .zlib and .zz (older outputs) are still read as zlib.
 SUFFIXES = {"none": "", "gzip": ".gz", "zlib": ".deflate"}
 ZLIB_SUFFIXES = (".deflate", ".zlib", ".zz")
+INDEX_SUFFIX = ".idx"  # the index file of a shard (--index): data-00000-of-00004.tfrecord -> data-00000-of-00004.idx
 _MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")
 _LEN = struct.Struct("<Q")
@@ -156,17 +157,108 @@ def open_decompressed(raw: BinaryIO, compression: str) -> BinaryIO:
     return raw
 
 
+def index_name(shard_name: str) -> str:
+    """The name of a shard's index file: its last ``.tfrecord`` becomes ``.idx``
+    (``data-00000-of-00004.tfrecord`` -> ``data-00000-of-00004.idx``; ``mnist-train.tfrecord-00000-of-00001`` ->
+    ``mnist-train.idx-00000-of-00001``), so patterns such as ``*.tfrecord*`` never match an index file; a name
+    without ``.tfrecord`` gets ``.idx`` appended."""
+    head, sep, tail = shard_name.rpartition(".tfrecord")
+    return f"{head}{INDEX_SUFFIX}{tail}" if sep else shard_name + INDEX_SUFFIX
+
+
+def index_text(lengths: np.ndarray) -> bytes:
+    """A ``tfrecord2idx`` index of records whose data lengths (bytes) are ``lengths``, in file order: one line
+    ``"<byte offset> <frame length>"`` per record, the frame length being 8 + 4 + data + 4 bytes, offsets counted
+    from the start of the (uncompressed) file. The format of the ``tfrecord`` package's ``tools/tfrecord2idx.py``
+    (what its multi-worker ``TFRecordDataset`` seeks with) and of NVIDIA DALI's ``tfrecord2idx``."""
+    frames = np.asarray(lengths, dtype=np.int64) + 16
+    offsets = np.cumsum(frames) - frames
+    return "".join(f"{o} {n}\n" for o, n in zip(offsets.tolist(), frames.tolist())).encode()
+
+
+def parse_index(data: bytes, path: str = "<index>") -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets, frame lengths)`` (int64, bytes) of a ``tfrecord2idx`` index file's text, each checked: two
+    integers per line, lengths of at least 16 bytes, every record starting where the one before ends.
+
+    Raises:
+      RecordError: a malformed line or offsets that do not follow each other, naming the file and line.
+    """
+    lines = data.decode("ascii", "replace").splitlines()
+    values = np.zeros((len(lines), 2), np.int64)
+    for i, line in enumerate(lines):
+        parts = line.split()
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise RecordError(f"Index line {i + 1} is not 'offset length': {line[:80]!r}", file=path,
+                              hint="rewrite the output with --index")
+        values[i] = int(parts[0]), int(parts[1])
+    offsets, frames = values[:, 0], values[:, 1]
+    bad = np.flatnonzero((frames < 16) | (offsets != np.cumsum(frames) - frames))
+    if bad.size:
+        raise RecordError(f"Index line {bad[0] + 1}: record at byte {offsets[bad[0]]} of {frames[bad[0]]} bytes "
+                          "does not follow the record before it", file=path, hint="rewrite the output with --index")
+    return offsets, frames
+
+
+def scan_frames(stream: BinaryIO, size: int, path: str = "<stream>") -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets, frame lengths)`` (int64, bytes) of every record of an uncompressed stream of ``size`` bytes,
+    reading only the 12-byte frame headers (their length CRC checked) and seeking over the data.
+
+    Raises:
+      RecordError: a header whose CRC fails or a frame that runs past ``size``, naming the record and offset.
+    """
+    offsets, frames, offset = [], [], 0
+    while offset < size:
+        stream.seek(offset)
+        header = stream.read(12)
+        if len(header) < 12:
+            raise RecordError(f"Truncated record header ({len(header)} of 12 bytes)", file=path,
+                              record=len(offsets), offset=offset)
+        length, crc = _HEADER.unpack(header)
+        if masked_crc(header[:8]) != crc:
+            raise RecordError("Length CRC mismatch: corrupt data or not an uncompressed TFRecord file", file=path,
+                              record=len(offsets), offset=offset)
+        if offset + 16 + length > size:
+            raise RecordError(f"Truncated record: {length} data bytes announced, the file ends first", file=path,
+                              record=len(offsets), offset=offset)
+        offsets.append(offset)
+        frames.append(16 + length)
+        offset += 16 + length
+    return np.array(offsets, np.int64), np.array(frames, np.int64)
+
+
+def unframe(frame: bytes, path: str = "<stream>", record: int = 0, offset: int = 0) -> bytes:
+    """The data of one whole frame (``8 + 4 + data + 4`` bytes), its length and both CRCs checked.
+
+    Raises:
+      RecordError: a short frame, a length that differs from the frame's size, or a CRC mismatch.
+    """
+    if len(frame) < 16:
+        raise RecordError(f"Truncated record: {len(frame)} bytes at the indexed offset", file=path, record=record,
+                          offset=offset)
+    length, length_crc = _HEADER.unpack_from(frame)
+    if masked_crc(frame[:8]) != length_crc or length != len(frame) - 16:
+        raise RecordError(f"The frame at the indexed offset is not a record of {len(frame) - 16} bytes", file=path,
+                          record=record, offset=offset, hint="the index does not match the shard: rewrite the "
+                                                             "output with --index")
+    data = frame[12:12 + length]
+    if masked_crc(data) != _CRC.unpack_from(frame, 12 + length)[0]:
+        raise RecordError("Data CRC mismatch: the record is corrupt", file=path, record=record, offset=offset)
+    return data
+
+
 class ShardWriter:
     """Writes framed records to a binary stream, compressed as asked; counts records and bytes.
 
     ``write_batch`` frames and writes a whole batch in one call. ``close`` flushes the compressor
-    but does not close the underlying stream.
+    but does not close the underlying stream. With ``index``, the data length of every record is kept
+    (8 bytes per record) for :meth:`index_text`.
     """
 
-    def __init__(self, raw: BinaryIO, compression: str = "none"):
+    def __init__(self, raw: BinaryIO, compression: str = "none", index: bool = False):
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
         self._raw, self._compression = raw, compression
+        self._lengths: list[np.ndarray] | None = [] if index else None
         # No file name and mtime 0 in the gzip header: the same records give byte-identical files.
         self._gz = gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) if compression == "gzip" else None
         self._z = zlib.compressobj() if compression == "zlib" else None
@@ -175,15 +267,26 @@ class ShardWriter:
 
     def write_batch(self, records: list[bytes]) -> None:
         """Frames and writes ``records``."""
+        if self._lengths is not None:
+            self._lengths.append(np.fromiter(map(len, records), np.int64, len(records)))
         self._write(frame_records(records), len(records))
 
     def write_encoded(self, batch) -> None:
         """Frames and writes a ``codec.EncodedBatch``; fixed-layout batches are framed without a
         per-record Python object."""
         if batch.tails is None:
+            if self._lengths is not None:
+                self._lengths.append(np.full(batch.num_rows, batch.width, np.int64))
             self._write(memoryview(frame_encoded(batch)).cast("B"), batch.num_rows)
         else:
             self.write_batch(batch.records())
+
+    def index_text(self) -> bytes:
+        """The ``tfrecord2idx`` index of the records written so far (see :func:`index_text`); offsets count
+        bytes of the uncompressed stream. Raises ValueError when the writer was made without ``index``."""
+        if self._lengths is None:
+            raise ValueError("ShardWriter(index=False) keeps no record lengths")
+        return index_text(np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64))
 
     def _write(self, data, count: int) -> None:
         self.records += count

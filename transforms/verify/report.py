@@ -35,7 +35,8 @@ class Problem:
     ``not_example`` (a record of a plain file is not a tf.train.Example), ``kind`` (a feature of plain
     files holds different list kinds), ``source`` (a value differs from the source, or rows are missing
     or extra), ``manifest`` (a sidecar pairing does not hold), ``unreadable`` (a shard that is not a regular
-    file, e.g. a FIFO or device: never opened), ``features`` (more distinct feature names than the limit).
+    file, e.g. a FIFO or device: never opened), ``features`` (more distinct feature names than the limit),
+    ``index`` (a shard's ``--index`` file does not list the offsets and lengths of its records).
 
     ``offset``: byte offset of the record's frame in the uncompressed stream; ``record``: 0-based index
     of the record in its file; ``feature``: the feature name, when one is at fault.

@@ -4,6 +4,8 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
+import numpy as np
+
 from tfrecord_etl.transforms import codec, fileio, metadata, outdir, tfrecord
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError, printable
 from tfrecord_etl.transforms.verify.report import (FileReport, _KNOWN_FILES, MANIFEST_FILE, Problem, Progress,
@@ -105,10 +107,12 @@ def verify_output(output_dir: str, sources: Sequence[str] = (), progress: Progre
             if isinstance(shard.get("bytes"), int) and shard["bytes"] != sizes[path]:
                 report.add(Problem("size", f"File holds {sizes[path]} bytes, metadata.json says {shard['bytes']}",
                                    path))
-            _read_shard(report, fr, path, meta["compression"], specs, comparer, progress, max_record_bytes,
-                        max_features)
+            frames = _read_shard(report, fr, path, meta["compression"], specs, comparer, progress,
+                                 max_record_bytes, max_features)
             if fr.complete and fr.records != expected:
                 report.add(Problem("count", f"Shard holds {fr.records} records, metadata.json says {expected}", path))
+            if fr.complete and "index" in shard:
+                _check_index(report, fileio.join(output_dir, shard["index"]), frames)
         if comparer:
             comparer.end_shard()
     progress.close()
@@ -126,22 +130,47 @@ def verify_output(output_dir: str, sources: Sequence[str] = (), progress: Progre
                         originals, max_record_bytes)
     elif originals:
         raise ConfigError("--original needs a sidecar collection: this output has no manifest.json", file=output_dir)
-    report.warnings += _unlisted_files(output_dir, {s["file"] for s, _ in shards})
+    report.warnings += _unlisted_files(output_dir, {s[k] for s, _ in shards for k in ("file", "index") if k in s})
     report.seconds = time.time() - started
     return report
 
 
+def _check_index(report: Report, path: str, frames: list[tuple[int, int]]) -> None:
+    """The shard's ``tfrecord2idx`` index file (``--index``) against the frames read: one line per record with
+    its byte offset and frame length."""
+    try:
+        offsets, lengths = tfrecord.parse_index(fileio.read_bytes(path), path)
+    except RecordError as e:
+        report.add(Problem("index", e.message, path))
+        return
+    except Exception as e:  # noqa: BLE001 - a missing or unreadable index is one problem
+        report.add(Problem("index", f"Index file listed in metadata.json cannot be read: {e}", path))
+        return
+    if len(offsets) != len(frames):
+        report.add(Problem("index", f"Index lists {len(offsets)} records, the shard holds {len(frames)}", path))
+        return
+    got = np.array(frames, np.int64).reshape(-1, 2)
+    bad = np.flatnonzero((got[:, 0] != offsets) | (got[:, 1] != lengths))
+    if bad.size:
+        k = int(bad[0])
+        report.add(Problem("index", f"Index line {k + 1} says record {k} is at byte {offsets[k]} ({lengths[k]} "
+                           f"bytes); the shard has it at byte {got[k, 0]} ({got[k, 1]} bytes)", path))
+
+
 def _read_shard(report: Report, fr: FileReport, path: str, compression: str, specs, comparer, progress,
-                max_record_bytes: int | None = None, max_features: int | None = None) -> None:
+                max_record_bytes: int | None = None, max_features: int | None = None) -> list[tuple[int, int]]:
+    """Reads and checks one shard; returns the ``(byte offset, frame length)`` of each record read."""
+    frames: list[tuple[int, int]] = []
     try:
         tfrecord.check_regular(path)
     except SourceError as e:
         fr.complete = False
         report.add(Problem("unreadable", e.message, path))
-        return
+        return frames
     try:
         for index, offset, record in _records(path, compression, progress, None, max_record_bytes):
             fr.records += 1
+            frames.append((offset, 16 + len(record)))
             try:
                 decoded = codec.decode_example(record, specs, max_features)
             except (RecordError, SchemaError) as e:
@@ -155,6 +184,7 @@ def _read_shard(report: Report, fr: FileReport, path: str, compression: str, spe
     except RecordError as e:
         fr.complete = False
         _framing_problem(report, e, path, compression)
+    return frames
 
 
 def _unlisted_files(output_dir: str, listed: set) -> list[str]:
