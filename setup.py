@@ -41,6 +41,8 @@ setuptools.setup(
                  "tensorflow-datasets>=4.9.10,<5",
                  # the `tfrecord` package (PyTorch readers): its multi-worker path reads our --index files
                  "tfrecord>=1.14,<2",
+                 # Grain's MapDataset reads reader.RandomAccess as its random-access data source
+                 "grain>=0.2.18,<0.3",
                  # the runner matrix (DaskRunner) and the S3 tests (a moto server) run in CI
                  "dask>=2024.4.2", "distributed>=2024.4.2", "boto3>=1.34,<2", "moto[server]>=5.0"],
         # --runner DaskRunner (apache-beam[dask] asks for the same ranges); see "Running at scale" in the README.
@@ -48,6 +50,8 @@ setuptools.setup(
         # s3:// inputs and outputs through Beam's S3 filesystem (apache-beam[aws] is boto3>=1.9,<2);
         # moto[server] is the local S3 API the tests run against.
         "s3": ["boto3>=1.34,<2", "moto[server]>=5.0"],
+        # --tfds_name: TFDS's DatasetInfo writes dataset_info.json and features.json
+        "tfds": ["tensorflow-datasets>=4.9.10,<5"],
         # python -m bench.run (not part of the test suite): the PNG chart and process-tree peak RSS.
         "bench": ["matplotlib>=3.8", "psutil>=5.9"],
     },

@@ -15,9 +15,9 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrecord_etl.pipelines import common
-from tfrecord_etl.transforms import localmode, metadata, outdir, planning, tfrecord
+from tfrecord_etl.transforms import localmode, metadata, planning, tfrecord
 from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, parse_args
-from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output
+from tfrecord_etl.transforms.convert import ConvertToTFRecord, prepare_output_dir
 from tfrecord_etl.transforms.errors import printable
 
 
@@ -38,10 +38,11 @@ def build_plan(cfg: ConvertConfig, options: PipelineOptions | None = None,
     return planning.plan_convert(cfg, local_workers(options) if options is not None else 1, inputs=inputs)
 
 
-def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan: planning.ConvertPlan):
-    """Composes the convert pipeline on ``p``; returns the PCollection holding the committed output dir."""
+def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan: planning.ConvertPlan, carried: dict | None = None):
+    """Composes the convert pipeline on ``p`` (``carried``: the splits this run adds to, see
+    ``convert.carried_splits``); returns the PCollection holding the committed output dir."""
     return p | "ConvertToTFRecord" >> ConvertToTFRecord(config=cfg, plan=plan, prepare_output=False,
-                                                        progress=common.show_progress(cfg.progress))
+                                                        progress=common.show_progress(cfg.progress), carried=carried)
 
 
 def main(argv: list[str]) -> int:
@@ -53,19 +54,32 @@ def main(argv: list[str]) -> int:
     beam_argv, mode = localmode.choose_local_mode(beam_argv, inputs.num_rows, inputs.num_bytes, inputs.num_rows)
     options = PipelineOptions(beam_argv)
     plan = build_plan(cfg, options, inputs)
-    check_output(cfg, plan)
-    with outdir.prepare(cfg.output_dir, command="convert", options=cfg.model_dump(), overwrite=cfg.overwrite,
-                        files=plan.output_files, beam_temp_prefixes=[cfg.prefix] if cfg.writer == "beam" else []):
+    with prepare_output_dir(cfg, plan) as prepared:
         p = beam.Pipeline(runner=common.local_runner(options), options=options)
-        build_pipeline(p, cfg, plan)
+        build_pipeline(p, cfg, plan, prepared.meta)
         counters = common.run_pipeline(p)
     meta = metadata.load(cfg.output_dir)
     inputs = plan.inputs
+    splits_line = {}
+    if plan.split_plan is not None:  # the headline counts this run's files; the line gives every split there
+        mine = set(plan.split_plan.names)
+        splits_line = {"splits": ", ".join(f"{name} {info['num_records']:,} records in {info['num_shards']} shards"
+                                           + ("" if name in mine else " (kept)")
+                                           for name, info in meta["splits"].items())
+                                 + (f" (hash buckets {dict(cfg.splits)} of "
+                                    f"{'--split_key ' + cfg.split_key if cfg.split_key else 'the global row index'})"
+                                    if cfg.splits else "")}
+        meta = {**meta, "shards": [s for s in meta["shards"] if s.get("split") in mine]}
+        meta["num_records"] = sum(s["records"] for s in meta["shards"])
+    if cfg.tfds_name:
+        splits_line["tfds"] = (f"tfds.builder_from_directory({printable(cfg.output_dir)!r}) loads {cfg.tfds_name} "
+                               f"(dataset_info.json, features.json)")
     common.print_summary(cfg.output_dir, meta, time.time() - started,
                          {"rows read": inputs.num_rows, "rows dead-lettered": meta["rows_dead_lettered"],
                           "row ranges": len(inputs.ranges) if plan.shards is None else
                           sum(len(s.ranges) for s in plan.shards),
                           **({"local runner": mode.describe()} if mode else {}),
+                          **splits_line,
                           **({"index files": f"{len(meta['shards'])} (tfrecord2idx: byte offset and length of "
                                              f"every record, beside each shard)"} if cfg.index else {}),
                           "features": ", ".join(f"{printable(s.name)} {s.dtype} {list(s.shape) if s.shape is not None else '*'}"

@@ -79,7 +79,12 @@ def test_output_files_and_metadata(converted):
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["num_records"] == 500 and sum(s["records"] for s in meta["shards"]) == 500
     feats = {f["name"]: f for f in meta["features"]}
-    assert feats["table/pos"] == {"name": "table/pos", "dtype": "<f4", "shape": [3], "encoding": "tensor"}
+    assert feats["table/pos"] == {"name": "table/pos", "dtype": "<f4", "shape": [3], "encoding": "list"}
+    # --encoding auto (the default): typed lists where exact and not much larger, tensor elsewhere
+    assert {n: f["encoding"] for n, f in feats.items()} == {
+        "images": "tensor", "meta/labels": "list", "meta/weights": "tensor", "meta/z": "tensor", "meta/big": "tensor",
+        "table/id": "list", "table/pos": "list", "table/tag": "list", "table/flag": "list", "names": "list",
+        "_source/file": "list", "_source/row": "list"}
     assert feats["names"]["dtype"] == "bytes" and feats["names"]["encoding"] == "list"
     assert meta["sources"] == [{"path": str(out.parent / "in.h5"), "rows": 500}]
 
@@ -184,7 +189,7 @@ def test_help_lists_custom_flags_with_defaults(capsys):
     for flag in ("--input", "--output_dir", "--datasets", "--npz_mode", "--npy_mode", "--encoding",
                  "--compression", "--num_shards", "--provenance", "--overwrite", "--config"):
         assert flag in text
-    assert "(default: 'tensor')" in text
+    assert "(default: 'auto')" in text
 
 
 def test_config_file_and_flag_precedence(tmp_path):

@@ -455,7 +455,7 @@ def test_convert_summary_escapes_names(evil_output, capsys):
     code, out, err = convert(evil_output / "e.h5", evil_output / "out", capsys=capsys)
     assert code == 0, err
     assert "\x1b" not in out and "\u202e" not in out and "\n" + "name" not in out
-    assert r"evil\x1b[2J\nname\u202e <i4 [2] tensor" in out
+    assert r"evil\x1b[2J\nname\u202e <i4 [2] list" in out
 
 
 def test_inspect_escapes_names(evil_output, capsys):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -25,13 +27,33 @@ def indexed(tmp_path_factory, request):
     return data, out
 
 
+def in_tfrecord_package(script: str, *args):
+    """Runs ``script`` with the `tfrecord` package in a fresh interpreter (its example_pb2 registers the same proto
+    names as TensorFlow's, so the two cannot share a process; a PyTorch user does not load TensorFlow) and returns
+    what it prints as JSON."""
+    out = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
 def tfrecord2idx(path) -> str:
     """The index the tfrecord package's own tool writes for ``path``."""
-    from tfrecord.tools.tfrecord2idx import create_index
-    index = str(path) + ".reference"
-    create_index(str(path), index)
-    with open(index) as f:
-        return f.read()
+    return in_tfrecord_package(
+        "import io, json, sys, tempfile\n"
+        "from tfrecord.tools.tfrecord2idx import create_index\n"
+        "with tempfile.NamedTemporaryFile('r') as f:\n"
+        "    create_index(sys.argv[1], f.name)\n"
+        "    print(json.dumps(open(f.name).read()))\n", path)
+
+
+# each DataLoader worker of the package's TFRecordDataset calls tfrecord_loader(..., shard=(worker, workers))
+LOADER = """
+import json, sys
+from tfrecord.reader import tfrecord_loader
+data, index, workers = sys.argv[1], (None if sys.argv[2] == "-" else sys.argv[2]), int(sys.argv[3])
+rows = [int(e["_source/row"][0]) for w in range(workers)
+        for e in tfrecord_loader(data, index, {"_source/row": "int"}, shard=(w, workers) if index else None)]
+print(json.dumps(rows))
+"""
 
 
 def test_index_files_match_tfrecord2idx_and_are_listed(indexed):
@@ -42,26 +64,21 @@ def test_index_files_match_tfrecord2idx_and_are_listed(indexed):
         text = (out / shard["index"]).read_text()
         assert text == tfrecord2idx(out / shard["file"])
         assert len(text.splitlines()) == shard["records"]
-        (out / (shard["file"] + ".reference")).unlink()
     assert sorted(p.name for p in out.glob("[!.]*.tfrecord*")) == [s["file"] for s in meta["shards"]]
 
 
 def test_tfrecord_package_workers_read_every_record_once(indexed):
-    from tfrecord.reader import tfrecord_loader
     _, out = indexed
     meta = json.loads((out / "metadata.json").read_text())
+    seen = []
     for shard in meta["shards"]:
-        rows = []
-        for worker in range(2):  # the DataLoader path: each worker reads its share of the index
-            for example in tfrecord_loader(str(out / shard["file"]), str(out / shard["index"]),
-                                           {"_source/row": "int"}, shard=(worker, 2)):
-                rows.append(int(example["_source/row"][0]))
+        rows = in_tfrecord_package(LOADER, out / shard["file"], out / shard["index"], 2)
         assert len(rows) == shard["records"] == len(set(rows))
+        seen += rows
+    assert sorted(seen) == list(range(300))
     # without the index, each worker reads the whole shard: the records twice (the issue's measurement)
     shard = meta["shards"][0]
-    twice = [e for worker in range(2) for e in tfrecord_loader(str(out / shard["file"]), None,
-                                                               {"_source/row": "int"})]
-    assert len(twice) == 2 * shard["records"]
+    assert len(in_tfrecord_package(LOADER, out / shard["file"], "-", 2)) == 2 * shard["records"]
 
 
 def test_random_access_returns_the_exact_rows(indexed):
@@ -81,6 +98,21 @@ def test_random_access_returns_the_exact_rows(indexed):
     assert sorted(int(ra[i]["_source/row"]) for i in range(300)) == list(range(300))
     with pytest.raises(IndexError, match="record 300 of an output of 300 records"):
         ra[300]
+
+
+def test_grain_reads_random_access_as_a_data_source(indexed):
+    """Grain's MapDataset over reader.RandomAccess: a seeded shuffle and batches, every record exactly once."""
+    import grain
+    _, out = indexed
+    in_order = {int(e["_source/row"]): e for e in reader.iter_numpy(str(out))}
+    ds = grain.MapDataset.source(reader.RandomAccess(str(out))).shuffle(seed=7).batch(64)
+    rows = []
+    for batch in ds:
+        for i, row in enumerate(batch["_source/row"].tolist()):
+            np.testing.assert_array_equal(batch["images"][i], in_order[row]["images"])
+            assert batch["table/tag"][i] == in_order[row]["table/tag"]
+            rows.append(row)
+    assert sorted(rows) == list(range(300)) and rows != sorted(rows)
 
 
 def test_random_access_without_index_scans_the_headers(tmp_path):

@@ -45,7 +45,7 @@ def test_plan_convert_plans_once_and_names_the_files(h5, tmp_path):
     assert plan.num_shards == 3 and len(plan.shards) == 3
     assert plan.output_files == ("data-00000-of-00003.tfrecord", "data-00001-of-00003.tfrecord",
                                  "data-00002-of-00003.tfrecord")
-    assert {s.name: s.encoding for s in plan.specs} == {"x": "tensor", "y": "list", "_source/file": "list",
+    assert {s.name: s.encoding for s in plan.specs} == {"x": "list", "y": "list", "_source/file": "list",
                                                         "_source/row": "list"}
     rows = [(r.start, r.stop) for s in plan.shards for r in s.ranges]  # contiguous, every row once, in order
     assert rows[0][0] == 0 and rows[-1][1] == 1000 and all(a[1] == b[0] for a, b in zip(rows, rows[1:]))
@@ -123,7 +123,7 @@ def test_convert_to_tfrecord_in_a_user_pipeline(h5, tmp_path):
         ConvertToTFRecord(str(h5), str(out), num_shards=-1)
     with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])) as p:
         done = p | ConvertToTFRecord(str(h5), str(out), overwrite=True, num_shards=2, compression="gzip",
-                                     feature_encodings={"y": "list"})
+                                     encoding="tensor", feature_encodings={"y": "list"})
         done | beam.Map(lambda d: open(os.path.join(d, "committed"), "w").close())
     assert (out / "notes.txt").read_text() == "mine" and (out / "committed").exists()
     got = list(reader.iter_numpy(str(out)))

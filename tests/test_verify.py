@@ -467,7 +467,7 @@ def test_sidecar_collection_checks_the_manifest_and_reachable_originals(outputs,
     (side / "manifest.json").write_text(json.dumps(manifest))
     first.write_bytes(first.read_bytes()[:-1])
     recs = frames(first)  # same size, another value, valid CRCs: only the checksum tells
-    write_records(first, [change_value(r, "images") if i == 0 else r for i, _, r in recs])
+    write_records(first, [change_value(r, "meta/weights") if i == 0 else r for i, _, r in recs])
     code, out, _ = verify(side, "--original", str(original), capsys=capsys)
     assert code == 1 and "[manifest]" in out and "CRC32C" in out and "changed after its sidecar" in out
     other = tmp_path / "other"

@@ -8,6 +8,7 @@ lives in ``transforms.planning``; ``transforms.convert`` composes these into ``C
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import sys
@@ -19,11 +20,13 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.metrics import Metrics
 
-from tfrecord_etl.transforms import fileio, metadata, outdir, reader, sharding, sink, sources, tfrecord
+from tfrecord_etl.transforms import (fileio, metadata, outdir, reader, sharding, sink, sources, splits, tfds_info,
+                                    tfrecord)
 from tfrecord_etl.transforms.codec import EncodedBatch, FeatureSpec, encode_columns
-from tfrecord_etl.transforms.errors import RecordError
+from tfrecord_etl.transforms.errors import RecordError, SchemaError
 from tfrecord_etl.transforms.planning import InputPlan, add_provenance, plan_inputs, shard_suffix
 from tfrecord_etl.transforms.sources import RowRange, Source, SourceOptions
+from tfrecord_etl.transforms.splits import SplitPlan
 
 log = logging.getLogger(__name__)
 NAMESPACE = "tfrecord_etl"
@@ -168,17 +171,42 @@ class EncodeExamples(beam.PTransform):
         return batches | "EncodeBatches" >> beam.ParDo(self._fn)
 
 
-def read_and_encode(source: Source, rr: RowRange, specs, allow_lossy=(), provenance=False, dead_letters=False
-                    ) -> tuple[list[EncodedBatch], list[dict]]:
-    """Reads and encodes one row range: ``([batch], [])``; with ``dead_letters`` a range that fails becomes
-    ``([], [letter])``, except that a range of several files (``files`` / npy ``files`` modes: one file per row)
-    is retried file by file, so only the files that fail become letters and the others are written.
+def encode_splits(rr: RowRange, columns: dict, specs: Sequence[FeatureSpec], allow_lossy=(), provenance=False,
+                  split_plan: SplitPlan | None = None) -> list[tuple[int, EncodedBatch]]:
+    """Encodes the columns of one row range as ``[(split number, batch)]``: one batch (split 0) without
+    ``split_plan``, else one per split that holds rows of the range (``SplitPlan.assign``), each in row order and
+    encoded in one call."""
+    if split_plan is None or not split_plan.hashed:
+        return [(0, encode_range(rr, columns, specs, allow_lossy, provenance))]
+    if provenance:
+        columns = add_provenance(rr, columns)
+    try:
+        ids = split_plan.assign(rr.path, rr.start, rr.num_rows, columns)
+        out = []
+        for k in range(len(split_plan.names)):
+            rows = np.flatnonzero(ids == k)
+            if rows.size:
+                part = columns if rows.size == rr.num_rows else {
+                    name: col[rows] if isinstance(col, np.ndarray) else [col[i] for i in rows]
+                    for name, col in columns.items()}
+                out.append((k, encode_columns(part, specs, int(rows.size), allow_lossy)))
+        return out
+    except (RecordError, SchemaError) as e:
+        raise e.with_context(file=rr.path, rows=f"{rr.start}-{rr.stop - 1}") from None
+
+
+def read_and_encode(source: Source, rr: RowRange, specs, allow_lossy=(), provenance=False, dead_letters=False,
+                    split_plan: SplitPlan | None = None) -> tuple[list[tuple[int, EncodedBatch]], list[dict]]:
+    """Reads and encodes one row range: ``([(split, batch)...], [])`` (:func:`encode_splits`); with
+    ``dead_letters`` a range that fails becomes ``([], [letter])``, except that a range of several files
+    (``files`` / npy ``files`` modes: one file per row) is retried file by file, so only the files that fail
+    become letters and the others are written.
 
     Raises:
       Exception: whatever reading or encoding raised, when not ``dead_letters``.
     """
     try:
-        return [encode_range(rr, source.read(rr), specs, allow_lossy, provenance)], []
+        return encode_splits(rr, source.read(rr), specs, allow_lossy, provenance, split_plan), []
     except Exception as e:  # noqa: BLE001 - any failure of one range is its dead letter
         if not dead_letters:
             raise
@@ -188,7 +216,7 @@ def read_and_encode(source: Source, rr: RowRange, specs, allow_lossy=(), provena
     batches, letters = [], []
     for i in range(rr.num_rows):
         one = RowRange(rr.path, rr.start + i, rr.start + i + 1, rr.items[i:i + 1], True)
-        b, d = read_and_encode(source, one, specs, allow_lossy, provenance, dead_letters)
+        b, d = read_and_encode(source, one, specs, allow_lossy, provenance, dead_letters, split_plan)
         batches += b
         letters += d
     return batches, letters
@@ -213,7 +241,7 @@ class ReadAndEncodeFn(beam.DoFn):
         for letter in letters:
             self._dead.inc(letter["rows"])
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
-        for batch in batches:
+        for _, batch in batches:
             self._examples.inc(batch.num_rows)
             yield from batch.records()
 
@@ -249,13 +277,17 @@ class WriteShardFn(beam.DoFn):
     (google-crc32c) into a temporary file, and commits it under its final name when the records written plus
     the rows dead-lettered equal the rows planned (``sink.shard_writer``). Yields ``{"file", "records", "bytes",
     "dead_rows"[, "index"]}``; with ``index`` the shard's ``tfrecord2idx`` index file is written with it.
+
+    With ``split_plan`` the shard's rows go to one file per split, written side by side by the same worker
+    (``<prefix>-<split>.tfrecord-SSSSS-of-NNNNN``, ``splits.shard_name``), all committed only when their records
+    together plus the rows dead-lettered equal the rows planned; one dict per file, with ``"split"``.
     """
 
     def __init__(self, source: Source, specs, output_dir: str, prefix: str, compression: str,
                  allow_lossy=(), provenance=False, dead_letter_dir: str | None = None, progress=False,
-                 index=False):
+                 index=False, split_plan: SplitPlan | None = None):
         self._source, self._output_dir, self._prefix, self._compression = source, output_dir, prefix, compression
-        self._index = index
+        self._index, self._split_plan = index, split_plan
         self._specs, self._lossy, self._prov = tuple(specs), tuple(allow_lossy), provenance
         self._dead_letter_dir, self._progress = dead_letter_dir, progress
         self._rows = Metrics.counter(NAMESPACE, "rows_read")
@@ -265,47 +297,67 @@ class WriteShardFn(beam.DoFn):
         self._dead = Metrics.counter(NAMESPACE, "rows_dead_lettered")
         self._clock = ShardClock()
 
-    def _encoded(self, rr: RowRange, letters: list) -> list[EncodedBatch]:
-        """The encoded rows of one range; with a dead-letter dir, what fails becomes letters."""
+    def _encoded(self, rr: RowRange, letters: list) -> list[tuple[int, EncodedBatch]]:
+        """The encoded rows of one range, by split; with a dead-letter dir, what fails becomes letters."""
         try:
             batches, dead = read_and_encode(self._source, rr, self._specs, self._lossy, self._prov,
-                                            self._dead_letter_dir is not None)
+                                            self._dead_letter_dir is not None, self._split_plan)
         finally:
             self._rows.inc(rr.num_rows)
         letters += dead
         return batches
 
+    def file_names(self, shard: sharding.ShardPlan) -> list[tuple[str | None, str]]:
+        """``[(split or None, file name)]`` of the files one shard plan writes."""
+        if self._split_plan is None:
+            return [(None, shard.file_name(self._prefix, shard_suffix(self._compression)))]
+        suffix = tfrecord.SUFFIXES[self._compression]
+        return [(split, splits.shard_name(self._prefix, split, shard.index, shard.num_shards, suffix))
+                for split in self._split_plan.names]
+
     def process(self, shard: sharding.ShardPlan):
         self._clock.start()
-        name = shard.file_name(self._prefix, shard_suffix(self._compression))
-        final = fileio.join(self._output_dir, name)
+        files = self.file_names(shard)
+        name = shard.file_name(self._prefix, shard_suffix(self._compression))  # the shard plan's own name
         letters: list[dict] = []
         try:
-            with sink.shard_writer(final, self._compression, self._index) as writer:
+            with contextlib.ExitStack() as stack:
+                writers = [stack.enter_context(sink.shard_writer(fileio.join(self._output_dir, f),
+                                                                 self._compression, self._index))
+                           for _, f in files]
                 for rr in shard.ranges:
-                    for batch in self._encoded(rr, letters):
-                        writer.write_encoded(batch)
+                    for split, batch in self._encoded(rr, letters):
+                        writers[split].write_encoded(batch)
                 dead_rows = sum(d["rows"] for d in letters)
-                if writer.records + dead_rows != shard.num_rows:
-                    raise RecordError(f"Shard {name}: {shard.num_rows} rows planned but {writer.records} records "
-                                      f"written and {dead_rows} rows dead-lettered", file=final)
+                records = sum(w.records for w in writers)
+                if records + dead_rows != shard.num_rows:
+                    raise RecordError(f"Shard {name}: {shard.num_rows} rows planned but {records} records "
+                                      f"written and {dead_rows} rows dead-lettered",
+                                      file=fileio.join(self._output_dir, files[0][1]))
                 if letters:
                     write_dead_letters(self._dead_letter_dir, name, letters)
         finally:
             self._source.close()  # files stay open between the ranges of a shard, not after it
-        size = fileio.size(final)
-        self._written.inc(writer.records)
+        out = []
+        for (split, f), writer in zip(files, writers):
+            entry = {"file": f, "records": writer.records, "bytes": fileio.size(fileio.join(self._output_dir, f)),
+                     "dead_rows": 0}
+            if split is not None:
+                entry["split"] = split
+            if self._index:
+                entry["index"] = tfrecord.index_name(f)
+            out.append(entry)
+        out[0]["dead_rows"] = dead_rows
+        size = sum(e["bytes"] for e in out)
+        self._written.inc(records)
         self._bytes.inc(size)
-        self._shards.inc()
+        self._shards.inc(len(out))
         self._dead.inc(dead_rows)
         self._clock.end()
         if self._progress:
-            print(f"[tfrecord-etl] shard {shard.index + 1}/{shard.num_shards} done: {name}, "
-                  f"{writer.records} records, {size} bytes", file=sys.stderr, flush=True)
-        out = {"file": name, "records": writer.records, "bytes": size, "dead_rows": dead_rows}
-        if self._index:
-            out["index"] = tfrecord.index_name(name)
-        yield out
+            print(f"[tfrecord-etl] shard {shard.index + 1}/{shard.num_shards} done: "
+                  f"{', '.join(f for _, f in files)}, {records} records, {size} bytes", file=sys.stderr, flush=True)
+        yield from out
 
 
 class WritePlannedShards(beam.PTransform):
@@ -346,6 +398,9 @@ class OutputCommit:
     writer: str
     options: dict
     described: dict = dataclasses.field(default_factory=dict)  # Source.describe(): e.g. the label names
+    tfds_name: str | None = None  # write TFDS's dataset_info.json + features.json too (--tfds_name)
+    carried: dict | None = None  # the metadata.json of the splits this run adds a split to (kept as they are)
+    split_names: tuple[str, ...] = ()  # this run's splits, in the order given (the order of metadata's shards)
 
 
 class WriteMetadataFn(beam.DoFn):
@@ -361,17 +416,32 @@ class WriteMetadataFn(beam.DoFn):
 
     def process(self, shards, extra_dead_rows=0):
         c = self._commit
-        shards = sorted(shards, key=lambda s: s["file"])
+        order = {name: i for i, name in enumerate(c.split_names)}
+        shards = new = sorted(shards, key=lambda s: (order.get(s.get("split"), 0), s["file"]))
         written = sum(s["records"] for s in shards)
         dead = sum(s.pop("dead_rows", 0) for s in shards) + extra_dead_rows
         if written + dead != c.expected_rows:
             raise RecordError(f"Rows read ({c.expected_rows}) != examples written ({written}) + rows dead-lettered "
                               f"({dead}): records were lost or duplicated", file=c.output_dir,
                               hint="re-run; report it if it happens again")
-        meta = metadata.build(c.specs, shards, c.compression, c.sources, c.writer, c.options)
-        meta["rows_read"], meta["rows_dead_lettered"] = c.expected_rows, dead
+        # each run's splits, rows read, rows dead-lettered and inputs; a split added to a directory of others
+        # (--tfds_name --split) lists theirs first, as they were
+        run = {"splits": list(dict.fromkeys(s["split"] for s in new if "split" in s)), "rows_read": c.expected_rows,
+               "rows_dead_lettered": dead, "sources": list(c.sources)}
+        specs, runs = (c.carried["features"], list(c.carried["runs"]) + [run]) if c.carried else (c.specs, [run])
+        if c.carried:
+            shards = list(c.carried["shards"]) + shards
+        meta = metadata.build(specs, shards, c.compression, [x for r in runs for x in r["sources"]], c.writer,
+                              c.options)
+        meta["rows_read"] = sum(r["rows_read"] for r in runs)
+        meta["rows_dead_lettered"] = sum(r["rows_dead_lettered"] for r in runs)
+        if run["splits"]:
+            meta["runs"] = runs
         meta.update(c.described)
-        metadata.write(c.output_dir, meta, c.specs)
+        if c.tfds_name:
+            meta["tfds"] = {"name": c.tfds_name, "version": tfds_info.VERSION,
+                            "files": tfds_info.write(c.output_dir, c.tfds_name, specs, shards)}
+        metadata.write(c.output_dir, meta, specs)
         outdir.remove_temporaries(c.output_dir, [s["file"] for s in shards])
         yield c.output_dir
 

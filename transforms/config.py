@@ -18,11 +18,12 @@ import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tfrecord_etl.transforms.codec.encodings import ENCODINGS
+from tfrecord_etl.transforms.codec.encodings import AUTO, ENCODINGS
 from tfrecord_etl.transforms.sources import REGISTRY as SOURCE_REGISTRY
 from tfrecord_etl.transforms.errors import ConfigError
 
-EncodingName = Literal[tuple(ENCODINGS)]  # the registered encodings: tensor, list, zlib, packbits
+EncodingName = Literal[tuple(ENCODINGS)]  # the registered encodings: tensor, list, zlib, packbits, varlen
+DefaultEncodingName = Literal[(AUTO,) + tuple(ENCODINGS)]  # --encoding: the auto rule or one encoding for all
 FormatName = Literal[tuple(SOURCE_REGISTRY)]  # the registered sources: hdf5, npz, npy, raw
 
 
@@ -77,7 +78,10 @@ class ConvertConfig(BaseModel):
                                "from the image header (Pillow); a file that is not an image fails")
     decode_check: bool = Field(False, description="files: decode every image fully; corrupt ones fail (or are "
                                "dead-lettered)")
-    encoding: EncodingName = Field("tensor", description="default encoding of every feature")
+    encoding: DefaultEncodingName = Field(AUTO, description="default encoding of every feature: auto = typed "
+                                          "lists where exact and not much larger (float32, int64, strings, small "
+                                          "integer vectors), tensor elsewhere (float64, uint64, complex, images); "
+                                          "or one of the encodings for all")
     feature_encodings: dict[str, EncodingName] = Field(
         default_factory=dict, description="per-feature encodings, NAME=ENCODING,...")
     allow_lossy: list[str] = Field(default_factory=list, description="features whose lossy list cast "
@@ -86,6 +90,16 @@ class ConvertConfig(BaseModel):
     compression: Literal["none", "gzip", "zlib"] = Field("none", description="compression of the shards")
     index: bool = Field(False, description="write a tfrecord2idx index file (byte offset and length of every "
                         "record) beside each shard, for PyTorch/DALI readers and reader.get; uncompressed shards only")
+    splits: dict[str, int] = Field(default_factory=dict, description="named splits by hash buckets, "
+                                   "NAME=WEIGHT,... (e.g. train=8,validation=1,test=1): each row goes to one split "
+                                   "by a hash of --split_key (or of its global row index), as TFX's hash_buckets")
+    split_key: Optional[str] = Field(None, min_length=1, description="--splits: the feature (one integer or string "
+                                     "per example) whose value decides the split; default: the global row index")
+    split: Optional[str] = Field(None, description="put every row in this one named split (a TFDS directory gets a "
+                                 "split per run: --tfds_name NAME --split test adds test)")
+    tfds_name: Optional[str] = Field(None, pattern=r"^[a-z][a-z0-9_]{0,63}$", description="write a TFDS-loadable "
+                                     "directory: shards NAME-SPLIT.tfrecord-XXXXX-of-YYYYY, dataset_info.json and "
+                                     "features.json (tfds.builder_from_directory); uncompressed; split default train")
     num_shards: Optional[int] = Field(None, ge=1, le=MAX_SHARDS, description="number of shards (at most the "
                                       "number of rows); default: from the data size")
     target_shard_mb: float = Field(192.0, gt=0, le=MAX_TARGET_SHARD_MB, allow_inf_nan=False,
@@ -126,6 +140,16 @@ class ConvertConfig(BaseModel):
         if self.hdf5_group is not None and (self.datasets or self.hdf5_mode == "datasets"):
             raise ValueError("hdf5_group chooses a row group in rows mode: it cannot be combined with datasets or "
                              "hdf5_mode datasets")
+        if self.splits and self.split is not None:
+            raise ValueError("--splits (rows by hash) and --split (every row in one split) cannot be combined")
+        if self.split_key is not None and not self.splits:
+            raise ValueError("--split_key decides between --splits: pass --splits too")
+        if self.tfds_name is not None and self.compression != "none":
+            raise ValueError(f"TFDS reads TFRecord shards uncompressed: --tfds_name cannot be combined with "
+                             f"--compression {self.compression} (convert without --compression)")
+        if (self.splits or self.split is not None or self.tfds_name) and self.writer != "planned":
+            raise ValueError("--splits, --split and --tfds_name need --writer planned (each worker writes its rows' "
+                             "split shards side by side)")
         if self.index and self.compression != "none":
             raise ValueError(f"index files give byte offsets into uncompressed shards (what the tfrecord package, "
                              f"DALI and reader.get seek to): --index cannot be combined with --compression "
@@ -147,7 +171,7 @@ class ConvertConfig(BaseModel):
 
 _LIST_FIELDS = {"datasets", "allow_lossy", "shape"}
 _NEGATIVE_VALUE_FLAGS = ("--shape",)  # values that may start with '-' (-1,28,28), which argparse takes for a flag
-_DICT_FIELDS = {"feature_encodings"}
+_DICT_FIELDS = {"feature_encodings", "splits"}
 _YAML_ONLY = {"pipeline_options"}
 
 

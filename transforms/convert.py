@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from tfrecord_etl.transforms import beam_io, outdir
+from tfrecord_etl.transforms import beam_io, fileio, metadata, outdir
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError
 from tfrecord_etl.transforms.planning import ConvertPlan, plan_convert
@@ -39,9 +39,9 @@ class WritePlanned(beam.PTransform):
 
     def expand(self, pbegin):
         plan, cfg = self._plan, self._cfg
-        fn = beam_io.WriteShardFn(plan.inputs.source, plan.specs, cfg.output_dir, cfg.prefix, cfg.compression,
+        fn = beam_io.WriteShardFn(plan.inputs.source, plan.specs, cfg.output_dir, plan.prefix, cfg.compression,
                                   cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir, self._progress,
-                                  cfg.index)
+                                  cfg.index, plan.split_plan)
         return pbegin | "WritePlannedShards" >> beam_io.WritePlannedShards(plan.shards, fn)
 
 
@@ -103,7 +103,7 @@ class ConvertToTFRecord(beam.PTransform):
 
     def __init__(self, file_pattern: str | None = None, output_dir: str | None = None, *,
                  config: ConvertConfig | None = None, plan: ConvertPlan | None = None, local_workers: int = 1,
-                 prepare_output: bool = True, progress: bool = False, **options):
+                 prepare_output: bool = True, progress: bool = False, carried: dict | None = None, **options):
         super().__init__()
         if config is None:
             try:
@@ -116,11 +116,11 @@ class ConvertToTFRecord(beam.PTransform):
         self.plan = plan or plan_convert(config, local_workers)
         self._progress = progress
         report_orphan_labels(config, self.plan)
+        self.carried = carried  # the splits this run adds to (carried_splits), None for a plain output
         if prepare_output:
-            check_output(config, self.plan)
-            outdir.prepare(config.output_dir, command="convert", options=config.model_dump(),
-                           overwrite=config.overwrite, files=self.plan.output_files,
-                           beam_temp_prefixes=[config.prefix] if config.writer == "beam" else []).release()
+            prepared = prepare_output_dir(config, self.plan)
+            prepared.release()
+            self.carried = prepared.meta
 
     def expand(self, pbegin):
         cfg, plan = self.config, self.plan
@@ -128,8 +128,112 @@ class ConvertToTFRecord(beam.PTransform):
         shards = pbegin | type(writer).__name__ >> writer
         commit = beam_io.OutputCommit(cfg.output_dir, plan.specs, cfg.compression, plan.inputs.num_rows,
                                       tuple({"path": i.path, "rows": i.num_rows} for i in plan.inputs.indexes),
-                                      cfg.writer, cfg.model_dump(), plan.inputs.source.describe())
+                                      cfg.writer, cfg.model_dump(), plan.inputs.source.describe(), cfg.tfds_name,
+                                      self.carried, plan.split_plan.names if plan.split_plan else ())
         return shards | "FinalizeOutput" >> beam_io.FinalizeOutput(commit, getattr(writer, "dead_rows", None))
+
+
+class PreparedOutput:
+    """The held lock of a prepared output directory (:func:`prepare_output_dir`) and, when the run adds a split to
+    a TFDS directory, the metadata of the splits already there (``meta``, None otherwise)."""
+
+    def __init__(self, lock: outdir.Lock, meta: dict | None):
+        self.lock, self.meta = lock, meta
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def __bool__(self) -> bool:
+        return self.meta is not None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        return False
+
+
+def carried_splits(cfg: ConvertConfig, plan: ConvertPlan) -> tuple[dict | None, set[str]]:
+    """When this run adds splits to a complete TFDS output directory of the same ``--tfds_name`` (``--split test``
+    after ``--split train``): the metadata of the other splits, with only their shards (kept as they are and
+    listed again at commit), and the names ``outdir.prepare`` must keep (their shards and index files, and, when
+    no split is replaced, ``metadata.json``, ``schema.pbtxt`` and TFDS's files, so the directory stays loadable
+    until the new split commits). ``(None, set())`` otherwise.
+
+    Raises:
+      SchemaError: the features differ from those of the splits there. ConfigError: a split that is already
+        there, without ``--overwrite`` (with it, that split is replaced and the others kept).
+    """
+    from tfrecord_etl.transforms.errors import IncompleteOutputError, SchemaError
+    if cfg.tfds_name is None or plan.split_plan is None or not fileio.exists(
+            fileio.join(cfg.output_dir, outdir.METADATA_FILE)):
+        return None, set()
+    try:
+        meta = metadata.load(cfg.output_dir)
+    except (IncompleteOutputError, SchemaError):
+        return None, set()
+    if (meta.get("tfds") or {}).get("name") != cfg.tfds_name:
+        return None, set()
+    names = set(plan.split_plan.names)
+    others = [s for s in meta["shards"] if s.get("split") not in names]
+    if not others:
+        return None, set()
+    merged = merge_split_specs(meta["features"], plan.specs)
+    if merged is None or meta["compression"] != cfg.compression:
+        theirs = ", ".join(f"{s.name} {s.dtype} {list(s.shape or [])} {s.encoding}" for s in meta["features"])
+        raise SchemaError(f"The features differ from those of the splits already in this TFDS directory "
+                          f"({theirs}; compression {meta['compression']})", file=cfg.output_dir,
+                          hint="convert with the same inputs and options, or choose another --output_dir")
+    replaced = sorted({s["split"] for s in meta["shards"] if s.get("split") in names})
+    if replaced and not cfg.overwrite:
+        raise ConfigError(f"Split {replaced[0]!r} is already in this TFDS directory", file=cfg.output_dir,
+                          hint="pass --overwrite to replace it (the other splits are kept), or choose another --split")
+    runs = meta.get("runs") or [{"splits": sorted(meta.get("splits") or {}), "rows_read": meta.get("rows_read", 0),
+                                 "rows_dead_lettered": meta.get("rows_dead_lettered", 0),
+                                 "sources": meta.get("sources", [])}]
+    torn = [r for r in runs if set(r["splits"]) & names and not set(r["splits"]) <= names]
+    if torn:
+        raise ConfigError(f"Splits {torn[0]['splits']} were written together by one run (--splits): replacing "
+                          f"{sorted(set(torn[0]['splits']) & names)} alone would leave its counts wrong",
+                          file=cfg.output_dir, hint=f"replace them together (--splits), or choose another --split")
+    keep = {s[k] for s in others for k in ("file", "index") if k in s}
+    if not replaced:
+        keep |= {outdir.METADATA_FILE, outdir.SCHEMA_FILE, *meta["tfds"].get("files", [])}
+    return {"shards": others, "features": merged, "runs": [r for r in runs if not set(r["splits"]) & names]}, keep
+
+
+def merge_split_specs(theirs, ours) -> tuple | None:
+    """The features of a directory whose splits were written with ``theirs`` and ``ours``: equal specs, where a
+    fixed-width string (``S``/``U``, ``list``-encoded: one value per string on the wire, whatever the width) may
+    differ in width (the wider one is recorded, so no reader truncates); None when they differ otherwise."""
+    import dataclasses
+    import numpy as np
+    if [s.name for s in theirs] != [s.name for s in ours]:
+        return None
+    out = []
+    for a, b in zip(theirs, ours):
+        if a == b:
+            out.append(a)
+            continue
+        kinds = {np.dtype(d).kind if d not in (None, "bytes") else d for d in (a.dtype, b.dtype)}
+        if (a.encoding, a.shape) == (b.encoding, b.shape) == ("list", a.shape) and len(kinds) == 1 and \
+                kinds <= {"S", "U"}:
+            out.append(dataclasses.replace(a, dtype=max((a.dtype, b.dtype), key=lambda d: np.dtype(d).itemsize)))
+        else:
+            return None
+    return tuple(out)
+
+
+def prepare_output_dir(cfg: ConvertConfig, plan: ConvertPlan) -> PreparedOutput:
+    """Checks the output location and prepares the directory for this run (``outdir.prepare``); returns the held
+    lock and the splits this run adds to (:func:`carried_splits`)."""
+    check_output(cfg, plan)
+    carried, keep = carried_splits(cfg, plan)
+    lock = outdir.prepare(cfg.output_dir, command="convert", options=cfg.model_dump(), overwrite=cfg.overwrite,
+                          files=plan.output_files, beam_temp_prefixes=[cfg.prefix] if cfg.writer == "beam" else [],
+                          keep=keep)
+    return PreparedOutput(lock, carried)
 
 
 def report_orphan_labels(cfg: ConvertConfig, plan: ConvertPlan) -> None:

@@ -125,7 +125,7 @@ def build(specs, shards, compression, sources, writer, options) -> dict:
         if stored:
             entry["stored_dtype"] = stored
         features.append(entry)
-    return {
+    meta = {
         "format": FORMAT,
         "tool_version": VERSION,
         "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -137,6 +137,12 @@ def build(specs, shards, compression, sources, writer, options) -> dict:
         "writer": writer,
         "options": options,
     }
+    split_names = list(dict.fromkeys(sh["split"] for sh in shards if "split" in sh))
+    if split_names:  # --splits / --split / --tfds_name: the records of each split, in file order
+        meta["splits"] = {name: {"num_records": sum(sh["records"] for sh in shards if sh.get("split") == name),
+                                 "num_shards": sum(1 for sh in shards if sh.get("split") == name)}
+                          for name in split_names}
+    return meta
 
 
 def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec]) -> None:
@@ -174,6 +180,8 @@ def load(output_dir: str) -> dict:
             for key in ("file", "index") if "index" in shard else ("file",):
                 if not _plain_name(shard[key]):
                     raise ValueError(f"shard {key} {shard[key]!r} is not a plain file name")
+            if "split" in shard and not (isinstance(shard["split"], str) and shard["split"] in (meta.get("splits") or {})):
+                raise ValueError(f"shard {name!r} names a split {shard['split']!r} that 'splits' does not list")
             if not isinstance(shard["records"], int) or shard["records"] < 0:
                 raise ValueError(f"shard {name!r} has a bad record count {shard['records']!r}")
     except SchemaError as e:
@@ -203,3 +211,20 @@ def _checked(spec: FeatureSpec) -> FeatureSpec:
 
 def shard_paths(output_dir: str, meta: dict) -> list[str]:
     return [fileio.join(output_dir, s["file"]) for s in meta["shards"]]
+
+
+def select_split(meta: dict, split: str | None, where: str = "") -> dict:
+    """``meta`` with only the shards of ``split`` (all of them when None), num_records counted again.
+
+    Raises:
+      SchemaError: ``split`` is not one of the output's splits (naming them).
+    """
+    if split is None:
+        return meta
+    names = list(meta.get("splits") or {})
+    if split not in names:
+        raise SchemaError(f"No split {split!r} in this output" + (f"; its splits are {names}" if names else
+                                                                  " (it was written without splits)"),
+                          file=where or None)
+    shards = [s for s in meta["shards"] if s.get("split") == split]
+    return {**meta, "shards": shards, "num_records": sum(s["records"] for s in shards)}

@@ -235,6 +235,8 @@ def owned(output_dir: str, names: Iterable[str]) -> Owned:
     if meta is not None and isinstance(meta.get("format"), str) and meta["format"].startswith("tfrecord-etl/"):
         shards = meta.get("shards") if isinstance(meta.get("shards"), list) else []
         files |= _plain_names([s.get(key) for s in shards if isinstance(s, dict) for key in ("file", "index")])
+        if isinstance(meta.get("tfds"), dict):  # TFDS's dataset_info.json, features.json (--tfds_name)
+            files |= _plain_names(meta["tfds"].get("files"))
         files |= {METADATA_FILE, SCHEMA_FILE} | ({MANIFEST_FILE} if isinstance(meta.get("augment"), dict) and
                                                  meta["augment"].get("mode") == "sidecar" else set())
         complete = True
@@ -368,7 +370,7 @@ def _names_list(names: Iterable[str], n: int = 3) -> str:
 
 
 def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str], overwrite: bool,
-            beam_temp_prefixes: Iterable[str] = ()) -> Lock:
+            beam_temp_prefixes: Iterable[str] = (), keep: Iterable[str] = ()) -> Lock:
     """Makes ``output_dir`` ready for a run that writes ``files`` (names) and returns the run's held
     :class:`Lock` (use it as a context manager around the pipeline).
 
@@ -380,6 +382,10 @@ def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str
     - a file that is not ours but has the name of one of ``files``: always refused.
     The metadata is removed first, so a crash during cleanup never leaves a complete-looking output; then
     the run marker listing ``files`` is written.
+
+    ``keep``: names of our files this run adds to rather than replaces (the other splits of a TFDS directory, and
+    its metadata while a new split is written: ``convert.carried_splits``); they are never deleted, and the
+    directory's earlier options do not make the run refuse.
 
     Raises:
       ConfigError: any refusal above, an unusable path, or another live run holding the lock.
@@ -399,7 +405,7 @@ def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str
         raise ConfigError(f"Cannot write in the output directory: {e.strerror}", file=output_dir,
                           hint="choose a writable --output_dir") from None
     try:
-        _clear(output_dir, options, files, overwrite)
+        _clear(output_dir, options, files, overwrite, set(keep))
         marker = {"format": MARKER_FORMAT, "run_id": run_id, "command": command, "created": _now(),
                   "host": socket.gethostname(), "pid": os.getpid(), "files": sorted(files),
                   "beam_temp_prefixes": sorted(set(beam_temp_prefixes)), "options": options}
@@ -411,13 +417,15 @@ def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str
     return lock
 
 
-def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool) -> None:
+def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool, keep: set[str] = frozenset()) -> None:
     names = set(list_names(output_dir)) - {LOCK_FILE}
     if not names:
         return
     own = owned(output_dir, names)
     ours = {n for n in names if own.is_ours(n)}
-    strangers = names - ours
+    kept = ours & keep
+    ours -= keep
+    strangers = names - ours - kept
     clashes = strangers & (files | {MARKER_FILE})
     if clashes:
         raise ConfigError(f"The output directory holds files tfrecord-etl did not write with the names this run "
@@ -428,7 +436,7 @@ def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool) -> 
         raise ConfigError(f"The output directory holds files tfrecord-etl did not write ({_names_list(strangers)})",
                           file=output_dir, hint="pass --overwrite to replace tfrecord-etl's files there (the others "
                                                 "are kept), or choose another --output_dir")
-    if own.complete and not overwrite and _comparable(own.options) != _comparable(options):
+    if own.complete and not overwrite and not kept and _comparable(own.options) != _comparable(options):
         raise ConfigError("The output directory holds a complete output of another run", file=output_dir,
                           hint="pass --overwrite to replace it, or choose another --output_dir")
     if ours:
@@ -436,6 +444,8 @@ def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool) -> 
         order += [MARKER_FILE] if MARKER_FILE in ours else []
         say(f"removing {_count(ours, 'file')} of an earlier run in {output_dir}: {_names_list(order, 5)}")
         delete_names(output_dir, order)
+    if kept:
+        say(f"keeping {_count(kept, 'file')} of the splits already in {output_dir}: {_names_list(kept, 5)}")
     if strangers:
         say(f"keeping {_count(strangers, 'file')} tfrecord-etl did not write in {output_dir}: "
             f"{_names_list(strangers, 5)}")

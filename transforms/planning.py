@@ -16,10 +16,12 @@ import math
 import numpy as np
 from typing import Sequence
 
-from tfrecord_etl.transforms import fileio, sharding, sources, tfrecord
+from tfrecord_etl.transforms import fileio, sharding, sources, splits, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, check_spec
+from tfrecord_etl.transforms.codec.encodings import AUTO, resolve_encoding
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError, SourceError
 from tfrecord_etl.transforms.sources import FileIndex, RowRange, Source, SourceOptions
+from tfrecord_etl.transforms.splits import SplitPlan
 
 log = logging.getLogger("tfrecord_etl.transforms.planning")
 
@@ -113,8 +115,9 @@ def add_provenance(rr: RowRange, columns: dict) -> dict:
 
 def choose_encodings(specs: Sequence[FeatureSpec], default: str, per_feature: dict, allow_lossy=(),
                      where: str | None = None) -> tuple:
-    """Sets each feature's encoding (per-feature choice, else ``default``; variable-length strings are
-    always ``list``, varying dtypes always ``tensor``) and checks it.
+    """Sets each feature's encoding (per-feature choice, else ``default``; ``auto``: the rule of
+    ``codec.encodings.auto_encoding``; variable-length strings are always ``list``, varying dtypes always
+    ``tensor``) and checks it.
 
     Raises:
       SchemaError: an encoding that cannot carry the feature (naming ``where``, the input pattern).
@@ -128,8 +131,8 @@ def choose_encodings(specs: Sequence[FeatureSpec], default: str, per_feature: di
     for s in specs:
         enc = per_feature.get(s.name)
         if enc is None:
-            enc = "list" if s.dtype == "bytes" else ("tensor" if s.dtype is None else default)
-            if s.dtype is None and default != "tensor":
+            enc = "list" if s.dtype == "bytes" else ("tensor" if s.dtype is None else resolve_encoding(default, s))
+            if s.dtype is None and default not in ("tensor", AUTO):
                 kept_tensor.append(s.name)
         spec = dataclasses.replace(s, encoding=enc)
         try:
@@ -179,6 +182,8 @@ class ConvertPlan:
     num_shards: int
     shards: tuple[sharding.ShardPlan, ...] | None
     output_files: tuple[str, ...]
+    split_plan: SplitPlan | None = None  # --splits / --split / --tfds_name: one file per split per shard plan
+    prefix: str = "data"  # the shard file prefix: --prefix, or the --tfds_name
 
 
 def source_options(cfg) -> SourceOptions:
@@ -212,13 +217,54 @@ def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -
     metadata.check_unique(specs)
     n = num_shards(inputs.num_rows, inputs.num_bytes, requested=cfg.num_shards,
                    target_shard_bytes=int(cfg.target_shard_mb * 2**20), local_workers=local_workers)
+    split_plan = plan_splits(cfg, inputs, specs)
+    if cfg.tfds_name is not None:
+        from tfrecord_etl.transforms import tfds_info
+        try:
+            tfds_info.check_features(specs)
+        except SchemaError as e:
+            raise e.with_context(file=cfg.input) from None
+        tfds_info.require_tfds()
+    prefix = cfg.tfds_name or cfg.prefix
     suffix = shard_suffix(cfg.compression)
     if cfg.writer == "planned":
         shards = tuple(inputs.shards(n))
-        files = tuple(s.file_name(cfg.prefix, suffix) for s in shards)
+        if split_plan is None:
+            files = tuple(s.file_name(prefix, suffix) for s in shards)
+        else:
+            files = tuple(splits.shard_name(prefix, name, s.index, n, tfrecord.SUFFIXES[cfg.compression])
+                          for s in shards for name in split_plan.names)
     else:
         shards = None
-        files = tuple(f"{cfg.prefix}-{i:05d}-of-{n:05d}{suffix}" for i in range(n))
+        files = tuple(f"{prefix}-{i:05d}-of-{n:05d}{suffix}" for i in range(n))
     if cfg.index:
         files += tuple(tfrecord.index_name(f) for f in files)
-    return ConvertPlan(inputs, tuple(specs), n, shards, files)
+    return ConvertPlan(inputs, tuple(specs), n, shards, files, split_plan, prefix)
+
+
+def plan_splits(cfg, inputs: InputPlan, specs: Sequence[FeatureSpec]) -> SplitPlan | None:
+    """The :class:`SplitPlan` of ``--splits`` (hash buckets, keyed by ``--split_key`` or the global row index),
+    ``--split NAME`` (every row in one split) or ``--tfds_name`` alone (split ``train``); None without them.
+
+    Raises:
+      ConfigError: bad split names or weights. SchemaError: a ``--split_key`` that is not a feature of one integer
+        or string per example.
+    """
+    if cfg.splits:
+        names, weights = splits.parse_splits(cfg.splits)
+        if cfg.split_key is not None:
+            by_name = {s.name: s for s in specs}
+            key = by_name.get(cfg.split_key)
+            if key is None:
+                raise ConfigError(f"--split_key {cfg.split_key}: no such feature", file=cfg.input,
+                                  hint=f"features are {sorted(by_name)}")
+            if key.shape != () or key.dtype is None or (key.dtype != "bytes" and
+                                                         np.dtype(key.dtype).kind not in "biuSU"):
+                raise SchemaError(f"--split_key {cfg.split_key}: the key must be one integer or string per example, "
+                                  f"not {key.dtype} {list(key.shape) if key.shape is not None else '*'}",
+                                  file=cfg.input, feature=cfg.split_key)
+        plan = SplitPlan(names, weights, cfg.split_key)
+        return plan.with_offsets([(i.path, i.num_rows) for i in inputs.indexes])
+    if cfg.split is not None or cfg.tfds_name is not None:
+        return SplitPlan((splits.check_split_name(cfg.split or "train", "--split"),), (1,))
+    return None

@@ -66,8 +66,9 @@ def _select(specs: Sequence[FeatureSpec], features: Sequence[str] | None) -> lis
 
 
 def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_record_bytes: int | None = None,
-               max_features: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+               max_features: int | None = None, split: str | None = None) -> Iterator[dict[str, np.ndarray]]:
     """Yields one ``{name: np.ndarray}`` per example, in shard order, without importing TensorFlow.
+    ``split``: only that split's shards (``--splits`` / ``--split`` outputs); default every shard.
 
     Arrays have the recorded dtype (little-endian) and shape; ``bytes`` features are object arrays.
 
@@ -78,7 +79,7 @@ def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_recor
       IncompleteOutputError: no metadata.json. RecordError: a corrupt record (file, index, offset), a
       record over a limit, or a shard whose record count differs from the metadata.
     """
-    meta = metadata.load(output_dir)
+    meta = metadata.select_split(metadata.load(output_dir), split, output_dir)
     specs = _select(meta["features"], features)
     for shard, path in zip(meta["shards"], metadata.shard_paths(output_dir, meta)):
         count = 0
@@ -141,8 +142,10 @@ def decode_tf(tf, parsed: dict, specs: Sequence[FeatureSpec]) -> dict:
     return out
 
 
-def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequence[str] | None = None):
-    """A ``tf.data.Dataset`` of ``{name: tensor}`` with the original dtypes and shapes, in shard order.
+def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequence[str] | None = None,
+                  split: str | None = None):
+    """A ``tf.data.Dataset`` of ``{name: tensor}`` with the original dtypes and shapes, in shard order
+    (``split``: only that split's shards).
 
     ``S``/``U``/``V`` features become ``tf.string`` (str as UTF-8), datetimes ``tf.int64``.
     ``batch_size`` batches examples; every selected feature must then have a fixed shape.
@@ -153,7 +156,7 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
         ``ds.ragged_batch``, or pass ``features``).
     """
     import tensorflow as tf
-    meta = metadata.load(output_dir)
+    meta = metadata.select_split(metadata.load(output_dir), split, output_dir)
     specs = _select(meta["features"], features)
     varying = [s.name for s in specs if not s.is_fixed]
     if batch_size and varying:
@@ -185,9 +188,9 @@ class RandomAccess:
     """
 
     def __init__(self, output_dir: str, features: Sequence[str] | None = None,
-                 max_record_bytes: int | None = None, max_features: int | None = None):
+                 max_record_bytes: int | None = None, max_features: int | None = None, split: str | None = None):
         from tfrecord_etl.transforms.errors import ConfigError
-        meta = metadata.load(output_dir)
+        meta = metadata.select_split(metadata.load(output_dir), split, output_dir)
         if meta["compression"] != "none":
             raise ConfigError(f"Random access needs uncompressed shards; these are {meta['compression']}",
                               file=output_dir, hint="re-convert with --compression none --index, or read them in "
@@ -256,10 +259,12 @@ class RandomAccess:
                               offset=int(self._frames(k)[0][j]), payload_offset=e.context.get("offset")) from None
 
 
-def get(output_dir: str, i: int, features: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """Example ``i`` (global index, in shard order) of an output directory as ``{name: np.ndarray}``: one seek and
-    one read (see :class:`RandomAccess`; keep one of those for many reads, it caches the offsets)."""
-    return RandomAccess(output_dir, features)[i]
+def get(output_dir: str, i: int, features: Sequence[str] | None = None, split: str | None = None
+        ) -> dict[str, np.ndarray]:
+    """Example ``i`` (global index, in shard order; of ``split`` when given) of an output directory as
+    ``{name: np.ndarray}``: one seek and one read (see :class:`RandomAccess`; keep one of those for many reads, it
+    caches the offsets)."""
+    return RandomAccess(output_dir, features, split=split)[i]
 
 
 # ----------------------------------------------------------------------------------------------

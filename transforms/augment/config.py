@@ -7,7 +7,9 @@ from typing import Any, Literal, Optional
 from apache_beam.options.pipeline_options import PipelineOptions
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tfrecord_etl.transforms.config import DEFAULT_MAX_LOCAL_WORKERS, ConvertConfig, EncodingName, add_model_flags
+from tfrecord_etl.transforms.codec.encodings import AUTO
+from tfrecord_etl.transforms.config import (DEFAULT_MAX_LOCAL_WORKERS, ConvertConfig, DefaultEncodingName, EncodingName,
+                                          add_model_flags)
 
 
 def _split(value):
@@ -71,7 +73,10 @@ class AugmentConfig(BaseModel):
     defaults: dict[str, str] = Field(default_factory=dict, description="values for unmatched keys, NAME=VALUE,...")
     replace_fields: list[str] = Field(default_factory=list, description="new features that replace existing ones "
                                       "(the old values are removed), comma-separated")
-    encoding: EncodingName = Field("tensor", description="encoding of the new numeric features")
+    encoding: DefaultEncodingName = Field(AUTO, description="encoding of the new numeric features: auto = the "
+                                          "collection's style (tensor in a collection of tensor features, else "
+                                          "typed lists where exact and not much larger, as convert's auto), or one "
+                                          "of the encodings")
     feature_encodings: dict[str, EncodingName] = Field(
         default_factory=dict, description="per-new-feature encodings (e.g. mask=packbits), NAME=ENCODING,...")
     allow_lossy: list[str] = Field(default_factory=list, description="new features whose lossy list cast "

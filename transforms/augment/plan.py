@@ -11,6 +11,7 @@ from tfrecord_etl.transforms.codec import (MAX_FEATURES, FeatureSpec, FeatureSta
                                            check_example_frames,
                                            check_spec, drop_features, encode_columns, encoding_of,
                               feature_key_pattern, split_features)
+from tfrecord_etl.transforms.codec.encodings import collection_style
 from tfrecord_etl.transforms.errors import ConfigError, EtlError, RecordError, SchemaError, SourceError
 from tfrecord_etl.transforms.augment.common import BATCH_MB, frame_error, log, MODES, PROBE_RECORDS, RESERVED_NAMES, _with
 from tfrecord_etl.transforms.augment.collection import InputCollection, output_name, resolve_input
@@ -298,6 +299,7 @@ def plan_augment(cfg) -> AugmentPlan:
     # a sample's guess is not a promise: --fn gets the features of a collection without metadata or --schema as
     # tf.io.VarLenFeature gives them (1-D, empty where a record has no value)
     fn_specs = tuple(as_varlen(old[n]) if collection.inferred else old[n] for n in cfg.fn_inputs)
+    encoding = collection_style(cfg.encoding, collection.specs)
     new_specs: list[FeatureSpec] = []
     if cfg.fn:
         if not sample:
@@ -312,12 +314,12 @@ def plan_augment(cfg) -> AugmentPlan:
                              max_record_bytes)
         if not columns:
             raise SchemaError(f"--fn {cfg.fn} returned no feature", hint="return {new name: array}")
-        new_specs += [spec_of(n, c, cfg.encoding, cfg.allow_lossy) for n, c in columns.items()]
+        new_specs += [spec_of(n, c, encoding, cfg.allow_lossy) for n, c in columns.items()]
     join = None
     if cfg.join_input:
         join = plan_join(cfg.join_input, cfg.join_by, collection.specs, key_feature=cfg.key_feature,
                          join_key=cfg.join_key, fields=cfg.join_fields, datasets=cfg.join_datasets,
-                         missing=cfg.missing, defaults=cfg.defaults, encoding=cfg.encoding,
+                         missing=cfg.missing, defaults=cfg.defaults, encoding=encoding,
                          allow_lossy=cfg.allow_lossy)
         new_specs += join.specs
     constants = tuple((name, parse_constant(name, text)) for name, text in cfg.constants.items())
@@ -325,7 +327,7 @@ def plan_augment(cfg) -> AugmentPlan:
         col = np.empty(1, object) if isinstance(value, bytes) else np.full(1, value, dtype=value.dtype)
         if isinstance(value, bytes):
             col[0] = value
-        new_specs.append(spec_of(name, col, cfg.encoding, cfg.allow_lossy))
+        new_specs.append(spec_of(name, col, encoding, cfg.allow_lossy))
     seen: dict[str, int] = {}
     for s in new_specs:
         seen[s.name] = seen.get(s.name, 0) + 1

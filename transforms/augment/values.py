@@ -1,6 +1,7 @@
 """New values: constants, defaults and user functions (--fn), checked and encoded."""
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import traceback
 from typing import Callable, Iterable, Mapping, Sequence
@@ -9,6 +10,7 @@ import numpy as np
 
 from tfrecord_etl.transforms.codec import (VLEN_BYTES, FeatureSpec, batch_decodable, check_spec, decode_batch,
                               decode_example_lenient, normalize_dtype)
+from tfrecord_etl.transforms.codec.encodings import resolve_encoding
 from tfrecord_etl.transforms.errors import ConfigError, EtlError, RecordError, SchemaError
 from tfrecord_etl.transforms.augment.common import _SCALAR_DTYPES, _with
 
@@ -140,7 +142,8 @@ def _column(name: str, arr: np.ndarray) -> np.ndarray:
 def spec_of(name: str, column: np.ndarray, encoding: str, allow_lossy: Iterable[str] = ()) -> FeatureSpec:
     """The FeatureSpec of a new feature from a batch column ``(rows, *shape)``.
 
-    Numeric columns keep their dtype (little-endian string) and use ``encoding``; bytes/str become
+    Numeric columns keep their dtype (little-endian string) and use ``encoding`` (``auto``: the rule of
+    ``codec.encodings.auto_encoding``); bytes/str become
     ``bytes`` features (``list`` encoding). Raises SchemaError (unsupported dtype, refused lossy cast).
     """
     if column.dtype == object:
@@ -148,6 +151,7 @@ def spec_of(name: str, column: np.ndarray, encoding: str, allow_lossy: Iterable[
     else:
         spec = FeatureSpec(name, normalize_dtype(column.dtype, f"new feature '{name}'"), tuple(column.shape[1:]),
                            encoding)
+        spec = dataclasses.replace(spec, encoding=resolve_encoding(encoding, spec))
     check_spec(spec, allow_lossy)
     return spec
 

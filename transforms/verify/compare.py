@@ -385,13 +385,16 @@ def make_comparer(meta: dict, patterns: Sequence[str], report: Report, progress:
     names = {s.name for s in specs}
     has_provenance = {PROVENANCE_FILE, PROVENANCE_ROW} <= names
     dead = int(meta.get("rows_dead_lettered") or 0)
-    sequential = meta.get("writer") == "planned" and not dead
+    split = len(meta.get("splits") or {}) > 1 or len(meta.get("runs") or ()) > 1
+    sequential = meta.get("writer") == "planned" and not dead and not split
     if not sequential and not has_provenance:
         why = f"{dead} rows were dead-lettered" if dead else \
+            "the rows are spread over splits" if split else \
             f"the records are not in source row order (writer {meta.get('writer')!r})"
         raise ConfigError(f"Exact comparison with the source needs the {PROVENANCE_FILE} and {PROVENANCE_ROW} "
                           f"features: {why} and the output has no provenance", file=where or None,
-                          hint="re-convert with --provenance, or with the planned writer (--writer planned)")
+                          hint="re-convert with --provenance" + ("" if split or dead else
+                                                                 ", or with the planned writer (--writer planned)"))
     plans = plan_sources(meta, patterns, where)
     num_shards = len(meta.get("shards") or ())
     if meta.get("writer") == "planned" and len(plans) == 1 and num_shards:

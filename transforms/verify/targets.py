@@ -116,6 +116,12 @@ def verify_output(output_dir: str, sources: Sequence[str] = (), progress: Progre
         if comparer:
             comparer.end_shard()
     progress.close()
+    for name, info in (meta.get("splits") or {}).items():
+        held = sum(s["records"] for s, _ in shards if s.get("split") == name)
+        if not isinstance(info, dict) or info.get("num_records") != held:
+            report.add(Problem("count", f"metadata.json says split {name!r} holds "
+                               f"{info.get('num_records') if isinstance(info, dict) else info} records but its "
+                               f"shards hold {held}", fileio.join(output_dir, metadata.METADATA_FILE)))
     listed = sum(s["records"] for s, _ in shards)
     if meta.get("num_records") != listed:
         report.add(Problem("count", f"metadata.json says num_records {meta.get('num_records')} but its shards "
@@ -130,7 +136,8 @@ def verify_output(output_dir: str, sources: Sequence[str] = (), progress: Progre
                         originals, max_record_bytes)
     elif originals:
         raise ConfigError("--original needs a sidecar collection: this output has no manifest.json", file=output_dir)
-    report.warnings += _unlisted_files(output_dir, {s[k] for s, _ in shards for k in ("file", "index") if k in s})
+    listed_files = {s[k] for s, _ in shards for k in ("file", "index") if k in s}
+    report.warnings += _unlisted_files(output_dir, listed_files | set((meta.get("tfds") or {}).get("files", [])))
     report.seconds = time.time() - started
     return report
 

@@ -32,6 +32,9 @@ class Encoding:
     #: a record may lack the feature (or hold it with no kind set): it then decodes to an empty 1-D array
     #: (``tf.io.VarLenFeature``); otherwise a missing feature is an error
     optional = False
+    #: the ``encoding`` of the TFDS ``Tensor`` feature that reads this encoding's bytes as they are (``"bytes"``,
+    #: ``"zlib"``, ``"none"`` for native lists; ``--tfds_name``), or None when TFDS has no such feature
+    tfds_encoding: str | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -24,6 +24,7 @@ class ListEncoding(Encoding):
 
     name = "list"
     native = True
+    tfds_encoding = "none"  # a plain tfds.features.Tensor: TFDS parses the list and casts it to the dtype
 
     def check(self, spec: FeatureSpec, allow_lossy: Iterable[str] = ()) -> None:
         super().check(spec, allow_lossy)

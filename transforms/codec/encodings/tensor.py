@@ -23,6 +23,7 @@ class TensorEncoding(Encoding):
     """Row -> ``Feature{bytes_list: [row.astype(little-endian).tobytes()]}``; TFDS's ``Encoding.BYTES``."""
 
     name = "tensor"
+    tfds_encoding = "bytes"  # tfds.features.Encoding.BYTES: raw little-endian bytes, tf.io.decode_raw
     varying_dtype = True
 
     def check(self, spec: FeatureSpec, allow_lossy: Iterable[str] = ()) -> None:

@@ -23,6 +23,7 @@ class VarLenEncoding(ListEncoding):
 
     name = "varlen"
     optional = True
+    tfds_encoding = None  # TFDS requires every feature in every record
 
     def check(self, spec: FeatureSpec, allow_lossy: Iterable[str] = ()) -> None:
         super().check(spec, allow_lossy)

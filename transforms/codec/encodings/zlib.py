@@ -22,6 +22,7 @@ class ZlibEncoding(TensorEncoding):
     """Row -> ``Feature{bytes_list: [zlib.compress(row.astype(little-endian).tobytes())]}``."""
 
     name = "zlib"
+    tfds_encoding = "zlib"  # tfds.features.Encoding.ZLIB, byte-identical
     varying_dtype = False
 
     def fixed_layout(self, spec: FeatureSpec) -> bool:

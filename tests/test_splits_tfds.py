@@ -1,0 +1,197 @@
+"""--splits (TFX hash buckets), --split, and --tfds_name outputs that tfds.builder_from_directory loads as they are
+(issue 12 items 1 and 2)."""
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import convert, run_command
+from tests.test_augment import tf  # noqa: F401 - the shared TF fixture
+from tfrecord_etl.pipelines import verify as verify_module
+from tfrecord_etl.transforms import metadata, reader
+from tfrecord_etl.transforms.errors import SchemaError
+
+ROWS = 600
+
+
+def make_npz(path, rows=ROWS, start=0, seed=0):
+    rng = np.random.default_rng(seed)
+    data = {
+        "image": rng.integers(0, 256, (rows, 6, 6, 3), dtype=np.uint8),  # tensor under auto
+        "label": np.arange(start, start + rows, dtype=">i8") * 7 % 11,  # the split key: repeated values
+        "uid": np.array([f"id-{i:05d}".encode() for i in range(start, start + rows)], dtype="S8"),
+        "emb": rng.standard_normal((rows, 4)).astype("<f4"),
+        "weight": rng.standard_normal(rows).astype(">f8"),  # tensor (float64)
+        "flag": (np.arange(start, start + rows) % 3 == 0),
+        "caption": np.array([f"caption {i}" for i in range(start, start + rows)]),  # <U..: TFDS Text
+    }
+    np.savez(path, **data)
+    return data
+
+
+def tfx_split(feature_bytes: bytes, buckets: list[int]) -> int:
+    """TFX ExampleGen's _PartitionFn (tfx/components/example_gen/base_example_gen_executor.py), verbatim."""
+    bucket = int(hashlib.sha256(feature_bytes).hexdigest(), 16) % buckets[-1]
+    return bisect.bisect(buckets, bucket)
+
+
+@pytest.fixture(scope="module")
+def split_output(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("splits")
+    data = make_npz(tmp / "in.npz")
+    code, _, _ = convert(tmp / "in.npz", tmp / "out", "--splits", "train=8,validation=1,test=1", "--split_key",
+                         "uid", "--num_shards", "3", "--provenance", "--index")
+    assert code == 0
+    return data, tmp
+
+
+def test_each_row_lands_in_the_split_tfx_would_give_it(split_output, tf):
+    data, tmp = split_output
+    out = str(tmp / "out")
+    meta = metadata.load(out)
+    assert list(meta["splits"]) == ["train", "validation", "test"]
+    names = ["train", "validation", "test"]
+    seen = []
+    for k, name in enumerate(names):
+        got = list(reader.iter_numpy(out, split=name))
+        assert len(got) == meta["splits"][name]["num_records"] and meta["splits"][name]["num_shards"] == 3
+        for ex in got:
+            row = int(ex["_source/row"])
+            key = tf.train.Feature(bytes_list=tf.train.BytesList(value=[data["uid"][row]]))
+            assert tfx_split(key.SerializeToString(deterministic=True), [8, 9, 10]) == k
+            np.testing.assert_array_equal(ex["image"], data["image"][row])
+            assert ex["weight"] == data["weight"][row] and ex["caption"] == data["caption"][row]
+            seen.append(row)
+    assert sorted(seen) == list(range(ROWS))  # every row once
+    counts = [meta["splits"][n]["num_records"] for n in names]
+    assert 0.7 * ROWS < counts[0] < 0.9 * ROWS and all(c > 0 for c in counts)
+    assert sum(1 for _ in reader.to_tf_dataset(out, split="validation")) == counts[1]
+    assert len(reader.RandomAccess(out, split="test")) == counts[2]
+    with pytest.raises(SchemaError, match=r"No split 'dev' in this output; its splits are \['train', 'validation'"):
+        list(reader.iter_numpy(out, split="dev"))
+
+
+def test_integer_split_key_and_row_index_key_do_not_depend_on_the_shards(split_output, tf):
+    data, tmp = split_output
+    membership = {}
+    for shards in ("1", "4"):
+        out = tmp / f"rows{shards}"
+        assert convert(tmp / "in.npz", out, "--splits", "a=1,b=1", "--num_shards", shards, "--provenance")[0] == 0
+        membership[shards] = {n: sorted(int(e["_source/row"]) for e in reader.iter_numpy(str(out), split=n))
+                              for n in ("a", "b")}
+    assert membership["1"] == membership["4"] and 200 < len(membership["1"]["a"]) < 400
+    out = tmp / "bylabel"
+    assert convert(tmp / "in.npz", out, "--splits", "a=3,b=2", "--split_key", "label", "--provenance")[0] == 0
+    for k, name in enumerate(("a", "b")):
+        for ex in reader.iter_numpy(str(out), split=name):
+            key = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(ex["label"])]))
+            assert tfx_split(key.SerializeToString(deterministic=True), [3, 5]) == k
+
+
+def test_verify_checks_split_outputs_against_the_source(split_output, capsys):
+    _, tmp = split_output
+    code, out, _ = run_command(verify_module.main, [tmp / "out", "--source", tmp / "in.npz"], capsys)
+    assert code == 0 and "600 of 600 rows compared, provenance" in out and "not listed" not in out
+
+
+def test_split_flag_errors(tmp_path, capsys):
+    make_npz(tmp_path / "in.npz", rows=20)
+    for flags, message in [
+        (["--splits", "train=8"], "--splits needs at least two splits"),
+        (["--splits", "train=8,te-st=2"], "split name 'te-st' must be 1-64 letters"),
+        (["--splits", "train=0,test=2"], "Input should be greater than or equal to 1|must be a positive integer"),
+        (["--splits", "a=1,b=1", "--split_key", "emb"], "--split_key emb: the key must be one integer or string"),
+        (["--splits", "a=1,b=1", "--split_key", "nope"], "--split_key nope: no such feature"),
+        (["--split_key", "label"], "--split_key decides between --splits"),
+        (["--splits", "a=1,b=1", "--split", "a"], "cannot be combined"),
+        (["--splits", "a=1,b=1", "--writer", "beam"], "need --writer planned"),
+        (["--tfds_name", "toy", "--compression", "gzip"], "TFDS reads TFRecord shards uncompressed"),
+        (["--tfds_name", "toy", "--feature_encodings", "flag=packbits"], "feature 'flag' cannot be described to TFDS"),
+        (["--tfds_name", "Bad-Name"], "tfds_name"),
+    ]:
+        code, _, err = convert(tmp_path / "in.npz", tmp_path / "out", *flags, capsys=capsys)
+        assert code != 0, flags
+        assert any(m in err for m in message.split("|")), (flags, err)
+    assert not (tmp_path / "out" / "metadata.json").exists()
+
+
+# -- TFDS ------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tfds_dir(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tfds")
+    train = make_npz(tmp / "train.npz")
+    test = make_npz(tmp / "test.npz", rows=50, start=10_000, seed=1)
+    out = tmp / "toy"
+    assert convert(tmp / "train.npz", out, "--tfds_name", "toy", "--split", "train", "--num_shards", "3",
+                   "--provenance")[0] == 0
+    assert convert(tmp / "test.npz", out, "--tfds_name", "toy", "--split", "test", "--provenance")[0] == 0
+    return {"train": train, "test": test}, tmp, out
+
+
+def in_order():
+    """TFDS interleaves 16 shards at a time; one at a time reads the records in file order."""
+    import tensorflow_datasets as tfds
+    return tfds.ReadConfig(interleave_cycle_length=1)
+
+
+def check_tfds_values(ds, source, rows):
+    import tensorflow_datasets as tfds
+    got = list(tfds.as_numpy(ds))
+    assert [int(e["_source"]["row"]) for e in got] == list(rows)
+    for e in got:
+        r = int(e["_source"]["row"])
+        np.testing.assert_array_equal(e["image"], source["image"][r])
+        assert e["image"].dtype == np.uint8 and e["image"].shape == (6, 6, 3)
+        assert e["label"] == source["label"][r] and e["label"].dtype == np.int64
+        assert e["uid"] == source["uid"][r]
+        np.testing.assert_array_equal(e["emb"], source["emb"][r])
+        assert e["weight"] == source["weight"][r] and e["weight"].dtype == np.float64
+        assert bool(e["flag"]) == bool(source["flag"][r])
+        assert e["caption"].decode() == source["caption"][r]
+    return got
+
+
+def test_tfds_builder_from_directory_loads_every_split_exactly(tfds_dir):
+    import tensorflow_datasets as tfds
+    data, _, out = tfds_dir
+    builder = tfds.builder_from_directory(str(out))
+    assert {n: s.num_examples for n, s in builder.info.splits.items()} == {"train": ROWS, "test": 50}
+    assert builder.info.splits["train"].num_shards == 3
+    check_tfds_values(builder.as_dataset(split="train", shuffle_files=False, read_config=in_order()), data["train"], range(ROWS))
+    check_tfds_values(builder.as_dataset(split="test", shuffle_files=False, read_config=in_order()), data["test"], range(50))
+    check_tfds_values(builder.as_dataset(split="train[:10%]", shuffle_files=False, read_config=in_order()), data["train"], range(60))
+    check_tfds_values(builder.as_dataset(split="test[-10:]", shuffle_files=False, read_config=in_order()), data["test"], range(40, 50))
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["tfds"]["files"] == ["features.json", "dataset_info.json"]
+    assert [r["splits"] for r in meta["runs"]] == [["train"], ["test"]]
+    assert meta["rows_read"] == ROWS + 50 and meta["num_records"] == ROWS + 50
+    assert len(list(reader.iter_numpy(str(out), split="test"))) == 50
+
+
+def test_tfds_split_add_rules(tfds_dir, capsys):
+    import tensorflow_datasets as tfds
+    data, tmp, out = tfds_dir
+    # a split already there: refused without --overwrite, nothing touched
+    before = sorted(p.name for p in out.iterdir())
+    code, _, err = convert(tmp / "test.npz", out, "--tfds_name", "toy", "--split", "test", "--provenance",
+                           capsys=capsys)
+    assert code != 0 and "Split 'test' is already in this TFDS directory" in err
+    assert sorted(p.name for p in out.iterdir()) == before
+    # other features: refused
+    np.savez(tmp / "other.npz", label=np.arange(5))
+    code, _, err = convert(tmp / "other.npz", out, "--tfds_name", "toy", "--split", "extra", capsys=capsys)
+    assert code != 0 and "The features differ from those of the splits already in this TFDS directory" in err
+    # --overwrite replaces that split and keeps the other
+    code, _, err = convert(tmp / "test.npz", out, "--tfds_name", "toy", "--split", "test", "--provenance",
+                           "--overwrite", capsys=capsys)
+    assert code == 0 and "keeping 3 files of the splits already there" in err.replace(f" in {out}", " there")
+    builder = tfds.builder_from_directory(str(out))
+    assert {n: s.num_examples for n, s in builder.info.splits.items()} == {"train": ROWS, "test": 50}
+    check_tfds_values(builder.as_dataset(split="train[:5]", shuffle_files=False, read_config=in_order()), data["train"], range(5))
+    code, stdout, _ = run_command(verify_module.main, [out], capsys)
+    assert code == 0 and "not listed" not in stdout

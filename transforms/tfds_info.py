@@ -1,0 +1,140 @@
+"""TFDS metadata of an output directory (``--tfds_name``): ``dataset_info.json`` and ``features.json``, so
+``tfds.builder_from_directory(output_dir)`` loads every split as it is, with no hand work.
+
+The features are TFDS's own connectors describing the bytes we wrote (``tensorflow_datasets/core/features/
+tensor_feature.py``): a ``tensor`` feature is ``Tensor(shape, dtype, encoding=Encoding.BYTES)`` (raw little-endian
+bytes, decoded with ``tf.io.decode_raw``), ``zlib`` is ``Encoding.ZLIB`` (byte-identical to TFDS's encoder), a
+``list`` feature is ``Tensor(shape, dtype)`` (native lists; TFDS casts int64/float32 back to the dtype), a scalar
+``str`` feature is ``Text()``, other strings ``Tensor(dtype=tf.string)``. A feature name with ``/`` becomes a
+nested ``FeaturesDict`` (TFDS flattens nesting with ``/``: ``_source/file`` is ``{"_source": {"file": ...}}``).
+One dimension may vary (TFDS reshapes with -1); our ``<name>/shape`` companions are ignored by TFDS.
+
+The split infos (shard lengths, bytes, the ``{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}`` file template) come from
+the counts the writers report; nothing is re-read. TensorFlow Datasets (the ``tfds`` extra) is imported only here
+and only when writing; :func:`check_features` is pure and runs at planning.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Sequence
+
+import numpy as np
+
+from tfrecord_etl.transforms import fileio
+from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, encoding_of
+from tfrecord_etl.transforms.errors import ConfigError, SchemaError
+
+VERSION = "1.0.0"  # the dataset version written (TFDS needs one; builder_from_directory reads it back)
+
+
+def _problem(spec: FeatureSpec) -> str | None:
+    """Why TFDS cannot describe ``spec`` as written, or None."""
+    encoding = encoding_of(spec)
+    if encoding.tfds_encoding is None:
+        return f"the {spec.encoding} encoding has no TFDS feature (use list, tensor or zlib)"
+    if spec.dtype is None or spec.shape is None:
+        return "its dtype or rank varies between examples"
+    if list(spec.shape).count(None) > 1:
+        return "more than one of its dimensions varies (TFDS stores that under <name>/value)"
+    if spec.dtype == VLEN_BYTES:
+        return None
+    dt = np.dtype(spec.dtype)
+    if dt.kind in "SU" and not encoding.native:
+        return f"fixed-width strings are {spec.encoding}-encoded (use --feature_encodings {spec.name}=list)"
+    if dt.kind == "V":
+        return "opaque void bytes have no TFDS dtype"
+    if dt.str == "<u4" and not encoding.native:  # tf.io.decode_raw has no uint32
+        return f"TFDS cannot decode {spec.encoding} uint32 (use --feature_encodings {spec.name}=list)"
+    return None
+
+
+def check_features(specs: Sequence[FeatureSpec]) -> None:
+    """Raises SchemaError naming the first feature TFDS could not read as written, or a name that is both a
+    feature and a group of features (``a`` and ``a/b``). No TFDS import."""
+    for spec in specs:
+        why = _problem(spec)
+        if why:
+            raise SchemaError(f"--tfds_name: feature '{spec.name}' cannot be described to TFDS: {why}",
+                              feature=spec.name)
+    names = {s.name for s in specs}
+    for name in names:
+        parts = name.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in names:
+                raise SchemaError(f"--tfds_name: feature '{name}' lies under feature '{'/'.join(parts[:i])}' (TFDS "
+                                  "nests features by '/')", feature=name)
+        if any(p == "" for p in parts):
+            raise SchemaError(f"--tfds_name: feature name '{name}' has an empty part between '/'", feature=name)
+
+
+def require_tfds() -> None:
+    """Raises ConfigError when TensorFlow Datasets is not installed (the ``tfds`` extra)."""
+    try:
+        import tensorflow_datasets  # noqa: F401
+    except ImportError:
+        raise ConfigError("--tfds_name needs TensorFlow Datasets", hint="pip install 'tfrecord-etl[tfds]'") from None
+
+
+def _feature(spec: FeatureSpec):
+    from tensorflow_datasets.core import features as tfds_features
+    if spec.dtype == VLEN_BYTES or np.dtype(spec.dtype).kind in "SU":
+        if spec.dtype != VLEN_BYTES and np.dtype(spec.dtype).kind == "U" and spec.shape == ():
+            return tfds_features.Text()
+        return tfds_features.Tensor(shape=spec.shape, dtype=np.object_)
+    dt = np.dtype(spec.dtype)
+    dtype = np.int64 if dt.kind in "Mm" else dt.newbyteorder("=").type
+    return tfds_features.Tensor(shape=spec.shape, dtype=dtype, encoding=encoding_of(spec).tfds_encoding)
+
+
+def features_dict(specs: Sequence[FeatureSpec]):
+    """The ``tfds.features.FeaturesDict`` of ``specs`` (names with ``/`` nested)."""
+    from tensorflow_datasets.core import features as tfds_features
+    tree: dict = {}
+    for spec in specs:
+        *groups, leaf = spec.name.split("/")
+        node = tree
+        for g in groups:
+            node = node.setdefault(g, {})
+        node[leaf] = _feature(spec)
+
+    def build(node):
+        return tfds_features.FeaturesDict({k: build(v) if isinstance(v, dict) else v for k, v in node.items()})
+    return build(tree)
+
+
+def write(output_dir: str, name: str, specs: Sequence[FeatureSpec], shards: Sequence[dict],
+          description: str = "") -> list[str]:
+    """Writes TFDS's metadata files of ``output_dir`` (``dataset_info.json``, ``features.json``) for the TFDS dataset
+    ``name`` whose shards (``[{"file", "records", "bytes", "split"}]``, in file order) are already final; each file
+    is committed with ``sink.write_file`` (a rename), ``dataset_info.json`` last. Returns the names written.
+
+    Raises:
+      ConfigError: TensorFlow Datasets missing.
+    """
+    require_tfds()
+    from etils import epath
+    from tensorflow_datasets.core import dataset_info, naming, splits as split_lib, utils
+    from tfrecord_etl.transforms import sink
+    template = naming.ShardedFileTemplate(data_dir=epath.Path(output_dir), template=naming.DEFAULT_FILENAME_TEMPLATE,
+                                          dataset_name=name, filetype_suffix="tfrecord")
+    by_split: dict[str, list[dict]] = {}
+    for shard in shards:
+        by_split.setdefault(shard["split"], []).append(shard)
+    infos = [split_lib.SplitInfo(name=split, shard_lengths=[s["records"] for s in items],
+                                 num_bytes=sum(s["bytes"] for s in items),
+                                 filename_template=template.replace(split=split))
+             for split, items in by_split.items()]
+    identity = dataset_info.DatasetIdentity(name=name, version=utils.Version(VERSION), data_dir=output_dir,
+                                            module_name="")
+    info = dataset_info.DatasetInfo(builder=identity, features=features_dict(specs),
+                                    description=description or f"{name}: converted by tfrecord-etl")
+    info.set_file_format("tfrecord")
+    info.set_splits(split_lib.SplitDict(infos))
+    with tempfile.TemporaryDirectory() as tmp:
+        info.write_to_directory(tmp)
+        names = sorted(os.listdir(tmp), key=lambda n: (n == "dataset_info.json", n))
+        for n in names:
+            with open(os.path.join(tmp, n), "rb") as f:
+                sink.write_file(fileio.join(output_dir, n), f.read())
+    return names
