@@ -1,6 +1,6 @@
 """Benchmark of tfrecord-etl against the hand-written loop, plain Beam and the raw copy (issue 4, item 3).
 
-    .venv/bin/python -m bench.run [--scale 1.0] [--only small,large,augment,scaling] [--workdir DIR] [--keep]
+    .venv/bin/python -m bench.run [--scale 1.0] [--only small,large,augment,scaling,splits] [--workdir DIR] [--keep]
                                   [--rss_8gb] [--repeat 1] [--steady auto|on|off] [--results_dir DIR]
 
 Generates its inputs deterministically (``bench.datagen``: fixed seeds, written in chunks), then runs
@@ -18,6 +18,9 @@ process of the tree, from the kernel's high-water mark and psutil polling), side
 * scaling (default 20,000,000 small rows, 1.44 GB raw): ``convert --writer planned`` with 1 and with
   2 workers, and the raw copy: the 2-vs-1-worker target needs seconds of work per worker, which the
   2M-row small section (about 1 s a worker) does not give;
+* splits (1,000,000 small rows, 20,000 large rows): ``convert`` without and with ``--splits
+  train=8,validation=1,test=1``, and with ``--shuffle_seed 1`` too (2 workers), with the seed loop and the raw
+  copy: what splitting and the shuffle cost (issue 12);
 * with ``--rss_8gb``: one 8 GB HDF5 file converted with ``--writer planned``, for its peak RSS.
 
 Before every measured run the page cache's dirty pages are flushed (``settle``: sync, then wait until
@@ -68,8 +71,9 @@ TINY_FRACTION = 50  # steady state: the same command on 1/50 of the rows
 MIN_STEADY_DELTA_S = 0.25  # below this difference of wall times, the steady-state figure is noise (use --repeat 3)
 
 BEAM = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
-SECTIONS = ("small", "large", "augment", "scaling", "raw", "files", "sizes")
+SECTIONS = ("small", "large", "augment", "scaling", "raw", "files", "splits", "sizes")
 DEFAULT_SECTIONS = SECTIONS[:-1]  # sizes (issue 16, ~13 minutes, 17 GB of inputs) runs when asked: --only sizes
+SPLITS_ROWS = {"small": 1_000_000, "large": 20_000}  # the splits section: --splits and --shuffle_seed cost
 
 
 def beam_flags(workers: int) -> list[str]:
@@ -432,6 +436,24 @@ class Bench:
                            rows, rb, self.convert_cmd("planned", workers, SMALL), tiny, expect_writer="planned",
                            check="metadata")
 
+    def splits_section(self, kind: str) -> None:
+        """What ``--splits train=8,validation=1,test=1`` and ``--shuffle_seed`` cost against the same conversion
+        without them (2 workers each, planned writer), with the seed loop and the raw copy of the input."""
+        section = f"splits_{kind}"
+        rows, rb, tiny = self.rows_input(section, kind, SPLITS_ROWS[kind])
+        py, base = self.py, self.convert_cmd("planned", 2, LAYOUTS[kind])
+        self.contender(section, "seed", "seed loop", "seed", rows, rb,
+                       lambda i, o: [py, "-m", "bench.seed_loop", "--input", i,
+                                     "--output", os.path.join(o, "data.tfrecord")], tiny)
+        for key, name, flags, writer in (
+                ("convert_2w", "convert (2 workers)", [], "planned"),
+                ("splits_2w", "convert --splits train=8,validation=1,test=1 (2 workers)",
+                 ["--splits", "train=8,validation=1,test=1"], "planned"),
+                ("shuffled_2w", "convert --splits ... --shuffle_seed 1 (2 workers)",
+                 ["--splits", "train=8,validation=1,test=1", "--shuffle_seed", "1"], "shuffled")):
+            self.contender(section, key, name, "other", rows, rb, lambda i, o, f=flags: base(i, o) + f, tiny,
+                           expect_writer=writer, check="metadata")
+
     def augment_section(self, section: str, kind: str, rows: int, h5_name: str) -> None:
         layout = LAYOUTS[kind]
         rb = row_bytes(layout)
@@ -513,6 +535,10 @@ class Bench:
                 if section in sections:
                     self.new_source_section(section)
                     order.append(section)
+            if "splits" in sections:
+                for kind in ("small", "large"):
+                    self.splits_section(kind)
+                    order.append(f"splits_{kind}")
             if "sizes" in sections:
                 order += sizes.run_sizes(self, args.sizes, args.seed_limit_s)
             if args.rss_8gb:

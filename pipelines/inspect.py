@@ -54,6 +54,10 @@ def summarize(output_dir: str, tf_read: bool = False, max_record_bytes: int | No
         "shards": meta["shards"],
         "sample": {k: _short(v) for k, v in (sample or {}).items()},
     }
+    if meta.get("splits"):
+        out["splits"] = meta["splits"]
+    if meta.get("tfds"):
+        out["tfds"] = meta["tfds"]
     if tf_read:
         out["tf_read_records"] = _count_with_tf(output_dir)
         if out["tf_read_records"] != meta["num_records"]:
@@ -177,6 +181,12 @@ def render(s: dict) -> str:
     if "tf_read_records" in s:
         lines.append(f"read back with tf.data: {s['tf_read_records']} examples (matches the "
                      f"{'count' if 'inferred' in s else 'metadata'})")
+    if s.get("splits"):
+        lines.append("splits: " + ", ".join(f"{name} {info['num_records']} records in {info['num_shards']} shards"
+                                            for name, info in s["splits"].items()))
+    if s.get("tfds"):
+        lines.append(f"TFDS dataset {s['tfds']['name']} {s['tfds'].get('version', '')}: "
+                     f"tfds.builder_from_directory loads it")
     lines.append(f"{'feature':<28} {'dtype':<10} {'shape':<18} encoding")
     for f in s["features"]:
         shape = "*" if f["shape"] is None else str(f["shape"])

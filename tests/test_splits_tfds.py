@@ -195,3 +195,93 @@ def test_tfds_split_add_rules(tfds_dir, capsys):
     check_tfds_values(builder.as_dataset(split="train[:5]", shuffle_files=False, read_config=in_order()), data["train"], range(5))
     code, stdout, _ = run_command(verify_module.main, [out], capsys)
     assert code == 0 and "not listed" not in stdout
+
+
+# -- --shuffle_seed ---------------------------------------------------------------------------------------------
+
+def rows_of(out, split=None):
+    return [int(e["_source/row"]) for e in reader.iter_numpy(str(out), split=split)]
+
+
+def test_shuffle_seed_shuffles_within_each_split_reproducibly(split_output, capsys):
+    data, tmp = split_output
+    flags = ["--splits", "train=8,validation=1,test=1", "--split_key", "uid", "--num_shards", "3", "--provenance"]
+    outs = {}
+    for name, extra in (("s7", ["--shuffle_seed", "7"]), ("s7again", ["--shuffle_seed", "7"]),
+                        ("s8", ["--shuffle_seed", "8"]),
+                        ("s7procs", ["--shuffle_seed", "7", "--runner=DirectRunner", "--direct_running_mode=multi_processing",
+                                     "--direct_num_workers=2"])):
+        argv = [tmp / "in.npz", tmp / name, *flags, *extra]
+        code, _, err = convert(*argv, capsys=capsys, beam="--direct_running_mode=multi_processing" not in extra)
+        assert code == 0, err
+        outs[name] = tmp / name
+    files = sorted(p.name for p in outs["s7"].glob("data-*"))
+    assert len(files) == 9
+    for f in files:  # byte-identical for a seed, in one process or two
+        assert (outs["s7"] / f).read_bytes() == (outs["s7again"] / f).read_bytes() == (outs["s7procs"] / f).read_bytes()
+    assert metadata.load(str(outs["s7"]))["writer"] == "shuffled"
+    for split in ("train", "validation", "test"):
+        plain = rows_of(tmp / "out", split)  # the unshuffled output of the same splits
+        shuffled, other_seed = rows_of(outs["s7"], split), rows_of(outs["s8"], split)
+        assert sorted(shuffled) == sorted(plain) == sorted(other_seed)  # same members, every row once
+        assert shuffled != plain and shuffled != other_seed
+    train = rows_of(outs["s7"], "train")
+    firsts = [train[i] for i in range(0, len(train), 10)]  # records from all over the input, in every shard
+    assert min(firsts) < ROWS / 5 and max(firsts) > 4 * ROWS / 5
+    for ex in reader.iter_numpy(str(outs["s7"]), split="test"):
+        np.testing.assert_array_equal(ex["image"], data["image"][int(ex["_source/row"])])
+    code, out, _ = run_command(verify_module.main, [outs["s7"], "--source", tmp / "in.npz"], capsys)
+    assert code == 0 and "600 of 600 rows compared" in out
+
+
+def test_shuffle_without_splits_and_in_tfds(tmp_path, capsys):
+    import tensorflow_datasets as tfds
+    data = make_npz(tmp_path / "in.npz", rows=200)
+    assert convert(tmp_path / "in.npz", tmp_path / "out", "--shuffle_seed", "1", "--num_shards", "2",
+                   "--provenance", "--index")[0] == 0
+    assert sorted(p.name for p in (tmp_path / "out").glob("data-*")) == [
+        "data-00000-of-00002.idx", "data-00000-of-00002.tfrecord", "data-00001-of-00002.idx",
+        "data-00001-of-00002.tfrecord"]
+    rows = rows_of(tmp_path / "out")
+    assert sorted(rows) == list(range(200)) and rows != list(range(200))
+    ra = reader.RandomAccess(str(tmp_path / "out"))
+    assert [int(ra[i]["_source/row"]) for i in range(200)] == rows
+    assert convert(tmp_path / "in.npz", tmp_path / "toy", "--shuffle_seed", "1", "--tfds_name", "toy",
+                   "--provenance")[0] == 0
+    got = [int(e["_source"]["row"]) for e in tfds.as_numpy(tfds.builder_from_directory(
+        str(tmp_path / "toy")).as_dataset(split="train", shuffle_files=False, read_config=in_order()))]
+    assert sorted(got) == list(range(200)) and got != list(range(200))
+    code, _, err = convert(tmp_path / "in.npz", tmp_path / "b", "--shuffle_seed", "1", "--writer", "beam",
+                           capsys=capsys)
+    assert code != 0 and "need --writer planned" in err
+
+
+@pytest.mark.parametrize("encoding", ["list", "tensor", "zlib"])
+def test_tfds_loads_a_feature_with_one_varying_dimension(tmp_path, encoding):
+    """npz arrays mode: one example per member, shape [None, 2]: TFDS gets Tensor(shape=(None, 2)) and reshapes."""
+    import tensorflow_datasets as tfds
+    members = {"a": np.arange(6, dtype="<f4").reshape(3, 2), "b": np.arange(10, dtype="<f4").reshape(5, 2) * -1,
+               "c": np.zeros((0, 2), "<f4")}
+    np.savez(tmp_path / "in.npz", **members)
+    assert convert(tmp_path / "in.npz", tmp_path / "out", "--npz_mode", "arrays", "--tfds_name", "ragged",
+                   "--encoding", encoding)[0] == 0
+    builder = tfds.builder_from_directory(str(tmp_path / "out"))
+    assert builder.info.features["array"].shape == (None, 2)
+    got = {e["key"].decode(): e["array"] for e in tfds.as_numpy(builder.as_dataset(split="train"))}
+    assert got.keys() == members.keys()
+    for name, values in members.items():
+        assert got[name].dtype == np.float32
+        np.testing.assert_array_equal(got[name], values)
+
+
+def test_augment_keeps_the_splits(split_output):
+    from tests.test_augment import run_augment
+    _, tmp = split_output
+    for mode in ("rewrite", "sidecar"):
+        out = tmp / f"aug_{mode}"
+        assert run_augment(tmp / "out", out, "--mode", mode, "--constants", "year=2026")[0] == 0
+        meta, before = metadata.load(str(out)), metadata.load(str(tmp / "out"))
+        assert meta["splits"] == before["splits"]
+        assert [s["split"] for s in meta["shards"]] == [s["split"] for s in before["shards"]]
+    test = list(reader.iter_numpy(str(tmp / "aug_rewrite"), split="test"))
+    assert len(test) == before["splits"]["test"]["num_records"] and all(int(e["year"]) == 2026 for e in test)

@@ -172,12 +172,13 @@ class EncodeExamples(beam.PTransform):
 
 
 def encode_splits(rr: RowRange, columns: dict, specs: Sequence[FeatureSpec], allow_lossy=(), provenance=False,
-                  split_plan: SplitPlan | None = None) -> list[tuple[int, EncodedBatch]]:
-    """Encodes the columns of one row range as ``[(split number, batch)]``: one batch (split 0) without
-    ``split_plan``, else one per split that holds rows of the range (``SplitPlan.assign``), each in row order and
-    encoded in one call."""
+                  split_plan: SplitPlan | None = None) -> list[tuple[int, np.ndarray | None, EncodedBatch]]:
+    """Encodes the columns of one row range as ``[(split number, rows, batch)]``: one batch (split 0, ``rows``
+    None: all of them) without ``split_plan``, else one per split that holds rows of the range
+    (``SplitPlan.assign``), ``rows`` their positions in the range (int64), each in row order and encoded in one
+    call."""
     if split_plan is None or not split_plan.hashed:
-        return [(0, encode_range(rr, columns, specs, allow_lossy, provenance))]
+        return [(0, None, encode_range(rr, columns, specs, allow_lossy, provenance))]
     if provenance:
         columns = add_provenance(rr, columns)
     try:
@@ -189,15 +190,17 @@ def encode_splits(rr: RowRange, columns: dict, specs: Sequence[FeatureSpec], all
                 part = columns if rows.size == rr.num_rows else {
                     name: col[rows] if isinstance(col, np.ndarray) else [col[i] for i in rows]
                     for name, col in columns.items()}
-                out.append((k, encode_columns(part, specs, int(rows.size), allow_lossy)))
+                out.append((k, None if rows.size == rr.num_rows else rows,
+                            encode_columns(part, specs, int(rows.size), allow_lossy)))
         return out
     except (RecordError, SchemaError) as e:
         raise e.with_context(file=rr.path, rows=f"{rr.start}-{rr.stop - 1}") from None
 
 
 def read_and_encode(source: Source, rr: RowRange, specs, allow_lossy=(), provenance=False, dead_letters=False,
-                    split_plan: SplitPlan | None = None) -> tuple[list[tuple[int, EncodedBatch]], list[dict]]:
-    """Reads and encodes one row range: ``([(split, batch)...], [])`` (:func:`encode_splits`); with
+                    split_plan: SplitPlan | None = None
+                    ) -> tuple[list[tuple[int, np.ndarray | None, EncodedBatch]], list[dict]]:
+    """Reads and encodes one row range: ``([(split, rows, batch)...], [])`` (:func:`encode_splits`); with
     ``dead_letters`` a range that fails becomes ``([], [letter])``, except that a range of several files
     (``files`` / npy ``files`` modes: one file per row) is retried file by file, so only the files that fail
     become letters and the others are written.
@@ -217,7 +220,7 @@ def read_and_encode(source: Source, rr: RowRange, specs, allow_lossy=(), provena
     for i in range(rr.num_rows):
         one = RowRange(rr.path, rr.start + i, rr.start + i + 1, rr.items[i:i + 1], True)
         b, d = read_and_encode(source, one, specs, allow_lossy, provenance, dead_letters, split_plan)
-        batches += b
+        batches += [(k, i + (np.arange(batch.num_rows) if rows is None else rows), batch) for k, rows, batch in b]
         letters += d
     return batches, letters
 
@@ -241,7 +244,7 @@ class ReadAndEncodeFn(beam.DoFn):
         for letter in letters:
             self._dead.inc(letter["rows"])
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
-        for _, batch in batches:
+        for _, _, batch in batches:
             self._examples.inc(batch.num_rows)
             yield from batch.records()
 
@@ -297,7 +300,7 @@ class WriteShardFn(beam.DoFn):
         self._dead = Metrics.counter(NAMESPACE, "rows_dead_lettered")
         self._clock = ShardClock()
 
-    def _encoded(self, rr: RowRange, letters: list) -> list[tuple[int, EncodedBatch]]:
+    def _encoded(self, rr: RowRange, letters: list) -> list[tuple[int, np.ndarray | None, EncodedBatch]]:
         """The encoded rows of one range, by split; with a dead-letter dir, what fails becomes letters."""
         try:
             batches, dead = read_and_encode(self._source, rr, self._specs, self._lossy, self._prov,
@@ -326,7 +329,7 @@ class WriteShardFn(beam.DoFn):
                                                                  self._compression, self._index))
                            for _, f in files]
                 for rr in shard.ranges:
-                    for split, batch in self._encoded(rr, letters):
+                    for split, _, batch in self._encoded(rr, letters):
                         writers[split].write_encoded(batch)
                 dead_rows = sum(d["rows"] for d in letters)
                 records = sum(w.records for w in writers)
@@ -358,6 +361,77 @@ class WriteShardFn(beam.DoFn):
             print(f"[tfrecord-etl] shard {shard.index + 1}/{shard.num_shards} done: "
                   f"{', '.join(f for _, f in files)}, {records} records, {size} bytes", file=sys.stderr, flush=True)
         yield from out
+
+
+class KeyShuffledRecordsFn(beam.DoFn):
+    """``--shuffle_seed``: reads and encodes one row range and yields each record as ``((split, shard), (key,
+    record))``, ``key`` = ``sharding.shuffle_keys(seed, global row)`` and ``shard = key % num_shards``; a failing
+    range goes to the ``dead_letters`` output when ``dead_letters``."""
+
+    def __init__(self, source: Source, specs, row_offsets: dict, num_shards: int, seed: int, allow_lossy=(),
+                 provenance=False, dead_letters=False, split_plan: SplitPlan | None = None):
+        self._source, self._specs, self._lossy, self._prov = source, tuple(specs), tuple(allow_lossy), provenance
+        self._offsets, self._n, self._seed = dict(row_offsets), num_shards, seed
+        self._dead_letters, self._split_plan = dead_letters, split_plan
+        self._rows = Metrics.counter(NAMESPACE, "rows_read")
+        self._examples = Metrics.counter(NAMESPACE, "examples_encoded")
+        self._dead = Metrics.counter(NAMESPACE, "rows_dead_lettered")
+
+    def process(self, rr: RowRange):
+        batches, letters = read_and_encode(self._source, rr, self._specs, self._lossy, self._prov,
+                                           self._dead_letters, self._split_plan)
+        self._rows.inc(rr.num_rows)
+        for letter in letters:
+            self._dead.inc(letter["rows"])
+            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
+        start = self._offsets[rr.path] + rr.start
+        for split, rows, batch in batches:
+            self._examples.inc(batch.num_rows)
+            rows = np.arange(batch.num_rows) if rows is None else rows
+            keys = sharding.shuffle_keys(self._seed, start + rows)
+            shards = sharding.shuffled_shards(keys, self._n)
+            for key, shard, record in zip(keys.tolist(), shards.tolist(), batch.records()):
+                yield (split, shard), (key, record)
+
+    def finish_bundle(self):
+        self._source.close()
+
+
+class WriteShuffledShardFn(beam.DoFn):
+    """``--shuffle_seed``: one shard's grouped ``(key, record)`` values (and a ``None`` per shard, so an empty shard
+    is written too) -> the shard file, records in key order, committed through ``sink.shard_writer``. Holds the
+    shard's records in memory (about ``--target_shard_mb``). Yields ``{"file", "records", "bytes"[, "split",
+    "index"]}``."""
+
+    def __init__(self, output_dir: str, prefix: str, compression: str, num_shards: int,
+                 split_names: Sequence[str] = (), index=False):
+        self._output_dir, self._prefix, self._compression = output_dir, prefix, compression
+        self._n, self._names, self._index = num_shards, tuple(split_names), index
+        self._written = Metrics.counter(NAMESPACE, "examples_written")
+        self._bytes = Metrics.counter(NAMESPACE, "bytes_written")
+        self._shards = Metrics.counter(NAMESPACE, "shards_written")
+        self._clock = ShardClock()
+
+    def process(self, element):
+        (split, shard), values = element
+        self._clock.start()
+        records = sorted((v for v in values if v is not None), key=lambda kv: kv[0])
+        name = splits.shard_name(self._prefix, self._names[split] if self._names else None, shard, self._n,
+                                 tfrecord.SUFFIXES[self._compression])
+        final = fileio.join(self._output_dir, name)
+        with sink.shard_writer(final, self._compression, self._index) as writer:
+            for i in range(0, len(records), 4096):
+                writer.write_batch([r for _, r in records[i:i + 4096]])
+        out = {"file": name, "records": writer.records, "bytes": fileio.size(final), "dead_rows": 0}
+        if self._names:
+            out["split"] = self._names[split]
+        if self._index:
+            out["index"] = tfrecord.index_name(name)
+        self._written.inc(writer.records)
+        self._bytes.inc(out["bytes"])
+        self._shards.inc()
+        self._clock.end()
+        yield out
 
 
 class WritePlannedShards(beam.PTransform):

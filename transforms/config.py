@@ -97,6 +97,9 @@ class ConvertConfig(BaseModel):
                                      "per example) whose value decides the split; default: the global row index")
     split: Optional[str] = Field(None, description="put every row in this one named split (a TFDS directory gets a "
                                  "split per run: --tfds_name NAME --split test adds test)")
+    shuffle_seed: Optional[int] = Field(None, ge=0, lt=2**64, description="shuffle the record order within each "
+                                        "split (or the output) with this seed: every record may land anywhere, "
+                                        "byte-identical for a seed; moves the data through a Beam shuffle")
     tfds_name: Optional[str] = Field(None, pattern=r"^[a-z][a-z0-9_]{0,63}$", description="write a TFDS-loadable "
                                      "directory: shards NAME-SPLIT.tfrecord-XXXXX-of-YYYYY, dataset_info.json and "
                                      "features.json (tfds.builder_from_directory); uncompressed; split default train")
@@ -147,9 +150,10 @@ class ConvertConfig(BaseModel):
         if self.tfds_name is not None and self.compression != "none":
             raise ValueError(f"TFDS reads TFRecord shards uncompressed: --tfds_name cannot be combined with "
                              f"--compression {self.compression} (convert without --compression)")
-        if (self.splits or self.split is not None or self.tfds_name) and self.writer != "planned":
-            raise ValueError("--splits, --split and --tfds_name need --writer planned (each worker writes its rows' "
-                             "split shards side by side)")
+        if (self.splits or self.split is not None or self.tfds_name or self.shuffle_seed is not None) and \
+                self.writer != "planned":
+            raise ValueError("--splits, --split, --tfds_name and --shuffle_seed need --writer planned (the shards "
+                             "are planned; the beam writer lets WriteToTFRecord choose them)")
         if self.index and self.compression != "none":
             raise ValueError(f"index files give byte offsets into uncompressed shards (what the tfrecord package, "
                              f"DALI and reader.get seek to): --index cannot be combined with --compression "

@@ -15,7 +15,7 @@ no lock while it runs. The result is a PCollection holding the output directory 
 point, is written.
 
 A writer is a PTransform from the pipeline's start to per-shard counts ``{"file", "records", "bytes"
-[, "dead_rows"]}``; adding one = a class here taking ``(plan, cfg)`` and a line in :data:`WRITERS` (and the name in
+[, "dead_rows"]}``; adding one = a :class:`PlanWriter` subclass here and a line in :data:`WRITERS` (and the name in
 ``ConvertConfig.writer``).
 """
 from __future__ import annotations
@@ -28,14 +28,21 @@ from tfrecord_etl.transforms.errors import ConfigError
 from tfrecord_etl.transforms.planning import ConvertPlan, plan_convert
 
 
-class WritePlanned(beam.PTransform):
-    """The ``planned`` writer (default): every shard planned before the run (contiguous row ranges of equal
-    bytes) and written by one worker (``beam_io.WriteShardFn``) with no shuffle of the data; byte-identical
-    output on every rerun."""
+class PlanWriter(beam.PTransform):
+    """The base of the writers: built from the plan and the config; ``dead_rows`` is set by ``expand`` when the
+    writer dead-letters rows outside its shard counts (a singleton PCollection), else None."""
 
     def __init__(self, plan: ConvertPlan, cfg: ConvertConfig, progress: bool = False):
         super().__init__()
         self._plan, self._cfg, self._progress = plan, cfg, progress
+        self.dead_rows = None
+
+
+class WritePlanned(PlanWriter):
+    """The ``planned`` writer (default): every shard planned before the run (contiguous row ranges of equal
+    bytes) and written by one worker (``beam_io.WriteShardFn``) with no shuffle of the data; byte-identical
+    output on every rerun."""
+
 
     def expand(self, pbegin):
         plan, cfg = self._plan, self._cfg
@@ -52,36 +59,73 @@ def _write_dead_letters(letters: list[dict], dead_letter_dir: str) -> int:
     return sum(d["rows"] for d in letters)
 
 
-class WriteWithBeamSink(beam.PTransform):
+def read_and_encode_ranges(pbegin, plan: ConvertPlan, cfg: ConvertConfig, fn: beam.DoFn):
+    """The row ranges spread with a Reshuffle and read and encoded by ``fn`` (whose failing ranges go to the
+    ``dead_letters`` output): ``(records, dead_rows)``, ``dead_rows`` the singleton PCollection of the rows
+    dead-lettered (written to ``--dead_letter_dir``), or None without it."""
+    encoded = (pbegin
+               | "CreateRowRanges" >> beam.Create(list(plan.inputs.ranges))
+               | "SpreadRowRanges" >> beam.Reshuffle()
+               | "ReadAndEncode" >> beam.ParDo(fn).with_outputs(beam_io.DEAD_LETTERS, main="records"))
+    dead_rows = None
+    if cfg.dead_letter_dir is not None:  # one chain, so the pipeline keeps a single leaf (DaskRunner)
+        dead_rows = (encoded[beam_io.DEAD_LETTERS]
+                     | "CollectDeadLetters" >> beam.combiners.ToList()
+                     | "WriteDeadLetters" >> beam.Map(_write_dead_letters, cfg.dead_letter_dir))
+    return encoded.records, dead_rows
+
+
+class WriteWithBeamSink(PlanWriter):
     """The ``beam`` writer: row ranges spread with a Reshuffle, read and encoded per range
     (``beam_io.ReadAndEncodeFn``, failing ranges to dead letters), written by Beam's ``WriteToTFRecord``; the
     written shards are counted by walking their frames. ``dead_rows`` (set by expand) is the singleton
     PCollection of rows dead-lettered, or None."""
 
-    def __init__(self, plan: ConvertPlan, cfg: ConvertConfig, progress: bool = False):
-        super().__init__()
-        self._plan, self._cfg = plan, cfg
-        self.dead_rows = None
 
     def expand(self, pbegin):
         plan, cfg = self._plan, self._cfg
-        encoded = (pbegin
-                   | "CreateRowRanges" >> beam.Create(list(plan.inputs.ranges))
-                   | "SpreadRowRanges" >> beam.Reshuffle()
-                   | "ReadAndEncode" >> beam.ParDo(beam_io.ReadAndEncodeFn(
-                       plan.inputs.source, plan.specs, cfg.allow_lossy, cfg.provenance,
-                       cfg.dead_letter_dir is not None)).with_outputs(beam_io.DEAD_LETTERS, main="records"))
-        if cfg.dead_letter_dir is not None:  # one chain, so the pipeline keeps a single leaf (DaskRunner)
-            self.dead_rows = (encoded[beam_io.DEAD_LETTERS]
-                              | "CollectDeadLetters" >> beam.combiners.ToList()
-                              | "WriteDeadLetters" >> beam.Map(_write_dead_letters, cfg.dead_letter_dir))
-        return (encoded.records
+        records, self.dead_rows = read_and_encode_ranges(pbegin, plan, cfg, beam_io.ReadAndEncodeFn(
+            plan.inputs.source, plan.specs, cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir is not None))
+        return (records
                 | "WriteToShards" >> beam_io.WriteToShards(cfg.output_dir, cfg.prefix, plan.num_shards,
                                                            cfg.compression)
                 | "CountShardRecords" >> beam.Map(beam_io.count_shard, cfg.compression, cfg.index))
 
 
-WRITERS: dict[str, type[beam.PTransform]] = {"planned": WritePlanned, "beam": WriteWithBeamSink}
+class WriteShuffled(PlanWriter):
+    """The writer of ``--shuffle_seed``: a seeded shuffle of record order within each split (or the whole
+    output). Row ranges are read and encoded in parallel; each record is keyed by ``sharding.shuffle_keys(seed,
+    global row)`` (distinct per row), goes to shard ``key % num_shards`` of its split through a Beam shuffle
+    (GroupByKey), and each shard is written in key order (``beam_io.WriteShuffledShardFn``), so every record may
+    land anywhere in its split and the same seed gives byte-identical shards on any runner. The data moves
+    through the shuffle (the cost is in the README's Performance section); a worker holds one shard in memory."""
+
+
+    def expand(self, pbegin):
+        plan, cfg = self._plan, self._cfg
+        names = plan.split_plan.names if plan.split_plan else ()
+        offsets, acc = {}, 0
+        for index in plan.inputs.indexes:
+            offsets[index.path], acc = acc, acc + index.num_rows
+        keyed, self.dead_rows = read_and_encode_ranges(pbegin, plan, cfg, beam_io.KeyShuffledRecordsFn(
+            plan.inputs.source, plan.specs, offsets, plan.num_shards, cfg.shuffle_seed, cfg.allow_lossy,
+            cfg.provenance, cfg.dead_letter_dir is not None, plan.split_plan))
+        every_shard = pbegin | "CreateShardKeys" >> beam.Create(
+            [((s, k), None) for s in range(max(1, len(names))) for k in range(plan.num_shards)])
+        return ((keyed, every_shard)
+                | "AddEmptyShards" >> beam.Flatten()
+                | "GroupByShard" >> beam.GroupByKey()
+                | "WriteShuffledShards" >> beam.ParDo(beam_io.WriteShuffledShardFn(
+                    cfg.output_dir, plan.prefix, cfg.compression, plan.num_shards, names, cfg.index)))
+
+
+WRITERS: dict[str, type[beam.PTransform]] = {"planned": WritePlanned, "beam": WriteWithBeamSink,
+                                             "shuffled": WriteShuffled}
+
+
+def writer_name(cfg: ConvertConfig) -> str:
+    """The :data:`WRITERS` entry of a run: ``shuffled`` with ``--shuffle_seed``, else ``--writer``."""
+    return "shuffled" if cfg.shuffle_seed is not None else cfg.writer
 
 
 class ConvertToTFRecord(beam.PTransform):
@@ -124,11 +168,12 @@ class ConvertToTFRecord(beam.PTransform):
 
     def expand(self, pbegin):
         cfg, plan = self.config, self.plan
-        writer = WRITERS[cfg.writer](plan, cfg, self._progress)
+        writer = WRITERS[writer_name(cfg)](plan, cfg, self._progress)
         shards = pbegin | type(writer).__name__ >> writer
         commit = beam_io.OutputCommit(cfg.output_dir, plan.specs, cfg.compression, plan.inputs.num_rows,
                                       tuple({"path": i.path, "rows": i.num_rows} for i in plan.inputs.indexes),
-                                      cfg.writer, cfg.model_dump(), plan.inputs.source.describe(), cfg.tfds_name,
+                                      writer_name(cfg), cfg.model_dump(), plan.inputs.source.describe(),
+                                      cfg.tfds_name,
                                       self.carried, plan.split_plan.names if plan.split_plan else ())
         return shards | "FinalizeOutput" >> beam_io.FinalizeOutput(commit, getattr(writer, "dead_rows", None))
 

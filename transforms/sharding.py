@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
+import numpy as np
+
 from tfrecord_etl.transforms.errors import ConfigError
 from tfrecord_etl.transforms.sources import FileIndex, RowRange, plan_row_ranges
 
@@ -122,3 +124,30 @@ def plan_balanced_shards(indexes: Sequence[FileIndex], num_shards: int, target_r
         row_bytes = {i.path: max(1, i.row_bytes) for i in indexes}
         plans.append(ShardPlan(k, num_shards, tuple(ranges), sum(r.num_rows * row_bytes[r.path] for r in ranges)))
     return plans
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer (Steele, Lea, Flood: "Fast splittable pseudorandom number generators", 2014), a
+    bijection of uint64, vectorized."""
+    with np.errstate(over="ignore"):
+        z = x.astype(np.uint64) + _GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def shuffle_keys(seed: int, rows: np.ndarray) -> np.ndarray:
+    """The shuffle key (uint64) of each global row index in ``rows`` for ``--shuffle_seed seed``: distinct rows get
+    distinct keys (a bijection for a fixed seed), the same seed gives the same keys on every runner. A row's shard
+    is ``key % num_shards`` and shards are written in key order (:func:`shuffled_shards`), the idea of TFDS's
+    shuffled writer (``tensorflow_datasets/core/shuffle.py``: records keyed by a hash, then sorted by key)."""
+    with np.errstate(over="ignore"):
+        return _mix64(np.asarray(rows, np.uint64) ^ _mix64(np.array([seed], np.uint64))[0])
+
+
+def shuffled_shards(keys: np.ndarray, num_shards: int) -> np.ndarray:
+    """The shard (int64) of each shuffle key: ``key % num_shards``, so every shard gets a uniform random share."""
+    return (keys % np.uint64(num_shards)).astype(np.int64)

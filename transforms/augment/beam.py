@@ -183,7 +183,8 @@ class AugmentShardFn(beam.DoFn):
         self._clock.end()
         yield {"index": shard.index, "input": shard.path, "file": shard.output_file, "records_in": count,
                "records": writer.records, "bytes": size, "input_bytes": tally["bytes"], "crc32c": tally["crc32c"],
-               "compression": shard.compression, "features": None if stats is None else stats.to_json()}
+               "compression": shard.compression, "features": None if stats is None else stats.to_json(),
+               "split": shard.split}
 
     def _join_columns(self, shard: InputShard, first: int, n: int, offset, joined):
         join = self._plan.join
@@ -303,7 +304,8 @@ class FinalizeAugmentFn(beam.DoFn):
         if plan.mode == "sidecar":
             sink.write_json(fileio.join(plan.output_dir, MANIFEST_FILE), manifest(plan, results))
         specs = plan.output_specs
-        shards = [{"file": r["file"], "records": r["records"], "bytes": r["bytes"]} for r in results]
+        shards = [{"file": r["file"], "records": r["records"], "bytes": r["bytes"],
+                   **({"split": r["split"]} if r.get("split") else {})} for r in results]
         sources = [{"path": r["input"], "records": r["records_in"]} for r in results]
         meta = metadata.build(specs, shards, plan.output_compression, sources, "augment", plan.options)
         meta["augment"] = {

@@ -26,6 +26,7 @@ class InputShard:
       output_file: the output shard's file name (the input's, compression suffix adjusted).
       records: record count from the input metadata, or None when unknown.
       offset: index of the shard's first record in the collection (position join), or None.
+      split: the shard's split (``--splits`` / ``--split`` / TFDS outputs), kept in the output's metadata.
     """
 
     index: int
@@ -34,6 +35,7 @@ class InputShard:
     output_file: str
     records: int | None = None
     offset: int | None = None
+    split: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,12 +132,15 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
                 candidate = metadata.load(parent)
                 if {fileio.basename(p) for p in paths} <= {s["file"] for s in candidate["shards"]}:
                     meta = candidate
+    split_of = {}
     if meta is not None:
         counts = {s["file"]: s["records"] for s in meta["shards"]}
+        split_of = {s["file"]: s["split"] for s in meta["shards"] if "split" in s}
     for path in paths:
         tfrecord.check_regular(path)  # a FIFO or device among the shards is never opened
     comps = _compressions(paths, compression, meta)
-    shards = tuple(InputShard(i, p, c, fileio.basename(p), counts.get(fileio.basename(p)))
+    shards = tuple(InputShard(i, p, c, fileio.basename(p), counts.get(fileio.basename(p)),
+                              split=split_of.get(fileio.basename(p)))
                    for i, (p, c) in enumerate(zip(paths, comps)))
     sample = read_sample(shards, (sample_size or INFER_RECORDS) if meta is None else PROBE_RECORDS,
                          max_record_bytes)
