@@ -17,7 +17,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from tfrecord_etl.pipelines import common
 from tfrecord_etl.transforms import localmode, metadata, planning, tfrecord
 from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, parse_args
-from tfrecord_etl.transforms.convert import ConvertToTFRecord, prepare_output_dir
+from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output, prepare_output_dir
 from tfrecord_etl.transforms.errors import printable
 
 
@@ -54,6 +54,10 @@ def main(argv: list[str]) -> int:
     beam_argv, mode = localmode.choose_local_mode(beam_argv, inputs.num_rows, inputs.num_bytes, inputs.num_rows)
     options = PipelineOptions(beam_argv)
     plan = build_plan(cfg, options, inputs)
+    if cfg.dry_run:
+        check_output(cfg, plan)
+        print("\n".join(printable(line) for line in planning.describe_plan(plan, cfg)))
+        return 0
     with prepare_output_dir(cfg, plan) as prepared:
         p = beam.Pipeline(runner=common.local_runner(options), options=options)
         build_pipeline(p, cfg, plan, prepared.meta)

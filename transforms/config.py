@@ -125,6 +125,8 @@ class ConvertConfig(BaseModel):
                                            "there as JSON lines and go on; default: stop at the first")
     overwrite: bool = Field(False, description="replace our files in an existing output directory (files we did "
                             "not write are kept)")
+    dry_run: bool = Field(False, description="plan and print the plan (files, rows, bytes, row ranges, shards, "
+                          "reads, features) without writing anything")
     verbose: bool = Field(False, description="show TensorFlow and Beam logs")
     progress: Optional[bool] = Field(None, description="print planned shards done / total on stderr; "
                                      "default: when stderr is a terminal")
@@ -200,16 +202,22 @@ class ConvertOptions(PipelineOptions):
 
     @classmethod
     def _add_argparse_args(cls, parser):
-        add_model_flags(parser, ConvertConfig)
+        add_model_flags(parser, ConvertConfig, skip=BEAM_CLASHES)
         parser.add_argument("--config", default=None, help="YAML config file (keys as the flags)")
 
 
-def add_model_flags(parser, model: type[BaseModel]) -> None:
-    """Adds ``--NAME`` for every field of ``model`` (``--ALIAS`` for a field with an alias, e.g. augment's
-    ``--schema``, whose field cannot be named ``schema`` in a pydantic model; help text with the default)."""
+# Our flags that a Beam PipelineOptions class declares too (TestOptions' --dry_run): Beam builds one parser of every
+# registered options class, so these are added only to our own parser (config.parse_args), never to Beam's.
+BEAM_CLASHES = frozenset({"dry_run"})
+
+
+def add_model_flags(parser, model: type[BaseModel], skip=frozenset()) -> None:
+    """Adds ``--NAME`` for every field of ``model`` but those in ``skip`` (``--ALIAS`` for a field with an alias,
+    e.g. augment's ``--schema``, whose field cannot be named ``schema`` in a pydantic model; help text with the
+    default)."""
     for name, field in model.model_fields.items():
         flag = f"--{field.alias or name}"
-        if name in _YAML_ONLY:
+        if name in _YAML_ONLY or name in skip:
             continue
         default = field.get_default(call_default_factory=True)
         help_text = f"{field.description} (default: {default!r})" if not field.is_required() else \
@@ -329,6 +337,9 @@ def parse_args(argv: list[str], model: type[BaseModel], options_cls: type[Pipeli
                                      epilog="Every other flag (--runner, --direct_num_workers, --temp_location, "
                                             "Dataflow/Flink options) is passed to Beam.")
     options_cls._add_argparse_args(parser)
+    for name in BEAM_CLASHES & set(model.model_fields):
+        parser.add_argument(f"--{name}", dest=name, default=None, action=argparse.BooleanOptionalAction,
+                            help=f"{model.model_fields[name].description} (default: False)")
     argv = list(argv)
     for i in range(len(argv) - 2, -1, -1):
         if argv[i] in _NEGATIVE_VALUE_FLAGS and i + 1 < len(argv):

@@ -1,0 +1,182 @@
+"""Object storage measurements (issue 13): egress of converting from s3:// and the time to plan many remote files,
+against a moto S3 server in its own process behind ``bench.s3proxy`` (in a third process: it counts the bytes the
+server sends and adds ``--latency_ms`` to every request, a real object store's round trip).
+
+    .venv/bin/python -m bench.remote [--rows 8192] [--files 200] [--latency_ms 20] [--threads 1,8] [--beam_stream]
+
+Egress: chunked+gzip HDF5, contiguous HDF5, .npy, stored and deflated .npz, each converted to a local directory
+(in-process runner, 2 shards); egress / file size, connections and wall time remote vs the same file local.
+Planning: ``planning.plan_inputs`` of ``--files`` small .npy and HDF5 files, per ``--threads`` setting; wall and
+launcher CPU per file. ``--beam_stream`` measures Beam's own S3 stream instead of ours (the before figures).
+Not part of ``bench.run``'s sections yet (needs the s3 extra: boto3, moto[server]).
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+               "AWS_EC2_METADATA_DISABLED": "true"}
+BUCKET = "bench-remote"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(port: int) -> None:
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port}")
+
+
+class Proxy:
+    """``bench.s3proxy`` in its own process; ``counts()`` -> (egress bytes, ingress bytes, connections)."""
+
+    def __init__(self, upstream: int, latency_ms: float):
+        self.proc = subprocess.Popen([sys.executable, "-m", "bench.s3proxy", str(upstream), "--latency_ms",
+                                      str(latency_ms)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.port = int(self.proc.stdout.readline())
+
+    def _ask(self, line: str) -> list[int]:
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return [int(v) for v in self.proc.stdout.readline().split()]
+
+    def counts(self) -> list[int]:
+        return self._ask("counts")
+
+    def reset(self) -> None:
+        self._ask("reset")
+
+    def close(self) -> None:
+        self.proc.terminate()
+
+
+def egress_inputs(rows: int) -> dict[str, bytes]:
+    import h5py
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 256, (rows, 4096), dtype=np.uint8)
+    img[:, 2048:] = 0
+    label = np.arange(rows, dtype="<i8")
+    out = {}
+    buf = io.BytesIO()
+    with h5py.File(buf, "w") as f:
+        f.create_dataset("img", data=img, chunks=(256, 4096), compression="gzip")
+        f.create_dataset("label", data=label, chunks=(256,), compression="gzip")
+    out["chunked_gzip.h5"] = buf.getvalue()
+    buf = io.BytesIO()
+    with h5py.File(buf, "w") as f:
+        f["img"], f["label"] = img, label
+    out["contiguous.h5"] = buf.getvalue()
+    buf = io.BytesIO()
+    np.save(buf, img)
+    out["img.npy"] = buf.getvalue()
+    buf = io.BytesIO()
+    np.savez(buf, img=img, label=label)
+    out["stored.npz"] = buf.getvalue()
+    buf = io.BytesIO()
+    np.savez_compressed(buf, img=img, label=label)
+    out["deflated.npz"] = buf.getvalue()
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=8192, help="rows of the egress inputs (4 KiB each)")
+    ap.add_argument("--files", type=int, default=200, help="small files for the planning measurement")
+    ap.add_argument("--latency_ms", type=float, default=20.0, help="added to every request by the proxy")
+    ap.add_argument("--threads", default="1,8", help="planning.PLAN_THREADS settings to measure")
+    ap.add_argument("--beam_stream", action="store_true", help="read through Beam's S3 stream (the before figures)")
+    args = ap.parse_args(argv)
+    os.environ.update(CREDENTIALS)
+    import boto3
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from tfrecord_etl.pipelines import common
+    from tfrecord_etl.pipelines import convert as convert_module
+    from tfrecord_etl.transforms import fileio, planning
+    from tfrecord_etl.transforms.sources import SourceOptions
+    if args.beam_stream:
+        fileio._s3_reader = lambda path: None
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for(port)
+    proxy = Proxy(port, args.latency_ms)
+    tmp = tempfile.mkdtemp(prefix="bench-remote-")
+    try:
+        direct = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
+        direct.create_bucket(Bucket=BUCKET)
+        flags = [f"--s3_endpoint_url=http://127.0.0.1:{proxy.port}", "--s3_access_key_id=testing",
+                 "--s3_secret_access_key=testing", "--s3_region_name=us-east-1"]
+        FileSystems.set_options(PipelineOptions(flags))
+        run = ["--runner=DirectRunner", "--direct_running_mode=in_memory", "--num_shards", "2"]
+        print(f"egress ({'Beam stream' if args.beam_stream else 'bounded reads'}, latency {args.latency_ms:g} ms)")
+        print("| input | file MiB | egress MiB | egress / file | connections | remote s | local s |")
+        print("|---|---|---|---|---|---|---|")
+        for name, data in egress_inputs(args.rows).items():
+            direct.put_object(Bucket=BUCKET, Key=f"egress/{name}", Body=data)
+            local = os.path.join(tmp, name)
+            with open(local, "wb") as f:
+                f.write(data)
+            t = time.perf_counter()
+            assert common.run_main(convert_module.main, ["--input", local, "--output_dir",
+                                                         os.path.join(tmp, "local_" + name), *run]) == 0
+            local_s = time.perf_counter() - t
+            proxy.reset()
+            t = time.perf_counter()
+            assert common.run_main(convert_module.main, ["--input", f"s3://{BUCKET}/egress/{name}", "--output_dir",
+                                                         os.path.join(tmp, "remote_" + name), *run, *flags]) == 0
+            remote_s = time.perf_counter() - t
+            egress, _, connections = proxy.counts()
+            print(f"| {name} | {len(data) / 2**20:.1f} | {egress / 2**20:.1f} | {egress / len(data):.2f}x | "
+                  f"{connections} | {remote_s:.2f} | {local_s:.2f} |", flush=True)
+        print(f"\nplanning {args.files} small files per format")
+        print("| format | threads | wall s | ms per file | launcher CPU ms per file | connections |")
+        print("|---|---|---|---|---|---|")
+        for fmt in ("npy", "h5"):
+            for i in range(args.files):
+                buf = io.BytesIO()
+                if fmt == "h5":
+                    import h5py
+                    with h5py.File(buf, "w") as f:
+                        f["x"], f["y"] = np.arange(400, dtype="<f4").reshape(100, 4), np.arange(100)
+                else:
+                    np.save(buf, np.arange(400, dtype="<f4").reshape(100, 4))
+                direct.put_object(Bucket=BUCKET, Key=f"plan/f{i:05d}.{fmt}", Body=buf.getvalue())
+            for threads in [int(t) for t in args.threads.split(",")]:
+                planning.PLAN_THREADS = threads
+                fileio._S3_CLIENTS.clear()
+                proxy.reset()
+                t, c = time.perf_counter(), time.process_time()
+                plan = planning.plan_inputs(f"s3://{BUCKET}/plan/*.{fmt}",
+                                            SourceOptions("hdf5" if fmt == "h5" else "npy"))
+                wall, cpu = time.perf_counter() - t, time.process_time() - c
+                assert plan.num_rows == 100 * args.files
+                print(f"| {fmt} | {threads} | {wall:.2f} | {1000 * wall / args.files:.1f} | "
+                      f"{1000 * cpu / args.files:.1f} | {proxy.counts()[2]} |", flush=True)
+    finally:
+        proxy.close()
+        server.terminate()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
