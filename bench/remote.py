@@ -8,7 +8,8 @@ Egress: chunked+gzip HDF5, contiguous HDF5, .npy, stored and deflated .npz, each
 (in-process runner, 2 shards); egress / file size, connections and wall time remote vs the same file local.
 Planning: ``planning.plan_inputs`` of ``--files`` small .npy and HDF5 files, per ``--threads`` setting; wall and
 launcher CPU per file. ``--beam_stream`` measures Beam's own S3 stream instead of ours (the before figures).
-Not part of ``bench.run``'s sections yet (needs the s3 extra: boto3, moto[server]).
+Also the section ``remote`` of ``bench/run.sh --only remote`` (not in the default set: it needs the s3 extra, boto3 and
+moto[server]).
 """
 from __future__ import annotations
 

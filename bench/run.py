@@ -21,6 +21,9 @@ process of the tree, from the kernel's high-water mark and psutil polling), side
 * splits (1,000,000 small rows, 20,000 large rows): ``convert`` without and with ``--splits
   train=8,validation=1,test=1``, and with ``--shuffle_seed 1`` too (2 workers), with the seed loop and the raw
   copy: what splitting and the shuffle cost (issue 12);
+* remote (``--only remote``, needs the s3 extra): ``bench.remote``, egress and remote/local wall time of
+  converting HDF5 (chunked+gzip, contiguous), .npy and .npz inputs from a moto S3 server behind a counting proxy
+  that adds 20 ms to every request, and the time to plan 200 small remote files (issue 13);
 * with ``--rss_8gb``: one 8 GB HDF5 file converted with ``--writer planned``, for its peak RSS.
 
 Before every measured run the page cache's dirty pages are flushed (``settle``: sync, then wait until
@@ -71,8 +74,10 @@ TINY_FRACTION = 50  # steady state: the same command on 1/50 of the rows
 MIN_STEADY_DELTA_S = 0.25  # below this difference of wall times, the steady-state figure is noise (use --repeat 3)
 
 BEAM = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
-SECTIONS = ("small", "large", "augment", "scaling", "raw", "files", "splits", "sizes")
-DEFAULT_SECTIONS = SECTIONS[:-1]  # sizes (issue 16, ~13 minutes, 17 GB of inputs) runs when asked: --only sizes
+SECTIONS = ("small", "large", "augment", "scaling", "raw", "files", "splits", "remote", "sizes")
+# sizes (issue 16, ~13 minutes, 17 GB of inputs) and remote (issue 13, a moto S3 server: the s3 extra) run when
+# asked: --only sizes, --only remote
+DEFAULT_SECTIONS = SECTIONS[:-2]
 SPLITS_ROWS = {"small": 1_000_000, "large": 20_000}  # the splits section: --splits and --shuffle_seed cost
 
 
@@ -539,6 +544,13 @@ class Bench:
                 for kind in ("small", "large"):
                     self.splits_section(kind)
                     order.append(f"splits_{kind}")
+            if "remote" in sections:  # bench.remote in its own process: egress and planning on a moto S3 server
+                self.say("[remote] python -m bench.remote (moto S3 server behind bench.s3proxy, 20 ms a request)")
+                done = subprocess.run([self.py, "-m", "bench.remote"], capture_output=True, text=True)
+                table = "\n".join(line for line in done.stdout.splitlines()
+                                   if line.startswith(("|", "egress", "planning")))
+                self.extras["remote"] = table if done.returncode == 0 else f"failed: {done.stderr[-2000:]}"
+                order.append("remote")
             if "sizes" in sections:
                 order += sizes.run_sizes(self, args.sizes, args.seed_limit_s)
             if args.rss_8gb:
@@ -555,6 +567,8 @@ class Bench:
         png_path = os.path.join(self.results_dir, "results.png")
         report.write_json(json_path, result)
         md = report.markdown(result)
+        if "remote" in self.extras:
+            md += "\n### remote (bench.remote)\n\n" + self.extras["remote"] + "\n"
         if "sizes" in sections:
             summ = sizes.summary(self.rows, self.section_info)
             result["sizes"] = {"summary": summ, "targets": sizes.targets(self.rows, summ)}

@@ -132,3 +132,27 @@ def test_dry_run_prints_the_plan_and_writes_nothing(proxied, tmp_path, capsys):
                  "splits: train (weight 9), test (weight 1)", "features: img |u1 [4096] tensor, label <i8 [] list"):
         assert text in stdout, (text, stdout)
     assert proxy.egress_bytes < 0.1 * len(files["chunked_gzip.h5"])  # planning reads metadata only
+
+
+def test_prefetch_coalesces_ranges_and_serves_reads_without_requests(proxied, monkeypatch):
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+    proxy, flags, files = proxied
+    FileSystems.set_options(PipelineOptions(flags))
+    data = files["img.npy"]
+    gets = []
+    original = fileio._S3RangeReader._get
+    monkeypatch.setattr(fileio._S3RangeReader, "_get", lambda self, start, n: gets.append((start, n)) or
+                        original(self, start, n))
+    with fileio.open_read(f"s3://{BUCKET}/egress/img.npy") as f:
+        assert fileio.prefetch(f, [(200_000, 100), (200_150, 50_000), (3_000_000, 10), (0, 0)])
+        assert gets == [(200_000, 50_150), (3_000_000, 10)] or sorted(gets) == [(200_000, 50_150), (3_000_000, 10)]
+        f.seek(200_150)
+        assert f.read(50_000) == data[200_150:250_150]
+        f.seek(3_000_000)
+        assert f.read(10) == data[3_000_000:3_000_010]
+        assert len(gets) == 2  # both reads served from the prefetched blocks
+        f.seek(4_000_000)
+        assert f.read(10) == data[4_000_000:4_000_010] and len(gets) == 3
+    with open(__file__, "rb") as local:
+        assert not fileio.prefetch(local, [(0, 10)])  # local streams: nothing to do

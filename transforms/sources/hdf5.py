@@ -254,8 +254,14 @@ class Hdf5Source(Source):
                 arrays.append(self._read_item(rr.path, item))
             return {KEY: keys, ARRAY: arrays}
         columns = {}
+        stream = None
+        if not fileio.is_local(rr.path):
+            self._opened(rr.path)
+            stream = self._local.open[2]
         for name in rr.items:
             try:
+                if stream is not None:  # remote: the range's chunks fetched concurrently first
+                    fileio.prefetch(stream, chunk_ranges(self._opened_dataset(rr.path, name), rr.start, rr.stop))
                 data = layout.read_rows(self._opened_dataset(rr.path, name), rr.start, rr.stop)
             except Exception as e:
                 self.close()
@@ -278,6 +284,32 @@ class Hdf5Source(Source):
             self.close()
             raise SourceError(f"Cannot read the dataset: {e}", file=path, dataset=item,
                               hint="the file may be corrupt or need an HDF5 filter plugin") from None
+
+
+MAX_PREFETCH_CHUNKS = 4096  # a row range touching more chunks than this is read chunk by chunk
+
+
+def chunk_ranges(dset, start: int, stop: int) -> list[tuple[int, int]]:
+    """``[(byte offset, stored size)]`` of the chunks of ``dset`` holding rows ``start`` to ``stop`` (h5py's
+    ``DatasetID.get_chunk_info_by_coord``; unallocated chunks skipped), or ``[]`` for a contiguous dataset (one
+    read already), one with more than :data:`MAX_PREFETCH_CHUNKS` such chunks, or a layout h5py cannot list."""
+    import itertools
+    chunks = dset.chunks
+    if not chunks or stop <= start or not dset.shape:
+        return []
+    first = start // chunks[0] * chunks[0]
+    axes = [range(first, stop, chunks[0])] + [range(0, n, c) for n, c in zip(dset.shape[1:], chunks[1:])]
+    if math.prod(len(a) for a in axes) > MAX_PREFETCH_CHUNKS:
+        return []
+    out = []
+    try:
+        for coord in itertools.product(*axes):
+            info = dset.id.get_chunk_info_by_coord(coord)
+            if info.byte_offset is not None and info.size:
+                out.append((info.byte_offset, info.size))
+    except Exception:  # noqa: BLE001 - an old HDF5 or an odd layout: read chunk by chunk as before
+        return []
+    return out
 
 
 def _cells(f, name: str, dset, path: str, skipped: list | None = None) -> list:
