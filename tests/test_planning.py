@@ -77,6 +77,44 @@ def test_files_of_per_row_sizes_are_split_finer_when_fewer_ranges_than_shards(tm
     assert [f for s in shards for r in s.ranges for f in r.items] == [str(tmp_path / f"a{i}.npy") for i in range(3)]
 
 
+def test_shards_continuing_a_deflated_member_are_written_by_one_worker_in_order(tmp_path, monkeypatch):
+    """Issue 13: a deflated .npz member cannot be entered in the middle, so the shards that continue it are
+    grouped with the shard before them (one unit of work, one stream: every compressed byte decompressed once);
+    a stored member and the other files stay one shard per unit. The shards are the same files either way."""
+    from tfrecord_etl.transforms import beam_io
+    from tfrecord_etl.transforms.sources import npz
+    x = np.arange(4000 * 8, dtype="<f4").reshape(4000, 8)
+    np.savez_compressed(tmp_path / "a.npz", x=x)
+    np.savez(tmp_path / "b.npz", x=x)
+    inputs = planning.plan_inputs(str(tmp_path / "*.npz"), SourceOptions(target_range_bytes=16_000))
+    assert [i.sequential for i in inputs.indexes] == [True, False]
+    shards = inputs.shards(6)
+    groups = sharding.group_sequential(shards, [i.path for i in inputs.indexes if i.sequential])
+    assert [[s.index for s in g] for g in groups] == [[0, 1, 2], [3], [4], [5]]
+    assert sharding.group_sequential(shards, []) == [(s,) for s in shards]
+    # one group written by one WriteShardFn call: the member's stream is opened once and read forward only
+    opened = []
+    real_open = npz.NpzSource._member_stream
+
+    def counting(self, arc, member, slot=-1):
+        if (member, slot) not in arc.members:
+            opened.append(member)
+        return real_open(self, arc, member, slot)
+    monkeypatch.setattr(npz.NpzSource, "_member_stream", counting)
+    specs = planning.choose_encodings(inputs.specs, "tensor", {})
+    fn = beam_io.WriteShardFn(inputs.source, specs, str(tmp_path / "out"), "data", "none")
+    (tmp_path / "out").mkdir()
+    written = [e for g in groups[:1] for e in fn.process(g)]
+    assert [e["records"] for e in written] == [s.num_rows for s in groups[0]] and opened == ["x.npy"]
+    # byte-identical to the same shards written one per call (each rereading the member from its start)
+    (tmp_path / "one").mkdir()
+    alone = beam_io.WriteShardFn(inputs.source, specs, str(tmp_path / "one"), "data", "none")
+    assert [e for s in groups[0] for e in alone.process(s)] == written
+    for e in written:
+        assert (tmp_path / "out" / e["file"]).read_bytes() == (tmp_path / "one" / e["file"]).read_bytes()
+    assert opened == ["x.npy"] * 4
+
+
 # -- the commit protocol -------------------------------------------------------------------------------------
 
 def test_committed_file_renames_only_when_complete(tmp_path):

@@ -318,29 +318,35 @@ class WriteShardFn(beam.DoFn):
         return [(split, splits.shard_name(self._prefix, split, shard.index, shard.num_shards, suffix))
                 for split in self._split_plan.names]
 
-    def process(self, shard: sharding.ShardPlan):
+    def process(self, shards: sharding.ShardPlan | tuple[sharding.ShardPlan, ...]):
+        """Writes one shard plan, or a group of them in order (``sharding.group_sequential``: the source's files
+        stay open from one shard of the group to the next, so a deflated member is streamed once)."""
+        try:
+            for shard in (shards,) if isinstance(shards, sharding.ShardPlan) else shards:
+                yield from self._write(shard)
+        finally:
+            self._source.close()  # files stay open between the ranges of a shard (group), not after it
+
+    def _write(self, shard: sharding.ShardPlan) -> list[dict]:
         self._clock.start()
         files = self.file_names(shard)
         name = shard.file_name(self._prefix, shard_suffix(self._compression))  # the shard plan's own name
         letters: list[dict] = []
-        try:
-            with contextlib.ExitStack() as stack:
-                writers = [stack.enter_context(sink.shard_writer(fileio.join(self._output_dir, f),
-                                                                 self._compression, self._index))
-                           for _, f in files]
-                for rr in shard.ranges:
-                    for split, _, batch in self._encoded(rr, letters):
-                        writers[split].write_encoded(batch)
-                dead_rows = sum(d["rows"] for d in letters)
-                records = sum(w.records for w in writers)
-                if records + dead_rows != shard.num_rows:
-                    raise RecordError(f"Shard {name}: {shard.num_rows} rows planned but {records} records "
-                                      f"written and {dead_rows} rows dead-lettered",
-                                      file=fileio.join(self._output_dir, files[0][1]))
-                if letters:
-                    write_dead_letters(self._dead_letter_dir, name, letters)
-        finally:
-            self._source.close()  # files stay open between the ranges of a shard, not after it
+        with contextlib.ExitStack() as stack:
+            writers = [stack.enter_context(sink.shard_writer(fileio.join(self._output_dir, f),
+                                                             self._compression, self._index))
+                       for _, f in files]
+            for rr in shard.ranges:
+                for split, _, batch in self._encoded(rr, letters):
+                    writers[split].write_encoded(batch)
+            dead_rows = sum(d["rows"] for d in letters)
+            records = sum(w.records for w in writers)
+            if records + dead_rows != shard.num_rows:
+                raise RecordError(f"Shard {name}: {shard.num_rows} rows planned but {records} records "
+                                  f"written and {dead_rows} rows dead-lettered",
+                                  file=fileio.join(self._output_dir, files[0][1]))
+            if letters:
+                write_dead_letters(self._dead_letter_dir, name, letters)
         out = []
         for (split, f), writer in zip(files, writers):
             entry = {"file": f, "records": writer.records, "bytes": fileio.size(fileio.join(self._output_dir, f)),
@@ -360,7 +366,7 @@ class WriteShardFn(beam.DoFn):
         if self._progress:
             print(f"[tfrecord-etl] shard {shard.index + 1}/{shard.num_shards} done: "
                   f"{', '.join(f for _, f in files)}, {records} records, {size} bytes", file=sys.stderr, flush=True)
-        yield from out
+        return out
 
 
 class KeyShuffledRecordsFn(beam.DoFn):
@@ -435,15 +441,17 @@ class WriteShuffledShardFn(beam.DoFn):
 
 
 class WritePlannedShards(beam.PTransform):
-    """Planned shards -> TFRecord files, with no shuffle of the data; yields per-shard counts."""
+    """Planned shards -> TFRecord files, with no shuffle of the data; yields per-shard counts. Shards that
+    continue a file of ``sequential`` paths (``FileIndex.sequential``) go to the worker of the shard before them
+    (``sharding.group_sequential``)."""
 
-    def __init__(self, shards, write_fn: WriteShardFn):
+    def __init__(self, shards, write_fn: WriteShardFn, sequential=()):
         super().__init__()
-        self._shards, self._fn = list(shards), write_fn
+        self._groups, self._fn = sharding.group_sequential(list(shards), sequential), write_fn
 
     def expand(self, pbegin):
         return (pbegin
-                | "CreateShardPlans" >> beam.Create(self._shards)
+                | "CreateShardPlans" >> beam.Create(self._groups)
                 | "SpreadShards" >> beam.Reshuffle()
                 | "WriteShards" >> beam.ParDo(self._fn))
 

@@ -49,7 +49,8 @@ class WritePlanned(PlanWriter):
         fn = beam_io.WriteShardFn(plan.inputs.source, plan.specs, cfg.output_dir, plan.prefix, cfg.compression,
                                   cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir, self._progress,
                                   cfg.index, plan.split_plan)
-        return pbegin | "WritePlannedShards" >> beam_io.WritePlannedShards(plan.shards, fn)
+        sequential = [i.path for i in plan.inputs.indexes if i.sequential]
+        return pbegin | "WritePlannedShards" >> beam_io.WritePlannedShards(plan.shards, fn, sequential)
 
 
 def _write_dead_letters(letters: list[dict], dead_letter_dir: str) -> int:

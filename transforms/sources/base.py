@@ -89,6 +89,9 @@ class FileIndex:
     items: tuple[str, ...] = ()
     sizes: tuple[int, ...] = ()  # arrays/files modes: bytes of each row
     item_files: bool = False  # files mode: items are the files, one per row
+    # rows are decompressed from the file's start (a deflated .npz member): a row range after the first reads
+    # every compressed byte before it again unless the ranges are read in order by one worker (one stream)
+    sequential: bool = False
 
 
 Columns = dict  # feature name -> np.ndarray (rows, *shape) or list of per-row values

@@ -241,7 +241,8 @@ class NpzSource(Source):
         num_rows = next(iter(lengths.values()))
         _check_empty_rows(num_rows, sum(_data_bytes(h) // max(1, h.shape[0]) for h in headers.values()),
                           self.options, path)
-        return FileIndex(path, num_rows, tuple(specs), _row_bytes(specs), 1, tuple(members))
+        compressed = any(zf.getinfo(m).compress_type != zipfile.ZIP_STORED for m in members)
+        return FileIndex(path, num_rows, tuple(specs), _row_bytes(specs), 1, tuple(members), sequential=compressed)
 
     # -- reading -----------------------------------------------------------------------------
 
