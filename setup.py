@@ -44,7 +44,9 @@ setuptools.setup(
                  # Grain's MapDataset reads reader.RandomAccess as its random-access data source
                  "grain>=0.2.18,<0.3",
                  # the runner matrix (DaskRunner) and the S3 tests (a moto server) run in CI
-                 "dask>=2024.4.2", "distributed>=2024.4.2", "boto3>=1.34,<2", "moto[server]>=5.0"],
+                 "dask>=2024.4.2", "distributed>=2024.4.2", "boto3>=1.34,<2", "moto[server]>=5.0",
+                 # a Google Cloud Storage API on 127.0.0.1 (ranged downloads): the gs:// read tests
+                 "gcp-storage-emulator>=2026.7.19"],
         # --runner DaskRunner (apache-beam[dask] asks for the same ranges); see "Running at scale" in the README.
         "dask": ["dask>=2024.4.2", "distributed>=2024.4.2"],
         # s3:// inputs and outputs through Beam's S3 filesystem (apache-beam[aws] is boto3>=1.9,<2);

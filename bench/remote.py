@@ -2,18 +2,23 @@
 against a moto S3 server in its own process behind ``bench.s3proxy`` (in a third process: it counts the bytes the
 server sends and adds ``--latency_ms`` to every request, a real object store's round trip).
 
-    .venv/bin/python -m bench.remote [--rows 8192] [--files 200] [--latency_ms 20] [--threads 1,8] [--beam_stream]
+    .venv/bin/python -m bench.remote [--rows 8192] [--big_rows 65536] [--files 1000,10000] [--latency_ms 20]
+        [--threads 8] [--beam_stream]
 
 Egress: chunked+gzip HDF5, contiguous HDF5, .npy, stored and deflated .npz, each converted to a local directory
 (in-process runner, 2 shards); egress / file size, connections and wall time remote vs the same file local.
-Planning: ``planning.plan_inputs`` of ``--files`` small .npy and HDF5 files, per ``--threads`` setting; wall and
-launcher CPU per file. ``--beam_stream`` measures Beam's own S3 stream instead of ours (the before figures).
+Large file (``--big_rows``, 0 to skip): the issue's 257 MiB chunked HDF5 file (65,536 rows of 4,096 uint8 + an
+int64 label, chunks of 256 rows) with 2 worker processes and 4 shards, remote vs local.
+Planning: ``planning.plan_inputs`` of each ``--files`` count of small .npy and HDF5 files, per ``--threads``
+setting; wall, launcher CPU, and the CPU of the moto server and the proxy per file (they share the 2 cores).
+``--beam_stream`` measures Beam's own S3 stream instead of ours (the before figures).
 Also the section ``remote`` of ``bench/run.sh --only remote`` (not in the default set: it needs the s3 extra, boto3 and
 moto[server]).
 """
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import io
 import os
 import shutil
@@ -97,12 +102,44 @@ def egress_inputs(rows: int) -> dict[str, bytes]:
     return out
 
 
+def big_input(rows: int) -> bytes:
+    """The issue's large case: ``rows`` rows of 4,096 random uint8 + an int64 label, chunks of 256 rows, no filter."""
+    import h5py
+    rng = np.random.default_rng(1)
+    buf = io.BytesIO()
+    with h5py.File(buf, "w") as f:
+        img = f.create_dataset("img", (rows, 4096), np.uint8, chunks=(256, 4096))
+        for start in range(0, rows, 8192):
+            stop = min(rows, start + 8192)
+            img[start:stop] = rng.integers(0, 256, (stop - start, 4096), dtype=np.uint8)
+        f.create_dataset("label", data=np.arange(rows, dtype="<i8"), chunks=(256,))
+    return buf.getvalue()
+
+
+def small_file(fmt: str, i: int) -> bytes:
+    buf = io.BytesIO()
+    if fmt == "h5":
+        import h5py
+        with h5py.File(buf, "w") as f:
+            f["x"], f["y"] = np.arange(400, dtype="<f4").reshape(100, 4) + i, np.arange(100)
+    else:
+        np.save(buf, np.arange(400, dtype="<f4").reshape(100, 4) + i)
+    return buf.getvalue()
+
+
+def cpu_seconds(pids) -> float:
+    """User + system CPU seconds of the processes ``pids`` so far."""
+    import psutil
+    return sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=8192, help="rows of the egress inputs (4 KiB each)")
-    ap.add_argument("--files", type=int, default=200, help="small files for the planning measurement")
+    ap.add_argument("--big_rows", type=int, default=65536, help="rows of the large chunked HDF5 file (0: skip)")
+    ap.add_argument("--files", default="1000,10000", help="counts of small files for the planning measurement (0: skip)")
     ap.add_argument("--latency_ms", type=float, default=20.0, help="added to every request by the proxy")
-    ap.add_argument("--threads", default="1,8", help="planning.PLAN_THREADS settings to measure")
+    ap.add_argument("--threads", default="8", help="planning.PLAN_THREADS settings to measure")
     ap.add_argument("--beam_stream", action="store_true", help="read through Beam's S3 stream (the before figures)")
     args = ap.parse_args(argv)
     os.environ.update(CREDENTIALS)
@@ -114,7 +151,7 @@ def main(argv=None) -> int:
     from tfrecord_etl.transforms import fileio, planning
     from tfrecord_etl.transforms.sources import SourceOptions
     if args.beam_stream:
-        fileio._s3_reader = lambda path: None
+        fileio._range_reader = lambda path: None
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -148,30 +185,67 @@ def main(argv=None) -> int:
             egress, _, connections = proxy.counts()
             print(f"| {name} | {len(data) / 2**20:.1f} | {egress / 2**20:.1f} | {egress / len(data):.2f}x | "
                   f"{connections} | {remote_s:.2f} | {local_s:.2f} |", flush=True)
-        print(f"\nplanning {args.files} small files per format")
-        print("| format | threads | wall s | ms per file | launcher CPU ms per file | connections |")
-        print("|---|---|---|---|---|---|")
-        for fmt in ("npy", "h5"):
-            for i in range(args.files):
-                buf = io.BytesIO()
-                if fmt == "h5":
-                    import h5py
-                    with h5py.File(buf, "w") as f:
-                        f["x"], f["y"] = np.arange(400, dtype="<f4").reshape(100, 4), np.arange(100)
-                else:
-                    np.save(buf, np.arange(400, dtype="<f4").reshape(100, 4))
-                direct.put_object(Bucket=BUCKET, Key=f"plan/f{i:05d}.{fmt}", Body=buf.getvalue())
-            for threads in [int(t) for t in args.threads.split(",")]:
-                planning.PLAN_THREADS = threads
-                fileio._S3_CLIENTS.clear()
-                proxy.reset()
-                t, c = time.perf_counter(), time.process_time()
-                plan = planning.plan_inputs(f"s3://{BUCKET}/plan/*.{fmt}",
-                                            SourceOptions("hdf5" if fmt == "h5" else "npy"))
-                wall, cpu = time.perf_counter() - t, time.process_time() - c
-                assert plan.num_rows == 100 * args.files
-                print(f"| {fmt} | {threads} | {wall:.2f} | {1000 * wall / args.files:.1f} | "
-                      f"{1000 * cpu / args.files:.1f} | {proxy.counts()[2]} |", flush=True)
+        if args.big_rows:
+            data = big_input(args.big_rows)
+            direct.put_object(Bucket=BUCKET, Key="big/big.h5", Body=data)
+            local = os.path.join(tmp, "big.h5")
+            with open(local, "wb") as f:
+                f.write(data)
+            two = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2",
+                   "--num_shards", "4"]
+            t = time.perf_counter()
+            assert common.run_main(convert_module.main, ["--input", local, "--output_dir",
+                                                         os.path.join(tmp, "local_big"), *two]) == 0
+            local_s = time.perf_counter() - t
+            proxy.reset()
+            t = time.perf_counter()
+            assert common.run_main(convert_module.main, ["--input", f"s3://{BUCKET}/big/big.h5", "--output_dir",
+                                                         os.path.join(tmp, "remote_big"), *two, *flags]) == 0
+            remote_s = time.perf_counter() - t
+            egress, _, connections = proxy.counts()
+            # the server's own time for one 1 MiB ranged GET of this object and of a 4 MiB one, straight to moto
+            # (no proxy, no added latency): moto copies the whole object for every ranged GET
+            direct.put_object(Bucket=BUCKET, Key="big/small.bin", Body=data[:4 * 2**20])
+            per_get = {}
+            for key in ("big/big.h5", "big/small.bin"):
+                times = []
+                for i in range(4):
+                    t = time.perf_counter()
+                    direct.get_object(Bucket=BUCKET, Key=key, Range=f"bytes={i * 2**20}-{(i + 1) * 2**20 - 1}")[
+                        "Body"].read()
+                    times.append(time.perf_counter() - t)
+                per_get[key] = sorted(times)[1]
+            print(f"\nlarge file: {len(data) / 2**20:.0f} MiB chunked HDF5, 2 worker processes, 4 shards")
+            print("| egress MiB | egress / file | connections | remote s | local s | remote / local | "
+                  "moto s per 1 MiB GET (this object / a 4 MiB one) |")
+            print("|---|---|---|---|---|---|---|")
+            print(f"| {egress / 2**20:.1f} | {egress / len(data):.2f}x | {connections} | {remote_s:.2f} | "
+                  f"{local_s:.2f} | {remote_s / local_s:.2f}x | {per_get['big/big.h5']:.3f} / "
+                  f"{per_get['big/small.bin']:.3f} |", flush=True)
+            del data
+        others = [server.pid, proxy.proc.pid]
+        print(f"\nplanning small files ({args.latency_ms:g} ms per request)")
+        print("| format | files | threads | wall s | ms per file | launcher CPU ms per file | "
+              "server + proxy CPU ms per file | connections |")
+        print("|---|---|---|---|---|---|---|---|")
+        for files in [int(n) for n in args.files.split(",") if int(n)]:
+            for fmt in ("npy", "h5"):
+                with concurrent.futures.ThreadPoolExecutor(8) as pool:  # the same objects, more of them
+                    list(pool.map(lambda i: direct.put_object(Bucket=BUCKET, Key=f"plan{files}/f{i:05d}.{fmt}",
+                                                              Body=small_file(fmt, i)), range(files)))
+                for threads in [int(t) for t in args.threads.split(",")]:
+                    planning.PLAN_THREADS = threads
+                    fileio._CLIENTS.clear()
+                    proxy.reset()
+                    t, c, o = time.perf_counter(), time.process_time(), cpu_seconds(others)
+                    plan = planning.plan_inputs(f"s3://{BUCKET}/plan{files}/*.{fmt}",
+                                                SourceOptions("hdf5" if fmt == "h5" else "npy"))
+                    wall, cpu = time.perf_counter() - t, time.process_time() - c
+                    other = cpu_seconds(others) - o
+                    assert plan.num_rows == 100 * files
+                    print(f"| {fmt} | {files:,} | {threads} | {wall:.2f} | {1000 * wall / files:.1f} | "
+                          f"{1000 * cpu / files:.1f} | {1000 * other / files:.1f} | {proxy.counts()[2]} |",
+                          flush=True)
     finally:
         proxy.close()
         server.terminate()

@@ -22,8 +22,9 @@ process of the tree, from the kernel's high-water mark and psutil polling), side
   train=8,validation=1,test=1``, and with ``--shuffle_seed 1`` too (2 workers), with the seed loop and the raw
   copy: what splitting and the shuffle cost (issue 12);
 * remote (``--only remote``, needs the s3 extra): ``bench.remote``, egress and remote/local wall time of
-  converting HDF5 (chunked+gzip, contiguous), .npy and .npz inputs from a moto S3 server behind a counting proxy
-  that adds 20 ms to every request, and the time to plan 200 small remote files (issue 13);
+  converting HDF5 (chunked+gzip, contiguous), .npy and .npz inputs and a 257 MiB chunked HDF5 file from a moto S3
+  server behind a counting proxy that adds 20 ms to every request, and the time to plan 1,000 and 10,000 small
+  remote files (issue 13; about 10 minutes);
 * with ``--rss_8gb``: one 8 GB HDF5 file converted with ``--writer planned``, for its peak RSS.
 
 Before every measured run the page cache's dirty pages are flushed (``settle``: sync, then wait until
@@ -548,7 +549,7 @@ class Bench:
                 self.say("[remote] python -m bench.remote (moto S3 server behind bench.s3proxy, 20 ms a request)")
                 done = subprocess.run([self.py, "-m", "bench.remote"], capture_output=True, text=True)
                 table = "\n".join(line for line in done.stdout.splitlines()
-                                   if line.startswith(("|", "egress", "planning")))
+                                   if line.startswith(("|", "egress", "planning", "large")))
                 self.extras["remote"] = table if done.returncode == 0 else f"failed: {done.stderr[-2000:]}"
                 order.append("remote")
             if "sizes" in sections:

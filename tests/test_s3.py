@@ -140,14 +140,14 @@ def test_hdf5_row_range_is_read_from_s3_without_downloading_the_file(s3, tmp_pat
     client.upload_file(str(path), BUCKET, "big/big.h5")
 
     fetched = {"bytes": 0, "gets": 0}
-    original = fileio._S3RangeReader._get
+    original = fileio._RangeReader._get
 
     def counting_get(self, start, n):
         fetched["bytes"] += n
         fetched["gets"] += 1
         return original(self, start, n)
 
-    monkeypatch.setattr(fileio._S3RangeReader, "_get", counting_get)
+    monkeypatch.setattr(fileio._RangeReader, "_get", counting_get)
     common.configure_filesystems(s3_flags)
     start, stop = 16_000, 16_512  # 2 MB in the middle of the file
     columns = Hdf5Source(SourceOptions()).read(RowRange(f"s3://{BUCKET}/big/big.h5", start, stop, ("/x", "/y")))
@@ -156,12 +156,12 @@ def test_hdf5_row_range_is_read_from_s3_without_downloading_the_file(s3, tmp_pat
     print(f"\nrow range {start}-{stop} of a {size / 2**20:.1f} MB HDF5 file on S3: "
           f"{fetched['bytes'] / 2**20:.2f} MB fetched in {fetched['gets']} ranged reads")
     # every read is a bounded GET of what h5py asks (small metadata reads: one read-ahead of
-    # fileio.S3_READ_AHEAD), the chunks holding the rows fetched together first (adjacent chunks coalesced into
+    # fileio.READ_AHEAD), the chunks holding the rows fetched together first (adjacent chunks coalesced into
     # one request per dataset here); Beam's own 16 MB-buffered stream fetched 64 MB in 5 GETs (issue 13)
     def chunk_bytes(chunk_rows, row_bytes):  # h5py reads whole chunks: those the row range touches
         return (-(-stop // chunk_rows) - start // chunk_rows) * chunk_rows * row_bytes
     needed = chunk_bytes(256, width * 4) + chunk_bytes(1024, 8)  # 3 chunks of /x (3 MB), 2 of /y
-    assert needed <= fetched["bytes"] <= needed + 16 * fileio.S3_READ_AHEAD, fetched
+    assert needed <= fetched["bytes"] <= needed + 16 * fileio.READ_AHEAD, fetched
     assert fetched["gets"] <= 8, fetched  # the first 64 KiB came with the open; metadata; one GET per dataset
 
 

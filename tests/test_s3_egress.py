@@ -29,9 +29,9 @@ def proxied(s3):  # noqa: F811
         client.put_object(Bucket=BUCKET, Key=f"egress/{name}", Body=data)
     flags = [f for f in flags if not f.startswith("--s3_endpoint_url=")] + \
         [f"--s3_endpoint_url=http://127.0.0.1:{proxy.port}"]
-    fileio._S3_CLIENTS.clear()
+    fileio._CLIENTS.clear()
     yield proxy, flags, files
-    fileio._S3_CLIENTS.clear()
+    fileio._CLIENTS.clear()
     proxy.close()
 
 
@@ -139,8 +139,8 @@ def test_prefetch_coalesces_ranges_and_serves_reads_without_requests(proxied, mo
     FileSystems.set_options(PipelineOptions(flags))
     data = files["img.npy"]
     gets = []
-    original = fileio._S3RangeReader._get
-    monkeypatch.setattr(fileio._S3RangeReader, "_get", lambda self, start, n: gets.append((start, n)) or
+    original = fileio._RangeReader._get
+    monkeypatch.setattr(fileio._RangeReader, "_get", lambda self, start, n: gets.append((start, n)) or
                         original(self, start, n))
     with fileio.open_read(f"s3://{BUCKET}/egress/img.npy") as f:
         assert fileio.prefetch(f, [(200_000, 100), (200_150, 50_000), (3_000_000, 10), (0, 0)])

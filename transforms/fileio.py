@@ -46,37 +46,36 @@ def is_local(path: str) -> bool:
     return isinstance(FileSystems.get_filesystem(path), LocalFileSystem)
 
 
-_S3_CLIENTS: dict[str, object] = {}  # one boto3 S3 client per process and S3 options (boto3 clients are thread-safe)
-# PipelineOptions -> its key in _S3_CLIENTS: get_all_options re-parses every option of every registered
+_CLIENTS: dict[tuple[str, str], object] = {}  # one client per process, scheme and options (both kinds thread-safe)
+# PipelineOptions -> its key in _CLIENTS: get_all_options re-parses every option of every registered
 # PipelineOptions class (~19 ms, half the launcher's CPU per remote file indexed), so it is computed once per object
 _OPTION_KEYS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-S3_READ_AHEAD = 64 * 1024  # bytes: a read smaller than this (a header, HDF5 metadata) fetches this much
-S3_PREFETCH_THREADS = 8  # requests in flight per worker for the chunks of one row range
+READ_AHEAD = 64 * 1024  # bytes: a read smaller than this (a header, HDF5 metadata) fetches this much
+PREFETCH_THREADS = 8  # requests in flight per worker for the chunks of one row range
 
 
-class _S3RangeReader(io.RawIOBase):
-    """A seekable read-only stream over one S3 object whose every read is one bounded ``GET Range: bytes=a-b``
-    of exactly the bytes asked (never past the object's end), so the server sends nothing that is not used.
-    Beam's own S3 stream asks for ``bytes=N-`` (to the end of the object) and closes the body after 16 MiB or at
-    the next seek, so a reader that seeks (h5py between chunks) made the server send 10x the file (issue 13)."""
+class _RangeReader(io.RawIOBase):
+    """A seekable read-only stream over one object in object storage (s3:// or gs://) whose every read is one
+    bounded ranged GET (``Range: bytes=a-b``) of exactly the bytes asked (never past the object's end), so the
+    server sends nothing that is not used. ``fetch(start, n)`` makes the request (boto3's ``get_object`` or
+    google-cloud-storage's ``Blob.download_as_bytes``). Beam's own streams fetch more than is read: its S3 stream
+    asks for ``bytes=N-`` (to the end of the object) and closes the body after 16 MiB or at the next seek, so a
+    reader that seeks (h5py between chunks) made the server send 10x the file; its GCS stream (google-cloud-
+    storage's ``BlobReader``) fetches 16 MiB at every read after a seek (issue 13)."""
 
-    def __init__(self, client, bucket: str, key: str, size: int, path: str, head: bytes = b""):
-        self._client, self._bucket, self._key, self._size, self._path = client, bucket, key, size, path
+    def __init__(self, fetch, size: int, path: str, head: bytes = b""):
+        self._fetch, self._size, self._path = fetch, size, path
         self._pos, self._head = 0, head  # the object's first bytes, fetched with its size when it was opened
         self._blocks: list[tuple[int, bytes]] = []  # prefetched (offset, bytes), sorted; see prefetch
 
     def _get(self, start: int, n: int) -> bytes:
-        body = self._client.get_object(Bucket=self._bucket, Key=self._key,
-                                       Range=f"bytes={start}-{start + n - 1}")["Body"]
-        try:
-            data = body.read()
-        finally:
-            body.close()
+        data = self._fetch(start, n)
         if len(data) != n:
-            raise OSError(f"S3 returned {len(data)} bytes for a range of {n} at byte {start} of {self._path}")
+            raise OSError(f"The server returned {len(data)} bytes for a range of {n} at byte {start} of "
+                          f"{self._path}")
         return data
 
-    def prefetch(self, ranges, max_gap: int = S3_READ_AHEAD, threads: int = S3_PREFETCH_THREADS) -> None:
+    def prefetch(self, ranges, max_gap: int = READ_AHEAD, threads: int = PREFETCH_THREADS) -> None:
         """Fetches the byte ranges ``[(offset, length)]`` (e.g. the HDF5 chunks of a row range) with up to
         ``threads`` requests in flight, ranges less than ``max_gap`` bytes apart coalesced into one request, and
         keeps them until the next prefetch (replacing the previous ones: memory = one row range's chunks); reads
@@ -134,6 +133,19 @@ class _S3RangeReader(io.RawIOBase):
         return n
 
 
+def _client(scheme: str, options, make):
+    """The cached client of ``scheme`` for the pipeline options ``options``, made by ``make()`` once."""
+    key = ""
+    if options is not None:
+        key = _OPTION_KEYS.get(options)
+        if key is None:
+            key = _OPTION_KEYS[options] = repr(options.get_all_options(drop_default=True))
+    client = _CLIENTS.get((scheme, key))
+    if client is None:
+        client = _CLIENTS[(scheme, key)] = make()
+    return client
+
+
 def _s3_client(fs):
     """The cached boto3 client for Beam's ``S3FileSystem`` ``fs``, made from the same ``S3Options`` (endpoint,
     credentials, region) as Beam's own (``apache_beam/io/aws/clients/s3/boto3_client.py``). Beam builds a new one
@@ -141,48 +153,87 @@ def _s3_client(fs):
     file on an S3 API (cProfile of planning 30 .npy files on a moto server: 6.7 of 7.4 s in
     ``boto3.session.client``)."""
     options = getattr(fs, "_options", None)
-    key = ""
-    if options is not None:
-        key = _OPTION_KEYS.get(options)
-        if key is None:
-            key = _OPTION_KEYS[options] = repr(options.get_all_options(drop_default=True))
-    client = _S3_CLIENTS.get(key)
-    if client is None:
+
+    def make():
         from apache_beam.io.aws.clients.s3 import boto3_client
-        client = _S3_CLIENTS[key] = boto3_client.Client(options=options).client
-    return client
+        return boto3_client.Client(options=options).client
+    return _client("s3", options, make)
 
 
-def _s3_reader(path: str):
-    """A buffered :class:`_S3RangeReader` over the s3:// ``path``, or None for other filesystems (local files, and
-    gs://, read through Beam's ``FileSystems``). Opening is one request: ``GET Range: bytes=0-`` of the first
-    :data:`S3_READ_AHEAD` bytes, whose ``Content-Range`` gives the object's size (a HEAD only for an empty
-    object), so the header of a .npy or the superblock of an HDF5 file is read before h5py takes its lock, and
-    concurrent planning overlaps it; then bounded GETs, reads smaller than :data:`S3_READ_AHEAD` served from one
-    read-ahead of that size."""
-    fs = FileSystems.get_filesystem(path)
-    if type(fs).__name__ != "S3FileSystem":
-        return None
+def _gcs_client(fs):
+    """The cached google-cloud-storage client for Beam's ``GCSFileSystem`` ``fs``, made as Beam makes its own
+    (``gcsio.create_storage_client``: the pipeline's credentials, or an anonymous client without them; the
+    ``STORAGE_EMULATOR_HOST`` variable points it at an emulator). Beam makes one per file opened."""
+    options = getattr(fs, "_pipeline_options", None)
+
+    def make():
+        from apache_beam.io.gcp import gcsio
+        from apache_beam.options.pipeline_options import PipelineOptions
+        return gcsio.create_storage_client(options if options is not None else PipelineOptions())
+    return _client("gs", options, make)
+
+
+def _s3_opener(fs, path: str):
+    """``(fetch, size, head)`` of the s3:// object ``path``. Opening is one request: ``GET Range: bytes=0-`` of
+    the first :data:`READ_AHEAD` bytes, whose ``Content-Range`` gives the object's size (a HEAD only for an
+    empty object)."""
     from apache_beam.io.aws.s3io import parse_s3_path
     bucket, key = parse_s3_path(path)
     client = _s3_client(fs)
+
+    def fetch(start: int, n: int) -> bytes:
+        body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{start + n - 1}")["Body"]
+        with contextlib.closing(body):
+            return body.read()
     try:
-        first = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{S3_READ_AHEAD - 1}")
+        first = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{READ_AHEAD - 1}")
     except client.exceptions.ClientError as e:
         if e.response.get("Error", {}).get("Code") != "InvalidRange":
             raise
-        size, head = client.head_object(Bucket=bucket, Key=key)["ContentLength"], b""  # an empty object
-    else:
-        with contextlib.closing(first["Body"]) as body:
-            head = body.read()
-        size = int(first.get("ContentRange", "").rsplit("/", 1)[-1] or len(head))
-    return io.BufferedReader(_S3RangeReader(client, bucket, key, size, path, head), buffer_size=S3_READ_AHEAD)
+        return fetch, client.head_object(Bucket=bucket, Key=key)["ContentLength"], b""  # an empty object
+    with contextlib.closing(first["Body"]) as body:
+        head = body.read()
+    return fetch, int(first.get("ContentRange", "").rsplit("/", 1)[-1] or len(head)), head
+
+
+def _gcs_opener(fs, path: str):
+    """``(fetch, size, head)`` of the gs:// object ``path``: its metadata (the size and generation: one request,
+    as Beam's reader makes) and its first :data:`READ_AHEAD` bytes (a second one). Reads ask for that
+    generation, so an object replaced while it is read fails instead of mixing two versions. Bytes are the
+    stored ones (``raw_download``, as Beam reads them: no decompressive transcoding)."""
+    from apache_beam.io.gcp.gcsio import parse_gcs_path
+    bucket, name = parse_gcs_path(path)
+    blob = _gcs_client(fs).bucket(bucket).get_blob(name)
+    if blob is None:
+        raise FileNotFoundError(f"No such object: {path}")
+
+    def fetch(start: int, n: int) -> bytes:
+        return blob.download_as_bytes(start=start, end=start + n - 1, raw_download=True, checksum=None)
+    size = int(blob.size or 0)
+    return fetch, size, fetch(0, min(READ_AHEAD, size)) if size else b""
+
+
+_OPENERS = {"S3FileSystem": _s3_opener, "GCSFileSystem": _gcs_opener}
+
+
+def _range_reader(path: str):
+    """A buffered :class:`_RangeReader` over the s3:// or gs:// ``path``, or None for other filesystems (local
+    files, read through Beam's ``FileSystems``). The object's size and first :data:`READ_AHEAD` bytes are known
+    once it is open, so the header of a .npy or the superblock of an HDF5 file is read before h5py takes its
+    lock, and concurrent planning overlaps it; then bounded GETs, reads smaller than :data:`READ_AHEAD` served
+    from one read-ahead of that size."""
+    fs = FileSystems.get_filesystem(path)
+    opener = _OPENERS.get(type(fs).__name__)
+    if opener is None:
+        return None
+    fetch, size, head = opener(fs, path)
+    return io.BufferedReader(_RangeReader(fetch, size, path, head), buffer_size=READ_AHEAD)
 
 
 def open_read(path: str) -> BinaryIO:
     """A seekable binary stream over ``path``, uncompressed whatever its suffix."""
     try:
-        return _s3_reader(path) or FileSystems.open(path, compression_type=_RAW)
+        return _range_reader(path) or FileSystems.open(path, compression_type=_RAW)
     except Exception as e:
         raise SourceError(f"Cannot open file: {e}", file=path) from None
 
@@ -259,9 +310,10 @@ def write_bytes(path: str, data: bytes) -> None:
 
 def prefetch(stream, ranges) -> bool:
     """Asks ``stream`` (from :func:`open_read`) to fetch the byte ranges ``[(offset, length)]`` concurrently before
-    they are read; True when it can (remote s3:// streams), False for the others (local files need no help)."""
+    they are read; True when it can (remote s3:// and gs:// streams), False for the others (local files need no
+    help)."""
     raw = getattr(stream, "raw", None)
-    if isinstance(raw, _S3RangeReader):
+    if isinstance(raw, _RangeReader):
         raw.prefetch(ranges)
         return True
     return False
