@@ -3,7 +3,7 @@ against a moto S3 server in its own process behind ``bench.s3proxy`` (in a third
 server sends and adds ``--latency_ms`` to every request, a real object store's round trip).
 
     .venv/bin/python -m bench.remote [--rows 8192] [--big_rows 65536] [--files 1000,10000] [--latency_ms 20]
-        [--threads 8] [--beam_stream]
+        [--threads 8] [--beam_stream] [--server 'COMMAND with {port}' --access_key KEY]
 
 Egress: chunked+gzip HDF5, contiguous HDF5, .npy, stored and deflated .npz, each converted to a local directory
 (in-process runner, 2 shards); egress / file size, connections and wall time remote vs the same file local.
@@ -11,7 +11,9 @@ Large file (``--big_rows``, 0 to skip): the issue's 257 MiB chunked HDF5 file (6
 int64 label, chunks of 256 rows) with 2 worker processes and 4 shards, remote vs local.
 Planning: ``planning.plan_inputs`` of each ``--files`` count of small .npy and HDF5 files, per ``--threads``
 setting; wall, launcher CPU, and the CPU of the moto server and the proxy per file (they share the 2 cores).
-``--beam_stream`` measures Beam's own S3 stream instead of ours (the before figures).
+``--beam_stream`` measures Beam's own S3 stream instead of ours (the before figures). ``--server`` runs another
+S3 server instead of moto (moto copies the whole object for every ranged GET: 0.24 s per GET of a 257 MiB object),
+e.g. s3rver from npm, which streams ranges from disk (the README's "Scale" section).
 Also the section ``remote`` of ``bench/run.sh --only remote`` (not in the default set: it needs the s3 extra, boto3 and
 moto[server]).
 """
@@ -128,9 +130,11 @@ def small_file(fmt: str, i: int) -> bytes:
 
 
 def cpu_seconds(pids) -> float:
-    """User + system CPU seconds of the processes ``pids`` so far."""
+    """User + system CPU seconds of the processes ``pids`` and their children so far."""
     import psutil
-    return sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in pids)
+    procs = [psutil.Process(pid) for pid in pids]
+    procs += [c for p in list(procs) for c in p.children(recursive=True)]
+    return sum(sum(p.cpu_times()[:2]) for p in procs)
 
 
 def main(argv=None) -> int:
@@ -141,6 +145,9 @@ def main(argv=None) -> int:
     ap.add_argument("--latency_ms", type=float, default=20.0, help="added to every request by the proxy")
     ap.add_argument("--threads", default="8", help="planning.PLAN_THREADS settings to measure")
     ap.add_argument("--beam_stream", action="store_true", help="read through Beam's S3 stream (the before figures)")
+    ap.add_argument("--server", help="a shell command starting another S3 server on 127.0.0.1:{port} instead of "
+                                     "moto (its process group is stopped at the end)")
+    ap.add_argument("--access_key", default="S3RVER", help="access key id and secret of --server")
     args = ap.parse_args(argv)
     os.environ.update(CREDENTIALS)
     import boto3
@@ -152,17 +159,24 @@ def main(argv=None) -> int:
     from tfrecord_etl.transforms.sources import SourceOptions
     if args.beam_stream:
         fileio._range_reader = lambda path: None
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if args.server:  # another S3 server on 127.0.0.1, started by its own command (e.g. s3rver, see the README)
+        port = free_port()
+        server = subprocess.Popen(args.server.format(port=port), shell=True, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=True)
+        os.environ.update({"AWS_ACCESS_KEY_ID": args.access_key, "AWS_SECRET_ACCESS_KEY": args.access_key})
+    else:
+        port = free_port()
+        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(port)
     proxy = Proxy(port, args.latency_ms)
     tmp = tempfile.mkdtemp(prefix="bench-remote-")
     try:
         direct = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
         direct.create_bucket(Bucket=BUCKET)
-        flags = [f"--s3_endpoint_url=http://127.0.0.1:{proxy.port}", "--s3_access_key_id=testing",
-                 "--s3_secret_access_key=testing", "--s3_region_name=us-east-1"]
+        key = args.access_key if args.server else "testing"
+        flags = [f"--s3_endpoint_url=http://127.0.0.1:{proxy.port}", f"--s3_access_key_id={key}",
+                 f"--s3_secret_access_key={key}", "--s3_region_name=us-east-1"]
         FileSystems.set_options(PipelineOptions(flags))
         run = ["--runner=DirectRunner", "--direct_running_mode=in_memory", "--num_shards", "2"]
         print(f"egress ({'Beam stream' if args.beam_stream else 'bounded reads'}, latency {args.latency_ms:g} ms)")
@@ -217,7 +231,7 @@ def main(argv=None) -> int:
                 per_get[key] = sorted(times)[1]
             print(f"\nlarge file: {len(data) / 2**20:.0f} MiB chunked HDF5, 2 worker processes, 4 shards")
             print("| egress MiB | egress / file | connections | remote s | local s | remote / local | "
-                  "moto s per 1 MiB GET (this object / a 4 MiB one) |")
+                  "server s per 1 MiB GET (this object / a 4 MiB one) |")
             print("|---|---|---|---|---|---|---|")
             print(f"| {egress / 2**20:.1f} | {egress / len(data):.2f}x | {connections} | {remote_s:.2f} | "
                   f"{local_s:.2f} | {remote_s / local_s:.2f}x | {per_get['big/big.h5']:.3f} / "
@@ -248,7 +262,10 @@ def main(argv=None) -> int:
                           flush=True)
     finally:
         proxy.close()
-        server.terminate()
+        if args.server:
+            os.killpg(server.pid, 15)
+        else:
+            server.terminate()
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
