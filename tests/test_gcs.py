@@ -128,3 +128,24 @@ def test_missing_gcs_object_is_a_one_line_source_error(gcs, tmp_path, capsys):
     assert "Traceback" not in err and not (tmp_path / "o").exists()
     with pytest.raises(Exception, match="nothing-here.npy"):  # opened directly (no match first): names the object
         fileio.open_read(f"gs://{BUCKET}/egress/nothing-here.npy")
+
+
+def test_gcs_reopen_reuses_what_it_read_of_the_same_generation(gcs):
+    """A second open of an unchanged object asks for its metadata only (the head and metadata reads of the same
+    generation are reused); a replaced object (a new generation) is read anew."""
+    from google.cloud import storage
+    proxy, _ = gcs
+    blob = storage.Client.create_anonymous_client().bucket(BUCKET).blob("pinned/x.bin")
+    old, new = bytes(range(256)) * 1024, bytes(reversed(range(256))) * 1024
+    blob.upload_from_string(old)
+    path = f"gs://{BUCKET}/pinned/x.bin"
+    with fileio.open_read(path) as f:
+        assert f.read(10) == old[:10]
+    proxy.reset()
+    with fileio.open_read(path) as f:
+        assert f.read(10) == old[:10] and proxy.egress_bytes < 4000  # the metadata (JSON), not the 64 KiB head
+    blob.upload_from_string(new)
+    with fileio.open_read(path) as f:
+        assert f.read(10) == new[:10]
+        f.seek(200_000)
+        assert f.read(10) == new[200_000:200_010]
