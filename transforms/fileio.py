@@ -89,16 +89,26 @@ class _RemoteObject:
                 self.kept += len(data)
 
 
-_OBJECTS: "collections.OrderedDict[tuple, _RemoteObject]" = collections.OrderedDict()
+MAX_OBJECTS = 4096  # objects known per process (each a few hundred bytes besides its kept reads)
+_OBJECTS: "collections.OrderedDict[tuple, tuple[_RemoteObject, int]]" = collections.OrderedDict()  # obj, bytes
 _OBJECTS_LOCK = threading.Lock()
+_OBJECTS_BYTES = [0]  # the kept bytes counted at each object's latest open
+
+
+def _known(key: tuple) -> _RemoteObject | None:
+    with _OBJECTS_LOCK:
+        entry = _OBJECTS.get(key)
+    return entry[0] if entry else None
 
 
 def _remember(key: tuple, obj: _RemoteObject) -> None:
     with _OBJECTS_LOCK:
-        _OBJECTS[key] = obj
-        _OBJECTS.move_to_end(key)
-        while len(_OBJECTS) > 1 and sum(o.kept for o in _OBJECTS.values()) > OBJECT_CACHE_BYTES:
-            _OBJECTS.popitem(last=False)
+        old = _OBJECTS.pop(key, None)
+        _OBJECTS_BYTES[0] += obj.kept - (old[1] if old else 0)
+        _OBJECTS[key] = (obj, obj.kept)
+        while len(_OBJECTS) > 1 and (_OBJECTS_BYTES[0] > OBJECT_CACHE_BYTES or len(_OBJECTS) > MAX_OBJECTS):
+            _, (_, kept) = _OBJECTS.popitem(last=False)
+            _OBJECTS_BYTES[0] -= kept
 
 
 def forget_objects() -> None:
@@ -106,6 +116,7 @@ def forget_objects() -> None:
     asks the server again. Called when a read finds an object changed."""
     with _OBJECTS_LOCK:
         _OBJECTS.clear()
+        _OBJECTS_BYTES[0] = 0
 
 
 class _RangeReader(io.RawIOBase):
@@ -357,9 +368,7 @@ def _range_reader(path: str):
     # one entry per endpoint and path, whichever options object made the client (the launcher's and the
     # pipeline's differ, and both read the same objects)
     key = (type(fs).__name__, _endpoint(client), path)
-    with _OBJECTS_LOCK:
-        known = _OBJECTS.get(key)
-    obj = kind[1](client, path, known)
+    obj = kind[1](client, path, _known(key))
     _remember(key, obj)
     return io.BufferedReader(_RangeReader(obj), buffer_size=READ_AHEAD)
 
