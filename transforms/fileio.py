@@ -48,6 +48,7 @@ def is_local(path: str) -> bool:
     return isinstance(FileSystems.get_filesystem(path), LocalFileSystem)
 
 
+_CLIENTS_LOCK = threading.Lock()
 _CLIENTS: dict[tuple[str, str], object] = {}  # one client per process, scheme and options (both kinds thread-safe)
 # PipelineOptions -> its key in _CLIENTS: get_all_options re-parses every option of every registered
 # PipelineOptions class (~19 ms, half the launcher's CPU per remote file indexed), so it is computed once per object
@@ -242,7 +243,10 @@ def _client(scheme: str, options, make):
             key = _OPTION_KEYS[options] = repr(options.get_all_options(drop_default=True))
     client = _CLIENTS.get((scheme, key))
     if client is None:
-        client = _CLIENTS[(scheme, key)] = make()
+        with _CLIENTS_LOCK:  # planning's threads start together: one makes it (each took 0.2 s of the GIL)
+            client = _CLIENTS.get((scheme, key))
+            if client is None:
+                client = _CLIENTS[(scheme, key)] = make()
     return client
 
 
