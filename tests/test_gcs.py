@@ -7,14 +7,12 @@ file, and the shards are byte-identical to the local run. Beam's own GCS stream 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
-from bench.remote import egress_inputs
+from bench.remote import egress_inputs, free_port, wait_for
 from bench.s3proxy import CountingProxy
 from tests.conftest import run_command
 from tfrecord_etl.transforms import fileio
@@ -25,26 +23,15 @@ BUCKET = "etl-gcs-test"
 ROWS = 1024  # x 4096 bytes: 4 MiB of images per file
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def gcs():
     """The emulator in its own process behind a CountingProxy; yields (proxy, {name: bytes} uploaded under
     gs://BUCKET/egress/)."""
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
                                "--port", str(port), "--in-memory", "--default-bucket", BUCKET, "--quiet"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
+    wait_for(port)
     proxy = CountingProxy(("127.0.0.1", port)).start()
     saved = os.environ.get("STORAGE_EMULATOR_HOST")
     os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{proxy.port}"

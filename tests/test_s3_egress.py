@@ -1,7 +1,7 @@
 """Object storage reads only the bytes needed (issue 13): converting from s3:// through a counting TCP proxy in front
-of a moto server, the server sends at most 1.25x the file for a chunked gzip HDF5 file, a contiguous one, a .npy and
-a stored and a deflated .npz (Beam's own S3 stream sent 3.6x-8x), and the shards are byte-identical to the local run. A byte count,
-not a timing."""
+of a moto server, the server sends at most 1.25x the file for a chunked gzip HDF5 file, a contiguous one, a .npy,
+a stored and a deflated .npz (Beam's own S3 stream sent 3.6x-8x), and the shards are byte-identical to the local
+run. A byte count, not a timing."""
 from __future__ import annotations
 
 import io

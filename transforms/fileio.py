@@ -132,7 +132,7 @@ class _RangeReader(io.RawIOBase):
     def __init__(self, obj: _RemoteObject):
         self._obj, self._size, self._path = obj, obj.size, obj.path
         self._pos = 0
-        self._blocks: list[tuple[int, bytes]] = []  # prefetched (offset, bytes), sorted; see prefetch
+        self._blocks: list[tuple[int, bytes]] = []  # prefetched (offset, bytes), newest first; see prefetch
 
     def _get(self, start: int, n: int) -> bytes:
         try:
@@ -151,8 +151,8 @@ class _RangeReader(io.RawIOBase):
         ``threads`` requests in flight, ranges less than ``max_gap`` bytes apart coalesced into one request, and
         keeps them, with earlier ones up to :data:`PREFETCH_KEEP_BYTES` in all; reads inside them need no request.
         A range already held (by an earlier prefetch: a chunk shared by two row ranges; or by the object's kept
-        metadata reads) is not fetched again. A reader that seeks from chunk to chunk then waits one round trip per row range instead of one
-        per chunk (issue 13: several reads in flight per worker)."""
+        metadata reads) is not fetched again. A reader that seeks from chunk to chunk then waits one round trip
+        per row range instead of one per chunk (issue 13: several reads in flight per worker)."""
         kept: list[tuple[int, bytes]] = []
         needed: list[tuple[int, int]] = []
         for offset, length in sorted((int(o), int(n)) for o, n in ranges if n > 0):
