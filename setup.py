@@ -19,7 +19,7 @@ setuptools.setup(
     packages=["tfrecord_etl"] + [f"tfrecord_etl.{p}" for p in setuptools.find_packages(
         include=[f for folder in _FOLDERS for f in (folder, folder + ".*")])],
     package_dir={"tfrecord_etl": "tfrecord_etl", **{f"tfrecord_etl.{f}": f for f in _FOLDERS}},
-    entry_points={"console_scripts": ["tfrecord-etl = tfrecord_etl.pipelines.cli:main"]},
+    entry_points={"console_scripts": ["tfrecord-etl = tfrecord_etl.pipelines.cli:console"]},
     install_requires=[
         # tfx-bsl 1.21 pins tensorflow 2.21 and apache-beam[gcp]; these ranges resolve together on Python 3.11.
         "apache-beam[gcp]>=2.77,<2.78",

@@ -32,5 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     return common.run_main(module.main, rest)
 
 
+def console() -> None:
+    """The ``tfrecord-etl`` console script: :func:`main`, then the process ends by ``common.exit_process`` (no
+    interpreter teardown after Beam's import)."""
+    from tfrecord_etl.pipelines import common
+    common.exit_process(main())
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    console()

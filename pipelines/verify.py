@@ -119,4 +119,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(common.run_main(main))
+    common.exit_process(common.run_main(main))
