@@ -41,6 +41,8 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
     except MemoryError:
         print(f"error: {MEMORY_ERROR_LINE}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # stdout's reader went away (`convert ... | head -1`): no traceback, exit status 1
+        return _stdout_closed()
     except Exception as e:  # Beam may wrap a worker's error; find ours in the chain or in its text
         inner = _find_etl_error(e)
         line = f"{type(inner).__name__}: {inner}" if inner is not None else _etl_error_line(str(e))
@@ -79,6 +81,21 @@ def exit_process(code: int):
         except (OSError, ValueError):  # a closed pipe (``| head``) or a closed stream: nothing more to say
             pass
     os._exit(code)
+
+
+def _stdout_closed() -> int:
+    """Python's recipe for a closed pipe (https://docs.python.org/3/library/signal.html#note-on-sigpipe): what is
+    left for stdout goes to /dev/null, so the exit flush cannot fail again; one line on stderr; status 1."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    try:
+        print("error: the reader of standard output went away (a pipe such as `| head`); the printed output is "
+              "incomplete. Hint: the command's own work is not affected by this; redirect stdout to a file to keep "
+              "it all", file=sys.stderr)
+    except OSError:
+        pass
+    return 1
 
 
 class CommandParser(argparse.ArgumentParser):

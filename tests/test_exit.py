@@ -74,3 +74,23 @@ def test_convert_as_a_process_prints_its_whole_summary_and_commits(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "pipelines.convert", "--input", str(tmp_path / "none.h5"),
                           "--output_dir", str(tmp_path / "o2")], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ")
+
+
+def test_a_reader_that_goes_away_ends_the_command_with_one_line_not_a_traceback(tmp_path):
+    """``convert ... | head -1``: stdout's pipe closes before the summary is printed."""
+    src = tmp_path / "in.h5"
+    with h5py.File(src, "w") as f:
+        f["x"] = np.arange(10.0)
+    out = tmp_path / "out"
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody will read: every write to stdout fails with EPIPE
+    done = subprocess.run([sys.executable, "-c", "import sys; sys.stdout.reconfigure(line_buffering=True); "
+                           "from pipelines import convert; from tfrecord_etl.pipelines import common; "
+                           "common.exit_process(common.run_main(convert.main, sys.argv[1:]))",
+                           "--input", str(src), "--output_dir", str(out), "--runner", "DirectRunner"],
+                          stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=300)
+    os.close(write_end)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: the reader of standard output went away")
+    assert (out / "metadata.json").exists()  # the work itself was committed before the summary
