@@ -76,7 +76,7 @@ MIN_STEADY_DELTA_S = 0.25  # below this difference of wall times, the steady-sta
 
 BEAM = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
 SECTIONS = ("small", "large", "augment", "scaling", "raw", "files", "splits", "remote", "sizes")
-# sizes (issue 16, ~13 minutes, 17 GB of inputs) and remote (issue 13, a moto S3 server: the s3 extra) run when
+# sizes (issue 16, ~10 minutes, 17 GB of inputs) and remote (issue 13, a moto S3 server: the s3 extra) run when
 # asked: --only sizes, --only remote
 DEFAULT_SECTIONS = SECTIONS[:-2]
 SPLITS_ROWS = {"small": 1_000_000, "large": 20_000}  # the splits section: --splits and --shuffle_seed cost
