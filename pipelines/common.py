@@ -90,9 +90,9 @@ def _stdout_closed() -> int:
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
     try:
-        print("error: the reader of standard output went away (a pipe such as `| head`); the printed output is "
-              "incomplete. Hint: the command's own work is not affected by this; redirect stdout to a file to keep "
-              "it all", file=sys.stderr)
+        print("error: the reader of standard output went away (a pipe such as `| head`), so the command stopped "
+              "where it was printing (convert and augment print after their output is committed). Hint: redirect "
+              "stdout to a file, or pipe it into a reader that reads it all", file=sys.stderr)
     except OSError:
         pass
     return 1
