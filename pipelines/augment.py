@@ -14,7 +14,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrecord_etl.pipelines import common
-from tfrecord_etl.transforms import augment, localmode, metadata, outdir, tfrecord
+from tfrecord_etl.transforms import augment, localmode, metadata, tfrecord
 from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
 from tfrecord_etl.transforms.config import parse_args
 from tfrecord_etl.transforms.errors import printable
@@ -42,9 +42,8 @@ def main(argv: list[str]) -> int:
     tfrecord.require_fast_crc32c()
     started = time.time()
     plan = augment.plan_augment(cfg)
-    files = [s.output_file for s in plan.collection.shards] + ([outdir.MANIFEST_FILE] if cfg.mode == "sidecar" else [])
-    with outdir.prepare(cfg.output_dir, command="augment", options=cfg.model_dump(), files=files,
-                        overwrite=cfg.overwrite):
+    lock, plan = augment.prepare_output_dir(plan)
+    with lock:
         beam_argv, mode = localmode.choose_local_mode(beam_argv, *augment_size(plan), len(plan.collection.shards))
         options = PipelineOptions(beam_argv)
         p = beam.Pipeline(runner=common.local_runner(options), options=options)

@@ -43,16 +43,114 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
         return 2
     except BrokenPipeError:  # stdout's reader went away (`convert ... | head -1`): no traceback, exit status 1
         return _stdout_closed()
+    except KeyboardInterrupt:  # Ctrl-C: the lock is released on the way here, so no worker commits after it
+        _quiet_worker_threads()
+        stopped = stop_worker_processes()
+        print(f"error: {INTERRUPTED_LINE}" + (f" ({stopped} worker process{'es' if stopped > 1 else ''} stopped)"
+                                              if stopped else ""), file=sys.stderr)
+        return INTERRUPTED
     except Exception as e:  # Beam may wrap a worker's error; find ours in the chain or in its text
         inner = _find_etl_error(e)
         line = f"{type(inner).__name__}: {inner}" if inner is not None else _etl_error_line(str(e))
         if line is None:
             line = _output_error_line(e, _flag_value(argv, "--output_dir"))
+        if line is None and _worker_died(e):
+            signals = dead_worker_signals()
+            how = f" (signal {signals[0]})" if signals else ""
+            line = WORKER_DIED_LINE.format(how=how)
+            _quiet_worker_threads()
+            stop_worker_processes()
         if line is None:
             raise
         log = f" [runner log: {LAST_RUN_LOG}; --verbose shows it live]" if LAST_RUN_LOG else ""
         print(f"error: {line}{log}", file=sys.stderr)
         return 2
+
+
+INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C (128 + SIGINT, as shells report it)
+INTERRUPTED_LINE = ("OutputError: Interrupted: the run stopped before its commit, so the output directory holds "
+                    "what it held before (an output being replaced is still complete). Hint: run the command again")
+WORKER_DIED_LINE = ("OutputError: A worker process died{how}: killed, or out of memory; nothing was committed, so the "
+                    "output directory holds what it held before. Hint: run again; if it happens again, pass fewer "
+                    "--direct_num_workers or a smaller --target_range_mb")
+# what Beam's runners raise when a worker process (DirectRunner multi_processing, a portable worker) went away
+_WORKER_GONE = ("Channel closed prematurely",)
+
+
+def _quiet_worker_threads() -> None:
+    """Beam's worker-watching threads (``run_worker``) report a worker stopped by us (after a Ctrl-C or a dead
+    worker) with a traceback on stderr: those reports are dropped, every other thread's exception still prints."""
+    import threading
+    previous = threading.excepthook
+
+    def hook(args):
+        if args.thread is not None and args.thread.name == "run_worker" and \
+                "Worker subprocess exited" in str(args.exc_value):
+            return
+        previous(args)
+    threading.excepthook = hook
+
+
+def _worker_died(e: BaseException) -> bool:
+    text = "".join(str(x) for x in (e, e.__cause__, e.__context__) if x is not None)
+    return any(marker in text for marker in _WORKER_GONE)
+
+
+def _children() -> list[tuple[int, str, int]]:
+    """``(pid, state, exit signal or 0)`` of this process's Beam worker processes and dead (zombie) children, from
+    Linux's ``/proc`` (``stat`` fields 3, 4 and 52: state, parent pid, exit code of a zombie); [] without it."""
+    me, out = os.getpid(), []
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().decode("ascii", "replace").rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and fields[1] == str(me) and (fields[0] == "Z" or _is_beam_worker(pid)):
+            exit_code = int(fields[49]) if len(fields) > 49 and fields[49].isdigit() else 0
+            out.append((pid, fields[0], exit_code & 0x7F))
+    return out
+
+
+def _is_beam_worker(pid: int) -> bool:
+    """True for a Beam SDK worker process (its command line runs ``apache_beam.runners.worker``)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"apache_beam.runners.worker" in f.read()
+    except OSError:
+        return False
+
+
+def dead_worker_signals() -> list[int]:
+    """The signals that ended this process's dead (not yet reaped) worker processes."""
+    return [sig for _, state, sig in _children() if state == "Z" and sig]
+
+
+def stop_worker_processes(grace: float = 2.0) -> int:
+    """Stops the live child processes of this launcher (Beam's worker processes after a Ctrl-C or a dead
+    worker): SIGTERM, then SIGKILL after ``grace`` seconds. Returns how many were running."""
+    import signal
+    import time
+    live = [pid for pid, state, _ in _children() if state != "Z"]
+    for pid in live:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(state != "Z" for pid, state, _ in _children() if pid in live):
+        time.sleep(0.05)
+    for pid, state, _ in _children():
+        if pid in live and state != "Z":
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    return len(live)
 
 
 def exit_process(code: int):
@@ -67,11 +165,19 @@ def exit_process(code: int):
     What still runs: the ``atexit`` handlers (logging's flush, multiprocessing's and Beam's clean-ups, temporary
     files registered there), then stdout and stderr are flushed, then ``os._exit(code)``. While any non-daemon
     thread other than the main one is alive (a thread pool not shut down), the normal exit is taken instead, so
-    such threads are joined as Python would join them. Only for the ``__main__`` of a command and the console
+    such threads are joined as Python would join them; after a Ctrl-C (``code`` 130) the process ends at once, as
+    the interrupted pipeline's threads would never end. Only for the ``__main__`` of a command and the console
     script: ``run_main`` and the commands' ``main`` return their code for callers in the same process.
     """
     import atexit
     import threading
+    if code == INTERRUPTED:  # the interrupted pipeline's threads would never end: no join, no clean-ups
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
     if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
         raise SystemExit(code)
     atexit._run_exitfuncs()  # the handlers Python's own exit would run; private name, stable since Python 3.0
@@ -152,7 +258,8 @@ def configure_filesystems(beam_argv: list[str]) -> None:
     FileSystems.set_options(PipelineOptions([str(a) for a in beam_argv if str(a) not in ("-h", "--help")]))
 
 
-_ERROR_NAMES = ("ConfigError", "SourceError", "SchemaError", "RecordError", "IncompleteOutputError")
+_ERROR_NAMES = ("ConfigError", "SourceError", "SchemaError", "RecordError", "IncompleteOutputError",
+                "OutputError")
 
 
 def _etl_error_line(text: str) -> str | None:

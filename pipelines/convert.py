@@ -38,11 +38,14 @@ def build_plan(cfg: ConvertConfig, options: PipelineOptions | None = None,
     return planning.plan_convert(cfg, local_workers(options) if options is not None else 1, inputs=inputs)
 
 
-def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan: planning.ConvertPlan, carried: dict | None = None):
+def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan: planning.ConvertPlan, carried: dict | None = None,
+                   replaced: tuple[str, ...] = ()):
     """Composes the convert pipeline on ``p`` (``carried``: the splits this run adds to, see
-    ``convert.carried_splits``); returns the PCollection holding the committed output dir."""
+    ``convert.carried_splits``; ``replaced``: the committed files its commit replaces, see ``outdir.prepare``);
+    returns the PCollection holding the committed output dir."""
     return p | "ConvertToTFRecord" >> ConvertToTFRecord(config=cfg, plan=plan, prepare_output=False,
-                                                        progress=common.show_progress(cfg.progress), carried=carried)
+                                                        progress=common.show_progress(cfg.progress), carried=carried,
+                                                        replaced=replaced)
 
 
 def main(argv: list[str]) -> int:
@@ -59,8 +62,9 @@ def main(argv: list[str]) -> int:
         print("\n".join(printable(line) for line in planning.describe_plan(plan, cfg)))
         return 0
     with prepare_output_dir(cfg, plan) as prepared:
+        plan = prepared.plan
         p = beam.Pipeline(runner=common.local_runner(options), options=options)
-        build_pipeline(p, cfg, plan, prepared.meta)
+        build_pipeline(p, cfg, plan, prepared.meta, prepared.replaced)
         counters = common.run_pipeline(p)
     meta = metadata.load(cfg.output_dir)
     inputs = plan.inputs

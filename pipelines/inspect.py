@@ -73,7 +73,8 @@ def _has_metadata(target: str) -> bool:
     if fileio.exists(fileio.join(target, metadata.METADATA_FILE)):
         return True
     names = set(outdir.list_names(target))
-    traces = (".tmp-", "beam-temp-", f".{metadata.METADATA_FILE}", outdir.MARKER_FILE)  # a run's temporaries
+    traces = (".tmp-", "beam-temp-", f".{metadata.METADATA_FILE}", outdir.MARKER_FILE,
+              outdir.LEGACY_MARKER_FILE)  # a run's temporaries
     if metadata.SCHEMA_FILE in names or any(n.startswith(traces) for n in names) or outdir.nested_outputs(target):
         metadata.load(target)  # raises IncompleteOutputError with its message
     return False

@@ -306,7 +306,7 @@ def test_position_join_row_count_mismatch(converted, foreign_plain, tmp_path, ca
     code, _, err = run_augment(str(foreign_plain[0].parent / "part-*"), tmp_path / "b", "--join_input",
                                tmp_path / "short.npy", capsys=capsys)
     assert code == 2 and "The join source has 299 rows but the input has 300 records" in err
-    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == [".tfrecord-etl-run.json"]  # only our marker
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == [".tf-etl-run.json"]  # only our marker
 
 
 # ----------------------------------------------------------------------------------------------

@@ -72,9 +72,9 @@ def converted(tmp_path_factory, request):
 def test_output_files_and_metadata(converted):
     data, out = converted
     names = sorted(os.listdir(out))
-    assert names == [".tfrecord-etl-run.json", "data-00000-of-00003.tfrecord", "data-00001-of-00003.tfrecord",
+    assert names == [".tf-etl-run.json", "data-00000-of-00003.tfrecord", "data-00001-of-00003.tfrecord",
                      "data-00002-of-00003.tfrecord", "metadata.json", "schema.pbtxt"]  # no lock left behind
-    marker = json.loads((out / ".tfrecord-etl-run.json").read_text())
+    marker = json.loads((out / ".tf-etl-run.json").read_text())
     assert marker["command"] == "convert" and set(marker["files"]) == set(names[1:])
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["num_records"] == 500 and sum(s["records"] for s in meta["shards"]) == 500

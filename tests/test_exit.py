@@ -68,7 +68,7 @@ def test_convert_as_a_process_prints_its_whole_summary_and_commits(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("wrote 10 examples")
     assert "work span:" in done.stdout.splitlines()[-1]   # the last line, flushed before os._exit
-    assert (out / "metadata.json").exists() and not (out / ".tfrecord-etl.lock").exists()  # committed, unlocked
+    assert (out / "metadata.json").exists() and not (out / ".tf-etl.lock").exists()  # committed, unlocked
     from tfrecord_etl.transforms import reader
     assert np.array_equal(np.array([e["x"] for e in reader.iter_numpy(str(out))]), np.arange(10.0))
     bad = subprocess.run([sys.executable, "-m", "pipelines.convert", "--input", str(tmp_path / "none.h5"),

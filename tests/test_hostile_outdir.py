@@ -2,6 +2,7 @@
 ours, refuses everything else, takes paths literally, and holds an exclusive lock (transforms/outdir.py)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -210,7 +211,7 @@ def test_output_dir_with_glob_characters_is_literal(tmp_path, capsys):
     assert code == 0, err
     assert (snapshot(tmp_path / "oa"), snapshot(tmp_path / "ob")) == before
     meta = json.loads((out / "metadata.json").read_text())
-    assert meta["shards"][0]["bytes"] == (out / "data-00000-of-00001.tfrecord").stat().st_size
+    assert meta["shards"][0]["bytes"] == (out / meta["shards"][0]["file"]).stat().st_size
     np.testing.assert_array_equal(read_x(out), data)
     code, _, err = convert(tmp_path / "in.h5", tmp_path / "p[ab]", "--writer", "beam", capsys=capsys)
     assert code == 2 and "--writer beam cannot write into a directory whose name holds" in err
@@ -236,13 +237,19 @@ def test_temporaries_of_killed_attempts_are_removed_by_name(tmp_path, capsys):
     a '.tmp-' file of another name is not ours and is kept (it makes a re-run refuse without --overwrite)."""
     out = tmp_path / "out"
     out.mkdir()
-    ours = out / f".tmp-data-00000-of-00001.tfrecord-{uuid.uuid4().hex}"
+    key = hashlib.sha1(b"data-00000-of-00001.tfrecord").hexdigest()[:8]
+    ours = out / f".tmp-{uuid.uuid4().hex}-{key}"
+    legacy = out / f".tmp-data-00000-of-00001.tfrecord-{uuid.uuid4().hex}"  # an earlier version's temporary
     other = out / f".tmp-notes.txt-{uuid.uuid4().hex}"
-    ours.write_bytes(b"killed attempt")
-    other.write_bytes(b"not ours")
+    other_new = out / f".tmp-{uuid.uuid4().hex}-{hashlib.sha1(b'notes.txt').hexdigest()[:8]}"
+    for path in (ours, legacy):
+        path.write_bytes(b"killed attempt")
+    for path in (other, other_new):
+        path.write_bytes(b"not ours")
     outdir.remove_temporaries(str(out), ["data-00000-of-00001.tfrecord"])
-    assert not ours.exists() and other.read_bytes() == b"not ours"
-    assert "removing 1 temporary file of killed" in capsys.readouterr().err
+    assert not ours.exists() and not legacy.exists()
+    assert other.read_bytes() == b"not ours" and other_new.read_bytes() == b"not ours"
+    assert "removing 2 temporary files of killed" in capsys.readouterr().err
 
 
 def test_a_crashed_beam_writer_runs_temp_dir_is_removed_by_the_rerun(tmp_path, capsys):
@@ -282,7 +289,9 @@ def test_output_dir_that_cannot_be_a_directory(tmp_path, capsys, kind):
 
 _LOOKALIKES = ["data-00000-of-00002.tfrecord", "data-00001-of-00002.tfrecord", "data-00000-of-00001.tfrecord.gz",
                "schema.pbtxt", "manifest.json", "notes.txt", "beam-temp-data-" + "a" * 32,
-               ".tmp-data-00000-of-00002.tfrecord-" + "b" * 32, ".metadata.json.tmp", "x[1].txt", "*"]
+               ".tmp-data-00000-of-00002.tfrecord-" + "b" * 32, ".metadata.json.tmp", "x[1].txt", "*",
+               ".tmp-" + "b" * 32 + "-" + hashlib.sha1(b"data-00000-of-00002.tfrecord").hexdigest()[:8],
+               ".tmp-" + "c" * 32 + "-" + hashlib.sha1(b"notes.txt").hexdigest()[:8]]
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
@@ -312,7 +321,9 @@ def test_prepare_never_deletes_or_modifies_what_is_not_ours(foreign, ours, recor
         listed = set(ours) if record != "none" else set()
         if record == "metadata":  # our metadata.json makes its schema and its own temporary ours too
             listed |= {"schema.pbtxt", ".metadata.json.tmp"}
-        listed |= {f for f in foreign if f.startswith(".tmp-") and f[5:-33] in listed}  # temporaries of ours
+        listed |= {f for f in foreign if f.startswith(".tmp-") and f[5:-33] in listed}  # temporaries of ours,
+        listed |= {f for f in foreign if f.startswith(".tmp-") and any(  # under both names
+            f.endswith("-" + hashlib.sha1(n.encode()).hexdigest()[:8]) for n in listed)}
         for name in ours:
             with open(os.path.join(d, name), "wb") as f:
                 f.write(b"ours")
@@ -339,7 +350,10 @@ def test_prepare_never_deletes_or_modifies_what_is_not_ours(foreign, ours, recor
         for name, content in not_ours.items():
             assert after.get(name) == content, f"{name} was deleted or changed"
         top_foreign = {n.split(os.sep)[0] for n in not_ours}
-        assert not (top_foreign & (set(planned) | {"schema.pbtxt", "metadata.json"})), "a planned name clashed"
-        assert not (listed & set(after)), "ours should have been removed"
+        assert not (top_foreign & (set(lock.files) | {"schema.pbtxt", "metadata.json"})), "a written name clashed"
+        # a complete output (metadata.json) is kept until the new one commits; the rest of ours is removed
+        complete = (set(ours) | {"schema.pbtxt"}) if record == "metadata" else set()
+        assert not ((listed - complete) & set(after)), "ours should have been removed"
+        assert set(lock.replaced) <= complete and not (set(lock.files) & complete - {"schema.pbtxt"})
         if top_foreign:
             assert overwrite

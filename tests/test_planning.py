@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tfrecord_etl.transforms import planning, reader, sharding, sink, tfrecord
+from tfrecord_etl.transforms import outdir, planning, reader, sharding, sink, tfrecord
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError
 from tfrecord_etl.transforms.sources import SourceOptions
@@ -124,7 +124,7 @@ def test_committed_file_renames_only_when_complete(tmp_path):
     with pytest.raises(RuntimeError):
         with sink.committed_file(final) as f:
             f.write(b"half")
-            assert [n for n in os.listdir(tmp_path) if n.startswith(".tmp-f.json-")]
+            assert [n for n in os.listdir(tmp_path) if n.startswith(".tmp-") and n.endswith("-" + outdir.name_key("f.json"))]
             raise RuntimeError("killed")
     assert open(final, "rb").read() == b"old" and os.listdir(tmp_path) == ["f.json"]
     sink.write_json(final, {"a": 1})
@@ -171,7 +171,7 @@ def test_convert_to_tfrecord_in_a_user_pipeline(h5, tmp_path):
     spec = {"y": tf.io.FixedLenFeature([], tf.int64), "x": tf.io.FixedLenFeature([], tf.string)}
     ys = [int(tf.io.parse_single_example(r, spec)["y"]) for r in tf.data.TFRecordDataset(files, "GZIP")]
     assert ys == list(range(1000))
-    assert not os.path.exists(out / ".tfrecord-etl.lock")  # the lock is not held past construction
+    assert not os.path.exists(out / ".tf-etl.lock")  # the lock is not held past construction
     assert tfrecord.compression_from_path(files[0]) == "gzip"
 
 

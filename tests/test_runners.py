@@ -129,7 +129,7 @@ def test_convert_on_runner(runner, inputs, converted, tmp_path_factory, request,
         assert request.getfixturevalue("dask_cluster").scheduler.task_prefixes, "no task ran on the cluster"
         assert "Beam metrics" not in stdout
     names = sorted(os.listdir(out))
-    assert names == [".tfrecord-etl-run.json"] + [f"data-0000{i}-of-00003.tfrecord.gz" for i in range(3)] + \
+    assert names == [".tf-etl-run.json"] + [f"data-0000{i}-of-00003.tfrecord.gz" for i in range(3)] + \
         ["metadata.json", "schema.pbtxt"]
     examples = list(reader.iter_numpy(str(out)))
     assert len(examples) == ROWS

@@ -58,6 +58,7 @@ _PUBLIC = {
     "SchemaError": "tfrecord_etl.transforms.errors",
     "RecordError": "tfrecord_etl.transforms.errors",
     "IncompleteOutputError": "tfrecord_etl.transforms.errors",
+    "OutputError": "tfrecord_etl.transforms.errors",
 }
 _RENAMED = {"SOURCES": "REGISTRY"}  # public name -> the defining module's name
 

@@ -483,11 +483,12 @@ class OutputCommit:
     tfds_name: str | None = None  # write TFDS's dataset_info.json + features.json too (--tfds_name)
     carried: dict | None = None  # the metadata.json of the splits this run adds a split to (kept as they are)
     split_names: tuple[str, ...] = ()  # this run's splits, in the order given (the order of metadata's shards)
+    replaced: tuple[str, ...] = ()  # files of the committed output this commit replaces (outdir.prepare)
 
 
 class WriteMetadataFn(beam.DoFn):
     """Checks rows in = records out + rows dead-lettered and writes ``metadata.json`` last (the commit point);
-    removes the temporaries of killed or duplicate attempts.
+    then deletes the files of the output it replaced and the temporaries of killed or duplicate attempts.
 
     Raises:
       RecordError: records lost or duplicated.
@@ -497,6 +498,7 @@ class WriteMetadataFn(beam.DoFn):
         self._commit = commit
 
     def process(self, shards, extra_dead_rows=0):
+        outdir.failpoint("before-commit")
         c = self._commit
         order = {name: i for i, name in enumerate(c.split_names)}
         shards = new = sorted(shards, key=lambda s: (order.get(s.get("split"), 0), s["file"]))
@@ -524,6 +526,7 @@ class WriteMetadataFn(beam.DoFn):
             meta["tfds"] = {"name": c.tfds_name, "version": tfds_info.VERSION,
                             "files": tfds_info.write(c.output_dir, c.tfds_name, specs, shards)}
         metadata.write(c.output_dir, meta, specs)
+        outdir.finish_replacement(c.output_dir, c.replaced)
         outdir.remove_temporaries(c.output_dir, [s["file"] for s in shards])
         yield c.output_dir
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from tfrecord_etl.transforms import beam_io, fileio, metadata, outdir
+from tfrecord_etl.transforms import beam_io, fileio, metadata, outdir, planning
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError
 from tfrecord_etl.transforms.planning import ConvertPlan, plan_convert
@@ -88,7 +88,7 @@ class WriteWithBeamSink(PlanWriter):
         records, self.dead_rows = read_and_encode_ranges(pbegin, plan, cfg, beam_io.ReadAndEncodeFn(
             plan.inputs.source, plan.specs, cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir is not None))
         return (records
-                | "WriteToShards" >> beam_io.WriteToShards(cfg.output_dir, cfg.prefix, plan.num_shards,
+                | "WriteToShards" >> beam_io.WriteToShards(cfg.output_dir, plan.prefix, plan.num_shards,
                                                            cfg.compression)
                 | "CountShardRecords" >> beam.Map(beam_io.count_shard, cfg.compression, cfg.index))
 
@@ -148,7 +148,8 @@ class ConvertToTFRecord(beam.PTransform):
 
     def __init__(self, file_pattern: str | None = None, output_dir: str | None = None, *,
                  config: ConvertConfig | None = None, plan: ConvertPlan | None = None, local_workers: int = 1,
-                 prepare_output: bool = True, progress: bool = False, carried: dict | None = None, **options):
+                 prepare_output: bool = True, progress: bool = False, carried: dict | None = None,
+                 replaced: tuple[str, ...] = (), **options):
         super().__init__()
         if config is None:
             try:
@@ -162,10 +163,11 @@ class ConvertToTFRecord(beam.PTransform):
         self._progress = progress
         report_orphan_labels(config, self.plan)
         self.carried = carried  # the splits this run adds to (carried_splits), None for a plain output
+        self.replaced = replaced  # the committed files this run's commit replaces (outdir.prepare)
         if prepare_output:
             prepared = prepare_output_dir(config, self.plan)
             prepared.release()
-            self.carried = prepared.meta
+            self.carried, self.plan, self.replaced = prepared.meta, prepared.plan, prepared.replaced
 
     def expand(self, pbegin):
         cfg, plan = self.config, self.plan
@@ -175,16 +177,20 @@ class ConvertToTFRecord(beam.PTransform):
                                       tuple({"path": i.path, "rows": i.num_rows} for i in plan.inputs.indexes),
                                       writer_name(cfg), cfg.model_dump(), plan.inputs.source.describe(),
                                       cfg.tfds_name,
-                                      self.carried, plan.split_plan.names if plan.split_plan else ())
+                                      self.carried, plan.split_plan.names if plan.split_plan else (),
+                                      tuple(self.replaced))
         return shards | "FinalizeOutput" >> beam_io.FinalizeOutput(commit, getattr(writer, "dead_rows", None))
 
 
 class PreparedOutput:
-    """The held lock of a prepared output directory (:func:`prepare_output_dir`) and, when the run adds a split to
-    a TFDS directory, the metadata of the splits already there (``meta``, None otherwise)."""
+    """The held lock of a prepared output directory (:func:`prepare_output_dir`); ``plan``, the plan writing the
+    generation of names the lock chose (``planning.with_generation``); ``replaced``, the files of the committed
+    output the run's commit replaces; and, when the run adds a split to a TFDS directory, the metadata of the
+    splits already there (``meta``, None otherwise)."""
 
-    def __init__(self, lock: outdir.Lock, meta: dict | None):
-        self.lock, self.meta = lock, meta
+    def __init__(self, lock: outdir.Lock, meta: dict | None, plan: ConvertPlan | None = None):
+        self.lock, self.meta, self.plan = lock, meta, plan
+        self.replaced = tuple(sorted(lock.replaced))
 
     def release(self) -> None:
         self.lock.release()
@@ -193,11 +199,11 @@ class PreparedOutput:
         return self.meta is not None
 
     def __enter__(self):
+        self.lock.__enter__()  # commits in this block check that the run still holds the lock
         return self
 
     def __exit__(self, *exc):
-        self.release()
-        return False
+        return self.lock.__exit__(*exc)
 
 
 def carried_splits(cfg: ConvertConfig, plan: ConvertPlan) -> tuple[dict | None, set[str]]:
@@ -276,10 +282,12 @@ def prepare_output_dir(cfg: ConvertConfig, plan: ConvertPlan) -> PreparedOutput:
     lock and the splits this run adds to (:func:`carried_splits`)."""
     check_output(cfg, plan)
     carried, keep = carried_splits(cfg, plan)
+    tfds_files = ("dataset_info.json", "features.json") if cfg.tfds_name else ()
     lock = outdir.prepare(cfg.output_dir, command="convert", options=cfg.model_dump(), overwrite=cfg.overwrite,
-                          files=plan.output_files, beam_temp_prefixes=[cfg.prefix] if cfg.writer == "beam" else [],
-                          keep=keep)
-    return PreparedOutput(lock, carried)
+                          files=plan.output_files + tfds_files,
+                          beam_temp_prefixes=[plan.prefix] if cfg.writer == "beam" else [], keep=keep,
+                          planned_bytes=plan.inputs.num_bytes if cfg.compression == "none" else None)
+    return PreparedOutput(lock, carried, planning.with_generation(plan, cfg, lock.generation))
 
 
 def report_orphan_labels(cfg: ConvertConfig, plan: ConvertPlan) -> None:

@@ -66,3 +66,8 @@ class RecordError(EtlError):
 
 class IncompleteOutputError(EtlError):
     """An output directory has no committed metadata: a run is still going, crashed, or it is not ours."""
+
+
+class OutputError(EtlError):
+    """The output could not be written or committed: the run no longer owns the output directory (its launcher
+    is gone, a newer run took the lock over), it was interrupted, or one of its worker processes died."""

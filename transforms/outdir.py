@@ -1,24 +1,26 @@
-"""The output directory: its file names, which files in it are ours, the run marker, the lock, and the
-rules for what a run may delete or replace (issue 10). Every command that writes an output directory
-(convert, augment) goes through :func:`prepare`; nothing else deletes files there.
+"""The output directory: its file names, which files in it are ours, the run marker, and the rules for what a
+run may delete or replace. Every command that writes an output directory (convert, augment) goes through
+:func:`prepare`; nothing else deletes files there.
 
 The guarantees:
 
 - **Only our files are ever deleted or replaced.** A file is ours when the directory's run marker
-  (``.tfrecord-etl-run.json``, written before the first shard) or its ``metadata.json`` lists it, or it
-  is a temporary of such a file (``.tmp-<listed name>-<hex>``) or the Beam temp dir of a listed run
-  (``beam-temp-<prefix>-<hex>``). Names alone never make a file ours: another tool's
-  ``data-00000-of-00002.tfrecord.gz`` in a directory without our marker is not ours.
+  (``.tf-etl-run.json``, written before the first shard; ``.tfrecord-etl-run.json`` in earlier versions) or its
+  ``metadata.json`` lists it, or it is a temporary of such a file (``.tmp-<32 hex>-<name_key>``; earlier
+  ``.tmp-<listed name>-<hex>``) or the Beam temp dir of a listed run (``beam-temp-<prefix>-<hex>``). Names alone
+  never make a file ours: another tool's ``data-00000-of-00002.tfrecord.gz`` in a directory without our marker is
+  not ours. No name of ours but the shards matches the usual shard patterns (``*.tfrecord*``, ``data-*``, ...).
 - **Anything else makes a run refuse** unless ``--overwrite``; with ``--overwrite`` our files are
-  deleted and the others kept (and named). A file of someone else's with the name of a file this run
+  replaced and the others kept (and named). A file of someone else's with the name of a file this run
   writes is never replaced, ``--overwrite`` or not.
+- **A replaced output stays complete until the new one commits**: the new generation is written beside it
+  (:func:`generation_name` where the names would collide), ``metadata.json`` is replaced by a rename, and only
+  then are the old files deleted (:func:`finish_replacement`).
 - **Paths are literal.** The output directory is never globbed (``o[ab]`` is a directory name, not a
   pattern): local directories are listed with ``os.scandir``, remote ones with the glob characters of
   the directory escaped.
 - **Inputs are never inside the output directory** (checked with ``os.path.realpath``: symlinks too).
-- **One run at a time**: an exclusive lock file ``.tfrecord-etl.lock`` (``O_CREAT|O_EXCL``) holds the
-  host, pid and process start time of the launcher; a lock whose process is gone (same host) is stale
-  and taken over. On object stores the lock is best effort (write, then read back our run id).
+- **One run at a time**, and no commit by a run that no longer holds the lock (:mod:`transforms.runlock`).
 - **Every deletion is printed** on stderr at the default log level.
 
 The model is TFDS's ``incomplete_file`` and Beam's ``FileBasedSink.finalize_write``: temporaries under
@@ -27,35 +29,50 @@ names of their own, renamed when complete, and only a list of known names cleane
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import json
 import os
 import re
 import socket
-import sys
 import uuid
 from typing import Iterable
 
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import ConfigError
+from tfrecord_etl.transforms.runlock import (FAILPOINT_ENV, LEGACY_LOCK_FILE, LOCK_FILE, RUN_ENV, Lock,  # noqa: F401
+                                             _now, _process_start, _read_json, check_commit, failpoint, say)
 
 METADATA_FILE = "metadata.json"
 SCHEMA_FILE = "schema.pbtxt"
 MANIFEST_FILE = "manifest.json"
 SIDECAR_FORMAT = "tfrecord-etl-sidecar/1"  # the "format" of a sidecar collection's manifest.json
-MARKER_FILE = ".tfrecord-etl-run.json"
-LOCK_FILE = ".tfrecord-etl.lock"
+# The run marker, the lock and temporaries have names that no common shard pattern matches (``*.tfrecord*``,
+# ``*tfrecord*``, ``data-*``, ``*-of-*``, ``*.gz``, ``*.deflate``): Beam's ``FileSystems.match`` and
+# ``tf.io.gfile.glob`` both match names that start with a dot, so a reader globbing an output during a run (or
+# after one) must never meet them. Outputs written before keep working: the older names are still read.
+MARKER_FILE = ".tf-etl-run.json"
+LEGACY_MARKER_FILE = ".tfrecord-etl-run.json"  # the marker's name in outputs written by earlier versions
 TEMP_PREFIX = ".tmp-"
 MARKER_FORMAT = "tfrecord-etl-run/1"
-_MAX_JSON_BYTES = 64 * 2**20  # a marker or metadata.json larger than this is not ours
-_TEMP = re.compile(r"^\.tmp-(?P<name>.+)-[0-9a-f]{32}$")
+# a temporary: .tmp-<32 hex of the attempt>-<8 hex: name_key of the final name>
+_TEMP = re.compile(r"^\.tmp-[0-9a-f]{32}-(?P<key>[0-9a-f]{8})$")
+_LEGACY_TEMP = re.compile(r"^\.tmp-(?P<name>.+)-[0-9a-f]{32}$")  # .tmp-<final name>-<32 hex>, earlier versions
 _BEAM_TEMP = re.compile(r"^beam-temp-(?P<prefix>.+)-[0-9a-f]{32}$")
 _GLOB_CHARS = re.compile(r"([*?\[\]])")
 
 
-def say(message: str) -> None:
-    """One line on stderr, shown at the default log level (deletions, kept files, stale locks)."""
-    print(f"[tfrecord-etl] {message}", file=sys.stderr, flush=True)
+def name_key(name: str) -> str:
+    """The 8 hex digits that tie a temporary to the final ``name`` it becomes (SHA-1 of the name): temporaries
+    are ``.tmp-<32 hex>-<name_key>``, so their names hold no shard pattern."""
+    import hashlib
+    return hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+
+
+def temp_of(name: str, files) -> bool:
+    """True when ``name`` is a temporary (this version's or an earlier one's) of one of ``files``."""
+    m = _TEMP.match(name)
+    if m:
+        return m.group("key") in {name_key(f) for f in files}
+    m = _LEGACY_TEMP.match(name)
+    return bool(m and m.group("name") in files)
 
 
 # ---------------------------------------------------------------- literal paths
@@ -175,17 +192,6 @@ def check_inputs_outside(output_dir: str, paths: Iterable[str], what: str = "An 
 
 # ---------------------------------------------------------------- what is ours
 
-def _read_json(path: str) -> dict | None:
-    try:
-        if fileio.is_local(path):
-            if not os.path.isfile(path) or os.path.getsize(path) > _MAX_JSON_BYTES:
-                return None
-        data = json.loads(fileio.read_bytes(path))
-    except Exception:  # noqa: BLE001 - unreadable: not ours
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _plain_names(values) -> set[str]:
     out = set()
     for v in values if isinstance(values, list) else ():
@@ -203,17 +209,18 @@ class Owned:
       beam_prefixes: shard prefixes whose ``beam-temp-<prefix>-<hex>`` dirs are ours.
       complete: metadata.json is there and parses.
       options: the options recorded by metadata.json (or the marker) of the last run.
+      committed: the files of the complete output (listed by metadata.json, with it and schema.pbtxt).
     """
     files: frozenset
     beam_prefixes: frozenset
     complete: bool
     options: dict | None
+    committed: frozenset = frozenset()  # the files metadata.json lists (with itself and schema.pbtxt): the output
 
     def is_ours(self, name: str) -> bool:
         if name in self.files:
             return True
-        m = _TEMP.match(name)
-        if m and m.group("name") in self.files:
+        if temp_of(name, self.files):
             return True
         m = _BEAM_TEMP.match(name)
         return bool(m and m.group("prefix") in self.beam_prefixes)
@@ -225,129 +232,27 @@ def owned(output_dir: str, names: Iterable[str]) -> Owned:
     files: set[str] = set()
     prefixes: set[str] = set()
     options = None
-    marker = _read_json(fileio.join(output_dir, MARKER_FILE)) if MARKER_FILE in names else None
-    if marker is not None and marker.get("format") == MARKER_FORMAT:
-        files |= _plain_names(marker.get("files")) | {MARKER_FILE}
-        prefixes |= _plain_names(marker.get("beam_temp_prefixes"))
-        options = marker.get("options") if isinstance(marker.get("options"), dict) else None
+    for marker_name in (LEGACY_MARKER_FILE, MARKER_FILE):  # the current marker last: its options win
+        marker = _read_json(fileio.join(output_dir, marker_name)) if marker_name in names else None
+        if marker is not None and marker.get("format") == MARKER_FORMAT:
+            files |= _plain_names(marker.get("files")) | {marker_name}
+            prefixes |= _plain_names(marker.get("beam_temp_prefixes"))
+            options = marker.get("options") if isinstance(marker.get("options"), dict) else options
     meta = _read_json(fileio.join(output_dir, METADATA_FILE)) if METADATA_FILE in names else None
     complete = False
+    committed: set[str] = set()
     if meta is not None and isinstance(meta.get("format"), str) and meta["format"].startswith("tfrecord-etl/"):
         shards = meta.get("shards") if isinstance(meta.get("shards"), list) else []
-        files |= _plain_names([s.get(key) for s in shards if isinstance(s, dict) for key in ("file", "index")])
+        committed |= _plain_names([s.get(key) for s in shards if isinstance(s, dict) for key in ("file", "index")])
         if isinstance(meta.get("tfds"), dict):  # TFDS's dataset_info.json, features.json (--tfds_name)
-            files |= _plain_names(meta["tfds"].get("files"))
-        files |= {METADATA_FILE, SCHEMA_FILE} | ({MANIFEST_FILE} if isinstance(meta.get("augment"), dict) and
-                                                 meta["augment"].get("mode") == "sidecar" else set())
+            committed |= _plain_names(meta["tfds"].get("files"))
+        committed |= {METADATA_FILE, SCHEMA_FILE} | ({MANIFEST_FILE} if isinstance(meta.get("augment"), dict) and
+                                                     meta["augment"].get("mode") == "sidecar" else set())
+        files |= committed
         complete = True
         options = meta.get("options") if isinstance(meta.get("options"), dict) else options
     files |= {f".{name}.tmp" for name in (METADATA_FILE, MANIFEST_FILE) if name in files}
-    return Owned(frozenset(files), frozenset(prefixes), complete, options)
-
-
-# ---------------------------------------------------------------- the lock
-
-def _process_start(pid: int) -> str | None:
-    """The start time of process ``pid`` (Linux ``/proc/<pid>/stat`` field 22), None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("ascii", "replace")
-        return stat.rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            return "?"
-        return "?"
-
-
-def _lock_record(run_id: str) -> dict:
-    pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "start": _process_start(pid), "run_id": run_id,
-            "since": _now()}
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _is_stale(record: dict | None, path: str) -> bool:
-    if record is None:  # empty or torn (a launcher killed between create and write): stale after a minute
-        if fileio.is_local(path):
-            import time
-            try:
-                return time.time() - os.path.getmtime(path) > 60
-            except OSError:
-                return True
-        return False
-    if record.get("host") != socket.gethostname() or not isinstance(record.get("pid"), int):
-        return False
-    start = _process_start(record["pid"])
-    return start is None or (start != "?" and record.get("start") not in (None, "?") and start != record["start"])
-
-
-class Lock:
-    """The exclusive lock of one run on an output directory (a context manager; released on exit)."""
-
-    def __init__(self, output_dir: str, run_id: str):
-        self.path = fileio.join(output_dir, LOCK_FILE)
-        self.run_id = run_id
-        self.held = False
-
-    def acquire(self) -> "Lock":
-        """Raises ConfigError when another live run holds the lock."""
-        record = _lock_record(self.run_id)
-        data = json.dumps(record).encode()
-        for attempt in range(2):
-            if fileio.is_local(self.path):
-                try:
-                    fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-                except FileExistsError:
-                    pass
-                else:
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(data)
-                    self.held = True
-                    return self
-            elif not fileio.exists(self.path):
-                fileio.write_bytes(self.path, data)
-                if (_read_json(self.path) or {}).get("run_id") == self.run_id:
-                    self.held = True
-                    return self
-            other = _read_json(self.path)
-            if attempt == 0 and _is_stale(other, self.path):
-                say(f"taking over the stale lock {self.path} of a run that is gone ({_describe(other)})")
-                delete_names(os.path.dirname(self.path) if fileio.is_local(self.path) else
-                             self.path.rsplit("/", 1)[0], [LOCK_FILE])
-                continue
-            raise ConfigError(f"Another run ({_describe(other)}) is writing this output directory", file=self.path,
-                              hint="wait for it to finish or choose another --output_dir; if no such run exists, "
-                                   f"delete {LOCK_FILE}")
-        raise AssertionError("unreachable")
-
-    def release(self) -> None:
-        if self.held:
-            self.held = False
-            try:
-                if (_read_json(self.path) or {}).get("run_id") == self.run_id:
-                    fileio.delete([self.path])
-            except Exception:  # noqa: BLE001 - a lock left behind is stale for the next run
-                pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
-        return False
-
-
-def _describe(record: dict | None) -> str:
-    if not record:
-        return "unknown: the lock file is empty or unreadable"
-    return f"host {record.get('host')}, pid {record.get('pid')}, since {record.get('since')}"
+    return Owned(frozenset(files), frozenset(prefixes), complete, options, frozenset(committed))
 
 
 # ---------------------------------------------------------------- prepare
@@ -369,26 +274,57 @@ def _names_list(names: Iterable[str], n: int = 3) -> str:
     return shown + (f" and {len(names) - n} more" if len(names) > n else "")
 
 
+GENERATION_TAG = "-g1"  # what the other generation's names carry (see generation_name)
+
+
+def generation_name(name: str, generation: int) -> str:
+    """The name of file ``name`` in output generation ``generation`` (0 or 1). A run that replaces an output
+    writes its files beside the committed ones, so when its names would be those of the committed output it
+    writes the other generation's: ``GENERATION_TAG`` inserted before the name's first ``-`` (else its first
+    ``.``): ``data-00000-of-00004.tfrecord.gz`` <-> ``data-g1-00000-of-00004.tfrecord.gz``,
+    ``mnist-train.tfrecord-00000-of-00001`` <-> ``mnist-g1-train.tfrecord-00000-of-00001``. The usual shard
+    patterns (``*.tfrecord*``, ``data-*``, ``*-of-*``, ``*.gz``) match both."""
+    if not generation:
+        return name
+    cut = next((i for i in (name.find("-"), name.find(".")) if i >= 0), len(name))
+    return name[:cut] + GENERATION_TAG + name[cut:]
+
+
+def generation_prefix(prefix: str, generation: int) -> str:
+    """The shard prefix whose names are :func:`generation_name` of ``prefix``'s (``data`` -> ``data-g1``)."""
+    if not generation:
+        return prefix
+    cut = prefix.find("-")
+    return prefix + GENERATION_TAG if cut < 0 else prefix[:cut] + GENERATION_TAG + prefix[cut:]
+
+
 def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str], overwrite: bool,
-            beam_temp_prefixes: Iterable[str] = (), keep: Iterable[str] = ()) -> Lock:
-    """Makes ``output_dir`` ready for a run that writes ``files`` (names) and returns the run's held
-    :class:`Lock` (use it as a context manager around the pipeline).
+            beam_temp_prefixes: Iterable[str] = (), keep: Iterable[str] = (), staged: bool = True,
+            planned_bytes: int | None = None) -> Lock:
+    """Makes ``output_dir`` ready for a run that writes ``files`` (names, generation 0) and returns the run's held
+    :class:`Lock` (use it as a context manager around the pipeline), which says which generation the run writes
+    (``lock.generation``: write ``generation_name(name, lock.generation)`` for each of ``files``) and which files
+    of the output it replaces (``lock.replaced``: delete them with :func:`finish_replacement` after the commit).
 
     - missing or empty: created;
-    - holds only our files (a crashed run, or a complete run of the same ``options``): they are removed;
+    - a crashed run's files, temporaries and markers (ours, not part of a complete output): removed;
+    - a complete output (ours; the same ``options``, or any with ``overwrite``): **kept** until the new one
+      commits. The run writes its files beside it: under their own names when no committed file has them, else
+      under the other generation's (:func:`generation_name`); the commit replaces ``metadata.json`` (a rename) and
+      only then deletes the replaced files. A crash, a kill or a full disk before the commit leaves the old output
+      complete; after it, the new one. ``staged=False``: the complete output is removed first (the old protocol);
     - a complete output of other options: refused unless ``overwrite``;
-    - holds files that are not ours: refused unless ``overwrite``; with it, ours are removed and the
-      others kept;
-    - a file that is not ours but has the name of one of ``files``: always refused.
-    The metadata is removed first, so a crash during cleanup never leaves a complete-looking output; then
-    the run marker listing ``files`` is written.
+    - files that are not ours: refused unless ``overwrite``; with it, they are kept (and named);
+    - a file that is not ours but has the name of one of the files written: always refused.
+    Then the run marker listing the files written and replaced is written.
 
-    ``keep``: names of our files this run adds to rather than replaces (the other splits of a TFDS directory, and
-    its metadata while a new split is written: ``convert.carried_splits``); they are never deleted, and the
-    directory's earlier options do not make the run refuse.
+    ``keep``: names of our files this run adds to rather than replaces (the other splits of a TFDS directory:
+    ``convert.carried_splits``); never deleted, and the directory's earlier options do not make the run refuse.
+    ``planned_bytes``: the bytes the run will write at least, checked against the free space of a local file
+    system (the old output stays until the commit, so both must fit).
 
     Raises:
-      ConfigError: any refusal above, an unusable path, or another live run holding the lock.
+      ConfigError: any refusal above, an unusable path, another live run holding the lock, too little space.
     """
     check_output_path(output_dir)
     files = set(files) | {METADATA_FILE, SCHEMA_FILE}
@@ -405,28 +341,68 @@ def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str
         raise ConfigError(f"Cannot write in the output directory: {e.strerror}", file=output_dir,
                           hint="choose a writable --output_dir") from None
     try:
-        _clear(output_dir, options, files, overwrite, set(keep))
+        lock.generation, lock.replaced = _clear(output_dir, options, files, overwrite, set(keep), staged,
+                                                planned_bytes)
+        written = {generation_name(n, lock.generation) if n not in _REWRITTEN else n for n in files}
+        lock.files = frozenset(written)
         marker = {"format": MARKER_FORMAT, "run_id": run_id, "command": command, "created": _now(),
-                  "host": socket.gethostname(), "pid": os.getpid(), "files": sorted(files),
-                  "beam_temp_prefixes": sorted(set(beam_temp_prefixes)), "options": options}
+                  "host": socket.gethostname(), "pid": os.getpid(), "files": sorted(written | lock.replaced),
+                  "replaces": sorted(lock.replaced), "generation": lock.generation,
+                  "beam_temp_prefixes": sorted({generation_prefix(p, lock.generation) for p in beam_temp_prefixes}),
+                  "options": options}
         from tfrecord_etl.transforms import sink  # sink imports this module's names
         sink.write_json(fileio.join(output_dir, MARKER_FILE), marker, default=str)
     except BaseException:
         lock.release()
         raise
+    failpoint("prepared")
     return lock
 
 
-def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool, keep: set[str] = frozenset()) -> None:
-    names = set(list_names(output_dir)) - {LOCK_FILE}
-    if not names:
+# files every output has under one name, replaced in place (each by a rename) when the run commits
+_REWRITTEN = frozenset({METADATA_FILE, SCHEMA_FILE, MANIFEST_FILE, "dataset_info.json", "features.json"})
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n:,} bytes"
+
+
+def _check_space(output_dir: str, planned_bytes: int | None, beside: bool) -> None:
+    if not planned_bytes or not fileio.is_local(output_dir):
         return
+    import shutil
+    try:
+        free = shutil.disk_usage(output_dir).free
+    except OSError:
+        return
+    if free < planned_bytes:
+        also = " beside the current output (kept until the new one is complete)" if beside else ""
+        raise ConfigError(f"Not enough free space: the run writes at least {_size(planned_bytes)}{also}, and "
+                          f"the file system has {_size(free)} free", file=output_dir,
+                          hint="free some space or choose another --output_dir")
+
+
+def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool, keep: set[str] = frozenset(),
+           staged: bool = True, planned_bytes: int | None = None) -> tuple[int, frozenset]:
+    """The checks and cleanup of :func:`prepare`; returns ``(generation, committed files replaced)``."""
+    names = set(list_names(output_dir)) - {LOCK_FILE, LEGACY_LOCK_FILE}
+    if not names:
+        _check_space(output_dir, planned_bytes, False)
+        return 0, frozenset()
     own = owned(output_dir, names)
     ours = {n for n in names if own.is_ours(n)}
     kept = ours & keep
     ours -= keep
     strangers = names - ours - kept
-    clashes = strangers & (files | {MARKER_FILE})
+    committed = (own.committed & names) - keep if staged else set()
+    generation = 0
+    shards = files - _REWRITTEN
+    if shards & committed:
+        generation = 1
+        if {generation_name(n, 1) for n in shards} & committed:
+            generation, committed = 0, set()  # both generations listed (not written by this version): no staging
+    written = {generation_name(n, generation) if n not in _REWRITTEN else n for n in files}
+    clashes = strangers & (written | {MARKER_FILE})
     if clashes:
         raise ConfigError(f"The output directory holds files tfrecord-etl did not write with the names this run "
                           f"writes ({_names_list(clashes)})", file=output_dir,
@@ -439,22 +415,47 @@ def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool, kee
     if own.complete and not overwrite and not kept and _comparable(own.options) != _comparable(options):
         raise ConfigError("The output directory holds a complete output of another run", file=output_dir,
                           hint="pass --overwrite to replace it, or choose another --output_dir")
-    if ours:
-        order = [n for n in (METADATA_FILE,) if n in ours] + sorted(ours - {METADATA_FILE, MARKER_FILE})
-        order += [MARKER_FILE] if MARKER_FILE in ours else []
-        say(f"removing {_count(ours, 'file')} of an earlier run in {output_dir}: {_names_list(order, 5)}")
+    _check_space(output_dir, planned_bytes, bool(committed))
+    debris = ours - committed
+    if debris:
+        markers = {MARKER_FILE, LEGACY_MARKER_FILE}
+        order = [n for n in (METADATA_FILE,) if n in debris] + sorted(debris - {METADATA_FILE} - markers)
+        order += sorted(debris & markers)  # the markers last: a crash during cleanup leaves the rest ours
+        what = "of an earlier run" if not committed else "of an earlier run that did not complete"
+        say(f"removing {_count(debris, 'file')} {what} in {output_dir}: {_names_list(order, 5)}")
         delete_names(output_dir, order)
+    if committed:
+        say(f"keeping the complete output in {output_dir} until this run commits ({_count(committed, 'file')}; "
+            f"its shards are replaced then)")
     if kept:
         say(f"keeping {_count(kept, 'file')} of the splits already in {output_dir}: {_names_list(kept, 5)}")
     if strangers:
         say(f"keeping {_count(strangers, 'file')} tfrecord-etl did not write in {output_dir}: "
             f"{_names_list(strangers, 5)}")
+    return generation, frozenset(committed - written)
+
+
+def finish_replacement(output_dir: str, replaced: Iterable[str]) -> None:
+    """After a run's ``metadata.json`` is written (the commit): deletes the files of the output it replaced
+    (``lock.replaced`` of :func:`prepare`) that the new metadata does not list, each by its exact name, and
+    prints them. A crash during it leaves the new output complete; the run marker lists what is left, so the next
+    run removes it."""
+    failpoint("committed")
+    replaced = set(replaced)
+    if not replaced:
+        return
+    names = set(list_names(output_dir))
+    now = owned(output_dir, names).committed
+    gone = sorted((replaced & names) - now)
+    if gone:
+        say(f"removing {_count(gone, 'file')} of the output this run replaced in {output_dir}: {_names_list(gone, 5)}")
+        delete_names(output_dir, gone)
 
 
 def remove_temporaries(output_dir: str, files: Iterable[str]) -> None:
     """Deletes the ``.tmp-<name>-<hex>`` temporaries of ``files`` (killed or duplicate attempts), by exact name."""
     files = set(files)
-    stale = [n for n in list_names(output_dir) if (m := _TEMP.match(n)) and m.group("name") in files]
+    stale = [n for n in list_names(output_dir) if temp_of(n, files)]
     if stale:
         say(f"removing {_count(stale, 'temporary file')} of killed or duplicate attempts in {output_dir}: "
             f"{_names_list(stale, 5)}")

@@ -250,20 +250,36 @@ def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -
             raise e.with_context(file=cfg.input) from None
         tfds_info.require_tfds()
     prefix = cfg.tfds_name or cfg.prefix
+    shards = tuple(inputs.shards(n)) if cfg.writer == "planned" else None
+    files = output_files(cfg, shards, n, split_plan, prefix)
+    return ConvertPlan(inputs, tuple(specs), n, shards, files, split_plan, prefix)
+
+
+def output_files(cfg, shards, num_shards: int, split_plan: SplitPlan | None, prefix: str) -> tuple[str, ...]:
+    """The names of the shard (and ``--index``) files a conversion writes with shard ``prefix``, in file order."""
     suffix = shard_suffix(cfg.compression)
-    if cfg.writer == "planned":
-        shards = tuple(inputs.shards(n))
-        if split_plan is None:
-            files = tuple(s.file_name(prefix, suffix) for s in shards)
-        else:
-            files = tuple(splits.shard_name(prefix, name, s.index, n, tfrecord.SUFFIXES[cfg.compression])
-                          for s in shards for name in split_plan.names)
+    if shards is None:
+        files = tuple(f"{prefix}-{i:05d}-of-{num_shards:05d}{suffix}" for i in range(num_shards))
+    elif split_plan is None:
+        files = tuple(s.file_name(prefix, suffix) for s in shards)
     else:
-        shards = None
-        files = tuple(f"{prefix}-{i:05d}-of-{n:05d}{suffix}" for i in range(n))
+        files = tuple(splits.shard_name(prefix, name, s.index, num_shards, tfrecord.SUFFIXES[cfg.compression])
+                      for s in shards for name in split_plan.names)
     if cfg.index:
         files += tuple(tfrecord.index_name(f) for f in files)
-    return ConvertPlan(inputs, tuple(specs), n, shards, files, split_plan, prefix)
+    return files
+
+
+def with_generation(plan: ConvertPlan, cfg, generation: int) -> ConvertPlan:
+    """``plan`` writing output generation ``generation`` (``outdir.generation_prefix`` of its prefix): the names a
+    run that replaces an output writes beside the committed files (``outdir.prepare``)."""
+    import dataclasses
+    from tfrecord_etl.transforms import outdir
+    if not generation:
+        return plan
+    prefix = outdir.generation_prefix(plan.prefix, generation)
+    return dataclasses.replace(plan, prefix=prefix,
+                               output_files=output_files(cfg, plan.shards, plan.num_shards, plan.split_plan, prefix))
 
 
 def plan_splits(cfg, inputs: InputPlan, specs: Sequence[FeatureSpec]) -> SplitPlan | None:

@@ -1,8 +1,8 @@
 """The commit protocol of every file the project writes into an output or dead-letter directory, written once.
 
-A file is written under a temporary name of its own beside its final name (``.tmp-<final name>-<32 hex>``, the
-name :mod:`transforms.outdir` recognizes as ours), and renamed to the final name only when it is complete; on
-any failure (an exception, a count that does not match) the temporary is deleted and the error goes on. A
+A file is written under a temporary name of its own beside its final name (``.tmp-<32 hex>-<8 hex key of the
+final name>``, the name :mod:`transforms.outdir` recognizes as ours), and renamed to the final name only when it
+is complete; on any failure (an exception, a count that does not match) the temporary is deleted and the error goes on. A
 retried or duplicated attempt (Beam retries bundles; a runner may run one twice) writes its own temporary; the
 last rename wins, and since the bytes are the same exactly one complete final file exists. Temporaries of killed
 attempts are removed by exact name when the run commits (``outdir.remove_temporaries``).
@@ -23,26 +23,32 @@ import uuid
 from typing import BinaryIO, Iterator
 
 from tfrecord_etl.transforms import fileio, tfrecord
-from tfrecord_etl.transforms.outdir import TEMP_PREFIX
+from tfrecord_etl.transforms.outdir import TEMP_PREFIX, name_key
+from tfrecord_etl.transforms.runlock import check_commit, failpoint
 
 log = logging.getLogger(__name__)
 
 
 def temp_path(final: str) -> str:
-    """A fresh temporary path beside ``final``: ``<dir>/.tmp-<name>-<32 hex>``."""
-    return fileio.join(fileio.dirname(final), f"{TEMP_PREFIX}{fileio.basename(final)}-{uuid.uuid4().hex}")
+    """A fresh temporary path beside ``final``: ``<dir>/.tmp-<32 hex>-<outdir.name_key(name)>``, a name that no
+    shard pattern (``*.tfrecord*``, ``*-of-*``, ``*.gz``) matches, so a reader globbing the directory during a run
+    never meets a half-written file."""
+    return fileio.join(fileio.dirname(final), f"{TEMP_PREFIX}{uuid.uuid4().hex}-{name_key(fileio.basename(final))}")
 
 
 @contextlib.contextmanager
 def committed_file(final: str) -> Iterator[BinaryIO]:
     """Yields a binary stream writing a temporary file beside ``final``; when the block ends without an error
-    the stream is closed and the file renamed to ``final`` (replacing an earlier attempt's copy). On any error,
-    inside the block or in the close/rename, the temporary is deleted and the error re-raised.
+    the stream is closed and the file renamed to ``final`` (replacing an earlier attempt's copy), unless the run
+    no longer owns the output directory (``outdir.check_commit``: its launcher is gone or a newer run took the
+    lock over). On any error, inside the block or in the close/rename, the temporary is deleted and the error
+    re-raised.
     """
     temp = temp_path(final)
     try:
         with fileio.open_write(temp) as raw:
             yield raw
+        check_commit(final)
         fileio.rename(temp, final)
     except BaseException:
         try:
@@ -82,6 +88,7 @@ def shard_writer(final: str, compression: str, index: bool = False) -> Iterator[
         writer.close()
         if index:
             write_index(final, writer.index_text())
+    failpoint("shard-committed")
 
 
 def write_index(shard_path: str, text: bytes) -> str:

@@ -103,6 +103,17 @@ def features_dict(specs: Sequence[FeatureSpec]):
     return build(tree)
 
 
+def _template(name: str, split: str, first_file: str) -> str:
+    """TFDS's file template of a split whose first shard is ``first_file``: the default
+    ``{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}``, or with the generation tag a run that replaced the split
+    wrote (``outdir.generation_name``: ``NAME-g1-SPLIT.tfrecord-...``)."""
+    from tensorflow_datasets.core import naming
+    from tfrecord_etl.transforms import outdir
+    if first_file.startswith(f"{outdir.generation_prefix(name, 1)}-{split}."):
+        return naming.DEFAULT_FILENAME_TEMPLATE.replace("{DATASET}", "{DATASET}" + outdir.GENERATION_TAG)
+    return naming.DEFAULT_FILENAME_TEMPLATE
+
+
 def write(output_dir: str, name: str, specs: Sequence[FeatureSpec], shards: Sequence[dict],
           description: str = "") -> list[str]:
     """Writes TFDS's metadata files of ``output_dir`` (``dataset_info.json``, ``features.json``) for the TFDS dataset
@@ -116,14 +127,14 @@ def write(output_dir: str, name: str, specs: Sequence[FeatureSpec], shards: Sequ
     from etils import epath
     from tensorflow_datasets.core import dataset_info, naming, splits as split_lib, utils
     from tfrecord_etl.transforms import sink
-    template = naming.ShardedFileTemplate(data_dir=epath.Path(output_dir), template=naming.DEFAULT_FILENAME_TEMPLATE,
-                                          dataset_name=name, filetype_suffix="tfrecord")
     by_split: dict[str, list[dict]] = {}
     for shard in shards:
         by_split.setdefault(shard["split"], []).append(shard)
     infos = [split_lib.SplitInfo(name=split, shard_lengths=[s["records"] for s in items],
                                  num_bytes=sum(s["bytes"] for s in items),
-                                 filename_template=template.replace(split=split))
+                                 filename_template=naming.ShardedFileTemplate(
+                                     data_dir=epath.Path(output_dir), dataset_name=name, filetype_suffix="tfrecord",
+                                     template=_template(name, split, items[0]["file"]), split=split))
              for split, items in by_split.items()]
     identity = dataset_info.DatasetIdentity(name=name, version=utils.Version(VERSION), data_dir=output_dir,
                                             module_name="")

@@ -41,13 +41,14 @@ from tfrecord_etl.transforms.augment.plan import (
 from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
 from tfrecord_etl.transforms.augment.beam import (
     AugmentShardFn, AugmentShards, AugmentTFRecord, count_records, ExtractKeysFn, FinalizeAugment, FinalizeAugmentFn, manifest,
-    match_keys, plan_offsets, ReadJoinRowsFn)
+    match_keys, plan_offsets, prepare_output_dir, ReadJoinRowsFn)
 
 __all__ = [
     "AugmentConfig", "AugmentOptions", "AugmentTFRecord", "AugmentPlan", "AugmentShardFn", "AugmentShards", "BATCH_MB", "BatchAugmenter", "batches", "check_new_size",
     "count_records", "decode_inputs", "decode_record", "default_value", "ExtractKeysFn", "FinalizeAugment",
     "FinalizeAugmentFn", "fn_columns", "frame_error", "INFER_RECORDS", "InputCollection", "InputShard",
     "iter_shard", "JoinPlan", "key_of", "load_function", "manifest", "match_keys", "MODES", "NAMESPACE",
-    "output_name", "parse_constant", "parse_scalar", "plan_augment", "plan_join", "plan_offsets", "PROBE_RECORDS",
+    "output_name", "parse_constant", "parse_scalar", "plan_augment", "plan_join", "plan_offsets", "prepare_output_dir",
+    "PROBE_RECORDS",
     "read_sample", "read_source_rows", "ReadJoinRowsFn", "RESERVED_NAMES", "resolve_input", "spec_of",
     "value_bytes"]

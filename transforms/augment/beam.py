@@ -282,6 +282,7 @@ class FinalizeAugmentFn(beam.DoFn):
         self._plan = plan
 
     def process(self, results):
+        outdir.failpoint("before-commit")
         plan = self._plan
         results = sorted(results, key=lambda r: r["index"])
         if [r["index"] for r in results] != list(range(len(plan.collection.shards))):
@@ -316,6 +317,7 @@ class FinalizeAugmentFn(beam.DoFn):
                                                     "files": [i.path for i in plan.join.indexes]},
         }
         metadata.write(plan.output_dir, meta, specs)
+        outdir.finish_replacement(plan.output_dir, plan.replaced)
         yield plan.output_dir
 
 
@@ -332,6 +334,14 @@ class FinalizeAugment(beam.PTransform):
                 | "WriteMetadata" >> beam.ParDo(FinalizeAugmentFn(self._plan)))
 
 
+
+
+def prepare_output_dir(plan: AugmentPlan) -> tuple[outdir.Lock, AugmentPlan]:
+    """Prepares the output directory of ``plan`` (``outdir.prepare``); returns the held lock and the plan writing
+    the generation of names the lock chose, replacing the committed files it names at the commit."""
+    lock = outdir.prepare(plan.output_dir, command="augment", options=plan.options, files=plan.output_files(),
+                          overwrite=bool(plan.options.get("overwrite")))
+    return lock, plan.with_output(lock.generation, lock.replaced)
 
 
 class AugmentTFRecord(beam.PTransform):
@@ -374,10 +384,8 @@ class AugmentTFRecord(beam.PTransform):
             plan = plan_augment(config)
         self.plan = plan
         if prepare_output:
-            files = [s.output_file for s in plan.collection.shards] + \
-                ([MANIFEST_FILE] if plan.mode == "sidecar" else [])
-            outdir.prepare(plan.output_dir, command="augment", options=plan.options, files=files,
-                           overwrite=bool(plan.options.get("overwrite"))).release()
+            lock, self.plan = prepare_output_dir(plan)
+            lock.release()
 
     def expand(self, pbegin):
         return (pbegin

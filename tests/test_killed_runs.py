@@ -1,0 +1,151 @@
+"""Runs with worker processes (DirectRunner multi_processing) killed or interrupted at a chosen moment
+(``outdir.failpoint``): a dead worker and a Ctrl-C end in one line with nothing committed, a killed launcher's
+orphaned workers commit nothing, and a re-run started at once (while orphans may still run) is exact."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+from tfrecord_etl.transforms import outdir, reader
+
+MULTI = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+ROWS = 4000
+
+
+def make_h5(path, start):
+    with h5py.File(path, "w") as f:
+        f["id"] = np.arange(start, start + ROWS, dtype="<i8")
+        f["x"] = np.arange(start, start + ROWS, dtype="<f4")[:, None] * np.ones(64, "<f4")
+    return path
+
+
+def convert(inp, out, *flags, failpoint=None, multi=True):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop(outdir.FAILPOINT_ENV, None)
+    if failpoint:
+        env[outdir.FAILPOINT_ENV] = failpoint
+    proc = subprocess.run([sys.executable, "-m", "pipelines.convert", "--input", str(inp), "--output_dir", str(out),
+                           "--num_shards", "4", "--overwrite", *flags,
+                           *(MULTI if multi else ["--runner=DirectRunner", "--direct_running_mode=in_memory"])],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stderr
+
+
+def ids(out):
+    return [int(e["id"]) for e in reader.iter_numpy(str(out))]
+
+
+def files_of(out):
+    meta = json.loads((out / "metadata.json").read_text())
+    return {s["file"] for s in meta["shards"]} | {"metadata.json", "schema.pbtxt", outdir.MARKER_FILE}
+
+
+def orphans(out):
+    """Pids of live Beam worker processes that were started for a run on ``out`` (their environment names its
+    lock), from /proc."""
+    lock = str(out / outdir.LOCK_FILE)
+    found = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"apache_beam.runners.worker" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if lock.encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue
+        except OSError:
+            continue
+        found.append(int(pid))
+    return found
+
+
+def wait_for_no_orphans(out, limit=90.0):
+    deadline = time.monotonic() + limit
+    while orphans(out) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not orphans(out), "worker processes of a dead launcher are still running"
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("killed")
+    return [make_h5(tmp / f"in{i}.h5", i * 100_000) for i in range(3)]
+
+
+def error_lines(err):
+    return [line for line in err.splitlines() if line.startswith("error:")]
+
+
+@pytest.mark.timeout(600)
+def test_a_dead_worker_is_one_line_and_commits_nothing(inputs, tmp_path):
+    out = tmp_path / "out"
+    assert convert(inputs[0], out, multi=False)[0] == 0
+    code, err = convert(inputs[1], out, failpoint="shard-committed")  # a worker kills itself after a shard
+    assert code == 2 and "Traceback" not in err, err[-3000:]
+    assert len(error_lines(err)) == 1 and error_lines(err)[0].startswith(
+        "error: OutputError: A worker process died"), err[-3000:]
+    assert "nothing was committed" in err
+    assert ids(out) == list(range(ROWS))  # the old output, complete
+    assert convert(inputs[1], out)[0] == 0
+    assert ids(out) == list(range(100_000, 100_000 + ROWS)) and set(os.listdir(out)) == files_of(out)
+
+
+@pytest.mark.timeout(600)
+def test_orphans_of_a_killed_launcher_commit_nothing_and_a_rerun_at_once_is_exact(inputs, tmp_path):
+    """A worker kills its launcher (SIGKILL) right after committing a shard; the other shards' workers live on
+    as orphans and would rename their shards into the directory. The re-run starts at once, with other inputs."""
+    out = tmp_path / "out"
+    assert convert(inputs[0], out, multi=False)[0] == 0
+    code, _ = convert(inputs[1], out, failpoint="shard-committed:launcher")
+    assert code == -signal.SIGKILL
+    assert ids(out) == list(range(ROWS))  # the old output is still the committed one
+    code, err = convert(inputs[2], out, multi=False)  # at once: orphans may still be writing
+    assert code == 0, err[-3000:]
+    wait_for_no_orphans(out)
+    assert ids(out) == list(range(200_000, 200_000 + ROWS))
+    assert set(os.listdir(out)) == files_of(out)  # no shard of the killed run was renamed in
+
+
+@pytest.mark.timeout(600)
+def test_ctrl_c_stops_the_workers_and_is_one_line_with_status_130(inputs, tmp_path):
+    out = tmp_path / "out"
+    assert convert(inputs[0], out, multi=False)[0] == 0
+    code, err = convert(inputs[1], out, failpoint="shard-committed:launcher:INT")  # Ctrl-C after a shard
+    assert code == 130 and "Traceback" not in err, err[-3000:]
+    assert len(error_lines(err)) == 1 and error_lines(err)[0].startswith("error: OutputError: Interrupted")
+    assert not orphans(out)  # stopped before the launcher exited
+    assert not (out / outdir.LOCK_FILE).exists()
+    assert ids(out) == list(range(ROWS))
+    assert convert(inputs[1], out, multi=False)[0] == 0
+    assert ids(out) == list(range(100_000, 100_000 + ROWS)) and set(os.listdir(out)) == files_of(out)
+
+
+def test_a_run_whose_lock_was_taken_over_commits_nothing(tmp_path, monkeypatch):
+    """``sink.committed_file`` inside a held lock refuses to rename once another run's id is in the lock."""
+    from tfrecord_etl.transforms import sink
+    from tfrecord_etl.transforms.errors import OutputError
+    lock = outdir.prepare(str(tmp_path), command="convert", options={}, files=["a.tfrecord"], overwrite=False)
+    with lock:
+        sink.write_file(str(tmp_path / "a.tfrecord"), b"first")
+        record = json.loads((tmp_path / outdir.LOCK_FILE).read_text())
+        (tmp_path / outdir.LOCK_FILE).write_text(json.dumps(dict(record, run_id="another")))
+        with pytest.raises(OutputError, match="another run took its lock over"):
+            sink.write_file(str(tmp_path / "a.tfrecord"), b"second")
+        (tmp_path / outdir.LOCK_FILE).unlink()
+        with pytest.raises(OutputError, match="its lock is gone"):
+            sink.write_file(str(tmp_path / "a.tfrecord"), b"third")
+    assert (tmp_path / "a.tfrecord").read_bytes() == b"first"
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(outdir.TEMP_PREFIX)]
+    assert outdir.RUN_ENV not in os.environ

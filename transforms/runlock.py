@@ -1,0 +1,215 @@
+"""The lock of an output directory and the checks that tie every commit to the run holding it (see
+:mod:`transforms.outdir` for the rest of the protocol): one run at a time (``.tf-etl.lock``, created with
+``O_CREAT|O_EXCL``, holding the launcher's host, pid and process start time; a lock whose process is gone on the
+same host is stale and taken over; on object stores best effort: write, then read back our run id), commits refused
+once the run no longer holds it (:func:`check_commit`), and the failpoints the tests crash a run at.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import sys
+
+from tfrecord_etl.transforms import fileio
+from tfrecord_etl.transforms.errors import ConfigError
+
+LOCK_FILE = ".tf-etl.lock"
+LEGACY_LOCK_FILE = ".tfrecord-etl.lock"  # the lock's name in earlier versions (a run of one may be going on)
+_MAX_JSON_BYTES = 64 * 2**20  # a marker, lock or metadata.json larger than this is not ours
+
+FAILPOINT_ENV = "TFRECORD_ETL_FAILPOINT"
+
+
+def failpoint(stage: str) -> None:
+    """Kills this process with SIGKILL at ``stage`` when the environment variable ``TFRECORD_ETL_FAILPOINT`` names
+    it (``STAGE:launcher`` kills the launcher holding the run's lock instead, from a worker process; ``:INT`` sends
+    SIGINT, a Ctrl-C, instead of SIGKILL): how the tests crash a run at a chosen moment (``prepared``: lock and
+    marker written; ``shard-committed``: a shard renamed into place, in the process that wrote it;
+    ``before-commit``: every shard final, no metadata yet; ``committed``: ``metadata.json`` written, the replaced
+    files not yet deleted) instead of after a sleep. Unset, it costs one dictionary lookup."""
+    wanted = os.environ.get(FAILPOINT_ENV)
+    if wanted and wanted.split(":")[0] == stage:
+        import signal
+        parts = wanted.split(":")[1:]
+        sig = next((getattr(signal, f"SIG{p}") for p in parts if hasattr(signal, f"SIG{p}")), signal.SIGKILL)
+        pid = os.getpid()
+        if "launcher" in parts:  # the launcher holding the run's lock (Beam starts workers through a shell)
+            pid = (_read_json(json.loads(os.environ.get(RUN_ENV, "{}")).get("lock", "")) or {}).get("pid", pid)
+        os.kill(pid, sig)
+
+
+def say(message: str) -> None:
+    """One line on stderr, shown at the default log level (deletions, kept files, stale locks)."""
+    print(f"[tfrecord-etl] {message}", file=sys.stderr, flush=True)
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        if fileio.is_local(path):
+            if not os.path.isfile(path) or os.path.getsize(path) > _MAX_JSON_BYTES:
+                return None
+        data = json.loads(fileio.read_bytes(path))
+    except Exception:  # noqa: BLE001 - unreadable: not ours
+        return None
+    return data if isinstance(data, dict) else None
+
+
+# ---------------------------------------------------------------- the lock
+
+def _process_start(pid: int) -> str | None:
+    """The start time of process ``pid`` (Linux ``/proc/<pid>/stat`` field 22), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+        return stat.rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return "?"
+        return "?"
+
+
+def _lock_record(run_id: str) -> dict:
+    pid = os.getpid()
+    return {"host": socket.gethostname(), "pid": pid, "start": _process_start(pid), "run_id": run_id,
+            "since": _now()}
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _is_stale(record: dict | None, path: str) -> bool:
+    if record is None:  # empty or torn (a launcher killed between create and write): stale after a minute
+        if fileio.is_local(path):
+            import time
+            try:
+                return time.time() - os.path.getmtime(path) > 60
+            except OSError:
+                return True
+        return False
+    if record.get("host") != socket.gethostname() or not isinstance(record.get("pid"), int):
+        return False
+    start = _process_start(record["pid"])
+    return start is None or (start != "?" and record.get("start") not in (None, "?") and start != record["start"])
+
+
+class Lock:
+    """The exclusive lock of one run on an output directory (a context manager; released on exit)."""
+
+    def __init__(self, output_dir: str, run_id: str):
+        self.path = fileio.join(output_dir, LOCK_FILE)
+        self.run_id = run_id
+        self.held = False
+        self.generation = 0  # set by prepare: the generation of names this run writes
+        self.files: frozenset = frozenset()  # set by prepare: the names this run writes
+        self.replaced: frozenset = frozenset()  # set by prepare: the committed files the run's commit replaces
+
+    def acquire(self) -> "Lock":
+        """Raises ConfigError when another live run holds the lock (this version's or, under its older name, an
+        earlier version's)."""
+        legacy = fileio.join(fileio.dirname(self.path), LEGACY_LOCK_FILE)
+        if fileio.exists(legacy):
+            other = _read_json(legacy)
+            if not _is_stale(other, legacy):
+                raise ConfigError(f"Another run ({_describe(other)}) is writing this output directory", file=legacy,
+                                  hint="wait for it to finish or choose another --output_dir; if no such run "
+                                       f"exists, delete {LEGACY_LOCK_FILE}")
+            say(f"taking over the stale lock {legacy} of a run that is gone ({_describe(other)})")
+            fileio.delete([legacy])
+        record = _lock_record(self.run_id)
+        data = json.dumps(record).encode()
+        for attempt in range(2):
+            if fileio.is_local(self.path):
+                try:
+                    fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                except FileExistsError:
+                    pass
+                else:
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(data)
+                    self.held = True
+                    return self
+            elif not fileio.exists(self.path):
+                fileio.write_bytes(self.path, data)
+                if (_read_json(self.path) or {}).get("run_id") == self.run_id:
+                    self.held = True
+                    return self
+            other = _read_json(self.path)
+            if attempt == 0 and _is_stale(other, self.path):
+                say(f"taking over the stale lock {self.path} of a run that is gone ({_describe(other)})")
+                fileio.delete([self.path])
+                continue
+            raise ConfigError(f"Another run ({_describe(other)}) is writing this output directory", file=self.path,
+                              hint="wait for it to finish or choose another --output_dir; if no such run exists, "
+                                   f"delete {LOCK_FILE}")
+        raise AssertionError("unreachable")
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            try:
+                if (_read_json(self.path) or {}).get("run_id") == self.run_id:
+                    fileio.delete([self.path])
+            except Exception:  # noqa: BLE001 - a lock left behind is stale for the next run
+                pass
+
+    def __enter__(self):
+        """While the block runs, every file committed into the output directory (``sink.committed_file``, in this
+        process and in the worker processes it starts, which inherit the environment) first checks that this run
+        still holds the lock (:func:`check_commit`)."""
+        self._saved_env = os.environ.get(RUN_ENV)
+        if self.held:
+            os.environ[RUN_ENV] = json.dumps({"lock": self.path, "run_id": self.run_id})
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+        saved = getattr(self, "_saved_env", None)
+        if saved is None:
+            os.environ.pop(RUN_ENV, None)
+        else:
+            os.environ[RUN_ENV] = saved
+        return False
+
+
+RUN_ENV = "TFRECORD_ETL_RUN"  # the lock path and run id of the run this process (or its launcher) holds
+
+
+def check_commit(final: str) -> None:
+    """Before ``final`` is committed (renamed into place) into the output directory of a run that holds its lock
+    (``with lock:``; the environment names it): raises OutputError when that run no longer holds it: the lock is
+    gone (the launcher stopped and released it), holds another run's id (a newer run took it over), or names a
+    launcher on this host that is no longer alive (killed). So worker processes that outlive their launcher
+    commit nothing into a directory a re-run may already be writing. One read of the lock file per commit."""
+    held = os.environ.get(RUN_ENV)
+    if not held:
+        return
+    try:
+        run = json.loads(held)
+        lock, run_id = run["lock"], run["run_id"]
+    except (ValueError, KeyError, TypeError):
+        return
+    if fileio.dirname(final) != fileio.dirname(lock):
+        return
+    record = _read_json(lock)
+    if record is None or record.get("run_id") != run_id:
+        why = "its lock is gone (the launcher stopped)" if record is None else "another run took its lock over"
+    elif _is_stale(record, lock):
+        why = f"its launcher (pid {record.get('pid')}) is no longer running"
+    else:
+        return
+    from tfrecord_etl.transforms.errors import OutputError  # errors imports nothing of ours: no cycle
+    raise OutputError(f"Not committing {fileio.basename(final)}: this run no longer owns the output directory: {why}",
+                      file=fileio.dirname(final), hint="nothing of this run is committed; run the command again")
+
+
+def _describe(record: dict | None) -> str:
+    if not record:
+        return "unknown: the lock file is empty or unreadable"
+    return f"host {record.get('host')}, pid {record.get('pid')}, since {record.get('since')}"
