@@ -187,7 +187,7 @@ class Hdf5Source(Source):
             for item, target in targets:
                 _check_filters(target, path, item)
                 _check_storage(target, path, item, self.options)
-                dtype = layout.dtype_of(target)
+                dtype, shape = layout.array_spec(target)
                 if dtype.kind == "O" or dtype.fields is not None:
                     if names:
                         raise SchemaError("Variable-length and compound datasets are not supported in datasets "
@@ -195,7 +195,6 @@ class Hdf5Source(Source):
                                           "with --datasets")
                     skipped.setdefault("variable-length or compound", []).append(item)
                     continue
-                shape = tuple(target.shape[::-1]) if layout.is_matlab(target) and target.ndim > 1 else target.shape
                 specs.append(_row_spec(ARRAY, dtype, shape, f"{path}, dataset '{item}'"))
                 items.append(item)
                 sizes.append(layout.data_bytes(target))
