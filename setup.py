@@ -34,6 +34,9 @@ setuptools.setup(
         "tqdm>=4.66",
         # NetCDF-3 classic / 64-bit offset files (scipy.io.netcdf_file, memory-mapped); netCDF-4 goes through h5py
         "scipy>=1.11",
+        # HDF5 filter plugins (Blosc, Blosc2, BZip2, LZ4, Zstd, Bitshuffle, SZ, ZFP, ...), registered before any HDF5
+        # file is opened: a 46.4 MB wheel (7.1.0, manylinux x86_64), 185 MB installed, next to TensorFlow's 1.9 GB
+        "hdf5plugin>=4.1",
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3",

@@ -9,6 +9,7 @@ from tfrecord_etl.transforms.codec import flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.sources import hdf5layout as layout
+from tfrecord_etl.transforms.sources.hdf5filters import check_filters, load_filter_plugins, read_error
 from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, SourceOptions,
                                                   _check_empty_rows, _check_names, _leaf_specs, loosen_all,
                                                   _refuse_special_file, _row_bytes, _row_spec, log)
@@ -41,8 +42,11 @@ class Hdf5Source(Source):
         self.loose = options.hdf5_mode == "datasets"  # (auto may switch it: Source.switch_to_datasets)
 
     def _open(self, path: str):
+        """``(h5py.File, remote stream or None)`` of ``path``; hdf5plugin's filters are registered first (in
+        whichever process opens it: the launcher or a worker)."""
         import h5py
         _refuse_special_file(path)
+        load_filter_plugins()
         cache = dict(rdcc_nbytes=HDF5_CHUNK_CACHE_BYTES, rdcc_nslots=10007)
         if fileio.is_local(path):
             try:
@@ -94,7 +98,7 @@ class Hdf5Source(Source):
                     raise SchemaError("Dataset is a scalar (0-d): it has no rows", file=path, dataset=name,
                                       hint="choose datasets with a leading axis with --datasets, or use "
                                            "--hdf5_mode datasets")
-                _check_filters(dset, path, name)
+                check_filters(dset, path, name)
                 try:
                     dtype = layout.dtype_of(dset)
                 except (TypeError, ValueError) as e:
@@ -185,9 +189,9 @@ class Hdf5Source(Source):
             targets = [(full, dset)] if kind != layout.CELL else \
                 _cells(f, full, dset, path, None if names else skipped.setdefault("unconvertible cell", []))
             for item, target in targets:
-                _check_filters(target, path, item)
+                check_filters(target, path, item)
                 _check_storage(target, path, item, self.options)
-                dtype = layout.dtype_of(target)
+                dtype, shape = layout.array_spec(target)
                 if dtype.kind == "O" or dtype.fields is not None:
                     if names:
                         raise SchemaError("Variable-length and compound datasets are not supported in datasets "
@@ -195,7 +199,6 @@ class Hdf5Source(Source):
                                           "with --datasets")
                     skipped.setdefault("variable-length or compound", []).append(item)
                     continue
-                shape = tuple(target.shape[::-1]) if layout.is_matlab(target) and target.ndim > 1 else target.shape
                 specs.append(_row_spec(ARRAY, dtype, shape, f"{path}, dataset '{item}'"))
                 items.append(item)
                 sizes.append(layout.data_bytes(target))
@@ -259,31 +262,35 @@ class Hdf5Source(Source):
             self._opened(rr.path)
             stream = self._local.open[2]
         for name in rr.items:
+            dset = None
             try:
+                dset = self._opened_dataset(rr.path, name)
                 if stream is not None:  # remote: the range's chunks fetched concurrently first
-                    fileio.prefetch(stream, chunk_ranges(self._opened_dataset(rr.path, name), rr.start, rr.stop))
-                data = layout.read_rows(self._opened_dataset(rr.path, name), rr.start, rr.stop)
+                    fileio.prefetch(stream, chunk_ranges(dset, rr.start, rr.stop))
+                data = layout.read_rows(dset, rr.start, rr.stop)
             except Exception as e:
+                error = read_error(e, dset, rr.path, name, f"Cannot read rows {rr.start}-{rr.stop - 1}")
                 self.close()
-                raise SourceError(f"Cannot read rows {rr.start}-{rr.stop - 1}: {e}", file=rr.path,
-                                  dataset=name, hint="the file may be corrupt or need an HDF5 filter "
-                                  "plugin (e.g. pip install hdf5plugin)") from None
+                raise error from None
             columns.update(flatten_fields(name.strip("/"), data))
         return columns
 
     def _read_item(self, path: str, item: str):
         """Datasets mode: the whole dataset ``item``, or the cell ``name{k}`` of a cell array."""
+        dset = None
         try:
             if item.endswith("}") and "{" in item:
                 name, k = item[:-1].rsplit("{", 1)
                 f = self._opened(path)
                 ref = self._opened_dataset(path, name)[()].ravel()[int(k) - 1]
-                return layout.read_whole(f[ref])
-            return layout.read_whole(self._opened_dataset(path, item))
+                dset = f[ref]
+            else:
+                dset = self._opened_dataset(path, item)
+            return layout.read_whole(dset)
         except Exception as e:
+            error = read_error(e, dset, path, item, "Cannot read the dataset")
             self.close()
-            raise SourceError(f"Cannot read the dataset: {e}", file=path, dataset=item,
-                              hint="the file may be corrupt or need an HDF5 filter plugin") from None
+            raise error from None
 
 
 MAX_PREFETCH_CHUNKS = 4096  # a row range touching more chunks than this is read chunk by chunk
@@ -471,16 +478,3 @@ def _hdf5_vlen_check(h5py):
             raise SchemaError("Unsupported dtype: variable-length numeric data", file=where,
                               hint="store it as a fixed-shape dataset")
     return check
-
-
-def _check_filters(dset, path: str, name: str) -> None:
-    import h5py
-    plist = dset.id.get_create_plist()
-    for i in range(plist.get_nfilters()):
-        code, _, _, fname = plist.get_filter(i)
-        if not h5py.h5z.filter_avail(code):
-            label = fname.decode(errors="replace") if isinstance(fname, bytes) else fname
-            raise SourceError(f"HDF5 filter {code} ({label}) is not available here", file=path, dataset=name,
-                              hint="install a plugin for it (e.g. pip install hdf5plugin) or recompress "
-                                   "the file with gzip (h5repack -f GZIP=4)")
-

@@ -108,30 +108,66 @@ def is_empty(dset) -> bool:
                                         or attrs.get("MATLAB_class") == b"canonical empty")
 
 
-def dtype_of(dset):
-    """The NumPy dtype a dataset converts to: a MATLAB complex array (compound ``real``/``imag``) is complex."""
+def _matlab_complex(dset):
+    """The complex dtype of a MATLAB complex array (a compound of ``real`` and ``imag`` floats of one type), else
+    None."""
     import numpy as np
     dtype = dset.dtype
     if is_matlab(dset) and dtype.names == ("real", "imag") and dtype["real"] == dtype["imag"] \
             and dtype["real"].kind == "f" and dtype["real"].itemsize in (4, 8):
         return np.dtype(f"{dtype['real'].byteorder if dtype['real'].byteorder != '=' else ''}c{2 * dtype['real'].itemsize}")
-    return dtype
+    return None
+
+
+def dtype_of(dset):
+    """The NumPy dtype of a dataset's elements as converted: a MATLAB complex array (compound ``real``/``imag``) is
+    complex; any other dataset keeps its dtype, a subarray dtype (``('<f8', (3,))``, an HDF5 array type) included,
+    which h5py reads as extra trailing axes (see :func:`array_spec`)."""
+    complex_dtype = _matlab_complex(dset)
+    return dset.dtype if complex_dtype is None else complex_dtype
+
+
+def array_spec(dset):
+    """``(dtype, shape)`` of the whole dataset as :func:`read_whole` returns it: MATLAB variables in MATLAB's
+    orientation, a subarray dtype's dimensions appended after the dataset's (its base dtype, as h5py reads it)."""
+    dtype = dtype_of(dset)
+    shape = tuple(int(d) for d in dset.shape)
+    if is_matlab(dset) and len(shape) > 1:
+        shape = shape[::-1]
+    if dtype.subdtype is not None:
+        dtype, sub = dtype.subdtype
+        shape += tuple(sub)
+    return dtype, shape
 
 
 def _converted(dset, data):
-    """``data`` read from ``dset`` in the dtype of :func:`dtype_of` (MATLAB complex parts copied bit for bit)."""
+    """``data`` read from ``dset`` in the dtype of :func:`dtype_of` (MATLAB complex parts copied bit for bit).
+
+    Decided from the dataset's own dtype, never by comparing it with ``data.dtype``: h5py returns a subarray
+    dtype as its base dtype with extra axes, which is no conversion."""
     import numpy as np
-    target = dtype_of(dset)
-    if target == data.dtype:
+    target = _matlab_complex(dset)
+    if target is None:
         return data
     out = np.empty(data.shape, target)
     out.real, out.imag = data["real"], data["imag"]
     return out
 
 
+def _matlab_order(dset, data):
+    """``data`` read from a MATLAB variable with HDF5's axes reversed back (a subarray dtype's trailing axes stay
+    last), C-contiguous; other datasets unchanged."""
+    import numpy as np
+    if not (is_matlab(dset) and dset.ndim > 1):
+        return data
+    axes = tuple(range(dset.ndim))[::-1] + tuple(range(dset.ndim, data.ndim))
+    return np.ascontiguousarray(data.transpose(axes))
+
+
 def rows_and_shape(dset) -> tuple[int, tuple[int, ...]]:
     """``(rows, row shape)`` of a dataset of kind DATA as converted: MATLAB variables transposed (rows = MATLAB's
-    first dimension, HDF5's last)."""
+    first dimension, HDF5's last). The row shape holds the dataset's axes only: a subarray dtype's dimensions
+    follow them (:func:`~tfrecord_etl.transforms.sources.base._leaf_specs` appends them)."""
     shape = tuple(int(d) for d in dset.shape)
     if is_matlab(dset) and len(shape) > 1:
         shape = shape[::-1]
@@ -147,20 +183,17 @@ def chunk_rows(dset) -> int:
 
 def read_rows(dset, start: int, stop: int):
     """Rows ``[start, stop)`` of a DATA dataset as a C-contiguous NumPy array of shape ``(stop - start, *row
-    shape)``; MATLAB variables are sliced on HDF5's last axis and transposed back."""
-    import numpy as np
+    shape, *subarray shape)``; MATLAB variables are sliced on HDF5's last axis and transposed back."""
     if is_matlab(dset) and dset.ndim > 1:
-        return _converted(dset, np.ascontiguousarray(dset[..., start:stop].transpose()))
+        return _converted(dset, _matlab_order(dset, dset[..., start:stop]))
     return _converted(dset, dset[start:stop])
 
 
 def read_whole(dset):
-    """The whole dataset as a NumPy array (MATLAB variables in MATLAB's orientation)."""
+    """The whole dataset as a NumPy array of :func:`array_spec`'s shape (MATLAB variables in MATLAB's
+    orientation)."""
     import numpy as np
-    data = np.asarray(dset[()])
-    if is_matlab(dset) and dset.ndim > 1:
-        data = np.ascontiguousarray(data.transpose())
-    return _converted(dset, data)
+    return _converted(dset, _matlab_order(dset, np.asarray(dset[()])))
 
 
 def leading_dimension(dset) -> str | None:
