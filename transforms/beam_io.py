@@ -124,13 +124,14 @@ class ReadFromNpy(ReadFromArrays):
 
 class ReadFromRaw(ReadFromArrays):
     """ReadFromArrays for raw binary files of fixed-size rows (``dtype``, ``shape`` with -1 first for rows from the
-    file size, ``offset`` bytes of header, ``order`` C or F; any of them may come from a sidecar instead)."""
+    file size, ``offset`` bytes of header, ``order`` C or F, ``count`` rows after the offset (None: to the end of
+    the file); any of them may come from a sidecar instead)."""
 
-    def __init__(self, pattern: str, dtype=None, shape=None, offset=0, order="C",
+    def __init__(self, pattern: str, dtype=None, shape=None, offset=0, order="C", count=None,
                  target_range_bytes=sources.DEFAULT_RANGE_BYTES):
         super().__init__(pattern, SourceOptions("raw", target_range_bytes=target_range_bytes, raw_dtype=dtype,
                                                 raw_shape=tuple(shape) if shape else None, raw_offset=offset,
-                                                raw_order=order))
+                                                raw_order=order, raw_count=count))
 
 
 def encode_range(rr: RowRange, columns: dict, specs: Sequence[FeatureSpec], allow_lossy=(),
