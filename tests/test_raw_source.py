@@ -191,6 +191,24 @@ def test_count_converts_two_arrays_back_to_back(tmp_path, capsys):
     assert np.array_equal(read_back(tmp_path / "sc"), coords)
 
 
+def test_count_with_the_ranged_reads_of_remote_files(tmp_path, monkeypatch):
+    """Remote raw files are read with ranged reads (one per column in Fortran order) instead of np.memmap: with
+    --count, the columns are count rows long and the bytes after them are never read."""
+    import types
+    from tfrecord_etl.transforms import fileio
+    from tfrecord_etl.transforms.sources import RowRange, SourceOptions, raw as raw_module
+    triangles = (np.arange(36).reshape(12, 3) * 7 - 100).astype(">i4")
+    path = tmp_path / "surf.gii.dat"
+    path.write_bytes(b"\1" * 96 + triangles.tobytes(order="F") + b"\2" * 40)
+    monkeypatch.setattr(raw_module, "fileio", types.SimpleNamespace(**{**vars(fileio), "is_local": lambda p: False}))
+    source = raw_module.RawSource(SourceOptions("raw", raw_dtype=">i4", raw_shape=(-1, 3), raw_offset=96,
+                                                raw_order="F", raw_count=12))
+    assert source.index(str(path)).num_rows == 12
+    for start, stop in ((0, 12), (5, 9), (11, 12)):
+        got = source.read(RowRange(str(path), start, stop))["array"]
+        assert got.dtype == np.dtype(">i4") and np.array_equal(got, triangles[start:stop])
+
+
 @pytest.mark.parametrize("flags, error, words", [
     (["--dtype", ">i4", "--shape", "-1,3", "--offset", "96", "--count", "13"], "SourceError",
      ["--count 13 rows of 12 bytes (>i4 [3]) are 156 bytes, but the file holds 144 bytes after offset 96",
