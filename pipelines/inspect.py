@@ -146,10 +146,12 @@ def _count_files_with_tf(shards: list[dict]) -> int:
 
 def _count_with_tf(output_dir: str) -> int:
     common.preload_tensorflow()
-    if all(s.is_fixed for s in metadata.load(output_dir)["features"]):
+    specs = metadata.load(output_dir)["features"]
+    if all(s.is_fixed for s in specs):
         ds = reader.to_tf_dataset(output_dir, batch_size=1024)
         return int(sum(int(next(iter(batch.values())).shape[0]) for batch in ds))
-    return sum(1 for _ in reader.to_tf_dataset(output_dir))  # shapes vary: one example at a time
+    # shapes vary: one example at a time; a feature whose dtype varies has no tf.data form (iter_numpy reads it)
+    return sum(1 for _ in reader.to_tf_dataset(output_dir, features=[s.name for s in specs if s.dtype is not None]))
 
 
 def _observe(stats, records, path: str, first: int, max_features: int | None) -> None:

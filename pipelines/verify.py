@@ -60,8 +60,10 @@ def render(report: verify_lib.Report, verbose: bool = False) -> str:
     if report.manifest:
         checks.append("manifest")
     if report.source:
+        dead = report.source.get("dead_lettered")
         checks.append(f"exact values against the source ({report.source['compared']} of "
-                      f"{report.source['rows']} rows compared, {report.source['mode']})")
+                      f"{report.source['rows']} rows compared, {f'{dead} dead-lettered, ' if dead else ''}"
+                      f"{report.source['mode']})")
     head = (f"{printable(report.target)}: {what}, {report.num_records} records in {len(report.files)} files, "
             f"compression {report.compression}")
     lines = [f"{'OK' if report.ok else 'FAILED'}: {head}", f"checked: {', '.join(checks)} in {report.seconds:.1f} s"]

@@ -180,6 +180,57 @@ def test_gzip_output_and_arrays_mode_npz_with_varying_shapes(tmp_path):
         np.testing.assert_array_equal(got[k.encode()], v)
 
 
+@pytest.mark.parametrize("source", ["jacksboro", "generated"])
+def test_a_feature_whose_dtype_varies_is_refused_by_tf_data_and_read_exactly_by_iter_numpy(tmp_path, tf, source):
+    """npz arrays mode over members of several dtypes (matplotlib's jacksboro_fault_dem.npz: int16 elevation,
+    float64 scalars; a generated archive of 6 dtypes): ``array`` has no single dtype, so to_tf_dataset and
+    decode_tf refuse it naming the feature and iter_numpy, which reads every member exactly; features=[...]
+    leaving it out still reads in tf.data."""
+    from tfrecord_etl.transforms.errors import SchemaError
+    if source == "jacksboro":
+        path = fixture_file("matplotlib/mpl-data/sample_data/jacksboro_fault_dem.npz")
+    else:
+        path = tmp_path / "mixed.npz"
+        np.savez(path, f4=np.linspace(0, 1, 6, dtype="<f4").reshape(2, 3), u1=np.arange(5, dtype="u1"),
+                 be=np.arange(4, dtype=">i8"), b=np.array([True, False]), c=np.array([1 + 2j], "<c16"),
+                 s=np.array(7, "<i2"))
+    with np.load(path) as npz:
+        members = {k: npz[k] for k in npz.files}
+    assert len({v.dtype.newbyteorder("<") for v in members.values()}) > 1
+    out = tmp_path / "out"
+    code, _, err = convert(path, out, "--npz_mode", "arrays")
+    assert code == 0, err
+    (array,) = [s for s in reader.metadata.load(str(out))["features"] if s.name == "array"]
+    assert array.dtype is None
+    for call in (lambda: reader.to_tf_dataset(str(out)), lambda: reader.to_tf_dataset(str(out), batch_size=2),
+                 lambda: reader.decode_tf(tf, {}, [array])):
+        with pytest.raises(SchemaError, match=r"The dtype of \['array'\] varies between examples") as e:
+            call()
+        assert "reader.iter_numpy" in str(e.value) and "'array'" in str(e.value)
+    got = {e["key"].item().decode(): e["array"] for e in reader.iter_numpy(str(out))}
+    assert set(got) == set(members)
+    for k, v in members.items():
+        assert got[k].dtype == v.dtype.newbyteorder("<") and got[k].shape == v.shape
+        assert np.array_equal(got[k], v)
+    keys = [e["key"].numpy() for e in reader.to_tf_dataset(str(out), features=["key"])]
+    assert sorted(k.decode() for k in keys) == sorted(members)
+    from tfrecord_etl.pipelines import inspect as inspect_module  # --tf_read reads the other features
+    assert inspect_module.summarize(str(out), tf_read=True)["tf_read_records"] == len(members)
+    if source == "generated":  # a sidecar beside it: the merged tf.data reader refuses it too
+        from tfrecord_etl.pipelines import augment as augment_main
+        from tests.conftest import BEAM_FLAGS, run_command
+        np.save(tmp_path / "labels.npy", np.arange(len(members), dtype="<i8"))
+        code, _, err = run_command(augment_main.main, [
+            "--input", out, "--output_dir", tmp_path / "side", "--mode", "sidecar", "--join_input",
+            tmp_path / "labels.npy", "--join_fields", "array=label", *BEAM_FLAGS])
+        assert code == 0, err
+        with pytest.raises(SchemaError, match=r"\['array'\] varies.*reader.iter_numpy_merged"):
+            reader.to_tf_dataset_merged(str(out), str(tmp_path / "side"))
+        merged = list(reader.iter_numpy_merged(str(out), str(tmp_path / "side")))
+        assert [int(e["label"]) for e in merged] == list(range(len(members)))
+        assert all(np.array_equal(e["array"], members[e["key"].item().decode()]) for e in merged)
+
+
 def test_help_lists_custom_flags_with_defaults(capsys):
     from tfrecord_etl.pipelines import convert as convert_module
     with pytest.raises(SystemExit) as exit_info:

@@ -139,6 +139,35 @@ def test_verify_and_inspect_a_file_collection(collection, tmp_path, capsys):
     assert code == 1 and "image" in stdout
 
 
+@pytest.mark.parametrize("flags, mode", [([], "sequential"), (["--provenance"], "sequential"),
+                                         (["--writer", "beam", "--provenance"], "provenance")])
+def test_verify_expects_the_dead_lettered_file_absent_and_compares_the_rest(collection, tmp_path, capsys, flags,
+                                                                            mode):
+    """One file of the collection is not an image: it is dead-lettered, metadata.json lists it, and verify
+    --source compares the other files exactly (their range was read again without it) and expects it absent;
+    a changed file that has a record still fails."""
+    from tfrecord_etl.pipelines import verify as verify_module
+    base, files = collection
+    bad = base / "icons" / "move_broken.png"  # in the middle of the sorted collection
+    bad.write_bytes(b"not an image at all")
+    out, pattern = tmp_path / "out", str(base / "*" / "*")
+    code, _, err = convert(pattern, out, "--format", "files", "--num_shards", "2", "--dead_letter_dir",
+                           tmp_path / "dead", *flags, capsys=capsys)
+    assert code == 0, err
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["rows_dead_lettered"] == 1 and meta["num_records"] == len(files)
+    (letter,) = meta["dead_letters"]
+    assert letter["files"] == [str(bad)] and letter["stop"] - letter["start"] == 1
+    code, stdout, _ = run_command(verify_module.main, [out, "--source", pattern], capsys)
+    assert code == 0, stdout
+    rows = len(files) + 1
+    assert f"({rows - 1} of {rows} rows compared, 1 dead-lettered, {mode})" in stdout
+    changed = base / "photos" / "logo2.png"
+    changed.write_bytes(changed.read_bytes() + b"\0")  # the source changed after the conversion
+    code, stdout, _ = run_command(verify_module.main, [out, "--source", pattern], capsys)
+    assert code == 1 and "feature 'image': Value differs from the source" in stdout, stdout
+
+
 def test_flat_folder_needs_a_label_source(tmp_path, capsys):
     d = tmp_path / "flat"
     d.mkdir()

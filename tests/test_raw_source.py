@@ -28,6 +28,15 @@ def tf_rows(out, dtype, shape):
     return np.stack(out) if out else np.zeros((0, *shape), dtype)
 
 
+def tf_list_rows(out, dtype):
+    """Every record's ``array`` (a float32 or int64 list) read with plain TensorFlow, cast back to ``dtype``."""
+    import tensorflow as tf
+    files = sorted(str(p) for p in out.iterdir() if p.name.endswith(".tfrecord"))
+    spec = {"array": tf.io.VarLenFeature(tf.float32 if np.dtype(dtype).kind == "f" else tf.int64)}
+    return np.stack([tf.sparse.to_dense(tf.io.parse_single_example(r, spec)["array"]).numpy()
+                     for r in tf.data.TFRecordDataset(files)]).astype(dtype)
+
+
 def read_back(out):
     return np.stack([e["array"] for e in reader.iter_numpy(str(out))])
 
@@ -144,3 +153,74 @@ def test_fifo_and_a_symlinked_sidecar_loop_are_refused(tmp_path, capsys):
     os.mkfifo(tmp_path / "q.raw.json")
     code, _, err = convert(tmp_path / "q.raw", tmp_path / "out", capsys=capsys)
     assert code == 2 and "FIFO" in err and "q.raw.json" in err
+
+
+def test_count_converts_two_arrays_back_to_back(tmp_path, capsys):
+    """A GIFTI external data file (ExternalFileName/ExternalFileOffset) holds its arrays back to back: here the
+    vertices (8 x 3 '<f4', RowMajorOrder) at offset 0, then the triangles (12 x 3 '>i4', ColumnMajorOrder) at
+    byte 96. Each converts exactly with --offset/--count; without --count a fixed shape's hint names it."""
+    from tfrecord_etl.pipelines import verify as verify_module
+    coords = np.random.default_rng(3).normal(size=(8, 3)).astype("<f4")
+    triangles = (np.arange(36).reshape(12, 3) * 7 - 100).astype(">i4")
+    data = tmp_path / "surf.gii.dat"
+    data.write_bytes(coords.tobytes() + triangles.tobytes(order="F"))
+    assert data.stat().st_size == 240
+
+    code, _, err = convert(data, tmp_path / "c", "--format", "raw", "--dtype", "<f4", "--shape", "8,3", capsys=capsys)
+    assert code == 2 and "SourceError" in err and "holds 240 bytes" in err
+    assert "--count 8 to read those rows and leave the 144 bytes after them" in err
+
+    for name, flags, want in (("c", ["--dtype", "<f4", "--shape", "-1,3", "--count", "8"], coords),
+                              ("t", ["--dtype", ">i4", "--shape", "-1,3", "--offset", "96", "--count", "12",
+                                     "--order", "F", "--num_shards", "2"], triangles)):
+        out = tmp_path / name
+        code, _, err = convert(data, out, "--format", "raw", *flags, capsys=capsys)
+        assert code == 0, err
+        got = read_back(out)
+        assert got.dtype == want.dtype.newbyteorder("<") and np.array_equal(got, want)
+        assert np.array_equal(tf_list_rows(out, want.dtype), want)  # auto encoding: float / int64 lists
+        code, stdout, _ = run_command(verify_module.main, [out, "--source", data], capsys)
+        assert code == 0 and "OK" in stdout, stdout
+
+    # a sidecar may give the count too
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "surf.gii.dat").write_bytes(data.read_bytes())
+    (tmp_path / "s" / "surf.gii.dat.json").write_text('{"dtype": "<f4", "shape": [-1, 3], "count": 8}')
+    code, _, err = convert(tmp_path / "s" / "surf.gii.dat", tmp_path / "sc", "--format", "raw", capsys=capsys)
+    assert code == 0, err
+    assert np.array_equal(read_back(tmp_path / "sc"), coords)
+
+
+def test_count_with_the_ranged_reads_of_remote_files(tmp_path, monkeypatch):
+    """Remote raw files are read with ranged reads (one per column in Fortran order) instead of np.memmap: with
+    --count, the columns are count rows long and the bytes after them are never read."""
+    import types
+    from tfrecord_etl.transforms import fileio
+    from tfrecord_etl.transforms.sources import RowRange, SourceOptions, raw as raw_module
+    triangles = (np.arange(36).reshape(12, 3) * 7 - 100).astype(">i4")
+    path = tmp_path / "surf.gii.dat"
+    path.write_bytes(b"\1" * 96 + triangles.tobytes(order="F") + b"\2" * 40)
+    monkeypatch.setattr(raw_module, "fileio", types.SimpleNamespace(**{**vars(fileio), "is_local": lambda p: False}))
+    source = raw_module.RawSource(SourceOptions("raw", raw_dtype=">i4", raw_shape=(-1, 3), raw_offset=96,
+                                                raw_order="F", raw_count=12))
+    assert source.index(str(path)).num_rows == 12
+    for start, stop in ((0, 12), (5, 9), (11, 12)):
+        got = source.read(RowRange(str(path), start, stop))["array"]
+        assert got.dtype == np.dtype(">i4") and np.array_equal(got, triangles[start:stop])
+
+
+@pytest.mark.parametrize("flags, error, words", [
+    (["--dtype", ">i4", "--shape", "-1,3", "--offset", "96", "--count", "13"], "SourceError",
+     ["--count 13 rows of 12 bytes (>i4 [3]) are 156 bytes, but the file holds 144 bytes after offset 96",
+      "surf.gii.dat"]),
+    (["--dtype", "<f4", "--shape", "-1,3", "--count", "21"], "SourceError", ["252 bytes", "holds 240 bytes"]),
+    (["--dtype", "<f4", "--shape", "7,3", "--count", "8"], "ConfigError", ["--count 8 disagrees with --shape [7, 3]"]),
+    (["--dtype", "<f4", "--shape", "-1,3", "--count", "-1"], "ConfigError",
+     ["'count': Input should be greater than or equal to 0"]),
+])
+def test_count_past_the_end_or_disagreeing_is_refused(tmp_path, capsys, flags, error, words):
+    data = tmp_path / "surf.gii.dat"
+    data.write_bytes(b"\0" * 240)
+    code, _, err = convert(data, tmp_path / "out", "--format", "raw", *flags, capsys=capsys)
+    assert code == 2 and error in err and all(w in err for w in words), err
+    assert not (tmp_path / "out").exists()

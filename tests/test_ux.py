@@ -25,7 +25,7 @@ def verify(*args, capsys):
 
 @pytest.fixture
 def varying(tmp_path, capsys):
-    np.savez(tmp_path / "var.npz", a=np.zeros((2, 3)), b=np.ones(5), c=np.arange(4).reshape(2, 2))
+    np.savez(tmp_path / "var.npz", a=np.zeros((2, 3)), b=np.ones(5), c=np.arange(4.0).reshape(2, 2))
     assert convert(tmp_path / "var.npz", tmp_path / "out", "--npz_mode", "arrays", capsys=capsys)[0] == 0
     return tmp_path / "out"
 
@@ -43,7 +43,7 @@ def test_tf_read_of_varying_shapes_counts_them_and_batching_them_is_a_clear_erro
     code, out, err = inspect(varying, "--tf_read", "--json", capsys=capsys)
     assert code == 0, err
     assert '"tf_read_records": 3' in out
-    with pytest.raises(SchemaError, match=r"Cannot batch: the shape or dtype of \['array'\] varies"):
+    with pytest.raises(SchemaError, match=r"Cannot batch: the shape of \['array'\] varies"):
         reader.to_tf_dataset(str(varying), batch_size=2)
     assert len(list(reader.to_tf_dataset(str(varying), batch_size=2, features=["key"]))) == 2
 

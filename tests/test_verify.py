@@ -116,7 +116,8 @@ def test_clean_output_passes_with_exact_source_comparison(outputs, capsys, name,
     code, out, _ = verify(outs[name], "--source", src, "--json", capsys=capsys)
     report = json.loads(out)
     assert code == 0 and report["ok"] and report["num_problems"] == 0 and report["problems"] == []
-    assert report["source"] == {"patterns": [str(src)], "mode": mode, "rows": ROWS, "compared": ROWS}
+    assert report["source"] == {"patterns": [str(src)], "mode": mode, "rows": ROWS, "compared": ROWS,
+                                "dead_lettered": 0}
     assert report["num_records"] == report["expected_records"] == ROWS
     assert {f["name"] for f in report["features"]} >= {"images", "meta/weights", "names", "table/pos"}
 
@@ -171,23 +172,72 @@ def test_source_with_other_features_is_reported_not_compared(outputs, tmp_path, 
     assert code == 1 and "differ from the output's" in out and "other.h5" in out
 
 
-def test_dead_lettered_rows_are_accounted_for_by_provenance(tmp_path, capsys):
+@pytest.mark.parametrize("flags, mode", [([], "sequential"), (["--provenance"], "sequential"),
+                                         (["--writer", "beam", "--provenance"], "provenance")])
+def test_dead_lettered_hdf5_rows_are_expected_absent_and_the_rest_compared(tmp_path, capsys, flags, mode):
+    """Rows 300-399 cannot be read (a corrupt chunk) and are dead-lettered: metadata.json lists them, verify
+    --source expects exactly them to be absent and compares the 900 others; a changed value in one of those still
+    fails, and so does a list that names other rows than the missing ones."""
     from tests.test_reliability import corrupt_h5  # chunk 3 of /x (rows 300-399) cannot be decompressed
-    corrupt_h5(tmp_path / "in.h5")
+    src = tmp_path / "in.h5"
+    corrupt_h5(src)
     out = tmp_path / "out"
-    code, _, err = convert(tmp_path / "in.h5", out, "--dead_letter_dir", tmp_path / "dead", "--target_range_mb",
-                           "0.05", "--provenance", capsys=capsys)
+    code, _, err = convert(src, out, "--dead_letter_dir", tmp_path / "dead", "--target_range_mb", "0.05",
+                           "--num_shards", "3", *flags, capsys=capsys)
     assert code == 0, err
-    assert json.loads((out / "metadata.json").read_text())["rows_dead_lettered"] == 100
-    code, stdout, _ = verify(out, "--source", tmp_path / "in.h5", capsys=capsys)
+    meta = json.loads((out / "metadata.json").read_text())
+    assert meta["rows_dead_lettered"] == 100 and meta["num_records"] == 900
+    listed = sorted((d["file"], d["start"], d["stop"]) for d in meta["dead_letters"])
+    assert {f for f, _, _ in listed} == {str(src)}
+    assert sorted(r for _, a, b in listed for r in range(a, b)) == list(range(300, 400))
+    code, stdout, _ = verify(out, "--source", src, capsys=capsys)
     assert code == 0, stdout
-    assert "provenance" in stdout and "source rows were dead-lettered" in stdout
+    assert f"exact values against the source (900 of 1000 rows compared, 100 dead-lettered, {mode})" in stdout
+
+    changed = tmp_path / "changed"  # a value changed in a row with a record
+    shutil.copytree(out, changed)
+    path = changed / meta["shards"][1]["file"]
+    records = [r for _, _, r in frames(path)]
+    records[5] = change_value(records[5], "x")
+    write_records(path, records)
+    code, stdout, _ = verify(changed, "--source", src, capsys=capsys)
+    assert code == 1 and "FAILED" in stdout and "feature 'x': Value differs from the source" in stdout, stdout
+
+    wrong = tmp_path / "wrong"  # the list names rows that have records
+    shutil.copytree(out, wrong)
+    set_meta(wrong, dead_letters=lambda _: [{"file": str(src), "start": 200, "stop": 300, "rows": 100,
+                                             "error": "SourceError"}])
+    code, stdout, _ = verify(wrong, "--source", src, "--max_problems", "200", capsys=capsys)
+    assert code == 1 and "FAILED" in stdout, stdout
+    if mode == "provenance":
+        assert "Row 200 of" in stdout and "lists it as dead-lettered" in stdout
+        assert "100 source rows have no record in the output (first: row 300" in stdout
+
+
+def test_an_output_that_does_not_list_its_dead_letters_is_compared_by_provenance_or_refused(tmp_path, capsys):
+    """metadata.json written before it listed the dead-lettered rows (only their count): compared by provenance
+    as before (the count of rows without a record must match), refused without provenance."""
+    from tests.test_reliability import corrupt_h5
+    corrupt_h5(tmp_path / "in.h5")
+    for name, flags in (("prov", ["--provenance"]), ("plain", [])):
+        code, _, err = convert(tmp_path / "in.h5", tmp_path / name, "--dead_letter_dir", tmp_path / "dead",
+                               "--target_range_mb", "0.05", *flags, capsys=capsys)
+        assert code == 0, err
+        meta = json.loads((tmp_path / name / "metadata.json").read_text())
+        del meta["dead_letters"]
+        (tmp_path / name / "metadata.json").write_text(json.dumps(meta))
+    code, stdout, _ = verify(tmp_path / "prov", "--source", tmp_path / "in.h5", capsys=capsys)
+    assert code == 0, stdout
+    assert "(900 of 1000 rows compared, provenance)" in stdout and "100 source rows were dead-lettered" in stdout
+    code, _, err = verify(tmp_path / "plain", "--source", tmp_path / "in.h5", capsys=capsys)
+    assert code == 2 and "100 rows were dead-lettered and metadata.json does not list them" in err
 
 
 def test_dead_letters_of_shards_cut_inside_the_range_grid_are_accounted_for(tmp_path, capsys):
     """Shard boundaries (chunk-aligned: rows 300 and 700) fall between the 40-row range grid, so the planned
     writer's ranges differ from a plain split of the file; verify must read the source with the writer's
-    ranges, or the rows it dead-lettered (300-419) and the rows verify cannot read would not match."""
+    ranges, or the rows it dead-lettered (300-419) and the rows verify cannot read would not match (when
+    metadata.json does not list them)."""
     from tests.test_reliability import corrupt_h5  # chunk 3 of /x (rows 300-399) cannot be decompressed
     corrupt_h5(tmp_path / "in.h5")
     out = tmp_path / "out"
@@ -198,6 +248,11 @@ def test_dead_letters_of_shards_cut_inside_the_range_grid_are_accounted_for(tmp_
     assert meta["rows_dead_lettered"] == 120 and meta["num_records"] == 880
     letters = [json.loads(line) for p in sorted((tmp_path / "dead").glob("*.jsonl")) for line in p.open()]
     assert [(d["start"], d["stop"]) for d in letters] == [(300, 340), (340, 380), (380, 420)]
+    assert [(d["start"], d["stop"]) for d in meta["dead_letters"]] == [(300, 340), (340, 380), (380, 420)]
+    code, stdout, _ = verify(out, "--source", tmp_path / "in.h5", capsys=capsys)
+    assert code == 0, stdout
+    assert "880 of 1000 rows compared, 120 dead-lettered, sequential" in stdout
+    set_meta(out, dead_letters=lambda _: None)
     code, stdout, _ = verify(out, "--source", tmp_path / "in.h5", capsys=capsys)
     assert code == 0, stdout
     assert "120 source rows were dead-lettered" in stdout

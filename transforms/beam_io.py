@@ -59,6 +59,17 @@ def dead_letter(rr: RowRange, error: BaseException) -> dict:
             "message": getattr(error, "message", str(error)), "context": {k: str(v) for k, v in ctx.items()}}
 
 
+def dead_range(letter: dict) -> dict:
+    """What ``metadata.json`` keeps of one dead letter (its ``dead_letters`` list): the rows that have no record,
+    ``{"file", "start", "stop", "rows", "error"[, "files"]}`` (rows ``[start, stop)`` of the input ``file``, its
+    index path; ``files``: the files of those rows in files / npy files modes). verify --source expects exactly
+    these rows to be absent."""
+    out = {k: letter[k] for k in ("file", "start", "stop", "rows", "error")}
+    if letter.get("files"):
+        out["files"] = list(letter["files"])
+    return out
+
+
 def write_dead_letters(dead_letter_dir: str, name: str, letters: list[dict]) -> str:
     """Writes ``letters`` as JSON lines to ``dead_letter_dir/name.jsonl`` (through ``sink``); returns its path."""
     return sink.write_json_lines(fileio.join(dead_letter_dir, f"{name}.jsonl"), letters)
@@ -124,13 +135,14 @@ class ReadFromNpy(ReadFromArrays):
 
 class ReadFromRaw(ReadFromArrays):
     """ReadFromArrays for raw binary files of fixed-size rows (``dtype``, ``shape`` with -1 first for rows from the
-    file size, ``offset`` bytes of header, ``order`` C or F; any of them may come from a sidecar instead)."""
+    file size, ``offset`` bytes of header, ``order`` C or F, ``count`` rows after the offset (None: to the end of
+    the file); any of them may come from a sidecar instead)."""
 
-    def __init__(self, pattern: str, dtype=None, shape=None, offset=0, order="C",
+    def __init__(self, pattern: str, dtype=None, shape=None, offset=0, order="C", count=None,
                  target_range_bytes=sources.DEFAULT_RANGE_BYTES):
         super().__init__(pattern, SourceOptions("raw", target_range_bytes=target_range_bytes, raw_dtype=dtype,
                                                 raw_shape=tuple(shape) if shape else None, raw_offset=offset,
-                                                raw_order=order))
+                                                raw_order=order, raw_count=count))
 
 
 def encode_range(rr: RowRange, columns: dict, specs: Sequence[FeatureSpec], allow_lossy=(),
@@ -279,7 +291,8 @@ class WriteShardFn(beam.DoFn):
     """Writes one planned shard: reads its row ranges in order, encodes each in one call, frames the batch
     (google-crc32c) into a temporary file, and commits it under its final name when the records written plus
     the rows dead-lettered equal the rows planned (``sink.shard_writer``). Yields ``{"file", "records", "bytes",
-    "dead_rows"[, "index"]}``; with ``index`` the shard's ``tfrecord2idx`` index file is written with it.
+    "dead_rows", "dead_letters"[, "index"]}`` (``dead_letters``: :func:`dead_range` of each letter); with
+    ``index`` the shard's ``tfrecord2idx`` index file is written with it.
 
     With ``split_plan`` the shard's rows go to one file per split, written side by side by the same worker
     (``<prefix>-<split>.tfrecord-SSSSS-of-NNNNN``, ``splits.shard_name``), all committed only when their records
@@ -357,6 +370,7 @@ class WriteShardFn(beam.DoFn):
                 entry["index"] = tfrecord.index_name(f)
             out.append(entry)
         out[0]["dead_rows"] = dead_rows
+        out[0]["dead_letters"] = [dead_range(d) for d in letters]
         size = sum(e["bytes"] for e in out)
         self._written.inc(records)
         self._bytes.inc(size)
@@ -487,8 +501,10 @@ class OutputCommit:
 
 
 class WriteMetadataFn(beam.DoFn):
-    """Checks rows in = records out + rows dead-lettered and writes ``metadata.json`` last (the commit point);
-    then deletes the files of the output it replaced and the temporaries of killed or duplicate attempts.
+    """Checks rows in = records out + rows dead-lettered and writes ``metadata.json`` last (the commit point),
+    with the row ranges dead-lettered (``dead_letters``, :func:`dead_range`, sorted by file and row; those of the
+    runs before it kept); then deletes the files of the output it replaced and the temporaries of killed or
+    duplicate attempts.
 
     Raises:
       RecordError: records lost or duplicated.
@@ -497,13 +513,17 @@ class WriteMetadataFn(beam.DoFn):
     def __init__(self, commit: OutputCommit):
         self._commit = commit
 
-    def process(self, shards, extra_dead_rows=0):
+    def process(self, shards, extra_dead_letters=()):
+        """``shards``: per-shard counts (a planned shard's own dead letters in ``dead_letters``);
+        ``extra_dead_letters``: :func:`dead_range` of the rows dead-lettered outside the shard counts."""
         outdir.failpoint("before-commit")
         c = self._commit
         order = {name: i for i, name in enumerate(c.split_names)}
         shards = new = sorted(shards, key=lambda s: (order.get(s.get("split"), 0), s["file"]))
         written = sum(s["records"] for s in shards)
-        dead = sum(s.pop("dead_rows", 0) for s in shards) + extra_dead_rows
+        letters = [d for s in shards for d in s.pop("dead_letters", ())] + list(extra_dead_letters)
+        letters.sort(key=lambda d: (d["file"], d["start"]))
+        dead = sum(s.pop("dead_rows", 0) for s in shards) + sum(d["rows"] for d in extra_dead_letters)
         if written + dead != c.expected_rows:
             raise RecordError(f"Rows read ({c.expected_rows}) != examples written ({written}) + rows dead-lettered "
                               f"({dead}): records were lost or duplicated", file=c.output_dir,
@@ -519,6 +539,8 @@ class WriteMetadataFn(beam.DoFn):
                               c.options)
         meta["rows_read"] = sum(r["rows_read"] for r in runs)
         meta["rows_dead_lettered"] = sum(r["rows_dead_lettered"] for r in runs)
+        if letters or (c.carried or {}).get("dead_letters"):
+            meta["dead_letters"] = list((c.carried or {}).get("dead_letters") or ()) + letters
         if run["splits"]:
             meta["runs"] = runs
         meta.update(c.described)
@@ -532,15 +554,16 @@ class WriteMetadataFn(beam.DoFn):
 
 
 class FinalizeOutput(beam.PTransform):
-    """Per-shard counts (``{"file", "records", "bytes"[, "dead_rows"]}``) -> ``metadata.json``, written after
-    every shard is final. ``dead_rows``: an optional singleton PCollection of rows dead-lettered elsewhere."""
+    """Per-shard counts (``{"file", "records", "bytes"[, "dead_rows", "dead_letters"]}``) -> ``metadata.json``,
+    written after every shard is final. ``dead_letters``: an optional singleton PCollection of the list of rows
+    dead-lettered elsewhere (:func:`dead_range` of each letter)."""
 
-    def __init__(self, commit: OutputCommit, dead_rows=None):
+    def __init__(self, commit: OutputCommit, dead_letters=None):
         super().__init__()
-        self._fn, self._dead_rows = WriteMetadataFn(commit), dead_rows
+        self._fn, self._dead_letters = WriteMetadataFn(commit), dead_letters
 
     def expand(self, shards):
-        extra = () if self._dead_rows is None else (beam.pvalue.AsSingleton(self._dead_rows),)
+        extra = () if self._dead_letters is None else (beam.pvalue.AsSingleton(self._dead_letters),)
         return (shards
                 | "CollectShards" >> beam.combiners.ToList()
                 | "WriteMetadata" >> beam.ParDo(self._fn, *extra))

@@ -70,6 +70,8 @@ class ConvertConfig(BaseModel):
                                        "dimension may be -1 (rows from the file size), e.g. -1,28,28")
     offset: int = Field(0, ge=0, description="raw: bytes before the array data (a header to skip)")
     order: Literal["C", "F"] = Field("C", description="raw: C (row-major) or F (Fortran, column-major) order")
+    count: Optional[int] = Field(None, ge=0, description="raw: read this many rows after --offset and leave the "
+                                 "bytes after them (e.g. a second array); default: to the end of the file")
     file_labels: str = Field("dir", min_length=1, description="files: dir (label = the class folder under the "
                         "pattern's base), none, or the path of a CSV table file,label[,more columns]")
     file_feature: str = Field("image", pattern=r"^[A-Za-z0-9_.-]+$", description="files: the feature holding "

@@ -15,8 +15,8 @@ no lock while it runs. The result is a PCollection holding the output directory 
 point, is written.
 
 A writer is a PTransform from the pipeline's start to per-shard counts ``{"file", "records", "bytes"
-[, "dead_rows"]}``; adding one = a :class:`PlanWriter` subclass here and a line in :data:`WRITERS` (and the name in
-``ConvertConfig.writer``).
+[, "dead_rows", "dead_letters"]}``; adding one = a :class:`PlanWriter` subclass here and a line in
+:data:`WRITERS` (and the name in ``ConvertConfig.writer``).
 """
 from __future__ import annotations
 
@@ -29,13 +29,14 @@ from tfrecord_etl.transforms.planning import ConvertPlan, plan_convert
 
 
 class PlanWriter(beam.PTransform):
-    """The base of the writers: built from the plan and the config; ``dead_rows`` is set by ``expand`` when the
-    writer dead-letters rows outside its shard counts (a singleton PCollection), else None."""
+    """The base of the writers: built from the plan and the config; ``dead_letters`` is set by ``expand`` when
+    the writer dead-letters rows outside its shard counts (a singleton PCollection of the list of
+    ``beam_io.dead_range`` entries), else None."""
 
     def __init__(self, plan: ConvertPlan, cfg: ConvertConfig, progress: bool = False):
         super().__init__()
         self._plan, self._cfg, self._progress = plan, cfg, progress
-        self.dead_rows = None
+        self.dead_letters = None
 
 
 class WritePlanned(PlanWriter):
@@ -53,39 +54,40 @@ class WritePlanned(PlanWriter):
         return pbegin | "WritePlannedShards" >> beam_io.WritePlannedShards(plan.shards, fn, sequential)
 
 
-def _write_dead_letters(letters: list[dict], dead_letter_dir: str) -> int:
-    """Writes the beam writer's dead letters (if any) and returns their row count."""
+def _write_dead_letters(letters: list[dict], dead_letter_dir: str) -> list[dict]:
+    """Writes the beam writer's dead letters (if any) and returns what metadata.json keeps of them
+    (``beam_io.dead_range``)."""
     if letters:
         beam_io.write_dead_letters(dead_letter_dir, "dead_letters", letters)
-    return sum(d["rows"] for d in letters)
+    return [beam_io.dead_range(d) for d in letters]
 
 
 def read_and_encode_ranges(pbegin, plan: ConvertPlan, cfg: ConvertConfig, fn: beam.DoFn):
     """The row ranges spread with a Reshuffle and read and encoded by ``fn`` (whose failing ranges go to the
-    ``dead_letters`` output): ``(records, dead_rows)``, ``dead_rows`` the singleton PCollection of the rows
-    dead-lettered (written to ``--dead_letter_dir``), or None without it."""
+    ``dead_letters`` output): ``(records, dead_letters)``, ``dead_letters`` the singleton PCollection of the
+    list of row ranges dead-lettered (written to ``--dead_letter_dir``), or None without it."""
     encoded = (pbegin
                | "CreateRowRanges" >> beam.Create(list(plan.inputs.ranges))
                | "SpreadRowRanges" >> beam.Reshuffle()
                | "ReadAndEncode" >> beam.ParDo(fn).with_outputs(beam_io.DEAD_LETTERS, main="records"))
-    dead_rows = None
+    dead_letters = None
     if cfg.dead_letter_dir is not None:  # one chain, so the pipeline keeps a single leaf (DaskRunner)
-        dead_rows = (encoded[beam_io.DEAD_LETTERS]
-                     | "CollectDeadLetters" >> beam.combiners.ToList()
-                     | "WriteDeadLetters" >> beam.Map(_write_dead_letters, cfg.dead_letter_dir))
-    return encoded.records, dead_rows
+        dead_letters = (encoded[beam_io.DEAD_LETTERS]
+                        | "CollectDeadLetters" >> beam.combiners.ToList()
+                        | "WriteDeadLetters" >> beam.Map(_write_dead_letters, cfg.dead_letter_dir))
+    return encoded.records, dead_letters
 
 
 class WriteWithBeamSink(PlanWriter):
     """The ``beam`` writer: row ranges spread with a Reshuffle, read and encoded per range
     (``beam_io.ReadAndEncodeFn``, failing ranges to dead letters), written by Beam's ``WriteToTFRecord``; the
-    written shards are counted by walking their frames. ``dead_rows`` (set by expand) is the singleton
-    PCollection of rows dead-lettered, or None."""
+    written shards are counted by walking their frames. ``dead_letters`` (set by expand) is the singleton
+    PCollection of the row ranges dead-lettered, or None."""
 
 
     def expand(self, pbegin):
         plan, cfg = self._plan, self._cfg
-        records, self.dead_rows = read_and_encode_ranges(pbegin, plan, cfg, beam_io.ReadAndEncodeFn(
+        records, self.dead_letters = read_and_encode_ranges(pbegin, plan, cfg, beam_io.ReadAndEncodeFn(
             plan.inputs.source, plan.specs, cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir is not None))
         return (records
                 | "WriteToShards" >> beam_io.WriteToShards(cfg.output_dir, plan.prefix, plan.num_shards,
@@ -108,7 +110,7 @@ class WriteShuffled(PlanWriter):
         offsets, acc = {}, 0
         for index in plan.inputs.indexes:
             offsets[index.path], acc = acc, acc + index.num_rows
-        keyed, self.dead_rows = read_and_encode_ranges(pbegin, plan, cfg, beam_io.KeyShuffledRecordsFn(
+        keyed, self.dead_letters = read_and_encode_ranges(pbegin, plan, cfg, beam_io.KeyShuffledRecordsFn(
             plan.inputs.source, plan.specs, offsets, plan.num_shards, cfg.shuffle_seed, cfg.allow_lossy,
             cfg.provenance, cfg.dead_letter_dir is not None, plan.split_plan))
         every_shard = pbegin | "CreateShardKeys" >> beam.Create(
@@ -179,7 +181,7 @@ class ConvertToTFRecord(beam.PTransform):
                                       cfg.tfds_name,
                                       self.carried, plan.split_plan.names if plan.split_plan else (),
                                       tuple(self.replaced))
-        return shards | "FinalizeOutput" >> beam_io.FinalizeOutput(commit, getattr(writer, "dead_rows", None))
+        return shards | "FinalizeOutput" >> beam_io.FinalizeOutput(commit, writer.dead_letters)
 
 
 class PreparedOutput:

@@ -10,6 +10,10 @@ and every reader refuses it. Format (``"format": "tfrecord-etl/1"``)::
      "num_records": 10000, "sources": [{"path": "in.h5", "rows": 10000}], "writer": "beam",
      "options": {...the validated config...}}
 
+A convert run adds ``rows_read`` and ``rows_dead_lettered``, and with ``--dead_letter_dir`` the rows that have no
+record: ``"dead_letters": [{"file": "in.h5", "start": 300, "stop": 400, "rows": 100, "error": "SourceError"}]``
+(``beam_io.dead_range``; files modes add ``"files"``), which ``verify --source`` expects to be absent.
+
 ``schema.pbtxt`` is a tensorflow_metadata Schema with one feature per Example feature (dense shapes
 for fixed ``list`` features; a single bytes value for ``tensor`` features; ``varlen`` features optional,
 ``presence.min_fraction`` 0), so TFX tools (TFXIO, TFDV, Transform) read the data.

@@ -218,7 +218,7 @@ def source_options(cfg) -> SourceOptions:
                          allow_fill_value=cfg.allow_fill_value, hdf5_mode=cfg.hdf5_mode,
                          hdf5_group=cfg.hdf5_group, raw_dtype=cfg.dtype,
                          raw_shape=tuple(cfg.shape) if cfg.shape else None, raw_offset=cfg.offset,
-                         raw_order=cfg.order, files_labels=cfg.file_labels, files_feature=cfg.file_feature,
+                         raw_order=cfg.order, raw_count=cfg.count, files_labels=cfg.file_labels, files_feature=cfg.file_feature,
                          files_image_header=cfg.image_header, files_decode_check=cfg.decode_check,
                          files_dead_letters=cfg.dead_letter_dir is not None)
 

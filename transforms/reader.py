@@ -4,6 +4,7 @@
     for example in reader.iter_numpy("out/"):            # dicts of numpy arrays, in shard order
         ...
     ds = reader.to_tf_dataset("out/", batch_size=256)    # dicts of tensors, original dtypes and shapes
+                                                            # (a feature whose dtype varies: iter_numpy only)
     example = reader.get("out/", 12345)                     # one example by index (seek + read, --index)
     spec = reader.tf_feature_spec("out/")                   # for tf.io.parse_example
 
@@ -119,18 +120,35 @@ def _parse_spec(tf, specs):
     return out
 
 
+def refuse_varying_dtypes(specs: Sequence[FeatureSpec], where: str | None = None, numpy_reader: str = "iter_numpy"
+                          ) -> None:
+    """Refuses features whose dtype varies between examples (``dtype`` None: npz ``arrays`` / npy ``files`` modes
+    over arrays of several dtypes): a ``tf.data`` element spec holds one dtype per feature (tf.data's
+    ``Dataset.element_spec``), so no dataset can yield each example's own dtype. ``numpy_reader``: the reader
+    named in the hint, which decodes them (each example's own dtype and shape).
+
+    Raises:
+      SchemaError: naming the features, the reader that reads them and ``features=[...]`` to leave them out.
+    """
+    varying = [s.name for s in specs if s.dtype is None]
+    if varying:
+        others = [s.name for s in specs if s.dtype is not None]
+        raise SchemaError(f"The dtype of {varying} varies between examples: a tf.data dataset holds one dtype per "
+                          "feature, so it cannot yield them with their own dtypes", file=where, feature=varying[0],
+                          hint=f"read them with reader.{numpy_reader} (each example's own dtype and shape), or "
+                               f"leave them out with features={others!r}")
+
+
 def decode_tf(tf, parsed: dict, specs: Sequence[FeatureSpec]) -> dict:
     """Parsed (encoded) features of one example -> tensors with the original dtypes and shapes.
 
-    Features whose dtype varies (``dtype`` None) stay raw: ``name`` bytes, ``name/shape``, ``name/dtype``.
+    Raises:
+      SchemaError: a feature whose dtype varies between examples (``dtype`` None), see
+        :func:`refuse_varying_dtypes`; its encoded form is ``tf_feature_spec``'s.
     """
+    refuse_varying_dtypes(specs)
     out = {}
     for spec in specs:
-        if spec.dtype is None:
-            out[spec.name] = parsed[spec.name]
-            out[f"{spec.name}/dtype"] = parsed[f"{spec.name}/dtype"]
-            out[f"{spec.name}/shape"] = tf.sparse.to_dense(parsed[f"{spec.name}/shape"])
-            continue
         encoding = encoding_of(spec)
         if spec.is_fixed:
             shape = tf.constant(list(spec.shape), tf.int32)
@@ -151,16 +169,18 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
     ``batch_size`` batches examples; every selected feature must then have a fixed shape.
 
     Raises:
-      IncompleteOutputError: no metadata.json. SchemaError: ``batch_size`` with features whose shape or dtype
-        varies between examples (tf.data could not stack them: batch those yourself, e.g. with
-        ``ds.ragged_batch``, or pass ``features``).
+      IncompleteOutputError: no metadata.json. SchemaError: a feature whose dtype varies between examples
+        (npz ``arrays`` mode over members of several dtypes: read it with :func:`iter_numpy`, or leave it out
+        with ``features``); ``batch_size`` with features whose shape varies between examples (tf.data could
+        not stack them: batch those yourself, e.g. with ``ds.ragged_batch``, or pass ``features``).
     """
     import tensorflow as tf
     meta = metadata.select_split(metadata.load(output_dir), split, output_dir)
     specs = _select(meta["features"], features)
+    refuse_varying_dtypes(specs, output_dir)
     varying = [s.name for s in specs if not s.is_fixed]
     if batch_size and varying:
-        raise SchemaError(f"Cannot batch: the shape or dtype of {varying} varies between examples",
+        raise SchemaError(f"Cannot batch: the shape of {varying} varies between examples",
                           file=output_dir, hint="pass batch_size=None (and batch them yourself, e.g. with "
                           "ds.ragged_batch), or select fixed features with features=[...]")
     parse_spec = _parse_spec(tf, specs)
@@ -445,10 +465,14 @@ def to_tf_dataset_merged(original: str, sidecar_dir: str, batch_size: int | None
 
     Dtypes and shapes as :func:`to_tf_dataset`; features inferred from a collection without metadata
     keep their native list types (a varying-length one is a 1-D dense tensor).
+
+    Raises:
+      SchemaError: a feature whose dtype varies between examples (read it with :func:`iter_numpy_merged`).
     """
     import tensorflow as tf
     coll = open_sidecar(original, sidecar_dir, check_checksums)
     specs = _select(coll.specs, features)
+    refuse_varying_dtypes(specs, sidecar_dir, "iter_numpy_merged")
     native = [s for s in specs if coll.original_inferred and s in coll.original_specs and s.shape == (None,)]
     regular = [s for s in specs if s not in native]
     parse_spec = _parse_spec(tf, regular)

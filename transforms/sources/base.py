@@ -45,6 +45,7 @@ class SourceOptions:
     raw_shape: tuple[int, ...] | None = None
     raw_offset: int = 0
     raw_order: str = "C"
+    raw_count: int | None = None  # raw: rows after raw_offset (None: to the end of the file)
     files_labels: str = "dir"  # files: dir (the class folder), none, or the path of a labels CSV
     files_feature: str = "image"  # files: the feature holding each file's bytes
     files_image_header: bool = True  # files: record format/height/width/channels from the image header

@@ -1,7 +1,7 @@
 """Raw binary arrays (``--format raw``): a file of fixed-size rows as ``np.memmap`` opens it, with the dtype, the
-shape, the byte offset of the data and the order (C or Fortran) given by flags or by a sidecar file; the row
-count comes from the file size. Local files are memory-mapped; remote ones are read with one ranged read per row
-range (C order) or per column (Fortran order), as ``.npy`` files are."""
+shape, the byte offset of the data, the order (C or Fortran) and optionally the row count given by flags or by a
+sidecar file; without a count the rows come from the file size. Local files are memory-mapped; remote ones are
+read with one ranged read per row range (C order) or per column (Fortran order), as ``.npy`` files are."""
 from __future__ import annotations
 
 import dataclasses
@@ -20,19 +20,21 @@ from tfrecord_etl.transforms.sources.npyformat import _NpyHeader, _read_rows
 SIDECAR_SUFFIXES = (".json", ".yaml", ".yml")
 DIRECTORY_SIDECARS = tuple(f"raw{s}" for s in SIDECAR_SUFFIXES)  # one layout for every file of a directory
 MAX_SIDECAR_BYTES = 64 * 1024
-LAYOUT_KEYS = ("dtype", "shape", "offset", "order")
+LAYOUT_KEYS = ("dtype", "shape", "offset", "order", "count")
 
 
 @dataclasses.dataclass(frozen=True)
 class RawLayout:
     """How a raw file holds its array: ``dtype`` (a NumPy dtype string, any byte order), ``shape`` (the array's
-    shape; the first dimension may be -1: as many rows as the file holds), ``offset`` (bytes before the data)
-    and ``order`` (``C``, or ``F`` for Fortran order: the first axis varies fastest)."""
+    shape; the first dimension may be -1: as many rows as the file holds), ``offset`` (bytes before the data),
+    ``order`` (``C``, or ``F`` for Fortran order: the first axis varies fastest) and ``count`` (rows after the
+    offset; the bytes after them are left unread, e.g. a second array; None: up to the end of the file)."""
 
     dtype: str | None = None
     shape: tuple[int, ...] | None = None
     offset: int = 0
     order: str = "C"
+    count: int | None = None
 
     def merged(self, other: "RawLayout", where: str) -> "RawLayout":
         """This layout (from flags) completed by ``other`` (from a sidecar); a key set in both must agree.
@@ -53,7 +55,8 @@ class RawLayout:
 
 def parse_layout(obj, where: str) -> RawLayout:
     """A :class:`RawLayout` from a sidecar mapping (``{"dtype": ">f4", "shape": [-1, 28, 28], "offset": 0,
-    "order": "C"}``). Raises ConfigError naming ``where`` for unknown keys or bad values."""
+    "order": "C", "count": 100}``; all but dtype and shape optional). Raises ConfigError naming ``where`` for
+    unknown keys or bad values."""
     if not isinstance(obj, dict):
         raise ConfigError(f"The raw sidecar {where} holds a {type(obj).__name__}, expected a mapping of "
                           f"{', '.join(LAYOUT_KEYS)}")
@@ -66,7 +69,8 @@ def parse_layout(obj, where: str) -> RawLayout:
             shape = [int(d) for d in shape.split(",")]
         layout = RawLayout(None if obj.get("dtype") is None else str(obj["dtype"]),
                            None if shape is None else tuple(int(d) for d in shape),
-                           int(obj.get("offset", 0)), str(obj.get("order", "C")).upper())
+                           int(obj.get("offset", 0)), str(obj.get("order", "C")).upper(),
+                           None if obj.get("count") is None else int(obj["count"]))
     except (TypeError, ValueError) as e:
         raise ConfigError(f"The raw sidecar {where} has a bad value: {e}") from None
     return layout
@@ -74,10 +78,11 @@ def parse_layout(obj, where: str) -> RawLayout:
 
 def check_layout(layout: RawLayout, path: str) -> tuple[np.dtype, tuple[int, ...]]:
     """The dtype and shape of a complete layout, checked: a supported dtype without Python objects, dimensions
-    >= 0 (only the first may be -1), offset >= 0, order C or F.
+    >= 0 (only the first may be -1), offset >= 0, order C or F, a count >= 0 that agrees with a fixed first
+    dimension. With a count, the shape's first dimension is the count.
 
     Raises:
-      ConfigError: a missing or bad dtype/shape/offset/order (naming the file).
+      ConfigError: a missing or bad dtype/shape/offset/order/count (naming the file).
     """
     if layout.dtype is None or layout.shape is None:
         raise ConfigError("--format raw needs the array's dtype and shape", file=path,
@@ -95,7 +100,14 @@ def check_layout(layout: RawLayout, path: str) -> tuple[np.dtype, tuple[int, ...
     if layout.offset < 0 or layout.order not in ("C", "F"):
         raise ConfigError(f"--offset {layout.offset} must be >= 0 and --order C or F (got {layout.order!r})",
                           file=path)
-    return dtype, tuple(layout.shape)
+    if layout.count is None:
+        return dtype, tuple(layout.shape)
+    if layout.count < 0:
+        raise ConfigError(f"--count {layout.count} must be >= 0 (rows after --offset)", file=path)
+    if layout.shape[0] not in (-1, layout.count):
+        raise ConfigError(f"--count {layout.count} disagrees with --shape {list(layout.shape)}", file=path,
+                          hint="give the row count once: --shape -1,... with --count, or --shape alone")
+    return dtype, (layout.count, *layout.shape[1:])
 
 
 class RawSource(Source):
@@ -136,7 +148,7 @@ class RawSource(Source):
     def layout(self, path: str) -> RawLayout:
         """The flags' layout completed by the file's sidecar, if any."""
         o = self.options
-        flags = RawLayout(o.raw_dtype, o.raw_shape, o.raw_offset, o.raw_order)
+        flags = RawLayout(o.raw_dtype, o.raw_shape, o.raw_offset, o.raw_order, o.raw_count)
         sidecar = self._sidecar(path)
         return flags.merged(sidecar, path + " (sidecar)") if sidecar != RawLayout() else flags
 
@@ -145,7 +157,7 @@ class RawSource(Source):
 
         Raises:
           ConfigError: no or a bad layout. SourceError: the data is not a whole number of rows (naming the
-            remainder), or fewer bytes than a fixed shape declares.
+            remainder); a fixed shape whose bytes differ from the data's; a count of rows past the end of the file.
         """
         layout = self.layout(path)
         dtype, shape = check_layout(layout, path)
@@ -161,12 +173,23 @@ class RawSource(Source):
             if rest:
                 raise SourceError(f"The data ({data} bytes after offset {layout.offset}) is not a whole number of "
                                   f"rows of {row_bytes} bytes ({dtype.str} {list(shape[1:])}): {rest} bytes remain",
-                                  file=path, hint="check --dtype, --shape and --offset")
+                                  file=path, hint="check --dtype, --shape and --offset; --count N reads N rows "
+                                                  "after --offset and leaves the bytes after them")
             shape = (rows, *shape[1:])
+        elif layout.count is not None:
+            if row_bytes * shape[0] > data:
+                raise SourceError(f"--count {shape[0]} rows of {row_bytes} bytes ({dtype.str} {list(shape[1:])}) are "
+                                  f"{row_bytes * shape[0]} bytes, but the file holds {data} bytes after offset "
+                                  f"{layout.offset}", file=path, hint="check --count, --dtype, --shape and --offset")
         elif row_bytes * shape[0] != data:
+            extra = data - row_bytes * shape[0]
             raise SourceError(f"--shape {list(shape)} of {dtype.str} is {row_bytes * shape[0]} bytes, but the file "
                               f"holds {data} bytes after offset {layout.offset}", file=path,
-                              hint="use -1 as the first dimension to take the row count from the file size")
+                              hint=(f"add --count {shape[0]} to read those rows and leave the {extra} bytes after "
+                                    "them (e.g. a second array), or use -1 as the first dimension to take the row "
+                                    "count from the file size") if extra > 0 else
+                              "check --dtype, --shape and --offset, or use -1 as the first dimension to take the "
+                              "row count from the file size")
         return _NpyHeader(shape, layout.order == "F", dtype, layout.offset)
 
     def index(self, path: str) -> FileIndex:

@@ -121,16 +121,70 @@ def plan_sources(meta: dict, patterns: Sequence[str], where: str = ""):
 
 
 class _Comparer:
-    """Base of the source comparers; ``report`` collects problems, ``compared`` counts rows compared."""
+    """Base of the source comparers; ``report`` collects problems, ``compared`` counts rows compared.
+
+    ``dead_letters``: the rows the convert dead-lettered (metadata.json's ``dead_letters``), expected to have
+    no record and never read; None when the output does not say which rows they were (only how many).
+    """
 
     mode = ""
 
     def __init__(self, plans, specs: Sequence[FeatureSpec], allow_lossy: Sequence[str], report: Report,
-                 same_paths: bool):
+                 same_paths: bool, dead_letters: Sequence[dict] | None = None):
         self.plans, self.report, self.lossy, self.same_paths = list(plans), report, tuple(allow_lossy), same_paths
         self.specs = list(specs)
         self.compared = 0
         self.rows = sum(p.num_rows for p in self.plans)
+        self._indexes = [(plan, index) for plan in self.plans for index in plan.indexes]
+        self._slots = {(id(plan), index.path): k for k, (plan, index) in enumerate(self._indexes)}
+        self._by_path: dict[str, int] = {}
+        names: dict[str, list[int]] = {}
+        for k, (_, index) in enumerate(self._indexes):
+            for path in (index.items if index.item_files else (index.path,)):
+                self._by_path[path] = k
+                names.setdefault(fileio.basename(path), []).append(k)
+        self._by_name = {n: ks[0] for n, ks in names.items() if len(set(ks)) == 1}
+        self.dead = None if dead_letters is None else self._dead_masks(dead_letters)
+
+    def locate(self, path: str) -> int | None:
+        """The index (position in ``self._indexes``) holding ``path`` (an input file, or a file of a files-mode
+        collection); by file name when the source moved and the name is unique; None when none does."""
+        return self._by_path.get(path, self._by_name.get(fileio.basename(path)))
+
+    def _dead_masks(self, letters: Sequence[dict]) -> list[np.ndarray]:
+        """One bool mask per index of its dead-lettered rows; a letter that names no row of the source (or a
+        file other than the source's at that row) is a problem."""
+        masks = [np.zeros(index.num_rows, bool) for _, index in self._indexes]
+        for d in letters:
+            start, stop, files = d["start"], d["stop"], d.get("files") or ()
+            rows = [(self.locate(f), start + i, f) for i, f in enumerate(files)] or \
+                [(self.locate(d["file"]), r, None) for r in range(start, stop)]
+            for k, row, f in rows:
+                index = None if k is None else self._indexes[k][1]
+                if index is None or row >= index.num_rows or (
+                        f is not None and fileio.basename(index.items[row]) != fileio.basename(f)):
+                    self.report.add(Problem("source", f"The output's dead letter for rows {start}-{stop - 1} of "
+                                            f"{d['file']!r} names no such row of the source", file=d["file"]))
+                    break
+                masks[k][row] = True
+        return masks
+
+    @property
+    def dead_rows(self) -> int:
+        """Source rows expected to have no record (dead-lettered), when known."""
+        return 0 if self.dead is None else int(sum(m.sum() for m in self.dead))
+
+    def live_ranges(self, plan, rr) -> list:
+        """``rr`` without its dead-lettered rows: the row ranges of the rows that have records, in order."""
+        from tfrecord_etl.transforms.sources import RowRange
+        k = self._slots[(id(plan), rr.path)]
+        dead = None if self.dead is None else self.dead[k][rr.start:rr.stop]
+        if dead is None or not dead.any():
+            return [rr]
+        fi = self._indexes[k][1]
+        live = np.flatnonzero(np.diff(np.concatenate(([0], (~dead).astype(np.int8), [0]))))
+        return [RowRange(rr.path, rr.start + a, rr.start + b, fi.items[rr.start + a:rr.start + b] if fi.sizes
+                         else rr.items, rr.item_files) for a, b in zip(live[::2], live[1::2])]
 
     def expected_columns(self, plan, rr, specs: Sequence[FeatureSpec], report_errors: bool = True) -> dict | None:
         """``{name: array (rows, *shape) | list of per-row arrays}`` as decode_example returns them, or None
@@ -179,22 +233,25 @@ class _Comparer:
         pass
 
     def summary(self, patterns) -> dict:
-        return {"patterns": list(patterns), "mode": self.mode, "rows": self.rows, "compared": self.compared}
+        return {"patterns": list(patterns), "mode": self.mode, "rows": self.rows, "compared": self.compared,
+                "dead_lettered": self.dead_rows}
 
 
 class SequentialComparer(_Comparer):
     """Compares records with source rows in order: the planned writer writes shards in row order.
 
-    Rows are read one planned row range at a time and compared in vectorized chunks of up to 4096 rows.
-    A shard with fewer records than its metadata count (cut short) skips the rest of its rows; records
-    beyond its count are not compared (the count problem is reported), so later shards stay aligned.
+    Rows are read one planned row range at a time and compared in vectorized chunks of up to 4096 rows;
+    dead-lettered rows have no record and are skipped, never read. A shard with fewer records than its
+    metadata count (cut short) skips the rest of its rows; records beyond its count are not compared (the
+    count problem is reported), so later shards stay aligned.
     """
 
     mode = "sequential"
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._ranges = ((plan, rr) for plan in self.plans for rr in plan.ranges)
+        self._ranges = ((plan, live) for plan in self.plans for rr in plan.ranges
+                        for live in self.live_ranges(plan, rr))
         self._cur = None  # (range, expected columns or None, next row position)
         self._pending: list = []  # (row position, file, index, offset, decoded)
         self._shard_left = None
@@ -287,42 +344,36 @@ class SequentialComparer(_Comparer):
 class ProvenanceComparer(_Comparer):
     """Compares records in any order with source rows, matched by their ``_source/file`` and ``_source/row``.
 
-    The source is read once first, one row range at a time, keeping a 16-byte digest per row; each
-    record's digest is then looked up by its provenance. A row whose digest differs is read again alone
-    and compared feature by feature, for a precise report. Rows without a record (beyond the
-    dead-lettered count) and duplicated rows are problems.
+    The source is read once first, one row range at a time (dead-lettered rows are not read), keeping a
+    16-byte digest per row; each record's digest is then looked up by its provenance. A row whose digest
+    differs is read again alone and compared feature by feature, for a precise report. Rows without a record
+    that were not dead-lettered, records of dead-lettered rows and duplicated rows are problems (when the
+    output does not say which rows were dead-lettered, only their count is checked: ``dead_count``).
     """
 
     mode = "provenance"
 
-    def __init__(self, plans, specs, allow_lossy, report, same_paths, dead_rows: int, progress: Progress):
-        super().__init__(plans, specs, allow_lossy, report, same_paths)
+    def __init__(self, plans, specs, allow_lossy, report, same_paths, dead_count: int, progress: Progress,
+                 dead_letters: Sequence[dict] | None = None):
+        super().__init__(plans, specs, allow_lossy, report, same_paths, dead_letters)
         self.data_specs = [s for s in self.specs if s.name not in (PROVENANCE_FILE, PROVENANCE_ROW)]
-        self.dead_rows = dead_rows
-        self._indexes = [(plan, index) for plan in self.plans for index in plan.indexes]
+        self.dead_count = dead_count
         self._digests = [np.zeros((index.num_rows, 16), np.uint8) for _, index in self._indexes]
         self._seen = [np.zeros(index.num_rows, bool) for _, index in self._indexes]
-        self._unreadable: dict[int, tuple[np.ndarray, str]] = {}  # index -> (rows mask, error): dead letters?
-        self._by_path: dict[str, int] = {}
-        names: dict[str, list[int]] = {}
-        for k, (_, index) in enumerate(self._indexes):
-            for path in (index.items if index.item_files else (index.path,)):
-                self._by_path[path] = k
-                names.setdefault(fileio.basename(path), []).append(k)
-        self._by_name = {n: ks[0] for n, ks in names.items() if len(set(ks)) == 1}
+        self._unreadable: dict[int, tuple[np.ndarray, str]] = {}  # index -> (rows mask, error)
         progress.start("reading the source", self.rows, "rows")
-        index_rows = [index.num_rows for _, index in self._indexes]
         for plan in self.plans:
-            slots = {index.path: k for k, (p, index) in enumerate(self._indexes) if p is plan}
             for rr in plan.ranges:
-                k = slots[rr.path]
-                columns = self.expected_columns(plan, rr, self.data_specs, report_errors=False)
-                if columns is None:  # a problem only if a record claims one of its rows
-                    mask, _ = self._unreadable.setdefault(k, (np.zeros(index_rows[k], bool), self.read_error))
-                    mask[rr.start:rr.stop] = True
-                else:
-                    for i in range(rr.num_rows):
-                        self._digests[k][rr.start + i] = np.frombuffer(
+                k = self._slots[(id(plan), rr.path)]
+                for live in self.live_ranges(plan, rr):
+                    columns = self.expected_columns(plan, live, self.data_specs, report_errors=False)
+                    if columns is None:  # a problem only if a record claims one of its rows
+                        mask, _ = self._unreadable.setdefault(k, (np.zeros(len(self._seen[k]), bool),
+                                                                  self.read_error))
+                        mask[live.start:live.stop] = True
+                        continue
+                    for i in range(live.num_rows):
+                        self._digests[k][live.start + i] = np.frombuffer(
                             _digest([_row(columns[s.name], i) for s in self.data_specs]), np.uint8)
                 progress.update(rr.num_rows)
         progress.close()
@@ -342,6 +393,10 @@ class ProvenanceComparer(_Comparer):
                                     file, index, offset, PROVENANCE_ROW))
             return
         self._seen[k][row] = True
+        if self.dead is not None and self.dead[k][row]:
+            self.report.add(Problem("source", f"Row {row} of {source_file!r} has a record, but the output's "
+                                    "metadata lists it as dead-lettered", file, index, offset, PROVENANCE_ROW))
+            return
         if k in self._unreadable and self._unreadable[k][0][row]:
             self.report.add(Problem("source", f"Not compared: {self._unreadable[k][1]}", file, index, offset))
             return
@@ -361,40 +416,67 @@ class ProvenanceComparer(_Comparer):
             self.compare_row(spec, np.asarray(_row(columns[spec.name], 0)), decoded[spec.name], file, index, offset)
 
     def finish(self) -> None:
-        unseen = int(sum((~s).sum() for s in self._seen))
-        if self.dead_rows:
-            self.report.warnings.append(f"{self.dead_rows} source rows were dead-lettered when converting: they "
+        if self.dead_count:
+            self.report.warnings.append(f"{self.dead_count} source rows were dead-lettered when converting: they "
                                         "have no record")
-        if unseen != self.dead_rows:
-            first = next(((self._indexes[k][1], int(np.flatnonzero(~s)[0])) for k, s in enumerate(self._seen)
-                          if (~s).any()), None)
+        missing = [~s if self.dead is None else ~s & ~self.dead[k] for k, s in enumerate(self._seen)]
+        unseen = int(sum(m.sum() for m in missing))
+        if unseen != (self.dead_count if self.dead is None else 0):
+            first = next(((self._indexes[k][1], int(np.flatnonzero(m)[0])) for k, m in enumerate(missing)
+                          if m.any()), None)
             where = f" (first: row {first[1]} of '{first[0].path}')" if first else ""
-            self.report.add(Problem("source", f"{unseen} source rows have no record in the output{where}, "
-                                    f"{self.dead_rows} were dead-lettered"))
+            self.report.add(Problem("source", f"{unseen} source rows have no record in the output{where}, " + (
+                f"{self.dead_count} were dead-lettered" if self.dead is None else "and were not dead-lettered")))
+
+
+def dead_letters_of(meta: dict, where: str = "") -> list[dict] | None:
+    """The row ranges metadata.json lists as dead-lettered (``dead_letters``, written by convert with
+    ``--dead_letter_dir``), or None when it does not say which rows they were (an output written before the list
+    was kept, or one whose list does not add up to ``rows_dead_lettered``).
+
+    Raises:
+      ConfigError: a ``dead_letters`` entry that is not ``{"file": str, "start": int, "stop": int, ...}`` with
+        ``0 <= start < stop``.
+    """
+    letters = meta.get("dead_letters")
+    dead = int(meta.get("rows_dead_lettered") or 0)
+    if letters is None:
+        return [] if not dead else None
+    ok = isinstance(letters, list) and all(
+        isinstance(d, dict) and isinstance(d.get("file"), str) and type(d.get("start")) is int
+        and type(d.get("stop")) is int and 0 <= d["start"] < d["stop"]
+        and isinstance(d.get("files") or [], list) and len(d.get("files") or ()) in (0, d["stop"] - d["start"])
+        for d in letters)
+    if not ok:
+        raise ConfigError("Invalid 'dead_letters' in metadata.json: expected a list of {file, start, stop} row "
+                          "ranges", file=where or None, hint="re-convert the output")
+    return letters if sum(d["stop"] - d["start"] for d in letters) == dead else None
 
 
 def make_comparer(meta: dict, patterns: Sequence[str], report: Report, progress: Progress, where: str = ""):
-    """The comparer for an output: sequential for the planned writer (without dead-lettered rows), else
-    matched by provenance. Returns None (with a problem) when the source's features differ.
+    """The comparer for an output: sequential for the planned writer (skipping the rows metadata.json lists as
+    dead-lettered), else matched by provenance. Returns None (with a problem) when the source's features differ.
 
     Raises:
-      ConfigError: exact comparison is impossible (records out of row order and no provenance features),
-        or the metadata holds no convert options.
+      ConfigError: exact comparison is impossible (records out of row order, or dead-lettered rows that the
+        metadata does not list, and no provenance features), or the metadata holds no convert options.
     """
     specs = list(meta["features"])
     names = {s.name for s in specs}
     has_provenance = {PROVENANCE_FILE, PROVENANCE_ROW} <= names
     dead = int(meta.get("rows_dead_lettered") or 0)
+    letters = dead_letters_of(meta, where)
     split = len(meta.get("splits") or {}) > 1 or len(meta.get("runs") or ()) > 1
-    sequential = meta.get("writer") == "planned" and not dead and not split
+    sequential = meta.get("writer") == "planned" and letters is not None and not split
     if not sequential and not has_provenance:
-        why = f"{dead} rows were dead-lettered" if dead else \
+        why = f"{dead} rows were dead-lettered and metadata.json does not list them" if letters is None else \
             "the rows are spread over splits" if split else \
             f"the records are not in source row order (writer {meta.get('writer')!r})"
         raise ConfigError(f"Exact comparison with the source needs the {PROVENANCE_FILE} and {PROVENANCE_ROW} "
                           f"features: {why} and the output has no provenance", file=where or None,
-                          hint="re-convert with --provenance" + ("" if split or dead else
-                                                                 ", or with the planned writer (--writer planned)"))
+                          hint=("re-convert (with --dead_letter_dir, metadata.json lists the rows) or with "
+                                "--provenance") if letters is None else "re-convert with --provenance" + (
+                              "" if split else ", or with the planned writer (--writer planned)"))
     plans = plan_sources(meta, patterns, where)
     num_shards = len(meta.get("shards") or ())
     if meta.get("writer") == "planned" and len(plans) == 1 and num_shards:
@@ -417,7 +499,7 @@ def make_comparer(meta: dict, patterns: Sequence[str], report: Report, progress:
     same_paths = list(patterns) == [meta["options"].get("input")]
     lossy = tuple(meta["options"].get("allow_lossy") or ())
     if sequential:
-        return SequentialComparer(plans, specs, lossy, report, same_paths)
-    return ProvenanceComparer(plans, specs, lossy, report, same_paths, dead, progress)
+        return SequentialComparer(plans, specs, lossy, report, same_paths, letters)
+    return ProvenanceComparer(plans, specs, lossy, report, same_paths, dead, progress, letters)
 
 

@@ -86,7 +86,8 @@ class Report:
     """The result of :func:`verify`. ``ok`` only when no problem was found.
 
     ``problems`` holds the first ``max_problems`` findings; ``num_problems`` counts them all.
-    ``source``: None, or ``{"patterns", "mode" ('sequential' | 'provenance'), "rows", "compared"}``.
+    ``source``: None, or ``{"patterns", "mode" ('sequential' | 'provenance'), "rows", "compared", "dead_lettered"}``
+    (rows expected to have no record: the dead-lettered rows that metadata.json lists).
     ``manifest``: None, or ``{"shards", "originals_checked", "originals_unreachable", "originals_not_named"}``
     for sidecars (``originals_not_named``: shards whose original was not checked because no ``originals``
     were given).
