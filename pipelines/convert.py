@@ -39,13 +39,13 @@ def build_plan(cfg: ConvertConfig, options: PipelineOptions | None = None,
 
 
 def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan: planning.ConvertPlan, carried: dict | None = None,
-                   replaced: tuple[str, ...] = ()):
+                   replaced=None):
     """Composes the convert pipeline on ``p`` (``carried``: the splits this run adds to, see
     ``convert.carried_splits``; ``replaced``: the committed files its commit replaces, see ``outdir.prepare``);
     returns the PCollection holding the committed output dir."""
     return p | "ConvertToTFRecord" >> ConvertToTFRecord(config=cfg, plan=plan, prepare_output=False,
                                                         progress=common.show_progress(cfg.progress), carried=carried,
-                                                        replaced=replaced)
+                                                        **({"replaced": replaced} if replaced else {}))
 
 
 def main(argv: list[str]) -> int:

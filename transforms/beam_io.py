@@ -497,7 +497,7 @@ class OutputCommit:
     tfds_name: str | None = None  # write TFDS's dataset_info.json + features.json too (--tfds_name)
     carried: dict | None = None  # the metadata.json of the splits this run adds a split to (kept as they are)
     split_names: tuple[str, ...] = ()  # this run's splits, in the order given (the order of metadata's shards)
-    replaced: tuple[str, ...] = ()  # files of the committed output this commit replaces (outdir.prepare)
+    replaced: outdir.Replacement = outdir.Replacement()  # what this commit replaces (outdir.prepare)
 
 
 class WriteMetadataFn(beam.DoFn):
@@ -547,7 +547,7 @@ class WriteMetadataFn(beam.DoFn):
         if c.tfds_name:
             meta["tfds"] = {"name": c.tfds_name, "version": tfds_info.VERSION,
                             "files": tfds_info.write(c.output_dir, c.tfds_name, specs, shards)}
-        metadata.write(c.output_dir, meta, specs)
+        metadata.write(c.output_dir, meta, specs, c.replaced.metadata_version)
         outdir.finish_replacement(c.output_dir, c.replaced)
         outdir.remove_temporaries(c.output_dir, [s["file"] for s in shards])
         yield c.output_dir

@@ -151,7 +151,7 @@ class ConvertToTFRecord(beam.PTransform):
     def __init__(self, file_pattern: str | None = None, output_dir: str | None = None, *,
                  config: ConvertConfig | None = None, plan: ConvertPlan | None = None, local_workers: int = 1,
                  prepare_output: bool = True, progress: bool = False, carried: dict | None = None,
-                 replaced: tuple[str, ...] = (), **options):
+                 replaced: outdir.Replacement = outdir.Replacement(), **options):
         super().__init__()
         if config is None:
             try:
@@ -165,7 +165,7 @@ class ConvertToTFRecord(beam.PTransform):
         self._progress = progress
         report_orphan_labels(config, self.plan)
         self.carried = carried  # the splits this run adds to (carried_splits), None for a plain output
-        self.replaced = replaced  # the committed files this run's commit replaces (outdir.prepare)
+        self.replaced = replaced  # what this run's commit replaces (outdir.prepare)
         if prepare_output:
             prepared = prepare_output_dir(config, self.plan)
             prepared.release()
@@ -180,19 +180,19 @@ class ConvertToTFRecord(beam.PTransform):
                                       writer_name(cfg), cfg.model_dump(), plan.inputs.source.describe(),
                                       cfg.tfds_name,
                                       self.carried, plan.split_plan.names if plan.split_plan else (),
-                                      tuple(self.replaced))
+                                      self.replaced)
         return shards | "FinalizeOutput" >> beam_io.FinalizeOutput(commit, writer.dead_letters)
 
 
 class PreparedOutput:
     """The held lock of a prepared output directory (:func:`prepare_output_dir`); ``plan``, the plan writing the
-    generation of names the lock chose (``planning.with_generation``); ``replaced``, the files of the committed
-    output the run's commit replaces; and, when the run adds a split to a TFDS directory, the metadata of the
+    generation of names the lock chose (``planning.with_generation``); ``replaced``, what the run's commit replaces
+    (``outdir.Replacement``); and, when the run adds a split to a TFDS directory, the metadata of the
     splits already there (``meta``, None otherwise)."""
 
     def __init__(self, lock: outdir.Lock, meta: dict | None, plan: ConvertPlan | None = None):
         self.lock, self.meta, self.plan = lock, meta, plan
-        self.replaced = tuple(sorted(lock.replaced))
+        self.replaced = lock.replacement
 
     def release(self) -> None:
         self.lock.release()

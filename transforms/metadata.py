@@ -149,11 +149,33 @@ def build(specs, shards, compression, sources, writer, options) -> dict:
     return meta
 
 
-def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec]) -> None:
-    """Writes ``schema.pbtxt`` and then ``metadata.json``, the commit point, each through ``sink.committed_file``."""
+def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec], expected_version: str | None = None) -> None:
+    """Writes ``schema.pbtxt`` and then ``metadata.json``, the commit point, each through ``sink.committed_file``.
+
+    ``expected_version``: on S3 and GCS, the version of ``metadata.json`` the run started from
+    (``fileio.version``, recorded by ``outdir.prepare``; ``fileio.ABSENT`` for none): ``metadata.json`` is then
+    written in one conditional request (S3 ``If-Match`` / ``If-None-Match``, GCS ``ifGenerationMatch``), so a run
+    whose output directory another run committed meanwhile commits nothing.
+
+    Raises:
+      OutputError: another run committed ``output_dir`` since this run started.
+    """
     from tfrecord_etl.transforms import sink
     sink.write_file(fileio.join(output_dir, SCHEMA_FILE), schema_text(specs).encode())
-    sink.write_json(fileio.join(output_dir, METADATA_FILE), meta)
+    path = fileio.join(output_dir, METADATA_FILE)
+    if expected_version is None or fileio.is_local(output_dir):
+        sink.write_json(path, meta)
+        return
+    from tfrecord_etl.transforms.errors import OutputError
+    from tfrecord_etl.transforms.runlock import check_commit
+    check_commit(path)
+    try:
+        fileio.write_if_version(path, json.dumps(meta, indent=1).encode(), expected_version)
+    except fileio.VersionConflict:
+        raise OutputError("Another run committed this output directory while this run wrote it (metadata.json "
+                          "changed since this run started): this run's commit is refused", file=path,
+                          hint="nothing of this run is listed in metadata.json; run one command per output "
+                               "directory at a time, then run again") from None
 
 
 def load(output_dir: str) -> dict:

@@ -274,6 +274,16 @@ def _names_list(names: Iterable[str], n: int = 3) -> str:
     return shown + (f" and {len(names) - n} more" if len(names) > n else "")
 
 
+@dataclasses.dataclass(frozen=True)
+class Replacement:
+    """What a run's commit replaces (``lock.replacement`` of :func:`prepare`): ``files``, the committed files to
+    delete after the commit (:func:`finish_replacement`), and, on S3 and GCS, ``metadata_version``, the version
+    of ``metadata.json`` the run started from (``fileio.version``): the commit is a conditional write on it
+    (``metadata.write``), so a run whose directory another run committed meanwhile commits nothing."""
+    files: tuple[str, ...] = ()
+    metadata_version: str | None = None
+
+
 GENERATION_TAG = "-g1"  # what the other generation's names carry (see generation_name)
 
 
@@ -304,7 +314,7 @@ def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str
     """Makes ``output_dir`` ready for a run that writes ``files`` (names, generation 0) and returns the run's held
     :class:`Lock` (use it as a context manager around the pipeline), which says which generation the run writes
     (``lock.generation``: write ``generation_name(name, lock.generation)`` for each of ``files``) and which files
-    of the output it replaces (``lock.replaced``: delete them with :func:`finish_replacement` after the commit).
+    of the output it replaces (``lock.replacement``: pass it to the commit, see :class:`Replacement`).
 
     - missing or empty: created;
     - a crashed run's files, temporaries and markers (ours, not part of a complete output): removed;
@@ -345,9 +355,13 @@ def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str
                                                 planned_bytes)
         written = {generation_name(n, lock.generation) if n not in _REWRITTEN else n for n in files}
         lock.files = frozenset(written)
+        metadata_version = None if fileio.is_local(output_dir) else fileio.version(fileio.join(output_dir,
+                                                                                              METADATA_FILE))
+        lock.replacement = Replacement(tuple(sorted(lock.replaced)), metadata_version)
         marker = {"format": MARKER_FORMAT, "run_id": run_id, "command": command, "created": _now(),
                   "host": socket.gethostname(), "pid": os.getpid(), "files": sorted(written | lock.replaced),
                   "replaces": sorted(lock.replaced), "generation": lock.generation,
+                  "metadata_version": metadata_version,
                   "beam_temp_prefixes": sorted({generation_prefix(p, lock.generation) for p in beam_temp_prefixes}),
                   "options": options}
         from tfrecord_etl.transforms import sink  # sink imports this module's names
@@ -435,13 +449,12 @@ def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool, kee
     return generation, frozenset(committed - written)
 
 
-def finish_replacement(output_dir: str, replaced: Iterable[str]) -> None:
+def finish_replacement(output_dir: str, replacement: Replacement) -> None:
     """After a run's ``metadata.json`` is written (the commit): deletes the files of the output it replaced
-    (``lock.replaced`` of :func:`prepare`) that the new metadata does not list, each by its exact name, and
-    prints them. A crash during it leaves the new output complete; the run marker lists what is left, so the next
-    run removes it."""
+    (``replacement.files``) that the new metadata does not list, each by its exact name, and prints them. A crash
+    during it leaves the new output complete; the run marker lists what is left, so the next run removes it."""
     failpoint("committed")
-    replaced = set(replaced)
+    replaced = set(replacement.files)
     if not replaced:
         return
     names = set(list_names(output_dir))

@@ -1,7 +1,8 @@
 """The lock of an output directory and the checks that tie every commit to the run holding it (see
 :mod:`transforms.outdir` for the rest of the protocol): one run at a time (``.tf-etl.lock``, created with
 ``O_CREAT|O_EXCL``, holding the launcher's host, pid and process start time; a lock whose process is gone on the
-same host is stale and taken over; on object stores best effort: write, then read back our run id), commits refused
+same host is stale and taken over; on S3 and GCS created with a conditional write, so one of two racing launchers
+wins), commits refused
 once the run no longer holds it (:func:`check_commit`), and the failpoints the tests crash a run at.
 """
 from __future__ import annotations
@@ -99,6 +100,19 @@ def _is_stale(record: dict | None, path: str) -> bool:
     return start is None or (start != "?" and record.get("start") not in (None, "?") and start != record["start"])
 
 
+def _create(path: str, data: bytes) -> bool:
+    """Creates the remote object ``path`` only when there is none: one conditional write on S3 and GCS (S3
+    ``If-None-Match: *``, GCS ``ifGenerationMatch=0``: of two launchers, exactly one wins); elsewhere a write after
+    an existence check (best effort). False when it exists."""
+    try:
+        if fileio.version(path) is None and fileio.exists(path):
+            return False
+        fileio.write_if_version(path, data, fileio.ABSENT)
+    except fileio.VersionConflict:
+        return False
+    return True
+
+
 class Lock:
     """The exclusive lock of one run on an output directory (a context manager; released on exit)."""
 
@@ -109,6 +123,7 @@ class Lock:
         self.generation = 0  # set by prepare: the generation of names this run writes
         self.files: frozenset = frozenset()  # set by prepare: the names this run writes
         self.replaced: frozenset = frozenset()  # set by prepare: the committed files the run's commit replaces
+        self.replacement = None  # set by prepare: the outdir.Replacement to pass to the commit
 
     def acquire(self) -> "Lock":
         """Raises ConfigError when another live run holds the lock (this version's or, under its older name, an
@@ -135,11 +150,9 @@ class Lock:
                         f.write(data)
                     self.held = True
                     return self
-            elif not fileio.exists(self.path):
-                fileio.write_bytes(self.path, data)
-                if (_read_json(self.path) or {}).get("run_id") == self.run_id:
-                    self.held = True
-                    return self
+            elif _create(self.path, data) and (_read_json(self.path) or {}).get("run_id") == self.run_id:
+                self.held = True
+                return self
             other = _read_json(self.path)
             if attempt == 0 and _is_stale(other, self.path):
                 say(f"taking over the stale lock {self.path} of a run that is gone ({_describe(other)})")

@@ -316,7 +316,7 @@ class FinalizeAugmentFn(beam.DoFn):
             "join": None if plan.join is None else {"input": plan.join.pattern, "by": plan.join.by,
                                                     "files": [i.path for i in plan.join.indexes]},
         }
-        metadata.write(plan.output_dir, meta, specs)
+        metadata.write(plan.output_dir, meta, specs, plan.replaced.metadata_version)
         outdir.finish_replacement(plan.output_dir, plan.replaced)
         yield plan.output_dir
 
@@ -341,7 +341,7 @@ def prepare_output_dir(plan: AugmentPlan) -> tuple[outdir.Lock, AugmentPlan]:
     the generation of names the lock chose, replacing the committed files it names at the commit."""
     lock = outdir.prepare(plan.output_dir, command="augment", options=plan.options, files=plan.output_files(),
                           overwrite=bool(plan.options.get("overwrite")))
-    return lock, plan.with_output(lock.generation, lock.replaced)
+    return lock, plan.with_output(lock.generation, lock.replacement)
 
 
 class AugmentTFRecord(beam.PTransform):

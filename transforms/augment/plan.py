@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -52,7 +52,7 @@ class AugmentPlan:
     options: dict = dataclasses.field(default_factory=dict)
     max_record_bytes: int = dataclasses.field(default_factory=tfrecord.record_limit)
     max_features: int = MAX_FEATURES
-    replaced: tuple[str, ...] = ()  # files of the committed output the commit replaces (outdir.prepare)
+    replaced: outdir.Replacement = outdir.Replacement()  # what the commit replaces (outdir.prepare)
 
     def with_input_specs(self, specs: Sequence[FeatureSpec]) -> "AugmentPlan":
         """This plan with the input features replaced (by those learned from every record, at finalize)."""
@@ -62,13 +62,13 @@ class AugmentPlan:
         """The names this plan writes in its output directory: the shards, and ``manifest.json`` (sidecar)."""
         return [s.output_file for s in self.collection.shards] + (["manifest.json"] if self.mode == "sidecar" else [])
 
-    def with_output(self, generation: int, replaced: Iterable[str] = ()) -> "AugmentPlan":
-        """This plan writing output generation ``generation`` (``outdir.generation_name`` of each shard's name) and
-        replacing the committed files ``replaced`` at its commit (both from ``outdir.prepare``'s lock)."""
+    def with_output(self, generation: int, replaced: outdir.Replacement = outdir.Replacement()) -> "AugmentPlan":
+        """This plan writing output generation ``generation`` (``outdir.generation_name`` of each shard's name),
+        its commit replacing ``replaced`` (both from ``outdir.prepare``'s lock)."""
         shards = tuple(dataclasses.replace(s, output_file=outdir.generation_name(s.output_file, generation))
                        for s in self.collection.shards)
         return dataclasses.replace(self, collection=dataclasses.replace(self.collection, shards=shards),
-                                   replaced=tuple(sorted(replaced)))
+                                   replaced=replaced)
 
     @property
     def output_specs(self) -> tuple[FeatureSpec, ...]:
