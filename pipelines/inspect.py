@@ -203,19 +203,16 @@ def render(s: dict) -> str:
 
 
 def _container_kind(target: str) -> str | None:
-    """``hdf5`` for one existing regular file with the HDF5 signature (at byte 0, or after a user block of 512,
-    1024 or 2048 bytes, as MATLAB v7.3 files have), ``netcdf3`` for a NetCDF-3 file, else None."""
+    """``hdf5``, ``netcdf3`` or ``matlab`` for one existing regular file whose first bytes say so (the source
+    registry's ``magic``: an HDF5 signature at byte 0 or after a user block, as MATLAB v7.3 files have), else
+    None."""
     if fileio.is_dir(target) or any(c in target for c in "*?[") or not fileio.exists(target):
         return None
-    from tfrecord_etl.transforms import tfrecord
+    from tfrecord_etl.transforms import sources, tfrecord
     tfrecord.check_regular(target)
     with fileio.open_read(target) as f:
-        head = f.read(2056)
-    if head[:4] in (b"CDF\x01", b"CDF\x02"):
-        return "netcdf3"
-    if any(head[o:o + 8] == b"\x89HDF\r\n\x1a\n" for o in (0, 512, 1024, 2048)):
-        return "hdf5"
-    return None
+        fmt = sources.content_format(f.read(sources.SNIFF_BYTES))
+    return fmt if fmt in ("hdf5", "netcdf3", "matlab") else None
 
 
 def main(argv: list[str]) -> int:

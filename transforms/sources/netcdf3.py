@@ -33,8 +33,9 @@ class NetCdf3Source(Source):
     """
 
     format_name = "netcdf3"
-    suffixes = (".nc", ".cdf", ".nc3")
+    suffixes = (".nc", ".cdf", ".nc3", ".mnc")  # .mnc: MINC1 (MINC2 is HDF5: the first bytes decide)
     magic = NETCDF3_MAGIC
+    content_label = "a NetCDF-3 file"
     modes = ("rows", "datasets")
 
     def __init__(self, options):
