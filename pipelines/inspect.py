@@ -1,7 +1,7 @@
 """Summarize an output directory: features, shards, counts, sizes, compression, one decoded example.
 
     python -m pipelines.inspect OUTPUT_DIR_OR_PATTERN [--tf_read] [--json] [--max_record_mb MB] [--max_features N]
-    python -m pipelines.inspect FILE.h5 [--json]     # the HDF5 dataset tree and its row groups
+    python -m pipelines.inspect FILE.h5 [--json]     # the HDF5 (NetCDF-3, MATLAB .mat) tree and its row groups
 
 ``--tf_read`` also reads every shard back with plain tf.data + tf.io.parse_example and checks the
 record counts against the metadata.
@@ -227,8 +227,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     kind = _container_kind(args.output_dir)
     if kind:  # the dataset tree and row groups, so no external tool (h5ls, ncdump) is needed
-        from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, netcdf3_tree, render_tree
-        tree = (hdf5_tree if kind == "hdf5" else netcdf3_tree)(args.output_dir)
+        from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, matlab_tree, netcdf3_tree, render_tree
+        tree = {"hdf5": hdf5_tree, "netcdf3": netcdf3_tree, "matlab": matlab_tree}[kind](args.output_dir)
         print(json.dumps(tree, indent=1) if args.json else render_tree(tree))
         return 0
     summary = summarize(args.output_dir, args.tf_read, *common.record_limits(args))

@@ -90,6 +90,15 @@ class Leaf:
         return math.prod(self.shape) * self.dtype.itemsize if self.dtype is not None else 0
 
 
+def matlab_shape(shape) -> tuple[int, ...]:
+    """``shape`` as MATLAB's ``size`` reports it: trailing singleton dimensions beyond the second dropped (a writer
+    such as ``scipy.io.savemat`` may store a 1x2 char array as 1x2x1; MATLAB and a v7.3 file say 1x2)."""
+    shape = tuple(int(d) for d in shape)
+    while len(shape) > 2 and shape[-1] == 1:
+        shape = shape[:-1]
+    return shape
+
+
 def _complex_dtype(base: np.dtype) -> np.dtype:
     """complex64/complex128 for single/double, a ``real``/``imag`` compound for integer classes (as in v7.3)."""
     if base.kind == "f":
@@ -117,6 +126,7 @@ def as_stored(value, where: str) -> np.ndarray:
         stores more).
     """
     a = np.asarray(value)
+    a = a.reshape(matlab_shape(a.shape))
     if a.dtype.kind == "U":
         codes = np.ascontiguousarray(a).view(np.uint32).reshape(a.shape + (-1,))[..., 0] if a.size else \
             np.zeros(a.shape, np.uint32)
@@ -145,7 +155,7 @@ def value_leaves(path: str, value) -> list[Leaf]:
     """The leaves of a loaded value at ``path`` in walk order (fields sorted by name, as h5py lists a v7.3 group)."""
     kind = _kind_of(value)
     if kind == layout.DATA:
-        return [Leaf(path, kind, _target_dtype(value.dtype), tuple(value.shape))]
+        return [Leaf(path, kind, _target_dtype(value.dtype), matlab_shape(value.shape))]
     if kind == layout.CELL:
         return [Leaf(path, kind, cells=list(value.ravel(order="F")))]
     if kind != STRUCT:
@@ -265,7 +275,7 @@ class MatlabSource(Source):
                 name = hdr.name.decode("latin1") if hdr.name is not None else "None"
                 mclass = "sparse" if hdr.mclass == sparse else ("logical" if hdr.is_logical else
                                                                 classes.get(hdr.mclass, "unknown"))
-                shape = tuple(int(d) for d in reader._matrix_reader.shape_from_header(hdr))
+                shape = matlab_shape(reader._matrix_reader.shape_from_header(hdr))
                 compressed, is_complex = _array_flags(f, start, reader.byte_order) if v5 else (False, bool(hdr.is_complex))
                 out.append(MatVariable(name or FUNCTION_WORKSPACE, shape, mclass, is_complex, start, int(stop),
                                        compressed))
@@ -295,6 +305,14 @@ class MatlabSource(Source):
                                    "twice the variable at peak), choose other variables with --datasets, or save "
                                    "the file with -v7.3 (HDF5, read row range by row range)")
 
+    def _check_header_sizes(self, f, table: list[MatVariable], leaves: list[Leaf], path: str) -> None:
+        """Checks the numeric, char and logical variables of ``leaves`` against the limit from their headers (a
+        struct or cell was checked before it was loaded)."""
+        tops = {leaf.path.strip("/").split("/")[0] for leaf in leaves}
+        for var in table:
+            if var.name in tops and var.dtype is not None:
+                self._check_size(f, var, path)
+
     def _load(self, f, table: list[MatVariable], names, path: str) -> dict:
         """``{name: value}`` of the variables ``names`` (each checked against the limit first), loaded with
         ``loadmat(mat_dtype=True)``; a variable holding complex values is loaded again without ``mat_dtype``
@@ -305,14 +323,18 @@ class MatlabSource(Source):
         names = sorted(set(names))
         for name in names:
             self._check_size(f, by_name[name], path)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            f.seek(0)
-            typed = loadmat(f, mat_dtype=True, chars_as_strings=False, variable_names=names)
-        if any(issubclass(w.category, np.exceptions.ComplexWarning) for w in caught):
-            f.seek(0)
-            kept = loadmat(f, chars_as_strings=False, variable_names=names)
-            typed = {k: _with_complex(typed[k], kept[k]) for k in names}
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                f.seek(0)
+                typed = loadmat(f, mat_dtype=True, chars_as_strings=False, variable_names=names)
+            if any(issubclass(w.category, np.exceptions.ComplexWarning) for w in caught):
+                f.seek(0)
+                kept = loadmat(f, chars_as_strings=False, variable_names=names)
+                typed = {k: _with_complex(typed[k], kept[k]) for k in names}
+        except Exception as e:  # noqa: BLE001 - SciPy raises OSError/ValueError/zlib.error on damaged data
+            raise SourceError(f"Cannot read the variable(s) {', '.join(names)}: {e}", file=path,
+                              hint="the file may be truncated or damaged (scipy.io.loadmat cannot read it)") from None
         for w in caught:
             if not issubclass(w.category, np.exceptions.ComplexWarning):
                 log.warning("'%s': SciPy says: %s", path, w.message)
@@ -378,6 +400,7 @@ class MatlabSource(Source):
                 chosen = self._default(f, table, path)
                 if not chosen and self.switch_to_datasets(path):
                     return self._index_datasets(f, table, path)
+            self._check_header_sizes(f, table, chosen, path)
         self._rows_indexed = True
         specs, lengths, data_row_bytes = [], {}, 0
         for leaf in chosen:
@@ -412,8 +435,10 @@ class MatlabSource(Source):
             return []
         _log_skipped(skipped, path, "rows mode")
         if not entries:
-            raise SchemaError("The file holds no variable with rows", file=path,
-                              hint="use --hdf5_mode datasets to convert each cell as one Example" if skipped else None)
+            what = "; ".join(f"{kind}: {', '.join(paths[:3])}" for kind, paths in skipped.items())
+            raise SchemaError("The file holds no variable with rows" + (f" (skipped {what})" if what else ""),
+                              file=path, hint="--hdf5_mode datasets converts each cell as one Example"
+                              if skipped.get(layout.CELL) else None)
         return [by_path[p] for p in layout.choose_group(entries, self.options.hdf5_group, path)]
 
     def _index_datasets(self, f, table, path: str) -> FileIndex:
@@ -427,7 +452,7 @@ class MatlabSource(Source):
                 targets = [(leaf.path, leaf.dtype, leaf.shape)]
             elif leaf.kind == layout.CELL:
                 cells = cell_items(leaf, None if named else skipped.setdefault("unconvertible cell", []), path)
-                targets = [(item, _target_dtype(v.dtype), tuple(v.shape)) for item, v in cells]
+                targets = [(item, _target_dtype(v.dtype), matlab_shape(v.shape)) for item, v in cells]
             elif named:
                 _refuse(leaf, path, "datasets")
             else:
@@ -447,6 +472,7 @@ class MatlabSource(Source):
         _log_skipped(skipped, path, "datasets mode")
         if not items:
             raise SchemaError("The file holds no variable to convert", file=path)
+        self._check_header_sizes(f, table, [leaf for leaf in found if leaf.kind == layout.DATA], path)
         return FileIndex(path, len(items), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), loosen_all(specs)),
                          max(sizes), 1, tuple(items), tuple(sizes), sequential=True)
 
