@@ -134,7 +134,7 @@ def input_format(pattern: str, files: Sequence[tuple[str, int]], options: Source
     if not by_format:
         sources.format_of(paths[0], options)  # raises its error, naming the first file
     if len(by_format) > 1:
-        listing = "; ".join(f"{fmt}: {len(ps)} file(s), e.g. '{ps[0]}'" for fmt, ps in by_format.items())
+        listing = "; ".join(f"{fmt}: {len(ps)} file(s), e.g. '{ps[0]}'" for fmt, ps in sorted(by_format.items()))
         raise SourceError(f"The pattern matches files of {len(by_format)} formats ({listing})", file=pattern,
                           hint="convert each format in its own run (a narrower --input), or pass --format to "
                                "read every file as one format")
