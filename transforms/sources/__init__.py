@@ -99,7 +99,9 @@ def _deep_signature(path: str) -> str | None:
     """The format whose magic stands at one of its ``magic_offsets`` past the first :data:`SNIFF_BYTES` bytes
     (an HDF5 file behind a user block of 4096 bytes or more): one small read per offset before the file's end."""
     from tfrecord_etl.transforms import fileio
+    from tfrecord_etl.transforms.sources.base import _refuse_special_file
     try:
+        _refuse_special_file(path)  # (a FIFO is never opened)
         with fileio.open_read(path) as f:
             for name, cls in REGISTRY.items():
                 for offset in (o for o in cls.magic_offsets if o >= SNIFF_BYTES):
@@ -109,7 +111,7 @@ def _deep_signature(path: str) -> str | None:
                         break
                     if got.startswith(cls.magic):
                         return name
-    except (OSError, ValueError):
+    except (OSError, ValueError, SourceError):
         return None
     return None
 
