@@ -165,13 +165,19 @@ def test_hdf5_row_range_is_read_from_s3_without_downloading_the_file(s3, tmp_pat
     assert fetched["gets"] <= 8, fetched  # the first 64 KiB came with the open; metadata; one GET per dataset
 
 
-@pytest.mark.parametrize("fmt", ["raw", "files"])
+@pytest.mark.parametrize("fmt", ["raw", "files", "mat"])
 def test_s3_raw_and_file_collections_equal_a_local_run(s3, tmp_path, fmt):
     """Issue 14: the new sources read s3:// as the others do (raw: the layout from a directory sidecar on S3,
-    ranged reads; files: listing sizes, class folders, labels), and write the same shards as a local run."""
+    ranged reads; files: listing sizes, class folders, labels; a MATLAB v7 .mat: sniffed by its first bytes,
+    scanned and loaded through fileio's ranged stream), and write the same shards as a local run."""
     client, s3_flags = s3
     local_in = tmp_path / "in"
-    if fmt == "raw":
+    if fmt == "mat":
+        from tests.conftest import fixture_file
+        local_in.mkdir()
+        (local_in / "v7.mat").write_bytes(fixture_file("pymatreader-tests/v7.mat").read_bytes())
+        pattern, flags = "*.mat", ["--hdf5_mode", "datasets"]
+    elif fmt == "raw":
         local_in.mkdir()
         (local_in / "raw.yaml").write_text("dtype: '>f4'\nshape: [-1, 3]\norder: F\n")
         np.arange(90, dtype=">f4").reshape(30, 3).tofile(local_in / "a.raw")  # C bytes read as F: still exact
@@ -201,20 +207,3 @@ def test_s3_raw_and_file_collections_equal_a_local_run(s3, tmp_path, fmt):
     here = list(reader.iter_numpy(str(tmp_path / "out")))
     assert len(got) == len(here) and all(np.array_equal(a[k], b[k]) for a, b in zip(got, here) for k in a)
 
-
-def test_s3_matlab_v5_file_equals_a_local_run(s3, tmp_path):
-    """A MATLAB v7 .mat (pymatreader's) on S3: sniffed by its first bytes, whosmat's scan and loadmat through
-    fileio's ranged stream; the shards equal a local run's, byte for byte."""
-    from tests.conftest import fixture_file
-    client, s3_flags = s3
-    source = fixture_file("pymatreader-tests/v7.mat")
-    client.upload_file(str(source), BUCKET, "mat/in/v7.mat")
-    flags = ["--hdf5_mode", "datasets", "--num_shards", "2", *BEAM_FLAGS]
-    code, _, _ = convert(["--input", source, "--output_dir", tmp_path / "out", *flags])
-    assert code == 0
-    out_s3 = f"s3://{BUCKET}/mat/out"
-    code, _, _ = convert(["--input", f"s3://{BUCKET}/mat/in/v7.mat", "--output_dir", out_s3, *flags, *s3_flags])
-    assert code == 0
-    for name in ("data-00000-of-00002.tfrecord", "data-00001-of-00002.tfrecord", "schema.pbtxt"):
-        body = client.get_object(Bucket=BUCKET, Key=f"mat/out/{name}")["Body"].read()
-        assert body == (tmp_path / "out" / name).read_bytes(), name
