@@ -12,13 +12,15 @@ Formats and modes (one module each, registered in :data:`REGISTRY`):
   with features ``key`` (the dataset path) and ``array``. Rows mode without ``--datasets`` reads the largest row
   group (``hdf5layout``), MATLAB v7.3 variables transposed to MATLAB's orientation.
 * ``netcdf3`` (``netcdf3.py``): NetCDF-3 variables through SciPy, the same modes and row groups.
+* ``matlab`` (``matlab.py``): MATLAB v4-v7 ``.mat`` variables through SciPy, converted as their v7.3 (HDF5) twin.
 * ``npz`` (``npz.py``) ``rows``: row i of every member is one Example; ``arrays``: every member is one
   Example with features ``key`` (the member name) and ``array``.
 * ``npy`` (``npy.py``) ``rows``: rows of one array (memory-mapped when local); ``files``: every file is one
   Example with features ``key`` (the file name without ``.npy``) and ``array``.
 
-A new source is one module with a :class:`Source` subclass declaring ``format_name``, ``suffixes`` and
-``modes``, added to ``REGISTRY`` below (the suffix lookup and ``FORMATS`` derive from it), plus its tests.
+A new source is one module with a :class:`Source` subclass declaring ``format_name``, ``suffixes``, ``modes`` and
+the ``magic`` its files start with, added to ``REGISTRY`` below (``format_of``, which tells a file's format by its
+content, then its suffix, and ``FORMATS`` derive from it), plus its tests.
 The model is TFDS's ``file_adapters.ADAPTER_FOR_FORMAT``.
 """
 from __future__ import annotations
