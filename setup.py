@@ -49,7 +49,9 @@ setuptools.setup(
                  # the runner matrix (DaskRunner) and the S3 tests (a moto server) run in CI
                  "dask>=2024.4.2", "distributed>=2024.4.2", "boto3>=1.34,<2", "moto[server]>=5.0",
                  # a Google Cloud Storage API on 127.0.0.1 (ranged downloads): the gs:// read tests
-                 "gcp-storage-emulator>=2026.7.19"],
+                 "gcp-storage-emulator>=2026.7.19",
+                 # a MATLAB v7.3 writer: the v7.3 twins of SciPy's v5 test files (both must convert alike)
+                 "hdf5storage>=0.2.2,<0.3"],
         # --runner DaskRunner (apache-beam[dask] asks for the same ranges); see "Running at scale" in the README.
         "dask": ["dask>=2024.4.2", "distributed>=2024.4.2"],
         # s3:// inputs and outputs through Beam's S3 filesystem (apache-beam[aws] is boto3>=1.9,<2);

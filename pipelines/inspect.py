@@ -1,7 +1,7 @@
 """Summarize an output directory: features, shards, counts, sizes, compression, one decoded example.
 
     python -m pipelines.inspect OUTPUT_DIR_OR_PATTERN [--tf_read] [--json] [--max_record_mb MB] [--max_features N]
-    python -m pipelines.inspect FILE.h5 [--json]     # the HDF5 dataset tree and its row groups
+    python -m pipelines.inspect FILE.h5 [--json]     # the HDF5 (NetCDF-3, MATLAB .mat) tree and its row groups
 
 ``--tf_read`` also reads every shard back with plain tf.data + tf.io.parse_example and checks the
 record counts against the metadata.
@@ -206,19 +206,16 @@ def render(s: dict) -> str:
 
 
 def _container_kind(target: str) -> str | None:
-    """``hdf5`` for one existing regular file with the HDF5 signature (at byte 0, or after a user block of 512,
-    1024 or 2048 bytes, as MATLAB v7.3 files have), ``netcdf3`` for a NetCDF-3 file, else None."""
+    """``hdf5``, ``netcdf3`` or ``matlab`` for one existing regular file whose first bytes say so (the source
+    registry's ``magic``: an HDF5 signature at byte 0 or after a user block, as MATLAB v7.3 files have), else
+    None."""
     if fileio.is_dir(target) or any(c in target for c in "*?[") or not fileio.exists(target):
         return None
-    from tfrecord_etl.transforms import tfrecord
+    from tfrecord_etl.transforms import sources, tfrecord
     tfrecord.check_regular(target)
     with fileio.open_read(target) as f:
-        head = f.read(2056)
-    if head[:4] in (b"CDF\x01", b"CDF\x02"):
-        return "netcdf3"
-    if any(head[o:o + 8] == b"\x89HDF\r\n\x1a\n" for o in (0, 512, 1024, 2048)):
-        return "hdf5"
-    return None
+        fmt = sources.content_format(f.read(sources.SNIFF_BYTES))
+    return fmt if fmt in ("hdf5", "netcdf3", "matlab") else None
 
 
 def main(argv: list[str]) -> int:
@@ -233,8 +230,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     kind = _container_kind(args.output_dir)
     if kind:  # the dataset tree and row groups, so no external tool (h5ls, ncdump) is needed
-        from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, netcdf3_tree, render_tree
-        tree = (hdf5_tree if kind == "hdf5" else netcdf3_tree)(args.output_dir)
+        from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, matlab_tree, netcdf3_tree, render_tree
+        tree = {"hdf5": hdf5_tree, "netcdf3": netcdf3_tree, "matlab": matlab_tree}[kind](args.output_dir)
         print(json.dumps(tree, indent=1) if args.json else render_tree(tree))
         return 0
     summary = summarize(args.output_dir, args.tf_read, *common.record_limits(args))

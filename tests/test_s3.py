@@ -165,13 +165,19 @@ def test_hdf5_row_range_is_read_from_s3_without_downloading_the_file(s3, tmp_pat
     assert fetched["gets"] <= 8, fetched  # the first 64 KiB came with the open; metadata; one GET per dataset
 
 
-@pytest.mark.parametrize("fmt", ["raw", "files"])
+@pytest.mark.parametrize("fmt", ["raw", "files", "mat"])
 def test_s3_raw_and_file_collections_equal_a_local_run(s3, tmp_path, fmt):
     """Issue 14: the new sources read s3:// as the others do (raw: the layout from a directory sidecar on S3,
-    ranged reads; files: listing sizes, class folders, labels), and write the same shards as a local run."""
+    ranged reads; files: listing sizes, class folders, labels; a MATLAB v7 .mat: sniffed by its first bytes,
+    scanned and loaded through fileio's ranged stream), and write the same shards as a local run."""
     client, s3_flags = s3
     local_in = tmp_path / "in"
-    if fmt == "raw":
+    if fmt == "mat":
+        from tests.conftest import fixture_file
+        local_in.mkdir()
+        (local_in / "v7.mat").write_bytes(fixture_file("pymatreader-tests/v7.mat").read_bytes())
+        pattern, flags = "*.mat", ["--hdf5_mode", "datasets"]
+    elif fmt == "raw":
         local_in.mkdir()
         (local_in / "raw.yaml").write_text("dtype: '>f4'\nshape: [-1, 3]\norder: F\n")
         np.arange(90, dtype=">f4").reshape(30, 3).tofile(local_in / "a.raw")  # C bytes read as F: still exact
@@ -200,3 +206,4 @@ def test_s3_raw_and_file_collections_equal_a_local_run(s3, tmp_path, fmt):
     got = list(reader.iter_numpy(out_s3))
     here = list(reader.iter_numpy(str(tmp_path / "out")))
     assert len(got) == len(here) and all(np.array_equal(a[k], b[k]) for a, b in zip(got, here) for k in a)
+

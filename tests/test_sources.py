@@ -207,16 +207,17 @@ def test_registered_sources_declare_name_suffixes_and_modes(name, cls):
 def test_formats_and_config_choices_come_from_the_registry():
     import typing
     from tfrecord_etl.transforms.config import ConvertConfig
-    assert sources.FORMATS == ("hdf5", "netcdf3", "npz", "npy", "raw", "files")
+    assert sources.FORMATS == ("hdf5", "netcdf3", "npz", "npy", "raw", "files", "matlab")
     choices = typing.get_args(typing.get_args(ConvertConfig.model_fields["format"].annotation)[0])
     assert set(choices) == set(sources.FORMATS)
     suffixes = [s for cls in sources.REGISTRY.values() for s in cls.suffixes]
     shared = {s for s in suffixes if suffixes.count(s) > 1}
-    assert shared == {".nc"}  # netCDF-4 (HDF5) and NetCDF-3 share it: the file's magic bytes decide
+    assert shared == {".nc", ".mnc"}  # netCDF-4 / MINC2 (HDF5) and NetCDF-3 / MINC1: the file's magic bytes decide
     assert all(cls.magic for cls in sources.REGISTRY.values() if shared & set(cls.suffixes))
 
 
 def test_unknown_suffix_names_the_registered_ones():
-    with pytest.raises(SourceError, match=r"Cannot tell the input format.*name it \.h5/\.nc/\.npz/\.npy/\.raw or "
-                                          r"pass --format one of \('hdf5', 'netcdf3', 'npz', 'npy', 'raw', 'files'\)"):
+    with pytest.raises(SourceError, match=r"Cannot tell the input format.*name it \.h5/\.nc/\.npz/\.npy/\.raw/\.mat "
+                                          r"or pass --format one of \('hdf5', 'netcdf3', 'npz', 'npy', 'raw', 'files', "
+                                          r"'matlab'\)"):
         sources.format_of("data.csv", SourceOptions())

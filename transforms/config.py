@@ -116,6 +116,9 @@ class ConvertConfig(BaseModel):
                                          "uncompressed size exceeds this many times its compressed size (zip bombs)")
     max_empty_rows: int = Field(1000000, ge=0, description="rows mode: most rows allowed when every row "
                                 "holds zero bytes (shape (N, 0)), whose count the file size cannot bound")
+    max_mat_variable_mb: float = Field(2048.0, gt=0, allow_inf_nan=False, description="matlab (v4-v7 .mat): refuse "
+                                       "a variable over this many MiB before loading it (SciPy's loadmat reads a "
+                                       "variable whole: about twice this at peak)")
     allow_external_storage: bool = Field(False, description="hdf5: read datasets stored in external raw files "
                                          "when those lie in the input file's own directory; default: refuse")
     allow_fill_value: bool = Field(False, description="hdf5: read storage that was never written (unallocated "

@@ -91,16 +91,61 @@ def index_concurrently(source: Source, paths: Sequence[str], threads: int | None
     Raises:
       SourceError, SchemaError: from the first file (in order) that cannot be indexed.
     """
+    return _map_concurrently(source.index, paths, threads)
+
+
+def _map_concurrently(fn, paths: Sequence[str], threads: int | None = None) -> list:
+    """``[fn(path) for path in paths]``, remote paths by a bounded pool (see :func:`index_concurrently`)."""
     if len(paths) < 2 or all(fileio.is_local(p) for p in paths):
-        return [source.index(p) for p in paths]
+        return [fn(p) for p in paths]
     import concurrent.futures
     with concurrent.futures.ThreadPoolExecutor(min(threads or PLAN_THREADS, len(paths)), "plan-index") as pool:
-        futures = [pool.submit(source.index, p) for p in paths]
+        futures = [pool.submit(fn, p) for p in paths]
         try:
             return [f.result() for f in futures]
         finally:
             for f in futures:
                 f.cancel()
+
+
+def input_format(pattern: str, files: Sequence[tuple[str, int]], options: SourceOptions) -> tuple[str, Source]:
+    """The format of the ``(path, size)`` files matching ``pattern`` and a source for it: ``--format``, else each
+    file's own (:func:`sources.format_of`: its first bytes, then its suffix; remote files sniffed concurrently). A
+    file whose format cannot be told is allowed only as a sidecar of the others' source (a raw layout ``.json``).
+
+    Raises:
+      SourceError: files of several formats (listing each with an example file), or a file whose format cannot be
+        told (naming it).
+    """
+    if options.format:
+        return options.format, sources.make_source(options.format, options)
+
+    def sniffed(path):
+        try:
+            return sources.format_of(path, options)
+        except SourceError:
+            return None
+    paths = [path for path, _ in files]
+    found = dict(zip(paths, _map_concurrently(sniffed, paths)))
+    by_format: dict[str, list[str]] = {}
+    for path, fmt in found.items():
+        if fmt is not None:
+            by_format.setdefault(fmt, []).append(path)
+    if not by_format:
+        sources.format_of(paths[0], options)  # raises its error, naming the first file
+    if len(by_format) > 1:
+        listing = "; ".join(f"{fmt}: {len(ps)} file(s), e.g. '{ps[0]}'" for fmt, ps in sorted(by_format.items()))
+        raise SourceError(f"The pattern matches files of {len(by_format)} formats ({listing})", file=pattern,
+                          hint="convert each format in its own run (a narrower --input), or pass --format to "
+                               "read every file as one format")
+    fmt = next(iter(by_format))
+    source = sources.make_source(fmt, options)
+    for path, got in found.items():
+        if got is None and not source.is_sidecar(path):
+            raise SourceError(f"Cannot tell the input format from the file's first bytes or its suffix (the other "
+                              f"files are {fmt})", file=path,
+                              hint=f"pass --format {fmt} to read it as {fmt} too, or leave it out of --input")
+    return fmt, source
 
 
 def plan_inputs(pattern: str, options: SourceOptions) -> InputPlan:
@@ -111,8 +156,7 @@ def plan_inputs(pattern: str, options: SourceOptions) -> InputPlan:
         differ between files (naming the file and dataset/member).
     """
     files = fileio.match(pattern)
-    fmt = sources.format_of(files[0][0], options)
-    source = sources.make_source(fmt, options)
+    fmt, source = input_format(pattern, files, options)
     data = [(path, size) for path, size in files if not source.is_sidecar(path)]
     if not data:
         raise SourceError(f"Every file matching the pattern is a {fmt} sidecar, none holds data", file=pattern)
@@ -216,7 +260,8 @@ def source_options(cfg) -> SourceOptions:
                          int(cfg.target_range_mb * 2**20), max_compression_ratio=cfg.max_compression_ratio,
                          max_empty_rows=cfg.max_empty_rows, allow_external_storage=cfg.allow_external_storage,
                          allow_fill_value=cfg.allow_fill_value, hdf5_mode=cfg.hdf5_mode,
-                         hdf5_group=cfg.hdf5_group, raw_dtype=cfg.dtype,
+                         hdf5_group=cfg.hdf5_group, max_variable_bytes=int(cfg.max_mat_variable_mb * 2**20),
+                         raw_dtype=cfg.dtype,
                          raw_shape=tuple(cfg.shape) if cfg.shape else None, raw_offset=cfg.offset,
                          raw_order=cfg.order, raw_count=cfg.count, files_labels=cfg.file_labels, files_feature=cfg.file_feature,
                          files_image_header=cfg.image_header, files_decode_check=cfg.decode_check,

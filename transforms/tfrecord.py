@@ -342,14 +342,18 @@ def check_record_size(size: int, limit: int, **context) -> None:
                           **context)
 
 
-_MAGIC = ((b"\x89HDF\r\n\x1a\n", "an HDF5 file (.h5, NetCDF4, MATLAB v7.3)"), (b"\x93NUMPY", "a .npy array"),
-          (b"PK\x03\x04", "a zip archive (.npz)"), (b"CDF\x01", "a NetCDF-3 file"), (b"CDF\x02", "a NetCDF-3 file"),
-          (b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"{", "a JSON file"))
+# files that are no array source (the sources' own magic bytes are theirs: transforms.sources.content_format)
+_MAGIC = ((b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"{", "a JSON file"))
 
 
 def foreign_format(head: bytes) -> str | None:
-    """What a file that is not TFRecord looks like from its first bytes (HDF5, .npy, zip, NetCDF-3, PNG, JPEG,
-    JSON), or None. Used only after its first frame header failed its CRC, so a TFRecord is never misnamed."""
+    """What a file that is not TFRecord looks like from its first bytes: an array source's file (HDF5, .npy, zip,
+    NetCDF-3, MATLAB, by the source registry's ``magic``), a PNG, JPEG or JSON file, or None. Used only after its
+    first frame header failed its CRC, so a TFRecord is never misnamed."""
+    from tfrecord_etl.transforms import sources
+    fmt = sources.content_format(head)
+    if fmt is not None:
+        return sources.REGISTRY[fmt].content_label
     for magic, what in _MAGIC:
         if head.startswith(magic):
             return what
@@ -407,7 +411,7 @@ def iter_records(stream: BinaryIO, path: str = "<stream>", check_crc: bool = Tru
         header = buf[pos:pos + 12]
         if check_crc and header != checked_header:
             if masked_crc(header[:8]) != length_crc:
-                known = foreign_format(buf[pos:pos + 12]) if offset == 0 else None
+                known = foreign_format(bytes(buf[pos:pos + 2056])) if offset == 0 else None
                 if known:
                     raise RecordError(f"Not a TFRecord file: it starts like {known}", file=path,
                                       hint="convert arrays with python -m pipelines.convert --input FILE; inspect "

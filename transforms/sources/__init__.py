@@ -12,13 +12,15 @@ Formats and modes (one module each, registered in :data:`REGISTRY`):
   with features ``key`` (the dataset path) and ``array``. Rows mode without ``--datasets`` reads the largest row
   group (``hdf5layout``), MATLAB v7.3 variables transposed to MATLAB's orientation.
 * ``netcdf3`` (``netcdf3.py``): NetCDF-3 variables through SciPy, the same modes and row groups.
+* ``matlab`` (``matlab.py``): MATLAB v4-v7 ``.mat`` variables through SciPy, converted as their v7.3 (HDF5) twin.
 * ``npz`` (``npz.py``) ``rows``: row i of every member is one Example; ``arrays``: every member is one
   Example with features ``key`` (the member name) and ``array``.
 * ``npy`` (``npy.py``) ``rows``: rows of one array (memory-mapped when local); ``files``: every file is one
   Example with features ``key`` (the file name without ``.npy``) and ``array``.
 
-A new source is one module with a :class:`Source` subclass declaring ``format_name``, ``suffixes`` and
-``modes``, added to ``REGISTRY`` below (the suffix lookup and ``FORMATS`` derive from it), plus its tests.
+A new source is one module with a :class:`Source` subclass declaring ``format_name``, ``suffixes``, ``modes`` and
+the ``magic`` its files start with, added to ``REGISTRY`` below (``format_of``, which tells a file's format by its
+content, then its suffix, and ``FORMATS`` derive from it), plus its tests.
 The model is TFDS's ``file_adapters.ADAPTER_FOR_FORMAT``.
 """
 from __future__ import annotations
@@ -33,42 +35,57 @@ from tfrecord_etl.transforms.sources.npz import MAX_COLUMN_STREAMS, RATIO_CHECK_
 from tfrecord_etl.transforms.sources.files import FilesSource
 from tfrecord_etl.transforms.sources.raw import RawSource
 from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
+from tfrecord_etl.transforms.sources.matlab import MatlabSource
 
 __all__ = ["ARRAY", "DEFAULT_MAX_COMPRESSION_RATIO", "DEFAULT_MAX_EMPTY_ROWS", "DEFAULT_RANGE_BYTES", "FORMATS",
-           "HDF5_CHUNK_CACHE_BYTES", "HDF5_SUFFIXES", "KEY", "MAX_COLUMN_STREAMS", "RATIO_CHECK_MIN_BYTES",
+           "HDF5_CHUNK_CACHE_BYTES", "HDF5_SUFFIXES", "KEY", "MAX_COLUMN_STREAMS", "MatlabSource", "RATIO_CHECK_MIN_BYTES",
            "REGISTRY", "Columns", "FileIndex", "FilesSource", "Hdf5Source", "NetCdf3Source", "NpySource", "NpzSource", "RawSource", "RowRange", "Source",
-           "SourceOptions", "files_mode", "format_of", "make_source", "merge_specs", "plan_row_ranges"]
+           "SNIFF_BYTES", "SourceOptions", "content_format", "files_mode", "format_of", "make_source", "merge_specs",
+           "other_format_hint", "plan_row_ranges"]
 
 REGISTRY: dict[str, type[Source]] = {cls.format_name: cls for cls in (Hdf5Source, NetCdf3Source, NpzSource, NpySource,
-                                                                           RawSource, FilesSource)}
+                                                                           RawSource, FilesSource, MatlabSource)}
 FORMATS = tuple(REGISTRY)
 
 
+SNIFF_BYTES = 2056  # the first bytes read to tell a file's format: up to an HDF5 signature after 2048 bytes
+
+
+def content_format(head: bytes) -> str | None:
+    """The registered format whose ``magic`` ``head`` (a file's first :data:`SNIFF_BYTES` bytes) shows, or None."""
+    for name, cls in REGISTRY.items():
+        if cls.sniff(head):
+            return name
+    return None
+
+
 def format_of(path: str, options: SourceOptions) -> str:
-    """``options.format``, else the registered format whose suffix ``path`` ends with; when several share the
-    suffix (``.nc``: netCDF-4 is HDF5, NetCDF-3 is not), the one whose ``magic`` starts the file, else the first
-    registered (the first 8 bytes are read only then).
+    """The source format of ``path``: ``options.format`` (``--format`` always wins); else the file's content, as
+    each source's ``magic`` tells it from the first :data:`SNIFF_BYTES` bytes (a netCDF-4 ``.cdf``, a MINC2 ``.mnc``
+    and a MATLAB v7.3 ``.mat`` are HDF5, a MINC1 ``.mnc`` NetCDF-3, a MATLAB v5 ``.mat`` matlab), so the content
+    wins over a suffix that disagrees; else the first registered format whose suffix ``path`` ends with (a
+    MATLAB v4 ``.mat`` has no magic); else an HDF5 signature after a user block of 4096 bytes or more (the HDF5
+    spec's 512 * 2**n offsets, read one by one up to the file's end).
 
     Raises:
-      SourceError: no registered suffix matches (naming the file and the suffixes).
+      SourceError: neither the content nor the suffix tells a format (naming the file and the suffixes).
     """
     if options.format:
         return options.format
     lower = path.lower()
     candidates = [name for name, cls in REGISTRY.items() if lower.endswith(cls.suffixes)]
-    if len(candidates) > 1:
-        head = _head(path)
-        for name in candidates:
-            if head.startswith(REGISTRY[name].magic or (b"\0invalid",)):
-                return name
-    if candidates:
-        return candidates[0]
+    found = content_format(_head(path))
+    if found or candidates:
+        return found or candidates[0]
+    found = _deep_signature(path)
+    if found:
+        return found
     suffixes = "/".join(s for cls in REGISTRY.values() for s in cls.suffixes[:1])
-    raise SourceError("Cannot tell the input format from the file suffix", file=path,
+    raise SourceError("Cannot tell the input format from the file's first bytes or its suffix", file=path,
                       hint=f"name it {suffixes} or pass --format one of {FORMATS}")
 
 
-def _head(path: str, n: int = 8) -> bytes:
+def _head(path: str, n: int = SNIFF_BYTES) -> bytes:
     """The first ``n`` bytes of ``path`` (b"" when it cannot be read: the source's own open reports why)."""
     from tfrecord_etl.transforms import fileio
     from tfrecord_etl.transforms.sources.base import _refuse_special_file
@@ -78,6 +95,36 @@ def _head(path: str, n: int = 8) -> bytes:
             return f.read(n)
     except (OSError, SourceError):
         return b""
+
+
+def _deep_signature(path: str) -> str | None:
+    """The format whose magic stands at one of its ``magic_offsets`` past the first :data:`SNIFF_BYTES` bytes
+    (an HDF5 file behind a user block of 4096 bytes or more): one small read per offset before the file's end."""
+    from tfrecord_etl.transforms import fileio
+    from tfrecord_etl.transforms.sources.base import _refuse_special_file
+    try:
+        _refuse_special_file(path)  # (a FIFO is never opened)
+        with fileio.open_read(path) as f:
+            for name, cls in REGISTRY.items():
+                for offset in (o for o in cls.magic_offsets if o >= SNIFF_BYTES):
+                    f.seek(offset)
+                    got = f.read(max(map(len, cls.magic)))
+                    if not got:
+                        break
+                    if got.startswith(cls.magic):
+                        return name
+    except (OSError, ValueError, SourceError):
+        return None
+    return None
+
+
+def other_format_hint(path: str, fmt: str) -> str | None:
+    """A hint for a file that ``fmt``'s reader cannot read but whose first bytes show another registered format
+    (``"it is a NetCDF-3 file: use --format netcdf3"``), else None."""
+    found = content_format(_head(path))
+    if found is None or found == fmt:
+        return None
+    return f"it is {REGISTRY[found].content_label}: use --format {found} (or leave --format out)"
 
 
 def make_source(fmt: str, options: SourceOptions) -> Source:

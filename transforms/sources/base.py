@@ -25,6 +25,7 @@ DEFAULT_RANGE_BYTES = 8 * 2**20  # see README Performance: 64 MB ranges cost 1-1
 # mask 49, 0.1% sparse uint8 image 264, a constant int64 array 684.
 DEFAULT_MAX_COMPRESSION_RATIO = 500.0
 DEFAULT_MAX_EMPTY_ROWS = 10**6  # rows mode: rows allowed when every row holds zero bytes
+DEFAULT_MAX_VARIABLE_BYTES = 2 * 2**30  # matlab (v4-v7): one variable loaded whole (--max_mat_variable_mb 2048)
 KEY, ARRAY = "key", "array"
 
 
@@ -54,6 +55,7 @@ class SourceOptions:
     hdf5_mode: str = "auto"  # rows: row i of the chosen datasets -> one Example; datasets: each dataset -> one;
     # auto: rows, or datasets for a file holding no dataset with rows (Source.switch_to_datasets)
     hdf5_group: int | None = None  # rows mode without datasets: the row group (1 = largest, the default)
+    max_variable_bytes: int = DEFAULT_MAX_VARIABLE_BYTES  # matlab (v4-v7): the largest variable loaded whole
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,9 +233,17 @@ class Source:
 
     format_name: str = ""  # the --format value; a registered source declares it
     suffixes: tuple[str, ...] = ()  # lower-case file suffixes that select it
-    magic: tuple[bytes, ...] = ()  # how its files start: decides between sources sharing a suffix
+    magic: tuple[bytes, ...] = ()  # how its files start: the file's content decides its source (format_of)
+    magic_offsets: tuple[int, ...] = (0,)  # where a magic may stand (HDF5: after a user block, see Hdf5Source)
+    content_label: str = ""  # what a file with this magic is, for messages about foreign files
     modes: tuple[str, ...] = ("rows",)  # its modes; the first is the default
     loose = False  # arrays/files modes: dtype and shape may vary between rows
+
+    @classmethod
+    def sniff(cls, head: bytes) -> bool:
+        """True when ``head`` (a file's first bytes, :data:`transforms.sources.SNIFF_BYTES` of them) shows one of
+        this source's ``magic`` at one of its ``magic_offsets``."""
+        return any(head[o:o + len(m)] == m for o in cls.magic_offsets if o < len(head) for m in cls.magic)
 
     def __init__(self, options: SourceOptions):
         self.options = options

@@ -16,7 +16,7 @@ from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex
 from tfrecord_etl.transforms.sources.hdf5layout import walk  # noqa: F401 - the tree's import name
 
 
-HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4", ".mat", ".h5ad")
+HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4", ".h5ad", ".loom", ".mnc")
 HDF5_CHUNK_CACHE_BYTES = 64 * 2**20  # per open file: a chunk spanning several row ranges is decompressed once
 
 
@@ -35,7 +35,9 @@ class Hdf5Source(Source):
     format_name = "hdf5"
     suffixes = HDF5_SUFFIXES
     modes = ("rows", "datasets")
-    magic = (b"\x89HDF\r\n\x1a\n",)  # at byte 0 (a file with a user block, e.g. MATLAB v7.3, is HDF5 by default)
+    magic = (b"\x89HDF\r\n\x1a\n",)  # the superblock's signature (a MATLAB v7.3 .mat is found by it too)
+    magic_offsets = (0,) + tuple(2**k for k in range(9, 64))  # HDF5 spec: at 0 or after a user block of 512 * 2**n
+    content_label = "an HDF5 file (.h5, netCDF-4, MATLAB v7.3)"
 
     def __init__(self, options: SourceOptions):
         super().__init__(options)
@@ -52,11 +54,9 @@ class Hdf5Source(Source):
             try:
                 return h5py.File(path, "r", **cache), None
             except Exception as e:
-                with open(path, "rb") as head:
-                    netcdf3 = head.read(4) in (b"CDF\x01", b"CDF\x02")
-                raise SourceError(f"Not a readable HDF5 file: {e}", file=path,
-                                  hint="it is a NetCDF-3 file: use --format netcdf3" if netcdf3 else
-                                  "check that the file is HDF5 and complete") from None
+                from tfrecord_etl.transforms.sources import other_format_hint
+                raise SourceError(f"Not a readable HDF5 file: {e}", file=path, hint=other_format_hint(path, "hdf5")
+                                  or "check that the file is HDF5 and complete") from None
         stream = fileio.open_read(path)
         try:
             return h5py.File(stream, "r", **cache), stream

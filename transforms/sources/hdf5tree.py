@@ -103,6 +103,40 @@ def netcdf3_tree(path: str) -> dict:
     return {"file": path, "format": "NetCDF-3", "objects": objects, "row_groups": groups, "truncated": False}
 
 
+def matlab_tree(path: str) -> dict:
+    """:func:`hdf5_tree`'s form for a MATLAB v4-v7 ``.mat`` file: every variable and struct field (``dataset``,
+    ``matlab-cell``, ``matlab-empty``, ``matlab-sparse``...) with its MATLAB class, dtype and shape, and the row
+    groups convert chooses from. Structs are loaded to list their fields (within ``--max_mat_variable_mb``'s
+    default); numeric variables are read from their headers only.
+
+    Raises:
+      SourceError: not a readable MATLAB v4-v7 file, or a struct over the size limit (naming it).
+    """
+    from tfrecord_etl.transforms.sources import hdf5layout as layout
+    from tfrecord_etl.transforms.sources.base import SourceOptions
+    from tfrecord_etl.transforms.sources.matlab import MatlabSource
+    source = MatlabSource(SourceOptions())
+    with source._stream(path) as f:
+        table = source.variables(f, path)
+        leaves = source.leaves(f, table, path)
+    classes = {f"/{v.name}": (v.mclass + (" complex" if v.is_complex else ""), v.compressed) for v in table}
+    objects, entries = [], []
+    for leaf in leaves:
+        if leaf.kind == layout.INTERNAL:
+            continue
+        mclass, compressed = classes.get(leaf.path, ("struct field", classes.get(
+            "/" + leaf.path.strip("/").split("/")[0], ("", False))[1]))
+        objects.append({"path": leaf.path, "kind": "dataset" if leaf.kind == layout.DATA else leaf.kind,
+                        "dtype": str(leaf.dtype) if leaf.dtype is not None else leaf.what or "-",
+                        "shape": list(leaf.shape) if leaf.kind == layout.DATA else [], "chunks": None,
+                        "filters": [f"class {mclass}"], "storage": "compressed" if compressed else "uncompressed"})
+        if leaf.kind == layout.DATA:
+            entries.append((leaf.path, leaf.shape[0], None, leaf.nbytes))
+    groups = [{"group": i, "rows": g.rows, "dimension": g.dimension, "datasets": list(g.datasets), "bytes": g.nbytes,
+               "flag": "--datasets " + ",".join(g.datasets)} for i, g in enumerate(layout.group_rows(entries), 1)]
+    return {"file": path, "format": "MATLAB v4-v7 .mat", "objects": objects, "row_groups": groups, "truncated": False}
+
+
 def render_tree(tree: dict) -> str:
     """The text form of :func:`hdf5_tree`: one line per object, then the row groups."""
     lines = [f"{tree.get('format', 'HDF5')} file {tree['file']}: {len(tree['objects'])} objects"

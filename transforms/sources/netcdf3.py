@@ -33,8 +33,9 @@ class NetCdf3Source(Source):
     """
 
     format_name = "netcdf3"
-    suffixes = (".nc", ".cdf", ".nc3")
+    suffixes = (".nc", ".cdf", ".nc3", ".mnc")  # .mnc: MINC1 (MINC2 is HDF5: the first bytes decide)
     magic = NETCDF3_MAGIC
+    content_label = "a NetCDF-3 file"
     modes = ("rows", "datasets")
 
     def __init__(self, options):
@@ -50,8 +51,10 @@ class NetCdf3Source(Source):
         try:
             return netcdf_file(path, "r", mmap=True, maskandscale=False)
         except Exception as e:  # noqa: BLE001 - SciPy raises TypeError/ValueError/OSError on damaged headers
+            from tfrecord_etl.transforms.sources import other_format_hint
             raise SourceError(f"Not a readable NetCDF-3 file: {e}", file=path,
-                              hint="check that the file is complete") from None
+                              hint=other_format_hint(path, self.format_name) or "check that the file is complete"
+                              ) from None
 
     @staticmethod
     def _close(f) -> None:

@@ -19,6 +19,8 @@ class NpySource(Source):
 
     format_name = "npy"
     suffixes = (".npy",)
+    magic = (b"\x93NUMPY",)  # NumPy's .npy format ("format.py": the magic string, then the version)
+    content_label = "a .npy array"
     modes = ("rows", "files")
 
     def __init__(self, options: SourceOptions):

@@ -132,6 +132,8 @@ class NpzSource(Source):
 
     format_name = "npz"
     suffixes = (".npz",)
+    magic = (b"PK\x03\x04", b"PK\x05\x06")  # a zip archive: its first member, or the end record of an empty one
+    content_label = "a zip archive (.npz)"
     modes = ("rows", "arrays")
 
     def __init__(self, options: SourceOptions):

@@ -1,0 +1,141 @@
+"""The input format is told by the file's first bytes (each source's magic in the registry), then its suffix;
+--format always wins; a pattern matching files of several formats is an error listing them. Real files: MINC1 and
+MINC2 .mnc (nibabel's test data), NetCDF-3 and netCDF-4 .cdf (arm-pyart's test data), compared with SciPy / h5py.
+"""
+from __future__ import annotations
+
+import os
+
+import h5py
+import numpy as np
+import pytest
+import scipy
+from scipy.io import netcdf_file, savemat
+
+from tests.conftest import convert, fixture_file, run_command
+from tfrecord_etl.transforms import reader, sources
+from tfrecord_etl.transforms.errors import SourceError
+from tfrecord_etl.transforms.sources import SourceOptions
+
+SCIPY_MAT = os.path.join(os.path.dirname(scipy.__file__), "io", "matlab", "tests", "data")
+
+
+def hdf5_file(path, userblock: int = 0):
+    with h5py.File(path, "w", userblock_size=userblock) as f:
+        f["x"] = np.arange(12.0).reshape(6, 2)
+    return path
+
+
+def netcdf3_file(path):
+    with netcdf_file(path, "w") as f:
+        f.createDimension("t", 4)
+        f.createVariable("v", "i4", ("t",))[:] = np.arange(4)
+    return path
+
+
+def test_the_content_decides_the_format_whatever_the_suffix(tmp_path):
+    made = {
+        "netcdf4.cdf": ("hdf5", lambda p: hdf5_file(p)),  # netCDF-4 named .cdf: was NetCDF-3 by suffix
+        "minc2.mnc": ("hdf5", lambda p: hdf5_file(p)), "minc1.mnc": ("netcdf3", netcdf3_file),
+        "data.loom": ("hdf5", lambda p: hdf5_file(p)), "block.h5ad": ("hdf5", lambda p: hdf5_file(p, 1024)),
+        "deep.xyz": ("hdf5", lambda p: hdf5_file(p, 8192)),  # unknown suffix: 512 * 2**n offsets probed
+        "array.dat": ("npy", lambda p: np.save(open(p, "wb"), np.arange(3))),
+        "archive.data": ("npz", lambda p: np.savez(open(p, "wb"), a=np.arange(3))),
+        "v5.mat": ("matlab", lambda p: savemat(p, {"a": np.arange(3)})),
+        "v5.bin": ("matlab", lambda p: savemat(p, {"a": np.arange(3)})),
+        "classic.nc": ("netcdf3", netcdf3_file), "netcdf4.nc": ("hdf5", lambda p: hdf5_file(p)),
+    }
+    for name, (fmt, make) in made.items():
+        make(str(tmp_path / name))
+        assert sources.format_of(str(tmp_path / name), SourceOptions()) == fmt, name
+    v4 = os.path.join(SCIPY_MAT, "testdouble_4.2c_SOL2.mat")  # v4 has no magic: the .mat suffix decides
+    assert sources.format_of(v4, SourceOptions()) == "matlab"
+    v73 = os.path.join(SCIPY_MAT, "testhdf5_7.4_GLNX86.mat")  # HDF5 after a 512-byte user block
+    assert sources.format_of(v73, SourceOptions()) == "hdf5"
+    assert sources.format_of(str(tmp_path / "v5.mat"), SourceOptions(format="raw")) == "raw"  # --format wins
+    (tmp_path / "notes.xyz").write_bytes(b"hello" * 1000)
+    with pytest.raises(SourceError, match=r"Cannot tell the input format from the file's first bytes or its suffix"
+                                          r".*notes\.xyz.*pass --format one of"):
+        sources.format_of(str(tmp_path / "notes.xyz"), SourceOptions())
+
+
+def test_convert_verify_and_augment_join_read_files_by_content(tmp_path, capsys):
+    """Was: 'Not a readable NetCDF-3 file' (.cdf netCDF-4) and 'Cannot tell the input format' (.mnc)."""
+    from tfrecord_etl.pipelines import augment, verify
+    hdf5_file(tmp_path / "in.cdf")
+    code, _, err = convert(tmp_path / "in.cdf", tmp_path / "out", capsys=capsys)
+    assert code == 0, err
+    np.testing.assert_array_equal([e["x"] for e in reader.iter_numpy(str(tmp_path / "out"))],
+                                  np.arange(12.0).reshape(6, 2))
+    code, out, err = run_command(verify.main, [tmp_path / "out", "--source", tmp_path / "in.cdf"], capsys)
+    assert code == 0, out + err
+    with h5py.File(tmp_path / "extra.mnc", "w") as f:  # a MINC2-named HDF5 join source, joined by position
+        f["y"] = np.arange(6, dtype=np.int64) * 10
+    code, out, err = run_command(augment.main, ["--input", tmp_path / "out", "--output_dir", tmp_path / "joined",
+                                                "--join_input", tmp_path / "extra.mnc", "--join_by", "position"],
+                                 capsys)
+    assert code == 0, out + err
+    got = list(reader.iter_numpy(str(tmp_path / "joined")))
+    assert [int(e["y"]) for e in got] == [0, 10, 20, 30, 40, 50]
+
+
+def test_a_pattern_of_several_formats_is_an_error_listing_them(tmp_path, capsys):
+    hdf5_file(tmp_path / "a.h5")
+    np.savez(tmp_path / "b.npz", x=np.arange(3))
+    code, _, err = convert(tmp_path / "*", tmp_path / "out", capsys=capsys)
+    assert code == 2 and "The pattern matches files of 2 formats (hdf5: 1 file(s), e.g." in err
+    assert "a.h5" in err and "npz: 1 file(s)" in err and "b.npz" in err and "--format" in err
+    mats = tmp_path / "mats"
+    mats.mkdir()
+    savemat(mats / "v5.mat", {"x": np.arange(3.0)})  # the same suffix, two formats (v5 and v7.3)
+    (mats / "v73.mat").write_bytes(open(os.path.join(SCIPY_MAT, "testhdf5_7.4_GLNX86.mat"), "rb").read())
+    code, _, err = convert(mats / "*.mat", tmp_path / "out2", capsys=capsys)
+    assert code == 2 and "2 formats (hdf5: 1 file(s)" in err and "matlab: 1 file(s)" in err
+    (tmp_path / "notes.txt").write_text("not data")
+    (tmp_path / "b.npz").unlink()
+    code, _, err = convert(tmp_path / "*", tmp_path / "out3", capsys=capsys)
+    assert code == 2 and "Cannot tell the input format" in err and "notes.txt" in err
+    assert "the other files are hdf5" in err and "--format hdf5" in err
+    code, _, err = convert(tmp_path / "*", tmp_path / "out4", "--format", "hdf5", capsys=capsys)  # --format wins
+    assert code == 2 and "notes.txt" in err and "Not a readable HDF5 file" in err
+
+
+def test_a_format_that_disagrees_with_the_content_says_what_the_file_is(tmp_path, capsys):
+    netcdf3_file(tmp_path / "x.nc")
+    code, _, err = convert(tmp_path / "x.nc", tmp_path / "a", "--format", "hdf5", capsys=capsys)
+    assert code == 2 and "it is a NetCDF-3 file: use --format netcdf3" in err
+    hdf5_file(tmp_path / "y.nc")
+    code, _, err = convert(tmp_path / "y.nc", tmp_path / "b", "--format", "netcdf3", capsys=capsys)
+    assert code == 2 and "it is an HDF5 file (.h5, netCDF-4, MATLAB v7.3): use --format hdf5" in err
+
+
+MINC = "nibabel/tests/data/"
+SONDE = "pyart/testing/data/"
+
+
+@pytest.mark.parametrize("relative,fmt", [(MINC + "minc1_1_scale.mnc", "netcdf3"), (MINC + "minc1_4d.mnc", "netcdf3"),
+                                          (MINC + "minc2_1_scale.mnc", "hdf5"), (MINC + "minc2_4d.mnc", "hdf5"),
+                                          (SONDE + "example_arm_sonde.cdf", "netcdf3"),
+                                          (SONDE + "example_interpolatedsonde.cdf", "hdf5")])
+def test_real_mnc_and_cdf_files_convert_by_content_exactly(tmp_path, relative, fmt):
+    """MINC1 is NetCDF-3 and MINC2 HDF5 under one suffix; ARM's .cdf files are NetCDF-3 or netCDF-4."""
+    from tfrecord_etl.pipelines import verify
+    path = fixture_file(relative)
+    assert sources.format_of(str(path), SourceOptions()) == fmt
+    out = tmp_path / "out"
+    code, _, err = convert(path, out)
+    assert code == 0, err
+    examples = list(reader.iter_numpy(str(out)))
+    names = [s.name for s in reader.metadata.load(str(out))["features"]]
+    assert examples and names
+    for name in names:
+        if fmt == "hdf5":
+            with h5py.File(path) as f:
+                expected = f["/" + name][()]
+        else:
+            with netcdf_file(path, "r", mmap=False, maskandscale=False) as f:
+                expected = f.variables[name].data.copy()
+        got = np.stack([e[name] for e in examples])
+        assert got.dtype == expected.dtype.newbyteorder("<") and got.tobytes() == expected.astype(got.dtype).tobytes()
+    code, _, err = run_command(verify.main, [str(out), "--source", str(path)])
+    assert code == 0, err
