@@ -1,0 +1,85 @@
+"""A/B of this checkout against another one (e.g. a ``git worktree`` of an earlier commit) on the same inputs:
+the commands' own ``work span`` (first shard started to last shard written, printed by convert and augment),
+runs alternated base/head so that page-cache and machine drift hit both alike.
+
+    git worktree add /tmp/base b64b60b
+    python -m bench.ab --base /tmp/base [--repeat 5] [--small_rows 2000000] [--large_rows 84000]
+
+Cases: convert of the benchmark's small-row and large-row HDF5 inputs (2 worker processes, uncompressed shards,
+``--overwrite`` into the same directory every time, as a scheduled re-run does), and ``augment --mode rewrite`` of
+the small-row collection. Prints, per case, each side's median and best span and head/base of the medians.
+Both sides run with this interpreter (the same dependencies); each command runs in its checkout's folder, so
+``python -m pipelines.convert`` imports that checkout's code.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from bench import datagen
+from bench.common import AUGMENT_CONSTANT, LAYOUTS, convert_encoding_flags
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BEAM = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+_SPAN = re.compile(r"^work span: ([0-9.]+) s", re.M)
+
+
+def span(cmd: list[str], cwd: str) -> float:
+    """The work span in seconds that ``cmd`` prints, run in ``cwd``."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=3600)
+    m = _SPAN.search(proc.stdout)
+    if proc.returncode != 0 or m is None:
+        raise RuntimeError(f"{' '.join(cmd)} in {cwd} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return float(m.group(1))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", required=True, help="the other checkout (a folder holding its pipelines/)")
+    ap.add_argument("--repeat", type=int, default=5, help="runs per side and case (default 5)")
+    ap.add_argument("--small_rows", type=int, default=2_000_000)
+    ap.add_argument("--large_rows", type=int, default=84_000)
+    ap.add_argument("--workdir", default=None, help="inputs and outputs (default: a temporary folder)")
+    args = ap.parse_args(argv)
+    work = args.workdir or tempfile.mkdtemp(prefix="tfrecord-etl-ab-")
+    py = sys.executable
+    inputs = {}
+    for kind, rows in (("small", args.small_rows), ("large", args.large_rows)):
+        path = os.path.join(work, f"{kind}_{rows}.h5")
+        datagen.ensure(kind, path, rows, keep=True)
+        inputs[kind] = path
+    records = os.path.join(work, "records")
+    subprocess.run([py, "-m", "pipelines.convert", "--input", inputs["small"], "--output_dir", records, "--overwrite",
+                    *convert_encoding_flags(LAYOUTS["small"]), *BEAM], cwd=ROOT, check=True, capture_output=True)
+    cases = {}
+    for kind in ("small", "large"):
+        cases[f"convert {kind} rows"] = lambda side, k=kind: [
+            py, "-m", "pipelines.convert", "--input", inputs[k], "--output_dir", os.path.join(work, f"out_{side}_{k}"),
+            "--overwrite", *convert_encoding_flags(LAYOUTS[k]), *BEAM]
+    cases["augment rewrite (small rows)"] = lambda side: [
+        py, "-m", "pipelines.augment", "--input", records, "--output_dir", os.path.join(work, f"aug_{side}"),
+        "--overwrite", "--mode", "rewrite", "--constants", AUGMENT_CONSTANT, "--encoding", "list", *BEAM]
+    sides = {"base": os.path.abspath(args.base), "head": ROOT}
+    print(f"A/B: base {sides['base']} vs head {ROOT}, {args.repeat} alternated runs per side; inputs in {work}")
+    for name, make in cases.items():
+        spans = {"base": [], "head": []}
+        for i in range(args.repeat):
+            for side in (("base", "head") if i % 2 == 0 else ("head", "base")):
+                spans[side].append(span(make(side), sides[side]))
+        med = {s: statistics.median(v) for s, v in spans.items()}
+        print(f"{name}: base median {med['base']:.3f} s (best {min(spans['base']):.3f}), head median "
+              f"{med['head']:.3f} s (best {min(spans['head']):.3f}); head/base {med['head'] / med['base']:.3f}  "
+              f"[base {', '.join(f'{x:.2f}' for x in spans['base'])}; head {', '.join(f'{x:.2f}' for x in spans['head'])}]",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
