@@ -187,9 +187,14 @@ def _flag_type(name: str, annotation):
     if name in _DICT_FIELDS:
         def parse(s):
             try:
-                return dict(kv.split("=", 1) for kv in s.split(",") if kv.strip())
+                pairs = [kv.split("=", 1) for kv in s.split(",") if kv.strip()]
+                out = dict(pairs)
             except ValueError:
                 raise argparse.ArgumentTypeError(f"expected NAME=VALUE,..., got {s!r}") from None
+            if len(out) != len(pairs):  # dict() keeps the last of a repeated name: its first value would be lost
+                twice = next(k for i, (k, _) in enumerate(pairs) if k in (n for n, _ in pairs[:i]))
+                raise argparse.ArgumentTypeError(f"{twice!r} is named twice in {s!r}: give each name once")
+            return out
         return parse
     base = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
     if base[0] in (int, float):
