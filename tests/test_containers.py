@@ -125,6 +125,34 @@ def test_a_nested_cell_is_skipped_or_refused_naming_it(tmp_path, capsys, caplog)
     assert "variable-length numeric" not in err  # the message before issue 15
 
 
+@pytest.mark.parametrize("dataset, attr, value", [
+    ("/A", "MATLAB_class", np.array([1, 2, 3])),  # a numeric array: NumPy's truth-value ValueError before
+    ("/labels", "MATLAB_class", np.int32(7)),  # a number: read as MATLAB (transposed) before
+    ("/#refs#/r1", "MATLAB_class", np.array([1.5, 2.5])),  # a cell's target, reached through /c
+    ("/empty", "MATLAB_empty", np.array([1, 1], np.uint8)),
+])
+@pytest.mark.parametrize("mode", ["auto", "datasets"])
+def test_a_matlab_attribute_of_the_wrong_type_is_one_error_naming_file_and_dataset(tmp_path, capsys, dataset,
+                                                                                    attr, value, mode):
+    path = tmp_path / "bad.mat"
+    matlab_file(path)
+    with h5py.File(path, "r+") as f:
+        del f[dataset].attrs[attr]
+        f[dataset].attrs[attr] = value
+    code, _, err = convert(path, tmp_path / "out", "--hdf5_mode", mode, capsys=capsys)
+    if mode == "auto" and dataset == "/#refs#/r1":  # rows mode never looks into the cells
+        assert code == 0, err
+        return
+    assert code == 2 and err.startswith(f"error: SourceError: The dataset's {attr} attribute is "), err
+    assert f"file='{path}', dataset='{dataset}'" in err and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and not (tmp_path / "out" / "metadata.json").exists()
+    if dataset.startswith("/#refs#"):
+        return  # inspect does not list MATLAB's own storage
+    from tfrecord_etl.pipelines import inspect
+    code, out, err = run_command(inspect.main, [path], capsys)  # inspect lists it, as convert refuses it
+    assert code == 0 and f"{dataset}  [unreadable: The dataset's {attr} attribute is" in out, out + err
+
+
 # ------------------------------------------------------------------------------------------ HDF5 row groups
 
 def test_hdf5_group_flag_and_its_conflicts(tmp_path, capsys):

@@ -106,6 +106,8 @@ class Hdf5Source(Source):
                                      _hdf5_vlen_check(h5py))
                 lengths[name] = rows
                 chunk_rows = max(chunk_rows, layout.chunk_rows(dset))
+        except SourceError as e:  # e.g. a MATLAB attribute of the wrong type (hdf5layout names only the dataset)
+            raise e.with_context(file=path) from None
         finally:
             f.close()
             if stream is not None:
