@@ -279,6 +279,47 @@ def test_netcdf3_datasets_mode_and_errors(tmp_path, capsys):
     assert not (tmp_path / "z" / "metadata.json").exists()
 
 
+def streaming(path, cut: int = 0):
+    """``path`` with numrecs set to STREAMING (0xFFFFFFFF), the last ``cut`` bytes dropped; returns the new path."""
+    data = bytearray(path.read_bytes())
+    assert data[4:8] != b"\xff\xff\xff\xff"
+    data[4:8] = b"\xff\xff\xff\xff"
+    out = path.with_name("streaming-" + path.name)
+    out.write_bytes(bytes(data[:len(data) - cut]))
+    return out
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_netcdf3_streaming_numrecs_counts_the_records_from_the_file_size(tmp_path, capsys, caplog, version):
+    """numrecs = 0xFFFFFFFF (STREAMING, allowed by the NetCDF classic specification) read as 0 rows before: inspect
+    showed 0 rows, convert wrote 0 examples with exit 0."""
+    from scipy.io import netcdf_file
+    temp = netcdf3_file(tmp_path / "climate.nc", version)  # two record variables: records padded to 4 bytes
+    with netcdf_file(tmp_path / "one.nc", "w", version=version) as f:  # one short record variable: unpadded
+        f.createDimension("time", None)
+        f.createDimension("x", 3)
+        f.createVariable("s", ">i2", ("time", "x"))[:] = np.arange(15, dtype=">i2").reshape(5, 3)
+    for name, feature, want in (("climate.nc", "temp", temp), ("one.nc", "s", np.arange(15).reshape(5, 3))):
+        path = streaming(tmp_path / name)
+        code, _, err = convert(path, tmp_path / f"out-{name}", capsys=capsys)
+        assert code == 0, err
+        got = [e[feature] for e in reader.iter_numpy(str(tmp_path / f"out-{name}"))]
+        np.testing.assert_array_equal(np.stack(got), want)
+        from tfrecord_etl.pipelines import inspect, verify
+        code, out, _ = run_command(inspect.main, [path], capsys)
+        assert code == 0 and "group 1: 5 rows on 'time'" in out, out
+        code, _, err = run_command(verify.main, [tmp_path / f"out-{name}", "--source", path], capsys)
+        assert code == 0, err
+    torn = streaming(tmp_path / "one.nc", cut=4)  # a writer stopped inside the last record: 4 whole records
+    with caplog.at_level("WARNING", logger="tfrecord_etl"):
+        code, _, err = convert(torn, tmp_path / "torn", capsys=capsys)
+    assert code == 0, err
+    got = [e["s"] for e in reader.iter_numpy(str(tmp_path / "torn"))]
+    np.testing.assert_array_equal(np.stack(got), np.arange(12).reshape(4, 3))
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "numrecs is STREAMING: 4 records counted from the file size; the 2 bytes after them" in said, said
+
+
 # ------------------------------------------------------------------------------------------ encodings said
 
 def test_list_encoding_with_a_varying_dtype_says_it_stays_tensor(tmp_path, caplog):
