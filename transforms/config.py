@@ -118,6 +118,8 @@ class ConvertConfig(BaseModel):
                                          "when those lie in the input file's own directory; default: refuse")
     allow_fill_value: bool = Field(False, description="hdf5: read storage that was never written (unallocated "
                                    "chunks) as the fill value; default: refuse")
+    max_datasets: int = Field(100_000, ge=1, description="hdf5: most datasets walked in one file, and Examples of "
+                              "one file in datasets mode (cells count); more is refused at planning")
     writer: Literal["planned", "beam"] = Field("planned", description="planned: shards planned from the source "
                                                "index, no shuffle, byte-identical reruns; beam: WriteToTFRecord")
     prefix: str = Field("data", pattern=r"^[A-Za-z0-9_.-]+$", description="shard file name prefix")

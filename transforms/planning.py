@@ -216,7 +216,7 @@ def source_options(cfg) -> SourceOptions:
                          int(cfg.target_range_mb * 2**20), max_compression_ratio=cfg.max_compression_ratio,
                          max_empty_rows=cfg.max_empty_rows, allow_external_storage=cfg.allow_external_storage,
                          allow_fill_value=cfg.allow_fill_value, hdf5_mode=cfg.hdf5_mode,
-                         hdf5_group=cfg.hdf5_group, raw_dtype=cfg.dtype,
+                         hdf5_group=cfg.hdf5_group, max_datasets=cfg.max_datasets, raw_dtype=cfg.dtype,
                          raw_shape=tuple(cfg.shape) if cfg.shape else None, raw_offset=cfg.offset,
                          raw_order=cfg.order, files_labels=cfg.file_labels, files_feature=cfg.file_feature,
                          files_image_header=cfg.image_header, files_decode_check=cfg.decode_check,

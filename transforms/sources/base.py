@@ -26,6 +26,7 @@ DEFAULT_RANGE_BYTES = 8 * 2**20  # see README Performance: 64 MB ranges cost 1-1
 DEFAULT_MAX_COMPRESSION_RATIO = 500.0
 DEFAULT_MAX_EMPTY_ROWS = 10**6  # rows mode: rows allowed when every row holds zero bytes
 KEY, ARRAY = "key", "array"
+DEFAULT_MAX_DATASETS = 100_000  # --max_datasets: planning keeps a small record per dataset (about 0.3 KB)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +54,7 @@ class SourceOptions:
     hdf5_mode: str = "auto"  # rows: row i of the chosen datasets -> one Example; datasets: each dataset -> one;
     # auto: rows, or datasets for a file holding no dataset with rows (Source.switch_to_datasets)
     hdf5_group: int | None = None  # rows mode without datasets: the row group (1 = largest, the default)
+    max_datasets: int = DEFAULT_MAX_DATASETS  # hdf5: datasets walked in one file (and datasets-mode Examples)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,7 +40,7 @@ def walk(f):
     ``/#subsystem#``) are yielded but not entered: their datasets are reached through cell references.
     """
     import h5py
-    seen = {f.id}
+    seen = {hash(f.id)}  # h5py's identity of an object (ObjectID compares by it); holding the IDs kept groups open
     stack = [(iter(sorted(f.keys())), f, "")]
     while stack:
         keys, group, prefix = stack[-1]
@@ -59,9 +59,9 @@ def walk(f):
             yield full, link, e
             continue
         if isinstance(obj, h5py.Group):
-            if obj.id in seen:
+            if hash(obj.id) in seen:
                 continue
-            seen.add(obj.id)
+            seen.add(hash(obj.id))
             if full not in MATLAB_INTERNAL:
                 stack.append((iter(sorted(obj.keys())), obj, full))
         yield full, link, obj
