@@ -381,9 +381,9 @@ def _check_dataset_count(count: int, path: str, options: SourceOptions) -> None:
     """Raises SourceError when ``count`` datasets (or datasets-mode items) exceed ``options.max_datasets``."""
     if count > options.max_datasets:
         raise SourceError(f"The file holds more than {options.max_datasets:,} datasets (--max_datasets)", file=path,
-                          hint=f"raise the limit with --max_datasets N if the file is what you meant (each dataset "
-                               f"is walked at planning, and in datasets mode becomes one Example), or name the "
-                               f"datasets to convert with --datasets")
+                          hint="raise the limit with --max_datasets N if the file is what you meant (each dataset "
+                               "is walked at planning, and in datasets mode becomes one Example), or name the "
+                               "datasets to convert with --datasets")
 
 
 def _log_skipped(skipped: dict, path: str, mode: str) -> None:
