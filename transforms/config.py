@@ -120,6 +120,9 @@ class ConvertConfig(BaseModel):
                                    "chunks) as the fill value; default: refuse")
     max_datasets: int = Field(100_000, ge=1, description="hdf5: most datasets walked in one file, and Examples of "
                               "one file in datasets mode (cells count); more is refused at planning")
+    follow_symlinks: bool = Field(False, description="read files and directories through symbolic links that lead "
+                                  "outside the input pattern's base directory; default: refuse them (links inside "
+                                  "it are followed)")
     writer: Literal["planned", "beam"] = Field("planned", description="planned: shards planned from the source "
                                                "index, no shuffle, byte-identical reruns; beam: WriteToTFRecord")
     prefix: str = Field("data", pattern=r"^[A-Za-z0-9_.-]+$", description="shard file name prefix")

@@ -55,6 +55,7 @@ class SourceOptions:
     # auto: rows, or datasets for a file holding no dataset with rows (Source.switch_to_datasets)
     hdf5_group: int | None = None  # rows mode without datasets: the row group (1 = largest, the default)
     max_datasets: int = DEFAULT_MAX_DATASETS  # hdf5: datasets walked in one file (and datasets-mode Examples)
+    follow_symlinks: bool = False  # every source: follow symlinks that lead outside the pattern's base directory
 
 
 @dataclasses.dataclass(frozen=True)
