@@ -290,7 +290,7 @@ def streaming(path, cut: int = 0):
 
 
 @pytest.mark.parametrize("version", [1, 2])
-def test_netcdf3_streaming_numrecs_counts_the_records_from_the_file_size(tmp_path, capsys, caplog, version):
+def test_netcdf3_streaming_numrecs_counts_the_records_from_the_file_size(tmp_path, capsys, caplog, version, tf):
     """numrecs = 0xFFFFFFFF (STREAMING, allowed by the NetCDF classic specification) read as 0 rows before: inspect
     showed 0 rows, convert wrote 0 examples with exit 0."""
     from scipy.io import netcdf_file
@@ -305,6 +305,8 @@ def test_netcdf3_streaming_numrecs_counts_the_records_from_the_file_size(tmp_pat
         assert code == 0, err
         got = [e[feature] for e in reader.iter_numpy(str(tmp_path / f"out-{name}"))]
         np.testing.assert_array_equal(np.stack(got), want)
+        rows = plain_tf_records(tmp_path / f"out-{name}", tf)  # plain TensorFlow: the same 5 records
+        assert len(rows) == 5 and np.asarray(rows[4][feature]).ravel().tolist() == want[4].ravel().tolist()
         from tfrecord_etl.pipelines import inspect, verify
         code, out, _ = run_command(inspect.main, [path], capsys)
         assert code == 0 and "group 1: 5 rows on 'time'" in out, out

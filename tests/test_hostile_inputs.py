@@ -206,6 +206,14 @@ def test_class_folder_symlinks_inside_the_tree_are_followed_and_outside_ones_ref
     assert label_names(tmp_path / "out") == ["cat", "dog"] and len(got) == 6
     for i in range(3):
         assert got[f"dog/{i}.png"] == (tmp_path / "shared_dog" / f"{i}.png").read_bytes()
+    common.preload_tensorflow()
+    import tensorflow as tf  # plain TensorFlow reads the same bytes
+    spec = {"image": tf.io.FixedLenFeature([], tf.string), "filename": tf.io.FixedLenFeature([], tf.string),
+            "label/text": tf.io.FixedLenFeature([], tf.string)}
+    shards = sorted(str(p) for p in (tmp_path / "out").glob("*.tfrecord"))
+    parsed = [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(shards)]
+    assert {e["filename"].numpy().decode(): e["image"].numpy() for e in parsed} == got
+    assert sorted(e["label/text"].numpy().decode() for e in parsed) == ["cat"] * 3 + ["dog"] * 3
     # the same link inside the tree: followed without a flag
     inner = image_tree(tmp_path / "inner", {"cat": 3, "shared/dog": 3})
     (inner / "dog").symlink_to("shared/dog")
