@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tfrecord_etl.transforms.codec.encodings import AUTO, ENCODINGS
 from tfrecord_etl.transforms.sources import REGISTRY as SOURCE_REGISTRY
+from tfrecord_etl.transforms.sources.base import DEFAULT_MAX_DATASETS
 from tfrecord_etl.transforms.errors import ConfigError
 
 EncodingName = Literal[tuple(ENCODINGS)]  # the registered encodings: tensor, list, zlib, packbits, varlen
@@ -118,7 +119,7 @@ class ConvertConfig(BaseModel):
                                          "when those lie in the input file's own directory; default: refuse")
     allow_fill_value: bool = Field(False, description="hdf5: read storage that was never written (unallocated "
                                    "chunks) as the fill value; default: refuse")
-    max_datasets: int = Field(100_000, ge=1, description="hdf5: most datasets walked in one file, and Examples of "
+    max_datasets: int = Field(DEFAULT_MAX_DATASETS, ge=1, description="hdf5: most datasets walked in one file, and Examples of "
                               "one file in datasets mode (cells count); more is refused at planning")
     follow_symlinks: bool = Field(False, description="read files and directories through symbolic links that lead "
                                   "outside the input pattern's base directory; default: refuse them (links inside "

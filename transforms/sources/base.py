@@ -26,7 +26,7 @@ DEFAULT_RANGE_BYTES = 8 * 2**20  # see README Performance: 64 MB ranges cost 1-1
 DEFAULT_MAX_COMPRESSION_RATIO = 500.0
 DEFAULT_MAX_EMPTY_ROWS = 10**6  # rows mode: rows allowed when every row holds zero bytes
 KEY, ARRAY = "key", "array"
-DEFAULT_MAX_DATASETS = 100_000  # --max_datasets: planning keeps a small record per dataset (about 0.3 KB)
+DEFAULT_MAX_DATASETS = 100_000  # --max_datasets: planning keeps a name and a size per dataset
 
 
 @dataclasses.dataclass(frozen=True)
