@@ -502,11 +502,18 @@ class _worker_stderr_to_log:
         os.close(self.saved)
         self.log.close()
         global LAST_RUN_LOG
-        if exc[0] is None:
+        if exc[0] is None or not _more_than_progress(self.log.name):  # nothing to show: no file left in /tmp
             os.unlink(self.log.name)
         else:
             LAST_RUN_LOG = self.log.name
         return False
+
+
+def _more_than_progress(path: str) -> bool:
+    """True when the runner log ``path`` holds a line besides our ``[tfrecord-etl]`` lines (already echoed to
+    stderr): a worker's traceback or a library's warning. Reads up to the first such line."""
+    with open(path, "rb") as f:
+        return any(line.strip() and not line.startswith(b"[tfrecord-etl]") for line in f)
 
 
 LAST_RUN_LOG: str | None = None  # the runner log of a failed run, named on the error line

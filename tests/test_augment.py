@@ -452,6 +452,7 @@ def test_batch_augmenter_clash_check_without_false_positives():
     (["--fn", "tests.augment_fns:add_one", "--fn_inputs", "nope"], "--fn_inputs names ['nope']"),
     (["--constants", "a=1", "--replace_fields", "id"], "--replace_fields names ['id'], which are not new"),
     (["--constants", "a"], "expected NAME=VALUE"),
+    (["--constants", "a=1,a=2"], "'a' is named twice"),
 ])
 def test_option_errors_are_one_line(converted, tmp_path, capsys, flags, message):
     code, _, err = run_augment(converted, tmp_path / "out", *flags, capsys=capsys)

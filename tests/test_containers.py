@@ -125,6 +125,34 @@ def test_a_nested_cell_is_skipped_or_refused_naming_it(tmp_path, capsys, caplog)
     assert "variable-length numeric" not in err  # the message before issue 15
 
 
+@pytest.mark.parametrize("dataset, attr, value", [
+    ("/A", "MATLAB_class", np.array([1, 2, 3])),  # a numeric array: NumPy's truth-value ValueError before
+    ("/labels", "MATLAB_class", np.int32(7)),  # a number: read as MATLAB (transposed) before
+    ("/#refs#/r1", "MATLAB_class", np.array([1.5, 2.5])),  # a cell's target, reached through /c
+    ("/empty", "MATLAB_empty", np.array([1, 1], np.uint8)),
+])
+@pytest.mark.parametrize("mode", ["auto", "datasets"])
+def test_a_matlab_attribute_of_the_wrong_type_is_one_error_naming_file_and_dataset(tmp_path, capsys, dataset,
+                                                                                    attr, value, mode):
+    path = tmp_path / "bad.mat"
+    matlab_file(path)
+    with h5py.File(path, "r+") as f:
+        del f[dataset].attrs[attr]
+        f[dataset].attrs[attr] = value
+    code, _, err = convert(path, tmp_path / "out", "--hdf5_mode", mode, capsys=capsys)
+    if mode == "auto" and dataset == "/#refs#/r1":  # rows mode never looks into the cells
+        assert code == 0, err
+        return
+    assert code == 2 and err.startswith(f"error: SourceError: The dataset's {attr} attribute is "), err
+    assert f"file='{path}', dataset='{dataset}'" in err and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and not (tmp_path / "out" / "metadata.json").exists()
+    if dataset.startswith("/#refs#"):
+        return  # inspect does not list MATLAB's own storage
+    from tfrecord_etl.pipelines import inspect
+    code, out, err = run_command(inspect.main, [path], capsys)  # inspect lists it, as convert refuses it
+    assert code == 0 and f"{dataset}  [unreadable: The dataset's {attr} attribute is" in out, out + err
+
+
 # ------------------------------------------------------------------------------------------ HDF5 row groups
 
 def test_hdf5_group_flag_and_its_conflicts(tmp_path, capsys):
@@ -249,6 +277,49 @@ def test_netcdf3_datasets_mode_and_errors(tmp_path, capsys):
     code, _, err = convert(truncated, tmp_path / "z", capsys=capsys)
     assert code == 2 and "NetCDF-3" in err and "cut.nc" in err
     assert not (tmp_path / "z" / "metadata.json").exists()
+
+
+def streaming(path, cut: int = 0):
+    """``path`` with numrecs set to STREAMING (0xFFFFFFFF), the last ``cut`` bytes dropped; returns the new path."""
+    data = bytearray(path.read_bytes())
+    assert data[4:8] != b"\xff\xff\xff\xff"
+    data[4:8] = b"\xff\xff\xff\xff"
+    out = path.with_name("streaming-" + path.name)
+    out.write_bytes(bytes(data[:len(data) - cut]))
+    return out
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_netcdf3_streaming_numrecs_counts_the_records_from_the_file_size(tmp_path, capsys, caplog, version, tf):
+    """numrecs = 0xFFFFFFFF (STREAMING, allowed by the NetCDF classic specification) read as 0 rows before: inspect
+    showed 0 rows, convert wrote 0 examples with exit 0."""
+    from scipy.io import netcdf_file
+    temp = netcdf3_file(tmp_path / "climate.nc", version)  # two record variables: records padded to 4 bytes
+    with netcdf_file(tmp_path / "one.nc", "w", version=version) as f:  # one short record variable: unpadded
+        f.createDimension("time", None)
+        f.createDimension("x", 3)
+        f.createVariable("s", ">i2", ("time", "x"))[:] = np.arange(15, dtype=">i2").reshape(5, 3)
+    for name, feature, want in (("climate.nc", "temp", temp), ("one.nc", "s", np.arange(15).reshape(5, 3))):
+        path = streaming(tmp_path / name)
+        code, _, err = convert(path, tmp_path / f"out-{name}", capsys=capsys)
+        assert code == 0, err
+        got = [e[feature] for e in reader.iter_numpy(str(tmp_path / f"out-{name}"))]
+        np.testing.assert_array_equal(np.stack(got), want)
+        rows = plain_tf_records(tmp_path / f"out-{name}", tf)  # plain TensorFlow: the same 5 records
+        assert len(rows) == 5 and np.asarray(rows[4][feature]).ravel().tolist() == want[4].ravel().tolist()
+        from tfrecord_etl.pipelines import inspect, verify
+        code, out, _ = run_command(inspect.main, [path], capsys)
+        assert code == 0 and "group 1: 5 rows on 'time'" in out, out
+        code, _, err = run_command(verify.main, [tmp_path / f"out-{name}", "--source", path], capsys)
+        assert code == 0, err
+    torn = streaming(tmp_path / "one.nc", cut=4)  # a writer stopped inside the last record: 4 whole records
+    with caplog.at_level("WARNING", logger="tfrecord_etl"):
+        code, _, err = convert(torn, tmp_path / "torn", capsys=capsys)
+    assert code == 0, err
+    got = [e["s"] for e in reader.iter_numpy(str(tmp_path / "torn"))]
+    np.testing.assert_array_equal(np.stack(got), np.arange(12).reshape(4, 3))
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "numrecs is STREAMING: 4 records counted from the file size; the 2 bytes after them" in said, said
 
 
 # ------------------------------------------------------------------------------------------ encodings said

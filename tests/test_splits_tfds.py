@@ -119,6 +119,22 @@ def test_split_flag_errors(tmp_path, capsys):
     assert not (tmp_path / "out" / "metadata.json").exists()
 
 
+
+def test_a_split_named_twice_is_refused(tmp_path, capsys):
+    """--splits train=8,test=1,train=1 used to keep the last weight of train (about 50/50 instead of 90/10)."""
+    make_npz(tmp_path / "in.npz", rows=20)
+    with pytest.raises(SystemExit) as info:  # argparse: usage and one error line, status 2
+        convert(tmp_path / "in.npz", tmp_path / "out", "--splits", "train=8,test=1,train=1")
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "argument --splits: 'train' is named twice" in err, err
+    with pytest.raises(SystemExit):
+        convert(tmp_path / "in.npz", tmp_path / "out", "--feature_encodings", "emb=list,emb=tensor")
+    assert "'emb' is named twice" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    code, _, err = convert(tmp_path / "in.npz", tmp_path / "out", "--splits", "train=8,test=1,valid=1",
+                           "--num_shards", "1", capsys=capsys)  # distinct names still work
+    assert code == 0, err
+
 # -- TFDS ------------------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tfrecord_etl.transforms.codec.encodings import AUTO, ENCODINGS
 from tfrecord_etl.transforms.sources import REGISTRY as SOURCE_REGISTRY
+from tfrecord_etl.transforms.sources.base import DEFAULT_MAX_DATASETS
 from tfrecord_etl.transforms.errors import ConfigError
 
 EncodingName = Literal[tuple(ENCODINGS)]  # the registered encodings: tensor, list, zlib, packbits, varlen
@@ -123,6 +124,11 @@ class ConvertConfig(BaseModel):
                                          "when those lie in the input file's own directory; default: refuse")
     allow_fill_value: bool = Field(False, description="hdf5: read storage that was never written (unallocated "
                                    "chunks) as the fill value; default: refuse")
+    max_datasets: int = Field(DEFAULT_MAX_DATASETS, ge=1, description="hdf5: most datasets walked in one file, and Examples of "
+                              "one file in datasets mode (cells count); more is refused at planning")
+    follow_symlinks: bool = Field(False, description="read files and directories through symbolic links that lead "
+                                  "outside the input pattern's base directory; default: refuse them (links inside "
+                                  "it are followed)")
     writer: Literal["planned", "beam"] = Field("planned", description="planned: shards planned from the source "
                                                "index, no shuffle, byte-identical reruns; beam: WriteToTFRecord")
     prefix: str = Field("data", pattern=r"^[A-Za-z0-9_.-]+$", description="shard file name prefix")
@@ -192,9 +198,14 @@ def _flag_type(name: str, annotation):
     if name in _DICT_FIELDS:
         def parse(s):
             try:
-                return dict(kv.split("=", 1) for kv in s.split(",") if kv.strip())
+                pairs = [kv.split("=", 1) for kv in s.split(",") if kv.strip()]
+                out = dict(pairs)
             except ValueError:
                 raise argparse.ArgumentTypeError(f"expected NAME=VALUE,..., got {s!r}") from None
+            if len(out) != len(pairs):  # dict() keeps the last of a repeated name: its first value would be lost
+                twice = next(k for i, (k, _) in enumerate(pairs) if k in (n for n, _ in pairs[:i]))
+                raise argparse.ArgumentTypeError(f"{twice!r} is named twice in {s!r}: give each name once")
+            return out
         return parse
     base = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
     if base[0] in (int, float):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from tfrecord_etl.transforms import beam_io, fileio, metadata, outdir, planning
+from tfrecord_etl.transforms import beam_io, fileio, matching, metadata, outdir, planning
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError
 from tfrecord_etl.transforms.planning import ConvertPlan, plan_convert
@@ -302,16 +302,37 @@ def report_orphan_labels(cfg: ConvertConfig, plan: ConvertPlan) -> None:
              "message": "The labels table names a file that the input pattern does not match"} for name in orphans])
 
 
+def _one_per_directory(paths) -> list[str]:
+    """The first of ``paths`` in each directory, and every symbolic link: a regular file lies where its directory
+    does once symlinks are resolved, so these are all ``outdir.check_inputs_outside`` needs to resolve (20,000
+    files: 0.46 s -> 0.07 s)."""
+    import os
+    seen, out = set(), []
+    for p in paths:
+        directory = os.path.dirname(p)
+        if directory not in seen or os.path.islink(p):
+            seen.add(directory)
+            out.append(p)
+    return out
+
+
 def check_output(cfg: ConvertConfig, plan: ConvertPlan) -> None:
-    """The output-location checks of a conversion: no input (or dead-letter dir) inside the output directory,
-    and no glob characters in it for the ``beam`` writer (Beam's sink matches it as a pattern).
+    """The output-location checks of a conversion: no input (every matched file, in ``files`` modes too, and a
+    labels table) or dead-letter dir inside the output directory, no output the input pattern would match
+    (``matching.check_output_unmatched``), and no glob characters in it for the ``beam`` writer (Beam's sink
+    matches it as a pattern).
 
     Raises:
       ConfigError: naming the path and what to do.
     """
-    outdir.check_inputs_outside(cfg.output_dir, [i.path for i in plan.inputs.indexes])
+    labels = [cfg.file_labels] if cfg.format == "files" and cfg.file_labels not in ("dir", "none") else []
+    outdir.check_inputs_outside(cfg.output_dir, _one_per_directory(plan.inputs.paths) + labels)
+    first = plan.output_files[0]  # the files a run writes there, and one of its temporaries
+    written = [*plan.output_files, outdir.METADATA_FILE, outdir.MARKER_FILE, outdir.LOCK_FILE, f".tmp-{first}-{0:032x}"]
+    matching.check_output_unmatched(cfg.input, cfg.output_dir, written)
     if cfg.dead_letter_dir is not None:
         outdir.check_inputs_outside(cfg.output_dir, [cfg.dead_letter_dir], "--dead_letter_dir")
+        matching.check_output_unmatched(cfg.input, cfg.dead_letter_dir, [f"{first}.jsonl"], "--dead_letter_dir")
     if cfg.writer == "beam" and outdir.escape_glob(cfg.output_dir) != cfg.output_dir:
         raise ConfigError("--writer beam cannot write into a directory whose name holds * ? [ or ] (Beam's file "
                           "sink matches it as a pattern)", file=cfg.output_dir,

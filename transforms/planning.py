@@ -16,7 +16,7 @@ import math
 import numpy as np
 from typing import Sequence
 
-from tfrecord_etl.transforms import fileio, sharding, sources, splits, tfrecord
+from tfrecord_etl.transforms import fileio, matching, sharding, sources, splits, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, check_spec
 from tfrecord_etl.transforms.codec.encodings import AUTO, resolve_encoding
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError, SourceError
@@ -53,6 +53,11 @@ class InputPlan:
     def num_bytes(self) -> int:
         """Array bytes of all rows (before encoding)."""
         return sum(sum(i.sizes) if i.sizes else i.num_rows * i.row_bytes for i in self.indexes)
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """Every input file read (in ``files`` modes the matched files, not the pattern)."""
+        return tuple(p for i in self.indexes for p in (i.items if i.item_files else (i.path,)))
 
     def with_range_bytes(self, target_bytes: int) -> "InputPlan":
         """The same inputs split into row ranges of ``target_bytes`` (no file is opened again)."""
@@ -153,9 +158,10 @@ def plan_inputs(pattern: str, options: SourceOptions) -> InputPlan:
 
     Raises:
       SourceError, SchemaError: unmatched pattern, unreadable file, unsupported dtype, features that
-        differ between files (naming the file and dataset/member).
+        differ between files (naming the file and dataset/member); symbolic links leading outside the pattern's
+        base directory, one file matched under two names (``matching.match_inputs``).
     """
-    files = fileio.match(pattern)
+    files = matching.match_inputs(pattern, options.follow_symlinks)
     fmt, source = input_format(pattern, files, options)
     data = [(path, size) for path, size in files if not source.is_sidecar(path)]
     if not data:
@@ -261,11 +267,11 @@ def source_options(cfg) -> SourceOptions:
                          max_empty_rows=cfg.max_empty_rows, allow_external_storage=cfg.allow_external_storage,
                          allow_fill_value=cfg.allow_fill_value, hdf5_mode=cfg.hdf5_mode,
                          hdf5_group=cfg.hdf5_group, max_variable_bytes=int(cfg.max_mat_variable_mb * 2**20),
-                         raw_dtype=cfg.dtype,
+                         max_datasets=cfg.max_datasets, raw_dtype=cfg.dtype,
                          raw_shape=tuple(cfg.shape) if cfg.shape else None, raw_offset=cfg.offset,
                          raw_order=cfg.order, raw_count=cfg.count, files_labels=cfg.file_labels, files_feature=cfg.file_feature,
                          files_image_header=cfg.image_header, files_decode_check=cfg.decode_check,
-                         files_dead_letters=cfg.dead_letter_dir is not None)
+                         files_dead_letters=cfg.dead_letter_dir is not None, follow_symlinks=cfg.follow_symlinks)
 
 
 def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -> ConvertPlan:

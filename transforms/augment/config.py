@@ -26,6 +26,8 @@ def _pairs(value, allow_bare=False):
             key, sep, val = str(item).partition("=")
             if not sep and not allow_bare:
                 raise ValueError(f"expected NAME=VALUE, got {item!r}")
+            if key.strip() in out:  # the first value would be lost
+                raise ValueError(f"{key.strip()!r} is named twice: give each name once")
             out[key.strip()] = val.strip() if sep else key.strip()
         return out
     if isinstance(value, dict):

@@ -27,6 +27,7 @@ DEFAULT_MAX_COMPRESSION_RATIO = 500.0
 DEFAULT_MAX_EMPTY_ROWS = 10**6  # rows mode: rows allowed when every row holds zero bytes
 DEFAULT_MAX_VARIABLE_BYTES = 2 * 2**30  # matlab (v4-v7): one variable loaded whole (--max_mat_variable_mb 2048)
 KEY, ARRAY = "key", "array"
+DEFAULT_MAX_DATASETS = 100_000  # --max_datasets: planning keeps a name and a size per dataset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,8 @@ class SourceOptions:
     # auto: rows, or datasets for a file holding no dataset with rows (Source.switch_to_datasets)
     hdf5_group: int | None = None  # rows mode without datasets: the row group (1 = largest, the default)
     max_variable_bytes: int = DEFAULT_MAX_VARIABLE_BYTES  # matlab (v4-v7): the largest variable loaded whole
+    max_datasets: int = DEFAULT_MAX_DATASETS  # hdf5: datasets walked in one file (and datasets-mode Examples)
+    follow_symlinks: bool = False  # every source: follow symlinks that lead outside the pattern's base directory
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,6 +18,10 @@ from tfrecord_etl.transforms.sources.hdf5layout import walk  # noqa: F401 - the 
 
 HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4", ".h5ad", ".loom", ".mnc")
 HDF5_CHUNK_CACHE_BYTES = 64 * 2**20  # per open file: a chunk spanning several row ranges is decompressed once
+# HDF5's metadata cache of a file whose objects are all visited (planning's walk, datasets mode): parsed object
+# headers take about 12 bytes of memory per byte the cache counts, and the library's default lets it grow to 32 MiB
+# (planning 20,000 datasets of two values: +51 MB of memory at its 4 MiB, +10 MB at 1 MiB, +1 MB at 256 KiB)
+WALK_METADATA_CACHE_BYTES = 256 * 2**10
 
 
 class Hdf5Source(Source):
@@ -80,6 +84,7 @@ class Hdf5Source(Source):
         import h5py
         f, stream = self._open(path)
         try:
+            bound_metadata_cache(f)  # the walk visits every object
             if self.loose:
                 return self._index_datasets(f, path)
             names = list(self.options.datasets or self._default_datasets(f, path) or [])
@@ -110,6 +115,8 @@ class Hdf5Source(Source):
                                      _hdf5_vlen_check(h5py))
                 lengths[name] = rows
                 chunk_rows = max(chunk_rows, layout.chunk_rows(dset))
+        except SourceError as e:  # e.g. a MATLAB attribute of the wrong type (hdf5layout names only the dataset)
+            raise e.with_context(file=path) from None
         finally:
             f.close()
             if stream is not None:
@@ -126,38 +133,45 @@ class Hdf5Source(Source):
         _check_empty_rows(rows, data_row_bytes, self.options, path)
         return FileIndex(path, rows, tuple(specs), _row_bytes(specs), chunk_rows, tuple(names))
 
-    def _classified(self, f, path: str):
-        """``[(path, dataset, kind)]`` of every dataset (walk order) and ``{reason: [paths]}`` of those skipped:
-        unsupported types are skipped here (listed), and refused only when nothing else is left."""
+    def _classified(self, f, path: str, skipped: dict, errors: list):
+        """Yields ``(path, dataset, kind)`` of every dataset in walk order, one at a time (holding them all open
+        cost about 16 KB each: 20,000 datasets took 320 MB); adds ``{reason: [paths]}`` of those skipped to
+        ``skipped``: unsupported types are skipped here (listed, their first error appended to ``errors``), and
+        refused only when nothing else is left.
+
+        Raises:
+          SourceError: more than ``options.max_datasets`` datasets (``--max_datasets``).
+        """
         import h5py
-        found, skipped, first_error = [], {}, None
+        count = 0
         for full, _, obj in layout.walk(f):
             if isinstance(obj, Exception):
                 raise SchemaError(f"Cannot open HDF5 object: {obj}", file=path, dataset=full,
                                   hint="choose other datasets with --datasets") from None
             if not isinstance(obj, h5py.Dataset):
                 continue
+            count += 1
+            _check_dataset_count(count, path, self.options)
             try:
                 obj.dtype
             except (TypeError, ValueError) as e:  # HDF5 time types; float128 wider than any NumPy type here
                 skipped.setdefault("unsupported-type", []).append(full)
-                first_error = first_error or SchemaError(f"Unsupported HDF5 type: {e}", file=path, dataset=full)
+                errors.append(SchemaError(f"Unsupported HDF5 type: {e}", file=path, dataset=full))
                 continue
-            found.append((full, obj, layout.kind_of(obj, full)))
-        return found, skipped, first_error
+            yield full, obj, layout.kind_of(obj, full)
 
     def _default_datasets(self, f, path: str) -> list[str]:
         """The datasets of the chosen row group (see :meth:`index`); skipped kinds are logged in one line."""
         if self.options.hdf5_mode == "auto" and layout.is_keras(f):
             return []  # a weights file has no rows: index() converts each weight as one Example
-        found, skipped, first_error = self._classified(f, path)
-        entries = []
-        for full, dset, kind in found:
+        skipped, errors, entries = {}, [], []
+        for full, dset, kind in self._classified(f, path, skipped, errors):
             if kind in (layout.DATA, layout.SCALE):
                 rows, _ = layout.rows_and_shape(dset)
                 entries.append((full, rows, layout.leading_dimension(dset), layout.data_bytes(dset)))
             elif kind != layout.INTERNAL:
                 skipped.setdefault(kind, []).append(full)
+        first_error = errors[0] if errors else None
         if not entries and first_error is None and self.options.hdf5_mode == "auto" and (
                 skipped.get(layout.SCALAR) or skipped.get(layout.CELL)):
             return []  # index() converts each dataset instead
@@ -175,12 +189,12 @@ class Hdf5Source(Source):
     def _index_datasets(self, f, path: str) -> FileIndex:
         """Datasets mode: one row per dataset (or per cell of a cell array), features ``key``/``array``."""
         names = self.options.datasets
+        skipped = {}
         if names:
-            found = [(n, d, layout.kind_of(d, n)) for n, d in ((n, self._dataset(f, n, path)) for n in names)]
-            skipped = {}
+            found = ((n, d, layout.kind_of(d, n)) for n, d in ((n, self._dataset(f, n, path)) for n in names))
         else:
-            found, skipped, _ = self._classified(f, path)
-        items, sizes, specs = [], [], []
+            found = self._classified(f, path, skipped, [])
+        items, sizes, spec = [], [], None  # a small record per dataset: its name and size (the specs merged)
         for full, dset, kind in found:
             if kind in (layout.INTERNAL, layout.DIMENSION, layout.EMPTY):
                 if kind != layout.INTERNAL:
@@ -199,13 +213,15 @@ class Hdf5Source(Source):
                                           "with --datasets")
                     skipped.setdefault("variable-length or compound", []).append(item)
                     continue
-                specs.append(_row_spec(ARRAY, dtype, shape, f"{path}, dataset '{item}'"))
+                row = _row_spec(ARRAY, dtype, shape, f"{path}, dataset '{item}'")
+                spec = row if spec is None else loosen_all((spec, row))
                 items.append(item)
                 sizes.append(layout.data_bytes(target))
+                _check_dataset_count(len(items), path, self.options)  # cells count too
         _log_skipped(skipped, path, "datasets mode")
         if not items:
             raise SchemaError("The file holds no dataset to convert", file=path)
-        return FileIndex(path, len(items), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), loosen_all(specs)),
+        return FileIndex(path, len(items), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), spec),
                          max(sizes), 1, tuple(items), tuple(sizes))
 
     def _dataset(self, f, name: str, path: str):
@@ -228,6 +244,8 @@ class Hdf5Source(Source):
             return current[1]
         self.close()
         f, stream = self._open(path)
+        if self.loose:  # datasets mode opens every dataset of the file in turn
+            bound_metadata_cache(f)
         self._local.open = (path, f, stream, {})
         return f
 
@@ -237,6 +255,8 @@ class Hdf5Source(Source):
         f = self._opened(path)
         datasets = self._local.open[3]
         if name not in datasets:
+            if self.loose:  # datasets mode reads each dataset once: only the last stays open (a cell array's)
+                datasets.clear()
             datasets[name] = _dataset_for_read(f, name, path)
         return datasets[name]
 
@@ -319,8 +339,8 @@ def chunk_ranges(dset, start: int, stop: int) -> list[tuple[int, int]]:
     return out
 
 
-def _cells(f, name: str, dset, path: str, skipped: list | None = None) -> list:
-    """``[(item, dataset)]`` of the cells of a cell array ``dset`` (object references), items ``name{k}`` with
+def _cells(f, name: str, dset, path: str, skipped: list | None = None):
+    """Yields ``(item, dataset)`` of the cells of a cell array ``dset`` (object references), items ``name{k}`` with
     MATLAB's 1-based linear index (column-major, as MATLAB's ``c{k}``). A cell that is not a numeric/char/logical
     array (a nested cell, a struct, a null reference) is appended to ``skipped``, or refused when it is None.
 
@@ -329,7 +349,6 @@ def _cells(f, name: str, dset, path: str, skipped: list | None = None) -> list:
     """
     import h5py
     refs = dset[()].ravel()  # HDF5 stores MATLAB's dimensions reversed: C order here is MATLAB's column order
-    out = []
     for k, ref in enumerate(refs, 1):
         item = f"{name}{{{k}}}"
         try:
@@ -351,8 +370,27 @@ def _cells(f, name: str, dset, path: str, skipped: list | None = None) -> list:
         if target.is_virtual or target.id.get_create_plist().get_external_count():
             raise SchemaError(f"Cell {item} is stored outside the file (external or virtual storage): refused",
                               file=path, dataset=item)
-        out.append((item, target))
-    return out
+        yield item, target  # one at a time: a cell array of 20,000 cells held them all open
+
+
+def bound_metadata_cache(f, max_bytes: int = WALK_METADATA_CACHE_BYTES) -> None:
+    """Caps the metadata cache of the open h5py file ``f`` at ``max_bytes`` (HDF5's ``H5Fset_mdc_config``: initial
+    and maximum size; the HDF5 User's Guide, "Metadata Caching in HDF5"), so memory does not grow with the number
+    of objects visited."""
+    config = f.id.get_mdc_config()
+    config.set_initial_size = True
+    config.initial_size = config.max_size = max_bytes
+    config.min_size = min(config.min_size, max_bytes)
+    f.id.set_mdc_config(config)
+
+
+def _check_dataset_count(count: int, path: str, options: SourceOptions) -> None:
+    """Raises SourceError when ``count`` datasets (or datasets-mode items) exceed ``options.max_datasets``."""
+    if count > options.max_datasets:
+        raise SourceError(f"The file holds more than {options.max_datasets:,} datasets (--max_datasets)", file=path,
+                          hint="raise the limit with --max_datasets N if the file is what you meant (each dataset "
+                               "is walked at planning, and in datasets mode becomes one Example), or name the "
+                               "datasets to convert with --datasets")
 
 
 def _log_skipped(skipped: dict, path: str, mode: str) -> None:

@@ -40,7 +40,7 @@ def walk(f):
     ``/#subsystem#``) are yielded but not entered: their datasets are reached through cell references.
     """
     import h5py
-    seen = {f.id}
+    seen = {hash(f.id)}  # h5py's identity of an object (ObjectID compares by it); holding the IDs kept groups open
     stack = [(iter(sorted(f.keys())), f, "")]
     while stack:
         keys, group, prefix = stack[-1]
@@ -59,9 +59,9 @@ def walk(f):
             yield full, link, e
             continue
         if isinstance(obj, h5py.Group):
-            if obj.id in seen:
+            if hash(obj.id) in seen:
                 continue
-            seen.add(obj.id)
+            seen.add(hash(obj.id))
             if full not in MATLAB_INTERNAL:
                 stack.append((iter(sorted(obj.keys())), obj, full))
         yield full, link, obj
@@ -90,7 +90,7 @@ def kind_of(dset, path: str) -> str:
     if attrs.get("CLASS") == b"DIMENSION_SCALE":
         name = attrs.get("NAME", b"")
         return DIMENSION if isinstance(name, bytes) and name.startswith(NETCDF_DIMENSION_ONLY) else SCALE
-    if is_empty(dset):
+    if is_empty(dset, path):
         return EMPTY
     try:
         if h5py.check_ref_dtype(dset.dtype) is not None:
@@ -100,12 +100,47 @@ def kind_of(dset, path: str) -> str:
     return SCALAR if dset.ndim == 0 else DATA
 
 
-def is_empty(dset) -> bool:
+def is_empty(dset, path: str | None = None) -> bool:
     """True for an empty MATLAB array (``MATLAB_empty``, or MATLAB's shared ``canonical empty``): its stored
-    values are its dimensions, not data."""
+    values are its dimensions, not data.
+
+    Raises:
+      SourceError: a ``MATLAB_class`` that is not one string or a ``MATLAB_empty`` that is not one integer (MATLAB
+        writes a fixed-length ASCII string and a uint8), naming the dataset (``path``, default ``dset.name``).
+    """
     attrs = dset.attrs
-    return "MATLAB_class" in attrs and (bool(attrs.get("MATLAB_empty", 0))
-                                        or attrs.get("MATLAB_class") == b"canonical empty")
+    if "MATLAB_class" not in attrs:
+        return False
+    return bool(_matlab_attr(dset, "MATLAB_empty", path)) or _matlab_attr(dset, "MATLAB_class", path) in (
+        b"canonical empty", "canonical empty")
+
+
+def _matlab_attr(dset, name: str, path: str | None):
+    """The attribute ``name`` of a MATLAB variable: a string (``MATLAB_class``) or one integer (``MATLAB_empty``,
+    0 when absent); anything else is a SourceError naming the dataset, never a NumPy truth-value traceback."""
+    import numpy as np
+    from tfrecord_etl.transforms.errors import SourceError
+    try:
+        value = dset.attrs.get(name, 0)
+    except Exception as e:  # noqa: BLE001 - an attribute of a type h5py cannot read
+        value = e
+    if name == "MATLAB_class":
+        ok = isinstance(value, (bytes, str))
+        want = "a class name string (double, char, cell, ...)"
+    else:
+        ok = isinstance(value, (int, np.integer, np.bool_)) or (isinstance(value, np.ndarray) and value.size == 1
+                                                                 and value.dtype.kind in "iub")
+        want = "one integer"
+    if not ok:
+        kind = getattr(value, "dtype", type(value).__name__)
+        what = f"unreadable ({type(value).__name__}: {value})" if isinstance(value, Exception) else \
+            f"the value {value!r} ({kind})" if np.ndim(value) == 0 else \
+            f"an array of {kind}, shape {list(np.shape(value))}"
+        raise SourceError(f"The dataset's {name} attribute is {what}, not {want}: the file is not a valid "
+                          "MATLAB v7.3 file", dataset=path or dset.name,
+                          hint=f"remove or fix the {name} attribute (h5py: del dset.attrs['{name}']), or "
+                               "choose other datasets with --datasets")
+    return value.item() if isinstance(value, np.ndarray) else value
 
 
 def _matlab_complex(dset):

@@ -4,7 +4,7 @@ which convert reads together). Metadata only: no data is read, no link is follow
 from __future__ import annotations
 
 from tfrecord_etl.transforms.codec import normalize_dtype
-from tfrecord_etl.transforms.errors import SchemaError
+from tfrecord_etl.transforms.errors import SchemaError, SourceError
 
 MAX_OBJECTS = 10_000  # entries listed before the walk stops (the summary says so)
 
@@ -46,7 +46,11 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
                 objects.append({"path": full, "kind": "matlab-internal" if full in layout.MATLAB_INTERNAL
                                 else "group"})
                 continue
-            kind = layout.kind_of(obj, full)
+            try:
+                kind = layout.kind_of(obj, full)
+            except SourceError as e:  # a MATLAB attribute of the wrong type: listed, as convert refuses it
+                objects.append({"path": full, "kind": "unreadable", "target": e.message})
+                continue
             plist = obj.id.get_create_plist()
             storage = "virtual" if obj.is_virtual else ("external" if plist.get_external_count() else
                                                         {0: "compact", 1: "contiguous", 2: "chunked"}.get(

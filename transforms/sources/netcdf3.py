@@ -8,6 +8,8 @@ Reference: Unidata, "The NetCDF Classic Format Specification"; ``scipy.io.netcdf
 """
 from __future__ import annotations
 
+import math
+import os
 import warnings
 
 import numpy as np
@@ -49,7 +51,7 @@ class NetCdf3Source(Source):
             raise SourceError("NetCDF-3 files are read memory-mapped from local disk", file=path,
                               hint="copy the file to a local directory first (or convert it to netCDF-4)")
         try:
-            return netcdf_file(path, "r", mmap=True, maskandscale=False)
+            return _streaming_aware(netcdf_file)(path, "r", mmap=True, maskandscale=False)
         except Exception as e:  # noqa: BLE001 - SciPy raises TypeError/ValueError/OSError on damaged headers
             from tfrecord_etl.transforms.sources import other_format_hint
             raise SourceError(f"Not a readable NetCDF-3 file: {e}", file=path,
@@ -166,3 +168,51 @@ class NetCdf3Source(Source):
         except Exception as e:  # noqa: BLE001
             self.close()
             raise SourceError(f"Cannot read {rr.describe()}: {e}", file=rr.path) from None
+
+
+STREAMING = -1  # numrecs 0xFFFFFFFF ("streaming": indeterminate), as SciPy reads it (a signed 32-bit integer)
+_SUBCLASSES: dict = {}
+_WARNED: set = set()  # files whose partial record was reported
+
+
+def _streaming_aware(netcdf_file):
+    """SciPy's ``netcdf_file`` class, extended to read a file whose ``numrecs`` is STREAMING (0xFFFFFFFF), which
+    the NetCDF classic format specification allows (Unidata, "The NetCDF Classic Format Specification":
+    ``numrecs = NON_NEG | STREAMING``, the record count then follows from the file size). SciPy takes it for -1
+    records (every record variable read as empty: 0 rows, nothing converted). Here the count is the whole
+    records between the first record variable's ``begin`` and the end of the file, a record being the sum of
+    the record variables' sizes, each padded to 4 bytes (unpadded when there is only one record variable, as the
+    specification says); bytes of a trailing partial record are named in a warning. The rest is SciPy's."""
+    if netcdf_file not in _SUBCLASSES:
+        class StreamingAwareNetcdfFile(netcdf_file):
+            def _read_numrecs(self):
+                super()._read_numrecs()
+                self.__dict__["_streaming"] = self._recs == STREAMING
+                self.__dict__["_record_vars"] = []  # (begin, unpadded bytes per record) of each record variable
+
+            def _read_var(self):
+                var = super()._read_var()
+                _, _, shape, _, _, size, _, begin, _ = var
+                if self._streaming and shape and shape[0] is None:
+                    self._record_vars.append((int(begin), math.prod(shape[1:]) * size))
+                    self.__dict__["_recs"] = self._records_in_file()[0]  # SciPy uses it after the last variable
+                return var
+
+            def _read_var_array(self):
+                super()._read_var_array()
+                if self._streaming and self._record_vars and self._records_in_file()[1] and \
+                        self.filename not in _WARNED:  # once per process, not again for each row range
+                    _WARNED.add(self.filename)
+                    count, rest = self._records_in_file()
+                    log.warning("'%s': numrecs is STREAMING: %d records counted from the file size; the %d bytes "
+                                "after them (a partial record) are ignored", self.filename, count, rest)
+
+            def _records_in_file(self) -> tuple[int, int]:
+                """(whole records, bytes left over) after the first record variable's begin."""
+                sizes = [n for _, n in self._record_vars]
+                record = sizes[0] if len(sizes) == 1 else sum(n + -n % 4 for n in sizes)
+                available = max(0, os.fstat(self.fp.fileno()).st_size - min(b for b, _ in self._record_vars))
+                return divmod(available, record) if record else (0, 0)
+
+        _SUBCLASSES[netcdf_file] = StreamingAwareNetcdfFile
+    return _SUBCLASSES[netcdf_file]
