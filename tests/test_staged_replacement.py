@@ -187,3 +187,20 @@ def test_generation_names():
     assert outdir.generation_name("penguin.tfrecord", 1) == "penguin-g1.tfrecord"
     assert outdir.generation_prefix("my-data", 1) + "-00000" == outdir.generation_name("my-data-00000", 1)
     assert outdir.generation_prefix("data", 1) + "-00000" == outdir.generation_name("data-00000", 1)
+
+
+def test_a_failed_run_removes_the_shards_it_wrote_and_keeps_the_old_output(inputs, tmp_path, capsys):
+    """A run that fails (a corrupt chunk, no --dead_letter_dir) after some of its shards were renamed into place:
+    it removes them (and its temporaries) before it lets the lock go, so the directory holds the old output
+    alone, not the old output plus a failed run's shards."""
+    from tests.test_reliability import corrupt_h5
+    old, _ = inputs
+    out = tmp_path / "out"
+    assert convert(old, out, "--num_shards", "2", capsys=capsys)[0] == 0
+    before = set(os.listdir(out)) - {outdir.MARKER_FILE}
+    corrupt_h5(tmp_path / "bad.h5")  # rows 300-399 of 1000 unreadable: shards 0-2 of 10 are written first
+    code, _, err = convert(tmp_path / "bad.h5", out, "--num_shards", "10", "--overwrite", capsys=capsys)
+    assert code == 2 and "Cannot read rows 300-399" in err, err
+    assert "this failed run wrote" in err
+    assert set(os.listdir(out)) - {outdir.MARKER_FILE} == before
+    assert ids(out) == list(range(300))

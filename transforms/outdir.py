@@ -29,6 +29,7 @@ names of their own, renamed when complete, and only a list of known names cleane
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import socket
@@ -358,6 +359,7 @@ def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str
         metadata_version = None if fileio.is_local(output_dir) else fileio.version(fileio.join(output_dir,
                                                                                               METADATA_FILE))
         lock.replacement = Replacement(tuple(sorted(lock.replaced)), metadata_version)
+        lock.discard = functools.partial(discard_uncommitted, output_dir, frozenset(written - _REWRITTEN))
         marker = {"format": MARKER_FORMAT, "run_id": run_id, "command": command, "created": _now(),
                   "host": socket.gethostname(), "pid": os.getpid(), "files": sorted(written | lock.replaced),
                   "replaces": sorted(lock.replaced), "generation": lock.generation,
@@ -462,6 +464,19 @@ def finish_replacement(output_dir: str, replacement: Replacement) -> None:
     gone = sorted((replaced & names) - now)
     if gone:
         say(f"removing {_count(gone, 'file')} of the output this run replaced in {output_dir}: {_names_list(gone, 5)}")
+        delete_names(output_dir, gone)
+
+
+def discard_uncommitted(output_dir: str, written: Iterable[str]) -> None:
+    """Removes the files of ``written`` (a failed run's shards and index files) that the directory's
+    ``metadata.json`` does not list, and their temporaries, each by its exact name, and prints them: a failed run
+    leaves the output it found (the old one, complete, or none), not its partial shards."""
+    written = set(written)
+    names = set(list_names(output_dir))
+    committed = owned(output_dir, names).committed
+    gone = sorted(((written & names) - committed) | {n for n in names if temp_of(n, written)})
+    if gone:
+        say(f"removing {_count(gone, 'file')} this failed run wrote in {output_dir}: {_names_list(gone, 5)}")
         delete_names(output_dir, gone)
 
 

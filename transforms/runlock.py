@@ -113,6 +113,9 @@ def _create(path: str, data: bytes) -> bool:
     return True
 
 
+CLOSED = ":closed"  # appended to the run id in the lock while a failed run removes its files: no more commits
+
+
 class Lock:
     """The exclusive lock of one run on an output directory (a context manager; released on exit)."""
 
@@ -124,6 +127,7 @@ class Lock:
         self.files: frozenset = frozenset()  # set by prepare: the names this run writes
         self.replaced: frozenset = frozenset()  # set by prepare: the committed files the run's commit replaces
         self.replacement = None  # set by prepare: the outdir.Replacement to pass to the commit
+        self.discard = None  # set by prepare: removes what a failed run wrote and did not commit
 
     def acquire(self) -> "Lock":
         """Raises ConfigError when another live run holds the lock (this version's or, under its older name, an
@@ -167,10 +171,29 @@ class Lock:
         if self.held:
             self.held = False
             try:
-                if (_read_json(self.path) or {}).get("run_id") == self.run_id:
+                if (_read_json(self.path) or {}).get("run_id") in (self.run_id, self.run_id + CLOSED):
                     fileio.delete([self.path])
             except Exception:  # noqa: BLE001 - a lock left behind is stale for the next run
                 pass
+
+    def _discard_uncommitted(self) -> None:
+        """A run that failed (an error, Ctrl-C) while holding the lock: first the lock's run id is changed, so no
+        worker process commits anything more (:func:`check_commit`), then the files it wrote that no
+        ``metadata.json`` lists are removed (``self.discard``). Best effort: what is left, the next run removes."""
+        try:
+            record = _read_json(self.path) or {}
+            if record.get("run_id") == self.run_id:
+                data = json.dumps(dict(record, run_id=self.run_id + CLOSED)).encode()
+                if fileio.is_local(self.path):
+                    temp = f"{self.path}.{os.getpid()}"
+                    with open(temp, "wb") as f:
+                        f.write(data)
+                    os.replace(temp, self.path)
+                else:
+                    fileio.write_bytes(self.path, data)
+            self.discard()
+        except Exception:  # noqa: BLE001 - the original error matters; the next run cleans up
+            pass
 
     def __enter__(self):
         """While the block runs, every file committed into the output directory (``sink.committed_file``, in this
@@ -182,6 +205,8 @@ class Lock:
         return self
 
     def __exit__(self, *exc):
+        if exc[0] is not None and self.held and self.discard is not None:
+            self._discard_uncommitted()
         self.release()
         saved = getattr(self, "_saved_env", None)
         if saved is None:
