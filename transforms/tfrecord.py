@@ -246,17 +246,80 @@ def unframe(frame: bytes, path: str = "<stream>", record: int = 0, offset: int =
     return data
 
 
+def crc32c_hex(crc: int) -> str:
+    """A CRC32C as metadata.json records it: 8 lower-case hex digits, most significant first (as
+    ``google_crc32c.Checksum.hexdigest`` and GCS's ``crc32c`` in hex)."""
+    return f"{crc:08x}"
+
+
+def _readonly_bytes(data):
+    """``data`` as google-crc32c takes it (its C functions refuse memoryviews): bytes as they are, any other
+    buffer as a uint8 NumPy view of the same memory (no copy)."""
+    return data if type(data) is bytes else np.frombuffer(data, np.uint8)
+
+
+class ChecksumWriter:
+    """A write-only stream that passes every write to ``raw`` and extends the CRC32C (``crc``, an int) and the
+    count (``bytes``) of the bytes written with it: the checksum of a file as written, computed while it is written
+    (``google_crc32c.extend``), never by reading it again."""
+
+    def __init__(self, raw: BinaryIO):
+        self._raw, self.crc, self.bytes = raw, 0, 0
+
+    def write(self, data) -> int:
+        view = _readonly_bytes(data)
+        self._raw.write(data)
+        self.crc = google_crc32c.extend(self.crc, view)
+        self.bytes += len(view)
+        return len(view)
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+
+class ChecksumReader:
+    """A read-only stream over ``raw`` that counts (``bytes``) the bytes read through it and extends their CRC32C
+    (``crc``, an int; :attr:`crc32c` as 8 hex digits) with them: the checksum of the stored bytes (compressed as
+    stored) folded into the pass that reads a file."""
+
+    def __init__(self, raw: BinaryIO):
+        self._raw, self.crc, self.bytes = raw, 0, 0
+        self.mode, self.name = "rb", getattr(raw, "name", "")
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._raw.read() if n is None or n < 0 else self._raw.read(n)
+        if data:
+            self.crc = google_crc32c.extend(self.crc, _readonly_bytes(data))
+            self.bytes += len(data)
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+    def drain(self) -> None:
+        """Reads (and counts) the rest of the stream: the bytes after the last frame (a gzip trailer) count too."""
+        while self.read(READ_CHUNK):
+            pass
+
+    @property
+    def crc32c(self) -> str:
+        return crc32c_hex(self.crc)
+
+
 class ShardWriter:
     """Writes framed records to a binary stream, compressed as asked; counts records and bytes.
 
     ``write_batch`` frames and writes a whole batch in one call. ``close`` flushes the compressor
     but does not close the underlying stream. With ``index``, the data length of every record is kept
-    (8 bytes per record) for :meth:`index_text`.
+    (8 bytes per record) for :meth:`index_text`. The bytes written to the stream (compressed ones for gzip and
+    zlib) are counted (:attr:`bytes_out`) and checksummed (:attr:`crc32c`) as they are written, through a
+    :class:`ChecksumWriter`: the shard's size and CRC32C in metadata.json without a second pass over the file.
     """
 
     def __init__(self, raw: BinaryIO, compression: str = "none", index: bool = False):
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
+        raw = self._out = ChecksumWriter(raw)
         self._raw, self._compression = raw, compression
         self._lengths: list[np.ndarray] | None = [] if index else None
         # No file name and mtime 0 in the gzip header: the same records give byte-identical files.
@@ -303,6 +366,16 @@ class ShardWriter:
             self._gz.close()
         elif self._z is not None:
             self._raw.write(self._z.flush())
+
+    @property
+    def bytes_out(self) -> int:
+        """Bytes written to the stream so far (the file's size once :meth:`close` ran)."""
+        return self._out.bytes
+
+    @property
+    def crc32c(self) -> str:
+        """CRC32C of the bytes written to the stream so far (8 hex digits; the whole file's once closed)."""
+        return crc32c_hex(self._out.crc)
 
 
 _READ_ERRORS = (OSError, EOFError, zlib.error, MemoryError, OverflowError)

@@ -125,7 +125,8 @@ class AugmentShardFn(beam.DoFn):
     The output is written to ``.tmp-<name>-<uuid4>`` in the output directory and renamed to ``<name>``
     when complete (a retried attempt writes its own temporary file; the last rename wins, so exactly one
     final file exists); on failure the temporary file is deleted. Yields ``{"index", "input", "file",
-    "records_in", "records", "bytes", "input_bytes", "crc32c", "compression"}``.
+    "records_in", "records", "bytes", "crc32c", "input_bytes", "input_crc32c", "compression"}`` (``crc32c``: the
+    output shard's, computed while it is written; ``input_*``: of the input shard's bytes as read).
 
     Raises:
       RecordError: records in != records out, or != the count in the input metadata.
@@ -182,7 +183,8 @@ class AugmentShardFn(beam.DoFn):
         self._shards.inc()
         self._clock.end()
         yield {"index": shard.index, "input": shard.path, "file": shard.output_file, "records_in": count,
-               "records": writer.records, "bytes": size, "input_bytes": tally["bytes"], "crc32c": tally["crc32c"],
+               "records": writer.records, "bytes": size, "crc32c": writer.crc32c, "input_bytes": tally["bytes"],
+               "input_crc32c": tally["crc32c"],
                "compression": shard.compression, "features": None if stats is None else stats.to_json(),
                "split": shard.split}
 
@@ -261,7 +263,7 @@ def manifest(plan: AugmentPlan, results: Sequence[dict]) -> dict:
         "inferred": plan.collection.inferred,
         "features": [s.to_json() for s in plan.collection.specs],
         "shards": [{"input": _absolute(r["input"]), "compression": r["compression"], "records": r["records_in"],
-                    "bytes": r["input_bytes"], "crc32c": r["crc32c"], "sidecar": r["file"]} for r in results],
+                    "bytes": r["input_bytes"], "crc32c": r["input_crc32c"], "sidecar": r["file"]} for r in results],
         "num_records": sum(r["records_in"] for r in results),
     }
 
@@ -304,7 +306,7 @@ class FinalizeAugmentFn(beam.DoFn):
         if plan.mode == "sidecar":
             sink.write_json(fileio.join(plan.output_dir, MANIFEST_FILE), manifest(plan, results))
         specs = plan.output_specs
-        shards = [{"file": r["file"], "records": r["records"], "bytes": r["bytes"],
+        shards = [{"file": r["file"], "records": r["records"], "bytes": r["bytes"], "crc32c": r["crc32c"],
                    **({"split": r["split"]} if r.get("split") else {})} for r in results]
         sources = [{"path": r["input"], "records": r["records_in"]} for r in results]
         meta = metadata.build(specs, shards, plan.output_compression, sources, "augment", plan.options)

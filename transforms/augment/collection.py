@@ -5,8 +5,6 @@ import dataclasses
 import itertools
 from typing import Iterable, Iterator, Sequence
 
-import google_crc32c
-
 from tfrecord_etl.transforms import fileio, metadata, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, infer_feature_specs
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
@@ -194,24 +192,6 @@ def read_sample(shards: Sequence[InputShard], size: int, max_record_bytes: int |
     return sample
 
 
-class _TallyReader:
-    """A read-only stream that counts (and optionally checksums) the bytes read through it."""
-
-    def __init__(self, raw, checksum=None):
-        self._raw, self._checksum, self.bytes = raw, checksum, 0
-        self.mode, self.name = "rb", getattr(raw, "name", "")
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._raw.read(n)
-        self.bytes += len(data)
-        if self._checksum is not None and data:
-            self._checksum.update(data)
-        return data
-
-    def readable(self) -> bool:
-        return True
-
-
 def iter_shard(shard: InputShard, tally: dict | None = None, max_record_bytes: int | None = None
                ) -> Iterator[tuple[int, bytes]]:
     """``(record index, record bytes)`` of one input shard, streamed a record at a time, CRCs checked.
@@ -224,17 +204,15 @@ def iter_shard(shard: InputShard, tally: dict | None = None, max_record_bytes: i
         ``max_record_bytes`` (default ``tfrecord.record_limit()``), checked before reading the record
         (file, record, offset).
     """
-    checksum = google_crc32c.Checksum() if tally is not None else None
     tfrecord.check_regular(shard.path)
     with fileio.open_read(shard.path) as raw:
-        stream = _TallyReader(raw, checksum)
+        stream = tfrecord.ChecksumReader(raw)
         for index, _, record in tfrecord.iter_records(tfrecord.open_decompressed(stream, shard.compression),
                                                       shard.path, max_record_bytes=max_record_bytes):
             yield index, record
-        while stream.read(1 << 22):  # bytes after the last frame (e.g. a gzip trailer) count too
-            pass
+        stream.drain()
     if tally is not None:
-        tally["bytes"], tally["crc32c"] = stream.bytes, checksum.hexdigest().decode()
+        tally["bytes"], tally["crc32c"] = stream.bytes, stream.crc32c
 
 
 def batches(records: Iterable[tuple[int, bytes]], size: int) -> Iterator[tuple[int, list[bytes]]]:
