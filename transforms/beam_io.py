@@ -23,7 +23,7 @@ from apache_beam.metrics import Metrics
 from tfrecord_etl.transforms import (fileio, metadata, outdir, sharding, sink, sources, splits, tfds_info,
                                     tfrecord)
 from tfrecord_etl.transforms.codec import EncodedBatch, FeatureSpec, encode_columns
-from tfrecord_etl.transforms.errors import RecordError, SchemaError
+from tfrecord_etl.transforms.errors import InputChangedError, RecordError, SchemaError
 from tfrecord_etl.transforms.planning import InputPlan, add_provenance, plan_inputs, shard_suffix
 from tfrecord_etl.transforms.sources import RowRange, Source, SourceOptions
 from tfrecord_etl.transforms.splits import SplitPlan
@@ -73,7 +73,7 @@ class ReadRowRangesFn(beam.DoFn):
         self._bytes = Metrics.counter(NAMESPACE, "bytes_read")
 
     def process(self, rr: RowRange):
-        columns = self._source.read(rr)
+        columns = self._source.read_pinned(rr)
         self._rows.inc(rr.num_rows)
         self._bytes.inc(sum(v.nbytes for v in columns.values() if isinstance(v, np.ndarray)))
         yield rr, columns
@@ -206,12 +206,13 @@ def read_and_encode(source: Source, rr: RowRange, specs, allow_lossy=(), provena
     become letters and the others are written.
 
     Raises:
-      Exception: whatever reading or encoding raised, when not ``dead_letters``.
+      Exception: whatever reading or encoding raised, when not ``dead_letters``. InputChangedError: a file changed
+        since planning (``Source.read_pinned``), dead letters or not.
     """
     try:
-        return encode_splits(rr, source.read(rr), specs, allow_lossy, provenance, split_plan), []
+        return encode_splits(rr, source.read_pinned(rr), specs, allow_lossy, provenance, split_plan), []
     except Exception as e:  # noqa: BLE001 - any failure of one range is its dead letter
-        if not dead_letters:
+        if not dead_letters or isinstance(e, InputChangedError):  # a changed input stops the run
             raise
         if not (rr.item_files and rr.num_rows > 1):
             log.warning("Dead-lettering %s: %s", rr.describe(), e)

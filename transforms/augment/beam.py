@@ -15,7 +15,7 @@ from tfrecord_etl.transforms.errors import RecordError, SourceError
 from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT
 from tfrecord_etl.transforms.sources import RowRange
 from tfrecord_etl.transforms.augment.common import frame_error, NAMESPACE
-from tfrecord_etl.transforms.augment.collection import batches, InputShard, iter_shard
+from tfrecord_etl.transforms.augment.collection import batches, check_collection, InputShard, iter_shard
 from tfrecord_etl.transforms.augment.values import decode_inputs, decode_record
 from tfrecord_etl.transforms.augment.join import JoinPlan, key_of, read_source_rows, _stack_joined
 from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter, learned_specs, observe_batch
@@ -74,7 +74,7 @@ class ReadJoinRowsFn(beam.DoFn):
 
     def process(self, rr: RowRange):
         join = self._join
-        columns = join.source.read(rr)
+        columns = join.source.read_pinned(rr)
         keys = columns[join.join_key]
         for i in range(rr.num_rows):
             where = {"file": rr.path, "row": rr.start + i, "feature": join.join_key}
@@ -130,6 +130,8 @@ class AugmentShardFn(beam.DoFn):
 
     Raises:
       RecordError: records in != records out, or != the count in the input metadata.
+      InputChangedError: the input shard is not the one planned (size, modification time, or CRC32C against its
+        metadata: ``collection.iter_shard``); the output shard is then not committed.
     """
 
     def __init__(self, plan: AugmentPlan):
@@ -273,11 +275,13 @@ def _absolute(path: str) -> str:
 
 
 class FinalizeAugmentFn(beam.DoFn):
-    """Checks records in = records out (per shard and in total), writes ``manifest.json`` (sidecar) and,
+    """Checks records in = records out (per shard and in total) and that the input is still the collection planned
+    (``collection.check_collection``: its metadata.json unchanged), writes ``manifest.json`` (sidecar) and,
     last, ``schema.pbtxt`` + ``metadata.json``; removes temporaries of killed attempts.
 
     Raises:
       RecordError: a shard missing or duplicated, or records lost.
+      InputChangedError: the input collection changed while it was read; nothing is committed.
     """
 
     def __init__(self, plan: AugmentPlan):
@@ -295,6 +299,7 @@ class FinalizeAugmentFn(beam.DoFn):
         if bad or total_in != total_out or (expected is not None and expected != total_in):
             raise RecordError(f"Records in ({total_in}) != records out ({total_out}) (metadata: {expected})",
                               file=bad[0] if bad else plan.output_dir, hint="re-run; report it if it happens again")
+        check_collection(plan.collection)
         corrections = []
         if plan.collection.observed:  # the features every record satisfies, not the sample's guess
             stats = FeatureStats()
