@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import BEAM_FLAGS, convert, run_command
 from tfrecord_etl.pipelines import augment as augment_main
 from tfrecord_etl.pipelines import verify as verify_module
-from tfrecord_etl.transforms import metadata, reader, tfrecord
+from tfrecord_etl.transforms import checksum, metadata, reader, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, encode_columns
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 
@@ -94,16 +94,33 @@ def test_shard_writer_checksums_the_bytes_it_writes(compression):
     raw = WriteOnly()
     writer = tfrecord.ShardWriter(raw, compression)
     writer.write_batch([b"a" * 10, b"", b"xyz" * 1000])
-    batch = encode_columns({"x": np.arange(4 * 64, dtype=np.uint8).reshape(4, 64)},
-                           [FeatureSpec("x", "|u1", (64,), "tensor")], 4)
-    assert batch.tails is None  # framed in place from a NumPy buffer (a memoryview write)
-    writer.write_encoded(batch)
+    batches = [encode_columns({"x": np.random.default_rng(n).integers(0, 256, (rows, n), dtype=np.uint8)},
+                              [FeatureSpec("x", "|u1", (n,), "tensor")], rows) for n, rows in ((64, 4), (3000, 5))]
+    for batch in batches:  # framed in place in a NumPy buffer; narrow ones checksummed by extend, wide ones
+        assert batch.tails is None  # combined from their record CRCs (checksum.frames_crc32c)
+        writer.write_encoded(batch)
+    writer.write_batch([b"tail"])
     writer.close()
     assert writer.bytes_out == len(raw.data) > 0
     assert writer.crc32c == google_crc32c.Checksum(bytes(raw.data)).hexdigest().decode()
     records = [r for _, _, r in tfrecord.iter_records(tfrecord.open_decompressed(io.BytesIO(bytes(raw.data)),
                                                                                  compression))]
-    assert records == [b"a" * 10, b"", b"xyz" * 1000, *batch.records()]
+    assert records == [b"a" * 10, b"", b"xyz" * 1000, *batches[0].records(), *batches[1].records(), b"tail"]
+
+
+@pytest.mark.parametrize("width, rows", [(1024, 1), (1024, 3), (1500, 2), (4096, 7), (12_808, 655), (2000, 4097),
+                                         (1024, 0)])
+def test_frames_crc32c_is_the_crc32c_of_the_framed_bytes(width, rows):
+    """The CRC32C combined from the record CRCs equals google-crc32c over the framed bytes (frame positions grown by
+    doubling past 1, 2, 4, ... 4096)."""
+    block = np.random.default_rng(width + rows).integers(0, 256, (rows, width), dtype=np.uint8)
+    framed, crcs, masked = tfrecord._framed(rows, width, lambda view: view.__setitem__(Ellipsis, block))
+    assert checksum.frames_crc32c(width, crcs, masked) == google_crc32c.value(framed.tobytes())
+    assert checksum.frames_crc32c(width, crcs[:2], masked[:2]) == google_crc32c.value(framed[:2].tobytes())
+    assert checksum.frames_crc32c(100, crcs, masked) is None  # narrow records: extend is as cheap
+    head, tail = b"0123456789" * 7, framed.tobytes()
+    assert checksum.combine(google_crc32c.value(head), google_crc32c.value(tail), len(tail)) == \
+        google_crc32c.value(head + tail)
 
 
 def swap(a, b):

@@ -21,6 +21,7 @@ from typing import BinaryIO, Iterable, Iterator
 import google_crc32c
 import numpy as np
 
+from tfrecord_etl.transforms import checksum
 from tfrecord_etl.transforms.errors import RecordError, SourceError
 
 COMPRESSIONS = ("none", "gzip", "zlib")
@@ -75,6 +76,12 @@ def frame_fixed(num_rows: int, width: int, fill) -> np.ndarray:
 
     Returns a ``(rows, 16 + width)`` uint8 array whose bytes are the framed records.
     """
+    return _framed(num_rows, width, fill)[0]
+
+
+def _framed(num_rows: int, width: int, fill) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`frame_fixed`'s buffer, with the records' data CRCs and masked data CRCs (uint64 arrays), from which
+    ``checksum.frames_crc32c`` combines the CRC32C of the framed bytes without reading them."""
     out = np.empty((num_rows, 16 + width), np.uint8)
     length = struct.pack("<Q", width)
     out[:, :8] = np.frombuffer(length, np.uint8)
@@ -85,7 +92,7 @@ def frame_fixed(num_rows: int, width: int, fill) -> np.ndarray:
     crcs = np.fromiter((value(row) for row in data), dtype=np.uint64, count=num_rows)
     masked = (((crcs >> 15) | (crcs << 17)) + _MASK_DELTA) & 0xFFFFFFFF
     out[:, 12 + width:] = masked.astype("<u4").view(np.uint8).reshape(num_rows, 4)
-    return out
+    return out, crcs, masked
 
 
 def frame_block(block: np.ndarray) -> np.ndarray:
@@ -261,15 +268,20 @@ def _readonly_bytes(data):
 class ChecksumWriter:
     """A write-only stream that passes every write to ``raw`` and extends the CRC32C (``crc``, an int) and the
     count (``bytes``) of the bytes written with it: the checksum of a file as written, computed while it is written
-    (``google_crc32c.extend``), never by reading it again."""
+    (``google_crc32c.extend``), never by reading it again. A write may bring the CRC32C of its bytes
+    (``crc``: fixed-width frames, from their record CRCs, ``checksum.frames_crc32c``); it is then combined in
+    (``checksum.combine``) instead of the bytes being read once more."""
 
     def __init__(self, raw: BinaryIO):
         self._raw, self.crc, self.bytes = raw, 0, 0
 
-    def write(self, data) -> int:
+    def write(self, data, crc: int | None = None) -> int:
         view = _readonly_bytes(data)
         self._raw.write(data)
-        self.crc = google_crc32c.extend(self.crc, view)
+        if crc is None:
+            self.crc = google_crc32c.extend(self.crc, view)
+        else:
+            self.crc = checksum.combine(self.crc, crc, len(view))
         self.bytes += len(view)
         return len(view)
 
@@ -340,7 +352,9 @@ class ShardWriter:
         if batch.tails is None:
             if self._lengths is not None:
                 self._lengths.append(np.full(batch.num_rows, batch.width, np.int64))
-            self._write(memoryview(frame_encoded(batch)).cast("B"), batch.num_rows)
+            framed, crcs, masked = _framed(batch.num_rows, batch.width, batch.layout.fill)
+            crc = checksum.frames_crc32c(batch.width, crcs, masked) if self._compression == "none" else None
+            self._write(memoryview(framed).cast("B"), batch.num_rows, crc)
         else:
             self.write_batch(batch.records())
 
@@ -351,7 +365,7 @@ class ShardWriter:
             raise ValueError("ShardWriter(index=False) keeps no record lengths")
         return index_text(np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64))
 
-    def _write(self, data, count: int) -> None:
+    def _write(self, data, count: int, crc: int | None = None) -> None:
         self.records += count
         self.bytes_in += len(data)
         if self._gz is not None:
@@ -359,7 +373,7 @@ class ShardWriter:
         elif self._z is not None:
             self._raw.write(self._z.compress(data))
         else:
-            self._raw.write(data)
+            self._raw.write(data, crc)
 
     def close(self) -> None:
         if self._gz is not None:
