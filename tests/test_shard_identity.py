@@ -60,6 +60,25 @@ def test_every_writer_records_each_shard_crc32c_and_size(tmp_path, writer, compr
     assert marker["shards"] == [{k: s[k] for k in ("file", "records", "bytes", "crc32c")} for s in meta["shards"]]
 
 
+def test_wide_rows_checksum_combined_from_record_crcs_across_ranges(tmp_path, monkeypatch):
+    """Rows of 3,000+ bytes, tensor-encoded, several row ranges per shard: each range's CRC32C is combined from its
+    record CRCs (checksum.frames_crc32c) into the shard's, which equals the CRC32C of the file."""
+    combined = []
+    frames_crc32c = checksum.frames_crc32c
+    monkeypatch.setattr(checksum, "frames_crc32c", lambda *a: combined.append(frames_crc32c(*a)) or combined[-1])
+    rng = np.random.default_rng(3)
+    with h5py.File(tmp_path / "in.h5", "w") as f:
+        f["image"] = rng.integers(0, 256, (500, 30, 25, 4), dtype=np.uint8)
+        f["id"] = np.arange(500, dtype="<i8")
+    out = tmp_path / "out"
+    assert convert(tmp_path / "in.h5", out, "--num_shards", "2", "--encoding", "tensor", "--target_range_mb",
+                   "0.1")[0] == 0
+    meta = json.loads((out / "metadata.json").read_text())
+    assert {f["name"]: f["shape"] for f in meta["features"]}["image"] == [30, 25, 4] and len(meta["shards"]) == 2
+    assert [s["crc32c"] for s in meta["shards"]] == [crc_of(out / s["file"]) for s in meta["shards"]]
+    assert len(combined) > 2 and None not in combined  # more ranges than shards, none read again
+
+
 def test_augment_rewrite_and_sidecar_shards_record_their_crc32c(tmp_path):
     make_rows(tmp_path / "in.h5", rows=300)
     assert convert(tmp_path / "in.h5", tmp_path / "out", "--num_shards", "2", "--compression", "gzip")[0] == 0
