@@ -152,7 +152,7 @@ def configure_filesystems(beam_argv: list[str]) -> None:
     FileSystems.set_options(PipelineOptions([str(a) for a in beam_argv if str(a) not in ("-h", "--help")]))
 
 
-_ERROR_NAMES = ("ConfigError", "SourceError", "SchemaError", "RecordError", "IncompleteOutputError")
+_ERROR_NAMES = ("ConfigError", "InputChangedError", "SourceError", "SchemaError", "RecordError", "IncompleteOutputError")
 
 
 def _etl_error_line(text: str) -> str | None:

@@ -183,3 +183,21 @@ def test_check_pin_names_what_changed(tmp_path):
     path.unlink()
     with pytest.raises(InputChangedError, match=r"Input file changed while it was read \(it is gone\)"):
         fileio.check_pin(str(path), pinned)
+
+
+def test_a_change_seen_by_a_worker_process_is_one_line(tmp_path, capsys, monkeypatch):
+    """In a worker process (multi_processing), the error comes back as a traceback's text: still one line."""
+    make_rows(tmp_path / "in.h5", rows=500)
+    prepare = convert_main.prepare_output_dir
+
+    def hooked(cfg, plan):
+        make_rows(tmp_path / "in.h5", rows=800)
+        return prepare(cfg, plan)
+    monkeypatch.setattr(convert_main, "prepare_output_dir", hooked)
+    code, _, err = convert(tmp_path / "in.h5", tmp_path / "out", "--num_shards", "2", "--runner=DirectRunner",
+                           "--direct_running_mode=multi_processing", "--direct_num_workers=2", capsys=capsys,
+                           beam=False)
+    assert code == 2 and "Traceback" not in err
+    line = next(ln for ln in err.splitlines() if ln.startswith("error: "))
+    assert line.startswith("error: InputChangedError: Input file changed while it was read (") and "run again" in line
+    assert not (tmp_path / "out" / "metadata.json").exists()
