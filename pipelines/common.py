@@ -258,8 +258,8 @@ def configure_filesystems(beam_argv: list[str]) -> None:
     FileSystems.set_options(PipelineOptions([str(a) for a in beam_argv if str(a) not in ("-h", "--help")]))
 
 
-_ERROR_NAMES = ("ConfigError", "SourceError", "SchemaError", "RecordError", "IncompleteOutputError",
-                "OutputError")
+_ERROR_NAMES = ("ConfigError", "InputChangedError", "SourceError", "SchemaError", "RecordError",
+                "IncompleteOutputError", "OutputError")
 
 
 def _etl_error_line(text: str) -> str | None:

@@ -57,6 +57,8 @@ def render(report: verify_lib.Report, verbose: bool = False) -> str:
         checks.append("tf.train.Example payloads")
     else:
         checks += ["record counts", "decoding with the recorded features"]
+    if report.checksums:
+        checks.append(f"shard CRC32Cs ({report.checksums} of {len(report.files)})")
     if report.manifest:
         checks.append("manifest")
     if report.source:

@@ -7,6 +7,7 @@ import gzip
 import json
 import shutil
 
+import google_crc32c
 import h5py
 import numpy as np
 import pytest
@@ -138,8 +139,12 @@ def test_one_changed_value_with_valid_crc_is_caught_only_by_the_source_compariso
     index, offset, _ = recs[5]
     write_records(path, [change_value(r, "meta/weights") if i == 5 else r for i, _, r in recs], compression)
     set_meta(out, shards=lambda shards: [dict(s, bytes=(out / s["file"]).stat().st_size) for s in shards])
+    code, stdout, _ = verify(out, capsys=capsys)  # the shard's CRC32C in metadata.json tells, without --source
+    assert code == 1 and f"[checksum] {path}: File's CRC32C is " in stdout, stdout
+    set_meta(out, shards=lambda shards: [dict(s, crc32c=google_crc32c.Checksum((out / s["file"]).read_bytes())
+                                              .hexdigest().decode()) for s in shards])
     code, stdout, _ = verify(out, capsys=capsys)
-    assert code == 0, stdout  # framing, CRCs, counts and decoding all hold
+    assert code == 0, stdout  # metadata.json rewritten too: framing, CRCs, checksums, counts and decoding all hold
     code, stdout, _ = verify(out, "--source", src, capsys=capsys)
     assert code == 1, stdout
     assert stdout.startswith("FAILED:")
@@ -480,7 +485,6 @@ def test_plain_files_with_a_feature_of_two_kinds_fail(tmp_path, capsys):
 
 def make_sidecar(outputs, tmp_path):
     """A hand-made sidecar collection over the planned output: the sidecar dir is a copy of it with a manifest."""
-    import google_crc32c
     original = copy_output(outputs, tmp_path, "planned")
     side = tmp_path / "side"
     shutil.copytree(original, side)

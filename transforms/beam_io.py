@@ -20,10 +20,10 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.metrics import Metrics
 
-from tfrecord_etl.transforms import (fileio, metadata, outdir, reader, sharding, sink, sources, splits, tfds_info,
+from tfrecord_etl.transforms import (fileio, metadata, outdir, sharding, sink, sources, splits, tfds_info,
                                     tfrecord)
 from tfrecord_etl.transforms.codec import EncodedBatch, FeatureSpec, encode_columns
-from tfrecord_etl.transforms.errors import RecordError, SchemaError
+from tfrecord_etl.transforms.errors import InputChangedError, RecordError, SchemaError
 from tfrecord_etl.transforms.planning import InputPlan, add_provenance, plan_inputs, shard_suffix
 from tfrecord_etl.transforms.sources import RowRange, Source, SourceOptions
 from tfrecord_etl.transforms.splits import SplitPlan
@@ -84,7 +84,7 @@ class ReadRowRangesFn(beam.DoFn):
         self._bytes = Metrics.counter(NAMESPACE, "bytes_read")
 
     def process(self, rr: RowRange):
-        columns = self._source.read(rr)
+        columns = self._source.read_pinned(rr)
         self._rows.inc(rr.num_rows)
         self._bytes.inc(sum(v.nbytes for v in columns.values() if isinstance(v, np.ndarray)))
         yield rr, columns
@@ -218,12 +218,13 @@ def read_and_encode(source: Source, rr: RowRange, specs, allow_lossy=(), provena
     become letters and the others are written.
 
     Raises:
-      Exception: whatever reading or encoding raised, when not ``dead_letters``.
+      Exception: whatever reading or encoding raised, when not ``dead_letters``. InputChangedError: a file changed
+        since planning (``Source.read_pinned``), dead letters or not.
     """
     try:
-        return encode_splits(rr, source.read(rr), specs, allow_lossy, provenance, split_plan), []
+        return encode_splits(rr, source.read_pinned(rr), specs, allow_lossy, provenance, split_plan), []
     except Exception as e:  # noqa: BLE001 - any failure of one range is its dead letter
-        if not dead_letters:
+        if not dead_letters or isinstance(e, InputChangedError):  # a changed input stops the run
             raise
         if not (rr.item_files and rr.num_rows > 1):
             log.warning("Dead-lettering %s: %s", rr.describe(), e)
@@ -291,7 +292,8 @@ class WriteShardFn(beam.DoFn):
     """Writes one planned shard: reads its row ranges in order, encodes each in one call, frames the batch
     (google-crc32c) into a temporary file, and commits it under its final name when the records written plus
     the rows dead-lettered equal the rows planned (``sink.shard_writer``). Yields ``{"file", "records", "bytes",
-    "dead_rows", "dead_letters"[, "index"]}`` (``dead_letters``: :func:`dead_range` of each letter); with
+    "crc32c", "dead_rows", "dead_letters"[, "index"]}`` (``crc32c``: of the file's bytes, computed while they are
+    written; ``dead_letters``: :func:`dead_range` of each letter); with
     ``index`` the shard's ``tfrecord2idx`` index file is written with it.
 
     With ``split_plan`` the shard's rows go to one file per split, written side by side by the same worker
@@ -363,7 +365,7 @@ class WriteShardFn(beam.DoFn):
         out = []
         for (split, f), writer in zip(files, writers):
             entry = {"file": f, "records": writer.records, "bytes": fileio.size(fileio.join(self._output_dir, f)),
-                     "dead_rows": 0}
+                     "crc32c": writer.crc32c, "dead_rows": 0}
             if split is not None:
                 entry["split"] = split
             if self._index:
@@ -420,8 +422,8 @@ class KeyShuffledRecordsFn(beam.DoFn):
 class WriteShuffledShardFn(beam.DoFn):
     """``--shuffle_seed``: one shard's grouped ``(key, record)`` values (and a ``None`` per shard, so an empty shard
     is written too) -> the shard file, records in key order, committed through ``sink.shard_writer``. Holds the
-    shard's records in memory (about ``--target_shard_mb``). Yields ``{"file", "records", "bytes"[, "split",
-    "index"]}``."""
+    shard's records in memory (about ``--target_shard_mb``). Yields ``{"file", "records", "bytes", "crc32c"[,
+    "split", "index"]}``."""
 
     def __init__(self, output_dir: str, prefix: str, compression: str, num_shards: int,
                  split_names: Sequence[str] = (), index=False):
@@ -442,7 +444,8 @@ class WriteShuffledShardFn(beam.DoFn):
         with sink.shard_writer(final, self._compression, self._index) as writer:
             for i in range(0, len(records), 4096):
                 writer.write_batch([r for _, r in records[i:i + 4096]])
-        out = {"file": name, "records": writer.records, "bytes": fileio.size(final), "dead_rows": 0}
+        out = {"file": name, "records": writer.records, "bytes": fileio.size(final), "crc32c": writer.crc32c,
+               "dead_rows": 0}
         if self._names:
             out["split"] = self._names[split]
         if self._index:
@@ -471,10 +474,16 @@ class WritePlannedShards(beam.PTransform):
 
 
 def count_shard(path: str, compression: str, index: bool = False) -> dict:
-    """``{"file", "records", "bytes"[, "index"]}`` of one written shard, by walking its frames (CRCs checked);
-    with ``index`` its ``tfrecord2idx`` index file is written from the same walk."""
-    lengths = [len(record) for _, _, record in reader.iter_records(path, compression)]
-    out = {"file": fileio.basename(path), "records": len(lengths), "bytes": fileio.size(path)}
+    """``{"file", "records", "bytes", "crc32c"[, "index"]}`` of one shard written by Beam's ``WriteToTFRecord``, by
+    walking its frames (CRCs checked) once: the file's CRC32C is computed in the same pass (Beam's sink gives no
+    hook on the bytes it writes); with ``index`` its ``tfrecord2idx`` index file is written from the same walk."""
+    tfrecord.check_regular(path)
+    with fileio.open_read(path) as raw:
+        stream = tfrecord.ChecksumReader(raw)
+        lengths = [len(record) for _, _, record in
+                   tfrecord.iter_records(tfrecord.open_decompressed(stream, compression), path)]
+        stream.drain()
+    out = {"file": fileio.basename(path), "records": len(lengths), "bytes": stream.bytes, "crc32c": stream.crc32c}
     if index:
         out["index"] = fileio.basename(sink.write_index(path, tfrecord.index_text(np.array(lengths, np.int64))))
     return out

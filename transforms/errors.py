@@ -56,6 +56,11 @@ class SourceError(EtlError):
     """An input file cannot be matched, opened or read (names the file, dataset/member and row range)."""
 
 
+class InputChangedError(SourceError):
+    """An input file changed between the run's planning and its read (size, modification time or checksum):
+    the run stops, never dead-letters it, and nothing is committed; running again reads the new version."""
+
+
 class SchemaError(EtlError):
     """Dtypes, shapes or feature names that cannot be encoded as asked (unsupported dtype, lossy cast, ...)."""
 

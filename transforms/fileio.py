@@ -13,7 +13,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
 
-from tfrecord_etl.transforms.errors import SourceError
+from tfrecord_etl.transforms.errors import InputChangedError, SourceError
 
 _RAW = CompressionTypes.UNCOMPRESSED
 
@@ -430,6 +430,46 @@ def size(path: str) -> int:
         return FileSystems.match([escape_glob(path)])[0].metadata_list[0].size_in_bytes
     except (OSError, IndexError, Exception) as e:  # noqa: BLE001 - BeamIOError for a missing remote path
         raise SourceError(f"Cannot read the size of the file: {e}", file=path) from None
+
+
+def pin(path: str, known_size: int | None = None) -> tuple[int, int | None]:
+    """What a run records of an input when it plans, to tell at read time that the input is the one planned:
+    ``(size in bytes, st_mtime_ns)`` of a local file (one ``os.stat``, symlinks followed); ``(size, None)`` of a
+    remote object (``known_size`` as given, e.g. from the listing, else asked for), whose version its reads pin by ETag
+    or generation (:class:`_RemoteObject`).
+
+    Raises:
+      SourceError: the file cannot be stat'ed.
+    """
+    if is_local(path):
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            raise SourceError(f"Cannot read the size of the file: {e.strerror}", file=path) from None
+        return st.st_size, st.st_mtime_ns
+    return (size(path) if known_size is None else known_size), None
+
+
+def check_pin(path: str, pinned: tuple[int, int | None], what: str = "Input file") -> None:
+    """Raises InputChangedError (``<what> changed while it was read (...): run again``, naming the file) when
+    ``path`` is gone or differs from ``pinned`` (:func:`pin`): in size, or for a local file in its modification
+    time (``st_mtime_ns``: a rewrite of the same size). A remote object is compared by size only."""
+    planned_size, planned_mtime = pinned
+    try:
+        if planned_mtime is not None:
+            st = os.stat(path)
+            now = st.st_size, st.st_mtime_ns
+        else:
+            now = size(path), None
+    except (OSError, SourceError):
+        now = None
+    if now == (planned_size, planned_mtime):
+        return
+    detail = ("it is gone" if now is None else
+              f"{now[0]} bytes, {planned_size} when the run was planned" if now[0] != planned_size else
+              "rewritten: its modification time is not the one planned")
+    raise InputChangedError(f"{what} changed while it was read ({detail}): run again", file=path,
+                            hint="wait until whatever writes it has finished, then run the command again")
 
 
 def delete(paths: list[str]) -> None:

@@ -6,13 +6,20 @@ and every reader refuses it. Format (``"format": "tfrecord-etl/1"``)::
     {"format": "tfrecord-etl/1", "tool_version": "0.1.0", "created": "2026-11-23T10:00:00Z",
      "compression": "none" | "gzip" | "zlib",
      "features": [{"name": "images", "dtype": "|u1", "shape": [64, 64, 3], "encoding": "tensor"}, ...],
-     "shards": [{"file": "data-00000-of-00002.tfrecord", "records": 5000, "bytes": 61440000}, ...],
+     "shards": [{"file": "data-00000-of-00002.tfrecord", "records": 5000, "bytes": 61440000,
+                 "crc32c": "1c291ca3"}, ...],
      "num_records": 10000, "sources": [{"path": "in.h5", "rows": 10000}], "writer": "beam",
      "options": {...the validated config...}}
 
 A convert run adds ``rows_read`` and ``rows_dead_lettered``, and with ``--dead_letter_dir`` the rows that have no
 record: ``"dead_letters": [{"file": "in.h5", "start": 300, "stop": 400, "rows": 100, "error": "SourceError"}]``
 (``beam_io.dead_range``; files modes add ``"files"``), which ``verify --source`` expects to be absent.
+
+Each shard's ``bytes`` and ``crc32c`` (the CRC32C of the file's bytes as stored, compressed ones for ``.gz`` and
+``.deflate`` shards, as 8 hex digits like GCS's ``crc32c`` and ``google_crc32c.Checksum.hexdigest``) are its
+identity: computed while it is written (``tfrecord.ShardWriter``), checked by ``verify``, by the index readers
+(``reader.RandomAccess``) and by ``augment`` reading the output as its input. Outputs of earlier versions have no
+``crc32c``; they are read as before, without that check.
 
 ``schema.pbtxt`` is a tensorflow_metadata Schema with one feature per Example feature (dense shapes
 for fixed ``list`` features; a single bytes value for ``tensor`` features; ``varlen`` features optional,
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from typing import Sequence
 
 from tfrecord_etl.transforms import fileio
@@ -31,6 +39,7 @@ from tfrecord_etl.transforms.outdir import METADATA_FILE, SCHEMA_FILE  # noqa: F
 
 FORMAT = "tfrecord-etl/1"
 VERSION = "0.1.0"
+_CRC32C = re.compile(r"[0-9a-f]{8}")
 
 
 def example_features(spec: FeatureSpec) -> list[tuple[str, str, tuple | None]]:
@@ -150,7 +159,8 @@ def build(specs, shards, compression, sources, writer, options) -> dict:
 
 
 def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec], expected_version: str | None = None) -> None:
-    """Writes ``schema.pbtxt`` and then ``metadata.json``, the commit point, each through ``sink.committed_file``.
+    """Writes ``schema.pbtxt``, the shards' sizes and checksums into the run marker (``outdir.record_shards``), and
+    then ``metadata.json``, the commit point, each through ``sink.committed_file``.
 
     ``expected_version``: on S3 and GCS, the version of ``metadata.json`` the run started from
     (``fileio.version``, recorded by ``outdir.prepare``; ``fileio.ABSENT`` for none): ``metadata.json`` is then
@@ -160,8 +170,9 @@ def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec], expected_ve
     Raises:
       OutputError: another run committed ``output_dir`` since this run started.
     """
-    from tfrecord_etl.transforms import sink
+    from tfrecord_etl.transforms import outdir, sink
     sink.write_file(fileio.join(output_dir, SCHEMA_FILE), schema_text(specs).encode())
+    outdir.record_shards(output_dir, meta["shards"])
     path = fileio.join(output_dir, METADATA_FILE)
     if expected_version is None or fileio.is_local(output_dir):
         sink.write_json(path, meta)
@@ -185,6 +196,22 @@ def load(output_dir: str) -> dict:
       IncompleteOutputError: no ``metadata.json`` (a run in progress, crashed, or not our output).
       SchemaError: the file is not valid metadata.
     """
+    return load_with_digest(output_dir)[0]
+
+
+def digest(data: bytes) -> str:
+    """The identity of one version of a ``metadata.json``: the SHA-256 of its bytes, in hex."""
+    import hashlib
+    return hashlib.sha256(data).hexdigest()
+
+
+def load_with_digest(output_dir: str) -> tuple[dict, str]:
+    """``(metadata, digest of the bytes it was parsed from)`` of a complete output directory (:func:`load`): a run
+    that reads the output as its input keeps the digest and compares it again when it commits (augment).
+
+    Raises:
+      IncompleteOutputError, SchemaError: as :func:`load`.
+    """
     path = fileio.join(output_dir, METADATA_FILE)
     if not fileio.exists(path):
         from tfrecord_etl.transforms import outdir
@@ -197,7 +224,8 @@ def load(output_dir: str) -> dict:
                                     "crashed) or was not written by tfrecord-etl", file=output_dir,
                                     hint="re-run the command that writes it")
     try:
-        meta = json.loads(fileio.read_bytes(path))
+        data = fileio.read_bytes(path)
+        meta = json.loads(data)
         if meta.get("format") != FORMAT:
             raise ValueError(f"format {meta.get('format')!r}, expected {FORMAT!r}")
         meta["features"] = [_checked(FeatureSpec.from_json(f)) for f in meta["features"]]
@@ -210,11 +238,13 @@ def load(output_dir: str) -> dict:
                 raise ValueError(f"shard {name!r} names a split {shard['split']!r} that 'splits' does not list")
             if not isinstance(shard["records"], int) or shard["records"] < 0:
                 raise ValueError(f"shard {name!r} has a bad record count {shard['records']!r}")
+            if "crc32c" in shard and not (isinstance(shard["crc32c"], str) and _CRC32C.fullmatch(shard["crc32c"])):
+                raise ValueError(f"shard {name!r} has a bad crc32c {shard['crc32c']!r} (8 hex digits expected)")
     except SchemaError as e:
         raise e.with_context(file=path) from None
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # RecursionError: deep JSON
         raise SchemaError(f"Invalid metadata.json: {str(e)[:300]}", file=path) from None
-    return meta
+    return meta, digest(data)
 
 
 def _plain_name(name) -> bool:

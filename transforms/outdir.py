@@ -480,6 +480,23 @@ def discard_uncommitted(output_dir: str, written: Iterable[str]) -> None:
         delete_names(output_dir, gone)
 
 
+def record_shards(output_dir: str, shards: Iterable[dict]) -> None:
+    """Adds to the run marker, just before ``metadata.json`` is written, each committed shard it lists, with its
+    record count, size (bytes) and CRC32C: the marker then says what this run's shards are, not only their names.
+    Nothing is written when the directory has no marker of ours or it lists none of ``shards`` (a pipeline built
+    without ``prepare``)."""
+    path = fileio.join(output_dir, MARKER_FILE)
+    marker = _read_json(path)
+    if marker is None or marker.get("format") != MARKER_FORMAT:
+        return
+    listed = _plain_names(marker.get("files"))
+    entries = [{k: s[k] for k in ("file", "records", "bytes", "crc32c", "index", "split") if k in s}
+               for s in shards if s.get("file") in listed]
+    if entries:
+        from tfrecord_etl.transforms import sink  # sink imports this module's names
+        sink.write_json(path, {**marker, "shards": entries}, default=str)
+
+
 def remove_temporaries(output_dir: str, files: Iterable[str]) -> None:
     """Deletes the ``.tmp-<name>-<hex>`` temporaries of ``files`` (killed or duplicate attempts), by exact name."""
     files = set(files)

@@ -154,7 +154,8 @@ def input_format(pattern: str, files: Sequence[tuple[str, int]], options: Source
 
 
 def plan_inputs(pattern: str, options: SourceOptions) -> InputPlan:
-    """Matches ``pattern``, indexes every file and plans row ranges of ``options.target_range_bytes``.
+    """Matches ``pattern``, pins (size, modification time) and indexes every file and plans row ranges of
+    ``options.target_range_bytes``.
 
     Raises:
       SourceError, SchemaError: unmatched pattern, unreadable file, unsupported dtype, features that
@@ -166,6 +167,7 @@ def plan_inputs(pattern: str, options: SourceOptions) -> InputPlan:
     data = [(path, size) for path, size in files if not source.is_sidecar(path)]
     if not data:
         raise SourceError(f"Every file matching the pattern is a {fmt} sidecar, none holds data", file=pattern)
+    source.pin_files([path for path, _ in data])  # checked when each row range is read (Source.read_pinned)
     indexes = source.index_files(pattern, data) or index_concurrently(source, [path for path, _ in data])
     specs = sources.merge_specs(indexes, loose=source.loose)
     if sources.files_mode(source):  # all files together are one sequence of rows

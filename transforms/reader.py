@@ -199,16 +199,21 @@ class RandomAccess:
     :func:`iter_numpy`), ``ra.record(i)`` (the serialized Example).
 
     Each read checks the frame (length against the index, both CRCs); each index file is checked against its
-    shard (records as in the metadata, offsets that follow each other and end at the shard's size).
+    shard (records as in the metadata, offsets that follow each other and end at the shard's size). Before a
+    shard's offsets are used, the shard is checked to be the one metadata.json lists (:func:`check_shard`): its
+    size, and with ``check_checksums`` (default) its CRC32C, read once per process and file version, so a shard
+    swapped with, or replaced by, another of the same size is refused rather than read at the other's offsets.
 
     Raises (at construction or on access):
       IncompleteOutputError: no metadata.json. ConfigError: compressed shards (offsets index the uncompressed
       stream: re-convert with ``--compression none``). IndexError: ``i`` outside ``[-len, len)``.
-      RecordError: an index file that does not match its shard, or a corrupt record (file, record, offset).
+      RecordError: a shard that is not the one metadata.json lists, an index file that does not match its
+      shard, or a corrupt record (file, record, offset).
     """
 
     def __init__(self, output_dir: str, features: Sequence[str] | None = None,
-                 max_record_bytes: int | None = None, max_features: int | None = None, split: str | None = None):
+                 max_record_bytes: int | None = None, max_features: int | None = None, split: str | None = None,
+                 check_checksums: bool = True):
         from tfrecord_etl.transforms.errors import ConfigError
         meta = metadata.select_split(metadata.load(output_dir), split, output_dir)
         if meta["compression"] != "none":
@@ -223,6 +228,7 @@ class RandomAccess:
         self._offsets: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._limit = tfrecord.record_limit() if max_record_bytes is None else max_record_bytes
         self._max_features = max_features
+        self._check_checksums = check_checksums
 
     def __len__(self) -> int:
         return int(self._ends[-1]) if len(self._ends) else 0
@@ -240,6 +246,7 @@ class RandomAccess:
         if k not in self._offsets:
             shard, path = self._shards[k], self._paths[k]
             size = fileio.size(path)
+            check_shard(shard, path, size, self._check_checksums)
             if "index" in shard:
                 where = fileio.join(self._dir, shard["index"])
                 if fileio.size(where) > 48 * (shard["records"] + 1):  # a line is at most 2 x 20 digits + 2
@@ -279,12 +286,65 @@ class RandomAccess:
                               offset=int(self._frames(k)[0][j]), payload_offset=e.context.get("offset")) from None
 
 
-def get(output_dir: str, i: int, features: Sequence[str] | None = None, split: str | None = None
-        ) -> dict[str, np.ndarray]:
+def get(output_dir: str, i: int, features: Sequence[str] | None = None, split: str | None = None,
+        check_checksums: bool = True) -> dict[str, np.ndarray]:
     """Example ``i`` (global index, in shard order; of ``split`` when given) of an output directory as
     ``{name: np.ndarray}``: one seek and one read (see :class:`RandomAccess`; keep one of those for many reads, it
-    caches the offsets)."""
-    return RandomAccess(output_dir, features, split=split)[i]
+    caches the offsets), after the shard's identity check (:func:`check_shard`)."""
+    return RandomAccess(output_dir, features, split=split, check_checksums=check_checksums)[i]
+
+
+# (path, device, inode, size, st_mtime_ns, st_ctime_ns) of a local shard whose CRC32C matched its metadata
+_CHECKED: set[tuple] = set()
+
+
+def _file_version(path: str) -> tuple | None:
+    """What identifies one version of a local file for :data:`_CHECKED` (a rename, rewrite or copy changes it:
+    ``st_ctime_ns`` moves on every rename); None for remote objects, which are not remembered."""
+    if not fileio.is_local(path):
+        return None
+    import os
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def check_shard(shard: dict, path: str, size: int | None = None, check_checksum: bool = True) -> None:
+    """Checks that the file at ``path`` is the shard of the metadata.json entry ``shard``, before offsets into it
+    are trusted: its size against ``shard["bytes"]`` (a stat), then, with ``check_checksum`` and when the entry
+    records one, the CRC32C of its bytes against ``shard["crc32c"]``. The checksum costs one read of the whole
+    shard (google-crc32c in C: at page-cache speed, about 0.1 s for a 192 MB shard); a local shard that matched
+    is remembered for the process, by path, inode, size, modification and change time, so later
+    ``RandomAccess`` objects and :func:`get` calls do not read it again until it is renamed, rewritten or replaced.
+    An entry without ``crc32c`` (an output of an earlier version) is checked by size alone.
+
+    Why not size and modification time alone: a shard swapped with another by renaming keeps its own mtime, and
+    shards written within one clock tick of the file system (small shards, one worker) share it; copies and
+    restores change it. The checksum is what tells two shards of the same size apart.
+
+    Raises:
+      RecordError: naming the shard, what differs, and what to do.
+    """
+    hint = "the output was changed after it was written: check it with python -m pipelines.verify DIR, and " \
+           "convert it again"
+    size = fileio.size(path) if size is None else size
+    if isinstance(shard.get("bytes"), int) and size != shard["bytes"]:
+        raise RecordError(f"Shard holds {size} bytes, metadata.json says {shard['bytes']}: it was truncated, "
+                          "replaced or swapped with another after it was written", file=path, hint=hint)
+    expected = shard.get("crc32c")
+    if not check_checksum or not isinstance(expected, str):
+        return
+    version = _file_version(path)
+    if version is not None and version in _CHECKED:
+        return
+    got_size, got = file_crc32c(path)
+    if (got_size, got) != (size, expected):
+        raise RecordError(f"Shard's CRC32C is {got}, metadata.json says {expected}: it was replaced by another "
+                          "file or swapped with another shard after it was written", file=path, hint=hint)
+    if version is not None and version == _file_version(path):
+        _CHECKED.add(version)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import BinaryIO, Iterable, Iterator
 import google_crc32c
 import numpy as np
 
+from tfrecord_etl.transforms import checksum
 from tfrecord_etl.transforms.errors import RecordError, SourceError
 
 COMPRESSIONS = ("none", "gzip", "zlib")
@@ -75,6 +76,12 @@ def frame_fixed(num_rows: int, width: int, fill) -> np.ndarray:
 
     Returns a ``(rows, 16 + width)`` uint8 array whose bytes are the framed records.
     """
+    return _framed(num_rows, width, fill)[0]
+
+
+def _framed(num_rows: int, width: int, fill) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`frame_fixed`'s buffer, with the records' data CRCs and masked data CRCs (uint64 arrays), from which
+    ``checksum.frames_crc32c`` combines the CRC32C of the framed bytes without reading them."""
     out = np.empty((num_rows, 16 + width), np.uint8)
     length = struct.pack("<Q", width)
     out[:, :8] = np.frombuffer(length, np.uint8)
@@ -85,7 +92,7 @@ def frame_fixed(num_rows: int, width: int, fill) -> np.ndarray:
     crcs = np.fromiter((value(row) for row in data), dtype=np.uint64, count=num_rows)
     masked = (((crcs >> 15) | (crcs << 17)) + _MASK_DELTA) & 0xFFFFFFFF
     out[:, 12 + width:] = masked.astype("<u4").view(np.uint8).reshape(num_rows, 4)
-    return out
+    return out, crcs, masked
 
 
 def frame_block(block: np.ndarray) -> np.ndarray:
@@ -246,17 +253,85 @@ def unframe(frame: bytes, path: str = "<stream>", record: int = 0, offset: int =
     return data
 
 
+def crc32c_hex(crc: int) -> str:
+    """A CRC32C as metadata.json records it: 8 lower-case hex digits, most significant first (as
+    ``google_crc32c.Checksum.hexdigest`` and GCS's ``crc32c`` in hex)."""
+    return f"{crc:08x}"
+
+
+def _readonly_bytes(data):
+    """``data`` as google-crc32c takes it (its C functions refuse memoryviews): bytes as they are, any other
+    buffer as a uint8 NumPy view of the same memory (no copy)."""
+    return data if type(data) is bytes else np.frombuffer(data, np.uint8)
+
+
+class ChecksumWriter:
+    """A write-only stream that passes every write to ``raw`` and extends the CRC32C (``crc``, an int) and the
+    count (``bytes``) of the bytes written with it: the checksum of a file as written, computed while it is written
+    (``google_crc32c.extend``), never by reading it again. A write may bring the CRC32C of its bytes
+    (``crc``: fixed-width frames, from their record CRCs, ``checksum.frames_crc32c``); it is then combined in
+    (``checksum.combine``) instead of the bytes being read once more."""
+
+    def __init__(self, raw: BinaryIO):
+        self._raw, self.crc, self.bytes = raw, 0, 0
+
+    def write(self, data, crc: int | None = None) -> int:
+        view = _readonly_bytes(data)
+        self._raw.write(data)
+        if crc is None:
+            self.crc = google_crc32c.extend(self.crc, view)
+        else:
+            self.crc = checksum.combine(self.crc, crc, len(view))
+        self.bytes += len(view)
+        return len(view)
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+
+class ChecksumReader:
+    """A read-only stream over ``raw`` that counts (``bytes``) the bytes read through it and extends their CRC32C
+    (``crc``, an int; :attr:`crc32c` as 8 hex digits) with them: the checksum of the stored bytes (compressed as
+    stored) folded into the pass that reads a file."""
+
+    def __init__(self, raw: BinaryIO):
+        self._raw, self.crc, self.bytes = raw, 0, 0
+        self.mode, self.name = "rb", getattr(raw, "name", "")
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._raw.read() if n is None or n < 0 else self._raw.read(n)
+        if data:
+            self.crc = google_crc32c.extend(self.crc, _readonly_bytes(data))
+            self.bytes += len(data)
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+    def drain(self) -> None:
+        """Reads (and counts) the rest of the stream: the bytes after the last frame (a gzip trailer) count too."""
+        while self.read(READ_CHUNK):
+            pass
+
+    @property
+    def crc32c(self) -> str:
+        return crc32c_hex(self.crc)
+
+
 class ShardWriter:
     """Writes framed records to a binary stream, compressed as asked; counts records and bytes.
 
     ``write_batch`` frames and writes a whole batch in one call. ``close`` flushes the compressor
     but does not close the underlying stream. With ``index``, the data length of every record is kept
-    (8 bytes per record) for :meth:`index_text`.
+    (8 bytes per record) for :meth:`index_text`. The bytes written to the stream (compressed ones for gzip and
+    zlib) are counted (:attr:`bytes_out`) and checksummed (:attr:`crc32c`) as they are written, through a
+    :class:`ChecksumWriter`: the shard's size and CRC32C in metadata.json without a second pass over the file.
     """
 
     def __init__(self, raw: BinaryIO, compression: str = "none", index: bool = False):
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
+        raw = self._out = ChecksumWriter(raw)
         self._raw, self._compression = raw, compression
         self._lengths: list[np.ndarray] | None = [] if index else None
         # No file name and mtime 0 in the gzip header: the same records give byte-identical files.
@@ -277,7 +352,9 @@ class ShardWriter:
         if batch.tails is None:
             if self._lengths is not None:
                 self._lengths.append(np.full(batch.num_rows, batch.width, np.int64))
-            self._write(memoryview(frame_encoded(batch)).cast("B"), batch.num_rows)
+            framed, crcs, masked = _framed(batch.num_rows, batch.width, batch.layout.fill)
+            crc = checksum.frames_crc32c(batch.width, crcs, masked) if self._compression == "none" else None
+            self._write(memoryview(framed).cast("B"), batch.num_rows, crc)
         else:
             self.write_batch(batch.records())
 
@@ -288,7 +365,7 @@ class ShardWriter:
             raise ValueError("ShardWriter(index=False) keeps no record lengths")
         return index_text(np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64))
 
-    def _write(self, data, count: int) -> None:
+    def _write(self, data, count: int, crc: int | None = None) -> None:
         self.records += count
         self.bytes_in += len(data)
         if self._gz is not None:
@@ -296,13 +373,23 @@ class ShardWriter:
         elif self._z is not None:
             self._raw.write(self._z.compress(data))
         else:
-            self._raw.write(data)
+            self._raw.write(data, crc)
 
     def close(self) -> None:
         if self._gz is not None:
             self._gz.close()
         elif self._z is not None:
             self._raw.write(self._z.flush())
+
+    @property
+    def bytes_out(self) -> int:
+        """Bytes written to the stream so far (the file's size once :meth:`close` ran)."""
+        return self._out.bytes
+
+    @property
+    def crc32c(self) -> str:
+        """CRC32C of the bytes written to the stream so far (8 hex digits; the whole file's once closed)."""
+        return crc32c_hex(self._out.crc)
 
 
 _READ_ERRORS = (OSError, EOFError, zlib.error, MemoryError, OverflowError)

@@ -15,7 +15,7 @@ from tfrecord_etl.transforms.errors import RecordError, SourceError
 from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT
 from tfrecord_etl.transforms.sources import RowRange
 from tfrecord_etl.transforms.augment.common import frame_error, NAMESPACE
-from tfrecord_etl.transforms.augment.collection import batches, InputShard, iter_shard
+from tfrecord_etl.transforms.augment.collection import batches, check_collection, InputShard, iter_shard
 from tfrecord_etl.transforms.augment.values import decode_inputs, decode_record
 from tfrecord_etl.transforms.augment.join import JoinPlan, key_of, read_source_rows, _stack_joined
 from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter, learned_specs, observe_batch
@@ -74,7 +74,7 @@ class ReadJoinRowsFn(beam.DoFn):
 
     def process(self, rr: RowRange):
         join = self._join
-        columns = join.source.read(rr)
+        columns = join.source.read_pinned(rr)
         keys = columns[join.join_key]
         for i in range(rr.num_rows):
             where = {"file": rr.path, "row": rr.start + i, "feature": join.join_key}
@@ -125,10 +125,13 @@ class AugmentShardFn(beam.DoFn):
     The output is written to ``.tmp-<name>-<uuid4>`` in the output directory and renamed to ``<name>``
     when complete (a retried attempt writes its own temporary file; the last rename wins, so exactly one
     final file exists); on failure the temporary file is deleted. Yields ``{"index", "input", "file",
-    "records_in", "records", "bytes", "input_bytes", "crc32c", "compression"}``.
+    "records_in", "records", "bytes", "crc32c", "input_bytes", "input_crc32c", "compression"}`` (``crc32c``: the
+    output shard's, computed while it is written; ``input_*``: of the input shard's bytes as read).
 
     Raises:
       RecordError: records in != records out, or != the count in the input metadata.
+      InputChangedError: the input shard is not the one planned (size, modification time, or CRC32C against its
+        metadata: ``collection.iter_shard``); the output shard is then not committed.
     """
 
     def __init__(self, plan: AugmentPlan):
@@ -182,7 +185,8 @@ class AugmentShardFn(beam.DoFn):
         self._shards.inc()
         self._clock.end()
         yield {"index": shard.index, "input": shard.path, "file": shard.output_file, "records_in": count,
-               "records": writer.records, "bytes": size, "input_bytes": tally["bytes"], "crc32c": tally["crc32c"],
+               "records": writer.records, "bytes": size, "crc32c": writer.crc32c, "input_bytes": tally["bytes"],
+               "input_crc32c": tally["crc32c"],
                "compression": shard.compression, "features": None if stats is None else stats.to_json(),
                "split": shard.split}
 
@@ -261,7 +265,7 @@ def manifest(plan: AugmentPlan, results: Sequence[dict]) -> dict:
         "inferred": plan.collection.inferred,
         "features": [s.to_json() for s in plan.collection.specs],
         "shards": [{"input": _absolute(r["input"]), "compression": r["compression"], "records": r["records_in"],
-                    "bytes": r["input_bytes"], "crc32c": r["crc32c"], "sidecar": r["file"]} for r in results],
+                    "bytes": r["input_bytes"], "crc32c": r["input_crc32c"], "sidecar": r["file"]} for r in results],
         "num_records": sum(r["records_in"] for r in results),
     }
 
@@ -271,11 +275,13 @@ def _absolute(path: str) -> str:
 
 
 class FinalizeAugmentFn(beam.DoFn):
-    """Checks records in = records out (per shard and in total), writes ``manifest.json`` (sidecar) and,
+    """Checks records in = records out (per shard and in total) and that the input is still the collection planned
+    (``collection.check_collection``: its metadata.json unchanged), writes ``manifest.json`` (sidecar) and,
     last, ``schema.pbtxt`` + ``metadata.json``; removes temporaries of killed attempts.
 
     Raises:
       RecordError: a shard missing or duplicated, or records lost.
+      InputChangedError: the input collection changed while it was read; nothing is committed.
     """
 
     def __init__(self, plan: AugmentPlan):
@@ -294,6 +300,7 @@ class FinalizeAugmentFn(beam.DoFn):
         if bad or total_in != total_out or (expected is not None and expected != total_in):
             raise RecordError(f"Records in ({total_in}) != records out ({total_out}) (metadata: {expected})",
                               file=bad[0] if bad else plan.output_dir, hint="re-run; report it if it happens again")
+        check_collection(plan.collection)
         corrections = []
         if plan.collection.observed:  # the features every record satisfies, not the sample's guess
             stats = FeatureStats()
@@ -305,7 +312,7 @@ class FinalizeAugmentFn(beam.DoFn):
         if plan.mode == "sidecar":
             sink.write_json(fileio.join(plan.output_dir, MANIFEST_FILE), manifest(plan, results))
         specs = plan.output_specs
-        shards = [{"file": r["file"], "records": r["records"], "bytes": r["bytes"],
+        shards = [{"file": r["file"], "records": r["records"], "bytes": r["bytes"], "crc32c": r["crc32c"],
                    **({"split": r["split"]} if r.get("split") else {})} for r in results]
         sources = [{"path": r["input"], "records": r["records_in"]} for r in results]
         meta = metadata.build(specs, shards, plan.output_compression, sources, "augment", plan.options)

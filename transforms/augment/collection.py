@@ -5,11 +5,9 @@ import dataclasses
 import itertools
 from typing import Iterable, Iterator, Sequence
 
-import google_crc32c
-
 from tfrecord_etl.transforms import fileio, metadata, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, infer_feature_specs
-from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
+from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, RecordError, SchemaError
 from tfrecord_etl.transforms.augment.common import INFER_RECORDS, PROBE_RECORDS, _with
 
 
@@ -27,6 +25,10 @@ class InputShard:
       records: record count from the input metadata, or None when unknown.
       offset: index of the shard's first record in the collection (position join), or None.
       split: the shard's split (``--splits`` / ``--split`` / TFDS outputs), kept in the output's metadata.
+      pin: what planning recorded of the file (``fileio.pin``: size in bytes (the metadata's, when it records
+        one), and a local file's modification time), checked when the shard is read; None: not checked.
+      crc32c: the shard's CRC32C from the input metadata (8 hex digits), compared with the bytes read; None when
+        the metadata records none (older outputs, collections without metadata).
     """
 
     index: int
@@ -36,6 +38,8 @@ class InputShard:
     records: int | None = None
     offset: int | None = None
     split: str | None = None
+    pin: tuple[int, int | None] | None = None
+    crc32c: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +52,8 @@ class InputCollection:
     specs: tuple[FeatureSpec, ...]
     inferred: bool
     schema_file: str | None = None
+    metadata_path: str | None = None  # the input's metadata.json, read at planning
+    metadata_digest: str | None = None  # ... and the digest of its bytes then (metadata.digest)
 
     @property
     def observed(self) -> bool:
@@ -115,40 +121,45 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
         (default ``tfrecord.record_limit()``), more than ``max_features`` features (default
         ``codec.MAX_FEATURES``) in a record or in the sample.
     """
-    meta, counts = None, {}
+    meta, counts, sizes, digest, meta_dir = None, {}, {}, None, None
     if fileio.is_dir(pattern):
         if not fileio.exists(fileio.join(pattern, metadata.METADATA_FILE)):
             raise ConfigError("--input is a directory without metadata.json (not a complete tfrecord-etl output)",
                               file=pattern, hint="pass a file pattern of its TFRecord shards, e.g. "
                                                  f"'{suggest_pattern(pattern)}'")
-        meta = metadata.load(pattern)
+        (meta, digest), meta_dir = metadata.load_with_digest(pattern), pattern
         paths = metadata.shard_paths(pattern, meta)
     else:
-        paths = [p for p, _ in fileio.match(pattern)]
+        matched = fileio.match(pattern)
+        paths, sizes = [p for p, _ in matched], dict(matched)
         parents = {p[:len(p) - len(fileio.basename(p))] for p in paths}
         if len(parents) == 1:
             parent = parents.pop()
             if fileio.exists(fileio.join(parent, metadata.METADATA_FILE)):
-                candidate = metadata.load(parent)
+                candidate, candidate_digest = metadata.load_with_digest(parent)
                 if {fileio.basename(p) for p in paths} <= {s["file"] for s in candidate["shards"]}:
-                    meta = candidate
-    split_of = {}
+                    meta, digest, meta_dir = candidate, candidate_digest, parent
+    split_of, recorded = {}, {}
     if meta is not None:
         counts = {s["file"]: s["records"] for s in meta["shards"]}
         split_of = {s["file"]: s["split"] for s in meta["shards"] if "split" in s}
+        recorded = {s["file"]: s for s in meta["shards"]}
     for path in paths:
         tfrecord.check_regular(path)  # a FIFO or device among the shards is never opened
     comps = _compressions(paths, compression, meta)
     shards = tuple(InputShard(i, p, c, fileio.basename(p), counts.get(fileio.basename(p)),
-                              split=split_of.get(fileio.basename(p)))
+                              split=split_of.get(fileio.basename(p)),
+                              **_identity(p, recorded.get(fileio.basename(p)), sizes.get(p)))
                    for i, (p, c) in enumerate(zip(paths, comps)))
+    pinned = {"metadata_path": fileio.join(meta_dir, metadata.METADATA_FILE), "metadata_digest": digest} \
+        if meta is not None else {}
     sample = read_sample(shards, (sample_size or INFER_RECORDS) if meta is None else PROBE_RECORDS,
                          max_record_bytes)
     if meta is not None:
         if schema:
             raise ConfigError("--schema is for collections without metadata.json; this one has it", file=pattern,
                               hint="drop --schema: the metadata's features are used")
-        return InputCollection(pattern, shards, tuple(meta["features"]), False), sample
+        return InputCollection(pattern, shards, tuple(meta["features"]), False, **pinned), sample
     if schema:
         if not fileio.exists(schema) or fileio.is_dir(schema):
             raise ConfigError("--schema names no file", file=schema, hint="pass the path of a schema.pbtxt")
@@ -164,6 +175,38 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
     except SchemaError as e:
         raise e.with_context(file=pattern) from None
     return InputCollection(pattern, shards, specs, True), sample
+
+
+def _identity(path: str, entry: dict | None, listed_size: int | None) -> dict:
+    """The ``pin`` and ``crc32c`` of an input shard at planning: the size its metadata entry records (else the
+    listing's, else asked for) and a local file's modification time; the entry's CRC32C."""
+    entry = entry or {}
+    size = entry.get("bytes") if type(entry.get("bytes")) is int else listed_size
+    found = fileio.pin(path, size)
+    return {"pin": (found[0] if size is None else size, found[1]), "crc32c": entry.get("crc32c")}
+
+
+def check_collection(collection: InputCollection) -> None:
+    """At commit: the input is still the collection planned: its ``metadata.json`` has the bytes read at planning
+    (a collection replaced meanwhile, e.g. by ``convert --overwrite``, has another), and each local shard its pinned
+    size and modification time (one ``os.stat`` each; remote shards were pinned by their reads).
+
+    Raises:
+      InputChangedError: naming the metadata.json or the shard that changed.
+    """
+    if collection.metadata_path is not None:
+        try:
+            now = metadata.digest(fileio.read_bytes(collection.metadata_path))
+        except Exception:  # noqa: BLE001 - gone or unreadable: not the metadata planned
+            now = None
+        if now != collection.metadata_digest:
+            raise InputChangedError("The input collection changed while it was read (its metadata.json is "
+                                    f"{'gone' if now is None else 'not the one planned'}): run again",
+                                    file=collection.metadata_path, hint="wait until the run writing the input "
+                                    "collection has finished, then run the command again")
+    for shard in collection.shards:
+        if shard.pin is not None and shard.pin[1] is not None:
+            fileio.check_pin(shard.path, shard.pin, "Input shard")
 
 
 def _compressions(paths: Sequence[str], compression: str, meta: dict | None) -> list[str]:
@@ -194,47 +237,42 @@ def read_sample(shards: Sequence[InputShard], size: int, max_record_bytes: int |
     return sample
 
 
-class _TallyReader:
-    """A read-only stream that counts (and optionally checksums) the bytes read through it."""
-
-    def __init__(self, raw, checksum=None):
-        self._raw, self._checksum, self.bytes = raw, checksum, 0
-        self.mode, self.name = "rb", getattr(raw, "name", "")
-
-    def read(self, n: int = -1) -> bytes:
-        data = self._raw.read(n)
-        self.bytes += len(data)
-        if self._checksum is not None and data:
-            self._checksum.update(data)
-        return data
-
-    def readable(self) -> bool:
-        return True
-
-
 def iter_shard(shard: InputShard, tally: dict | None = None, max_record_bytes: int | None = None
                ) -> Iterator[tuple[int, bytes]]:
     """``(record index, record bytes)`` of one input shard, streamed a record at a time, CRCs checked.
 
-    With ``tally`` (a dict), sets ``tally["bytes"]`` and ``tally["crc32c"]`` (8 hex digits) of the
-    stored (compressed) file bytes once the shard is read to its end.
+    The shard is checked against what planning recorded (``shard.pin``, ``shard.crc32c``): its size (and a local
+    file's modification time) before it is opened, so a shard of another size fails before a record is read; and,
+    once it is read to its end, the CRC32C of the bytes read against the metadata's, and the pin again (a file
+    rewritten while read). With ``tally`` (a dict), sets ``tally["bytes"]`` and ``tally["crc32c"]`` (8 hex digits)
+    of the stored (compressed) file bytes once the shard is read to its end.
 
     Raises:
       RecordError: a truncated or corrupt frame, the wrong compression, or a length header over
         ``max_record_bytes`` (default ``tfrecord.record_limit()``), checked before reading the record
         (file, record, offset).
+      InputChangedError: the shard is not the one planned (``... changed while it was read: run again``).
     """
-    checksum = google_crc32c.Checksum() if tally is not None else None
     tfrecord.check_regular(shard.path)
+    if shard.pin is not None:
+        fileio.check_pin(shard.path, shard.pin, "Input shard")
     with fileio.open_read(shard.path) as raw:
-        stream = _TallyReader(raw, checksum)
+        stream = tfrecord.ChecksumReader(raw)
         for index, _, record in tfrecord.iter_records(tfrecord.open_decompressed(stream, shard.compression),
                                                       shard.path, max_record_bytes=max_record_bytes):
             yield index, record
-        while stream.read(1 << 22):  # bytes after the last frame (e.g. a gzip trailer) count too
-            pass
+        stream.drain()
+    planned = shard.pin[0] if shard.pin is not None else stream.bytes
+    if shard.crc32c is not None and (stream.bytes, stream.crc32c) != (planned, shard.crc32c):
+        raise InputChangedError(f"Input shard changed while it was read ({stream.bytes} bytes with CRC32C "
+                                f"{stream.crc32c}; its metadata.json says {planned} bytes, {shard.crc32c}): "
+                                "run again", file=shard.path,
+                                hint="wait until the run writing the input collection has finished, then run the "
+                                     "command again")
+    if shard.pin is not None:
+        fileio.check_pin(shard.path, shard.pin, "Input shard")
     if tally is not None:
-        tally["bytes"], tally["crc32c"] = stream.bytes, checksum.hexdigest().decode()
+        tally["bytes"], tally["crc32c"] = stream.bytes, stream.crc32c
 
 
 def batches(records: Iterable[tuple[int, bytes]], size: int) -> Iterator[tuple[int, list[bytes]]]:

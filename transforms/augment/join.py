@@ -154,7 +154,7 @@ def read_source_rows(join: JoinPlan, start: int, stop: int) -> dict:
     for index in join.indexes:
         lo, hi = max(start, base), min(stop, base + index.num_rows)
         if lo < hi:
-            parts.append(join.source.read(RowRange(index.path, lo - base, hi - base, index.items)))
+            parts.append(join.source.read_pinned(RowRange(index.path, lo - base, hi - base, index.items)))
         base += index.num_rows
     if stop > base:
         raise SourceError(f"The join source has {base} rows, but record {stop - 1} needs row {stop - 1}",

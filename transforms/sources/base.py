@@ -267,6 +267,32 @@ class Source:
     def read(self, rr: RowRange) -> Columns:
         raise NotImplementedError
 
+    def pin_files(self, paths: Sequence[str]) -> None:
+        """Records the size and modification time (``fileio.pin``) of every local file of ``paths`` at planning, for
+        :meth:`read_pinned`; called before the files are indexed, so a change during planning is seen too. Remote
+        inputs are pinned by their reads (ETag or generation, ``fileio``)."""
+        self.pins = {p: fileio.pin(p) for p in paths if fileio.is_local(p)}
+
+    def read_pinned(self, rr: RowRange) -> Columns:
+        """:meth:`read`, with the range's local files (``rr.path``, or each file of a ``files`` range) checked
+        against their pins (:meth:`pin_files`) before the read and after it, and after a read that failed (a file cut
+        short while read fails as changed, not as corrupt): one ``os.stat`` per file each time.
+
+        Raises:
+          InputChangedError: a file's size or modification time is not the one planned (``... changed while it was
+            read: run again``, naming the file). Anything :meth:`read` raises.
+        """
+        pins = getattr(self, "pins", None)
+        paths = [p for p in (rr.items if rr.item_files else (rr.path,)) if p in pins] if pins else []
+        for p in paths:
+            fileio.check_pin(p, pins[p])
+        try:
+            columns = self.read(rr)
+        finally:
+            for p in paths:
+                fileio.check_pin(p, pins[p])
+        return columns
+
     def index_files(self, pattern: str, files: list[tuple[str, int]]) -> list[FileIndex] | None:
         """The indexes of all matched ``(path, size)`` at once, for a source that plans from the listing alone
         (``files``); None (the default) indexes each file with :meth:`index`."""

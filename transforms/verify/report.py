@@ -37,7 +37,8 @@ class Problem:
     files holds different list kinds), ``source`` (a value differs from the source, or rows are missing
     or extra), ``manifest`` (a sidecar pairing does not hold), ``unreadable`` (a shard that is not a regular
     file, e.g. a FIFO or device: never opened), ``features`` (more distinct feature names than the limit),
-    ``index`` (a shard's ``--index`` file does not list the offsets and lengths of its records).
+    ``index`` (a shard's ``--index`` file does not list the offsets and lengths of its records), ``checksum`` (a
+    shard's CRC32C differs from the one metadata.json records: replaced, swapped or changed after it was written).
 
     ``offset``: byte offset of the record's frame in the uncompressed stream; ``record``: 0-based index
     of the record in its file; ``feature``: the feature name, when one is at fault.
@@ -90,7 +91,7 @@ class Report:
     (rows expected to have no record: the dead-lettered rows that metadata.json lists).
     ``manifest``: None, or ``{"shards", "originals_checked", "originals_unreachable", "originals_not_named"}``
     for sidecars (``originals_not_named``: shards whose original was not checked because no ``originals``
-    were given).
+    were given). ``checksums``: shards whose CRC32C was compared with metadata.json (read to their end).
     """
 
     target: str
@@ -105,6 +106,7 @@ class Report:
     warnings: list[str] = dataclasses.field(default_factory=list)
     source: dict | None = None
     manifest: dict | None = None
+    checksums: int = 0
     seconds: float = 0.0
     max_problems: int = 100
 
@@ -127,6 +129,7 @@ class Report:
             "expected_records": self.expected_records, "compression": self.compression,
             "features": [s.to_json() for s in self.features], "inferred": self.inferred,
             "files": [dataclasses.asdict(f) for f in self.files], "source": self.source, "manifest": self.manifest,
+            "checksums": self.checksums,
             "num_problems": self.num_problems, "problems": [p.to_json() for p in self.problems],
             "warnings": list(self.warnings), "seconds": round(self.seconds, 3),
         }

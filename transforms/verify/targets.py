@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
+import google_crc32c
 import numpy as np
 
 from tfrecord_etl.transforms import codec, fileio, metadata, outdir, tfrecord
@@ -107,8 +108,16 @@ def verify_output(output_dir: str, sources: Sequence[str] = (), progress: Progre
             if isinstance(shard.get("bytes"), int) and shard["bytes"] != sizes[path]:
                 report.add(Problem("size", f"File holds {sizes[path]} bytes, metadata.json says {shard['bytes']}",
                                    path))
+            checksum = google_crc32c.Checksum() if isinstance(shard.get("crc32c"), str) else None
             frames = _read_shard(report, fr, path, meta["compression"], specs, comparer, progress,
-                                 max_record_bytes, max_features)
+                                 max_record_bytes, max_features, checksum)
+            if checksum is not None and fr.complete:
+                report.checksums += 1
+                crc = checksum.hexdigest().decode()
+                if crc != shard["crc32c"]:
+                    report.add(Problem("checksum", f"File's CRC32C is {crc}, metadata.json says {shard['crc32c']}: "
+                                       "the shard was replaced, swapped with another or changed after it was "
+                                       "written", path))
             if fr.complete and fr.records != expected:
                 report.add(Problem("count", f"Shard holds {fr.records} records, metadata.json says {expected}", path))
             if fr.complete and "index" in shard:
@@ -136,6 +145,11 @@ def verify_output(output_dir: str, sources: Sequence[str] = (), progress: Progre
                         originals, max_record_bytes)
     elif originals:
         raise ConfigError("--original needs a sidecar collection: this output has no manifest.json", file=output_dir)
+    unsummed = sum(1 for s, _ in shards if not isinstance(s.get("crc32c"), str))
+    if unsummed:
+        report.warnings.append(f"{unsummed} of {len(shards)} shards have no CRC32C in metadata.json (an output of "
+                               "an earlier version): a shard swapped with, or replaced by, another of the same size "
+                               "could not be detected without --source; convert again to record them")
     listed_files = {s[k] for s, _ in shards for k in ("file", "index") if k in s}
     report.warnings += _unlisted_files(output_dir, listed_files | set((meta.get("tfds") or {}).get("files", [])))
     report.seconds = time.time() - started
@@ -165,8 +179,10 @@ def _check_index(report: Report, path: str, frames: list[tuple[int, int]]) -> No
 
 
 def _read_shard(report: Report, fr: FileReport, path: str, compression: str, specs, comparer, progress,
-                max_record_bytes: int | None = None, max_features: int | None = None) -> list[tuple[int, int]]:
-    """Reads and checks one shard; returns the ``(byte offset, frame length)`` of each record read."""
+                max_record_bytes: int | None = None, max_features: int | None = None,
+                checksum=None) -> list[tuple[int, int]]:
+    """Reads and checks one shard; returns the ``(byte offset, frame length)`` of each record read. ``checksum``
+    (a ``google_crc32c.Checksum``) gets the shard's stored bytes in the same pass."""
     frames: list[tuple[int, int]] = []
     try:
         tfrecord.check_regular(path)
@@ -175,7 +191,7 @@ def _read_shard(report: Report, fr: FileReport, path: str, compression: str, spe
         report.add(Problem("unreadable", e.message, path))
         return frames
     try:
-        for index, offset, record in _records(path, compression, progress, None, max_record_bytes):
+        for index, offset, record in _records(path, compression, progress, checksum, max_record_bytes):
             fr.records += 1
             frames.append((offset, 16 + len(record)))
             try:
@@ -216,7 +232,6 @@ def _check_manifest(report: Report, sidecar_dir: str, counted: dict, progress: P
     The manifest's ``input`` paths are never opened: an original is the file of the same name among the
     files ``originals`` names (regular files only; a FIFO or device is never opened).
     """
-    import google_crc32c
     from tfrecord_etl.transforms.reader import _original_files, load_manifest
     try:
         manifest = load_manifest(sidecar_dir)
