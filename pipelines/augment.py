@@ -31,7 +31,10 @@ def augment_size(plan) -> tuple[int, int]:
     """``(records, bytes)`` of the input collection for the local mode: the recorded count, else the file bytes
     over ~100-byte records (a guess that errs to fewer records, i.e. to staying in-process)."""
     from tfrecord_etl.transforms import fileio
-    num_bytes = sum(fileio.size(s.path) for s in plan.collection.shards)
+    for s in plan.collection.shards:  # the shards planned, still as planned (a replaced collection fails here)
+        if s.pin is not None:
+            fileio.check_pin(s.path, s.pin, "Input shard")
+    num_bytes = sum(s.pin[0] if s.pin is not None else fileio.size(s.path) for s in plan.collection.shards)
     records = plan.collection.num_records
     return (records if records is not None else num_bytes // 100), num_bytes
 

@@ -257,8 +257,10 @@ def test_schema_flag_takes_the_tfx_schema_and_checks_every_record(tmp_path, caps
     bad.write_text(text[:at] + "min_fraction: 1.0\n    " + text[at:])
     code, _, err = run_augment(taxi_pattern(), tmp_path / "bad", "--constants", "source=tfx", "--schema", bad,
                                capsys=capsys)
-    assert code == 2 and err.startswith("error: SchemaError: The records contradict --schema: 'trip_seconds' is "
-                                        "missing or empty in 1 of") and "data_tfrecord-0000" in err
+    *said, line = err.strip().splitlines()  # before the error: the shards this failed run wrote, removed
+    assert all(s.startswith("[tfrecord-etl] removing") for s in said), said
+    assert code == 2 and line.startswith("error: SchemaError: The records contradict --schema: 'trip_seconds' is "
+                                         "missing or empty in 1 of") and "data_tfrecord-0000" in line
     assert not (tmp_path / "bad" / "metadata.json").exists()
 
 

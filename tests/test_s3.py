@@ -118,7 +118,10 @@ def test_s3_input_and_output_equal_a_local_run(s3, tmp_path, fmt, runner):
     if fmt == "h5":  # a re-run of the same command replaces the complete output, on S3 as locally
         code, _, _ = convert(["--input", f"s3://{BUCKET}/{fmt}/in/*.{fmt}", "--output_dir", out_s3, *flags,
                               *s3_flags])
-        assert code == 0 and keys(client, f"{fmt}/out/") == names
+        # staged: the new shards beside the old ones (the other generation's names), the old ones deleted after
+        expected = [n.replace("/data-", "/data-g1-") if "/data-" in n else n for n in names]
+        assert code == 0 and keys(client, f"{fmt}/out/") == sorted(expected)
+        assert sum(1 for _ in reader.iter_numpy(out_s3)) == json.loads(local["metadata.json"])["num_records"]
 
 
 def test_hdf5_row_range_is_read_from_s3_without_downloading_the_file(s3, tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import BEAM_FLAGS, convert, run_command
 from tfrecord_etl.pipelines import augment as augment_main
 from tfrecord_etl.pipelines import verify as verify_module
-from tfrecord_etl.transforms import checksum, metadata, reader, tfrecord
+from tfrecord_etl.transforms import checksum, metadata, outdir, reader, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, encode_columns
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 
@@ -56,7 +56,7 @@ def test_every_writer_records_each_shard_crc32c_and_size(tmp_path, writer, compr
     assert len(meta["shards"]) == 3
     for shard in meta["shards"]:  # the file's bytes as stored: compressed ones for .gz / .deflate
         assert shard["crc32c"] == crc_of(out / shard["file"]) and shard["bytes"] == os.path.getsize(out / shard["file"])
-    marker = json.loads((out / ".tfrecord-etl-run.json").read_text())
+    marker = json.loads((out / outdir.MARKER_FILE).read_text())
     assert marker["shards"] == [{k: s[k] for k in ("file", "records", "bytes", "crc32c")} for s in meta["shards"]]
 
 
