@@ -6,8 +6,8 @@ runs alternated base/head so that page-cache and machine drift hit both alike.
     python -m bench.ab --base /tmp/base [--repeat 5] [--small_rows 2000000] [--large_rows 84000]
 
 Cases: convert of the benchmark's small-row and large-row HDF5 inputs (2 worker processes, uncompressed shards,
-``--overwrite`` into the same directory every time, as a scheduled re-run does), and ``augment --mode rewrite`` of
-the small-row collection. Prints, per case, each side's median and best span and head/base of the medians.
+``--overwrite`` into the same directory every time, as a scheduled re-run does; ``--fresh``: into an empty one),
+and ``augment --mode rewrite`` of the small-row collection. Prints, per case, each side's median and best span and head/base of the medians.
 Both sides run with this interpreter (the same dependencies); each command runs in its checkout's folder, so
 ``python -m pipelines.convert`` imports that checkout's code.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -53,6 +54,10 @@ def main(argv=None) -> int:
     ap.add_argument("--large_rows", type=int, default=84_000)
     ap.add_argument("--workdir", default=None, help="inputs and outputs (default: a temporary folder)")
     ap.add_argument("--no_sync", action="store_true", help="no os.sync() before each run (see span())")
+    ap.add_argument("--fresh", action="store_true",
+                    help="delete each output before its run: every run writes into an empty directory (no output to "
+                         "keep until the commit), which measures the code alone; without it each run replaces the "
+                         "previous output, as a scheduled re-run does")
     args = ap.parse_args(argv)
     work = args.workdir or tempfile.mkdtemp(prefix="tfrecord-etl-ab-")
     py = sys.executable
@@ -78,7 +83,10 @@ def main(argv=None) -> int:
         spans = {"base": [], "head": []}
         for i in range(args.repeat):
             for side in (("base", "head") if i % 2 == 0 else ("head", "base")):
-                spans[side].append(span(make(side), sides[side], not args.no_sync))
+                cmd = make(side)
+                if args.fresh:
+                    shutil.rmtree(cmd[cmd.index("--output_dir") + 1], ignore_errors=True)
+                spans[side].append(span(cmd, sides[side], not args.no_sync))
         med = {s: statistics.median(v) for s, v in spans.items()}
         print(f"{name}: base median {med['base']:.3f} s (best {min(spans['base']):.3f}), head median "
               f"{med['head']:.3f} s (best {min(spans['head']):.3f}); head/base {med['head'] / med['base']:.3f}  "
