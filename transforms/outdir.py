@@ -352,9 +352,8 @@ def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str
         raise ConfigError(f"Cannot write in the output directory: {e.strerror}", file=output_dir,
                           hint="choose a writable --output_dir") from None
     try:
-        lock.generation, lock.replaced = _clear(output_dir, options, files, overwrite, set(keep), staged,
-                                                planned_bytes)
-        written = {generation_name(n, lock.generation) if n not in _REWRITTEN else n for n in files}
+        lock.generation, lock.replaced, written = _clear(output_dir, options, files, overwrite, set(keep), staged,
+                                                         planned_bytes)
         lock.files = frozenset(written)
         metadata_version = None if fileio.is_local(output_dir) else fileio.version(fileio.join(output_dir,
                                                                                               METADATA_FILE))
@@ -399,12 +398,13 @@ def _check_space(output_dir: str, planned_bytes: int | None, beside: bool) -> No
 
 
 def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool, keep: set[str] = frozenset(),
-           staged: bool = True, planned_bytes: int | None = None) -> tuple[int, frozenset]:
-    """The checks and cleanup of :func:`prepare`; returns ``(generation, committed files replaced)``."""
+           staged: bool = True, planned_bytes: int | None = None) -> tuple[int, frozenset, set]:
+    """The checks and cleanup of :func:`prepare`; returns ``(generation, committed files replaced, names the run
+    writes)``."""
     names = set(list_names(output_dir)) - {LOCK_FILE, LEGACY_LOCK_FILE}
     if not names:
         _check_space(output_dir, planned_bytes, False)
-        return 0, frozenset()
+        return 0, frozenset(), set(files)
     own = owned(output_dir, names)
     ours = {n for n in names if own.is_ours(n)}
     kept = ours & keep
@@ -448,7 +448,7 @@ def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool, kee
     if strangers:
         say(f"keeping {_count(strangers, 'file')} tfrecord-etl did not write in {output_dir}: "
             f"{_names_list(strangers, 5)}")
-    return generation, frozenset(committed - written)
+    return generation, frozenset(committed - written), written
 
 
 def finish_replacement(output_dir: str, replacement: Replacement) -> None:
