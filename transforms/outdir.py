@@ -310,8 +310,7 @@ def generation_prefix(prefix: str, generation: int) -> str:
 
 
 def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str], overwrite: bool,
-            beam_temp_prefixes: Iterable[str] = (), keep: Iterable[str] = (), staged: bool = True,
-            planned_bytes: int | None = None) -> Lock:
+            beam_temp_prefixes: Iterable[str] = (), keep: Iterable[str] = (), planned_bytes: int | None = None) -> Lock:
     """Makes ``output_dir`` ready for a run that writes ``files`` (names, generation 0) and returns the run's held
     :class:`Lock` (use it as a context manager around the pipeline), which says which generation the run writes
     (``lock.generation``: write ``generation_name(name, lock.generation)`` for each of ``files``) and which files
@@ -323,7 +322,7 @@ def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str
       commits. The run writes its files beside it: under their own names when no committed file has them, else
       under the other generation's (:func:`generation_name`); the commit replaces ``metadata.json`` (a rename) and
       only then deletes the replaced files. A crash, a kill or a full disk before the commit leaves the old output
-      complete; after it, the new one. ``staged=False``: the complete output is removed first (the old protocol);
+      complete; after it, the new one;
     - a complete output of other options: refused unless ``overwrite``;
     - files that are not ours: refused unless ``overwrite``; with it, they are kept (and named);
     - a file that is not ours but has the name of one of the files written: always refused.
@@ -352,7 +351,7 @@ def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str
         raise ConfigError(f"Cannot write in the output directory: {e.strerror}", file=output_dir,
                           hint="choose a writable --output_dir") from None
     try:
-        lock.generation, lock.replaced, written = _clear(output_dir, options, files, overwrite, set(keep), staged,
+        lock.generation, lock.replaced, written = _clear(output_dir, options, files, overwrite, set(keep),
                                                          planned_bytes)
         lock.files = frozenset(written)
         metadata_version = None if fileio.is_local(output_dir) else fileio.version(fileio.join(output_dir,
@@ -398,7 +397,7 @@ def _check_space(output_dir: str, planned_bytes: int | None, beside: bool) -> No
 
 
 def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool, keep: set[str] = frozenset(),
-           staged: bool = True, planned_bytes: int | None = None) -> tuple[int, frozenset, set]:
+           planned_bytes: int | None = None) -> tuple[int, frozenset, set]:
     """The checks and cleanup of :func:`prepare`; returns ``(generation, committed files replaced, names the run
     writes)``."""
     names = set(list_names(output_dir)) - {LOCK_FILE, LEGACY_LOCK_FILE}
@@ -410,7 +409,7 @@ def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool, kee
     kept = ours & keep
     ours -= keep
     strangers = names - ours - kept
-    committed = (own.committed & names) - keep if staged else set()
+    committed = (own.committed & names) - keep
     generation = 0
     shards = files - _REWRITTEN
     if shards & committed:
