@@ -1,0 +1,290 @@
+"""A collection: the spans of a growing dataset, each a complete output directory, listed by one file.
+
+Layout (``OUT`` is the collection directory)::
+
+    OUT/collection.json          the commit point: which spans exist (written last, atomically)
+    OUT/span-7/                  span 7: an output directory of convert (shards, schema.pbtxt, metadata.json, ...)
+    OUT/span-8/version-2/        span 8, version 2 (inputs whose pattern has ``{VERSION}``)
+
+A span is visible only once ``collection.json`` lists it: a run writes ``OUT/span-N/`` with the output-directory
+protocol of :mod:`transforms.outdir` (staged replacement, lock, run marker) and then commits the collection file
+with a compare-and-swap: on S3 and GCS one conditional request (S3 ``If-Match`` / ``If-None-Match``, GCS
+``ifGenerationMatch``, :func:`fileio.write_if_version`); on local disk a rename under an ``flock`` after checking
+that the file is still the one the run read. Of two runs racing to commit, the second re-reads the file and adds
+its span to what the first committed, or fails if the first committed the same span (:func:`commit`).
+
+``collection.json``::
+
+    {"format": "tfrecord-etl-collection/1",
+     "input_pattern": "raw/{YYYY}-{MM}-{DD}/*.h5",          # the --input of the runs (null: unknown)
+     "spans": [                                            # sorted by (span, version)
+       {"span": 20416, "version": null, "dir": "span-20416", "date": "2025-11-24",
+        "inputs": [{"path": ".../a.h5", "size": 123, "mtime_ns": 1, "version": null}],   # the ledger
+        "num_records": 500, "schema": "<sha256 of schema.pbtxt>", "metadata": "<sha256 of metadata.json>",
+        "run_id": "...", "committed": "2026-11-25T20:00:00Z"}],
+     "schema_changes": [{"span": 20417, "version": null, "schema": "<new>", "previous": "<old>"}]}
+
+Each input records its size and, locally, ``mtime_ns``; on gs:// and s3:// its ``version`` (ETag / generation).
+
+The concepts (span, version, ``{SPAN}``/``{VERSION}``/``{YYYY}{MM}{DD}`` placeholders, "latest N spans") are TFX
+ExampleGen's (``tfx/components/example_gen/utils.py``, the ``RangeConfig`` proto).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+from typing import Callable, Iterable, Sequence, Union
+
+from tfrecord_etl.transforms import fileio
+from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, OutputError, SchemaError
+
+COLLECTION_FILE = "collection.json"
+FORMAT = "tfrecord-etl-collection/1"
+LOCAL_LOCK_FILE = ".tf-etl-collection.lock"  # flock'ed while a local commit compares and renames
+MAX_COMMIT_ATTEMPTS = 8  # a commit that keeps losing races to other runs gives up after this many tries
+
+SpanSelector = Union[None, int, str, Sequence[int], range]
+
+
+def span_dir_name(span: int, version: int | None = None) -> str:
+    """The directory of a span inside the collection, relative: ``span-N`` or ``span-N/version-V``."""
+    return f"span-{span}" if version is None else f"span-{span}/version-{version}"
+
+
+def path_of(collection_dir: str) -> str:
+    return fileio.join(collection_dir, COLLECTION_FILE)
+
+
+def is_collection(path: str) -> bool:
+    """True when ``path`` is a collection directory (holds ``collection.json``)."""
+    return fileio.exists(path_of(path))
+
+
+def empty(input_pattern: str | None = None) -> dict:
+    """A collection with no spans (what :func:`load` returns for a directory with no ``collection.json`` yet)."""
+    return {"format": FORMAT, "input_pattern": input_pattern, "spans": [], "schema_changes": []}
+
+
+def schema_fingerprint(schema_text: str) -> str:
+    """The identity of a span's schema: the SHA-256 (hex) of its ``schema.pbtxt`` text
+    (``metadata.schema_text(specs)``): two spans have the same features, dtypes, shapes and encodings iff equal."""
+    return hashlib.sha256(schema_text.encode()).hexdigest()
+
+
+def _validate(coll, path: str) -> dict:
+    try:
+        if not isinstance(coll, dict) or coll.get("format") != FORMAT:
+            raise ValueError(f"format {coll.get('format') if isinstance(coll, dict) else None!r}, "
+                             f"expected {FORMAT!r}")
+        seen = set()
+        for s in coll["spans"]:
+            if not isinstance(s["span"], int) or s["span"] < 0 or not (s["version"] is None or
+                                                                     isinstance(s["version"], int)):
+                raise ValueError(f"bad span/version {s.get('span')!r}/{s.get('version')!r}")
+            if s["dir"] != span_dir_name(s["span"], s["version"]):
+                raise ValueError(f"span {s['span']} has dir {s['dir']!r}, expected "
+                                 f"{span_dir_name(s['span'], s['version'])!r}")
+            key = (s["span"], s["version"])
+            if key in seen:
+                raise ValueError(f"span {s['span']} version {s['version']} listed twice")
+            seen.add(key)
+            if not isinstance(s["num_records"], int) or not isinstance(s["inputs"], list):
+                raise ValueError(f"span {s['span']}: bad num_records or inputs")
+        if not isinstance(coll["schema_changes"], list):
+            raise ValueError("schema_changes is not a list")
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise SchemaError(f"Invalid collection.json: {str(e)[:300]}", file=path,
+                          hint="it was not written by tfrecord-etl, or was edited by hand") from None
+    return coll
+
+
+def _local_token(data: bytes | None) -> str:
+    return fileio.ABSENT if data is None else hashlib.sha256(data).hexdigest()
+
+
+def load_versioned(collection_dir: str) -> tuple[dict, str | None]:
+    """``(collection, version)``: the collection (:func:`empty` when there is no ``collection.json`` yet) and the
+    version of its file to pass to :func:`commit` (an ETag / generation on S3 / GCS, a SHA-256 of the bytes
+    locally, :data:`fileio.ABSENT` for none).
+
+    Raises:
+      SchemaError: ``collection.json`` is not a valid collection file.
+    """
+    path = path_of(collection_dir)
+    version = None if fileio.is_local(path) else fileio.version(path)
+    if version == fileio.ABSENT or (version is None and not fileio.exists(path)):
+        return empty(), fileio.ABSENT
+    data = fileio.read_bytes(path)
+    try:
+        coll = json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise SchemaError(f"Invalid collection.json: {str(e)[:300]}", file=path) from None
+    return _validate(coll, path), (version if version is not None else _local_token(data))
+
+
+def load(collection_dir: str) -> dict:
+    """The committed collection of ``collection_dir``.
+
+    Raises:
+      IncompleteOutputError: no ``collection.json`` (not a collection, or no span committed yet).
+      SchemaError: not a valid collection file.
+    """
+    if not is_collection(collection_dir):
+        raise IncompleteOutputError("No collection.json: not a collection directory, or no span of it is "
+                                    "committed yet", file=collection_dir,
+                                    hint="convert a span into it (--input with {SPAN} or {YYYY}{MM}{DD}, or "
+                                         "--incremental), or name one output directory")
+    return load_versioned(collection_dir)[0]
+
+
+def latest_versions(coll: dict) -> list[dict]:
+    """The committed spans in span order, each at its latest version (TFX: a span's newest version wins)."""
+    best: dict[int, dict] = {}
+    for s in coll["spans"]:
+        cur = best.get(s["span"])
+        if cur is None or (s["version"] or -1) > (cur["version"] or -1):
+            best[s["span"]] = s
+    return [best[k] for k in sorted(best)]
+
+
+_LATEST = re.compile(r"^latest(?::(\d+))?$")
+_RANGE = re.compile(r"^(\d+)-(\d+)$")
+
+
+def parse_spans(text: str) -> SpanSelector:
+    """A ``--spans`` flag's value as a selector for :func:`select`: ``7``, ``3,5,9``, ``3-9`` (inclusive),
+    ``latest``, ``latest:30`` (the newest 30 committed spans), ``all``.
+
+    Raises:
+      ConfigError: anything else.
+    """
+    text = text.strip()
+    if text in ("", "all"):
+        return None
+    if _LATEST.match(text):
+        return text
+    m = _RANGE.match(text)
+    if m:
+        return range(int(m.group(1)), int(m.group(2)) + 1)
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"Cannot read --spans {text!r}",
+                          hint="one span (7), a list (3,5,9), a range (3-9), latest, latest:N or all") from None
+    return values[0] if len(values) == 1 else values
+
+
+def select(coll: dict, spans: SpanSelector = None, where: str = "") -> list[dict]:
+    """The span entries ``spans`` names, in span order, each at its latest version.
+
+    ``spans``: None (every span), an int, a list or range of ints, ``"latest"``, ``"latest:N"`` (the newest N
+    committed spans; fewer when there are fewer), or a ``--spans`` string (:func:`parse_spans`).
+
+    Raises:
+      ConfigError: a span that is not committed (names it and the committed ones), an empty selection.
+    """
+    if isinstance(spans, str) and not _LATEST.match(spans.strip()):
+        spans = parse_spans(spans)
+    entries = latest_versions(coll)
+    if spans is None:
+        chosen = entries
+    elif isinstance(spans, str):
+        n = _LATEST.match(spans.strip()).group(1)
+        chosen = entries[-int(n):] if n is not None else entries[-1:]
+        if n is not None and int(n) == 0:
+            chosen = []
+    else:
+        wanted = [spans] if isinstance(spans, int) else list(spans)
+        by_span = {s["span"]: s for s in entries}
+        missing = [w for w in wanted if w not in by_span]
+        if missing:
+            have = [s["span"] for s in entries]
+            shown = (", ".join(map(str, have[:10])) + (f" ... {have[-1]}" if len(have) > 10 else "")) or "none"
+            raise ConfigError(f"Span {missing[0]} is not in the collection" if len(missing) == 1 else
+                              f"Spans {missing[:10]} are not in the collection", file=where or None,
+                              hint=f"committed spans: {shown}")
+        chosen = [by_span[w] for w in sorted(set(wanted))]
+    if not chosen:
+        raise ConfigError("No spans selected", file=where or None,
+                          hint="the collection has no committed span" if not entries else "select at least one")
+    return chosen
+
+
+def span_dirs(collection_dir: str, spans: SpanSelector = None) -> list[str]:
+    """The output directories of the selected spans (:func:`select`), in span order."""
+    coll = load(collection_dir)
+    return [fileio.join(collection_dir, *s["dir"].split("/")) for s in select(coll, spans, collection_dir)]
+
+
+def check_same_schema(entries: Iterable[dict], where: str = "") -> None:
+    """Refuses spans whose schemas differ (a collection that recorded a schema change, read across it).
+
+    Raises:
+      SchemaError: names the first two spans whose schemas differ.
+    """
+    first = None
+    for s in entries:
+        if first is None:
+            first = s
+        elif s["schema"] != first["schema"]:
+            raise SchemaError(f"Spans {first['span']} and {s['span']} have different schemas (the collection "
+                              f"recorded a schema change)", file=where or None,
+                              hint="read the spans on either side of the change separately (spans=...)")
+
+
+@contextlib.contextmanager
+def _local_commit_lock(collection_dir: str):
+    import fcntl
+    os.makedirs(collection_dir, exist_ok=True)
+    fd = os.open(os.path.join(collection_dir, LOCAL_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _write(collection_dir: str, coll: dict, expected: str) -> None:
+    """Replaces ``collection.json`` with ``coll`` if its version is still ``expected``.
+
+    Raises:
+      fileio.VersionConflict: another run committed it since.
+    """
+    from tfrecord_etl.transforms import sink
+    path = path_of(collection_dir)
+    data = json.dumps(coll, indent=1).encode()
+    if not fileio.is_local(path):
+        fileio.write_if_version(path, data, expected)
+        return
+    with _local_commit_lock(collection_dir):
+        current = fileio.read_bytes(path) if os.path.exists(path) else None
+        if _local_token(current) != expected:
+            raise fileio.VersionConflict(path)
+        sink.write_file(path, data)
+
+
+def commit(collection_dir: str, update: Callable[[dict], dict]) -> dict:
+    """Commits ``update(collection)`` as the new ``collection.json`` by compare-and-swap: reads the file and its
+    version, applies ``update`` to a copy, and writes the result only if the file is still at that version. When
+    another run committed in between, the file is read again and ``update`` applied to what it now holds, so
+    ``update`` must check what this run planned against the collection it is given and raise when another run's
+    commit conflicts with this one (e.g. it committed the same span, or an input this run converted); at most
+    :data:`MAX_COMMIT_ATTEMPTS` tries. Returns the collection committed.
+
+    Raises:
+      OutputError: still losing races after that many tries. Whatever ``update`` raises.
+    """
+    coll, version = load_versioned(collection_dir)
+    for _ in range(MAX_COMMIT_ATTEMPTS):
+        new = _validate(update(json.loads(json.dumps(coll))), path_of(collection_dir))
+        new["spans"].sort(key=lambda s: (s["span"], -1 if s["version"] is None else s["version"]))
+        try:
+            _write(collection_dir, new, version)
+            return new
+        except fileio.VersionConflict:
+            coll, version = load_versioned(collection_dir)
+    raise OutputError(f"Cannot commit collection.json: other runs kept committing it ({MAX_COMMIT_ATTEMPTS} "
+                      f"tries)", file=path_of(collection_dir), hint="run again when the other runs are done")
