@@ -288,3 +288,73 @@ def commit(collection_dir: str, update: Callable[[dict], dict]) -> dict:
             coll, version = load_versioned(collection_dir)
     raise OutputError(f"Cannot commit collection.json: other runs kept committing it ({MAX_COMMIT_ATTEMPTS} "
                       f"tries)", file=path_of(collection_dir), hint="run again when the other runs are done")
+
+
+def span_entry(collection_dir: str, span: int, version: int | None, inputs: list[dict], *, date: str | None = None,
+               run_id: str = "") -> dict:
+    """The ``collection.json`` entry of a span whose output directory is committed (its ``metadata.json`` and
+    ``schema.pbtxt`` are read back: record count, schema fingerprint, metadata digest). ``inputs``: the ledger
+    rows of the files it was converted from (``{"path", "size", "mtime_ns", "version"}``).
+
+    Raises:
+      IncompleteOutputError: the span's directory has no committed ``metadata.json``.
+    """
+    from tfrecord_etl.transforms import metadata
+    from tfrecord_etl.transforms.runlock import _now
+    name = span_dir_name(span, version)
+    out = fileio.join(collection_dir, *name.split("/"))
+    meta, digest = metadata.load_with_digest(out)
+    schema = fileio.read_bytes(fileio.join(out, metadata.SCHEMA_FILE))
+    return {"span": span, "version": version, "dir": name, "date": date, "inputs": list(inputs),
+            "num_records": int(meta["num_records"]), "schema": hashlib.sha256(schema).hexdigest(),
+            "metadata": digest, "run_id": run_id, "committed": _now()}
+
+
+def add_span(entry: dict, allow_schema_change: bool = False, where: str = "") -> Callable[[dict], dict]:
+    """The :func:`commit` update that lists ``entry`` (replacing the entry of the same span and version: a
+    re-run). Its schema is compared with the newest other span's; a different one is refused unless
+    ``allow_schema_change``, and then recorded in ``schema_changes``. An input path that another span of the
+    collection already holds (a run that committed meanwhile converted it too) is refused.
+
+    Raises:
+      SchemaError: a schema change without ``allow_schema_change``. OutputError: an input another span holds.
+    """
+    key = (entry["span"], entry["version"])
+
+    def update(coll: dict) -> dict:
+        others = [s for s in coll["spans"] if (s["span"], s["version"]) != key]
+        mine = {i["path"] for i in entry["inputs"]}
+        for s in others:
+            if s["span"] == entry["span"]:
+                continue  # another version of the same span holds the same files by design
+            taken = [i["path"] for i in s["inputs"] if i["path"] in mine]
+            if taken:
+                raise OutputError(f"{len(taken)} input file(s) of span {entry['span']} are already in span "
+                                  f"{s['span']} (another run committed it meanwhile), e.g. {taken[0]}",
+                                  file=where or None, hint="run again: the next run plans from what is committed")
+        before = [s for s in others if (s["span"], s["version"] or -1) < (entry["span"], entry["version"] or -1)]
+        reference = (before or others)[-1:] if others else []
+        if reference and reference[0]["schema"] != entry["schema"]:
+            ref = reference[0]
+            if not allow_schema_change:
+                raise SchemaError(f"Span {entry['span']} has another schema than span {ref['span']} (features, "
+                                  f"dtypes, shapes or encodings differ)", file=where or None,
+                                  hint="convert it with the same options, or pass --allow_schema_change to "
+                                       "record the change in collection.json")
+            coll["schema_changes"] = [c for c in coll["schema_changes"]
+                                      if (c["span"], c["version"]) != key] + [
+                {"span": entry["span"], "version": entry["version"], "schema": entry["schema"],
+                 "previous": ref["schema"], "previous_span": ref["span"]}]
+        coll["spans"] = others + [entry]  # commit() sorts
+        return coll
+    return update
+
+
+def ledger(coll: dict) -> dict[str, tuple[int, dict]]:
+    """``{input path: (span, its ledger row)}`` over every committed span (at every version: a file converted
+    in any version of a span is held by that span)."""
+    out = {}
+    for s in coll["spans"]:
+        for row in s["inputs"]:
+            out[row["path"]] = (s["span"], row)
+    return out
