@@ -1,7 +1,7 @@
 """Verify TFRecord data: every frame and both masked CRC32Cs, record counts, decoding, and the source, exactly.
 
     python -m pipelines.verify TARGET [--source PATTERN ...] [--original DIR_OR_PATTERN ...] [--json] [--verbose]
-        [--max_problems N] [--max_record_mb MB] [--max_features N]
+        [--max_problems N] [--max_record_mb MB] [--max_features N] [Beam flags, ignored]
 
 TARGET is an output directory of tfrecord-etl (metadata.json required: a directory without it is an
 incomplete output and is refused), a sidecar collection of pipelines.augment (its manifest.json is
@@ -10,6 +10,10 @@ opened), or a file / quoted glob of plain TFRecord files without metadata (each 
 tf.train.Example; the features are inferred). With --source, every array is compared with the convert
 input exactly (planned writer: in row order; otherwise matched by the _source/file and _source/row
 features of --provenance).
+
+Beam's pipeline flags (--runner, --labels, --project, ... : whatever Beam's PipelineOptions know) are accepted
+and ignored, so that a Beam launcher such as Airflow's BeamRunPythonPipelineOperator can run this command like
+the pipelines (it passes --flag=value only: TARGET may be given as --target); any other unknown flag is refused.
 
 Exit code: 0 when everything holds; 1 when a problem was found (each reported with file, record index,
 byte offset and feature); 2 when TARGET cannot be verified at all (bad flags, nothing matches, no or
@@ -23,7 +27,8 @@ import sys
 
 from tfrecord_etl.pipelines import common
 from tfrecord_etl.transforms import verify as verify_lib
-from tfrecord_etl.transforms.errors import EtlError, printable
+from tfrecord_etl.transforms.config import split_beam_flags
+from tfrecord_etl.transforms.errors import ConfigError, EtlError, printable
 
 
 class TqdmProgress(verify_lib.Progress):
@@ -90,7 +95,10 @@ def render(report: verify_lib.Report, verbose: bool = False) -> str:
 def main(argv: list[str]) -> int:
     parser = common.CommandParser(prog="python -m pipelines.verify", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("target", help="an output directory (with metadata.json), or a file or glob of TFRecord files")
+    parser.add_argument("target", nargs="?",
+                        help="an output directory (with metadata.json), or a file or glob of TFRecord files")
+    parser.add_argument("--target", dest="target_flag", metavar="TARGET",
+                        help="TARGET as a flag, for launchers that pass only --flag=value (default: the positional)")
     parser.add_argument("--source", nargs="+", action="extend", default=[], metavar="PATTERN",
                         help="file pattern(s) of the convert input: compare every array exactly (default: off)")
     parser.add_argument("--original", nargs="+", action="extend", default=[], metavar="DIR_OR_PATTERN",
@@ -103,7 +111,14 @@ def main(argv: list[str]) -> int:
                         help="problems listed in the report; all are counted (default: 100)")
     parser.add_argument("--verbose", action="store_true",
                         help="list every file, and show TensorFlow and Beam logs (default: off)")
+    # Beam's flags are ignored: a Beam launcher (Airflow's BeamRunPythonPipelineOperator) adds --runner, --labels
+    argv, _ = split_beam_flags(argv, [o for a in parser._actions for o in a.option_strings])
     args = parser.parse_args(argv)
+    targets = {t for t in (args.target, args.target_flag) if t is not None}
+    if len(targets) != 1:
+        raise ConfigError("TARGET is missing" if not targets else f"two TARGETs: {args.target!r} and --target "
+                          f"{args.target_flag!r}", hint="give TARGET once, as the argument or as --target")
+    args.target = targets.pop()
     progress = TqdmProgress(enabled=not args.json and sys.stderr.isatty())
     try:
         max_record_bytes, max_features = common.record_limits(args)
