@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -269,10 +268,27 @@ def manual(af: Airflow, work: str, root: str) -> None:
     aug = list(reader.iter_numpy(f"{work}/collections/manual-augmented"))
     if [int(e["id"]) for e in aug] != list(range(500)) or [int(e["label"]) for e in aug] != list(range(0, 5000, 10)):
         fail("tfrecord_etl: the augmented output does not read back as written")
-    if not re.search(rf"wrote 500 examples in 2 shards, \d+ bytes \(gzip\) to {re.escape(work)}/collections/manual", log):
+    if not re.search(rf"wrote 500 examples in 2 shards, \d+ bytes \(gzip\) to {re.escape(work)}/collections/manual\b",
+                     log):
         fail("tfrecord_etl: no convert summary in the task log", log)
     verified(log, f"{work}/collections/manual-augmented", 500)
     say("  tfrecord_etl: 500 records converted, joined, verified")
+
+
+def schedule(af: Airflow) -> None:
+    """What the scheduler sees of the daily DAG: its timetable, max_active_runs, and the runs a backfill of
+    three days creates (a dry run: one run per data interval, its logical date the interval's start)."""
+    details = af.json_cli("dags", "details", "tfrecord_etl_daily")[0]
+    if details["timetable_summary"] != "0 0 * * *" or str(details["max_active_runs"]) != "1":
+        fail(f"tfrecord_etl_daily: timetable {details['timetable_summary']!r}, max_active_runs "
+             f"{details['max_active_runs']!r}; expected '0 0 * * *' and 1")
+    days = ["2026-11-02", "2026-11-03", "2026-11-04"]  # days without runs of this test
+    plan = af.cli("backfill", "create", "--dag-id", "tfrecord_etl_daily", "--from-date", days[0], "--to-date",
+                  days[-1], "--dry-run")
+    dates = re.findall(r"(\d{4}-\d\d-\d\d) 00:00:00\+00:00", plan.split("Runs to be attempted")[-1])
+    if dates != days:
+        fail(f"airflow backfill create --dry-run of {days[0]}..{days[-1]} plans runs {dates}", plan)
+    say(f"  tfrecord_etl_daily: '0 0 * * *', max_active_runs 1; a backfill of {days[0]}..{days[-1]} plans {dates}")
 
 
 def day_after(day: str) -> str:
@@ -287,6 +303,7 @@ def daily(af: Airflow, work: str) -> None:
     for i, day in enumerate(DAYS[:3]):  # the run after day D holds the data interval [D, D+1)
         log = af.dags_test("tfrecord_etl_daily", day_after(day), f"data interval starting {day}", run_conf)
         verified(log, f"{work}/collections/daily-augmented", len(expected([i])["id"]))
+    schedule(af)
     spans = [span_number(d) for d in DAYS[:3]]
     before = snapshot(work + "/collections")
     day = DAYS[RERUN_DAY]

@@ -95,8 +95,9 @@ def etl_dag(dag_id: str, description: str, schedule, catchup: bool, dag_params: 
 
 def pipeline_task(task_id: str, module: str, pipeline_options: str, runner: str = "{{ params.runner }}"
                   ) -> BeamRunPythonPipelineOperator:
-    """A task running ``python -m MODULE`` (a command of this project) with ``runner``, the shared ``beam_options`` and its
-    own flags (``pipeline_options``: a template rendering to a dict; the operator adds ``--labels``)."""
+    """A task running ``python -m MODULE`` (a command of this project) with ``runner``, the shared
+    ``beam_options`` and its own flags (``pipeline_options``: a template rendering to a dict; the operator adds
+    ``--labels``)."""
     return BeamRunPythonPipelineOperator(
         task_id=task_id,
         py_interpreter=PYTHON,
@@ -113,8 +114,9 @@ def convert_augment_verify(convert_flags: str = "", augment_flags: str = "", ver
     keyword arguments of a template's ``dict(...)`` (e.g. ``"span=data_interval_start | ds"``).
 
     verify runs where the task runs (it is not a Beam pipeline): its runner is DirectRunner whatever
-    ``params.runner`` is (with DataflowRunner the operator would wait for a Dataflow job that never exists), and it ignores the
-    Beam flags it is given (``beam_options``, ``--labels``), which still configure its file systems.
+    ``params.runner`` is (with DataflowRunner the operator would wait for a Dataflow job that never exists), and
+    it ignores the Beam flags it is given (``beam_options``, ``--labels``), which still configure its file
+    systems.
     """
     def options(base: str, flags: str) -> str:  # a template rendering to a dict: Jinja's dict(BASE, FLAGS)
         return "{{ dict(" + base + (", " + flags if flags else "") + ") }}"
@@ -123,7 +125,7 @@ def convert_augment_verify(convert_flags: str = "", augment_flags: str = "", ver
         "params.convert_options, input=params.input, output_dir=params.output_dir", convert_flags))
     augment = pipeline_task("augment", "tfrecord_etl.pipelines.augment", options(
         "params.augment_options, input=params.output_dir, output_dir=params.augmented_dir", augment_flags))
-    verify = pipeline_task("verify", "tfrecord_etl.pipelines.verify", options("target=params.augmented_dir", verify_flags),
-                           runner="DirectRunner")
+    verify = pipeline_task("verify", "tfrecord_etl.pipelines.verify",
+                           options("target=params.augmented_dir", verify_flags), runner="DirectRunner")
     convert >> augment >> verify
     return convert, augment, verify
