@@ -1,7 +1,7 @@
 """Verify TFRecord data: every frame and both masked CRC32Cs, record counts, decoding, and the source, exactly.
 
     python -m pipelines.verify TARGET [--source PATTERN ...] [--original DIR_OR_PATTERN ...] [--json] [--verbose]
-        [--max_problems N] [--max_record_mb MB] [--max_features N] [Beam flags, ignored]
+        [--max_problems N] [--max_record_mb MB] [--max_features N]
 
 TARGET is an output directory of tfrecord-etl (metadata.json required: a directory without it is an
 incomplete output and is refused), a sidecar collection of pipelines.augment (its manifest.json is
@@ -11,13 +11,13 @@ tf.train.Example; the features are inferred). With --source, every array is comp
 input exactly (planned writer: in row order; otherwise matched by the _source/file and _source/row
 features of --provenance).
 
-Beam's pipeline flags (--runner, --labels, --project, ... : whatever Beam's PipelineOptions know) are accepted
-and ignored, so that a Beam launcher such as Airflow's BeamRunPythonPipelineOperator can run this command like
-the pipelines (it passes --flag=value only: TARGET may be given as --target); any other unknown flag is refused.
-
 Exit code: 0 when everything holds; 1 when a problem was found (each reported with file, record index,
 byte offset and feature); 2 when TARGET cannot be verified at all (bad flags, nothing matches, no or
 invalid metadata.json, an exact comparison that this output cannot support).
+
+Beam's pipeline flags (--runner, --labels, --project, ... : whatever Beam's PipelineOptions know) are accepted
+and ignored, so that a Beam launcher such as Airflow's BeamRunPythonPipelineOperator can run this command like
+the pipelines (it passes --flag=value only: TARGET may be given as --target); any other unknown flag is refused.
 """
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ import sys
 
 from tfrecord_etl.pipelines import common
 from tfrecord_etl.transforms import verify as verify_lib
-from tfrecord_etl.transforms.config import split_beam_flags
 from tfrecord_etl.transforms.errors import ConfigError, EtlError, printable
 
 
@@ -93,7 +92,7 @@ def render(report: verify_lib.Report, verbose: bool = False) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = common.CommandParser(prog="python -m pipelines.verify", description=__doc__,
+    parser = common.CommandParser(prog="python -m pipelines.verify", description=__doc__, ignore_beam_flags=True,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("target", nargs="?",
                         help="an output directory (with metadata.json), or a file or glob of TFRecord files")
@@ -111,8 +110,6 @@ def main(argv: list[str]) -> int:
                         help="problems listed in the report; all are counted (default: 100)")
     parser.add_argument("--verbose", action="store_true",
                         help="list every file, and show TensorFlow and Beam logs (default: off)")
-    # Beam's flags are ignored: a Beam launcher (Airflow's BeamRunPythonPipelineOperator) adds --runner, --labels
-    argv, _ = split_beam_flags(argv, [o for a in parser._actions for o in a.option_strings])
     args = parser.parse_args(argv)
     targets = {t for t in (args.target, args.target_flag) if t is not None}
     if len(targets) != 1:
