@@ -163,23 +163,25 @@ def is_shard(path: str) -> bool:
 
 
 def check_rerun(before: dict, after: dict, span_dir: str) -> None:
-    """The re-run of one day: its span's shards have the same bytes, and nothing outside its span changed
+    """The re-run of one day: its span's shards have the same bytes (a replacing run names them with a new
+    generation, ``data-gN-...``: compared by shard, generation left out), and nothing outside its span changed
     except the collection files (which record the run)."""
-    inside = [p for p in sorted(set(before) | set(after)) if p.split(os.sep)[1:2] == [span_dir]]
-    shards = [p for p in inside if is_shard(p)]
-    if not shards:
-        fail(f"no shards in {span_dir}: {inside}")
-    changed = [f"{p}: {before.get(p)} -> {after.get(p)}" for p in shards
-               if before.get(p) is None or after.get(p) is None or before[p][:2] != after[p][:2]]
-    outside = [d for d in differences(
-        {p: v for p, v in before.items() if p.split(os.sep)[1:2] != [span_dir]},
-        {p: v for p, v in after.items() if p.split(os.sep)[1:2] != [span_dir]})
-        if not d.split(":")[0].endswith("collection.json")]
-    if changed or outside:
-        fail("re-running a day changed shard bytes or another span's files:\n  " + "\n  ".join(changed + outside))
-    rewritten = sum(1 for p in shards if before[p][2] != after[p][2])
-    say(f"  re-run: {len(shards)} shards of {span_dir} byte-identical ({rewritten} rewritten), "
-        f"{sum(1 for p in before if p.split(os.sep)[1:2] != [span_dir])} other paths untouched")
+    def shards(tree: dict) -> dict[str, str]:
+        return {re.sub(r"-g\d+-", "-", p): v[0] for p, v in tree.items()
+                if p.split(os.sep)[1:2] == [span_dir] and is_shard(p)}
+
+    def outside(tree: dict) -> dict:
+        return {p: v for p, v in tree.items()
+                if p.split(os.sep)[1:2] != [span_dir] and not p.endswith("collection.json")}
+
+    old, new = shards(before), shards(after)
+    if not old or old != new:
+        fail(f"re-running a day changed the shards of {span_dir}:\n  " + "\n  ".join(differences(old, new)))
+    changed = differences(outside(before), outside(after))
+    if changed:
+        fail("re-running a day changed files outside its span:\n  " + "\n  ".join(changed))
+    say(f"  re-run: {len(new)} shards of {span_dir} byte-identical, {len(outside(before))} other paths untouched "
+        f"(sha256 and mtime)")
 
 
 def check_collection(coll_dir: str, spans: list[int], inputs: list[list[str]] | None, rows: list[int]) -> None:
