@@ -160,3 +160,91 @@ def test_latest_version_of_a_span_is_read(tmp_path):
     got = stacked(list(reader.iter_numpy(str(coll))))
     np.testing.assert_array_equal(got["label"], np.concatenate([span_arrays(11, 7)["label"],
                                                                 span_arrays(2, 3)["label"]]))
+
+
+# -- verify -------------------------------------------------------------------------------------------------------
+
+def copy_collection(coll, tmp_path):
+    path, data = coll
+    shutil.copytree(path, tmp_path / "coll")
+    return tmp_path / "coll", data
+
+
+def run_verify(target, *flags, capsys):
+    return run_command(verify_main.main, [target, *flags], capsys)
+
+
+def test_verify_a_collection_one_line_per_span_and_source(coll, tmp_path, capsys):
+    path, _ = coll
+    code, out, err = run_verify(path, "--source", str(path.parent / "raw" / "*" / "*.npz"), capsys=capsys)
+    assert code == 0, out + err
+    lines = out.splitlines()
+    assert lines[0] == "OK: span 3: 40 records in 2 files, 2 shard CRC32Cs, 40 rows compared with the source"
+    assert lines[1].startswith("OK: span 4: 25 records") and lines[2].startswith("OK: span 7: 31 records")
+    assert lines[-1].startswith(f"OK: {path}: collection, 3 spans, 96 records, 0 problems")
+    code, out, _ = run_verify(path, "--spans", "latest:2", "--json", capsys=capsys)
+    report = json.loads(out)
+    assert code == 0 and [s["span"] for s in report["spans"]] == [4, 7] and report["num_records"] == 56
+    # a --source that does not name a span's inputs: that span is not compared, and says so
+    code, out, _ = run_verify(path, "--spans", "3,4", "--source", str(path.parent / "raw" / "span-3" / "*.npz"),
+                              capsys=capsys)
+    assert code == 1 and "Span 4 has 1 of its 1 input files outside the --source files" in out
+
+
+def test_verify_catches_a_swapped_shard_in_one_span(coll, tmp_path, capsys):
+    """Span 3's two shards hold 20 records of the same size each: swapped, only their CRC32Cs tell them apart."""
+    path, _ = copy_collection(coll, tmp_path)
+    span3 = path / "span-3"
+    a, b = span3 / "data-00000-of-00002.tfrecord", span3 / "data-00001-of-00002.tfrecord"
+    assert a.stat().st_size == b.stat().st_size
+    a.rename(span3 / "tmp")
+    b.rename(a)
+    (span3 / "tmp").rename(b)
+    code, out, _ = run_verify(path, capsys=capsys)
+    lines = out.splitlines()
+    assert code == 1
+    assert lines[0].startswith("FAILED: span 3: 40 records in 2 files")
+    assert "[checksum]" in out and "span-3/data-00000-of-00002.tfrecord" in out and "[index]" not in out
+    assert [line for line in lines if line.startswith(("OK", "FAILED"))][1:] == [
+        line for line in lines if line.startswith(("OK: span 4", "OK: span 7", f"FAILED: {path}: collection"))]
+    with pytest.raises(RecordError, match="CRC32C"):  # readers refuse it too
+        reader.RandomAccess(str(path), spans=3)[0]
+    assert int(reader.get(str(path), 0, spans=4)["label"]) == 4000  # the other spans read
+
+
+def test_verify_a_listed_span_dir_missing_and_an_unlisted_one(coll, tmp_path, capsys):
+    path, data = copy_collection(coll, tmp_path)
+    shutil.copytree(path / "span-7", path / "span-9")  # a run that wrote span 9 and did not commit the collection
+    code, out, _ = run_verify(path, capsys=capsys)
+    assert code == 0, out
+    assert "uncommitted: span-9: a span directory collection.json does not list" in out
+    assert sum(1 for _ in reader.iter_numpy(str(path))) == 96  # readers never read it
+    shutil.rmtree(path / "span-4")
+    code, out, _ = run_verify(path, capsys=capsys)
+    assert code == 1
+    assert "FAILED: span 4: not verified" in out and "Span 4 is listed in collection.json but its directory is " \
+        "missing" in out
+    assert "OK: span 7" in out
+
+
+def test_verify_a_span_recommitted_without_the_collection(coll, tmp_path, capsys):
+    """A re-run committed span 3's directory (new metadata.json) and crashed before committing the collection:
+    readers read the directory's committed metadata (a complete output), verify reports the difference."""
+    path, data = copy_collection(coll, tmp_path)
+    raw = tmp_path / "raw3"
+    raw.mkdir()
+    np.savez(raw / "part.npz", **span_arrays(33, 12))
+    assert convert(raw / "part.npz", path / "span-3", "--num_shards", "2", "--index", "--overwrite")[0] == 0
+    got = stacked(list(reader.iter_numpy(str(path), spans=3)))
+    np.testing.assert_array_equal(got["label"], span_arrays(33, 12)["label"])
+    code, out, _ = run_verify(path, capsys=capsys)
+    assert code == 1
+    assert "Span 3's metadata.json is not the one collection.json lists" in out
+    assert "Span 3 holds 12 records, collection.json says 40" in out
+    assert "OK: span 4" in out
+
+
+def test_verify_spans_on_a_plain_output_is_refused(coll, capsys):
+    path, _ = coll
+    code, _, err = run_verify(path / "span-3", "--spans", "latest", capsys=capsys)
+    assert code == 2 and "needs a collection directory" in err
