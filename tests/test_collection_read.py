@@ -91,8 +91,8 @@ def test_plain_tensorflow_and_to_tf_dataset_read_the_same_arrays(coll, tf):
     parsed = tf.io.parse_example(tf.constant(records), spec)
     want = expected(data, [4, 7])
     np.testing.assert_array_equal(parsed["label"].numpy(), want["label"])
-    x = np.stack([np.frombuffer(b, "<f4").reshape(3, 2) for b in parsed["x"].numpy()])  # tensor encoding: raw bytes
-    np.testing.assert_array_equal(x, want["x"])
+    assert tuple(spec["x"].shape) == (3, 2) and spec["x"].dtype == tf.float32  # auto: a typed float list for float32
+    np.testing.assert_array_equal(parsed["x"].numpy(), want["x"])
     batches = list(reader.to_tf_dataset(str(path), batch_size=16, spans="latest:2"))
     got = {k: np.concatenate([b[k].numpy() for b in batches]) for k in ("x", "label")}
     np.testing.assert_array_equal(got["x"], want["x"])
@@ -248,3 +248,37 @@ def test_verify_spans_on_a_plain_output_is_refused(coll, capsys):
     path, _ = coll
     code, _, err = run_verify(path / "span-3", "--spans", "latest", capsys=capsys)
     assert code == 2 and "needs a collection directory" in err
+
+
+# -- inspect ------------------------------------------------------------------------------------------------------
+
+def test_inspect_a_collection_and_one_span(coll, tmp_path, capsys):
+    path, _ = copy_collection(coll, tmp_path)
+    shutil.copytree(path / "span-7", path / "span-8")
+    code, out, _ = run_command(inspect_main.main, [path], capsys)
+    lines = out.splitlines()
+    assert code == 0 and lines[0] == f"{path}: collection of 3 spans; 3 selected, 96 records"
+    assert [line.split()[0] for line in lines[2:5]] == ["3", "4", "7"]
+    assert [int(line.split()[4]) for line in lines[2:5]] == [40, 25, 31]
+    assert "uncommitted: span-8" in out
+    code, out, _ = run_command(inspect_main.main, [path, "--spans", "4", "--json"], capsys)
+    summary = json.loads(out)
+    assert code == 0 and [s["span"] for s in summary["spans"]] == [4] and summary["num_records"] == 25
+    assert summary["span"]["num_records"] == 25 and summary["span"]["num_shards"] == 2
+    assert summary["span"]["sample"]["label"].endswith(" 4000")
+    code, out, _ = run_command(inspect_main.main, [path, "--spans", "4"], capsys)
+    assert f"{path / 'span-4'}: 25 examples in 2 shards" in out
+    code, _, err = run_command(inspect_main.main, [path / "span-4", "--spans", "4"], capsys)
+    assert code == 2 and "needs a collection directory" in err
+
+
+def test_inspect_shows_recorded_schema_changes(tmp_path, capsys):
+    coll = tmp_path / "coll"
+    add_span(coll, tmp_path / "raw", 1, span_arrays(1, 5))
+    other = span_arrays(2, 6)
+    other["x"] = other["x"].astype(np.float64)
+    c = add_span(coll, tmp_path / "raw", 2, other, allow_schema_change=True)
+    code, out, _ = run_command(inspect_main.main, [coll], capsys)
+    change = c["schema_changes"][0]
+    assert code == 0 and f"schema change at span 2: {change['previous'][:12]} -> {change['schema'][:12]} " \
+        "(previous span 1)" in out
