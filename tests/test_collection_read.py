@@ -282,3 +282,37 @@ def test_inspect_shows_recorded_schema_changes(tmp_path, capsys):
     change = c["schema_changes"][0]
     assert code == 0 and f"schema change at span 2: {change['previous'][:12]} -> {change['schema'][:12]} " \
         "(previous span 1)" in out
+
+
+# -- TFDS ---------------------------------------------------------------------------------------------------------
+
+def test_tfds_per_span_and_as_one_dataset(tmp_path):
+    common.preload_tensorflow()
+    import tensorflow_datasets as tfds
+    from tfrecord_etl.transforms import collection_reader
+    coll = tmp_path / "coll"
+    data = {span: span_arrays(span, rows) for span, rows in ((1, 12), (2, 7), (5, 9))}
+    for span, arrays in data.items():
+        add_span(coll, tmp_path / "raw", span, arrays, "--tfds_name", "toy", "--split", "train", "--writer", "planned")
+    in_order = tfds.ReadConfig(interleave_cycle_length=1)
+
+    def read(builder, split="train"):
+        got = list(tfds.as_numpy(builder.as_dataset(split=split, shuffle_files=False, read_config=in_order)))
+        return np.array([e["label"] for e in got]), np.stack([e["x"] for e in got])
+
+    for span, directory in zip(data, collection.span_dirs(str(coll))):  # each span: builder_from_directory
+        labels, x = read(tfds.builder_from_directory(directory))
+        np.testing.assert_array_equal(labels, data[span]["label"])
+        np.testing.assert_array_equal(x, data[span]["x"])
+    builder = collection_reader.tfds_builder(str(coll))  # all spans: tfds.builder_from_directories
+    assert builder.info.splits["train"].num_examples == 28
+    labels, x = read(builder)
+    np.testing.assert_array_equal(labels, expected(data, [1, 2, 5])["label"])
+    np.testing.assert_array_equal(x, expected(data, [1, 2, 5])["x"])
+    labels, _ = read(builder, "train[10:14]")  # a slice across the span boundary
+    np.testing.assert_array_equal(labels, [1010, 1011, 2000, 2001])
+    labels, _ = read(collection_reader.tfds_builder(str(coll), spans="latest:2"))
+    np.testing.assert_array_equal(labels, expected(data, [2, 5])["label"])
+    add_span(coll, tmp_path / "raw", 6, span_arrays(6, 3))  # a span without --tfds_name
+    with pytest.raises(ConfigError, match="Span 6 is not a TFDS directory"):
+        collection_reader.tfds_builder(str(coll))

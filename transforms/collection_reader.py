@@ -133,3 +133,31 @@ def tf_shard_groups(found: Sequence[Part]) -> list[tuple[str, list[str]]]:
         else:
             groups.append((part.meta["compression"], list(paths)))
     return groups
+
+
+def tfds_builder(collection_dir: str, spans=None):
+    """One TFDS builder over the selected spans of a collection converted with ``--tfds_name``:
+    ``tfds.builder_from_directories`` over the span directories, in span order (TFDS merges each split's shards of
+    every directory into one split: ``builder.as_dataset(split="train")`` reads all spans' records, in span order
+    with ``shuffle_files=False`` and ``interleave_cycle_length=1``; slices such as ``train[:10%]`` run across spans).
+    TFDS does not check that the directories agree (its source says so), so this checks first that the spans
+    have one schema and one TFDS name and version.
+
+    Raises:
+      ConfigError: a span written without ``--tfds_name``, or spans of different TFDS names or versions.
+      SchemaError, IncompleteOutputError: as :func:`parts`.
+    """
+    import tensorflow_datasets as tfds
+    _, found = parts(collection_dir, spans)
+    names = set()
+    for part in found:
+        info = part.meta.get("tfds")
+        if not info:
+            raise ConfigError(f"Span {part.span} is not a TFDS directory (converted without --tfds_name)",
+                              file=part.dir, hint="convert every span with the same --tfds_name, or read the spans "
+                                                  "with reader.to_tf_dataset")
+        names.add((info.get("name"), info.get("version")))
+    if len(names) > 1:
+        raise ConfigError(f"The spans hold different TFDS datasets {sorted(names, key=str)}", file=collection_dir,
+                          hint="convert every span with the same --tfds_name")
+    return tfds.builder_from_directories([part.dir for part in found])
