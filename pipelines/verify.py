@@ -30,7 +30,7 @@ import sys
 from tfrecord_etl.pipelines import common
 from tfrecord_etl.transforms import collection, collection_reader
 from tfrecord_etl.transforms import verify as verify_lib
-from tfrecord_etl.transforms.errors import EtlError, printable
+from tfrecord_etl.transforms.errors import ConfigError, EtlError, printable
 
 
 class TqdmProgress(verify_lib.Progress):
@@ -152,6 +152,9 @@ def main(argv: list[str]) -> int:
     try:
         max_record_bytes, max_features = common.record_limits(args)
         if collection.is_collection(args.target):
+            if args.original:
+                raise ConfigError("--original needs a sidecar collection: this is a collection directory",
+                                  file=args.target, hint="verify one augmented span with --original COLL/span-N")
             report = verify_lib.verify_collection(args.target, args.spans, args.source, progress,
                                                   max(0, args.max_problems), max_record_bytes=max_record_bytes,
                                                   max_features=max_features)

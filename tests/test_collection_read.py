@@ -248,6 +248,8 @@ def test_verify_spans_on_a_plain_output_is_refused(coll, capsys):
     path, _ = coll
     code, _, err = run_verify(path / "span-3", "--spans", "latest", capsys=capsys)
     assert code == 2 and "needs a collection directory" in err
+    code, _, err = run_verify(path, "--original", path / "span-3", capsys=capsys)
+    assert code == 2 and "--original needs a sidecar collection: this is a collection directory" in err
 
 
 # -- inspect ------------------------------------------------------------------------------------------------------
