@@ -318,3 +318,60 @@ def test_tfds_per_span_and_as_one_dataset(tmp_path):
     add_span(coll, tmp_path / "raw", 6, span_arrays(6, 3))  # a span without --tfds_name
     with pytest.raises(ConfigError, match="Span 6 is not a TFDS directory"):
         collection_reader.tfds_builder(str(coll))
+
+
+# -- more reader cases: compression per span, splits per span, a source changed after one span -------------------
+
+def test_spans_of_different_compressions_read_as_one_dataset(tmp_path, tf):
+    coll = tmp_path / "coll"
+    data = {1: span_arrays(1, 6), 2: span_arrays(2, 5), 3: span_arrays(3, 4)}
+    add_span(coll, tmp_path / "raw", 1, data[1])
+    raw = tmp_path / "raw" / "span-2"
+    raw.mkdir(parents=True)
+    np.savez(raw / "part.npz", **data[2])  # gzip shards (no --index: it needs uncompressed shards)
+    assert convert(raw / "part.npz", coll / "span-2", "--compression", "gzip")[0] == 0
+    collection.commit(str(coll), collection.add_span(collection.span_entry(str(coll), 2, None,
+                                                                            inputs_of(str(raw / "part.npz")))))
+    add_span(coll, tmp_path / "raw", 3, data[3])
+    got = list(reader.to_tf_dataset(str(coll)))
+    np.testing.assert_array_equal(np.stack([e["x"].numpy() for e in got]), expected(data, [1, 2, 3])["x"])
+    np.testing.assert_array_equal([int(e["label"]) for e in got], expected(data, [1, 2, 3])["label"])
+    np.testing.assert_array_equal(stacked(list(reader.iter_numpy(str(coll))))["label"],
+                                  expected(data, [1, 2, 3])["label"])
+    with pytest.raises(ConfigError, match="Random access needs uncompressed shards; these are gzip") as e:
+        reader.RandomAccess(str(coll))
+    assert e.value.context["file"].endswith("span-2")
+    assert len(reader.RandomAccess(str(coll), spans=[1, 3])) == 10
+
+
+def test_split_is_selected_in_every_span(tmp_path):
+    coll = tmp_path / "coll"
+    data = {1: span_arrays(1, 30), 2: span_arrays(2, 20)}
+    for span, arrays in data.items():
+        add_span(coll, tmp_path / "raw", span, arrays, "--splits", "train=3,test=1", "--writer", "planned")
+    for split in ("train", "test"):
+        want = np.concatenate([[int(e["label"]) for e in reader.iter_numpy(d, split=split)]
+                               for d in collection.span_dirs(str(coll))])
+        got = [int(e["label"]) for e in reader.iter_numpy(str(coll), split=split)]
+        np.testing.assert_array_equal(got, want)
+        assert 0 < len(got) < 50
+        assert len(reader.RandomAccess(str(coll), split=split)) == len(got)
+    assert sorted(int(e["label"]) for s in ("train", "test") for e in reader.iter_numpy(str(coll), split=s)) == \
+        sorted(expected(data, [1, 2])["label"].tolist())
+    with pytest.raises(SchemaError, match="No split 'validation'"):
+        list(reader.iter_numpy(str(coll), split="validation"))
+
+
+def test_verify_source_finds_the_span_whose_input_changed(tmp_path, capsys):
+    coll = tmp_path / "coll"
+    for span in (1, 2):
+        add_span(coll, tmp_path / "raw", span, span_arrays(span, 8))
+    changed = span_arrays(2, 8)
+    changed["label"][5] = -1
+    np.savez(tmp_path / "raw" / "span-2" / "part.npz", **changed)
+    capsys.readouterr()  # convert's summaries
+    code, out, _ = run_verify(coll, "--source", str(tmp_path / "raw" / "*" / "*.npz"), capsys=capsys)
+    lines = out.splitlines()
+    assert code == 1
+    assert lines[0] == "OK: span 1: 8 records in 2 files, 2 shard CRC32Cs, 8 rows compared with the source"
+    assert lines[1].startswith("FAILED: span 2:") and "[source]" in lines[2] and "label" in lines[2]
