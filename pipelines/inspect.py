@@ -98,6 +98,13 @@ def summarize_collection(collection_dir: str, spans=None, tf_read: bool = False,
         "schema_changes": coll["schema_changes"],
         "uncommitted": collection.unlisted_span_dirs(collection_dir, coll),
     }
+    if tf_read:  # every record of the selected spans with plain tf.data, against collection.json's counts
+        groups = collection_reader.tf_shard_groups(collection_reader.parts(collection_dir, spans)[1])
+        out["tf_read_records"] = _count_files_with_tf([{"path": p, "compression": c} for c, paths in groups
+                                                       for p in paths])
+        if out["tf_read_records"] != out["num_records"]:
+            raise RecordError(f"tf.data read {out['tf_read_records']} records, collection.json lists "
+                              f"{out['num_records']}", file=collection_dir)
     if spans is not None and len(entries) == 1:
         out["span"] = summarize(collection_reader.span_dir(collection_dir, entries[0]), tf_read, max_record_bytes,
                                 max_features)
@@ -114,6 +121,8 @@ def render_collection(s: dict) -> str:
         shown = ",".join("-" if v is None else str(v) for v in e["versions"])
         lines.append(f"{e['span']:>8} {'-' if e['version'] is None else e['version']:>8} {shown:<10} "
                      f"{e['date'] or '-':<11} {e['num_records']:>10} {e['schema']:<13} {e['committed']}")
+    if "tf_read_records" in s:
+        lines.append(f"read back with tf.data: {s['tf_read_records']} records (matches collection.json)")
     for c in s["schema_changes"]:
         lines.append(f"schema change at span {c['span']}: {c['previous'][:12]} -> {c['schema'][:12]} (previous span "
                      f"{c.get('previous_span', '?')})")

@@ -263,6 +263,8 @@ def test_inspect_a_collection_and_one_span(coll, tmp_path, capsys):
     assert [line.split()[0] for line in lines[2:5]] == ["3", "4", "7"]
     assert [int(line.split()[4]) for line in lines[2:5]] == [40, 25, 31]
     assert "uncommitted: span-8" in out
+    code, out, _ = run_command(inspect_main.main, [path, "--spans", "3,7", "--tf_read"], capsys)
+    assert code == 0 and "read back with tf.data: 71 records (matches collection.json)" in out
     code, out, _ = run_command(inspect_main.main, [path, "--spans", "4", "--json"], capsys)
     summary = json.loads(out)
     assert code == 0 and [s["span"] for s in summary["spans"]] == [4] and summary["num_records"] == 25
