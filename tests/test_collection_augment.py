@@ -3,7 +3,6 @@ AUG/collection.json; --spans new does only the spans not augmented yet (or whose
 span stops the run with the earlier spans committed. Read back with our readers and plain TensorFlow."""
 from __future__ import annotations
 
-import json
 import shutil
 
 import numpy as np
@@ -14,7 +13,7 @@ from tests.test_collection_read import add_span, span_arrays
 from tfrecord_etl.pipelines import augment as augment_main
 from tfrecord_etl.pipelines import common
 from tfrecord_etl.pipelines import verify as verify_main
-from tfrecord_etl.transforms import collection, fileio, metadata, reader
+from tfrecord_etl.transforms import collection, metadata, reader
 
 ROWS = {3: 40, 4: 25, 7: 31}
 FN = ["--fn", "tests.augment_fns:label_times_two", "--fn_inputs", "label"]
