@@ -358,3 +358,25 @@ def ledger(coll: dict) -> dict[str, tuple[int, dict]]:
         for row in s["inputs"]:
             out[row["path"]] = (s["span"], row)
     return out
+
+
+_SPAN_DIR, _VERSION_DIR = re.compile(r"^span-(\d+)$"), re.compile(r"^version-(\d+)$")
+
+
+def unlisted_span_dirs(collection_dir: str, coll: dict) -> list[str]:
+    """The span directories (``span-N``, ``span-N/version-V``) present in ``collection_dir`` that ``coll`` does not
+    list: spans of a run that has not committed the collection yet, or crashed before it did (readers never read
+    them). Sorted by span and version; the direct children are listed, never globbed."""
+    from tfrecord_etl.transforms import outdir
+    listed = {s["dir"] for s in coll["spans"]}
+    found = []
+    for name, path in outdir.list_names(collection_dir).items():
+        m = _SPAN_DIR.match(name)
+        if not m or not fileio.is_dir(path):
+            continue
+        versions = [(int(v.group(1)), n) for n in outdir.list_names(path) if (v := _VERSION_DIR.match(n))]
+        for version, sub in sorted(versions) or [(-1, None)]:
+            rel = name if sub is None else f"{name}/{sub}"
+            if rel not in listed:
+                found.append(((int(m.group(1)), version), rel))
+    return [rel for _, rel in sorted(found)]
