@@ -22,6 +22,7 @@ from tfrecord_etl.transforms import fileio, metadata, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, encoding_of
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # noqa: F401 - re-exported
+from tfrecord_etl.transforms.torch_io import collate_varlen, python_scalars, torch_description  # noqa: F401
 
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 
@@ -196,7 +197,8 @@ class RandomAccess:
     over the records before it: the offsets come from the shards' ``tfrecord2idx`` index files (``--index``),
     or, for a shard written without one, from one pass over its 12-byte frame headers on first access.
     A map-style dataset for PyTorch or Grain: ``len(ra)``, ``ra[i]`` (``{name: np.ndarray}`` as
-    :func:`iter_numpy`), ``ra.record(i)`` (the serialized Example).
+    :func:`iter_numpy`, except scalar strings: ``bytes``, or ``str`` for ``U`` features, the values PyTorch's
+    ``default_collate`` batches; see ``torch_io.python_scalars``), ``ra.record(i)`` (the serialized Example).
 
     Each read checks the frame (length against the index, both CRCs); each index file is checked against its
     shard (records as in the metadata, offsets that follow each other and end at the shard's size). Before a
@@ -280,7 +282,7 @@ class RandomAccess:
         k, j = self._locate(i)
         record = self.record(i)
         try:
-            return decode_example_lenient(record, self._specs, self._max_features)
+            return python_scalars(decode_example_lenient(record, self._specs, self._max_features))
         except RecordError as e:
             raise RecordError(f"Cannot decode example: {e.message}", hint=e.hint, file=self._paths[k], record=j,
                               offset=int(self._frames(k)[0][j]), payload_offset=e.context.get("offset")) from None
@@ -289,7 +291,7 @@ class RandomAccess:
 def get(output_dir: str, i: int, features: Sequence[str] | None = None, split: str | None = None,
         check_checksums: bool = True) -> dict[str, np.ndarray]:
     """Example ``i`` (global index, in shard order; of ``split`` when given) of an output directory as
-    ``{name: np.ndarray}``: one seek and one read (see :class:`RandomAccess`; keep one of those for many reads, it
+    ``{name: np.ndarray}`` (scalar strings as ``bytes``/``str``): one seek and one read (see :class:`RandomAccess`; keep one of those for many reads, it
     caches the offsets), after the shard's identity check (:func:`check_shard`)."""
     return RandomAccess(output_dir, features, split=split, check_checksums=check_checksums)[i]
 
