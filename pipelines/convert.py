@@ -9,6 +9,7 @@ The pipeline is one PTransform, ``transforms.convert.ConvertToTFRecord`` (planne
 """
 from __future__ import annotations
 
+import sys
 import time
 
 import apache_beam as beam
@@ -19,6 +20,11 @@ from tfrecord_etl.transforms import localmode, metadata, planning, tfrecord
 from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, parse_args
 from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output, prepare_output_dir
 from tfrecord_etl.transforms.errors import printable
+
+
+ZLIB_WARNING = ("warning: --compression zlib: TensorFlow (tf.data) and Beam (ReadFromTFRecord) read these .deflate "
+                "shards, but TFXIO's TensorFlowDataset, Ray's read_tfrecords and the `tfrecord` package (PyTorch) "
+                "do not: use --compression gzip (read by all of them) or none")
 
 
 def local_workers(options: PipelineOptions) -> int:
@@ -50,6 +56,8 @@ def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan: planning.ConvertP
 
 def main(argv: list[str]) -> int:
     cfg, beam_argv = parse_args(argv, ConvertConfig, ConvertOptions, "python -m pipelines.convert", __doc__)
+    if cfg.compression == "zlib":
+        print(ZLIB_WARNING, file=sys.stderr)
     common.configure_filesystems(beam_argv)  # pipeline_options from the YAML config too
     tfrecord.require_fast_crc32c()
     started = time.time()
