@@ -87,9 +87,10 @@ def main(argv: list[str]) -> int:
                                     if cfg.splits else "")}
         meta = {**meta, "shards": [s for s in meta["shards"] if s.get("split") in mine]}
         meta["num_records"] = sum(s["records"] for s in meta["shards"])
-    if cfg.tfds_name:
-        splits_line["tfds"] = (f"tfds.builder_from_directory({printable(cfg.output_dir)!r}) loads {cfg.tfds_name} "
-                               f"(dataset_info.json, features.json)")
+    if plan.tfds_name or plan.tfds_refusal:
+        splits_line["tfds"] = (f"tfds.builder_from_directory({printable(cfg.output_dir)!r}) loads {plan.tfds_name} "
+                               f"(dataset_info.json, features.json)" if plan.tfds_name else
+                               f"no dataset_info.json: {plan.tfds_refusal}")
     common.print_summary(cfg.output_dir, meta, time.time() - started,
                          {"rows read": inputs.num_rows, "rows dead-lettered": meta["rows_dead_lettered"],
                           "row ranges": len(inputs.ranges) if plan.shards is None else
