@@ -197,8 +197,7 @@ class RandomAccess:
     over the records before it: the offsets come from the shards' ``tfrecord2idx`` index files (``--index``),
     or, for a shard written without one, from one pass over its 12-byte frame headers on first access.
     A map-style dataset for PyTorch or Grain: ``len(ra)``, ``ra[i]`` (``{name: np.ndarray}`` as
-    :func:`iter_numpy`, except scalar strings: ``bytes``, or ``str`` for ``U`` features, the values PyTorch's
-    ``default_collate`` batches; see ``torch_io.python_scalars``), ``ra.record(i)`` (the serialized Example).
+    :func:`iter_numpy`), ``ra.record(i)`` (the serialized Example).
 
     Each read checks the frame (length against the index, both CRCs); each index file is checked against its
     shard (records as in the metadata, offsets that follow each other and end at the shard's size). Before a
@@ -279,6 +278,9 @@ class RandomAccess:
         return tfrecord.unframe(data, path, j, offset)
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        """Example ``i`` as :func:`iter_numpy` yields it, except scalar strings: Python ``bytes`` (``S``, ``bytes``
+        features) or ``str`` (``U``), the values PyTorch's ``default_collate`` batches (``torch_io.python_scalars``;
+        :func:`get` too)."""
         k, j = self._locate(i)
         record = self.record(i)
         try:
@@ -291,7 +293,7 @@ class RandomAccess:
 def get(output_dir: str, i: int, features: Sequence[str] | None = None, split: str | None = None,
         check_checksums: bool = True) -> dict[str, np.ndarray]:
     """Example ``i`` (global index, in shard order; of ``split`` when given) of an output directory as
-    ``{name: np.ndarray}`` (scalar strings as ``bytes``/``str``): one seek and one read (see :class:`RandomAccess`; keep one of those for many reads, it
+    ``{name: np.ndarray}``: one seek and one read (see :class:`RandomAccess`; keep one of those for many reads, it
     caches the offsets), after the shard's identity check (:func:`check_shard`)."""
     return RandomAccess(output_dir, features, split=split, check_checksums=check_checksums)[i]
 
