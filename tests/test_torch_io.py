@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 
 import numpy as np
 import pytest
