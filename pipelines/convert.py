@@ -9,6 +9,7 @@ The pipeline is one PTransform, ``transforms.convert.ConvertToTFRecord`` (planne
 """
 from __future__ import annotations
 
+import sys
 import time
 
 import apache_beam as beam
@@ -19,6 +20,11 @@ from tfrecord_etl.transforms import localmode, metadata, planning, tfrecord
 from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, parse_args
 from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output, prepare_output_dir
 from tfrecord_etl.transforms.errors import printable
+
+
+ZLIB_WARNING = ("warning: --compression zlib: TensorFlow (tf.data) and Beam (ReadFromTFRecord) read these .deflate "
+                "shards, but TFXIO's TensorFlowDataset, Ray's read_tfrecords and the `tfrecord` package (PyTorch) "
+                "do not: use --compression gzip (read by all of them) or none")
 
 
 def local_workers(options: PipelineOptions) -> int:
@@ -50,6 +56,8 @@ def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan: planning.ConvertP
 
 def main(argv: list[str]) -> int:
     cfg, beam_argv = parse_args(argv, ConvertConfig, ConvertOptions, "python -m pipelines.convert", __doc__)
+    if cfg.compression == "zlib":
+        print(ZLIB_WARNING, file=sys.stderr)
     common.configure_filesystems(beam_argv)  # pipeline_options from the YAML config too
     tfrecord.require_fast_crc32c()
     started = time.time()
@@ -79,9 +87,10 @@ def main(argv: list[str]) -> int:
                                     if cfg.splits else "")}
         meta = {**meta, "shards": [s for s in meta["shards"] if s.get("split") in mine]}
         meta["num_records"] = sum(s["records"] for s in meta["shards"])
-    if cfg.tfds_name:
-        splits_line["tfds"] = (f"tfds.builder_from_directory({printable(cfg.output_dir)!r}) loads {cfg.tfds_name} "
-                               f"(dataset_info.json, features.json)")
+    if plan.tfds_name or plan.tfds_refusal:
+        splits_line["tfds"] = (f"tfds.builder_from_directory({printable(cfg.output_dir)!r}) loads {plan.tfds_name} "
+                               f"(dataset_info.json, features.json)" if plan.tfds_name else
+                               f"no dataset_info.json: {plan.tfds_refusal}")
     common.print_summary(cfg.output_dir, meta, time.time() - started,
                          {"rows read": inputs.num_rows, "rows dead-lettered": meta["rows_dead_lettered"],
                           "row ranges": len(inputs.ranges) if plan.shards is None else

@@ -161,8 +161,10 @@ class ConvertConfig(BaseModel):
         if self.split_key is not None and not self.splits:
             raise ValueError("--split_key decides between --splits: pass --splits too")
         if self.tfds_name is not None and self.compression != "none":
-            raise ValueError(f"TFDS reads TFRecord shards uncompressed: --tfds_name cannot be combined with "
-                             f"--compression {self.compression} (convert without --compression)")
+            raise ValueError(f"TFDS reads TFRecord shards uncompressed (TFDS 4.9's TfRecordFileAdapter opens them "
+                             f"with tf.data.TFRecordDataset without a compression type: {self.compression} shards "
+                             f"fail with DataLossError): --tfds_name cannot be combined with --compression "
+                             f"{self.compression} (convert without --compression)")
         if (self.splits or self.split is not None or self.tfds_name or self.shuffle_seed is not None) and \
                 self.writer != "planned":
             raise ValueError("--splits, --split, --tfds_name and --shuffle_seed need --writer planned (the shards "

@@ -260,6 +260,8 @@ class ConvertPlan:
     output_files: tuple[str, ...]
     split_plan: SplitPlan | None = None  # --splits / --split / --tfds_name: one file per split per shard plan
     prefix: str = "data"  # the shard file prefix: --prefix, or the --tfds_name
+    tfds_name: str | None = None  # TFDS's files are written: --tfds_name, or --splits' default (tfds_info)
+    tfds_refusal: str | None = None  # why a --splits output without --tfds_name gets no TFDS files
 
 
 def source_options(cfg) -> SourceOptions:
@@ -305,7 +307,12 @@ def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -
     prefix = cfg.tfds_name or cfg.prefix
     shards = tuple(inputs.shards(n)) if cfg.writer == "planned" else None
     files = output_files(cfg, shards, n, split_plan, prefix)
-    return ConvertPlan(inputs, tuple(specs), n, shards, files, split_plan, prefix)
+    tfds_name, refusal = cfg.tfds_name, None
+    if cfg.splits and tfds_name is None:  # TFDS-loadable by default when TFDS can read it
+        from tfrecord_etl.transforms import tfds_info
+        refusal = tfds_info.default_refusal(cfg.compression, specs)
+        tfds_name = None if refusal else tfds_info.default_name(cfg.output_dir)
+    return ConvertPlan(inputs, tuple(specs), n, shards, files, split_plan, prefix, tfds_name, refusal)
 
 
 def output_files(cfg, shards, num_shards: int, split_plan: SplitPlan | None, prefix: str) -> tuple[str, ...]:
