@@ -38,8 +38,10 @@ def has_glob(pattern: str) -> bool:
     return bool(_GLOB.search(pattern))
 
 
-def match_inputs(pattern: str, follow_symlinks: bool = False) -> list[tuple[str, int]]:
+def match_inputs(pattern: str, follow_symlinks: bool = False, mtimes: dict | None = None) -> list[tuple[str, int]]:
     """``(path, size in bytes)`` of every file ``pattern`` names, sorted by path (see the module docstring).
+    ``mtimes``: a dict that a local glob's walk fills with each file's ``st_mtime_ns`` from the one ``stat`` it
+    makes anyway (an incremental run compares them with its ledger without a second ``stat`` per file).
 
     Raises:
       SourceError: nothing matches; a matched symlink leads outside the pattern's base directory (without
@@ -49,6 +51,7 @@ def match_inputs(pattern: str, follow_symlinks: bool = False) -> list[tuple[str,
     if not fileio.is_local(pattern) or not has_glob(pattern):
         return fileio.match(pattern)
     walk = _Walk(pattern, follow_symlinks)
+    walk.mtimes = mtimes
     files = walk.run()
     if not files:
         raise SourceError("No input file matches the pattern", file=pattern,
@@ -117,6 +120,7 @@ class _Walk:
         self.unlistable: list[tuple[str, str]] = []
         self.files: dict[tuple[int, int], str] = {}
         self.twice: list[tuple[str, str]] = []
+        self.mtimes: dict | None = None
 
     def could_match_below(self, path: str) -> bool:
         """True when the pattern could match a file below the directory ``path``: its components match the
@@ -175,6 +179,8 @@ class _Walk:
         else:
             self.files[(stat.st_dev, stat.st_ino)] = path
             out.append((path, stat.st_size))
+            if self.mtimes is not None:
+                self.mtimes[path] = stat.st_mtime_ns
 
     def _refuse(self) -> None:
         base = printable(self.top or ".")
