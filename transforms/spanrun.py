@@ -15,7 +15,6 @@ once that commit is done. Planning an incremental run reads the collection once 
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 from typing import Optional
 
@@ -118,11 +117,12 @@ def _plan_incremental(cfg, coll: dict) -> CollectionRun:
     mtimes: dict = {}
     listed = matching.match_inputs(cfg.input, cfg.follow_symlinks, mtimes)
     ledger = collection.ledger(coll)
-    remote_old = [p for p, _ in listed if p in ledger and not fileio.is_local(p)]
+    local = fileio.is_local(cfg.input)
+    remote_old = [p for p, _ in listed if p in ledger] if not local else []
     versions = dict(zip(remote_old, _versions(remote_old)))
     new, changed = [], []
-    for path, _ in listed:
-        if path in ledger and fileio.is_local(path) and path not in mtimes:  # a literal path: not walked
+    for path, _ in listed if local and not mtimes else ():  # a literal path (no glob): not walked
+        if path in ledger:
             mtimes[path] = fileio.pin(path)[1]
     for path, size in listed:
         held = ledger.get(path)
@@ -197,7 +197,7 @@ def check_before_writing(run: CollectionRun, plan) -> None:
     schema = collection.schema_fingerprint(metadata.schema_text(plan.specs))
     rows = [{"path": p} for p in plan.inputs.paths]
     entry = {"span": run.span, "version": run.version, "inputs": rows, "schema": schema}
-    collection.add_span(entry, run.allow_schema_change, run.collection_dir)(copy.deepcopy(run.coll))
+    collection.add_span(entry, run.allow_schema_change, run.collection_dir)(dict(run.coll))  # (replaces lists)
 
 
 def commit(run: CollectionRun, plan, run_id: str) -> dict:
