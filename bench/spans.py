@@ -5,12 +5,14 @@ Measures, in one run on one machine:
 1. **Planning** an incremental run over a collection whose committed spans hold ``--old`` local files (100,000:
    100 spans of 1,000 files, each a real ``.npy`` file on disk with its ledger row: path, size, ``mtime_ns``) when
    ``--new`` files (100) arrived: ``convert --incremental --dry_run`` as a fresh process (wall time, peak RSS of
-   the process tree: ``bench.measure``), and the planning alone in this process (``spanrun.plan_run`` + planning
-   the new files' inputs: seconds, and the peak of Python allocations, ``tracemalloc``). The spans' output
+   the process tree: ``bench.measure``), and the planning alone in a fresh process (``spanrun.plan_run`` +
+   planning the new files' inputs: seconds, and its peak RSS over the RSS after the imports, ``/proc``). The spans' output
    directories are not there: planning reads only ``collection.json`` and the listing of the pattern.
-2. **A span's conversion** (``convert --incremental``: the 100 new files become span 100 of that collection, the
-   collection committed) against a **plain conversion** of the same 100 files (``--input 'raw/new-*.npy'`` into an
-   empty directory), alternately ``--repeats`` times each, as fresh processes; medians.
+2. **A span's conversion** (``--input 'dated/{SPAN}/*.npy'``: the 100 new files as span 7 of a new collection)
+   against a **plain conversion** of the same files (``--input 'dated/7/*.npy'``), and the **incremental run**
+   that converts them (hard links ``raw/new-*.npy``) as span 100 of the 100,000-file collection (planning,
+   conversion and the commit of a 15 MB ``collection.json``), alternately ``--repeats`` times each, as fresh
+   processes; medians.
 
 Targets: planning <= 10 s and <= 200 MB; a span's conversion within 10% of the plain one.
 """
@@ -59,12 +61,16 @@ def make_collection(root: str, old: int, new: int, new_rows: int) -> tuple[str, 
                       "num_records": per_span, "schema": None, "metadata": "0" * 64, "run_id": "bench",
                       "committed": "2026-01-01T00:00:00Z"})
     rng = np.random.default_rng(0)
-    for i in range(new):
-        with open(os.path.join(raw, f"new-{i:04d}.npy"), "wb") as f:
+    os.makedirs(os.path.join(root, "dated", "7"))
+    for i in range(new):  # dated/7/new-*.npy, hard-linked as raw/new-*.npy (one file, two patterns)
+        path = os.path.join(root, "dated", "7", f"new-{i:04d}.npy")
+        with open(path, "wb") as f:
             f.write(_npy_bytes(rng.standard_normal((new_rows, 32), dtype="<f4")))
+        os.link(path, os.path.join(raw, f"new-{i:04d}.npy"))
     from tfrecord_etl.transforms import metadata, planning
     from tfrecord_etl.transforms.config import ConvertConfig
-    plan = planning.plan_convert(ConvertConfig(input=os.path.join(raw, "new-0000.npy"), output_dir=out))
+    plan = planning.plan_convert(ConvertConfig(input=os.path.join(root, "dated", "7", "new-0000.npy"),
+                                               output_dir=out))
     for entry in spans:  # the new span's schema (as a span converted from these files would have)
         entry["schema"] = collection.schema_fingerprint(metadata.schema_text(plan.specs))
     coll = collection.empty(os.path.join(raw, "*.npy"))
@@ -86,20 +92,24 @@ def measure(cmd: list[str], work: str, name: str) -> dict:
     return result
 
 
-def plan_in_process(pattern: str, out: str) -> tuple[float, int, int]:
-    """``(seconds, peak traced bytes, files in the span)`` of planning the incremental run here."""
-    import tracemalloc
+def _rss_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field))
+
+
+def plan_in_process(pattern: str, out: str) -> dict:
+    """Planning the incremental run in this process (run it fresh: ``--plan_only``): seconds, the RSS before it
+    (imports done), the peak RSS (``VmHWM``) after it, and the files in the span."""
     from tfrecord_etl.transforms import planning, spanrun
     from tfrecord_etl.transforms.config import ConvertConfig
     cfg = ConvertConfig(input=pattern, output_dir=out, incremental=True)
-    tracemalloc.start()
+    before = _rss_kib("VmRSS:")
     started = time.perf_counter()
     run = spanrun.plan_run(cfg)
     planning.plan_inputs(run.cfg.input, planning.source_options(run.cfg), run.files)
     seconds = time.perf_counter() - started
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    return seconds, peak, len(run.files)
+    return {"seconds": seconds, "rss_before_mib": before / 1024, "peak_mib": _rss_kib("VmHWM:") / 1024,
+            "files": len(run.files)}
 
 
 def main(argv=None) -> int:
@@ -109,41 +119,58 @@ def main(argv=None) -> int:
     ap.add_argument("--new_rows", type=int, default=5_000, help="rows of 32 float32 in each new file")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dir", default=None, help="work directory (default: a temporary one, removed)")
+    ap.add_argument("--plan_only", nargs=2, metavar=("PATTERN", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.plan_only:
+        print(json.dumps(plan_in_process(*args.plan_only)))
+        return 0
     work = args.dir or tempfile.mkdtemp(prefix="bench-spans-")
     started = time.perf_counter()
     pattern, out = make_collection(work, args.old, args.new, args.new_rows)
     print(f"setup: {args.old:,} old files in {args.old // 1000} committed spans, {args.new} new files of "
           f"{args.new_rows:,} x 32 float32 ({time.perf_counter() - started:.1f} s)")
-    seconds, peak, n = plan_in_process(pattern, out)
-    assert n == args.new, n
-    print(f"planning in-process (spanrun.plan_run + plan_inputs of the new files): {seconds:.2f} s, "
-          f"peak Python allocations {peak / 2**20:.1f} MiB")
+    plan = json.loads(subprocess.run([sys.executable, "-m", "bench.spans", "--plan_only", pattern, out], cwd=ROOT,
+                                     check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+    assert plan["files"] == args.new, plan
+    print(f"planning (fresh process, spanrun.plan_run + plan_inputs of the new files, imports excluded): "
+          f"{plan['seconds']:.2f} s; RSS {plan['rss_before_mib']:.0f} MiB after the imports, peak "
+          f"{plan['peak_mib']:.0f} MiB: planning adds {plan['peak_mib'] - plan['rss_before_mib']:.0f} MiB")
     dry = measure([sys.executable, "-m", "pipelines.convert", "--input", pattern, "--output_dir", out,
                    "--incremental", "--dry_run", *BEAM], work, "dry")
     print(f"convert --incremental --dry_run (fresh process, imports included): {dry['wall_s']:.2f} s, "
           f"peak RSS {dry['peak_rss_bytes'] / 2**20:.0f} MiB")
     saved = open(os.path.join(out, "collection.json"), "rb").read()
-    span_times, plain_times = [], []
-    for r in range(args.repeats):
-        span = measure([sys.executable, "-m", "pipelines.convert", "--input", pattern, "--output_dir", out,
-                        "--incremental", *BEAM], work, f"span{r}")
-        assert f"span: {args.old // 1000} in" in span["output"], span["output"][-500:]
-        span_times.append(span["wall_s"])
-        plain_dir = os.path.join(work, f"plain{r}")
-        plain = measure([sys.executable, "-m", "pipelines.convert", "--input", os.path.join(work, "raw", "new-*.npy"),
-                         "--output_dir", plain_dir, *BEAM], work, f"plain{r}")
-        plain_times.append(plain["wall_s"])
-        import shutil  # back to the collection before the span: the next repeat converts the same span again
-        shutil.rmtree(os.path.join(out, f"span-{args.old // 1000}"))
-        shutil.rmtree(plain_dir)
+    times: dict[str, list[float]] = {"incremental": [], "span": [], "plain": []}
+    dated, new_span = os.path.join(work, "dated"), args.old // 1000
+    import shutil
+    for r in range(args.repeats):  # alternately, so that the machine's load falls on all three alike
+        run = measure([sys.executable, "-m", "pipelines.convert", "--input", pattern, "--output_dir", out,
+                       "--incremental", *BEAM], work, f"incremental{r}")
+        assert f"span: {new_span} in" in run["output"], run["output"][-500:]
+        times["incremental"].append(run["wall_s"])
+        shutil.rmtree(os.path.join(out, f"span-{new_span}"))  # back to the collection before the span
         with open(os.path.join(out, "collection.json"), "wb") as f:
             f.write(saved)
-    s, p = statistics.median(span_times), statistics.median(plain_times)
-    print(f"span conversion (--incremental, {args.new} new files, collection of {args.old:,} files): median "
-          f"{s:.2f} s of {', '.join(f'{t:.2f}' for t in span_times)}")
-    print(f"plain conversion of the same files: median {p:.2f} s of {', '.join(f'{t:.2f}' for t in plain_times)}")
-    print(f"span / plain: {s / p:.3f}")
+        coll_dir = os.path.join(work, f"span{r}")
+        run = measure([sys.executable, "-m", "pipelines.convert", "--input", os.path.join(dated, "{SPAN}", "*.npy"),
+                       "--output_dir", coll_dir, *BEAM], work, f"span{r}")
+        assert "span: 7 in" in run["output"], run["output"][-500:]
+        times["span"].append(run["wall_s"])
+        plain_dir = os.path.join(work, f"plain{r}")
+        times["plain"].append(measure([sys.executable, "-m", "pipelines.convert", "--input",
+                                       os.path.join(dated, "7", "*.npy"), "--output_dir", plain_dir, *BEAM], work,
+                                      f"plain{r}")["wall_s"])
+        shutil.rmtree(coll_dir)
+        shutil.rmtree(plain_dir)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    shown = {k: ", ".join(f"{t:.2f}" for t in v) for k, v in times.items()}
+    print(f"span conversion ({{SPAN}} pattern, {args.new} files, into a new collection): median {med['span']:.2f} s "
+          f"({shown['span']})")
+    print(f"plain conversion of the same files: median {med['plain']:.2f} s ({shown['plain']})")
+    print(f"span / plain: {med['span'] / med['plain']:.3f}")
+    print(f"incremental run (the same files as span {new_span} of the collection of {args.old:,} files: planning, "
+          f"conversion, commit of its collection.json): median {med['incremental']:.2f} s ({shown['incremental']}), "
+          f"{med['incremental'] - med['plain']:+.2f} s over the plain conversion")
     if not args.dir:
         import shutil
         shutil.rmtree(work)

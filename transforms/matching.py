@@ -157,7 +157,7 @@ class _Walk:
 
     def _visit(self, entry, path: str, real_dir: str, ancestors: frozenset, stack: list, out: list) -> None:
         link = entry.is_symlink()
-        real = os.path.realpath(path) if link else os.path.join(real_dir, entry.name)
+        real = os.path.realpath(path) if link else None  # a plain directory's: below (files need none)
         try:
             is_dir = entry.is_dir()  # (follows a link)
             stat = None if is_dir else entry.stat()
@@ -168,6 +168,8 @@ class _Walk:
         wanted = self.could_match_below(path) if is_dir else self.regex.match(path)
         if not wanted:
             return
+        if real is None and is_dir:
+            real = os.path.join(real_dir, entry.name)
         if link and not self.follow and not inside(real, self.root):
             self.outside.append((path, real))
         elif is_dir and real in ancestors:
