@@ -142,16 +142,19 @@ class _Walk:
         while stack:
             directory, real_dir, ancestors = stack.pop()
             try:
-                with os.scandir(directory or ".") as it:
-                    entries = list(it)
+                it = os.scandir(directory or ".")
             except (FileNotFoundError, NotADirectoryError):
                 continue  # (the base directory does not exist: nothing matches)
             except OSError as e:
                 self.unlistable.append((directory, e.strerror or str(e)))
                 continue
-            for entry in entries:
-                path = os.path.join(directory, entry.name) if directory else entry.name
-                self._visit(entry, path, real_dir, ancestors, stack, out)
+            with it:  # each entry visited as listed: a directory of 100,000 files is not held in memory
+                try:
+                    for entry in it:
+                        path = os.path.join(directory, entry.name) if directory else entry.name
+                        self._visit(entry, path, real_dir, ancestors, stack, out)
+                except OSError as e:  # the listing failed part way
+                    self.unlistable.append((directory, e.strerror or str(e)))
         self._refuse()
         return sorted(out)
 
