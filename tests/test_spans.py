@@ -264,3 +264,17 @@ def test_a_kill_between_the_span_commit_and_the_collection_commit_leaves_the_spa
     assert again.returncode == 0, again.stderr
     assert [s["span"] for s in collection.load(out)["spans"]] == [20415, 20416]
     assert our_ids(f"{out}/span-20416") == tf_ids(f"{out}/span-20416") == expected_ids(1)
+
+
+def test_an_output_written_before_the_collection_flags_existed_is_rerun_without_overwrite(dated, capsys):
+    """The flags that choose a span are not part of the options a re-run is compared with."""
+    inp, out = str(dated / "raw" / DATES[0] / "*.h5"), dated / "plain"
+    assert convert(inp, str(out))[0] == 0
+    for name in ("metadata.json", ".tf-etl-run.json"):  # as an earlier version wrote them
+        data = json.loads((out / name).read_text())
+        for key in ("span", "version", "incremental", "reconvert_changed", "allow_schema_change"):
+            del data["options"][key]
+        (out / name).write_text(json.dumps(data))
+    code, _, err = convert(inp, str(out), capsys=capsys)
+    assert code == 0, err
+    assert our_ids(str(out)) == expected_ids(0)
