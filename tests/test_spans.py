@@ -278,3 +278,10 @@ def test_an_output_written_before_the_collection_flags_existed_is_rerun_without_
     code, _, err = convert(inp, str(out), capsys=capsys)
     assert code == 0, err
     assert our_ids(str(out)) == expected_ids(0)
+
+
+def test_the_ptransform_refuses_placeholders_naming_the_command(dated):
+    from tfrecord_etl.transforms.convert import ConvertToTFRecord
+    with pytest.raises(ConfigError, match="write a collection of spans, which the convert command does"):
+        ConvertToTFRecord(str(dated / "raw" / "{YYYY}-{MM}-{DD}" / "*.h5"), str(dated / "out"))
+    assert not os.path.exists(dated / "out")
