@@ -2,6 +2,8 @@
 
     python -m pipelines.convert --input 'data/*.h5' --output_dir out/ [--config configs/local.yaml] \\
         [--datasets /images,/labels] [--compression gzip] [--runner DirectRunner ...]
+    python -m pipelines.convert --input 'raw/{YYYY}-{MM}-{DD}/*.h5' --output_dir coll/ [--span latest|N|YYYY-MM-DD]
+    python -m pipelines.convert --input 'raw/*.h5' --output_dir coll/ --incremental [--reconvert_changed]
 
 The pipeline is one PTransform, ``transforms.convert.ConvertToTFRecord`` (planned once by
 ``transforms.planning.plan_convert``); this command adds the flags, the output directory's lock and run marker
@@ -16,7 +18,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrecord_etl.pipelines import common
-from tfrecord_etl.transforms import localmode, metadata, planning, tfrecord
+from tfrecord_etl.transforms import localmode, metadata, planning, spanrun, tfrecord
 from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, parse_args
 from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output, prepare_output_dir
 from tfrecord_etl.transforms.errors import printable
@@ -61,19 +63,28 @@ def main(argv: list[str]) -> int:
     common.configure_filesystems(beam_argv)  # pipeline_options from the YAML config too
     tfrecord.require_fast_crc32c()
     started = time.time()
-    inputs = planning.plan_inputs(cfg.input, planning.source_options(cfg))
+    run = spanrun.plan_run(cfg)  # a span of a collection (placeholders, --incremental), or None
+    if run is not None and run.nothing_new:
+        print(run.nothing_new)
+        return 0
+    cfg = run.cfg if run is not None else cfg
+    inputs = planning.plan_inputs(cfg.input, planning.source_options(cfg), run.files if run is not None else None)
     beam_argv, mode = localmode.choose_local_mode(beam_argv, inputs.num_rows, inputs.num_bytes, inputs.num_rows)
     options = PipelineOptions(beam_argv)
     plan = build_plan(cfg, options, inputs)
+    if run is not None:
+        spanrun.check_before_writing(run, plan)
     if cfg.dry_run:
         check_output(cfg, plan)
-        print("\n".join(printable(line) for line in planning.describe_plan(plan, cfg)))
+        print("\n".join(printable(line) for line in planning.describe_plan(plan, cfg)
+                        + (spanrun.describe(run) if run is not None else [])))
         return 0
     with prepare_output_dir(cfg, plan) as prepared:
         plan = prepared.plan
         p = beam.Pipeline(runner=common.local_runner(options), options=options)
         build_pipeline(p, cfg, plan, prepared.meta, prepared.replaced)
         counters = common.run_pipeline(p)
+        coll = spanrun.commit(run, plan, prepared.lock.run_id) if run is not None else None
     meta = metadata.load(cfg.output_dir)
     inputs = plan.inputs
     splits_line = {}
@@ -97,6 +108,7 @@ def main(argv: list[str]) -> int:
                           sum(len(s.ranges) for s in plan.shards),
                           **({"local runner": mode.describe()} if mode else {}),
                           **splits_line,
+                          **(spanrun.summary(run, coll) if run is not None else {}),
                           **({"index files": f"{len(meta['shards'])} (tfrecord2idx: byte offset and length of "
                                              f"every record, beside each shard)"} if cfg.index else {}),
                           "features": ", ".join(f"{printable(s.name)} {s.dtype} {list(s.shape) if s.shape is not None else '*'}"

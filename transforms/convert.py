@@ -160,6 +160,12 @@ class ConvertToTFRecord(beam.PTransform):
                 raise ConfigError(f"Invalid ConvertToTFRecord options: {e}") from None
         elif file_pattern is not None or output_dir is not None or options:
             raise ConfigError("Pass either config= or file_pattern, output_dir and options, not both")
+        from tfrecord_etl.transforms.spans import has_placeholders
+        if config.incremental or has_placeholders(config.input):
+            raise ConfigError("Span placeholders and --incremental write a collection of spans, which the convert "
+                              "command does (transforms.spanrun); ConvertToTFRecord writes one output directory",
+                              file=config.input, hint="resolve the span first (spans.resolve) and pass its files' "
+                                                      "pattern, or run python -m pipelines.convert")
         self.config = config
         self.plan = plan or plan_convert(config, local_workers)
         self._progress = progress

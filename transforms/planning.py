@@ -153,16 +153,17 @@ def input_format(pattern: str, files: Sequence[tuple[str, int]], options: Source
     return fmt, source
 
 
-def plan_inputs(pattern: str, options: SourceOptions) -> InputPlan:
+def plan_inputs(pattern: str, options: SourceOptions, files: Sequence[tuple[str, int]] | None = None) -> InputPlan:
     """Matches ``pattern``, pins (size, modification time) and indexes every file and plans row ranges of
-    ``options.target_range_bytes``.
+    ``options.target_range_bytes``. ``files``: the ``(path, size)`` to read instead of every match of ``pattern``
+    (the files of one span, or an incremental run's new files: ``transforms.spanrun``).
 
     Raises:
       SourceError, SchemaError: unmatched pattern, unreadable file, unsupported dtype, features that
         differ between files (naming the file and dataset/member); symbolic links leading outside the pattern's
         base directory, one file matched under two names (``matching.match_inputs``).
     """
-    files = matching.match_inputs(pattern, options.follow_symlinks)
+    files = list(files) if files is not None else matching.match_inputs(pattern, options.follow_symlinks)
     fmt, source = input_format(pattern, files, options)
     data = [(path, size) for path, size in files if not source.is_sidecar(path)]
     if not data:
