@@ -525,6 +525,18 @@ def version(path: str) -> str | None:
     return None
 
 
+def read_version(path: str) -> str | None:
+    """The version (S3 ETag, GCS generation) of the remote object ``path`` that this process's reads are pinned
+    to (:class:`_RemoteObject`: planning opened it, no request), else asked for (:func:`version`: one request);
+    None for a local file."""
+    fs = FileSystems.get_filesystem(path)
+    kind = _OPENERS.get(type(fs).__name__)
+    if kind is None:
+        return None
+    obj = _known((type(fs).__name__, _endpoint(kind[0](fs)), path))
+    return obj.version if obj is not None and obj.version else version(path)
+
+
 def write_if_version(path: str, data: bytes, expected: str) -> None:
     """Writes ``data`` as the object ``path`` in one request, only while its version is still ``expected`` (from
     :func:`version`; :data:`ABSENT`: only when there is none): S3 ``PutObject`` with ``If-Match: <ETag>`` or

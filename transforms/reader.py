@@ -26,6 +26,7 @@ from tfrecord_etl.transforms import collection_reader, fileio, metadata, tfrecor
 from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, encoding_of
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # noqa: F401 - re-exported
+from tfrecord_etl.transforms.torch_io import collate_varlen, python_scalars, torch_description  # noqa: F401
 
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 
@@ -289,10 +290,13 @@ class RandomAccess:
         return tfrecord.unframe(data, path, j, offset)
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        """Example ``i`` as :func:`iter_numpy` yields it, except scalar strings: Python ``bytes`` (``S``, ``bytes``
+        features) or ``str`` (``U``), the values PyTorch's ``default_collate`` batches (``torch_io.python_scalars``;
+        :func:`get` too)."""
         k, j = self._locate(i)
         record = self.record(i)
         try:
-            return decode_example_lenient(record, self._specs, self._max_features)
+            return python_scalars(decode_example_lenient(record, self._specs, self._max_features))
         except RecordError as e:
             raise RecordError(f"Cannot decode example: {e.message}", hint=e.hint, file=self._paths[k], record=j,
                               offset=int(self._frames(k)[0][j]), payload_offset=e.context.get("offset")) from None
