@@ -197,7 +197,9 @@ def check_collection(coll_dir: str, spans: list[int], inputs: list[list[str]] | 
 
 def check_reads(coll_dir: str, spans: list[int], span_days: list[list[int]], augmented: bool) -> None:
     """Every span read back exactly: all spans with our reader, one span alone, each span with plain TF."""
+    from tfrecord_etl.pipelines.common import preload_tensorflow
     from tfrecord_etl.transforms import reader
+    preload_tensorflow()  # without TensorFlow's start-up lines on stderr
     want_all = expected([d for days in span_days for d in days])
     rows = list(reader.iter_numpy(coll_dir))
     compare(f"iter_numpy({coll_dir})", rows, want_all, augmented)
@@ -219,7 +221,7 @@ def compare(what: str, rows: list[dict], want: dict, augmented: bool) -> None:
 
 def compare_tf(span_dir: str, want: dict, augmented: bool) -> None:
     """A span's shards read with plain TensorFlow (tf.data, tf.io.parse_example), in shard-name order."""
-    import tensorflow as tf
+    import tensorflow as tf  # preloaded quietly by check_reads
     shards = sorted(f for f in glob.glob(os.path.join(span_dir, "*")) if is_shard(f))
     spec = {"id": tf.io.FixedLenFeature([], tf.int64), "label": tf.io.FixedLenFeature([], tf.int64),
             "x": tf.io.FixedLenFeature([3], tf.float32)}
