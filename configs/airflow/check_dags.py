@@ -7,7 +7,8 @@ command, with ``AIRFLOW_HOME`` and the dags folder already set up by the shell s
 
 - ``manual``: ``tfrecord_etl`` on one HDF5 file (convert -> augment with a join -> verify);
 - ``daily``: ``tfrecord_etl_daily`` for three logical dates, each day's files under ``raw/YYYY-MM-DD/``, and one
-  date again; the re-run must rewrite the same shard bytes and leave every other span's files untouched;
+  date again; the re-run must rewrite the same shard bytes and leave every other span's files untouched; what the
+  scheduler sees (timetable, max_active_runs, the runs of a backfill's ``--dry-run``);
 - ``incremental``: ``tfrecord_etl_incremental`` over ``incoming/*.h5`` holding the first three days' files, then
   with a fourth day's files added, then with nothing new (which must leave the tree as it was, mtimes included);
 - then both collections read back exactly, with our reader and with plain TensorFlow, against the generated
