@@ -206,7 +206,23 @@ def _stdout_closed() -> int:
 
 class CommandParser(argparse.ArgumentParser):
     """The parser of a command without Beam flags (verify, inspect): a bad or unknown flag is a one-line
-    ConfigError (exit 2 through ``run_main``), with a suggestion for a misspelled flag."""
+    ConfigError (exit 2 through ``run_main``), with a suggestion for a misspelled flag.
+
+    ``ignore_beam_flags=True``: the flags Beam's ``PipelineOptions`` know (``--runner``, ``--labels``, ...) and are
+    not the command's own are dropped before parsing (``config.split_beam_flags``), for a command that a Beam
+    launcher such as Airflow's ``BeamRunPythonPipelineOperator`` starts; every other unknown flag is refused.
+    """
+
+    def __init__(self, *args, ignore_beam_flags: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.ignore_beam_flags = ignore_beam_flags
+
+    def parse_known_args(self, args=None, namespace=None):
+        if self.ignore_beam_flags:
+            from tfrecord_etl.transforms.config import split_beam_flags
+            args, _ = split_beam_flags(sys.argv[1:] if args is None else args,
+                                       [o for a in self._actions for o in a.option_strings])
+        return super().parse_known_args(args, namespace)
 
     def error(self, message):
         import difflib

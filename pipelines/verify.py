@@ -20,6 +20,10 @@ per span, then the total.
 Exit code: 0 when everything holds; 1 when a problem was found (each reported with file, record index,
 byte offset and feature); 2 when TARGET cannot be verified at all (bad flags, nothing matches, no or
 invalid metadata.json, an exact comparison that this output cannot support).
+
+Beam's pipeline flags (--runner, --labels, --project, ... : whatever Beam's PipelineOptions know) are accepted
+and ignored, so that a Beam launcher such as Airflow's BeamRunPythonPipelineOperator can run this command like
+the pipelines (it passes --flag=value only: TARGET may be given as --target); any other unknown flag is refused.
 """
 from __future__ import annotations
 
@@ -130,9 +134,12 @@ def render_collection(report: verify_lib.CollectionReport, verbose: bool = False
 
 
 def main(argv: list[str]) -> int:
-    parser = common.CommandParser(prog="python -m pipelines.verify", description=__doc__,
+    parser = common.CommandParser(prog="python -m pipelines.verify", description=__doc__, ignore_beam_flags=True,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("target", help="an output directory (with metadata.json), or a file or glob of TFRecord files")
+    parser.add_argument("target", nargs="?",
+                        help="an output directory (with metadata.json), or a file or glob of TFRecord files")
+    parser.add_argument("--target", dest="target_flag", metavar="TARGET",
+                        help="TARGET as a flag, for launchers that pass only --flag=value (default: the positional)")
     parser.add_argument("--source", nargs="+", action="extend", default=[], metavar="PATTERN",
                         help="file pattern(s) of the convert input: compare every array exactly (default: off)")
     parser.add_argument("--original", nargs="+", action="extend", default=[], metavar="DIR_OR_PATTERN",
@@ -148,6 +155,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--spans", default=None, help="a collection's spans to verify: 7, 3,5,9, 3-9, latest, "
                         "latest:N or all (default: all)")
     args = parser.parse_args(argv)
+    targets = {t for t in (args.target, args.target_flag) if t is not None}
+    if len(targets) != 1:
+        raise ConfigError("TARGET is missing" if not targets else f"two TARGETs: {args.target!r} and --target "
+                          f"{args.target_flag!r}", hint="give TARGET once, as the argument or as --target")
+    args.target = targets.pop()
     progress = TqdmProgress(enabled=not args.json and sys.stderr.isatty())
     try:
         max_record_bytes, max_features = common.record_limits(args)

@@ -129,6 +129,45 @@ def test_clean_output_passes_without_source_and_lists_files_when_verbose(outputs
     assert "data-00002-of-00003.tfrecord:" in out and "(metadata: " in out
 
 
+# what Airflow's BeamRunPythonPipelineOperator appends (--flag=value only), and other Beam flags in every form
+AIRFLOW_FLAGS = ["--runner=DirectRunner", "--labels=airflow-version=v3-3-2"]
+BEAM_FLAGS_ALL_FORMS = ["--project", "p", "--temp_location=gs://b/tmp", "--direct_num_workers", "2",
+                        "--save_main_session", "--experiments=a", "--experiments", "b", "--flink_master=localhost:8081"]
+
+
+def test_beam_flags_are_accepted_and_ignored(outputs, capsys):
+    src, outs = outputs
+    _, plain, _ = verify(outs["planned"], "--source", src, "--json", capsys=capsys)
+    for argv in ([*AIRFLOW_FLAGS, f"--target={outs['planned']}", f"--source={src}", "--json"],
+                 [*BEAM_FLAGS_ALL_FORMS, outs["planned"], "--source", src, "--json"],
+                 [outs["planned"], "--runner", "DirectRunner", "--source", src, "--json", *BEAM_FLAGS_ALL_FORMS]):
+        code, out, err = verify(*argv, capsys=capsys)
+        assert code == 0 and err == "", err
+        report, expected = json.loads(out), json.loads(plain)
+        assert report["source"]["compared"] == ROWS
+        assert {k: v for k, v in report.items() if k != "seconds"} == \
+               {k: v for k, v in expected.items() if k != "seconds"}
+
+
+@pytest.mark.parametrize("argv,message", [
+    # a typo of verify's own flags is refused, also among Beam flags
+    (["OUT", *AIRFLOW_FLAGS, "--jsno"], "unknown flag --jsno (did you mean --json?)"),
+    (["--sorce=x.h5", *AIRFLOW_FLAGS, "OUT"], "unknown flag --sorce (did you mean --source?)"),
+    (["--targt=OUT"], "unknown flag --targt (did you mean --target?)"),
+    # a flag neither verify's nor Beam's, and a misspelled Beam flag, are not ignored
+    (["OUT", *AIRFLOW_FLAGS, "--zzzqqq=1"], "unknown flag --zzzqqq"),
+    (["OUT", "--runer=DirectRunner"], "unknown flag --runer"),
+    # TARGET: required, once
+    (AIRFLOW_FLAGS, "TARGET is missing Hint: give TARGET once, as the argument or as --target"),
+    (["OUT", "--target=elsewhere"], "two TARGETs: "),
+])
+def test_unknown_flags_are_refused_next_to_beam_flags(outputs, capsys, argv, message):
+    target = str(outputs[1]["planned"])
+    code, out, err = verify(*[a.replace("OUT", target) for a in argv], capsys=capsys)
+    assert code == 2 and out == "", out
+    assert err.startswith(f"error: ConfigError: {message}") and len(err.strip().splitlines()) == 1, err
+
+
 @pytest.mark.parametrize("name", ["planned", "beam"])
 def test_one_changed_value_with_valid_crc_is_caught_only_by_the_source_comparison(outputs, tmp_path, capsys, name):
     src = outputs[0]

@@ -473,15 +473,55 @@ def check_beam_flags(beam_argv: list[str], ours: list[str] = ()) -> None:
             did = f" (did you mean {close[0]}?)" if close else ""
             raise ConfigError(f"unknown flag {name}{did}",
                               hint="see --help for our flags; Beam's are listed in its PipelineOptions")
-        i += 1
-        if "=" in token or action.nargs == 0 or name.startswith("--no") and name not in actions:
-            continue
-        if action.nargs in ("+", "*"):
-            while i < len(names) and not names[i].startswith("-"):
-                i += 1
-        elif i < len(names):
-            i += 1  # the flag's value, whatever it looks like (e.g. -1)
+        i = _flag_end(names, i, action, actions)
     parser.parse_known_args([n for n in names if not (n.startswith("--no") and n.split("=")[0] not in actions)])
+
+
+def split_beam_flags(argv: list[str], ours: list[str] = ()) -> tuple[list[str], list[str]]:
+    """``(the other arguments, Beam's flags)``: ``argv`` split into the flags Beam's ``PipelineOptions`` know
+    that are not ours (``ours``: option strings), each with its value, and everything else, in order.
+
+    For a command that is not a Beam pipeline (verify) but is started by a Beam launcher such as Airflow's
+    ``BeamRunPythonPipelineOperator``, which always adds ``--runner=...`` and ``--labels=...``: it ignores
+    Beam's flags and parses the rest strictly, so a misspelled flag of its own is still refused.
+    """
+    names, ours = [str(a) for a in argv], set(ours)
+    parsers, rest, beam, i = {}, [], [], 0
+    while i < len(names):
+        token, name = names[i], _flag_name(names[i])
+        if token == "--":
+            rest += names[i:]
+            break
+        if name is None or name in ours:
+            rest.append(token)
+            i += 1
+            continue
+        for import_runners in (False, True):  # the runners' modules are imported only for a flag of theirs
+            if import_runners not in parsers:
+                parsers[import_runners] = _actions(beam_flag_parser(import_runners))
+            actions = parsers[import_runners]
+            action = _lookup(actions, name)
+            if action is not None:
+                break
+        end = i + 1 if action is None else _flag_end(names, i, action, actions)
+        (rest if action is None else beam).extend(names[i:end])
+        i = end
+    return rest, beam
+
+
+def _flag_end(names: list[str], i: int, action: argparse.Action, actions: dict) -> int:
+    """The index after Beam flag ``names[i]`` and its values (``--flag=v``, ``--flag v``, ``--flag v1 v2``,
+    boolean ``--flag`` / ``--noflag``)."""
+    name = _flag_name(names[i])
+    i += 1
+    if "=" in names[i - 1] or action.nargs == 0 or name.startswith("--no") and name not in actions:
+        return i
+    if action.nargs in ("+", "*"):
+        while i < len(names) and not names[i].startswith("-"):
+            i += 1
+    elif i < len(names):
+        i += 1  # the flag's value, whatever it looks like (e.g. -1)
+    return i
 
 
 def _flag_name(token: str) -> str | None:
