@@ -1,4 +1,4 @@
-"""Throughput benchmark of tfrecord-etl (issue 4, item 3): ``.venv/bin/python -m bench.run``.
+"""Throughput benchmark of tfrecord-etl: ``.venv/bin/python -m bench.run``.
 
 Not part of the test suite (``tests/test_bench.py`` only smoke-tests it at a tiny scale).
 

@@ -1,4 +1,4 @@
-"""Size and speed of the feature encodings on real arrays (issue 14 items 3 and 4).
+"""Size and speed of the feature encodings (tensor, list, zlib, packbits) on real arrays.
 
     .venv/bin/python -m bench.encodings [--repeat 3]
 

@@ -1,4 +1,4 @@
-"""Object storage measurements (issue 13): egress of converting from s3:// and the time to plan many remote files,
+"""Object storage measurements: egress of converting from s3:// and the time to plan many remote files,
 against a moto S3 server in its own process behind ``bench.s3proxy`` (in a third process: it counts the bytes the
 server sends and adds ``--latency_ms`` to every request, a real object store's round trip).
 

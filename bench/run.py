@@ -1,4 +1,4 @@
-"""Benchmark of tfrecord-etl against the hand-written loop, plain Beam and the raw copy (issue 4, item 3).
+"""Benchmark of tfrecord-etl against the hand-written loop, plain Beam and the raw copy.
 
     .venv/bin/python -m bench.run [--scale 1.0] [--only small,large,augment,scaling,splits] [--workdir DIR] [--keep]
                                   [--rss_8gb] [--repeat 1] [--steady auto|on|off] [--results_dir DIR]
@@ -20,11 +20,11 @@ process of the tree, from the kernel's high-water mark and psutil polling), side
   2M-row small section (about 1 s a worker) does not give;
 * splits (1,000,000 small rows, 20,000 large rows): ``convert`` without and with ``--splits
   train=8,validation=1,test=1``, and with ``--shuffle_seed 1`` too (2 workers), with the seed loop and the raw
-  copy: what splitting and the shuffle cost (issue 12);
+  copy: what splitting and the shuffle cost;
 * remote (``--only remote``, needs the s3 extra): ``bench.remote``, egress and remote/local wall time of
   converting HDF5 (chunked+gzip, contiguous), .npy and .npz inputs and a 257 MiB chunked HDF5 file from a moto S3
   server behind a counting proxy that adds 20 ms to every request, and the time to plan 1,000 and 10,000 small
-  remote files (issue 13; about 10 minutes);
+  remote files (about 10 minutes);
 * with ``--rss_8gb``: one 8 GB HDF5 file converted with ``--writer planned``, for its peak RSS.
 
 Before every measured run the page cache's dirty pages are flushed (``settle``: sync, then wait until
@@ -35,8 +35,8 @@ the fastest kept, as ``timeit`` does.
 A contender that fails (a non-zero exit, a wrong record count, a convert that ignored ``--writer``) is
 recorded as failed with the tail of its log; the others still run. Results: ``results.json``,
 ``results.md`` and ``results.png`` in the results directory (default ``bench/results/``, or
-``WORKDIR/results`` when ``--workdir`` is given), one log per run under its ``logs/``; the targets of
-issue 4 item 4 are printed as met/missed. Units: examples/s; MB/s of raw array bytes (10**6 bytes);
+``WORKDIR/results`` when ``--workdir`` is given), one log per run under its ``logs/``; the
+throughput targets are printed as met/missed. Units: examples/s; MB/s of raw array bytes (10**6 bytes);
 peak RSS in MB (10**6 bytes).
 """
 from __future__ import annotations
@@ -68,7 +68,7 @@ SMALL_ROWS = 2_000_000
 SCALING_ROWS = 20_000_000  # 1.44 GB: about 5 s of work per worker, well above start-up noise
 LARGE_ROWS = 84_000  # 84,000 x 12,808 bytes = 1.076 GB (> 1 GiB)
 AUGMENT_ROWS = 1_000_000
-RAW_ROWS = 40_000  # uint8 [64, 64, 3]: 491 MB, the size of the "laptop" file of issue 16
+RAW_ROWS = 40_000  # uint8 [64, 64, 3]: 491 MB, the size of the sizes section's laptop-sized image file
 FILES = 10_000  # PNG 64x64 RGB, about 10 KB each
 RSS8_BYTES = 8 * 2**30
 TINY_FRACTION = 50  # steady state: the same command on 1/50 of the rows
@@ -76,7 +76,7 @@ MIN_STEADY_DELTA_S = 0.25  # below this difference of wall times, the steady-sta
 
 BEAM = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
 SECTIONS = ("small", "large", "augment", "scaling", "raw", "files", "splits", "remote", "sizes")
-# sizes (issue 16, ~10 minutes, 17 GB of inputs) and remote (issue 13, a moto S3 server: the s3 extra) run when
+# sizes (~10 minutes, 17 GB of inputs) and remote (a moto S3 server: the s3 extra) run when
 # asked: --only sizes, --only remote
 DEFAULT_SECTIONS = SECTIONS[:-2]
 SPLITS_ROWS = {"small": 1_000_000, "large": 20_000}  # the splits section: --splits and --shuffle_seed cost

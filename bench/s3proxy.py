@@ -1,5 +1,5 @@
 """A counting, delaying TCP proxy in front of an object-store endpoint (a moto server), for the remote benchmark
-and tests (issue 13): it counts the bytes the server sends (egress), the bytes clients send and the connections,
+and tests: it counts the bytes the server sends (egress), the bytes clients send and the connections,
 and can hold every client-to-server chunk for ``latency_ms`` (one request on a kept-alive connection is one
 chunk), so a server on 127.0.0.1 answers with the round-trip time of a real object store.
 

@@ -1,4 +1,4 @@
-"""The ``sizes`` section (issue 16): laptop-sized to 8 GB jobs, every DirectRunner mode and ``auto``, against the
+"""The ``sizes`` section: laptop-sized to 8 GB jobs, every DirectRunner mode and ``auto``, against the
 hand-written loop and the raw copy, in one run; plus the documented laptop setup (``configs/local.yaml``) on a
 10-row file and on a 491 MB image file.
 
@@ -26,7 +26,7 @@ MODES = (  # (key, label, flags)
     ("auto", "convert auto (up to 2)", ["--direct_num_workers=2"]),  # no mode flag: auto
 )
 FIXED = tuple(k for k, _, _ in MODES if k != "auto")
-LAPTOP_IMAGE_ROWS = 40_000  # uint8 [64, 64, 3]: 491 MB, issue 16's laptop file
+LAPTOP_IMAGE_ROWS = 40_000  # uint8 [64, 64, 3]: 491 MB, the laptop-sized image file
 UNITS = {"KB": 10**3, "MB": 10**6, "GB": 10**9}
 
 
@@ -164,7 +164,8 @@ def summary(rows: list[dict], section_info: dict) -> dict:
 
 
 def targets(rows: list[dict], summ: dict) -> list[dict]:
-    """Issue 16's targets, each met / missed / not measured."""
+    """The targets for laptop-sized to 8 GB jobs (start-up, auto against the fixed modes, steady state against the
+    seed loop and the raw copy), each met / missed / not measured."""
     def row(section, key):
         return next((r for r in rows if r["section"] == section and r["key"] == key and r["status"] == "ok"), None)
     out = []
@@ -207,7 +208,7 @@ def _target(text, value, ok, fmt):
 
 
 def markdown(summ: dict, tgts: list[dict]) -> str:
-    lines = ["### Sizes: every DirectRunner mode and auto (issue 16)", "",
+    lines = ["### Sizes: every DirectRunner mode and auto", "",
              "Whole-process wall seconds (convert: `--writer planned`, the benchmark's encodings); auto / best = auto's "
              "wall over the fastest fixed mode's at that size.", ""]
     for kind, s in summ.items():
@@ -227,7 +228,7 @@ def markdown(summ: dict, tgts: list[dict]) -> str:
             lines += ["", "steady state (rows/s between the two largest sizes): " + ", ".join(
                 f"{k.replace('convert_', '')} {v:,.0f}" for k, v in steady.items())]
         lines.append("")
-    lines += ["| target (issue 16) | measured | status |", "|---|---|---|"]
+    lines += ["| target | measured | status |", "|---|---|---|"]
     lines += [f"| {t['target']} | {t['text']} | {t['status']} |" for t in tgts]
     return "\n".join(lines) + "\n"
 

@@ -512,7 +512,7 @@ def test_yaml_config_mappings_and_flag_precedence(tmp_path):
 
 
 def test_a_directory_without_metadata_gets_a_pattern_that_matches(tmp_path, capsys):
-    """Issue 12: the hint suggested 'DIR/*.tfrecord*', which matches nothing in a TFX split directory (shards
+    """Before: the hint suggested 'DIR/*.tfrecord*', which matches nothing in a TFX split directory (shards
     named data_tfrecord-00000-of-00001.gz)."""
     import shutil
     split = tmp_path / "Split-train"

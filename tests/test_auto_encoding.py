@@ -1,6 +1,6 @@
 """--encoding auto (the default): typed native lists wherever exact and not much larger than the raw bytes, tensor
 elsewhere; TFX's typed feature spec and TFXIO then see numbers and strings; augment's new features follow the
-collection's style (issue 12 item 3)."""
+collection's style."""
 from __future__ import annotations
 
 import numpy as np

@@ -143,7 +143,7 @@ def test_existing_output_dir_is_refused_unless_overwrite(tmp_path, capsys):
     assert code == 2 and "holds files tfrecord-etl did not write (notes.txt)" in err
     assert (out / "notes.txt").exists()
     assert convert(tmp_path / "a.npy", out, "--overwrite", capsys=capsys)[0] == 0
-    # --overwrite replaces only our files: the user's notes.txt stays (issue 10 case 1)
+    # --overwrite replaces only our files: the user's notes.txt stays (hostile group 1)
     assert (out / "notes.txt").read_text() == "mine" and (out / "metadata.json").exists()
 
 

@@ -63,7 +63,7 @@ def test_work_seconds_are_read_from_each_kind_of_contender_log(tmp_path):
 
 @pytest.mark.timeout(600)
 def test_bench_raw_and_files_sections_at_tiny_scale(tmp_path):
-    """Issue 14: the raw and files sections run end to end, every contender ok on the same row count."""
+    """The raw and files sections run end to end, every contender ok on the same row count."""
     workdir = tmp_path / "work"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", HOME=str(tmp_path / "home"))
     proc = subprocess.run([sys.executable, "-m", "bench.run", "--scale", "0.002", "--only", "raw,files",
@@ -79,7 +79,7 @@ def test_bench_raw_and_files_sections_at_tiny_scale(tmp_path):
 
 
 def test_sizes_summary_and_targets_from_rows():
-    """The sizes section's arithmetic (issue 16): auto against the best fixed mode, steady state as the slope
+    """The sizes section's arithmetic: auto against the best fixed mode, steady state as the slope
     between the two largest sizes, and a target is not met when auto ran the same mode as in-process."""
     from bench import sizes
     assert sizes.parse_size("10MB") == 10**7 and sizes.parse_size("8GB") == 8 * 10**9

@@ -1,4 +1,4 @@
-"""Container files with default options (issue 15): row groups of HDF5 files, ``--hdf5_mode datasets``, MATLAB v7.3
+"""Container files with default options: row groups of HDF5 files, ``--hdf5_mode datasets``, MATLAB v7.3
 (column-major variables, cell arrays through object references), NetCDF-3 through SciPy, Keras weight files.
 
 Files here are generated with the format's own writer where one is installed (SciPy's netcdf_file, Keras'
@@ -122,7 +122,7 @@ def test_a_nested_cell_is_skipped_or_refused_naming_it(tmp_path, capsys, caplog)
     assert code == 2 and "Cell /c{3} holds a nested cell array" in err and "nested.mat" in err  # named: refused
     code, _, err = convert(path, tmp_path / "out2", "--datasets", "/c", capsys=capsys)
     assert code == 2 and "object references (a MATLAB cell array?)" in err and "--hdf5_mode datasets" in err
-    assert "variable-length numeric" not in err  # the message before issue 15
+    assert "variable-length numeric" not in err  # the earlier message, which hid the cause
 
 
 @pytest.mark.parametrize("dataset, attr, value", [

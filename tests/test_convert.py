@@ -319,7 +319,7 @@ def test_summary_prints_counts_metrics_and_progress(tmp_path, capsys):
 
 
 def test_zlib_shards_are_named_deflate_so_beam_auto_detection_reads_them(tmp_path, tf):
-    """Issue 12 item 4: `.tfrecord.zlib` was unknown to Beam's CompressionTypes.AUTO (and so to TFDV and TFX
+    """Before: `.tfrecord.zlib` was unknown to Beam's CompressionTypes.AUTO (and so to TFDV and TFX
     ImportExampleGen); Beam calls the format DEFLATE and detects `.deflate`."""
     import apache_beam as beam
     from apache_beam.io.tfrecordio import ReadFromTFRecord

@@ -1,5 +1,5 @@
 """``common.exit_process``: a command's process ends without CPython's teardown, but with its atexit handlers, its
-buffered output and its exit status intact, and still joins threads that Python's own exit would join (issue 16)."""
+buffered output and its exit status intact, and still joins threads that Python's own exit would join."""
 from __future__ import annotations
 
 import os

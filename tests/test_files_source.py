@@ -1,4 +1,4 @@
-"""--format files: image/file collections with labels (issue 14 item 1), on real images (matplotlib's sample photos
+"""--format files: image/file collections with labels, on real images (matplotlib's sample photos
 and its toolbar icons, arranged into class folders here) plus a truncated JPEG and an empty file: file bytes
 byte-identical through our reader and plain TensorFlow, labels from folders or a CSV table, dead letters, both
 writers, verify, inspect."""

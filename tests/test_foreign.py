@@ -1,4 +1,4 @@
-"""Foreign collections with missing values (issue 12, item 6): Examples written by TFX ExampleGen (empty CSV cells
+"""Foreign collections with missing values: Examples written by TFX ExampleGen (empty CSV cells
 as empty or kind-less Features, optional features left out). The features recorded are the ones every record
 satisfies (``varlen`` where a record lacks a value), never a sample's guess; augment, verify, inspect, both readers,
 the merged sidecar readers and ``--fn_inputs`` read them as TensorFlow does (``tf.io.VarLenFeature``)."""

@@ -1,4 +1,4 @@
-"""gs:// inputs take the same bounded-read path as s3:// (issue 13: "keep gs:// and s3:// on one code path"):
+"""gs:// inputs take the same bounded-read path as s3:// (one code path for both stores):
 against a Google Cloud Storage API (the gcp-storage-emulator server, reached through ``STORAGE_EMULATOR_HOST``
 as google-cloud-storage and therefore Beam's GCS filesystem do) behind the counting TCP proxy, converting a
 chunked gzip HDF5 file, a contiguous one, a .npy and both kinds of .npz makes the server send at most 1.25x the

@@ -1,4 +1,4 @@
-"""Hostile .npy/.npz inputs (issue 10 groups 12, 13, 14, 15): lying headers, zip bombs, duplicate
+"""Hostile .npy/.npz inputs (hostile groups 12-15): lying headers, zip bombs, duplicate
 members, and the streaming npz reader (each byte of a member decompressed once when ranges come in order).
 
 Inputs are generated here and small: a "huge" size is a header that lies, never real bytes.
@@ -70,7 +70,7 @@ except pytest.skip.Exception:
 
 @pytest.mark.timeout(60)
 def test_npy_header_declaring_10e12_rows_is_refused_before_planning(tmp_path):
-    """Issue 10 case 13: a 128-byte .npy declaring 10**12 rows fails at planning, naming declared vs present."""
+    """Hostile group 13: a 128-byte .npy declaring 10**12 rows fails at planning, naming declared vs present."""
     path = tmp_path / "huge.npy"
     path.write_bytes(npy_header((10**12,)))
     assert path.stat().st_size == 128
@@ -81,7 +81,7 @@ def test_npy_header_declaring_10e12_rows_is_refused_before_planning(tmp_path):
 
 
 def test_npy_header_declaring_more_rows_than_present_is_one_line(tmp_path, capsys):
-    """Issue 10 case 13: convert of a .npy whose data is shorter than its header says: exit 2, one line."""
+    """Hostile group 13: convert of a .npy whose data is shorter than its header says: exit 2, one line."""
     path = tmp_path / "short.npy"
     path.write_bytes(npy_bytes(np.arange(1000.0))[:-800])
     code, out, err = convert(path, tmp_path / "out", capsys=capsys)
@@ -94,7 +94,7 @@ def test_npy_header_declaring_more_rows_than_present_is_one_line(tmp_path, capsy
 
 @pytest.mark.timeout(120)
 def test_lying_headers_on_s3_are_refused_from_the_object_size(s3, tmp_path):
-    """Issue 10 case 13: on s3:// the declared sizes are checked against the object's size too (.npy and an
+    """Hostile group 13: on s3:// the declared sizes are checked against the object's size too (.npy and an
     npz member), before planning."""
     from tfrecord_etl.pipelines import common
     client, flags = s3
@@ -112,7 +112,7 @@ def test_lying_headers_on_s3_are_refused_from_the_object_size(s3, tmp_path):
 
 @pytest.mark.timeout(60)
 def test_npz_member_header_larger_than_member_is_refused(tmp_path):
-    """Issue 10 case 13: an npz member whose .npy header declares 10**12 rows but holds 10 is refused."""
+    """Hostile group 13: an npz member whose .npy header declares 10**12 rows but holds 10 is refused."""
     path = tmp_path / "lie.npz"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("ok.npy", npy_bytes(np.arange(10.0)))
@@ -126,7 +126,7 @@ def test_npz_member_header_larger_than_member_is_refused(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_npy_zero_width_rows_10e15_do_not_explode_planning(tmp_path):
-    """Issue 10 case 13: shape (10**15, 0) (no data bytes at all) is refused fast, naming --max_empty_rows."""
+    """Hostile group 13: shape (10**15, 0) (no data bytes at all) is refused fast, naming --max_empty_rows."""
     path = tmp_path / "empty.npy"
     path.write_bytes(npy_header((10**15, 0)))
     err, peak = peak_bytes(lambda: plan_inputs(str(path), SourceOptions()))
@@ -142,7 +142,7 @@ def test_npy_zero_width_rows_10e15_do_not_explode_planning(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_npz_zero_width_rows_10e15_do_not_explode_planning(tmp_path):
-    """Issue 10 case 13: an npz member of shape (10**15, 0) is refused fast; the flag raises the limit."""
+    """Hostile group 13: an npz member of shape (10**15, 0) is refused fast; the flag raises the limit."""
     path = tmp_path / "empty.npz"
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("e.npy", npy_header((10**15, 0)))
@@ -157,7 +157,7 @@ def test_npz_zero_width_rows_10e15_do_not_explode_planning(tmp_path):
 
 
 def test_stored_member_with_lying_directory_sizes_is_refused(tmp_path):
-    """Issue 10 case 13: a stored member whose zip directory sizes disagree is refused (not read past its end)."""
+    """Hostile group 13: a stored member whose zip directory sizes disagree is refused (not read past its end)."""
     path = tmp_path / "stored.npz"
     np.savez(path, a=np.arange(10.0))
     data = bytearray(path.read_bytes())
@@ -171,7 +171,7 @@ def test_stored_member_with_lying_directory_sizes_is_refused(tmp_path):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("suffix,mode", [(".npy", "rows"), (".npy", "files"), (".npz", "rows")])
 def test_fifo_input_is_refused_without_opening(tmp_path, suffix, mode):
-    """Issue 10 case 13: a FIFO named like an input is refused at planning (opening it would block forever)."""
+    """Hostile group 13: a FIFO named like an input is refused at planning (opening it would block forever)."""
     import os
     path = tmp_path / f"pipe{suffix}"
     os.mkfifo(path)
@@ -185,7 +185,7 @@ def test_fifo_input_is_refused_without_opening(tmp_path, suffix, mode):
     ("encrypted", "is encrypted, password required"),
 ])
 def test_unreadable_member_kind_is_one_error(tmp_path, patch, words):
-    """Issue 10 case 16: an npz member with an unknown compression method (Deflate64 id 9) or the encrypted flag
+    """Hostile group 16: an npz member with an unknown compression method (Deflate64 id 9) or the encrypted flag
     is a SourceError naming file and member, not a NotImplementedError/RuntimeError traceback."""
     path = tmp_path / "w.npz"
     np.savez_compressed(path, a=np.arange(10.0))
@@ -206,7 +206,7 @@ def test_unreadable_member_kind_is_one_error(tmp_path, patch, words):
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("mode", ["rows", "arrays"])
 def test_zip_bomb_member_is_refused_by_ratio(tmp_path, mode):
-    """Issue 10 case 14: a deflated member of zeros (ratio ~1000) is refused before inflating, naming member,
+    """Hostile group 14: a deflated member of zeros (ratio ~1000) is refused before inflating, naming member,
     ratio and --max_compression_ratio, in both npz modes, with bounded memory."""
     path = tmp_path / "bomb.npz"
     bomb_npz(path, 64 * MB)
@@ -220,7 +220,7 @@ def test_zip_bomb_member_is_refused_by_ratio(tmp_path, mode):
 
 
 def test_zip_bomb_is_one_line_from_the_command(tmp_path, capsys):
-    """Issue 10 case 14: convert of a zip-bomb npz exits 2 with one line naming the flag; nothing written."""
+    """Hostile group 14: convert of a zip-bomb npz exits 2 with one line naming the flag; nothing written."""
     path = tmp_path / "bomb.npz"
     bomb_npz(path, 8 * MB)
     code, out, err = convert(path, tmp_path / "out", capsys=capsys)
@@ -231,7 +231,7 @@ def test_zip_bomb_is_one_line_from_the_command(tmp_path, capsys):
 
 @pytest.mark.timeout(120)
 def test_raised_ratio_streams_a_highly_compressed_member_in_bounded_memory(tmp_path):
-    """Issue 10 case 14: with --max_compression_ratio raised, a 32 MiB member of zeros is read range by range
+    """Hostile group 14: with --max_compression_ratio raised, a 32 MiB member of zeros is read range by range
     with memory of about one range (1 MiB), never the whole member."""
     path = tmp_path / "zeros.npz"
     bomb_npz(path, 32 * MB)
@@ -255,7 +255,7 @@ def test_raised_ratio_streams_a_highly_compressed_member_in_bounded_memory(tmp_p
 
 
 def test_many_small_bomb_members_are_refused_by_the_archive_ratio(tmp_path):
-    """Issue 10 case 14: 64 members of 1 MiB zeros each (under the per-member floor) are refused as a whole."""
+    """Hostile group 14: 64 members of 1 MiB zeros each (under the per-member floor) are refused as a whole."""
     path = tmp_path / "many.npz"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for i in range(64):
@@ -268,7 +268,7 @@ def test_many_small_bomb_members_are_refused_by_the_archive_ratio(tmp_path):
 
 
 def test_ratio_flag_reaches_convert(tmp_path, capsys):
-    """Issue 10 case 14: --max_compression_ratio is a convert flag; raised, the same file converts exactly."""
+    """Hostile group 14: --max_compression_ratio is a convert flag; raised, the same file converts exactly."""
     path = tmp_path / "zeros.npz"
     bomb_npz(path, 2 * MB)
     out = tmp_path / "out"
@@ -287,7 +287,7 @@ def test_ratio_flag_reaches_convert(tmp_path, capsys):
 
 @pytest.mark.parametrize("mode", ["rows", "arrays"])
 def test_duplicate_npz_member_names_are_refused(tmp_path, mode):
-    """Issue 10 case 12: two members named 'a.npy' (zipfile allows it) are refused, naming file and member,
+    """Hostile group 12: two members named 'a.npy' (zipfile allows it) are refused, naming file and member,
     instead of losing the first member's data and showing the second twice."""
     path = tmp_path / "dup.npz"
     with pytest.warns(UserWarning, match="Duplicate name"):
@@ -333,7 +333,7 @@ def _count_decompressed(monkeypatch):
 @pytest.mark.parametrize("order", ["C", "F"])
 @pytest.mark.parametrize("shuffle", [False, True], ids=["in-order", "random-order"])
 def test_streaming_reader_is_exact(tmp_path, compressed, order, shuffle):
-    """Issue 10 case 15: the streaming npz reader returns exactly np.load's rows for ranges read in order or
+    """Hostile group 15: the streaming npz reader returns exactly np.load's rows for ranges read in order or
     in random order (rewinds), deflated and stored members, C and Fortran order, and survives pickling."""
     rng = np.random.default_rng(7)
     arrays = {"x": np.asarray(rng.standard_normal((997, 3, 5)).astype("<f4"), order=order),
@@ -361,7 +361,7 @@ def test_streaming_reader_is_exact(tmp_path, compressed, order, shuffle):
 
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_ranges_in_order_decompress_each_byte_once(tmp_path, monkeypatch, order):
-    """Issue 10 case 15: reading a compressed member's 100+ ranges in order decompresses it about once
+    """Hostile group 15: reading a compressed member's 100+ ranges in order decompresses it about once
     (it was once per range: quadratic). Fortran order keeps a decompressor per column, each forked from the
     previous column's as it passes its column's start, so at most twice (the fork chain's pass, then each
     column's own), whatever the number of columns (here 40) or ranges."""
@@ -390,7 +390,7 @@ def test_ranges_in_order_decompress_each_byte_once(tmp_path, monkeypatch, order)
 
 
 def test_arrays_mode_reads_members_exactly(tmp_path):
-    """Issue 10 case 15: arrays mode through the kept-open archive: every member whole and exact (0-d too)."""
+    """Hostile group 15: arrays mode through the kept-open archive: every member whole and exact (0-d too)."""
     members = {"a": np.arange(12.0).reshape(3, 4), "b": np.array(5, dtype="<i4"),
                "c": np.asfortranarray(np.arange(6, dtype="<i8").reshape(2, 3))}
     path = tmp_path / "m.npz"
@@ -408,7 +408,7 @@ def test_arrays_mode_reads_members_exactly(tmp_path):
 
 
 def test_convert_then_verify_source_on_compressed_npz(tmp_path, capsys):
-    """Issue 10 case 15: convert (planned writer, small ranges) and verify --source agree exactly on a
+    """Hostile group 15: convert (planned writer, small ranges) and verify --source agree exactly on a
     compressed npz read through the streaming reader."""
     from tfrecord_etl.pipelines import verify as verify_module
     rng = np.random.default_rng(3)
@@ -424,7 +424,7 @@ def test_convert_then_verify_source_on_compressed_npz(tmp_path, capsys):
 
 
 def test_failed_read_closes_and_reopens_the_archive(tmp_path):
-    """Issue 10 case 15: a read error names file and rows, and the next read reopens the archive cleanly."""
+    """Hostile group 15: a read error names file and rows, and the next read reopens the archive cleanly."""
     path = tmp_path / "r.npz"
     np.savez_compressed(path, x=np.arange(1000.0))
     plan = plan_inputs(str(path), SourceOptions(target_range_bytes=800))
@@ -438,13 +438,13 @@ def test_failed_read_closes_and_reopens_the_archive(tmp_path):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("fmt", ["npy", "npz"])
 def test_device_input_is_refused_without_reading(fmt):
-    """Issue 10 case 13: a device (/dev/zero, endless) given as an npy/npz input is refused, never read."""
+    """Hostile group 13: a device (/dev/zero, endless) given as an npy/npz input is refused, never read."""
     with pytest.raises(SourceError, match=r"Not a regular file \(a device\): refused, never opened.*/dev/zero"):
         plan_inputs("/dev/zero", SourceOptions(format=fmt))
 
 
 def test_fortran_member_with_many_columns_is_exact(tmp_path):
-    """Issue 10 case 15: a deflated Fortran-order member with more columns than MAX_COLUMN_STREAMS (257 here)
+    """Hostile group 15: a deflated Fortran-order member with more columns than MAX_COLUMN_STREAMS (257 here)
     falls back to one stream per member and is still exact, in order and reversed."""
     from tfrecord_etl.transforms.sources import MAX_COLUMN_STREAMS
     x = np.asfortranarray(np.arange(120 * (MAX_COLUMN_STREAMS + 1), dtype="<i4").reshape(120, -1))
@@ -462,7 +462,7 @@ def test_fortran_member_with_many_columns_is_exact(tmp_path):
 
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_corrupt_deflated_member_is_a_source_error(tmp_path, order):
-    """Issue 10 case 15: bytes clobbered inside a deflated member (sizes unchanged) are detected by the
+    """Hostile group 15: bytes clobbered inside a deflated member (sizes unchanged) are detected by the
     streaming reader (invalid deflate data or the zip CRC-32, checked by the stream reaching the member's
     end), in C order (zipfile's stream) and Fortran order (the forked column inflaters): never silent."""
     x = np.asarray(np.random.default_rng(5).standard_normal((400, 3)), order=order)

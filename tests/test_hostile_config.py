@@ -1,4 +1,4 @@
-"""Issue 10, hostile configuration: misspelled flags, YAML bombs and duplicate keys, absurd numbers, blank
+"""Hostile configuration (groups 7, 12, 14, 16): misspelled flags, YAML bombs and duplicate keys, absurd numbers, blank
 paths, and output file systems that are full or read-only. Each case ends in exit code 2 and one line
 ``error: ...`` on stderr (no traceback)."""
 from __future__ import annotations
@@ -50,14 +50,14 @@ def strip_runner_log(line: str) -> str:
     (["--zzzqqq"], "unknown flag --zzzqqq"),
 ], ids=["compresion", "datasetz", "equals-form", "beam-flag-typo", "no-suggestion"])
 def test_misspelled_convert_flag_is_refused(npy10, tmp_path, capsys, flags, expected):
-    """Issue 10 case 12: a misspelled flag was passed to Beam, which dropped it (exit 0, option unset)."""
+    """Hostile group 12: a misspelled flag was passed to Beam, which dropped it (exit 0, option unset)."""
     code, _, err = convert(npy10, tmp_path / "out", *flags, capsys=capsys)
     assert one_error_line(code, err) == f"error: ConfigError: {expected}{HINT_FLAGS}"
     assert not (tmp_path / "out").exists()
 
 
 def test_misspelled_augment_flag_is_refused(tmp_path, capsys):
-    """Issue 10 case 12: augment takes the same check (its flags and Beam's)."""
+    """Hostile group 12: augment takes the same check (its flags and Beam's)."""
     from tfrecord_etl.pipelines import augment
     code, _, err = run_command(augment.main, ["--input", str(tmp_path / "x*.tfrecord"), "--output_dir",
                                               str(tmp_path / "out"), "--overwrit", *BEAM_FLAGS], capsys)
@@ -66,7 +66,7 @@ def test_misspelled_augment_flag_is_refused(tmp_path, capsys):
 
 
 def test_misspelled_verify_flag_is_refused(tmp_path, capsys):
-    """Issue 10 case 12: verify's and inspect's parsers refuse an unknown flag in one line, with a suggestion."""
+    """Hostile group 12: verify's and inspect's parsers refuse an unknown flag in one line, with a suggestion."""
     from tfrecord_etl.pipelines import inspect, verify
     code, _, err = run_command(verify.main, [str(tmp_path), "--sorce", "x.h5"], capsys)
     assert one_error_line(code, err) == ("error: ConfigError: unknown flag --sorce (did you mean --source?) "
@@ -76,7 +76,7 @@ def test_misspelled_verify_flag_is_refused(tmp_path, capsys):
 
 
 def test_misspelled_yaml_pipeline_option_is_refused(npy10, tmp_path, capsys):
-    """Issue 10 case 12: a misspelled key of the YAML ``pipeline_options`` mapping was dropped by Beam."""
+    """Hostile group 12: a misspelled key of the YAML ``pipeline_options`` mapping was dropped by Beam."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"input: {npy10}\npipeline_options:\n  runner: DirectRunner\n  direct_runing_mode: in_memory\n")
     code, _, err = run_command(__import__("tfrecord_etl.pipelines.convert", fromlist=["main"]).main,
@@ -86,7 +86,7 @@ def test_misspelled_yaml_pipeline_option_is_refused(npy10, tmp_path, capsys):
 
 
 def test_stray_positional_argument_is_refused(npy10, tmp_path, capsys):
-    """Issue 10 case 12: an argument that belongs to no flag (e.g. an unquoted glob's second match) is refused."""
+    """Hostile group 12: an argument that belongs to no flag (e.g. an unquoted glob's second match) is refused."""
     code, _, err = convert(npy10, tmp_path / "out", "b.npy", capsys=capsys)
     assert one_error_line(code, err) == ("error: ConfigError: unexpected argument 'b.npy' Hint: every value "
                                          "belongs to a --flag; quote patterns with spaces")
@@ -102,7 +102,7 @@ def test_stray_positional_argument_is_refused(npy10, tmp_path, capsys):
     ["--s3_access_key_id=k", "--s3_secret_access_key", "s", "--s3_region_name", "us-east-1"],
 ], ids=lambda a: " ".join(a))
 def test_real_beam_flags_are_accepted(argv):
-    """Issue 10 case 12: the unknown-flag check keeps every real Beam flag (runners, S3, GCP, Flink, Dask)."""
+    """Hostile group 12: the unknown-flag check keeps every real Beam flag (runners, S3, GCP, Flink, Dask)."""
     config_lib.check_beam_flags(argv)
     with pytest.raises(ConfigError, match=r"^unknown flag --runer \(did you mean --runner\?\)"):
         config_lib.check_beam_flags(argv + ["--runer", "DirectRunner"])
@@ -114,14 +114,14 @@ def test_real_beam_flags_are_accepted(argv):
                                          "'in_memory', 'multi_threading', 'multi_processing')"),
 ], ids=["int", "choice"])
 def test_invalid_beam_flag_value_is_one_line(npy10, tmp_path, capsys, flags, expected):
-    """Issue 10 case 12: a bad value of a Beam flag printed Beam's whole usage text and exited from inside Beam."""
+    """Hostile group 12: a bad value of a Beam flag printed Beam's whole usage text and exited from inside Beam."""
     code, _, err = convert(npy10, tmp_path / "out", *flags, capsys=capsys, beam=False)
     assert one_error_line(code, err) == (f"error: ConfigError: Invalid Beam option: {expected} Hint: see Beam's "
                                          "PipelineOptions for its flags")
 
 
 def test_duplicate_yaml_key_is_refused(npy10, tmp_path, capsys):
-    """Issue 10 case 12: a key repeated in the YAML config silently took the last value."""
+    """Hostile group 12: a key repeated in the YAML config silently took the last value."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"input: {npy10}\ncompression: gzip\nnum_shards: 2\ncompression: none\n")
     from tfrecord_etl.pipelines import convert as convert_module
@@ -131,7 +131,7 @@ def test_duplicate_yaml_key_is_refused(npy10, tmp_path, capsys):
 
 
 def test_duplicate_nested_yaml_key_is_refused(tmp_path):
-    """Issue 10 case 12: a key repeated inside the ``pipeline_options`` mapping is refused too."""
+    """Hostile group 12: a key repeated inside the ``pipeline_options`` mapping is refused too."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text("pipeline_options:\n  runner: DirectRunner\n  runner: DaskRunner\n")
     with pytest.raises(ConfigError, match=r"^Duplicate key 'runner' in the config file \(line 3, first on line 2\)"):
@@ -153,7 +153,7 @@ i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
 
 
 def test_yaml_billion_laughs_is_refused(npy10, tmp_path, capsys):
-    """Issue 10 case 14: a ~540-byte YAML of nested aliases expanded to billions of strings."""
+    """Hostile group 14: a ~540-byte YAML of nested aliases expanded to billions of strings."""
     cfg = tmp_path / "bomb.yaml"
     cfg.write_text(BILLION_LAUGHS)
     assert cfg.stat().st_size < 600
@@ -165,7 +165,7 @@ def test_yaml_billion_laughs_is_refused(npy10, tmp_path, capsys):
 
 
 def test_yaml_alias_alone_is_refused(tmp_path):
-    """Issue 10 case 14: an alias (here a merge key) is refused even where the anchor is harmless."""
+    """Hostile group 14: an alias (here a merge key) is refused even where the anchor is harmless."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text("base: &base {compression: gzip}\npipeline_options:\n  <<: *base\n")
     with pytest.raises(ConfigError, match=r"^YAML anchors and aliases \(&base / \*base\) are not allowed"):
@@ -173,7 +173,7 @@ def test_yaml_alias_alone_is_refused(tmp_path):
 
 
 def test_oversized_config_file_is_refused_before_parsing(tmp_path):
-    """Issue 10 case 14: a config larger than the limit (1 MiB by default) is refused without parsing it."""
+    """Hostile group 14: a config larger than the limit (1 MiB by default) is refused without parsing it."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text("# padding\n" * 20 + "compression: gzip\n")
     assert config_lib.load_yaml(str(cfg), max_bytes=4096) == {"compression": "gzip"}
@@ -183,14 +183,14 @@ def test_oversized_config_file_is_refused_before_parsing(tmp_path):
 
 
 def test_hundred_million_shards_are_refused(npy10, tmp_path, capsys):
-    """Issue 10 case 14: --num_shards 100000000 on 10 rows planned 2 GB of empty shards (nothing after 90 s)."""
+    """Hostile group 14: --num_shards 100000000 on 10 rows planned 2 GB of empty shards (nothing after 90 s)."""
     code, _, err = convert(npy10, tmp_path / "out", "--num_shards", "100000000", capsys=capsys)
     assert one_error_line(code, err) == ("error: ConfigError: Invalid flags: 'num_shards': Input should be less "
                                          f"than or equal to 99999 (got 100000000){HINT_KEYS}")
 
 
 def test_more_shards_than_rows_are_refused(npy10, tmp_path, capsys):
-    """Issue 10 case 14: at most one shard per row, checked at planning before the output is touched."""
+    """Hostile group 14: at most one shard per row, checked at planning before the output is touched."""
     code, _, err = convert(npy10, tmp_path / "out", "--num_shards", "11", capsys=capsys)
     assert one_error_line(code, err) == ("error: ConfigError: --num_shards 11 is more than the 10 rows of the input "
                                          "(at most one shard per row) Hint: pass --num_shards 10 or fewer")
@@ -198,7 +198,7 @@ def test_more_shards_than_rows_are_refused(npy10, tmp_path, capsys):
 
 
 def test_num_shards_limits_in_one_place():
-    """Issue 10 case 14: sharding.check_num_shards holds the shard-count limits (rows and file-name digits)."""
+    """Hostile group 14: sharding.check_num_shards holds the shard-count limits (rows and file-name digits)."""
     from tfrecord_etl.transforms import sharding
     assert sharding.check_num_shards(10, 10) == 10
     assert sharding.check_num_shards(1, 0) == 1
@@ -211,7 +211,7 @@ def test_num_shards_limits_in_one_place():
 
 
 def test_default_shard_count_is_capped_at_rows(npy10, tmp_path):
-    """Issue 10 case 14: the default count (one shard per local worker at least) never exceeds the rows."""
+    """Hostile group 14: the default count (one shard per local worker at least) never exceeds the rows."""
     from apache_beam.options.pipeline_options import PipelineOptions
     from tfrecord_etl.pipelines import convert as convert_module
     cfg = config_lib.ConvertConfig(input=str(npy10), output_dir=str(tmp_path / "o"))
@@ -229,14 +229,14 @@ def test_default_shard_count_is_capped_at_rows(npy10, tmp_path):
     ("--target_range_mb", "1e9", "Input should be less than or equal to 65536 (got 1000000000.0)"),
 ], ids=["shard-inf", "range-inf", "range-nan", "shard-huge", "range-huge"])
 def test_non_finite_or_huge_sizes_are_refused(npy10, tmp_path, capsys, flag, value, message):
-    """Issue 10 case 16: --target_shard_mb inf / --target_range_mb inf ended in an OverflowError traceback."""
+    """Hostile group 16: --target_shard_mb inf / --target_range_mb inf ended in an OverflowError traceback."""
     code, _, err = convert(npy10, tmp_path / "out", flag, value, capsys=capsys)
     key = flag[2:]
     assert one_error_line(code, err) == f"error: ConfigError: Invalid flags: '{key}': {message}{HINT_KEYS}"
 
 
 def test_too_many_local_workers_are_refused(npy10, tmp_path, capsys):
-    """Issue 10 case 16: --direct_num_workers 100000 crashed; refused above --max_local_workers (4 per CPU, >= 16)."""
+    """Hostile group 16: --direct_num_workers 100000 crashed; refused above --max_local_workers (4 per CPU, >= 16)."""
     limit = max(16, 4 * (os.cpu_count() or 1))
     code, _, err = convert(npy10, tmp_path / "out", "--direct_num_workers", "100000", capsys=capsys)
     assert one_error_line(code, err) == (
@@ -273,7 +273,7 @@ def incompressible(tmp_path) -> pathlib.Path:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("writer", ["planned", "beam"])
 def test_disk_full_is_one_line(incompressible, tmp_path, capsys, writer):
-    """Issue 10 case 16: disk full (ENOSPC) while writing shards ended in a traceback."""
+    """Hostile group 16: disk full (ENOSPC) while writing shards ended in a traceback."""
     with tiny_tmpfs(tmp_path / "mnt") as mnt:
         out = mnt / "out"
         # gzip: with uncompressed shards the free-space check refuses the run before it starts
@@ -285,7 +285,7 @@ def test_disk_full_is_one_line(incompressible, tmp_path, capsys, writer):
 
 @pytest.mark.timeout(300)
 def test_disk_full_during_augment_is_one_line(incompressible, tmp_path, capsys):
-    """Issue 10 case 16: disk full (ENOSPC) while augment writes its shards ended in a traceback."""
+    """Hostile group 16: disk full (ENOSPC) while augment writes its shards ended in a traceback."""
     from tfrecord_etl.pipelines import augment as augment_main
     assert convert(incompressible, tmp_path / "coll", capsys=capsys)[0] == 0
     with tiny_tmpfs(tmp_path / "mnt") as mnt:
@@ -299,7 +299,7 @@ def test_disk_full_during_augment_is_one_line(incompressible, tmp_path, capsys):
 
 @pytest.mark.timeout(300)
 def test_read_only_output_file_system_is_one_line(incompressible, tmp_path, capsys):
-    """Issue 10 case 16: a read-only output file system (EROFS) ended in a traceback."""
+    """Hostile group 16: a read-only output file system (EROFS) ended in a traceback."""
     with tiny_tmpfs(tmp_path / "mnt", "1m") as mnt:
         (mnt / "out").mkdir()
         subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True, capture_output=True, timeout=30)
@@ -310,7 +310,7 @@ def test_read_only_output_file_system_is_one_line(incompressible, tmp_path, caps
 
 
 def test_unwritable_output_directory_is_one_line(incompressible, tmp_path, capsys):
-    """Issue 10 case 16: no permission to write into the output directory (EACCES) ended in a traceback."""
+    """Hostile group 16: no permission to write into the output directory (EACCES) ended in a traceback."""
     if os.geteuid() == 0:
         pytest.skip("root ignores mode bits; the read-only tmpfs test and the EACCES text case cover root")
     out = tmp_path / "out"
@@ -327,7 +327,7 @@ def test_unwritable_output_directory_is_one_line(incompressible, tmp_path, capsy
 
 
 def test_output_oserror_raised_directly_is_one_line(npy10, tmp_path, capsys, monkeypatch):
-    """Issue 10 case 16: an OSError of the output raised in the launcher itself (not in a worker), e.g. the
+    """Hostile group 16: an OSError of the output raised in the launcher itself (not in a worker), e.g. the
     output directory being a file (ENOTDIR), is one line naming the path."""
     from tfrecord_etl.transforms import outdir
     target = tmp_path / "file" / "out"
@@ -342,7 +342,7 @@ def test_output_oserror_raised_directly_is_one_line(npy10, tmp_path, capsys, mon
 
 
 def test_memory_error_is_one_line(npy10, tmp_path, capsys, monkeypatch):
-    """Issue 10 case 16: a MemoryError (e.g. an --fn returning 50 MB per record) ended in a traceback."""
+    """Hostile group 16: a MemoryError (e.g. an --fn returning 50 MB per record) ended in a traceback."""
     from tfrecord_etl.pipelines import convert as convert_module
 
     def out_of_memory(cfg, options=None, inputs=None):
@@ -371,13 +371,13 @@ def test_memory_error_is_one_line(npy10, tmp_path, capsys, monkeypatch):
     ("ValueError: something else", None),
 ], ids=["enospc", "eacces", "edquot", "memory", "other"])
 def test_worker_output_errors_in_beam_text_are_one_line(text, expected):
-    """Issue 10 case 16: Beam's multi-process runners re-raise a worker's OSError as text in a RuntimeError."""
+    """Hostile group 16: Beam's multi-process runners re-raise a worker's OSError as text in a RuntimeError."""
     from tfrecord_etl.pipelines import common
     assert common._output_error_line(RuntimeError(text), "o") == expected
 
 
 def test_worker_disk_full_through_run_main(tmp_path, capsys):
-    """Issue 10 case 16: run_main turns a Beam-wrapped disk-full error (augment, beam writer) into one line."""
+    """Hostile group 16: run_main turns a Beam-wrapped disk-full error (augment, beam writer) into one line."""
     from tfrecord_etl.pipelines import common
 
     def failing(argv):
@@ -396,7 +396,7 @@ def test_worker_disk_full_through_run_main(tmp_path, capsys):
     ("   ", "Value error, must not be empty or blank (got '   ')"),
 ], ids=["empty", "blank"])
 def test_blank_output_dir_is_refused(npy10, tmp_path, capsys, monkeypatch, output_dir, message):
-    """Issue 10 case 7: --output_dir "" wrote the shards into the current directory."""
+    """Hostile group 7: --output_dir "" wrote the shards into the current directory."""
     monkeypatch.chdir(tmp_path)
     code, _, err = convert(npy10, output_dir, capsys=capsys)
     assert one_error_line(code, err) == f"error: ConfigError: Invalid flags: 'output_dir': {message}{HINT_KEYS}"
@@ -404,7 +404,7 @@ def test_blank_output_dir_is_refused(npy10, tmp_path, capsys, monkeypatch, outpu
 
 
 def test_blank_input_is_refused(tmp_path, capsys):
-    """Issue 10 case 7: a blank --input is refused in the config model, not matched as a pattern."""
+    """Hostile group 7: a blank --input is refused in the config model, not matched as a pattern."""
     code, _, err = convert(" ", tmp_path / "out", capsys=capsys)
     assert one_error_line(code, err) == ("error: ConfigError: Invalid flags: 'input': Value error, must not be "
                                          f"empty or blank (got ' '){HINT_KEYS}")

@@ -1,6 +1,6 @@
-"""Issue 10, HDF5 inputs that reach outside the named file, invent values or blow up: external raw
+"""Hostile HDF5 inputs that reach outside the named file, invent values or blow up: external raw
 storage, virtual datasets, FIFOs and devices, declared sizes, unallocated storage, chunk re-reads and
-deep nesting (groups 9, 10, 13, 15, 16)."""
+deep nesting (hostile groups 9, 10, 13, 15, 16)."""
 from __future__ import annotations
 
 import os
@@ -37,7 +37,7 @@ def external_h5(path, target, n=len(SECRET)):
 
 
 def test_external_storage_outside_is_refused(tmp_path, secret, capsys):
-    """Issue 10 case 9: a 1.4 KB .h5 whose dataset lives in an external file (here a stand-in for
+    """Hostile group 9: a 1.4 KB .h5 whose dataset lives in an external file (here a stand-in for
     /etc/passwd) is refused at planning; the secret's bytes never reach the output."""
     (tmp_path / "in").mkdir()
     external_h5(tmp_path / "in" / "ext.h5", secret)
@@ -51,7 +51,7 @@ def test_external_storage_outside_is_refused(tmp_path, secret, capsys):
 
 
 def test_external_storage_through_augment_join_and_verify_source(tmp_path, secret, capsys):
-    """Issue 10 case 9: the same file given to augment --join_input or verify --source is refused too
+    """Hostile group 9: the same file given to augment --join_input or verify --source is refused too
     (they read sources through the same Hdf5Source); the secret never reaches the augmented output."""
     from tfrecord_etl.pipelines import augment as augment_main
     from tfrecord_etl.pipelines import verify as verify_main
@@ -70,7 +70,7 @@ def test_external_storage_through_augment_join_and_verify_source(tmp_path, secre
 
 
 def test_external_storage_in_the_inputs_directory_with_the_flag(tmp_path, capsys):
-    """Issue 10 case 9: with --allow_external_storage, an external file next to the .h5 (named relatively)
+    """Hostile group 9: with --allow_external_storage, an external file next to the .h5 (named relatively)
     is read exactly, wherever the command runs from (HDF5 alone would resolve it against the cwd)."""
     (tmp_path / "in").mkdir()
     data = np.arange(64, dtype="u1")
@@ -94,7 +94,7 @@ def test_external_storage_in_the_inputs_directory_with_the_flag(tmp_path, capsys
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", ["fifo", "device"])
 def test_external_storage_on_a_fifo_or_device_is_never_opened(tmp_path, capsys, kind):
-    """Issue 10 case 9: an external file that is a FIFO (which hung the worker) or a device (/dev/urandom
+    """Hostile group 9: an external file that is a FIFO (which hung the worker) or a device (/dev/urandom
     was read) is refused without being opened, even with --allow_external_storage."""
     (tmp_path / "in").mkdir()
     target = tmp_path / "in" / "special"
@@ -110,7 +110,7 @@ def test_external_storage_on_a_fifo_or_device_is_never_opened(tmp_path, capsys, 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", ["fifo", "device"])
 def test_fifo_or_device_inputs_are_never_opened(tmp_path, capsys, kind):
-    """Issue 10 case 9: an input matched by --input that is a FIFO or a device is refused before opening."""
+    """Hostile group 9: an input matched by --input that is a FIFO or a device is refused before opening."""
     path = tmp_path / "in.h5"
     if kind == "fifo":
         os.mkfifo(path)
@@ -133,7 +133,7 @@ def vds(tmp_path, source_path, rows=10):
 
 
 def test_virtual_dataset_with_sources_beside_it_is_read_exactly(tmp_path, capsys):
-    """Issue 10 case 10: a VDS whose sources lie in the input's directory converts to the real values
+    """Hostile group 10: a VDS whose sources lie in the input's directory converts to the real values
     (it converted to the fill value before: h5py's file-object driver could not open the sources)."""
     (tmp_path / "in").mkdir()
     with h5py.File(tmp_path / "in" / "b.h5", "w") as f:
@@ -147,7 +147,7 @@ def test_virtual_dataset_with_sources_beside_it_is_read_exactly(tmp_path, capsys
 
 @pytest.mark.parametrize("where", ["outside", "missing"])
 def test_virtual_dataset_with_a_source_outside_or_missing_is_refused(tmp_path, capsys, where):
-    """Issue 10 case 10: a VDS source outside the input's directory (never read) or missing (which would
+    """Hostile group 10: a VDS source outside the input's directory (never read) or missing (which would
     read as the fill value) is a SourceError naming the dataset and the source, never zeros."""
     outside = tmp_path / "elsewhere.h5"
     if where == "outside":
@@ -160,7 +160,7 @@ def test_virtual_dataset_with_a_source_outside_or_missing_is_refused(tmp_path, c
 
 
 def test_truncated_contiguous_dataset_is_refused_at_planning(tmp_path):
-    """Issue 10 case 13: a contiguous dataset whose declared bytes lie beyond the end of the file (the
+    """Hostile group 13: a contiguous dataset whose declared bytes lie beyond the end of the file (the
     superblock patched to agree) is refused while planning, naming the file and dataset."""
     path = tmp_path / "t.h5"
     with h5py.File(path, "w") as f:
@@ -175,7 +175,7 @@ def test_truncated_contiguous_dataset_is_refused_at_planning(tmp_path):
 
 
 def test_declared_rows_of_zero_bytes_are_capped(tmp_path):
-    """Issue 10 case 13: a 1.4 KB file declaring shape (10**15, 0) is refused at once (--max_empty_rows)
+    """Hostile group 13: a 1.4 KB file declaring shape (10**15, 0) is refused at once (--max_empty_rows)
     instead of planning 10**15 rows."""
     path = tmp_path / "z.h5"
     with h5py.File(path, "w") as f:
@@ -186,7 +186,7 @@ def test_declared_rows_of_zero_bytes_are_capped(tmp_path):
 
 
 def test_unallocated_dataset_is_refused_unless_allowed(tmp_path, capsys):
-    """Issue 10 case 13: an unallocated chunked dataset of (10**13, 1) planned for 100 s and then wrote
+    """Hostile group 13: an unallocated chunked dataset of (10**13, 1) planned for 100 s and then wrote
     until the disk was full; now refused at planning within the memory budget, and --allow_fill_value is
     the explicit, bounded way to read never-written chunks (as their fill value)."""
     path = tmp_path / "u.h5"
@@ -212,7 +212,7 @@ def test_unallocated_dataset_is_refused_unless_allowed(tmp_path, capsys):
 
 
 def test_a_chunk_spanning_many_row_ranges_is_decompressed_once(tmp_path, monkeypatch):
-    """Issue 10 case 15: a gzip chunk of 4,000 rows read as 40 row ranges of 100 rows was re-read and
+    """Hostile group 15: a gzip chunk of 4,000 rows read as 40 row ranges of 100 rows was re-read and
     re-decompressed per range (the file was opened per range); now one open file and one open dataset
     per worker thread keep HDF5's chunk cache (64 MiB) across the ranges of a shard."""
     from tfrecord_etl.transforms.sources import hdf5 as sources
@@ -234,7 +234,7 @@ def test_a_chunk_spanning_many_row_ranges_is_decompressed_once(tmp_path, monkeyp
 
 
 def test_deep_group_nesting_is_walked_without_recursion(tmp_path):
-    """Issue 10 case 16: 1,200 nested groups ended in a RecursionError; the walk is iterative."""
+    """Hostile group 16: 1,200 nested groups ended in a RecursionError; the walk is iterative."""
     path = tmp_path / "deep.h5"
     with h5py.File(path, "w") as f:
         g = f

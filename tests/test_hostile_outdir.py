@@ -1,4 +1,4 @@
-"""Issue 10, groups 1-8 (and the output-directory items of 16): a run deletes or replaces only files of
+"""Hostile groups 1-8 (and the output-directory items of 16): a run deletes or replaces only files of
 ours, refuses everything else, takes paths literally, and holds an exclusive lock (transforms/outdir.py)."""
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def augment(input_pattern, output_dir, *flags, capsys=None):
 
 
 def test_rerun_of_the_same_command_keeps_the_users_files(tmp_path, capsys):
-    """Issue 10 case 1: a re-run into a complete output holding the user's notes.txt keeps notes.txt."""
+    """Hostile group 1: a re-run into a complete output holding the user's notes.txt keeps notes.txt."""
     data = make_h5(tmp_path / "in.h5")
     out = tmp_path / "out"
     assert convert(tmp_path / "in.h5", out, capsys=capsys)[0] == 0
@@ -68,7 +68,7 @@ def test_rerun_of_the_same_command_keeps_the_users_files(tmp_path, capsys):
 
 
 def test_another_tools_shards_named_like_ours_are_never_deleted(tmp_path, capsys):
-    """Issue 10 case 2: shards of another tool named like ours (Beam's template) and its schema.pbtxt,
+    """Hostile group 2: shards of another tool named like ours (Beam's template) and its schema.pbtxt,
     with no metadata.json, are not ours: refused without --overwrite, and never replaced with it."""
     make_h5(tmp_path / "in.h5")
     out = tmp_path / "out"
@@ -85,7 +85,7 @@ def test_another_tools_shards_named_like_ours_are_never_deleted(tmp_path, capsys
 
 
 def test_augment_never_replaces_a_split_named_like_its_output(tmp_path, capsys):
-    """Issue 10 case 3: augment --input 'Split-train/*.gz' --output_dir Split-eval must not replace the
+    """Hostile group 3: augment --input 'Split-train/*.gz' --output_dir Split-eval must not replace the
     eval split, whose shard names equal the train split's."""
     import tensorflow as tf
     for split in ("Split-train", "Split-eval"):
@@ -105,7 +105,7 @@ def test_augment_never_replaces_a_split_named_like_its_output(tmp_path, capsys):
 
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_output_dir_symlink_to_the_input_is_refused(tmp_path, capsys, overwrite):
-    """Issue 10 case 4: --output_dir a symlink to the input collection (augment) or to the input's
+    """Hostile group 4: --output_dir a symlink to the input collection (augment) or to the input's
     directory (convert) is found with realpath and refused; the inputs are untouched."""
     src = tmp_path / "src"
     src.mkdir()
@@ -126,7 +126,7 @@ def test_output_dir_symlink_to_the_input_is_refused(tmp_path, capsys, overwrite)
 
 
 def test_convert_overwrite_never_deletes_an_input_inside_the_output(tmp_path, capsys):
-    """Issue 10 case 5: convert --overwrite with the input file inside --output_dir is refused before
+    """Hostile group 5: convert --overwrite with the input file inside --output_dir is refused before
     anything is deleted (augment already refused this)."""
     out = tmp_path / "out"
     out.mkdir()
@@ -138,7 +138,7 @@ def test_convert_overwrite_never_deletes_an_input_inside_the_output(tmp_path, ca
 
 
 def test_dead_letter_dir_inside_the_output_is_refused(tmp_path, capsys):
-    """Issue 10 case 5: dead letters are never written where a re-run could delete them."""
+    """Hostile group 5: dead letters are never written where a re-run could delete them."""
     make_h5(tmp_path / "in.h5")
     code, _, err = convert(tmp_path / "in.h5", tmp_path / "out", "--dead_letter_dir", tmp_path / "out" / "dl",
                            capsys=capsys)
@@ -146,7 +146,7 @@ def test_dead_letter_dir_inside_the_output_is_refused(tmp_path, capsys):
 
 
 def test_a_held_lock_refuses_a_second_run(tmp_path, capsys):
-    """Issue 10 case 6: while one run holds the output directory's lock, another is refused at once."""
+    """Hostile group 6: while one run holds the output directory's lock, another is refused at once."""
     make_h5(tmp_path / "in.h5")
     out = tmp_path / "out"
     lock = outdir.prepare(str(out), command="convert", options={}, files=[], overwrite=False)
@@ -160,7 +160,7 @@ def test_a_held_lock_refuses_a_second_run(tmp_path, capsys):
 
 
 def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path, capsys):
-    """Issue 10 case 6: a lock left by a launcher that was killed (its pid is gone) is taken over."""
+    """Hostile group 6: a lock left by a launcher that was killed (its pid is gone) is taken over."""
     data = make_h5(tmp_path / "in.h5")
     out = tmp_path / "out"
     out.mkdir()
@@ -177,7 +177,7 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path, capsys):
 
 @pytest.mark.timeout(300)
 def test_two_concurrent_runs_into_one_directory(tmp_path):
-    """Issue 10 case 6: two convert processes started together into one --output_dir: one is refused
+    """Hostile group 6: two convert processes started together into one --output_dir: one is refused
     with the lock's error, the other's output holds exactly its own input's rows."""
     a, b = make_h5(tmp_path / "a.h5", rows=400), make_h5(tmp_path / "b.h5", rows=400, offset=10**6)
     out = tmp_path / "out"
@@ -197,7 +197,7 @@ def test_two_concurrent_runs_into_one_directory(tmp_path):
 
 
 def test_output_dir_with_glob_characters_is_literal(tmp_path, capsys):
-    """Issue 10 case 7: --output_dir 'o[ab]' is a directory name, not a pattern: the sibling directories
+    """Hostile group 7: --output_dir 'o[ab]' is a directory name, not a pattern: the sibling directories
     oa/ and ob/ are never listed, sized or deleted, with or without --overwrite."""
     data = make_h5(tmp_path / "in.h5")
     for sib in ("oa", "ob"):
@@ -222,7 +222,7 @@ def test_output_dir_with_glob_characters_is_literal(tmp_path, capsys):
 
 
 def test_empty_output_dir_is_refused(tmp_path, capsys, monkeypatch):
-    """Issue 10 case 7: --output_dir "" never means the current directory."""
+    """Hostile group 7: --output_dir "" never means the current directory."""
     make_h5(tmp_path / "in.h5")
     monkeypatch.chdir(tmp_path)
     code, _, err = convert(tmp_path / "in.h5", "", capsys=capsys)
@@ -233,7 +233,7 @@ def test_empty_output_dir_is_refused(tmp_path, capsys, monkeypatch):
 
 
 def test_temporaries_of_killed_attempts_are_removed_by_name(tmp_path, capsys):
-    """Issue 10 case 8: at commit, only temporaries of this run's own file names are removed (and printed);
+    """Hostile group 8: at commit, only temporaries of this run's own file names are removed (and printed);
     a '.tmp-' file of another name is not ours and is kept (it makes a re-run refuse without --overwrite)."""
     out = tmp_path / "out"
     out.mkdir()
@@ -253,7 +253,7 @@ def test_temporaries_of_killed_attempts_are_removed_by_name(tmp_path, capsys):
 
 
 def test_a_crashed_beam_writer_runs_temp_dir_is_removed_by_the_rerun(tmp_path, capsys):
-    """Issue 10 case 8: the beam-temp-* directory of a crashed --writer beam run (recorded by its marker)
+    """Hostile group 8: the beam-temp-* directory of a crashed --writer beam run (recorded by its marker)
     is removed by the re-run; a beam-temp dir of another prefix (not recorded) is kept."""
     data = make_h5(tmp_path / "in.h5")
     out = tmp_path / "out"
@@ -271,7 +271,7 @@ def test_a_crashed_beam_writer_runs_temp_dir_is_removed_by_the_rerun(tmp_path, c
 
 @pytest.mark.parametrize("kind", ["file", "dangling symlink"])
 def test_output_dir_that_cannot_be_a_directory(tmp_path, capsys, kind):
-    """Issue 10 case 16: an --output_dir that is a file or a dangling symlink is one line, before any work."""
+    """Hostile group 16: an --output_dir that is a file or a dangling symlink is one line, before any work."""
     make_h5(tmp_path / "in.h5")
     out = tmp_path / "out"
     if kind == "file":
@@ -303,7 +303,7 @@ _LOOKALIKES = ["data-00000-of-00002.tfrecord", "data-00001-of-00002.tfrecord", "
                                         "data-00000-of-00001.tfrecord.gz"]), max_size=3),
        overwrite=st.booleans(), same_options=st.booleans())
 def test_prepare_never_deletes_or_modifies_what_is_not_ours(foreign, ours, record, planned, overwrite, same_options):
-    """Issue 10 deliverable: random pre-existing files (many named like ours), random records of what is
+    """The output-directory protocol: random pre-existing files (many named like ours), random records of what is
     ours, random flags: prepare() never deletes or changes a file that no marker/metadata of ours lists,
     never replaces one with a planned name, and on refusal deletes nothing at all."""
     foreign = {f for f in foreign if f not in (".", "..") and "/" not in f} - set(ours)

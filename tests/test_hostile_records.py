@@ -1,4 +1,4 @@
-"""Issue 10, hostile TFRecord inputs and names: groups 11 (manifest paths), 12 (augment records, --fn keys,
+"""Hostile TFRecord inputs and names: hostile groups 11 (manifest paths), 12 (augment records, --fn keys,
 code points), 14 (feature count and record size limits), 16 (surrogates, big --fn values, escapes).
 
 Every input is generated here and small: a "huge" record is a length header that lies.
@@ -144,7 +144,7 @@ def sidecar_dir(tmp_path, inputs: list[str]):
 
 @pytest.mark.timeout(60)
 def test_verify_does_not_follow_manifest_paths_to_a_fifo(tmp_path, capsys):
-    """Issue 10 case 11: manifest.json naming a FIFO (absolute) and a '../' path: verify never opens them."""
+    """Hostile group 11: manifest.json naming a FIFO (absolute) and a '../' path: verify never opens them."""
     fifo = tmp_path / "fifo.tfrecord"
     os.mkfifo(fifo)
     side = sidecar_dir(tmp_path, [str(fifo), "../../secret.tfrecord"])
@@ -157,7 +157,7 @@ def test_verify_does_not_follow_manifest_paths_to_a_fifo(tmp_path, capsys):
 
 
 def test_verify_never_opens_a_secret_named_by_the_manifest(tmp_path, monkeypatch):
-    """Issue 10 case 11: an absolute path to a secret file in manifest.json is never opened, even with --original."""
+    """Hostile group 11: an absolute path to a secret file in manifest.json is never opened, even with --original."""
     secret = tmp_path / "secret" / "data.tfrecord"
     secret.parent.mkdir()
     write_records(secret, id_records(3))
@@ -179,7 +179,7 @@ def test_verify_never_opens_a_secret_named_by_the_manifest(tmp_path, monkeypatch
 
 @pytest.mark.timeout(60)
 def test_verify_original_that_is_a_fifo_is_not_opened(tmp_path, capsys):
-    """Issue 10 case 11: --original names a directory whose shard of the manifest's name is a FIFO: refused, no hang."""
+    """Hostile group 11: --original names a directory whose shard of the manifest's name is a FIFO: refused, no hang."""
     originals = tmp_path / "orig"
     originals.mkdir()
     os.mkfifo(originals / "data.tfrecord")
@@ -190,7 +190,7 @@ def test_verify_original_that_is_a_fifo_is_not_opened(tmp_path, capsys):
 
 @pytest.mark.timeout(60)
 def test_reader_sidecar_merge_refuses_a_fifo_original(tmp_path):
-    """Issue 10 case 11: reader.open_sidecar with a FIFO among the named originals: SourceError, never opened."""
+    """Hostile group 11: reader.open_sidecar with a FIFO among the named originals: SourceError, never opened."""
     originals = tmp_path / "orig"
     originals.mkdir()
     os.mkfifo(originals / "data.tfrecord")
@@ -201,7 +201,7 @@ def test_reader_sidecar_merge_refuses_a_fifo_original(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_verify_and_inspect_refuse_a_fifo_target(tmp_path, capsys):
-    """Issue 10 case 11: a FIFO among the TFRecord files of verify/inspect is refused before it is opened."""
+    """Hostile group 11: a FIFO among the TFRecord files of verify/inspect is refused before it is opened."""
     write_records(tmp_path / "a.tfrecord", id_records(2))
     os.mkfifo(tmp_path / "b.tfrecord")
     for main in (verify_main.main, inspect_main.main):
@@ -212,7 +212,7 @@ def test_verify_and_inspect_refuse_a_fifo_target(tmp_path, capsys):
 
 @pytest.mark.timeout(60)
 def test_augment_refuses_a_fifo_shard(tmp_path):
-    """Issue 10 case 11: a FIFO among augment's input shards is refused before it is opened (no hang)."""
+    """Hostile group 11: a FIFO among augment's input shards is refused before it is opened (no hang)."""
     write_records(tmp_path / "a.tfrecord", id_records(2))
     os.mkfifo(tmp_path / "b.tfrecord")
     with pytest.raises(SourceError, match=r"Not a regular file \(a FIFO\): not read.*b.tfrecord"):
@@ -224,7 +224,7 @@ def test_augment_refuses_a_fifo_shard(tmp_path):
 # ----------------------------------------------------------------------------------------------
 
 def test_augment_refuses_a_non_example_after_its_sample(tmp_path, capsys):
-    """Issue 10 case 12: a non-Example record after augment's 1,000-record sample: one-line RecordError, no commit."""
+    """Hostile group 12: a non-Example record after augment's 1,000-record sample: one-line RecordError, no commit."""
     records = id_records(1010)
     records[1005] = b"\x12\x03abc"  # field 2: a SequenceExample's feature_lists, not an Example
     shard = write_records(tmp_path / "in.tfrecord", records)
@@ -248,7 +248,7 @@ def test_augment_refuses_a_non_example_after_its_sample(tmp_path, capsys):
     ("int_key", r"returned key 7 \(int\); feature names must be str"),
 ], ids=["1-and-'1'", "int-key"])
 def test_augment_fn_keys_must_be_str(tmp_path, fn, match):
-    """Issue 10 case 12: --fn returning keys 1 and "1" (one value would be dropped): SchemaError naming both."""
+    """Hostile group 12: --fn returning keys 1 and "1" (one value would be dropped): SchemaError naming both."""
     shard = write_records(tmp_path / "in.tfrecord", id_records(4))
     with pytest.raises(SchemaError, match=match):
         augment.plan_augment(augment_cfg(shard, tmp_path / "out", fn=f"tests.test_hostile_records:{fn}"))
@@ -265,7 +265,7 @@ def npy_strings(path, codes_or_strings):
 
 @pytest.mark.parametrize("encoding", ["list", "tensor"])
 def test_convert_code_point_above_unicode_is_refused(tmp_path, capsys, encoding):
-    """Issue 10 case 12: a '<U' array holding U+110000: one-line error at encode naming feature and row, no output."""
+    """Hostile group 12: a '<U' array holding U+110000: one-line error at encode naming feature and row, no output."""
     src = npy_strings(tmp_path / "u.npy", [65, 66, 0x110000, 67])
     code, _, err = convert(src, tmp_path / "out", "--encoding", encoding, capsys=capsys)
     assert code == 2
@@ -275,7 +275,7 @@ def test_convert_code_point_above_unicode_is_refused(tmp_path, capsys, encoding)
 
 
 def test_augment_fn_code_point_above_unicode_is_refused(tmp_path):
-    """Issue 10 case 12: --fn returning a '<U' value with U+110000 (NumPy cannot even make a str of it): RecordError."""
+    """Hostile group 12: --fn returning a '<U' value with U+110000 (NumPy cannot even make a str of it): RecordError."""
     shard = write_records(tmp_path / "in.tfrecord", id_records(4))
     with pytest.raises(RecordError, match=r"Feature 'label' holds code point U\+110000.*record=0, feature='label'"):
         augment.plan_augment(augment_cfg(shard, tmp_path / "out", fn="tests.test_hostile_records:code_point_above_max",
@@ -287,7 +287,7 @@ def test_augment_fn_code_point_above_unicode_is_refused(tmp_path):
 # ----------------------------------------------------------------------------------------------
 
 def test_convert_lone_surrogate_list_encoding(tmp_path, capsys):
-    """Issue 10 case 16: a lone surrogate ('\\ud800') with --encoding list: one line, not a traceback."""
+    """Hostile group 16: a lone surrogate ('\\ud800') with --encoding list: one line, not a traceback."""
     src = npy_strings(tmp_path / "s.npy", ["ab", "c\ud800", "de"])
     code, _, err = convert(src, tmp_path / "out", "--encoding", "list", capsys=capsys)
     assert code == 2 and "Traceback" not in err
@@ -295,14 +295,14 @@ def test_convert_lone_surrogate_list_encoding(tmp_path, capsys):
 
 
 def test_augment_fn_lone_surrogate(tmp_path):
-    """Issue 10 case 16: --fn returning the str 'ok\\ud800': RecordError naming the feature and record."""
+    """Hostile group 16: --fn returning the str 'ok\\ud800': RecordError naming the feature and record."""
     shard = write_records(tmp_path / "in.tfrecord", id_records(4))
     with pytest.raises(RecordError, match=r"Feature 'label' holds code point U\+D800 \(a lone surrogate\).*record=0"):
         augment.plan_augment(augment_cfg(shard, tmp_path / "out", fn="tests.test_hostile_records:surrogate_str"))
 
 
 def test_augment_constant_lone_surrogate(tmp_path, capsys):
-    """Issue 10 case 16: --constants value with a lone surrogate (non-UTF-8 argv bytes): one-line ConfigError."""
+    """Hostile group 16: --constants value with a lone surrogate (non-UTF-8 argv bytes): one-line ConfigError."""
     shard = write_records(tmp_path / "in.tfrecord", id_records(4))
     with pytest.raises(ConfigError, match=r"--constants tag: 'a\\udcff' holds code point U\+DCFF"):
         augment.plan_augment(augment_cfg(shard, tmp_path / "out", constants={"tag": "a\udcff"}))
@@ -323,7 +323,7 @@ def wide_file(tmp_path_factory):
 
 
 def test_max_features_verify(wide_file, capsys):
-    """Issue 10 case 14: verify on a record of 20,001 features: a problem naming file and record (--max_features)."""
+    """Hostile group 14: verify on a record of 20,001 features: a problem naming file and record (--max_features)."""
     code, out, _ = run_command(verify_main.main, [wide_file], capsys)
     assert code == 1 and "[not_example]" in out and "record 1" in out, out
     assert "More than 10000 features (the feature limit, --max_features 10000)" in out
@@ -332,14 +332,14 @@ def test_max_features_verify(wide_file, capsys):
 
 
 def test_max_features_inspect(wide_file, capsys):
-    """Issue 10 case 14: inspect on a record of 20,001 features: one-line RecordError naming file and record."""
+    """Hostile group 14: inspect on a record of 20,001 features: one-line RecordError naming file and record."""
     code, _, err = run_command(inspect_main.main, [wide_file], capsys)
     assert code == 2
     one_error_line(err, "RecordError", "More than 10000 features", "record=1", "wide.tfrecord")
 
 
 def test_max_features_augment(wide_file, tmp_path):
-    """Issue 10 case 14: augment's feature inference on a record of 20,001 features: RecordError with file, record."""
+    """Hostile group 14: augment's feature inference on a record of 20,001 features: RecordError with file, record."""
     with pytest.raises(RecordError, match=r"More than 10000 features.*wide.tfrecord', record=1"):
         augment.plan_augment(augment_cfg(wide_file, tmp_path / "out", constants={"c": "1"}))
     with pytest.raises(RecordError, match=r"More than 50 features"):
@@ -347,7 +347,7 @@ def test_max_features_augment(wide_file, tmp_path):
 
 
 def test_max_features_distinct_names_across_records(tmp_path, capsys):
-    """Issue 10 case 14: many records of distinct names (each small): the distinct-name count is bounded too."""
+    """Hostile group 14: many records of distinct names (each small): the distinct-name count is bounded too."""
     path = write_records(tmp_path / "many.tfrecord",
                          [example_of([(f"r{r}n{i}", int_feature(i)) for i in range(40)]) for r in range(5)])
     code, out, _ = run_command(verify_main.main, [path, "--max_features", "100"], capsys)
@@ -362,7 +362,7 @@ def test_max_features_distinct_names_across_records(tmp_path, capsys):
 @pytest.mark.parametrize("compressed", [True, False], ids=["gzip", "none"])
 @pytest.mark.parametrize("reader_name", ["verify", "inspect", "augment", "reader"])
 def test_lying_length_header_is_refused_before_reading(tmp_path, capsys, compressed, reader_name):
-    """Issue 10 case 14: a length header declaring a 1.5 GiB record (gzip body of zeros): refused before reading."""
+    """Hostile group 14: a length header declaring a 1.5 GiB record (gzip body of zeros): refused before reading."""
     path = lying_header(tmp_path / ("huge.tfrecord" + (".gz" if compressed else "")), compressed)
     assert path.stat().st_size < 64 << 10
     needle = f"Record of {HUGE} bytes (1536.0 MB) is over the record size limit of {1024 << 20} bytes " \
@@ -391,7 +391,7 @@ def test_lying_length_header_is_refused_before_reading(tmp_path, capsys, compres
 
 
 def test_max_record_mb_flag_raises_the_limit(tmp_path, capsys):
-    """Issue 10 case 14: --max_record_mb lowers/raises the limit: a 2 KB record under --max_record_mb 0.001 is refused."""
+    """Hostile group 14: --max_record_mb lowers/raises the limit: a 2 KB record under --max_record_mb 0.001 is refused."""
     path = write_records(tmp_path / "a.tfrecord", [example_of([("b", codec._len_field(1, codec._len_field(
         1, bytes(2048))))])])
     code, out, _ = run_command(verify_main.main, [path, "--max_record_mb", "0.001"], capsys)
@@ -408,7 +408,7 @@ def test_max_record_mb_flag_raises_the_limit(tmp_path, capsys):
 # ----------------------------------------------------------------------------------------------
 
 def test_augment_fn_record_over_max_record_mb(tmp_path):
-    """Issue 10 case 16: --fn returning 2 MB per record under --max_record_mb 1: RecordError (file, record, size, flag)."""
+    """Hostile group 16: --fn returning 2 MB per record under --max_record_mb 1: RecordError (file, record, size, flag)."""
     shard = write_records(tmp_path / "in.tfrecord", id_records(4))
     with pytest.raises(RecordError, match=r"returned 2097152 bytes \(2\.0 MB\) for one record, over the record size "
                                           r"limit of 1048576 bytes \(--max_record_mb 1\).*in.tfrecord.*record=0.*"
@@ -418,7 +418,7 @@ def test_augment_fn_record_over_max_record_mb(tmp_path):
 
 
 def test_augment_fn_big_values_shrink_the_batch(tmp_path):
-    """Issue 10 case 16: --fn returning 1 MB per record: batches of 256 records (256 MB of new values), not 4096."""
+    """Hostile group 16: --fn returning 1 MB per record: batches of 256 records (256 MB of new values), not 4096."""
     shard = write_records(tmp_path / "in.tfrecord", id_records(8))
     plan = augment.plan_augment(augment_cfg(shard, tmp_path / "out", fn="tests.test_hostile_records:one_mib"))
     assert plan.batch_size == augment.BATCH_MB == 256
@@ -428,7 +428,7 @@ def test_augment_fn_big_values_shrink_the_batch(tmp_path):
 
 
 def test_augment_fn_one_late_big_record(tmp_path):
-    """Issue 10 case 16: a late record's --fn value over the limit is refused as it comes back, naming that record."""
+    """Hostile group 16: a late record's --fn value over the limit is refused as it comes back, naming that record."""
     shard = write_records(tmp_path / "in.tfrecord", id_records(30))
     plan = augment.plan_augment(augment_cfg(shard, tmp_path / "out", fn="tests.test_hostile_records:big_at_20",
                                             fn_inputs=["id"], max_record_mb=1))
@@ -451,7 +451,7 @@ def evil_output(tmp_path_factory):
 
 
 def test_convert_summary_escapes_names(evil_output, capsys):
-    """Issue 10 case 16: convert's summary prints a dataset name with escapes/newlines escaped, on one line."""
+    """Hostile group 16: convert's summary prints a dataset name with escapes/newlines escaped, on one line."""
     code, out, err = convert(evil_output / "e.h5", evil_output / "out", capsys=capsys)
     assert code == 0, err
     assert "\x1b" not in out and "\u202e" not in out and "\n" + "name" not in out
@@ -459,7 +459,7 @@ def test_convert_summary_escapes_names(evil_output, capsys):
 
 
 def test_inspect_escapes_names(evil_output, capsys):
-    """Issue 10 case 16: inspect's text output escapes feature names (JSON output is escaped by json)."""
+    """Hostile group 16: inspect's text output escapes feature names (JSON output is escaped by json)."""
     if not (evil_output / "out" / "metadata.json").exists():
         convert(evil_output / "e.h5", evil_output / "out", capsys=capsys)
     code, out, _ = run_command(inspect_main.main, [evil_output / "out"], capsys)
@@ -479,7 +479,7 @@ def test_inspect_prints_a_multi_row_value_on_one_line(tmp_path, capsys):
 
 
 def test_verify_report_escapes_names(tmp_path, capsys):
-    """Issue 10 case 16: verify's problem lines escape a feature name with an ANSI escape and a newline."""
+    """Hostile group 16: verify's problem lines escape a feature name with an ANSI escape and a newline."""
     name = "k\x1b[31m\nx"
     path = write_records(tmp_path / "k.tfrecord", [example_of([(name, int_feature(1))]),
                                                    example_of([(name, float_feature(1.0))])])
@@ -489,7 +489,7 @@ def test_verify_report_escapes_names(tmp_path, capsys):
 
 
 def test_error_messages_escape_names():
-    """Issue 10 case 16: our errors print names escaped on one line (EtlError applies errors.printable)."""
+    """Hostile group 16: our errors print names escaped on one line (EtlError applies errors.printable)."""
     with pytest.raises(SchemaError) as info:
         codec.check_spec(codec.FeatureSpec("a\nb\x1b[0m", "<c8", (), "list"))
     assert "\n" not in str(info.value) and "\x1b" not in str(info.value)
@@ -523,7 +523,7 @@ def test_check_example_frame_agrees_with_the_exact_walk():
 
 
 def test_max_features_augment_worker_records(tmp_path):
-    """Issue 10 case 14: a record with too many features after augment's sample is refused by the worker (file, record)."""
+    """Hostile group 14: a record with too many features after augment's sample is refused by the worker (file, record)."""
     records = id_records(1003)
     records[1001] = example_of([(f"f{i}", int_feature(i)) for i in range(60)])
     shard = write_records(tmp_path / "in.tfrecord", records)

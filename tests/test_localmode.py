@@ -1,4 +1,4 @@
-"""``--direct_running_mode auto`` (issue 16): in-process unless worker processes pay off; an explicit mode wins."""
+"""``--direct_running_mode auto``: in-process unless worker processes pay off; an explicit mode wins."""
 from __future__ import annotations
 
 import numpy as np

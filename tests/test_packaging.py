@@ -106,7 +106,7 @@ def test_installed_package_converts_from_outside_the_repo(installed, tmp_path):
 
 
 def test_wheel_installs_next_to_pypi_transforms_and_pipelines_and_the_console_command_converts(tmp_path):
-    """Issue 11: the wheel installed top-level ``transforms`` and ``pipelines``, as PyPI's ``transforms`` and
+    """Before: the wheel installed top-level ``transforms`` and ``pipelines``, as PyPI's ``transforms`` and
     ``pipelines`` distributions do: installing both shadowed one or the other."""
     clash = sorted(CLASH.glob("transforms-*")) + sorted(CLASH.glob("pipelines-*"))
     if len(clash) != 2:

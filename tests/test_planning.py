@@ -78,7 +78,7 @@ def test_files_of_per_row_sizes_are_split_finer_when_fewer_ranges_than_shards(tm
 
 
 def test_shards_continuing_a_deflated_member_are_written_by_one_worker_in_order(tmp_path, monkeypatch):
-    """Issue 13: a deflated .npz member cannot be entered in the middle, so the shards that continue it are
+    """On object storage, a deflated .npz member cannot be entered in the middle, so the shards that continue it are
     grouped with the shard before them (one unit of work, one stream: every compressed byte decompressed once);
     a stored member and the other files stay one shard per unit. The shards are the same files either way."""
     from tfrecord_etl.transforms import beam_io

@@ -1,4 +1,4 @@
-"""--format raw: raw binary arrays of fixed-size rows (issue 14 item 2), on matplotlib's own raw sample files
+"""--format raw: raw binary arrays of fixed-size rows, on matplotlib's own raw sample files
 (the EEG and membrane recordings and the MRI slice of its mri_with_eeg / membrane examples) and generated ones:
 exact round trips through our reader and plain TensorFlow, both writers, sidecars, verify, inspect, augment joins."""
 from __future__ import annotations

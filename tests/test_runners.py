@@ -266,7 +266,7 @@ def test_beam_writer_is_not_usable_on_dask(inputs, converted, tmp_path, request,
 @pytest.mark.parametrize("flags", [[], ["--runner", "DirectRunner", "--direct_running_mode", "multi_processing",
                                         "--direct_num_workers", "2"]], ids=["default", "direct-2-processes"])
 def test_the_local_runner_is_the_fnapi_runner_without_a_prism_attempt(tmp_path, flags):
-    """Issue 15: Beam 2.77's DirectRunner first tries the Prism runner (a binary downloaded at run time); on a
+    """Beam 2.77's DirectRunner first tries the Prism runner (a binary downloaded at run time); on a
     connected laptop the pipeline would run there, untested. The commands run Beam's FnApiRunner directly."""
     import subprocess
     import sys

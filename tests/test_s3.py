@@ -160,7 +160,7 @@ def test_hdf5_row_range_is_read_from_s3_without_downloading_the_file(s3, tmp_pat
           f"{fetched['bytes'] / 2**20:.2f} MB fetched in {fetched['gets']} ranged reads")
     # every read is a bounded GET of what h5py asks (small metadata reads: one read-ahead of
     # fileio.READ_AHEAD), the chunks holding the rows fetched together first (adjacent chunks coalesced into
-    # one request per dataset here); Beam's own 16 MB-buffered stream fetched 64 MB in 5 GETs (issue 13)
+    # one request per dataset here); Beam's own 16 MB-buffered stream fetched 64 MB in 5 GETs
     def chunk_bytes(chunk_rows, row_bytes):  # h5py reads whole chunks: those the row range touches
         return (-(-stop // chunk_rows) - start // chunk_rows) * chunk_rows * row_bytes
     needed = chunk_bytes(256, width * 4) + chunk_bytes(1024, 8)  # 3 chunks of /x (3 MB), 2 of /y
@@ -170,7 +170,7 @@ def test_hdf5_row_range_is_read_from_s3_without_downloading_the_file(s3, tmp_pat
 
 @pytest.mark.parametrize("fmt", ["raw", "files", "mat"])
 def test_s3_raw_and_file_collections_equal_a_local_run(s3, tmp_path, fmt):
-    """Issue 14: the new sources read s3:// as the others do (raw: the layout from a directory sidecar on S3,
+    """The raw, files and MATLAB sources read s3:// as the others do (raw: the layout from a directory sidecar on S3,
     ranged reads; files: listing sizes, class folders, labels; a MATLAB v7 .mat: sniffed by its first bytes,
     scanned and loaded through fileio's ranged stream), and write the same shards as a local run."""
     client, s3_flags = s3

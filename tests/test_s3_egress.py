@@ -1,4 +1,4 @@
-"""Object storage reads only the bytes needed (issue 13): converting from s3:// through a counting TCP proxy in front
+"""Object storage reads only the bytes needed: converting from s3:// through a counting TCP proxy in front
 of a moto server, the server sends at most 1.25x the file for a chunked gzip HDF5 file, a contiguous one, a .npy,
 a stored and a deflated .npz (Beam's own S3 stream sent 3.6x-8x), and the shards are byte-identical to the local
 run. A byte count, not a timing."""
@@ -157,7 +157,7 @@ def test_prefetch_coalesces_ranges_and_serves_reads_without_requests(proxied, mo
 
 
 def test_hdf5_filters_read_remotely_are_exact(proxied, tmp_path):
-    """Issue 13: every HDF5 filter that works locally works on s3:// (h5py decodes the chunks it reads through the
+    """Every HDF5 filter that works locally works on s3:// (h5py decodes the chunks it reads through the
     bounded reader; the prefetch only fetches their bytes first): gzip + shuffle + fletcher32, lzf, scale-offset,
     next to a contiguous dataset. Shards byte-identical to the local run, egress within 1.25x."""
     import h5py

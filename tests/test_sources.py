@@ -74,7 +74,7 @@ def test_hdf5_datasets_option_and_errors(h5_file, tmp_path):
         f["b"] = np.zeros(6)
     with pytest.raises(SchemaError, match=r"different leading lengths \('/a': 5, '/b': 6\)"):
         plan_inputs(str(other), SourceOptions(datasets=("/a", "/b")))
-    # issue 15: with no --datasets the largest row group is read, --hdf5_group N another
+    # with no --datasets the largest row group is read, --hdf5_group N another
     assert [s.name for s in plan_inputs(str(other), SourceOptions()).specs] == ["b"]
     assert [s.name for s in plan_inputs(str(other), SourceOptions(hdf5_group=2)).specs] == ["a"]
     with pytest.raises(SchemaError, match="--hdf5_group 3 asked, but the file holds 2 row group"):
@@ -190,7 +190,7 @@ def test_shard_plans_are_contiguous_and_balanced():
     assert [s.file_name("data", ".tfrecord") for s in shards][0] == "data-00000-of-00003.tfrecord"
 
 
-# ---------------------------------------------------------------- the source registry (issue 11)
+# ---------------------------------------------------------------- the source registry
 
 @pytest.mark.parametrize("name,cls", sorted(sources.REGISTRY.items()))
 def test_registered_sources_declare_name_suffixes_and_modes(name, cls):

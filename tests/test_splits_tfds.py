@@ -1,5 +1,5 @@
 """--splits (TFX hash buckets), --split, and --tfds_name outputs that tfds.builder_from_directory loads as they are
-(issue 12 items 1 and 2)."""
+(TFX's split layout and TFDS's file template)."""
 from __future__ import annotations
 
 import bisect

@@ -1,4 +1,4 @@
-"""Issue 15, the rough edges a new user meets first (measured on main before the fix; each test fails there)."""
+"""The rough edges a new user meets first; each test failed on the code before its fix."""
 from __future__ import annotations
 
 import os
@@ -129,7 +129,7 @@ def test_yaml_takes_the_flags_comma_syntax_and_a_typo_key_gets_a_suggestion(tmp_
 
 
 def test_inspect_an_hdf5_file_lists_its_tree_and_row_groups(tmp_path, capsys, caplog):
-    """Issue 15: the hint named h5ls, which is not installed with the project; a container file's 'lengths differ'
+    """Before: the hint named h5ls, which is not installed with the project; a container file's 'lengths differ'
     error was one line of ~1,200 characters."""
     import h5py
     path = tmp_path / "adata.h5"
@@ -159,7 +159,7 @@ def test_inspect_an_hdf5_file_lists_its_tree_and_row_groups(tmp_path, capsys, ca
     flag = tree["row_groups"][0]["flag"].split(" ", 1)[1]
     code, _, err = convert(path, tmp_path / "out", "--datasets", flag, capsys=capsys)
     assert code == 0, err
-    # issue 15: with no --datasets the largest row group (X and the obs columns) is converted, the others named
+    # with no --datasets the largest row group (X and the obs columns) is converted, the others named
     with caplog.at_level("WARNING", logger="tfrecord_etl"):
         code, _, err = convert(path, tmp_path / "default", capsys=capsys)
     assert code == 0, err

@@ -69,7 +69,7 @@ class _RemoteObject:
     says the object is unchanged (a conditional request: S3 ``If-None-Match`` the ETag answered 304 with no body,
     GCS the same generation in the metadata). Every row range opens its file again (planning once, then each
     shard or range), so without them each open fetched the same head and metadata again: converting a 0.4 MB
-    HDF5 file of 4 datasets in 3 shards made the server send 3.2x the file, 1.05x with them (issue 13)."""
+    HDF5 file of 4 datasets in 3 shards made the server send 3.2x the file, 1.05x with them."""
 
     def __init__(self, fetch, size: int, path: str, head: bytes, version: str = ""):
         self.fetch, self.size, self.path, self.version = fetch, size, path, version
@@ -127,7 +127,7 @@ class _RangeReader(io.RawIOBase):
     google-cloud-storage's ``Blob.download_as_bytes``). Beam's own streams fetch more than is read: its S3 stream
     asks for ``bytes=N-`` (to the end of the object) and closes the body after 16 MiB or at the next seek, so a
     reader that seeks (h5py between chunks) made the server send 10x the file; its GCS stream (google-cloud-
-    storage's ``BlobReader``) fetches 16 MiB at every read after a seek (issue 13)."""
+    storage's ``BlobReader``) fetches 16 MiB at every read after a seek."""
 
     def __init__(self, obj: _RemoteObject):
         self._obj, self._size, self._path = obj, obj.size, obj.path
@@ -152,7 +152,7 @@ class _RangeReader(io.RawIOBase):
         keeps them, with earlier ones up to :data:`PREFETCH_KEEP_BYTES` in all; reads inside them need no request.
         A range already held (by an earlier prefetch: a chunk shared by two row ranges; or by the object's kept
         metadata reads) is not fetched again. A reader that seeks from chunk to chunk then waits one round trip
-        per row range instead of one per chunk (issue 13: several reads in flight per worker)."""
+        per row range instead of one per chunk (several reads in flight per worker)."""
         kept: list[tuple[int, bytes]] = []
         needed: list[tuple[int, int]] = []
         for offset, length in sorted((int(o), int(n)) for o, n in ranges if n > 0):

@@ -132,7 +132,7 @@ def group_sequential(shards: Sequence[ShardPlan], sequential: Iterable[str]) -> 
     deflated ``.npz`` member, ``FileIndex.sequential``) that the previous one read. One worker writes a group's
     shards one after another through the same open stream, so every compressed byte is read (and decompressed)
     once: split over two workers, the second shard would read the file from its start again (egress measured
-    1.75x on a deflated .npz in 2 shards from s3://, issue 13). Every other shard is a group of its own.
+    1.75x on a deflated .npz in 2 shards from s3://). Every other shard is a group of its own.
     """
     sequential = set(sequential)
     groups: list[list[ShardPlan]] = []

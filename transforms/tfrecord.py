@@ -27,7 +27,7 @@ from tfrecord_etl.transforms.errors import RecordError, SourceError
 COMPRESSIONS = ("none", "gzip", "zlib")
 # Shard suffixes written. zlib shards end in .deflate, the name Apache Beam gives the same format
 # (CompressionTypes.DEFLATE) and detects with CompressionTypes.AUTO, so ReadFromTFRecord, TFDV and TFX ImportExampleGen
-# read them as they are (issue 12); .zlib and .zz (older outputs) are still read as zlib.
+# read them as they are; .zlib and .zz (older outputs) are still read as zlib.
 SUFFIXES = {"none": "", "gzip": ".gz", "zlib": ".deflate"}
 ZLIB_SUFFIXES = (".deflate", ".zlib", ".zz")
 INDEX_SUFFIX = ".idx"  # the index file of a shard (--index): data-00000-of-00004.tfrecord -> data-00000-of-00004.idx

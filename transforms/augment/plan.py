@@ -150,7 +150,7 @@ class BatchAugmenter:
           RecordError: a malformed record, or ``--fn`` raised.
         """
         n, plan = len(records), self.plan
-        try:  # one framing check for the batch (issue 10's per-record check cost 14% of a rewrite)
+        try:  # one framing check for the batch (a check per record cost 14% of a rewrite)
             check_example_frames(records, plan.max_features)
         except RecordError as e:
             i = e.context.pop("record", 0)

@@ -29,7 +29,7 @@ class Hdf5Source(Source):
     """HDF5 datasets through h5py: local files by path (HDF5's own driver, so virtual datasets resolve),
     remote ones over a ``FileSystems`` stream (h5py reads file-like objects).
 
-    Nothing outside the named file is read unless it is safe (issue 10): datasets with external raw
+    Nothing outside the named file is read unless it is safe: datasets with external raw
     storage are refused unless ``allow_external_storage`` and every external file lies in the input's own
     directory; virtual datasets (VDS) are read only when every source file lies there too; unallocated
     storage (read as the fill value) is refused unless ``allow_fill_value``; declared sizes are checked

@@ -1,0 +1,27 @@
+"""The 16 groups of hostile inputs the hostile-input matrix covers (tests/test_hostile_outdir.py, _hdf5.py,
+_arrays.py, _config.py, _records.py). Each test's docstring starts with "Hostile group N:" and says what the code
+did before the case was handled; README's Reliability section counts the test cases per group.
+
+Groups 1-8 lose data, 9-12 read outside the named inputs or invent/drop values, 13-15 take unbounded memory or time
+from a tiny input, 16 ends in a traceback instead of one error line.
+"""
+from __future__ import annotations
+
+HOSTILE_GROUPS = {
+    1: "a re-run into a complete output keeps files the user added there",
+    2: "files of another tool named like ours are not ours",
+    3: "an output directory holding another split's shards of the same names",
+    4: "an output directory that is a symlink to the input",
+    5: "an input inside the output directory",
+    6: "concurrent runs into one output directory (the lock)",
+    7: "output paths are literal (never patterns), a blank output path",
+    8: "temporaries of a crashed run",
+    9: "HDF5 external raw storage: files outside the named input, FIFOs, devices",
+    10: "HDF5 virtual datasets: sources outside the input's directory or missing",
+    11: "paths named inside a sidecar manifest, FIFOs among shards",
+    12: "values silently dropped, duplicated or unreadable; misspelled flags and keys",
+    13: "declared sizes larger than the bytes present",
+    14: "bombs and absurd counts: limits with flags to raise them",
+    15: "decompressing the same bytes again for every row range",
+    16: "a traceback instead of one error line (disk full, read-only, deep nesting, raw control characters)",
+}
