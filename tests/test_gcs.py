@@ -7,13 +7,12 @@ file, and the shards are byte-identical to the local run. Beam's own GCS stream 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 from bench.remote import egress_inputs, free_port, wait_for
 from bench.s3proxy import CountingProxy
+from tests import gcs_emulator
 from tests.conftest import run_command
 from tfrecord_etl.transforms import fileio
 
@@ -25,12 +24,10 @@ ROWS = 1024  # x 4096 bytes: 4 MiB of images per file
 
 @pytest.fixture(scope="module")
 def gcs():
-    """The emulator in its own process behind a CountingProxy; yields (proxy, {name: bytes} uploaded under
-    gs://BUCKET/egress/)."""
+    """The emulator (``tests/gcs_emulator.py``: with GCS's ``ifGenerationMatch``) in its own process behind a
+    CountingProxy; yields (proxy, {name: bytes} uploaded under gs://BUCKET/egress/)."""
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
-                               "--port", str(port), "--in-memory", "--default-bucket", BUCKET, "--quiet"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = gcs_emulator.start(port, BUCKET)
     wait_for(port)
     proxy = CountingProxy(("127.0.0.1", port)).start()
     saved = os.environ.get("STORAGE_EMULATOR_HOST")
@@ -136,3 +133,19 @@ def test_gcs_reopen_reuses_what_it_read_of_the_same_generation(gcs):
         assert f.read(10) == new[:10]
         f.seek(200_000)
         assert f.read(10) == new[200_000:200_010]
+
+
+def test_gcs_object_replaced_while_read_fails_instead_of_mixing_generations(gcs):
+    """Reads after the open are pinned to the generation first read (``ifGenerationMatch``): a replaced object
+    fails with "changed while it was read" rather than returning bytes of the new generation."""
+    from google.cloud import storage
+    blob = storage.Client.create_anonymous_client().bucket(BUCKET).blob("pinned/y.bin")
+    old, new = bytes(range(256)) * 1024, bytes(reversed(range(256))) * 1024
+    blob.upload_from_string(old)
+    path = f"gs://{BUCKET}/pinned/y.bin"
+    with fileio.open_read(path) as f:
+        assert f.read(10) == old[:10]
+        blob.upload_from_string(new)
+        f.seek(200_000)
+        with pytest.raises(OSError, match="changed while it was read"):
+            f.read(10)
