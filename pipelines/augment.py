@@ -5,6 +5,8 @@
         [--join_input labels.h5 [--join_by key --key_feature id --join_key id]] [--runner DirectRunner ...]
 
 The pipeline is one PTransform, ``transforms.augment.AugmentTFRecord`` (AugmentShards -> FinalizeAugment).
+A collection --input (collection.json + span-N/) is augmented span by span (--spans: which; ``new``: those not
+augmented yet), each span committed in OUTPUT_DIR/collection.json (``transforms.augment.spans``).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrecord_etl.pipelines import common
 from tfrecord_etl.transforms import augment, localmode, metadata, tfrecord
+from tfrecord_etl.transforms.augment import spans
 from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
 from tfrecord_etl.transforms.config import parse_args
 from tfrecord_etl.transforms.errors import printable
@@ -43,6 +46,16 @@ def main(argv: list[str]) -> int:
     cfg, beam_argv = parse_args(argv, AugmentConfig, AugmentOptions, "python -m pipelines.augment", __doc__)
     common.configure_filesystems(beam_argv)  # pipeline_options from the YAML config too
     tfrecord.require_fast_crc32c()
+    if spans.is_collection_input(cfg):
+        spans.augment_collection(cfg, lambda span_cfg: augment_output(span_cfg, beam_argv))
+    else:
+        augment_output(cfg, beam_argv)
+    return 0
+
+
+def augment_output(cfg: AugmentConfig, beam_argv: list[str]) -> str | None:
+    """Augments one input (an output directory or shards) into ``cfg.output_dir`` and prints the summary;
+    returns the digest of the input's metadata.json the run planned from (None without one)."""
     started = time.time()
     plan = augment.plan_augment(cfg)
     lock, plan = augment.prepare_output_dir(plan)
@@ -69,7 +82,7 @@ def main(argv: list[str]) -> int:
         **({"local runner": mode.describe()} if mode else {}),
     })
     common.print_metrics(counters, meta["num_records"])
-    return 0
+    return plan.collection.metadata_digest
 
 
 if __name__ == "__main__":

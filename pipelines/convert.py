@@ -2,6 +2,8 @@
 
     python -m pipelines.convert --input 'data/*.h5' --output_dir out/ [--config configs/local.yaml] \\
         [--datasets /images,/labels] [--compression gzip] [--runner DirectRunner ...]
+    python -m pipelines.convert --input 'raw/{YYYY}-{MM}-{DD}/*.h5' --output_dir coll/ [--span latest|N|YYYY-MM-DD]
+    python -m pipelines.convert --input 'raw/*.h5' --output_dir coll/ --incremental [--reconvert_changed]
 
 The pipeline is one PTransform, ``transforms.convert.ConvertToTFRecord`` (planned once by
 ``transforms.planning.plan_convert``); this command adds the flags, the output directory's lock and run marker
@@ -9,16 +11,22 @@ The pipeline is one PTransform, ``transforms.convert.ConvertToTFRecord`` (planne
 """
 from __future__ import annotations
 
+import sys
 import time
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrecord_etl.pipelines import common
-from tfrecord_etl.transforms import localmode, metadata, planning, tfrecord
+from tfrecord_etl.transforms import localmode, metadata, planning, spanrun, tfrecord
 from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, parse_args
 from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output, prepare_output_dir
 from tfrecord_etl.transforms.errors import printable
+
+
+ZLIB_WARNING = ("warning: --compression zlib: TensorFlow (tf.data) and Beam (ReadFromTFRecord) read these .deflate "
+                "shards, but TFXIO's TensorFlowDataset, Ray's read_tfrecords and the `tfrecord` package (PyTorch) "
+                "do not: use --compression gzip (read by all of them) or none")
 
 
 def local_workers(options: PipelineOptions) -> int:
@@ -50,22 +58,33 @@ def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan: planning.ConvertP
 
 def main(argv: list[str]) -> int:
     cfg, beam_argv = parse_args(argv, ConvertConfig, ConvertOptions, "python -m pipelines.convert", __doc__)
+    if cfg.compression == "zlib":
+        print(ZLIB_WARNING, file=sys.stderr)
     common.configure_filesystems(beam_argv)  # pipeline_options from the YAML config too
     tfrecord.require_fast_crc32c()
     started = time.time()
-    inputs = planning.plan_inputs(cfg.input, planning.source_options(cfg))
+    run = spanrun.plan_run(cfg)  # a span of a collection (placeholders, --incremental), or None
+    if run is not None and run.nothing_new:
+        print(run.nothing_new)
+        return 0
+    cfg = run.cfg if run is not None else cfg
+    inputs = planning.plan_inputs(cfg.input, planning.source_options(cfg), run.files if run is not None else None)
     beam_argv, mode = localmode.choose_local_mode(beam_argv, inputs.num_rows, inputs.num_bytes, inputs.num_rows)
     options = PipelineOptions(beam_argv)
     plan = build_plan(cfg, options, inputs)
+    if run is not None:
+        spanrun.check_before_writing(run, plan)
     if cfg.dry_run:
         check_output(cfg, plan)
-        print("\n".join(printable(line) for line in planning.describe_plan(plan, cfg)))
+        print("\n".join(printable(line) for line in planning.describe_plan(plan, cfg)
+                        + (spanrun.describe(run) if run is not None else [])))
         return 0
     with prepare_output_dir(cfg, plan) as prepared:
         plan = prepared.plan
         p = beam.Pipeline(runner=common.local_runner(options), options=options)
         build_pipeline(p, cfg, plan, prepared.meta, prepared.replaced)
         counters = common.run_pipeline(p)
+        coll = spanrun.commit(run, plan, prepared.lock.run_id) if run is not None else None
     meta = metadata.load(cfg.output_dir)
     inputs = plan.inputs
     splits_line = {}
@@ -79,15 +98,17 @@ def main(argv: list[str]) -> int:
                                     if cfg.splits else "")}
         meta = {**meta, "shards": [s for s in meta["shards"] if s.get("split") in mine]}
         meta["num_records"] = sum(s["records"] for s in meta["shards"])
-    if cfg.tfds_name:
-        splits_line["tfds"] = (f"tfds.builder_from_directory({printable(cfg.output_dir)!r}) loads {cfg.tfds_name} "
-                               f"(dataset_info.json, features.json)")
+    if plan.tfds_name or plan.tfds_refusal:
+        splits_line["tfds"] = (f"tfds.builder_from_directory({printable(cfg.output_dir)!r}) loads {plan.tfds_name} "
+                               f"(dataset_info.json, features.json)" if plan.tfds_name else
+                               f"no dataset_info.json: {plan.tfds_refusal}")
     common.print_summary(cfg.output_dir, meta, time.time() - started,
                          {"rows read": inputs.num_rows, "rows dead-lettered": meta["rows_dead_lettered"],
                           "row ranges": len(inputs.ranges) if plan.shards is None else
                           sum(len(s.ranges) for s in plan.shards),
                           **({"local runner": mode.describe()} if mode else {}),
                           **splits_line,
+                          **(spanrun.summary(run, coll) if run is not None else {}),
                           **({"index files": f"{len(meta['shards'])} (tfrecord2idx: byte offset and length of "
                                              f"every record, beside each shard)"} if cfg.index else {}),
                           "features": ", ".join(f"{printable(s.name)} {s.dtype} {list(s.shape) if s.shape is not None else '*'}"

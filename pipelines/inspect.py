@@ -2,6 +2,7 @@
 
     python -m pipelines.inspect OUTPUT_DIR_OR_PATTERN [--tf_read] [--json] [--max_record_mb MB] [--max_features N]
     python -m pipelines.inspect FILE.h5 [--json]     # the HDF5 (NetCDF-3, MATLAB .mat) tree and its row groups
+    python -m pipelines.inspect COLLECTION_DIR [--spans SPANS]   # spans, versions, dates, records, schema changes
 
 ``--tf_read`` also reads every shard back with plain tf.data + tf.io.parse_example and checks the
 record counts against the metadata.
@@ -14,6 +15,11 @@ shape ``[n]`` when every record holds n values, else ``varlen`` ``[null]``). Rec
 ``tf.train.Example`` (e.g. ``tf.train.SequenceExample``) are refused with a RecordError naming the file
 and record. A directory with tfrecord-etl traces (``schema.pbtxt``, temporaries) but no metadata.json is
 an incomplete output and is refused (IncompleteOutputError).
+
+A collection directory (collection.json + span-N/) is summarized as a collection: its spans (--spans selects,
+default all) with their versions, dates, record counts and schema fingerprints, the schema changes it recorded,
+and span directories it does not list (uncommitted). When --spans names one span, that span's output directory
+is summarized too, as above.
 """
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ import json
 import numpy as np
 
 from tfrecord_etl.pipelines import common
-from tfrecord_etl.transforms import codec, fileio, metadata, outdir, reader
+from tfrecord_etl.transforms import codec, collection, collection_reader, fileio, metadata, outdir, reader
 from tfrecord_etl.transforms.errors import EtlError, RecordError, printable
 
 
@@ -64,6 +70,66 @@ def summarize(output_dir: str, tf_read: bool = False, max_record_bytes: int | No
             raise RecordError(f"tf.data read {out['tf_read_records']} examples, metadata says "
                               f"{meta['num_records']}", file=output_dir)
     return out
+
+
+def summarize_collection(collection_dir: str, spans=None, tf_read: bool = False, max_record_bytes: int | None = None,
+                         max_features: int | None = None) -> dict:
+    """The summary of a collection directory: the selected spans (``collection.select``: span order, latest
+    version) with every committed version of each, their dates, record counts and schema fingerprints (first 12
+    hex digits), the schema changes recorded, the unlisted span directories; with one span selected by ``spans``,
+    also that span's :func:`summarize`.
+
+    Raises:
+      IncompleteOutputError: no collection.json. SchemaError: an invalid one. ConfigError: a span not committed.
+    """
+    coll = collection.load(collection_dir)
+    entries = collection.select(coll, spans, collection_dir)
+    versions: dict[int, list] = {}
+    for s in coll["spans"]:
+        versions.setdefault(s["span"], []).append(s["version"])
+    out = {
+        "collection_dir": collection_dir,
+        "input_pattern": coll.get("input_pattern"),
+        "num_spans": len(versions),
+        "num_records": sum(s["num_records"] for s in entries),
+        "spans": [{"span": s["span"], "version": s["version"], "versions": versions[s["span"]], "dir": s["dir"],
+                   "date": s["date"], "num_records": s["num_records"], "schema": s["schema"][:12],
+                   "inputs": len(s["inputs"]), "committed": s["committed"]} for s in entries],
+        "schema_changes": coll["schema_changes"],
+        "uncommitted": collection.unlisted_span_dirs(collection_dir, coll),
+    }
+    if tf_read:  # every record of the selected spans with plain tf.data, against collection.json's counts
+        groups = collection_reader.tf_shard_groups(collection_reader.parts(collection_dir, spans)[1])
+        out["tf_read_records"] = _count_files_with_tf([{"path": p, "compression": c} for c, paths in groups
+                                                       for p in paths])
+        if out["tf_read_records"] != out["num_records"]:
+            raise RecordError(f"tf.data read {out['tf_read_records']} records, collection.json lists "
+                              f"{out['num_records']}", file=collection_dir)
+    if spans is not None and len(entries) == 1:
+        out["span"] = summarize(collection_reader.span_dir(collection_dir, entries[0]), tf_read, max_record_bytes,
+                                max_features)
+    return out
+
+
+def render_collection(s: dict) -> str:
+    """The human summary of a collection (:func:`summarize_collection`)."""
+    pattern = f", input {s['input_pattern']}" if s.get("input_pattern") else ""
+    lines = [f"{s['collection_dir']}: collection of {s['num_spans']} spans{pattern}; "
+             f"{len(s['spans'])} selected, {s['num_records']} records",
+             f"{'span':>8} {'version':>8} {'versions':<10} {'date':<11} {'records':>10} {'schema':<13} committed"]
+    for e in s["spans"]:
+        shown = ",".join("-" if v is None else str(v) for v in e["versions"])
+        lines.append(f"{e['span']:>8} {'-' if e['version'] is None else e['version']:>8} {shown:<10} "
+                     f"{e['date'] or '-':<11} {e['num_records']:>10} {e['schema']:<13} {e['committed']}")
+    if "tf_read_records" in s:
+        lines.append(f"read back with tf.data: {s['tf_read_records']} records (matches collection.json)")
+    for c in s["schema_changes"]:
+        lines.append(f"schema change at span {c['span']}: {c['previous'][:12]} -> {c['schema'][:12]} (previous span "
+                     f"{c.get('previous_span', '?')})")
+    for rel in s["uncommitted"]:
+        lines.append(f"uncommitted: {rel} (not listed in collection.json: readers do not read it)")
+    text = "\n".join(printable(line) for line in lines)
+    return text + "\n\n" + render(s["span"]) if "span" in s else text
 
 
 def _has_metadata(target: str) -> bool:
@@ -227,7 +293,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print JSON instead of text (default: off)")
     common.add_record_limit_flags(parser)
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow logs (default: off)")
+    parser.add_argument("--spans", default=None, help="a collection's spans to summarize: 7, 3,5,9, 3-9, latest, "
+                        "latest:N or all (default: all); one span: its output directory too")
     args = parser.parse_args(argv)
+    if collection.is_collection(args.output_dir):
+        summary = summarize_collection(args.output_dir, args.spans, args.tf_read, *common.record_limits(args))
+        print(json.dumps(summary, indent=1) if args.json else render_collection(summary))
+        return 0
+    collection_reader.refuse_spans(args.output_dir, args.spans)
     kind = _container_kind(args.output_dir)
     if kind:  # the dataset tree and row groups, so no external tool (h5ls, ncdump) is needed
         from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, matlab_tree, netcdf3_tree, render_tree

@@ -1,7 +1,7 @@
 """Verify TFRecord data: every frame and both masked CRC32Cs, record counts, decoding, and the source, exactly.
 
     python -m pipelines.verify TARGET [--source PATTERN ...] [--original DIR_OR_PATTERN ...] [--json] [--verbose]
-        [--max_problems N] [--max_record_mb MB] [--max_features N]
+        [--max_problems N] [--max_record_mb MB] [--max_features N] [--spans SPANS]
 
 TARGET is an output directory of tfrecord-etl (metadata.json required: a directory without it is an
 incomplete output and is refused), a sidecar collection of pipelines.augment (its manifest.json is
@@ -10,6 +10,12 @@ opened), or a file / quoted glob of plain TFRecord files without metadata (each 
 tf.train.Example; the features are inferred). With --source, every array is compared with the convert
 input exactly (planned writer: in row order; otherwise matched by the _source/file and _source/row
 features of --provenance).
+
+A collection directory (collection.json + span-N/): every span --spans selects (default all) is verified as an
+output directory, and against its collection.json entry (metadata.json digest, record count, schema
+fingerprint); with --source, each span is compared with the files its entry records as its inputs, among the
+files the patterns match. Span directories not listed in collection.json are reported as uncommitted. One line
+per span, then the total.
 
 Exit code: 0 when everything holds; 1 when a problem was found (each reported with file, record index,
 byte offset and feature); 2 when TARGET cannot be verified at all (bad flags, nothing matches, no or
@@ -22,8 +28,9 @@ import json
 import sys
 
 from tfrecord_etl.pipelines import common
+from tfrecord_etl.transforms import collection, collection_reader
 from tfrecord_etl.transforms import verify as verify_lib
-from tfrecord_etl.transforms.errors import EtlError, printable
+from tfrecord_etl.transforms.errors import ConfigError, EtlError, printable
 
 
 class TqdmProgress(verify_lib.Progress):
@@ -51,6 +58,8 @@ class TqdmProgress(verify_lib.Progress):
 
 def render(report: verify_lib.Report, verbose: bool = False) -> str:
     """The human report: one status line, then problems (file, record, byte offset, feature) and warnings."""
+    if isinstance(report, verify_lib.CollectionReport):
+        return render_collection(report, verbose)
     what = {"output": "output", "sidecar": "sidecar collection", "files": "TFRecord files"}[report.kind]
     checks = ["framing", "CRCs"]
     if report.kind == "files":
@@ -87,6 +96,39 @@ def render(report: verify_lib.Report, verbose: bool = False) -> str:
     return "\n".join(lines)
 
 
+def render_collection(report: verify_lib.CollectionReport, verbose: bool = False) -> str:
+    """The human report of a collection: one line per span (its problems and warnings below it), the uncommitted
+    span directories, then the total."""
+    lines = []
+    for span in report.spans:
+        name = f"span {span.entry['span']}" + (f" version {span.entry['version']}" if span.entry["version"] is not
+                                               None else "")
+        sub = span.report
+        if sub is None:
+            lines.append(f"{'OK' if span.ok else 'FAILED'}: {name}: not verified")
+        else:
+            checked = f", {sub.checksums} shard CRC32Cs" if sub.checksums else ""
+            compared = f", {sub.source['compared']} rows compared with the source" if sub.source else ""
+            lines.append(f"{'OK' if span.ok else 'FAILED'}: {name}: {sub.num_records} records in {len(sub.files)} "
+                         f"files{checked}{compared}")
+        problems = span.problems + (sub.problems if sub else [])
+        lines += [f"  {p.describe()}" for p in problems]
+        if sub is not None and sub.num_problems > len(sub.problems):
+            lines.append(f"  ... {sub.num_problems - len(sub.problems)} more (raise --max_problems to list them)")
+        if verbose and sub is not None:
+            lines += [f"  {printable(f.file)}: {f.records} records, {f.bytes} bytes" for f in sub.files]
+        lines += [f"  warning: {printable(w)}" for w in (sub.warnings if sub else [])]
+    for rel in report.uncommitted:
+        lines.append(f"uncommitted: {printable(rel)}: a span directory collection.json does not list (a run that "
+                     "has not committed yet, or crashed before it did); readers do not read it")
+    selected = f"{len(report.spans)} of {report.num_spans} spans" if len(report.spans) != report.num_spans else \
+        f"{report.num_spans} spans"
+    lines.append(f"{'OK' if report.ok else 'FAILED'}: {printable(report.target)}: collection, {selected}, "
+                 f"{report.num_records} records, {report.num_problems} problem{'s' if report.num_problems != 1 else ''}"
+                 f" in {report.seconds:.1f} s")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     parser = common.CommandParser(prog="python -m pipelines.verify", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -103,13 +145,24 @@ def main(argv: list[str]) -> int:
                         help="problems listed in the report; all are counted (default: 100)")
     parser.add_argument("--verbose", action="store_true",
                         help="list every file, and show TensorFlow and Beam logs (default: off)")
+    parser.add_argument("--spans", default=None, help="a collection's spans to verify: 7, 3,5,9, 3-9, latest, "
+                        "latest:N or all (default: all)")
     args = parser.parse_args(argv)
     progress = TqdmProgress(enabled=not args.json and sys.stderr.isatty())
     try:
         max_record_bytes, max_features = common.record_limits(args)
-        report = verify_lib.verify(args.target, args.source, progress, max(0, args.max_problems),
-                                   originals=args.original, max_record_bytes=max_record_bytes,
-                                   max_features=max_features)
+        if collection.is_collection(args.target):
+            if args.original:
+                raise ConfigError("--original needs a sidecar collection: this is a collection directory",
+                                  file=args.target, hint="verify one augmented span with --original COLL/span-N")
+            report = verify_lib.verify_collection(args.target, args.spans, args.source, progress,
+                                                  max(0, args.max_problems), max_record_bytes=max_record_bytes,
+                                                  max_features=max_features)
+        else:
+            collection_reader.refuse_spans(args.target, args.spans)
+            report = verify_lib.verify(args.target, args.source, progress, max(0, args.max_problems),
+                                       originals=args.original, max_record_bytes=max_record_bytes,
+                                       max_features=max_features)
     except EtlError as e:
         if args.json:
             print(json.dumps({"target": args.target, "ok": False,

@@ -51,3 +51,15 @@ def count_values(features):
     """Per example (foreign collections): ``n_<name>`` int64 = how many values each input feature holds (its
     1-D VarLen array's length; 0 where the record has none)."""
     return {f"n_{name}": np.int64(np.asarray(value).shape[0]) for name, value in features.items()}
+
+
+def label_times_two(features):
+    """Per example (collection tests): ``label2`` = 2 * ``label`` (int64)."""
+    return {"label2": np.asarray(features["label"] * 2, np.int64)}
+
+
+def fail_on_span_4(features):
+    """Per example (collection tests): raises on label 4000, the first record of span 4."""
+    if int(np.asarray(features["label"]).reshape(-1)[0]) == 4000:
+        raise ValueError("boom at label 4000")
+    return {"ok": np.int64(1)}

@@ -205,3 +205,43 @@ def test_a_chunk_that_fails_to_decode_is_called_corrupt(tmp_path):
         source.read(RowRange(str(path), 30, 40, ("/x",)))
     assert "checksum or decompression error" in e.value.hint and "corrupt" in e.value.hint
     assert "plugin" not in e.value.hint
+
+
+def test_virtual_dataset_over_plugin_filtered_sources_converts_in_fresh_worker_processes(tmp_path):
+    """A virtual dataset has no filter of its own: the plugin its sources need is only met when HDF5 reads them,
+    so the reader registers hdf5plugin's filters after the failed read and reads once more."""
+    rng = np.random.default_rng(11)
+    parts = [rng.integers(-2**31, 2**31 - 1, (ROWS // 2, 3)).astype("<i4") for _ in range(2)]
+    layout = h5py.VirtualLayout(shape=(ROWS, 3), dtype="<i4")
+    for k, part in enumerate(parts):
+        with h5py.File(tmp_path / f"src{k}.h5", "w") as f:
+            f.create_dataset("x", data=part, chunks=(20, 3), **hdf5plugin.Zstd(clevel=3))
+        layout[k * (ROWS // 2):(k + 1) * (ROWS // 2)] = h5py.VirtualSource(f"src{k}.h5", "x", shape=part.shape)
+    with h5py.File(tmp_path / "vds.h5", "w") as f:
+        f.create_virtual_dataset("x", layout)
+    out = tmp_path / "out"
+    proc = command("convert", "--input", tmp_path / "vds.h5", "--output_dir", out, "--num_shards", 2, *MULTI_PROCESS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = np.stack([e["x"] for e in reader.iter_numpy(str(out))])
+    assert got.tobytes() == np.concatenate(parts).tobytes()
+
+
+def test_a_process_that_reads_only_built_in_filters_never_imports_hdf5plugin(tmp_path):
+    """hdf5plugin's import (15-20 ms a process) is paid only where a dataset needs one of its filters."""
+    with h5py.File(tmp_path / "gz.h5", "w") as f:
+        f.create_dataset("x", data=np.arange(ROWS * 2).reshape(ROWS, 2), chunks=(20, 2), compression="gzip",
+                         shuffle=True, fletcher32=True)
+    with h5py.File(tmp_path / "blosc.h5", "w") as f:
+        f.create_dataset("x", data=np.arange(ROWS), chunks=(20,), **hdf5plugin.Blosc())
+    for name, imported in (("gz.h5", "False"), ("blosc.h5", "True")):
+        out = tmp_path / f"out-{name}"
+        proc = subprocess.run([sys.executable, "-c", "import sys\n"
+                               "from tfrecord_etl.pipelines import common, convert\n"
+                               "rc = common.run_main(convert.main, sys.argv[1:])\n"
+                               "print('hdf5plugin' in sys.modules, rc)",
+                               "--input", str(tmp_path / name), "--output_dir", str(out),
+                               "--runner=DirectRunner", "--direct_running_mode=in_memory"],
+                              cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+                              timeout=300)
+        assert proc.stdout.strip().splitlines()[-1] == f"{imported} 0", (name, proc.stdout[-2000:], proc.stderr[-2000:])
+        assert len(list(reader.iter_numpy(str(out)))) == ROWS

@@ -98,6 +98,53 @@ def test_verify_checks_split_outputs_against_the_source(split_output, capsys):
     assert code == 0 and "600 of 600 rows compared, provenance" in out and "not listed" not in out
 
 
+def test_a_splits_output_is_tfds_loadable_by_default(split_output, capsys):
+    """Without --tfds_name, a --splits output gets dataset_info.json and features.json named after its directory
+    (the shards keep their data- prefix, which the file template names)."""
+    import tensorflow_datasets as tfds
+    data, tmp = split_output
+    out = tmp / "My-Splits.v2"
+    code, stdout, err = convert(tmp / "in.npz", out, "--splits", "train=8,validation=1,test=1", "--split_key", "uid",
+                                "--num_shards", "2", "--provenance", capsys=capsys)
+    assert code == 0, err
+    assert f"tfds: tfds.builder_from_directory('{out}') loads my_splits_v2 (dataset_info.json, features.json)" \
+        in stdout
+    meta = metadata.load(str(out))
+    assert meta["tfds"]["name"] == "my_splits_v2" and sorted(meta["tfds"]["files"]) == ["dataset_info.json",
+                                                                                        "features.json"]
+    builder = tfds.builder_from_directory(str(out))
+    assert builder.info.name == "my_splits_v2"
+    assert {n: s.num_examples for n, s in builder.info.splits.items()} == {
+        n: info["num_records"] for n, info in meta["splits"].items()}
+    for split in ("train", "validation", "test"):
+        rows = [int(e["_source/row"]) for e in reader.iter_numpy(str(out), split=split)]
+        check_tfds_values(builder.as_dataset(split=split, shuffle_files=False, read_config=in_order()), data, rows)
+    code, stdout, _ = run_command(verify_module.main, [out], capsys)
+    assert code == 0 and "not listed" not in stdout
+    # replaced by a re-run: the other generation's names (data-g1-...) are in TFDS's file template
+    code, _, err = convert(tmp / "in.npz", out, "--splits", "train=1,test=1", "--num_shards", "2", "--provenance",
+                           "--overwrite", capsys=capsys)
+    assert code == 0, err
+    meta = metadata.load(str(out))
+    assert meta["shards"][0]["file"].startswith("data-g1-")
+    builder = tfds.builder_from_directory(str(out))
+    for split in ("train", "test"):
+        rows = [int(e["_source/row"]) for e in reader.iter_numpy(str(out), split=split)]
+        check_tfds_values(builder.as_dataset(split=split, shuffle_files=False, read_config=in_order()), data, rows)
+
+
+@pytest.mark.parametrize("flags, why", [
+    (["--compression", "gzip"], "no dataset_info.json: TFDS reads uncompressed shards only, these are gzip"),
+    (["--feature_encodings", "flag=packbits"], "no dataset_info.json: feature 'flag' cannot be described to TFDS"),
+])
+def test_a_splits_output_tfds_cannot_read_says_why(tmp_path, capsys, flags, why):
+    make_npz(tmp_path / "in.npz", rows=30)
+    code, stdout, err = convert(tmp_path / "in.npz", tmp_path / "out", "--splits", "a=1,b=1", *flags, capsys=capsys)
+    assert code == 0, err
+    assert why in stdout
+    assert not (tmp_path / "out" / "dataset_info.json").exists() and "tfds" not in metadata.load(str(tmp_path / "out"))
+
+
 def test_split_flag_errors(tmp_path, capsys):
     make_npz(tmp_path / "in.npz", rows=20)
     for flags, message in [
@@ -109,7 +156,9 @@ def test_split_flag_errors(tmp_path, capsys):
         (["--split_key", "label"], "--split_key decides between --splits"),
         (["--splits", "a=1,b=1", "--split", "a"], "cannot be combined"),
         (["--splits", "a=1,b=1", "--writer", "beam"], "need --writer planned"),
-        (["--tfds_name", "toy", "--compression", "gzip"], "TFDS reads TFRecord shards uncompressed"),
+        (["--tfds_name", "toy", "--compression", "gzip"], "TFDS reads TFRecord shards uncompressed (TFDS 4.9's "
+         "TfRecordFileAdapter opens them with tf.data.TFRecordDataset without a compression type: gzip shards fail "
+         "with DataLossError)"),
         (["--tfds_name", "toy", "--feature_encodings", "flag=packbits"], "feature 'flag' cannot be described to TFDS"),
         (["--tfds_name", "Bad-Name"], "tfds_name"),
     ]:

@@ -13,7 +13,7 @@ with a compare-and-swap: on S3 and GCS one conditional request (S3 ``If-Match`` 
 that the file is still the one the run read. Of two runs racing to commit, the second re-reads the file and adds
 its span to what the first committed, or fails if the first committed the same span (:func:`commit`).
 
-``collection.json``::
+``collection.json`` (:func:`dumps`: the fields, then one compact line per span)::
 
     {"format": "tfrecord-etl-collection/1",
      "input_pattern": "raw/{YYYY}-{MM}-{DD}/*.h5",          # the --input of the runs (null: unknown)
@@ -248,6 +248,15 @@ def _local_commit_lock(collection_dir: str):
         os.close(fd)
 
 
+def dumps(coll: dict) -> bytes:
+    """``collection.json``'s bytes: the collection's fields, then one line per span (compact JSON, so that a
+    collection whose ledger holds 100,000 files is written by the C encoder in about 0.1 s, not by the indenting
+    pure-Python one in 4 s; a line per span keeps it readable and diffable)."""
+    head = {k: v for k, v in coll.items() if k != "spans"}
+    lines = ",\n".join(json.dumps(s, separators=(",", ":")) for s in coll["spans"])
+    return (json.dumps(head)[:-1] + (', "spans": [\n' + lines + "\n]}\n" if lines else ', "spans": []}\n')).encode()
+
+
 def _write(collection_dir: str, coll: dict, expected: str) -> None:
     """Replaces ``collection.json`` with ``coll`` if its version is still ``expected``.
 
@@ -256,7 +265,7 @@ def _write(collection_dir: str, coll: dict, expected: str) -> None:
     """
     from tfrecord_etl.transforms import sink
     path = path_of(collection_dir)
-    data = json.dumps(coll, indent=1).encode()
+    data = dumps(coll)
     if not fileio.is_local(path):
         fileio.write_if_version(path, data, expected)
         return
@@ -307,7 +316,7 @@ def commit(collection_dir: str, update: Callable[[dict], dict]) -> dict:
     """
     coll, version = load_versioned(collection_dir)
     for _ in range(MAX_COMMIT_ATTEMPTS):
-        new = _validate(update(json.loads(json.dumps(coll))), path_of(collection_dir))
+        new = _validate(update(coll), path_of(collection_dir))  # (a lost race reads a fresh one)
         new["spans"].sort(key=lambda s: (s["span"], -1 if s["version"] is None else s["version"]))
         _check_span_dirs(collection_dir, coll, new)
         try:
@@ -387,3 +396,25 @@ def ledger(coll: dict) -> dict[str, tuple[int, dict]]:
         for row in s["inputs"]:
             out[row["path"]] = (s["span"], row)
     return out
+
+
+_SPAN_DIR, _VERSION_DIR = re.compile(r"^span-(\d+)$"), re.compile(r"^version-(\d+)$")
+
+
+def unlisted_span_dirs(collection_dir: str, coll: dict) -> list[str]:
+    """The span directories (``span-N``, ``span-N/version-V``) present in ``collection_dir`` that ``coll`` does not
+    list: spans of a run that has not committed the collection yet, or crashed before it did (readers never read
+    them). Sorted by span and version; the direct children are listed, never globbed."""
+    from tfrecord_etl.transforms import outdir
+    listed = {s["dir"] for s in coll["spans"]}
+    found = []
+    for name, path in outdir.list_names(collection_dir).items():
+        m = _SPAN_DIR.match(name)
+        if not m or not fileio.is_dir(path):
+            continue
+        versions = [(int(v.group(1)), n) for n in outdir.list_names(path) if (v := _VERSION_DIR.match(n))]
+        for version, sub in sorted(versions) or [(-1, None)]:
+            rel = name if sub is None else f"{name}/{sub}"
+            if rel not in listed:
+                found.append(((int(m.group(1)), version), rel))
+    return [rel for _, rel in sorted(found)]

@@ -134,6 +134,17 @@ class ConvertConfig(BaseModel):
     prefix: str = Field("data", pattern=r"^[A-Za-z0-9_.-]+$", description="shard file name prefix")
     dead_letter_dir: Optional[str] = Field(None, description="write row ranges that cannot be read or encoded "
                                            "there as JSON lines and go on; default: stop at the first")
+    span: Optional[str] = Field(None, description="--input with {SPAN} or {YYYY}{MM}{DD}: the span to convert: a "
+                                "number, latest (the largest matched), or a date YYYY-MM-DD for a date pattern; "
+                                "default: latest")
+    version: Optional[int] = Field(None, ge=0, description="--input with {VERSION}: the version of the span to "
+                                   "convert; default: its largest")
+    incremental: bool = Field(False, description="convert the files matching --input (no placeholders) that no "
+                              "span of the collection in --output_dir holds yet, as its next span")
+    reconvert_changed: bool = Field(False, description="--incremental: re-convert the span holding a file that "
+                                    "changed since it was converted, instead of stopping")
+    allow_schema_change: bool = Field(False, description="collections: allow a span whose schema differs from "
+                                      "the previous span's (recorded in collection.json)")
     overwrite: bool = Field(False, description="replace our files in an existing output directory (files we did "
                             "not write are kept)")
     dry_run: bool = Field(False, description="plan and print the plan (files, rows, bytes, row ranges, shards, "
@@ -147,6 +158,8 @@ class ConvertConfig(BaseModel):
                                    "--direct_num_workers accepted (default: 4 per CPU, at least 16)")
 
     _paths = field_validator("input", "output_dir")(classmethod(lambda cls, v: non_blank(v)))
+    _span = field_validator("span", mode="before")(  # YAML: span: 7
+        classmethod(lambda cls, v: str(v) if isinstance(v, int) and not isinstance(v, bool) else v))
     # YAML may use the flags' comma syntax too ("datasets: /X,/obs")
     _lists = field_validator("datasets", "allow_lossy", "shape", mode="before")(
         classmethod(lambda cls, v: [p.strip() for p in v.split(",") if p.strip()] if isinstance(v, str) else v))
@@ -161,12 +174,22 @@ class ConvertConfig(BaseModel):
         if self.split_key is not None and not self.splits:
             raise ValueError("--split_key decides between --splits: pass --splits too")
         if self.tfds_name is not None and self.compression != "none":
-            raise ValueError(f"TFDS reads TFRecord shards uncompressed: --tfds_name cannot be combined with "
-                             f"--compression {self.compression} (convert without --compression)")
+            raise ValueError(f"TFDS reads TFRecord shards uncompressed (TFDS 4.9's TfRecordFileAdapter opens them "
+                             f"with tf.data.TFRecordDataset without a compression type: {self.compression} shards "
+                             f"fail with DataLossError): --tfds_name cannot be combined with --compression "
+                             f"{self.compression} (convert without --compression)")
         if (self.splits or self.split is not None or self.tfds_name or self.shuffle_seed is not None) and \
                 self.writer != "planned":
             raise ValueError("--splits, --split, --tfds_name and --shuffle_seed need --writer planned (the shards "
                              "are planned; the beam writer lets WriteToTFRecord choose them)")
+        from tfrecord_etl.transforms.spans import has_placeholders
+        if self.incremental and has_placeholders(self.input):
+            raise ValueError("--incremental takes a pattern without placeholders ({SPAN}, dates): placeholders name "
+                             "the span already; leave --incremental out")
+        if (self.span is not None or self.version is not None) and not has_placeholders(self.input):
+            raise ValueError("--span and --version need an --input with {SPAN} or {YYYY}{MM}{DD} (and {VERSION})")
+        if self.reconvert_changed and not self.incremental:
+            raise ValueError("--reconvert_changed goes with --incremental")
         if self.index and self.compression != "none":
             raise ValueError(f"index files give byte offsets into uncompressed shards (what the tfrecord package, "
                              f"DALI and reader.get seek to): --index cannot be combined with --compression "

@@ -160,6 +160,12 @@ class ConvertToTFRecord(beam.PTransform):
                 raise ConfigError(f"Invalid ConvertToTFRecord options: {e}") from None
         elif file_pattern is not None or output_dir is not None or options:
             raise ConfigError("Pass either config= or file_pattern, output_dir and options, not both")
+        from tfrecord_etl.transforms.spans import has_placeholders
+        if config.incremental or has_placeholders(config.input):
+            raise ConfigError("Span placeholders and --incremental write a collection of spans, which the convert "
+                              "command does (transforms.spanrun); ConvertToTFRecord writes one output directory",
+                              file=config.input, hint="resolve the span first (spans.resolve) and pass its files' "
+                                                      "pattern, or run python -m pipelines.convert")
         self.config = config
         self.plan = plan or plan_convert(config, local_workers)
         self._progress = progress
@@ -178,7 +184,7 @@ class ConvertToTFRecord(beam.PTransform):
         commit = beam_io.OutputCommit(cfg.output_dir, plan.specs, cfg.compression, plan.inputs.num_rows,
                                       tuple({"path": i.path, "rows": i.num_rows} for i in plan.inputs.indexes),
                                       writer_name(cfg), cfg.model_dump(), plan.inputs.source.describe(),
-                                      cfg.tfds_name,
+                                      plan.tfds_name,
                                       self.carried, plan.split_plan.names if plan.split_plan else (),
                                       self.replaced)
         return shards | "FinalizeOutput" >> beam_io.FinalizeOutput(commit, writer.dead_letters)
@@ -284,7 +290,7 @@ def prepare_output_dir(cfg: ConvertConfig, plan: ConvertPlan) -> PreparedOutput:
     lock and the splits this run adds to (:func:`carried_splits`)."""
     check_output(cfg, plan)
     carried, keep = carried_splits(cfg, plan)
-    tfds_files = ("dataset_info.json", "features.json") if cfg.tfds_name else ()
+    tfds_files = ("dataset_info.json", "features.json") if plan.tfds_name else ()
     lock = outdir.prepare(cfg.output_dir, command="convert", options=cfg.model_dump(), overwrite=cfg.overwrite,
                           files=plan.output_files + tfds_files,
                           beam_temp_prefixes=[plan.prefix] if cfg.writer == "beam" else [], keep=keep,

@@ -495,6 +495,18 @@ def write_bytes(path: str, data: bytes) -> None:
         f.write(data)
 
 
+def read_version(path: str) -> str | None:
+    """The version (S3 ETag, GCS generation) of the remote object ``path`` that this process's reads are pinned
+    to (:class:`_RemoteObject`: planning opened it, no request), else asked for (:func:`version`: one request);
+    None for a local file."""
+    fs = FileSystems.get_filesystem(path)
+    kind = _OPENERS.get(type(fs).__name__)
+    if kind is None:
+        return None
+    obj = _known((type(fs).__name__, _endpoint(kind[0](fs)), path))
+    return obj.version if obj is not None and obj.version else version(path)
+
+
 def prefetch(stream, ranges) -> bool:
     """Asks ``stream`` (from :func:`open_read`) to fetch the byte ranges ``[(offset, length)]`` concurrently before
     they are read; True when it can (remote s3:// and gs:// streams), False for the others (local files need no

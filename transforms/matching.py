@@ -38,8 +38,10 @@ def has_glob(pattern: str) -> bool:
     return bool(_GLOB.search(pattern))
 
 
-def match_inputs(pattern: str, follow_symlinks: bool = False) -> list[tuple[str, int]]:
+def match_inputs(pattern: str, follow_symlinks: bool = False, mtimes: dict | None = None) -> list[tuple[str, int]]:
     """``(path, size in bytes)`` of every file ``pattern`` names, sorted by path (see the module docstring).
+    ``mtimes``: a dict that a local glob's walk fills with each file's ``st_mtime_ns`` from the one ``stat`` it
+    makes anyway (an incremental run compares them with its ledger without a second ``stat`` per file).
 
     Raises:
       SourceError: nothing matches; a matched symlink leads outside the pattern's base directory (without
@@ -49,6 +51,7 @@ def match_inputs(pattern: str, follow_symlinks: bool = False) -> list[tuple[str,
     if not fileio.is_local(pattern) or not has_glob(pattern):
         return fileio.match(pattern)
     walk = _Walk(pattern, follow_symlinks)
+    walk.mtimes = mtimes
     files = walk.run()
     if not files:
         raise SourceError("No input file matches the pattern", file=pattern,
@@ -117,6 +120,7 @@ class _Walk:
         self.unlistable: list[tuple[str, str]] = []
         self.files: dict[tuple[int, int], str] = {}
         self.twice: list[tuple[str, str]] = []
+        self.mtimes: dict | None = None
 
     def could_match_below(self, path: str) -> bool:
         """True when the pattern could match a file below the directory ``path``: its components match the
@@ -138,22 +142,25 @@ class _Walk:
         while stack:
             directory, real_dir, ancestors = stack.pop()
             try:
-                with os.scandir(directory or ".") as it:
-                    entries = list(it)
+                it = os.scandir(directory or ".")
             except (FileNotFoundError, NotADirectoryError):
                 continue  # (the base directory does not exist: nothing matches)
             except OSError as e:
                 self.unlistable.append((directory, e.strerror or str(e)))
                 continue
-            for entry in entries:
-                path = os.path.join(directory, entry.name) if directory else entry.name
-                self._visit(entry, path, real_dir, ancestors, stack, out)
+            with it:  # each entry visited as listed: a directory of 100,000 files is not held in memory
+                try:
+                    for entry in it:
+                        path = os.path.join(directory, entry.name) if directory else entry.name
+                        self._visit(entry, path, real_dir, ancestors, stack, out)
+                except OSError as e:  # the listing failed part way
+                    self.unlistable.append((directory, e.strerror or str(e)))
         self._refuse()
         return sorted(out)
 
     def _visit(self, entry, path: str, real_dir: str, ancestors: frozenset, stack: list, out: list) -> None:
         link = entry.is_symlink()
-        real = os.path.realpath(path) if link else os.path.join(real_dir, entry.name)
+        real = os.path.realpath(path) if link else None  # a plain directory's: below (files need none)
         try:
             is_dir = entry.is_dir()  # (follows a link)
             stat = None if is_dir else entry.stat()
@@ -164,6 +171,8 @@ class _Walk:
         wanted = self.could_match_below(path) if is_dir else self.regex.match(path)
         if not wanted:
             return
+        if real is None and is_dir:
+            real = os.path.join(real_dir, entry.name)
         if link and not self.follow and not inside(real, self.root):
             self.outside.append((path, real))
         elif is_dir and real in ancestors:
@@ -175,6 +184,8 @@ class _Walk:
         else:
             self.files[(stat.st_dev, stat.st_ino)] = path
             out.append((path, stat.st_size))
+            if self.mtimes is not None:
+                self.mtimes[path] = stat.st_mtime_ns
 
     def _refuse(self) -> None:
         base = printable(self.top or ".")

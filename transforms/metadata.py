@@ -23,7 +23,14 @@ identity: computed while it is written (``tfrecord.ShardWriter``), checked by ``
 
 ``schema.pbtxt`` is a tensorflow_metadata Schema with one feature per Example feature (dense shapes
 for fixed ``list`` features; a single bytes value for ``tensor`` features; ``varlen`` features optional,
-``presence.min_fraction`` 0), so TFX tools (TFXIO, TFDV, Transform) read the data.
+``presence.min_fraction`` 0), so TFX tools (TFXIO, TFDV, Transform) read the data. Two typed additions, where
+TFMD's ``schema.proto`` has a place for them: a bool feature carried as ``int64_list`` (``list``/``varlen``) gets
+``bool_domain {}`` (``Feature.bool_domain``: the INT values are 0 and 1); a feature carried as opaque bytes
+(``tensor``, ``zlib``, ``packbits``) gets an ``annotation`` (``Feature.annotation``, ``Annotation.tag`` and
+``Annotation.comment``) with tags ``tfrecord_etl.encoding:tensor``, ``tfrecord_etl.dtype:<f8`` (absent when the
+dtype varies) and ``tfrecord_etl.shape:[64, 64, 3]`` (``null`` for a varying dimension) and a comment saying how
+to decode it. Readers of the schema (TFXIO, TFDV, :func:`specs_from_schema`) ignore both: TFXIO's tensors and
+TFDV's statistics stay INT and BYTES.
 """
 from __future__ import annotations
 
@@ -82,7 +89,33 @@ def schema_text(specs: Sequence[FeatureSpec]) -> str:
                 if encoding_of(spec).optional:  # varlen: records may lack it (TFMD presence)
                     f.presence.min_fraction = 0.0
                     f.presence.min_count = 0
+            if name == spec.name:
+                _add_types(f, spec, kind)
     return text_format.MessageToString(schema)
+
+
+def _add_types(f, spec: FeatureSpec, kind: str) -> None:
+    """``bool_domain`` for a bool carried as int64, an ``annotation`` with the dtype and shape of a feature carried
+    as opaque bytes (see the module docstring); nothing for any other feature, whose schema text stays as before."""
+    encoding = encoding_of(spec)
+    if kind == "int64" and spec.dtype == "|b1":
+        f.bool_domain.SetInParent()
+    elif kind == "bytes" and not encoding.native:
+        shape = json.dumps(list(spec.shape)) if spec.shape is not None else "null"
+        f.annotation.tag.append(f"tfrecord_etl.encoding:{spec.encoding}")
+        if spec.dtype is not None:
+            f.annotation.tag.append(f"tfrecord_etl.dtype:{spec.dtype}")
+        f.annotation.tag.append(f"tfrecord_etl.shape:{shape}")
+        what = f"a {spec.dtype} array" if spec.dtype is not None else f"an array (dtype in '{spec.name}/dtype')"
+        varies = f" (null: varies, see '{spec.name}/shape')" if not spec.is_fixed else ""
+        f.annotation.comment.append(
+            f"{spec.encoding} encoding: one bytes value holding {what} of shape {shape}{varies}, "
+            f"{_HOW.get(spec.encoding, 'see metadata.json')}; tfrecord_etl's reader.to_tf_dataset decodes it")
+
+
+_HOW = {"tensor": "its raw little-endian bytes (tf.io.decode_raw, then reshape)",
+        "zlib": "its raw little-endian bytes zlib-compressed (tf.io.decode_compressed(x, 'ZLIB'), then decode_raw)",
+        "packbits": "np.packbits of each row of the last axis (np.unpackbits)"}
 
 
 def specs_from_schema(text: str, path: str = "") -> tuple[FeatureSpec, ...]:

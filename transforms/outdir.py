@@ -258,10 +258,17 @@ def owned(output_dir: str, names: Iterable[str]) -> Owned:
 
 # ---------------------------------------------------------------- prepare
 
+# options that do not change what an output holds; the collection flags choose which output directory a run
+# writes (a span of a collection, reset in the span's own options), so an output written before they existed
+# compares equal
+_NOT_COMPARED = ("overwrite", "verbose", "progress", "span", "version", "incremental", "reconvert_changed",
+                 "allow_schema_change")
+
+
 def _comparable(options: dict | None) -> dict | None:
     if options is None:
         return None
-    return {k: v for k, v in options.items() if k not in ("overwrite", "verbose", "progress")}
+    return {k: v for k, v in options.items() if k not in _NOT_COMPARED}
 
 
 def _count(items, noun: str) -> str:

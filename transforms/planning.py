@@ -153,16 +153,17 @@ def input_format(pattern: str, files: Sequence[tuple[str, int]], options: Source
     return fmt, source
 
 
-def plan_inputs(pattern: str, options: SourceOptions) -> InputPlan:
+def plan_inputs(pattern: str, options: SourceOptions, files: Sequence[tuple[str, int]] | None = None) -> InputPlan:
     """Matches ``pattern``, pins (size, modification time) and indexes every file and plans row ranges of
-    ``options.target_range_bytes``.
+    ``options.target_range_bytes``. ``files``: the ``(path, size)`` to read instead of every match of ``pattern``
+    (the files of one span, or an incremental run's new files: ``transforms.spanrun``).
 
     Raises:
       SourceError, SchemaError: unmatched pattern, unreadable file, unsupported dtype, features that
         differ between files (naming the file and dataset/member); symbolic links leading outside the pattern's
         base directory, one file matched under two names (``matching.match_inputs``).
     """
-    files = matching.match_inputs(pattern, options.follow_symlinks)
+    files = list(files) if files is not None else matching.match_inputs(pattern, options.follow_symlinks)
     fmt, source = input_format(pattern, files, options)
     data = [(path, size) for path, size in files if not source.is_sidecar(path)]
     if not data:
@@ -260,6 +261,8 @@ class ConvertPlan:
     output_files: tuple[str, ...]
     split_plan: SplitPlan | None = None  # --splits / --split / --tfds_name: one file per split per shard plan
     prefix: str = "data"  # the shard file prefix: --prefix, or the --tfds_name
+    tfds_name: str | None = None  # TFDS's files are written: --tfds_name, or --splits' default (tfds_info)
+    tfds_refusal: str | None = None  # why a --splits output without --tfds_name gets no TFDS files
 
 
 def source_options(cfg) -> SourceOptions:
@@ -305,7 +308,12 @@ def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -
     prefix = cfg.tfds_name or cfg.prefix
     shards = tuple(inputs.shards(n)) if cfg.writer == "planned" else None
     files = output_files(cfg, shards, n, split_plan, prefix)
-    return ConvertPlan(inputs, tuple(specs), n, shards, files, split_plan, prefix)
+    tfds_name, refusal = cfg.tfds_name, None
+    if cfg.splits and tfds_name is None:  # TFDS-loadable by default when TFDS can read it
+        from tfrecord_etl.transforms import tfds_info
+        refusal = tfds_info.default_refusal(cfg.compression, specs)
+        tfds_name = None if refusal else tfds_info.default_name(cfg.output_dir)
+    return ConvertPlan(inputs, tuple(specs), n, shards, files, split_plan, prefix, tfds_name, refusal)
 
 
 def output_files(cfg, shards, num_shards: int, split_plan: SplitPlan | None, prefix: str) -> tuple[str, ...]:

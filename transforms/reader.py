@@ -7,8 +7,12 @@
                                                             # (a feature whose dtype varies: iter_numpy only)
     example = reader.get("out/", 12345)                     # one example by index (seek + read, --index)
     spec = reader.tf_feature_spec("out/")                   # for tf.io.parse_example
+    ds = reader.to_tf_dataset("coll/", spans="latest:30")   # a collection: its newest 30 spans, in span order
 
-Every function refuses an output directory without ``metadata.json`` (IncompleteOutputError).
+Every function refuses an output directory without ``metadata.json`` (IncompleteOutputError). Every function also
+reads a collection directory (``collection.json`` + ``span-N/``): ``spans=`` selects spans (None = all, an int, a
+list or range, ``"latest"``, ``"latest:N"``), read in span order, each at its latest version, their features checked
+to agree first (:mod:`transforms.collection_reader`).
 """
 from __future__ import annotations
 
@@ -18,10 +22,11 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from tfrecord_etl.transforms import fileio, metadata, tfrecord
+from tfrecord_etl.transforms import collection_reader, fileio, metadata, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, encoding_of
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # noqa: F401 - re-exported
+from tfrecord_etl.transforms.torch_io import collate_varlen, python_scalars, torch_description  # noqa: F401
 
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 
@@ -67,9 +72,11 @@ def _select(specs: Sequence[FeatureSpec], features: Sequence[str] | None) -> lis
 
 
 def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_record_bytes: int | None = None,
-               max_features: int | None = None, split: str | None = None) -> Iterator[dict[str, np.ndarray]]:
+               max_features: int | None = None, split: str | None = None, spans=None
+               ) -> Iterator[dict[str, np.ndarray]]:
     """Yields one ``{name: np.ndarray}`` per example, in shard order, without importing TensorFlow.
     ``split``: only that split's shards (``--splits`` / ``--split`` outputs); default every shard.
+    ``output_dir`` may be a collection directory: ``spans`` selects its spans, read in span order (see the module).
 
     Arrays have the recorded dtype (little-endian) and shape; ``bytes`` features are object arrays.
 
@@ -79,12 +86,14 @@ def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_recor
     Raises:
       IncompleteOutputError: no metadata.json. RecordError: a corrupt record (file, index, offset), a
       record over a limit, or a shard whose record count differs from the metadata.
+      ConfigError, SchemaError: ``spans`` (see :func:`collection_reader.parts`).
     """
-    meta = metadata.select_split(metadata.load(output_dir), split, output_dir)
-    specs = _select(meta["features"], features)
-    for shard, path in zip(meta["shards"], metadata.shard_paths(output_dir, meta)):
+    specs, parts = collection_reader.parts(output_dir, spans, split, features)
+    shards = [(shard, path, part.meta["compression"]) for part in parts
+              for shard, path in zip(part.meta["shards"], metadata.shard_paths(part.dir, part.meta))]
+    for shard, path, compression in shards:
         count = 0
-        for index, offset, record in iter_records(path, meta["compression"], max_record_bytes):
+        for index, offset, record in iter_records(path, compression, max_record_bytes):
             try:  # never around the yield: a generator closed at interpreter exit would evaluate the except
                 example = decode_example_lenient(record, specs, max_features)  # = decode_example, + native lists
             except RecordError as e:
@@ -96,7 +105,7 @@ def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_recor
             raise RecordError(f"Shard holds {count} records, metadata says {shard['records']}", file=path)
 
 
-def tf_feature_spec(output_dir: str, features: Sequence[str] | None = None) -> dict:
+def tf_feature_spec(output_dir: str, features: Sequence[str] | None = None, spans=None) -> dict:
     """TensorFlow's feature spec (the ``tf.io.parse_example`` dict) of the output's Example features, in their
     encoded form. Not to be confused with ``codec.FeatureSpec``, this project's record of one feature (name, dtype,
     shape, encoding) as kept in the metadata.
@@ -104,11 +113,11 @@ def tf_feature_spec(output_dir: str, features: Sequence[str] | None = None) -> d
     ``tensor`` features parse as ``FixedLenFeature([], tf.string)``; fixed ``list`` features as
     ``FixedLenFeature(shape, tf.int64 | tf.float32 | tf.string)``; variable-length ones as
     ``VarLenFeature``, with their ``<name>/shape`` (and ``<name>/dtype``) companions.
-    Use :func:`to_tf_dataset` to get the original dtypes and shapes.
+    Use :func:`to_tf_dataset` to get the original dtypes and shapes. A collection directory: the features of the
+    spans ``spans`` selects, checked to agree.
     """
     import tensorflow as tf
-    meta = metadata.load(output_dir)
-    return _parse_spec(tf, _select(meta["features"], features))
+    return _parse_spec(tf, collection_reader.parts(output_dir, spans, None, features)[0])
 
 
 def _parse_spec(tf, specs):
@@ -161,9 +170,10 @@ def decode_tf(tf, parsed: dict, specs: Sequence[FeatureSpec]) -> dict:
 
 
 def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequence[str] | None = None,
-                  split: str | None = None):
+                  split: str | None = None, spans=None):
     """A ``tf.data.Dataset`` of ``{name: tensor}`` with the original dtypes and shapes, in shard order
-    (``split``: only that split's shards).
+    (``split``: only that split's shards). A collection directory: the shards of the spans ``spans`` selects, in
+    span order, in one ``TFRecordDataset`` (spans of different compressions: one per run, concatenated).
 
     ``S``/``U``/``V`` features become ``tf.string`` (str as UTF-8), datetimes ``tf.int64``.
     ``batch_size`` batches examples; every selected feature must then have a fixed shape.
@@ -175,8 +185,7 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
         not stack them: batch those yourself, e.g. with ``ds.ragged_batch``, or pass ``features``).
     """
     import tensorflow as tf
-    meta = metadata.select_split(metadata.load(output_dir), split, output_dir)
-    specs = _select(meta["features"], features)
+    specs, parts = collection_reader.parts(output_dir, spans, split, features)
     refuse_varying_dtypes(specs, output_dir)
     varying = [s.name for s in specs if not s.is_fixed]
     if batch_size and varying:
@@ -184,8 +193,10 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
                           file=output_dir, hint="pass batch_size=None (and batch them yourself, e.g. with "
                           "ds.ragged_batch), or select fixed features with features=[...]")
     parse_spec = _parse_spec(tf, specs)
-    ds = tf.data.TFRecordDataset(metadata.shard_paths(output_dir, meta),
-                                 compression_type=_TF_COMPRESSION[meta["compression"]])
+    ds = None
+    for compression, paths in collection_reader.tf_shard_groups(parts):
+        run = tf.data.TFRecordDataset(paths, compression_type=_TF_COMPRESSION[compression])
+        ds = run if ds is None else ds.concatenate(run)
     ds = ds.map(lambda r: decode_tf(tf, tf.io.parse_single_example(r, parse_spec), specs),
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.batch(batch_size) if batch_size else ds
@@ -197,6 +208,8 @@ class RandomAccess:
     or, for a shard written without one, from one pass over its 12-byte frame headers on first access.
     A map-style dataset for PyTorch or Grain: ``len(ra)``, ``ra[i]`` (``{name: np.ndarray}`` as
     :func:`iter_numpy`), ``ra.record(i)`` (the serialized Example).
+    Over a collection directory, one global index across the spans ``spans`` selects, in span order (``len`` is
+    the sum of theirs); each span's shards are checked against that span's metadata.json.
 
     Each read checks the frame (length against the index, both CRCs); each index file is checked against its
     shard (records as in the metadata, offsets that follow each other and end at the shard's size). Before a
@@ -213,17 +226,17 @@ class RandomAccess:
 
     def __init__(self, output_dir: str, features: Sequence[str] | None = None,
                  max_record_bytes: int | None = None, max_features: int | None = None, split: str | None = None,
-                 check_checksums: bool = True):
+                 check_checksums: bool = True, spans=None):
         from tfrecord_etl.transforms.errors import ConfigError
-        meta = metadata.select_split(metadata.load(output_dir), split, output_dir)
-        if meta["compression"] != "none":
-            raise ConfigError(f"Random access needs uncompressed shards; these are {meta['compression']}",
-                              file=output_dir, hint="re-convert with --compression none --index, or read them in "
-                                                    "order with reader.iter_numpy")
-        self._specs = _select(meta["features"], features)
-        self._shards = meta["shards"]
-        self._paths = metadata.shard_paths(output_dir, meta)
-        self._dir = output_dir
+        self._specs, parts = collection_reader.parts(output_dir, spans, split, features)
+        for part in parts:
+            if part.meta["compression"] != "none":
+                raise ConfigError(f"Random access needs uncompressed shards; these are {part.meta['compression']}",
+                                  file=part.dir, hint="re-convert with --compression none --index, or read them "
+                                                      "in order with reader.iter_numpy")
+        self._shards = [shard for part in parts for shard in part.meta["shards"]]
+        self._paths = [path for part in parts for path in metadata.shard_paths(part.dir, part.meta)]
+        self._dirs = [part.dir for part in parts for _ in part.meta["shards"]]  # where each shard's index file is
         self._ends = np.cumsum([s["records"] for s in self._shards], dtype=np.int64)
         self._offsets: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._limit = tfrecord.record_limit() if max_record_bytes is None else max_record_bytes
@@ -248,7 +261,7 @@ class RandomAccess:
             size = fileio.size(path)
             check_shard(shard, path, size, self._check_checksums)
             if "index" in shard:
-                where = fileio.join(self._dir, shard["index"])
+                where = fileio.join(self._dirs[k], shard["index"])
                 if fileio.size(where) > 48 * (shard["records"] + 1):  # a line is at most 2 x 20 digits + 2
                     raise RecordError(f"Index file of {fileio.size(where)} bytes for {shard['records']} records",
                                       file=where, hint="rewrite the output with --index")
@@ -277,21 +290,24 @@ class RandomAccess:
         return tfrecord.unframe(data, path, j, offset)
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        """Example ``i`` as :func:`iter_numpy` yields it, except scalar strings: Python ``bytes`` (``S``, ``bytes``
+        features) or ``str`` (``U``), the values PyTorch's ``default_collate`` batches (``torch_io.python_scalars``;
+        :func:`get` too)."""
         k, j = self._locate(i)
         record = self.record(i)
         try:
-            return decode_example_lenient(record, self._specs, self._max_features)
+            return python_scalars(decode_example_lenient(record, self._specs, self._max_features))
         except RecordError as e:
             raise RecordError(f"Cannot decode example: {e.message}", hint=e.hint, file=self._paths[k], record=j,
                               offset=int(self._frames(k)[0][j]), payload_offset=e.context.get("offset")) from None
 
 
 def get(output_dir: str, i: int, features: Sequence[str] | None = None, split: str | None = None,
-        check_checksums: bool = True) -> dict[str, np.ndarray]:
-    """Example ``i`` (global index, in shard order; of ``split`` when given) of an output directory as
-    ``{name: np.ndarray}``: one seek and one read (see :class:`RandomAccess`; keep one of those for many reads, it
-    caches the offsets), after the shard's identity check (:func:`check_shard`)."""
-    return RandomAccess(output_dir, features, split=split, check_checksums=check_checksums)[i]
+        check_checksums: bool = True, spans=None) -> dict[str, np.ndarray]:
+    """Example ``i`` (global index, in shard order; of ``split`` when given; across the ``spans`` of a collection)
+    of an output directory as ``{name: np.ndarray}``: one seek and one read (see :class:`RandomAccess`; keep one
+    of those for many reads, it caches the offsets), after the shard's identity check (:func:`check_shard`)."""
+    return RandomAccess(output_dir, features, split=split, check_checksums=check_checksums, spans=spans)[i]
 
 
 # (path, device, inode, size, st_mtime_ns, st_ctime_ns) of a local shard whose CRC32C matched its metadata

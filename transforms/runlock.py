@@ -36,7 +36,8 @@ def failpoint(stage: str) -> None:
     SIGINT, a Ctrl-C, instead of SIGKILL): how the tests crash a run at a chosen moment (``prepared``: lock and
     marker written; ``shard-committed``: a shard renamed into place, in the process that wrote it;
     ``before-commit``: every shard final, no metadata yet; ``committed``: ``metadata.json`` written, the replaced
-    files not yet deleted) instead of after a sleep. Unset, it costs one dictionary lookup."""
+    files not yet deleted; ``before-collection-commit``: a span's output committed, ``collection.json`` not yet)
+    instead of after a sleep. Unset, it costs one dictionary lookup."""
     wanted = os.environ.get(FAILPOINT_ENV)
     if wanted and wanted.split(":")[0] == stage:
         import signal

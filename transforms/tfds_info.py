@@ -9,6 +9,9 @@ bytes, decoded with ``tf.io.decode_raw``), ``zlib`` is ``Encoding.ZLIB`` (byte-i
 nested ``FeaturesDict`` (TFDS flattens nesting with ``/``: ``_source/file`` is ``{"_source": {"file": ...}}``).
 One dimension may vary (TFDS reshapes with -1); our ``<name>/shape`` companions are ignored by TFDS.
 
+A ``--splits`` output written without ``--tfds_name`` gets the same files by default, named after its directory
+(:func:`default_name`), unless TFDS could not read it (:func:`default_refusal`).
+
 The split infos (shard lengths, bytes, the ``{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}`` file template) come from
 the counts the writers report; nothing is re-read. TensorFlow Datasets (the ``tfds`` extra) is imported only here
 and only when writing; :func:`check_features` is pure and runs at planning.
@@ -16,6 +19,7 @@ and only when writing; :func:`check_features` is pure and runs at planning.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from typing import Sequence
 
@@ -68,6 +72,31 @@ def check_features(specs: Sequence[FeatureSpec]) -> None:
             raise SchemaError(f"--tfds_name: feature name '{name}' has an empty part between '/'", feature=name)
 
 
+def default_name(output_dir: str) -> str:
+    """The TFDS dataset name of a ``--splits`` output written without ``--tfds_name``: the output directory's
+    name in TFDS's form (``^[a-z][a-z0-9_]*$``, at most 64 characters: lower case, other characters ``_``, a
+    leading ``d`` when it starts with a digit or ``_``), e.g. ``out/My-Data.v2`` -> ``my_data_v2``."""
+    base = re.sub(r"[^a-z0-9_]", "_", fileio.basename(output_dir.rstrip("/")).lower()).strip("_") or "dataset"
+    return (base if base[0].isalpha() else "d" + base)[:64]
+
+
+def default_refusal(compression: str, specs: Sequence[FeatureSpec]) -> str | None:
+    """Why a ``--splits`` output written without ``--tfds_name`` gets no TFDS files (None: it gets them, see
+    :func:`default_name`): compressed shards (TFDS 4.9's ``TfRecordFileAdapter`` opens shards with
+    ``tf.data.TFRecordDataset`` without a compression type), TensorFlow Datasets not installed, or a feature TFDS
+    cannot describe (:func:`check_features`)."""
+    if compression != "none":
+        return f"TFDS reads uncompressed shards only, these are {compression}"
+    try:
+        check_features(specs)
+    except SchemaError as e:
+        return e.message.replace("--tfds_name: ", "")
+    import importlib.util
+    if importlib.util.find_spec("tensorflow_datasets") is None:  # not imported at planning: it imports TensorFlow
+        return "TensorFlow Datasets is not installed (pip install 'tfrecord-etl[tfds]')"
+    return None
+
+
 def require_tfds() -> None:
     """Raises ConfigError when TensorFlow Datasets is not installed (the ``tfds`` extra)."""
     try:
@@ -106,11 +135,16 @@ def features_dict(specs: Sequence[FeatureSpec]):
 def _template(name: str, split: str, first_file: str) -> str:
     """TFDS's file template of a split whose first shard is ``first_file``: the default
     ``{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}``, or with the generation tag a run that replaced the split
-    wrote (``outdir.generation_name``: ``NAME-g1-SPLIT.tfrecord-...``)."""
+    wrote (``outdir.generation_name``: ``NAME-g1-SPLIT.tfrecord-...``), or, for files whose prefix is not the
+    dataset's name (``--splits`` without ``--tfds_name``: ``data-train.tfrecord-...``), that prefix in place of
+    ``{DATASET}``."""
     from tensorflow_datasets.core import naming
     from tfrecord_etl.transforms import outdir
     if first_file.startswith(f"{outdir.generation_prefix(name, 1)}-{split}."):
         return naming.DEFAULT_FILENAME_TEMPLATE.replace("{DATASET}", "{DATASET}" + outdir.GENERATION_TAG)
+    prefix = first_file.rpartition(f"-{split}.tfrecord-")[0]
+    if prefix and prefix != name:
+        return naming.DEFAULT_FILENAME_TEMPLATE.replace("{DATASET}", prefix)
     return naming.DEFAULT_FILENAME_TEMPLATE
 
 

@@ -43,6 +43,9 @@ class AugmentConfig(BaseModel):
     input: str = Field(description="TFRecord shards of tf.train.Example: a file pattern, or an output directory of "
                                    "the convert pipeline (its metadata.json is used)")
     output_dir: str = Field(description="output directory; an existing non-empty one is refused unless --overwrite")
+    spans: Optional[str] = Field(None, description="a collection --input's spans to augment, each IN/span-N -> "
+                                 "OUTPUT_DIR/span-N, committed in OUTPUT_DIR/collection.json: 7, 3,5,9, 3-9, "
+                                 "latest, latest:N, all, or new (spans not augmented yet, or whose input changed)")
     mode: Literal["rewrite", "sidecar"] = Field("rewrite", description="rewrite: each record = old bytes + new "
                                                 "features; sidecar: only the new features, aligned per record")
     compression: Literal["auto", "none", "gzip", "zlib"] = Field(

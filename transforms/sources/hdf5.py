@@ -9,7 +9,8 @@ from tfrecord_etl.transforms.codec import flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.sources import hdf5layout as layout
-from tfrecord_etl.transforms.sources.hdf5filters import check_filters, load_filter_plugins, read_error
+from tfrecord_etl.transforms.sources.hdf5filters import (check_filters, ensure_filters, load_filter_plugins, plugins_loaded,
+                                                         read_error)
 from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, SourceOptions,
                                                   _check_empty_rows, _check_names, _leaf_specs, loosen_all,
                                                   _refuse_special_file, _row_bytes, _row_spec, log)
@@ -48,11 +49,10 @@ class Hdf5Source(Source):
         self.loose = options.hdf5_mode == "datasets"  # (auto may switch it: Source.switch_to_datasets)
 
     def _open(self, path: str):
-        """``(h5py.File, remote stream or None)`` of ``path``; hdf5plugin's filters are registered first (in
-        whichever process opens it: the launcher or a worker)."""
+        """``(h5py.File, remote stream or None)`` of ``path`` (hdf5plugin's filters are registered when a dataset
+        needs them: ``hdf5filters.ensure_filters``)."""
         import h5py
         _refuse_special_file(path)
-        load_filter_plugins()
         cache = dict(rdcc_nbytes=HDF5_CHUNK_CACHE_BYTES, rdcc_nslots=10007)
         if fileio.is_local(path):
             try:
@@ -289,6 +289,10 @@ class Hdf5Source(Source):
                     fileio.prefetch(stream, chunk_ranges(dset, rr.start, rr.stop))
                 data = layout.read_rows(dset, rr.start, rr.stop)
             except Exception as e:
+                if not plugins_loaded():  # e.g. a virtual dataset whose sources need a plugin: register, retry
+                    load_filter_plugins()
+                    self.close()
+                    return self.read(rr)
                 error = read_error(e, dset, rr.path, name, f"Cannot read rows {rr.start}-{rr.stop - 1}")
                 self.close()
                 raise error from None
@@ -308,6 +312,10 @@ class Hdf5Source(Source):
                 dset = self._opened_dataset(path, item)
             return layout.read_whole(dset)
         except Exception as e:
+            if not plugins_loaded():  # a cell's target or a virtual dataset's sources may need a plugin
+                load_filter_plugins()
+                self.close()
+                return self._read_item(path, item)
             error = read_error(e, dset, path, item, "Cannot read the dataset")
             self.close()
             raise error from None
@@ -410,6 +418,7 @@ def _dataset_for_read(f, name: str, path: str):
 
     import h5py
     dset = f[name]
+    ensure_filters(dset)
     if not fileio.is_local(path) or not (dset.id.get_create_plist().get_external_count() or dset.is_virtual):
         return dset  # (remote files have neither: refused at planning)
     del dset  # closed, so that it can be opened again with the prefixes

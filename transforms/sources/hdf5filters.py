@@ -4,11 +4,14 @@ opens one, and errors that name a missing filter by its id with where to get it.
 hdf5plugin (the HDF5 community's package of filter plugins: Blosc, Blosc2, BZip2, LZ4, Zstd, Bitshuffle, SZ, SZ3,
 ZFP, ...) registers its filters with the HDF5 library that h5py uses when it is imported (hdf5plugin's documented
 usage: ``import hdf5plugin`` before reading). The import lives here, called by the one function that opens HDF5
-files (:meth:`Hdf5Source._open`), not in a command: a Beam worker process (DirectRunner's ``multi_processing``
+files' datasets (:meth:`Hdf5Source`'s dataset opening and its reads), not in a command: a Beam worker process (DirectRunner's ``multi_processing``
 workers, a Dataflow or Dask worker) never runs the command's code, only unpickles the source and reads, so an
 import in the launcher alone leaves the workers without the filters (HDF5 then fails with "can't open directory
 (/usr/local/hdf5/lib/plugin)", its default plugin directory). Filters that HDF5 finds through ``HDF5_PLUGIN_PATH``
-keep working; hdf5plugin's registration wins for the ids it provides.
+keep working. The import (about 15-20 ms per process) happens only in a process that meets a dataset whose
+filter pipeline names a filter HDF5 cannot apply yet (:func:`ensure_filters`), or whose read fails before the
+filters were registered (a virtual dataset's sources, an object reference's target: the reader registers them and
+reads once more): gzip, shuffle, szip and unfiltered files never pay it.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ _PLUGINS: dict | None = None  # hdf5plugin's {name: filter id} once imported in 
 
 def load_filter_plugins() -> dict:
     """Registers hdf5plugin's filters with this process's HDF5 library (the first call imports hdf5plugin, about
-    13 ms; later calls return at once). Called before every ``h5py.File`` of this package.
+    15-20 ms; later calls return at once). Called by :func:`ensure_filters` and after a failed read.
 
     Returns:
       hdf5plugin's ``FILTERS`` (``{name: filter id}``), or ``{}`` when hdf5plugin is not installed: files whose
@@ -36,6 +39,18 @@ def load_filter_plugins() -> dict:
         except ImportError:
             _PLUGINS = {}
     return _PLUGINS
+
+
+def plugins_loaded() -> bool:
+    """Whether this process has tried to register hdf5plugin's filters (:func:`load_filter_plugins`)."""
+    return _PLUGINS is not None
+
+
+def ensure_filters(dset) -> None:
+    """Registers hdf5plugin's filters (:func:`load_filter_plugins`) when ``dset``'s filter pipeline names a filter
+    this process's HDF5 cannot apply yet; a no-op for built-in filters and once registered."""
+    if _PLUGINS is None and missing_filters(dset):
+        load_filter_plugins()
 
 
 def missing_filters(dset) -> list[tuple[int, str]]:
@@ -91,6 +106,7 @@ def check_filters(dset, path: str, name: str) -> None:
     Raises:
       SourceError: naming the file, the dataset and the filter (id and stored name), with where to get it.
     """
+    ensure_filters(dset)
     missing = missing_filters(dset)
     if missing:
         raise missing_filter_error(*missing[0], path, name)

@@ -16,6 +16,8 @@ The logic behind ``python -m pipelines.verify`` (no argument parsing, no printin
 * a **file pattern** (or one file) of plain TFRecord files without metadata: framing and CRCs, and that
   every record parses as a ``tf.train.Example`` whose features keep one kind; the features are learned
   from every record (:class:`transforms.codec.FeatureStats`).
+* a **collection directory** (``collection.json`` + ``span-N/``): every selected span as an output directory, plus
+  each span's directory against its ``collection.json`` entry (:func:`verify_collection`).
 
 Findings are :class:`Problem` entries of a :class:`Report` (file, record index, byte offset, feature):
 the function returns normally. It raises only when the target cannot be verified at all.
@@ -32,9 +34,11 @@ from tfrecord_etl.transforms.verify.compare import (
     compare_value, expected_value, make_comparer, plan_sources, ProvenanceComparer, SequentialComparer)
 from tfrecord_etl.transforms.verify.targets import (
     verify, verify_files, verify_output)
+from tfrecord_etl.transforms.verify.spans import CollectionReport, SpanReport, verify_collection
 
 __all__ = [
     "check_example", "compare_value", "expected_value", "file_compression", "file_size", "FileReport",
     "infer_specs", "list_record_files", "make_comparer", "MANIFEST_FILE", "not_example_reason", "plan_sources",
     "Problem", "Progress", "PROVENANCE_FILE", "PROVENANCE_ROW", "ProvenanceComparer", "Report",
-    "SequentialComparer", "verify", "verify_files", "verify_output"]
+    "SequentialComparer", "verify", "verify_files", "verify_output", "CollectionReport", "SpanReport",
+    "verify_collection"]

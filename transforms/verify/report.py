@@ -38,7 +38,9 @@ class Problem:
     or extra), ``manifest`` (a sidecar pairing does not hold), ``unreadable`` (a shard that is not a regular
     file, e.g. a FIFO or device: never opened), ``features`` (more distinct feature names than the limit),
     ``index`` (a shard's ``--index`` file does not list the offsets and lengths of its records), ``checksum`` (a
-    shard's CRC32C differs from the one metadata.json records: replaced, swapped or changed after it was written).
+    shard's CRC32C differs from the one metadata.json records: replaced, swapped or changed after it was written),
+    ``collection`` (a span's directory does not hold what ``collection.json`` lists: no metadata.json, another
+    metadata.json, record count or schema).
 
     ``offset``: byte offset of the record's frame in the uncompressed stream; ``record``: 0-based index
     of the record in its file; ``feature``: the feature name, when one is at fault.

@@ -1,0 +1,102 @@
+"""schema.pbtxt's typed additions: bool_domain for bools carried as int64, and the dtype and shape of features
+carried as opaque bytes (tensor, zlib, packbits) in the feature's annotation; read with tensorflow_metadata and by
+TFXIO, and ignored by specs_from_schema (so schemas of earlier versions and ours read alike)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tensorflow_metadata.proto.v0 import schema_pb2
+
+from tests.conftest import convert
+from tfrecord_etl.transforms import metadata
+from tfrecord_etl.transforms.codec import FeatureSpec
+
+ROWS = 40
+
+
+@pytest.fixture(scope="module")
+def typed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("typed")
+    rng = np.random.default_rng(5)
+    data = {"flag": np.arange(ROWS) % 3 == 0, "mask": rng.integers(0, 2, (ROWS, 4, 5)).astype(bool),
+            "w": np.arange(ROWS, dtype=np.float64) / 7, "image": rng.integers(0, 255, (ROWS, 4, 4, 3), np.uint8),
+            "x": np.arange(ROWS, dtype=np.float32), "code": np.array([b"c%02d" % i for i in range(ROWS)], "S3")}
+    np.savez(tmp / "in.npz", **data)
+    out = tmp / "out"
+    assert convert(tmp / "in.npz", out, "--feature_encodings", "mask=packbits,image=zlib")[0] == 0
+    schema = text_format.Parse((out / "schema.pbtxt").read_text(), schema_pb2.Schema())
+    return data, out, schema, {f.name: f for f in schema.feature}
+
+
+def tags(feature) -> dict:
+    return dict(t.split(":", 1) for t in feature.annotation.tag)
+
+
+def test_bools_carried_as_int64_have_a_bool_domain(typed):
+    _, out, _, features = typed
+    meta = {f["name"]: f for f in json.loads((out / "metadata.json").read_text())["features"]}
+    assert meta["flag"]["encoding"] == "list" and meta["flag"]["dtype"] == "|b1"
+    assert features["flag"].type == schema_pb2.INT and features["flag"].HasField("bool_domain")
+    assert [n for n, f in features.items() if f.HasField("bool_domain")] == ["flag"]  # not the packbits mask
+
+
+def test_opaque_byte_features_carry_dtype_and_shape_in_their_annotation(typed):
+    _, out, _, features = typed
+    meta = {f["name"]: f for f in json.loads((out / "metadata.json").read_text())["features"]}
+    opaque = sorted(n for n, f in meta.items() if f["encoding"] in ("tensor", "zlib", "packbits"))
+    assert opaque == ["image", "mask", "w"]
+    for name in opaque:
+        assert tags(features[name]) == {"tfrecord_etl.encoding": meta[name]["encoding"],
+                                        "tfrecord_etl.dtype": meta[name]["dtype"],
+                                        "tfrecord_etl.shape": json.dumps(meta[name]["shape"])}
+        assert features[name].type == schema_pb2.BYTES and len(features[name].annotation.comment) == 1
+    assert tags(features["w"]) == {"tfrecord_etl.encoding": "tensor", "tfrecord_etl.dtype": "<f8",
+                                   "tfrecord_etl.shape": "[]"}
+    assert not features["x"].HasField("annotation") and not features["code"].HasField("annotation")
+
+
+def test_tfxio_reads_the_typed_schema_and_the_annotation_decodes_the_bytes(typed):
+    """TFXIO (tfx-bsl) with our schema: bools arrive as int64 0/1, a tensor feature as its bytes, which the
+    annotation's dtype and shape turn back into the exact array."""
+    from tfx_bsl.public import tfxio
+    data, out, schema, features = typed
+    shards = [str(out / s["file"]) for s in json.loads((out / "metadata.json").read_text())["shards"]]
+    ds = tfxio.TFExampleRecord(shards, schema=schema).TensorFlowDataset(
+        tfxio.TensorFlowDatasetOptions(batch_size=ROWS, shuffle=False, num_epochs=1))
+    batch = next(ds.as_numpy_iterator())
+    assert batch["flag"].dtype == np.int64
+    np.testing.assert_array_equal(batch["flag"].ravel(), data["flag"].astype(np.int64))
+    w = tags(features["w"])
+    got = np.stack([np.frombuffer(b, w["tfrecord_etl.dtype"]).reshape(json.loads(w["tfrecord_etl.shape"]))
+                    for b in batch["w"].ravel()])
+    np.testing.assert_array_equal(got, data["w"])
+
+
+def test_specs_from_schema_reads_our_schema_as_before(typed):
+    """The additions are invisible to specs_from_schema: the same specs as from the schema without them."""
+    _, _, schema, _ = typed
+    plain = schema_pb2.Schema()
+    plain.CopyFrom(schema)
+    for f in plain.feature:
+        f.ClearField("annotation")
+        f.ClearField("bool_domain")
+    assert plain != schema
+    assert metadata.specs_from_schema(text_format.MessageToString(schema)) == \
+        metadata.specs_from_schema(text_format.MessageToString(plain))
+
+
+def test_schema_text_is_unchanged_for_features_without_bools_or_opaque_bytes():
+    specs = [FeatureSpec("x", "<f4", (3,), "list"), FeatureSpec("n", "<i2", (), "list"),
+             FeatureSpec("s", "bytes", (), "list"), FeatureSpec("v", "<i8", (None,), "varlen")]
+    assert metadata.schema_text(specs) == (
+        'feature {\n  name: "x"\n  type: FLOAT\n  presence {\n    min_fraction: 1.0\n    min_count: 1\n  }\n'
+        '  shape {\n    dim {\n      size: 3\n    }\n  }\n}\n'
+        'feature {\n  name: "n"\n  type: INT\n  presence {\n    min_fraction: 1.0\n    min_count: 1\n  }\n'
+        '  shape {\n  }\n}\n'
+        'feature {\n  name: "s"\n  type: BYTES\n  presence {\n    min_fraction: 1.0\n    min_count: 1\n  }\n'
+        '  shape {\n  }\n}\n'
+        'feature {\n  name: "v"\n  value_count {\n    min: 0\n  }\n  type: INT\n  presence {\n'
+        '    min_fraction: 0.0\n    min_count: 0\n  }\n}\n')
