@@ -276,7 +276,12 @@ def _write(collection_dir: str, coll: dict, expected: str) -> None:
         sink.write_file(path, data)
 
 
-def _check_span_dirs(collection_dir: str, before: dict, after: dict) -> None:
+def _listed(coll: dict) -> dict:
+    """``{(span, version): the entry's JSON}``: what a collection lists, kept before an update changes it."""
+    return {(s["span"], s["version"]): json.dumps(s, sort_keys=True) for s in coll["spans"]}
+
+
+def _check_span_dirs(collection_dir: str, listed: dict, after: dict) -> None:
     """Refuses to list a span entry (one this commit adds or changes) whose ``metadata`` digest is not that of its
     directory's ``metadata.json`` now: another run converted the same span and replaced its output after this run
     committed it, so this run's entry describes files that are gone. (A directory without ``metadata.json`` is not
@@ -285,9 +290,8 @@ def _check_span_dirs(collection_dir: str, before: dict, after: dict) -> None:
     Raises:
       OutputError: naming the span and its directory.
     """
-    listed = {(s["span"], s["version"]): s for s in before["spans"]}
     for s in after["spans"]:
-        if listed.get((s["span"], s["version"])) == s:
+        if listed.get((s["span"], s["version"])) == json.dumps(s, sort_keys=True):
             continue
         path = fileio.join(collection_dir, *s["dir"].split("/"), "metadata.json")
         try:
@@ -316,9 +320,10 @@ def commit(collection_dir: str, update: Callable[[dict], dict]) -> dict:
     """
     coll, version = load_versioned(collection_dir)
     for _ in range(MAX_COMMIT_ATTEMPTS):
+        listed = _listed(coll)
         new = _validate(update(coll), path_of(collection_dir))  # (a lost race reads a fresh one)
         new["spans"].sort(key=lambda s: (s["span"], -1 if s["version"] is None else s["version"]))
-        _check_span_dirs(collection_dir, coll, new)
+        _check_span_dirs(collection_dir, listed, new)
         try:
             _write(collection_dir, new, version)
             return new
