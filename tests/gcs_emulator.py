@@ -32,11 +32,14 @@ emulator's own command line); :func:`start` does it from a test.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import pathlib
 import subprocess
 import sys
 import threading
 from http import HTTPStatus
+from typing import Iterator
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _LOCK = threading.RLock()  # one precondition check and the write it guards at a time
@@ -136,6 +139,38 @@ def install() -> None:
     for name in ("insert", "upload_partial"):  # the router's fallback and insert's own call go through the module
         setattr(objects, name, wrapped[getattr(objects, name)])
     Storage.create_file = _increasing_generations(Storage.create_file)
+
+
+@contextlib.contextmanager
+def server(bucket: str, preconditions: bool = True) -> Iterator[int]:
+    """The emulator (:func:`start`) on a free port, listening; yields the port and stops it after."""
+    from bench.remote import free_port, wait_for
+    port = free_port()
+    process = start(port, bucket, preconditions)
+    try:
+        wait_for(port)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@contextlib.contextmanager
+def emulator_host(url: str) -> Iterator[str]:
+    """``STORAGE_EMULATOR_HOST=url`` while the block runs (google-cloud-storage, so Beam's GCS filesystem and our
+    reads, go there), the clients our ``fileio`` cached dropped before and after; the old value restored."""
+    from tfrecord_etl.transforms import fileio
+    saved = os.environ.get("STORAGE_EMULATOR_HOST")
+    os.environ["STORAGE_EMULATOR_HOST"] = url
+    fileio._CLIENTS.clear()
+    try:
+        yield url
+    finally:
+        fileio._CLIENTS.clear()
+        if saved is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST", None)
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = saved
 
 
 def start(port: int, bucket: str, preconditions: bool = True) -> subprocess.Popen:

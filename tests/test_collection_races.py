@@ -13,7 +13,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 from tests.conftest import BEAM_FLAGS, ROOT
 from tests.test_store_races import gcs_server, store  # noqa: F401 - the object-store fixtures

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from bench.remote import free_port, wait_for
 from tests import gcs_emulator
 
 pytest.importorskip("gcp_storage_emulator", reason="pip install -e .[test]")
@@ -18,16 +17,10 @@ def server(request):
     """(google-cloud-storage bucket, True for the extended emulator / False for the plain one)."""
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
-    port = free_port()
-    process = gcs_emulator.start(port, BUCKET, preconditions=request.param)
-    try:
-        wait_for(port)
+    with gcs_emulator.server(BUCKET, preconditions=request.param) as port:
         client = storage.Client(project="test", credentials=AnonymousCredentials(),
                                 client_options={"api_endpoint": f"http://127.0.0.1:{port}"})
         yield client.bucket(BUCKET), request.param
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def test_a_write_on_a_stale_generation_is_refused_with_412(server):

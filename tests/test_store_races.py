@@ -21,7 +21,6 @@ import uuid
 
 import pytest
 
-from bench.remote import free_port, wait_for
 from tests import gcs_emulator, race_worker
 from tests.test_s3 import BUCKET as S3_BUCKET
 from tests.test_s3 import s3  # noqa: F401 - the moto server fixture
@@ -54,22 +53,8 @@ class Store:
 
 @pytest.fixture(scope="module")
 def gcs_server():
-    port = free_port()
-    server = gcs_emulator.start(port, GCS_BUCKET)
-    saved = os.environ.get("STORAGE_EMULATOR_HOST")
-    try:
-        wait_for(port)
-        os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
-        fileio._CLIENTS.clear()
-        yield os.environ["STORAGE_EMULATOR_HOST"]
-    finally:
-        fileio._CLIENTS.clear()
-        if saved is None:
-            os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        else:
-            os.environ["STORAGE_EMULATOR_HOST"] = saved
-        server.terminate()
-        server.wait(10)
+    with gcs_emulator.server(GCS_BUCKET) as port, gcs_emulator.emulator_host(f"http://127.0.0.1:{port}") as host:
+        yield host
 
 
 @pytest.fixture(params=["gs", "s3"])
