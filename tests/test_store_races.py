@@ -348,3 +348,19 @@ def test_a_collection_commit_refuses_an_entry_its_span_directory_no_longer_holds
     with pytest.raises(OutputError, match="Span 3 is not committed: its directory span-3 now holds another run"):
         collection.commit(coll, collection.add_span(mine))
     assert not collection.is_collection(coll)
+
+
+def test_a_local_collection_commit_refuses_an_entry_its_span_directory_no_longer_holds(tmp_path):
+    coll = str(tmp_path / "coll")
+    os.makedirs(f"{coll}/span-3")
+    bodies = {tag: json.dumps({"span": 3, "tag": tag}).encode() for tag in ("mine", "theirs")}
+    mine = entry(3, "mine", metadata.digest(bodies["mine"]), inputs=["raw/3.npy"])
+    with open(f"{coll}/span-3/metadata.json", "wb") as f:
+        f.write(bodies["theirs"])  # another run replaced span 3's output after this run committed it
+    with pytest.raises(OutputError, match="Span 3 is not committed: its directory span-3 now holds another run"):
+        collection.commit(coll, collection.add_span(mine))
+    assert not collection.is_collection(coll)
+    with open(f"{coll}/span-3/metadata.json", "wb") as f:
+        f.write(bodies["mine"])
+    assert collection.commit(coll, collection.add_span(mine))["spans"] == [mine]
+    assert collection.load(coll)["spans"] == [mine]
