@@ -7,13 +7,12 @@ file, and the shards are byte-identical to the local run. Beam's own GCS stream 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
-from bench.remote import egress_inputs, free_port, wait_for
+from bench.remote import egress_inputs
 from bench.s3proxy import CountingProxy
+from tests import gcs_emulator
 from tests.conftest import run_command
 from tfrecord_etl.transforms import fileio
 
@@ -25,34 +24,20 @@ ROWS = 1024  # x 4096 bytes: 4 MiB of images per file
 
 @pytest.fixture(scope="module")
 def gcs():
-    """The emulator in its own process behind a CountingProxy; yields (proxy, {name: bytes} uploaded under
-    gs://BUCKET/egress/)."""
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
-                               "--port", str(port), "--in-memory", "--default-bucket", BUCKET, "--quiet"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_for(port)
-    proxy = CountingProxy(("127.0.0.1", port)).start()
-    saved = os.environ.get("STORAGE_EMULATOR_HOST")
-    os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{proxy.port}"
-    fileio._CLIENTS.clear()
-    try:
-        from google.cloud import storage
-        bucket = storage.Client.create_anonymous_client().bucket(BUCKET)
-        files = egress_inputs(ROWS)
-        for name, data in files.items():
-            bucket.blob(f"egress/{name}").upload_from_string(data)
-        yield proxy, files
-    finally:
-        fileio._CLIENTS.clear()
-        if saved is None:
-            os.environ.pop("STORAGE_EMULATOR_HOST", None)
-        else:
-            os.environ["STORAGE_EMULATOR_HOST"] = saved
-        proxy.close()
-        server.terminate()
-        server.wait(10)
-
+    """The emulator (``tests/gcs_emulator.py``: with GCS's ``ifGenerationMatch``) in its own process behind a
+    CountingProxy; yields (proxy, {name: bytes} uploaded under gs://BUCKET/egress/)."""
+    with gcs_emulator.server(BUCKET) as port:
+        proxy = CountingProxy(("127.0.0.1", port)).start()
+        try:
+            with gcs_emulator.emulator_host(f"http://127.0.0.1:{proxy.port}"):
+                from google.cloud import storage
+                bucket = storage.Client.create_anonymous_client().bucket(BUCKET)
+                files = egress_inputs(ROWS)
+                for name, data in files.items():
+                    bucket.blob(f"egress/{name}").upload_from_string(data)
+                yield proxy, files
+        finally:
+            proxy.close()
 
 def convert(argv):
     from tfrecord_etl.pipelines import convert as convert_module
@@ -117,15 +102,20 @@ def test_missing_gcs_object_is_a_one_line_source_error(gcs, tmp_path, capsys):
         fileio.open_read(f"gs://{BUCKET}/egress/nothing-here.npy")
 
 
+def uploaded(name: str):
+    """``(blob, gs:// path, its bytes, other bytes of the same size)``: a 256 KiB object just uploaded."""
+    from google.cloud import storage
+    blob = storage.Client.create_anonymous_client().bucket(BUCKET).blob(name)
+    old, new = bytes(range(256)) * 1024, bytes(reversed(range(256))) * 1024
+    blob.upload_from_string(old)
+    return blob, f"gs://{BUCKET}/{name}", old, new
+
+
 def test_gcs_reopen_reuses_what_it_read_of_the_same_generation(gcs):
     """A second open of an unchanged object asks for its metadata only (the head and metadata reads of the same
     generation are reused); a replaced object (a new generation) is read anew."""
-    from google.cloud import storage
     proxy, _ = gcs
-    blob = storage.Client.create_anonymous_client().bucket(BUCKET).blob("pinned/x.bin")
-    old, new = bytes(range(256)) * 1024, bytes(reversed(range(256))) * 1024
-    blob.upload_from_string(old)
-    path = f"gs://{BUCKET}/pinned/x.bin"
+    blob, path, old, new = uploaded("pinned/x.bin")
     with fileio.open_read(path) as f:
         assert f.read(10) == old[:10]
     proxy.reset()
@@ -136,3 +126,15 @@ def test_gcs_reopen_reuses_what_it_read_of_the_same_generation(gcs):
         assert f.read(10) == new[:10]
         f.seek(200_000)
         assert f.read(10) == new[200_000:200_010]
+
+
+def test_gcs_object_replaced_while_read_fails_instead_of_mixing_generations(gcs):
+    """Reads after the open are pinned to the generation first read (``ifGenerationMatch``): a replaced object
+    fails with "changed while it was read" rather than returning bytes of the new generation."""
+    blob, path, old, new = uploaded("pinned/y.bin")
+    with fileio.open_read(path) as f:
+        assert f.read(10) == old[:10]
+        blob.upload_from_string(new)
+        f.seek(200_000)
+        with pytest.raises(OSError, match="changed while it was read"):
+            f.read(10)

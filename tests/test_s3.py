@@ -24,12 +24,37 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing
                "AWS_EC2_METADATA_DISABLED": "true"}  # never ask an instance-metadata endpoint for credentials
 
 
+class AtomicMotoServer(moto_server.ThreadedMotoServer):
+    """moto's threaded S3 server with its writes (PUT, POST, DELETE) handled one at a time. moto evaluates
+    ``If-None-Match: *`` / ``If-Match`` on PutObject and ``If-Match`` on DeleteObject (``moto/s3/responses.py``)
+    as a read and then a write in the request's thread; S3 evaluates a conditional write atomically
+    (https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-requests.html). Serialized, two racing
+    conditional writes cannot both pass on moto either (none did in 200 races of two threads without it, but the
+    race tests must not depend on the scheduler)."""
+
+    def _server_entry(self) -> None:
+        import threading
+        from werkzeug.serving import make_server
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+        app, writes = DomainDispatcherApplication(create_backend_app), threading.Lock()
+
+        def serialized(environ, start_response):
+            if environ.get("REQUEST_METHOD") in ("PUT", "POST", "DELETE"):
+                with writes:
+                    return app(environ, start_response)
+            return app(environ, start_response)
+        self._server = make_server(self._ip_address, self._port, serialized, True, request_handler=MotoRequestHandler)
+        self._server_ready_event.set()
+        self._server.serve_forever()
+
+
 @pytest.fixture(scope="module")
 def s3():
-    """A moto S3 server on 127.0.0.1 (free port) with one bucket; yields (boto3 client, Beam's S3 flags)."""
+    """A moto S3 server on 127.0.0.1 (free port, writes serialized: :class:`AtomicMotoServer`) with one bucket;
+    yields (boto3 client, Beam's S3 flags)."""
     saved = {k: os.environ.get(k) for k in CREDENTIALS}
     os.environ.update(CREDENTIALS)
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server = AtomicMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     import logging
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per request otherwise

@@ -39,7 +39,8 @@ import re
 from typing import Callable, Iterable, Sequence, Union
 
 from tfrecord_etl.transforms import fileio
-from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, OutputError, SchemaError
+from tfrecord_etl.transforms.errors import (ConfigError, IncompleteOutputError, OutputError, SchemaError,
+                                             SourceError)
 
 COLLECTION_FILE = "collection.json"
 FORMAT = "tfrecord-etl-collection/1"
@@ -275,21 +276,54 @@ def _write(collection_dir: str, coll: dict, expected: str) -> None:
         sink.write_file(path, data)
 
 
+def _listed(coll: dict) -> dict:
+    """``{(span, version): the entry's JSON}``: what a collection lists, kept before an update changes it."""
+    return {(s["span"], s["version"]): json.dumps(s, sort_keys=True) for s in coll["spans"]}
+
+
+def _check_span_dirs(collection_dir: str, listed: dict, after: dict) -> None:
+    """Refuses to list a span entry (one this commit adds or changes) whose ``metadata`` digest is not that of its
+    directory's ``metadata.json`` now: another run converted the same span and replaced its output after this run
+    committed it, so this run's entry describes files that are gone. (A directory without ``metadata.json`` is not
+    checked: :func:`span_entry` makes entries from committed directories only.)
+
+    Raises:
+      OutputError: naming the span and its directory.
+    """
+    for s in after["spans"]:
+        if listed.get((s["span"], s["version"])) == json.dumps(s, sort_keys=True):
+            continue
+        path = fileio.join(collection_dir, *s["dir"].split("/"), "metadata.json")
+        try:
+            data = fileio.read_bytes(path)
+        except (OSError, SourceError):
+            continue
+        if hashlib.sha256(data).hexdigest() != s["metadata"]:
+            raise OutputError(f"Span {s['span']} is not committed: its directory {s['dir']} now holds another run's "
+                              f"output (its metadata.json is not the one this run's entry was made from)", file=path,
+                              hint="another run converted this span meanwhile and listed it; run again to see what "
+                                   "is committed")
+
+
 def commit(collection_dir: str, update: Callable[[dict], dict]) -> dict:
     """Commits ``update(collection)`` as the new ``collection.json`` by compare-and-swap: reads the file and its
     version, applies ``update`` to a copy, and writes the result only if the file is still at that version. When
     another run committed in between, the file is read again and ``update`` applied to what it now holds, so
     ``update`` must check what this run planned against the collection it is given and raise when another run's
-    commit conflicts with this one (e.g. it committed the same span, or an input this run converted); at most
+    commit conflicts with this one (e.g. it committed the same span, or an input this run converted); an entry
+    whose span directory another run has replaced since is refused here (:func:`_check_span_dirs`); at most
     :data:`MAX_COMMIT_ATTEMPTS` tries. Returns the collection committed.
 
     Raises:
-      OutputError: still losing races after that many tries. Whatever ``update`` raises.
+      OutputError: still losing races after that many tries; an entry whose span directory holds another run's
+        output. Whatever ``update`` raises.
     """
     coll, version = load_versioned(collection_dir)
     for _ in range(MAX_COMMIT_ATTEMPTS):
+        listed = _listed(coll)
         new = _validate(update(coll), path_of(collection_dir))  # (a lost race reads a fresh one)
         new["spans"].sort(key=lambda s: (s["span"], -1 if s["version"] is None else s["version"]))
+        _check_span_dirs(collection_dir, listed, new)
         try:
             _write(collection_dir, new, version)
             return new

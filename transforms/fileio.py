@@ -495,36 +495,6 @@ def write_bytes(path: str, data: bytes) -> None:
         f.write(data)
 
 
-ABSENT = "absent"  # the version of an object that does not exist: a conditional write that creates it
-
-
-class VersionConflict(Exception):
-    """A conditional write found the object at another version than the one expected (another writer won)."""
-
-
-def version(path: str) -> str | None:
-    """The version of the object ``path`` as its store names it (S3: the ETag, from a HEAD; GCS: the generation),
-    :data:`ABSENT` when there is no such object, and None on other filesystems (local files, where the output
-    directory's lock is exclusive)."""
-    fs = FileSystems.get_filesystem(path)
-    kind = type(fs).__name__
-    if kind == "S3FileSystem":
-        from apache_beam.io.aws.s3io import parse_s3_path
-        client, (bucket, key) = _s3_client(fs), parse_s3_path(path)
-        try:
-            return client.head_object(Bucket=bucket, Key=key)["ETag"]
-        except client.exceptions.ClientError as e:
-            if str(e.response.get("Error", {}).get("Code")) in ("404", "NoSuchKey", "NotFound"):
-                return ABSENT
-            raise
-    if kind == "GCSFileSystem":
-        from apache_beam.io.gcp.gcsio import parse_gcs_path
-        bucket, name = parse_gcs_path(path)
-        blob = _gcs_client(fs).bucket(bucket).get_blob(name)
-        return ABSENT if blob is None else str(blob.generation)
-    return None
-
-
 def read_version(path: str) -> str | None:
     """The version (S3 ETag, GCS generation) of the remote object ``path`` that this process's reads are pinned
     to (:class:`_RemoteObject`: planning opened it, no request), else asked for (:func:`version`: one request);
@@ -537,44 +507,6 @@ def read_version(path: str) -> str | None:
     return obj.version if obj is not None and obj.version else version(path)
 
 
-def write_if_version(path: str, data: bytes, expected: str) -> None:
-    """Writes ``data`` as the object ``path`` in one request, only while its version is still ``expected`` (from
-    :func:`version`; :data:`ABSENT`: only when there is none): S3 ``PutObject`` with ``If-Match: <ETag>`` or
-    ``If-None-Match: *`` (S3's conditional writes), GCS an upload with ``ifGenerationMatch`` (0 for none), the
-    preconditions both stores evaluate atomically. On other filesystems, a plain :func:`write_bytes`.
-
-    Raises:
-      VersionConflict: the store refused the write (HTTP 412, or S3's 409 for a concurrent conditional write).
-    """
-    fs = FileSystems.get_filesystem(path)
-    kind = type(fs).__name__
-    if kind == "S3FileSystem":
-        from apache_beam.io.aws.s3io import parse_s3_path
-        client, (bucket, key) = _s3_client(fs), parse_s3_path(path)
-        condition = {"IfNoneMatch": "*"} if expected == ABSENT else {"IfMatch": expected}
-        try:
-            client.put_object(Bucket=bucket, Key=key, Body=data, **condition)
-        except client.exceptions.ClientError as e:
-            if str(e.response.get("Error", {}).get("Code")) in ("PreconditionFailed", "412",
-                                                                 "ConditionalRequestConflict", "409"):
-                raise VersionConflict(path) from None
-            raise
-        forget_objects()
-        return
-    if kind == "GCSFileSystem":
-        from apache_beam.io.gcp.gcsio import parse_gcs_path
-        from google.api_core.exceptions import PreconditionFailed
-        bucket, name = parse_gcs_path(path)
-        try:
-            _gcs_client(fs).bucket(bucket).blob(name).upload_from_string(
-                data, if_generation_match=0 if expected == ABSENT else int(expected))
-        except PreconditionFailed:
-            raise VersionConflict(path) from None
-        forget_objects()
-        return
-    write_bytes(path, data)
-
-
 def prefetch(stream, ranges) -> bool:
     """Asks ``stream`` (from :func:`open_read`) to fetch the byte ranges ``[(offset, length)]`` concurrently before
     they are read; True when it can (remote s3:// and gs:// streams), False for the others (local files need no
@@ -584,3 +516,9 @@ def prefetch(stream, ranges) -> bool:
         raw.prefetch(ranges)
         return True
     return False
+
+
+# the conditional requests of S3 and GCS (their home is transforms/conditional.py; imported here, after the
+# helpers they use, so callers keep writing fileio.version, fileio.write_if_version ...)
+from tfrecord_etl.transforms.conditional import (ABSENT, VersionConflict, delete_if_version,  # noqa: E402,F401
+                                                 read_versioned, version, write_if_version)

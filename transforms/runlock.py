@@ -1,9 +1,16 @@
 """The lock of an output directory and the checks that tie every commit to the run holding it (see
 :mod:`transforms.outdir` for the rest of the protocol): one run at a time (``.tf-etl.lock``, created with
 ``O_CREAT|O_EXCL``, holding the launcher's host, pid and process start time; a lock whose process is gone on the
-same host is stale and taken over; on S3 and GCS created with a conditional write, so one of two racing launchers
-wins), commits refused
-once the run no longer holds it (:func:`check_commit`), and the failpoints the tests crash a run at.
+same host is stale and taken over), commits refused once the run no longer holds it (:func:`check_commit`), and the
+failpoints the tests crash a run at.
+
+On S3 and GCS every change of the lock is a conditional request on the version of the lock object the run read
+(:mod:`transforms.conditional`: S3 ``If-None-Match: *`` / ``If-Match: <ETag>`` on ``PutObject`` and ``If-Match`` on
+``DeleteObject``, GCS ``ifGenerationMatch``): creating it (absent), taking a stale one over (replacing exactly the
+stale version read: of two launchers taking over the same stale lock one wins), closing it when a run fails, and
+releasing it (deleting only the version the run holds, never a lock another run took meanwhile). Elsewhere (local
+disk: ``O_EXCL``; HDFS) a take-over and a release are a read followed by a delete: two launchers taking over the
+same stale lock at the same moment can both pass the read, which is the window left there.
 """
 from __future__ import annotations
 
@@ -101,6 +108,37 @@ def _is_stale(record: dict | None, path: str) -> bool:
     return start is None or (start != "?" and record.get("start") not in (None, "?") and start != record["start"])
 
 
+def _read_lock(path: str) -> tuple[dict | None, str | None]:
+    """The lock record at ``path`` (None: none, empty or unreadable) and, on S3 and GCS, the version of the object
+    it was read from (``fileio.ABSENT``: no object), for a conditional replace or delete of exactly that version;
+    None elsewhere."""
+    if fileio.is_local(path):
+        return _read_json(path), None
+    try:
+        data, version = fileio.read_versioned(path)  # version None: HDFS, no conditional requests
+    except Exception:  # noqa: BLE001 - unreadable: not ours
+        return None, None
+    if data is None or len(data) > _MAX_JSON_BYTES:
+        return None, version
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None, version
+    return (record if isinstance(record, dict) else None), version
+
+
+def _remove(path: str, version: str | None) -> None:
+    """Deletes the lock ``path`` if it is still at ``version`` (from :func:`_read_lock`; None: unconditionally).
+
+    Raises:
+      fileio.VersionConflict: it was replaced since (another run's now): kept.
+    """
+    if version is None:
+        fileio.delete([path])
+    else:
+        fileio.delete_if_version(path, version)
+
+
 def _create(path: str, data: bytes) -> bool:
     """Creates the remote object ``path`` only when there is none: one conditional write on S3 and GCS (S3
     ``If-None-Match: *``, GCS ``ifGenerationMatch=0``: of two launchers, exactly one wins); elsewhere a write after
@@ -135,13 +173,18 @@ class Lock:
         earlier version's)."""
         legacy = fileio.join(fileio.dirname(self.path), LEGACY_LOCK_FILE)
         if fileio.exists(legacy):
-            other = _read_json(legacy)
-            if not _is_stale(other, legacy):
+            other, version = _read_lock(legacy)
+            taken = _is_stale(other, legacy)
+            if taken:
+                say(f"taking over the stale lock {legacy} of a run that is gone ({_describe(other)})")
+                try:
+                    _remove(legacy, version)
+                except fileio.VersionConflict:  # written again since it was read: a live run's
+                    taken, other = False, _read_lock(legacy)[0] or other
+            if not taken:
                 raise ConfigError(f"Another run ({_describe(other)}) is writing this output directory", file=legacy,
                                   hint="wait for it to finish or choose another --output_dir; if no such run "
                                        f"exists, delete {LEGACY_LOCK_FILE}")
-            say(f"taking over the stale lock {legacy} of a run that is gone ({_describe(other)})")
-            fileio.delete([legacy])
         record = _lock_record(self.run_id)
         data = json.dumps(record).encode()
         for attempt in range(2):
@@ -158,11 +201,21 @@ class Lock:
             elif _create(self.path, data) and (_read_json(self.path) or {}).get("run_id") == self.run_id:
                 self.held = True
                 return self
-            other = _read_json(self.path)
+            other, version = _read_lock(self.path)
+            if attempt == 0 and version == fileio.ABSENT:  # released between the create and the read
+                continue
             if attempt == 0 and _is_stale(other, self.path):
                 say(f"taking over the stale lock {self.path} of a run that is gone ({_describe(other)})")
-                fileio.delete([self.path])
-                continue
+                if version is None:  # local (O_EXCL again after the delete), HDFS
+                    fileio.delete([self.path])
+                    continue
+                try:  # replaces exactly the stale version read: of two launchers taking it over, one wins
+                    fileio.write_if_version(self.path, data, version)
+                except fileio.VersionConflict:
+                    other = _read_lock(self.path)[0] or other
+                else:
+                    self.held = True
+                    return self
             raise ConfigError(f"Another run ({_describe(other)}) is writing this output directory", file=self.path,
                               hint="wait for it to finish or choose another --output_dir; if no such run exists, "
                                    f"delete {LOCK_FILE}")
@@ -172,17 +225,21 @@ class Lock:
         if self.held:
             self.held = False
             try:
-                if (_read_json(self.path) or {}).get("run_id") in (self.run_id, self.run_id + CLOSED):
-                    fileio.delete([self.path])
-            except Exception:  # noqa: BLE001 - a lock left behind is stale for the next run
+                record, version = _read_lock(self.path)
+                if (record or {}).get("run_id") in (self.run_id, self.run_id + CLOSED):
+                    _remove(self.path, version)  # only the version read: never a lock another run took since
+            except Exception:  # noqa: BLE001 - a lock left behind is stale for the next run; another run's is kept
                 pass
 
     def _discard_uncommitted(self) -> None:
         """A run that failed (an error, Ctrl-C) while holding the lock: first the lock's run id is changed, so no
         worker process commits anything more (:func:`check_commit`), then the files it wrote that no
-        ``metadata.json`` lists are removed (``self.discard``). Best effort: what is left, the next run removes."""
+        ``metadata.json`` lists are removed (``self.discard``). On S3 and GCS the lock is changed only if it is
+        still the version read; when another run holds the lock now (it took it over), nothing is changed or
+        removed: the files may be that run's. Best effort: what is left, the next run removes."""
         try:
-            record = _read_json(self.path) or {}
+            record, version = _read_lock(self.path)
+            record = record or {}
             if record.get("run_id") == self.run_id:
                 data = json.dumps(dict(record, run_id=self.run_id + CLOSED)).encode()
                 if fileio.is_local(self.path):
@@ -191,10 +248,12 @@ class Lock:
                         f.write(data)
                     os.replace(temp, self.path)
                 else:
-                    fileio.write_bytes(self.path, data)
+                    fileio.write_if_version(self.path, data, version or fileio.ABSENT)
+            elif record.get("run_id") not in (None, self.run_id + CLOSED):
+                return  # another run's lock: its files are not this run's to remove
             self.discard()
-        except Exception:  # noqa: BLE001 - the original error matters; the next run cleans up
-            pass
+        except Exception:  # noqa: BLE001 - the original error matters; the next run cleans up (VersionConflict:
+            pass  # another run took the lock over between the read and the write)
 
     def __enter__(self):
         """While the block runs, every file committed into the output directory (``sink.committed_file``, in this
