@@ -307,7 +307,7 @@ def _check_span_dirs(collection_dir: str, listed: dict, after: dict) -> None:
 
 def commit(collection_dir: str, update: Callable[[dict], dict]) -> dict:
     """Commits ``update(collection)`` as the new ``collection.json`` by compare-and-swap: reads the file and its
-    version, applies ``update`` to a copy, and writes the result only if the file is still at that version. When
+    version, applies ``update`` to what it read, and writes the result only if the file is still at that version. When
     another run committed in between, the file is read again and ``update`` applied to what it now holds, so
     ``update`` must check what this run planned against the collection it is given and raise when another run's
     commit conflicts with this one (e.g. it committed the same span, or an input this run converted); an entry
