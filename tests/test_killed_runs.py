@@ -149,3 +149,39 @@ def test_a_run_whose_lock_was_taken_over_commits_nothing(tmp_path, monkeypatch):
     assert (tmp_path / "a.tfrecord").read_bytes() == b"first"
     assert not [n for n in os.listdir(tmp_path) if n.startswith(outdir.TEMP_PREFIX)]
     assert outdir.RUN_ENV not in os.environ
+
+
+def test_a_second_ctrl_c_during_the_cleanup_of_an_interrupted_run_still_releases_the_lock(tmp_path):
+    """Each worker that commits a shard after a Ctrl-C, or the user pressing it twice, interrupts the launcher
+    again while it removes what it wrote: the cleanup finishes and the lock is released all the same."""
+    from tfrecord_etl.transforms import runlock
+    lock = runlock.Lock(str(tmp_path), "a" * 32).acquire()
+    done = []
+
+    def discard():
+        os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, in the middle of the cleanup
+        done.append("discarded")
+
+    lock.discard = discard
+    with pytest.raises(KeyboardInterrupt):
+        with lock:
+            raise KeyboardInterrupt  # the first one
+    assert done == ["discarded"]
+    assert not (tmp_path / outdir.LOCK_FILE).exists()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_ctrl_c_during_the_release_of_a_successful_run_is_raised_after_it(tmp_path, monkeypatch):
+    from tfrecord_etl.transforms import runlock
+    lock = runlock.Lock(str(tmp_path), "b" * 32).acquire()
+    remove = runlock._remove
+
+    def interrupted_remove(path, version):
+        os.kill(os.getpid(), signal.SIGINT)
+        remove(path, version)
+
+    monkeypatch.setattr(runlock, "_remove", interrupted_remove)
+    with pytest.raises(KeyboardInterrupt):
+        with lock:
+            pass
+    assert not (tmp_path / outdir.LOCK_FILE).exists()

@@ -265,14 +265,45 @@ class Lock:
         return self
 
     def __exit__(self, *exc):
-        if exc[0] is not None and self.held and self.discard is not None:
-            self._discard_uncommitted()
-        self.release()
-        saved = getattr(self, "_saved_env", None)
-        if saved is None:
-            os.environ.pop(RUN_ENV, None)
-        else:
-            os.environ[RUN_ENV] = saved
+        with _interrupts_deferred(raise_after=exc[0] is None):
+            if exc[0] is not None and self.held and self.discard is not None:
+                self._discard_uncommitted()
+            self.release()
+            saved = getattr(self, "_saved_env", None)
+            if saved is None:
+                os.environ.pop(RUN_ENV, None)
+            else:
+                os.environ[RUN_ENV] = saved
+        return False
+
+
+class _interrupts_deferred:
+    """While the block runs (a run's removal of what it wrote, then the lock's release: short, bounded work), a
+    Ctrl-C (SIGINT) is held back instead of raising ``KeyboardInterrupt`` halfway through, which would leave the lock
+    behind: a second Ctrl-C, or each worker of a run interrupted at once. Afterwards the interrupt is raised if
+    ``raise_after`` (the block ended a run that had not failed), else dropped: the run is already ending on an
+    error. Only in the main thread (the only one Python delivers signals to); elsewhere a no-op."""
+
+    def __init__(self, raise_after: bool):
+        self._raise_after, self._pending, self._installed, self._saved = raise_after, False, False, None
+
+    def __enter__(self):
+        import signal
+        import threading
+        if threading.current_thread() is threading.main_thread():
+            self._saved = signal.signal(signal.SIGINT, self._hold)
+            self._installed = True
+        return self
+
+    def _hold(self, signum, frame) -> None:
+        self._pending = True
+
+    def __exit__(self, *exc):
+        import signal
+        if self._installed:  # (None: a handler not set from Python; Python's own default then)
+            signal.signal(signal.SIGINT, self._saved if self._saved is not None else signal.default_int_handler)
+        if self._pending and self._raise_after and exc[0] is None:
+            raise KeyboardInterrupt
         return False
 
 
