@@ -271,7 +271,27 @@ def configure_filesystems(beam_argv: list[str]) -> None:
     """
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
-    FileSystems.set_options(PipelineOptions([str(a) for a in beam_argv if str(a) not in ("-h", "--help")]))
+    argv = [str(a) for a in beam_argv if str(a) not in ("-h", "--help")]
+    FileSystems.set_options(PipelineOptions(argv))
+    if os.environ.get("STORAGE_EMULATOR_HOST") or "--no_auth" in argv:
+        connect_to_gcs_anonymously()
+
+
+def connect_to_gcs_anonymously() -> None:
+    """Makes this process's gs:// clients anonymous, skipping Beam's search for Google credentials.
+
+    Used when ``STORAGE_EMULATOR_HOST`` points google-cloud-storage at an emulator (which takes no credentials)
+    or ``--no_auth`` is given (public buckets). Beam's GCS filesystem looks for Application Default Credentials
+    with 4 retries and exponential backoff (``apache_beam/internal/gcp/auth.py``, ``_get_credentials_with_retrys``):
+    about 20 s per process on a machine that has none, before connecting anonymously anyway. Beam's ``--no_auth``
+    option only covers its Dataflow API client, not GCS reads and writes. Does nothing when Beam's ``auth``
+    module changes shape."""
+    try:
+        from apache_beam.internal.gcp import auth
+        with auth._Credentials._credentials_lock:
+            auth._Credentials._credentials_init, auth._Credentials._credentials = True, None
+    except (ImportError, AttributeError):
+        pass
 
 
 _ERROR_NAMES = ("ConfigError", "InputChangedError", "SourceError", "SchemaError", "RecordError",

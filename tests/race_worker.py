@@ -12,10 +12,7 @@ SPECS_JSON = [{"name": "id", "dtype": "<i8", "shape": [1], "encoding": "list"}]
 def _configure(environ: dict, flags: list) -> None:
     os.environ.update(environ)
     from tfrecord_etl.pipelines import common
-    common.configure_filesystems(flags)
-    if "STORAGE_EMULATOR_HOST" in environ:  # the emulator takes no credentials: skip Beam's search for them
-        from apache_beam.internal.gcp import auth  # (about 20 s of retries on a machine that has none)
-        auth._Credentials._credentials_init, auth._Credentials._credentials = True, None
+    common.configure_filesystems(flags)  # with STORAGE_EMULATOR_HOST: anonymous, no search for credentials
 
 
 def _lock(name: str, directory: str, payload) -> tuple[str, object]:

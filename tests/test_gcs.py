@@ -138,3 +138,27 @@ def test_gcs_object_replaced_while_read_fails_instead_of_mixing_generations(gcs)
         f.seek(200_000)
         with pytest.raises(OSError, match="changed while it was read"):
             f.read(10)
+
+
+def test_a_launcher_on_an_emulator_or_with_no_auth_does_not_search_for_credentials():
+    """With ``STORAGE_EMULATOR_HOST`` set (or ``--no_auth``), a fresh process connects to gs:// anonymously without
+    asking ``google.auth.default``: Beam's own search for Application Default Credentials retries for about 20 s
+    on a machine without them, and returns no credentials either way. Without either, Beam searches (the control)."""
+    import subprocess
+    import sys
+    code = ("import sys, google.auth; searched = []; google.auth.default = lambda *a, **k: searched.append(1) or "
+            "(_ for _ in ()).throw(RuntimeError('none')); from tfrecord_etl.pipelines import common; "
+            "common.configure_filesystems(sys.argv[1:]); from apache_beam.internal.gcp import auth; "
+            "from apache_beam.options.pipeline_options import PipelineOptions; "
+            "auth._Credentials._get_credentials_with_retrys = staticmethod(lambda o: google.auth.default()); "
+            "c = auth.get_service_credentials(PipelineOptions([])); print(c is None, len(searched))")
+
+    def run(env, *argv):
+        ran = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True,
+                             timeout=120)
+        return ran.stdout.split(), ran.stderr[-2000:]
+
+    env = {k: v for k, v in os.environ.items() if k != "STORAGE_EMULATOR_HOST"}
+    assert run(dict(env, STORAGE_EMULATOR_HOST="http://127.0.0.1:9"))[0] == ["True", "0"]
+    assert run(env, "--no_auth")[0] == ["True", "0"]
+    assert run(env)[0] == ["True", "1"]  # the control: Beam asks google.auth (here patched to fail at once)
