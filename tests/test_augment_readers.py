@@ -160,7 +160,7 @@ def test_sidecar_is_tfds_loadable_with_the_new_features_aligned_with_the_input(i
     code, stdout, err = run_augment(tmp / "toy", side, "--mode", "sidecar", *FN, capsys=capsys)
     assert code == 0, err
     assert f"tfds: tfds.builder_from_directory('{side}') loads toy (the new features only" in stdout
-    assert "index files: 3 written" in stdout
+    assert "index files: 3 (tfrecord2idx of the new shards, one beside each)" in stdout
     base, builder = tfds.builder_from_directory(str(tmp / "toy")), tfds.builder_from_directory(str(side))
     assert set(builder.info.features) == {"label2", "year", "src"}
     assert {n: s.shard_lengths for n, s in builder.info.splits.items()} == \
@@ -228,3 +228,28 @@ def test_overwrite_writes_the_other_generation_s_names_into_the_tfds_template(in
     got = check_tfds_values(builder.as_dataset(split="test", shuffle_files=False, read_config=in_order()),
                             sources["toy"]["test"], split_rows(tmp / "toy", "test"))
     assert [int(e["year"]) for e in got] == [2] * 30
+
+
+def test_a_collection_s_spans_get_new_index_files_read_by_random_access(tmp_path, capsys):
+    """A collection of --index spans, augmented span by span: each augmented span has its own index files, and
+    reader.RandomAccess over the augmented collection (one global index across the spans) reads the exact rows."""
+    from tests.test_collection_read import add_span, span_arrays
+    arrays = {3: span_arrays(3, 20), 5: span_arrays(5, 13)}
+    for span, data in arrays.items():
+        add_span(tmp_path / "coll", tmp_path / "raw", span, data)
+    code, _, err = run_augment(tmp_path / "coll", tmp_path / "aug", "--fn", "tests.augment_fns:label_times_two",
+                               "--fn_inputs", "label", capsys=capsys)
+    assert code == 0, err
+    for span in arrays:
+        out = tmp_path / "aug" / f"span-{span}"
+        meta = metadata.load(str(out))
+        assert len(meta["shards"]) == 2
+        for shard in meta["shards"]:
+            assert (out / shard["index"]).read_text() == tfrecord2idx(out / shard["file"])
+    ra = reader.RandomAccess(str(tmp_path / "aug"))
+    want = np.concatenate([arrays[3]["label"], arrays[5]["label"]])
+    x = np.concatenate([arrays[3]["x"], arrays[5]["x"]])
+    assert len(ra) == 33
+    for i in range(33):
+        assert int(ra[i]["label"]) == want[i] and int(ra[i]["label2"]) == 2 * want[i]
+        np.testing.assert_array_equal(ra[i]["x"], x[i])

@@ -112,7 +112,8 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
     ``schema.pbtxt`` declaring the features of a collection without metadata (``metadata.specs_from_schema``).
 
     Returns:
-      ``(collection, sample)``: ``output_file`` is still the input name (see :func:`output_name`);
+      ``(collection, sample)``: ``output_file`` is still the input name (see :func:`output_name`); with
+      metadata, ``tfds_name`` (its ``tfds`` entry) and ``indexed`` (every shard lists an ``index`` file) are set;
       ``sample`` holds up to ``sample_size`` (default :data:`INFER_RECORDS`) first records of the
       collection (features of a collection without metadata are inferred from it).
 

@@ -129,7 +129,7 @@ def summary(readers: ReaderFiles, output_dir: str, mode: str, num_shards: int) -
     elif readers.tfds_note:
         lines["tfds"] = f"no dataset_info.json: {readers.tfds_note}"
     if readers.index:
-        lines["index files"] = f"{num_shards} written (tfrecord2idx, one per shard)"
+        lines["index files"] = f"{num_shards} (tfrecord2idx of the new shards, one beside each)"
     elif readers.index_note:
         lines["index files"] = f"none: {readers.index_note}"
     return lines
