@@ -129,7 +129,7 @@ print(json.dumps({"single": single, "multi": multi}))
 def test_torch_dataloader_workers_read_the_new_index_files(inputs, rewritten):
     """The package's TFRecordDataset in a DataLoader of 2 workers, per augmented shard with its new index file."""
     pytest.importorskip("torch", reason="PyTorch is not in the test extras (tests/test_torch_io.py)")
-    tmp, sources = inputs
+    tmp, _ = inputs
     out = tmp / "splits-aug"
     meta = metadata.load(str(out))
     rows = in_tfrecord_package(TORCH, out, json.dumps(reader.torch_description(str(out), features=["_source/row"])),
@@ -150,13 +150,12 @@ print(json.dumps(rows))
 """
 
 
-def test_sidecar_is_tfds_loadable_with_the_new_features_aligned_with_the_input(inputs, tmp_path, capsys):
+def test_sidecar_is_tfds_loadable_with_the_new_features_aligned_with_the_input(inputs, tmp_path, capsys, tf):
     """A sidecar of a TFDS directory: TFDS loads it (the new features, the input's splits and shard lengths), and
     zipped with the input's dataset (TFDS's default reading) each record meets its input record; its index files
     match its shards."""
-    import tensorflow as tf
     import tensorflow_datasets as tfds
-    tmp, sources = inputs
+    tmp, _ = inputs
     side = tmp_path / "side"
     code, stdout, err = run_augment(tmp / "toy", side, "--mode", "sidecar", *FN, capsys=capsys)
     assert code == 0, err
@@ -179,10 +178,12 @@ def test_sidecar_is_tfds_loadable_with_the_new_features_aligned_with_the_input(i
 
 
 @pytest.mark.parametrize("flags, tfds_why, index_why", [
-    (["--constants", "year=1", "--output_compression", "gzip"], "no dataset_info.json: TFDS reads uncompressed shards only, these are gzip",
+    (["--constants", "year=1", "--output_compression", "gzip"],
+     "no dataset_info.json: TFDS reads uncompressed shards only, these are gzip",
      "none: the output is gzip and index files give byte offsets into uncompressed shards"),
-    (["--constants", "year=1,ok=true:bool", "--feature_encodings", "ok=packbits"], "no dataset_info.json: feature 'ok' "
-     "cannot be described to TFDS: the packbits encoding has no TFDS feature", None),
+    (["--constants", "year=1,ok=true:bool", "--feature_encodings", "ok=packbits"],
+     ("no dataset_info.json: feature 'ok' cannot be described to TFDS: the packbits encoding has no TFDS feature"),
+     None),
 ])
 def test_reader_files_that_cannot_be_written_are_left_out_and_said(inputs, tmp_path, capsys, flags, tfds_why,
                                                                     index_why):
