@@ -17,7 +17,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrecord_etl.pipelines import common
 from tfrecord_etl.transforms import augment, localmode, metadata, tfrecord
-from tfrecord_etl.transforms.augment import spans
+from tfrecord_etl.transforms.augment import readers, spans
 from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
 from tfrecord_etl.transforms.config import parse_args
 from tfrecord_etl.transforms.errors import printable
@@ -79,6 +79,7 @@ def augment_output(cfg: AugmentConfig, beam_argv: list[str]) -> str | None:
         **({"input schema": f"{printable(info['input_schema'])} (every record checked)"}
            if info.get("input_schema") else {}),
         **({"manifest": f"{cfg.output_dir}/manifest.json"} if cfg.mode == "sidecar" else {}),
+        **readers.summary(plan.readers, cfg.output_dir, cfg.mode, len(meta["shards"])),
         **({"local runner": mode.describe()} if mode else {}),
     })
     common.print_metrics(counters, meta["num_records"])

@@ -15,15 +15,20 @@ The augment pipeline reads as::
   the input shard's name when complete. A key join first extracts each record's key and joins it
   with the source rows (``CoGroupByKey``); a position join of a collection without record counts
   first counts every shard's records.
-* **FinalizeAugment**: checks records in = records out, writes ``manifest.json`` (sidecar) and, last,
-  ``metadata.json``, the commit point.
+* **FinalizeAugment**: checks records in = records out, writes ``manifest.json`` (sidecar), TFDS's
+  ``features.json`` and ``dataset_info.json`` (when the input had them) and, last, ``metadata.json``, the
+  commit point.
+
+The reader files of the input (``--index`` files, TFDS's files) describe its shards, not the new ones: they are
+never copied, but written again for the output's shards when they can be (``readers``).
 
 Old features are never decoded and re-encoded, except those named by ``--fn_inputs`` or the key
 feature, which are decoded (and only read) to compute the new ones.
 
 Modules (one job each): ``collection`` (input shards, compression, features, record reading),
 ``values`` (constants, defaults, --fn), ``join`` (array-source joins), ``plan`` (the plan and the batch
-step), ``beam`` (DoFns and PTransforms), ``common`` (constants, error helpers).
+step), ``readers`` (index and TFDS files of the output), ``beam`` (DoFns and PTransforms), ``common`` (constants,
+error helpers).
 """
 from __future__ import annotations
 

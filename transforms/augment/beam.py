@@ -9,7 +9,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from tfrecord_etl.transforms import beam_io, fileio, metadata, outdir, sink
+from tfrecord_etl.transforms import beam_io, fileio, metadata, outdir, sink, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, FeatureStats, check_example_frame
 from tfrecord_etl.transforms.errors import RecordError, SourceError
 from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT
@@ -19,6 +19,7 @@ from tfrecord_etl.transforms.augment.collection import batches, check_collection
 from tfrecord_etl.transforms.augment.values import decode_inputs, decode_record
 from tfrecord_etl.transforms.augment.join import JoinPlan, key_of, read_source_rows, _stack_joined
 from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter, learned_specs, observe_batch
+from tfrecord_etl.transforms.augment.readers import write_tfds
 
 
 def count_records(shard: InputShard, max_record_bytes: int | None = None) -> tuple[int, int]:
@@ -124,9 +125,11 @@ class AugmentShardFn(beam.DoFn):
 
     The output is written to ``.tmp-<name>-<uuid4>`` in the output directory and renamed to ``<name>``
     when complete (a retried attempt writes its own temporary file; the last rename wins, so exactly one
-    final file exists); on failure the temporary file is deleted. Yields ``{"index", "input", "file",
-    "records_in", "records", "bytes", "crc32c", "input_bytes", "input_crc32c", "compression"}`` (``crc32c``: the
-    output shard's, computed while it is written; ``input_*``: of the input shard's bytes as read).
+    final file exists); on failure the temporary file is deleted. With ``plan.readers.index`` the shard's
+    ``tfrecord2idx`` index file (from the record lengths written) is committed just before it. Yields ``{"index",
+    "input", "file", "records_in", "records", "bytes", "crc32c", "input_bytes", "input_crc32c", "compression",
+    "index_file"}`` (``crc32c``: the output shard's, computed while it is written; ``input_*``: of the input
+    shard's bytes as read; ``index_file``: the index file's name, or None).
 
     Raises:
       RecordError: records in != records out, or != the count in the input metadata.
@@ -159,7 +162,7 @@ class AugmentShardFn(beam.DoFn):
         count = 0
         stats = FeatureStats() if plan.collection.observed else None
         try:
-            with sink.shard_writer(final, plan.output_compression) as writer:
+            with sink.shard_writer(final, plan.output_compression, index=plan.readers.index) as writer:
                 for first, records in batches(iter_shard(shard, tally, plan.max_record_bytes), plan.batch_size):
                     join_columns = self._join_columns(shard, first, len(records), offset, joined)
                     out = self._augmenter.augment(records, shard.path, first, join_columns)  # checks the framing
@@ -188,7 +191,8 @@ class AugmentShardFn(beam.DoFn):
                "records": writer.records, "bytes": size, "crc32c": writer.crc32c, "input_bytes": tally["bytes"],
                "input_crc32c": tally["crc32c"],
                "compression": shard.compression, "features": None if stats is None else stats.to_json(),
-               "split": shard.split}
+               "split": shard.split,
+               "index_file": tfrecord.index_name(shard.output_file) if plan.readers.index else None}
 
     def _join_columns(self, shard: InputShard, first: int, n: int, offset, joined):
         join = self._plan.join
@@ -276,8 +280,9 @@ def _absolute(path: str) -> str:
 
 class FinalizeAugmentFn(beam.DoFn):
     """Checks records in = records out (per shard and in total) and that the input is still the collection planned
-    (``collection.check_collection``: its metadata.json unchanged), writes ``manifest.json`` (sidecar) and,
-    last, ``schema.pbtxt`` + ``metadata.json``; removes temporaries of killed attempts.
+    (``collection.check_collection``: its metadata.json unchanged), writes ``manifest.json`` (sidecar), TFDS's
+    ``features.json`` + ``dataset_info.json`` (``plan.readers``) and, last, ``schema.pbtxt`` + ``metadata.json``;
+    removes temporaries of killed attempts.
 
     Raises:
       RecordError: a shard missing or duplicated, or records lost.
@@ -313,6 +318,7 @@ class FinalizeAugmentFn(beam.DoFn):
             sink.write_json(fileio.join(plan.output_dir, MANIFEST_FILE), manifest(plan, results))
         specs = plan.output_specs
         shards = [{"file": r["file"], "records": r["records"], "bytes": r["bytes"], "crc32c": r["crc32c"],
+                   **({"index": r["index_file"]} if r.get("index_file") else {}),
                    **({"split": r["split"]} if r.get("split") else {})} for r in results]
         sources = [{"path": r["input"], "records": r["records_in"]} for r in results]
         meta = metadata.build(specs, shards, plan.output_compression, sources, "augment", plan.options)
@@ -323,6 +329,9 @@ class FinalizeAugmentFn(beam.DoFn):
             "join": None if plan.join is None else {"input": plan.join.pattern, "by": plan.join.by,
                                                     "files": [i.path for i in plan.join.indexes]},
         }
+        tfds = write_tfds(plan.readers, plan.output_dir, plan.mode, plan.collection.pattern, specs, shards)
+        if tfds is not None:
+            meta["tfds"] = tfds
         metadata.write(plan.output_dir, meta, specs, plan.replaced.metadata_version)
         outdir.finish_replacement(plan.output_dir, plan.replaced)
         yield plan.output_dir

@@ -54,6 +54,8 @@ class InputCollection:
     schema_file: str | None = None
     metadata_path: str | None = None  # the input's metadata.json, read at planning
     metadata_digest: str | None = None  # ... and the digest of its bytes then (metadata.digest)
+    tfds_name: str | None = None  # the TFDS dataset its metadata.json names (it has dataset_info.json), else None
+    indexed: bool = False  # every input shard has a tfrecord2idx index file listed in its metadata.json (--index)
 
     @property
     def observed(self) -> bool:
@@ -110,7 +112,8 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
     ``schema.pbtxt`` declaring the features of a collection without metadata (``metadata.specs_from_schema``).
 
     Returns:
-      ``(collection, sample)``: ``output_file`` is still the input name (see :func:`output_name`);
+      ``(collection, sample)``: ``output_file`` is still the input name (see :func:`output_name`); with
+      metadata, ``tfds_name`` (its ``tfds`` entry) and ``indexed`` (every shard lists an ``index`` file) are set;
       ``sample`` holds up to ``sample_size`` (default :data:`INFER_RECORDS`) first records of the
       collection (features of a collection without metadata are inferred from it).
 
@@ -159,7 +162,11 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
         if schema:
             raise ConfigError("--schema is for collections without metadata.json; this one has it", file=pattern,
                               hint="drop --schema: the metadata's features are used")
-        return InputCollection(pattern, shards, tuple(meta["features"]), False, **pinned), sample
+        tfds_name = (meta.get("tfds") or {}).get("name") if isinstance(meta.get("tfds"), dict) else None
+        indexed = bool(shards) and all("index" in recorded.get(fileio.basename(s.path), {}) for s in shards)
+        return InputCollection(pattern, shards, tuple(meta["features"]), False, **pinned,
+                               tfds_name=tfds_name if isinstance(tfds_name, str) else None,
+                               indexed=indexed), sample
     if schema:
         if not fileio.exists(schema) or fileio.is_dir(schema):
             raise ConfigError("--schema names no file", file=schema, hint="pass the path of a schema.pbtxt")

@@ -17,6 +17,7 @@ from tfrecord_etl.transforms.augment.common import BATCH_MB, frame_error, log, M
 from tfrecord_etl.transforms.augment.collection import InputCollection, output_name, resolve_input
 from tfrecord_etl.transforms.augment.values import fn_columns, load_function, parse_constant, spec_of, value_bytes
 from tfrecord_etl.transforms.augment.join import JoinPlan, plan_join
+from tfrecord_etl.transforms.augment.readers import ReaderFiles, file_names, plan_reader_files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +34,8 @@ class AugmentPlan:
         from old records first (the replaced features and their ``/shape``, ``/dtype`` companions).
       batch_size: records per batch (one encode call per batch).
       options: the validated config, recorded in the metadata.
+      readers: the index files and TFDS files written beside the shards (``readers.plan_reader_files``: those the
+        input had, written again for the output's shards when they can be).
     """
 
     collection: InputCollection
@@ -53,14 +56,18 @@ class AugmentPlan:
     max_record_bytes: int = dataclasses.field(default_factory=tfrecord.record_limit)
     max_features: int = MAX_FEATURES
     replaced: outdir.Replacement = outdir.Replacement()  # what the commit replaces (outdir.prepare)
+    readers: ReaderFiles = ReaderFiles()
 
     def with_input_specs(self, specs: Sequence[FeatureSpec]) -> "AugmentPlan":
         """This plan with the input features replaced (by those learned from every record, at finalize)."""
         return dataclasses.replace(self, collection=dataclasses.replace(self.collection, specs=tuple(specs)))
 
     def output_files(self) -> list[str]:
-        """The names this plan writes in its output directory: the shards, and ``manifest.json`` (sidecar)."""
-        return [s.output_file for s in self.collection.shards] + (["manifest.json"] if self.mode == "sidecar" else [])
+        """The names this plan writes in its output directory: the shards, ``manifest.json`` (sidecar), and the
+        reader files (index files, TFDS's files: :attr:`readers`)."""
+        shard_files = [s.output_file for s in self.collection.shards]
+        return shard_files + (["manifest.json"] if self.mode == "sidecar" else []) + file_names(self.readers,
+                                                                                                  shard_files)
 
     def with_output(self, generation: int, replaced: outdir.Replacement = outdir.Replacement()) -> "AugmentPlan":
         """This plan writing output generation ``generation`` (``outdir.generation_name`` of each shard's name),
@@ -383,7 +390,8 @@ def plan_augment(cfg) -> AugmentPlan:
                        tuple(drop_keys), tuple(cfg.allow_lossy), batch_size, cfg.model_dump(), max_record_bytes,
                        max_features)
     metadata.check_unique(plan.output_specs)
-    return plan
+    return dataclasses.replace(plan, readers=plan_reader_files(plan.collection, plan.mode, out_comp,
+                                                               plan.output_specs))
 
 
 def _encoded_as(spec: FeatureSpec, encoding: str, allow_lossy) -> FeatureSpec:
