@@ -52,7 +52,7 @@ setuptools.setup(
                  "gcp-storage-emulator>=2026.7.19",
                  # a MATLAB v7.3 writer: the v7.3 twins of SciPy's v5 test files (both must convert alike)
                  "hdf5storage>=0.2.2,<0.3"],
-        # --runner DaskRunner (apache-beam[dask] asks for the same ranges); see "Running at scale" in the README.
+        # --runner DaskRunner (apache-beam[dask] asks for the same ranges); see docs/scale.md.
         "dask": ["dask>=2024.4.2", "distributed>=2024.4.2"],
         # s3:// inputs and outputs through Beam's S3 filesystem (apache-beam[aws] is boto3>=1.9,<2);
         # moto[server] is the local S3 API the tests run against.

@@ -13,7 +13,7 @@ Planning: ``planning.plan_inputs`` of each ``--files`` count of small .npy and H
 setting; wall, launcher CPU, and the CPU of the moto server and the proxy per file (they share the 2 cores).
 ``--beam_stream`` measures Beam's own S3 stream instead of ours (the before figures). ``--server`` runs another
 S3 server instead of moto (moto copies the whole object for every ranged GET: 0.24 s per GET of a 257 MiB object),
-e.g. s3rver from npm, which streams ranges from disk (the README's "Scale" section).
+e.g. s3rver from npm, which streams ranges from disk (docs/scale.md, "Scale").
 Also the section ``remote`` of ``bench/run.sh --only remote`` (not in the default set: it needs the s3 extra, boto3 and
 moto[server]).
 """
@@ -159,7 +159,7 @@ def main(argv=None) -> int:
     from tfrecord_etl.transforms.sources import SourceOptions
     if args.beam_stream:
         fileio._range_reader = lambda path: None
-    if args.server:  # another S3 server on 127.0.0.1, started by its own command (e.g. s3rver, see the README)
+    if args.server:  # another S3 server on 127.0.0.1, started by its own command (e.g. s3rver, see docs/scale.md)
         port = free_port()
         server = subprocess.Popen(args.server.format(port=port), shell=True, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL, start_new_session=True)

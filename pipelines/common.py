@@ -159,7 +159,7 @@ def exit_process(code: int):
     Why: once Beam is imported (about 2,000 modules), the interpreter's finalization (clearing every module and a
     last full garbage collection) takes about 0.45 s of wall and CPU on this project's 2-core machine kind, after
     the output is committed: measured as the time from the last statement to the process's end, 0.46-0.48 s with
-    ``import apache_beam`` against 0.02-0.04 s with only NumPy and h5py (README Performance, "Laptop-sized jobs").
+    ``import apache_beam`` against 0.02-0.04 s with only NumPy and h5py (docs/performance.md, "Laptop-sized jobs").
     Nothing of ours needs it: every file is closed and committed before ``main`` returns.
 
     What still runs: the ``atexit`` handlers (logging's flush, multiprocessing's and Beam's clean-ups, temporary

@@ -1,9 +1,9 @@
 """Which reader loads an output of each compression: every consumer installed here is run on one small output
 converted with ``--compression none``, ``gzip`` and ``zlib``, and must read every record with its exact values.
 
-    python -m tests.consumers_table        # runs them all and prints the README's Markdown table
+    python -m tests.consumers_table        # runs them all and prints the Markdown table of docs/reading.md
 
-``tests/test_consumers.py`` checks each cell against :data:`EXPECTED` and that README.md holds
+``tests/test_consumers.py`` checks each cell against :data:`EXPECTED` and that docs/reading.md holds
 ``markdown(EXPECTED)``, so the table, the tests and the readers' behaviour cannot drift apart.
 """
 from __future__ import annotations
@@ -177,7 +177,7 @@ def run(consumer: str, outs: dict, compression: str) -> str:
 
 
 def markdown(results: dict) -> str:
-    """The README's table of ``results`` (``{consumer: {compression: cell}}``) and the consumers not tested."""
+    """The docs' table (docs/reading.md) of ``results`` (``{consumer: {compression: cell}}``) and the consumers not tested."""
     lines = ["| consumer | none | gzip (`.gz`) | zlib (`.deflate`) |", "|---|---|---|---|"]
     lines += [f"| {consumer} | " + " | ".join(cells[c] for c in COMPRESSIONS) + " |"
               for consumer, cells in results.items()]

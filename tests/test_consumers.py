@@ -1,5 +1,5 @@
-"""Every consumer installed here on an output of each compression (tests/consumers_table.py), the README's
-consumers x compression table generated from the same cells, and convert's one-line warning for zlib."""
+"""Every consumer installed here on an output of each compression (tests/consumers_table.py), the docs'
+consumers x compression table (docs/reading.md) generated from the same cells, and convert's one-line warning for zlib."""
 from __future__ import annotations
 
 import pytest
@@ -19,9 +19,9 @@ def test_consumer_reads_the_output_as_the_table_says(outputs, consumer, compress
     assert consumers_table.run(consumer, outputs, compression) == consumers_table.EXPECTED[consumer][compression]
 
 
-def test_the_readme_table_is_the_generated_one():
-    assert consumers_table.markdown(consumers_table.EXPECTED) in (ROOT / "README.md").read_text(), \
-        "README.md's consumers table differs: paste the output of python -m tests.consumers_table"
+def test_the_docs_table_is_the_generated_one():
+    assert consumers_table.markdown(consumers_table.EXPECTED) in (ROOT / "docs" / "reading.md").read_text(), \
+        "docs/reading.md's consumers table differs: paste the output of python -m tests.consumers_table"
 
 
 def test_convert_warns_once_that_zlib_shards_are_not_read_everywhere(tmp_path, capsys):

@@ -1,5 +1,5 @@
-"""Code, docs and help speak to users: no references to this project's tracker (an issue number) in the README or in
-the code, configs, benchmark and tests; the history of the work lives in CHANGELOG.md. A reference to another
+"""Code, docs and help speak to users: no references to this project's tracker (an issue number) in the README, the
+docs site (docs/**/*.md, mkdocs.yml) or the code, configs, benchmark and tests; the history of the work lives in CHANGELOG.md. A reference to another
 project's tracker is written as its address (``github.com/apache/beam/issues/...``, ``tensorflow/tfx#5811``), which
 this check does not match.
 """
@@ -13,15 +13,15 @@ from tests.hostile_groups import HOSTILE_GROUPS
 
 # the word, a space and a number ("#" allowed), any case, singular or plural; not "issues/5811" (an address)
 TRACKER_REFERENCE = re.compile(r"\bissues?\s+#?\d", re.IGNORECASE)
-CHECKED_DIRS = ("transforms", "pipelines", "bench", "configs", "tests", "tfrecord_etl", ".ci")
+CHECKED_DIRS = ("docs", "transforms", "pipelines", "bench", "configs", "tests", "tfrecord_etl", ".ci")
 CHECKED_SUFFIXES = {".py", ".sh", ".yaml", ".yml", ".md", ".cfg", ".ini", ".txt", ".pbtxt", ""}
-CHECKED_TOP_FILES = ("README.md", "setup.py", "run_tests.sh", "run_local.sh", "pytest.ini")
+CHECKED_TOP_FILES = ("README.md", "mkdocs.yml", "setup.py", "run_tests.sh", "run_local.sh", "pytest.ini")
 SKIPPED_PARTS = {"__pycache__", ".hypothesis", ".pytest_cache"}
 
 
 def checked_files(root: pathlib.Path) -> list[pathlib.Path]:
-    """README.md, the top-level scripts and every text file of the code, config, benchmark and test folders
-    (CHANGELOG.md is the history and is not checked)."""
+    """README.md, mkdocs.yml, the top-level scripts and every text file of the docs, code, config, benchmark and
+    test folders (CHANGELOG.md is the history and is not checked; docs/changelog.md only includes it)."""
     files = [root / name for name in CHECKED_TOP_FILES if (root / name).is_file()]
     for folder in CHECKED_DIRS:
         for path in sorted((root / folder).rglob("*")):
@@ -45,7 +45,7 @@ def tracker_references(root: pathlib.Path) -> list[str]:
     return found
 
 
-def test_no_tracker_references_in_readme_code_configs_bench_and_tests():
+def test_no_tracker_references_in_readme_docs_code_configs_bench_and_tests():
     found = tracker_references(ROOT)
     assert not found, (f"{len(found)} line(s) cite the project's tracker; say what the reference meant (what was "
                        "measured, which case) and put history in CHANGELOG.md:\n" + "\n".join(found))
@@ -60,7 +60,10 @@ def test_the_check_finds_a_reference_and_names_its_file_and_line(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "t.py").write_text(f'"""{word.lower()}s 12 and 13: splits"""\n')
     (tmp_path / "CHANGELOG.md").write_text(f"- {word} 13: object storage\n")
-    assert tracker_references(tmp_path) == [f"transforms/a.py:3: y = 2  # faster ({word} 13, item 2)",
+    (tmp_path / "docs" / "converting").mkdir(parents=True)
+    (tmp_path / "docs" / "converting" / "hdf5.md").write_text(f"# HDF5\n\nGroups ({word} #7) are read.\n")
+    assert tracker_references(tmp_path) == [f"docs/converting/hdf5.md:3: Groups ({word} #7) are read.",
+                                            f"transforms/a.py:3: y = 2  # faster ({word} 13, item 2)",
                                             f'tests/t.py:1: """{word.lower()}s 12 and 13: splits"""']
 
 

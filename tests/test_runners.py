@@ -253,7 +253,7 @@ def test_beam_writer_is_not_usable_on_dask(inputs, converted, tmp_path, request,
     the sink's temp directory is created several times and the shards are written more than once. Seen
     here: the run completes but leaves several ``beam-temp-*`` directories, one holding a second copy of
     every shard; seen elsewhere: it fails at finalize. The planned writer (the default) is the one that
-    works on Dask (test_convert_on_runner). If this test fails, Beam fixed it: update the README."""
+    works on Dask (test_convert_on_runner). If this test fails, Beam fixed it: update docs/scale.md."""
     from tfrecord_etl.pipelines import convert
     directory, _ = inputs
     out = tmp_path / "out"

@@ -1,6 +1,6 @@
 """PyTorch readers of an output: reader.RandomAccess as a map-style dataset (scalar strings as Python bytes/str, so
 default_collate batches them), reader.collate_varlen for shapes that vary, and reader.torch_description for the
-`tfrecord` package. The README's PyTorch recipe is run as written (extracted from README.md) when PyTorch is
+`tfrecord` package. The docs' PyTorch recipe is run as written (extracted from docs/reading.md) when PyTorch is
 installed; it is not in the test extras (PyPI's torch wheels pull the CUDA libraries: 3.0 GB to download)."""
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def test_collate_varlen_keeps_varying_shapes_as_lists(tmp_path):
         reader.collate_varlen([{"a": 1}, {"b": 1}])
 
 
-# the README's decoding notes of reader.torch_description, applied by a process with the tfrecord package only
+# the decoding notes of reader.torch_description (docs/reading.md), applied by a process with the tfrecord package only
 TFRECORD_DECODE = """
 import json, sys
 import numpy as np
@@ -137,25 +137,25 @@ def test_torch_description_reads_every_feature_with_the_tfrecord_package(mixed):
     assert reader.torch_description(str(out), features=["x", "code"]) == {"x": "float", "code": "byte"}
 
 
-def readme_recipe() -> str:
-    """The README's PyTorch map-style recipe, as written: the lines from `loader = torch.utils.data.DataLoader(` to
+def docs_recipe() -> str:
+    """docs/reading.md's PyTorch map-style recipe, as written: the lines from `loader = torch.utils.data.DataLoader(` to
     the end of that statement."""
-    lines = (ROOT / "README.md").read_text().splitlines()
+    lines = (ROOT / "docs" / "reading.md").read_text().splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("loader = torch.utils.data.DataLoader(")), None)
-    assert start is not None, "README.md has no `loader = torch.utils.data.DataLoader(...)` recipe"
+    assert start is not None, "docs/reading.md has no `loader = torch.utils.data.DataLoader(...)` recipe"
     for end in range(start + 1, min(start + 6, len(lines)) + 1):
         try:
-            compile("\n".join(lines[start:end]), "README.md", "exec")
+            compile("\n".join(lines[start:end]), "docs/reading.md", "exec")
             return "\n".join(lines[start:end])
         except SyntaxError:
             continue
-    raise AssertionError("README.md's DataLoader recipe is not a complete Python statement")
+    raise AssertionError("docs/reading.md's DataLoader recipe is not a complete Python statement")
 
 
-def test_the_readme_pytorch_recipe_runs_as_written(mixed, monkeypatch):
+def test_the_docs_pytorch_recipe_runs_as_written(mixed, monkeypatch):
     torch = pytest.importorskip("torch", reason="PyTorch is not in the test extras (see the module docstring)")
     data, out = mixed
-    recipe = readme_recipe()
+    recipe = docs_recipe()
     assert 'reader.RandomAccess("out/", split="train")' in recipe and "shuffle=True" in recipe
     monkeypatch.chdir(out.parent)  # the recipe's "out/"
     namespace = {"torch": torch, "reader": reader}

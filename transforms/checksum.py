@@ -8,7 +8,7 @@ the frame is ``K(w) xor shift4(d xor m)``, ``d`` the data's CRC and ``m`` its ma
 the CRC of ``n`` frames is the xor of each frame's CRC shifted by the frames after it. :class:`FrameCrcs` keeps,
 per width, ``shift(j frames + 4 bytes)`` of each of the 32 bits (one row per frame position), so a batch's CRC is one
 NumPy select-and-xor over ``rows x 32`` bits: about 50 ns a record, against about 0.13 s per GB for
-``google_crc32c.extend`` over a framed buffer that has left the CPU caches (README Performance). Narrow records
+``google_crc32c.extend`` over a framed buffer that has left the CPU caches (docs/performance.md). Narrow records
 (under :data:`MIN_WIDTH` bytes: many records per MB) are as cheap to checksum with ``extend``, and :func:`frames_crc32c`
 returns None for them.
 """

@@ -101,7 +101,7 @@ class WriteShuffled(PlanWriter):
     global row)`` (distinct per row), goes to shard ``key % num_shards`` of its split through a Beam shuffle
     (GroupByKey), and each shard is written in key order (``beam_io.WriteShuffledShardFn``), so every record may
     land anywhere in its split and the same seed gives byte-identical shards on any runner. The data moves
-    through the shuffle (the cost is in the README's Performance section); a worker holds one shard in memory."""
+    through the shuffle (the cost is in docs/performance.md); a worker holds one shard in memory."""
 
 
     def expand(self, pbegin):

@@ -10,7 +10,7 @@ import os
 _DIRECT_NAMES = (None, "", "DirectRunner", "direct", "SwitchingDirectRunner")
 
 # --direct_running_mode auto (the default of our commands on DirectRunner): worker processes only where they pay
-# off. Measured on the benchmark's inputs (bench/run.sh --only sizes, 2-core machine kind, README Performance):
+# off. Measured on the benchmark's inputs (bench/run.sh --only sizes, 2-core machine kind, docs/performance.md):
 # starting 2 worker processes costs ~2.5 s of wall and ~3 CPU-s; the in-process runner encodes ~3M small rows/s,
 # 2 processes ~4.5M/s, so processes win above ~20M rows (1 GB of 72-byte rows: 14M rows, in-process 6.6-7.2 s,
 # 2 processes 7.8 s; 8 GB, 111M rows: 43.8 s vs 32.5 s). Rows of kilobytes are bound by reading and writing the

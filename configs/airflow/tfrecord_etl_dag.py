@@ -12,7 +12,7 @@ Trigger with a run configuration, e.g.::
         "convert_options": {"config": "/path/to/tfrecord-etl/configs/dataflow.yaml"}}'
 
 Retries are safe: re-running convert or augment with the same options replaces the output of a crashed
-or completed attempt (see the README's crash-safety notes). configs/airflow/run_airflow_test.sh runs this
+or completed attempt (see docs/reliability.md). configs/airflow/run_airflow_test.sh runs this
 DAG end to end with ``airflow dags test`` on small data.
 """
 from __future__ import annotations

@@ -17,7 +17,7 @@ from tfrecord_etl.transforms.errors import SchemaError, SourceError
 
 log = logging.getLogger("tfrecord_etl.transforms.sources")
 
-DEFAULT_RANGE_BYTES = 8 * 2**20  # see README Performance: 64 MB ranges cost 1-1.5 s more kernel time per GB
+DEFAULT_RANGE_BYTES = 8 * 2**20  # see docs/performance.md: 64 MB ranges cost 1-1.5 s more kernel time per GB
 
 
 # npz: uncompressed / compressed bytes of a member and of the whole archive. Deflate tops out near 1032

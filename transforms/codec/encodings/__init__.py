@@ -51,7 +51,7 @@ def check_spec(spec: FeatureSpec, allow_lossy: Iterable[str] = ()) -> None:
 
 AUTO = "auto"
 # dtypes whose list form is exact and at most ~1.4x their raw bytes whatever their size (bench figures in the
-# README, "Encodings": float32 1.04x, bool 1.2x, uint32 1.32x, int64 1.39x; datetimes are int64 counts)
+# docs/encodings.md: float32 1.04x, bool 1.2x, uint32 1.32x, int64 1.39x; datetimes are int64 counts)
 AUTO_LIST_DTYPES = frozenset({"<f4", "|b1", "<u4", "<i8"})
 # exact but 1.6-10x larger as varints (uint8/int8 2x/10x, int16 5x, int32 2.6x, uint16 1.6x, float16 2.4x) and
 # 8x larger again once TensorFlow parses them as int64: lists only for features of at most this many values
