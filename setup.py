@@ -15,6 +15,8 @@ setuptools.setup(
     description="Batch ETL on Apache Beam: NumPy arrays -> sharded TFRecord files of tf.train.Example",
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    license_files=["LICENSE"],
     python_requires=">=3.10,<3.13",
     packages=["tfrecord_etl"] + [f"tfrecord_etl.{p}" for p in setuptools.find_packages(
         include=[f for folder in _FOLDERS for f in (folder, folder + ".*")])],
