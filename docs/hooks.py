@@ -49,7 +49,7 @@ def on_config(config, **kwargs):
     return config
 
 
-def on_page_markdown(markdown: str, page, **kwargs) -> str:
+def on_page_markdown(markdown: str, page, config, **kwargs) -> str:
     if page.file.src_uri != PAGE:
         return markdown
     start = markdown.find(PLACEHOLDER)
@@ -61,4 +61,14 @@ def on_page_markdown(markdown: str, page, **kwargs) -> str:
         sys.path.insert(0, ROOT)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from tfrecord_etl.pipelines import flaghelp
-    return markdown[:start] + flaghelp.reference_markdown() + markdown[end:]
+    return markdown[:start] + flaghelp.reference_markdown(titles=dict(_nav_titles(config["nav"]))) + markdown[end:]
+
+
+def _nav_titles(nav):
+    """(page, title) of every page of mkdocs.yml's nav."""
+    for item in nav or ():
+        for title, value in (item.items() if isinstance(item, dict) else [(None, item)]):
+            if isinstance(value, list):
+                yield from _nav_titles(value)
+            elif title is not None:
+                yield value, title

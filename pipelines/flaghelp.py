@@ -167,9 +167,11 @@ def anchor(command: str, action: argparse.Action) -> str:
     return f"{command}-{_names(action)[0].lstrip('-')}"
 
 
-def reference_markdown(commands=COMMANDS) -> str:
-    """The flag reference (Markdown) of ``commands``, from their parsers: per command its usage line, then per
-    group its description, the page explaining it and a table (flag, value, description with the default)."""
+def reference_markdown(commands=COMMANDS, titles: dict[str, str] | None = None) -> str:
+    """The flag reference (Markdown) of ``commands``, from their parsers: per command its description, then per
+    group its description, a link to the page explaining it (``titles``: page -> link text, else the page's path)
+    and a table (flag, value, description with the default)."""
+    titles = titles or {}
     out = []
     for command in commands:
         parser = command_parser(command)
@@ -180,7 +182,7 @@ def reference_markdown(commands=COMMANDS) -> str:
             title = group.title if info is None else info.title
             out += [f"### {command}: {title}", ""]
             if info is not None:
-                out += [f"{info.description[0].upper()}{info.description[1:]}: see [{info.page}]({info.page}).", ""]
+                out += [f"{info.description[0].upper()}{info.description[1:]}: see [{titles.get(info.page, info.page)}]({info.page}).", ""]
             out += ["| Flag | Value | Description |", "| --- | --- | --- |"]
             for action in actions:
                 names = " ".join(f"`{n}`" for n in _names(action))
