@@ -7,13 +7,15 @@
   installed names, ``tfrecord_etl.transforms.*``. In a checkout those modules are the repository's ``transforms/``
   and ``pipelines/`` folders, which ``tfrecord_etl/__init__.py`` adds to the package's path at import time; griffe
   does not run that code, so this hook lays the installed layout out in a temporary directory (a copy of
-  ``tfrecord_etl/__init__.py`` and symbolic links ``tfrecord_etl/transforms``, ``tfrecord_etl/pipelines``) and puts it first on the
-  handler's search path.
+  ``tfrecord_etl/__init__.py``, symbolic links ``tfrecord_etl/transforms`` and ``tfrecord_etl/pipelines``) and
+  puts it first on the handler's search path. The docstrings' Sphinx roles (``:func:``, ``:class:``, ...) are
+  shown as plain code.
 """
 from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -72,3 +74,12 @@ def _nav_titles(nav):
                 yield from _nav_titles(value)
             elif title is not None:
                 yield value, title
+
+
+_ROLE = re.compile(r":(?:func|class|meth|mod|data|attr|exc|obj):(?=<code>)")
+
+
+def on_page_content(html: str, page, **kwargs) -> str:
+    """The API page: the docstrings' Sphinx roles (``:func:`iter_numpy```) rendered as plain code, without the
+    role's name in front."""
+    return _ROLE.sub("", html) if page.file.src_uri == "api.md" else html
