@@ -8,6 +8,9 @@ Also usable as Beam's ``--setup_file`` so Dataflow workers install the same pack
 import setuptools
 
 _FOLDERS = ("transforms", "pipelines")  # the repo's top-level folders, installed under tfrecord_etl
+# the documentation site (mkdocs.yml): mkdocs build --strict, or mkdocs serve to preview it; mkdocstrings formats
+# the API page's signatures with ruff
+_DOCS = ["mkdocs>=1.6.1,<2", "mkdocs-material>=9.8.2,<10", "mkdocstrings-python>=2.0.11,<3", "ruff>=0.17.5,<1"]
 
 setuptools.setup(
     name="tfrecord-etl",
@@ -52,13 +55,9 @@ setuptools.setup(
                  "gcp-storage-emulator>=2026.7.19",
                  # a MATLAB v7.3 writer: the v7.3 twins of SciPy's v5 test files (both must convert alike)
                  "hdf5storage>=0.2.2,<0.3",
-                 # the docs site is built (strict) by the tests: the same packages as the docs extra
-                 "mkdocs>=1.6.1,<2", "mkdocs-material>=9.8.2,<10", "mkdocstrings-python>=2.0.11,<3",
-                 "ruff>=0.17.5"],
-        # the documentation site (mkdocs.yml): mkdocs build --strict, or mkdocs serve to preview it; mkdocstrings
-        # formats the API page's signatures with ruff
-        "docs": ["mkdocs>=1.6.1,<2", "mkdocs-material>=9.8.2,<10", "mkdocstrings-python>=2.0.11,<3",
-                 "ruff>=0.17.5"],
+                 # the tests build the docs site in strict mode
+                 *_DOCS],
+        "docs": _DOCS,
         # --runner DaskRunner (apache-beam[dask] asks for the same ranges); see "Running at scale" in the README.
         "dask": ["dask>=2024.4.2", "distributed>=2024.4.2"],
         # s3:// inputs and outputs through Beam's S3 filesystem (apache-beam[aws] is boto3>=1.9,<2);

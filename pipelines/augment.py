@@ -48,7 +48,10 @@ PROG = "python -m pipelines.augment"
 def build_parser():
     """The command's argument parser, its flags in the argument groups of ``flaghelp.GROUPS`` (``--help``, the
     docs' flag reference)."""
-    return flaghelp.group_flags(build_flags(AugmentConfig, AugmentOptions, PROG, __doc__), "augment")
+    parser = build_flags(AugmentConfig, AugmentOptions, PROG, __doc__)
+    # the usage line names the two required flags; the groups of --help list every flag
+    parser.usage = f"{PROG} --input PATTERN_OR_DIR --output_dir DIR [flags] [Beam flags]"
+    return flaghelp.group_flags(parser, "augment")
 
 
 def main(argv: list[str]) -> int:

@@ -62,7 +62,10 @@ PROG = "python -m pipelines.convert"
 def build_parser():
     """The command's argument parser, its flags in the argument groups of ``flaghelp.GROUPS`` (``--help``, the
     docs' flag reference)."""
-    return flaghelp.group_flags(build_flags(ConvertConfig, ConvertOptions, PROG, __doc__), "convert")
+    parser = build_flags(ConvertConfig, ConvertOptions, PROG, __doc__)
+    # the usage line names the two required flags; the groups of --help list every flag
+    parser.usage = f"{PROG} --input PATTERN --output_dir DIR [flags] [Beam flags]"
+    return flaghelp.group_flags(parser, "convert")
 
 
 def main(argv: list[str]) -> int:

@@ -158,7 +158,7 @@ def _value(action: argparse.Action) -> str:
         return ""
     if action.choices:
         return " \\| ".join(f"`{c}`" for c in action.choices)
-    name = action.metavar or (action.dest.upper() if action.option_strings else action.dest.upper())
+    name = action.metavar or action.dest.upper()
     return f"`{name} ...`" if action.nargs in ("+", "*") else f"`{name}`"
 
 
@@ -175,15 +175,15 @@ def reference_markdown(commands=COMMANDS, titles: dict[str, str] | None = None) 
     out = []
     for command in commands:
         parser = command_parser(command)
-        out += [f"## {command}", "", f"`tfrecord-etl {command}`: "
-                + _escape(_first_line(parser.description)) + f" (`tfrecord-etl {command} --help` prints these groups.)", ""]
+        out += [f"## {command}", "", f"`tfrecord-etl {command}`: {_escape(_first_line(parser.description))} "
+                f"(`tfrecord-etl {command} --help` prints these groups.)", ""]
+        info = {g.title: g for g in GROUPS[command]}
         for group, actions in flag_groups(parser):
-            info = next((g for g in GROUPS[command] if g.title == group.title), None)
-            title = group.title if info is None else info.title
-            out += [f"### {command}: {title}", ""]
-            if info is not None:
-                out += [f"{info.description[0].upper()}{info.description[1:]}: see [{titles.get(info.page, info.page)}]({info.page}).", ""]
-            out += ["| Flag | Value | Description |", "| --- | --- | --- |"]
+            about = info[group.title]  # group_flags left no argument outside these groups
+            link = f"[{titles.get(about.page, about.page)}]({about.page})"
+            out += [f"### {command}: {about.title}", "",
+                    f"{about.description[0].upper()}{about.description[1:]}: see {link}.", "",
+                    "| Flag | Value | Description |", "| --- | --- | --- |"]
             for action in actions:
                 names = " ".join(f"`{n}`" for n in _names(action))
                 help_text = _escape(action.help or "") if action.help != argparse.SUPPRESS else ""

@@ -87,8 +87,8 @@ def test_a_flag_in_no_group_or_a_group_naming_a_missing_flag_is_refused(monkeypa
     monkeypatch.setitem(flaghelp.GROUPS, "toy", (flaghelp.Group("first", "the a", "index.md", ("--a",)),
                                                  flaghelp.Group("second", "the b", "flags.md", ("--b", "-h"))))
     text = flaghelp.group_flags(parser(), "toy").format_help()
-    assert "first:\n  the a; see docs/index.md\n\n  --a A\n\nsecond:\n  the b; see docs/flags.md\n\n  --b B\n  -h, --help" \
-        in text
+    assert ("first:\n  the a; see docs/index.md\n\n  --a A\n\n"
+            "second:\n  the b; see docs/flags.md\n\n  --b B\n  -h, --help") in text
 
 
 def test_grouped_parsers_parse_as_before():
