@@ -163,8 +163,12 @@ def _value(action: argparse.Action) -> str:
 
 
 def anchor(command: str, action: argparse.Action) -> str:
-    """The id of an argument's row in the reference: ``convert-input`` for convert's ``--input``."""
-    return f"{command}-{_names(action)[0].lstrip('-')}"
+    """The id of an argument's row in the reference: ``convert-input`` for convert's ``--input`` (a link to it:
+    ``flags.md#convert-input``), ``verify-arg-target`` for verify's positional TARGET; the groups' headings have
+    ids ``convert-topic-input``, ..."""
+    if not action.option_strings:  # a positional argument: verify's TARGET is not its --target
+        return f"{command}-arg-{action.dest}"
+    return f"{command}-{action.option_strings[0].lstrip('-')}"
 
 
 def reference_markdown(commands=COMMANDS, titles: dict[str, str] | None = None) -> str:
@@ -181,7 +185,9 @@ def reference_markdown(commands=COMMANDS, titles: dict[str, str] | None = None) 
         for group, actions in flag_groups(parser):
             about = info[group.title]  # group_flags left no argument outside these groups
             link = f"[{titles.get(about.page, about.page)}]({about.page})"
-            out += [f"### {command}: {about.title}", "",
+            # the heading's own id, so that it never takes a flag's (the heading "convert: input" would be
+            # #convert-input, the id of convert's --input)
+            out += [f"### {command}: {about.title} {{#{command}-topic-{'-'.join(about.title.lower().split())}}}", "",
                     f"{about.description[0].upper()}{about.description[1:]}: see {link}.", "",
                     "| Flag | Value | Description |", "| --- | --- | --- |"]
             for action in actions:
