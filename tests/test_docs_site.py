@@ -98,15 +98,17 @@ def test_changelog_page_is_the_changelog(site):
 
 
 def test_a_broken_link_or_missing_page_fails_the_build(tmp_path):
-    """Strict mode: a link to a missing page or heading is an error (a copy of the site, API page emptied)."""
+    """Strict mode: a link to a missing page, heading or flag is an error (a copy of the site, API page emptied)."""
     for name in ("mkdocs.yml", "CHANGELOG.md"):
         shutil.copy(ROOT / name, tmp_path / name)
     for name in ("tfrecord_etl", "transforms", "pipelines"):
         (tmp_path / name).symlink_to(ROOT / name)
     shutil.copytree(ROOT / "docs", tmp_path / "docs")
     (tmp_path / "docs" / "api.md").write_text("# Python API\n")
-    (tmp_path / "docs" / "reading.md").write_text("# Reading\n\nSee [the shards](output.md#no-such-heading) and "
-                                                  "[the tour](no-such-page.md).\n")
+    (tmp_path / "docs" / "reading.md").write_text("# Reading\n\nSee [the shards](output.md#no-such-heading), "
+                                                  "[the tour](no-such-page.md), [a flag](flags.md#convert-index) "
+                                                  "and [no flag](flags.md#convert-no_such_flag).\n")
     code, output = build(tmp_path, tmp_path / "site")
     assert code != 0
     assert "no-such-page.md" in output and "no-such-heading" in output, output
+    assert "convert-no_such_flag" in output and "convert-index" not in output, output  # flag anchors are checked
