@@ -28,7 +28,7 @@ class Group(NamedTuple):
     flags: tuple[str, ...]
 
 
-_HELP = Group("general", "help, logs, progress, planning without writing", "getting-started.md",
+_HELP = Group("general", "help, logs, progress, planning without writing", "converting/index.md",
               ("-h", "--verbose", "--progress", "--dry_run"))
 _RECORD_LIMITS = ("--max_record_mb", "--max_features")
 
@@ -76,7 +76,7 @@ GROUPS: dict[str, tuple[Group, ...]] = {
         Group("runner", "local workers and batch size (Beam's own flags pass through)", "scale.md",
               ("--batch_size", "--max_local_workers")),
         Group("limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS),
-        Group("general", "help and logs", "getting-started.md", ("-h", "--verbose")),
+        Group("general", "help and logs", "augment.md", ("-h", "--verbose")),
     ),
     "verify": (
         Group("target", "what to verify: an output, a collection, a sidecar or TFRecord files", "verify.md",
