@@ -42,7 +42,8 @@ setuptools.setup(
         "hdf5plugin>=4.1",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3",
+        # the tests build the docs site in strict mode: the docs extra too
+        "test": [*_DOCS, "pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3",
                  # TFDS's own Tensor(encoding=ZLIB) encoder: the zlib encoding is checked byte for byte against it
                  "tensorflow-datasets>=4.9.10,<5",
                  # the `tfrecord` package (PyTorch readers): its multi-worker path reads our --index files
@@ -54,10 +55,7 @@ setuptools.setup(
                  # a Google Cloud Storage API on 127.0.0.1 (ranged downloads): the gs:// read tests
                  "gcp-storage-emulator>=2026.7.19",
                  # a MATLAB v7.3 writer: the v7.3 twins of SciPy's v5 test files (both must convert alike)
-                 "hdf5storage>=0.2.2,<0.3",
-                 # the tests build the docs site in strict mode
-                 *_DOCS],
-        "docs": _DOCS,
+                 "hdf5storage>=0.2.2,<0.3"],
         # --runner DaskRunner (apache-beam[dask] asks for the same ranges); see "Running at scale" in the README.
         "dask": ["dask>=2024.4.2", "distributed>=2024.4.2"],
         # s3:// inputs and outputs through Beam's S3 filesystem (apache-beam[aws] is boto3>=1.9,<2);
@@ -67,5 +65,6 @@ setuptools.setup(
         "tfds": ["tensorflow-datasets>=4.9.10,<5"],
         # python -m bench.run (not part of the test suite): the PNG chart and process-tree peak RSS.
         "bench": ["matplotlib>=3.8", "psutil>=5.9"],
+        "docs": _DOCS,
     },
 )

@@ -169,7 +169,7 @@ def snippet_env(workdir: str) -> dict[str, str]:
     return env
 
 
-def run_page(path: pathlib.Path, blocks: list[Block] | None = None, timeout: float = 600,
+def run_page(path: pathlib.Path, blocks: list[Block] | None = None, timeout: float = 300,
              root: pathlib.Path = ROOT) -> PageResult:
     """Runs the blocks of the page at ``path`` (``blocks``: already parsed) as described in this module's
     docstring; the page is named relative to ``root`` in the result."""
