@@ -8,6 +8,9 @@ Also usable as Beam's ``--setup_file`` so Dataflow workers install the same pack
 import setuptools
 
 _FOLDERS = ("transforms", "pipelines")  # the repo's top-level folders, installed under tfrecord_etl
+# the documentation site (mkdocs.yml): mkdocs build --strict, or mkdocs serve to preview it; mkdocstrings formats
+# the API page's signatures with ruff
+_DOCS = ["mkdocs>=1.6.1,<2", "mkdocs-material>=9.8.2,<10", "mkdocstrings-python>=2.0.11,<3", "ruff>=0.17.5,<1"]
 
 setuptools.setup(
     name="tfrecord-etl",
@@ -41,7 +44,8 @@ setuptools.setup(
         "hdf5plugin>=4.1",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3",
+        # the tests build the docs site in strict mode: the docs extra too
+        "test": [*_DOCS, "pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3",
                  # TFDS's own Tensor(encoding=ZLIB) encoder: the zlib encoding is checked byte for byte against it
                  "tensorflow-datasets>=4.9.10,<5",
                  # the `tfrecord` package (PyTorch readers): its multi-worker path reads our --index files
@@ -63,5 +67,6 @@ setuptools.setup(
         "tfds": ["tensorflow-datasets>=4.9.10,<5"],
         # python -m bench.run (not part of the test suite): the PNG chart and process-tree peak RSS.
         "bench": ["matplotlib>=3.8", "psutil>=5.9"],
+        "docs": _DOCS,
     },
 )

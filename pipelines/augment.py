@@ -15,14 +15,14 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrecord_etl.pipelines import common
+from tfrecord_etl.pipelines import common, flaghelp
 from tfrecord_etl.transforms import augment, localmode, metadata, tfrecord
 from tfrecord_etl.transforms.augment import readers, spans
 from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
-from tfrecord_etl.transforms.config import parse_args
+from tfrecord_etl.transforms.config import build_parser as build_flags, parse_args
 from tfrecord_etl.transforms.errors import printable
 
-__all__ = ["AugmentConfig", "AugmentOptions", "build_pipeline", "main"]
+__all__ = ["AugmentConfig", "AugmentOptions", "build_parser", "build_pipeline", "main"]
 
 
 def build_pipeline(p: beam.Pipeline, plan: augment.AugmentPlan):
@@ -42,8 +42,20 @@ def augment_size(plan) -> tuple[int, int]:
     return (records if records is not None else num_bytes // 100), num_bytes
 
 
+PROG = "python -m pipelines.augment"
+
+
+def build_parser():
+    """The command's argument parser, its flags in the argument groups of ``flaghelp.GROUPS`` (``--help``, the
+    docs' flag reference)."""
+    parser = build_flags(AugmentConfig, AugmentOptions, PROG, __doc__)
+    # the usage line names the two required flags; the groups of --help list every flag
+    parser.usage = f"{PROG} --input PATTERN_OR_DIR --output_dir DIR [flags] [Beam flags]"
+    return flaghelp.group_flags(parser, "augment")
+
+
 def main(argv: list[str]) -> int:
-    cfg, beam_argv = parse_args(argv, AugmentConfig, AugmentOptions, "python -m pipelines.augment", __doc__)
+    cfg, beam_argv = parse_args(argv, AugmentConfig, AugmentOptions, PROG, __doc__, build_parser())
     common.configure_filesystems(beam_argv)  # pipeline_options from the YAML config too
     tfrecord.require_fast_crc32c()
     if spans.is_collection_input(cfg):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import textwrap
 
 COMMANDS = {
     "convert": "NumPy arrays in HDF5 / .npz / .npy files -> sharded TFRecord files of tf.train.Example",
@@ -14,14 +15,29 @@ COMMANDS = {
 }
 
 USAGE = "usage: tfrecord-etl {" + ",".join(COMMANDS) + "} [flags]   (tfrecord-etl COMMAND --help lists its flags)"
+# the documentation page of each command (under flaghelp.DOCS)
+PAGES = {"convert": "converting/index.md", "augment": "augment.md", "verify": "verify.md", "inspect": "verify.md"}
+
+
+def help_text() -> str:
+    """``tfrecord-etl --help``: the commands, each with its documentation page, and where the flags are listed."""
+    from tfrecord_etl.pipelines import flaghelp
+    lines = [USAGE, "", "commands:"]
+    lines += [f"  {name:<8} {text}\n  {'':<8} see {flaghelp.DOCS}{PAGES[name]}" for name, text in COMMANDS.items()]
+    lines += ["", "flags: tfrecord-etl COMMAND --help lists them by topic, each topic with its documentation page:"]
+    for name in COMMANDS:
+        topics = ", ".join(dict.fromkeys(g.title for g in flaghelp.GROUPS[name]))
+        lines += textwrap.wrap(topics, 100, initial_indent=f"  {name:<8} ", subsequent_indent=" " * 11)
+    lines += ["", f"every flag of every command: {flaghelp.DOCS}flags.md (the documentation's Flag reference)",
+              f"documentation: {flaghelp.DOCS}index.md (the site: mkdocs serve, see {flaghelp.DOCS}development.md)"]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Runs ``tfrecord-etl COMMAND [flags]``; returns the exit code (2 for an unknown or missing command)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE + "\n\ncommands:\n" + "\n".join(f"  {name:<8} {text}" for name, text in COMMANDS.items()),
-              file=sys.stderr if not argv else sys.stdout)
+        print(help_text(), file=sys.stderr if not argv else sys.stdout)
         return 2 if not argv else 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:

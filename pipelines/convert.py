@@ -17,9 +17,9 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrecord_etl.pipelines import common
+from tfrecord_etl.pipelines import common, flaghelp
 from tfrecord_etl.transforms import localmode, metadata, planning, spanrun, tfrecord
-from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, parse_args
+from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, build_parser as build_flags, parse_args
 from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output, prepare_output_dir
 from tfrecord_etl.transforms.errors import printable
 
@@ -56,8 +56,20 @@ def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan: planning.ConvertP
                                                         **({"replaced": replaced} if replaced else {}))
 
 
+PROG = "python -m pipelines.convert"
+
+
+def build_parser():
+    """The command's argument parser, its flags in the argument groups of ``flaghelp.GROUPS`` (``--help``, the
+    docs' flag reference)."""
+    parser = build_flags(ConvertConfig, ConvertOptions, PROG, __doc__)
+    # the usage line names the two required flags; the groups of --help list every flag
+    parser.usage = f"{PROG} --input PATTERN --output_dir DIR [flags] [Beam flags]"
+    return flaghelp.group_flags(parser, "convert")
+
+
 def main(argv: list[str]) -> int:
-    cfg, beam_argv = parse_args(argv, ConvertConfig, ConvertOptions, "python -m pipelines.convert", __doc__)
+    cfg, beam_argv = parse_args(argv, ConvertConfig, ConvertOptions, PROG, __doc__, build_parser())
     if cfg.compression == "zlib":
         print(ZLIB_WARNING, file=sys.stderr)
     common.configure_filesystems(beam_argv)  # pipeline_options from the YAML config too

@@ -28,7 +28,7 @@ import json
 
 import numpy as np
 
-from tfrecord_etl.pipelines import common
+from tfrecord_etl.pipelines import common, flaghelp
 from tfrecord_etl.transforms import codec, collection, collection_reader, fileio, metadata, outdir, reader
 from tfrecord_etl.transforms.errors import EtlError, RecordError, printable
 
@@ -284,7 +284,9 @@ def _container_kind(target: str) -> str | None:
     return fmt if fmt in ("hdf5", "netcdf3", "matlab") else None
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> common.CommandParser:
+    """The command's argument parser, its flags in the argument groups of ``flaghelp.GROUPS`` (``--help``, the
+    docs' flag reference)."""
     parser = common.CommandParser(prog="python -m pipelines.inspect", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("output_dir", help="an output directory of tfrecord-etl, or a TFRecord file, glob or "
@@ -295,7 +297,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow logs (default: off)")
     parser.add_argument("--spans", default=None, help="a collection's spans to summarize: 7, 3,5,9, 3-9, latest, "
                         "latest:N or all (default: all); one span: its output directory too")
-    args = parser.parse_args(argv)
+    return flaghelp.group_flags(parser, "inspect")
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     if collection.is_collection(args.output_dir):
         summary = summarize_collection(args.output_dir, args.spans, args.tf_read, *common.record_limits(args))
         print(json.dumps(summary, indent=1) if args.json else render_collection(summary))

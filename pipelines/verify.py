@@ -31,7 +31,7 @@ import argparse
 import json
 import sys
 
-from tfrecord_etl.pipelines import common
+from tfrecord_etl.pipelines import common, flaghelp
 from tfrecord_etl.transforms import collection, collection_reader
 from tfrecord_etl.transforms import verify as verify_lib
 from tfrecord_etl.transforms.errors import ConfigError, EtlError, printable
@@ -133,7 +133,9 @@ def render_collection(report: verify_lib.CollectionReport, verbose: bool = False
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
+def build_parser() -> common.CommandParser:
+    """The command's argument parser, its flags in the argument groups of ``flaghelp.GROUPS`` (``--help``, the
+    docs' flag reference)."""
     parser = common.CommandParser(prog="python -m pipelines.verify", description=__doc__, ignore_beam_flags=True,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("target", nargs="?",
@@ -154,7 +156,11 @@ def main(argv: list[str]) -> int:
                         help="list every file, and show TensorFlow and Beam logs (default: off)")
     parser.add_argument("--spans", default=None, help="a collection's spans to verify: 7, 3,5,9, 3-9, latest, "
                         "latest:N or all (default: all)")
-    args = parser.parse_args(argv)
+    return flaghelp.group_flags(parser, "verify")
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     targets = {t for t in (args.target, args.target_flag) if t is not None}
     if len(targets) != 1:
         raise ConfigError("TARGET is missing" if not targets else f"two TARGETs: {args.target!r} and --target "

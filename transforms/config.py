@@ -360,17 +360,9 @@ def validate(model: type[BaseModel], values: dict, source: str = "config"):
                           hint="see --help for every key, its type and default") from None
 
 
-def parse_args(argv: list[str], model: type[BaseModel], options_cls: type[PipelineOptions], prog: str,
-               description: str):
-    """Parses our flags and the config file; returns ``(config, beam_argv)``.
-
-    Every flag that is neither ours nor a registered Beam pipeline option (on the command line or in the
-    YAML ``pipeline_options``) is refused, since Beam silently drops what it does not know.
-
-    Raises:
-      ConfigError: invalid YAML, unknown key or flag, wrong type, missing input, too many local workers
-        (one line each).
-    """
+def build_parser(model: type[BaseModel], options_cls: type[PipelineOptions], prog: str,
+                 description: str) -> argparse.ArgumentParser:
+    """The argument parser of ``model``'s flags (declared by ``options_cls``), as :func:`parse_args` uses it."""
     parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="Every other flag (--runner, --direct_num_workers, --temp_location, "
@@ -379,6 +371,22 @@ def parse_args(argv: list[str], model: type[BaseModel], options_cls: type[Pipeli
     for name in BEAM_CLASHES & set(model.model_fields):
         parser.add_argument(f"--{name}", dest=name, default=None, action=argparse.BooleanOptionalAction,
                             help=f"{model.model_fields[name].description} (default: False)")
+    return parser
+
+
+def parse_args(argv: list[str], model: type[BaseModel], options_cls: type[PipelineOptions], prog: str,
+               description: str, parser: argparse.ArgumentParser | None = None):
+    """Parses our flags and the config file; returns ``(config, beam_argv)``. ``parser``: the command's parser
+    (its flags grouped for ``--help``), else :func:`build_parser`'s.
+
+    Every flag that is neither ours nor a registered Beam pipeline option (on the command line or in the
+    YAML ``pipeline_options``) is refused, since Beam silently drops what it does not know.
+
+    Raises:
+      ConfigError: invalid YAML, unknown key or flag, wrong type, missing input, too many local workers
+        (one line each).
+    """
+    parser = parser if parser is not None else build_parser(model, options_cls, prog, description)
     argv = list(argv)
     for i in range(len(argv) - 2, -1, -1):
         if argv[i] in _NEGATIVE_VALUE_FLAGS and i + 1 < len(argv):

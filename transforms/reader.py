@@ -40,8 +40,8 @@ def iter_records(path: str, compression: str | None = None, max_record_bytes: in
     ``tfrecord.record_limit()``, 1024 MB).
 
     Raises:
-      RecordError: a corrupt frame or a record over the limit. SourceError: not a regular file (a FIFO or
-      device is never opened).
+      RecordError: a corrupt frame or a record over the limit.
+      SourceError: not a regular file (a FIFO or device is never opened).
     """
     tfrecord.check_regular(path)
     if compression is None:
@@ -84,8 +84,9 @@ def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_recor
     ``tfrecord.record_limit()`` and ``codec.MAX_FEATURES``).
 
     Raises:
-      IncompleteOutputError: no metadata.json. RecordError: a corrupt record (file, index, offset), a
-      record over a limit, or a shard whose record count differs from the metadata.
+      IncompleteOutputError: no metadata.json.
+      RecordError: a corrupt record (file, index, offset), a record over a limit, or a shard whose record
+        count differs from the metadata.
       ConfigError, SchemaError: ``spans`` (see :func:`collection_reader.parts`).
     """
     specs, parts = collection_reader.parts(output_dir, spans, split, features)
@@ -509,7 +510,7 @@ def iter_numpy_merged(original: str, sidecar_dir: str, features: Sequence[str] |
 
     Raises:
       IncompleteOutputError, SchemaError, RecordError: see :func:`open_sidecar`; also RecordError when a
-      pair of shards turns out to hold different record counts while reading (naming both files).
+        pair of shards turns out to hold different record counts while reading (naming both files).
     """
     coll = open_sidecar(original, sidecar_dir, check_checksums)
     specs = _select(coll.specs, features)

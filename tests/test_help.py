@@ -1,0 +1,116 @@
+"""``tfrecord-etl --help`` and each command's ``--help``: flags grouped by topic, each group with a one-line
+description and the documentation page that explains it; every flag in exactly one group."""
+from __future__ import annotations
+
+import argparse
+import re
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+from tfrecord_etl.pipelines import cli, common, flaghelp
+
+
+def nav_pages() -> set[str]:
+    """Every page of mkdocs.yml's nav."""
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=yaml.BaseLoader)
+    pages, stack = set(), list(config["nav"])
+    while stack:
+        item = stack.pop()
+        for value in (item.values() if isinstance(item, dict) else [item]):
+            stack += value if isinstance(value, list) else []
+            if isinstance(value, str):
+                pages.add(value)
+    return pages
+
+
+def command_help(command, capsys) -> str:
+    module = __import__(f"tfrecord_etl.pipelines.{command}", fromlist=["main"])
+    with pytest.raises(SystemExit) as exit_info:
+        common.run_main(module.main, ["--help"])
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", flaghelp.COMMANDS)
+def test_command_help_lists_its_groups_with_description_and_page_in_order(command, capsys):
+    text = command_help(command, capsys)
+    groups = flaghelp.GROUPS[command]
+    positions = []
+    for group in groups:
+        heading = f"\n{group.title}:\n  {group.description}; see {flaghelp.DOCS}{group.page}\n"
+        assert heading in text, heading
+        positions.append(text.index(heading))
+    assert positions == sorted(positions)
+    assert "\noptions:\n" not in text and "\noptional arguments:\n" not in text  # argparse's catch-all is empty
+
+
+@pytest.mark.parametrize("command", flaghelp.COMMANDS)
+def test_every_flag_is_in_exactly_one_group_and_listed_under_it(command, capsys):
+    parser = flaghelp.command_parser(command)
+    grouped = [a for _, actions in flaghelp.flag_groups(parser) for a in actions]
+    assert sorted(map(id, grouped)) == sorted(map(id, parser._actions))
+    assert len(grouped) == len(set(map(id, grouped)))
+    text = command_help(command, capsys)
+    sections = re.split(r"\n(?=\S[^\n]*:\n)", text)  # "title:" lines start the groups
+    for group, actions in flaghelp.flag_groups(parser):
+        section = next(s for s in sections if s.startswith(f"{group.title}:\n"))
+        for action in actions:
+            shown = action.option_strings[0] if action.option_strings else action.dest
+            assert re.search(rf"^  {re.escape(shown)}\b", section, re.M), (command, group.title, shown)
+
+
+def test_every_group_names_a_page_of_the_site():
+    pages = nav_pages()
+    for command, groups in flaghelp.GROUPS.items():
+        for group in groups:
+            assert group.page in pages, (command, group.title, group.page)
+            assert (ROOT / "docs" / group.page).is_file(), group.page
+            assert "\n" not in group.description and len(group.description) < 100
+    assert set(cli.PAGES.values()) <= pages
+
+
+def test_a_flag_in_no_group_or_a_group_naming_a_missing_flag_is_refused(monkeypatch):
+    def parser():
+        p = argparse.ArgumentParser(prog="x")
+        p.add_argument("--a")
+        p.add_argument("--b")
+        return p
+    monkeypatch.setitem(flaghelp.GROUPS, "toy", (flaghelp.Group("first", "the a", "index.md", ("-h", "--a")),))
+    with pytest.raises(ValueError, match=r"toy: \['--b'\] in no group of flaghelp.GROUPS"):
+        flaghelp.group_flags(parser(), "toy")
+    monkeypatch.setitem(flaghelp.GROUPS, "toy", (flaghelp.Group("first", "the a", "index.md", ("-h", "--a", "--b",
+                                                                                                  "--c")),))
+    with pytest.raises(ValueError, match=r"toy: group 'first' names \['--c'\], which the parser does not have"):
+        flaghelp.group_flags(parser(), "toy")
+    monkeypatch.setitem(flaghelp.GROUPS, "toy", (flaghelp.Group("first", "the a", "index.md", ("--a",)),
+                                                 flaghelp.Group("second", "the b", "flags.md", ("--b", "-h"))))
+    text = flaghelp.group_flags(parser(), "toy").format_help()
+    assert ("first:\n  the a; see docs/index.md\n\n  --a A\n\n"
+            "second:\n  the b; see docs/flags.md\n\n  --b B\n  -h, --help") in text
+
+
+def test_grouped_parsers_parse_as_before():
+    """Grouping changes the help only: flags, defaults and positionals parse the same."""
+    args = flaghelp.command_parser("verify").parse_args(["out", "--source", "a", "b", "--json", "--max_problems", "3"])
+    assert (args.target, args.source, args.json, args.max_problems, args.spans) == ("out", ["a", "b"], True, 3, None)
+    args = flaghelp.command_parser("inspect").parse_args(["out", "--tf_read"])
+    assert (args.output_dir, args.tf_read, args.json) == ("out", True, False)
+    known, rest = flaghelp.command_parser("convert").parse_known_args(
+        ["--input", "a.h5", "--output_dir", "o", "--no-index", "--runner", "DirectRunner"])
+    assert (known.input, known.output_dir, known.index, known.compression, rest) == \
+        ("a.h5", "o", False, None, ["--runner", "DirectRunner"])
+
+
+def test_tfrecord_etl_help_lists_commands_with_their_pages_and_topics(capsys):
+    assert cli.main(["--help"]) == 0
+    text = capsys.readouterr().out
+    for name, summary in cli.COMMANDS.items():
+        assert f"  {name:<8} {summary}\n  {'':<8} see {flaghelp.DOCS}{cli.PAGES[name]}\n" in text
+    for name in flaghelp.COMMANDS:
+        topics = ", ".join(dict.fromkeys(g.title for g in flaghelp.GROUPS[name]))
+        assert topics in " ".join(text.split()), name
+    assert f"{flaghelp.DOCS}flags.md" in text
+    assert cli.main([]) == 2  # no command: the same text on stderr, status 2
+    assert "commands:" in capsys.readouterr().err
