@@ -195,3 +195,31 @@ def test_augment_refuses_a_level_for_uncompressed_output(outputs, tmp_path, caps
                                               "--constants", "k=7", "--output_compression", "none",
                                               "--compression_level", "1", *BEAM_FLAGS], capsys)
     assert code == 2 and "--compression_level sets the level of gzip or zlib output shards" in err
+
+
+def test_augment_sidecar_shards_are_compressed_through_the_backend(outputs, tmp_path, monkeypatch, capsys):
+    from tfrecord_etl.pipelines import augment
+    from tfrecord_etl.transforms import reader
+    monkeypatch.setenv(compression.ENV, "zlib-ng")
+    side = tmp_path / "side"
+    code, _, err = run_command(augment.main, ["--input", outputs["isal"], "--output_dir", side, "--constants",
+                                              "k=7", "--mode", "sidecar", *BEAM_FLAGS], capsys)
+    assert code == 0, err
+    meta = json.loads((side / "metadata.json").read_text())
+    assert meta["compression_backend"] == {"name": "zlib-ng", "version": compression.get("zlib-ng").version,
+                                           "level": 3}
+    for shard in meta["shards"]:
+        data = (side / shard["file"]).read_bytes()
+        assert shard["file"].endswith(".gz") and data[:10] == compression.GZIP_HEADER
+        plain = gzip.decompress(data)
+        assert data == _recompress(plain, "zlib-ng", 3)  # the backend's own stream at its level, nothing else
+    merged = reader.open_sidecar(str(outputs["isal"]), str(side))
+    assert len(merged.pairs) == 2
+
+
+def _recompress(plain: bytes, backend: str, level: int) -> bytes:
+    buf = io.BytesIO()
+    c = compression.StreamCompressor(buf, "gzip", compression.get(backend), level)
+    c.write(plain)
+    c.finish()
+    return buf.getvalue()
