@@ -42,6 +42,10 @@ setuptools.setup(
         # HDF5 filter plugins (Blosc, Blosc2, BZip2, LZ4, Zstd, Bitshuffle, SZ, ZFP, ...), registered before any HDF5
         # file is opened: a 46.4 MB wheel (7.1.0, manylinux x86_64), 185 MB installed, next to TensorFlow's 1.9 GB
         "hdf5plugin>=4.1",
+        # gzip/zlib shards and the zlib encoding through ISA-L (several times zlib's speed both ways; wheels for
+        # Linux, macOS and Windows), zlib-ng where ISA-L has no wheel; CPython's zlib is the last fallback
+        "isal>=1.7,<2",
+        "zlib-ng>=0.5,<2",
     ],
     extras_require={
         # the tests build the docs site in strict mode: the docs extra too

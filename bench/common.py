@@ -121,6 +121,23 @@ def count_frames(path: str) -> int:
     return n
 
 
+def count_gzip_frames(path: str) -> int:
+    """Number of records of a gzip TFRecord file, by walking the frame headers of its decompressed stream."""
+    import gzip
+    n = 0
+    with gzip.open(path, "rb") as f:
+        while True:
+            header = f.read(12)
+            if not header:
+                return n
+            if len(header) < 12:
+                raise ValueError(f"{path}: truncated frame header after record {n}")
+            length = _LEN.unpack_from(header)[0]
+            if len(f.read(length + 4)) != length + 4:
+                raise ValueError(f"{path}: truncated record {n}")
+            n += 1
+
+
 def tfrecord_files(directory: str) -> list[str]:
     """Uncompressed TFRecord files under ``directory`` (recursively), sorted."""
     out = []

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import glob
 import json
 import math
 import os
@@ -58,7 +59,7 @@ from importlib import metadata as importlib_metadata
 
 from bench import datagen, report, sizes
 from bench.common import (AUGMENT_CONSTANT, LARGE, LAYOUTS, SMALL, convert_encoding_flags, count_frames,
-                          dir_bytes, row_bytes, tfrecord_files)
+                          count_gzip_frames, dir_bytes, row_bytes, tfrecord_files)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_RESULTS = os.path.join(ROOT, "bench", "results")
@@ -165,12 +166,15 @@ class Bench:
         self.generated.add(path)
         return path
 
-    def records(self, kind: str, h5_path: str, rows: int, name: str) -> str:
+    def records(self, kind: str, h5_path: str, rows: int, name: str, compression: str = "none") -> str:
         """A converted collection of ``h5_path`` (the augmentation input): ``convert --writer beam`` into
-        ``data/NAME/``; falls back to the seed loop (one TFRecordWriter file) if convert fails."""
+        ``data/NAME/``; falls back to the seed loop (one TFRecordWriter file) if convert fails. ``compression``
+        ``gzip``: ``.gz`` shards (what TFX's ExampleGen writes), written by ``convert --compression gzip``."""
         out = os.path.join(self.data_dir, name)
         stamp = os.path.join(self.data_dir, name + ".json")
-        want = datagen.stamp(kind, rows, datagen.SEEDS[kind])
+        want = dict(datagen.stamp(kind, rows, datagen.SEEDS[kind]), compression=compression)
+        if compression != "none":
+            return self._gzip_records(kind, h5_path, rows, name, out, stamp, want)
         if (self.args.keep or out in self.generated) and datagen_stamp_ok(stamp, want) and tfrecord_files(out):
             self.say(f"  kept {name}/")
             return out
@@ -194,6 +198,23 @@ class Bench:
         with open(stamp, "w", encoding="utf-8") as f:
             json.dump(want, f)
         self.say(f"  prepared {name}/ ({rows:,} records, {how}) in {time.perf_counter() - t:.1f} s")
+        self.generated.add(out)
+        return out
+
+    def _gzip_records(self, kind, h5_path, rows, name, out, stamp, want) -> str:
+        if (self.args.keep or out in self.generated) and datagen_stamp_ok(stamp, want) and glob.glob(
+                os.path.join(out, "*.gz")):
+            self.say(f"  kept {name}/")
+            return out
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = [self.py, "-m", "pipelines.convert", "--input", h5_path, "--output_dir", out, "--compression", "gzip",
+               *convert_encoding_flags(LAYOUTS[kind]), *beam_flags(2)]
+        code, log = self.run_plain(cmd, f"prepare__{name}")
+        if code != 0:
+            raise SystemExit(f"cannot prepare {name}: see {log}")
+        with open(stamp, "w", encoding="utf-8") as f:
+            json.dump(want, f)
+        self.say(f"  prepared {name}/ ({rows:,} records, gzip)")
         self.generated.add(out)
         return out
 
@@ -306,6 +327,10 @@ class Bench:
         try:
             if check == "frames":
                 n = sum(count_frames(p) for p in tfrecord_files(out))
+                if n != rows:
+                    return f"wrote {n} records, expected {rows}"
+            elif check == "gzip_frames":
+                n = sum(count_gzip_frames(p) for p in glob.glob(os.path.join(out, "**", "*.gz"), recursive=True))
                 if n != rows:
                     return f"wrote {n} records, expected {rows}"
             elif check == "bytes":
@@ -492,6 +517,15 @@ class Bench:
                                  augment("rewrite"), tiny, check="augment")
         sidecar = self.contender(section, "sidecar", "augment --mode sidecar (2 workers)", "other", rows, rb,
                                  augment("sidecar"), tiny, check="augment")
+        # a gzip collection (TFX ExampleGen's .gz shards) augmented into gzip, against the same loop through
+        # TensorFlow's GZIP reader and writer
+        gz = self.records(kind, h5_path, rows, f"{section}_records_gz", "gzip")
+        self.section_info[section]["gzip_input"] = gz
+        self.contender(section, "seed_gzip", "seed loop, gzip in and out (TF GZIP reader and writer)", "other",
+                       rows, rb, lambda i, o: [py, "-m", "bench.seed_augment", "--input", os.path.join(gz, "*.gz"),
+                                               "--output_dir", o, "--compression", "gzip"], None, check="augment")
+        self.contender(section, "rewrite_gzip", "augment --mode rewrite, gzip in and out (2 workers)", "other", rows,
+                       rb, lambda i, o: augment("rewrite")(gz, o), None, check="augment")
         if section == "augment_images" and rewrite["status"] == "ok" and sidecar["status"] == "ok":
             rw, sc = rewrite.get("output_bytes"), sidecar.get("output_bytes")
             if rw:

@@ -23,6 +23,8 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--input", required=True, help="glob of uncompressed TFRecord files")
     ap.add_argument("--output_dir", required=True)
+    ap.add_argument("--compression", choices=("none", "gzip"), default="none",
+                    help="gzip: read and write through TensorFlow's GZIP reader and writer")
     ap.add_argument("--name", default=AUGMENT_NAME)
     ap.add_argument("--value", type=int, default=AUGMENT_VALUE)
     args = ap.parse_args(argv)
@@ -38,8 +40,9 @@ def main(argv=None) -> int:
     n = 0
     for path in paths:
         out = os.path.join(args.output_dir, os.path.basename(path))
-        with tf.io.TFRecordWriter(out) as writer:
-            for raw_record in tf.data.TFRecordDataset(path):
+        tf_comp = "GZIP" if args.compression == "gzip" else ""
+        with tf.io.TFRecordWriter(out, options=tf_comp or None) as writer:
+            for raw_record in tf.data.TFRecordDataset(path, compression_type=tf_comp):
                 example = tf.train.Example()
                 example.ParseFromString(raw_record.numpy())
                 example.features.feature[args.name].int64_list.value.append(args.value)

@@ -72,6 +72,15 @@ def run_sizes(bench, sizes: str, seed_limit_s: float) -> list[str]:
                                       None, expect_writer="planned", check="metadata")
                 if key == "auto" and row["status"] == "ok":
                     row["chosen"] = chosen_mode(row.get("log"))
+            # gzip: TensorFlow's GZIP writer in the hand loop against convert --compression gzip (auto)
+            if predicted <= seed_limit_s:
+                bench.contender(section, "seed_gzip", "seed loop, TF GZIP writer", "other", rows, rb,
+                                lambda i, o: [py, "-m", "bench.seed_loop", "--input", i, "--compression", "gzip",
+                                              "--output", os.path.join(o, "data.tfrecord.gz")], None,
+                                check="gzip_frames")
+            bench.contender(section, "convert_auto_gzip", "convert --compression gzip auto (up to 2)", "other", rows,
+                            rb, _convert(py, layout, ["--direct_num_workers=2", "--compression", "gzip"]), None,
+                            expect_writer="planned", check="metadata")
             order.append(section)
     return order
 
@@ -152,7 +161,11 @@ def summary(rows: list[dict], section_info: dict) -> dict:
                           "walls": walls, "seed_predicted_s": skipped and skipped.get("predicted_wall_s"),
                           "best_fixed": best[0], "best_fixed_s": best[1], "auto_s": auto, "auto_chosen": chosen,
                           "auto_vs_best": auto / best[1] if auto and best[1] else None,
-                          "auto_vs_in_memory": auto / fixed["in_memory"] if auto and fixed.get("in_memory") else None})
+                          "auto_vs_in_memory": auto / fixed["in_memory"] if auto and fixed.get("in_memory") else None,
+                          "gzip_vs_none": walls["convert_auto_gzip"] / auto if auto and walls.get(
+                              "convert_auto_gzip") else None,
+                          "gzip_x_seed_gzip": walls["seed_gzip"] / walls["convert_auto_gzip"] if walls.get(
+                              "seed_gzip") and walls.get("convert_auto_gzip") else None})
         steady = {}
         for key in ["raw", "seed"] + [f"convert_{k}" for k, _, _ in MODES]:
             points = [(t["rows"], t["walls"][key]) for t in table if t["walls"].get(key)]
@@ -191,6 +204,13 @@ def targets(rows: list[dict], summ: dict) -> list[dict]:
             if inproc:
                 t["text"] += " (auto ran as in_memory with one bundle too: the difference is run-to-run noise)"
             out.append(t)
+    for kind, s in summ.items():  # gzip: its cost over uncompressed, and against TF's GZIP writer in the loop
+        big = next((t for t in reversed(s["table"]) if t["gzip_x_seed_gzip"]), None)
+        if big:
+            out.append(_target(f"gzip convert within 1.3x of uncompressed ({kind} rows, {big['size']}, whole "
+                               "process)", big["gzip_vs_none"], lambda x: x <= 1.3, "{:.2f}x"))
+            out.append(_target(f"gzip convert >= 2.5x the TF GZIP loop ({kind} rows, {big['size']}, whole process)",
+                               big["gzip_x_seed_gzip"], lambda x: x >= 2.5, "{:.2f}x"))
     small, large = summ.get("small", {}).get("steady_rows_per_s", {}), summ.get("large", {}).get("steady_rows_per_s", {})
     best_small = max((small.get(f"convert_{k}") or 0) for k, _, _ in MODES)
     out.append(_target("small rows steady >= 30x the seed loop", best_small / small["seed"] if small.get("seed") and
@@ -214,7 +234,8 @@ def markdown(summ: dict, tgts: list[dict]) -> str:
     for kind, s in summ.items():
         lines += [f"{kind} rows ({row_bytes(LAYOUTS[kind]):,} bytes a row):", "",
                   "| size | rows | raw copy | seed loop | in_memory | multi_threading | multi_processing | auto | auto chose "
-                  "| auto / best |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "| auto / best | seed loop, TF GZIP | auto, gzip | gzip / none | gzip x TF GZIP loop |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for t in s["table"]:
             w = t["walls"]
             seed = f"{w['seed']:.2f}" if w.get("seed") else (f"~{t['seed_predicted_s']:,.0f} (predicted, skipped)"
@@ -222,7 +243,9 @@ def markdown(summ: dict, tgts: list[dict]) -> str:
             lines.append("| " + " | ".join([t["size"], f"{t['rows']:,}", _s(w.get("raw")), seed,
                                             *[_s(w.get(f"convert_{k}")) for k in FIXED], _s(w.get("convert_auto")),
                                             (t["auto_chosen"] or "-").split(" (")[0],
-                                            f"{t['auto_vs_best']:.2f}" if t["auto_vs_best"] else "-"]) + " |")
+                                            f"{t['auto_vs_best']:.2f}" if t["auto_vs_best"] else "-",
+                                            _s(w.get("seed_gzip")), _s(w.get("convert_auto_gzip")),
+                                            _s(t["gzip_vs_none"]), _s(t["gzip_x_seed_gzip"])]) + " |")
         steady = s["steady_rows_per_s"]
         if steady:
             lines += ["", "steady state (rows/s between the two largest sizes): " + ", ".join(

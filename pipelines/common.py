@@ -9,6 +9,7 @@ import sys
 import warnings
 from typing import Callable
 
+from tfrecord_etl.transforms import compression
 from tfrecord_etl.transforms.errors import EtlError, printable
 
 
@@ -385,8 +386,10 @@ def print_summary(output_dir: str, meta: dict, seconds: float, extra: dict | Non
     shards = meta["shards"]
     total_bytes = sum(s["bytes"] for s in shards)
     n = meta["num_records"]
+    chosen = meta.get("compression_backend")  # gzip/zlib: the library that compressed them, its version and level
+    backend = f" through {compression.label(chosen)}" if chosen else ""
     print(f"wrote {n} examples in {len(shards)} shards, {total_bytes} bytes "
-          f"({meta['compression']}) to {printable(output_dir)} in {seconds:.1f} s ({n / max(seconds, 1e-9):,.0f} examples/s)")
+          f"({meta['compression']}{backend}) to {printable(output_dir)} in {seconds:.1f} s ({n / max(seconds, 1e-9):,.0f} examples/s)")
     for key, value in (extra or {}).items():
         print(f"  {key}: {value}")
 

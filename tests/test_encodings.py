@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tfrecord_etl.transforms import codec, reader
+from tfrecord_etl.transforms import codec, compression, reader
 from tfrecord_etl.transforms.codec import ENCODINGS, FeatureSpec
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 from tests.conftest import convert, fixture_file, run_command
@@ -93,8 +93,9 @@ def test_zlib_decodes_inside_tf_data(tf, dt):
 
 
 @pytest.mark.parametrize("dt", ["bool", "uint8", "int64", "float32", "float64"])
-def test_zlib_value_is_byte_identical_to_tfds_encoding_zlib(dt):
+def test_zlib_value_is_byte_identical_to_tfds_encoding_zlib_with_the_zlib_backend(dt, monkeypatch):
     from tensorflow_datasets.core.features.tensor_feature import Encoding, Tensor
+    monkeypatch.setenv(compression.ENV, "zlib")
     src = sample(np.dtype(dt), (5, 6, 7))
     spec, records = encode(src, "zlib")
     feature = Tensor(shape=(6, 7), dtype=np.dtype(dt), encoding=Encoding.ZLIB)
@@ -102,6 +103,26 @@ def test_zlib_value_is_byte_identical_to_tfds_encoding_zlib(dt):
         spans = codec.split_features(record)
         kind, values = codec.decode_feature(record, spans["f"])
         assert kind == "bytes" and values == [feature.encode_example(row)]
+
+
+@pytest.mark.parametrize("backend", compression.available())
+@pytest.mark.parametrize("dt", ["bool", "uint8", "int64", "float64"])
+def test_zlib_values_of_every_backend_decode_exactly_with_tfds_and_each_other(dt, backend, monkeypatch):
+    from tensorflow_datasets.core.features.tensor_feature import Encoding, Tensor
+    monkeypatch.setenv(compression.ENV, backend)
+    src = sample(np.dtype(dt), (5, 6, 7))
+    spec, records = encode(src, "zlib")
+    again = encode(src, "zlib")[1]
+    assert again == records  # same backend, same level: the same bytes
+    feature = Tensor(shape=(6, 7), dtype=np.dtype(dt), encoding=Encoding.ZLIB)
+    for row, record in zip(src, records):
+        value = codec.decode_feature(record, codec.split_features(record)["f"])[1][0]
+        assert value[:1] == b"x" and zlib.decompress(value) == row.astype(np.dtype(dt).newbyteorder("<")).tobytes()
+        got = np.asarray(feature.decode_example(value))
+        assert got.dtype == np.dtype(dt) and got.tobytes() == row.tobytes()
+    for other in compression.available():  # each backend reads what the others wrote
+        monkeypatch.setenv(compression.ENV, other)
+        assert_exact(src, [codec.decode_example(r, [spec])["f"] for r in records])
 
 
 def test_zlib_of_a_sparse_array_is_smaller_and_a_varying_shape_round_trips():

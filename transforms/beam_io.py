@@ -303,9 +303,9 @@ class WriteShardFn(beam.DoFn):
 
     def __init__(self, source: Source, specs, output_dir: str, prefix: str, compression: str,
                  allow_lossy=(), provenance=False, dead_letter_dir: str | None = None, progress=False,
-                 index=False, split_plan: SplitPlan | None = None):
+                 index=False, split_plan: SplitPlan | None = None, codec: dict | None = None):
         self._source, self._output_dir, self._prefix, self._compression = source, output_dir, prefix, compression
-        self._index, self._split_plan = index, split_plan
+        self._index, self._split_plan, self._codec = index, split_plan, codec
         self._specs, self._lossy, self._prov = tuple(specs), tuple(allow_lossy), provenance
         self._dead_letter_dir, self._progress = dead_letter_dir, progress
         self._rows = Metrics.counter(NAMESPACE, "rows_read")
@@ -349,7 +349,7 @@ class WriteShardFn(beam.DoFn):
         letters: list[dict] = []
         with contextlib.ExitStack() as stack:
             writers = [stack.enter_context(sink.shard_writer(fileio.join(self._output_dir, f),
-                                                             self._compression, self._index))
+                                                             self._compression, self._index, self._codec))
                        for _, f in files]
             for rr in shard.ranges:
                 for split, _, batch in self._encoded(rr, letters):
@@ -426,9 +426,9 @@ class WriteShuffledShardFn(beam.DoFn):
     "split", "index"]}``."""
 
     def __init__(self, output_dir: str, prefix: str, compression: str, num_shards: int,
-                 split_names: Sequence[str] = (), index=False):
+                 split_names: Sequence[str] = (), index=False, codec: dict | None = None):
         self._output_dir, self._prefix, self._compression = output_dir, prefix, compression
-        self._n, self._names, self._index = num_shards, tuple(split_names), index
+        self._n, self._names, self._index, self._codec = num_shards, tuple(split_names), index, codec
         self._written = Metrics.counter(NAMESPACE, "examples_written")
         self._bytes = Metrics.counter(NAMESPACE, "bytes_written")
         self._shards = Metrics.counter(NAMESPACE, "shards_written")
@@ -441,7 +441,7 @@ class WriteShuffledShardFn(beam.DoFn):
         name = splits.shard_name(self._prefix, self._names[split] if self._names else None, shard, self._n,
                                  tfrecord.SUFFIXES[self._compression])
         final = fileio.join(self._output_dir, name)
-        with sink.shard_writer(final, self._compression, self._index) as writer:
+        with sink.shard_writer(final, self._compression, self._index, self._codec) as writer:
             for i in range(0, len(records), 4096):
                 writer.write_batch([r for _, r in records[i:i + 4096]])
         out = {"file": name, "records": writer.records, "bytes": fileio.size(final), "crc32c": writer.crc32c,
@@ -507,6 +507,7 @@ class OutputCommit:
     carried: dict | None = None  # the metadata.json of the splits this run adds a split to (kept as they are)
     split_names: tuple[str, ...] = ()  # this run's splits, in the order given (the order of metadata's shards)
     replaced: outdir.Replacement = outdir.Replacement()  # what this commit replaces (outdir.prepare)
+    codec: dict | None = None  # compression.settings(): the backend, its version and level (gzip/zlib shards)
 
 
 class WriteMetadataFn(beam.DoFn):
@@ -546,6 +547,8 @@ class WriteMetadataFn(beam.DoFn):
             shards = list(c.carried["shards"]) + shards
         meta = metadata.build(specs, shards, c.compression, [x for r in runs for x in r["sources"]], c.writer,
                               c.options)
+        if c.codec:
+            meta["compression_backend"] = dict(c.codec)
         meta["rows_read"] = sum(r["rows_read"] for r in runs)
         meta["rows_dead_lettered"] = sum(r["rows_dead_lettered"] for r in runs)
         if letters or (c.carried or {}).get("dead_letters"):

@@ -91,6 +91,9 @@ class ConvertConfig(BaseModel):
                                    "(float64->float32, uint64->int64) is allowed, comma-separated")
     provenance: bool = Field(False, description="add features _source/file and _source/row")
     compression: Literal["none", "gzip", "zlib"] = Field("none", description="compression of the shards")
+    compression_level: Optional[int] = Field(None, ge=0, le=9, description="gzip/zlib level of the compression "
+                                             "backend: isal 0-3 (default 3), zlib-ng 0-9 (default 3), zlib 0-9 "
+                                             "(default 6); default: the backend's")
     index: bool = Field(False, description="write a tfrecord2idx index file (byte offset and length of every "
                         "record) beside each shard, for PyTorch/DALI readers and reader.get; uncompressed shards only")
     splits: dict[str, int] = Field(default_factory=dict, description="named splits by hash buckets, "
@@ -190,6 +193,10 @@ class ConvertConfig(BaseModel):
             raise ValueError("--span and --version need an --input with {SPAN} or {YYYY}{MM}{DD} (and {VERSION})")
         if self.reconvert_changed and not self.incremental:
             raise ValueError("--reconvert_changed goes with --incremental")
+        if self.compression_level is not None and (self.compression == "none" or self.writer == "beam"):
+            raise ValueError("--compression_level sets the level of gzip or zlib shards written by the planned "
+                             "writer: pass --compression gzip or zlib (and not --writer beam, which compresses with "
+                             "Beam's own zlib at level 6)")
         if self.index and self.compression != "none":
             raise ValueError(f"index files give byte offsets into uncompressed shards (what the tfrecord package, "
                              f"DALI and reader.get seek to): --index cannot be combined with --compression "

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from tfrecord_etl.transforms import beam_io, fileio, matching, metadata, outdir, planning
+from tfrecord_etl.transforms import beam_io, compression, fileio, matching, metadata, outdir, planning
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError
 from tfrecord_etl.transforms.planning import ConvertPlan, plan_convert
@@ -49,7 +49,7 @@ class WritePlanned(PlanWriter):
         plan, cfg = self._plan, self._cfg
         fn = beam_io.WriteShardFn(plan.inputs.source, plan.specs, cfg.output_dir, plan.prefix, cfg.compression,
                                   cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir, self._progress,
-                                  cfg.index, plan.split_plan)
+                                  cfg.index, plan.split_plan, codec_of(cfg))
         sequential = [i.path for i in plan.inputs.indexes if i.sequential]
         return pbegin | "WritePlannedShards" >> beam_io.WritePlannedShards(plan.shards, fn, sequential)
 
@@ -119,7 +119,8 @@ class WriteShuffled(PlanWriter):
                 | "AddEmptyShards" >> beam.Flatten()
                 | "GroupByShard" >> beam.GroupByKey()
                 | "WriteShuffledShards" >> beam.ParDo(beam_io.WriteShuffledShardFn(
-                    cfg.output_dir, plan.prefix, cfg.compression, plan.num_shards, names, cfg.index)))
+                    cfg.output_dir, plan.prefix, cfg.compression, plan.num_shards, names, cfg.index,
+                    codec_of(cfg))))
 
 
 WRITERS: dict[str, type[beam.PTransform]] = {"planned": WritePlanned, "beam": WriteWithBeamSink,
@@ -129,6 +130,24 @@ WRITERS: dict[str, type[beam.PTransform]] = {"planned": WritePlanned, "beam": Wr
 def writer_name(cfg: ConvertConfig) -> str:
     """The :data:`WRITERS` entry of a run: ``shuffled`` with ``--shuffle_seed``, else ``--writer``."""
     return "shuffled" if cfg.shuffle_seed is not None else cfg.writer
+
+
+def codec_of(cfg: ConvertConfig) -> dict | None:
+    """The compression backend of a run's shards (``compression.settings``: name, version, level), resolved on
+    the launcher; the ``beam`` writer's is Beam's own (zlib, level 6). None for ``--compression none``.
+
+    Raises:
+      ConfigError: ``--compression_level`` out of the backend's range, or a backend forced by
+        ``TFRECORD_ETL_COMPRESSION_BACKEND`` that is not installed.
+    """
+    if cfg.compression == "none":
+        return None
+    if writer_name(cfg) == "beam":
+        return dict(compression.BEAM_WRITER)
+    try:
+        return compression.settings(cfg.compression, cfg.compression_level)
+    except (ValueError, compression.BackendUnavailable) as e:
+        raise ConfigError(str(e), hint="see the compression backends in the docs' output page") from None
 
 
 class ConvertToTFRecord(beam.PTransform):
@@ -167,6 +186,7 @@ class ConvertToTFRecord(beam.PTransform):
                               file=config.input, hint="resolve the span first (spans.resolve) and pass its files' "
                                                       "pattern, or run python -m pipelines.convert")
         self.config = config
+        codec_of(config)  # refuse a level or backend we cannot write with before planning
         self.plan = plan or plan_convert(config, local_workers)
         self._progress = progress
         report_orphan_labels(config, self.plan)
@@ -186,7 +206,7 @@ class ConvertToTFRecord(beam.PTransform):
                                       writer_name(cfg), cfg.model_dump(), plan.inputs.source.describe(),
                                       plan.tfds_name,
                                       self.carried, plan.split_plan.names if plan.split_plan else (),
-                                      self.replaced)
+                                      self.replaced, codec_of(cfg))
         return shards | "FinalizeOutput" >> beam_io.FinalizeOutput(commit, writer.dead_letters)
 
 

@@ -15,6 +15,11 @@ A convert run adds ``rows_read`` and ``rows_dead_lettered``, and with ``--dead_l
 record: ``"dead_letters": [{"file": "in.h5", "start": 300, "stop": 400, "rows": 100, "error": "SourceError"}]``
 (``beam_io.dead_range``; files modes add ``"files"``), which ``verify --source`` expects to be absent.
 
+gzip and zlib outputs (convert and augment) add the library that compressed them, its version and level
+(``transforms.compression.settings``): ``"compression_backend": {"name": "isal", "version": "1.9.1", "level": 3}``
+(``--writer beam`` adds ``"by": "Beam WriteToTFRecord"``: Beam's own zlib). A re-run gives the same shard bytes
+only with the same backend and level; ``verify`` compares records, not compressed bytes.
+
 Each shard's ``bytes`` and ``crc32c`` (the CRC32C of the file's bytes as stored, compressed ones for ``.gz`` and
 ``.deflate`` shards, as 8 hex digits like GCS's ``crc32c`` and ``google_crc32c.Checksum.hexdigest``) are its
 identity: computed while it is written (``tfrecord.ShardWriter``), checked by ``verify``, by the index readers

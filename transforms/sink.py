@@ -77,15 +77,18 @@ def write_json_lines(final: str, rows) -> str:
 
 
 @contextlib.contextmanager
-def shard_writer(final: str, compression: str, index: bool = False) -> Iterator[tfrecord.ShardWriter]:
-    """Yields a :class:`tfrecord.ShardWriter` (framing, CRCs, ``compression``) on a temporary file that becomes
+def shard_writer(final: str, compression: str, index: bool = False,
+                 codec: dict | None = None) -> Iterator[tfrecord.ShardWriter]:
+    """Yields a :class:`tfrecord.ShardWriter` (framing, CRCs, ``compression`` through the backend ``codec``
+    names, ``compression.settings``' ``{"name", "level"}``; None: the default backend) on a temporary file that becomes
     the TFRecord shard ``final`` when the block ends without an error. The caller checks its counts inside the
     block (``writer.records`` against what was planned) and raises to abandon the shard. With ``index``, the
     shard's ``tfrecord2idx`` index (``tfrecord.index_name``) is committed just before the shard itself. After the
     block, ``writer.bytes_out`` and ``writer.crc32c`` are the committed file's size and CRC32C (computed as it was
     written), what its ``metadata.json`` entry records."""
     with committed_file(final) as raw:
-        writer = tfrecord.ShardWriter(raw, compression, index=index)
+        writer = tfrecord.ShardWriter(raw, compression, index=index, level=(codec or {}).get("level"),
+                                      backend=(codec or {}).get("name"))
         yield writer
         writer.close()
         if index:

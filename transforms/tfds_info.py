@@ -3,8 +3,8 @@
 
 The features are TFDS's own connectors describing the bytes we wrote (``tensorflow_datasets/core/features/
 tensor_feature.py``): a ``tensor`` feature is ``Tensor(shape, dtype, encoding=Encoding.BYTES)`` (raw little-endian
-bytes, decoded with ``tf.io.decode_raw``), ``zlib`` is ``Encoding.ZLIB`` (byte-identical to TFDS's encoder), a
-``list`` feature is ``Tensor(shape, dtype)`` (native lists; TFDS casts int64/float32 back to the dtype), a scalar
+bytes, decoded with ``tf.io.decode_raw``), ``zlib`` is ``Encoding.ZLIB`` (what TFDS decodes; byte-identical to
+TFDS's encoder with the zlib compression backend), a ``list`` feature is ``Tensor(shape, dtype)`` (native lists; TFDS casts int64/float32 back to the dtype), a scalar
 ``str`` feature is ``Text()``, other strings ``Tensor(dtype=tf.string)``. A feature name with ``/`` becomes a
 nested ``FeaturesDict`` (TFDS flattens nesting with ``/``: ``_source/file`` is ``{"_source": {"file": ...}}``).
 One dimension may vary (TFDS reshapes with -1); our ``<name>/shape`` companions are ignored by TFDS.

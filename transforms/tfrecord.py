@@ -10,18 +10,16 @@ fallback is far too slow (apache/beam#33407), so :func:`require_fast_crc32c` ref
 """
 from __future__ import annotations
 
-import gzip
-import io
 import os
 import stat
 import struct
-import zlib
 from typing import BinaryIO, Iterable, Iterator
 
 import google_crc32c
 import numpy as np
 
 from tfrecord_etl.transforms import checksum
+from tfrecord_etl.transforms import compression as backends
 from tfrecord_etl.transforms.errors import RecordError, SourceError
 
 COMPRESSIONS = ("none", "gzip", "zlib")
@@ -132,35 +130,14 @@ def detect_compression(head: bytes) -> str:
     return "none"
 
 
-class _ZlibReader(io.RawIOBase):
-    """A read-only stream over a ZLIB-compressed stream (what TensorFlow's ZLIB option writes)."""
-
-    def __init__(self, raw: BinaryIO):
-        self._raw, self._z, self._buf = raw, zlib.decompressobj(), b""
-
-    def readable(self):
-        return True
-
-    def readinto(self, b):
-        while not self._buf and not self._z.eof:
-            chunk = self._raw.read(1 << 20)
-            if not chunk:
-                if not self._z.eof:
-                    raise EOFError("ZLIB stream ended before its end marker")
-                break
-            self._buf = self._z.decompress(chunk)
-        n = min(len(b), len(self._buf))
-        b[:n] = self._buf[:n]
-        self._buf = self._buf[n:]
-        return n
-
-
-def open_decompressed(raw: BinaryIO, compression: str) -> BinaryIO:
-    """Wraps a binary stream for reading with ``compression`` (``none``, ``gzip`` or ``zlib``)."""
+def open_decompressed(raw: BinaryIO, compression: str, backend: str | None = None) -> BinaryIO:
+    """Wraps a binary stream for reading with ``compression`` (``none``, ``gzip`` or ``zlib``), decompressed
+    through the compression backend ``backend`` (a name; None: ``compression.get()``'s choice, ISA-L when
+    installed). Any backend reads the streams of any other."""
     if compression == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb")
+        return backends.get(backend).open_gzip(raw)
     if compression == "zlib":
-        return io.BufferedReader(_ZlibReader(raw), 1 << 20)
+        return backends.get(backend).open_zlib(raw)
     return raw
 
 
@@ -305,6 +282,12 @@ class ChecksumReader:
             self.bytes += len(data)
         return data
 
+    def readinto(self, b) -> int:
+        """Reads into the buffer ``b`` (what ISA-L's and zlib-ng's gzip readers call); returns the count."""
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
     def readable(self) -> bool:
         return True
 
@@ -328,15 +311,17 @@ class ShardWriter:
     :class:`ChecksumWriter`: the shard's size and CRC32C in metadata.json without a second pass over the file.
     """
 
-    def __init__(self, raw: BinaryIO, compression: str = "none", index: bool = False):
+    def __init__(self, raw: BinaryIO, compression: str = "none", index: bool = False, level: int | None = None,
+                 backend: str | None = None):
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
         raw = self._out = ChecksumWriter(raw)
         self._raw, self._compression = raw, compression
         self._lengths: list[np.ndarray] | None = [] if index else None
-        # No file name and mtime 0 in the gzip header: the same records give byte-identical files.
-        self._gz = gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0) if compression == "gzip" else None
-        self._z = zlib.compressobj() if compression == "zlib" else None
+        # gzip/zlib through the backend (compression.StreamCompressor): the gzip header has no file name and
+        # mtime 0, so the same records, level and backend give byte-identical files.
+        self._z = (backends.StreamCompressor(raw, compression, backends.get(backend), level)
+                   if compression != "none" else None)
         self.records = 0
         self.bytes_in = 0
 
@@ -368,18 +353,14 @@ class ShardWriter:
     def _write(self, data, count: int, crc: int | None = None) -> None:
         self.records += count
         self.bytes_in += len(data)
-        if self._gz is not None:
-            self._gz.write(data)
-        elif self._z is not None:
-            self._raw.write(self._z.compress(data))
+        if self._z is not None:
+            self._z.write(data)
         else:
             self._raw.write(data, crc)
 
     def close(self) -> None:
-        if self._gz is not None:
-            self._gz.close()
-        elif self._z is not None:
-            self._raw.write(self._z.flush())
+        if self._z is not None:
+            self._z.finish()
 
     @property
     def bytes_out(self) -> int:
@@ -392,7 +373,7 @@ class ShardWriter:
         return crc32c_hex(self._out.crc)
 
 
-_READ_ERRORS = (OSError, EOFError, zlib.error, MemoryError, OverflowError)
+_READ_ERRORS = (OSError, EOFError, MemoryError, OverflowError, *backends.all_errors())
 READ_CHUNK = 1 << 22  # bytes read at a time by iter_records (4 MiB)
 MAX_RECORD_MB = 1024.0  # default limit on one record's length header (--max_record_mb); protobuf's own is 2 GB
 

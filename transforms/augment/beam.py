@@ -162,7 +162,8 @@ class AugmentShardFn(beam.DoFn):
         count = 0
         stats = FeatureStats() if plan.collection.observed else None
         try:
-            with sink.shard_writer(final, plan.output_compression, index=plan.readers.index) as writer:
+            with sink.shard_writer(final, plan.output_compression, index=plan.readers.index,
+                                   codec=plan.codec) as writer:
                 for first, records in batches(iter_shard(shard, tally, plan.max_record_bytes), plan.batch_size):
                     join_columns = self._join_columns(shard, first, len(records), offset, joined)
                     out = self._augmenter.augment(records, shard.path, first, join_columns)  # checks the framing
@@ -322,6 +323,8 @@ class FinalizeAugmentFn(beam.DoFn):
                    **({"split": r["split"]} if r.get("split") else {})} for r in results]
         sources = [{"path": r["input"], "records": r["records_in"]} for r in results]
         meta = metadata.build(specs, shards, plan.output_compression, sources, "augment", plan.options)
+        if plan.codec:
+            meta["compression_backend"] = dict(plan.codec)
         meta["augment"] = {
             "mode": plan.mode, "input": plan.collection.pattern, "input_features_inferred": plan.collection.inferred,
             "input_schema": plan.collection.schema_file, "input_features_corrected": corrections,

@@ -52,6 +52,9 @@ class AugmentConfig(BaseModel):
         "auto", description="compression of the input: auto = from the metadata, else the suffix, else the first bytes")
     output_compression: Optional[Literal["none", "gzip", "zlib"]] = Field(
         None, description="compression of the output shards; default: the input's")
+    compression_level: Optional[int] = Field(None, ge=0, le=9, description="gzip/zlib level of the output's "
+                                             "compression backend: isal 0-3 (default 3), zlib-ng 0-9 (default 3), "
+                                             "zlib 0-9 (default 6); default: the backend's")
     input_schema: Optional[str] = Field(
         None, alias="schema", description="a tensorflow_metadata schema.pbtxt (e.g. from TFX SchemaGen) declaring the "
         "input's features, for a collection without metadata.json; every record is checked against it (default: learn "

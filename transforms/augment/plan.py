@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tfrecord_etl.transforms import fileio, metadata, outdir, tfrecord
+from tfrecord_etl.transforms import compression, fileio, metadata, outdir, tfrecord
 from tfrecord_etl.transforms.codec import (MAX_FEATURES, FeatureSpec, FeatureStats, as_varlen, check_example_frame,
                                            check_example_frames,
                                            check_spec, drop_features, encode_columns, encoding_of,
@@ -57,6 +57,7 @@ class AugmentPlan:
     max_features: int = MAX_FEATURES
     replaced: outdir.Replacement = outdir.Replacement()  # what the commit replaces (outdir.prepare)
     readers: ReaderFiles = ReaderFiles()
+    codec: dict | None = None  # compression.settings(): the output's backend, version and level (gzip/zlib)
 
     def with_input_specs(self, specs: Sequence[FeatureSpec]) -> "AugmentPlan":
         """This plan with the input features replaced (by those learned from every record, at finalize)."""
@@ -296,6 +297,7 @@ def plan_augment(cfg) -> AugmentPlan:
         raise ConfigError(f"The input shards use several compressions {sorted(comps)}",
                           hint="choose the output's with --output_compression")
     out_comp = cfg.output_compression or comps.pop()
+    codec = _codec(out_comp, getattr(cfg, "compression_level", None))
     shards = tuple(dataclasses.replace(s, output_file=output_name(s.path, s.compression, out_comp))
                    for s in collection.shards)
     names = [s.output_file for s in shards]
@@ -388,10 +390,22 @@ def plan_augment(cfg) -> AugmentPlan:
     plan = AugmentPlan(dataclasses.replace(collection, shards=shards), cfg.output_dir, cfg.mode, out_comp,
                        tuple(new_specs), cfg.fn, fn_specs, cfg.fn_batch, constants, join, tuple(cfg.replace_fields),
                        tuple(drop_keys), tuple(cfg.allow_lossy), batch_size, cfg.model_dump(), max_record_bytes,
-                       max_features)
+                       max_features, codec=codec)
     metadata.check_unique(plan.output_specs)
     return dataclasses.replace(plan, readers=plan_reader_files(plan.collection, plan.mode, out_comp,
                                                                plan.output_specs))
+
+
+def _codec(out_comp: str, level: int | None) -> dict | None:
+    """The output's compression backend (``compression.settings``), chosen here once for every worker.
+    Raises ConfigError for a level without compression or out of the backend's range."""
+    if level is not None and out_comp == "none":
+        raise ConfigError("--compression_level sets the level of gzip or zlib output shards, but the output is "
+                          "uncompressed", hint="pass --output_compression gzip (or zlib), or leave the level out")
+    try:
+        return compression.settings(out_comp, level)
+    except (ValueError, compression.BackendUnavailable) as e:
+        raise ConfigError(str(e), hint="see the compression backends in the docs' output page") from None
 
 
 def _encoded_as(spec: FeatureSpec, encoding: str, allow_lossy) -> FeatureSpec:
