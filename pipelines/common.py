@@ -204,6 +204,12 @@ def _stdout_closed() -> int:
     return 1
 
 
+def _have_beam() -> bool:
+    """Whether Apache Beam is installed (not with the reader's install alone: no Beam flags to drop then)."""
+    from tfrecord_etl.transforms import fileio
+    return fileio._beam_filesystems() is not None
+
+
 class CommandParser(argparse.ArgumentParser):
     """The parser of a command without Beam flags (verify, inspect): a bad or unknown flag is a one-line
     ConfigError (exit 2 through ``run_main``), with a suggestion for a misspelled flag.
@@ -218,7 +224,7 @@ class CommandParser(argparse.ArgumentParser):
         self.ignore_beam_flags = ignore_beam_flags
 
     def parse_known_args(self, args=None, namespace=None):
-        if self.ignore_beam_flags:
+        if self.ignore_beam_flags and _have_beam():
             from tfrecord_etl.transforms.config import split_beam_flags
             args, _ = split_beam_flags(sys.argv[1:] if args is None else args,
                                        [o for a in self._actions for o in a.option_strings])
@@ -269,8 +275,11 @@ def configure_filesystems(beam_argv: list[str]) -> None:
     inputs and outputs before that: without it an ``s3://`` path fails with "Must provide one of client or
     options". Unknown flags are ignored; the options are parsed lazily, by the filesystem that needs them.
     """
-    from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import PipelineOptions
+    try:
+        from apache_beam.io.filesystems import FileSystems
+        from apache_beam.options.pipeline_options import PipelineOptions
+    except ImportError:  # the reader's install (verify, inspect): no Beam options; see transforms/lightfs.py
+        return
     FileSystems.set_options(PipelineOptions([str(a) for a in beam_argv if str(a) not in ("-h", "--help")]))
 
 
