@@ -26,11 +26,17 @@ def quiet_logs(verbose: bool) -> None:
     warnings.filterwarnings("ignore")
 
 
+# setup.py's WORKER_ENV: an sdist built while it is 1 (Beam's stager building --setup_file's sdist in the launcher)
+# installs the pipelines' requirements without extras, as Dataflow workers install it
+WORKER_SDIST_ENV = "TFRECORD_ETL_WORKER_SDIST"
+
+
 def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) -> int:
     """Runs ``main`` and turns our errors (raised directly or from inside a Beam worker) into one line."""
     global LAST_RUN_LOG
     LAST_RUN_LOG = None  # an earlier in-process run's log must not be named on this run's error line
     argv = sys.argv[1:] if argv is None else argv
+    os.environ.setdefault(WORKER_SDIST_ENV, "1")  # an sdist Beam builds from setup.py here is for the workers
     quiet_logs("--verbose" in argv)
     configure_filesystems(argv)
     try:

@@ -4,17 +4,16 @@
 the launcher, the workers: one code path for local, gs:// and s3:// paths, configured by the pipeline options).
 Without Beam (``pip install tfrecord-etl``, the reader's install: NumPy and google-crc32c only), ``fileio`` takes
 these instead, for what reading needs: match a pattern, a file's size, whether it exists, join and split paths.
-Local paths use :mod:`os` and :mod:`glob`; ``s3://`` paths a boto3 client and ``gs://`` paths a
+Local paths use :mod:`os`; ``s3://`` paths a boto3 client and ``gs://`` paths a
 google-cloud-storage client, made as below, when those libraries are installed (``tfrecord-etl[s3]``,
 ``tfrecord-etl[gcs]``); the bytes of remote objects are read by ``fileio``'s bounded ranged GETs with the same
 clients. Path semantics follow Beam's filesystems (``apache_beam/io/localfilesystem.py``,
 ``apache_beam/io/gcp/gcsfilesystem.py``, ``apache_beam/io/aws/s3filesystem.py``): a local ``split`` makes the
-head absolute, a remote ``join`` puts one ``/`` between parts, and in a pattern ``*`` matches within one path
-segment, ``**`` across segments, as Beam's ``FileSystem.translate_pattern``.
+head absolute, a remote ``join`` puts one ``/`` between parts, and in an object pattern ``*`` matches within one
+path segment, ``**`` across segments, as Beam's ``FileSystem.translate_pattern``.
 """
 from __future__ import annotations
 
-import glob
 import os
 import re
 import threading
@@ -142,27 +141,38 @@ def translate_pattern(pattern: str) -> str:
 
 
 def match(pattern: str) -> list[tuple[str, int]]:
-    """``(path, size in bytes)`` of the files matching ``pattern`` (unsorted; empty when none): local files by
-    :func:`glob.glob` (``**`` recursive), objects by listing the pattern's literal prefix.
+    """``(path, size in bytes)`` of the files matching ``pattern`` (unsorted; empty when none), found as Beam's
+    ``FileSystem.match`` finds them: a pattern without ``*``, ``?`` or ``[`` is the one path if it exists; else
+    everything under the pattern's literal prefix (local files: the prefix's directory, walked; objects: the
+    names starting with it) that :func:`translate_pattern` of the pattern matches.
 
     Raises:
       ImportError: a scheme the light reader does not read, or its library is not installed.
     """
     kind = scheme(pattern)
-    if not kind:
-        return [(p, os.path.getsize(p)) for p in glob.glob(pattern, recursive=True) if os.path.isfile(p)]
-    if kind not in ("s3", "gs"):
+    if kind not in ("", "s3", "gs"):
         raise _unsupported(pattern)
+    if pattern.endswith("/"):
+        pattern += "*"
     literal = re.match(r"^[^[*?]*", pattern).group(0)
-    bucket, prefix = re.match(r"^\w+://([^/]*)/?(.*)$", literal, re.DOTALL).groups()
-    wanted = re.compile(translate_pattern(pattern)).match
-    head = f"{kind}://{bucket}/"
-    if kind == "s3":
-        pages = s3_client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-        found = [(head + o["Key"], int(o["Size"])) for page in pages for o in page.get("Contents", [])]
+    if literal == pattern:
+        try:
+            return [(pattern, size(pattern))]
+        except FileNotFoundError:
+            return []
+    if not kind:
+        found = [(os.path.join(d, f), os.path.getsize(os.path.join(d, f)))
+                 for d, _, files in os.walk(os.path.dirname(literal)) for f in files]
     else:
-        found = [(head + b.name, int(b.size or 0)) for b in gcs_client().list_blobs(bucket, prefix=prefix)]
-    return [(p, s) for p, s in found if wanted(p)]
+        bucket, prefix = re.match(r"^\w+://([^/]*)/?(.*)$", literal, re.DOTALL).groups()
+        head = f"{kind}://{bucket}/"
+        if kind == "s3":
+            pages = s3_client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            found = [(head + o["Key"], int(o["Size"])) for page in pages for o in page.get("Contents", [])]
+        else:
+            found = [(head + b.name, int(b.size or 0)) for b in gcs_client().list_blobs(bucket, prefix=prefix)]
+    wanted = re.compile(translate_pattern(pattern)).match
+    return [(p, n) for p, n in found if wanted(p)]
 
 
 def size(path: str) -> int:
