@@ -13,11 +13,6 @@ COMMANDS = {
     "inspect": "print the features, shards and one decoded example of an output",
 }
 
-# the import names of the pipelines' dependencies (setup.py's "beam" extra): `pip install tfrecord-etl` alone brings
-# the reader's (NumPy, google-crc32c), with which verify and inspect run and convert and augment cannot
-PIPELINE_MODULES = ("apache_beam", "tensorflow", "tfx_bsl", "tensorflow_metadata", "pyarrow", "h5py", "hdf5plugin",
-                    "pydantic", "yaml", "scipy", "tqdm")
-
 USAGE = "usage: tfrecord-etl {" + ",".join(COMMANDS) + "} [flags]   (tfrecord-etl COMMAND --help lists its flags)"
 
 
@@ -32,16 +27,15 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"error: unknown command {command!r}. Hint: {USAGE}", file=sys.stderr)
         return 2
+    from tfrecord_etl.pipelines import common
     try:
         module = importlib.import_module(f"tfrecord_etl.pipelines.{command}")
     except ImportError as e:
-        missing = (getattr(e, "name", None) or "").split(".")[0]
-        if missing not in PIPELINE_MODULES:
+        line = common.missing_pipelines_line(e, f"tfrecord-etl {command}")
+        if line is None:
             raise
-        print(f"error: tfrecord-etl {command} needs the pipeline dependencies ({missing} is not installed): "
-              f"pip install 'tfrecord-etl[beam]'", file=sys.stderr)
+        print(f"error: {line}", file=sys.stderr)
         return 2
-    from tfrecord_etl.pipelines import common
     return common.run_main(module.main, rest)
 
 

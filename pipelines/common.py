@@ -26,6 +26,21 @@ def quiet_logs(verbose: bool) -> None:
     warnings.filterwarnings("ignore")
 
 
+# the import names of the pipelines' dependencies (setup.py's "beam" extra): `pip install tfrecord-etl` alone brings
+# the reader's (NumPy, google-crc32c), with which verify and inspect run and convert and augment cannot
+PIPELINE_MODULES = ("apache_beam", "tensorflow", "tfx_bsl", "tensorflow_metadata", "pyarrow", "h5py", "hdf5plugin",
+                    "pydantic", "yaml", "scipy", "tqdm")
+
+
+def missing_pipelines_line(error: ImportError, what: str) -> str | None:
+    """The one-line error for ``what`` (a command) failing on an ImportError of one of :data:`PIPELINE_MODULES`
+    (says which and what to install); None for any other ImportError."""
+    missing = (getattr(error, "name", None) or "").split(".")[0]
+    if missing not in PIPELINE_MODULES:
+        return None
+    return f"{what} needs the pipeline dependencies ({missing} is not installed): pip install 'tfrecord-etl[beam]'"
+
+
 # setup.py's WORKER_ENV: an sdist built while it is 1 (Beam's stager building --setup_file's sdist in the launcher)
 # installs the pipelines' requirements without extras, as Dataflow workers install it
 WORKER_SDIST_ENV = "TFRECORD_ETL_WORKER_SDIST"
@@ -56,6 +71,11 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
                                               if stopped else ""), file=sys.stderr)
         return INTERRUPTED
     except Exception as e:  # Beam may wrap a worker's error; find ours in the chain or in its text
+        if isinstance(e, ImportError):  # the reader's install: e.g. verify --source reads the inputs with h5py
+            line = missing_pipelines_line(e, f"tfrecord-etl {getattr(main, '__module__', '').rpartition('.')[2]}")
+            if line is not None:
+                print(f"error: {line}", file=sys.stderr)
+                return 2
         inner = _find_etl_error(e)
         line = f"{type(inner).__name__}: {inner}" if inner is not None else _etl_error_line(str(e))
         if line is None:

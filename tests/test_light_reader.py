@@ -151,7 +151,8 @@ def test_verify_finds_a_corrupt_shard_without_beam(outputs, tmp_path):
 
 
 def test_the_commands_without_the_pipeline_dependencies(output, tmp_path):
-    """verify and inspect run; convert and augment fail with one line saying what to install (exit status 2)."""
+    """verify and inspect run; convert, augment and verify --source fail with one line saying what to install (exit
+    status 2)."""
     out, npz = output
     script = ("from tfrecord_etl.pipelines import cli\n"
               "sys.exit(cli.main(sys.argv[1:]))\n")
@@ -160,6 +161,10 @@ def test_the_commands_without_the_pipeline_dependencies(output, tmp_path):
     assert result.stdout.startswith(f"OK: {out}: output, {ROWS} records in 4 files, compression none")
     result = run_light(script, "inspect", out)
     assert result.returncode == 0 and "name: <U6" in result.stdout, result.stderr[-3000:]
+    result = run_light(script, "verify", out, "--source", npz)  # comparing with the inputs reads them: h5py, ...
+    assert result.returncode == 2 and result.stderr.startswith(
+        "error: tfrecord-etl verify needs the pipeline dependencies ("), result.stderr[-3000:]
+    assert result.stderr.endswith("is not installed): pip install 'tfrecord-etl[beam]'\n")
     for command in ("convert", "augment"):
         result = run_light(script, command, "--input", npz, "--output_dir", tmp_path / "never")
         assert result.returncode == 2 and result.stdout == ""

@@ -41,7 +41,8 @@ def __getattr__(name: str):
 
 
 def _needs_beam(what: str):
-    """Beam's ``FileSystems`` for ``what`` (a write or delete), or ImportError saying what to install."""
+    """Beam's ``FileSystems`` for ``what`` (a write, a delete, a read of another scheme than the light reader's), or
+    ImportError saying what to install."""
     fs = _beam_filesystems()
     if fs is None:
         raise ImportError(f"{what} needs Apache Beam: pip install 'tfrecord-etl[beam]' (reading needs only "
