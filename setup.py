@@ -3,20 +3,69 @@
 Installs one import package, ``tfrecord_etl``, holding the repo's ``transforms/`` and ``pipelines/`` folders as
 ``tfrecord_etl.transforms`` and ``tfrecord_etl.pipelines`` (other PyPI distributions install top-level
 ``transforms`` and ``pipelines`` packages: ours never shadow theirs), and the console command ``tfrecord-etl``.
-Also usable as Beam's ``--setup_file`` so Dataflow workers install the same packages.
+``pip install tfrecord-etl`` installs the reader (NumPy and google-crc32c: reader.iter_numpy, RandomAccess, get,
+verify, inspect); ``pip install 'tfrecord-etl[beam]'`` adds the pipelines (Beam, TensorFlow, tfx-bsl, h5py, ...).
+Also usable as Beam's ``--setup_file``: the sdist Beam builds from it for the workers, from the project's launcher,
+installs the pipelines without any extra (WORKER_ENV below).
 """
+import os
+
 import setuptools
+from setuptools.command.sdist import sdist as _sdist
 
 _FOLDERS = ("transforms", "pipelines")  # the repo's top-level folders, installed under tfrecord_etl
 # the documentation site (mkdocs.yml): mkdocs build --strict, or mkdocs serve to preview it; mkdocstrings formats
 # the API page's signatures with ruff
 _DOCS = ["mkdocs>=1.6.1,<2", "mkdocs-material>=9.8.2,<10", "mkdocstrings-python>=2.0.11,<3", "ruff>=0.17.5,<1"]
 
+# Reading an output (tfrecord_etl.transforms.reader, verify, inspect): `pip install tfrecord-etl`
+READER = ["numpy>=1.26", "google-crc32c>=1.5"]
+# The pipelines (convert, augment, the Beam transforms): `pip install 'tfrecord-etl[beam]'`
+PIPELINES = [
+    # tfx-bsl 1.21 pins tensorflow 2.21 and apache-beam[gcp]; these ranges resolve together on Python 3.11.
+    "apache-beam[gcp]>=2.77,<2.78",
+    "tensorflow>=2.21,<2.22",
+    "tfx-bsl>=1.21,<1.22",
+    "tensorflow-metadata>=1.17",
+    "h5py>=3.10",
+    "pydantic>=2.5",
+    "PyYAML>=6.0",
+    "tqdm>=4.66",
+    # NetCDF-3 classic / 64-bit offset files (scipy.io.netcdf_file, memory-mapped); netCDF-4 goes through h5py
+    "scipy>=1.11",
+    # HDF5 filter plugins (Blosc, Blosc2, BZip2, LZ4, Zstd, Bitshuffle, SZ, ZFP, ...), registered before any HDF5
+    # file is opened: a 46.4 MB wheel (7.1.0, manylinux x86_64), 185 MB installed, next to TensorFlow's 1.9 GB
+    "hdf5plugin>=4.1",
+    # gzip/zlib shards and the zlib encoding through ISA-L (several times zlib's speed both ways; wheels for
+    # Linux, macOS and Windows), zlib-ng where ISA-L has no wheel; CPython's zlib is the last fallback (and the
+    # reader's, which takes them too when installed)
+    "isal>=1.7,<2",
+    "zlib-ng>=0.5,<2",
+]
+# Dataflow workers install the sdist Beam builds from this file (--setup_file) without extras. The launcher
+# (pipelines/common.py: run_main) sets this variable, so that sdist carries WORKER_FILE, and an install from it
+# has the pipelines' requirements as base requirements. Other sdists and every wheel: the reader's only.
+WORKER_ENV = "TFRECORD_ETL_WORKER_SDIST"
+WORKER_FILE = "PIPELINE-REQUIREMENTS.txt"
+_HERE = os.path.dirname(os.path.abspath(__file__))
+FOR_WORKERS = os.path.exists(os.path.join(_HERE, WORKER_FILE))
+
+
+class sdist(_sdist):
+    """The sdist, with WORKER_FILE (the pipelines' requirements, one a line) when WORKER_ENV is 1."""
+
+    def make_release_tree(self, base_dir, files):
+        super().make_release_tree(base_dir, files)
+        if os.environ.get(WORKER_ENV) == "1":
+            with open(os.path.join(base_dir, WORKER_FILE), "w", encoding="utf-8") as f:
+                f.write("\n".join(PIPELINES) + "\n")
+
+
 setuptools.setup(
     name="tfrecord-etl",
     version="0.1.0",
     description="Batch ETL on Apache Beam: NumPy arrays -> sharded TFRecord files of tf.train.Example",
-    long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
+    long_description=open("README.md", encoding="utf-8").read() if os.path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     license_files=["LICENSE"],
@@ -25,31 +74,16 @@ setuptools.setup(
         include=[f for folder in _FOLDERS for f in (folder, folder + ".*")])],
     package_dir={"tfrecord_etl": "tfrecord_etl", **{f"tfrecord_etl.{f}": f for f in _FOLDERS}},
     entry_points={"console_scripts": ["tfrecord-etl = tfrecord_etl.pipelines.cli:console"]},
-    install_requires=[
-        # tfx-bsl 1.21 pins tensorflow 2.21 and apache-beam[gcp]; these ranges resolve together on Python 3.11.
-        "apache-beam[gcp]>=2.77,<2.78",
-        "tensorflow>=2.21,<2.22",
-        "tfx-bsl>=1.21,<1.22",
-        "tensorflow-metadata>=1.17",
-        "numpy>=1.26",
-        "h5py>=3.10",
-        "google-crc32c>=1.5",
-        "pydantic>=2.5",
-        "PyYAML>=6.0",
-        "tqdm>=4.66",
-        # NetCDF-3 classic / 64-bit offset files (scipy.io.netcdf_file, memory-mapped); netCDF-4 goes through h5py
-        "scipy>=1.11",
-        # HDF5 filter plugins (Blosc, Blosc2, BZip2, LZ4, Zstd, Bitshuffle, SZ, ZFP, ...), registered before any HDF5
-        # file is opened: a 46.4 MB wheel (7.1.0, manylinux x86_64), 185 MB installed, next to TensorFlow's 1.9 GB
-        "hdf5plugin>=4.1",
-        # gzip/zlib shards and the zlib encoding through ISA-L (several times zlib's speed both ways; wheels for
-        # Linux, macOS and Windows), zlib-ng where ISA-L has no wheel; CPython's zlib is the last fallback
-        "isal>=1.7,<2",
-        "zlib-ng>=0.5,<2",
-    ],
+    cmdclass={"sdist": sdist},
+    install_requires=READER + (PIPELINES if FOR_WORKERS else []),
     extras_require={
-        # the tests build the docs site in strict mode: the docs extra too
-        "test": [*_DOCS, "pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3",
+        "beam": PIPELINES,
+        # gs:// reads without Beam (the reader's own client; apache-beam[gcp] brings it with the pipelines)
+        "gcs": ["google-cloud-storage>=2.14"],
+        # everything: the pipelines, s3:// and gs:// (with Beam's filesystems), DaskRunner, --tfds_name
+        "all": PIPELINES + ["boto3>=1.34,<2", "dask>=2024.4.2", "distributed>=2024.4.2",
+                            "tensorflow-datasets>=4.9.10,<5"],
+        "test": PIPELINES + _DOCS + ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3",
                  # TFDS's own Tensor(encoding=ZLIB) encoder: the zlib encoding is checked byte for byte against it
                  "tensorflow-datasets>=4.9.10,<5",
                  # the `tfrecord` package (PyTorch readers): its multi-worker path reads our --index files
@@ -64,9 +98,9 @@ setuptools.setup(
                  "hdf5storage>=0.2.2,<0.3"],
         # --runner DaskRunner (apache-beam[dask] asks for the same ranges); see docs/scale.md.
         "dask": ["dask>=2024.4.2", "distributed>=2024.4.2"],
-        # s3:// inputs and outputs through Beam's S3 filesystem (apache-beam[aws] is boto3>=1.9,<2);
-        # moto[server] is the local S3 API the tests run against.
-        "s3": ["boto3>=1.34,<2", "moto[server]>=5.0"],
+        # s3:// inputs and outputs through Beam's S3 filesystem (apache-beam[aws] is boto3>=1.9,<2), and s3:// reads
+        # of the reader without Beam; the tests' local S3 API (moto[server]) is in "test".
+        "s3": ["boto3>=1.34,<2"],
         # --tfds_name: TFDS's DatasetInfo writes dataset_info.json and features.json
         "tfds": ["tensorflow-datasets>=4.9.10,<5"],
         # python -m bench.run (not part of the test suite): the PNG chart and process-tree peak RSS.

@@ -43,8 +43,15 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"error: unknown command {command!r}. Hint: {USAGE}", file=sys.stderr)
         return 2
-    module = importlib.import_module(f"tfrecord_etl.pipelines.{command}")
     from tfrecord_etl.pipelines import common
+    try:
+        module = importlib.import_module(f"tfrecord_etl.pipelines.{command}")
+    except ImportError as e:
+        line = common.missing_pipelines_line(e, f"tfrecord-etl {command}")
+        if line is None:
+            raise
+        print(f"error: {line}", file=sys.stderr)
+        return 2
     return common.run_main(module.main, rest)
 
 

@@ -27,11 +27,32 @@ def quiet_logs(verbose: bool) -> None:
     warnings.filterwarnings("ignore")
 
 
+# the import names of the pipelines' dependencies (setup.py's "beam" extra): `pip install tfrecord-etl` alone brings
+# the reader's (NumPy, google-crc32c), with which verify and inspect run and convert and augment cannot
+PIPELINE_MODULES = ("apache_beam", "tensorflow", "tfx_bsl", "tensorflow_metadata", "pyarrow", "h5py", "hdf5plugin",
+                    "pydantic", "yaml", "scipy", "tqdm")
+
+
+def missing_pipelines_line(error: ImportError, what: str) -> str | None:
+    """The one-line error for ``what`` (a command) failing on an ImportError of one of :data:`PIPELINE_MODULES`
+    (says which and what to install); None for any other ImportError."""
+    missing = (getattr(error, "name", None) or "").split(".")[0]
+    if missing not in PIPELINE_MODULES:
+        return None
+    return f"{what} needs the pipeline dependencies ({missing} is not installed): pip install 'tfrecord-etl[beam]'"
+
+
+# setup.py's WORKER_ENV: an sdist built while it is 1 (Beam's stager building --setup_file's sdist in the launcher)
+# installs the pipelines' requirements without extras, as Dataflow workers install it
+WORKER_SDIST_ENV = "TFRECORD_ETL_WORKER_SDIST"
+
+
 def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) -> int:
     """Runs ``main`` and turns our errors (raised directly or from inside a Beam worker) into one line."""
     global LAST_RUN_LOG
     LAST_RUN_LOG = None  # an earlier in-process run's log must not be named on this run's error line
     argv = sys.argv[1:] if argv is None else argv
+    os.environ.setdefault(WORKER_SDIST_ENV, "1")  # an sdist Beam builds from setup.py here is for the workers
     quiet_logs("--verbose" in argv)
     configure_filesystems(argv)
     try:
@@ -51,6 +72,11 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
                                               if stopped else ""), file=sys.stderr)
         return INTERRUPTED
     except Exception as e:  # Beam may wrap a worker's error; find ours in the chain or in its text
+        if isinstance(e, ImportError):  # the reader's install: e.g. verify --source reads the inputs with h5py
+            line = missing_pipelines_line(e, f"tfrecord-etl {getattr(main, '__module__', '').rpartition('.')[2]}")
+            if line is not None:
+                print(f"error: {line}", file=sys.stderr)
+                return 2
         inner = _find_etl_error(e)
         line = f"{type(inner).__name__}: {inner}" if inner is not None else _etl_error_line(str(e))
         if line is None:
@@ -205,6 +231,12 @@ def _stdout_closed() -> int:
     return 1
 
 
+def _have_beam() -> bool:
+    """Whether Apache Beam is installed (not with the reader's install alone: no Beam flags to drop then)."""
+    from tfrecord_etl.transforms import fileio
+    return fileio._beam_filesystems() is not None
+
+
 class CommandParser(argparse.ArgumentParser):
     """The parser of a command without Beam flags (verify, inspect): a bad or unknown flag is a one-line
     ConfigError (exit 2 through ``run_main``), with a suggestion for a misspelled flag.
@@ -219,7 +251,7 @@ class CommandParser(argparse.ArgumentParser):
         self.ignore_beam_flags = ignore_beam_flags
 
     def parse_known_args(self, args=None, namespace=None):
-        if self.ignore_beam_flags:
+        if self.ignore_beam_flags and _have_beam():
             from tfrecord_etl.transforms.config import split_beam_flags
             args, _ = split_beam_flags(sys.argv[1:] if args is None else args,
                                        [o for a in self._actions for o in a.option_strings])
@@ -270,8 +302,11 @@ def configure_filesystems(beam_argv: list[str]) -> None:
     inputs and outputs before that: without it an ``s3://`` path fails with "Must provide one of client or
     options". Unknown flags are ignored; the options are parsed lazily, by the filesystem that needs them.
     """
-    from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import PipelineOptions
+    try:
+        from apache_beam.io.filesystems import FileSystems
+        from apache_beam.options.pipeline_options import PipelineOptions
+    except ImportError:  # the reader's install (verify, inspect): no Beam options; see transforms/lightfs.py
+        return
     argv = [str(a) for a in beam_argv if str(a) not in ("-h", "--help")]
     FileSystems.set_options(PipelineOptions(argv))
     if os.environ.get("STORAGE_EMULATOR_HOST") or "--no_auth" in argv:

@@ -31,14 +31,40 @@ NOT_SHIPPED = (".venv*", ".git", ".fixtures", "out", "build", "dist", "*.egg-inf
                ".pytest_cache", "tests", "bench")
 
 
-@pytest.fixture(scope="module")
-def sdist(tmp_path_factory):
-    """The sdist Beam's Stager builds from setup.py, as for --setup_file (from a copy of the checkout)."""
+def build_sdist(tmp, for_workers: bool) -> str:
+    """The sdist Beam's Stager builds from setup.py for --setup_file (from a copy of the checkout), in the
+    launcher's environment (``for_workers``: pipelines.common.run_main has set WORKER_SDIST_ENV) or another."""
     from apache_beam.runners.portability.stager import Stager
-    tmp = tmp_path_factory.mktemp("sdist")
+    from tfrecord_etl.pipelines.common import WORKER_SDIST_ENV
     shutil.copytree(ROOT, tmp / "src", ignore=shutil.ignore_patterns(*NOT_SHIPPED))
     (tmp / "staged").mkdir()
-    return Stager._build_setup_package(str(tmp / "src" / "setup.py"), str(tmp / "staged"))
+    saved = os.environ.pop(WORKER_SDIST_ENV, None)
+    if for_workers:
+        os.environ[WORKER_SDIST_ENV] = "1"
+    try:
+        return Stager._build_setup_package(str(tmp / "src" / "setup.py"), str(tmp / "staged"))
+    finally:
+        os.environ.pop(WORKER_SDIST_ENV, None)
+        if saved is not None:
+            os.environ[WORKER_SDIST_ENV] = saved
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory):
+    """The sdist Beam's Stager builds from setup.py for --setup_file in our launcher."""
+    return build_sdist(tmp_path_factory.mktemp("sdist"), for_workers=True)
+
+
+def base_requirements(python) -> list[str]:
+    """The installed tfrecord-etl's requirements without an extra marker (what ``pip install`` installs), names
+    only, as ``python`` sees them."""
+    probe = ("import importlib.metadata as m, re; print(' '.join(sorted(re.match(r'[A-Za-z0-9_.-]+', r).group(0)"
+             ".lower() for r in m.requires('tfrecord-etl') if 'extra ==' not in r)))")
+    return subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True).stdout.split()
+
+
+PIPELINES = ["apache-beam", "google-crc32c", "h5py", "hdf5plugin", "numpy", "pydantic", "pyyaml", "scipy",
+             "tensorflow", "tensorflow-metadata", "tfx-bsl", "tqdm"]
 
 
 def test_sdist_holds_every_module(sdist):
@@ -48,6 +74,28 @@ def test_sdist_holds_every_module(sdist):
         modules = {f"{package}/{p}" for p in os.listdir(ROOT / package) if p.endswith(".py")}
         assert modules <= names, sorted(modules - names)
     assert "setup.py" in names
+
+
+def test_the_workers_sdist_installs_the_pipelines_without_extras(installed):
+    """Dataflow workers ``pip install`` the staged sdist without extras: the one our launcher builds carries the
+    pipelines' requirements (PIPELINE-REQUIREMENTS.txt) as base requirements."""
+    assert base_requirements(installed[0]) == PIPELINES
+
+
+def test_another_sdist_requires_the_readers_only(tmp_path):
+    sdist = build_sdist(tmp_path, for_workers=False)
+    with tarfile.open(sdist) as tar:
+        assert not any(n.endswith("PIPELINE-REQUIREMENTS.txt") for n in tar.getnames())
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                    "-w", str(wheels), sdist], check=True, capture_output=True)
+    import zipfile
+    wheel = zipfile.ZipFile(next(wheels.glob("tfrecord_etl-*.whl")))
+    meta = wheel.read(next(n for n in wheel.namelist() if n.endswith("METADATA"))).decode()
+    base = sorted(line.split(":", 1)[1].split("[")[0].split("<")[0].split(">")[0].strip().lower()
+                  for line in meta.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line)
+    assert base == ["google-crc32c", "numpy"]
+    assert "Requires-Dist: apache-beam[gcp]<2.78,>=2.77; extra == \"beam\"" in meta
 
 
 def fresh_venv(parent, *packages) -> tuple:
@@ -121,6 +169,7 @@ def test_wheel_installs_next_to_pypi_transforms_and_pipelines_and_the_console_co
     tops = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist() if not n.startswith("tfrecord_etl-")}
     assert tops == {"tfrecord_etl"}, tops  # one import package, nothing top-level of another name
     python, site = fresh_venv(tmp_path, *clash, wheel)
+    assert base_requirements(python) == ["google-crc32c", "numpy"]  # the reader's: [beam] brings the pipelines
     work = tmp_path / "elsewhere"
     work.mkdir()
     probe = ("import importlib.util as u, tfrecord_etl.transforms.codec as c; "

@@ -1,17 +1,25 @@
 """PyTorch readers of an output: reader.RandomAccess as a map-style dataset (scalar strings as Python bytes/str, so
 default_collate batches them), reader.collate_varlen for shapes that vary, and reader.torch_description for the
 `tfrecord` package. The docs' PyTorch recipe is run as written (extracted from docs/reading.md) when PyTorch is
-installed; it is not in the test extras (PyPI's torch wheels pull the CUDA libraries: 3.0 GB to download)."""
+installed; it is not in the test extras (PyPI's torch wheels pull the CUDA libraries: 3.0 GB to download).
+
+``.ci/run_reader_test.sh`` runs this module in a venv with PyTorch (CPU) and the reader's install only (no Beam, no
+TensorFlow: ``pip install tfrecord-etl``): there the output is the one the project's venv converted
+(TFRECORD_ETL_TORCH_OUTPUT, with the flags of :data:`MIXED_FLAGS`), the tests that convert or need the `tfrecord`
+package skip, and a DataLoader with 2 workers reads it through the installed copy."""
 from __future__ import annotations
 
 import functools
 import json
+import os
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from tests.conftest import ROOT, convert
-from tests.test_index import in_tfrecord_package
 from tfrecord_etl.transforms import reader
 
 ROWS = 120
@@ -29,15 +37,30 @@ def make_npz(path):
     return data
 
 
+MIXED_FLAGS = ("--provenance", "--num_shards", "2", "--index", "--splits", "train=4,test=1")
+READER_ENV = os.environ.get("TFRECORD_ETL_TORCH_OUTPUT")  # set by .ci/run_reader_test.sh (the reader's venv)
+
+
+def make_mixed(tmp) -> pathlib.Path:
+    """Converts :func:`make_npz`'s arrays in ``tmp`` with :data:`MIXED_FLAGS`; returns the output directory."""
+    tmp = pathlib.Path(tmp)
+    tmp.mkdir(parents=True, exist_ok=True)
+    make_npz(tmp / "in.npz")
+    code, _, _ = convert(tmp / "in.npz", tmp / "out", *MIXED_FLAGS)
+    assert code == 0
+    return tmp / "out"
+
+
+def needs_the_pipelines():
+    pytest.importorskip("apache_beam", reason="converts: not in the reader's install (.ci/run_reader_test.sh)")
+
+
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("torch")
-    data = make_npz(tmp / "in.npz")
-    out = tmp / "out"
-    code, _, _ = convert(tmp / "in.npz", out, "--provenance", "--num_shards", "2", "--index",
-                         "--splits", "train=4,test=1")
-    assert code == 0
-    return data, out
+    if READER_ENV:  # made by the project's venv, from the same seeded arrays
+        return make_npz(tmp / "in.npz"), pathlib.Path(READER_ENV)
+    return make_npz(tmp / "in.npz"), make_mixed(tmp)
 
 
 def check_row(data, row, example):
@@ -78,6 +101,7 @@ def test_a_shuffled_numpy_batching_of_random_access_reads_every_row_once(mixed):
 
 
 def test_collate_varlen_keeps_varying_shapes_as_lists(tmp_path):
+    needs_the_pipelines()
     arrays = {"a": np.arange(6, dtype=np.int32).reshape(2, 3), "b": np.arange(4, dtype=np.int32),
               "c": np.ones((2, 3), np.int32)}
     np.savez(tmp_path / "m.npz", **arrays)
@@ -121,6 +145,10 @@ print(json.dumps(rows))
 
 
 def test_torch_description_reads_every_feature_with_the_tfrecord_package(mixed):
+    import importlib.util
+    if importlib.util.find_spec("tfrecord") is None:  # not imported here: its protos clash with TensorFlow's
+        pytest.skip("the tfrecord package is in the test extras only")
+    from tests.test_index import in_tfrecord_package
     data, out = mixed
     description = reader.torch_description(str(out))
     meta = json.loads((out / "metadata.json").read_text())
@@ -174,3 +202,63 @@ def test_the_docs_pytorch_recipe_runs_as_written(mixed, monkeypatch):
                                                                       to_tensor=torch.as_tensor))
     first = next(iter(loader))
     assert first["image"].shape == (7, 6, 5, 3) and first["flag"].dtype == torch.bool
+
+
+# a DataLoader over RandomAccess with 2 worker processes in a fresh interpreter outside the checkout (the installed
+# copy); asserts every value against the converted arrays and prints what it saw
+DATALOADER = """
+import importlib.util, json, sys
+import numpy as np
+import torch
+import tfrecord_etl
+from tfrecord_etl.transforms import reader
+
+expected = np.load(sys.argv[2])
+
+
+class Tagged(torch.utils.data.Dataset):
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, i):
+        return {**self.dataset[i], "worker": torch.utils.data.get_worker_info().id}
+
+
+loader = torch.utils.data.DataLoader(Tagged(reader.RandomAccess(sys.argv[1], split="train")), batch_size=8,
+                                     shuffle=True, num_workers=2)
+rows, workers = [], set()
+for batch in loader:
+    assert batch["image"].dtype == torch.uint8 and batch["flag"].dtype == torch.bool
+    assert batch["w"].dtype == torch.float64 and batch["x"].dtype == torch.float32
+    for k, row in enumerate(batch["_source/row"].tolist()):
+        for name in ("image", "x", "w", "flag", "label"):
+            got = batch[name][k].numpy()
+            assert got.dtype == expected[name].dtype and np.array_equal(got, expected[name][row]), (name, row)
+        assert batch["code"][k] == expected["code"][row].item() and batch["name"][k] == expected["name"][row].item()
+        rows.append(row)
+    workers.update(batch["worker"].tolist())
+deps = ("apache_beam", "tensorflow", "tfx_bsl", "pyarrow", "h5py", "pydantic", "yaml", "scipy")
+print(json.dumps({"rows": rows, "workers": sorted(workers), "module": tfrecord_etl.__file__,
+                  "installed": [d for d in deps if importlib.util.find_spec(d) is not None],
+                  "loaded": sorted(m for m in sys.modules if m.split(".")[0] in deps)}))
+"""
+
+
+def test_a_dataloader_with_2_workers_reads_every_row_exactly(mixed, tmp_path):
+    """In .ci/run_reader_test.sh's venv: PyTorch and ``pip install tfrecord-etl`` only, the installed copy."""
+    pytest.importorskip("torch", reason="PyTorch is not in the test extras (see the module docstring)")
+    data, out = mixed
+    np.savez(tmp_path / "expected.npz", **data)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    result = subprocess.run([sys.executable, "-c", DATALOADER, str(out), str(tmp_path / "expected.npz")],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert sorted(seen["rows"]) == sorted({int(e["_source/row"]) for e in reader.iter_numpy(str(out), split="train")})
+    assert len(seen["rows"]) == len(set(seen["rows"])) and seen["workers"] == [0, 1]
+    assert seen["loaded"] == []
+    if READER_ENV:  # the reader's install: nothing of the pipelines installed, the copy in site-packages
+        assert seen["installed"] == [] and "site-packages" in seen["module"], seen

@@ -18,15 +18,10 @@ class VersionConflict(Exception):
 def _object(path: str):
     """``("s3" | "gs", client, bucket, key)`` of an s3:// or gs:// ``path``; ``(None, None, None, None)`` for other
     filesystems."""
-    fs = fileio.FileSystems.get_filesystem(path)
-    kind = type(fs).__name__
-    if kind == "S3FileSystem":
-        from apache_beam.io.aws.s3io import parse_s3_path
-        return ("s3", fileio._s3_client(fs), *parse_s3_path(path))
-    if kind == "GCSFileSystem":
-        from apache_beam.io.gcp.gcsio import parse_gcs_path
-        return ("gs", fileio._gcs_client(fs), *parse_gcs_path(path))
-    return None, None, None, None
+    found = fileio._opener(path)
+    if found is None:
+        return None, None, None, None
+    return ({"S3FileSystem": "s3", "GCSFileSystem": "gs"}[found[0]], found[1], *lightfs.bucket_key(path))
 
 
 def _s3_code(e) -> str:
@@ -148,4 +143,4 @@ def delete_if_version(path: str, expected: str) -> None:
     fileio.forget_objects()
 
 
-from tfrecord_etl.transforms import fileio  # noqa: E402 - last: fileio imports this module at its end
+from tfrecord_etl.transforms import fileio, lightfs  # noqa: E402 - last: fileio imports this module at its end

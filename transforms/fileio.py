@@ -1,4 +1,8 @@
-"""File access through Beam's ``FileSystems``, so local, gs:// and s3:// paths take one code path."""
+"""File access through Beam's ``FileSystems``, so local, gs:// and s3:// paths take one code path.
+
+Without Apache Beam installed (the reader's install, ``pip install tfrecord-etl``) the reads go through
+:mod:`tfrecord_etl.transforms.lightfs` instead (local files, and s3:// and gs:// objects with the same bounded
+reads as below); writing needs Beam."""
 from __future__ import annotations
 
 import contextlib
@@ -9,13 +13,41 @@ import threading
 import weakref
 from typing import BinaryIO
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.io.localfilesystem import LocalFileSystem
-
+from tfrecord_etl.transforms import lightfs
 from tfrecord_etl.transforms.errors import InputChangedError, SourceError
 
-_RAW = CompressionTypes.UNCOMPRESSED
+_RAW = "uncompressed"  # Beam's CompressionTypes.UNCOMPRESSED
+
+
+_BEAM: list = []  # [Beam's FileSystems class, or None when apache_beam is not installed], once looked up
+
+
+def _beam_filesystems():
+    """Beam's ``FileSystems``, or None when apache_beam is not installed (the light reader)."""
+    if not _BEAM:
+        try:
+            from apache_beam.io.filesystems import FileSystems
+        except ImportError:
+            FileSystems = None
+        _BEAM.append(FileSystems)
+    return _BEAM[0]
+
+
+def __getattr__(name: str):
+    """``fileio.FileSystems``: Beam's, imported on first use (PEP 562), so importing this module needs no Beam."""
+    if name == "FileSystems":
+        return _needs_beam("Beam's FileSystems")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _needs_beam(what: str):
+    """Beam's ``FileSystems`` for ``what`` (a write, a delete, a read of another scheme than the light reader's), or
+    ImportError saying what to install."""
+    fs = _beam_filesystems()
+    if fs is None:
+        raise ImportError(f"{what} needs Apache Beam: pip install 'tfrecord-etl[beam]' (reading needs only "
+                          "NumPy and google-crc32c)")
+    return fs
 
 
 def match(pattern: str) -> list[tuple[str, int]]:
@@ -25,11 +57,13 @@ def match(pattern: str) -> list[tuple[str, int]]:
       SourceError: nothing matches, or the pattern names a directory.
     """
     try:
-        results = FileSystems.match([pattern])[0].metadata_list
+        results = find(pattern)
+    except ImportError:
+        raise
     except Exception as e:  # Beam raises BeamIOError for an unmatched pattern on some filesystems
         raise SourceError(f"Cannot match input pattern: {e}", file=pattern,
                           hint="check the path or glob; quote it so the shell does not expand it") from None
-    files = sorted((m.path, m.size_in_bytes) for m in results if not is_dir(m.path))
+    files = sorted((p, n) for p, n in results if not is_dir(p))
     if not files:
         hint = "the pattern names a directory: add a glob such as /*.h5" if results or is_dir(pattern) else \
             "check the path or glob; quote it so the shell does not expand it"
@@ -37,15 +71,26 @@ def match(pattern: str) -> list[tuple[str, int]]:
     return files
 
 
+def find(pattern: str) -> list[tuple[str, int]]:
+    """``(path, size in bytes)`` of what ``pattern`` matches, as the filesystem lists it (unsorted; ``[]`` when
+    nothing matches). Errors of the filesystem propagate (Beam's ``BeamIOError`` for an unmatched pattern on some
+    filesystems); :func:`match` is the checked form."""
+    fs = _beam_filesystems()
+    if fs is None:
+        return lightfs.match(pattern)
+    return [(m.path, m.size_in_bytes) for m in fs.match([pattern])[0].metadata_list]
+
+
 def is_dir(path: str) -> bool:
-    fs = FileSystems.get_filesystem(path)
-    if isinstance(fs, LocalFileSystem):
+    """Whether ``path`` is a local directory, or a remote path ending in ``/``."""
+    if is_local(path):
         return os.path.isdir(path)
     return path.endswith("/")
 
 
 def is_local(path: str) -> bool:
-    return isinstance(FileSystems.get_filesystem(path), LocalFileSystem)
+    """Whether ``path`` is a local path: no ``scheme://`` prefix (Beam's ``LocalFileSystem`` takes those)."""
+    return not lightfs.scheme(path)
 
 
 _CLIENTS_LOCK = threading.Lock()
@@ -287,8 +332,7 @@ def _s3_opener(client, path: str, known: _RemoteObject | None) -> _RemoteObject:
     bytes, whose ``Content-Range`` gives the object's size and ``ETag`` its version (a HEAD only for an empty
     object), ``If-None-Match`` the ETag of ``known`` (this process's last open of it), which is returned when the
     server answers 304 Not Modified; later reads are ``If-Match`` the ETag."""
-    from apache_beam.io.aws.s3io import parse_s3_path
-    bucket, key = parse_s3_path(path)
+    bucket, key = lightfs.bucket_key(path)
     unless = {"IfNoneMatch": known.version} if known is not None and known.version else {}
     try:
         first = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{READ_AHEAD - 1}", **unless)
@@ -324,9 +368,8 @@ def _gcs_opener(client, path: str, known: _RemoteObject | None) -> _RemoteObject
     and its first :data:`READ_AHEAD` bytes (a second one, unless ``known``, this process's last open of it, has
     the same generation: then ``known``). Reads are ``if_generation_match`` that generation. Bytes are the stored ones
     (``raw_download``, as Beam reads them: no decompressive transcoding)."""
-    from apache_beam.io.gcp.gcsio import parse_gcs_path
     from google.api_core.exceptions import NotFound, PreconditionFailed
-    bucket, name = parse_gcs_path(path)
+    bucket, name = lightfs.bucket_key(path)
     blob = client.bucket(bucket).get_blob(name)
     if blob is None:
         raise FileNotFoundError(f"No such object: {path}")
@@ -354,6 +397,21 @@ def _endpoint(client) -> str:
 
 
 _OPENERS = {"S3FileSystem": (_s3_client, _s3_opener), "GCSFileSystem": (_gcs_client, _gcs_opener)}
+_LIGHT_OPENERS = {"s3": ("S3FileSystem", lightfs.s3_client, _s3_opener),
+                  "gs": ("GCSFileSystem", lightfs.gcs_client, _gcs_opener)}
+
+
+def _opener(path: str):
+    """``(filesystem name, client, opener)`` of the s3:// or gs:// ``path``: the client Beam's filesystem for it
+    is configured with (its pipeline options), or without Beam the light reader's (:mod:`lightfs`); None for
+    other filesystems."""
+    fs = _beam_filesystems()
+    if fs is None:
+        light = _LIGHT_OPENERS.get(lightfs.scheme(path))
+        return None if light is None else (light[0], light[1](), light[2])
+    fs = fs.get_filesystem(path)
+    kind = _OPENERS.get(type(fs).__name__)
+    return None if kind is None else (type(fs).__name__, kind[0](fs), kind[1])
 
 
 def _range_reader(path: str):
@@ -364,15 +422,14 @@ def _range_reader(path: str):
     header of a .npy or the superblock of an HDF5 file is read before h5py takes its lock, and concurrent
     planning overlaps it; then bounded GETs, reads smaller than :data:`READ_AHEAD` served from one read-ahead of
     that size."""
-    fs = FileSystems.get_filesystem(path)
-    kind = _OPENERS.get(type(fs).__name__)
-    if kind is None:
+    found = _opener(path)
+    if found is None:
         return None
-    client = kind[0](fs)
+    kind, client, opener = found
     # one entry per endpoint and path, whichever options object made the client (the launcher's and the
     # pipeline's differ, and both read the same objects)
-    key = (type(fs).__name__, _endpoint(client), path)
-    obj = kind[1](client, path, _known(key))
+    key = (kind, _endpoint(client), path)
+    obj = opener(client, path, _known(key))
     _remember(key, obj)
     return io.BufferedReader(_RangeReader(obj), buffer_size=READ_AHEAD)
 
@@ -380,30 +437,39 @@ def _range_reader(path: str):
 def open_read(path: str) -> BinaryIO:
     """A seekable binary stream over ``path``, uncompressed whatever its suffix."""
     try:
-        return _range_reader(path) or FileSystems.open(path, compression_type=_RAW)
+        stream = _range_reader(path)
+        if stream is None and is_local(path):
+            stream = open(path, "rb")  # what Beam's LocalFileSystem.open does for uncompressed reads
+        return stream or _needs_beam(f"Reading {path}").open(path, compression_type=_RAW)
+    except ImportError:
+        raise
     except Exception as e:
         raise SourceError(f"Cannot open file: {e}", file=path) from None
 
 
 def open_write(path: str) -> BinaryIO:
     """A binary stream that creates (or truncates) ``path``; local parent directories are created."""
-    return FileSystems.create(path, compression_type=_RAW)
+    return _needs_beam(f"Writing {path}").create(path, compression_type=_RAW)
 
 
 def exists(path: str) -> bool:
-    return FileSystems.exists(path)
+    fs = _beam_filesystems()
+    return fs.exists(path) if fs is not None else lightfs.exists(path)
 
 
 def join(base: str, *parts: str) -> str:
-    return FileSystems.join(base, *parts)
+    fs = _beam_filesystems()
+    return fs.join(base, *parts) if fs is not None else lightfs.join(base, *parts)
 
 
 def basename(path: str) -> str:
-    return FileSystems.split(path)[1]
+    fs = _beam_filesystems()
+    return (fs.split(path) if fs is not None else lightfs.split(path))[1]
 
 
 def dirname(path: str) -> str:
-    return FileSystems.split(path)[0]
+    fs = _beam_filesystems()
+    return (fs.split(path) if fs is not None else lightfs.split(path))[0]
 
 
 def rename(src: str, dst: str) -> None:
@@ -412,9 +478,10 @@ def rename(src: str, dst: str) -> None:
     if is_local(src) and is_local(dst):
         os.replace(src, dst)
         return
+    fs = _needs_beam(f"Renaming {src}")
     if exists(dst):
-        FileSystems.delete([dst])
-    FileSystems.rename([src], [dst])
+        fs.delete([dst])
+    fs.rename([src], [dst])
 
 
 def size(path: str) -> int:
@@ -426,8 +493,13 @@ def size(path: str) -> int:
     try:
         if is_local(path):
             return os.path.getsize(path)
+        fs = _beam_filesystems()
+        if fs is None:
+            return lightfs.size(path)
         from tfrecord_etl.transforms.outdir import escape_glob
-        return FileSystems.match([escape_glob(path)])[0].metadata_list[0].size_in_bytes
+        return fs.match([escape_glob(path)])[0].metadata_list[0].size_in_bytes
+    except ImportError:
+        raise
     except (OSError, IndexError, Exception) as e:  # noqa: BLE001 - BeamIOError for a missing remote path
         raise SourceError(f"Cannot read the size of the file: {e}", file=path) from None
 
@@ -482,7 +554,7 @@ def delete(paths: list[str]) -> None:
         elif exists(p):
             remote.append(p)
     if remote:
-        FileSystems.delete(remote)
+        _needs_beam(f"Deleting {remote[0]}").delete(remote)
 
 
 def read_bytes(path: str) -> bytes:
@@ -499,11 +571,10 @@ def read_version(path: str) -> str | None:
     """The version (S3 ETag, GCS generation) of the remote object ``path`` that this process's reads are pinned
     to (:class:`_RemoteObject`: planning opened it, no request), else asked for (:func:`version`: one request);
     None for a local file."""
-    fs = FileSystems.get_filesystem(path)
-    kind = _OPENERS.get(type(fs).__name__)
-    if kind is None:
+    found = _opener(path)
+    if found is None:
         return None
-    obj = _known((type(fs).__name__, _endpoint(kind[0](fs)), path))
+    obj = _known((found[0], _endpoint(found[1]), path))
     return obj.version if obj is not None and obj.version else version(path)
 
 

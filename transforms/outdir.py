@@ -86,7 +86,7 @@ def escape_glob(path: str) -> str:
 def list_names(directory: str) -> dict[str, str]:
     """``{name: path}`` of the direct children of ``directory`` (files and directories), never globbed.
 
-    Local: ``os.scandir``. Remote: ``FileSystems.match`` of the escaped directory + ``*``; children of
+    Local: ``os.scandir``. Remote: :func:`fileio.find` of the escaped directory + ``*``; children of
     sub-directories are folded into the sub-directory's name.
     """
     if fileio.is_local(directory):
@@ -95,13 +95,15 @@ def list_names(directory: str) -> dict[str, str]:
         with os.scandir(directory) as it:
             return {e.name: e.path for e in it}
     try:
-        found = fileio.FileSystems.match([fileio.join(escape_glob(directory), "*")])[0].metadata_list
+        found = fileio.find(fileio.join(escape_glob(directory), "*"))
+    except ImportError:
+        raise
     except Exception:  # noqa: BLE001 - an empty prefix is "no match" on some filesystems
         return {}
     base = directory.rstrip("/") + "/"
     out = {}
-    for m in found:
-        rest = m.path[len(base):] if m.path.startswith(base) else fileio.basename(m.path)
+    for path, _ in found:
+        rest = path[len(base):] if path.startswith(base) else fileio.basename(path)
         name = rest.split("/", 1)[0]
         if name:
             out[name] = fileio.join(directory, name)

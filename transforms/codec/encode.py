@@ -5,7 +5,7 @@ import dataclasses
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
-import pyarrow as pa
+from tfrecord_etl.transforms.codec.arrow import pa
 
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 from tfrecord_etl.transforms.codec.encodings import check_unicode, encoding_of

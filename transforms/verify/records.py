@@ -54,10 +54,12 @@ class _CountingReader(io.RawIOBase):
 def file_size(path: str) -> int | None:
     """Size in bytes of ``path``, or None when it does not exist."""
     try:
-        found = fileio.FileSystems.match([path])[0].metadata_list
+        found = fileio.find(path)
+    except ImportError:
+        raise
     except Exception:  # noqa: BLE001 - Beam raises BeamIOError for a missing path on some filesystems
         return None
-    return found[0].size_in_bytes if found else None
+    return found[0][1] if found else None
 
 
 def list_record_files(target: str) -> list[tuple[str, int]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 import numpy as np
-import pyarrow as pa
+from tfrecord_etl.transforms.codec.arrow import pa
 
 from tfrecord_etl.transforms.codec.spec import VLEN_BYTES, FeatureSpec, to_little_endian
 from tfrecord_etl.transforms.errors import RecordError, SchemaError

@@ -10,7 +10,7 @@ import math
 from typing import Iterable, Sequence
 
 import numpy as np
-import pyarrow as pa
+from tfrecord_etl.transforms.codec.arrow import pa
 
 from tfrecord_etl.transforms.codec.spec import VLEN_BYTES, FeatureSpec, to_little_endian
 from tfrecord_etl.transforms.codec.encodings.base import Encoding, as_bytes, bytes_lists, check_unicode, le_bytes, list_of

@@ -8,7 +8,7 @@ import math
 from typing import Iterable, Sequence
 
 import numpy as np
-import pyarrow as pa
+from tfrecord_etl.transforms.codec.arrow import pa
 
 from tfrecord_etl.transforms.codec.spec import FeatureSpec
 from tfrecord_etl.transforms.codec.encodings.base import Encoding, bytes_lists, one_bytes_value, one_value_per_row

@@ -7,7 +7,7 @@ import math
 from typing import Iterable, Sequence
 
 import numpy as np
-import pyarrow as pa
+from tfrecord_etl.transforms.codec.arrow import pa
 
 from tfrecord_etl.transforms.codec.spec import FeatureSpec, to_little_endian
 from tfrecord_etl.transforms.codec.encodings.base import (Encoding, bytes_lists, check_vlen, le_bytes, one_bytes_value,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-import pyarrow as pa
+from tfrecord_etl.transforms.codec.arrow import pa
 
 from tfrecord_etl.transforms.codec.spec import FeatureSpec, to_little_endian
 from tfrecord_etl.transforms.codec.encodings.base import bytes_lists, le_bytes
