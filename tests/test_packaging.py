@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -60,11 +61,14 @@ def base_requirements(python) -> list[str]:
     only, as ``python`` sees them."""
     probe = ("import importlib.metadata as m, re; print(' '.join(sorted(re.match(r'[A-Za-z0-9_.-]+', r).group(0)"
              ".lower() for r in m.requires('tfrecord-etl') if 'extra ==' not in r)))")
-    return subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True).stdout.split()
+    # run outside the checkout: `python -c` puts the working directory first on sys.path, where an editable
+    # install's tfrecord_etl.egg-info would answer instead of the installed copy
+    return subprocess.run([str(python), "-c", probe], check=True, capture_output=True, text=True,
+                          cwd=pathlib.Path(python).parent).stdout.split()
 
 
-PIPELINES = ["apache-beam", "google-crc32c", "h5py", "hdf5plugin", "numpy", "pydantic", "pyyaml", "scipy",
-             "tensorflow", "tensorflow-metadata", "tfx-bsl", "tqdm"]
+PIPELINES = ["apache-beam", "google-crc32c", "h5py", "hdf5plugin", "isal", "numpy", "pydantic", "pyyaml", "scipy",
+             "tensorflow", "tensorflow-metadata", "tfx-bsl", "tqdm", "zlib-ng"]
 
 
 def test_sdist_holds_every_module(sdist):
