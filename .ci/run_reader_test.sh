@@ -53,7 +53,9 @@ shutil.copytree(sys.argv[1], sys.argv[2], ignore=shutil.ignore_patterns(
 EOF
 # this copy replaces the last run's, then its base requirements (nothing to do once they are there)
 "$RVENV/bin/python" -m pip install -q --no-deps --force-reinstall "$WORK/src" 2>&1 | { grep -v "^WARNING: Location" >&2 || true; }
-mapfile -t requirements < <("$RVENV/bin/python" -c "import importlib.metadata as m
+# (read outside the checkout: `python -c` puts the working directory first on sys.path, where an editable
+# install's tfrecord_etl.egg-info would answer with the checkout's requirements instead of the installed copy's)
+mapfile -t requirements < <(cd "$WORK" && "$RVENV/bin/python" -c "import importlib.metadata as m
 print('\n'.join(r for r in m.requires('tfrecord-etl') if 'extra ==' not in r))")
 "$RVENV/bin/python" -m pip install -q "${requirements[@]}" 2>&1 | { grep -v "^WARNING: Location" >&2 || true; }
 (cd "$WORK" && "$RVENV/bin/python" -c "import importlib.metadata as m, tfrecord_etl; print('[reader-test] installed', \
