@@ -11,8 +11,8 @@ from zarr.abc.store import Store
 
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SourceError
-from tfrecord_etl.transforms.sources.zarrstore import (MAX_METADATA_BYTES, METADATA_KEYS, ChunkBound, check_key,
-                                                       declared_size)
+from tfrecord_etl.transforms.sources.zarrstore import (MAX_METADATA_BYTES, METADATA_KEYS, ChunkBound,
+                                                       check_consolidated, check_key, declared_size)
 
 
 class BoundedStore(Store):
@@ -129,6 +129,8 @@ class BoundedStore(Store):
         bound = self.bounds.get(array) if array is not None else None
         limit = bound.stored if bound is not None else MAX_METADATA_BYTES
         data = self._read(key, limit, byte_range)
+        if name in (".zmetadata", "zarr.json") and data is not None:
+            check_consolidated(data, key, self.path)
         if data is None:
             if bound is not None:
                 if not self.allow_fill_value:

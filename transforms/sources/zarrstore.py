@@ -51,6 +51,31 @@ def check_key(key: str, where: str) -> None:
                           hint="the store's metadata is damaged or hostile; rewrite it with zarr")
 
 
+def check_consolidated(data: bytes, key: str, where: str) -> None:
+    """Checks every member name of a consolidated metadata document (v2 ``.zmetadata``, or a v3 ``zarr.json``'s
+    ``consolidated_metadata``) with :func:`check_key` before zarr builds the tree from it (a name ``../x`` would make
+    zarr look outside the store). A document that is not JSON is left to zarr to report.
+
+    Raises:
+      SourceError: a member name leading outside the store.
+    """
+    import json
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return
+    if not isinstance(doc, dict):
+        return
+    members = doc.get("metadata") if key.endswith(".zmetadata") else \
+        (doc.get("consolidated_metadata") or {}).get("metadata") if isinstance(doc.get("consolidated_metadata"),
+                                                                           dict) else None
+    if not isinstance(members, dict):
+        return
+    prefix = key.rsplit("/", 1)[0] + "/" if "/" in key else ""
+    for name in members:
+        check_key(prefix + str(name), where)
+
+
 @dataclasses.dataclass(frozen=True)
 class ChunkBound:
     """What one array's stored chunks may hold: ``decoded`` bytes of one chunk (or shard) as declared (None for
