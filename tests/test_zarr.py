@@ -308,3 +308,42 @@ def test_not_a_store_directory(tmp_path):
     (tmp_path / "empty.zarr").mkdir()
     with pytest.raises(SourceError, match="Not a Zarr store"):
         planning.plan_inputs(str(tmp_path / "empty.zarr"), SourceOptions(format="zarr"))
+
+
+# ------------------------------------------------------------------------------------------ inspect and verify
+
+def test_inspect_lists_the_store_tree(tmp_path, capsys):
+    from tests.conftest import run_command
+    from tfrecord_etl.pipelines import inspect as inspect_module
+    store = tmp_path / "t.zarr"
+    v3_store(store)
+    code, out, _ = run_command(inspect_module.main, [str(store)], capsys)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == f"Zarr v3 file {store}: 4 objects"
+    big = next(line for line in lines if line.strip().startswith("big "))
+    assert "int64" in big and "[96]" in big and "chunks [8], shards [32]" in big and "dims n" in big
+    x = next(line for line in lines if line.strip().startswith("x "))
+    assert "float32" in x and "[10, 3]" in x and "codecs zstd" in x and "dims t, c" in x and "fill 0.0" in x
+    assert "--datasets big" in out and "--datasets label,name,x" in out
+    code, out, _ = run_command(inspect_module.main, [str(store), "--json"], capsys)
+    tree = json.loads(out)
+    assert [g["datasets"] for g in tree["row_groups"]] == [["big"], ["label", "name", "x"]]
+
+
+def test_verify_source_compares_against_the_store(tmp_path, capsys):
+    from tests.conftest import run_command
+    from tfrecord_etl.pipelines import verify as verify_module
+    store = tmp_path / "v.zarr"
+    v3_store(store)
+    code, err = run(store, tmp_path / "o", "--hdf5_group", "2")
+    assert code == 0, err
+    code, out, err = run_command(verify_module.main, [str(tmp_path / "o"), "--source", str(store)], capsys)
+    assert code == 0, out + err
+    assert "exact values against the source (10 of 10 rows compared" in out
+    x = zarr.open_array(str(store / "x"), mode="r+")
+    x[3] = [99, 99, 99]  # the store changes after the conversion: verify names the row
+    code, out, err = run_command(verify_module.main, [str(tmp_path / "o"), "--source", str(store)], capsys)
+    assert code != 0, out + err
+    print(out + err)
+    assert "record 3" in out + err and "'x'" in out + err

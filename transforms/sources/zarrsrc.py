@@ -344,3 +344,48 @@ def _pin_target(path: str) -> str | None:
         if os.path.isfile(candidate):
             return candidate
     return None
+
+
+def zarr_tree(path: str, max_objects: int = 10_000) -> dict:
+    """``hdf5tree.hdf5_tree``'s form for the Zarr store ``path`` (``python -m pipelines.inspect STORE``): every group
+    and array with its dtype, shape, chunks, and as ``filters`` its shards, codecs, dimension names and fill value;
+    then the row groups convert chooses from (largest first), each with its ``--datasets`` flag. Metadata only.
+
+    Raises:
+      SourceError: not a Zarr store, or metadata zarr cannot read (naming the store).
+    """
+    import zarr
+    from tfrecord_etl.transforms.sources.base import SourceOptions
+    store = open_store(path, SourceOptions())
+    try:
+        node = open_node(store)
+        objects, entries = [], []
+        members = [(root_name(path), node)] if isinstance(node, zarr.Array) else \
+            sorted(node.members(max_depth=None), key=lambda m: m[0])
+        fmt = node.metadata.zarr_format
+        for name, obj in members[:max_objects]:
+            zarrstore.check_key(name, path)
+            if not isinstance(obj, zarr.Array):
+                objects.append({"path": name, "kind": "group"})
+                continue
+            codecs = [type(c).__name__.replace("Codec", "").lower() for c in (*obj.filters, *obj.compressors)]
+            extra = ([f"shards {list(obj.shards)}"] if obj.shards else []) + (
+                [f"codecs {'+'.join(codecs)}"] if codecs else ["uncompressed"])
+            dims = dimension_names(obj)
+            if dims:
+                extra.append(f"dims {', '.join(dims)}")
+            fill = obj.fill_value
+            extra.append(f"fill {fill.item() if hasattr(fill, 'item') else fill!r}")
+            if obj.metadata.zarr_format == 2 and obj.order == "F":
+                extra.append("order F")
+            objects.append({"path": name, "kind": "dataset" if obj.shape else "scalar", "dtype": str(obj.dtype),
+                            "shape": list(obj.shape), "chunks": list(obj.chunks), "filters": extra,
+                            "storage": f"zarr v{obj.metadata.zarr_format}"})
+            if obj.shape:
+                entries.append((name, int(obj.shape[0]), leading_dimension(name, obj), array_bytes(obj)))
+    finally:
+        store.close()
+    groups = [{"group": i, "rows": g.rows, "dimension": g.dimension, "datasets": list(g.datasets), "bytes": g.nbytes,
+               "flag": "--datasets " + ",".join(g.datasets)} for i, g in enumerate(layout.group_rows(entries), 1)]
+    return {"file": path, "format": f"Zarr v{fmt}", "objects": objects, "row_groups": groups,
+            "truncated": len(members) > max_objects}
