@@ -347,3 +347,21 @@ def test_verify_source_compares_against_the_store(tmp_path, capsys):
     assert code != 0, out + err
     print(out + err)
     assert "record 3" in out + err and "'x'" in out + err
+
+
+def test_augment_join_input_takes_a_zarr_array(tmp_path, capsys):
+    from tests.conftest import run_command
+    from tfrecord_etl.pipelines import augment as augment_main
+    np.save(tmp_path / "in.npy", np.arange(40, dtype="<i8"))
+    code, err = run(tmp_path / "in.npy", tmp_path / "conv", "--num_shards", "2")
+    assert code == 0, err
+    store = tmp_path / "labels.zarr"
+    g = zarr.open_group(str(store), mode="w")
+    g.create_array("label", shape=(40,), chunks=(16,), dtype=">i4")[:] = np.arange(40) * 10
+    code, _, err = run_command(augment_main.main, ["--input", str(tmp_path / "conv"), "--output_dir",
+                                                   str(tmp_path / "aug"), "--join_input", str(store)], capsys)
+    assert code == 0, err
+    rows = rows_of(tmp_path / "aug")
+    np.testing.assert_array_equal(column(rows, "label"), np.arange(40) * 10)
+    assert sorted(rows[0]) == ["array", "label"]
+    np.testing.assert_array_equal(column(rows, "array"), np.arange(40))
