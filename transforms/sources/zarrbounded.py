@@ -189,6 +189,27 @@ class BoundedStore(Store):
         root = self.root + "/"
         return [p[len(root):] for p, _ in fileio.match(root + "**")]
 
+    def has(self, key: str) -> bool:
+        """True when ``key`` exists (a file of a directory or zip store, an object of a remote one)."""
+        check_key(key, self.path)
+        if self.kind == "dir":
+            return os.path.isfile(os.path.join(self.path, *key.split("/")))
+        if self.kind == "zip":
+            return key in self._zip_infos
+        return fileio.exists(f"{self.root}/{key}")
+
+    def children(self, prefix: str) -> list[str]:
+        """The names directly below ``prefix`` ("" for the root), sorted."""
+        if self.kind == "dir":
+            where = os.path.join(self.path, *prefix.split("/")) if prefix else self.path
+            try:
+                return sorted(n for n in os.listdir(where) if os.path.isdir(os.path.join(where, n)))
+            except OSError:
+                return []
+        start = f"{prefix}/" if prefix else ""
+        return sorted({k[len(start):].split("/", 1)[0] for k in self._all_keys()
+                       if k.startswith(start) and "/" in k[len(start):]})
+
     async def list(self):
         for k in self._all_keys():
             yield k

@@ -24,7 +24,7 @@ from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import hdf5layout as layout
 from tfrecord_etl.transforms.sources import zarrstore
 from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, _check_empty_rows,
-                                                  _check_names, _leaf_specs, _row_bytes, _row_spec, loosen_all)
+                                                  _check_names, _leaf_specs, _row_bytes, _row_spec, log, loosen_all)
 
 ZARR_SUFFIXES = (".zarr", ".zarr.zip", ".zarr/")
 MAX_CHUNK_ALIGN_ROWS = 2**20  # row ranges align to the arrays' common chunk rows up to this many rows
@@ -74,9 +74,11 @@ def open_node(store):
                           hint="check that the store is complete (python -m pipelines.inspect STORE)") from None
 
 
-def walk(node, path: str, max_arrays: int) -> list[tuple[str, object]]:
+def walk(node, path: str, max_arrays: int, store=None, unreadable: dict | None = None) -> list[tuple[str, object]]:
     """``[(name, zarr.Array)]`` of every array under ``node`` (a group or an array; a root array is named by the
-    store's base name), sorted by name; every name checked by :func:`zarrstore.check_key`.
+    store's base name), sorted by name; every name checked by :func:`zarrstore.check_key`. Without consolidated
+    metadata the tree is walked node by node through ``store``'s listing, and each node zarr cannot open (zarr 3.1
+    refuses the ``fill_value: 0`` of a zarr 2 ``|S1`` array) is added to ``unreadable`` (``{name: error}``).
 
     Raises:
       SourceError: a name leading outside the store; more than ``max_arrays`` arrays (``--max_datasets``).
@@ -84,8 +86,9 @@ def walk(node, path: str, max_arrays: int) -> list[tuple[str, object]]:
     import zarr
     if isinstance(node, zarr.Array):
         return [(root_name(path), node)]
+    members = _members(node, store, path, {} if unreadable is None else unreadable, max_arrays)
     out = []
-    for name, obj in node.members(max_depth=None):
+    for name, obj in members:
         zarrstore.check_key(name, path)
         if isinstance(obj, zarr.Array):
             out.append((name, obj))
@@ -93,6 +96,43 @@ def walk(node, path: str, max_arrays: int) -> list[tuple[str, object]]:
                 raise SourceError(f"The store holds more than {max_arrays:,} arrays", file=path,
                                   hint="raise --max_datasets, or name the arrays with --datasets")
     return sorted(out, key=lambda item: item[0])
+
+
+def _members(group, store, path: str, unreadable: dict, limit: int) -> list:
+    """``[(name, node)]`` of every node below ``group``: from its consolidated metadata when it has some (no read),
+    else node by node (:func:`_walk_nodes`; zarr's own concurrent walk fails whole on one node it cannot read)."""
+    if store is None or getattr(group.metadata, "consolidated_metadata", None) is not None:
+        return list(group.members(max_depth=None))
+    return _walk_nodes(store, "", path, unreadable, limit)
+
+
+def _walk_nodes(store, prefix: str, path: str, unreadable: dict, limit: int) -> list:
+    """``[(name, node)]`` below the group at ``prefix``, one node at a time (see :func:`walk`)."""
+    import zarr
+    out = []
+    for child in store.children(prefix):
+        name = f"{prefix}/{child}" if prefix else child
+        zarrstore.check_key(name, path)
+        if not any(store.has(f"{name}/{m}") for m in ("zarr.json", ".zarray", ".zgroup")):
+            continue  # a chunk, or a directory of chunks
+        try:
+            node = zarr.open(store=store, path=name, mode="r")
+        except SourceError:
+            raise
+        except Exception as e:  # noqa: BLE001 - zarr raises many kinds for metadata it cannot read
+            unreadable[name] = f"{type(e).__name__}: {e}"
+            continue
+        out.append((name, node))
+        if isinstance(node, zarr.Group) and len(out) <= limit:
+            out.extend(_walk_nodes(store, name, path, unreadable, limit))
+    return out
+
+
+def _log_unreadable(unreadable: dict, path: str) -> None:
+    if unreadable:
+        shown = "; ".join(f"{n} ({e[:120]})" for n, e in sorted(unreadable.items())[:3])
+        log.warning("Skipping %d node(s) of '%s' that zarr cannot read: %s%s", len(unreadable), path, shown,
+                    " and more" if len(unreadable) > 3 else "")
 
 
 def root_name(path: str) -> str:
@@ -188,7 +228,15 @@ class ZarrSource(Source):
     def _tree(self, path: str):
         """``(store, {name: array})`` of ``path`` with the store's chunk bounds set."""
         store = open_store(path, self.options)
-        arrays = dict(walk(open_node(store), path, self.options.max_datasets))
+        unreadable = {}
+        arrays = dict(walk(open_node(store), path, self.options.max_datasets, store, unreadable))
+        named = [n.strip("/") for n in self.options.datasets or ()]
+        for name in named:
+            if name in unreadable:
+                raise SourceError(f"zarr cannot read the array: {unreadable[name]}", file=path, dataset=name)
+        if not named and path not in self.__dict__.setdefault("_warned", set()):
+            _log_unreadable(unreadable, path)
+            self._warned.add(path)
         store.set_bounds({_key_of(name, arrays[name], path): zarrstore.chunk_bound(a) for name, a in arrays.items()})
         return store, arrays
 
@@ -360,11 +408,19 @@ def zarr_tree(path: str, max_objects: int = 10_000) -> dict:
     try:
         node = open_node(store)
         objects, entries = [], []
-        members = [(root_name(path), node)] if isinstance(node, zarr.Array) else \
-            sorted(node.members(max_depth=None), key=lambda m: m[0])
+        unreadable = {}
+        if isinstance(node, zarr.Array):
+            members = [(root_name(path), node)]
+        else:
+            members = _members(node, store, path, unreadable, max_objects)
+        members += [(name, error) for name, error in unreadable.items()]
+        members.sort(key=lambda m: m[0])
         fmt = node.metadata.zarr_format
         for name, obj in members[:max_objects]:
             zarrstore.check_key(name, path)
+            if isinstance(obj, str):
+                objects.append({"path": name, "kind": "unreadable", "target": f"zarr cannot read it: {obj}"})
+                continue
             if not isinstance(obj, zarr.Array):
                 objects.append({"path": name, "kind": "group"})
                 continue
