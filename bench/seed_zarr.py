@@ -4,7 +4,7 @@
     python -m bench.seed_zarr loop --input DIR/data.zarr --output out/data.tfrecord
 
 make: one float32 array of ``N`` rows of 256 values (noise rounded to 2 decimals, so it compresses about 2x),
-chunks of 4,096 rows, written twice with the same compressor (Blosc zstd level 3, byte shuffle): a Zarr v3 store
+chunks of 4,096 rows (or N), written twice with the same compressor (Blosc zstd level 3, byte shuffle): a Zarr v3 store
 with consolidated metadata through zarr, and an HDF5 dataset through h5py and hdf5plugin's Blosc filter.
 loop: the straightforward hand-written conversion: ``xarray.open_zarr``, then chunk by chunk (``.values`` of
 4,096 rows) one ``tf.train.Example`` per row (``x``: a FloatList of the row), ``tf.io.TFRecordWriter``; prints its
@@ -29,12 +29,13 @@ def make(directory: str, rows: int, seed: int = 14) -> None:
     import zarr
     os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(seed)
+    chunk = min(CHUNK_ROWS, rows)  # (HDF5 refuses a chunk longer than the dataset)
     store = zarr.open_group(os.path.join(directory, "data.zarr"), mode="w", zarr_format=3)
-    arr = store.create_array("x", shape=(rows, COLUMNS), chunks=(CHUNK_ROWS, COLUMNS), dtype="f4",
+    arr = store.create_array("x", shape=(rows, COLUMNS), chunks=(chunk, COLUMNS), dtype="f4",
                              dimension_names=["row", "col"],
                              compressors=[zarr.codecs.BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")])
     with h5py.File(os.path.join(directory, "data.h5"), "w") as f:
-        dset = f.create_dataset("x", shape=(rows, COLUMNS), chunks=(CHUNK_ROWS, COLUMNS), dtype="f4",
+        dset = f.create_dataset("x", shape=(rows, COLUMNS), chunks=(chunk, COLUMNS), dtype="f4",
                                 **hdf5plugin.Blosc(cname="zstd", clevel=3, shuffle=hdf5plugin.Blosc.SHUFFLE))
         for start in range(0, rows, CHUNK_ROWS):
             stop = min(rows, start + CHUNK_ROWS)
