@@ -70,3 +70,43 @@ def test_s3_store_converts_like_its_local_copy_within_egress(proxied, tmp_path, 
     assert shards == sorted(p.name for p in (tmp_path / "remote").glob("data-*"))
     for shard in shards:
         assert (tmp_path / "local" / shard).read_bytes() == (tmp_path / "remote" / shard).read_bytes()
+
+
+def test_gcs_store_converts_like_its_local_copy_within_egress(tmp_path):
+    """The same on the GCS emulator (``tests/gcs_emulator.py``) behind the counting proxy, consolidated metadata,
+    a v3 store with zstd."""
+    pytest.importorskip("gcp_storage_emulator")
+    from tests import gcs_emulator
+    local = tmp_path / "g.zarr"
+    g = zarr.open_group(str(local), mode="w", zarr_format=3)
+    g.create_array("v", shape=(300, 512), chunks=(50, 512), dtype="<f8", compressors=[zarr.codecs.ZstdCodec()])[:] = \
+        np.random.default_rng(4).standard_normal((300, 512))  # chunks of 200 KB
+    zarr.consolidate_metadata(str(local))
+    bucket_name = "etl-zarr-gcs"
+    common = ["--num_shards", "2", "--runner=DirectRunner", "--direct_running_mode=in_memory", "--writer", "planned"]
+    assert convert(["--input", local, "--output_dir", tmp_path / "local", *common])[0] == 0
+    with gcs_emulator.server(bucket_name) as port:
+        proxy = CountingProxy(("127.0.0.1", port)).start()
+        try:
+            with gcs_emulator.emulator_host(f"http://127.0.0.1:{proxy.port}"):
+                from google.cloud import storage
+                bucket = storage.Client.create_anonymous_client().bucket(bucket_name)
+                size = 0
+                for top, _, files in os.walk(local):
+                    for f in files:
+                        data = open(os.path.join(top, f), "rb").read()
+                        size += len(data)
+                        bucket.blob(f"g.zarr/{os.path.relpath(os.path.join(top, f), local)}").upload_from_string(data)
+                proxy.reset()
+                code, _, err = convert(["--input", f"gs://{bucket_name}/g.zarr", "--output_dir", tmp_path / "remote",
+                                        *common])
+                assert code == 0, err
+                ratio = proxy.egress_bytes / size
+                print(f"gcs: {proxy.egress_bytes} bytes sent for a store of {size}: {ratio:.3f}x")
+        finally:
+            proxy.close()
+    assert ratio <= 1.05  # (each object opened costs a JSON metadata answer of about 1 KB besides its bytes)
+    shards = sorted(p.name for p in (tmp_path / "local").glob("data-*"))
+    assert shards == sorted(p.name for p in (tmp_path / "remote").glob("data-*"))
+    for shard in shards:
+        assert (tmp_path / "local" / shard).read_bytes() == (tmp_path / "remote" / shard).read_bytes()
