@@ -365,3 +365,25 @@ def test_augment_join_input_takes_a_zarr_array(tmp_path, capsys):
     np.testing.assert_array_equal(column(rows, "label"), np.arange(40) * 10)
     assert sorted(rows[0]) == ["array", "label"]
     np.testing.assert_array_equal(column(rows, "array"), np.arange(40))
+
+
+def test_planning_a_1000_chunk_consolidated_store_reads_only_its_root_metadata(tmp_path, monkeypatch):
+    """Planning reads the root's metadata documents and nothing else (no chunk, no per-array document, no listing),
+    whatever the chunk count: a remote store is planned in a few requests."""
+    from tfrecord_etl.transforms.sources import zarrbounded
+    store = tmp_path / "k.zarr"
+    g = zarr.open_group(str(store), mode="w", zarr_format=3)
+    for name in ("a", "b"):
+        g.create_array(name, shape=(1000, 4), chunks=(2, 4), dtype="i4", dimension_names=["t", "c"])[:] = 1
+    zarr.consolidate_metadata(str(store))
+    assert sum(len(files) for _, _, files in os.walk(store)) > 1000
+    read, listed = [], []
+    real_get = zarrbounded.BoundedStore.get_sync
+    monkeypatch.setattr(zarrbounded.BoundedStore, "get_sync", lambda self, key, byte_range=None: (
+        read.append(key), real_get(self, key, byte_range))[1])
+    monkeypatch.setattr(zarrbounded.BoundedStore, "children", lambda self, prefix: listed.append(prefix) or [])
+    plan = planning.plan_inputs(str(store), SourceOptions(target_range_bytes=16 * 100))
+    assert plan.indexes[0].items == ("a", "b") and plan.indexes[0].num_rows == 1000
+    assert set(read) <= {"zarr.json", ".zgroup", ".zattrs", ".zmetadata"} and "zarr.json" in read, read
+    assert listed == []
+    assert [(r.start, r.stop) for r in plan.ranges][:2] == [(0, 50), (50, 100)]
