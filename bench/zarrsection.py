@@ -2,7 +2,7 @@
 Blosc zstd, chunks of 4,096 rows, as a Zarr v3 store and as an HDF5 file (``bench.seed_zarr make``); contenders:
 the raw copy of the store's bytes, the hand-written xarray + ``TFRecordWriter`` loop (``bench.seed_zarr loop``),
 ``convert`` of the store and ``convert`` of the HDF5 twin (same compressor), each with the planned writer on 2
-workers. The issue's targets: the store within 1.2x of the HDF5 conversion, and at least 5x the loop."""
+workers. Targets: the store within 1.2x of the HDF5 conversion, and at least 5x the loop."""
 from __future__ import annotations
 
 import os

@@ -19,7 +19,7 @@ from tfrecord_etl.transforms import fileio  # noqa: E402
 @pytest.fixture(scope="module")
 def proxied(s3):  # noqa: F811
     client, flags = s3
-    endpoint = [f for f in flags if f.startswith("--s3_endpoint_url=")][0].split("=", 1)[1]
+    endpoint = next(f for f in flags if f.startswith("--s3_endpoint_url=")).split("=", 1)[1]
     host, port = endpoint.rsplit("/", 1)[1].split(":")
     proxy = CountingProxy((host, int(port))).start()
     flags = [f for f in flags if not f.startswith("--s3_endpoint_url=")] + \
@@ -37,7 +37,8 @@ def upload(client, local, prefix) -> int:
         for f in files:
             path = os.path.join(top, f)
             key = f"{prefix}/{os.path.relpath(path, local)}"
-            data = open(path, "rb").read()
+            with open(path, "rb") as f:
+                data = f.read()
             total += len(data)
             client.put_object(Bucket=BUCKET, Key=key, Body=data)
     return total
@@ -94,7 +95,8 @@ def test_gcs_store_converts_like_its_local_copy_within_egress(tmp_path):
                 size = 0
                 for top, _, files in os.walk(local):
                     for f in files:
-                        data = open(os.path.join(top, f), "rb").read()
+                        with open(os.path.join(top, f), "rb") as fh:
+                            data = fh.read()
                         size += len(data)
                         bucket.blob(f"g.zarr/{os.path.relpath(os.path.join(top, f), local)}").upload_from_string(data)
                 proxy.reset()

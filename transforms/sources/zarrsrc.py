@@ -338,7 +338,7 @@ class ZarrSource(Source):
           SourceError: a refused chunk (see :mod:`zarrstore`), or any failure to decode (naming the rows).
         """
         try:
-            store, arrays = self._opened(rr.path)
+            _, arrays = self._opened(rr.path)
             if self.loose:
                 return {KEY: [n.encode() for n in rr.items],
                         ARRAY: [np.asarray(_array(arrays, n, rr.path)[...]) for n in rr.items]}
@@ -347,9 +347,9 @@ class ZarrSource(Source):
                 data = _as_numpy(_array(arrays, name, rr.path)[rr.start:rr.stop])
                 columns.update(flatten_fields(name.strip("/"), data))
             return columns
-        except SourceError as e:
+        except SourceError:
             self.close()
-            raise e
+            raise
         except Exception as e:  # noqa: BLE001 - zarr and its codecs raise many kinds for damaged chunks
             self.close()
             raise SourceError(f"Cannot read {rr.describe()}: {type(e).__name__}: {e}", file=rr.path,
