@@ -58,10 +58,14 @@ def open_node(store):
     Raises:
       SourceError: metadata zarr cannot read (naming the store and zarr's error).
     """
+    import warnings
+
     import zarr
     try:
         try:
-            return zarr.open_group(store=store, mode="r")
+            with warnings.catch_warnings():  # "Consolidated metadata is currently not part in the Zarr format 3
+                warnings.filterwarnings("ignore", message="Consolidated metadata")  # specification": read as such
+                return zarr.open_group(store=store, mode="r")
         except (FileNotFoundError, KeyError, ValueError, TypeError) as e:
             if "array" not in str(e).lower() and "not found" not in str(e).lower() and \
                     not type(e).__name__.endswith("NotFoundError"):
