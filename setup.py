@@ -95,7 +95,9 @@ setuptools.setup(
                  # a Google Cloud Storage API on 127.0.0.1 (ranged downloads): the gs:// read tests
                  "gcp-storage-emulator>=2026.7.19",
                  # a MATLAB v7.3 writer: the v7.3 twins of SciPy's v5 test files (both must convert alike)
-                 "hdf5storage>=0.2.2,<0.3"],
+                 "hdf5storage>=0.2.2,<0.3",
+                 # Zarr stores (zarr 3.1 is the last for Python 3.11) and the xarray that writes the test stores
+                 "zarr>=3.1.6,<4", "xarray>=2024.1"],
         # --runner DaskRunner (apache-beam[dask] asks for the same ranges); see docs/scale.md.
         "dask": ["dask>=2024.4.2", "distributed>=2024.4.2"],
         # s3:// inputs and outputs through Beam's S3 filesystem (apache-beam[aws] is boto3>=1.9,<2), and s3:// reads
@@ -105,6 +107,8 @@ setuptools.setup(
         "tfds": ["tensorflow-datasets>=4.9.10,<5"],
         # python -m bench.run (not part of the test suite): the PNG chart and process-tree peak RSS.
         "bench": ["matplotlib>=3.8", "psutil>=5.9"],
+        # --format zarr: Zarr v2/v3 stores through the reference implementation and its codecs (numcodecs)
+        "zarr": ["zarr>=3.1.6,<4"],
         "docs": _DOCS,
     },
 )

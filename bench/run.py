@@ -76,10 +76,10 @@ TINY_FRACTION = 50  # steady state: the same command on 1/50 of the rows
 MIN_STEADY_DELTA_S = 0.25  # below this difference of wall times, the steady-state figure is noise (use --repeat 3)
 
 BEAM = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
-SECTIONS = ("small", "large", "augment", "scaling", "raw", "files", "splits", "remote", "sizes")
+SECTIONS = ("small", "large", "augment", "scaling", "raw", "files", "splits", "remote", "sizes", "zarr")
 # sizes (~10 minutes, 17 GB of inputs) and remote (a moto S3 server: the s3 extra) run when
 # asked: --only sizes, --only remote
-DEFAULT_SECTIONS = SECTIONS[:-2]
+DEFAULT_SECTIONS = SECTIONS[:-3]  # remote, sizes and zarr when asked for
 SPLITS_ROWS = {"small": 1_000_000, "large": 20_000}  # the splits section: --splits and --shuffle_seed cost
 
 
@@ -588,6 +588,10 @@ class Bench:
                 order.append("remote")
             if "sizes" in sections:
                 order += sizes.run_sizes(self, args.sizes, args.seed_limit_s)
+            if "zarr" in sections:  # bench.zarrsection: a Zarr store against its HDF5 twin and an xarray loop
+                from bench.zarrsection import zarr_section
+                zarr_section(self, rows_at, beam_flags)
+                order.append("zarr")
             if args.rss_8gb:
                 self.rss8gb_section()
                 order.append("rss8gb")
@@ -650,7 +654,7 @@ class Bench:
 
 
 _WORK_PATTERNS = (re.compile(r"^work span: ([0-9.]+) s", re.M),  # pipelines.convert / pipelines.augment
-                  re.compile(r"^(?:raw_copy|seed_loop|seed_augment): .* in ([0-9.]+) s", re.M))
+                  re.compile(r"^(?:raw_copy|seed_loop|seed_augment|seed_zarr): .* in ([0-9.]+) s", re.M))
 
 
 def work_seconds(log: str | None) -> float | None:
@@ -731,7 +735,7 @@ def parse_args(argv=None):
     ap.add_argument("--scale", type=float, default=1.0,
                     help="multiplies every default size (e.g. 0.02 for a quick check; default 1.0)")
     ap.add_argument("--only", default=",".join(DEFAULT_SECTIONS),
-                    help=f"sections to run, comma-separated, of {','.join(SECTIONS)} (default: all but sizes)")
+                    help=f"sections to run, comma-separated, of {','.join(SECTIONS)} (default: all but remote, sizes and zarr)")
     ap.add_argument("--sizes", default=sizes.DEFAULT_SIZES,
                     help=f"sizes section: input sizes in raw array bytes, times --scale (default {sizes.DEFAULT_SIZES})")
     ap.add_argument("--seed_limit_s", type=float, default=300.0,

@@ -271,10 +271,18 @@ def render(s: dict) -> str:
     return "\n".join(printable(line) for line in lines)
 
 
+def sources_zarr(target: str) -> bool:
+    """True when ``target`` is a Zarr store (a local directory or zip by its content, a remote prefix by its name)."""
+    from tfrecord_etl.transforms import sources
+    return sources.zarr_store_format(target) is not None
+
+
 def _container_kind(target: str) -> str | None:
-    """``hdf5``, ``netcdf3`` or ``matlab`` for one existing regular file whose first bytes say so (the source
+    """``zarr`` for a Zarr store; ``hdf5``, ``netcdf3`` or ``matlab`` for one existing regular file whose first bytes say so (the source
     registry's ``magic``: an HDF5 signature at byte 0 or after a user block, as MATLAB v7.3 files have), else
     None."""
+    if not any(c in target for c in "*?[") and sources_zarr(target):
+        return "zarr"
     if fileio.is_dir(target) or any(c in target for c in "*?[") or not fileio.exists(target):
         return None
     from tfrecord_etl.transforms import sources, tfrecord
@@ -310,7 +318,9 @@ def main(argv: list[str]) -> int:
     kind = _container_kind(args.output_dir)
     if kind:  # the dataset tree and row groups, so no external tool (h5ls, ncdump) is needed
         from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, matlab_tree, netcdf3_tree, render_tree
-        tree = {"hdf5": hdf5_tree, "netcdf3": netcdf3_tree, "matlab": matlab_tree}[kind](args.output_dir)
+        from tfrecord_etl.transforms.sources.zarrsrc import zarr_tree
+        tree = {"hdf5": hdf5_tree, "netcdf3": netcdf3_tree, "matlab": matlab_tree, "zarr": zarr_tree}[kind](
+            args.output_dir)
         print(json.dumps(tree, indent=1) if args.json else render_tree(tree))
         return 0
     summary = summarize(args.output_dir, args.tf_read, *common.record_limits(args))

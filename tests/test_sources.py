@@ -207,7 +207,7 @@ def test_registered_sources_declare_name_suffixes_and_modes(name, cls):
 def test_formats_and_config_choices_come_from_the_registry():
     import typing
     from tfrecord_etl.transforms.config import ConvertConfig
-    assert sources.FORMATS == ("hdf5", "netcdf3", "npz", "npy", "raw", "files", "matlab")
+    assert sources.FORMATS == ("hdf5", "netcdf3", "npz", "npy", "raw", "files", "matlab", "zarr")
     choices = typing.get_args(typing.get_args(ConvertConfig.model_fields["format"].annotation)[0])
     assert set(choices) == set(sources.FORMATS)
     suffixes = [s for cls in sources.REGISTRY.values() for s in cls.suffixes]
@@ -217,7 +217,7 @@ def test_formats_and_config_choices_come_from_the_registry():
 
 
 def test_unknown_suffix_names_the_registered_ones():
-    with pytest.raises(SourceError, match=r"Cannot tell the input format.*name it \.h5/\.nc/\.npz/\.npy/\.raw/\.mat "
-                                          r"or pass --format one of \('hdf5', 'netcdf3', 'npz', 'npy', 'raw', 'files', "
-                                          r"'matlab'\)"):
+    with pytest.raises(SourceError, match=r"Cannot tell the input format.*name it \.h5/\.nc/\.npz/\.npy/\.raw/\.mat/"
+                                          r"\.zarr or pass --format one of \('hdf5', 'netcdf3', 'npz', 'npy', 'raw', "
+                                          r"'files', 'matlab', 'zarr'\)"):
         sources.format_of("data.csv", SourceOptions())

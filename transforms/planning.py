@@ -163,6 +163,8 @@ def plan_inputs(pattern: str, options: SourceOptions, files: Sequence[tuple[str,
         differ between files (naming the file and dataset/member); symbolic links leading outside the pattern's
         base directory, one file matched under two names (``matching.match_inputs``).
     """
+    if files is None and store_input(pattern, options):  # a Zarr store: one input, its root
+        files = [(pattern, 0)]
     files = list(files) if files is not None else matching.match_inputs(pattern, options.follow_symlinks)
     fmt, source = input_format(pattern, files, options)
     data = [(path, size) for path, size in files if not source.is_sidecar(path)]
@@ -177,6 +179,14 @@ def plan_inputs(pattern: str, options: SourceOptions, files: Sequence[tuple[str,
     range_bytes = source.range_bytes(options.target_range_bytes)
     ranges = [r for i in indexes for r in sources.plan_row_ranges(i, range_bytes)]
     return InputPlan(source, tuple(indexes), specs, tuple(ranges), range_bytes)
+
+
+def store_input(pattern: str, options: SourceOptions) -> bool:
+    """True when ``pattern`` (no glob character) names a Zarr store rather than files: read as one input, its root
+    (``sources.zarr_store_format``; ``--format zarr`` for a remote prefix of another name)."""
+    if matching.has_glob(pattern) or options.format not in (None, "zarr"):
+        return False
+    return options.format == "zarr" or sources.zarr_store_format(pattern) is not None
 
 
 def add_provenance(rr: RowRange, columns: dict) -> dict:

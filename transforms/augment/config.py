@@ -66,8 +66,8 @@ class AugmentConfig(BaseModel):
                            "axis, instead of once per example")
     constants: dict[str, str] = Field(default_factory=dict, description="constant new features, "
                                       "NAME=VALUE[:DTYPE],... (int -> int64, decimal -> float32, else bytes)")
-    join_input: Optional[str] = Field(None, description="HDF5/.npz/.npy file pattern whose rows are joined to "
-                                      "the records")
+    join_input: Optional[str] = Field(None, description="HDF5/.npz/.npy file pattern (or a Zarr store) whose rows "
+                                      "are joined to the records")
     join_by: Literal["position", "key"] = Field("position", description="position: source row n -> record n in "
                                                 "shard order; key: --key_feature = --join_key")
     key_feature: Optional[str] = Field(None, description="the input's key feature (int64 or bytes) for --join_by key")

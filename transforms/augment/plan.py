@@ -310,7 +310,7 @@ def plan_augment(cfg) -> AugmentPlan:
         raise ConfigError(f"Input file '{bad[0]}' is not a shard name this pipeline can write", file=cfg.input,
                           hint="narrow the --input pattern to the TFRecord shards")
     outdir.check_inputs_outside(cfg.output_dir, [s.path for s in shards] +
-                                ([p for p, _ in fileio.match(cfg.join_input)] if cfg.join_input else []))
+                                _join_paths(cfg.join_input))
     old = {s.name: s for s in collection.specs}
     where = " (inferred from the first records)" if collection.inferred else \
         f" (declared by --schema {collection.schema_file})" if collection.schema_file else ""
@@ -413,3 +413,14 @@ def _encoded_as(spec: FeatureSpec, encoding: str, allow_lossy) -> FeatureSpec:
     spec = dataclasses.replace(spec, encoding=encoding)
     check_spec(spec, allow_lossy)
     return spec
+
+
+def _join_paths(join_input: str | None) -> list[str]:
+    """The paths ``--join_input`` reads: its matched files, or a Zarr store's root (``planning.store_input``)."""
+    if not join_input:
+        return []
+    from tfrecord_etl.transforms.sources import SourceOptions
+    from tfrecord_etl.transforms import planning
+    if planning.store_input(join_input, SourceOptions()):
+        return [join_input]
+    return [p for p, _ in fileio.match(join_input)]

@@ -15,6 +15,8 @@ Formats and modes (one module each, registered in :data:`REGISTRY`):
 * ``matlab`` (``matlab.py``): MATLAB v4-v7 ``.mat`` variables through SciPy, converted as their v7.3 (HDF5) twin.
 * ``npz`` (``npz.py``) ``rows``: row i of every member is one Example; ``arrays``: every member is one
   Example with features ``key`` (the member name) and ``array``.
+* ``zarr`` (``zarrsrc.py``): the arrays of a Zarr store (v2/v3; directory, zip, gs:// / s3:// prefix) through the
+  ``zarr`` package, read through ``zarrstore.BoundedStore``; the HDF5 containers' row groups and modes.
 * ``npy`` (``npy.py``) ``rows``: rows of one array (memory-mapped when local); ``files``: every file is one
   Example with features ``key`` (the file name without ``.npy``) and ``array``.
 
@@ -36,15 +38,16 @@ from tfrecord_etl.transforms.sources.files import FilesSource
 from tfrecord_etl.transforms.sources.raw import RawSource
 from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
 from tfrecord_etl.transforms.sources.matlab import MatlabSource
+from tfrecord_etl.transforms.sources.zarrsrc import ZarrSource
 
 __all__ = ["ARRAY", "DEFAULT_MAX_COMPRESSION_RATIO", "DEFAULT_MAX_EMPTY_ROWS", "DEFAULT_RANGE_BYTES", "FORMATS",
            "HDF5_CHUNK_CACHE_BYTES", "HDF5_SUFFIXES", "KEY", "MAX_COLUMN_STREAMS", "MatlabSource", "RATIO_CHECK_MIN_BYTES",
-           "REGISTRY", "Columns", "FileIndex", "FilesSource", "Hdf5Source", "NetCdf3Source", "NpySource", "NpzSource", "RawSource", "RowRange", "Source",
+           "REGISTRY", "Columns", "FileIndex", "FilesSource", "Hdf5Source", "NetCdf3Source", "NpySource", "NpzSource", "RawSource", "RowRange", "Source", "ZarrSource",
            "SNIFF_BYTES", "SourceOptions", "content_format", "files_mode", "format_of", "make_source", "merge_specs",
            "other_format_hint", "plan_row_ranges"]
 
 REGISTRY: dict[str, type[Source]] = {cls.format_name: cls for cls in (Hdf5Source, NetCdf3Source, NpzSource, NpySource,
-                                                                           RawSource, FilesSource, MatlabSource)}
+                                                                           RawSource, FilesSource, MatlabSource, ZarrSource)}
 FORMATS = tuple(REGISTRY)
 
 
@@ -72,6 +75,9 @@ def format_of(path: str, options: SourceOptions) -> str:
     """
     if options.format:
         return options.format
+    store = zarr_store_format(path)
+    if store:
+        return store
     lower = path.lower()
     candidates = [name for name, cls in REGISTRY.items() if lower.endswith(cls.suffixes)]
     found = content_format(_head(path))
@@ -83,6 +89,18 @@ def format_of(path: str, options: SourceOptions) -> str:
     suffixes = "/".join(s for cls in REGISTRY.values() for s in cls.suffixes[:1])
     raise SourceError("Cannot tell the input format from the file's first bytes or its suffix", file=path,
                       hint=f"name it {suffixes} or pass --format one of {FORMATS}")
+
+
+def zarr_store_format(path: str) -> str | None:
+    """``"zarr"`` when ``path`` is a Zarr store by its content (a local directory or zip file holding ``zarr.json``
+    or ``.zgroup``/``.zarray``/``.zmetadata`` at its root: ``zarrstore.store_kind``) or, remote, by its name (a
+    gs:// / s3:// prefix ending in ``.zarr`` or ``/``: probing every remote input for a store would cost requests);
+    else None."""
+    from tfrecord_etl.transforms import fileio
+    from tfrecord_etl.transforms.sources import zarrstore
+    if fileio.is_local(path):
+        return "zarr" if zarrstore.store_kind(path) else None
+    return "zarr" if path.lower().rstrip("/").endswith(".zarr") or path.endswith("/") else None
 
 
 def _head(path: str, n: int = SNIFF_BYTES) -> bytes:

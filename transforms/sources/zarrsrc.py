@@ -1,0 +1,451 @@
+"""Zarr source: the arrays of a Zarr store (v2 or v3; a local directory store, a zip store, or a gs:// / s3://
+prefix) through the ``zarr`` package (3.x) and its codecs, read through :class:`zarrbounded.BoundedStore` (keys
+confined to the store, sizes and decompressed sizes bounded by the metadata, never-written chunks refused unless
+``--allow_fill_value``).
+
+The model is the HDF5 containers' (``hdf5layout``): arrays with the same leading length on the same leading
+dimension (xarray's ``_ARRAY_DIMENSIONS`` attribute in v2, ``dimension_names`` in v3; a coordinate variable is on
+its own dimension) form a row group; rows mode converts the largest group unless ``--datasets`` or ``--hdf5_group
+N`` says otherwise; ``--hdf5_mode datasets`` converts each array as one Example (``key``, ``array``). Values are the
+stored ones: no CF decoding (``scale_factor``, ``_FillValue``, time units stay attributes), as for NetCDF.
+Planning reads metadata only (the consolidated metadata when the store has it: one read for the whole tree); row
+ranges are aligned to the arrays' chunks (to shards for sharded v3 arrays).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from tfrecord_etl.transforms import fileio
+from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
+from tfrecord_etl.transforms.errors import SchemaError, SourceError
+from tfrecord_etl.transforms.sources import hdf5layout as layout
+from tfrecord_etl.transforms.sources import zarrstore
+from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, _check_empty_rows,
+                                                  _check_names, _leaf_specs, _row_bytes, _row_spec, log, loosen_all)
+
+ZARR_SUFFIXES = (".zarr", ".zarr.zip", ".zarr/")
+MAX_CHUNK_ALIGN_ROWS = 2**20  # row ranges align to the arrays' common chunk rows up to this many rows
+
+
+def open_store(path: str, options):
+    """A :class:`zarrbounded.BoundedStore` over the store ``path``.
+
+    Raises:
+      SourceError: the ``zarr`` package is not installed (``pip install 'tfrecord-etl[zarr]'``).
+      SourceError: ``path`` is not a Zarr store (no ``zarr.json``, ``.zgroup``, ``.zarray`` or ``.zmetadata`` at its
+        root).
+    """
+    kind = zarrstore.store_kind(path, remote_probe=not fileio.is_local(path))
+    if kind is None:
+        raise SourceError("Not a Zarr store: no zarr.json (v3) or .zgroup/.zarray/.zmetadata (v2) at its root",
+                          file=path, hint="name the store's root directory (or its .zip, or its gs:// / s3:// "
+                                          "prefix)")
+    try:
+        from tfrecord_etl.transforms.sources.zarrbounded import BoundedStore
+    except ImportError as e:
+        raise SourceError(f"Reading a Zarr store needs the zarr package ({e})", file=path,
+                          hint="pip install 'tfrecord-etl[zarr]' (zarr 3.x)") from None
+    return BoundedStore(path, kind, getattr(options, "allow_fill_value", False),
+                                  getattr(options, "follow_symlinks", False))
+
+
+def open_node(store):
+    """The root of ``store``: a ``zarr.Group`` (consolidated metadata used when present) or a ``zarr.Array``.
+
+    Raises:
+      SourceError: metadata zarr cannot read (naming the store and zarr's error).
+    """
+    import warnings
+
+    import zarr
+    try:
+        try:
+            with warnings.catch_warnings():  # "Consolidated metadata is currently not part in the Zarr format 3
+                warnings.filterwarnings("ignore", message="Consolidated metadata")  # specification": read as such
+                return zarr.open_group(store=store, mode="r")
+        except (FileNotFoundError, KeyError, ValueError, TypeError) as e:
+            if "array" not in str(e).lower() and "not found" not in str(e).lower() and \
+                    not type(e).__name__.endswith("NotFoundError"):
+                raise
+            return zarr.open_array(store=store, mode="r")
+    except SourceError:
+        raise
+    except Exception as e:  # noqa: BLE001 - zarr raises many kinds for damaged metadata
+        raise SourceError(f"Cannot read the Zarr store's metadata: {type(e).__name__}: {e}", file=store.path,
+                          hint="check that the store is complete (python -m pipelines.inspect STORE)") from None
+
+
+def walk(node, path: str, max_arrays: int, store=None, unreadable: dict | None = None) -> list[tuple[str, object]]:
+    """``[(name, zarr.Array)]`` of every array under ``node`` (a group or an array; a root array is named by the
+    store's base name), sorted by name; every name checked by :func:`zarrstore.check_key`. Without consolidated
+    metadata the tree is walked node by node through ``store``'s listing, and each node zarr cannot open (zarr 3.1
+    refuses the ``fill_value: 0`` of a zarr 2 ``|S1`` array) is added to ``unreadable`` (``{name: error}``).
+
+    Raises:
+      SourceError: a name leading outside the store; more than ``max_arrays`` arrays (``--max_datasets``).
+    """
+    import zarr
+    if isinstance(node, zarr.Array):
+        return [(root_name(path), node)]
+    members = _members(node, store, path, {} if unreadable is None else unreadable, max_arrays)
+    out = []
+    for name, obj in members:
+        zarrstore.check_key(name, path)
+        if isinstance(obj, zarr.Array):
+            out.append((name, obj))
+            if len(out) > max_arrays:
+                raise SourceError(f"The store holds more than {max_arrays:,} arrays", file=path,
+                                  hint="raise --max_datasets, or name the arrays with --datasets")
+    return sorted(out, key=lambda item: item[0])
+
+
+def _members(group, store, path: str, unreadable: dict, limit: int) -> list:
+    """``[(name, node)]`` of every node below ``group``: from its consolidated metadata when it has some (no read),
+    else node by node (:func:`_walk_nodes`; zarr's own concurrent walk fails whole on one node it cannot read)."""
+    if store is None or getattr(group.metadata, "consolidated_metadata", None) is not None:
+        return list(group.members(max_depth=None))
+    return _walk_nodes(store, "", path, unreadable, limit)
+
+
+def _walk_nodes(store, prefix: str, path: str, unreadable: dict, limit: int) -> list:
+    """``[(name, node)]`` below the group at ``prefix``, one node at a time (see :func:`walk`)."""
+    import zarr
+    out = []
+    for child in store.children(prefix):
+        name = f"{prefix}/{child}" if prefix else child
+        zarrstore.check_key(name, path)
+        if not any(store.has(f"{name}/{m}") for m in ("zarr.json", ".zarray", ".zgroup")):
+            continue  # a chunk, or a directory of chunks
+        try:
+            node = zarr.open(store=store, path=name, mode="r")
+        except SourceError:
+            raise
+        except Exception as e:  # noqa: BLE001 - zarr raises many kinds for metadata it cannot read
+            unreadable[name] = f"{type(e).__name__}: {e}"
+            continue
+        out.append((name, node))
+        if isinstance(node, zarr.Group) and len(out) <= limit:
+            out.extend(_walk_nodes(store, name, path, unreadable, limit))
+    return out
+
+
+def _log_unreadable(unreadable: dict, path: str) -> None:
+    if unreadable:
+        shown = "; ".join(f"{n} ({e[:120]})" for n, e in sorted(unreadable.items())[:3])
+        log.warning("Skipping %d node(s) of '%s' that zarr cannot read: %s%s", len(unreadable), path, shown,
+                    " and more" if len(unreadable) > 3 else "")
+
+
+def root_name(path: str) -> str:
+    """The feature name of a store whose root is an array: its base name without ``.zarr``/``.zip``."""
+    base = path.rstrip("/").rsplit("/", 1)[-1]
+    for suffix in (".zip", ".zarr"):
+        if base.lower().endswith(suffix):
+            base = base[:-len(suffix)]
+    return base or "array"
+
+
+def dimension_names(array) -> tuple[str, ...] | None:
+    """The dimension names of ``array``: v3 ``dimension_names``, v2 xarray's ``_ARRAY_DIMENSIONS``; None if absent."""
+    meta = array.metadata
+    names = getattr(meta, "dimension_names", None) if meta.zarr_format == 3 else \
+        array.attrs.get("_ARRAY_DIMENSIONS")
+    if not names or any(n is None for n in names):
+        return None
+    return tuple(str(n) for n in names)
+
+
+def leading_dimension(name: str, array) -> str | None:
+    """The leading dimension of ``array`` qualified by its group (``group/time``), None when unnamed."""
+    dims = dimension_names(array)
+    if not dims or not array.shape:
+        return None
+    parent = name.rsplit("/", 1)[0] if "/" in name else ""
+    return f"{parent}/{dims[0]}" if parent else dims[0]
+
+
+def chunk_rows(array) -> int:
+    """The rows of one stored unit of ``array``: its shard's (v3 sharding: one read unit) or chunk's first dim."""
+    if not array.shape:
+        return 1
+    return int((array.shards or array.chunks)[0])
+
+
+def array_dtype(array, where: str) -> np.dtype:
+    """The NumPy dtype ``array`` reads as; variable-length strings (v2 object/vlen, v3 ``string``) are ``object``.
+
+    Raises:
+      SchemaError: a dtype NumPy and TFRecords cannot carry.
+    """
+    dt = array.dtype
+    if not isinstance(dt, np.dtype) or dt.kind in "OT":
+        return np.dtype(object)
+    if dt.kind in "mM" or dt.hasobject:
+        raise SchemaError(f"Unsupported Zarr dtype {dt}", file=where,
+                          hint="store it as integers (xarray writes datetimes as integers with units)")
+    return dt
+
+
+def _vlen_check(dtype, where):
+    return None  # every object dtype here is a variable-length string (zarr refuses pickled objects)
+
+
+def array_bytes(array) -> int:
+    dt = array.dtype
+    itemsize = dt.itemsize if isinstance(dt, np.dtype) and dt.kind not in "OT" else 8
+    return int(math.prod(array.shape)) * itemsize
+
+
+class ZarrSource(Source):
+    """Zarr stores (see the module docstring). ``index``/``read`` take the store's root path as the "file"."""
+
+    format_name = "zarr"
+    suffixes = ZARR_SUFFIXES
+    modes = ("rows", "datasets")
+    content_label = "a Zarr store"
+
+    def __init__(self, options):
+        super().__init__(options)
+        self.loose = options.hdf5_mode == "datasets"
+
+    def pin_files(self, paths):
+        """Pins each local store's root metadata document (``zarr.json``/``.zmetadata``/``.zgroup``/``.zarray``) or
+        zip file: a store rewritten while a run reads it fails as changed."""
+        self.pins = {}
+        for p in paths:
+            target = _pin_target(p)
+            if target is not None:
+                self.pins[p] = (target, fileio.pin(target))
+
+    def read_pinned(self, rr: RowRange) -> Columns:
+        pinned = getattr(self, "pins", {}).get(rr.path)
+        if pinned:
+            fileio.check_pin(pinned[0], pinned[1], "Zarr store metadata")
+        columns = self.read(rr)
+        if pinned:
+            fileio.check_pin(pinned[0], pinned[1], "Zarr store metadata")
+        return columns
+
+    def _tree(self, path: str):
+        """``(store, {name: array})`` of ``path`` with the store's chunk bounds set."""
+        store = open_store(path, self.options)
+        unreadable = {}
+        arrays = dict(walk(open_node(store), path, self.options.max_datasets, store, unreadable))
+        named = [n.strip("/") for n in self.options.datasets or ()]
+        for name in named:
+            if name in unreadable:
+                raise SourceError(f"zarr cannot read the array: {unreadable[name]}", file=path, dataset=name)
+        if not named and path not in self.__dict__.setdefault("_warned", set()):
+            _log_unreadable(unreadable, path)
+            self._warned.add(path)
+        store.set_bounds({_key_of(name, arrays[name], path): zarrstore.chunk_bound(a) for name, a in arrays.items()})
+        return store, arrays
+
+    def index(self, path: str) -> FileIndex:
+        """Learns rows and features of the store ``path`` from its metadata only.
+
+        Raises:
+          SourceError: not a Zarr store, hostile keys or names, unknown array names.
+          SchemaError: unsupported dtypes, 0-d arrays in rows mode, lengths that differ, no array.
+        """
+        store, arrays = self._tree(path)
+        try:
+            if self.loose:
+                return self._index_arrays(arrays, path)
+            names = list(self.options.datasets or self._default_arrays(arrays, path) or [])
+            if not names and self.switch_to_datasets(path):
+                return self._index_arrays(arrays, path)
+            self._rows_indexed = True
+            specs, lengths, align, data_row_bytes = [], {}, 1, 0
+            for name in names:
+                arr = _array(arrays, name, path)
+                if not arr.shape:
+                    raise SchemaError("Array is a scalar (0-d): it has no rows", file=path, dataset=name,
+                                      hint="use --hdf5_mode datasets (each array -> one Example)")
+                where = f"{path}, array '{name}'"
+                dtype = array_dtype(arr, where)
+                row_shape = tuple(arr.shape[1:])
+                if dtype.kind != "O":
+                    data_row_bytes += dtype.itemsize * math.prod(row_shape)
+                specs += _leaf_specs(name.strip("/"), dtype, row_shape, where, _vlen_check)
+                lengths[name] = int(arr.shape[0])
+                rows = chunk_rows(arr)
+                align = math.lcm(align, rows) if math.lcm(align, rows) <= MAX_CHUNK_ALIGN_ROWS else max(align, rows)
+        finally:
+            store.close()
+        _check_names(specs, path)
+        if len(set(lengths.values())) > 1:
+            listing = ", ".join(f"'{n}': {v}" for n, v in list(lengths.items())[:6])
+            raise SchemaError(f"Arrays have different leading lengths ({listing})", file=path,
+                              hint="choose arrays of one dimension with --datasets (or a row group with "
+                                   "--hdf5_group N); python -m pipelines.inspect STORE lists them")
+        rows = next(iter(lengths.values()))
+        _check_empty_rows(rows, data_row_bytes, self.options, path)
+        return FileIndex(path, rows, tuple(specs), _row_bytes(specs), align, tuple(names))
+
+    def _default_arrays(self, arrays: dict, path: str) -> list[str]:
+        entries, scalars = [], []
+        for name, arr in arrays.items():
+            if not arr.shape:
+                scalars.append(name)
+                continue
+            entries.append((name, int(arr.shape[0]), leading_dimension(name, arr), array_bytes(arr)))
+        if not entries:
+            if self.options.hdf5_mode == "auto" and scalars:
+                return []
+            raise SchemaError("The store holds no array with rows", file=path,
+                              hint="use --hdf5_mode datasets (each array -> one Example)" if scalars else None)
+        return layout.choose_group(entries, self.options.hdf5_group, path)
+
+    def _index_arrays(self, arrays: dict, path: str) -> FileIndex:
+        names = list(self.options.datasets) if self.options.datasets else list(arrays)
+        specs, sizes, items = [], [], []
+        for name in names:
+            arr = _array(arrays, name, path)
+            where = f"{path}, array '{name}'"
+            dtype = array_dtype(arr, where)
+            if dtype.kind == "O" or dtype.fields is not None:
+                if self.options.datasets:
+                    raise SchemaError("String and structured arrays are not supported in datasets mode", file=path,
+                                      dataset=name, hint="convert them in rows mode with --datasets")
+                continue
+            specs.append(_row_spec(ARRAY, dtype, arr.shape, where))
+            sizes.append(array_bytes(arr))
+            items.append(name)
+        if not items:
+            raise SchemaError("The store holds no array to convert", file=path)
+        return FileIndex(path, len(items), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), loosen_all(specs)),
+                         max(sizes), 1, tuple(items), tuple(sizes))
+
+    def _opened(self, path: str):
+        current = getattr(self._local, "open", None)
+        if current is not None and current[0] == path:
+            return current[1]
+        self.close()
+        tree = self._tree(path)
+        self._local.open = (path, tree)
+        return tree
+
+    def close(self) -> None:
+        current = getattr(self._local, "open", None)
+        self._local.open = None
+        if current is not None:
+            current[1][0].close()
+
+    def read(self, rr: RowRange) -> Columns:
+        """The rows ``rr.start:rr.stop`` of each array of ``rr.items`` (datasets mode: each array whole).
+
+        Raises:
+          SourceError: a refused chunk (see :mod:`zarrstore`), or any failure to decode (naming the rows).
+        """
+        try:
+            _, arrays = self._opened(rr.path)
+            if self.loose:
+                return {KEY: [n.encode() for n in rr.items],
+                        ARRAY: [np.asarray(_array(arrays, n, rr.path)[...]) for n in rr.items]}
+            columns = {}
+            for name in rr.items:
+                data = _as_numpy(_array(arrays, name, rr.path)[rr.start:rr.stop])
+                columns.update(flatten_fields(name.strip("/"), data))
+            return columns
+        except SourceError:
+            self.close()
+            raise
+        except Exception as e:  # noqa: BLE001 - zarr and its codecs raise many kinds for damaged chunks
+            self.close()
+            raise SourceError(f"Cannot read {rr.describe()}: {type(e).__name__}: {e}", file=rr.path,
+                              hint="check the store's chunks (python -m pipelines.inspect STORE)") from None
+
+
+def _as_numpy(data) -> np.ndarray:
+    """A NumPy array of what zarr read: variable-length strings as an object array of UTF-8 ``bytes``."""
+    data = np.asarray(data)
+    if data.dtype.kind in "OT":
+        out = np.empty(data.shape, dtype=object)
+        flat, src = out.reshape(-1), data.reshape(-1)
+        for i, v in enumerate(src):
+            flat[i] = v.encode("utf-8") if isinstance(v, str) else bytes(v)
+        return out
+    return data
+
+
+def _array(arrays: dict, name: str, path: str):
+    arr = arrays.get(name.strip("/"))
+    if arr is None:
+        shown = ", ".join(sorted(arrays)[:10])
+        raise SourceError("No such array", file=path, dataset=name,
+                          hint=f"arrays: {shown}; python -m pipelines.inspect STORE lists them")
+    return arr
+
+
+def _key_of(name: str, array, path: str) -> str:
+    """The store key prefix of the array ``name`` ("" for a root array)."""
+    return array.path if array.path is not None else name
+
+
+def _pin_target(path: str) -> str | None:
+    if not fileio.is_local(path):
+        return None
+    if os.path.isfile(path):
+        return path
+    for marker in zarrstore.ROOT_MARKERS:
+        candidate = os.path.join(path, marker)
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def zarr_tree(path: str, max_objects: int = 10_000) -> dict:
+    """``hdf5tree.hdf5_tree``'s form for the Zarr store ``path`` (``python -m pipelines.inspect STORE``): every group
+    and array with its dtype, shape, chunks, and as ``filters`` its shards, codecs, dimension names and fill value;
+    then the row groups convert chooses from (largest first), each with its ``--datasets`` flag. Metadata only.
+
+    Raises:
+      SourceError: not a Zarr store, or metadata zarr cannot read (naming the store).
+    """
+    import zarr
+    from tfrecord_etl.transforms.sources.base import SourceOptions
+    store = open_store(path, SourceOptions())
+    try:
+        node = open_node(store)
+        objects, entries = [], []
+        unreadable = {}
+        if isinstance(node, zarr.Array):
+            members = [(root_name(path), node)]
+        else:
+            members = _members(node, store, path, unreadable, max_objects)
+        members += [(name, error) for name, error in unreadable.items()]
+        members.sort(key=lambda m: m[0])
+        fmt = node.metadata.zarr_format
+        for name, obj in members[:max_objects]:
+            zarrstore.check_key(name, path)
+            if isinstance(obj, str):
+                objects.append({"path": name, "kind": "unreadable", "target": f"zarr cannot read it: {obj}"})
+                continue
+            if not isinstance(obj, zarr.Array):
+                objects.append({"path": name, "kind": "group"})
+                continue
+            codecs = [type(c).__name__.replace("Codec", "").lower() for c in (*obj.filters, *obj.compressors)]
+            extra = ([f"shards {list(obj.shards)}"] if obj.shards else []) + (
+                [f"codecs {'+'.join(codecs)}"] if codecs else ["uncompressed"])
+            dims = dimension_names(obj)
+            if dims:
+                extra.append(f"dims {', '.join(dims)}")
+            fill = obj.fill_value
+            extra.append(f"fill {fill.item() if hasattr(fill, 'item') else fill!r}")
+            if obj.metadata.zarr_format == 2 and obj.order == "F":
+                extra.append("order F")
+            objects.append({"path": name, "kind": "dataset" if obj.shape else "scalar", "dtype": str(obj.dtype),
+                            "shape": list(obj.shape), "chunks": list(obj.chunks), "filters": extra,
+                            "storage": f"zarr v{obj.metadata.zarr_format}"})
+            if obj.shape:
+                entries.append((name, int(obj.shape[0]), leading_dimension(name, obj), array_bytes(obj)))
+    finally:
+        store.close()
+    groups = [{"group": i, "rows": g.rows, "dimension": g.dimension, "datasets": list(g.datasets), "bytes": g.nbytes,
+               "flag": "--datasets " + ",".join(g.datasets)} for i, g in enumerate(layout.group_rows(entries), 1)]
+    return {"file": path, "format": f"Zarr v{fmt}", "objects": objects, "row_groups": groups,
+            "truncated": len(members) > max_objects}
