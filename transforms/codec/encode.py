@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
+from tfrecord_etl.transforms.codec import assemble
 from tfrecord_etl.transforms.codec.encodings import check_unicode, encoding_of
 from tfrecord_etl.transforms.codec.encodings.base import int_lists, bytes_lists
 from tfrecord_etl.transforms.codec.spec import FeatureSpec, MAX_RECORD_BYTES, normalize_dtype, VLEN_BYTES
@@ -23,7 +24,7 @@ class FixedLayout:
 
     Attributes:
       head: the Example's ``features`` field tag and length (the same for every row).
-      entries: ``(prefix bytes, (rows, n) uint8 data)`` per fixed-layout feature, sorted by name.
+      entries: ``(prefix bytes, (rows, n) uint8 data)`` per fixed-layout feature, in map order.
       num_rows: rows in the batch.
     """
 
@@ -56,12 +57,14 @@ class EncodedBatch:
 
     Attributes:
       layout: the fixed-layout features (fixed-shape ``tensor`` features and fixed-shape numeric lists),
-        entries sorted by name, so every row has the same layout and only the data bytes differ. It is
+        entries in map order (:func:`map_order`), so every row has the same layout and only the data bytes
+        differ. It is
         assembled only when asked: :attr:`block` makes a ``(rows, width)`` array, and
         ``tfrecord.frame_encoded`` fills the data columns of the framed buffer directly (one copy).
-      tails: None, or per row the bytes of one more Example per variable-layout feature (int64 lists,
-        byte lists, varying shapes), appended to the block row: concatenated Examples are one Example
-        (protobuf merge), and each tail holds exactly one feature, so the bytes are deterministic.
+      tails: None, or per row the whole serialized Example when rows differ in length (int64 varints of
+        several lengths, byte lists, varying shapes); :attr:`layout` then has no entries. (Augment appends
+        the bytes of each row after the input record: concatenated Examples are one Example, protobuf's
+        merge.)
     """
 
     layout: FixedLayout
@@ -85,6 +88,8 @@ class EncodedBatch:
 
     def records(self) -> list[bytes]:
         """The serialized Examples, one bytes object per row."""
+        if self.tails is not None and not self.width:
+            return list(self.tails)
         rows = [r.tobytes() for r in self.block] if self.width else [b""] * self.num_rows
         return rows if self.tails is None else [a + b for a, b in zip(rows, self.tails)]
 
@@ -99,11 +104,18 @@ def encode_columns(columns: Mapping[str, object], specs: Sequence[FeatureSpec], 
                    allow_lossy: Iterable[str] = ()) -> EncodedBatch:
     """Encodes ``num_rows`` rows as serialized Examples, vectorized over the batch.
 
-    Fixed-layout features become a :class:`FixedLayout` (the protobuf headers are the same for every
-    row, so only the data columns differ; it is assembled with NumPy straight into the framed buffer
-    by ``tfrecord.frame_encoded``, or into a block on demand); the others go through tfx_bsl's C++
-    ``RecordBatchToExamplesEncoder``, one feature per call so that no map order can vary (protobuf
-    serializes maps in an unspecified order, which would make reruns differ).
+    Every record is the bytes of protobuf's own serializer, ``tf.train.Example.SerializeToString(
+    deterministic=True)`` of the same values: minimal varints (each int64 at its own length), packed lists, and
+    the feature map's entries in the order of :func:`map_order`. (Without ``deterministic=True`` protobuf
+    writes the entries in hash-table order, which changes from process to process; the entries' bytes and the
+    record's length are the same.)
+
+    When every row's bytes count is the same (fixed-shape features whose int64 varints all have one length in
+    the batch), the batch is a :class:`FixedLayout`: the protobuf headers are the same for every row, so only
+    the data columns differ; it is assembled with NumPy straight into the framed buffer by
+    ``tfrecord.frame_encoded``, or into a block on demand. Otherwise the records are laid out row by row with
+    NumPy (:mod:`.assemble`) and returned as ``tails``; features whose shape or dtype varies go through
+    tfx_bsl's C++ ``RecordBatchToExamplesEncoder`` first, one feature per call.
 
     Args:
       columns: feature name -> ``np.ndarray`` of shape ``(num_rows, *spec.shape)`` for fixed specs, or
@@ -119,24 +131,82 @@ def encode_columns(columns: Mapping[str, object], specs: Sequence[FeatureSpec], 
     """
     from tfx_bsl.coders import example_coder  # C++; no TensorFlow import
 
-    fixed, tails = [], None
-    for spec in sorted(specs, key=lambda s: s.name):
+    entries = []  # (name, FixedEntry | Packed values | per-row bytes of one-feature Examples), in map order
+    for spec in specs:
         if spec.name not in columns:
             raise SchemaError(f"Missing column for feature '{spec.name}'")
         encoding = encoding_of(spec)
         encoding.check(spec, allow_lossy)
         entry = _fixed_entry(spec, encoding, columns[spec.name], num_rows)
         if entry is not None:
-            fixed.append(entry)
+            entries.append((spec.name, entry))
             continue
         for name, arr in _encode_column(spec, encoding, columns[spec.name], num_rows):
             part = example_coder.RecordBatchToExamplesEncoder().encode(pa.RecordBatch.from_arrays([arr], [name]))
-            tails = part if tails is None else [a + b for a, b in zip(tails, part)]
-    layout = _fixed_layout(fixed, num_rows)
-    width = layout.width
-    if width > MAX_RECORD_BYTES or any(len(t) + width > MAX_RECORD_BYTES for t in tails or ()):
+            entries.append((name, part))
+    entries.sort(key=lambda e: map_order(e[0]))
+    if all(isinstance(e, tuple) for _, e in entries):
+        layout, tails = _fixed_layout([e for _, e in entries], num_rows), None
+        largest = layout.width
+    else:
+        data, offsets = assemble.assemble(_record_pieces(entries, num_rows), num_rows)
+        layout, blob = _fixed_layout([], num_rows), data.tobytes()
+        tails = [blob[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+        largest = int(np.diff(offsets).max()) if num_rows else 0
+    if largest > MAX_RECORD_BYTES:
         raise RecordError("An Example is over protobuf's 2 GB limit", hint="split the array into smaller rows")
     return EncodedBatch(layout, tails)
+
+
+def map_order(name: str) -> bytes:
+    """The sort key of the feature map's entries in a record: the order of protobuf's deterministic serialization
+    (``SerializeToString(deterministic=True)`` with the upb backend, protobuf's default for Python since 4.21):
+    ascending by UTF-8 bytes, and a name before any name it is a prefix of comes *after* it (``"x/shape"`` before
+    ``"x"``), as upb's map sorter orders string keys (``upb/message/internal/map_sorter``: a descending byte
+    compare, emitted backwards). UTF-8 never holds the byte 0xFF, so it serves as the end marker."""
+    return name.encode("utf-8") + b"\xff"
+
+
+def _record_pieces(entries, num_rows: int) -> list:
+    """The :mod:`.assemble` pieces of whole records from ``entries`` (see :func:`encode_columns`)."""
+    pieces, total = [], np.zeros(num_rows, np.int64)
+    for name, entry in entries:
+        if isinstance(entry, tuple):  # (prefix, data): the same bytes count in every row
+            prefix, data = entry
+            pieces += [assemble.Const(prefix), assemble.Block(data)]
+            total += len(prefix) + data.shape[1]
+        elif isinstance(entry, assemble.Packed):
+            field, n = _packed_entry(name, entry, num_rows)
+            pieces += field
+            total += n
+        else:  # one-feature Examples (tfx_bsl): their Features' map entry field, after the Example's own header
+            lengths = np.fromiter(map(len, entry), np.int64, num_rows)
+            head = _header_lengths(lengths)
+            starts = np.cumsum(lengths) - lengths + head
+            data = np.frombuffer(b"".join(entry), np.uint8)
+            pieces.append(assemble.Ragged(data, starts, lengths - head))
+            total += lengths - head
+    return [assemble.Const(b"\x0a"), assemble.Varint(total.astype(np.uint64))] + pieces
+
+
+def _packed_entry(name: str, packed, num_rows: int) -> tuple[list, np.ndarray]:
+    """The pieces of ``Features.feature`` map entry ``name`` -> ``Feature{int64_list{packed}}`` and its bytes per
+    row: ``0A len {0A len name, 12 len {1A len {0A len varints}}}``."""
+    piece: list = [packed]
+    n = packed.lengths.sum(axis=1, dtype=np.int64)
+    for tag in (0x0A, 0x1A, 0x12):  # Int64List.value, Feature.int64_list, MapEntry.value
+        piece, n = assemble.len_field(tag, piece, n)
+    key = _len_field(1, name.encode("utf-8"))
+    return assemble.len_field(0x0A, [assemble.Const(key)] + piece, n + len(key))
+
+
+def _header_lengths(lengths: np.ndarray) -> np.ndarray:
+    """Bytes of the ``0A`` tag and length varint that start Examples of ``lengths`` bytes (0 for empty ones)."""
+    head = np.zeros(lengths.shape, np.int64)
+    for h in range(5, 0, -1):
+        inner = np.maximum(lengths - 1 - h, 0).astype(np.uint64)
+        head[(lengths > 0) & (assemble.varint_lengths(inner) == h)] = 1 + h
+    return head
 
 
 def _checked_array(spec: FeatureSpec, column, num_rows: int) -> np.ndarray:
@@ -151,13 +221,21 @@ def _checked_array(spec: FeatureSpec, column, num_rows: int) -> np.ndarray:
 
 
 def _fixed_entry(spec: FeatureSpec, encoding, column, num_rows: int):
-    """``(entry prefix bytes, (rows, n) uint8 data)`` of a fixed-layout feature, else None."""
+    """``(entry prefix bytes, (rows, n) uint8 data)`` of a fixed-layout feature, an :class:`.assemble.Packed` of
+    int64 list values whose varints differ in length, else None."""
     if not spec.is_fixed or spec.dtype == VLEN_BYTES or not encoding.fixed_layout(spec):
         return None
     arr = _checked_array(spec, column, num_rows)
     if arr.dtype.kind == "U":
         check_unicode(spec.name, arr)
-    data = encoding.fixed_data(spec, arr)
+    values = encoding.varint_values(spec, arr)
+    if values is not None and values.size:
+        lengths = assemble.varint_lengths(values)
+        if lengths.min() != lengths.max():  # protobuf writes each varint at its own length: rows differ
+            return assemble.Packed(values, lengths)
+        data = assemble.varint_block(values, int(lengths[0, 0]))
+    else:
+        data = encoding.fixed_data(spec, arr)
     n = data.shape[1]
     kind = encoding.kind(spec.dtype)
     if kind == "bytes":  # Feature{bytes_list: BytesList{value: [data]}}: one value per row
