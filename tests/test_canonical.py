@@ -139,7 +139,8 @@ def test_uniform_batches_keep_the_fixed_layout_and_mixed_ones_are_laid_out_row_b
     fixed = encode_columns({"id": ids}, [spec], 100)
     assert fixed.tails is None and fixed.width == len(encode_batch({"id": ids}, [spec], 100)[0])
     mixed = encode_columns({"id": ids - 150}, [spec], 100)  # 1 and 2 bytes
-    assert mixed.width == 0 and [len(t) for t in mixed.tails] == [15] * 78 + [16] * 22
+    assert mixed.width == 0 and mixed.padded is not None and mixed.lengths().tolist() == [15] * 78 + [16] * 22
+    assert [len(r) for r in mixed.records()] == [15] * 78 + [16] * 22
 
 
 def test_one_negative_label_costs_nine_bytes_not_a_wider_batch(tmp_path):

@@ -22,7 +22,8 @@ import numpy as np
 
 _SEVEN = [np.uint64(7 * j) for j in range(10)]
 _LIMITS = [np.uint64(1 << (7 * k)) for k in range(1, 10)]
-_LOOP_BYTES = 48  # mean bytes per row from which a piece is copied row by row (memcpy) rather than scattered
+_LOOP_BYTES = 48  # mean bytes per row from which a ragged piece is copied row by row (memcpy), not scattered
+_SCATTER_BYTES = 16  # fixed-width pieces narrower than this are scattered a byte at a time
 
 
 def varint_length(value: int) -> int:
@@ -100,43 +101,65 @@ def len_field(tag: int, pieces: list, inner: np.ndarray) -> tuple[list, np.ndarr
     return head + pieces, inner + 1 + varint_lengths(inner.astype(np.uint64))
 
 
-def assemble(pieces: list, rows: int) -> tuple[np.ndarray, np.ndarray]:
+def padded_bytes(pieces: list, rows: int) -> tuple[int, int]:
+    """``(rows x longest, sum of lengths)``: the bytes :func:`assemble` would allocate and the bytes it holds."""
+    total = sum((piece_lengths(p, rows) for p in pieces), np.zeros(rows, np.int64))
+    return (int(total.max()) * rows if rows else 0), int(total.sum())
+
+
+def row_slice(piece, a: int, b: int):
+    """``piece`` for rows ``a:b`` only."""
+    if isinstance(piece, Varint):
+        return Varint(piece.values[a:b])
+    if isinstance(piece, Block):
+        return Block(piece.data[a:b])
+    if isinstance(piece, Packed):
+        return Packed(piece.values[a:b], piece.lengths[a:b])
+    if isinstance(piece, Ragged):
+        return Ragged(piece.data, piece.starts[a:b], piece.lengths[a:b])
+    return piece
+
+
+def assemble(pieces: list, rows: int, lead: int = 0, trail: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Lays ``pieces`` end to end in each of ``rows`` rows.
 
-    Returns ``(data, offsets)``: flat uint8 ``data`` and int64 ``offsets`` of ``rows + 1`` entries, row ``i``
-    being ``data[offsets[i]:offsets[i + 1]]``.
+    Returns ``(block, lengths)``: ``block`` is ``(rows, lead + max(lengths) + trail)`` uint8 whose row ``i`` holds
+    its record at ``block[i, lead:lead + lengths[i]]`` (``lead`` and ``trail`` bytes of room around the longest,
+    e.g. for TFRecord framing; the other bytes are unset), ``lengths`` int64. Rows are padded to the longest
+    so that a fixed-width piece is copied a slice per distinct column offset, not a byte at a time.
     """
     lengths = [piece_lengths(p, rows) for p in pieces]
-    offsets = np.zeros(rows + 1, np.int64)
-    if lengths:
-        np.cumsum(sum(lengths), out=offsets[1:])
-    out = np.empty(int(offsets[-1]), np.uint8)
-    pos = offsets[:-1].copy()
+    total = sum(lengths) if lengths else np.zeros(rows, np.int64)
+    width = lead + (int(total.max()) if rows else 0) + trail
+    block = np.empty((rows, width), np.uint8)
+    col = np.full(rows, lead, np.int64)
     for piece, n in zip(pieces, lengths):
-        _write(out, pos, piece, n)
-        pos += n
-    return out, offsets
+        _write(block, col, piece, n)
+        col += n
+    return block, total
 
 
-def _write(out: np.ndarray, pos: np.ndarray, piece, n: np.ndarray) -> None:
+def _write(block: np.ndarray, col: np.ndarray, piece, n: np.ndarray) -> None:
+    flat = block.reshape(-1)
+    pos = np.arange(len(col), dtype=np.int64) * block.shape[1] + col
     if isinstance(piece, Const):
         if len(piece.data) == 1:
-            out[pos] = piece.data[0]
+            flat[pos] = piece.data[0]
         elif piece.data:
-            out[pos[:, None] + np.arange(len(piece.data))] = np.frombuffer(piece.data, np.uint8)
+            flat[pos[:, None] + np.arange(len(piece.data))] = np.frombuffer(piece.data, np.uint8)
     elif isinstance(piece, Varint):
-        _write_varints(out, pos, piece.values, n)
+        _write_varints(flat, pos, piece.values, n)
     elif isinstance(piece, Block):
-        _write_block(out, pos, piece.data)
+        _write_block(block, flat, pos, col, piece.data)
     elif isinstance(piece, Packed):
         starts = pos[:, None] + (np.cumsum(piece.lengths, axis=1, dtype=np.int64) - piece.lengths)
-        _write_varints(out, starts.reshape(-1), piece.values.reshape(-1), piece.lengths.reshape(-1))
+        _write_varints(flat, starts.reshape(-1), piece.values.reshape(-1), piece.lengths.reshape(-1))
     else:
-        _write_ragged(out, pos, piece.data, np.asarray(piece.starts, np.int64), n)
+        _write_ragged(flat, pos, piece.data, np.asarray(piece.starts, np.int64), n)
 
 
 def _write_varints(out: np.ndarray, pos: np.ndarray, values: np.ndarray, lengths: np.ndarray) -> None:
-    """Writes each of ``values`` (uint64) as a varint of its ``lengths`` bytes at ``pos``."""
+    """Writes each of ``values`` (uint64) as a varint of its ``lengths`` bytes at ``pos`` of flat ``out``."""
     if not values.size:
         return
     top = int(lengths.max())
@@ -150,25 +173,30 @@ def _write_varints(out: np.ndarray, pos: np.ndarray, values: np.ndarray, lengths
         out[pos + j] = byte
 
 
-def _write_block(out: np.ndarray, pos: np.ndarray, data: np.ndarray) -> None:
+def _write_block(block: np.ndarray, flat: np.ndarray, pos: np.ndarray, col: np.ndarray, data: np.ndarray) -> None:
     rows, w = data.shape
     if not w:
         return
-    if w < _LOOP_BYTES:
-        out[pos[:, None] + np.arange(w)] = data
+    if w < _SCATTER_BYTES:
+        flat[pos[:, None] + np.arange(w)] = data
         return
-    for i, p in enumerate(pos.tolist()):
-        out[p:p + w] = data[i]
+    lo, hi = int(col.min()), int(col.max())
+    if lo == hi:
+        block[:, lo:lo + w] = data
+        return
+    for c in np.unique(col).tolist():  # few distinct offsets: the lengths of the varints before this piece
+        rows_c = np.flatnonzero(col == c)
+        block[rows_c, c:c + w] = data[rows_c]
 
 
-def _write_ragged(out: np.ndarray, pos: np.ndarray, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
+def _write_ragged(flat: np.ndarray, pos: np.ndarray, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
     total = int(lengths.sum())
     if not total:
         return
     if total < _LOOP_BYTES * len(lengths):
         before = np.cumsum(lengths) - lengths
         step = np.arange(total, dtype=np.int64)
-        out[np.repeat(pos - before, lengths) + step] = data[np.repeat(starts - before, lengths) + step]
+        flat[np.repeat(pos - before, lengths) + step] = data[np.repeat(starts - before, lengths) + step]
         return
     for p, s, k in zip(pos.tolist(), starts.tolist(), lengths.tolist()):
-        out[p:p + k] = data[s:s + k]
+        flat[p:p + k] = data[s:s + k]

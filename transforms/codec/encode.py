@@ -15,6 +15,7 @@ from tfrecord_etl.transforms.codec.spec import FeatureSpec, MAX_RECORD_BYTES, no
 from tfrecord_etl.transforms.codec.wire import _encode_varint, _len_field
 
 _KIND_TAGS = {"bytes": 1, "float": 2, "int64": 3}  # Feature's oneof field numbers (feature.proto)
+FRAME_LEAD, FRAME_TRAIL = 12, 4  # a TFRecord frame's bytes before a record (length, its CRC) and after (data CRC)
 
 
 @dataclasses.dataclass
@@ -61,14 +62,17 @@ class EncodedBatch:
         differ. It is
         assembled only when asked: :attr:`block` makes a ``(rows, width)`` array, and
         ``tfrecord.frame_encoded`` fills the data columns of the framed buffer directly (one copy).
-      tails: None, or per row the whole serialized Example when rows differ in length (int64 varints of
-        several lengths, byte lists, varying shapes); :attr:`layout` then has no entries. (Augment appends
-        the bytes of each row after the input record: concatenated Examples are one Example, protobuf's
-        merge.)
+      tails: None, or per row more bytes appended to the block row (concatenated Examples are one
+        Example, protobuf's merge); the codec itself no longer makes them.
+      padded: None, or ``(block, lengths)`` when rows differ in length (int64 varints of several lengths,
+        byte lists, varying shapes): row ``i``'s record is ``block[i, FRAME_LEAD:FRAME_LEAD + lengths[i]]``,
+        with room for the TFRecord frame's header before it and its CRC after it (``tfrecord`` frames the
+        block in place); :attr:`layout` then has no entries.
     """
 
     layout: FixedLayout
     tails: list[bytes] | None = None
+    padded: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def num_rows(self) -> int:
@@ -86,10 +90,18 @@ class EncodedBatch:
         self.layout.fill(out)
         return out
 
+    def lengths(self) -> np.ndarray:
+        """int64 ``(rows,)``: the bytes of each serialized Example."""
+        if self.padded is not None:
+            return self.padded[1]
+        out = np.full(self.num_rows, self.width, np.int64)
+        return out if self.tails is None else out + np.fromiter(map(len, self.tails), np.int64, self.num_rows)
+
     def records(self) -> list[bytes]:
         """The serialized Examples, one bytes object per row."""
-        if self.tails is not None and not self.width:
-            return list(self.tails)
+        if self.padded is not None:
+            block, lengths = self.padded
+            return [row[FRAME_LEAD:FRAME_LEAD + n].tobytes() for row, n in zip(block, lengths.tolist())]
         rows = [r.tobytes() for r in self.block] if self.width else [b""] * self.num_rows
         return rows if self.tails is None else [a + b for a, b in zip(rows, self.tails)]
 
@@ -146,16 +158,40 @@ def encode_columns(columns: Mapping[str, object], specs: Sequence[FeatureSpec], 
             entries.append((name, part))
     entries.sort(key=lambda e: map_order(e[0]))
     if all(isinstance(e, tuple) for _, e in entries):
-        layout, tails = _fixed_layout([e for _, e in entries], num_rows), None
+        layout, padded = _fixed_layout([e for _, e in entries], num_rows), None
         largest = layout.width
     else:
-        data, offsets = assemble.assemble(_record_pieces(entries, num_rows), num_rows)
-        layout, blob = _fixed_layout([], num_rows), data.tobytes()
-        tails = [blob[a:b] for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
-        largest = int(np.diff(offsets).max()) if num_rows else 0
+        pieces = _record_pieces(entries, num_rows)
+        layout, padded, tails = _fixed_layout([], num_rows), None, None
+        block_bytes, held = assemble.padded_bytes(pieces, num_rows)
+        if block_bytes <= 2 * held + (16 << 20):
+            padded = assemble.assemble(pieces, num_rows, FRAME_LEAD, FRAME_TRAIL)
+            largest = int(padded[1].max()) if num_rows else 0
+        else:  # rows of very different lengths (a few long strings): padding them all would waste memory
+            tails = _unpadded(pieces, num_rows)
+            largest = max(map(len, tails), default=0)
+        if largest > MAX_RECORD_BYTES:
+            raise RecordError("An Example is over protobuf's 2 GB limit", hint="split the array into smaller rows")
+        return EncodedBatch(layout, tails, padded)
     if largest > MAX_RECORD_BYTES:
         raise RecordError("An Example is over protobuf's 2 GB limit", hint="split the array into smaller rows")
-    return EncodedBatch(layout, tails)
+    return EncodedBatch(layout, None, None)
+
+
+def _unpadded(pieces: list, num_rows: int) -> list[bytes]:
+    """The records of ``pieces`` as bytes, assembled in runs of rows whose padded block stays small."""
+    out, a = [], 0
+    lengths = sum((assemble.piece_lengths(p, num_rows) for p in pieces), np.zeros(num_rows, np.int64)).tolist()
+    while a < num_rows:
+        b, longest, held = a, 0, 0
+        while b < num_rows and max(longest, lengths[b]) * (b - a + 1) <= max(2 * (held + lengths[b]), 16 << 20):
+            longest, held = max(longest, lengths[b]), held + lengths[b]
+            b += 1
+        b = max(b, a + 1)
+        block, n = assemble.assemble([assemble.row_slice(p, a, b) for p in pieces], b - a)
+        out += [row[:k].tobytes() for row, k in zip(block, n.tolist())]
+        a = b
+    return out
 
 
 def map_order(name: str) -> bytes:
