@@ -124,11 +124,36 @@ def frame_padded(block: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     header_crcs = np.array([masked_crc(_LEN.pack(n)) for n in distinct.tolist()], "<u4")
     block[:, 8:12] = header_crcs[which].view(np.uint8).reshape(rows, 4)
     value = google_crc32c.value
-    crcs = np.fromiter((value(row[12:12 + n]) for row, n in zip(block, lengths.tolist())), np.uint64, rows)
+    if len(distinct) * 8 <= rows:  # few lengths: the rows of each, as a 2-D array iterated in C
+        crcs = np.empty(rows, np.uint64)
+        for k, n in enumerate(distinct.tolist()):
+            same = np.flatnonzero(which == k)
+            part = block[:, 12:12 + n] if len(same) == rows else block[same, 12:12 + n]
+            crcs[same] = np.fromiter(map(value, part), np.uint64, len(same))
+    else:
+        view = block.reshape(-1)  # google-crc32c refuses memoryviews; a NumPy slice is one view per record
+        starts = (np.arange(rows, dtype=np.int64) * width + 12).tolist()
+        crcs = np.fromiter((value(view[s:s + n]) for s, n in zip(starts, lengths.tolist())), np.uint64, rows)
     masked = ((((crcs >> 15) | (crcs << 17)) + _MASK_DELTA) & 0xFFFFFFFF).astype("<u4")
     ends = np.arange(rows, dtype=np.int64) * width + 12 + lengths
     block.reshape(-1)[ends[:, None] + np.arange(4)] = masked.view(np.uint8).reshape(rows, 4)
-    return block[np.arange(width) < (lengths + 16)[:, None]]
+    return _packed_frames(block, lengths + 16)
+
+
+def _packed_frames(block: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    """The first ``frames[i]`` bytes of each row of ``block``, end to end: a slice copy per run of rows of one length
+    when there are few runs (sorted or uniform data), else a boolean mask over the block."""
+    rows, width = block.shape
+    cuts = np.flatnonzero(np.diff(frames)) + 1
+    if len(cuts) * 64 > rows:
+        return block[np.arange(width) < frames[:, None]]
+    out = np.empty(int(frames.sum()), np.uint8)
+    pos = 0
+    for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), rows]):
+        n = int(frames[a])
+        out[pos:pos + (b - a) * n].reshape(b - a, n)[...] = block[a:b, :n]
+        pos += (b - a) * n
+    return out
 
 
 def compression_from_path(path: str) -> str:

@@ -23,7 +23,6 @@ import numpy as np
 _SEVEN = [np.uint64(7 * j) for j in range(10)]
 _LIMITS = [np.uint64(1 << (7 * k)) for k in range(1, 10)]
 _LOOP_BYTES = 48  # mean bytes per row from which a ragged piece is copied row by row (memcpy), not scattered
-_SCATTER_BYTES = 16  # fixed-width pieces narrower than this are scattered a byte at a time
 
 
 def varint_length(value: int) -> int:
@@ -140,17 +139,17 @@ def assemble(pieces: list, rows: int, lead: int = 0, trail: int = 0) -> tuple[np
 
 
 def _write(block: np.ndarray, col: np.ndarray, piece, n: np.ndarray) -> None:
+    if isinstance(piece, Const):
+        if piece.data:
+            _write_columns(block, col, np.frombuffer(piece.data, np.uint8)[None, :])
+        return
+    if isinstance(piece, Block):
+        _write_columns(block, col, piece.data)
+        return
     flat = block.reshape(-1)
     pos = np.arange(len(col), dtype=np.int64) * block.shape[1] + col
-    if isinstance(piece, Const):
-        if len(piece.data) == 1:
-            flat[pos] = piece.data[0]
-        elif piece.data:
-            flat[pos[:, None] + np.arange(len(piece.data))] = np.frombuffer(piece.data, np.uint8)
-    elif isinstance(piece, Varint):
+    if isinstance(piece, Varint):
         _write_varints(flat, pos, piece.values, n)
-    elif isinstance(piece, Block):
-        _write_block(block, flat, pos, col, piece.data)
     elif isinstance(piece, Packed):
         starts = pos[:, None] + (np.cumsum(piece.lengths, axis=1, dtype=np.int64) - piece.lengths)
         _write_varints(flat, starts.reshape(-1), piece.values.reshape(-1), piece.lengths.reshape(-1))
@@ -173,20 +172,19 @@ def _write_varints(out: np.ndarray, pos: np.ndarray, values: np.ndarray, lengths
         out[pos + j] = byte
 
 
-def _write_block(block: np.ndarray, flat: np.ndarray, pos: np.ndarray, col: np.ndarray, data: np.ndarray) -> None:
-    rows, w = data.shape
-    if not w:
-        return
-    if w < _SCATTER_BYTES:
-        flat[pos[:, None] + np.arange(w)] = data
+def _write_columns(block: np.ndarray, col: np.ndarray, data: np.ndarray) -> None:
+    """Writes ``data`` (``(rows, w)``, or ``(1, w)``: the same bytes in every row) at column ``col[i]`` of each row
+    ``i``: a slice copy per distinct column (few: they differ by the lengths of the varints before)."""
+    w = data.shape[1]
+    if not w or not len(col):
         return
     lo, hi = int(col.min()), int(col.max())
     if lo == hi:
         block[:, lo:lo + w] = data
         return
-    for c in np.unique(col).tolist():  # few distinct offsets: the lengths of the varints before this piece
-        rows_c = np.flatnonzero(col == c)
-        block[rows_c, c:c + w] = data[rows_c]
+    for c in np.flatnonzero(np.bincount(col - lo)).tolist():
+        rows_c = np.flatnonzero(col == lo + c)
+        block[rows_c, lo + c:lo + c + w] = data if data.shape[0] == 1 else data[rows_c]
 
 
 def _write_ragged(flat: np.ndarray, pos: np.ndarray, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:

@@ -266,10 +266,10 @@ def _fixed_entry(spec: FeatureSpec, encoding, column, num_rows: int):
         check_unicode(spec.name, arr)
     values = encoding.varint_values(spec, arr)
     if values is not None and values.size:
-        lengths = assemble.varint_lengths(values)
-        if lengths.min() != lengths.max():  # protobuf writes each varint at its own length: rows differ
-            return assemble.Packed(values, lengths)
-        data = assemble.varint_block(values, int(lengths[0, 0]))
+        low, high = assemble.varint_length(int(values.min())), assemble.varint_length(int(values.max()))
+        if low != high:  # protobuf writes each varint at its own length: rows differ in length
+            return assemble.Packed(values, assemble.varint_lengths(values))
+        data = assemble.varint_block(values, high)
     else:
         data = encoding.fixed_data(spec, arr)
     n = data.shape[1]
