@@ -139,9 +139,12 @@ def test_uniform_batches_keep_the_fixed_layout_and_mixed_ones_are_laid_out_row_b
     spec = FeatureSpec("id", "<i8", (1,), "list")
     fixed = encode_columns({"id": ids}, [spec], 100)
     assert fixed.tails is None and fixed.width == len(encode_batch({"id": ids}, [spec], 100)[0])
-    mixed = encode_columns({"id": ids - 150}, [spec], 100)  # 1 and 2 bytes
-    assert mixed.width == 0 and mixed.padded is not None and mixed.lengths().tolist() == [15] * 78 + [16] * 22
-    assert [len(r) for r in mixed.records()] == [15] * 78 + [16] * 22
+    runs = encode_columns({"id": ids - 150}, [spec], 100)  # 50..127: 1 byte, then 2 bytes: two fixed runs
+    assert [(p.num_rows, p.width > 0) for p in runs.parts] == [(78, True), (22, True)]
+    assert runs.lengths().tolist() == [len(r) for r in runs.records()] == [15] * 78 + [16] * 22
+    mixed = encode_columns({"id": ids[::-1] % 2 * 200}, [spec], 100)  # 0 and 200 alternating: 100 runs
+    assert mixed.parts is None and mixed.width == 0 and mixed.padded is not None
+    assert mixed.lengths().tolist() == [len(r) for r in mixed.records()] == [16, 15] * 50
 
 
 def test_one_negative_label_costs_nine_bytes_not_a_wider_batch(tmp_path):

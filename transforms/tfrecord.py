@@ -395,6 +395,10 @@ class ShardWriter:
     def write_encoded(self, batch) -> None:
         """Frames and writes a ``codec.EncodedBatch``; fixed-layout batches are framed without a
         per-record Python object."""
+        if batch.parts is not None:
+            for part in batch.parts:
+                self.write_encoded(part)
+            return
         if batch.tails is None and batch.padded is None:
             if self._lengths is not None:
                 self._lengths.append(np.full(batch.num_rows, batch.width, np.int64))

@@ -64,6 +64,8 @@ class EncodedBatch:
         ``tfrecord.frame_encoded`` fills the data columns of the framed buffer directly (one copy).
       tails: None, or per row more bytes appended to the block row (concatenated Examples are one
         Example, protobuf's merge); the codec itself no longer makes them.
+      parts: None, or consecutive runs of rows, each a batch of its own (rows whose integers have one varint
+        length per run: sorted ids, timestamps); :attr:`layout` then has no entries.
       padded: None, or ``(block, lengths)`` when rows differ in length (int64 varints of several lengths,
         byte lists, varying shapes): row ``i``'s record is ``block[i, FRAME_LEAD:FRAME_LEAD + lengths[i]]``,
         with room for the TFRecord frame's header before it and its CRC after it (``tfrecord`` frames the
@@ -73,6 +75,12 @@ class EncodedBatch:
     layout: FixedLayout
     tails: list[bytes] | None = None
     padded: tuple[np.ndarray, np.ndarray] | None = None
+    parts: list["EncodedBatch"] | None = None
+
+    @classmethod
+    def joined(cls, parts: list["EncodedBatch"]) -> "EncodedBatch":
+        """The batch of ``parts``' rows, in order (runs of rows of one layout each, see :func:`encode_columns`)."""
+        return cls(FixedLayout(b"", [], sum(p.num_rows for p in parts)), parts=parts)
 
     @property
     def num_rows(self) -> int:
@@ -92,6 +100,8 @@ class EncodedBatch:
 
     def lengths(self) -> np.ndarray:
         """int64 ``(rows,)``: the bytes of each serialized Example."""
+        if self.parts is not None:
+            return np.concatenate([p.lengths() for p in self.parts]) if self.parts else np.zeros(0, np.int64)
         if self.padded is not None:
             return self.padded[1]
         out = np.full(self.num_rows, self.width, np.int64)
@@ -99,6 +109,8 @@ class EncodedBatch:
 
     def records(self) -> list[bytes]:
         """The serialized Examples, one bytes object per row."""
+        if self.parts is not None:
+            return [r for p in self.parts for r in p.records()]
         if self.padded is not None:
             block, lengths = self.padded
             return [row[FRAME_LEAD:FRAME_LEAD + n].tobytes() for row, n in zip(block, lengths.tolist())]
@@ -157,6 +169,10 @@ def encode_columns(columns: Mapping[str, object], specs: Sequence[FeatureSpec], 
             part = example_coder.RecordBatchToExamplesEncoder().encode(pa.RecordBatch.from_arrays([arr], [name]))
             entries.append((name, part))
     entries.sort(key=lambda e: map_order(e[0]))
+    runs = _uniform_runs(entries, num_rows)
+    if runs is not None:  # a few runs of rows, each of one layout: the fixed-layout writer per run
+        return EncodedBatch.joined([encode_columns({k: v[a:b] for k, v in columns.items()}, specs, b - a, allow_lossy)
+                                    for a, b in runs])
     if all(isinstance(e, tuple) for _, e in entries):
         layout, padded = _fixed_layout([e for _, e in entries], num_rows), None
         largest = layout.width
@@ -192,6 +208,33 @@ def _unpadded(pieces: list, num_rows: int) -> list[bytes]:
         out += [row[:k].tobytes() for row, k in zip(block, n.tolist())]
         a = b
     return out
+
+
+MAX_RUNS = 16  # runs of rows of one layout from which a batch is laid out row by row instead (see _uniform_runs)
+
+
+def _uniform_runs(entries, num_rows: int) -> list[tuple[int, int]] | None:
+    """``[(start, stop), ...]``: at most :data:`MAX_RUNS` runs of consecutive rows covering the batch, in each of
+    which every packed int64 feature's varints have one length (ids in order: 1, 2, then 3 bytes), so each run
+    is a fixed layout; None when the batch has other variable parts, or too many runs."""
+    if num_rows < 2 or not all(isinstance(e, (tuple, assemble.Packed)) for _, e in entries):
+        return None
+    keys = []
+    for _, entry in entries:
+        if isinstance(entry, assemble.Packed):
+            low, high = entry.lengths.min(axis=1), entry.lengths.max(axis=1)
+            if (low != high).any():
+                return None
+            keys.append(low)
+    if not keys:
+        return None
+    change = np.zeros(num_rows - 1, bool)
+    for k in keys:
+        change |= k[1:] != k[:-1]
+    cuts = (np.flatnonzero(change) + 1).tolist()
+    if len(cuts) >= MAX_RUNS:
+        return None
+    return list(zip([0] + cuts, cuts + [num_rows]))
 
 
 def map_order(name: str) -> bytes:
