@@ -174,3 +174,14 @@ def test_varint_lengths_match_python_for_every_boundary():
     values = np.array([0] + [v + d for k in range(1, 10) for v in [1 << (7 * k)] for d in (-1, 0)] + [2**64 - 1],
                       np.uint64)
     assert varint_lengths(values).tolist() == [max(1, (int(v).bit_length() + 6) // 7) for v in values.tolist()]
+
+
+def test_one_long_row_among_short_ones_is_not_padded_to_its_length():
+    """A batch whose rows differ wildly in length (one 1 MB string among 99 short ones) is assembled in runs of rows
+    (padding every row to 1 MB would allocate 100 MB); the records are still protobuf's bytes."""
+    rows = [[b"a" * (1 << 20)]] + [[b"b" * (i % 5)] for i in range(99)]
+    columns = {"v": rows, "id": np.arange(100, dtype="<i8") - 50}
+    specs = [FeatureSpec("v", VLEN_BYTES, (None,), "list"), FeatureSpec("id", "<i8", (), "list")]
+    batch = encode_columns(columns, specs, 100)
+    assert batch.padded is None and batch.tails is not None and batch.width == 0
+    check_canonical(columns, specs, 100)
