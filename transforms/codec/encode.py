@@ -171,8 +171,8 @@ def encode_columns(columns: Mapping[str, object], specs: Sequence[FeatureSpec], 
     entries.sort(key=lambda e: map_order(e[0]))
     runs = _uniform_runs(entries, num_rows)
     if runs is not None:  # a few runs of rows, each of one layout: the fixed-layout writer per run
-        return EncodedBatch.joined([encode_columns({k: v[a:b] for k, v in columns.items()}, specs, b - a, allow_lossy)
-                                    for a, b in runs])
+        return EncodedBatch.joined([encode_columns({s.name: columns[s.name][a:b] for s in specs}, specs, b - a,
+                                                   allow_lossy) for a, b in runs])
     if all(isinstance(e, tuple) for _, e in entries):
         layout, padded = _fixed_layout([e for _, e in entries], num_rows), None
         largest = layout.width
