@@ -29,21 +29,30 @@ ZLIB_WARNING = ("warning: --compression zlib: TensorFlow (tf.data) and Beam (Rea
                 "do not: use --compression gzip (read by all of them) or none")
 
 
-def local_workers(options: PipelineOptions) -> int:
-    """DirectRunner's worker count (1 elsewhere): the default shard count is at least this, so every
-    local worker has a shard to write."""
-    from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+def parallel_units(options: PipelineOptions) -> int:
+    """The shard writers that run at once, from the options the run is made with: DirectRunner's workers (threads
+    or processes of ``--direct_running_mode``, auto's choice included), Flink's and Spark's ``--parallelism``,
+    Dataflow's ``--num_workers`` (or ``--max_num_workers`` when only that is set); 1 when none is given. The default
+    shard count is a multiple of it (``planning.num_shards``)."""
+    from apache_beam.options.pipeline_options import DirectOptions, FlinkRunnerOptions, StandardOptions, WorkerOptions
     runner = options.view_as(StandardOptions).runner or "DirectRunner"
-    if "Direct" not in str(runner):
-        return 1
-    return max(1, options.view_as(DirectOptions).direct_num_workers or 1)
+    if "Direct" in str(runner):
+        return max(1, options.view_as(DirectOptions).direct_num_workers or 1)
+    parallelism = options.view_as(FlinkRunnerOptions).parallelism
+    if parallelism and parallelism > 0:
+        return parallelism
+    workers = options.view_as(WorkerOptions)
+    return max(1, workers.num_workers or workers.max_num_workers or 1)
+
+
+local_workers = parallel_units  # the earlier name
 
 
 def build_plan(cfg: ConvertConfig, options: PipelineOptions | None = None,
                inputs: planning.InputPlan | None = None) -> planning.ConvertPlan:
     """Plans the conversion once (inputs, encodings, shard count, shard plans, file names); every input error
     surfaces here. ``inputs``: the inputs already planned (the local mode is chosen from them)."""
-    return planning.plan_convert(cfg, local_workers(options) if options is not None else 1, inputs=inputs)
+    return planning.plan_convert(cfg, parallel_units(options) if options is not None else 1, inputs=inputs)
 
 
 def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan: planning.ConvertPlan, carried: dict | None = None,

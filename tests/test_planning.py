@@ -16,6 +16,17 @@ from tfrecord_etl.transforms.sources import SourceOptions
 
 # -- the shard-count policy --------------------------------------------------------------------------------
 
+def test_parallel_units_of_each_runner():
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from tfrecord_etl.pipelines.convert import parallel_units
+    assert parallel_units(PipelineOptions(["--direct_num_workers=3"])) == 3
+    assert parallel_units(PipelineOptions([])) == 1
+    assert parallel_units(PipelineOptions(["--runner=FlinkRunner", "--parallelism=6"])) == 6
+    assert parallel_units(PipelineOptions(["--runner=DataflowRunner", "--num_workers=5"])) == 5
+    assert parallel_units(PipelineOptions(["--runner=DataflowRunner", "--max_num_workers=9"])) == 9
+    assert parallel_units(PipelineOptions(["--runner=DataflowRunner"])) == 1
+
+
 def test_num_shards_policy():
     mib = 2**20
     assert planning.num_shards(1000, 10 * mib, requested=7) == 7
@@ -24,6 +35,12 @@ def test_num_shards_policy():
     assert planning.num_shards(10**6, 1000 * mib, target_shard_bytes=192 * mib) == 6  # ceil(1000 / 192)
     assert planning.num_shards(10**6, 1000 * mib, target_shard_bytes=100 * mib) == 10
     assert planning.num_shards(10**6, mib, local_workers=4) == 4  # one shard per local worker at least
+    # a multiple of the parallel units, so that none is idle at the end: 525 MB on 2 threads -> 4 shards, not 3
+    assert planning.num_shards(10**6, 525 * 10**6, local_workers=2) == 4
+    assert planning.num_shards(10**6, 1000 * mib, local_workers=4) == 8  # ceil(1000 / 192) = 6 -> 8
+    assert planning.num_shards(10**6, 1000 * mib, local_workers=1) == 6
+    assert planning.num_shards(10**6, 1000 * mib, local_workers=3) == 6
+    assert planning.num_shards(7, 1000 * mib, local_workers=4) == 7  # never more than the rows
     assert planning.num_shards(3, mib, local_workers=8) == 3  # but never more than the rows
     assert planning.num_shards(0, 0, local_workers=2) == 1
     assert planning.num_shards(10**9, 10**15, target_shard_bytes=1) == sharding.MAX_SHARDS

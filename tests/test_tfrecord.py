@@ -78,24 +78,33 @@ def test_vectorized_block_framing_equals_per_record_framing():
     assert tfrecord.frame_block(np.zeros((3, 0), np.uint8)).tobytes() == tfrecord.frame_records([b""] * 3)
 
 
-def test_encoded_batches_are_framed_in_place_exactly_as_their_records(tf):
-    """The fixed-layout fast path (rows assembled straight into the framed buffer) writes the same bytes
-    as framing each record, and TensorFlow parses them back to the original arrays."""
+@pytest.mark.parametrize("first_id,order", [(20_000, "sorted"), (-5, "sorted"), (-5, "shuffled")])
+def test_encoded_batches_are_framed_in_place_exactly_as_their_records(tf, first_id, order):
+    """The fixed-layout fast path (rows assembled straight into the framed buffer; ids whose varints are all 3
+    bytes), runs of it (sorted ids from -5: varints of 10, then 2, then 3 bytes) and the padded path (the same ids
+    shuffled: rows of different lengths framed in their padded block) write the same bytes as framing each record,
+    and TensorFlow parses them back to the original arrays."""
     import numpy as np
     from tfrecord_etl.transforms import codec
     rng = np.random.default_rng(5)
     columns = {"image": rng.integers(0, 256, (40, 4, 4, 3), dtype=np.uint8),
-               "emb": rng.standard_normal((40, 8)).astype("<f4"), "id": np.arange(40, dtype="<i8") * 1000}
+               "emb": rng.standard_normal((40, 8)).astype("<f4"), "id": first_id + np.arange(40, dtype="<i8") * 1000}
+    if order == "shuffled":
+        columns["id"] = rng.permutation(columns["id"])
     specs = [codec.FeatureSpec("image", "|u1", (4, 4, 3), "tensor"), codec.FeatureSpec("emb", "<f4", (8,), "list"),
              codec.FeatureSpec("id", "<i8", (), "list")]
     batch = codec.encode_columns(columns, specs, 40)
-    assert batch.tails is None and batch.width > 0
+    kind = "fixed" if batch.width else "runs" if batch.parts is not None else "padded" if batch.padded else None
+    assert batch.tails is None and kind == {"sorted": "fixed" if first_id > 0 else "runs"}.get(order, "padded")
+    expected = tfrecord.frame_records(batch.records())
     buf = io.BytesIO()
-    writer = tfrecord.ShardWriter(buf)
+    writer = tfrecord.ShardWriter(buf, index=True)
     writer.write_encoded(batch)
     writer.close()
-    assert buf.getvalue() == tfrecord.frame_records(batch.records())
-    assert tfrecord.frame_encoded(batch).tobytes() == buf.getvalue() and writer.records == 40
+    assert buf.getvalue() == expected and writer.records == 40
+    assert writer.index_text() == tfrecord.index_text([len(r) for r in batch.records()])
+    if first_id > 0:
+        assert tfrecord.frame_encoded(batch).tobytes() == buf.getvalue()
     records = [r for _, _, r in tfrecord.iter_records(io.BytesIO(buf.getvalue()))]
     parsed = tf.io.parse_example(records, {"image": tf.io.FixedLenFeature([], tf.string),
                                            "emb": tf.io.FixedLenFeature([8], tf.float32),

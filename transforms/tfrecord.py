@@ -108,6 +108,52 @@ def frame_encoded(batch) -> np.ndarray:
     return frame_fixed(batch.num_rows, batch.width, batch.layout.fill)
 
 
+def frame_padded(block: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Frames records of different lengths laid out in a padded block (``codec.EncodedBatch.padded``: row ``i``'s
+    record at ``block[i, 12:12 + lengths[i]]``, 4 spare bytes after the longest), vectorized: the headers and the
+    masked CRCs are written into the block's spare bytes (one CRC of the length per distinct length), then the
+    frames are packed end to end. Returns the framed bytes as a flat uint8 array."""
+    rows, width = block.shape
+    if not rows:
+        return np.zeros(0, np.uint8)
+    lengths = np.asarray(lengths, np.int64)
+    block[:, :8] = lengths.astype("<u8").view(np.uint8).reshape(rows, 8)
+    distinct, which = np.unique(lengths, return_inverse=True)
+    header_crcs = np.array([masked_crc(_LEN.pack(n)) for n in distinct.tolist()], "<u4")
+    block[:, 8:12] = header_crcs[which].view(np.uint8).reshape(rows, 4)
+    value = google_crc32c.value
+    if len(distinct) * 8 <= rows:  # few lengths: the rows of each, as a 2-D array iterated in C
+        crcs = np.empty(rows, np.uint64)
+        for k, n in enumerate(distinct.tolist()):
+            same = np.flatnonzero(which == k)
+            part = block[:, 12:12 + n] if len(same) == rows else block[same, 12:12 + n]
+            crcs[same] = np.fromiter(map(value, part), np.uint64, len(same))
+    else:
+        view = block.reshape(-1)  # google-crc32c refuses memoryviews; a NumPy slice is one view per record
+        starts = (np.arange(rows, dtype=np.int64) * width + 12).tolist()
+        crcs = np.fromiter((value(view[s:s + n]) for s, n in zip(starts, lengths.tolist())), np.uint64, rows)
+    masked = ((((crcs >> 15) | (crcs << 17)) + _MASK_DELTA) & 0xFFFFFFFF).astype("<u4")
+    ends = np.arange(rows, dtype=np.int64) * width + 12 + lengths
+    block.reshape(-1)[ends[:, None] + np.arange(4)] = masked.view(np.uint8).reshape(rows, 4)
+    return _packed_frames(block, lengths + 16)
+
+
+def _packed_frames(block: np.ndarray, frames: np.ndarray) -> np.ndarray:
+    """The first ``frames[i]`` bytes of each row of ``block``, end to end: a slice copy per run of rows of one length
+    when there are few runs (sorted or uniform data), else a boolean mask over the block."""
+    rows, width = block.shape
+    cuts = np.flatnonzero(np.diff(frames)) + 1
+    if len(cuts) * 64 > rows:
+        return block[np.arange(width) < frames[:, None]]
+    out = np.empty(int(frames.sum()), np.uint8)
+    pos = 0
+    for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), rows]):
+        n = int(frames[a])
+        out[pos:pos + (b - a) * n].reshape(b - a, n)[...] = block[a:b, :n]
+        pos += (b - a) * n
+    return out
+
+
 def compression_from_path(path: str) -> str:
     """``'gzip'`` for ``*.gz``, ``'zlib'`` for ``*.deflate``/``*.zlib``/``*.zz``, else ``'none'``."""
     if path.endswith(".gz"):
@@ -334,12 +380,20 @@ class ShardWriter:
     def write_encoded(self, batch) -> None:
         """Frames and writes a ``codec.EncodedBatch``; fixed-layout batches are framed without a
         per-record Python object."""
-        if batch.tails is None:
+        if batch.parts is not None:
+            for part in batch.parts:
+                self.write_encoded(part)
+            return
+        if batch.tails is None and batch.padded is None:
             if self._lengths is not None:
                 self._lengths.append(np.full(batch.num_rows, batch.width, np.int64))
             framed, crcs, masked = _framed(batch.num_rows, batch.width, batch.layout.fill)
             crc = checksum.frames_crc32c(batch.width, crcs, masked) if self._compression == "none" else None
             self._write(memoryview(framed).cast("B"), batch.num_rows, crc)
+        elif batch.padded is not None:
+            if self._lengths is not None:
+                self._lengths.append(batch.padded[1].copy())
+            self._write(memoryview(frame_padded(*batch.padded)), batch.num_rows)
         else:
             self.write_batch(batch.records())
 

@@ -187,11 +187,10 @@ class BatchAugmenter:
 
     def _check_sizes(self, encoded, prepared: Sequence[bytes], file: str, first: int) -> None:
         """Raises RecordError naming the record when an output record is over ``plan.max_record_bytes``."""
-        limit, width = self.plan.max_record_bytes, encoded.width
-        tails = encoded.tails or [b""] * encoded.num_rows
+        limit = self.plan.max_record_bytes
         old = prepared if self.plan.mode == "rewrite" else [b""] * encoded.num_rows
-        for i, (tail, rec) in enumerate(zip(tails, old)):
-            size = width + len(tail) + len(rec)
+        for i, (new, rec) in enumerate(zip(encoded.lengths().tolist(), old)):
+            size = new + len(rec)
             if size > limit:
                 raise RecordError(f"Output record of {size} bytes ({size / 2**20:.1f} MB) is over the record size "
                                   f"limit of {limit} bytes (--max_record_mb {limit / 2**20:g})", file=file,

@@ -8,12 +8,14 @@ import numpy as np
 from tfrecord_etl.transforms.codec.arrow import pa
 
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
+from tfrecord_etl.transforms.codec import assemble
 from tfrecord_etl.transforms.codec.encodings import check_unicode, encoding_of
 from tfrecord_etl.transforms.codec.encodings.base import int_lists, bytes_lists
 from tfrecord_etl.transforms.codec.spec import FeatureSpec, MAX_RECORD_BYTES, normalize_dtype, VLEN_BYTES
 from tfrecord_etl.transforms.codec.wire import _encode_varint, _len_field
 
 _KIND_TAGS = {"bytes": 1, "float": 2, "int64": 3}  # Feature's oneof field numbers (feature.proto)
+FRAME_LEAD, FRAME_TRAIL = 12, 4  # a TFRecord frame's bytes before a record (length, its CRC) and after (data CRC)
 
 
 @dataclasses.dataclass
@@ -23,7 +25,7 @@ class FixedLayout:
 
     Attributes:
       head: the Example's ``features`` field tag and length (the same for every row).
-      entries: ``(prefix bytes, (rows, n) uint8 data)`` per fixed-layout feature, sorted by name.
+      entries: ``(prefix bytes, (rows, n) uint8 data)`` per fixed-layout feature, in map order.
       num_rows: rows in the batch.
     """
 
@@ -56,16 +58,29 @@ class EncodedBatch:
 
     Attributes:
       layout: the fixed-layout features (fixed-shape ``tensor`` features and fixed-shape numeric lists),
-        entries sorted by name, so every row has the same layout and only the data bytes differ. It is
+        entries in map order (:func:`map_order`), so every row has the same layout and only the data bytes
+        differ. It is
         assembled only when asked: :attr:`block` makes a ``(rows, width)`` array, and
         ``tfrecord.frame_encoded`` fills the data columns of the framed buffer directly (one copy).
-      tails: None, or per row the bytes of one more Example per variable-layout feature (int64 lists,
-        byte lists, varying shapes), appended to the block row: concatenated Examples are one Example
-        (protobuf merge), and each tail holds exactly one feature, so the bytes are deterministic.
+      tails: None, or per row more bytes appended to the block row (concatenated Examples are one
+        Example, protobuf's merge); the codec itself no longer makes them.
+      parts: None, or consecutive runs of rows, each a batch of its own (rows whose integers have one varint
+        length per run: sorted ids, timestamps); :attr:`layout` then has no entries.
+      padded: None, or ``(block, lengths)`` when rows differ in length (int64 varints of several lengths,
+        byte lists, varying shapes): row ``i``'s record is ``block[i, FRAME_LEAD:FRAME_LEAD + lengths[i]]``,
+        with room for the TFRecord frame's header before it and its CRC after it (``tfrecord`` frames the
+        block in place); :attr:`layout` then has no entries.
     """
 
     layout: FixedLayout
     tails: list[bytes] | None = None
+    padded: tuple[np.ndarray, np.ndarray] | None = None
+    parts: list["EncodedBatch"] | None = None
+
+    @classmethod
+    def joined(cls, parts: list["EncodedBatch"]) -> "EncodedBatch":
+        """The batch of ``parts``' rows, in order (runs of rows of one layout each, see :func:`encode_columns`)."""
+        return cls(FixedLayout(b"", [], sum(p.num_rows for p in parts)), parts=parts)
 
     @property
     def num_rows(self) -> int:
@@ -83,8 +98,22 @@ class EncodedBatch:
         self.layout.fill(out)
         return out
 
+    def lengths(self) -> np.ndarray:
+        """int64 ``(rows,)``: the bytes of each serialized Example."""
+        if self.parts is not None:
+            return np.concatenate([p.lengths() for p in self.parts]) if self.parts else np.zeros(0, np.int64)
+        if self.padded is not None:
+            return self.padded[1]
+        out = np.full(self.num_rows, self.width, np.int64)
+        return out if self.tails is None else out + np.fromiter(map(len, self.tails), np.int64, self.num_rows)
+
     def records(self) -> list[bytes]:
         """The serialized Examples, one bytes object per row."""
+        if self.parts is not None:
+            return [r for p in self.parts for r in p.records()]
+        if self.padded is not None:
+            block, lengths = self.padded
+            return [row[FRAME_LEAD:FRAME_LEAD + n].tobytes() for row, n in zip(block, lengths.tolist())]
         rows = [r.tobytes() for r in self.block] if self.width else [b""] * self.num_rows
         return rows if self.tails is None else [a + b for a, b in zip(rows, self.tails)]
 
@@ -99,11 +128,18 @@ def encode_columns(columns: Mapping[str, object], specs: Sequence[FeatureSpec], 
                    allow_lossy: Iterable[str] = ()) -> EncodedBatch:
     """Encodes ``num_rows`` rows as serialized Examples, vectorized over the batch.
 
-    Fixed-layout features become a :class:`FixedLayout` (the protobuf headers are the same for every
-    row, so only the data columns differ; it is assembled with NumPy straight into the framed buffer
-    by ``tfrecord.frame_encoded``, or into a block on demand); the others go through tfx_bsl's C++
-    ``RecordBatchToExamplesEncoder``, one feature per call so that no map order can vary (protobuf
-    serializes maps in an unspecified order, which would make reruns differ).
+    Every record is the bytes of protobuf's own serializer, ``tf.train.Example.SerializeToString(
+    deterministic=True)`` of the same values: minimal varints (each int64 at its own length), packed lists, and
+    the feature map's entries in the order of :func:`map_order`. (Without ``deterministic=True`` protobuf
+    writes the entries in hash-table order, which changes from process to process; the entries' bytes and the
+    record's length are the same.)
+
+    When every row's bytes count is the same (fixed-shape features whose int64 varints all have one length in
+    the batch), the batch is a :class:`FixedLayout`: the protobuf headers are the same for every row, so only
+    the data columns differ; it is assembled with NumPy straight into the framed buffer by
+    ``tfrecord.frame_encoded``, or into a block on demand. Otherwise the records are laid out row by row with
+    NumPy (:mod:`.assemble`) and returned as ``tails``; features whose shape or dtype varies go through
+    tfx_bsl's C++ ``RecordBatchToExamplesEncoder`` first, one feature per call.
 
     Args:
       columns: feature name -> ``np.ndarray`` of shape ``(num_rows, *spec.shape)`` for fixed specs, or
@@ -119,24 +155,137 @@ def encode_columns(columns: Mapping[str, object], specs: Sequence[FeatureSpec], 
     """
     from tfx_bsl.coders import example_coder  # C++; no TensorFlow import
 
-    fixed, tails = [], None
-    for spec in sorted(specs, key=lambda s: s.name):
+    entries = []  # (name, FixedEntry | Packed values | per-row bytes of one-feature Examples), in map order
+    for spec in specs:
         if spec.name not in columns:
             raise SchemaError(f"Missing column for feature '{spec.name}'")
         encoding = encoding_of(spec)
         encoding.check(spec, allow_lossy)
         entry = _fixed_entry(spec, encoding, columns[spec.name], num_rows)
         if entry is not None:
-            fixed.append(entry)
+            entries.append((spec.name, entry))
             continue
         for name, arr in _encode_column(spec, encoding, columns[spec.name], num_rows):
             part = example_coder.RecordBatchToExamplesEncoder().encode(pa.RecordBatch.from_arrays([arr], [name]))
-            tails = part if tails is None else [a + b for a, b in zip(tails, part)]
-    layout = _fixed_layout(fixed, num_rows)
-    width = layout.width
-    if width > MAX_RECORD_BYTES or any(len(t) + width > MAX_RECORD_BYTES for t in tails or ()):
+            entries.append((name, part))
+    entries.sort(key=lambda e: map_order(e[0]))
+    runs = _uniform_runs(entries, num_rows)
+    if runs is not None:  # a few runs of rows, each of one layout: the fixed-layout writer per run
+        return EncodedBatch.joined([encode_columns({s.name: columns[s.name][a:b] for s in specs}, specs, b - a,
+                                                   allow_lossy) for a, b in runs])
+    if all(isinstance(e, tuple) for _, e in entries):
+        layout, padded = _fixed_layout([e for _, e in entries], num_rows), None
+        largest = layout.width
+    else:
+        pieces = _record_pieces(entries, num_rows)
+        layout, padded, tails = _fixed_layout([], num_rows), None, None
+        block_bytes, held = assemble.padded_bytes(pieces, num_rows)
+        if block_bytes <= 2 * held + (16 << 20):
+            padded = assemble.assemble(pieces, num_rows, FRAME_LEAD, FRAME_TRAIL)
+            largest = int(padded[1].max()) if num_rows else 0
+        else:  # rows of very different lengths (a few long strings): padding them all would waste memory
+            tails = _unpadded(pieces, num_rows)
+            largest = max(map(len, tails), default=0)
+        if largest > MAX_RECORD_BYTES:
+            raise RecordError("An Example is over protobuf's 2 GB limit", hint="split the array into smaller rows")
+        return EncodedBatch(layout, tails, padded)
+    if largest > MAX_RECORD_BYTES:
         raise RecordError("An Example is over protobuf's 2 GB limit", hint="split the array into smaller rows")
-    return EncodedBatch(layout, tails)
+    return EncodedBatch(layout, None, None)
+
+
+def _unpadded(pieces: list, num_rows: int) -> list[bytes]:
+    """The records of ``pieces`` as bytes, assembled in runs of rows whose padded block stays small."""
+    out, a = [], 0
+    lengths = sum((assemble.piece_lengths(p, num_rows) for p in pieces), np.zeros(num_rows, np.int64)).tolist()
+    while a < num_rows:
+        b, longest, held = a, 0, 0
+        while b < num_rows and max(longest, lengths[b]) * (b - a + 1) <= max(2 * (held + lengths[b]), 16 << 20):
+            longest, held = max(longest, lengths[b]), held + lengths[b]
+            b += 1
+        b = max(b, a + 1)
+        block, n = assemble.assemble([assemble.row_slice(p, a, b) for p in pieces], b - a)
+        out += [row[:k].tobytes() for row, k in zip(block, n.tolist())]
+        a = b
+    return out
+
+
+MAX_RUNS = 16  # runs of rows of one layout from which a batch is laid out row by row instead (see _uniform_runs)
+
+
+def _uniform_runs(entries, num_rows: int) -> list[tuple[int, int]] | None:
+    """``[(start, stop), ...]``: at most :data:`MAX_RUNS` runs of consecutive rows covering the batch, in each of
+    which every packed int64 feature's varints have one length (ids in order: 1, 2, then 3 bytes), so each run
+    is a fixed layout; None when the batch has other variable parts, or too many runs."""
+    if num_rows < 2 or not all(isinstance(e, (tuple, assemble.Packed)) for _, e in entries):
+        return None
+    keys = []
+    for _, entry in entries:
+        if isinstance(entry, assemble.Packed):
+            low, high = entry.lengths.min(axis=1), entry.lengths.max(axis=1)
+            if (low != high).any():
+                return None
+            keys.append(low)
+    if not keys:
+        return None
+    change = np.zeros(num_rows - 1, bool)
+    for k in keys:
+        change |= k[1:] != k[:-1]
+    cuts = (np.flatnonzero(change) + 1).tolist()
+    if len(cuts) >= MAX_RUNS:
+        return None
+    return list(zip([0] + cuts, cuts + [num_rows]))
+
+
+def map_order(name: str) -> bytes:
+    """The sort key of the feature map's entries in a record: the order of protobuf's deterministic serialization
+    (``SerializeToString(deterministic=True)`` with the upb backend, protobuf's default for Python since 4.21):
+    ascending by UTF-8 bytes, and a name before any name it is a prefix of comes *after* it (``"x/shape"`` before
+    ``"x"``), as upb's map sorter orders string keys (``upb/message/internal/map_sorter``: a descending byte
+    compare, emitted backwards). UTF-8 never holds the byte 0xFF, so it serves as the end marker."""
+    return name.encode("utf-8") + b"\xff"
+
+
+def _record_pieces(entries, num_rows: int) -> list:
+    """The :mod:`.assemble` pieces of whole records from ``entries`` (see :func:`encode_columns`)."""
+    pieces, total = [], np.zeros(num_rows, np.int64)
+    for name, entry in entries:
+        if isinstance(entry, tuple):  # (prefix, data): the same bytes count in every row
+            prefix, data = entry
+            pieces += [assemble.Const(prefix), assemble.Block(data)]
+            total += len(prefix) + data.shape[1]
+        elif isinstance(entry, assemble.Packed):
+            field, n = _packed_entry(name, entry, num_rows)
+            pieces += field
+            total += n
+        else:  # one-feature Examples (tfx_bsl): their Features' map entry field, after the Example's own header
+            lengths = np.fromiter(map(len, entry), np.int64, num_rows)
+            head = _header_lengths(lengths)
+            starts = np.cumsum(lengths) - lengths + head
+            data = np.frombuffer(b"".join(entry), np.uint8)
+            pieces.append(assemble.Ragged(data, starts, lengths - head))
+            total += lengths - head
+    return [assemble.Const(b"\x0a"), assemble.Varint(total.astype(np.uint64))] + pieces
+
+
+def _packed_entry(name: str, packed, num_rows: int) -> tuple[list, np.ndarray]:
+    """The pieces of ``Features.feature`` map entry ``name`` -> ``Feature{int64_list{packed}}`` and its bytes per
+    row: ``0A len {0A len name, 12 len {1A len {0A len varints}}}``."""
+    piece: list = [packed]
+    n = packed.lengths.sum(axis=1, dtype=np.int64)
+    for tag in (0x0A, 0x1A, 0x12):  # Int64List.value, Feature.int64_list, MapEntry.value
+        piece, n = assemble.len_field(tag, piece, n)
+    key = _len_field(1, name.encode("utf-8"))
+    return assemble.len_field(0x0A, [assemble.Const(key)] + piece, n + len(key))
+
+
+def _header_lengths(lengths: np.ndarray) -> np.ndarray:
+    """Bytes of the ``0A`` tag and length varint that start Examples of ``lengths`` bytes (0 for empty ones)."""
+    head = np.zeros(lengths.shape, np.int64)
+    for h in range(5, 0, -1):
+        inner = np.maximum(lengths - 1 - h, 0).astype(np.uint64)
+        head[(lengths > 0) & (assemble.varint_lengths(inner) == h)] = 1 + h
+    return head
 
 
 def _checked_array(spec: FeatureSpec, column, num_rows: int) -> np.ndarray:
@@ -151,13 +300,21 @@ def _checked_array(spec: FeatureSpec, column, num_rows: int) -> np.ndarray:
 
 
 def _fixed_entry(spec: FeatureSpec, encoding, column, num_rows: int):
-    """``(entry prefix bytes, (rows, n) uint8 data)`` of a fixed-layout feature, else None."""
+    """``(entry prefix bytes, (rows, n) uint8 data)`` of a fixed-layout feature, an :class:`.assemble.Packed` of
+    int64 list values whose varints differ in length, else None."""
     if not spec.is_fixed or spec.dtype == VLEN_BYTES or not encoding.fixed_layout(spec):
         return None
     arr = _checked_array(spec, column, num_rows)
     if arr.dtype.kind == "U":
         check_unicode(spec.name, arr)
-    data = encoding.fixed_data(spec, arr)
+    values = encoding.varint_values(spec, arr)
+    if values is not None and values.size:
+        low, high = assemble.varint_length(int(values.min())), assemble.varint_length(int(values.max()))
+        if low != high:  # protobuf writes each varint at its own length: rows differ in length
+            return assemble.Packed(values, assemble.varint_lengths(values))
+        data = assemble.varint_block(values, high)
+    else:
+        data = encoding.fixed_data(spec, arr)
     n = data.shape[1]
     kind = encoding.kind(spec.dtype)
     if kind == "bytes":  # Feature{bytes_list: BytesList{value: [data]}}: one value per row

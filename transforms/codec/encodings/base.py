@@ -84,6 +84,12 @@ class Encoding:
         ``spec.dtype`` (checked). For kind ``bytes`` the payload is one value; otherwise packed values."""
         raise NotImplementedError
 
+    def varint_values(self, spec: FeatureSpec, arr: np.ndarray) -> np.ndarray | None:
+        """``(rows, n)`` uint64 when the main feature's payload is packed varints (an ``int64_list``), whose minimal
+        lengths may differ from value to value (the codec then lays the rows out one by one, as protobuf does);
+        None when :meth:`fixed_data` gives every row the same bytes count."""
+        return None
+
     def fixed_column(self, spec: FeatureSpec, arr: np.ndarray) -> pa.Array:
         """The main feature of ``(rows, *spec.shape)`` rows as an Arrow list array (the tfx_bsl path)."""
         raise NotImplementedError

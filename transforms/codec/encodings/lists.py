@@ -13,6 +13,7 @@ import numpy as np
 from tfrecord_etl.transforms.codec.arrow import pa
 
 from tfrecord_etl.transforms.codec.spec import VLEN_BYTES, FeatureSpec, to_little_endian
+from tfrecord_etl.transforms.codec.assemble import varint_block, varint_length
 from tfrecord_etl.transforms.codec.encodings.base import Encoding, as_bytes, bytes_lists, check_unicode, le_bytes, list_of
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 
@@ -54,11 +55,25 @@ class ListEncoding(Encoding):
         return spec.dtype != VLEN_BYTES and np.dtype(spec.dtype).kind in "fbiuMm"
 
     def fixed_data(self, spec: FeatureSpec, arr: np.ndarray) -> np.ndarray:
-        rows = arr.shape[0]
-        dt = np.dtype(spec.dtype)
-        if dt.kind in "biuMm":
-            return _fixed_width_varints(arr.reshape(rows, -1), dt)
+        if np.dtype(spec.dtype).kind in "biuMm":  # only when every varint has one length (see varint_values)
+            values = self.varint_values(spec, arr)
+            width = varint_length(int(values.max())) if values.size else 1
+            return varint_block(values, width)
         return le_bytes(arr.astype("<f4", copy=False))
+
+    def varint_values(self, spec: FeatureSpec, arr: np.ndarray) -> np.ndarray | None:
+        """``(rows, n)`` uint64: the 64-bit two's complement of each int64 value of an ``int64_list`` (bool and
+        integers sign-extended as protobuf's int64 does, uint64 bit for bit, datetimes as their int64 counts);
+        None for float and bytes lists."""
+        dt = np.dtype(spec.dtype)
+        if dt.kind not in "biuMm":
+            return None
+        values = arr.reshape(arr.shape[0], -1)
+        if dt.kind in "Mm":
+            return to_little_endian(values).view("<i8").astype(np.uint64)
+        if dt.kind == "u" and dt.itemsize == 8:
+            return values.astype(np.uint64)
+        return values.astype(np.int64).view(np.uint64)
 
     def fixed_column(self, spec: FeatureSpec, arr: np.ndarray) -> pa.Array:
         if spec.dtype == VLEN_BYTES:
@@ -156,25 +171,6 @@ class ListEncoding(Encoding):
         if spec.name in allow_lossy and arr.dtype.kind == "f" and arr.dtype.itemsize == 8:
             return arr.astype("<f4").astype("<f8")
         return arr
-
-
-def _fixed_width_varints(values: np.ndarray, dt: np.dtype) -> np.ndarray:
-    """Packed int64 varints of ``(rows, n)`` values, every value padded to the batch's widest varint.
-
-    Protobuf parsers accept such non-minimal varints (continuation bytes carrying zero bits; see the
-    protobuf encoding guide), which keeps every row the same length, so int64 lists join the
-    fixed-layout block. Returns ``(rows, n * width)`` uint8.
-    """
-    if dt.kind in "Mm":
-        v = to_little_endian(values).view("<i8").astype(np.uint64)
-    else:
-        v = values.astype(np.int64).view(np.uint64) if dt.kind != "u" or dt.itemsize < 8 else \
-            values.astype(np.uint64)
-    width = max(1, (int(v.max()).bit_length() + 6) // 7) if v.size else 1
-    out = np.empty(v.shape + (width,), np.uint8)
-    for j in range(width):
-        out[..., j] = ((v >> np.uint64(7 * j)) & np.uint64(0x7F)).astype(np.uint8) | (0x80 if j < width - 1 else 0)
-    return out.reshape(values.shape[0], -1)
 
 
 def _list_column(spec: FeatureSpec, values: np.ndarray, size: int | None, lengths=None) -> pa.Array:
