@@ -89,15 +89,18 @@ def features(draw):
         encoding = draw(st.sampled_from(["list", "list", "auto", "tensor"]))
         if name == "x/shape" and "x" in names:  # a feature named like another's shape companion is refused
             name = "x_shape"
+        # strings are valid Unicode: a lone surrogate (U+D800-U+DFFF) has no UTF-8 form and is refused (a
+        # RecordError, tests/test_hostile_records.py), so protobuf has nothing to compare it with
+        unicode = {"alphabet": st.characters(exclude_categories=("Cs",))} if dtype.kind == "U" else {}
         if draw(st.booleans()):  # a fixed shape: one (rows, *shape) column
             shape = tuple(draw(st.lists(st.integers(0, 4), max_size=2)))
-            elements = hnp.from_dtype(dtype, allow_nan=dtype.kind == "f") | extremes(dtype)
+            elements = hnp.from_dtype(dtype, allow_nan=dtype.kind == "f", **unicode) | extremes(dtype)
             column = draw(hnp.arrays(dtype, (num_rows, *shape), elements=elements))
             spec = FeatureSpec(name, normalize_dtype(dtype), shape, "tensor")
         else:  # the shape varies: one array per row, and the <name>/shape companion
             ndim = draw(st.integers(1, 2))
             column = [draw(hnp.arrays(dtype, tuple(draw(st.lists(st.integers(0, 3), min_size=ndim, max_size=ndim))),
-                                      elements=hnp.from_dtype(dtype, allow_nan=False)))
+                                      elements=hnp.from_dtype(dtype, allow_nan=False, **unicode)))
                       for _ in range(num_rows)]
             spec = FeatureSpec(name, normalize_dtype(dtype), (None,) * ndim, "tensor")
         encoding = auto_encoding(spec) if encoding == "auto" else encoding
