@@ -61,5 +61,8 @@ setuptools.setup(
         "tfds": ["tensorflow-datasets>=4.9.10,<5"],
         # python -m bench.run (not part of the test suite): the PNG chart and process-tree peak RSS.
         "bench": ["matplotlib>=3.8", "psutil>=5.9"],
+        # tfrecord_etl.tfx (ArraysExampleGen): TFX 1.21 matches the TensorFlow / Beam / tfx-bsl pins above; its
+        # pyarrow<19 pin differs from the main environment's, so CI tests it in its own venv (configs/tfx/)
+        "tfx": ["tfx>=1.21,<1.22"],
     },
 )
