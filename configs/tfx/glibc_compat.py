@@ -13,8 +13,8 @@ landing pad for an exception leaving a ``noexcept`` function: catch it, ``std::t
     (``VER_FLG_WEAK`` in ``.gnu.version_r``, so the loader no longer refuses it) and makes the symbols that used them
     unversioned (``.gnu.version`` entries set to global), in place; prints what it changed;
   * ``python glibc_compat.py shim DIR``: builds ``libc23shim.so`` in DIR (g++) defining the six functions through
-    the machine's ``strtol`` family, ``std::ios_base::Init`` and ``std::terminate``, and a ``tfx_glibc_compat.pth`` line that loads it
-    (``RTLD_GLOBAL``) when the venv's Python starts, before TFDV's extension is imported.
+    the machine's ``strtol`` family, ``std::ios_base::Init`` and ``std::terminate``, and a ``tfx_glibc_compat.pth``
+    line that loads it (``RTLD_GLOBAL``) when the venv's Python starts, before those extensions are imported.
 
 Only the separate TFX venv is touched; the project's own environment never is. Plain ELF64 little-endian parsing
 (the System V gABI's ``Elf64_Shdr`` and GNU's ``Elf64_Verneed`` / ``Elf64_Vernaux`` layouts).

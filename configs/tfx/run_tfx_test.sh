@@ -16,6 +16,7 @@ TVENV="${TFX_VENV:-$ROOT/.venv-tfx}"
 TFX_PACKAGES="tfx==1.21.0 pytest==8.0.0 pytest-timeout==2.4.0"
 NEW_GLIBC_WHEELS="ml-metadata==1.21.0 tensorflow-data-validation==1.21.0"
 started=$(date +%s)
+export TF_CPP_MIN_LOG_LEVEL=3 PYTHONWARNINGS=ignore
 PY="$TVENV/bin/python"
 
 stamp="$TVENV/.installed-$( (echo "$TFX_PACKAGES $NEW_GLIBC_WHEELS $ROOT"; cat "$ROOT/setup.py" \
@@ -51,7 +52,11 @@ if [ ! -f "$stamp" ]; then
       "$site/ml_metadata/metadata_store/pywrap/metadata_store_extension.so" \
       "$site/tensorflow_data_validation/pywrap/tensorflow_data_validation_extension.so" >&2
     "$PY" "$ROOT/configs/tfx/glibc_compat.py" shim "$site" > /dev/null
-    TF_CPP_MIN_LOG_LEVEL=3 "$PY" -c "$probe" || { echo "[tfx-test] ML Metadata / TFDV do not import" >&2; exit 1; }
+    if ! out="$("$PY" -c "$probe" 2>&1)"; then
+      echo "$out" | tail -5 >&2
+      echo "[tfx-test] ML Metadata / TFDV do not import" >&2
+      exit 1
+    fi
   fi
   echo "[tfx-test] $TVENV built in $(( $(date +%s) - started )) s, $(du -sh "$TVENV" | cut -f1)" >&2
   rm -f "$TVENV"/.installed-*
@@ -59,5 +64,5 @@ if [ ! -f "$stamp" ]; then
 fi
 
 cd "$ROOT"
-TF_CPP_MIN_LOG_LEVEL=3 PYTHONWARNINGS=ignore "$PY" -m pytest -q -p no:cacheprovider configs/tfx/test_tfx_pipeline.py
+"$PY" -m pytest -q -p no:cacheprovider configs/tfx/test_tfx_pipeline.py
 echo "[tfx-test] PASSED in $(( $(date +%s) - started )) s" >&2

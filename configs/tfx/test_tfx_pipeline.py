@@ -2,11 +2,12 @@
 
 ArraysExampleGen -> StatisticsGen -> SchemaGen -> ExampleValidator -> Transform on LocalDagRunner with a SQLite ML
 Metadata store, over real HDF5 files (an image uint8 array, a float and an int feature) in two spans
-(``span-{SPAN}/``), each span chosen by ``range_config``. Checked: every example read back exactly against the source
-(plain TensorFlow over TFX's ``Split-*/data_tfrecord-*.gz``, our decoder, our verify), the split of every example
-equal to ``--splits train=3,eval=1 --split_key id`` (``transforms.splits``), the statistics' and SchemaGen's
-types, no anomalies, the Transform output (a z-scored float, a decoded image), the spans in MLMD, the cache reused
-by a rerun of a span, our schema beside the examples, and our one-line error for a bad input.
+(``span-{SPAN}/``), each span chosen by ``range_config``. Checked: every example read back exactly against the
+source (plain TensorFlow over TFX's ``Split-*/data_tfrecord-*.gz``, our decoder, our verify), the split of every
+example equal to ``--splits train=3,eval=1 --split_key id`` (``transforms.splits`` and a convert run), the
+statistics' and SchemaGen's types, no anomalies, the Transform output (a z-scored float, a decoded image), the spans
+in MLMD, the cache reused by a rerun of a span, our schema beside the examples, and our one-line error for a bad
+input.
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ from tfx.orchestration import pipeline as tfx_pipeline  # noqa: E402
 from tfx.orchestration.local.local_dag_runner import LocalDagRunner  # noqa: E402
 from tfx.proto import example_gen_pb2, range_config_pb2  # noqa: E402
 
+import apache_beam as beam  # noqa: E402
+from tfrecord_etl import ConvertToTFRecord, iter_numpy  # noqa: E402
 from tfrecord_etl.tfx import ArraysExampleGen, read_split  # noqa: E402
 from tfrecord_etl.transforms import splits as splits_lib  # noqa: E402
 from tfrecord_etl.transforms.errors import SourceError  # noqa: E402
@@ -150,6 +153,13 @@ def test_arrays_example_gen_in_a_tfx_pipeline(tmp_path):
         tfx_split = np.array([0 if int(i) in by_split["train"] else 1 for i in src["id"]])
         np.testing.assert_array_equal(ours, tfx_split)
         assert 0 < tfx_split.sum() < ROWS
+        # ... and the convert command's own output with those flags holds the same ids in each split
+        out = str(tmp_path / f"convert-{span}")
+        with beam.Pipeline() as p:
+            p | ConvertToTFRecord(glob.glob(os.path.join(input_base, f"span-{span}", "*.h5"))[0], out,
+                                  splits={"train": 3, "eval": 1}, split_key="id", num_shards=2)
+        for split in ("train", "eval"):
+            assert sorted(int(e["id"][()]) for e in iter_numpy(out, split=split)) == sorted(by_split[split])
         # our schema beside the examples, and the artifact's property naming it
         ours_schema = schema_pb2.Schema()
         from google.protobuf import text_format
