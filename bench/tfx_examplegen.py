@@ -5,7 +5,7 @@
 Runs in the TFX venv (configs/tfx/run_tfx_test.sh builds it). Input: the benchmark's large-row HDF5 file
 (``bench.datagen`` ``large``: image uint8[64,64,3] + emb float32[128] + id int64, 12,808 bytes a row). Each case is
 one process, timed from start to exit (imports and pipeline set-up included, as a user pays them), on DirectRunner
-with the same Beam flags:
+with the same Beam flags (``--direct_running_mode``: 2 worker processes, or in_memory):
 
 * ``convert_gzip``: ``python -m pipelines.convert --compression gzip`` (our planned writer, gzip shards);
 * ``examplegen``: a TFX pipeline of one ``ArraysExampleGen`` (TFX's hash split train 2 / eval 1, Reshuffle, gzip
@@ -64,9 +64,13 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--direct_running_mode", default="multi_processing", choices=["multi_processing", "in_memory"],
+                    help="DirectRunner's mode for every case (2 workers in multi_processing)")
     ap.add_argument("--only", default="convert_gzip,examplegen,convert_then_import",
                     help="comma-separated cases to run")
     args = ap.parse_args(argv)
+    flags = BEAM_FLAGS if args.direct_running_mode == "multi_processing" else [
+        "--runner=DirectRunner", "--direct_running_mode=in_memory"]
     from bench import datagen
     work = args.workdir or tempfile.mkdtemp(prefix="tfx-bench-")
     data_dir = os.path.join(work, "data")
@@ -90,19 +94,19 @@ def main(argv=None) -> int:
             if not os.path.exists(os.path.join(only_h5, "large.h5")):
                 os.link(h5, os.path.join(only_h5, "large.h5"))
             convert = [py, "-m", "pipelines.convert", "--input", h5, "--output_dir", os.path.join(out, "converted"),
-                       "--compression", "gzip", *BEAM_FLAGS]
+                       "--compression", "gzip", *flags]
             if case == "convert_gzip":
                 seconds = timed(convert, env)
             elif case == "examplegen":
-                seconds = timed([py, script, "examplegen", only_h5, out, *BEAM_FLAGS], env)
+                seconds = timed([py, script, "examplegen", only_h5, out, *flags], env)
             else:
                 seconds = timed(convert, env) + timed(
-                    [py, script, "import", os.path.join(out, "converted"), out, *BEAM_FLAGS], env)
+                    [py, script, "import", os.path.join(out, "converted"), out, *flags], env)
             results[case].append(seconds)
             print(f"{case:22s} {seconds:7.1f} s  {array_mb / seconds:6.1f} MB/s", flush=True)
     med = {case: statistics.median(v) for case, v in results.items()}
     summary = {"rows": args.rows, "array_mb": round(array_mb, 1), "median_s": {k: round(v, 2) for k, v in med.items()},
-               "runs": results, "beam_flags": BEAM_FLAGS}
+               "runs": results, "beam_flags": flags}
     for other in ("convert_gzip", "convert_then_import"):
         if "examplegen" in med and other in med:
             summary[f"examplegen_over_{other}"] = round(med["examplegen"] / med[other], 2)
