@@ -7,7 +7,7 @@ source (plain TensorFlow over TFX's ``Split-*/data_tfrecord-*.gz``, our decoder,
 example equal to ``--splits train=3,eval=1 --split_key id`` (``transforms.splits`` and a convert run), the
 statistics' and SchemaGen's types, no anomalies, the Transform output (a z-scored float, a decoded image), the spans
 in MLMD, the cache reused by a rerun of a span, our schema beside the examples, and our one-line error for a bad
-input.
+input. Also: input_config splits (one npz pattern per split) and the schema infer_schema gives before the run.
 """
 from __future__ import annotations
 
@@ -229,3 +229,33 @@ def test_options_tfx_owns_are_refused_when_the_component_is_built():
         ArraysExampleGen(input_base="/x", source_options={"num_shards": 4, "compression": "gzip"})
     with pytest.raises(ConfigError, match="Invalid ArraysExampleGen source_options: .*encoding"):
         ArraysExampleGen(input_base="/x", source_options={"encoding": "nope"})
+
+
+def test_input_config_splits_from_npz_files_and_the_schema_known_ahead(tmp_path):
+    from tfrecord_etl.tfx import infer_schema, load_info
+    rng = np.random.default_rng(7)
+    data = {}
+    for split, rows in (("train", 50), ("eval", 20)):
+        (tmp_path / "data" / split).mkdir(parents=True)
+        data[split] = {"x": rng.normal(size=(rows, 4)).astype(np.float32),
+                       "key": np.arange(rows, dtype=np.int64) + (0 if split == "train" else 100)}
+        np.savez(tmp_path / "data" / split / "part.npz", **data[split])
+    options = {"encoding": "list"}
+    gen = ArraysExampleGen(input_base=str(tmp_path / "data"), source_options=options,
+                           input_config=example_gen_pb2.Input(splits=[
+                               example_gen_pb2.Input.Split(name="train", pattern="train/*.npz"),
+                               example_gen_pb2.Input.Split(name="eval", pattern="eval/*.npz")]))
+    LocalDagRunner().run(tfx_pipeline.Pipeline(
+        pipeline_name="npz", pipeline_root=str(tmp_path / "root"), components=[gen],
+        metadata_connection_config=tfx_metadata.sqlite_metadata_connection_config(str(tmp_path / "mlmd.sqlite"))))
+    uri = glob.glob(str(tmp_path / "root" / "ArraysExampleGen" / "examples" / "*"))[0]
+    for split in ("train", "eval"):
+        got = sorted(read_split(uri, split), key=lambda e: int(e["key"][()]))
+        assert [int(e["key"][()]) for e in got] == list(data[split]["key"])
+        np.testing.assert_array_equal(np.stack([e["x"] for e in got]), data[split]["x"])
+    info = load_info(uri)
+    assert {name: entry["rows"] for name, entry in info["inputs"].items()} == {"train": 50, "eval": 20}
+    assert info["options"] == options
+    ahead = infer_schema(str(tmp_path / "data" / "train" / "*.npz"), options, str(tmp_path / "ahead.pbtxt"))
+    assert open(os.path.join(uri, "schema.pbtxt")).read() == ahead == open(tmp_path / "ahead.pbtxt").read()
+    assert "name: \"x\"" in ahead and "type: FLOAT" in ahead and "type: INT" in ahead
