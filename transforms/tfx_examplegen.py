@@ -152,6 +152,7 @@ class Executor(base_example_gen_executor.BaseExampleGenExecutor):
             cfg = _config(pattern, exec_properties.get("_examples_uri") or "<tfx>", options)
             plan = planning.plan_convert(cfg)
             plans[name] = (pattern, cfg, plan)
+            _agreed_specs(plans)  # input splits of another layout fail here, before the pipeline runs
             records, _ = convert.read_and_encode_ranges(pipeline, plan, cfg, beam_io.ReadAndEncodeFn(
                 plan.inputs.source, plan.specs, cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir is not None))
             if _partitions_by_feature(exec_properties):
