@@ -31,7 +31,7 @@ import apache_beam as beam  # noqa: E402
 from tfrecord_etl import ConvertToTFRecord, iter_numpy  # noqa: E402
 from tfrecord_etl.tfx import ArraysExampleGen, read_split  # noqa: E402
 from tfrecord_etl.transforms import splits as splits_lib  # noqa: E402
-from tfrecord_etl.transforms.errors import SourceError  # noqa: E402
+from tfrecord_etl.transforms.errors import SchemaError, SourceError  # noqa: E402
 from tfrecord_etl.transforms.verify import verify  # noqa: E402
 
 ROWS = 120
@@ -259,3 +259,19 @@ def test_input_config_splits_from_npz_files_and_the_schema_known_ahead(tmp_path)
     ahead = infer_schema(str(tmp_path / "data" / "train" / "*.npz"), options, str(tmp_path / "ahead.pbtxt"))
     assert open(os.path.join(uri, "schema.pbtxt")).read() == ahead == open(tmp_path / "ahead.pbtxt").read()
     assert "name: \"x\"" in ahead and "type: FLOAT" in ahead and "type: INT" in ahead
+
+
+def test_input_splits_of_different_layouts_fail_while_the_pipeline_is_built(tmp_path):
+    for split, width in (("train", 4), ("eval", 5)):
+        (tmp_path / "data" / split).mkdir(parents=True)
+        np.savez(tmp_path / "data" / split / "part.npz", x=np.zeros((10, width), np.float32))
+    gen = ArraysExampleGen(input_base=str(tmp_path / "data"), input_config=example_gen_pb2.Input(splits=[
+        example_gen_pb2.Input.Split(name="train", pattern="train/*.npz"),
+        example_gen_pb2.Input.Split(name="eval", pattern="eval/*.npz")]))
+    with pytest.raises(SchemaError, match="Input splits 'train' and 'eval' have different features") as e:
+        LocalDagRunner().run(tfx_pipeline.Pipeline(
+            pipeline_name="mixed", pipeline_root=str(tmp_path / "root"), components=[gen],
+            metadata_connection_config=tfx_metadata.sqlite_metadata_connection_config(str(tmp_path / "m.sqlite"))))
+    assert "eval/*.npz" in str(e.value) and "\n" not in str(e.value)
+    # raised while the executor builds its Beam pipeline (in the split's PTransform), not after the pipeline ran
+    assert e.traceback[-2].name == "ArraysToExample", [entry.name for entry in e.traceback]
