@@ -7,7 +7,8 @@ source (plain TensorFlow over TFX's ``Split-*/data_tfrecord-*.gz``, our decoder,
 example equal to ``--splits train=3,eval=1 --split_key id`` (``transforms.splits`` and a convert run), the
 statistics' and SchemaGen's types, no anomalies, the Transform output (a z-scored float, a decoded image), the spans
 in MLMD, the cache reused by a rerun of a span, our schema beside the examples, and our one-line error for a bad
-input. Also: input_config splits (one npz pattern per split) and the schema infer_schema gives before the run.
+input. Also: input_config splits (one npz pattern per split), the schema infer_schema gives before the run, and
+input splits of different layouts refused while the pipeline is built.
 """
 from __future__ import annotations
 
