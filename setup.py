@@ -110,5 +110,8 @@ setuptools.setup(
         # --format zarr: Zarr v2/v3 stores through the reference implementation and its codecs (numcodecs)
         "zarr": ["zarr>=3.1.6,<4"],
         "docs": _DOCS,
+        # tfrecord_etl.tfx (ArraysExampleGen): TFX 1.21 matches the TensorFlow / Beam / tfx-bsl pins above; its
+        # pyarrow<19 pin differs from the main environment's, so CI tests it in its own venv (configs/tfx/)
+        "tfx": ["tfx>=1.21,<1.22"],
     },
 )

@@ -1,0 +1,301 @@
+"""A TFX ExampleGen for arrays: HDF5 / npz / npy / NetCDF-3 / MATLAB / raw / image folders straight into a TFX pipeline.
+
+    from tfx.proto import example_gen_pb2, range_config_pb2
+    from tfrecord_etl.tfx import ArraysExampleGen
+
+    example_gen = ArraysExampleGen(
+        input_base="data/",
+        input_config=example_gen_pb2.Input(splits=[
+            example_gen_pb2.Input.Split(name="train", pattern="span-{SPAN}/*.h5")]),
+        output_config=example_gen_pb2.Output(split_config=example_gen_pb2.SplitConfig(splits=[
+            example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=8),
+            example_gen_pb2.SplitConfig.Split(name="eval", hash_buckets=2)])),
+        source_options={"datasets": ["/images", "/labels"], "encoding": "auto"})
+
+TFX's documented way to add an input format (``tfx/components/example_gen/base_example_gen_executor.py``,
+"custom executor"): :class:`Executor` is a ``BaseExampleGenExecutor`` whose ``GetInputSourceToExamplePTransform``
+turns one split pattern (``{SPAN}`` / ``{VERSION}`` / date placeholders already resolved by TFX's
+``FileBasedDriver`` under ``range_config``) into serialized ``tf.train.Example`` records, and
+:class:`ArraysExampleGen` is a ``FileBasedExampleGen`` that uses it. The records come from the same planning, sources
+and codec as ``python -m pipelines.convert`` (``planning.plan_convert`` then ``convert.read_and_encode_ranges`` with
+``beam_io.ReadAndEncodeFn``, as the ``beam`` writer does): one encoder, the same bytes. TFX then does what it does
+for every ExampleGen: ``output_config`` hash buckets or ``input_config`` splits, a Reshuffle, and
+``Split-NAME/data_tfrecord-*.gz``.
+
+``source_options`` are the convert command's options that describe the input and its encoding (``format``,
+``datasets``, ``hdf5_mode``, ``npz_mode``, ``encoding``, ``feature_encodings``, ``allow_lossy``, ``provenance``,
+``dead_letter_dir``, the ``max_*`` limits, the raw and files options...), checked when the component is built
+(:func:`check_source_options`, ``ConfigError``); the options about files we would write ourselves (shards,
+compression, splits, spans, the output directory) are TFX's here and are refused. A bad input fails the component
+with our one-line ``SourceError`` / ``SchemaError`` while the executor builds its Beam pipeline, before any record
+is written.
+
+Beside ``Split-*`` in the examples artifact the executor writes ``schema.pbtxt``, the tensorflow_metadata Schema we
+infer (``metadata.schema_text``: the same file ``convert`` writes, with the dtype / shape annotations of opaque
+``tensor`` features), and ``tfrecord_etl.json`` (the features with their encodings, the options, the inputs of each
+split); the artifact's custom property ``tfrecord_etl_schema`` names the schema file. TFX reads only the ``Split-*``
+folders, so neither file is in its way. :func:`read_split` reads a split back as NumPy with our decoder, and
+``python -m pipelines.verify 'URI/Split-train/*.gz'`` checks its frames and Examples.
+
+Split assignment: TFX hashes ``sha256(key) % sum(hash_buckets)``. With ``partition_feature_name`` the key is the
+serialized ``tf.train.Feature``, exactly what ``convert --splits ... --split_key FEATURE`` hashes
+(``transforms.splits``): both put every example in the same split. Without it TFX hashes the whole serialized record
+while ``--splits`` hashes the global row index, so those two assignments differ (both are deterministic). With
+``partition_feature_name`` TFX's partitioner needs ``tf.train.Example`` objects, so the executor parses its records
+for it; TFX writes them back with ``SerializeToString()``.
+
+Needs TFX (``pip install tfrecord-etl[tfx]``, tfx 1.21 with our TensorFlow / Beam / tfx-bsl pins). Sources of the
+ideas: TFX's ``custom_executors/avro_executor.py`` and ``parquet_executor.py`` (the ptransform_fn shape) and
+``example_gen/component.py`` (``FileBasedExampleGen(custom_executor_spec=...)``).
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator, Mapping
+
+import apache_beam as beam
+import numpy as np
+
+from tfrecord_etl.transforms import beam_io, convert, fileio, metadata, planning, sink
+from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient
+from tfrecord_etl.transforms.config import ConvertConfig
+from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
+
+from tfx.components.example_gen import base_example_gen_executor
+from tfx.components.example_gen.component import FileBasedExampleGen
+from tfx.dsl.components.base import executor_spec
+from tfx.proto import example_gen_pb2
+from tfx.types import artifact_utils, standard_component_specs
+from tfx.utils import proto_utils
+
+SCHEMA_FILE = "schema.pbtxt"  # our inferred Schema, beside Split-* in the examples artifact
+INFO_FILE = "tfrecord_etl.json"
+INFO_FORMAT = "tfrecord-etl-tfx/1"
+SCHEMA_PROPERTY = "tfrecord_etl_schema"  # the examples artifact's custom property: the schema file's URI
+OPTIONS_KEY = "tfrecord_etl_source_options"  # the JSON of the source options, in custom_config's Struct
+
+# ConvertConfig fields that TFX owns inside an ExampleGen (its output URI, shards, splits, spans): refused.
+TFX_OWNED = frozenset({
+    "input", "output_dir", "num_shards", "target_shard_mb", "compression", "index", "splits", "split_key", "split",
+    "shuffle_seed", "tfds_name", "writer", "prefix", "span", "version", "incremental", "reconvert_changed",
+    "allow_schema_change", "overwrite", "dry_run", "pipeline_options", "max_local_workers", "progress", "verbose"})
+
+
+def check_source_options(options: Mapping[str, Any] | None) -> dict:
+    """The source options of an :class:`ArraysExampleGen` checked as the convert command checks its flags: a dict
+    of ``ConvertConfig`` fields (the input's format and reading options, encodings, limits, dead letters).
+
+    Raises:
+      ConfigError: an unknown option, a bad value (pydantic's message, one line), or an option TFX owns here
+        (:data:`TFX_OWNED`: shards, compression, splits, spans, the output directory), naming it.
+    """
+    options = dict(options or {})
+    owned = sorted(set(options) & TFX_OWNED)
+    if owned:
+        raise ConfigError(f"ArraysExampleGen source_options {owned}: TFX decides these inside an ExampleGen",
+                          hint="splits: output_config hash buckets or input_config patterns; spans: {SPAN} in the "
+                               "split pattern and range_config; files: TFX writes Split-NAME/data_tfrecord-*.gz")
+    _config("<check>", "<check>", options)
+    return options
+
+
+def _config(pattern: str, output_dir: str, options: Mapping[str, Any]) -> ConvertConfig:
+    try:
+        return ConvertConfig(input=pattern, output_dir=output_dir, writer="beam", **options)
+    except Exception as e:  # pydantic's ValidationError, made one line as the command's flags
+        text = " ".join(str(e).split())
+        raise ConfigError(f"Invalid ArraysExampleGen source_options: {text}") from None
+
+
+def _options_from(exec_properties: Mapping[str, Any]) -> dict:
+    """The source options stored by :class:`ArraysExampleGen` in ``custom_config`` (a JSON string in a Struct)."""
+    text = exec_properties.get(standard_component_specs.CUSTOM_CONFIG_KEY)
+    if not text:
+        return {}
+    from google.protobuf import json_format, struct_pb2
+    custom = example_gen_pb2.CustomConfig()
+    proto_utils.json_to_proto(text, custom)
+    struct = struct_pb2.Struct()
+    if not custom.custom_config.Unpack(struct):
+        return {}
+    return json.loads(json_format.MessageToDict(struct).get(OPTIONS_KEY) or "{}")
+
+
+def _split_name(exec_properties: Mapping[str, Any], split_pattern: str) -> str:
+    config = example_gen_pb2.Input()
+    proto_utils.json_to_proto(exec_properties[standard_component_specs.INPUT_CONFIG_KEY], config)
+    return next((s.name for s in config.splits if s.pattern == split_pattern), "input")
+
+
+class Executor(base_example_gen_executor.BaseExampleGenExecutor):
+    """The ExampleGen executor: each input split pattern is planned (``planning.plan_convert``: every input error
+    raised here, before the Beam pipeline runs) and read and encoded per row range by ``beam_io.ReadAndEncodeFn``
+    into serialized ``tf.train.Example`` records (bytes); parsed to ``tf.train.Example`` objects only when
+    ``output_config`` partitions by ``partition_feature_name`` (TFX's partitioner reads the feature from them).
+    After TFX wrote the splits, ``Do`` writes ``schema.pbtxt`` and ``tfrecord_etl.json`` beside them.
+
+    Raises (from ``Do``):
+      SourceError, SchemaError, ConfigError: the input or the options (our one-line errors).
+    """
+
+    def GetInputSourceToExamplePTransform(self) -> beam.PTransform:
+        plans = self._plans = {}
+
+        @beam.ptransform_fn
+        @beam.typehints.with_input_types(beam.Pipeline)
+        def ArraysToExample(pipeline, exec_properties: dict, split_pattern: str):  # noqa: N802 - TFX's style
+            name = _split_name(exec_properties, split_pattern)
+            pattern = fileio.join(exec_properties[standard_component_specs.INPUT_BASE_KEY], split_pattern)
+            options = _options_from(exec_properties)
+            if options.get("dead_letter_dir"):  # one dead-letter folder per input split
+                options["dead_letter_dir"] = fileio.join(options["dead_letter_dir"], name)
+            cfg = _config(pattern, exec_properties.get("_examples_uri") or "<tfx>", options)
+            plan = planning.plan_convert(cfg)
+            plans[name] = (pattern, cfg, plan)
+            _agreed_specs(plans)  # input splits of another layout fail here, before the pipeline runs
+            records, _ = convert.read_and_encode_ranges(pipeline, plan, cfg, beam_io.ReadAndEncodeFn(
+                plan.inputs.source, plan.specs, cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir is not None))
+            if _partitions_by_feature(exec_properties):
+                import tensorflow as tf
+                records = records | "ParseForPartition" >> beam.Map(tf.train.Example.FromString)
+            return records
+
+        return ArraysToExample
+
+    def Do(self, input_dict, output_dict, exec_properties) -> None:
+        examples = artifact_utils.get_single_instance(output_dict[standard_component_specs.EXAMPLES_KEY])
+        exec_properties = {**exec_properties, "_examples_uri": examples.uri}
+        super().Do(input_dict, output_dict, exec_properties)
+        specs = _agreed_specs(self._plans)
+        sink.write_file(fileio.join(examples.uri, SCHEMA_FILE), metadata.schema_text(specs).encode())
+        info = {"format": INFO_FORMAT, "tool_version": metadata.VERSION,
+                "features": [s.to_json() for s in specs],
+                "inputs": {name: {"pattern": pattern, "rows": plan.inputs.num_rows,
+                                  "files": [{"path": i.path, "rows": i.num_rows} for i in plan.inputs.indexes],
+                                  "source": plan.inputs.source.describe()}
+                           for name, (pattern, _, plan) in self._plans.items()},
+                "options": _options_from(exec_properties)}
+        sink.write_json(fileio.join(examples.uri, INFO_FILE), info)
+        examples.set_string_custom_property(SCHEMA_PROPERTY, fileio.join(examples.uri, SCHEMA_FILE))
+
+
+def _partitions_by_feature(exec_properties: Mapping[str, Any]) -> bool:
+    config = example_gen_pb2.Output()
+    proto_utils.json_to_proto(exec_properties[standard_component_specs.OUTPUT_CONFIG_KEY], config)
+    return bool(config.split_config.splits) and config.split_config.HasField("partition_feature_name")
+
+
+def _agreed_specs(plans: Mapping[str, tuple]) -> tuple[FeatureSpec, ...]:
+    """The features of every input split, which must agree (one Examples artifact has one schema).
+
+    Raises:
+      SchemaError: two input splits whose features differ, naming both patterns.
+    """
+    items = list(plans.items())
+    first_name, (first_pattern, _, first) = items[0]
+    for name, (pattern, _, plan) in items[1:]:
+        if plan.specs != first.specs:
+            raise SchemaError(f"Input splits '{first_name}' and '{name}' have different features: "
+                              f"{[s.to_json() for s in first.specs]} vs {[s.to_json() for s in plan.specs]}",
+                              file=pattern, hint=f"the split patterns must match inputs of one layout "
+                                                 f"('{first_pattern}' and '{pattern}')")
+    return first.specs
+
+
+class ArraysExampleGen(FileBasedExampleGen):
+    """A ``FileBasedExampleGen`` reading arrays with tfrecord-etl's sources (:class:`Executor`).
+
+    Args:
+      input_base: the folder holding the inputs (local, gs://, s3://).
+      input_config: ``example_gen_pb2.Input``; split patterns relative to ``input_base``, with ``{SPAN}``,
+        ``{VERSION}`` or ``{YYYY}{MM}{DD}`` placeholders resolved by TFX's driver. Default: every file (``*``).
+      output_config: ``example_gen_pb2.Output``; default TFX's train 2 / eval 1 hash buckets.
+      range_config: ``range_config_pb2.RangeConfig``: the spans to consider (TFX's).
+      source_options: the convert options describing the input (see :func:`check_source_options`).
+
+    Raises:
+      ConfigError: bad ``source_options``, when the component is built.
+    """
+
+    EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(Executor)
+
+    def __init__(self, input_base: str | None = None, input_config=None, output_config=None, range_config=None,
+                 source_options: Mapping[str, Any] | None = None, **kwargs):
+        from google.protobuf import any_pb2, struct_pb2
+        options = check_source_options(source_options)
+        struct = struct_pb2.Struct()
+        struct.update({OPTIONS_KEY: json.dumps(options, sort_keys=True)})
+        packed = any_pb2.Any()
+        packed.Pack(struct)
+        super().__init__(input_base=input_base, input_config=input_config, output_config=output_config,
+                         range_config=range_config, custom_config=example_gen_pb2.CustomConfig(custom_config=packed),
+                         **kwargs)
+
+
+def load_info(examples_uri: str) -> dict:
+    """``tfrecord_etl.json`` of an examples artifact written by :class:`Executor`, features as FeatureSpecs.
+
+    Raises:
+      SchemaError: no such file (not an ArraysExampleGen output) or not ours.
+    """
+    path = fileio.join(examples_uri, INFO_FILE)
+    if not fileio.exists(path):
+        raise SchemaError("No tfrecord_etl.json: these examples were not written by ArraysExampleGen", file=path)
+    info = json.loads(fileio.read_bytes(path))
+    if info.get("format") != INFO_FORMAT:
+        raise SchemaError(f"Not an ArraysExampleGen info file (format {info.get('format')!r})", file=path)
+    info["features"] = [FeatureSpec.from_json(f) for f in info["features"]]
+    return info
+
+
+def split_files(examples_uri: str, split: str) -> list[str]:
+    """The record files of one split of an examples artifact (``Split-NAME/data_tfrecord-*.gz``), sorted.
+
+    Raises:
+      SchemaError: no file in that split.
+    """
+    files = sorted(path for path, _ in fileio.match(fileio.join(examples_uri, f"Split-{split}", "*.gz")))
+    if not files:
+        raise SchemaError(f"No record files in split {split!r}", file=fileio.join(examples_uri, f"Split-{split}"))
+    return files
+
+
+def read_split(examples_uri: str, split: str) -> Iterator[dict[str, np.ndarray]]:
+    """Yields each Example of one split of an ArraysExampleGen output as ``{name: np.ndarray}`` (recorded dtypes and
+    shapes, as ``reader.iter_numpy``), file by file in name order; the order within the split is TFX's (shuffled).
+
+    Raises:
+      SchemaError: not an ArraysExampleGen output or an empty split. RecordError: a corrupt record (file, index,
+        byte offset).
+    """
+    from tfrecord_etl.transforms.reader import iter_records
+    specs = load_info(examples_uri)["features"]
+    for path in split_files(examples_uri, split):
+        for index, offset, record in iter_records(path, "gzip"):
+            try:
+                example = decode_example_lenient(record, specs)
+            except RecordError as e:
+                raise RecordError(f"Cannot decode example: {e.message}", hint=e.hint, file=path, record=index,
+                                  offset=offset) from None
+            yield example
+
+
+def infer_schema(input_pattern: str, source_options: Mapping[str, Any] | None = None,
+                 path: str | None = None) -> str:
+    """The tensorflow_metadata Schema (text) that :class:`ArraysExampleGen` will infer for ``input_pattern``, planned
+    now (inputs indexed, encodings chosen, nothing read); written to ``path`` when given, e.g. for TFX's
+    ``ImportSchemaGen(schema_file=path)`` in place of SchemaGen's guess.
+
+    Raises:
+      SourceError, SchemaError, ConfigError: as the component would, at planning.
+    """
+    options = check_source_options(source_options)
+    cfg = _config(input_pattern, "<schema>", options)
+    text = metadata.schema_text(planning.plan_convert(cfg).specs)
+    if path is not None:
+        sink.write_file(path, text.encode())
+    return text
+
+
+__all__ = ["ArraysExampleGen", "Executor", "check_source_options", "infer_schema", "load_info", "read_split",
+           "split_files", "SCHEMA_FILE", "INFO_FILE"]
