@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
 
 import pytest
 
@@ -10,6 +11,12 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = pathlib.Path(os.environ.get("TFRECORD_ETL_FIXTURES", ROOT / ".fixtures" / "site"))
 # In-process DirectRunner: fast start, no Prism download attempt, deterministic order of work.
 BEAM_FLAGS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+
+# A shell without job control starts a background command (`./run_tests.sh &`) with SIGINT ignored, and an ignored
+# signal stays ignored in every process it starts: the Ctrl-C tests (test_killed_runs.py) would see no Ctrl-C.
+# Python's own handler here, so the launchers the tests start get SIGINT's default again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True, scope="session")
