@@ -56,7 +56,7 @@ import tempfile
 import time
 from importlib import metadata as importlib_metadata
 
-from bench import datagen, report, sizes
+from bench import datagen, peers, report, sizes
 from bench.common import (AUGMENT_CONSTANT, LARGE, LAYOUTS, SMALL, convert_encoding_flags, count_frames,
                           dir_bytes, row_bytes, tfrecord_files)
 
@@ -75,11 +75,23 @@ TINY_FRACTION = 50  # steady state: the same command on 1/50 of the rows
 MIN_STEADY_DELTA_S = 0.25  # below this difference of wall times, the steady-state figure is noise (use --repeat 3)
 
 BEAM = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
-SECTIONS = ("small", "large", "augment", "scaling", "raw", "files", "splits", "remote", "sizes")
-# sizes (~10 minutes, 17 GB of inputs) and remote (a moto S3 server: the s3 extra) run when
-# asked: --only sizes, --only remote
-DEFAULT_SECTIONS = SECTIONS[:-2]
+SECTIONS = ("small", "large", "augment", "scaling", "raw", "files", "splits", "remote", "sizes", "peers")
+# sizes (~10 minutes, 17 GB of inputs), remote (a moto S3 server: the s3 extra) and peers (TFDS and Ray in
+# environments of their own) run when asked: --only sizes, --only remote, --peers
+DEFAULT_SECTIONS = SECTIONS[:-3]
 SPLITS_ROWS = {"small": 1_000_000, "large": 20_000}  # the splits section: --splits and --shuffle_seed cost
+
+
+def selected_sections(args) -> list[str]:
+    """The sections to run: ``--only``'s, plus ``peers`` with ``--peers`` (``--peers`` alone, with the default
+    ``--only``, runs the peers section only). Raises SystemExit naming an unknown section."""
+    sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    if getattr(args, "peers", False) and "peers" not in sections:
+        sections = ["peers"] if args.only == ",".join(DEFAULT_SECTIONS) else sections + ["peers"]
+    bad = [s for s in sections if s not in SECTIONS]
+    if bad:
+        raise SystemExit(f"--only: unknown section(s) {bad}; choose from {','.join(SECTIONS)}")
+    return sections
 
 
 def beam_flags(workers: int) -> list[str]:
@@ -514,10 +526,7 @@ class Bench:
         shutil.rmtree(self.log_dir, ignore_errors=True)  # the logs of this run only
         for d in (self.data_dir, self.out_dir, self.log_dir):
             os.makedirs(d, exist_ok=True)
-        sections = [s.strip() for s in args.only.split(",") if s.strip()]
-        bad = [s for s in sections if s not in SECTIONS]
-        if bad:
-            raise SystemExit(f"--only: unknown section(s) {bad}; choose from {','.join(SECTIONS)}")
+        sections = selected_sections(args)
         started = time.time()
         self.say(f"bench: scale {args.scale}, sections {','.join(sections)}{' + rss_8gb' if args.rss_8gb else ''}, "
                  f"steady state {'on' if self.steady else 'off'}, workdir {report.relpath(self.workdir)}, "
@@ -554,6 +563,8 @@ class Bench:
                 order.append("remote")
             if "sizes" in sections:
                 order += sizes.run_sizes(self, args.sizes, args.seed_limit_s)
+            if "peers" in sections:
+                order += peers.run_peers(self, args.peers, args.peer_rounds)
             if args.rss_8gb:
                 self.rss8gb_section()
                 order.append("rss8gb")
@@ -578,6 +589,11 @@ class Bench:
             why = sizes.draw(os.path.join(self.results_dir, "sizes.png"), summ)
             self.say(f"sizes chart: {report.relpath(os.path.join(self.results_dir, 'sizes.png'))}" if why is None
                      else f"no sizes chart: {why}")
+        if "peers" in sections:
+            md += "\n" + peers.markdown(self.rows, self.section_info)
+            chart = os.path.join(self.results_dir, "peers.png")
+            why = peers.draw(chart, self.rows, self.section_info)
+            self.say(f"peers chart: {report.relpath(chart)}" if why is None else f"no peers chart: {why}")
         with open(md_path, "w", encoding="utf-8") as f:
             f.write(md)
         why_not = report.draw_png(png_path, result)
@@ -714,6 +730,13 @@ def parse_args(argv=None):
     ap.add_argument("--rss_8gb", action="store_true",
                     help="also generate one 8 GB HDF5 file (x --scale) and convert it with --writer planned, "
                          "for the peak RSS target (<= 1 GB per process)")
+    ap.add_argument("--peers", action="store_true",
+                    help="run the peers section (TFDS and Ray Data against convert and the hand loop), building "
+                         "their environments bench/.venv-peers-{tfds,ray} first when missing; alone it runs only "
+                         "that section")
+    ap.add_argument("--peer_rounds", type=int, default=3,
+                    help="peers section: rounds of alternated runs; the median of each contender is reported "
+                         "(default 3)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per contender; the fastest is reported (default 1)")
     ap.add_argument("--steady", choices=("auto", "on", "off"), default="auto",
                     help="also run every contender on 1/50 of the rows to net out start-up (auto: when --scale >= 0.1)")
@@ -725,6 +748,8 @@ def parse_args(argv=None):
         ap.error("--scale must be > 0")
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
+    if args.peer_rounds < 1:
+        ap.error("--peer_rounds must be >= 1")
     return args
 
 
