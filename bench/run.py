@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.run [--scale 1.0] [--only small,large,augment,scaling,splits] [--workdir DIR] [--keep]
                                   [--rss_8gb] [--repeat 1] [--steady auto|on|off] [--results_dir DIR]
+                                  [--peers] [--peer_rounds 3]
 
 Generates its inputs deterministically (``bench.datagen``: fixed seeds, written in chunks), then runs
 every contender as a whole separate process through ``bench.measure`` (wall time; peak RSS of every
@@ -25,6 +26,9 @@ process of the tree, from the kernel's high-water mark and psutil polling), side
   converting HDF5 (chunked+gzip, contiguous), .npy and .npz inputs and a 257 MiB chunked HDF5 file from a moto S3
   server behind a counting proxy that adds 20 ms to every request, and the time to plan 1,000 and 10,000 small
   remote files (about 10 minutes);
+* peers (``--peers``, in virtual environments of their own that it builds: ``bench.peers``): TFDS and Ray Data
+  against convert (defaults and configs/local.yaml), the seed loop and the raw copy on 2,000,000 small and 40,000
+  large rows, alternated over ``--peer_rounds`` rounds, medians, every output checked value for value;
 * with ``--rss_8gb``: one 8 GB HDF5 file converted with ``--writer planned``, for its peak RSS.
 
 Before every measured run the page cache's dirty pages are flushed (``settle``: sync, then wait until
