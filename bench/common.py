@@ -156,3 +156,12 @@ def dir_bytes(directory: str) -> int:
             except OSError:
                 pass
     return total
+
+
+def h5_row_bytes_and_rows(path: str) -> tuple[int, int]:
+    """``(raw bytes of one row over every top-level dataset, number of rows)`` of the HDF5 file ``path``."""
+    import h5py
+    with h5py.File(path, "r") as f:
+        names = sorted(k for k in f.keys() if isinstance(f[k], h5py.Dataset))
+        rb = sum(f[k].dtype.itemsize * int(np.prod(f[k].shape[1:], dtype=np.int64)) for k in names)
+        return rb, f[names[0]].shape[0]

@@ -3,14 +3,15 @@ against a moto S3 server in its own process behind ``bench.s3proxy`` (in a third
 server sends and adds ``--latency_ms`` to every request, a real object store's round trip).
 
     .venv/bin/python -m bench.remote [--rows 8192] [--big_rows 65536] [--files 1000,10000] [--latency_ms 20]
-        [--threads 8] [--beam_stream] [--server 'COMMAND with {port}' --access_key KEY]
+        [--threads 8] [--planning_only] [--beam_stream] [--server 'COMMAND with {port}' --access_key KEY]
 
 Egress: chunked+gzip HDF5, contiguous HDF5, .npy, stored and deflated .npz, each converted to a local directory
 (in-process runner, 2 shards); egress / file size, connections and wall time remote vs the same file local.
 Large file (``--big_rows``, 0 to skip): the issue's 257 MiB chunked HDF5 file (65,536 rows of 4,096 uint8 + an
 int64 label, chunks of 256 rows) with 2 worker processes and 4 shards, remote vs local.
 Planning: ``planning.plan_inputs`` of each ``--files`` count of small .npy and HDF5 files, per ``--threads``
-setting; wall, launcher CPU, and the CPU of the moto server and the proxy per file (they share the 2 cores).
+setting; wall, launcher CPU, the CPU of the moto server and the proxy, requests and egress bytes, per file (the
+server and the proxy share the 2 cores with the launcher, so the wall time is CPU-bound there).
 ``--beam_stream`` measures Beam's own S3 stream instead of ours (the before figures). ``--server`` runs another
 S3 server instead of moto (moto copies the whole object for every ranged GET: 0.24 s per GET of a 257 MiB object),
 e.g. s3rver from npm, which streams ranges from disk (docs/scale.md, "Scale").
@@ -54,7 +55,7 @@ def wait_for(port: int) -> None:
 
 
 class Proxy:
-    """``bench.s3proxy`` in its own process; ``counts()`` -> (egress bytes, ingress bytes, connections)."""
+    """``bench.s3proxy`` in its own process; ``counts()`` -> (egress bytes, ingress bytes, connections, requests)."""
 
     def __init__(self, upstream: int, latency_ms: float):
         self.proc = subprocess.Popen([sys.executable, "-m", "bench.s3proxy", str(upstream), "--latency_ms",
@@ -144,6 +145,7 @@ def main(argv=None) -> int:
     ap.add_argument("--files", default="1000,10000", help="counts of small files for the planning measurement (0: skip)")
     ap.add_argument("--latency_ms", type=float, default=20.0, help="added to every request by the proxy")
     ap.add_argument("--threads", default="8", help="planning.PLAN_THREADS settings to measure")
+    ap.add_argument("--planning_only", action="store_true", help="measure only the planning of small files")
     ap.add_argument("--beam_stream", action="store_true", help="read through Beam's S3 stream (the before figures)")
     ap.add_argument("--server", help="a shell command starting another S3 server on 127.0.0.1:{port} instead of "
                                      "moto (its process group is stopped at the end)")
@@ -182,7 +184,7 @@ def main(argv=None) -> int:
         print(f"egress ({'Beam stream' if args.beam_stream else 'bounded reads'}, latency {args.latency_ms:g} ms)")
         print("| input | file MiB | egress MiB | egress / file | connections | remote s | local s |")
         print("|---|---|---|---|---|---|---|")
-        for name, data in egress_inputs(args.rows).items():
+        for name, data in (egress_inputs(args.rows) if not args.planning_only else {}).items():
             direct.put_object(Bucket=BUCKET, Key=f"egress/{name}", Body=data)
             local = os.path.join(tmp, name)
             with open(local, "wb") as f:
@@ -196,10 +198,10 @@ def main(argv=None) -> int:
             assert common.run_main(convert_module.main, ["--input", f"s3://{BUCKET}/egress/{name}", "--output_dir",
                                                          os.path.join(tmp, "remote_" + name), *run, *flags]) == 0
             remote_s = time.perf_counter() - t
-            egress, _, connections = proxy.counts()
+            egress, _, connections, _ = proxy.counts()
             print(f"| {name} | {len(data) / 2**20:.1f} | {egress / 2**20:.1f} | {egress / len(data):.2f}x | "
                   f"{connections} | {remote_s:.2f} | {local_s:.2f} |", flush=True)
-        if args.big_rows:
+        if args.big_rows and not args.planning_only:
             data = big_input(args.big_rows)
             direct.put_object(Bucket=BUCKET, Key="big/big.h5", Body=data)
             local = os.path.join(tmp, "big.h5")
@@ -216,7 +218,7 @@ def main(argv=None) -> int:
             assert common.run_main(convert_module.main, ["--input", f"s3://{BUCKET}/big/big.h5", "--output_dir",
                                                          os.path.join(tmp, "remote_big"), *two, *flags]) == 0
             remote_s = time.perf_counter() - t
-            egress, _, connections = proxy.counts()
+            egress, _, connections, _ = proxy.counts()
             # the server's own time for one 1 MiB ranged GET of this object and of a 4 MiB one, straight to moto
             # (no proxy, no added latency): moto copies the whole object for every ranged GET
             direct.put_object(Bucket=BUCKET, Key="big/small.bin", Body=data[:4 * 2**20])
@@ -240,8 +242,8 @@ def main(argv=None) -> int:
         others = [server.pid, proxy.proc.pid]
         print(f"\nplanning small files ({args.latency_ms:g} ms per request)")
         print("| format | files | threads | wall s | ms per file | launcher CPU ms per file | "
-              "server + proxy CPU ms per file | connections |")
-        print("|---|---|---|---|---|---|---|---|")
+              "server + proxy CPU ms per file | requests per file | egress bytes per file | connections |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for files in [int(n) for n in args.files.split(",") if int(n)]:
             for fmt in ("npy", "h5"):
                 with concurrent.futures.ThreadPoolExecutor(8) as pool:  # the same objects, more of them
@@ -257,9 +259,10 @@ def main(argv=None) -> int:
                     wall, cpu = time.perf_counter() - t, time.process_time() - c
                     other = cpu_seconds(others) - o
                     assert plan.num_rows == 100 * files
+                    egress, _, connections, requests = proxy.counts()
                     print(f"| {fmt} | {files:,} | {threads} | {wall:.2f} | {1000 * wall / files:.1f} | "
-                          f"{1000 * cpu / files:.1f} | {1000 * other / files:.1f} | {proxy.counts()[2]} |",
-                          flush=True)
+                          f"{1000 * cpu / files:.1f} | {1000 * other / files:.1f} | {requests / files:.3f} | "
+                          f"{egress / files:,.0f} | {connections} |", flush=True)
     finally:
         proxy.close()
         if args.server:

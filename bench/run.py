@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.run [--scale 1.0] [--only small,large,augment,scaling,splits] [--workdir DIR] [--keep]
                                   [--rss_8gb] [--repeat 1] [--steady auto|on|off] [--results_dir DIR]
+                                  [--peers] [--peer_rounds 3]
 
 Generates its inputs deterministically (``bench.datagen``: fixed seeds, written in chunks), then runs
 every contender as a whole separate process through ``bench.measure`` (wall time; peak RSS of every
@@ -25,6 +26,9 @@ process of the tree, from the kernel's high-water mark and psutil polling), side
   converting HDF5 (chunked+gzip, contiguous), .npy and .npz inputs and a 257 MiB chunked HDF5 file from a moto S3
   server behind a counting proxy that adds 20 ms to every request, and the time to plan 1,000 and 10,000 small
   remote files (about 10 minutes);
+* peers (``--peers``, in virtual environments of their own that it builds: ``bench.peers``): TFDS and Ray Data
+  against convert (defaults and configs/local.yaml), the seed loop and the raw copy on 2,000,000 small and 40,000
+  large rows, alternated over ``--peer_rounds`` rounds, medians, every output checked value for value;
 * with ``--rss_8gb``: one 8 GB HDF5 file converted with ``--writer planned``, for its peak RSS.
 
 Before every measured run the page cache's dirty pages are flushed (``settle``: sync, then wait until
@@ -57,7 +61,7 @@ import tempfile
 import time
 from importlib import metadata as importlib_metadata
 
-from bench import datagen, report, sizes
+from bench import datagen, peers, report, sizes
 from bench.common import (AUGMENT_CONSTANT, LARGE, LAYOUTS, SMALL, convert_encoding_flags, count_frames,
                           count_gzip_frames, dir_bytes, row_bytes, tfrecord_files)
 
@@ -76,11 +80,23 @@ TINY_FRACTION = 50  # steady state: the same command on 1/50 of the rows
 MIN_STEADY_DELTA_S = 0.25  # below this difference of wall times, the steady-state figure is noise (use --repeat 3)
 
 BEAM = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
-SECTIONS = ("small", "large", "augment", "scaling", "raw", "files", "splits", "remote", "sizes", "zarr")
-# sizes (~10 minutes, 17 GB of inputs) and remote (a moto S3 server: the s3 extra) run when
-# asked: --only sizes, --only remote
-DEFAULT_SECTIONS = SECTIONS[:-3]  # remote, sizes and zarr when asked for
+SECTIONS = ("small", "large", "augment", "scaling", "raw", "files", "splits", "remote", "sizes", "zarr", "peers")
+# sizes (~10 minutes, 17 GB of inputs), remote (a moto S3 server: the s3 extra), zarr and peers (TFDS and Ray in
+# environments of their own) run when asked: --only sizes, --only remote, --only zarr, --peers
+DEFAULT_SECTIONS = SECTIONS[:-4]
 SPLITS_ROWS = {"small": 1_000_000, "large": 20_000}  # the splits section: --splits and --shuffle_seed cost
+
+
+def selected_sections(args) -> list[str]:
+    """The sections to run: ``--only``'s, plus ``peers`` with ``--peers`` (``--peers`` alone, with the default
+    ``--only``, runs the peers section only). Raises SystemExit naming an unknown section."""
+    sections = [s.strip() for s in args.only.split(",") if s.strip()]
+    if getattr(args, "peers", False) and "peers" not in sections:
+        sections = ["peers"] if args.only == ",".join(DEFAULT_SECTIONS) else sections + ["peers"]
+    bad = [s for s in sections if s not in SECTIONS]
+    if bad:
+        raise SystemExit(f"--only: unknown section(s) {bad}; choose from {','.join(SECTIONS)}")
+    return sections
 
 
 def beam_flags(workers: int) -> list[str]:
@@ -548,10 +564,7 @@ class Bench:
         shutil.rmtree(self.log_dir, ignore_errors=True)  # the logs of this run only
         for d in (self.data_dir, self.out_dir, self.log_dir):
             os.makedirs(d, exist_ok=True)
-        sections = [s.strip() for s in args.only.split(",") if s.strip()]
-        bad = [s for s in sections if s not in SECTIONS]
-        if bad:
-            raise SystemExit(f"--only: unknown section(s) {bad}; choose from {','.join(SECTIONS)}")
+        sections = selected_sections(args)
         started = time.time()
         self.say(f"bench: scale {args.scale}, sections {','.join(sections)}{' + rss_8gb' if args.rss_8gb else ''}, "
                  f"steady state {'on' if self.steady else 'off'}, workdir {report.relpath(self.workdir)}, "
@@ -592,6 +605,8 @@ class Bench:
                 from bench.zarrsection import zarr_section
                 zarr_section(self, rows_at, beam_flags)
                 order.append("zarr")
+            if "peers" in sections:
+                order += peers.run_peers(self, args.peers, args.peer_rounds)
             if args.rss_8gb:
                 self.rss8gb_section()
                 order.append("rss8gb")
@@ -616,6 +631,11 @@ class Bench:
             why = sizes.draw(os.path.join(self.results_dir, "sizes.png"), summ)
             self.say(f"sizes chart: {report.relpath(os.path.join(self.results_dir, 'sizes.png'))}" if why is None
                      else f"no sizes chart: {why}")
+        if "peers" in sections:
+            md += "\n" + peers.markdown(self.rows, self.section_info)
+            chart = os.path.join(self.results_dir, "peers.png")
+            why = peers.draw(chart, self.rows, self.section_info)
+            self.say(f"peers chart: {report.relpath(chart)}" if why is None else f"no peers chart: {why}")
         with open(md_path, "w", encoding="utf-8") as f:
             f.write(md)
         why_not = report.draw_png(png_path, result)
@@ -752,6 +772,13 @@ def parse_args(argv=None):
     ap.add_argument("--rss_8gb", action="store_true",
                     help="also generate one 8 GB HDF5 file (x --scale) and convert it with --writer planned, "
                          "for the peak RSS target (<= 1 GB per process)")
+    ap.add_argument("--peers", action="store_true",
+                    help="run the peers section (TFDS and Ray Data against convert and the hand loop), building "
+                         "their environments bench/.venv-peers-{tfds,ray} first when missing; alone it runs only "
+                         "that section")
+    ap.add_argument("--peer_rounds", type=int, default=3,
+                    help="peers section: rounds of alternated runs; the median of each contender is reported "
+                         "(default 3)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per contender; the fastest is reported (default 1)")
     ap.add_argument("--steady", choices=("auto", "on", "off"), default="auto",
                     help="also run every contender on 1/50 of the rows to net out start-up (auto: when --scale >= 0.1)")
@@ -763,6 +790,8 @@ def parse_args(argv=None):
         ap.error("--scale must be > 0")
     if args.repeat < 1:
         ap.error("--repeat must be >= 1")
+    if args.peer_rounds < 1:
+        ap.error("--peer_rounds must be >= 1")
     return args
 
 

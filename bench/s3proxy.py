@@ -1,17 +1,21 @@
 """A counting, delaying TCP proxy in front of an object-store endpoint (a moto server), for the remote benchmark
-and tests: it counts the bytes the server sends (egress), the bytes clients send and the connections,
-and can hold every client-to-server chunk for ``latency_ms`` (one request on a kept-alive connection is one
+and tests: it counts the bytes the server sends (egress), the bytes clients send, the connections and the
+requests (client-to-server chunks that start with an HTTP method: one per request on a kept-alive connection as on
+a new one; moto's server closes every connection, so there they are equal), and can hold every client-to-server chunk for ``latency_ms`` (one request on a kept-alive connection is one
 chunk), so a server on 127.0.0.1 answers with the round-trip time of a real object store.
 
     proxy = CountingProxy(("127.0.0.1", moto_port), latency_ms=20).start()
     ... use http://127.0.0.1:{proxy.port} as the endpoint ...
-    proxy.egress_bytes, proxy.connections
+    proxy.egress_bytes, proxy.connections, proxy.requests
 """
 from __future__ import annotations
 
 import socket
 import threading
 import time
+
+
+_METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")
 
 
 class CountingProxy:
@@ -22,6 +26,7 @@ class CountingProxy:
         self.egress_bytes = 0  # server -> clients
         self.ingress_bytes = 0  # clients -> server
         self.connections = 0
+        self.requests = 0  # client-to-server chunks starting with an HTTP method
         self._lock = threading.Lock()
         self._listener = socket.socket()
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -35,7 +40,7 @@ class CountingProxy:
 
     def reset(self) -> None:
         with self._lock:
-            self.egress_bytes = self.ingress_bytes = self.connections = 0
+            self.egress_bytes = self.ingress_bytes = self.connections = self.requests = 0
 
     def _accept(self) -> None:
         while True:
@@ -62,6 +67,7 @@ class CountingProxy:
                         self.egress_bytes += len(data)
                     else:
                         self.ingress_bytes += len(data)
+                        self.requests += data.startswith(_METHODS)
                 dst.sendall(data)
         except OSError:
             pass
@@ -79,7 +85,7 @@ class CountingProxy:
 def main(argv=None) -> None:
     """``python -m bench.s3proxy UPSTREAM_PORT [--latency_ms N]``: runs the proxy in its own process (so its
     threads never compete with the measured process for the GIL); prints its port, then on every line read from
-    stdin the counts as ``egress ingress connections``."""
+    stdin the counts as ``egress ingress connections requests``."""
     import argparse
     import sys
     ap = argparse.ArgumentParser()
@@ -91,7 +97,7 @@ def main(argv=None) -> None:
     for line in sys.stdin:
         if line.strip() == "reset":
             proxy.reset()
-        print(proxy.egress_bytes, proxy.ingress_bytes, proxy.connections, flush=True)
+        print(proxy.egress_bytes, proxy.ingress_bytes, proxy.connections, proxy.requests, flush=True)
 
 
 if __name__ == "__main__":

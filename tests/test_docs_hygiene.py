@@ -5,6 +5,7 @@ this check does not match.
 """
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 
@@ -19,15 +20,22 @@ CHECKED_TOP_FILES = ("README.md", "mkdocs.yml", "setup.py", "run_tests.sh", "run
 SKIPPED_PARTS = {"__pycache__", ".hypothesis", ".pytest_cache"}
 
 
+def _skipped_dir(name: str) -> bool:
+    """Folders that are not ours to word: caches, and virtual environments (the benchmark's peer environments,
+    ``bench/.venv-peers-*``, hold other projects' code)."""
+    return name in SKIPPED_PARTS or name.startswith(".venv")
+
+
 def checked_files(root: pathlib.Path) -> list[pathlib.Path]:
     """README.md, mkdocs.yml, the top-level scripts and every text file of the docs, code, config, benchmark and
     test folders (CHANGELOG.md is the history and is not checked; docs/changelog.md only includes it)."""
     files = [root / name for name in CHECKED_TOP_FILES if (root / name).is_file()]
     for folder in CHECKED_DIRS:
-        for path in sorted((root / folder).rglob("*")):
-            if (path.is_file() and path.suffix in CHECKED_SUFFIXES and not SKIPPED_PARTS & set(path.parts)
-                    and path.name != "CHANGELOG.md"):
-                files.append(path)
+        found = []
+        for directory, dirs, names in os.walk(root / folder):
+            dirs[:] = [d for d in dirs if not _skipped_dir(d)]
+            found += [pathlib.Path(directory) / n for n in names]
+        files += [path for path in sorted(found) if path.suffix in CHECKED_SUFFIXES and path.name != "CHANGELOG.md"]
     return files
 
 
@@ -62,6 +70,9 @@ def test_the_check_finds_a_reference_and_names_its_file_and_line(tmp_path):
     (tmp_path / "CHANGELOG.md").write_text(f"- {word} 13: object storage\n")
     (tmp_path / "docs" / "converting").mkdir(parents=True)
     (tmp_path / "docs" / "converting" / "hdf5.md").write_text(f"# HDF5\n\nGroups ({word} #7) are read.\n")
+    venv = tmp_path / "bench" / ".venv-peers-ray" / "lib"  # another project's code in a benchmark environment
+    venv.mkdir(parents=True)
+    (venv / "theirs.py").write_text(f"# see {word} 16116\n")
     assert tracker_references(tmp_path) == [f"docs/converting/hdf5.md:3: Groups ({word} #7) are read.",
                                             f"transforms/a.py:3: y = 2  # faster ({word} 13, item 2)",
                                             f'tests/t.py:1: """{word.lower()}s 12 and 13: splits"""']

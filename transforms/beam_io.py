@@ -106,8 +106,7 @@ class ReadFromArrays(beam.PTransform):
 
     def expand(self, pbegin):
         return (pbegin
-                | "CreateRowRanges" >> beam.Create(list(self.plan.ranges))
-                | "SpreadRowRanges" >> beam.Reshuffle()
+                | "CreateRowRanges" >> beam.Create(list(self.plan.ranges), reshuffle=True)
                 | "ReadRowRanges" >> beam.ParDo(ReadRowRangesFn(self.plan.source)))
 
 
@@ -468,8 +467,8 @@ class WritePlannedShards(beam.PTransform):
 
     def expand(self, pbegin):
         return (pbegin
-                | "CreateShardPlans" >> beam.Create(self._groups)
-                | "SpreadShards" >> beam.Reshuffle()
+                # Create spreads its values itself (a Reshuffle inside it): a second one only cost start-up
+                | "CreateShardPlans" >> beam.Create(self._groups, reshuffle=True)
                 | "WriteShards" >> beam.ParDo(self._fn))
 
 

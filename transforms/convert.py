@@ -67,8 +67,7 @@ def read_and_encode_ranges(pbegin, plan: ConvertPlan, cfg: ConvertConfig, fn: be
     ``dead_letters`` output): ``(records, dead_letters)``, ``dead_letters`` the singleton PCollection of the
     list of row ranges dead-lettered (written to ``--dead_letter_dir``), or None without it."""
     encoded = (pbegin
-               | "CreateRowRanges" >> beam.Create(list(plan.inputs.ranges))
-               | "SpreadRowRanges" >> beam.Reshuffle()
+               | "CreateRowRanges" >> beam.Create(list(plan.inputs.ranges), reshuffle=True)
                | "ReadAndEncode" >> beam.ParDo(fn).with_outputs(beam_io.DEAD_LETTERS, main="records"))
     dead_letters = None
     if cfg.dead_letter_dir is not None:  # one chain, so the pipeline keeps a single leaf (DaskRunner)

@@ -231,17 +231,16 @@ class AugmentShards(beam.PTransform):
 
     def expand(self, pbegin):
         plan, join = self._plan, self._plan.join
-        shards = pbegin | "CreateShards" >> beam.Create(list(plan.collection.shards))
+        # Create redistributes its values itself (a Reshuffle inside it when there is more than one): no second one
+        shards = pbegin | "CreateShards" >> beam.Create(list(plan.collection.shards), reshuffle=True)
         augment = AugmentShardFn(plan)
         if join is not None and join.by == "key":
             paths = {s.index: s.path for s in plan.collection.shards}
             keys = (shards
-                    | "SpreadShards" >> beam.Reshuffle()
                     | "ExtractKeys" >> beam.ParDo(ExtractKeysFn(join.key_spec, plan.batch_size, plan.max_record_bytes,
                                                               plan.max_features)))
             rows = (pbegin
-                    | "CreateJoinRanges" >> beam.Create(list(join.ranges))
-                    | "SpreadJoinRanges" >> beam.Reshuffle()
+                    | "CreateJoinRanges" >> beam.Create(list(join.ranges), reshuffle=True)
                     | "ReadJoinRows" >> beam.ParDo(ReadJoinRowsFn(join)))
             matched = ({"records": keys, "rows": rows}
                        | "JoinByKey" >> beam.CoGroupByKey()
@@ -249,7 +248,7 @@ class AugmentShards(beam.PTransform):
             return ({"shard": shards | "KeyShards" >> beam.Map(_keyed_by_index), "values": matched}
                     | "GroupByShard" >> beam.CoGroupByKey()
                     | "AugmentShard" >> beam.ParDo(augment))
-        spread = shards | "SpreadShards" >> beam.Reshuffle()
+        spread = shards
         if join is None or all(s.offset is not None for s in plan.collection.shards):
             return spread | "AugmentShard" >> beam.ParDo(augment)
         offsets = (spread
