@@ -31,7 +31,7 @@ try:
 except pytest.skip.Exception:
     @pytest.fixture
     def s3():
-        pytest.skip("pip install -e .[s3]")
+        pytest.skip("the moto S3 server is in the test extra: pip install -e .[test]")
 
 ROWS = 240
 MULTI_PROCESS = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]

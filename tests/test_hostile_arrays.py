@@ -58,12 +58,12 @@ def bomb_npz(path, nbytes, name="a.npy"):
 
 MB = 2**20
 
-try:  # the moto S3 server fixture, when the s3 extra is installed
+try:  # the moto S3 server fixture, when the test extra is installed
     from tests.test_s3 import BUCKET, s3  # noqa: F401
 except pytest.skip.Exception:
     @pytest.fixture
     def s3():
-        pytest.skip("pip install -e .[s3]")
+        pytest.skip("the moto S3 server is in the test extra: pip install -e .[test]")
 
 
 # ---------------------------------------------------------------- 13: declared sizes vs bytes present
