@@ -58,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 def console() -> None:
     """The ``tfrecord-etl`` console script: :func:`main`, then the process ends by ``common.exit_process`` (no
     interpreter teardown after Beam's import)."""
+    from tfrecord_etl._startup import pause_gc
+    pause_gc()  # resumed by common.run_main once the command's imports are done
     from tfrecord_etl.pipelines import common
     common.exit_process(main())
 

@@ -9,6 +9,7 @@ import sys
 import warnings
 from typing import Callable
 
+from tfrecord_etl._startup import resume_gc
 from tfrecord_etl.transforms import compression
 from tfrecord_etl.transforms.errors import EtlError, printable
 
@@ -52,6 +53,7 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
     global LAST_RUN_LOG
     LAST_RUN_LOG = None  # an earlier in-process run's log must not be named on this run's error line
     argv = sys.argv[1:] if argv is None else argv
+    resume_gc()  # the command's imports are done (see pipelines/__init__.py)
     os.environ.setdefault(WORKER_SDIST_ENV, "1")  # an sdist Beam builds from setup.py here is for the workers
     quiet_logs("--verbose" in argv)
     configure_filesystems(argv)
