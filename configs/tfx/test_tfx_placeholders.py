@@ -180,7 +180,7 @@ def test_span_and_version_placeholders_take_the_latest_version(runs):
 
 
 def test_a_rolling_range_resolver_hands_the_latest_spans_downstream(runs):
-    root, sources, _, store = runs
+    _, sources, _, store = runs
     resolver_runs = [e for e in store.get_executions_by_context(store.get_context_by_type_and_name(
         "node", "spans.latest_two_spans").id)]
     assert len(resolver_runs) == 1
