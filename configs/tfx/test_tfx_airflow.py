@@ -7,7 +7,8 @@ two spans of HDF5 inputs (``span-{SPAN}/data.h5``); a fresh AIRFLOW_HOME with a 
 migrate``), then ``airflow dags test`` runs the three tasks in one process. Checked: Airflow ran each task once,
 successfully, in DAG order; the three TFX executions in ML Metadata under Airflow's run id; TFX's driver took the
 latest span (2); every example read back exactly against that span's source (plain TensorFlow and our decoder); the
-statistics count every example of each split and SchemaGen typed the features.
+statistics count every example of each split and SchemaGen typed the features. Then a run over a broken file: the
+task fails with our one-line SourceError, the tasks after it are upstream_failed and ``dags test`` exits 1.
 """
 import json
 import os
@@ -31,13 +32,14 @@ DAG_ID = "tfrecord_etl_tfx"
 TASKS = ["ArraysExampleGen", "StatisticsGen", "SchemaGen"]
 
 
-def _airflow(args, env, log, timeout=600) -> subprocess.CompletedProcess:
-    """Runs the venv's ``airflow`` command, its output appended to ``log``; fails the test with its tail."""
+def _airflow(args, env, log, status=0, timeout=600) -> subprocess.CompletedProcess:
+    """Runs the venv's ``airflow`` command, its output appended to ``log``; fails the test with its tail unless it
+    exits with ``status``."""
     command = [os.path.join(os.path.dirname(sys.executable), "airflow"), *args]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     with open(log, "a") as f:
         f.write(f"$ {' '.join(command)}\n{done.stdout}\n{done.stderr}\n")
-    assert done.returncode == 0, f"{' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}"
+    assert done.returncode == status, f"{' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}"
     return done
 
 
@@ -103,3 +105,29 @@ def test_arrays_example_gen_under_tfx_airflow_dag_runner(tmp_path):
     schema = text_format.Parse(open(os.path.join(schema_artifact.uri, "schema.pbtxt")).read(), schema_pb2.Schema())
     assert {f.name: f.type for f in schema.feature} == {"image": schema_pb2.BYTES, "x": schema_pb2.FLOAT,
                                                         "id": schema_pb2.INT}
+
+    # a bad input: `dags test` of another logical date exits 1, the ExampleGen task fails with our one-line error
+    # naming the file, the tasks after it are upstream_failed
+    bad = tmp_path / "bad"
+    (bad / "span-1").mkdir(parents=True)
+    (bad / "span-1" / "broken.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)  # an HDF5 signature, no file
+    failed = _airflow(["dags", "test", DAG_ID, "2026-11-28", "-S", DAG_FILE],
+                      {**env, "TFRECORD_ETL_TFX_INPUT": str(bad), "TFRECORD_ETL_TFX_ROOT": str(bad / "tfx")}, log,
+                      status=1)
+    assert "SourceError: Not a readable HDF5 file: " in failed.stdout + failed.stderr
+    assert f"[file='{bad / 'span-1' / 'broken.h5'}']" in failed.stdout + failed.stderr
+    with sqlite3.connect(str(tmp_path / "airflow_home" / "airflow.db")) as db:
+        states = db.execute("SELECT state FROM dag_run ORDER BY execution_date").fetchall()
+        assert states == [("success",), ("failed",)]
+        tasks = db.execute("SELECT task_id, state FROM task_instance WHERE run_id != ?", (run_id,)).fetchall()
+    assert sorted(tasks) == [("ArraysExampleGen", "failed"), ("SchemaGen", "upstream_failed"),
+                             ("StatisticsGen", "upstream_failed")]
+    # TFX's legacy launcher registers the execution and its output artifact before the executor runs and records no
+    # failure: the execution stays "new" (RUNNING), the artifact is never marked LIVE and its directory stays empty
+    connection.sqlite.filename_uri = str(bad / "tfx" / "mlmd.sqlite")
+    failed_store = metadata_store.MetadataStore(connection)
+    (execution,) = failed_store.get_executions()
+    assert execution.properties["state"].string_value == "new"
+    assert execution.last_known_state == metadata_store_pb2.Execution.RUNNING
+    (artifact,) = failed_store.get_artifacts_by_type("Examples")
+    assert artifact.state != metadata_store_pb2.Artifact.LIVE and os.listdir(artifact.uri) == []
