@@ -65,5 +65,6 @@ if [ ! -f "$stamp" ]; then
 fi
 
 cd "$ROOT"
-"$PY" -m pytest -q -p no:cacheprovider configs/tfx/test_tfx_pipeline.py
+"$PY" -m pytest -q -p no:cacheprovider configs/tfx/test_tfx_pipeline.py configs/tfx/test_tfx_placeholders.py
+if [ "${TFRECORD_ETL_TFX_AIRFLOW:-1}" != 0 ]; then TFX_VENV="$TVENV" bash configs/tfx/run_tfx_airflow_test.sh; fi
 echo "[tfx-test] PASSED in $(( $(date +%s) - started )) s" >&2
