@@ -9,7 +9,10 @@
 #      `installer`, and glibc_compat.py makes their extensions load (see that file: six symbols of glibc 2.38 / GCC 13-14);
 #   2. runs configs/tfx/test_tfx_pipeline.py with the venv's pytest: ArraysExampleGen -> StatisticsGen ->
 #      SchemaGen -> ExampleValidator -> Transform on LocalDagRunner with a SQLite ML Metadata store, two spans, a
-#      cached rerun, exact read-back.
+#      cached rerun, exact read-back; and configs/tfx/test_tfx_placeholders.py ({SPAN}/{VERSION}, dates, range
+#      configs, a span resolver);
+#   3. runs configs/tfx/run_tfx_airflow_test.sh: the component under TFX's AirflowDagRunner on Airflow 2
+#      (TFRECORD_ETL_TFX_AIRFLOW=0 skips it).
 # Part of .ci/run (TFRECORD_ETL_TFX=0 skips it).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
