@@ -278,7 +278,8 @@ class ArraysExampleGen(FileBasedExampleGen):
       source_options: the convert options describing the input (see :func:`check_source_options`).
 
     Raises:
-      ConfigError: bad ``source_options``, when the component is built.
+      ConfigError: bad ``source_options``, or an ``output_data_format`` other than ``FORMAT_TF_EXAMPLE``, when the
+        component is built.
     """
 
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(Executor)
@@ -287,6 +288,10 @@ class ArraysExampleGen(FileBasedExampleGen):
                  source_options: Mapping[str, Any] | None = None, **kwargs):
         from google.protobuf import any_pb2, struct_pb2
         options = check_source_options(source_options)
+        payload = kwargs.get("output_data_format", example_gen_pb2.FORMAT_TF_EXAMPLE)
+        if payload != example_gen_pb2.FORMAT_TF_EXAMPLE:
+            raise ConfigError(f"ArraysExampleGen writes tf.train.Example records, not output_data_format {payload}",
+                              hint="leave output_data_format at FORMAT_TF_EXAMPLE")
         struct = struct_pb2.Struct()
         struct.update({OPTIONS_KEY: json.dumps(options, sort_keys=True)})
         packed = any_pb2.Any()

@@ -233,6 +233,8 @@ def test_options_tfx_owns_are_refused_when_the_component_is_built():
     with pytest.raises(ConfigError, match=r"source_options \['compression', 'index'\]: TFX decides"):
         ArraysExampleGen(input_base="/x", source_options={"index": True, "compression": "gzip"})
     ArraysExampleGen(input_base="/x", source_options={"num_shards": 4, "compression_level": 1})  # our shards'
+    with pytest.raises(ConfigError, match="ArraysExampleGen writes tf.train.Example records, not output_data_format"):
+        ArraysExampleGen(input_base="/x", output_data_format=example_gen_pb2.FORMAT_TF_SEQUENCE_EXAMPLE)
 
     with pytest.raises(ConfigError, match="Invalid ArraysExampleGen source_options: .*encoding"):
         ArraysExampleGen(input_base="/x", source_options={"encoding": "nope"})
