@@ -49,9 +49,9 @@ Beside ``Split-*`` in the examples artifact the executor writes ``schema.pbtxt``
 infer (``metadata.schema_text``: the same file ``convert`` writes, with the dtype / shape annotations of opaque
 ``tensor`` features), and ``tfrecord_etl.json`` (the features with their encodings, the options, the inputs of each
 input split with its rows, records and rows dead-lettered, the records, bytes and files of each output split, the
-compression backend); the artifact's custom property ``tfrecord_etl_schema`` names the schema file. TFX reads only the ``Split-*``
-folders, so neither file is in its way. :func:`read_split` reads a split back as NumPy with our decoder, and
-``python -m pipelines.verify 'URI/Split-train/*.gz'`` checks its frames and Examples.
+compression backend); the artifact's custom property ``tfrecord_etl_schema`` names the schema file. TFX reads only
+the ``Split-*`` folders, so neither file is in its way. :func:`read_split` reads a split back as NumPy with our
+decoder, and ``python -m pipelines.verify 'URI/Split-train/*.gz'`` checks its frames and Examples.
 
 Split assignment: TFX hashes ``sha256(key) % sum(hash_buckets)``. With ``partition_feature_name`` the key is the
 serialized ``tf.train.Feature``, exactly what ``convert --splits ... --split_key FEATURE`` hashes
@@ -91,7 +91,7 @@ INFO_FORMAT = "tfrecord-etl-tfx/1"
 SCHEMA_PROPERTY = "tfrecord_etl_schema"  # the examples artifact's custom property: the schema file's URI
 OPTIONS_KEY = "tfrecord_etl_source_options"  # the JSON of the source options, in custom_config's Struct
 
-# ConvertConfig fields that TFX owns inside an ExampleGen (its output URI, shards, splits, spans): refused.
+# ConvertConfig fields that TFX decides inside an ExampleGen (output URI, gzip, splits, spans, file names): refused.
 TFX_OWNED = frozenset({
     "input", "output_dir", "compression", "index", "splits", "split_key", "split",
     "shuffle_seed", "tfds_name", "writer", "prefix", "span", "version", "incremental", "reconvert_changed",
