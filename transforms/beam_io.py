@@ -187,9 +187,14 @@ def encode_splits(rr: RowRange, columns: dict, specs: Sequence[FeatureSpec], all
     """Encodes the columns of one row range as ``[(split number, rows, batch)]``: one batch (split 0, ``rows``
     None: all of them) without ``split_plan``, else one per split that holds rows of the range
     (``SplitPlan.assign``), ``rows`` their positions in the range (int64), each in row order and encoded in one
-    call."""
+    call; a ``by_record`` plan encodes the range once and splits the encoded records (``SplitPlan.split_batch``)."""
     if split_plan is None or not split_plan.hashed:
         return [(0, None, encode_range(rr, columns, specs, allow_lossy, provenance))]
+    if split_plan.by_record:
+        try:
+            return split_plan.split_batch(encode_range(rr, columns, specs, allow_lossy, provenance))
+        except RecordError as e:
+            raise e.with_context(file=rr.path, rows=f"{rr.start}-{rr.stop - 1}") from None
     if provenance:
         columns = add_provenance(rr, columns)
     try:

@@ -11,6 +11,12 @@ tie the split to the encoding). The assignment depends only on
 the key, never on the runner, the shard count or the order of work: a rerun gives the same splits, and a row keeps
 its split when rows are added elsewhere (with ``--split_key``).
 
+A plan ``by_record`` (the ExampleGen of ``tfrecord_etl.tfx``, which keeps TFX's assignment exactly) hashes the
+records as encoded instead of the columns: without a key, the whole serialized record (TFX's key for a record
+given as bytes); with one, the bytes of that feature's ``tf.train.Feature`` inside the record (any feature of
+kind ``bytes_list`` or ``int64_list``, as TFX's ``partition_feature_name``: the record is protobuf's
+deterministic serialization, so these bytes are ``Feature.SerializeToString(deterministic=True)``).
+
 ``--split NAME`` puts every row in one named split (a TFDS directory gets one split per run).
 """
 from __future__ import annotations
@@ -50,12 +56,15 @@ class SplitPlan:
       names: the split names, in the order given. weights: their hash-bucket counts (TFX ``hash_buckets``); a
         single split (``--split NAME``) has weight 1 and takes every row. key: the ``--split_key`` feature, or
         None for the global row index. offsets: ``{path: rows before that file}`` for the row-index key.
+      by_record: hash the encoded records (:meth:`assign_records`): the whole record, or with ``key`` the
+        serialized ``tf.train.Feature`` of that (Example) feature in it.
     """
 
     names: tuple[str, ...]
     weights: tuple[int, ...]
     key: str | None = None
     offsets: tuple[tuple[str, int], ...] = ()
+    by_record: bool = False
 
     @property
     def hashed(self) -> bool:
@@ -94,6 +103,83 @@ class SplitPlan:
                 global_start = dict(self.offsets)[path] + start
             return self.assign_keys([str(i).encode() for i in range(global_start, global_start + num_rows)])
         return self.assign_keys(key_bytes(self.key, columns[self.key], num_rows))
+
+    def assign_records(self, records: Sequence, same_layout: bool = False) -> np.ndarray:
+        """The split number of each serialized Example (bytes or a uint8 buffer) of a ``by_record`` plan: TFX's
+        ``_PartitionFn`` on the record as bytes (key: the whole record) or, with :attr:`key`, on the parsed
+        Example with ``partition_feature_name`` (key: the Feature's bytes, :func:`record_feature_key`).
+        ``same_layout``: every record has the same framing (rows of one ``codec.FixedLayout``), so the feature
+        is located once.
+
+        Raises:
+          RecordError: with :attr:`key`, a record without that feature, or whose Feature has no value kind or is
+            a ``float_list`` (TFX refuses them too); ``batch_row`` names the record.
+        """
+        if not self.hashed:
+            return np.zeros(len(records), np.int64)
+        if self.key is None:
+            return self.assign_keys(records)
+        if same_layout and records:
+            start, stop = record_feature_span(bytes(records[0]), self.key)
+            return self.assign_keys([r[start:stop] for r in records])
+        return self.assign_keys([record_feature_key(r, self.key, i) for i, r in enumerate(records)])
+
+    def split_batch(self, batch) -> list[tuple[int, np.ndarray | None, object]]:
+        """A ``codec.EncodedBatch`` as ``[(split number, rows, batch)]`` by :meth:`assign_records`: one entry per
+        split that holds rows, ``rows`` their positions in ``batch`` (int64; None: all of them), each batch in row
+        order.
+
+        Raises:
+          RecordError: as :meth:`assign_records`.
+        """
+        batch, views = batch.record_views()
+        parts = batch.parts if batch.parts is not None else [batch]
+        ids, start = [], 0
+        for part in parts:  # each part of a joined batch is a layout of its own
+            fixed = part.parts is None and part.padded is None and part.tails is None
+            ids.append(self.assign_records(views[start:start + part.num_rows], fixed))
+            start += part.num_rows
+        ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+        out = []
+        for k in range(len(self.names)):
+            rows = np.flatnonzero(ids == k)
+            if rows.size == batch.num_rows:
+                return [(k, None, batch)]
+            if rows.size:
+                out.append((k, rows, batch.take(rows)))
+        return out
+
+
+_FEATURE_KINDS = {0x0A: "bytes_list", 0x12: "float_list", 0x1A: "int64_list"}  # Feature's oneof tags (wire type 2)
+
+
+def record_feature_span(record: bytes, name: str, row: int = 0) -> tuple[int, int]:
+    """The ``(start, stop)`` byte slice of feature ``name``'s ``tf.train.Feature`` in a serialized Example, checked
+    as TFX's ``_GeneratePartitionKey`` checks it.
+
+    Raises:
+      RecordError: no such feature, a Feature with no value kind, or a ``float_list`` one (naming ``batch_row``).
+    """
+    from tfrecord_etl.transforms.codec import split_features
+    from tfrecord_etl.transforms.errors import RecordError
+    spans = split_features(record)
+    if name not in spans:
+        raise RecordError(f"Partition feature '{name}' is not in the record", feature=name, batch_row=row,
+                          hint=f"the record's features are {sorted(spans)}")
+    start, stop = spans[name]
+    kind = _FEATURE_KINDS.get(record[start]) if stop > start else None
+    if kind not in ("bytes_list", "int64_list"):
+        raise RecordError(f"Partition feature '{name}' must be a bytes_list or int64_list with a value, not "
+                          f"{kind or 'a Feature with no value'}", feature=name, batch_row=row)
+    return start, stop
+
+
+def record_feature_key(record, name: str, row: int = 0) -> bytes:
+    """TFX's partition key of a serialized Example (bytes or a uint8 buffer) for ``partition_feature_name``
+    ``name``: the bytes of that feature's ``tf.train.Feature`` (see :func:`record_feature_span`)."""
+    record = bytes(record)
+    start, stop = record_feature_span(record, name, row)
+    return record[start:stop]
 
 
 def feature_key(value) -> bytes:

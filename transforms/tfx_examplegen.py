@@ -13,36 +13,51 @@
         source_options={"datasets": ["/images", "/labels"], "encoding": "auto"})
 
 TFX's documented way to add an input format (``tfx/components/example_gen/base_example_gen_executor.py``,
-"custom executor"): :class:`Executor` is a ``BaseExampleGenExecutor`` whose ``GetInputSourceToExamplePTransform``
-turns one split pattern (``{SPAN}`` / ``{VERSION}`` / date placeholders already resolved by TFX's
-``FileBasedDriver`` under ``range_config``) into serialized ``tf.train.Example`` records, and
-:class:`ArraysExampleGen` is a ``FileBasedExampleGen`` that uses it. The records come from the same planning, sources
-and codec as ``python -m pipelines.convert`` (``planning.plan_convert`` then ``convert.read_and_encode_ranges`` with
-``beam_io.ReadAndEncodeFn``, as the ``beam`` writer does): one encoder, the same bytes. TFX then does what it does
-for every ExampleGen: ``output_config`` hash buckets or ``input_config`` splits, a Reshuffle, and
-``Split-NAME/data_tfrecord-*.gz``.
+"custom executor"): :class:`Executor` is a ``BaseExampleGenExecutor`` and :class:`ArraysExampleGen` a
+``FileBasedExampleGen`` that uses it. Each input split pattern (``{SPAN}`` / ``{VERSION}`` / date placeholders already
+resolved by TFX's ``FileBasedDriver`` under ``range_config``) is planned as ``python -m pipelines.convert`` plans
+it (``planning.plan_convert``: the same sources, encodings and codec, the same bytes), and the executor's ``Do``
+writes the examples artifact itself with our planned writer (``transforms.tfx_write``): every shard plan read,
+encoded and written by one worker, gzip through the compression backend (ISA-L, level 3 by default), one file per
+output split per shard plan, ``Split-NAME/data_tfrecord-SSSSS-of-NNNNN.gz``, with no shuffle of the data (TFX's
+base ``Do`` sends every record through a ``Reshuffle`` and Beam's zlib ``WriteToTFRecord``). TFX's semantics are
+kept: ``input_config`` splits (one output split each) or ``output_config`` hash buckets with TFX's exact assignment
+(``_PartitionFn``: sha256 of the serialized record, or of the serialized ``tf.train.Feature`` of
+``partition_feature_name``), and the artifact's ``split_names``, ``payload_format`` and ``file_format`` set as
+TFX's ``Do`` sets them (span, version and input fingerprint are the driver's). Within a split the records are in
+input order. ``GetInputSourceToExamplePTransform`` still gives the records of one split pattern for TFX's own
+``GenerateExamplesByBeam``.
+
+Files are written only under the artifact's URI (and ``dead_letter_dir``); each one under a temporary name,
+renamed when complete. A failed ``Do`` leaves nothing TFX reads: TFX's launcher removes the output URI of an
+execution whose executor raised (``outputs_utils.remove_output_dirs``) and publishes the artifact (LIVE in ML
+Metadata, what downstream components and the cache resolve) only after ``Do`` returned; a killed process leaves an
+execution that never completed, whose artifact is never published, and the next run writes a new URI.
 
 ``source_options`` are the convert command's options that describe the input and its encoding (``format``,
 ``datasets``, ``hdf5_mode``, ``npz_mode``, ``encoding``, ``feature_encodings``, ``allow_lossy``, ``provenance``,
-``dead_letter_dir``, the ``max_*`` limits, the raw and files options...), checked when the component is built
-(:func:`check_source_options`, ``ConfigError``); the options about files we would write ourselves (shards,
-compression, splits, spans, the output directory) are TFX's here and are refused. A bad input fails the component
-with our one-line ``SourceError`` / ``SchemaError`` while the executor builds its Beam pipeline, before any record
-is written.
+``dead_letter_dir``, the ``max_*`` limits, the raw and files options...) and of its shards (``num_shards``,
+``target_shard_mb``, ``compression_level``), checked when the component is built (:func:`check_source_options`,
+``ConfigError``); the options that TFX decides here (compression: gzip, splits, spans, the output directory, index
+files) are refused. A bad input fails the component with our one-line ``SourceError`` / ``SchemaError`` while the
+executor plans, before any record is written. With ``dead_letter_dir`` the row ranges that cannot be read or
+encoded go to ``DIR/<input split>/`` (JSON lines, one file per shard plan), and ``tfrecord_etl.json`` records the
+rows dead-lettered of each input split; records written plus rows dead-lettered equal the rows of the input, or the
+component fails.
 
 Beside ``Split-*`` in the examples artifact the executor writes ``schema.pbtxt``, the tensorflow_metadata Schema we
 infer (``metadata.schema_text``: the same file ``convert`` writes, with the dtype / shape annotations of opaque
 ``tensor`` features), and ``tfrecord_etl.json`` (the features with their encodings, the options, the inputs of each
-split); the artifact's custom property ``tfrecord_etl_schema`` names the schema file. TFX reads only the ``Split-*``
-folders, so neither file is in its way. :func:`read_split` reads a split back as NumPy with our decoder, and
-``python -m pipelines.verify 'URI/Split-train/*.gz'`` checks its frames and Examples.
+input split with its rows, records and rows dead-lettered, the records, bytes and files of each output split, the
+compression backend); the artifact's custom property ``tfrecord_etl_schema`` names the schema file. TFX reads only
+the ``Split-*`` folders, so neither file is in its way. :func:`read_split` reads a split back as NumPy with our
+decoder, and ``python -m pipelines.verify 'URI/Split-train/*.gz'`` checks its frames and Examples.
 
 Split assignment: TFX hashes ``sha256(key) % sum(hash_buckets)``. With ``partition_feature_name`` the key is the
 serialized ``tf.train.Feature``, exactly what ``convert --splits ... --split_key FEATURE`` hashes
-(``transforms.splits``): both put every example in the same split. Without it TFX hashes the whole serialized record
-while ``--splits`` hashes the global row index, so those two assignments differ (both are deterministic). With
-``partition_feature_name`` TFX's partitioner needs ``tf.train.Example`` objects, so the executor parses its records
-for it; TFX writes them back with ``SerializeToString()``.
+(``transforms.splits``): both put every example in the same split. Without it TFX (and this ExampleGen) hashes the
+whole serialized record while ``--splits`` hashes the global row index, so those two assignments differ (both are
+deterministic).
 
 Needs TFX (``pip install tfrecord-etl[tfx]``, tfx 1.21 with our TensorFlow / Beam / tfx-bsl pins). Sources of the
 ideas: TFX's ``custom_executors/avro_executor.py`` and ``parquet_executor.py`` (the ptransform_fn shape) and
@@ -56,12 +71,14 @@ from typing import Any, Iterator, Mapping
 import apache_beam as beam
 import numpy as np
 
-from tfrecord_etl.transforms import beam_io, convert, fileio, metadata, planning, sink
+from tfrecord_etl.transforms import beam_io, convert, fileio, metadata, planning, sink, tfx_write
 from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
 
-from tfx.components.example_gen import base_example_gen_executor
+from tfx.components.example_gen import base_example_gen_executor, write_split
+from tfx.components.example_gen import utils as example_gen_utils
+from tfx.components.util import examples_utils
 from tfx.components.example_gen.component import FileBasedExampleGen
 from tfx.dsl.components.base import executor_spec
 from tfx.proto import example_gen_pb2
@@ -69,14 +86,14 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
 SCHEMA_FILE = "schema.pbtxt"  # our inferred Schema, beside Split-* in the examples artifact
-INFO_FILE = "tfrecord_etl.json"
+INFO_FILE = tfx_write.INFO_FILE
 INFO_FORMAT = "tfrecord-etl-tfx/1"
 SCHEMA_PROPERTY = "tfrecord_etl_schema"  # the examples artifact's custom property: the schema file's URI
 OPTIONS_KEY = "tfrecord_etl_source_options"  # the JSON of the source options, in custom_config's Struct
 
-# ConvertConfig fields that TFX owns inside an ExampleGen (its output URI, shards, splits, spans): refused.
+# ConvertConfig fields that TFX decides inside an ExampleGen (output URI, gzip, splits, spans, file names): refused.
 TFX_OWNED = frozenset({
-    "input", "output_dir", "num_shards", "target_shard_mb", "compression", "index", "splits", "split_key", "split",
+    "input", "output_dir", "compression", "index", "splits", "split_key", "split",
     "shuffle_seed", "tfds_name", "writer", "prefix", "span", "version", "incremental", "reconvert_changed",
     "allow_schema_change", "overwrite", "dry_run", "pipeline_options", "max_local_workers", "progress", "verbose"})
 
@@ -87,21 +104,22 @@ def check_source_options(options: Mapping[str, Any] | None) -> dict:
 
     Raises:
       ConfigError: an unknown option, a bad value (pydantic's message, one line), or an option TFX owns here
-        (:data:`TFX_OWNED`: shards, compression, splits, spans, the output directory), naming it.
+        (:data:`TFX_OWNED`: compression, splits, spans, the output directory, index files), naming it.
     """
     options = dict(options or {})
     owned = sorted(set(options) & TFX_OWNED)
     if owned:
         raise ConfigError(f"ArraysExampleGen source_options {owned}: TFX decides these inside an ExampleGen",
                           hint="splits: output_config hash buckets or input_config patterns; spans: {SPAN} in the "
-                               "split pattern and range_config; files: TFX writes Split-NAME/data_tfrecord-*.gz")
+                               "split pattern and range_config; files: Split-NAME/data_tfrecord-*.gz, gzip (the "
+                               "shards: num_shards, target_shard_mb, compression_level)")
     _config("<check>", "<check>", options)
     return options
 
 
 def _config(pattern: str, output_dir: str, options: Mapping[str, Any]) -> ConvertConfig:
     try:
-        return ConvertConfig(input=pattern, output_dir=output_dir, writer="beam", **options)
+        return ConvertConfig(input=pattern, output_dir=output_dir, writer="planned", compression="gzip", **options)
     except Exception as e:  # pydantic's ValidationError, made one line as the command's flags
         text = " ".join(str(e).split())
         raise ConfigError(f"Invalid ArraysExampleGen source_options: {text}") from None
@@ -128,14 +146,18 @@ def _split_name(exec_properties: Mapping[str, Any], split_pattern: str) -> str:
 
 
 class Executor(base_example_gen_executor.BaseExampleGenExecutor):
-    """The ExampleGen executor: each input split pattern is planned (``planning.plan_convert``: every input error
-    raised here, before the Beam pipeline runs) and read and encoded per row range by ``beam_io.ReadAndEncodeFn``
-    into serialized ``tf.train.Example`` records (bytes); parsed to ``tf.train.Example`` objects only when
-    ``output_config`` partitions by ``partition_feature_name`` (TFX's partitioner reads the feature from them).
-    After TFX wrote the splits, ``Do`` writes ``schema.pbtxt`` and ``tfrecord_etl.json`` beside them.
+    """The ExampleGen executor. ``Do`` plans every input split (``planning.plan_convert``: every input error raised
+    here, before the Beam pipeline is built) and writes the examples artifact with our planned writer
+    (``tfx_write.WriteExampleSplits``), then ``schema.pbtxt`` and the artifact's properties.
+    ``GetInputSourceToExamplePTransform`` (TFX's extension point, used by TFX's own ``GenerateExamplesByBeam``, not
+    by ``Do``): one split pattern read and encoded per row range by ``beam_io.ReadAndEncodeFn`` into serialized
+    ``tf.train.Example`` records (bytes); parsed to ``tf.train.Example`` objects only when ``output_config``
+    partitions by ``partition_feature_name`` (TFX's partitioner reads the feature from them).
 
     Raises (from ``Do``):
-      SourceError, SchemaError, ConfigError: the input or the options (our one-line errors).
+      SourceError, SchemaError, ConfigError: the input or the options (our one-line errors); ConfigError also for
+        an ``output_data_format`` other than ``FORMAT_TF_EXAMPLE`` or a ``partition_feature_name`` that is not a
+        bytes / int64 feature of the records. RecordError: counts that do not add up (nothing published).
     """
 
     def GetInputSourceToExamplePTransform(self) -> beam.PTransform:
@@ -146,10 +168,7 @@ class Executor(base_example_gen_executor.BaseExampleGenExecutor):
         def ArraysToExample(pipeline, exec_properties: dict, split_pattern: str):  # noqa: N802 - TFX's style
             name = _split_name(exec_properties, split_pattern)
             pattern = fileio.join(exec_properties[standard_component_specs.INPUT_BASE_KEY], split_pattern)
-            options = _options_from(exec_properties)
-            if options.get("dead_letter_dir"):  # one dead-letter folder per input split
-                options["dead_letter_dir"] = fileio.join(options["dead_letter_dir"], name)
-            cfg = _config(pattern, exec_properties.get("_examples_uri") or "<tfx>", options)
+            cfg = _config(pattern, "<tfx>", _split_options(exec_properties, name))
             plan = planning.plan_convert(cfg)
             plans[name] = (pattern, cfg, plan)
             _agreed_specs(plans)  # input splits of another layout fail here, before the pipeline runs
@@ -163,20 +182,65 @@ class Executor(base_example_gen_executor.BaseExampleGenExecutor):
         return ArraysToExample
 
     def Do(self, input_dict, output_dict, exec_properties) -> None:
+        self._log_startup(input_dict, output_dict, exec_properties)
+        input_config, output_config = example_gen_pb2.Input(), example_gen_pb2.Output()
+        proto_utils.json_to_proto(exec_properties[standard_component_specs.INPUT_CONFIG_KEY], input_config)
+        proto_utils.json_to_proto(exec_properties[standard_component_specs.OUTPUT_CONFIG_KEY], output_config)
+        payload = exec_properties.get(standard_component_specs.OUTPUT_DATA_FORMAT_KEY)
+        if payload and payload != example_gen_pb2.FORMAT_TF_EXAMPLE:
+            raise ConfigError(f"ArraysExampleGen writes tf.train.Example records, not output_data_format "
+                              f"{example_gen_pb2.PayloadFormat.Name(payload)}",
+                              hint="leave output_data_format at FORMAT_TF_EXAMPLE")
+        file_format = exec_properties.get(standard_component_specs.OUTPUT_FILE_FORMAT_KEY,
+                                          example_gen_pb2.FILE_FORMAT_UNSPECIFIED)
+        file_format_name = write_split.to_file_format_str(file_format)  # TFX's ValueError for another format
         examples = artifact_utils.get_single_instance(output_dict[standard_component_specs.EXAMPLES_KEY])
-        exec_properties = {**exec_properties, "_examples_uri": examples.uri}
-        super().Do(input_dict, output_dict, exec_properties)
-        specs = _agreed_specs(self._plans)
-        sink.write_file(fileio.join(examples.uri, SCHEMA_FILE), metadata.schema_text(specs).encode())
-        info = {"format": INFO_FORMAT, "tool_version": metadata.VERSION,
-                "features": [s.to_json() for s in specs],
-                "inputs": {name: {"pattern": pattern, "rows": plan.inputs.num_rows,
-                                  "files": [{"path": i.path, "rows": i.num_rows} for i in plan.inputs.indexes],
-                                  "source": plan.inputs.source.describe()}
-                           for name, (pattern, _, plan) in self._plans.items()},
+        examples.split_names = artifact_utils.encode_split_names(
+            example_gen_utils.generate_output_split_names(input_config, output_config))
+        jobs = self._plan_jobs(exec_properties, input_config, output_config, examples.uri)
+        specs = _agreed_specs({job.name: (job.pattern, job.cfg, job.plan) for job in jobs})
+        codec = convert.codec_of(jobs[0].cfg)
+        info = {"format": INFO_FORMAT, "tool_version": metadata.VERSION, "features": [s.to_json() for s in specs],
+                "compression": codec, "num_shards": {job.name: job.plan.num_shards for job in jobs},
+                "inputs": {job.name: {"pattern": job.pattern, "rows": job.plan.inputs.num_rows,
+                                      "files": [{"path": i.path, "rows": i.num_rows}
+                                                for i in job.plan.inputs.indexes],
+                                      "source": job.plan.inputs.source.describe(),
+                                      "outputs": list(job.outputs)} for job in jobs},
                 "options": _options_from(exec_properties)}
-        sink.write_json(fileio.join(examples.uri, INFO_FILE), info)
+        with self._make_beam_pipeline() as pipeline:
+            _ = pipeline | "WriteExampleSplits" >> tfx_write.WriteExampleSplits(examples.uri, jobs, info, codec)
+        sink.write_file(fileio.join(examples.uri, SCHEMA_FILE), metadata.schema_text(specs).encode())
+        for artifact in output_dict[standard_component_specs.EXAMPLES_KEY]:  # as TFX's Do sets them
+            if payload:
+                examples_utils.set_payload_format(artifact, payload)
+            if file_format:
+                examples_utils.set_file_format(artifact, file_format_name)
         examples.set_string_custom_property(SCHEMA_PROPERTY, fileio.join(examples.uri, SCHEMA_FILE))
+
+    def _plan_jobs(self, exec_properties, input_config, output_config, uri: str) -> list[tfx_write.SplitJob]:
+        """Every input split planned (``tfx_write.plan_job``), with the output splits of ``output_config``."""
+        from apache_beam.options.pipeline_options import PipelineOptions
+        from tfrecord_etl.pipelines.convert import parallel_units
+        workers = parallel_units(PipelineOptions(self._beam_pipeline_args or []))
+        split_config = output_config.split_config
+        outputs = [(s.name, s.hash_buckets) for s in split_config.splits]
+        feature = split_config.partition_feature_name if split_config.HasField("partition_feature_name") else None
+        jobs = []
+        for split in input_config.splits:
+            pattern = fileio.join(exec_properties[standard_component_specs.INPUT_BASE_KEY], split.pattern)
+            cfg = _config(pattern, uri, _split_options(exec_properties, split.name))
+            jobs.append(tfx_write.plan_job(split.name, cfg, outputs, feature, workers))
+            _agreed_specs({job.name: (job.pattern, job.cfg, job.plan) for job in jobs})  # fail at the first misfit
+        return jobs
+
+
+def _split_options(exec_properties: Mapping[str, Any], name: str) -> dict:
+    """The source options of input split ``name``: its dead letters in ``dead_letter_dir/NAME``."""
+    options = _options_from(exec_properties)
+    if options.get("dead_letter_dir"):
+        options["dead_letter_dir"] = fileio.join(options["dead_letter_dir"], name)
+    return options
 
 
 def _partitions_by_feature(exec_properties: Mapping[str, Any]) -> bool:
@@ -214,7 +278,8 @@ class ArraysExampleGen(FileBasedExampleGen):
       source_options: the convert options describing the input (see :func:`check_source_options`).
 
     Raises:
-      ConfigError: bad ``source_options``, when the component is built.
+      ConfigError: bad ``source_options``, or an ``output_data_format`` other than ``FORMAT_TF_EXAMPLE``, when the
+        component is built.
     """
 
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(Executor)
@@ -223,6 +288,10 @@ class ArraysExampleGen(FileBasedExampleGen):
                  source_options: Mapping[str, Any] | None = None, **kwargs):
         from google.protobuf import any_pb2, struct_pb2
         options = check_source_options(source_options)
+        payload = kwargs.get("output_data_format", example_gen_pb2.FORMAT_TF_EXAMPLE)
+        if payload != example_gen_pb2.FORMAT_TF_EXAMPLE:
+            raise ConfigError(f"ArraysExampleGen writes tf.train.Example records, not output_data_format {payload}",
+                              hint="leave output_data_format at FORMAT_TF_EXAMPLE")
         struct = struct_pb2.Struct()
         struct.update({OPTIONS_KEY: json.dumps(options, sort_keys=True)})
         packed = any_pb2.Any()

@@ -8,11 +8,15 @@ example equal to ``--splits train=3,eval=1 --split_key id`` (``transforms.splits
 statistics' and SchemaGen's types, no anomalies, the Transform output (a z-scored float, a decoded image), the spans
 in MLMD, the cache reused by a rerun of a span, our schema beside the examples, and our one-line error for a bad
 input. Also: input_config splits (one npz pattern per split), the schema infer_schema gives before the run, and
-input splits of different layouts refused while the pipeline is built.
+input splits of different layouts refused while the pipeline is built. The executor's own Do (our planned writer)
+against TFX's base Do over the same records: the same records in every split, and TFX's ``_PartitionFn`` giving each
+record we wrote its split, with and without ``partition_feature_name``; dead letters inside the component (records +
+rows dead-lettered = rows), and a read error without them failing the component with nothing published.
 """
 from __future__ import annotations
 
 import glob
+import json
 import os
 import textwrap
 
@@ -226,8 +230,12 @@ def test_a_bad_input_fails_the_component_with_our_error(tmp_path):
 
 def test_options_tfx_owns_are_refused_when_the_component_is_built():
     from tfrecord_etl.transforms.errors import ConfigError
-    with pytest.raises(ConfigError, match=r"source_options \['compression', 'num_shards'\]: TFX decides"):
-        ArraysExampleGen(input_base="/x", source_options={"num_shards": 4, "compression": "gzip"})
+    with pytest.raises(ConfigError, match=r"source_options \['compression', 'index'\]: TFX decides"):
+        ArraysExampleGen(input_base="/x", source_options={"index": True, "compression": "gzip"})
+    ArraysExampleGen(input_base="/x", source_options={"num_shards": 4, "compression_level": 1})  # our shards'
+    with pytest.raises(ConfigError, match="ArraysExampleGen writes tf.train.Example records, not output_data_format"):
+        ArraysExampleGen(input_base="/x", output_data_format=example_gen_pb2.FORMAT_TF_SEQUENCE_EXAMPLE)
+
     with pytest.raises(ConfigError, match="Invalid ArraysExampleGen source_options: .*encoding"):
         ArraysExampleGen(input_base="/x", source_options={"encoding": "nope"})
 
@@ -274,5 +282,125 @@ def test_input_splits_of_different_layouts_fail_while_the_pipeline_is_built(tmp_
             pipeline_name="mixed", pipeline_root=str(tmp_path / "root"), components=[gen],
             metadata_connection_config=tfx_metadata.sqlite_metadata_connection_config(str(tmp_path / "m.sqlite"))))
     assert "eval/*.npz" in str(e.value) and "\n" not in str(e.value)
-    # raised while the executor builds its Beam pipeline (in the split's PTransform), not after the pipeline ran
-    assert e.traceback[-2].name == "ArraysToExample", [entry.name for entry in e.traceback]
+    # raised while the executor plans its input splits, before its Beam pipeline is built
+    assert e.traceback[-2].name == "_plan_jobs", [entry.name for entry in e.traceback]
+    assert not glob.glob(str(tmp_path / "root" / "ArraysExampleGen" / "examples" / "*"))  # TFX removed the URI
+
+
+def run_executor(executor_cls, input_base, uri, **component_args):
+    """``executor_cls().Do`` on the exec properties of ``ArraysExampleGen(input_base, **component_args)`` with
+    its examples artifact at ``uri``: the executor alone, as TFX's launcher calls it (no ML Metadata)."""
+    from tfx.types import standard_artifacts
+    gen = ArraysExampleGen(input_base=str(input_base), **component_args)
+    examples = standard_artifacts.Examples()
+    examples.uri = str(uri)
+    os.makedirs(uri)
+    executor_cls().Do({}, {"examples": [examples]}, dict(gen.exec_properties))
+    return examples
+
+
+def read_raw(uri, split) -> list[bytes]:
+    files = sorted(glob.glob(os.path.join(uri, f"Split-{split}", "*")))
+    assert files and all(f.endswith(".gz") and "/data_tfrecord-" in f for f in files), files
+    return [r.numpy() for r in tf.data.TFRecordDataset(files, compression_type="GZIP")]
+
+
+@pytest.mark.parametrize("feature", [None, "id", "name"])
+def test_splits_are_tfxs_partition_fn_and_tfxs_own_executor_example_by_example(tmp_path, feature):
+    """Our Do against TFX's: the same records in each split (TFX's base Do over our records), and TFX's own
+    _PartitionFn giving every record we wrote the split it is in."""
+    from tfx.components.example_gen import base_example_gen_executor as base
+    from tfrecord_etl.tfx import Executor, load_info
+
+    class TfxWrites(Executor):  # TFX's base Do (Reshuffle, Beam's WriteToTFRecord) over our records
+        Do = base.BaseExampleGenExecutor.Do
+
+    (tmp_path / "data").mkdir()
+    rng = np.random.default_rng(5)
+    src = {"image": rng.integers(0, 256, (ROWS, 8, 8, 3), dtype=np.uint8), "id": np.arange(ROWS, dtype=np.int64) * 7,
+           "name": np.array([f"row-{i}".encode() for i in range(ROWS)]), "x": rng.normal(size=ROWS).astype(np.float32)}
+    with h5py.File(tmp_path / "data" / "part.h5", "w") as f:
+        for name, value in src.items():
+            f.create_dataset(name, data=value)
+    split_config = example_gen_pb2.SplitConfig(splits=[
+        example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=5),
+        example_gen_pb2.SplitConfig.Split(name="eval", hash_buckets=2),
+        example_gen_pb2.SplitConfig.Split(name="test", hash_buckets=1)], partition_feature_name=feature)
+    args = dict(output_config=example_gen_pb2.Output(split_config=split_config),
+                source_options={"feature_encodings": {"image": "tensor", "id": "list", "name": "list", "x": "list"},
+                                "num_shards": 2})
+    ours = run_executor(Executor, tmp_path / "data", tmp_path / "ours", **args)
+    theirs = run_executor(TfxWrites, tmp_path / "data", tmp_path / "theirs", **args)
+    assert ours.split_names == theirs.split_names == '["train", "eval", "test"]'
+    for key in ("payload_format", "file_format"):
+        assert ours.get_string_custom_property(key) == theirs.get_string_custom_property(key) != ""
+    canonical = lambda r: tf.train.Example.FromString(r).SerializeToString(deterministic=True)  # noqa: E731
+    every = []
+    for k, split in enumerate(("train", "eval", "test")):
+        mine = read_raw(ours.uri, split)
+        assert sorted(mine) == sorted(canonical(r) for r in read_raw(theirs.uri, split))  # TFX's own split
+        for record in mine:  # TFX's partitioner, record by record
+            given = record if feature is None else tf.train.Example.FromString(record)
+            assert base._PartitionFn(given, 3, [5, 7, 8], split_config) == k
+        assert 0 < len(mine) and load_info(ours.uri)["splits"][split]["records"] == len(mine)
+        assert sorted(int(e["id"][()]) for e in read_split(ours.uri, split)) == sorted(
+            int(tf.train.Example.FromString(r).features.feature["id"].int64_list.value[0]) for r in mine)
+        assert verify(os.path.join(ours.uri, f"Split-{split}", "*.gz")).ok
+        every += mine
+    assert len(every) == ROWS and len(glob.glob(os.path.join(ours.uri, "Split-train", "*.gz"))) == 2
+
+
+def corrupt_hdf5(path, rows=1000, bad_chunk=3):
+    """An HDF5 file that plans (its index is intact) but whose chunk ``bad_chunk`` (rows 300-399) cannot be read."""
+    data = np.arange(rows * 64, dtype="<f8").reshape(rows, 64)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", data=data, chunks=(100, 64), compression="gzip")
+        f.create_dataset("id", data=np.arange(rows), chunks=(100,))
+    with h5py.File(path) as f:
+        info = f["x"].id.get_chunk_info(bad_chunk)
+    raw = bytearray(open(path, "rb").read())
+    raw[info.byte_offset + 10: info.byte_offset + 40] = b"\x00" * 30
+    open(path, "wb").write(bytes(raw))
+    return data
+
+
+def test_dead_letters_inside_the_component_and_counts_that_add_up(tmp_path):
+    from tfrecord_etl.tfx import Executor, load_info
+    (tmp_path / "data").mkdir()
+    data = corrupt_hdf5(tmp_path / "data" / "in.h5")
+    dead = tmp_path / "dead"
+    examples = run_executor(Executor, tmp_path / "data", tmp_path / "out", source_options={
+        "dead_letter_dir": str(dead), "target_range_mb": 0.05, "num_shards": 3})
+    letters = [json.loads(line) for f in sorted((dead / "single_split").glob("*.jsonl"))
+               for line in f.read_text().splitlines()]
+    assert [(d["file"], d["start"], d["stop"], d["error"]) for d in letters] == [
+        (str(tmp_path / "data" / "in.h5"), 300, 400, "SourceError")]
+    info = load_info(examples.uri)
+    entry = info["inputs"]["single_split"]
+    assert (entry["rows"], entry["records"], entry["rows_dead_lettered"]) == (1000, 900, 100)  # in = out + dead
+    assert [(d["start"], d["stop"], d["rows"]) for d in entry["dead_letters"]] == [(300, 400, 100)]
+    ids = []
+    for split in ("train", "eval"):
+        got = list(read_split(examples.uri, split))
+        assert info["splits"][split]["records"] == len(got) == len(read_raw(examples.uri, split))
+        for e in got:
+            np.testing.assert_array_equal(e["x"], data[int(e["id"][()])])
+            ids.append(int(e["id"][()]))
+    assert sorted(ids) == [i for i in range(1000) if not 300 <= i < 400]
+
+
+def test_a_read_error_without_dead_letters_fails_the_component_and_publishes_nothing(tmp_path):
+    from ml_metadata.metadata_store import metadata_store
+    from ml_metadata.proto import metadata_store_pb2
+    (tmp_path / "data").mkdir()
+    corrupt_hdf5(tmp_path / "data" / "in.h5")
+    gen = ArraysExampleGen(input_base=str(tmp_path / "data"), source_options={"target_range_mb": 0.05})
+    with pytest.raises(SourceError, match="Cannot read rows 300-399"):
+        LocalDagRunner().run(tfx_pipeline.Pipeline(
+            pipeline_name="bad_rows", pipeline_root=str(tmp_path / "root"), components=[gen],
+            metadata_connection_config=tfx_metadata.sqlite_metadata_connection_config(str(tmp_path / "m.sqlite"))))
+    assert not glob.glob(str(tmp_path / "root" / "ArraysExampleGen" / "examples" / "*"))  # TFX removed the URI
+    config = metadata_store_pb2.ConnectionConfig()
+    config.sqlite.filename_uri = str(tmp_path / "m.sqlite")
+    store = metadata_store.MetadataStore(config)
+    assert not [a for a in store.get_artifacts_by_type("Examples") if a.state == metadata_store_pb2.Artifact.LIVE]

@@ -117,6 +117,42 @@ class EncodedBatch:
         rows = [r.tobytes() for r in self.block] if self.width else [b""] * self.num_rows
         return rows if self.tails is None else [a + b for a, b in zip(rows, self.tails)]
 
+    def record_views(self) -> tuple["EncodedBatch", list]:
+        """The serialized Examples as buffers, without a copy per record where the batch allows it: ``(batch,
+        views)``, ``views[i]`` row ``i``'s record (a C-contiguous uint8 row of an assembled block, or bytes) and
+        ``batch`` the same rows in a form whose records are those views (a fixed-layout batch is assembled once
+        into a block, which :meth:`take` then slices instead of assembling again). For hashing records
+        (``splits.SplitPlan.assign_records``) before writing them."""
+        if self.parts is not None:
+            pairs = [p.record_views() for p in self.parts]
+            return EncodedBatch.joined([b for b, _ in pairs]), [v for _, views in pairs for v in views]
+        if self.padded is not None:
+            block, lengths = self.padded
+            return self, [row[FRAME_LEAD:FRAME_LEAD + n] for row, n in zip(block, lengths.tolist())]
+        if self.tails is None and self.width:
+            block = self.block
+            return EncodedBatch(FixedLayout(b"", [(b"", block)], self.num_rows)), list(block)
+        records = self.records()
+        return EncodedBatch(FixedLayout(b"", [], self.num_rows), tails=records), records
+
+    def take(self, rows: np.ndarray) -> "EncodedBatch":
+        """The batch of rows ``rows`` (int64 positions, ascending), in that order; the data is copied."""
+        rows = np.asarray(rows, np.int64)
+        if self.parts is not None:
+            out, start = [], 0
+            for part in self.parts:
+                mine = rows[(rows >= start) & (rows < start + part.num_rows)] - start
+                if mine.size:
+                    out.append(part.take(mine))
+                start += part.num_rows
+            return EncodedBatch.joined(out)
+        if self.padded is not None:
+            block, lengths = self.padded
+            return EncodedBatch(FixedLayout(b"", [], len(rows)), padded=(block[rows], lengths[rows]))
+        layout = FixedLayout(self.layout.head, [(p, d[rows]) for p, d in self.layout.entries], len(rows))
+        tails = None if self.tails is None else [self.tails[i] for i in rows.tolist()]
+        return EncodedBatch(layout, tails)
+
 
 def encode_batch(columns: Mapping[str, object], specs: Sequence[FeatureSpec], num_rows: int,
                  allow_lossy: Iterable[str] = ()) -> list[bytes]:
