@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # End-to-end test of the light reader: PyTorch reads an output with the reader's install only.
-#   1. builds .venv-reader (READER_VENV=DIR uses another) with torch 2.13.0, CPU build (pip takes it from this
-#      machine's disk), pytest and pytest-timeout; first time about 1.5 minutes, then reused (rebuilt when these
-#      packages change);
+#   1. builds the reader venv with torch 2.13.0, pytest and pytest-timeout, once per machine: it lives in
+#      ${TFRECORD_ETL_CACHE:-~/.cache/tfrecord-etl}/venv-reader-<hash of the pins> (READER_VENV=DIR uses another),
+#      outside the checkout, so every clean clone on the same machine reuses it. pip takes torch's CPU build from
+#      the machine's disk when PIP_FIND_LINKS has it (about 1.5 minutes); otherwise PyPI's build with its CUDA
+#      packages (4.8 GB, about 8 minutes: the libraries must be present for `import torch`, unused on CPU);
 #   2. installs this checkout into it as a user does, `pip install .` (the base requirements: NumPy and
 #      google-crc32c; no Beam, no TensorFlow, no pyarrow, no h5py), from a copy so the checkout stays clean, each
 #      run replacing the last run's copy;
@@ -15,7 +17,6 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="$ROOT/.venv/bin/python"
-RVENV="${READER_VENV:-$ROOT/.venv-reader}"
 started=$(date +%s)
 
 if [ ! -x "$PY" ]; then
@@ -25,7 +26,9 @@ fi
 # PyTorch's CPU build (on this machine's disk), and the test tools at the project venv's versions
 READER_PACKAGES="torch==2.13.0 $("$PY" -c 'import importlib.metadata as m; print(" ".join(
     f"{d}=={m.version(d)}" for d in ("pytest", "pytest-timeout")))')"
-stamp="$RVENV/.installed-$(echo "$READER_PACKAGES" | sha1sum | cut -c1-12)"
+pins="$(echo "$READER_PACKAGES" | sha1sum | cut -c1-12)"
+RVENV="${READER_VENV:-${TFRECORD_ETL_CACHE:-$HOME/.cache/tfrecord-etl}/venv-reader-$pins}"
+stamp="$RVENV/.installed-$pins"
 if [ ! -f "$stamp" ]; then
   echo "[reader-test] building $RVENV ($READER_PACKAGES)" >&2
   rm -rf "$RVENV"
