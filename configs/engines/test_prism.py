@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import zipfile
@@ -64,7 +65,7 @@ def worker_pool():
            "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
                              f"--service_port={port}"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+                            stderr=subprocess.DEVNULL)  # in pytest's process group: the stage's trap stops it too
     try:
         import time
         deadline = time.monotonic() + 60
@@ -79,8 +80,12 @@ def worker_pool():
             pytest.fail("the worker pool did not listen within 60 s")
         yield f"127.0.0.1:{port}"
     finally:
-        os.killpg(proc.pid, 15)  # the pool and the harness processes it started
-        proc.wait(timeout=30)
+        proc.send_signal(signal.SIGINT)  # its atexit hook stops the harness processes it started (SIGTERM would not)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def prism_flags(prism_bin, environment, request) -> list[str]:
