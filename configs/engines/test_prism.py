@@ -222,14 +222,10 @@ def test_a_user_pipeline_on_direct_runner_runs_on_a_cached_prism_byte_identicall
     assert "Job state changed to DONE" in proc.stderr
     assert_same_output(out, reference / "convert")
 
-    # the commands, with the same cache: the FnApiRunner, no Prism
-    for module, args in (("convert", ["--input", directory / "in.h5", "--output_dir", tmp_path / "c",
-                                      *CONVERT_FLAGS]),
-                         ("augment", ["--input", tmp_path / "c", "--output_dir", tmp_path / "a", "--constants",
-                                      "k=1"])):
-        proc = subprocess.run([sys.executable, "-m", f"pipelines.{module}", *map(str, args), "--verbose",
-                               "--runner=DirectRunner"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert "prism" not in proc.stderr.lower(), proc.stderr[-2000:]
+    # the command, with the same cache: the FnApiRunner (pipelines.common.local_runner), no Prism
+    proc = subprocess.run([sys.executable, "-m", "pipelines.convert", "--input", str(directory / "in.h5"),
+                           "--output_dir", str(tmp_path / "c"), *CONVERT_FLAGS, "--verbose", "--runner=DirectRunner"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "prism" not in proc.stderr.lower(), proc.stderr[-2000:]
     assert_same_output(tmp_path / "c", reference / "convert")
