@@ -35,7 +35,9 @@ BUCKET = "etl-dataflow-job"
 
 
 class LoopbackOnly:
-    """Refuses (and records) any connection or name lookup of this process that is not to the loopback host."""
+    """Refuses (and records) any name lookup or connection of this process's Python sockets (HTTP clients:
+    google-auth, google-cloud-storage, the metadata server probe) that is not to the loopback host. gRPC's C core
+    opens its own sockets; the dry run creates the Dataflow API client but never calls it."""
 
     LOCAL = ("127.0.0.1", "localhost", "::1")
 
@@ -114,6 +116,16 @@ def test_the_job_is_built_without_leaving_loopback(job):
     body, _, _, refused = job
     assert refused == []  # no Dataflow API, no metadata server, no credentials search
     assert body["type"] == "JOB_TYPE_BATCH" and body["name"] == "tfrecord-etl-convert"
+
+
+def test_the_loopback_guard_refuses_and_records_other_hosts(monkeypatch):
+    """The control for the test above: the guard does stop a lookup and a connection elsewhere."""
+    guard = LoopbackOnly(monkeypatch)
+    with pytest.raises(socket.gaierror):
+        socket.getaddrinfo("dataflow.googleapis.com", 443)
+    with socket.socket() as s, pytest.raises(OSError, match="loopback only"):
+        s.connect(("192.0.2.1", 9))
+    assert guard.refused == ["dataflow.googleapis.com", ("192.0.2.1", 9)]
 
 
 def test_the_steps_are_the_convert_pipeline(job):
