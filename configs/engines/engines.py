@@ -287,9 +287,9 @@ class FlinkCluster:
         return [j["id"] for j in jobs if j["status"] in ("RUNNING", "RESTARTING", "CREATED", "INITIALIZING")]
 
     def flags(self, parallelism: int = 2) -> list[str]:
-        return ["--runner=PortableRunner", f"--job_endpoint=127.0.0.1:{self.job_port}",
-                "--environment_type=EXTERNAL", f"--environment_config=127.0.0.1:{self.pool_port}",
-                f"--parallelism={parallelism}"]
+        """The command's flags for this cluster: configs/flink-local.yaml with this cluster's ports."""
+        return ["--config", str(ROOT / "configs" / "flink-local.yaml"), f"--job_endpoint=127.0.0.1:{self.job_port}",
+                f"--environment_config=127.0.0.1:{self.pool_port}", f"--parallelism={parallelism}"]
 
     def stop(self) -> None:
         self.procs.stop_all()
@@ -333,7 +333,8 @@ class SparkCluster:
             self.pool, self.pool_port = worker_pool(self.procs)
             self.job_port = free_port()
             self.job_server = self.procs.start("spark-job-server", [
-                "java", *ADD_OPENS.split(), "-cp", f"{SPARK_JOB_SERVER_JARS}/*:{SPARK_HOME}/jars/*",
+                "java", *ADD_OPENS.split(), "-cp", f"{SPARK_HOME}/jars/*:{SPARK_JOB_SERVER_JARS}/*",  # Spark's own jars first: its
+                # jackson-module-scala refuses the newer jackson-databind Beam brings
                 "org.apache.beam.runners.spark.SparkJobServerDriver", f"--spark-master-url={self.master_url}",
                 "--job-host=127.0.0.1", f"--job-port={self.job_port}", "--artifact-port=0", "--expansion-port=0"],
                 env=self._env())
@@ -365,8 +366,9 @@ class SparkCluster:
         return [c for w in self.workers for c in children(w.pid)]
 
     def flags(self) -> list[str]:
-        return ["--runner=PortableRunner", f"--job_endpoint=127.0.0.1:{self.job_port}",
-                "--environment_type=EXTERNAL", f"--environment_config=127.0.0.1:{self.pool_port}"]
+        """The command's flags for this cluster: configs/spark-local.yaml with this cluster's ports."""
+        return ["--config", str(ROOT / "configs" / "spark-local.yaml"), f"--job_endpoint=127.0.0.1:{self.job_port}",
+                f"--environment_config=127.0.0.1:{self.pool_port}"]
 
     def stop(self) -> None:
         self.procs.stop_all()
