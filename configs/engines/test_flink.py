@@ -165,7 +165,7 @@ def big_reference(big_input, tmp_path_factory):
     return out
 
 
-def run_and_kill(flink, args, out, kill, tmp_path, engine_flags=None):
+def run_and_kill(flink, args, out, kill, tmp_path, engine_flags=None, wait=900):
     """Starts the command on Flink, waits until its first shard is committed (a final shard file in ``out``; not
     a sleep), calls ``kill()``, and returns (exit code, log text)."""
     before = common.committed_shards(out)
@@ -175,7 +175,7 @@ def run_and_kill(flink, args, out, kill, tmp_path, engine_flags=None):
             p.name.startswith(".tmp-") for p in out.iterdir()) if out.exists() else False, 600,
             "the first shard temporary", proc)
         kill()
-        code = proc.wait(900)
+        code = proc.wait(wait)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -215,22 +215,56 @@ def error_lines(text):
     return [line for line in text.splitlines() if line.startswith("error:")]
 
 
-def test_without_restarts_a_lost_taskmanager_fails_in_one_line_and_the_previous_output_stays(
-        flink, inputs, big_input, big_reference, tmp_path):
+@pytest.fixture(scope="module")
+def flink_no_restarts(tmp_path_factory):
+    """A second cluster whose restart strategy is ``none`` (Beam 2.77's Python options have no per-job retry
+    flag: the strategy is the cluster's)."""
+    cluster = FlinkCluster(tmp_path_factory.mktemp("flink_no_restarts"), taskmanagers=2, slots=2, restarts=None)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+def previous_output(inputs, out):
     directory, _ = inputs
-    out = tmp_path / "out"
     common.ok(common.run("convert", ["--input", directory / "in.h5", "--output_dir", out, *CONVERT_FLAGS],
                          common.DIRECT))
-    previous = common.files(out)
-    victim = flink.tms[0]
-    code, log = run_and_kill(flink, ["--input", big_input, "--output_dir", out, *KILL_FLAGS, "--overwrite"], out,
-                             lambda: flink.kill_taskmanager(victim), tmp_path,
-                             flink.flags(2) + ["--number_of_execution_retries=0"])
-    flink.add_taskmanager()
+    return common.files(out), common.metadata(out)
+
+
+def assert_failed_cleanly(code, log, out, previous):
     assert code == 2, log[-4000:]
     assert len(error_lines(log)) == 1 and "Traceback" not in log, log[-4000:]
-    assert common.files(out) == previous  # the previous output, complete
+    assert (common.files(out), common.metadata(out)) == previous  # the previous output, complete
     assert common.leftovers(out) == []
-    common.ok(common.run("convert", ["--input", big_input, "--output_dir", out, *KILL_FLAGS, "--overwrite"],
-                         flink.flags(2)))
+
+
+def test_without_restarts_a_lost_taskmanager_fails_in_one_line_and_the_previous_output_stays(
+        flink, flink_no_restarts, inputs, big_input, big_reference, tmp_path):
+    out = tmp_path / "out"
+    previous = previous_output(inputs, out)
+    victim = flink_no_restarts.tms[0]
+    args = ["--input", big_input, "--output_dir", out, *KILL_FLAGS, "--overwrite"]
+    code, log = run_and_kill(flink_no_restarts, args, out, lambda: flink_no_restarts.kill_taskmanager(victim),
+                             tmp_path, flink_no_restarts.flags(2))
+    flink_no_restarts.add_taskmanager()
+    assert_failed_cleanly(code, log, out, previous)
+    common.ok(common.run("convert", args, flink.flags(2)))  # the re-run
+    common.assert_same_output(out, big_reference)
+
+
+def test_a_killed_jobmanager_fails_in_one_line_and_a_rerun_works(flink, flink_no_restarts, inputs, big_input,
+                                                                  big_reference, tmp_path):
+    out = tmp_path / "out"
+    previous = previous_output(inputs, out)
+    args = ["--input", big_input, "--output_dir", out, *KILL_FLAGS, "--overwrite"]
+
+    def kill_jobmanager():
+        os.killpg(flink_no_restarts.jobmanager.pid, signal.SIGKILL)
+
+    code, log = run_and_kill(flink_no_restarts, args, out, kill_jobmanager, tmp_path, flink_no_restarts.flags(2),
+                             wait=420)
+    assert_failed_cleanly(code, log, out, previous)
+    common.ok(common.run("convert", args, flink.flags(2)))  # the re-run, on a cluster that has a JobManager
     common.assert_same_output(out, big_reference)
