@@ -1,0 +1,141 @@
+"""The same convert (bench.datagen's ``large`` rows: 12,808 bytes each) on DirectRunner (multi_processing, 2
+workers), a Flink session cluster (parallelism 2), a standalone Spark cluster (2 workers) and Prism, alternated in
+the same run: whole job and work span as ratios to DirectRunner's, peak RSS of each JVM and each SDK harness.
+
+    bash configs/engines/setup_flink.sh && bash configs/engines/setup_spark.sh
+    GOBIN=$PWD/.engines/prism go install github.com/apache/beam/sdks/v2/go/cmd/prism@v2.77.0   # for Prism
+    PYTHONPATH=$PWD .venv/bin/python -m bench.engines --gb 2 --repeats 2 --workdir /tmp/engines-bench
+
+Whole job: the command's wall time (launcher start to exit, planning and job submission included); work span:
+what the command prints (first shard started to last shard written). Peak RSS: VmHWM of every JVM of the
+cluster and of every SDK harness process, sampled every 0.5 s while the job runs (a harness that lives shorter
+than that can be missed). The clusters are started once, before the first job, and are not in the times.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+from bench import datagen
+from bench.common import row_bytes, LAYOUTS
+from configs.engines import engines
+
+DIRECT = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+PRISM = engines.ENGINES / "prism" / "prism"
+
+
+class RssSampler(threading.Thread):
+    """Peak VmHWM (MB) per named process while running; ``pids()`` is called at every sample (harnesses come and
+    go)."""
+
+    def __init__(self, pids):
+        super().__init__(daemon=True)
+        self.pids, self.peaks, self.stop = pids, {}, threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            for name, pid in self.pids():
+                mb = engines.peak_rss_mb(pid)
+                if mb is not None:
+                    self.peaks[name] = max(self.peaks.get(name, 0.0), mb)
+            self.stop.wait(0.5)
+
+
+def run_convert(inp: str, out: pathlib.Path, flags: list[str], pids) -> dict:
+    shutil.rmtree(out, ignore_errors=True)
+    sampler = RssSampler(pids)
+    sampler.start()
+    env = dict(os.environ, PYTHONPATH=str(engines.ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    t = time.perf_counter()
+    proc = subprocess.run([engines.PYTHON, "-m", "pipelines.convert", "--input", inp, "--output_dir", str(out),
+                           "--num_shards", "8", *flags], cwd=engines.ROOT, env=env, capture_output=True, text=True)
+    whole = time.perf_counter() - t
+    sampler.stop.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"convert failed ({proc.returncode}): {' '.join(flags)}\n{proc.stderr[-3000:]}")
+    span = re.search(r"work span: ([0-9.]+) s", proc.stdout)
+    return {"whole_s": whole, "span_s": float(span.group(1)) if span else None, "rss_mb": sampler.peaks}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.engines", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gb", type=float, default=2.0, help="input size in GB (decimal)")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--engines", default="direct,flink,spark,prism")
+    ap.add_argument("--workdir", required=True, help="inputs, outputs, cluster logs (not the repository)")
+    ap.add_argument("--json", default=None, help="write the results here too")
+    args = ap.parse_args(argv)
+    work = pathlib.Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    rows = int(args.gb * 1e9 // row_bytes(LAYOUTS["large"]))
+    inp = str(work / f"large-{rows}.h5")
+    datagen.ensure("large", inp, rows, keep=True)
+    names = args.engines.split(",")
+    clusters, flags, pids = [], {}, {}
+    try:
+        if "direct" in names:
+            flags["direct"], pids["direct"] = DIRECT, lambda: []
+        if "flink" in names:
+            c = engines.FlinkCluster(work / "flink", taskmanagers=2, slots=1).start()
+            clusters.append(c)
+            flags["flink"] = c.flags(2)
+            pids["flink"] = lambda c=c: [("jobmanager", c.jobmanager.pid), ("job-server", c.job_server.pid)] + [
+                (f"taskmanager-{i}", tm.pid) for i, tm in enumerate(c.tms)] + [
+                (f"harness-{p}", p) for p in engines.harness_pids(c.pool)]
+        if "spark" in names:
+            c = engines.SparkCluster(work / "spark", workers=2, cores=1).start()
+            clusters.append(c)
+            flags["spark"] = c.flags()
+            pids["spark"] = lambda c=c: [("master", c.master.pid), ("job-server", c.job_server.pid)] + [
+                (f"worker-{i}", w.pid) for i, w in enumerate(c.workers)] + [
+                (f"executor-{p}", p) for p in c.executors()] + [
+                (f"harness-{p}", p) for p in engines.harness_pids(c.pool)]
+        if "prism" in names:
+            if not PRISM.exists():
+                raise SystemExit(f"{PRISM} is missing: GOBIN=$PWD/.engines/prism go install "
+                                 "github.com/apache/beam/sdks/v2/go/cmd/prism@v2.77.0")
+            flags["prism"] = ["--runner=PrismRunner", f"--prism_location={PRISM}", "--environment_type=LOOPBACK"]
+            pids["prism"] = lambda: [(f"prism-{p}", p) for p in engines.children(os.getpid())]
+        results = {n: [] for n in flags}
+        for r in range(args.repeats):
+            for n in (list(flags) if r % 2 == 0 else list(reversed(flags))):  # alternated
+                res = run_convert(inp, work / f"out-{n}", flags[n], pids[n])
+                results[n].append(res)
+                print(f"{n} #{r}: whole {res['whole_s']:.1f} s, span {res['span_s']} s, "
+                      f"peak RSS {json.dumps({k: round(v) for k, v in res['rss_mb'].items()})}", flush=True)
+    finally:
+        for c in clusters:
+            c.stop()
+    base_whole = statistics.median(x["whole_s"] for x in results["direct"]) if "direct" in results else None
+    base_span = statistics.median(x["span_s"] for x in results["direct"]) if "direct" in results else None
+    print(f"\n{rows:,} rows, {rows * row_bytes(LAYOUTS['large']) / 1e9:.2f} GB; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (other work on the machine is in these numbers)")
+    print("engine | whole job s (ratio) | work span s (ratio) | peak RSS MB (max per process kind)")
+    for n, res in results.items():
+        whole = statistics.median(x["whole_s"] for x in res)
+        span = statistics.median(x["span_s"] for x in res)
+        kinds = {}
+        for x in res:
+            for k, v in x["rss_mb"].items():
+                kind = re.sub(r"-\d+$", "", k)
+                kinds[kind] = max(kinds.get(kind, 0), v)
+        print(f"{n} | {whole:.1f} ({whole / base_whole:.2f}x) | {span:.1f} ({span / base_span:.2f}x) | "
+              + ", ".join(f"{k} {v:.0f}" for k, v in sorted(kinds.items())))
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps({"rows": rows, "results": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""What the engine tests share: running a command against an engine (a subprocess, with a time limit), the
+DirectRunner reference run of the same command, and the byte-for-byte comparison of two outputs."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import time
+
+from configs.engines.engines import PYTHON, ROOT
+
+DIRECT = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+
+
+def run(module: str, args, engine_flags, timeout: float = 420, env: dict | None = None):
+    """``python -m pipelines.<module> ARGS ENGINE_FLAGS`` from the checkout; returns the CompletedProcess (text)."""
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
+    full_env.pop("TFRECORD_ETL_FAILPOINT", None)
+    return subprocess.run([PYTHON, "-m", f"pipelines.{module}", *map(str, args), *engine_flags], cwd=ROOT,
+                          env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def start(module: str, args, engine_flags, log: pathlib.Path):
+    """Like :func:`run` but in the background (its own process group); stdout and stderr go to ``log``."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("TFRECORD_ETL_FAILPOINT", None)
+    with open(log, "wb") as f:
+        return subprocess.Popen([PYTHON, "-m", f"pipelines.{module}", *map(str, args), *engine_flags], cwd=ROOT,
+                                env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def ok(proc) -> str:
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stderr[-4000:]}"
+    return proc.stdout
+
+
+def files(out) -> dict[str, bytes]:
+    """Every file of an output directory (recursively) except the run marker and metadata.json (compared apart)."""
+    out = pathlib.Path(out)
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and p.name not in (".tf-etl-run.json", "metadata.json", "manifest.json")}
+
+
+def metadata(out, name="metadata.json") -> dict:
+    meta = json.loads((pathlib.Path(out) / name).read_text())
+    for key in ("created", "options", "runner"):
+        meta.pop(key, None)
+    return meta
+
+
+def assert_same_output(got, want) -> None:
+    """Shards (every byte), schema, dead letters and metadata (less its time and options) equal."""
+    got_files, want_files = files(got), files(want)
+    assert sorted(got_files) == sorted(want_files)
+    for name in want_files:
+        assert got_files[name] == want_files[name], f"{name} differs from the DirectRunner's"
+    for name in ("metadata.json", "manifest.json"):
+        if (pathlib.Path(want) / name).exists():
+            assert metadata(got, name) == metadata(want, name)
+
+
+def leftovers(out) -> list[str]:
+    """Temporaries, Beam temp dirs and the lock: none may remain once a run has ended."""
+    return sorted(p.name for p in pathlib.Path(out).iterdir()
+                  if p.name.startswith((".tmp-", "beam-temp-", ".tf-etl.lock")) or p.name.endswith(".tmp"))
+
+
+def tf_read(out, compression="GZIP") -> list[bytes]:
+    """Every record of the output's shards, read with plain TensorFlow."""
+    import tensorflow as tf
+    shards = sorted(str(p) for p in pathlib.Path(out).glob("*.tfrecord*"))
+    return [r.numpy() for r in tf.data.TFRecordDataset(shards, compression_type=compression)]
+
+
+def wait_until(condition, timeout: float, what: str, proc=None):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the run ended ({proc.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def committed_shards(out) -> int:
+    out = pathlib.Path(out)
+    return len(list(out.glob("data-*.tfrecord*"))) if out.exists() else 0

@@ -1,0 +1,270 @@
+"""The pipelines on a real Flink session cluster on this machine: a JobManager and two TaskManagers (separate
+JVMs, Flink 1.16.3), Beam's Flink job server (Beam 2.50.0: the newest Maven Central serves here) and the Python
+SDK harness (Beam 2.77) as an EXTERNAL worker pool. Every output must be byte-identical to the DirectRunner's run
+of the same command, also after a TaskManager or an SDK harness is killed mid-job (the job restarts), and a job
+that cannot restart must fail with our one line and leave the previous output complete.
+
+    bash configs/engines/setup_flink.sh && PYTHONPATH=$PWD .venv/bin/python -m pytest configs/engines/test_flink.py
+
+TFRECORD_ETL_FLINK=0 skips the module; TFRECORD_ETL_ENGINES_BIG=1 makes the killed-worker input >= 500 MB
+(the manual/benchmark run; CI uses a small one).
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+import h5py
+import numpy as np
+import pytest
+
+from configs.engines import common
+from configs.engines.engines import FlinkCluster, harness_pids
+from tests.test_files_source import collection  # noqa: F401  (a fixture: an image folder)
+from tests.test_runners import make_inputs
+
+if os.environ.get("TFRECORD_ETL_FLINK") == "0":
+    pytest.skip("TFRECORD_ETL_FLINK=0", allow_module_level=True)
+
+pytestmark = pytest.mark.timeout(900)
+CONVERT_FLAGS = ["--num_shards", "3", "--target_range_mb", "0.004", "--compression", "gzip", "--provenance"]
+BIG = os.environ.get("TFRECORD_ETL_ENGINES_BIG") == "1"
+
+
+@pytest.fixture(scope="module")
+def flink(tmp_path_factory):
+    cluster = FlinkCluster(tmp_path_factory.mktemp("flink"), taskmanagers=2, slots=2, restarts=(3, 1))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("flink_inputs")
+    return d, make_inputs(d)
+
+
+def same_on_flink(module, args, flink, tmp_path, parallelism=2, name="out"):
+    """Runs ``args`` (``OUT`` is the output directory) on DirectRunner and on Flink; asserts byte-identical."""
+    want, got = tmp_path / f"{name}-direct", tmp_path / f"{name}-flink"
+    common.ok(common.run(module, [want if a == "OUT" else a for a in args], common.DIRECT))
+    stdout = common.ok(common.run(module, [got if a == "OUT" else a for a in args], flink.flags(parallelism)))
+    common.assert_same_output(got, want)
+    assert common.leftovers(got) == []
+    return got, stdout
+
+
+@pytest.mark.parametrize("parallelism", [2, 4])
+def test_convert_hdf5_is_byte_identical(flink, inputs, tmp_path, parallelism):
+    directory, data = inputs
+    out, stdout = same_on_flink("convert", ["--input", directory / "in.h5", "--output_dir", "OUT", *CONVERT_FLAGS],
+                                flink, tmp_path, parallelism)
+    assert "wrote 240 examples in 3 shards" in stdout
+    import tensorflow as tf
+    records = common.tf_read(out)
+    assert len(records) == 240
+    ids = [tf.train.Example.FromString(r).features.feature["id"].int64_list.value[0] for r in records]
+    assert ids == list(range(240))
+
+
+def test_convert_npy_folder_is_byte_identical(flink, tmp_path):
+    src = tmp_path / "npy"
+    src.mkdir()
+    for i in range(4):
+        np.save(src / f"part{i}.npy", np.arange(i * 500, (i + 1) * 500, dtype="<f4").reshape(250, 2))
+    out, _ = same_on_flink("convert", ["--input", src / "*.npy", "--output_dir", "OUT", "--num_shards", "2",
+                                       "--target_range_mb", "0.002"], flink, tmp_path)
+    assert len(common.tf_read(out, "")) == 1000
+
+
+def test_image_folder_with_a_dead_letter_is_byte_identical(flink, collection, tmp_path):  # noqa: F811
+    base, files = collection
+    (base / "icons" / "notes.png").write_bytes(b"not an image at all")
+    dead_direct, dead_flink = tmp_path / "dead-direct", tmp_path / "dead-flink"
+    args = ["--input", base / "*" / "*", "--output_dir", "OUT", "--format", "files", "--decode_check",
+            "--num_shards", "2"]
+    want, got = tmp_path / "img-direct", tmp_path / "img-flink"
+    common.ok(common.run("convert", [want if a == "OUT" else a for a in args] + ["--dead_letter_dir", dead_direct],
+                         common.DIRECT))
+    common.ok(common.run("convert", [got if a == "OUT" else a for a in args] + ["--dead_letter_dir", dead_flink],
+                         flink.flags(2)))
+    common.assert_same_output(got, want)
+    assert common.metadata(got)["rows_dead_lettered"] == 1
+    assert common.files(dead_flink) == common.files(dead_direct) and common.files(dead_flink)
+    assert len(common.tf_read(got, "")) == len(files)
+
+
+@pytest.fixture(scope="module")
+def converted(inputs, tmp_path_factory):
+    directory, _ = inputs
+    out = tmp_path_factory.mktemp("flink_converted") / "c"
+    common.ok(common.run("convert", ["--input", directory / "in.h5", "--output_dir", out, *CONVERT_FLAGS],
+                         common.DIRECT))
+    return out
+
+
+def test_augment_rewrite_is_byte_identical(flink, inputs, converted, tmp_path):
+    directory, _ = inputs
+    same_on_flink("augment", ["--input", converted, "--output_dir", "OUT", "--fn", "tests.augment_fns:add_one",
+                              "--fn_inputs", "id", "--join_input", directory / "labels.npy",
+                              "--join_fields", "array=label", "--constants", "w=0.5:float32"], flink, tmp_path)
+
+
+def test_augment_sidecar_is_byte_identical(flink, converted, tmp_path):
+    out, _ = same_on_flink("augment", ["--input", converted, "--output_dir", "OUT", "--mode", "sidecar",
+                                       "--fn", "tests.augment_fns:add_one", "--fn_inputs", "id"], flink, tmp_path)
+    assert len(common.tf_read(out)) == 240
+
+
+def test_two_span_incremental_collection_is_byte_identical(flink, tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+
+    def add(i):
+        with h5py.File(raw / f"f{i}.h5", "w") as f:
+            f["id"] = np.arange(100 * i, 100 * i + 20, dtype="<i8")
+
+    add(0)
+    args = ["--input", raw / "*.h5", "--output_dir", "OUT", "--incremental"]
+    want, got = tmp_path / "coll-direct", tmp_path / "coll-flink"
+    for _ in range(2):
+        common.ok(common.run("convert", [want if a == "OUT" else a for a in args], common.DIRECT))
+        common.ok(common.run("convert", [got if a == "OUT" else a for a in args], flink.flags(2)))
+        add(1)
+    spans = sorted(p.name for p in got.iterdir() if p.is_dir())
+    assert len(spans) == 2, spans
+    for span in spans:
+        common.assert_same_output(got / span, want / span)
+    assert common.metadata(got, "collection.json") == common.metadata(want, "collection.json")
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# A worker lost mid-job
+# ------------------------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def big_input(tmp_path_factory):
+    """HDF5 rows of 12,808 bytes (bench.datagen's ``large`` layout): 600 MB with TFRECORD_ETL_ENGINES_BIG=1,
+    else 40 MB (CI)."""
+    from bench import datagen
+    path = tmp_path_factory.mktemp("big") / "large.h5"
+    datagen.generate("large", str(path), rows=48_000 if BIG else 3_200)
+    return path
+
+
+KILL_FLAGS = ["--num_shards", "8", "--target_range_mb", "1", "--compression", "gzip"]
+
+
+@pytest.fixture(scope="module")
+def big_reference(big_input, tmp_path_factory):
+    out = tmp_path_factory.mktemp("big_ref") / "out"
+    common.ok(common.run("convert", ["--input", big_input, "--output_dir", out, *KILL_FLAGS], common.DIRECT,
+                         timeout=1800))
+    return out
+
+
+def run_and_kill(flink, args, out, kill, tmp_path, engine_flags=None, wait=900):
+    """Starts the command on Flink, waits until its first shard is committed (a final shard file in ``out``; not
+    a sleep), calls ``kill()``, and returns (exit code, log text)."""
+    before = common.committed_shards(out)
+    proc = common.start("convert", args, engine_flags or flink.flags(2), tmp_path / "launcher.log")
+    try:
+        common.wait_until(lambda: common.committed_shards(out) > before or any(
+            p.name.startswith(".tmp-") for p in out.iterdir()) if out.exists() else False, 600,
+            "the first shard temporary", proc)
+        kill()
+        code = proc.wait(wait)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return code, (tmp_path / "launcher.log").read_text(errors="replace")
+
+
+def test_a_taskmanager_killed_mid_job_is_restarted_and_the_output_is_identical(flink, big_input, big_reference,
+                                                                                 tmp_path):
+    out = tmp_path / "out"
+    victim = flink.tms[0]
+    code, log = run_and_kill(flink, ["--input", big_input, "--output_dir", out, *KILL_FLAGS], out,
+                             lambda: flink.kill_taskmanager(victim), tmp_path)
+    flink.add_taskmanager()  # the cluster back at two
+    assert code == 0, log[-4000:]
+    common.assert_same_output(out, big_reference)
+    assert common.leftovers(out) == []
+
+
+def test_an_sdk_harness_killed_mid_job_is_restarted_and_the_output_is_identical(flink, big_input, big_reference,
+                                                                                 tmp_path):
+    out = tmp_path / "out"
+
+    def kill_one_harness():
+        pids = harness_pids(flink.pool)
+        assert pids, "no SDK harness process is running"
+        os.kill(pids[0], signal.SIGKILL)
+
+    code, log = run_and_kill(flink, ["--input", big_input, "--output_dir", out, *KILL_FLAGS], out, kill_one_harness,
+                             tmp_path)
+    assert code == 0, log[-4000:]
+    common.assert_same_output(out, big_reference)
+    assert common.leftovers(out) == []
+
+
+def error_lines(text):
+    return [line for line in text.splitlines() if line.startswith("error:")]
+
+
+@pytest.fixture(scope="module")
+def flink_no_restarts(tmp_path_factory):
+    """A second cluster whose restart strategy is ``none`` (Beam 2.77's Python options have no per-job retry
+    flag: the strategy is the cluster's)."""
+    cluster = FlinkCluster(tmp_path_factory.mktemp("flink_no_restarts"), taskmanagers=2, slots=2, restarts=None)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+def previous_output(inputs, out):
+    directory, _ = inputs
+    common.ok(common.run("convert", ["--input", directory / "in.h5", "--output_dir", out, *CONVERT_FLAGS],
+                         common.DIRECT))
+    return common.files(out), common.metadata(out)
+
+
+def assert_failed_cleanly(code, log, out, previous):
+    assert code == 2, log[-4000:]
+    assert len(error_lines(log)) == 1 and "Traceback" not in log, log[-4000:]
+    assert (common.files(out), common.metadata(out)) == previous  # the previous output, complete
+    assert common.leftovers(out) == []
+
+
+def test_without_restarts_a_lost_taskmanager_fails_in_one_line_and_the_previous_output_stays(
+        flink, flink_no_restarts, inputs, big_input, big_reference, tmp_path):
+    out = tmp_path / "out"
+    previous = previous_output(inputs, out)
+    victim = flink_no_restarts.tms[0]
+    args = ["--input", big_input, "--output_dir", out, *KILL_FLAGS, "--overwrite"]
+    code, log = run_and_kill(flink_no_restarts, args, out, lambda: flink_no_restarts.kill_taskmanager(victim),
+                             tmp_path, flink_no_restarts.flags(2))
+    flink_no_restarts.add_taskmanager()
+    assert_failed_cleanly(code, log, out, previous)
+    common.ok(common.run("convert", args, flink.flags(2)))  # the re-run
+    common.assert_same_output(out, big_reference)
+
+
+def test_a_killed_jobmanager_fails_in_one_line_and_a_rerun_works(flink, flink_no_restarts, inputs, big_input,
+                                                                  big_reference, tmp_path):
+    out = tmp_path / "out"
+    previous = previous_output(inputs, out)
+    args = ["--input", big_input, "--output_dir", out, *KILL_FLAGS, "--overwrite"]
+
+    def kill_jobmanager():
+        os.killpg(flink_no_restarts.jobmanager.pid, signal.SIGKILL)
+
+    code, log = run_and_kill(flink_no_restarts, args, out, kill_jobmanager, tmp_path, flink_no_restarts.flags(2),
+                             wait=420)
+    assert_failed_cleanly(code, log, out, previous)
+    common.ok(common.run("convert", args, flink.flags(2)))  # the re-run, on a cluster that has a JobManager
+    common.assert_same_output(out, big_reference)
