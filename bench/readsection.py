@@ -25,6 +25,7 @@ contender. Results: a ``read`` part of ``results.md`` (:func:`markdown`) and ``r
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -150,7 +151,8 @@ def run_read(bench, build: bool, rounds: int) -> list[str]:
         bench.say(f"[{section}] {rows:,} rows x {rb:,} bytes = {rows * rb / 1e6:,.1f} MB raw, {compression} shards, "
                   f"{rounds} rounds")
         out, expected, tfds_out = _prepare(bench, kind, rows, compression, "tfds" in mine)
-        stored = sum(s["bytes"] for s in json.load(open(os.path.join(out, "metadata.json"), encoding="utf-8"))["shards"])
+        with open(os.path.join(out, "metadata.json"), encoding="utf-8") as f:
+            stored = sum(s["bytes"] for s in json.load(f)["shards"])
         bench.section_info[section] = {"rows": rows, "row_bytes": rb, "raw_bytes": rows * rb, "input": out,
                                        "layout": kind, "compression": compression, "stored_bytes": stored,
                                        "reader_env": "bench/.venv-peers-reader" if light else ".venv"}
@@ -333,3 +335,25 @@ def draw(path: str, rows: list[dict], section_info: dict) -> str | None:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return None
+
+
+def main(argv=None) -> int:
+    """Redraws the chart (and prints the table) of a run's ``results.json``: ``python -m bench.readsection
+    --results bench/results/results.json --chart bench/charts/read.png`` (with matplotlib, the bench extra)."""
+    ap = argparse.ArgumentParser(prog="python -m bench.readsection", description=main.__doc__)
+    ap.add_argument("--results", required=True, help="results.json of a run with the read section")
+    ap.add_argument("--chart", default=None, help="where to write the chart (PNG)")
+    args = ap.parse_args(argv)
+    with open(args.results, encoding="utf-8") as f:
+        result = json.load(f)
+    print(markdown(result["results"], result["section_info"]))
+    if args.chart:
+        why = draw(args.chart, result["results"], result["section_info"])
+        if why is not None:
+            print(f"no chart: {why}")
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -87,7 +87,8 @@ def test_a_contender_passes_on_the_source_and_fails_on_a_wrong_value(small_outpu
     out = capsys.readouterr().out
     assert "read_check: ok" in out
     got = readsection.parse_log(out)
-    assert got["records"] == (100 if key == "ra_random" else 300) and got["seconds"] > 0 and got["check"].startswith("ok")
+    assert got["records"] == (100 if key == "ra_random" else 300)
+    assert got["seconds"] > 0 and got["check"].startswith("ok")
     wrong = d / f"wrong-{key}"
     src = _source(300)
     src["x"][read_contenders.random_indices(300, 100, 0)[3], 1] += 1  # a row every contender reads
@@ -168,4 +169,18 @@ def test_read_section_runs_at_tiny_scale(tmp_path):
     md = (workdir / "results" / "results.md").read_text()
     assert "### read: every reader over the same shards" in md
     assert "| the same, `.as_numpy_iterator()` |" in md
-    assert (workdir / "results" / "read.png").stat().st_size > 0
+    try:
+        import matplotlib  # noqa: F401 - the bench extra
+        assert (workdir / "results" / "read.png").stat().st_size > 0
+    except ImportError:
+        assert "no read chart: matplotlib is not installed" in proc.stdout
+
+
+def test_chart_is_drawn_from_a_results_file(tmp_path):
+    pytest.importorskip("matplotlib")
+    rows = [{"section": "read_small", "key": k, "name": k, "status": "ok", "records_per_s": v, "bytes_per_s": 1e9,
+             "read_s": 1.0} for k, v in (("floor", 1e6), ("tf_hand", 1.5e5), ("tf_reader", 4e4), ("numpy_iter", 1.5e4))]
+    info = {"read_small": {"rows": 1000, "layout": "small", "stored_bytes": 108_000_000}}
+    (tmp_path / "results.json").write_text(json.dumps({"results": rows, "section_info": info}))
+    assert readsection.main(["--results", str(tmp_path / "results.json"), "--chart", str(tmp_path / "r.png")]) == 0
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
