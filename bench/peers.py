@@ -55,35 +55,38 @@ def env_dir(root: str, name: str) -> str:
     return os.path.join(root, "bench", f".venv-peers-{name}")
 
 
-def env_python(root: str, name: str) -> str | None:
-    """The Python of the peer environment ``name`` when it is built with the current pins, else None."""
+def env_python(root: str, name: str, pins: tuple | None = None) -> str | None:
+    """The Python of the peer environment ``name`` when it is built with the current pins (``pins``, default
+    ``ENVS[name]``), else None."""
+    pins = ENVS[name] if pins is None else pins
     d = env_dir(root, name)
     py = os.path.join(d, "bin", "python")
     try:
         with open(os.path.join(d, SPEC_FILE), encoding="utf-8") as f:
-            ok = f.read().split() == list(ENVS[name])
+            ok = f.read().split() == list(pins)
     except OSError:
         ok = False
     return py if ok and os.path.exists(py) else None
 
 
-def build_env(root: str, name: str, say=print) -> str:
-    """Creates (or updates) the virtual environment of peer ``name`` with the pins of :data:`ENVS`; returns its
-    Python. Raises ``SystemExit`` with pip's last lines when the install fails."""
-    py = env_python(root, name)
+def build_env(root: str, name: str, say=print, pins: tuple | None = None) -> str:
+    """Creates (or updates) the virtual environment of peer ``name`` with ``pins`` (default the pins of
+    :data:`ENVS`); returns its Python. Raises ``SystemExit`` with pip's last lines when the install fails."""
+    pins = ENVS[name] if pins is None else pins
+    py = env_python(root, name, pins)
     if py is not None:
         return py
     d = env_dir(root, name)
     if not os.path.exists(os.path.join(d, "bin", "python")):
         say(f"  [peers] creating {os.path.relpath(d, root)}")
         subprocess.run([sys.executable, "-m", "venv", d], check=True)
-    say(f"  [peers] installing {' '.join(ENVS[name])} into {os.path.relpath(d, root)} (a few minutes the first time)")
-    done = subprocess.run([os.path.join(d, "bin", "python"), "-m", "pip", "install", "-q", *ENVS[name]],
+    say(f"  [peers] installing {' '.join(pins)} into {os.path.relpath(d, root)} (a few minutes the first time)")
+    done = subprocess.run([os.path.join(d, "bin", "python"), "-m", "pip", "install", "-q", *pins],
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"cannot build the {name} peer environment {d}:\n{done.stderr[-3000:]}")
     with open(os.path.join(d, SPEC_FILE), "w", encoding="utf-8") as f:
-        f.write("\n".join(ENVS[name]) + "\n")
+        f.write("\n".join(pins) + "\n")
     return os.path.join(d, "bin", "python")
 
 

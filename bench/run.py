@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.run [--scale 1.0] [--only small,large,augment,scaling,splits] [--workdir DIR] [--keep]
                                   [--rss_8gb] [--repeat 1] [--steady auto|on|off] [--results_dir DIR]
-                                  [--peers] [--peer_rounds 3]
+                                  [--peers] [--peer_rounds 3] [--read] [--read_rounds 3]
 
 Generates its inputs deterministically (``bench.datagen``: fixed seeds, written in chunks), then runs
 every contender as a whole separate process through ``bench.measure`` (wall time; peak RSS of every
@@ -29,6 +29,11 @@ process of the tree, from the kernel's high-water mark and psutil polling), side
 * peers (``--peers``, in virtual environments of their own that it builds: ``bench.peers``): TFDS and Ray Data
   against convert (defaults and configs/local.yaml), the seed loop and the raw copy on 2,000,000 small and 40,000
   large rows, alternated over ``--peer_rounds`` rounds, medians, every output checked value for value;
+* read (``--read``, the TensorFlow-free readers in an environment of their own that it builds:
+  ``bench.readsection``): every way of reading an output back (the hand-written tf.data pipeline,
+  ``reader.to_tf_dataset``, ``reader.iter_numpy``, ``RandomAccess``, PyTorch over it and over the ``tfrecord``
+  package, Grain, TFDS) on 1,000,000 small and 20,000 large rows and gzip small rows, against a plain read of the
+  shard files, alternated over ``--read_rounds`` rounds, medians, every pass's values checked;
 * with ``--rss_8gb``: one 8 GB HDF5 file converted with ``--writer planned``, for its peak RSS.
 
 Before every measured run the page cache's dirty pages are flushed (``settle``: sync, then wait until
@@ -61,7 +66,7 @@ import tempfile
 import time
 from importlib import metadata as importlib_metadata
 
-from bench import datagen, peers, report, sizes
+from bench import datagen, peers, readsection, report, sizes
 from bench.common import (AUGMENT_CONSTANT, LARGE, LAYOUTS, SMALL, convert_encoding_flags, count_frames,
                           count_gzip_frames, dir_bytes, row_bytes, tfrecord_files)
 
@@ -80,19 +85,22 @@ TINY_FRACTION = 50  # steady state: the same command on 1/50 of the rows
 MIN_STEADY_DELTA_S = 0.25  # below this difference of wall times, the steady-state figure is noise (use --repeat 3)
 
 BEAM = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
-SECTIONS = ("small", "large", "augment", "scaling", "raw", "files", "splits", "remote", "sizes", "zarr", "peers")
-# sizes (~10 minutes, 17 GB of inputs), remote (a moto S3 server: the s3 extra), zarr and peers (TFDS and Ray in
-# environments of their own) run when asked: --only sizes, --only remote, --only zarr, --peers
-DEFAULT_SECTIONS = SECTIONS[:-4]
+SECTIONS = ("small", "large", "augment", "scaling", "raw", "files", "splits", "remote", "sizes", "zarr", "peers",
+            "read")
+# sizes (~10 minutes, 17 GB of inputs), remote (a moto S3 server: the s3 extra), zarr, peers (TFDS and Ray in
+# environments of their own) and read (readers, the TensorFlow-free ones in an environment of their own) run when
+# asked: --only sizes, --only remote, --only zarr, --peers, --read
+DEFAULT_SECTIONS = SECTIONS[:-5]
 SPLITS_ROWS = {"small": 1_000_000, "large": 20_000}  # the splits section: --splits and --shuffle_seed cost
 
 
 def selected_sections(args) -> list[str]:
-    """The sections to run: ``--only``'s, plus ``peers`` with ``--peers`` (``--peers`` alone, with the default
-    ``--only``, runs the peers section only). Raises SystemExit naming an unknown section."""
+    """The sections to run: ``--only``'s, plus ``peers`` with ``--peers`` and ``read`` with ``--read`` (either
+    alone, with the default ``--only``, runs only its section). Raises SystemExit naming an unknown section."""
     sections = [s.strip() for s in args.only.split(",") if s.strip()]
-    if getattr(args, "peers", False) and "peers" not in sections:
-        sections = ["peers"] if args.only == ",".join(DEFAULT_SECTIONS) else sections + ["peers"]
+    asked = [s for s in ("peers", "read") if getattr(args, s, False) and s not in sections]
+    if asked:
+        sections = asked if args.only == ",".join(DEFAULT_SECTIONS) else sections + asked
     bad = [s for s in sections if s not in SECTIONS]
     if bad:
         raise SystemExit(f"--only: unknown section(s) {bad}; choose from {','.join(SECTIONS)}")
@@ -607,6 +615,8 @@ class Bench:
                 order.append("zarr")
             if "peers" in sections:
                 order += peers.run_peers(self, args.peers, args.peer_rounds)
+            if "read" in sections:
+                order += readsection.run_read(self, args.read, args.read_rounds)
             if args.rss_8gb:
                 self.rss8gb_section()
                 order.append("rss8gb")
@@ -636,6 +646,11 @@ class Bench:
             chart = os.path.join(self.results_dir, "peers.png")
             why = peers.draw(chart, self.rows, self.section_info)
             self.say(f"peers chart: {report.relpath(chart)}" if why is None else f"no peers chart: {why}")
+        if "read" in sections:
+            md += "\n" + readsection.markdown(self.rows, self.section_info)
+            chart = os.path.join(self.results_dir, "read.png")
+            why = readsection.draw(chart, self.rows, self.section_info)
+            self.say(f"read chart: {report.relpath(chart)}" if why is None else f"no read chart: {why}")
         with open(md_path, "w", encoding="utf-8") as f:
             f.write(md)
         why_not = report.draw_png(png_path, result)
@@ -779,6 +794,18 @@ def parse_args(argv=None):
     ap.add_argument("--peer_rounds", type=int, default=3,
                     help="peers section: rounds of alternated runs; the median of each contender is reported "
                          "(default 3)")
+    ap.add_argument("--read", action="store_true",
+                    help="run the read section (every reader over the same shards, values checked), building the "
+                         "reader-only environment bench/.venv-peers-reader (PyTorch, tfrecord, Grain; no TensorFlow) "
+                         "first when missing; alone it runs only that section")
+    ap.add_argument("--read_rounds", type=int, default=3,
+                    help="read section: rounds of alternated runs; the median of each reader is reported (default 3)")
+    ap.add_argument("--read_inputs", default=",".join(readsection.INPUTS),
+                    help=f"read section: inputs, of {','.join(readsection.INPUTS)} (default all)")
+    ap.add_argument("--read_contenders", default="",
+                    help="read section: readers to run, comma-separated keys of bench.read_contenders (default all)")
+    ap.add_argument("--read_random", type=int, default=readsection.RANDOM_READS,
+                    help=f"read section: random reads of the RandomAccess readers (default {readsection.RANDOM_READS:,})")
     ap.add_argument("--repeat", type=int, default=1, help="runs per contender; the fastest is reported (default 1)")
     ap.add_argument("--steady", choices=("auto", "on", "off"), default="auto",
                     help="also run every contender on 1/50 of the rows to net out start-up (auto: when --scale >= 0.1)")
@@ -792,6 +819,8 @@ def parse_args(argv=None):
         ap.error("--repeat must be >= 1")
     if args.peer_rounds < 1:
         ap.error("--peer_rounds must be >= 1")
+    if args.read_rounds < 1:
+        ap.error("--read_rounds must be >= 1")
     return args
 
 
