@@ -28,20 +28,29 @@ LEGACY_LOCK_FILE = ".tfrecord-etl.lock"  # the lock's name in earlier versions (
 _MAX_JSON_BYTES = 64 * 2**20  # a marker, lock or metadata.json larger than this is not ours
 
 FAILPOINT_ENV = "TFRECORD_ETL_FAILPOINT"
+FAILPOINT_ONCE_ENV = "TFRECORD_ETL_FAILPOINT_ONCE"  # the file a ":once" failpoint creates when it fires
 
 
 def failpoint(stage: str) -> None:
     """Kills this process with SIGKILL at ``stage`` when the environment variable ``TFRECORD_ETL_FAILPOINT`` names
     it (``STAGE:launcher`` kills the launcher holding the run's lock instead, from a worker process; ``:INT`` sends
     SIGINT, a Ctrl-C, instead of SIGKILL): how the tests crash a run at a chosen moment (``prepared``: lock and
-    marker written; ``shard-committed``: a shard renamed into place, in the process that wrote it;
+    marker written; ``shard-opened``: a shard's temporary file created, nothing written to it yet, in the process
+    that writes it; ``shard-committed``: a shard renamed into place, in the process that wrote it;
     ``before-commit``: every shard final, no metadata yet; ``committed``: ``metadata.json`` written, the replaced
     files not yet deleted; ``before-collection-commit``: a span's output committed, ``collection.json`` not yet)
-    instead of after a sleep. Unset, it costs one dictionary lookup."""
+    instead of after a sleep. ``:once`` fires in the first process that reaches the stage only (it creates the file
+    ``TFRECORD_ETL_FAILPOINT_ONCE`` names, ``O_EXCL``): one of several worker processes. Unset, it costs one
+    dictionary lookup."""
     wanted = os.environ.get(FAILPOINT_ENV)
     if wanted and wanted.split(":")[0] == stage:
         import signal
         parts = wanted.split(":")[1:]
+        if "once" in parts:
+            try:
+                os.close(os.open(os.environ[FAILPOINT_ONCE_ENV], os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            except (FileExistsError, KeyError):
+                return
         sig = next((getattr(signal, f"SIG{p}") for p in parts if hasattr(signal, f"SIG{p}")), signal.SIGKILL)
         pid = os.getpid()
         if "launcher" in parts:  # the launcher holding the run's lock (Beam starts workers through a shell)
