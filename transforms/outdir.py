@@ -38,8 +38,8 @@ from typing import Iterable
 
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import ConfigError
-from tfrecord_etl.transforms.runlock import (FAILPOINT_ENV, LEGACY_LOCK_FILE, LOCK_FILE, RUN_ENV, Lock,  # noqa: F401
-                                             _now, _process_start, _read_json, check_commit, failpoint, say)
+from tfrecord_etl.transforms.runlock import (FAILPOINT_ENV, LEGACY_LOCK_FILE, LOCK_FILE, LOCK_TEMP, RUN_ENV,  # noqa: F401
+                                             Lock, _now, _process_start, _read_json, check_commit, failpoint, say)
 
 METADATA_FILE = "metadata.json"
 SCHEMA_FILE = "schema.pbtxt"
@@ -410,6 +410,12 @@ def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool, kee
     """The checks and cleanup of :func:`prepare`; returns ``(generation, committed files replaced, names the run
     writes)``."""
     names = set(list_names(output_dir)) - {LOCK_FILE, LEGACY_LOCK_FILE}
+    lock_temps = {n for n in names if LOCK_TEMP.match(n)}
+    if lock_temps:  # this run holds the lock: a temporary of it is a failed or killed earlier run's
+        names -= lock_temps
+        say(f"removing {_count(lock_temps, 'lock temporary')} of an earlier run that is gone in {output_dir}: "
+            f"{_names_list(lock_temps, 5)}")
+        delete_names(output_dir, sorted(lock_temps))
     if not names:
         _check_space(output_dir, planned_bytes, False)
         return 0, frozenset(), set(files)
@@ -440,12 +446,14 @@ def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool, kee
         raise ConfigError("The output directory holds a complete output of another run", file=output_dir,
                           hint="pass --overwrite to replace it, or choose another --output_dir")
     _check_space(output_dir, planned_bytes, bool(committed))
-    debris = ours - committed
+    markers = {MARKER_FILE, LEGACY_MARKER_FILE}
+    # the run marker is not debris: this run's replaces it (a rename) once the rest is removed, so a crash meanwhile
+    # leaves the rest listed; beside a complete output it is the marker of the run that wrote that output
+    debris = ours - committed - {MARKER_FILE}
     if debris:
-        markers = {MARKER_FILE, LEGACY_MARKER_FILE}
         order = [n for n in (METADATA_FILE,) if n in debris] + sorted(debris - {METADATA_FILE} - markers)
         order += sorted(debris & markers)  # the markers last: a crash during cleanup leaves the rest ours
-        what = "of an earlier run" if not committed else "of an earlier run that did not complete"
+        what = "of an earlier run that did not complete" if committed and debris - markers else "of an earlier run"
         say(f"removing {_count(debris, 'file')} {what} in {output_dir}: {_names_list(order, 5)}")
         delete_names(output_dir, order)
     if committed:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import socket
 import sys
 
@@ -252,10 +253,10 @@ class Lock:
             if record.get("run_id") == self.run_id:
                 data = json.dumps(dict(record, run_id=self.run_id + CLOSED)).encode()
                 if fileio.is_local(self.path):
-                    temp = f"{self.path}.{os.getpid()}"
-                    with open(temp, "wb") as f:
-                        f.write(data)
-                    os.replace(temp, self.path)
+                    try:
+                        _replace_local(self.path, data)
+                    except OSError:  # a full disk: the lock stays open, and the workers are stopped already
+                        pass  # (``pipelines.common.run_pipeline``), so what this run wrote is still removed
                 else:
                     fileio.write_if_version(self.path, data, version or fileio.ABSENT)
             elif record.get("run_id") not in (None, self.run_id + CLOSED):
@@ -345,6 +346,31 @@ def check_commit(final: str) -> None:
     from tfrecord_etl.transforms.errors import OutputError  # errors imports nothing of ours: no cycle
     raise OutputError(f"Not committing {fileio.basename(final)}: this run no longer owns the output directory: {why}",
                       file=fileio.dirname(final), hint="nothing of this run is committed; run the command again")
+
+
+def lock_temp(lock_path: str, pid: int | None = None) -> str:
+    """The temporary a run (``pid``, default this process) writes the closed lock to before renaming it over
+    ``lock_path``: ``.tf-etl.lock.<pid>`` (``outdir`` knows the name as ours: :data:`LOCK_TEMP`)."""
+    return f"{lock_path}.{os.getpid() if pid is None else pid}"
+
+
+LOCK_TEMP = re.compile(r"^\.tf-etl\.lock\.(?P<pid>\d+)$")  # lock_temp's names: ours, removed by the next run
+
+
+def _replace_local(path: str, data: bytes) -> None:
+    """Replaces the local file ``path`` with ``data`` (a temporary beside it, renamed over it); on any error the
+    temporary is deleted and the error raised (a full disk used to leave a 0-byte ``.tf-etl.lock.<pid>``)."""
+    temp = lock_temp(path)
+    try:
+        with open(temp, "wb") as f:
+            f.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
 
 
 def _describe(record: dict | None) -> str:
