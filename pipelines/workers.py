@@ -56,7 +56,8 @@ def _signal_of(returncode: int) -> int:
 
 
 def died_line(sig: int | None) -> str:
-    """:data:`WORKER_DIED_LINE` naming ``sig``: ``(signal 9)``, or the exit status for a worker that exited on its own."""
+    """:data:`WORKER_DIED_LINE` naming ``sig``: ``(signal 9)``, or the exit status of a worker that exited on its
+    own."""
     if not sig:
         how = ""
     elif 0 < sig < signal.NSIG and sig != 1:

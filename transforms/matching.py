@@ -54,7 +54,8 @@ def match_inputs(pattern: str, follow_symlinks: bool = False, mtimes: dict | Non
     walk.mtimes = mtimes
     files = walk.run()
     if not files:
-        raise SourceError(NO_MATCH, file=pattern, hint="check the path or glob; quote it so the shell does not expand it")
+        raise SourceError(NO_MATCH, file=pattern,
+                          hint="check the path or glob; quote it so the shell does not expand it")
     return files
 
 
