@@ -204,3 +204,47 @@ def test_a_file_linked_into_two_span_folders_is_refused_naming_both(tmp_path, ca
     assert f"'{first}' and '{second}' are the same file" in lines[0]
     assert "one file, one name" in lines[0]
     assert not (tmp_path / "coll").exists()
+
+
+def sparse_npy(path, row_bytes, rows=1):
+    """A .npy of ``rows`` rows of ``row_bytes`` uint8 values each, stored sparse (a header, then a hole): the file
+    has every byte its header declares, and takes no disk space."""
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "|u1", "fortran_order": False, "shape": (rows, row_bytes)})
+        f.truncate(f.tell() + rows * row_bytes)
+    return path
+
+
+def test_one_row_of_2_gib_is_refused_at_planning_naming_the_limit_and_its_flag(tmp_path, capsys):
+    """Hostile group 19: one row of 2 GiB (a sparse .npy of shape (1, 2**31)) was read whole and then refused by
+    protobuf's 2 GB limit: 4.4 GB of memory and 72 s for an error. Now planning refuses it before anything is read
+    or written, naming the row's size, the limit and --max_row_mb (also with --dry_run)."""
+    big = sparse_npy(tmp_path / "big.npy", 2**31)
+    for flags in ([], ["--dry_run"]):
+        code, _, err = convert(str(big), str(tmp_path / "out"), *flags, capsys=capsys)
+        lines = [line for line in err.splitlines() if line.startswith("error:")]
+        assert code == 2 and lines == [
+            f"error: SourceError: One row holds 2,147,483,648 bytes (2,048.0 MiB) of array values, over the limit of "
+            f"1024 MiB per row (--max_row_mb) [file='{big}'] Hint: raise --max_row_mb (a row is held whole in "
+            f"memory, about twice its size at peak; one Example holds at most 2048 MiB), or split the arrays into "
+            f"smaller rows"], err
+        assert not (tmp_path / "out").exists()
+
+
+def test_max_row_mb_bounds_every_feature_of_a_row_and_raising_it_converts_exactly(tmp_path, capsys):
+    """Hostile group 19: the limit counts every fixed-size feature of a row (an .npz's members together); a row
+    under a raised limit converts exactly."""
+    from tfrecord_etl.transforms import reader
+    inp = tmp_path / "rows.npz"
+    a = np.arange(4 * 300_000, dtype="<f8").reshape(4, 300_000)  # 2.29 MiB per row
+    b = np.arange(4 * 100_000, dtype="<i4").reshape(4, 100_000)  # 0.38 MiB per row
+    np.savez(inp, a=a, b=b)
+    code, _, err = convert(str(inp), str(tmp_path / "out"), "--max_row_mb", "2.5", capsys=capsys)
+    assert code == 2 and "One row holds 2,800,000 bytes (2.7 MiB) of array values, over the limit of 2.5 MiB" in err
+    code, _, err = convert(str(inp), str(tmp_path / "out"), "--max_row_mb", "3", capsys=capsys)
+    assert code == 0, err
+    got = list(reader.iter_numpy(str(tmp_path / "out")))
+    assert len(got) == 4
+    for i, e in enumerate(got):
+        np.testing.assert_array_equal(e["a"], a[i])
+        np.testing.assert_array_equal(e["b"], b[i])

@@ -261,10 +261,10 @@ def owned(output_dir: str, names: Iterable[str]) -> Owned:
 # ---------------------------------------------------------------- prepare
 
 # options that do not change what an output holds; the collection flags choose which output directory a run
-# writes (a span of a collection, reset in the span's own options), so an output written before they existed
-# compares equal
+# writes (a span of a collection, reset in the span's own options), and the limits added since refuse an input
+# rather than change an output, so an output written before they existed compares equal
 _NOT_COMPARED = ("overwrite", "verbose", "progress", "span", "version", "incremental", "reconvert_changed",
-                 "allow_schema_change")
+                 "allow_schema_change", "max_row_mb")
 
 
 def _comparable(options: dict | None) -> dict | None:
