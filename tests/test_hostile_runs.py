@@ -248,3 +248,46 @@ def test_max_row_mb_bounds_every_feature_of_a_row_and_raising_it_converts_exactl
     for i, e in enumerate(got):
         np.testing.assert_array_equal(e["a"], a[i])
         np.testing.assert_array_equal(e["b"], b[i])
+
+
+_OPENS: dict = {}  # path -> times opened, while counting (an audit hook cannot be removed: it counts when asked)
+
+
+def _count_opens(event, args):
+    if event == "open" and _OPENS.get(None) and isinstance(args[0], str):
+        _OPENS[args[0]] = _OPENS.get(args[0], 0) + 1
+
+
+def test_planning_many_tiny_files_opens_each_a_fixed_number_of_times(tmp_path):
+    """Hostile group 20: a pattern over very many tiny files (200,000 .npy files: see docs/reliability.md for the
+    time and memory of their planning). Planning stays linear: each input file is opened the same number of times
+    (3: the Zarr zip-store check and the magic bytes when the format is sniffed, then its header) whether there are
+    100 or 300 of them, and nothing else is opened per file (counted with Python's audit events, not timed)."""
+    import sys
+    from tfrecord_etl.transforms import planning
+    from tfrecord_etl.transforms.config import ConvertConfig
+    if not _OPENS:
+        sys.addaudithook(_count_opens)
+        _OPENS[None] = False
+    totals, per_file = {}, {}
+    for n in (5, 100, 300):  # (the first plan imports what planning needs: not counted)
+        root = tmp_path / f"n{n}"
+        for i in range(n):
+            (root / f"d{i % 7}").mkdir(parents=True, exist_ok=True)
+            np.save(root / f"d{i % 7}" / f"f{i:04d}.npy", np.arange(i, i + 4, dtype="<i8"))
+        cfg = ConvertConfig(input=str(root / "*" / "*.npy"), output_dir=str(tmp_path / "out"))
+        for key in [k for k in _OPENS if k is not None]:
+            del _OPENS[key]
+        _OPENS[None] = True
+        try:
+            plan = planning.plan_inputs(cfg.input, planning.source_options(cfg))
+        finally:
+            _OPENS[None] = False
+        assert plan.num_rows == 4 * n
+        opened = {k: v for k, v in _OPENS.items() if k is not None}
+        per_file[n] = {v for k, v in opened.items() if k.startswith(str(root))}
+        totals[n] = sum(opened.values())
+        assert len([k for k in opened if k.startswith(str(root))]) == n  # every file opened, each by its path
+    assert per_file[100] == per_file[300] and len(per_file[300]) == 1 and max(per_file[300]) <= 3, per_file
+    k = max(per_file[300])
+    assert totals[300] - totals[100] == 200 * k, totals  # nothing else is opened once per file
