@@ -25,6 +25,21 @@ def inputs(tmp_path_factory):
     return [make_h5(tmp / f"in{i}.h5", i * 100_000) for i in range(2)]
 
 
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """150,000 rows (an int64 id, 32 float32 values): the input of a run whose killed worker hung the launcher."""
+    import h5py
+    import numpy as np
+    path = tmp_path_factory.mktemp("wide") / "wide.h5"
+    with h5py.File(path, "w") as f:
+        f["id"] = np.arange(BIG, dtype="<i8")
+        f["x"] = np.random.default_rng(0).random((BIG, 32)).astype("<f4")
+    return path
+
+
+BIG = 150_000
+
+
 def shard_bytes(out):
     """The bytes of ``out``'s shards in the order metadata.json lists them (names aside: a replacing run may write
     the other generation's names)."""
@@ -38,13 +53,13 @@ def left_over(out):
 
 
 @pytest.mark.timeout(900)
-def test_a_worker_killed_while_it_writes_a_shard_ends_the_run_in_one_line(inputs, tmp_path):
+def test_a_worker_killed_while_it_writes_a_shard_ends_the_run_in_one_line(inputs, wide, tmp_path):
     """Hostile group 17: a worker process killed (SIGKILL) with its shard's temporary open, while the launcher waits
     for its bundle's answer on the control stream: the launcher used to wait forever, printing nothing. Now it ends
     in one line, status 2, with no worker process left; the old output is complete and a re-run is byte-identical."""
     out, clean = tmp_path / "out", tmp_path / "clean"
     assert convert(inputs[0], out, multi=False)[0] == 0
-    code, err = convert(inputs[1], out, failpoint="shard-opened:once", once=tmp_path / "fired")
+    code, err = convert(wide, out, "--num_shards", "6", failpoint="shard-opened:once", once=tmp_path / "fired")
     assert (tmp_path / "fired").exists()  # the failpoint fired in one worker
     assert code == 2 and "Traceback" not in err, err[-3000:]
     assert error_lines(err) and error_lines(err)[0].startswith(
@@ -53,9 +68,9 @@ def test_a_worker_killed_while_it_writes_a_shard_ends_the_run_in_one_line(inputs
     assert not orphans(out)  # stopped before the launcher exited
     assert ids(out) == list(range(ROWS)) and not left_over(out)
     assert set(os.listdir(out)) == files_of(out)
-    assert convert(inputs[1], out)[0] == 0
-    assert convert(inputs[1], clean)[0] == 0
-    assert shard_bytes(out) == shard_bytes(clean) and ids(out) == list(range(100_000, 100_000 + ROWS))
+    assert convert(wide, out, "--num_shards", "6")[0] == 0
+    assert convert(wide, clean, "--num_shards", "6", multi=False)[0] == 0
+    assert shard_bytes(out) == shard_bytes(clean) and ids(out) == list(range(BIG))
 
 
 @pytest.mark.timeout(900)

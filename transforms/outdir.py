@@ -7,7 +7,8 @@ The guarantees:
 - **Only our files are ever deleted or replaced.** A file is ours when the directory's run marker
   (``.tf-etl-run.json``, written before the first shard; ``.tfrecord-etl-run.json`` in earlier versions) or its
   ``metadata.json`` lists it, or it is a temporary of such a file (``.tmp-<32 hex>-<name_key>``; earlier
-  ``.tmp-<listed name>-<hex>``) or the Beam temp dir of a listed run (``beam-temp-<prefix>-<hex>``). Names alone
+  ``.tmp-<listed name>-<hex>``) or the Beam temp dir of a listed run (``beam-temp-<prefix>-<hex>``); the lock's
+  temporary (``.tf-etl.lock.<pid>``, :data:`runlock.LOCK_TEMP`) is removed by the run holding the lock. Names alone
   never make a file ours: another tool's ``data-00000-of-00002.tfrecord.gz`` in a directory without our marker is
   not ours. No name of ours but the shards matches the usual shard patterns (``*.tfrecord*``, ``data-*``, ...).
 - **Anything else makes a run refuse** unless ``--overwrite``; with ``--overwrite`` our files are
