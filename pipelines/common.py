@@ -11,7 +11,8 @@ from typing import Callable
 
 from tfrecord_etl._startup import resume_gc
 from tfrecord_etl.pipelines.workers import (WORKER_DIED_LINE, dead_worker_signals, died_line,  # noqa: F401
-                                            quiet_worker_threads as _quiet_worker_threads, stop_worker_processes)
+                                            quiet_worker_threads as _quiet_worker_threads, stop_worker_processes,
+                                            stopped_count)
 from tfrecord_etl.transforms import compression
 from tfrecord_etl.transforms.errors import EtlError, printable
 
@@ -71,7 +72,7 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
         return _stdout_closed()
     except KeyboardInterrupt:  # Ctrl-C: the lock is released on the way here, so no worker commits after it
         _quiet_worker_threads()
-        stopped = stop_worker_processes()
+        stopped = stop_worker_processes() or stopped_count()  # (the pipeline's failure may have stopped them)
         print(f"error: {INTERRUPTED_LINE}" + (f" ({stopped} worker process{'es' if stopped > 1 else ''} stopped)"
                                               if stopped else ""), file=sys.stderr)
         return INTERRUPTED

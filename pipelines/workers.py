@@ -44,9 +44,19 @@ def died_signals() -> list[int]:
 
 
 def forget_deaths() -> None:
-    """Clears :func:`died_signals` (a new run in the same process)."""
+    """Clears :func:`died_signals` and :func:`stopped_count` (a new run in the same process)."""
+    global _stopped
     with _deaths_lock:
         _deaths.clear()
+        _stopped = 0
+
+
+_stopped = 0  # worker processes stopped by stop_worker_processes since the run began
+
+
+def stopped_count() -> int:
+    """How many worker processes :func:`stop_worker_processes` stopped since the run began."""
+    return _stopped
 
 
 def _signal_of(returncode: int) -> int:
@@ -227,6 +237,8 @@ def stop_worker_processes(grace: float = 2.0) -> int:
             pass
     if not live:
         return 0
+    global _stopped
+    _stopped += len(live)
     for sig in (signal.SIGKILL, None):
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and _running(live):
