@@ -15,7 +15,7 @@ starts the worker with ``exec`` (the worker process is the launcher's child, so 
 workers), and when a worker exits with a non-zero status while the run goes on, every instruction the launcher sent
 it and every later one is answered with our error (:data:`WORKER_DIED_LINE`): the bundle fails as a bundle whose
 worker reported an error does (Beam's bundle loop polls for that answer every second), and the run ends in one line
-within about a second. The model is Beam's ``DockerSdkWorkerHandler.watch_container``, which fails the control
+within a few seconds (the bundle's failure, then Beam's gRPC servers stopped). The model is Beam's ``DockerSdkWorkerHandler.watch_container``, which fails the control
 connection of a container that stopped.
 """
 from __future__ import annotations
