@@ -10,6 +10,9 @@ import warnings
 from typing import Callable
 
 from tfrecord_etl._startup import resume_gc
+from tfrecord_etl.pipelines.workers import (WORKER_DIED_LINE, dead_worker_signals, died_line,  # noqa: F401
+                                            quiet_worker_threads as _quiet_worker_threads, stop_worker_processes,
+                                            stopped_count)
 from tfrecord_etl.transforms import compression
 from tfrecord_etl.transforms.errors import EtlError, printable
 
@@ -69,7 +72,7 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
         return _stdout_closed()
     except KeyboardInterrupt:  # Ctrl-C: the lock is released on the way here, so no worker commits after it
         _quiet_worker_threads()
-        stopped = stop_worker_processes()
+        stopped = stop_worker_processes() or stopped_count()  # (the pipeline's failure may have stopped them)
         print(f"error: {INTERRUPTED_LINE}" + (f" ({stopped} worker process{'es' if stopped > 1 else ''} stopped)"
                                               if stopped else ""), file=sys.stderr)
         return INTERRUPTED
@@ -85,8 +88,7 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
             line = _output_error_line(e, _flag_value(argv, "--output_dir"))
         if line is None and _worker_died(e):
             signals = dead_worker_signals()
-            how = f" (signal {signals[0]})" if signals else ""
-            line = WORKER_DIED_LINE.format(how=how)
+            line = died_line(signals[0] if signals else None)
             _quiet_worker_threads()
             stop_worker_processes()
         if line is None:
@@ -99,87 +101,13 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
 INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C (128 + SIGINT, as shells report it)
 INTERRUPTED_LINE = ("OutputError: Interrupted: the run stopped before its commit, so the output directory holds "
                     "what it held before (an output being replaced is still complete). Hint: run the command again")
-WORKER_DIED_LINE = ("OutputError: A worker process died{how}: killed, or out of memory; nothing was committed, so the "
-                    "output directory holds what it held before. Hint: run again; if it happens again, pass fewer "
-                    "--direct_num_workers or a smaller --target_range_mb")
 # what Beam's runners raise when a worker process (DirectRunner multi_processing, a portable worker) went away
 _WORKER_GONE = ("Channel closed prematurely",)
-
-
-def _quiet_worker_threads() -> None:
-    """Beam's worker-watching threads (``run_worker``) report a worker stopped by us (after a Ctrl-C or a dead
-    worker) with a traceback on stderr: those reports are dropped, every other thread's exception still prints."""
-    import threading
-    previous = threading.excepthook
-
-    def hook(args):
-        if args.thread is not None and args.thread.name == "run_worker" and \
-                "Worker subprocess exited" in str(args.exc_value):
-            return
-        previous(args)
-    threading.excepthook = hook
 
 
 def _worker_died(e: BaseException) -> bool:
     text = "".join(str(x) for x in (e, e.__cause__, e.__context__) if x is not None)
     return any(marker in text for marker in _WORKER_GONE)
-
-
-def _children() -> list[tuple[int, str, int]]:
-    """``(pid, state, exit signal or 0)`` of this process's Beam worker processes and dead (zombie) children, from
-    Linux's ``/proc`` (``stat`` fields 3, 4 and 52: state, parent pid, exit code of a zombie); [] without it."""
-    me, out = os.getpid(), []
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read().decode("ascii", "replace").rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 1 and fields[1] == str(me) and (fields[0] == "Z" or _is_beam_worker(pid)):
-            exit_code = int(fields[49]) if len(fields) > 49 and fields[49].isdigit() else 0
-            out.append((pid, fields[0], exit_code & 0x7F))
-    return out
-
-
-def _is_beam_worker(pid: int) -> bool:
-    """True for a Beam SDK worker process (its command line runs ``apache_beam.runners.worker``)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"apache_beam.runners.worker" in f.read()
-    except OSError:
-        return False
-
-
-def dead_worker_signals() -> list[int]:
-    """The signals that ended this process's dead (not yet reaped) worker processes."""
-    return [sig for _, state, sig in _children() if state == "Z" and sig]
-
-
-def stop_worker_processes(grace: float = 2.0) -> int:
-    """Stops the live child processes of this launcher (Beam's worker processes after a Ctrl-C or a dead
-    worker): SIGTERM, then SIGKILL after ``grace`` seconds. Returns how many were running."""
-    import signal
-    import time
-    live = [pid for pid, state, _ in _children() if state != "Z"]
-    for pid in live:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except OSError:
-            pass
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(state != "Z" for pid, state, _ in _children() if pid in live):
-        time.sleep(0.05)
-    for pid, state, _ in _children():
-        if pid in live and state != "Z":
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-    return len(live)
 
 
 def exit_process(code: int):
@@ -489,9 +417,17 @@ def run_pipeline(p) -> dict[str, int]:
     Unless ``--verbose``, the stderr of the run (Beam's worker processes log their tracebacks there)
     goes to a log file; our progress lines are echoed live, and a failure ends as one line naming it.
     """
+    from tfrecord_etl.pipelines import workers
+    workers.install()  # a worker process that dies fails the run at once
+    workers.forget_deaths()
     with _worker_stderr_to_log():
-        result = p.run()
-        result.wait_until_finish()
+        try:
+            result = p.run()
+            result.wait_until_finish()
+        except BaseException:  # an error, a dead worker, Ctrl-C: no worker process outlives the failed run
+            workers.quiet_worker_threads()
+            workers.stop_worker_processes()
+            raise
     try:
         from apache_beam.metrics.metric import MetricsFilter
         from tfrecord_etl.transforms.beam_io import NAMESPACE

@@ -1,9 +1,10 @@
-"""The 16 groups of hostile inputs the hostile-input matrix covers (tests/test_hostile_outdir.py, _hdf5.py,
-_arrays.py, _config.py, _records.py). Each test's docstring starts with "Hostile group N:" and says what the code
+"""The 21 groups of hostile inputs and moments the hostile matrix covers (tests/test_hostile_outdir.py, _hdf5.py,
+_arrays.py, _config.py, _records.py, _workers.py, _runs.py). Each test's docstring starts with "Hostile group N:" and says what the code
 did before the case was handled; docs/reliability.md counts the test cases per group.
 
 Groups 1-8 lose data, 9-12 read outside the named inputs or invent/drop values, 13-15 take unbounded memory or time
-from a tiny input, 16 ends in a traceback instead of one error line.
+from a tiny input, 16 ends in a traceback instead of one error line, 17-18 fail a run at a bad moment (it must end
+in one line and leave nothing behind), 19-20 are inputs at the limits of scale, 21 says the wrong thing.
 """
 from __future__ import annotations
 
@@ -24,4 +25,9 @@ HOSTILE_GROUPS = {
     14: "bombs and absurd counts: limits with flags to raise them",
     15: "decompressing the same bytes again for every row range",
     16: "a traceback instead of one error line (disk full, read-only, deep nesting, raw control characters)",
+    17: "worker processes killed at any moment, or the launcher interrupted while they write (hang, orphans)",
+    18: "a full disk at a collection's commit (leftovers of a failed run, recognised as ours)",
+    19: "one huge row (2 GiB): refused at planning with its limit and flag, before it is read",
+    20: "a pattern over very many tiny files (planning stays linear)",
+    21: "messages that say the wrong thing (a complete run called incomplete, a file matched twice called unmatched)",
 }

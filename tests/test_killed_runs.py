@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from tfrecord_etl.transforms import outdir, reader
+from tfrecord_etl.transforms import outdir, reader, runlock
 
 MULTI = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 ROWS = 4000
@@ -28,11 +28,15 @@ def make_h5(path, start):
     return path
 
 
-def convert(inp, out, *flags, failpoint=None, multi=True):
+def convert(inp, out, *flags, failpoint=None, multi=True, once=None):
+    """``python -m pipelines.convert`` as a process; ``failpoint`` kills it at that stage (``once``: the file a
+    ``:once`` failpoint creates when it fires)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     env.pop(outdir.FAILPOINT_ENV, None)
     if failpoint:
         env[outdir.FAILPOINT_ENV] = failpoint
+    if once:
+        env[runlock.FAILPOINT_ONCE_ENV] = str(once)
     proc = subprocess.run([sys.executable, "-m", "pipelines.convert", "--input", str(inp), "--output_dir", str(out),
                            "--num_shards", "4", "--overwrite", *flags,
                            *(MULTI if multi else ["--runner=DirectRunner", "--direct_running_mode=in_memory"])],

@@ -120,6 +120,9 @@ class ConvertConfig(BaseModel):
                                          "uncompressed size exceeds this many times its compressed size (zip bombs)")
     max_empty_rows: int = Field(1000000, ge=0, description="rows mode: most rows allowed when every row "
                                 "holds zero bytes (shape (N, 0)), whose count the file size cannot bound")
+    max_row_mb: float = Field(1024.0, gt=0, allow_inf_nan=False, description="refuse at planning a row whose array "
+                              "values exceed this many MiB (a row is held whole while it is read and encoded: "
+                              "about twice its size at peak; one Example holds at most 2048 MiB, protobuf's limit)")
     max_mat_variable_mb: float = Field(2048.0, gt=0, allow_inf_nan=False, description="matlab (v4-v7 .mat): refuse "
                                        "a variable over this many MiB before loading it (SciPy's loadmat reads a "
                                        "variable whole: about twice this at peak)")

@@ -54,9 +54,13 @@ def match_inputs(pattern: str, follow_symlinks: bool = False, mtimes: dict | Non
     walk.mtimes = mtimes
     files = walk.run()
     if not files:
-        raise SourceError("No input file matches the pattern", file=pattern,
+        raise SourceError(NO_MATCH, file=pattern,
                           hint="check the path or glob; quote it so the shell does not expand it")
     return files
+
+
+NO_MATCH = "No input file matches the pattern"  # the message of match_inputs' "nothing matches" (its other refusals
+# name what they found: a caller adding its own context to this one must not replace those)
 
 
 def base_directory(pattern: str) -> str:
@@ -209,7 +213,8 @@ class _Walk:
             first, second = sorted(tuple(sorted(pair)) for pair in self.twice)[0]
             raise SourceError(f"Files matched under two names ({len(self.twice):,}): {printable(first)!r} and "
                               f"{printable(second)!r} are the same file (a symbolic or hard link, or a directory "
-                              f"reached twice), whose rows would be converted twice", file=self.pattern,
+                              f"reached twice), whose rows would be converted twice: one file, one name",
+                              file=self.pattern,
                               hint="remove one of the names or narrow the pattern")
         if self.loops:
             log.warning("%s to a directory above them not followed (a loop; what lies below is read by its own "

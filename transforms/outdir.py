@@ -7,7 +7,8 @@ The guarantees:
 - **Only our files are ever deleted or replaced.** A file is ours when the directory's run marker
   (``.tf-etl-run.json``, written before the first shard; ``.tfrecord-etl-run.json`` in earlier versions) or its
   ``metadata.json`` lists it, or it is a temporary of such a file (``.tmp-<32 hex>-<name_key>``; earlier
-  ``.tmp-<listed name>-<hex>``) or the Beam temp dir of a listed run (``beam-temp-<prefix>-<hex>``). Names alone
+  ``.tmp-<listed name>-<hex>``) or the Beam temp dir of a listed run (``beam-temp-<prefix>-<hex>``); the lock's
+  temporary (``.tf-etl.lock.<pid>``, :data:`runlock.LOCK_TEMP`) is removed by the run holding the lock. Names alone
   never make a file ours: another tool's ``data-00000-of-00002.tfrecord.gz`` in a directory without our marker is
   not ours. No name of ours but the shards matches the usual shard patterns (``*.tfrecord*``, ``data-*``, ...).
 - **Anything else makes a run refuse** unless ``--overwrite``; with ``--overwrite`` our files are
@@ -38,8 +39,8 @@ from typing import Iterable
 
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import ConfigError
-from tfrecord_etl.transforms.runlock import (FAILPOINT_ENV, LEGACY_LOCK_FILE, LOCK_FILE, RUN_ENV, Lock,  # noqa: F401
-                                             _now, _process_start, _read_json, check_commit, failpoint, say)
+from tfrecord_etl.transforms.runlock import (FAILPOINT_ENV, LEGACY_LOCK_FILE, LOCK_FILE, LOCK_TEMP, RUN_ENV,  # noqa: F401
+                                             Lock, _now, _process_start, _read_json, check_commit, failpoint, say)
 
 METADATA_FILE = "metadata.json"
 SCHEMA_FILE = "schema.pbtxt"
@@ -261,10 +262,10 @@ def owned(output_dir: str, names: Iterable[str]) -> Owned:
 # ---------------------------------------------------------------- prepare
 
 # options that do not change what an output holds; the collection flags choose which output directory a run
-# writes (a span of a collection, reset in the span's own options), so an output written before they existed
-# compares equal
+# writes (a span of a collection, reset in the span's own options), and the limits added since refuse an input
+# rather than change an output, so an output written before they existed compares equal
 _NOT_COMPARED = ("overwrite", "verbose", "progress", "span", "version", "incremental", "reconvert_changed",
-                 "allow_schema_change")
+                 "allow_schema_change", "max_row_mb")
 
 
 def _comparable(options: dict | None) -> dict | None:
@@ -410,6 +411,12 @@ def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool, kee
     """The checks and cleanup of :func:`prepare`; returns ``(generation, committed files replaced, names the run
     writes)``."""
     names = set(list_names(output_dir)) - {LOCK_FILE, LEGACY_LOCK_FILE}
+    lock_temps = {n for n in names if LOCK_TEMP.match(n)}
+    if lock_temps:  # this run holds the lock: a temporary of it is a failed or killed earlier run's
+        names -= lock_temps
+        say(f"removing {_count(lock_temps, 'lock temporary')} of an earlier run that is gone in {output_dir}: "
+            f"{_names_list(lock_temps, 5)}")
+        delete_names(output_dir, sorted(lock_temps))
     if not names:
         _check_space(output_dir, planned_bytes, False)
         return 0, frozenset(), set(files)
@@ -440,12 +447,14 @@ def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool, kee
         raise ConfigError("The output directory holds a complete output of another run", file=output_dir,
                           hint="pass --overwrite to replace it, or choose another --output_dir")
     _check_space(output_dir, planned_bytes, bool(committed))
-    debris = ours - committed
+    markers = {MARKER_FILE, LEGACY_MARKER_FILE}
+    # the run marker is not debris: this run's replaces it (a rename) once the rest is removed, so a crash meanwhile
+    # leaves the rest listed; beside a complete output it is the marker of the run that wrote that output
+    debris = ours - committed - {MARKER_FILE}
     if debris:
-        markers = {MARKER_FILE, LEGACY_MARKER_FILE}
         order = [n for n in (METADATA_FILE,) if n in debris] + sorted(debris - {METADATA_FILE} - markers)
         order += sorted(debris & markers)  # the markers last: a crash during cleanup leaves the rest ours
-        what = "of an earlier run" if not committed else "of an earlier run that did not complete"
+        what = "of an earlier run that did not complete" if committed and debris - markers else "of an earlier run"
         say(f"removing {_count(debris, 'file')} {what} in {output_dir}: {_names_list(order, 5)}")
         delete_names(output_dir, order)
     if committed:

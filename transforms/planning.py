@@ -309,6 +309,7 @@ def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -
     if cfg.provenance:
         specs += PROVENANCE
     metadata.check_unique(specs)
+    check_row_size(specs, cfg.max_row_mb, cfg.input)
     n = num_shards(inputs.num_rows, inputs.num_bytes, requested=cfg.num_shards,
                    target_shard_bytes=int(cfg.target_shard_mb * 2**20), local_workers=local_workers)
     split_plan = plan_splits(cfg, inputs, specs)
@@ -328,6 +329,32 @@ def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -
         refusal = tfds_info.default_refusal(cfg.compression, specs)
         tfds_name = None if refusal else tfds_info.default_name(cfg.output_dir)
     return ConvertPlan(inputs, tuple(specs), n, shards, files, split_plan, prefix, tfds_name, refusal)
+
+
+def row_bytes(specs: Sequence[FeatureSpec]) -> int:
+    """The bytes of array values of one row: the sum over the features of fixed dtype and shape of elements x
+    itemsize (features whose shape or dtype varies per row are not counted: their size is known when read)."""
+    total = 0
+    for s in specs:
+        if s.is_fixed and s.dtype != "bytes":
+            total += s.size * np.dtype(s.dtype).itemsize
+    return total
+
+
+def check_row_size(specs: Sequence[FeatureSpec], max_row_mb: float, where: str) -> None:
+    """Refuses rows whose array values (:func:`row_bytes`) exceed ``max_row_mb`` MiB (``--max_row_mb``) before any
+    is read: a worker holds a row whole while it reads and encodes it (a row of 2 GiB took 4.4 GB of memory before
+    protobuf's 2 GB limit refused it).
+
+    Raises:
+      SourceError: naming the size, the limit and the flag.
+    """
+    size, limit = row_bytes(specs), int(max_row_mb * 2**20)
+    if size > limit:
+        raise SourceError(f"One row holds {size:,} bytes ({size / 2**20:,.1f} MiB) of array values, over the limit of "
+                          f"{max_row_mb:g} MiB per row (--max_row_mb)", file=where,
+                          hint="raise --max_row_mb (a row is held whole in memory, about twice its size at peak; "
+                               "one Example holds at most 2048 MiB), or split the arrays into smaller rows")
 
 
 def output_files(cfg, shards, num_shards: int, split_plan: SplitPlan | None, prefix: str) -> tuple[str, ...]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 import socket
 import sys
 
@@ -28,20 +29,29 @@ LEGACY_LOCK_FILE = ".tfrecord-etl.lock"  # the lock's name in earlier versions (
 _MAX_JSON_BYTES = 64 * 2**20  # a marker, lock or metadata.json larger than this is not ours
 
 FAILPOINT_ENV = "TFRECORD_ETL_FAILPOINT"
+FAILPOINT_ONCE_ENV = "TFRECORD_ETL_FAILPOINT_ONCE"  # the file a ":once" failpoint creates when it fires
 
 
 def failpoint(stage: str) -> None:
     """Kills this process with SIGKILL at ``stage`` when the environment variable ``TFRECORD_ETL_FAILPOINT`` names
     it (``STAGE:launcher`` kills the launcher holding the run's lock instead, from a worker process; ``:INT`` sends
     SIGINT, a Ctrl-C, instead of SIGKILL): how the tests crash a run at a chosen moment (``prepared``: lock and
-    marker written; ``shard-committed``: a shard renamed into place, in the process that wrote it;
+    marker written; ``shard-opened``: a shard's temporary file created, nothing written to it yet, in the process
+    that writes it; ``shard-committed``: a shard renamed into place, in the process that wrote it;
     ``before-commit``: every shard final, no metadata yet; ``committed``: ``metadata.json`` written, the replaced
     files not yet deleted; ``before-collection-commit``: a span's output committed, ``collection.json`` not yet)
-    instead of after a sleep. Unset, it costs one dictionary lookup."""
+    instead of after a sleep. ``:once`` fires in the first process that reaches the stage only (it creates the file
+    ``TFRECORD_ETL_FAILPOINT_ONCE`` names, ``O_EXCL``): one of several worker processes. Unset, it costs one
+    dictionary lookup."""
     wanted = os.environ.get(FAILPOINT_ENV)
     if wanted and wanted.split(":")[0] == stage:
         import signal
         parts = wanted.split(":")[1:]
+        if "once" in parts:
+            try:
+                os.close(os.open(os.environ[FAILPOINT_ONCE_ENV], os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            except (FileExistsError, KeyError):
+                return
         sig = next((getattr(signal, f"SIG{p}") for p in parts if hasattr(signal, f"SIG{p}")), signal.SIGKILL)
         pid = os.getpid()
         if "launcher" in parts:  # the launcher holding the run's lock (Beam starts workers through a shell)
@@ -243,10 +253,10 @@ class Lock:
             if record.get("run_id") == self.run_id:
                 data = json.dumps(dict(record, run_id=self.run_id + CLOSED)).encode()
                 if fileio.is_local(self.path):
-                    temp = f"{self.path}.{os.getpid()}"
-                    with open(temp, "wb") as f:
-                        f.write(data)
-                    os.replace(temp, self.path)
+                    try:
+                        _replace_local(self.path, data)
+                    except OSError:  # a full disk: the lock stays open, and the workers are stopped already
+                        pass  # (``pipelines.common.run_pipeline``), so what this run wrote is still removed
                 else:
                     fileio.write_if_version(self.path, data, version or fileio.ABSENT)
             elif record.get("run_id") not in (None, self.run_id + CLOSED):
@@ -336,6 +346,31 @@ def check_commit(final: str) -> None:
     from tfrecord_etl.transforms.errors import OutputError  # errors imports nothing of ours: no cycle
     raise OutputError(f"Not committing {fileio.basename(final)}: this run no longer owns the output directory: {why}",
                       file=fileio.dirname(final), hint="nothing of this run is committed; run the command again")
+
+
+def lock_temp(lock_path: str, pid: int | None = None) -> str:
+    """The temporary a run (``pid``, default this process) writes the closed lock to before renaming it over
+    ``lock_path``: ``.tf-etl.lock.<pid>`` (``outdir`` knows the name as ours: :data:`LOCK_TEMP`)."""
+    return f"{lock_path}.{os.getpid() if pid is None else pid}"
+
+
+LOCK_TEMP = re.compile(r"^\.tf-etl\.lock\.(?P<pid>\d+)$")  # lock_temp's names: ours, removed by the next run
+
+
+def _replace_local(path: str, data: bytes) -> None:
+    """Replaces the local file ``path`` with ``data`` (a temporary beside it, renamed over it); on any error the
+    temporary is deleted and the error raised (a full disk used to leave a 0-byte ``.tf-etl.lock.<pid>``)."""
+    temp = lock_temp(path)
+    try:
+        with open(temp, "wb") as f:
+            f.write(data)
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
 
 
 def _describe(record: dict | None) -> str:

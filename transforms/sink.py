@@ -89,6 +89,7 @@ def shard_writer(final: str, compression: str, index: bool = False,
     with committed_file(final) as raw:
         writer = tfrecord.ShardWriter(raw, compression, index=index, level=(codec or {}).get("level"),
                                       backend=(codec or {}).get("name"))
+        failpoint("shard-opened")
         yield writer
         writer.close()
         if index:

@@ -227,6 +227,8 @@ def resolve(pattern: str, span: SpanFlag = None, version: Optional[int] = None,
     try:
         listed = matching.match_inputs(sp.glob, follow_symlinks)
     except SourceError as e:
+        if e.message != matching.NO_MATCH:  # a file matched twice, a link outside the base, ...: said as it is
+            raise
         raise SourceError("No input file matches the pattern (with its placeholders as globs)",
                           file=pattern, hint=f"listed {sp.glob}; " + (e.hint or "")) from None
     found: dict[tuple[int, Optional[int]], list[tuple[str, int]]] = {}
