@@ -4,9 +4,11 @@ batched fetch (``__getitems__``) decoded a block at a time (:class:`codec.block.
 """
 from __future__ import annotations
 
+import bisect
 import os
 from typing import Sequence
 
+import google_crc32c
 import numpy as np
 
 from tfrecord_etl.transforms import collection_reader, fileio, metadata, tfrecord
@@ -63,6 +65,8 @@ class RandomAccess:
         self._paths = [path for part in parts for path in metadata.shard_paths(part.dir, part.meta)]
         self._dirs = [part.dir for part in parts for _ in part.meta["shards"]]  # where each shard's index file is
         self._ends = np.cumsum([s["records"] for s in self._shards], dtype=np.int64)
+        self._ends_list = self._ends.tolist()  # bisect over a list: no NumPy call per index
+        self._len = int(self._ends[-1]) if len(self._ends) else 0
         self._offsets: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._checked: dict[int, tuple | None] = {}  # shard -> the version (os.stat) whose identity was checked
         self._limit = tfrecord.record_limit() if max_record_bytes is None else max_record_bytes
@@ -107,15 +111,27 @@ class RandomAccess:
 
     # -- offsets ----------------------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return int(self._ends[-1]) if len(self._ends) else 0
+        return self._len
 
     def _locate(self, i: int) -> tuple[int, int]:
-        n = len(self)
+        n = self._len
         if not -n <= i < n:
             raise IndexError(f"record {i} of an output of {n} records")
         i %= n
-        shard = int(np.searchsorted(self._ends, i, side="right"))
-        return shard, i - (int(self._ends[shard - 1]) if shard else 0)
+        shard = bisect.bisect_right(self._ends_list, i)
+        return shard, i - (self._ends_list[shard - 1] if shard else 0)
+
+    def _locate_all(self, indices) -> tuple[np.ndarray, np.ndarray]:
+        """(shards, records within them) of global ``indices``, vectorized; IndexError for the first outside."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        n = self._len
+        outside = np.flatnonzero((idx < -n) | (idx >= n))
+        if outside.size:
+            raise IndexError(f"record {int(idx[outside[0]])} of an output of {n} records")
+        idx = idx % n if n else idx
+        shards = np.searchsorted(self._ends, idx, side="right")
+        starts = np.concatenate(([0], self._ends))[shards]
+        return shards, idx - starts
 
     def _frames(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(offsets, frame lengths) of shard ``k``, from its index file or its headers; checked, then cached."""
@@ -199,32 +215,48 @@ class RandomAccess:
 
     def batch(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
         """``{name: array of len(indices) rows}``, row ``r`` being example ``indices[r]`` (as ``iter_numpy(...,
-        batch_size=...)`` batches: fixed features stacked, features whose shape varies as object arrays of rows);
-        the records are read one positional read each and decoded together, a block per record length.
+        batch_size=...)`` batches: fixed features stacked, features whose shape varies as object arrays of rows).
+        One positional read per record; the frames are checked together (records of one length share a length
+        header: one CRC of it; a data CRC per record) and decoded a block per record length.
 
         Raises:
           IndexError, RecordError: as :meth:`__getitem__`.
         """
-        where = [self._locate(int(i)) for i in indices]
-        records = [self._record(k, j) for k, j in where]
-        lengths = np.fromiter(map(len, records), np.int64, len(records))
-        groups = [np.arange(len(records))] if len(records) and (lengths == lengths[0]).all() else \
-            [np.flatnonzero(lengths == n) for n in np.unique(lengths)]
+        shards, within = self._locate_all(indices)
+        count = len(shards)
+        offsets = np.empty(count, np.int64)
+        frames = np.empty(count, np.int64)
+        for k in np.unique(shards).tolist():
+            mine = shards == k
+            o, f = self._frames(k)
+            offsets[mine], frames[mine] = o[within[mine]], f[within[mine]]
+        big = np.flatnonzero(frames - 16 > self._limit)
+        if big.size:
+            r = int(big[0])
+            tfrecord.check_record_size(int(frames[r]) - 16, self._limit, file=self._paths[int(shards[r])],
+                                       record=int(within[r]), offset=int(offsets[r]))
+        fds = {k: (self._fd(k) if self._local[k] else None) for k in np.unique(shards).tolist()}
+        pread = os.pread
+        data = [pread(fds[k], n, o) if fds[k] is not None else self._read(k, o, n)
+                for k, o, n in zip(shards.tolist(), offsets.tolist(), frames.tolist())]
+        groups = [np.arange(count)] if count and (frames == frames[0]).all() else \
+            [np.flatnonzero(frames == n) for n in np.unique(frames)]
         out: dict[str, np.ndarray] = {}
         for rows in groups:
-            part = [records[r] for r in rows.tolist()]
-            block = np.frombuffer(b"".join(part), np.uint8).reshape(len(part), int(lengths[rows[0]]))
+            frame = int(frames[rows[0]])
+            part = data if len(groups) == 1 else [data[r] for r in rows.tolist()]
+            block = self._checked_frames(part, frame, shards[rows], within[rows], offsets[rows])
             try:
-                decoded = self._decoder.decode(block, part)
+                decoded = self._decoder.decode(block[:, 12:frame - 4])
             except RecordError as e:
-                k, j = where[int(rows[e.context.get("record", 0)])]
-                raise self._decode_error(e, k, j) from None
+                r = int(rows[e.context.get("record", 0)])
+                raise self._decode_error(e, int(shards[r]), int(within[r])) from None
             if len(groups) == 1:
                 return decoded
             for spec in self._specs:
                 value = decoded[spec.name]
                 if spec.name not in out:
-                    shape = (len(records),) if ragged(spec) else (len(records), *value.shape[1:])
+                    shape = (count,) if ragged(spec) else (count, *value.shape[1:])
                     out[spec.name] = np.empty(shape, value.dtype)
                 out[spec.name][rows] = value
         if not out:
@@ -232,19 +264,52 @@ class RandomAccess:
             return {s.name: stack(s, []) for s in self._specs}
         return out
 
+    def _checked_frames(self, part: list[bytes], frame: int, shards, within, offsets) -> np.ndarray:
+        """``(rows, frame)`` uint8 of frames read (each ``frame`` bytes long), their length headers and data CRCs
+        checked; RecordError naming the first bad one."""
+        block = np.frombuffer(b"".join(part), np.uint8)
+        if len(block) != frame * len(part):
+            r = next(r for r, d in enumerate(part) if len(d) != frame)
+            raise RecordError(f"Truncated record: {len(part[r])} bytes at the indexed offset",
+                              file=self._paths[int(shards[r])], record=int(within[r]), offset=int(offsets[r]))
+        block = block.reshape(len(part), frame)
+        header = part[0][:12]
+        same = block[:, 0] == block[0, 0]
+        for c in range(1, 12):
+            same &= block[:, c] == block[0, c]
+        bad = np.flatnonzero(~same)
+        first = int(bad[0]) if bad.size else None
+        if first is None and (tfrecord.masked_crc(header[:8]) != int.from_bytes(header[8:], "little")
+                              or int.from_bytes(header[:8], "little") != frame - 16):
+            first = 0
+        if first is None:
+            value = google_crc32c.value
+            crcs = np.fromiter((value(d[12:frame - 4]) for d in part), np.uint64, len(part))
+            masked = (((crcs >> 15) | (crcs << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+            wrong = np.flatnonzero(masked != np.ascontiguousarray(block[:, frame - 4:]).view("<u4")[:, 0])
+            first = int(wrong[0]) if wrong.size else None
+        if first is not None:  # the exact error, from the one-record check
+            tfrecord.unframe(part[first], self._paths[int(shards[first])], int(within[first]), int(offsets[first]))
+        return block
+
     def __getitems__(self, indices: Sequence[int]) -> list[dict]:
         """The examples ``indices`` as a list of :meth:`__getitem__`'s dicts, decoded together (:meth:`batch`):
         PyTorch 2.x's ``DataLoader`` fetches a batch with it (then ``collate_fn`` stacks the list)."""
         batch = self.batch(indices)
-        fixed = [(s.name, batch[s.name]) for s in self._specs if not ragged(s)]
-        varying = [(s.name, batch[s.name]) for s in self._specs if ragged(s)]
-        out = []
-        for r in range(len(indices)):
-            row = {name: arr[r, ...] for name, arr in fixed}
-            for name, arr in varying:
-                row[name] = arr[r]
-            out.append(python_scalars({s.name: row[s.name] for s in self._specs}))
-        return out
+        columns = []
+        for spec in self._specs:
+            arr = batch[spec.name]
+            if ragged(spec):
+                columns.append((spec.name, list(arr)))
+            elif arr.ndim == 1 and arr.dtype.kind in "SUO":  # 0-d strings: Python bytes/str (python_scalars)
+                values = arr.tolist()
+                columns.append((spec.name, [v if isinstance(v, (bytes, str)) else arr[r, ...]
+                                            for r, v in enumerate(values)]))
+            else:
+                columns.append((spec.name, [arr[r, ...] for r in range(len(arr))]))
+        names = [name for name, _ in columns]
+        return [dict(zip(names, row)) for row in zip(*(values for _, values in columns))] if columns else \
+            [{} for _ in range(len(indices))]
 
 
 def _version(path: str) -> tuple | None:
