@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import convert
+from tests.test_collection_read import coll, expected  # noqa: F401 - the collection fixture (3 spans)
 from tfrecord_etl.transforms import fileio, metadata, reader, tfrecord
 from tfrecord_etl.transforms.codec import decode_example_lenient
 from tfrecord_etl.transforms.errors import ConfigError, RecordError
@@ -277,3 +278,16 @@ def test_a_record_count_that_differs_from_the_metadata_is_refused(outputs, tmp_p
         list(reader.iter_numpy(str(out), batch_size=10))
     assert tfrecord  # noqa - the framing module is what counts the frames
     assert fileio.size(str(out / meta["shards"][0]["file"])) == meta["shards"][0]["bytes"]
+
+
+def test_batches_run_across_the_spans_of_a_collection(coll):
+    """Batches of a collection: the spans' rows in span order, batches crossing span boundaries; RandomAccess's
+    batched fetch across spans."""
+    path, data = coll
+    want = expected(data, [3, 4, 7])
+    batches = list(reader.iter_numpy(str(path), batch_size=16))
+    assert [len(b["label"]) for b in batches] == [16] * 6  # 40 + 25 + 31 rows
+    for name in ("x", "label"):
+        np.testing.assert_array_equal(np.concatenate([b[name] for b in batches]), want[name])
+    got = reader.RandomAccess(str(path), spans="latest:2").batch([30, 0, 55, 24, 25])
+    np.testing.assert_array_equal(got["label"], expected(data, [4, 7])["label"][[30, 0, 55, 24, 25]])

@@ -420,8 +420,10 @@ def iter_numpy_merged(original: str, sidecar_dir: str, features: Sequence[str] |
       IncompleteOutputError, SchemaError, RecordError: see :func:`open_sidecar`; also RecordError when a
         pair of shards turns out to hold different record counts while reading (naming both files).
     """
+    from tfrecord_etl.transforms.codec.block import BlockDecoder
     coll = open_sidecar(original, sidecar_dir, check_checksums)
     specs = _select(coll.specs, features)
+    decoder = BlockDecoder(specs)  # one record at a time, each merged pair of one layout decoded from its offsets
     for pair in coll.pairs:
         originals = iter_records(pair.original, pair.original_compression)
         sidecars = iter_records(pair.sidecar, coll.sidecar_compression)
@@ -431,7 +433,7 @@ def iter_numpy_merged(original: str, sidecar_dir: str, features: Sequence[str] |
                 raise RecordError(f"{'Original' if left is None else 'Sidecar'} shard ended at record {index}: "
                                   "misaligned pair", file=pair.original, sidecar=pair.sidecar, record=index)
             try:  # not around the yield (see iter_numpy)
-                example = decode_example_lenient(left[2] + right[2], specs)
+                example = decoder.decode_one(left[2] + right[2])
             except RecordError as e:
                 raise RecordError(f"Cannot decode merged example: {e}", file=pair.original, sidecar=pair.sidecar,
                                   record=left[0]) from None
