@@ -65,18 +65,30 @@ class Checker:
         self.seen, self.ordered, self.ids = 0, ordered, []
 
     def batch(self, batch: dict) -> None:
-        n = len(batch["id"])
-        ids = np.asarray(batch["id"]).reshape(n)
-        if self.ordered and not np.array_equal(ids, np.arange(self.seen, self.seen + n)):
+        ids = np.asarray(batch["id"]).reshape(-1)
+        n = len(ids)
+        if self.ordered and not (n and ids[0] == self.seen and np.array_equal(ids, np.arange(self.seen, self.seen + n))):
             raise AssertionError(f"ids {ids[:4]}... at row {self.seen}")
         if not self.ordered:
             self.ids.append(ids.copy())
-        for r in np.flatnonzero(np.isin(ids, list(self.sample))).tolist():
-            for name, want in self.ref[int(ids[r])].items():
-                got = np.asarray(batch[name][r])
-                if got.shape != want.shape or not np.array_equal(got, want):
-                    raise AssertionError(f"{name} of row {int(ids[r])}")
+        for r, i in enumerate(ids.tolist()):
+            if i in self.sample:
+                self._same(i, {name: batch[name][r] for name in self.ref[i]})
         self.seen += n
+
+    def row(self, row: dict) -> None:
+        i = int(row["id"])
+        if i != self.seen:
+            raise AssertionError(f"id {i} at row {self.seen}")
+        if i in self.sample:
+            self._same(i, row)
+        self.seen += 1
+
+    def _same(self, i: int, got: dict) -> None:
+        for name, want in self.ref[i].items():
+            value = np.asarray(got[name])
+            if value.shape != want.shape or not np.array_equal(value, want):
+                raise AssertionError(f"{name} of row {i}")
 
     def done(self) -> int:
         if self.seen != self.total:
@@ -140,7 +152,7 @@ def iter_numpy_rows(out: str) -> float:
 
     def run():
         for row in reader.iter_numpy(out):
-            check.batch({k: np.asarray(v)[None] for k, v in row.items()})
+            check.row(row)
         return check.done()
     return _timed(run)
 
@@ -236,6 +248,19 @@ def torch_random_access(out: str, workers: int = 2, batch_size: int = BATCH) -> 
     return _timed(lambda: _torch_epoch(loader, len(ra)))
 
 
+def torch_random_access_batched(out: str, workers: int = 2, batch_size: int = BATCH) -> float:
+    """PyTorch DataLoader(RandomAccess(out), batch_size=None, sampler=BatchSampler(RandomSampler, 256)): each worker
+    fetches a whole batch with one ``ra[indices]`` (decoded together, no per-sample collate)."""
+    import torch
+    from tfrecord_etl.transforms import reader
+    ra = reader.RandomAccess(out)
+    ra[0]
+    sampler = torch.utils.data.BatchSampler(
+        torch.utils.data.RandomSampler(range(len(ra)), generator=torch.Generator().manual_seed(0)), batch_size, False)
+    loader = torch.utils.data.DataLoader(ra, batch_size=None, sampler=sampler, num_workers=workers)
+    return _timed(lambda: _torch_epoch(loader, len(ra)))
+
+
 def torch_tfrecord_package(out: str, workers: int = 2, batch_size: int = BATCH) -> float:
     """The `tfrecord` package's indexed TFRecordDataset over the same shards (one per shard, chained; its shuffle
     queue of 1,024), DataLoader with 2 workers, batch 256; ``id`` checked."""
@@ -253,7 +278,7 @@ def torch_tfrecord_package(out: str, workers: int = 2, batch_size: int = BATCH) 
 
 
 CONTENDERS = {f.__name__: f for f in (plain_read, iter_numpy_batched, iter_numpy_unchecked, iter_numpy_rows,
-                                      tf_numpy_iterator, random_getitem, random_getitems, torch_random_access,
+                                      tf_numpy_iterator, random_getitem, random_getitems, torch_random_access, torch_random_access_batched,
                                       torch_tfrecord_package)}
 
 

@@ -19,6 +19,7 @@ cover, so a second check per record would find nothing the first did not).
 """
 from __future__ import annotations
 
+import os
 from typing import Iterator, Sequence
 
 import google_crc32c
@@ -44,14 +45,15 @@ def shards_of(output_dir: str, features: Sequence[str] | None, split: str | None
 
 
 def iter_pieces(specs: Sequence[FeatureSpec], shards, max_record_bytes: int | None = None,
-                max_features: int | None = None, check_checksums: bool = True
+                max_features: int | None = None, check_checksums: bool = True, align: int = 1
                 ) -> Iterator[tuple[dict[str, np.ndarray], int]]:
     """Yields ``({name: array of k rows}, k)`` over the records of ``shards`` (``shards_of``), in order: one piece per
-    run of records of one length (a block) or of mixed ones; each shard checked (see the module)."""
+    run of records of one length (a block) or of mixed ones; each shard checked (see the module). ``align``: chunks
+    are read to hold a multiple of that many records of one length (a batch size: batches are then slices)."""
     decoder = BlockDecoder(specs, max_features)
     limit = tfrecord.record_limit() if max_record_bytes is None else max_record_bytes
     for shard, path, compression in shards:
-        yield from _shard_pieces(decoder, shard, path, compression, limit, check_checksums)
+        yield from _shard_pieces(decoder, shard, path, compression, limit, check_checksums, align)
 
 
 def batches(pieces, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
@@ -100,36 +102,51 @@ def _concat(pieces: list[dict]) -> dict:
 
 
 def _shard_pieces(decoder: BlockDecoder, shard: dict, path: str, compression: str, limit: int,
-                  check_checksums: bool) -> Iterator[tuple[dict, int]]:
+                  check_checksums: bool, align: int = 1) -> Iterator[tuple[dict, int]]:
     from tfrecord_etl.transforms import reader  # check_shard: the one check of a shard's identity
     tfrecord.check_regular(path)
     size = fileio.size(path)
     reader.check_shard(shard, path, size, check_checksum=False)  # the size, before anything is read
     expected = shard.get("crc32c") if check_checksums and isinstance(shard.get("crc32c"), str) else None
-    checked_first = expected is not None and fileio.is_local(path)
-    if checked_first:
+    checked = None  # the local file version whose CRC32C matched, before reading
+    if expected is not None and fileio.is_local(path):
         reader.check_shard(shard, path, size, check_checksum=True)
+        checked = reader._file_version(path)
+        checked = checked if checked in reader._CHECKED else None
     with fileio.open_read(path) as raw:
-        # the CRC32C of the stored bytes: of the chunks themselves when uncompressed, else of what the decompressor
-        # reads (tfrecord.ChecksumReader)
-        counted = tfrecord.ChecksumReader(raw) if expected is not None and compression != "none" else None
+        same = checked is not None and _fstat_version(path, raw) == checked
+        # else the CRC32C of the stored bytes as read: of the chunks themselves when uncompressed, else of what the
+        # decompressor reads (tfrecord.ChecksumReader)
+        stream_crc = expected is not None and not same
+        counted = tfrecord.ChecksumReader(raw) if stream_crc and compression != "none" else None
         stream = tfrecord.open_decompressed(counted or raw, compression)
-        crc = _Crc() if expected is not None and counted is None else None
-        count = yield from _stream_pieces(decoder, stream, path, limit, not checked_first, crc)
+        crc = _Crc() if stream_crc and counted is None else None
+        count = yield from _stream_pieces(decoder, stream, path, limit, not same, crc, align)
         if counted is not None:
             try:
                 counted.drain()  # bytes after the last frame (a gzip trailer) are part of the file
             except tfrecord._READ_ERRORS as e:
                 raise RecordError(f"Cannot read the shard to its end: {e}", file=path) from None
             crc = counted
+        if same and _fstat_version(path, raw) != checked:
+            raise RecordError("Shard changed while it was read", file=path, hint=_HINT)
     if count != shard["records"]:
         raise RecordError(f"Shard holds {count} records, metadata says {shard['records']}", file=path, hint=_HINT)
-    if expected is not None:
+    if stream_crc:
         got = tfrecord.crc32c_hex(crc.crc)
         if (crc.bytes, got) != (size, expected):
             raise RecordError(f"Shard's CRC32C is {got} ({crc.bytes} bytes read), metadata.json says {expected}: "
                               "it was replaced by another file or swapped with another shard after it was written, "
                               "or changed while it was read", file=path, hint=_HINT)
+
+
+def _fstat_version(path: str, raw) -> tuple | None:
+    """``reader._file_version`` of the open file ``raw`` (its descriptor's stat), or None."""
+    try:
+        st = os.fstat(raw.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None
+    return path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 class _Crc:
@@ -147,12 +164,12 @@ def _fill(stream, left: bytes | bytearray, need: int, crc: "_Crc | None") -> tup
     """A new buffer holding ``left`` then at least ``need`` more bytes of ``stream`` (fewer at its end), read in place
     (``readinto``); returns it and how many bytes it holds. A new buffer each time: decoded arrays never alias it, but
     a caller's view of an older one stays valid."""
-    size = len(left) + max(CHUNK, need)
+    size = len(left) + need
     buf = bytearray(size)
     buf[:len(left)] = left
     view, have = memoryview(buf), len(left)
     readinto = getattr(stream, "readinto", None)
-    while have < len(left) + need:
+    while have < size:
         if readinto is not None:
             n = readinto(view[have:])
         else:
@@ -168,8 +185,9 @@ def _fill(stream, left: bytes | bytearray, need: int, crc: "_Crc | None") -> tup
     return buf, have
 
 
-def _stream_pieces(decoder, stream, path: str, limit: int, record_crcs: bool, crc: "_Crc | None"):
-    """Yields the pieces of one decompressed stream; returns its record count."""
+def _stream_pieces(decoder, stream, path: str, limit: int, record_crcs: bool, crc: "_Crc | None", align: int = 1):
+    """Yields the pieces of one decompressed stream; returns its record count. Reads are sized to end at a frame
+    boundary when frames have one length (and hold a multiple of ``align`` of them), so runs are not cut."""
     buf, filled, pos, index, offset, eof = bytearray(), 0, 0, 0, 0, False
     checked = None  # the last length header whose CRC matched
     while True:
@@ -211,13 +229,18 @@ def _stream_pieces(decoder, stream, path: str, limit: int, record_crcs: bool, cr
                 raise RecordError(f"Truncated record: {max(0, min(length, left - 12))} of {length} data bytes",
                                   file=path, record=index, offset=offset, hint="the file was cut short; rewrite it")
             return index
-        need = 12 - left if left < 12 else int.from_bytes(buf[pos:pos + 8], "little") + 16 - left
+        if left < 12:  # the first read of a stream: one header, then chunks sized by its frame length
+            need = 12 - left if index == 0 and not offset else CHUNK
+        else:
+            frame = int.from_bytes(buf[pos:pos + 8], "little") + 16
+            step = frame * align if frame * align <= CHUNK else frame
+            need = max(frame, -(-CHUNK // step) * step) - left
         try:
-            buf, filled = _fill(stream, buf[pos:filled], max(need, 1), crc)
+            buf, filled = _fill(stream, buf[pos:filled], need, crc)
         except tfrecord._READ_ERRORS as e:
             raise RecordError(f"Cannot decompress: {e}", file=path, record=index, offset=offset,
                               hint="check the compression (gzip/zlib/none) of this file") from None
-        eof = filled - left < max(need, 1)
+        eof = filled - left < need
         pos = 0
 
 

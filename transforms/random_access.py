@@ -202,10 +202,13 @@ class RandomAccess:
         return RecordError(f"Cannot decode example: {e.message}", hint=e.hint, file=self._paths[k], record=j,
                            offset=int(self._frames(k)[0][j]), payload_offset=e.context.get("offset"))
 
-    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+    def __getitem__(self, i) -> dict[str, np.ndarray]:
         """Example ``i`` as :func:`reader.iter_numpy` yields it, except scalar strings: Python ``bytes`` (``S``,
         ``bytes`` features) or ``str`` (``U``), the values PyTorch's ``default_collate`` batches
-        (``torch_io.python_scalars``; :func:`reader.get` too)."""
+        (``torch_io.python_scalars``; :func:`reader.get` too). ``i`` a list or 1-D array of indices: their
+        :meth:`batch` (what a ``DataLoader`` with ``batch_size=None`` and a ``BatchSampler`` asks for)."""
+        if isinstance(i, (list, tuple, np.ndarray)):
+            return self.batch(i)
         k, j = self._locate(i)
         record = self._record(k, j)
         try:

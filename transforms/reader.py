@@ -107,7 +107,7 @@ def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_recor
         from tfrecord_etl.transforms.errors import ConfigError
         raise ConfigError(f"batch_size={batch_size!r}: expected a positive integer, or None for one example at a time")
     specs, shards = numpy_reader.shards_of(output_dir, features, split, spans)
-    pieces = numpy_reader.iter_pieces(specs, shards, max_record_bytes, max_features, check_checksums)
+    pieces = numpy_reader.iter_pieces(specs, shards, max_record_bytes, max_features, check_checksums, batch_size or 1)
     if batch_size:
         yield from numpy_reader.batches(pieces, int(batch_size))
     else:
