@@ -187,61 +187,73 @@ def _fill(stream, left: bytes | bytearray, need: int, crc: "_Crc | None") -> tup
 
 def _stream_pieces(decoder, stream, path: str, limit: int, record_crcs: bool, crc: "_Crc | None", align: int = 1):
     """Yields the pieces of one decompressed stream; returns its record count. Reads are sized to end at a frame
-    boundary when frames have one length (and hold a multiple of ``align`` of them), so runs are not cut."""
+    boundary when frames have one length (and hold a multiple of ``align`` of them), so runs are not cut. The next
+    chunk is read (and decompressed) by a thread while this one is decoded: file reads, decompression and NumPy's
+    copies release the GIL, as tf.data's parallel reads overlap its parsing."""
+    from concurrent.futures import ThreadPoolExecutor
     buf, filled, pos, index, offset, eof = bytearray(), 0, 0, 0, 0, False
     checked = None  # the last length header whose CRC matched
-    while True:
-        arr = np.frombuffer(buf, np.uint8, filled)
-        runs, end, checked = _runs(buf, filled, arr, pos, limit, checked, path, index, offset)
-        mixed: list[tuple[int, int]] = []  # (frame start, data length) of short runs, decoded one by one
-        for start, length, k in runs:
-            if k < MIN_BLOCK:
-                mixed += [(start + j * (length + 16), length) for j in range(k)]
-                continue
+    pending = None  # (future of the next _fill, bytes kept from this buffer, bytes asked)
+    reader_thread = ThreadPoolExecutor(1, thread_name_prefix="tfrecord-etl-read")
+    try:
+        while True:
+            if pending is not None:
+                future, left, need = pending
+                pending = None
+                try:
+                    buf, filled = future.result()
+                except tfrecord._READ_ERRORS as e:
+                    raise RecordError(f"Cannot decompress: {e}", file=path, record=index, offset=offset,
+                                      hint="check the compression (gzip/zlib/none) of this file") from None
+                eof, pos = filled - left < need, 0
+            arr = np.frombuffer(buf, np.uint8, filled)
+            runs, end, checked = _runs(buf, filled, arr, pos, limit, checked, path, index, offset)
+            left = filled - end
+            if not eof:  # read the next chunk while this one is decoded
+                if left < 12:  # the first read of a stream: one header, then chunks sized by its frame length
+                    need = 12 - left if not filled else CHUNK
+                else:
+                    frame = int.from_bytes(buf[end:end + 8], "little") + 16
+                    step = frame * align if frame * align <= CHUNK else frame
+                    need = max(frame, -(-CHUNK // step) * step) - left
+                pending = reader_thread.submit(_fill, stream, bytes(buf[end:filled]), need, crc), left, need
+            mixed: list[tuple[int, int]] = []  # (frame start, data length) of short runs, decoded one by one
+            for start, length, k in runs:
+                if k < MIN_BLOCK:
+                    mixed += [(start + j * (length + 16), length) for j in range(k)]
+                    continue
+                if mixed:
+                    yield _mixed(decoder, buf, mixed, path, index, offset - pos, record_crcs)
+                    index += len(mixed)
+                    mixed = []
+                frames = arr[start:start + k * (length + 16)].reshape(k, length + 16)
+                data = frames[:, 12:12 + length]
+                first = offset + start - pos
+                if record_crcs:
+                    _check_crcs(frames, length, path, index, first)
+                try:
+                    piece = decoder.decode(data)
+                except RecordError as e:
+                    j = e.context.get("record", 0)
+                    raise _decode_error(e, path, index + j, first + j * (length + 16)) from None
+                yield piece, k
+                index += k
             if mixed:
                 yield _mixed(decoder, buf, mixed, path, index, offset - pos, record_crcs)
                 index += len(mixed)
-                mixed = []
-            frames = arr[start:start + k * (length + 16)].reshape(k, length + 16)
-            data = frames[:, 12:12 + length]
-            first = offset + start - pos
-            if record_crcs:
-                _check_crcs(frames, length, path, index, first)
-            try:
-                piece = decoder.decode(data)
-            except RecordError as e:
-                j = e.context.get("record", 0)
-                raise _decode_error(e, path, index + j, first + j * (length + 16)) from None
-            yield piece, k
-            index += k
-        if mixed:
-            yield _mixed(decoder, buf, mixed, path, index, offset - pos, record_crcs)
-            index += len(mixed)
-        offset += end - pos
-        pos = end
-        left = filled - pos
-        if eof:
-            if left:
-                if left < 12:
-                    raise RecordError(f"Truncated record header ({left} of 12 bytes)", file=path, record=index,
-                                      offset=offset, hint="the file was cut short; rewrite it")
-                length = int.from_bytes(buf[pos:pos + 8], "little")
-                raise RecordError(f"Truncated record: {max(0, min(length, left - 12))} of {length} data bytes",
-                                  file=path, record=index, offset=offset, hint="the file was cut short; rewrite it")
-            return index
-        if left < 12:  # the first read of a stream: one header, then chunks sized by its frame length
-            need = 12 - left if index == 0 and not offset else CHUNK
-        else:
-            frame = int.from_bytes(buf[pos:pos + 8], "little") + 16
-            step = frame * align if frame * align <= CHUNK else frame
-            need = max(frame, -(-CHUNK // step) * step) - left
-        try:
-            buf, filled = _fill(stream, buf[pos:filled], need, crc)
-        except tfrecord._READ_ERRORS as e:
-            raise RecordError(f"Cannot decompress: {e}", file=path, record=index, offset=offset,
-                              hint="check the compression (gzip/zlib/none) of this file") from None
-        eof = filled - left < need
-        pos = 0
+            offset += end - pos
+            pos = end
+            if eof:
+                if left:
+                    if left < 12:
+                        raise RecordError(f"Truncated record header ({left} of 12 bytes)", file=path, record=index,
+                                          offset=offset, hint="the file was cut short; rewrite it")
+                    length = int.from_bytes(buf[pos:pos + 8], "little")
+                    raise RecordError(f"Truncated record: {max(0, min(length, left - 12))} of {length} data bytes",
+                                      file=path, record=index, offset=offset, hint="the file was cut short; rewrite it")
+                return index
+    finally:  # the stream is closed after this: no read may still be running on it
+        reader_thread.shutdown(wait=True)
 
 
 def _runs(buf, n: int, arr: np.ndarray, pos: int, limit: int, checked, path: str, index: int, offset: int):
