@@ -273,6 +273,9 @@ class BlockDecoder:
         self.max_features = max_features
         self._layouts: dict[int, Layout | None] = {}
         self._encodings = {s.name: encoding_of(s) for s in self.specs}
+        # per feature: (how its values are gathered, its dtype), looked up once
+        self._how = {s.name: (_vector_kind(s), None if s.dtype in (None, VLEN_BYTES) else np.dtype(s.dtype))
+                     for s in self.specs}
 
     # -- one record ------------------------------------------------------------------------------------
     def decode_one(self, record: bytes) -> dict[str, np.ndarray]:
@@ -298,8 +301,7 @@ class BlockDecoder:
     def _vector_one(self, spec: FeatureSpec, record: bytes, where) -> np.ndarray | None:
         """:meth:`_vector` for one record, with as few NumPy calls as it takes (one record is all Python overhead)."""
         start, nbytes, width = where
-        how = _vector_kind(spec)
-        dt = np.dtype(spec.dtype)
+        how, dt = self._how[spec.name]
         if how == "tensor":
             if not nbytes:
                 return np.zeros(spec.shape, dt)
@@ -323,6 +325,8 @@ class BlockDecoder:
             values = _varints(np.frombuffer(record, np.uint8, nbytes, start)[None], width)[0]
         if dt.kind in "Mm":
             return values.view(dt).reshape(spec.shape)
+        if dt == values.dtype:
+            return values.reshape(spec.shape)
         out = values.astype(dt)
         if dt.kind != "f" and not np.array_equal(out.astype(values.dtype), values):
             return None
@@ -417,8 +421,7 @@ class BlockDecoder:
         holds an integer out of range for the dtype (the caller decodes those rows one by one)."""
         start, nbytes, width = where
         rows = block.shape[0]
-        dt = np.dtype(spec.dtype)
-        how = _vector_kind(spec)
+        how, dt = self._how[spec.name]
         if how == "tensor":
             if not nbytes:
                 return np.zeros((rows, *spec.shape), dt)
