@@ -26,6 +26,7 @@ from tfrecord_etl.transforms import collection_reader, fileio, metadata, tfrecor
 from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, encoding_of
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # noqa: F401 - re-exported
+from tfrecord_etl.transforms.random_access import RandomAccess  # noqa: F401 - re-exported
 from tfrecord_etl.transforms.torch_io import collate_varlen, python_scalars, torch_description  # noqa: F401
 
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
@@ -72,38 +73,45 @@ def _select(specs: Sequence[FeatureSpec], features: Sequence[str] | None) -> lis
 
 
 def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_record_bytes: int | None = None,
-               max_features: int | None = None, split: str | None = None, spans=None
-               ) -> Iterator[dict[str, np.ndarray]]:
-    """Yields one ``{name: np.ndarray}`` per example, in shard order, without importing TensorFlow.
-    ``split``: only that split's shards (``--splits`` / ``--split`` outputs); default every shard.
-    ``output_dir`` may be a collection directory: ``spans`` selects its spans, read in span order (see the module).
+               max_features: int | None = None, split: str | None = None, spans=None, batch_size: int | None = None,
+               check_checksums: bool = True) -> Iterator[dict[str, np.ndarray]]:
+    """Yields one ``{name: np.ndarray}`` per example, or with ``batch_size`` one ``{name: array of batch_size
+    rows}`` per batch (the last one holds the rest; batches run across shards and spans), in shard order, without
+    importing TensorFlow. ``split``: only that split's shards (``--splits`` / ``--split`` outputs); default every
+    shard. ``output_dir`` may be a collection directory: ``spans`` selects its spans, read in span order (see the
+    module).
 
-    Arrays have the recorded dtype (little-endian) and shape; ``bytes`` features are object arrays.
+    Arrays have the recorded dtype (little-endian) and shape; ``bytes`` features are object arrays. In a batch, a
+    fixed feature is one ``(rows, *shape)`` array; a feature whose shape or dtype varies between examples is a 1-D
+    object array holding each row's array. Records are decoded a block at a time with NumPy
+    (:mod:`transforms.numpy_reader`), with values equal to the per-record decoder's.
 
     ``max_record_bytes`` / ``max_features``: limits on one record's size and feature count (defaults
     ``tfrecord.record_limit()`` and ``codec.MAX_FEATURES``).
 
+    Each shard is checked: its size against metadata.json before it is read, its record count at its end, and with
+    ``check_checksums`` (default) its CRC32C: a local shard's before its first row (once per process and file
+    version, :func:`check_shard`), and the bytes as read, at its end. ``check_checksums=False`` skips the CRC32C of
+    the shard (every record's own CRCs are still checked).
+
     Raises:
       IncompleteOutputError: no metadata.json.
-      RecordError: a corrupt record (file, index, offset), a record over a limit, or a shard whose record
-        count differs from the metadata.
-      ConfigError, SchemaError: ``spans`` (see :func:`collection_reader.parts`).
+      RecordError: a corrupt record (file, index, offset), a record over a limit, a shard whose size, record count
+        or CRC32C differs from the metadata (naming the shard).
+      ConfigError: ``batch_size`` not a positive integer; ``spans`` (see :func:`collection_reader.parts`).
+      SchemaError: ``spans`` (see :func:`collection_reader.parts`).
     """
-    specs, parts = collection_reader.parts(output_dir, spans, split, features)
-    shards = [(shard, path, part.meta["compression"]) for part in parts
-              for shard, path in zip(part.meta["shards"], metadata.shard_paths(part.dir, part.meta))]
-    for shard, path, compression in shards:
-        count = 0
-        for index, offset, record in iter_records(path, compression, max_record_bytes):
-            try:  # never around the yield: a generator closed at interpreter exit would evaluate the except
-                example = decode_example_lenient(record, specs, max_features)  # = decode_example, + native lists
-            except RecordError as e:
-                raise RecordError(f"Cannot decode example: {e.message}", hint=e.hint, file=path, record=index,
-                                  offset=offset, payload_offset=e.context.get("offset")) from None
-            yield example
-            count += 1
-        if count != shard["records"]:
-            raise RecordError(f"Shard holds {count} records, metadata says {shard['records']}", file=path)
+    from tfrecord_etl.transforms import numpy_reader
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+                                   or batch_size < 1):
+        from tfrecord_etl.transforms.errors import ConfigError
+        raise ConfigError(f"batch_size={batch_size!r}: expected a positive integer, or None for one example at a time")
+    specs, shards = numpy_reader.shards_of(output_dir, features, split, spans)
+    pieces = numpy_reader.iter_pieces(specs, shards, max_record_bytes, max_features, check_checksums, batch_size or 1)
+    if batch_size:
+        yield from numpy_reader.batches(pieces, int(batch_size))
+    else:
+        yield from numpy_reader.rows(specs, pieces)
 
 
 def tf_feature_spec(output_dir: str, features: Sequence[str] | None = None, spans=None) -> dict:
@@ -201,106 +209,6 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
     ds = ds.map(lambda r: decode_tf(tf, tf.io.parse_single_example(r, parse_spec), specs),
                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.batch(batch_size) if batch_size else ds
-
-
-class RandomAccess:
-    """Record ``i`` of an output directory (global index, in shard order) by one seek and one read, with no pass
-    over the records before it: the offsets come from the shards' ``tfrecord2idx`` index files (``--index``),
-    or, for a shard written without one, from one pass over its 12-byte frame headers on first access.
-    A map-style dataset for PyTorch or Grain: ``len(ra)``, ``ra[i]`` (``{name: np.ndarray}`` as
-    :func:`iter_numpy`), ``ra.record(i)`` (the serialized Example).
-    Over a collection directory, one global index across the spans ``spans`` selects, in span order (``len`` is
-    the sum of theirs); each span's shards are checked against that span's metadata.json.
-
-    Each read checks the frame (length against the index, both CRCs); each index file is checked against its
-    shard (records as in the metadata, offsets that follow each other and end at the shard's size). Before a
-    shard's offsets are used, the shard is checked to be the one metadata.json lists (:func:`check_shard`): its
-    size, and with ``check_checksums`` (default) its CRC32C, read once per process and file version, so a shard
-    swapped with, or replaced by, another of the same size is refused rather than read at the other's offsets.
-
-    Raises (at construction or on access):
-      IncompleteOutputError: no metadata.json. ConfigError: compressed shards (offsets index the uncompressed
-      stream: re-convert with ``--compression none``). IndexError: ``i`` outside ``[-len, len)``.
-      RecordError: a shard that is not the one metadata.json lists, an index file that does not match its
-      shard, or a corrupt record (file, record, offset).
-    """
-
-    def __init__(self, output_dir: str, features: Sequence[str] | None = None,
-                 max_record_bytes: int | None = None, max_features: int | None = None, split: str | None = None,
-                 check_checksums: bool = True, spans=None):
-        from tfrecord_etl.transforms.errors import ConfigError
-        self._specs, parts = collection_reader.parts(output_dir, spans, split, features)
-        for part in parts:
-            if part.meta["compression"] != "none":
-                raise ConfigError(f"Random access needs uncompressed shards; these are {part.meta['compression']}",
-                                  file=part.dir, hint="re-convert with --compression none --index, or read them "
-                                                      "in order with reader.iter_numpy")
-        self._shards = [shard for part in parts for shard in part.meta["shards"]]
-        self._paths = [path for part in parts for path in metadata.shard_paths(part.dir, part.meta)]
-        self._dirs = [part.dir for part in parts for _ in part.meta["shards"]]  # where each shard's index file is
-        self._ends = np.cumsum([s["records"] for s in self._shards], dtype=np.int64)
-        self._offsets: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._limit = tfrecord.record_limit() if max_record_bytes is None else max_record_bytes
-        self._max_features = max_features
-        self._check_checksums = check_checksums
-
-    def __len__(self) -> int:
-        return int(self._ends[-1]) if len(self._ends) else 0
-
-    def _locate(self, i: int) -> tuple[int, int]:
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"record {i} of an output of {n} records")
-        i %= n
-        shard = int(np.searchsorted(self._ends, i, side="right"))
-        return shard, i - (int(self._ends[shard - 1]) if shard else 0)
-
-    def _frames(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(offsets, frame lengths) of shard ``k``, from its index file or its headers; checked, then cached."""
-        if k not in self._offsets:
-            shard, path = self._shards[k], self._paths[k]
-            size = fileio.size(path)
-            check_shard(shard, path, size, self._check_checksums)
-            if "index" in shard:
-                where = fileio.join(self._dirs[k], shard["index"])
-                if fileio.size(where) > 48 * (shard["records"] + 1):  # a line is at most 2 x 20 digits + 2
-                    raise RecordError(f"Index file of {fileio.size(where)} bytes for {shard['records']} records",
-                                      file=where, hint="rewrite the output with --index")
-                offsets, frames = tfrecord.parse_index(fileio.read_bytes(where), where)
-            else:
-                where = path
-                with fileio.open_read(path) as raw:
-                    offsets, frames = tfrecord.scan_frames(raw, size, path)
-            end = int(offsets[-1] + frames[-1]) if len(offsets) else 0
-            if len(offsets) != shard["records"] or end != size:
-                raise RecordError(f"Index of {len(offsets)} records ending at byte {end} does not match the shard "
-                                  f"({shard['records']} records in the metadata, {size} bytes)", file=where,
-                                  hint="rewrite the output with --index")
-            self._offsets[k] = offsets, frames
-        return self._offsets[k]
-
-    def record(self, i: int) -> bytes:
-        """The serialized record ``i`` (bytes), its frame checked."""
-        k, j = self._locate(i)
-        offsets, frames = self._frames(k)
-        path, offset, frame = self._paths[k], int(offsets[j]), int(frames[j])
-        tfrecord.check_record_size(frame - 16, self._limit, file=path, record=j, offset=offset)
-        with fileio.open_read(path) as raw:
-            raw.seek(offset)
-            data = raw.read(frame)
-        return tfrecord.unframe(data, path, j, offset)
-
-    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
-        """Example ``i`` as :func:`iter_numpy` yields it, except scalar strings: Python ``bytes`` (``S``, ``bytes``
-        features) or ``str`` (``U``), the values PyTorch's ``default_collate`` batches (``torch_io.python_scalars``;
-        :func:`get` too)."""
-        k, j = self._locate(i)
-        record = self.record(i)
-        try:
-            return python_scalars(decode_example_lenient(record, self._specs, self._max_features))
-        except RecordError as e:
-            raise RecordError(f"Cannot decode example: {e.message}", hint=e.hint, file=self._paths[k], record=j,
-                              offset=int(self._frames(k)[0][j]), payload_offset=e.context.get("offset")) from None
 
 
 def get(output_dir: str, i: int, features: Sequence[str] | None = None, split: str | None = None,
@@ -512,8 +420,10 @@ def iter_numpy_merged(original: str, sidecar_dir: str, features: Sequence[str] |
       IncompleteOutputError, SchemaError, RecordError: see :func:`open_sidecar`; also RecordError when a
         pair of shards turns out to hold different record counts while reading (naming both files).
     """
+    from tfrecord_etl.transforms.codec.block import BlockDecoder
     coll = open_sidecar(original, sidecar_dir, check_checksums)
     specs = _select(coll.specs, features)
+    decoder = BlockDecoder(specs)  # one record at a time, each merged pair of one layout decoded from its offsets
     for pair in coll.pairs:
         originals = iter_records(pair.original, pair.original_compression)
         sidecars = iter_records(pair.sidecar, coll.sidecar_compression)
@@ -523,7 +433,7 @@ def iter_numpy_merged(original: str, sidecar_dir: str, features: Sequence[str] |
                 raise RecordError(f"{'Original' if left is None else 'Sidecar'} shard ended at record {index}: "
                                   "misaligned pair", file=pair.original, sidecar=pair.sidecar, record=index)
             try:  # not around the yield (see iter_numpy)
-                example = decode_example_lenient(left[2] + right[2], specs)
+                example = decoder.decode_one(left[2] + right[2])
             except RecordError as e:
                 raise RecordError(f"Cannot decode merged example: {e}", file=pair.original, sidecar=pair.sidecar,
                                   record=left[0]) from None
