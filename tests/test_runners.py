@@ -5,8 +5,8 @@ server, LOOPBACK workers: the portable Runner API path that Flink and Spark job 
 DaskRunner against a ``dask.distributed.LocalCluster`` of 2 worker processes on 127.0.0.1. With the planned
 writer (the default) every runner must write byte-identical shards, read back exactly.
 
-What cannot run here: FlinkRunner, SparkRunner and PrismRunner download job-server jars or binaries at run
-time. DaskRunner in Beam 2.77 only computes the last leaf of a pipeline, implements no metrics, and
+Flink and Spark clusters and Prism need a cluster, jars or a binary of their own: the engines stage of CI runs
+them (configs/engines/test_flink.py, test_spark.py, test_prism.py). DaskRunner in Beam 2.77 only computes the last leaf of a pipeline, implements no metrics, and
 recomputes a side input inside every task that reads it (so ``--writer beam``, whose WriteToTFRecord
 initializes and writes through side inputs, runs its write stage several times there).
 """
