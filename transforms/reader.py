@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from tfrecord_etl.transforms import collection_reader, fileio, metadata, tfrecord
+from tfrecord_etl.transforms import collection_reader, fileio, metadata, schemacheck, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, encoding_of
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # noqa: F401 - re-exported
@@ -72,11 +72,13 @@ def _select(specs: Sequence[FeatureSpec], features: Sequence[str] | None) -> lis
 
 
 def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_record_bytes: int | None = None,
-               max_features: int | None = None, split: str | None = None, spans=None
+               max_features: int | None = None, split: str | None = None, spans=None, trust_spans: bool = False
                ) -> Iterator[dict[str, np.ndarray]]:
     """Yields one ``{name: np.ndarray}`` per example, in shard order, without importing TensorFlow.
     ``split``: only that split's shards (``--splits`` / ``--split`` outputs); default every shard.
-    ``output_dir`` may be a collection directory: ``spans`` selects its spans, read in span order (see the module).
+    ``output_dir`` may be a collection directory: ``spans`` selects its spans, read in span order (see the module);
+    ``trust_spans`` reads a span whose ``metadata.json`` is not the one ``collection.json`` lists (see
+    :func:`collection_reader.check_span`).
 
     Arrays have the recorded dtype (little-endian) and shape; ``bytes`` features are object arrays.
 
@@ -84,12 +86,13 @@ def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_recor
     ``tfrecord.record_limit()`` and ``codec.MAX_FEATURES``).
 
     Raises:
-      IncompleteOutputError: no metadata.json.
+      IncompleteOutputError: no metadata.json; a span not the one collection.json lists.
       RecordError: a corrupt record (file, index, offset), a record over a limit, or a shard whose record
         count differs from the metadata.
-      ConfigError, SchemaError: ``spans`` (see :func:`collection_reader.parts`).
+      SchemaError: ``schema.pbtxt`` disagrees with ``metadata.json``. ConfigError, SchemaError: ``spans`` (see
+        :func:`collection_reader.parts`).
     """
-    specs, parts = collection_reader.parts(output_dir, spans, split, features)
+    specs, parts = collection_reader.parts(output_dir, spans, split, features, trust_spans)
     shards = [(shard, path, part.meta["compression"]) for part in parts
               for shard, path in zip(part.meta["shards"], metadata.shard_paths(part.dir, part.meta))]
     for shard, path, compression in shards:
@@ -106,7 +109,8 @@ def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_recor
             raise RecordError(f"Shard holds {count} records, metadata says {shard['records']}", file=path)
 
 
-def tf_feature_spec(output_dir: str, features: Sequence[str] | None = None, spans=None) -> dict:
+def tf_feature_spec(output_dir: str, features: Sequence[str] | None = None, spans=None, trust_spans: bool = False
+                    ) -> dict:
     """TensorFlow's feature spec (the ``tf.io.parse_example`` dict) of the output's Example features, in their
     encoded form. Not to be confused with ``codec.FeatureSpec``, this project's record of one feature (name, dtype,
     shape, encoding) as kept in the metadata.
@@ -118,7 +122,7 @@ def tf_feature_spec(output_dir: str, features: Sequence[str] | None = None, span
     spans ``spans`` selects, checked to agree.
     """
     import tensorflow as tf
-    return _parse_spec(tf, collection_reader.parts(output_dir, spans, None, features)[0])
+    return _parse_spec(tf, collection_reader.parts(output_dir, spans, None, features, trust_spans)[0])
 
 
 def _parse_spec(tf, specs):
@@ -171,7 +175,7 @@ def decode_tf(tf, parsed: dict, specs: Sequence[FeatureSpec]) -> dict:
 
 
 def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequence[str] | None = None,
-                  split: str | None = None, spans=None):
+                  split: str | None = None, spans=None, trust_spans: bool = False):
     """A ``tf.data.Dataset`` of ``{name: tensor}`` with the original dtypes and shapes, in shard order
     (``split``: only that split's shards). A collection directory: the shards of the spans ``spans`` selects, in
     span order, in one ``TFRecordDataset`` (spans of different compressions: one per run, concatenated).
@@ -180,13 +184,14 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
     ``batch_size`` batches examples; every selected feature must then have a fixed shape.
 
     Raises:
-      IncompleteOutputError: no metadata.json. SchemaError: a feature whose dtype varies between examples
+      IncompleteOutputError: no metadata.json (``trust_spans``: see :func:`iter_numpy`). SchemaError:
+        ``schema.pbtxt`` disagrees with ``metadata.json``; a feature whose dtype varies between examples
         (npz ``arrays`` mode over members of several dtypes: read it with :func:`iter_numpy`, or leave it out
         with ``features``); ``batch_size`` with features whose shape varies between examples (tf.data could
         not stack them: batch those yourself, e.g. with ``ds.ragged_batch``, or pass ``features``).
     """
     import tensorflow as tf
-    specs, parts = collection_reader.parts(output_dir, spans, split, features)
+    specs, parts = collection_reader.parts(output_dir, spans, split, features, trust_spans)
     refuse_varying_dtypes(specs, output_dir)
     varying = [s.name for s in specs if not s.is_fixed]
     if batch_size and varying:
@@ -219,7 +224,8 @@ class RandomAccess:
     swapped with, or replaced by, another of the same size is refused rather than read at the other's offsets.
 
     Raises (at construction or on access):
-      IncompleteOutputError: no metadata.json. ConfigError: compressed shards (offsets index the uncompressed
+      IncompleteOutputError: no metadata.json; a span not the one collection.json lists (unless ``trust_spans``).
+      SchemaError: ``schema.pbtxt`` disagrees with ``metadata.json``. ConfigError: compressed shards (offsets index the uncompressed
       stream: re-convert with ``--compression none``). IndexError: ``i`` outside ``[-len, len)``.
       RecordError: a shard that is not the one metadata.json lists, an index file that does not match its
       shard, or a corrupt record (file, record, offset).
@@ -227,9 +233,9 @@ class RandomAccess:
 
     def __init__(self, output_dir: str, features: Sequence[str] | None = None,
                  max_record_bytes: int | None = None, max_features: int | None = None, split: str | None = None,
-                 check_checksums: bool = True, spans=None):
+                 check_checksums: bool = True, spans=None, trust_spans: bool = False):
         from tfrecord_etl.transforms.errors import ConfigError
-        self._specs, parts = collection_reader.parts(output_dir, spans, split, features)
+        self._specs, parts = collection_reader.parts(output_dir, spans, split, features, trust_spans)
         for part in parts:
             if part.meta["compression"] != "none":
                 raise ConfigError(f"Random access needs uncompressed shards; these are {part.meta['compression']}",
@@ -304,11 +310,12 @@ class RandomAccess:
 
 
 def get(output_dir: str, i: int, features: Sequence[str] | None = None, split: str | None = None,
-        check_checksums: bool = True, spans=None) -> dict[str, np.ndarray]:
+        check_checksums: bool = True, spans=None, trust_spans: bool = False) -> dict[str, np.ndarray]:
     """Example ``i`` (global index, in shard order; of ``split`` when given; across the ``spans`` of a collection)
     of an output directory as ``{name: np.ndarray}``: one seek and one read (see :class:`RandomAccess`; keep one
     of those for many reads, it caches the offsets), after the shard's identity check (:func:`check_shard`)."""
-    return RandomAccess(output_dir, features, split=split, check_checksums=check_checksums, spans=spans)[i]
+    return RandomAccess(output_dir, features, split=split, check_checksums=check_checksums, spans=spans,
+                        trust_spans=trust_spans)[i]
 
 
 # (path, device, inode, size, st_mtime_ns, st_ctime_ns) of a local shard whose CRC32C matched its metadata
@@ -466,11 +473,11 @@ def open_sidecar(original: str, sidecar_dir: str, check_checksums: bool = True) 
 
     Raises:
       IncompleteOutputError: no metadata.json or manifest.json in ``sidecar_dir``.
-      SchemaError: an original shard of the manifest is missing, or an original shard has no sidecar.
+      SchemaError: the sidecar's ``schema.pbtxt`` disagrees with its ``metadata.json``; an original shard of the manifest is missing, or an original shard has no sidecar.
       RecordError: an original shard changed since the sidecar was written (size or checksum), or a
         sidecar shard's record count differs from its original's (naming the shard).
     """
-    meta = metadata.load(sidecar_dir)
+    meta = schemacheck.load_output(sidecar_dir)[0]  # schema.pbtxt agrees with metadata.json
     manifest = load_manifest(sidecar_dir)
     originals = _original_files(original)
     side_counts = {s["file"]: s["records"] for s in meta["shards"]}
