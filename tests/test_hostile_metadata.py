@@ -117,6 +117,30 @@ def test_a_missing_schema_pbtxt_is_refused(out, capsys):
     assert code == 1 and "[schema]" in text and "schema.pbtxt is missing" in text
 
 
+def test_a_replacing_run_killed_between_its_schema_and_its_commit_leaves_the_old_output_readable(made, out, tmp_path,
+                                                                                                  capsys):
+    """The crash-safety promise holds with the check: a run replacing the output with other features writes its
+    schema.pbtxt just before its metadata.json; killed between the two, the directory holds the new schema.pbtxt
+    beside the old metadata.json and the run's marker. The readers read the old output (exactly), verify passes
+    with a warning, and the same command run again commits the new output. (float32 x: a FLOAT list feature, not
+    a tagged bytes one.)"""
+    from tests.test_spans import run_process
+    np.savez(tmp_path / "new.npz", x=X.astype(np.float32)[:40], y=Y[:40])
+    flags = ("--num_shards", "2", "--index", "--overwrite")
+    killed = run_process(str(tmp_path / "new.npz"), str(out), *flags, failpoint="schema-written")
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    before = (made / "schema.pbtxt").read_text()
+    assert "tfrecord_etl.dtype:<f8" in before and "tfrecord_etl.dtype" not in (out / "schema.pbtxt").read_text()
+    assert json.loads((out / "metadata.json").read_text())["features"][0]["dtype"] == "<f8"
+    np.testing.assert_array_equal(np.stack([e["x"] for e in reader.iter_numpy(str(out))]), X)
+    assert reader.RandomAccess(str(out))[99]["y"] == 99
+    code, text, _ = run_verify(out, capsys)
+    assert code == 0 and "warning: schema.pbtxt disagrees with metadata.json (feature 'x': " in text
+    assert convert(tmp_path / "new.npz", out, *flags)[0] == 0
+    np.testing.assert_array_equal(np.stack([e["x"] for e in reader.iter_numpy(str(out))]), X.astype(np.float32)[:40])
+    assert run_verify(out, capsys)[0] == 0
+
+
 def test_the_text_parser_agrees_with_the_writer_for_every_encoding_and_dtype():
     """What the readers compare (the reader-only parser of schema.pbtxt against metadata.json's features) holds for
     every schema the writer makes, and the field names it accepts are tensorflow_metadata's."""

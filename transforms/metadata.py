@@ -224,6 +224,7 @@ def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec], expected_ve
     """
     from tfrecord_etl.transforms import outdir, sink
     sink.write_file(fileio.join(output_dir, SCHEMA_FILE), schema_text(specs).encode())
+    outdir.failpoint("schema-written")  # the old metadata.json beside the new schema.pbtxt (schemacheck.pending)
     outdir.record_shards(output_dir, meta["shards"])
     path = fileio.join(output_dir, METADATA_FILE)
     if expected_version is None or fileio.is_local(output_dir):

@@ -441,6 +441,8 @@ def check(output_dir: str, meta: dict, meta_digest: str) -> None:
         text = None
     found = disagreements(text, meta["features"]) if text is not None else [
         Disagreement(None, "is not a TensorFlow Metadata Schema in text format: not UTF-8 text", "", "")]
+    if found and pending(output_dir, meta):
+        return  # schema.pbtxt is a replacing run's, written before its metadata.json: metadata.json is the output
     if found:
         first = found[0]
         more = f" ({len(found) - 1} more difference{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
@@ -450,6 +452,29 @@ def check(output_dir: str, meta: dict, meta_digest: str) -> None:
     if len(_AGREED) >= _AGREED_MAX:
         _AGREED.clear()
     _AGREED.add(key)
+
+
+def pending(output_dir: str, meta: dict) -> bool:
+    """True when a run replacing the output in ``output_dir`` has not committed (it is running, failed or was
+    killed): its run marker (``outdir.MARKER_FILE``) lists no shards yet, or shards that ``meta`` (the committed
+    ``metadata.json``) does not list. Such a run writes its ``schema.pbtxt`` just before its ``metadata.json``
+    (:func:`metadata.write`), so until it commits, or until the next run cleans up after it, ``schema.pbtxt`` may be
+    the new output's while ``metadata.json``, the commit point, is still the old one's: the old output is what the
+    directory holds and is read (the crash-safety promise: the old output or the new one)."""
+    from tfrecord_etl.transforms import outdir
+    try:
+        marker = outdir._read_json(fileio.join(output_dir, outdir.MARKER_FILE))
+    except Exception:  # noqa: BLE001 - an unreadable marker is not a run of ours
+        return False
+    if not isinstance(marker, dict) or marker.get("format") != outdir.MARKER_FORMAT:
+        return False
+    if metadata.SCHEMA_FILE not in (marker.get("files") or ()):
+        return False
+    shards = marker.get("shards")
+    if not isinstance(shards, list) or not shards:
+        return True
+    listed = {(s.get("file"), s.get("crc32c")) for s in meta["shards"]}
+    return any(not isinstance(s, dict) or (s.get("file"), s.get("crc32c")) not in listed for s in shards)
 
 
 def load_output(output_dir: str) -> tuple[dict, str]:
