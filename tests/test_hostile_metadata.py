@@ -78,7 +78,7 @@ def test_a_dtype_edited_in_metadata_json_is_refused_by_verify_every_reader_and_a
     assert (f"[schema] {out}/schema.pbtxt, feature 'x': its tfrecord_etl.dtype tag is <f8 in schema.pbtxt, <i8 in "
             "metadata.json; one of the two files was edited or replaced after the output was written: convert it "
             "again") in text
-    for name, read in every_reader(out).items():
+    for read in every_reader(out).values():
         with pytest.raises(SchemaError, match=r"schema.pbtxt and metadata.json disagree: feature 'x': its "
                                               r"tfrecord_etl.dtype tag is <f8 in schema.pbtxt, <i8 in metadata.json"):
             read()
@@ -89,12 +89,12 @@ def test_a_dtype_edited_in_metadata_json_is_refused_by_verify_every_reader_and_a
 
 @pytest.mark.parametrize("edit, found", [
     (lambda t: "garbage {{{\n", "not a TensorFlow Metadata Schema in text format"),
-    (lambda t: t.replace("tfrecord_etl.dtype:<f8", "tfrecord_etl.dtype:<f4"), "its tfrecord_etl.dtype tag is <f4 in "
-                                                                              "schema.pbtxt, <f8 in metadata.json"),
-    (lambda t: t.replace('name: "y"', 'name: "z"'), "feature 'y': the feature is absent in schema.pbtxt, a INT "
-                                                    "feature in metadata.json"),
-    (lambda t: t.replace("type: INT", "type: FLOAT"), "feature 'y': the type is FLOAT in schema.pbtxt, INT in "
-                                                      "metadata.json"),
+    (lambda t: t.replace("tfrecord_etl.dtype:<f8", "tfrecord_etl.dtype:<f4"),
+     "its tfrecord_etl.dtype tag is <f4 in schema.pbtxt, <f8 in metadata.json"),
+    (lambda t: t.replace('name: "y"', 'name: "z"'),
+     "feature 'y': the feature is absent in schema.pbtxt, a feature of type INT in metadata.json"),
+    (lambda t: t.replace("type: INT", "type: FLOAT"),
+     "feature 'y': the type is FLOAT in schema.pbtxt, INT in metadata.json"),
 ], ids=["garbage", "dtype-tag", "name", "type"])
 def test_an_edited_schema_pbtxt_fails_verify_and_the_readers(out, capsys, edit, found):
     """Hostile group 17: schema.pbtxt replaced by garbage, or a dtype tag, a feature name or a type edited. Before:
@@ -163,6 +163,9 @@ def test_the_text_parser_agrees_with_the_writer_for_every_encoding_and_dtype():
     assert schemacheck.disagreements(text, specs) == []
     other = [dataclasses.replace(specs[0], dtype="<i8")] + specs[1:]
     assert [d.feature for d in schemacheck.disagreements(text, other)] == [specs[0].name]
+    assert schemacheck.expected_text(specs) is None  # a control character: the parser decides
+    printable = [dataclasses.replace(spec, name=f"f{i}é中\"'\\") for i, spec in enumerate(specs)]
+    assert schemacheck.expected_text(printable) == metadata.schema_text(printable)  # the fast path is the writer's
 
 
 # -- group 18: a span directory that is not the one collection.json lists ---------------------------------------
