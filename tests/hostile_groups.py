@@ -1,9 +1,9 @@
-"""The 19 groups of hostile inputs the hostile-input matrix covers (tests/test_hostile_outdir.py, _hdf5.py,
+"""The groups of hostile inputs the hostile-input matrix covers (tests/test_hostile_outdir.py, _hdf5.py,
 _arrays.py, _config.py, _records.py, _metadata.py). Each test's docstring starts with "Hostile group N:" and says
 what the code did before the case was handled; docs/reliability.md counts the test cases per group.
 
 Groups 1-8 lose data, 9-12 read outside the named inputs or invent/drop values, 13-15 take unbounded memory or time
-from a tiny input, 16 ends in a traceback instead of one error line, 17-19 read an output whose own files were
+from a tiny input, 16 ends in a traceback instead of one error line, 22-24 read an output whose own files were
 edited or replaced after it was written (or give the wrong advice about it).
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ HOSTILE_GROUPS = {
     14: "bombs and absurd counts: limits with flags to raise them",
     15: "decompressing the same bytes again for every row range",
     16: "a traceback instead of one error line (disk full, read-only, deep nesting, raw control characters)",
-    17: "an output's schema.pbtxt and metadata.json that disagree (edited, replaced, missing)",
-    18: "a span directory that is not the one collection.json lists (replaced, re-converted and not listed)",
-    19: "an input shard that differs from its metadata at rest, reported as changed while read",
+    22: "an output's schema.pbtxt and metadata.json that disagree (edited, replaced, missing)",
+    23: "a span directory that is not the one collection.json lists (replaced, re-converted and not listed)",
+    24: "an input shard that differs from its metadata at rest, reported as changed while read",
 }

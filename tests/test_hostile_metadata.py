@@ -1,5 +1,5 @@
-"""Hostile edits of an output's own files: hostile groups 17 (schema.pbtxt and metadata.json that disagree), 18 (a
-span directory that is not the one collection.json lists) and 19 (an input shard that differs from its metadata at
+"""Hostile edits of an output's own files: hostile groups 22 (schema.pbtxt and metadata.json that disagree), 23 (a
+span directory that is not the one collection.json lists) and 24 (an input shard that differs from its metadata at
 rest, reported as changed while read).
 
 Every output is made by convert here and edited as a user (or a bad copy, restore or script) would.
@@ -67,10 +67,10 @@ def every_reader(out):
             "tf_feature_spec": lambda: reader.tf_feature_spec(str(out))}
 
 
-# -- group 17: schema.pbtxt and metadata.json disagree ------------------------------------------------------------
+# -- group 22: schema.pbtxt and metadata.json disagree ------------------------------------------------------------
 
 def test_a_dtype_edited_in_metadata_json_is_refused_by_verify_every_reader_and_augment(out, tmp_path, capsys):
-    """Hostile group 17: metadata.json's dtype of 'x' changed from <f8 to <i8 (schema.pbtxt still tags <f8). Before:
+    """Hostile group 22: metadata.json's dtype of 'x' changed from <f8 to <i8 (schema.pbtxt still tags <f8). Before:
     verify without --source said OK, the readers decoded int64 garbage, augment ran on it."""
     edit_metadata_dtype(out)
     code, text, _ = run_verify(out, capsys)
@@ -97,7 +97,7 @@ def test_a_dtype_edited_in_metadata_json_is_refused_by_verify_every_reader_and_a
      "feature 'y': the type is FLOAT in schema.pbtxt, INT in metadata.json"),
 ], ids=["garbage", "dtype-tag", "name", "type"])
 def test_an_edited_schema_pbtxt_fails_verify_and_the_readers(out, capsys, edit, found):
-    """Hostile group 17: schema.pbtxt replaced by garbage, or a dtype tag, a feature name or a type edited. Before:
+    """Hostile group 22: schema.pbtxt replaced by garbage, or a dtype tag, a feature name or a type edited. Before:
     verify said OK (and TFXIO would read another schema than our readers)."""
     schema = out / "schema.pbtxt"
     schema.write_text(edit(schema.read_text()))
@@ -109,7 +109,7 @@ def test_an_edited_schema_pbtxt_fails_verify_and_the_readers(out, capsys, edit, 
 
 
 def test_a_missing_schema_pbtxt_is_refused(out, capsys):
-    """Hostile group 17: schema.pbtxt deleted: the output is damaged (the readers read on before)."""
+    """Hostile group 22: schema.pbtxt deleted: the output is damaged (the readers read on before)."""
     (out / "schema.pbtxt").unlink()
     with pytest.raises(SchemaError, match="schema.pbtxt is missing beside metadata.json"):
         reader.RandomAccess(str(out))
@@ -168,7 +168,7 @@ def test_the_text_parser_agrees_with_the_writer_for_every_encoding_and_dtype():
     assert schemacheck.expected_text(printable) == metadata.schema_text(printable)  # the fast path is the writer's
 
 
-# -- group 18: a span directory that is not the one collection.json lists ---------------------------------------
+# -- group 23: a span directory that is not the one collection.json lists ---------------------------------------
 
 def make_collection(tmp_path):
     for span in (1, 2):
@@ -181,7 +181,7 @@ def make_collection(tmp_path):
 
 
 def test_a_span_replaced_by_a_copy_of_another_is_refused_by_every_reader(tmp_path, capsys):
-    """Hostile group 18: span-2/ replaced by a copy of span-1/. Before: verify failed, but iter_numpy, RandomAccess
+    """Hostile group 23: span-2/ replaced by a copy of span-1/. Before: verify failed, but iter_numpy, RandomAccess
     and to_tf_dataset read span 1's records twice without a word."""
     coll = make_collection(tmp_path)
     shutil.rmtree(coll / "span-2")
@@ -203,7 +203,7 @@ def test_a_span_replaced_by_a_copy_of_another_is_refused_by_every_reader(tmp_pat
 
 
 def test_a_crash_between_the_two_commits_is_refused_until_the_span_is_converted_again(tmp_path):
-    """Hostile group 18: the explicit recovery. A re-run of span 2 (its input changed) killed between its span
+    """Hostile group 23: the explicit recovery. A re-run of span 2 (its input changed) killed between its span
     commit and its collection commit leaves span-2/ complete and unlisted: the readers refuse it (they read it as if
     listed before) until the same command runs again, which lists it."""
     from tests.test_spans import run_process
@@ -222,10 +222,10 @@ def test_a_crash_between_the_two_commits_is_refused_until_the_span_is_converted_
     assert [s["num_records"] for s in collection.load(str(coll))["spans"]] == [10, 12]
 
 
-# -- group 19: an input shard that differs from its metadata at rest ----------------------------------------------
+# -- group 24: an input shard that differs from its metadata at rest ----------------------------------------------
 
 def test_augment_on_a_shard_swapped_at_rest_says_what_is_wrong_every_time(out, tmp_path, capsys):
-    """Hostile group 19: two shards of the same size swapped at rest. Before: "Input shard changed while it was
+    """Hostile group 24: two shards of the same size swapped at rest. Before: "Input shard changed while it was
     read ... run again", and running again failed the same way."""
     a, b = out / "data-00000-of-00002.tfrecord", out / "data-00001-of-00002.tfrecord"
     assert a.stat().st_size == b.stat().st_size
@@ -243,7 +243,7 @@ def test_augment_on_a_shard_swapped_at_rest_says_what_is_wrong_every_time(out, t
 
 
 def test_augment_on_a_truncated_shard_is_refused_at_planning(out, tmp_path, capsys):
-    """Hostile group 19: a shard truncated at rest (another size than metadata.json's). Before: "changed while it
+    """Hostile group 24: a shard truncated at rest (another size than metadata.json's). Before: "changed while it
     was read (2000 bytes, 3616 when the run was planned): run again"."""
     shard = out / "data-00001-of-00002.tfrecord"
     size = shard.stat().st_size
@@ -255,7 +255,7 @@ def test_augment_on_a_truncated_shard_is_refused_at_planning(out, tmp_path, caps
 
 
 def test_a_shard_rewritten_during_the_run_is_still_changed_while_read(out, tmp_path, capsys, monkeypatch):
-    """Hostile group 19: the real concurrent case stays apart: a shard rewritten (same size, new bytes and
+    """Hostile group 24: the real concurrent case stays apart: a shard rewritten (same size, new bytes and
     modification time) while augment reads it is an InputChangedError that says to run again."""
     from tfrecord_etl.transforms.augment import beam as augment_beam
     iter_shard = augment_beam.iter_shard
