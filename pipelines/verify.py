@@ -70,6 +70,8 @@ def render(report: verify_lib.Report, verbose: bool = False) -> str:
         checks.append("tf.train.Example payloads")
     else:
         checks += ["record counts", "decoding with the recorded features"]
+    if report.schema:
+        checks.append("schema.pbtxt against metadata.json")
     if report.checksums:
         checks.append(f"shard CRC32Cs ({report.checksums} of {len(report.files)})")
     if report.manifest:

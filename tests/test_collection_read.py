@@ -15,7 +15,7 @@ from tfrecord_etl.pipelines import common
 from tfrecord_etl.pipelines import inspect as inspect_main
 from tfrecord_etl.pipelines import verify as verify_main
 from tfrecord_etl.transforms import collection, fileio, metadata, reader
-from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
+from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, RecordError, SchemaError
 
 ROWS = {3: 40, 4: 25, 7: 31}  # span -> rows: spans need not be contiguous
 
@@ -227,21 +227,32 @@ def test_verify_a_listed_span_dir_missing_and_an_unlisted_one(coll, tmp_path, ca
     assert "OK: span 7" in out
 
 
-def test_verify_a_span_recommitted_without_the_collection(coll, tmp_path, capsys):
+def test_a_span_recommitted_without_the_collection_is_refused_until_listed_or_trusted(coll, tmp_path, capsys):
     """A re-run committed span 3's directory (new metadata.json) and crashed before committing the collection:
-    readers read the directory's committed metadata (a complete output), verify reports the difference."""
+    readers refuse the span (its metadata.json is not the one collection.json lists) in one line naming it and the
+    ways on; trust_spans=True reads the directory; verify reports the difference; committing the span (what the
+    re-run of its convert does) makes it readable again. Before, readers read the unlisted directory silently."""
     path, data = copy_collection(coll, tmp_path)
     raw = tmp_path / "raw3"
     raw.mkdir()
     np.savez(raw / "part.npz", **span_arrays(33, 12))
     assert convert(raw / "part.npz", path / "span-3", "--num_shards", "2", "--index", "--overwrite")[0] == 0
-    got = stacked(list(reader.iter_numpy(str(path), spans=3)))
+    with pytest.raises(IncompleteOutputError, match=r"Span 3's metadata.json is not the one collection.json lists.* "
+                                                    r"Hint: run the convert of span 3 again .*trust_spans=True") as e:
+        list(reader.iter_numpy(str(path)))
+    assert e.value.context["file"] == str(path / "span-3" / "metadata.json") and "\n" not in str(e.value)
+    got = stacked(list(reader.iter_numpy(str(path), spans=3, trust_spans=True)))
     np.testing.assert_array_equal(got["label"], span_arrays(33, 12)["label"])
+    assert len(list(reader.iter_numpy(str(path), spans=[4, 7]))) == ROWS[4] + ROWS[7]  # the other spans read
     code, out, _ = run_verify(path, capsys=capsys)
     assert code == 1
     assert "Span 3's metadata.json is not the one collection.json lists" in out
     assert "Span 3 holds 12 records, collection.json says 40" in out
     assert "OK: span 4" in out
+    entry = collection.span_entry(str(path), 3, None, inputs_of(str(raw / "part.npz")))
+    collection.commit(str(path), collection.add_span(entry))
+    got = stacked(list(reader.iter_numpy(str(path), spans=3)))
+    np.testing.assert_array_equal(got["label"], span_arrays(33, 12)["label"])
 
 
 def test_verify_spans_on_a_plain_output_is_refused(coll, capsys):

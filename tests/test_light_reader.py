@@ -150,6 +150,44 @@ def test_verify_finds_a_corrupt_shard_without_beam(outputs, tmp_path):
     assert shard.name in result.stdout
 
 
+def test_schema_and_metadata_that_disagree_are_refused_without_protobuf(outputs, tmp_path):
+    """The reader-only install (no protobuf, no tensorflow_metadata) compares schema.pbtxt with metadata.json too:
+    'w' (float64, a tensor feature) edited to <i8 in metadata.json is refused by the reader, and verify reports it
+    with its text parser; before, the reader decoded int64 garbage and verify said OK."""
+    import shutil
+    bad = tmp_path / "bad"
+    shutil.copytree(outputs[0]["random"], bad)
+    meta = json.loads((bad / "metadata.json").read_text())
+    (w,) = [f for f in meta["features"] if f["name"] == "w"]
+    assert w["dtype"] == "<f8" and w["encoding"] == "tensor"
+    w["dtype"] = "<i8"
+    (bad / "metadata.json").write_text(json.dumps(meta))
+    script = """
+import json
+from tfrecord_etl.transforms import reader, verify
+from tfrecord_etl.transforms.errors import SchemaError
+try:
+    next(reader.iter_numpy(sys.argv[1]))
+    refused = None
+except SchemaError as e:
+    refused = e.message
+r = verify.verify(sys.argv[1])
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in PIPELINE_DEPS or m.startswith("google.protobuf"))
+print(json.dumps({"refused": refused, "ok": r.ok, "schema": r.schema, "problems": [p.describe() for p in r.problems],
+                  "loaded": loaded}))
+"""
+    result = run_light(script, bad)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["loaded"] == []
+    assert summary["refused"] == ("schema.pbtxt and metadata.json disagree: feature 'w': its tfrecord_etl.dtype tag "
+                                  "is <f8 in schema.pbtxt, <i8 in metadata.json")
+    assert not summary["ok"] and summary["schema"] == "text"
+    assert [p for p in summary["problems"] if p.startswith("[schema]")] == [
+        f"[schema] {bad}/schema.pbtxt, feature 'w': its tfrecord_etl.dtype tag is <f8 in schema.pbtxt, <i8 in "
+        "metadata.json; one of the two files was edited or replaced after the output was written: convert it again"]
+
+
 def test_the_commands_without_the_pipeline_dependencies(output, tmp_path):
     """verify and inspect run; convert, augment and verify --source fail with one line saying what to install (exit
     status 2)."""

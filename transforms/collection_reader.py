@@ -6,10 +6,15 @@ own ``metadata.json`` (its shards, their sizes and CRC32Cs, its splits). Before 
 spans are checked to agree: the schema fingerprints ``collection.json`` records (:func:`collection.check_same_schema`)
 and the features actually read (name, dtype, shape, encoding, from each span's ``metadata.json``).
 
-A span whose ``metadata.json`` is not the one ``collection.json`` lists (its digest differs from the entry's
-``metadata``: a re-run of that span committed its output directory and has not, or not yet, committed the
-collection) is still a complete output directory: readers read what its ``metadata.json`` lists; ``verify``
-reports the difference.
+Each output directory is opened with :func:`schemacheck.load_output`: its ``schema.pbtxt`` must agree with its
+``metadata.json`` (features, types, shapes, our dtype tags), else SchemaError. Each span's ``metadata.json`` must be
+the one ``collection.json`` lists (the SHA-256 of its bytes is the entry's ``metadata``, :func:`check_span`): a
+span directory replaced by hand (a copy of another span, a restore of an older one) or re-converted by a run that
+committed the span and not, or not yet, the collection (it is committing, or crashed between its two commits) is
+refused with IncompleteOutputError naming the span. The ways on: run the convert of that span again (its commit
+lists the span: the documented recovery of a crash between the two commits), or read the directory as it is with
+``trust_spans=True`` (every reader takes it) or by naming the span's directory itself; ``verify`` shows what
+differs.
 
     from tfrecord_etl.transforms import reader
     for example in reader.iter_numpy("coll/", spans="latest:30"):   # the newest 30 spans, in span order
@@ -20,9 +25,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from tfrecord_etl.transforms import collection, fileio, metadata
+from tfrecord_etl.transforms import collection, fileio, metadata, schemacheck
 from tfrecord_etl.transforms.codec import FeatureSpec
-from tfrecord_etl.transforms.errors import ConfigError, SchemaError
+from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, SchemaError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,28 +78,34 @@ def selected_entries(collection_dir: str, spans=None) -> list[dict]:
     return entries
 
 
-def parts(target: str, spans=None, split: str | None = None, features: Sequence[str] | None = None
-          ) -> tuple[list[FeatureSpec], list[Part]]:
+def parts(target: str, spans=None, split: str | None = None, features: Sequence[str] | None = None,
+          trust_spans: bool = False) -> tuple[list[FeatureSpec], list[Part]]:
     """``(features read, parts)``: the features ``features`` names (all when None) and the output directories to
     read, in order: ``target`` itself, or the selected spans of the collection ``target`` (``spans``: None = all,
-    an int, a list or range of ints, ``"latest"``, ``"latest:N"``, or a ``--spans`` string).
+    an int, a list or range of ints, ``"latest"``, ``"latest:N"``, or a ``--spans`` string). Each output directory's
+    ``schema.pbtxt`` is checked to agree with its ``metadata.json`` (:func:`schemacheck.load_output`), and each
+    span's ``metadata.json`` to be the one ``collection.json`` lists (:func:`check_span`; not with ``trust_spans``).
 
     Raises:
-      IncompleteOutputError: no ``metadata.json`` (in ``target`` or in a listed span's directory).
+      IncompleteOutputError: no ``metadata.json`` (in ``target`` or in a listed span's directory); a span whose
+        ``metadata.json`` is not the one ``collection.json`` lists (without ``trust_spans``).
       ConfigError: ``spans`` for a plain output directory; a span that is not committed; no span selected.
       SchemaError: a feature or split that is not there (naming the directory); spans whose schemas differ
-        (``collection.json``'s fingerprints, or the features read: naming both spans and the feature).
+        (``collection.json``'s fingerprints, or the features read: naming both spans and the feature); a
+        ``schema.pbtxt`` that disagrees with its ``metadata.json``.
     """
     from tfrecord_etl.transforms.reader import _select
     if not collection.is_collection(target):
         refuse_spans(target, spans)
-        meta = metadata.select_split(metadata.load(target), split, target)
+        meta = metadata.select_split(schemacheck.load_output(target)[0], split, target)
         return _select(meta["features"], features), [Part(target, meta)]
     out: list[Part] = []
     specs: list[FeatureSpec] | None = None
     for entry in selected_entries(target, spans):
         where = span_dir(target, entry)
-        meta = metadata.select_split(metadata.load(where), split, where)
+        meta, digest = schemacheck.load_output(where)
+        check_span(entry, where, digest, trust_spans)
+        meta = metadata.select_split(meta, split, where)
         try:
             chosen = _select(meta["features"], features)
         except SchemaError as e:
@@ -105,6 +116,26 @@ def parts(target: str, spans=None, split: str | None = None, features: Sequence[
             _refuse_other_features(target, out[0], entry, specs, chosen)
         out.append(Part(where, meta, entry["span"], entry["version"], entry))
     return specs, out
+
+
+def check_span(entry: dict, where: str, digest: str, trust_spans: bool = False) -> None:
+    """Refuses a span whose ``metadata.json`` (the SHA-256 of its bytes, ``digest``) is not the one its
+    ``collection.json`` entry lists (``entry["metadata"]``; an entry without one is not checked), unless
+    ``trust_spans``.
+
+    Raises:
+      IncompleteOutputError: one line naming the span, its ``metadata.json`` and the ways on.
+    """
+    listed = entry.get("metadata")
+    if trust_spans or not isinstance(listed, str) or digest == listed:
+        return
+    name = f"Span {entry['span']}" + (f" version {entry['version']}" if entry.get("version") is not None else "")
+    raise IncompleteOutputError(
+        f"{name}'s metadata.json is not the one collection.json lists: its directory was re-converted by a run that "
+        "has not committed the collection (it is committing, or crashed between its two commits) or was replaced "
+        "after the commit", file=fileio.join(where, metadata.METADATA_FILE),
+        hint=f"run the convert of span {entry['span']} again (it lists the span); or read the directory as it is "
+             "with trust_spans=True; python -m pipelines.verify on the collection shows what differs")
 
 
 def _refuse_other_features(target: str, first: Part, entry: dict, want: list[FeatureSpec],
@@ -135,7 +166,7 @@ def tf_shard_groups(found: Sequence[Part]) -> list[tuple[str, list[str]]]:
     return groups
 
 
-def tfds_builder(collection_dir: str, spans=None):
+def tfds_builder(collection_dir: str, spans=None, trust_spans: bool = False):
     """One TFDS builder over the selected spans of a collection converted with ``--tfds_name``:
     ``tfds.builder_from_directories`` over the span directories, in span order (TFDS merges each split's shards of
     every directory into one split: ``builder.as_dataset(split="train")`` reads all spans' records, in span order
@@ -148,7 +179,7 @@ def tfds_builder(collection_dir: str, spans=None):
       SchemaError, IncompleteOutputError: as :func:`parts`.
     """
     import tensorflow_datasets as tfds
-    _, found = parts(collection_dir, spans)
+    _, found = parts(collection_dir, spans, trust_spans=trust_spans)
     names = set()
     for part in found:
         info = part.meta.get("tfds")

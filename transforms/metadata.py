@@ -102,20 +102,34 @@ def schema_text(specs: Sequence[FeatureSpec]) -> str:
 def _add_types(f, spec: FeatureSpec, kind: str) -> None:
     """``bool_domain`` for a bool carried as int64, an ``annotation`` with the dtype and shape of a feature carried
     as opaque bytes (see the module docstring); nothing for any other feature, whose schema text stays as before."""
+    bool_domain, tags, comment = schema_types(spec, kind)
+    if bool_domain:
+        f.bool_domain.SetInParent()
+    if tags:
+        f.annotation.tag.extend(tags)
+        f.annotation.comment.append(comment)
+
+
+def schema_types(spec: FeatureSpec, kind: str) -> tuple[bool, list[str], str | None]:
+    """What ``schema.pbtxt`` adds to the Example feature ``spec.name`` of kind ``kind`` (see the module docstring):
+    ``(bool_domain, annotation tags, annotation comment)``; ``(False, [], None)`` for a feature with neither. The
+    one source of both the writer (:func:`schema_text`) and the check that a schema agrees with its metadata
+    (:mod:`transforms.schemacheck`)."""
     encoding = encoding_of(spec)
     if kind == "int64" and spec.dtype == "|b1":
-        f.bool_domain.SetInParent()
-    elif kind == "bytes" and not encoding.native:
-        shape = json.dumps(list(spec.shape)) if spec.shape is not None else "null"
-        f.annotation.tag.append(f"tfrecord_etl.encoding:{spec.encoding}")
-        if spec.dtype is not None:
-            f.annotation.tag.append(f"tfrecord_etl.dtype:{spec.dtype}")
-        f.annotation.tag.append(f"tfrecord_etl.shape:{shape}")
-        what = f"a {spec.dtype} array" if spec.dtype is not None else f"an array (dtype in '{spec.name}/dtype')"
-        varies = f" (null: varies, see '{spec.name}/shape')" if not spec.is_fixed else ""
-        f.annotation.comment.append(
-            f"{spec.encoding} encoding: one bytes value holding {what} of shape {shape}{varies}, "
-            f"{_HOW.get(spec.encoding, 'see metadata.json')}; tfrecord_etl's reader.to_tf_dataset decodes it")
+        return True, [], None
+    if kind != "bytes" or encoding.native:
+        return False, [], None
+    shape = json.dumps(list(spec.shape)) if spec.shape is not None else "null"
+    tags = [f"tfrecord_etl.encoding:{spec.encoding}"]
+    if spec.dtype is not None:
+        tags.append(f"tfrecord_etl.dtype:{spec.dtype}")
+    tags.append(f"tfrecord_etl.shape:{shape}")
+    what = f"a {spec.dtype} array" if spec.dtype is not None else f"an array (dtype in '{spec.name}/dtype')"
+    varies = f" (null: varies, see '{spec.name}/shape')" if not spec.is_fixed else ""
+    comment = (f"{spec.encoding} encoding: one bytes value holding {what} of shape {shape}{varies}, "
+               f"{_HOW.get(spec.encoding, 'see metadata.json')}; tfrecord_etl's reader.to_tf_dataset decodes it")
+    return False, tags, comment
 
 
 _HOW = {"tensor": "its raw little-endian bytes (tf.io.decode_raw, then reshape)",
@@ -210,6 +224,7 @@ def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec], expected_ve
     """
     from tfrecord_etl.transforms import outdir, sink
     sink.write_file(fileio.join(output_dir, SCHEMA_FILE), schema_text(specs).encode())
+    outdir.failpoint("schema-written")  # the old metadata.json beside the new schema.pbtxt (schemacheck.pending)
     outdir.record_shards(output_dir, meta["shards"])
     path = fileio.join(output_dir, METADATA_FILE)
     if expected_version is None or fileio.is_local(output_dir):

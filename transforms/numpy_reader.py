@@ -35,10 +35,11 @@ _MASK_DELTA = 0xA282EAD8
 _HINT = "the output was changed after it was written: check it with python -m pipelines.verify DIR, and convert it again"
 
 
-def shards_of(output_dir: str, features: Sequence[str] | None, split: str | None, spans
+def shards_of(output_dir: str, features: Sequence[str] | None, split: str | None, spans, trust_spans: bool = False
               ) -> tuple[list[FeatureSpec], list[tuple[dict, str, str]]]:
-    """``(features read, [(metadata.json shard entry, path, compression)])`` of an output or collection, in order."""
-    specs, parts = collection_reader.parts(output_dir, spans, split, features)
+    """``(features read, [(metadata.json shard entry, path, compression)])`` of an output or collection, in order
+    (``trust_spans``: see :func:`collection_reader.parts`)."""
+    specs, parts = collection_reader.parts(output_dir, spans, split, features, trust_spans)
     shards = [(shard, path, part.meta["compression"]) for part in parts
               for shard, path in zip(part.meta["shards"], metadata.shard_paths(part.dir, part.meta))]
     return specs, shards

@@ -46,16 +46,18 @@ class RandomAccess:
     refused rather than read at the other's offsets. ``check_checksums=False`` checks the size only.
 
     Raises (at construction or on access):
-      IncompleteOutputError: no metadata.json. ConfigError: compressed shards (offsets index the uncompressed
-      stream: re-convert with ``--compression none``). IndexError: ``i`` outside ``[-len, len)``.
+      IncompleteOutputError: no metadata.json; a span not the one collection.json lists (unless ``trust_spans``).
+      SchemaError: ``schema.pbtxt`` disagrees with ``metadata.json``.
+      ConfigError: compressed shards (offsets index the uncompressed stream: re-convert with
+      ``--compression none``). IndexError: ``i`` outside ``[-len, len)``.
       RecordError: a shard that is not the one metadata.json lists, an index file that does not match its
       shard, or a corrupt record (file, record, offset).
     """
 
     def __init__(self, output_dir: str, features: Sequence[str] | None = None,
                  max_record_bytes: int | None = None, max_features: int | None = None, split: str | None = None,
-                 check_checksums: bool = True, spans=None):
-        self._specs, parts = collection_reader.parts(output_dir, spans, split, features)
+                 check_checksums: bool = True, spans=None, trust_spans: bool = False):
+        self._specs, parts = collection_reader.parts(output_dir, spans, split, features, trust_spans)
         for part in parts:
             if part.meta["compression"] != "none":
                 raise ConfigError(f"Random access needs uncompressed shards; these are {part.meta['compression']}",

@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from tfrecord_etl.transforms import collection_reader, fileio, metadata, tfrecord
+from tfrecord_etl.transforms import collection_reader, fileio, metadata, schemacheck, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, encoding_of
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # noqa: F401 - re-exported
@@ -74,12 +74,13 @@ def _select(specs: Sequence[FeatureSpec], features: Sequence[str] | None) -> lis
 
 def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_record_bytes: int | None = None,
                max_features: int | None = None, split: str | None = None, spans=None, batch_size: int | None = None,
-               check_checksums: bool = True) -> Iterator[dict[str, np.ndarray]]:
+               check_checksums: bool = True, trust_spans: bool = False) -> Iterator[dict[str, np.ndarray]]:
     """Yields one ``{name: np.ndarray}`` per example, or with ``batch_size`` one ``{name: array of batch_size
     rows}`` per batch (the last one holds the rest; batches run across shards and spans), in shard order, without
     importing TensorFlow. ``split``: only that split's shards (``--splits`` / ``--split`` outputs); default every
     shard. ``output_dir`` may be a collection directory: ``spans`` selects its spans, read in span order (see the
-    module).
+    module); ``trust_spans`` reads a span whose ``metadata.json`` is not the one ``collection.json`` lists (see
+    :func:`collection_reader.check_span`).
 
     Arrays have the recorded dtype (little-endian) and shape; ``bytes`` features are object arrays. In a batch, a
     fixed feature is one ``(rows, *shape)`` array; a feature whose shape or dtype varies between examples is a 1-D
@@ -95,18 +96,18 @@ def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_recor
     the shard (every record's own CRCs are still checked).
 
     Raises:
-      IncompleteOutputError: no metadata.json.
+      IncompleteOutputError: no metadata.json; a span not the one collection.json lists (unless ``trust_spans``).
       RecordError: a corrupt record (file, index, offset), a record over a limit, a shard whose size, record count
         or CRC32C differs from the metadata (naming the shard).
       ConfigError: ``batch_size`` not a positive integer; ``spans`` (see :func:`collection_reader.parts`).
-      SchemaError: ``spans`` (see :func:`collection_reader.parts`).
+      SchemaError: ``schema.pbtxt`` disagrees with ``metadata.json``; ``spans`` (see :func:`collection_reader.parts`).
     """
     from tfrecord_etl.transforms import numpy_reader
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
                                    or batch_size < 1):
         from tfrecord_etl.transforms.errors import ConfigError
         raise ConfigError(f"batch_size={batch_size!r}: expected a positive integer, or None for one example at a time")
-    specs, shards = numpy_reader.shards_of(output_dir, features, split, spans)
+    specs, shards = numpy_reader.shards_of(output_dir, features, split, spans, trust_spans)
     pieces = numpy_reader.iter_pieces(specs, shards, max_record_bytes, max_features, check_checksums, batch_size or 1)
     if batch_size:
         yield from numpy_reader.batches(pieces, int(batch_size))
@@ -114,7 +115,8 @@ def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_recor
         yield from numpy_reader.rows(specs, pieces)
 
 
-def tf_feature_spec(output_dir: str, features: Sequence[str] | None = None, spans=None) -> dict:
+def tf_feature_spec(output_dir: str, features: Sequence[str] | None = None, spans=None, trust_spans: bool = False
+                    ) -> dict:
     """TensorFlow's feature spec (the ``tf.io.parse_example`` dict) of the output's Example features, in their
     encoded form. Not to be confused with ``codec.FeatureSpec``, this project's record of one feature (name, dtype,
     shape, encoding) as kept in the metadata.
@@ -126,7 +128,7 @@ def tf_feature_spec(output_dir: str, features: Sequence[str] | None = None, span
     spans ``spans`` selects, checked to agree.
     """
     import tensorflow as tf
-    return _parse_spec(tf, collection_reader.parts(output_dir, spans, None, features)[0])
+    return _parse_spec(tf, collection_reader.parts(output_dir, spans, None, features, trust_spans)[0])
 
 
 def _parse_spec(tf, specs):
@@ -179,7 +181,7 @@ def decode_tf(tf, parsed: dict, specs: Sequence[FeatureSpec]) -> dict:
 
 
 def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequence[str] | None = None,
-                  split: str | None = None, spans=None):
+                  split: str | None = None, spans=None, trust_spans: bool = False):
     """A ``tf.data.Dataset`` of ``{name: tensor}`` with the original dtypes and shapes, in shard order
     (``split``: only that split's shards). A collection directory: the shards of the spans ``spans`` selects, in
     span order, in one ``TFRecordDataset`` (spans of different compressions: one per run, concatenated).
@@ -188,13 +190,14 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
     ``batch_size`` batches examples; every selected feature must then have a fixed shape.
 
     Raises:
-      IncompleteOutputError: no metadata.json. SchemaError: a feature whose dtype varies between examples
+      IncompleteOutputError: no metadata.json (``trust_spans``: see :func:`iter_numpy`). SchemaError:
+        ``schema.pbtxt`` disagrees with ``metadata.json``; a feature whose dtype varies between examples
         (npz ``arrays`` mode over members of several dtypes: read it with :func:`iter_numpy`, or leave it out
         with ``features``); ``batch_size`` with features whose shape varies between examples (tf.data could
         not stack them: batch those yourself, e.g. with ``ds.ragged_batch``, or pass ``features``).
     """
     import tensorflow as tf
-    specs, parts = collection_reader.parts(output_dir, spans, split, features)
+    specs, parts = collection_reader.parts(output_dir, spans, split, features, trust_spans)
     refuse_varying_dtypes(specs, output_dir)
     varying = [s.name for s in specs if not s.is_fixed]
     if batch_size and varying:
@@ -212,11 +215,12 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
 
 
 def get(output_dir: str, i: int, features: Sequence[str] | None = None, split: str | None = None,
-        check_checksums: bool = True, spans=None) -> dict[str, np.ndarray]:
+        check_checksums: bool = True, spans=None, trust_spans: bool = False) -> dict[str, np.ndarray]:
     """Example ``i`` (global index, in shard order; of ``split`` when given; across the ``spans`` of a collection)
     of an output directory as ``{name: np.ndarray}``: one seek and one read (see :class:`RandomAccess`; keep one
     of those for many reads, it caches the offsets), after the shard's identity check (:func:`check_shard`)."""
-    return RandomAccess(output_dir, features, split=split, check_checksums=check_checksums, spans=spans)[i]
+    return RandomAccess(output_dir, features, split=split, check_checksums=check_checksums, spans=spans,
+                        trust_spans=trust_spans)[i]
 
 
 # (path, device, inode, size, st_mtime_ns, st_ctime_ns) of a local shard whose CRC32C matched its metadata
@@ -374,11 +378,11 @@ def open_sidecar(original: str, sidecar_dir: str, check_checksums: bool = True) 
 
     Raises:
       IncompleteOutputError: no metadata.json or manifest.json in ``sidecar_dir``.
-      SchemaError: an original shard of the manifest is missing, or an original shard has no sidecar.
+      SchemaError: the sidecar's ``schema.pbtxt`` disagrees with its ``metadata.json``; an original shard of the manifest is missing, or an original shard has no sidecar.
       RecordError: an original shard changed since the sidecar was written (size or checksum), or a
         sidecar shard's record count differs from its original's (naming the shard).
     """
-    meta = metadata.load(sidecar_dir)
+    meta = schemacheck.load_output(sidecar_dir)[0]  # schema.pbtxt agrees with metadata.json
     manifest = load_manifest(sidecar_dir)
     originals = _original_files(original)
     side_counts = {s["file"]: s["records"] for s in meta["shards"]}

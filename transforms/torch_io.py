@@ -64,7 +64,8 @@ def torch_description(output_dir: str, features: Sequence[str] | None = None) ->
     Raises:
       IncompleteOutputError: no metadata.json. SchemaError: an unknown name in ``features``.
     """
-    meta = metadata.load(output_dir)
+    from tfrecord_etl.transforms import schemacheck
+    meta = schemacheck.load_output(output_dir)[0]  # schema.pbtxt agrees with metadata.json
     specs = meta["features"]
     if features is not None:
         by_name = {s.name: s for s in specs}

@@ -5,7 +5,7 @@ import dataclasses
 import itertools
 from typing import Iterable, Iterator, Sequence
 
-from tfrecord_etl.transforms import fileio, metadata, tfrecord
+from tfrecord_etl.transforms import fileio, metadata, schemacheck, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, infer_feature_specs
 from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, RecordError, SchemaError
 from tfrecord_etl.transforms.augment.common import INFER_RECORDS, PROBE_RECORDS, _with
@@ -120,6 +120,7 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
     Raises:
       ConfigError: a directory without metadata.json; ``schema`` for a collection with metadata.json.
         SourceError: nothing matches, or a match is not a regular file (FIFO, device).
+      SchemaError: the input's ``schema.pbtxt`` disagrees with its ``metadata.json`` (:mod:`transforms.schemacheck`).
       SchemaError, RecordError: records that are not tf.train.Example, a record over ``max_record_bytes``
         (default ``tfrecord.record_limit()``), more than ``max_features`` features (default
         ``codec.MAX_FEATURES``) in a record or in the sample.
@@ -130,7 +131,7 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
             raise ConfigError("--input is a directory without metadata.json (not a complete tfrecord-etl output)",
                               file=pattern, hint="pass a file pattern of its TFRecord shards, e.g. "
                                                  f"'{suggest_pattern(pattern)}'")
-        (meta, digest), meta_dir = metadata.load_with_digest(pattern), pattern
+        (meta, digest), meta_dir = schemacheck.load_output(pattern), pattern
         paths = metadata.shard_paths(pattern, meta)
     else:
         matched = fileio.match(pattern)
@@ -139,7 +140,7 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
         if len(parents) == 1:
             parent = parents.pop()
             if fileio.exists(fileio.join(parent, metadata.METADATA_FILE)):
-                candidate, candidate_digest = metadata.load_with_digest(parent)
+                candidate, candidate_digest = schemacheck.load_output(parent)
                 if {fileio.basename(p) for p in paths} <= {s["file"] for s in candidate["shards"]}:
                     meta, digest, meta_dir = candidate, candidate_digest, parent
     split_of, recorded = {}, {}
@@ -186,11 +187,25 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
 
 def _identity(path: str, entry: dict | None, listed_size: int | None) -> dict:
     """The ``pin`` and ``crc32c`` of an input shard at planning: the size its metadata entry records (else the
-    listing's, else asked for) and a local file's modification time; the entry's CRC32C."""
+    listing's, else asked for) and a local file's modification time; the entry's CRC32C.
+
+    Raises:
+      RecordError: a local shard whose size is not the one its metadata.json entry records: it differs at rest
+        (truncated, corrupted or replaced after it was written), which running again cannot change.
+    """
     entry = entry or {}
     size = entry.get("bytes") if type(entry.get("bytes")) is int else listed_size
     found = fileio.pin(path, size)
+    if "bytes" in entry and found[1] is not None and found[0] != size:
+        raise RecordError(f"Input shard holds {found[0]} bytes, its metadata.json says {size}: it was truncated, "
+                          "corrupted or replaced after it was written", file=path, hint=_differs_hint(path))
     return {"pin": (found[0] if size is None else size, found[1]), "crc32c": entry.get("crc32c")}
+
+
+def _differs_hint(path: str) -> str:
+    where = path[:len(path) - len(fileio.basename(path))].rstrip("/") or "."
+    return (f"check the input with python -m pipelines.verify {where}, then restore the shard or convert the input "
+            "again; running augment again reads the same bytes")
 
 
 def check_collection(collection: InputCollection) -> None:
@@ -258,7 +273,10 @@ def iter_shard(shard: InputShard, tally: dict | None = None, max_record_bytes: i
       RecordError: a truncated or corrupt frame, the wrong compression, or a length header over
         ``max_record_bytes`` (default ``tfrecord.record_limit()``), checked before reading the record
         (file, record, offset).
-      InputChangedError: the shard is not the one planned (``... changed while it was read: run again``).
+      InputChangedError: the shard changed during this run (``... changed while it was read: run again``): its
+        size, or a local file's modification time, is not the one planned.
+      RecordError: the shard's bytes are not the ones its metadata.json records (CRC32C) although, locally, it did
+        not change during this run: it was corrupted or replaced at rest (running again cannot help).
     """
     tfrecord.check_regular(shard.path)
     if shard.pin is not None:
@@ -271,11 +289,14 @@ def iter_shard(shard: InputShard, tally: dict | None = None, max_record_bytes: i
         stream.drain()
     planned = shard.pin[0] if shard.pin is not None else stream.bytes
     if shard.crc32c is not None and (stream.bytes, stream.crc32c) != (planned, shard.crc32c):
-        raise InputChangedError(f"Input shard changed while it was read ({stream.bytes} bytes with CRC32C "
-                                f"{stream.crc32c}; its metadata.json says {planned} bytes, {shard.crc32c}): "
-                                "run again", file=shard.path,
-                                hint="wait until the run writing the input collection has finished, then run the "
-                                     "command again")
+        local = shard.pin is not None and shard.pin[1] is not None
+        if local:  # rewritten during this run (size or modification time moved): InputChangedError, run again
+            fileio.check_pin(shard.path, shard.pin, "Input shard")
+        raise RecordError(f"Input shard differs from its metadata.json ({stream.bytes} bytes with CRC32C "
+                          f"{stream.crc32c}; metadata.json says {planned} bytes, {shard.crc32c})"
+                          + (" and did not change during this run: it was corrupted or replaced after it was written"
+                             if local else ": it was corrupted or replaced after it was written, or rewritten "
+                                           "since this run planned"), file=shard.path, hint=_differs_hint(shard.path))
     if shard.pin is not None:
         fileio.check_pin(shard.path, shard.pin, "Input shard")
     if tally is not None:

@@ -66,7 +66,8 @@ def plan_spans(cfg) -> list[SpanJob]:
     Raises:
       ConfigError: a span not committed; ``--join_by position`` (one source's rows cannot be every span's);
         an output directory that is a plain output directory (it holds metadata.json, not collection.json).
-      IncompleteOutputError: a selected input span's directory has no metadata.json.
+      IncompleteOutputError: a selected input span's directory has no metadata.json, or not the one collection.json
+        lists (:func:`collection_reader.check_span`: run the convert of that span again).
     """
     if cfg.join_input and cfg.join_by == "position":
         raise ConfigError("--join_by position cannot augment a collection: one source's rows cannot be the records "
@@ -85,6 +86,7 @@ def plan_spans(cfg) -> list[SpanJob]:
     for entry in entries:
         input_dir = collection_reader.span_dir(cfg.input, entry)
         _, digest = metadata.load_with_digest(input_dir)
+        collection_reader.check_span(entry, input_dir, digest)  # the span collection.json lists, or refused
         made = done.get((entry["span"], entry["version"]))
         if new and made is not None and [row.get("version") for row in made["inputs"]] == [digest]:
             continue

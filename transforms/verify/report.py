@@ -40,7 +40,8 @@ class Problem:
     ``index`` (a shard's ``--index`` file does not list the offsets and lengths of its records), ``checksum`` (a
     shard's CRC32C differs from the one metadata.json records: replaced, swapped or changed after it was written),
     ``collection`` (a span's directory does not hold what ``collection.json`` lists: no metadata.json, another
-    metadata.json, record count or schema).
+    metadata.json, record count or schema), ``schema`` (``schema.pbtxt`` is missing, not a TensorFlow Metadata
+    Schema, or disagrees with ``metadata.json``: names the feature and both values).
 
     ``offset``: byte offset of the record's frame in the uncompressed stream; ``record``: 0-based index
     of the record in its file; ``feature``: the feature name, when one is at fault.
@@ -94,6 +95,8 @@ class Report:
     ``manifest``: None, or ``{"shards", "originals_checked", "originals_unreachable", "originals_not_named"}``
     for sidecars (``originals_not_named``: shards whose original was not checked because no ``originals``
     were given). ``checksums``: shards whose CRC32C was compared with metadata.json (read to their end).
+    ``schema``: how ``schema.pbtxt`` was compared with ``metadata.json`` (``"tensorflow_metadata"``: parsed into
+    ``schema_pb2.Schema`` too; ``"text"``: the reader-only install's parser); None for plain files.
     """
 
     target: str
@@ -109,6 +112,7 @@ class Report:
     source: dict | None = None
     manifest: dict | None = None
     checksums: int = 0
+    schema: str | None = None  # schema.pbtxt compared with metadata.json: "tensorflow_metadata" or "text" parser
     seconds: float = 0.0
     max_problems: int = 100
 
@@ -131,7 +135,7 @@ class Report:
             "expected_records": self.expected_records, "compression": self.compression,
             "features": [s.to_json() for s in self.features], "inferred": self.inferred,
             "files": [dataclasses.asdict(f) for f in self.files], "source": self.source, "manifest": self.manifest,
-            "checksums": self.checksums,
+            "checksums": self.checksums, "schema": self.schema,
             "num_problems": self.num_problems, "problems": [p.to_json() for p in self.problems],
             "warnings": list(self.warnings), "seconds": round(self.seconds, 3),
         }

@@ -90,6 +90,7 @@ def verify_output(output_dir: str, sources: Sequence[str] = (), progress: Progre
     has_manifest = fileio.exists(fileio.join(output_dir, MANIFEST_FILE))
     report = Report(output_dir, "sidecar" if has_manifest else "output", meta["compression"], list(meta["features"]),
                     expected_records=meta.get("num_records"), max_problems=max_problems)
+    _check_schema(report, output_dir, meta)
     comparer = make_comparer(meta, sources, report, progress, output_dir) if sources else None
     specs = list(meta["features"])
     shards = list(zip(meta["shards"], metadata.shard_paths(output_dir, meta)))
@@ -154,6 +155,41 @@ def verify_output(output_dir: str, sources: Sequence[str] = (), progress: Progre
     report.warnings += _unlisted_files(output_dir, listed_files | set((meta.get("tfds") or {}).get("files", [])))
     report.seconds = time.time() - started
     return report
+
+
+def _check_schema(report: Report, output_dir: str, meta: dict) -> None:
+    """``schema.pbtxt`` against ``metadata.json`` (:mod:`transforms.schemacheck`): a ``schema`` problem per
+    difference, naming the feature and both values. With tensorflow_metadata installed the text is also parsed
+    into ``schema_pb2.Schema`` (every field and enum checked); the reader-only install compares the fields we
+    write (``report.schema``: which)."""
+    from tfrecord_etl.transforms import schemacheck
+    path = fileio.join(output_dir, metadata.SCHEMA_FILE)
+    todo = "; one of the two files was edited or replaced after the output was written: convert it again"
+    try:
+        text = schemacheck.read_schema(output_dir).decode("utf-8")
+    except SchemaError as e:
+        report.add(Problem("schema", e.message + todo, path))
+        return
+    except UnicodeDecodeError:
+        report.add(Problem("schema", "schema.pbtxt is not a TensorFlow Metadata Schema in text format: not UTF-8"
+                           + todo, path))
+        return
+    proto = schemacheck.proto_available()
+    report.schema = "tensorflow_metadata" if proto else "text"
+    error = schemacheck.proto_error(text) if proto else None
+    if error:
+        report.add(Problem("schema", f"schema.pbtxt is not a TensorFlow Metadata Schema in text format: {error}"
+                           + todo, path))
+        return
+    found = schemacheck.disagreements(text, meta["features"])
+    if found and schemacheck.pending(output_dir, meta):
+        report.warnings.append(f"schema.pbtxt disagrees with metadata.json ({found[0].message()}) while a run "
+                               "replacing this output has not committed (it writes schema.pbtxt just before "
+                               "metadata.json): the readers read the committed output; verify again once that run "
+                               "has committed, or run it again if it was killed")
+        return
+    for d in found:
+        report.add(Problem("schema", d.detail() + todo, path, feature=d.feature))
 
 
 def _check_index(report: Report, path: str, frames: list[tuple[int, int]]) -> None:
