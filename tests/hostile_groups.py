@@ -1,9 +1,9 @@
-"""The 16 groups of hostile inputs the hostile-input matrix covers (tests/test_hostile_outdir.py, _hdf5.py,
+"""The 18 groups of hostile inputs the hostile-input matrix covers (tests/test_hostile_outdir.py, _hdf5.py,
 _arrays.py, _config.py, _records.py). Each test's docstring starts with "Hostile group N:" and says what the code
 did before the case was handled; docs/reliability.md counts the test cases per group.
 
-Groups 1-8 lose data, 9-12 read outside the named inputs or invent/drop values, 13-15 take unbounded memory or time
-from a tiny input, 16 ends in a traceback instead of one error line.
+Groups 1-8 lose data, 9-12 and 17 read outside the named inputs or invent/drop values, 13-15 take unbounded memory
+or time from a tiny input, 16 ends in a traceback instead of one error line, 18 in a crash.
 """
 from __future__ import annotations
 
@@ -24,4 +24,6 @@ HOSTILE_GROUPS = {
     14: "bombs and absurd counts: limits with flags to raise them",
     15: "decompressing the same bytes again for every row range",
     16: "a traceback instead of one error line (disk full, read-only, deep nesting, raw control characters)",
+    17: "HDF5 external links: another file's data read through a name in the input, or left out without a word",
+    18: "a crash of native code (SIGSEGV) instead of one error line: nesting a C parser recurses on",
 }

@@ -26,6 +26,7 @@ DEFAULT_RANGE_BYTES = 8 * 2**20  # see docs/performance.md: 64 MB ranges cost 1-
 DEFAULT_MAX_COMPRESSION_RATIO = 500.0
 DEFAULT_MAX_EMPTY_ROWS = 10**6  # rows mode: rows allowed when every row holds zero bytes
 DEFAULT_MAX_VARIABLE_BYTES = 2 * 2**30  # matlab (v4-v7): one variable loaded whole (--max_mat_variable_mb 2048)
+DEFAULT_MAX_MAT_NESTING = 64  # matlab (v5-v7): arrays inside cells/structs, levels (SciPy and NumPy crash near 5,000)
 KEY, ARRAY = "key", "array"
 DEFAULT_MAX_DATASETS = 100_000  # --max_datasets: planning keeps a name and a size per dataset
 
@@ -57,6 +58,7 @@ class SourceOptions:
     # auto: rows, or datasets for a file holding no dataset with rows (Source.switch_to_datasets)
     hdf5_group: int | None = None  # rows mode without datasets: the row group (1 = largest, the default)
     max_variable_bytes: int = DEFAULT_MAX_VARIABLE_BYTES  # matlab (v4-v7): the largest variable loaded whole
+    max_mat_nesting: int = DEFAULT_MAX_MAT_NESTING  # matlab (v5-v7): deepest nesting of a variable's arrays
     max_datasets: int = DEFAULT_MAX_DATASETS  # hdf5: datasets walked in one file (and datasets-mode Examples)
     follow_symlinks: bool = False  # every source: follow symlinks that lead outside the pattern's base directory
 
