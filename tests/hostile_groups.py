@@ -1,5 +1,5 @@
 """The 18 groups of hostile inputs the hostile-input matrix covers (tests/test_hostile_outdir.py, _hdf5.py,
-_arrays.py, _config.py, _records.py). Each test's docstring starts with "Hostile group N:" and says what the code
+_arrays.py, _config.py, _records.py, _zarr.py, _matlab.py). Each test's docstring starts with "Hostile group N:" and says what the code
 did before the case was handled; docs/reliability.md counts the test cases per group.
 
 Groups 1-8 lose data, 9-12 and 17 read outside the named inputs or invent/drop values, 13-15 take unbounded memory

@@ -29,6 +29,9 @@ DEFAULT_MAX_VARIABLE_BYTES = 2 * 2**30  # matlab (v4-v7): one variable loaded wh
 DEFAULT_MAX_MAT_NESTING = 64  # matlab (v5-v7): arrays inside cells/structs, levels (SciPy and NumPy crash near 5,000)
 KEY, ARRAY = "key", "array"
 DEFAULT_MAX_DATASETS = 100_000  # --max_datasets: planning keeps a name and a size per dataset
+# row ranges of one file in a plan (each about 200 bytes of memory): 8 TiB at the default 8 MiB range, 64 PiB at
+# --target_range_mb's largest; a declared shape beyond that is refused at planning instead of planned row by row
+MAX_ROW_RANGES = 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +128,13 @@ def plan_row_ranges(index: FileIndex, target_bytes: int, start: int = 0, stop: i
     rows = max(1, target_bytes // max(1, index.row_bytes))
     if index.chunk_rows > 1 and rows > index.chunk_rows:
         rows -= rows % index.chunk_rows
+    count = -(-(stop - start) // rows)
+    if count > MAX_ROW_RANGES:
+        raise SourceError(f"The file declares {index.num_rows:,} rows of {index.row_bytes:,} bytes "
+                          f"({index.num_rows * index.row_bytes:,} bytes): {count:,} row ranges of "
+                          f"{rows * index.row_bytes:,} bytes, more than the {MAX_ROW_RANGES:,} one plan holds",
+                          file=index.path, hint="raise --target_range_mb (up to 64 GiB) for a file this large, or "
+                                                "check its declared shape")
     return [RowRange(index.path, s, min(s + rows, stop), index.items) for s in range(start, stop, rows)]
 
 
