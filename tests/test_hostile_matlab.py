@@ -21,7 +21,6 @@ from tests.conftest import ROOT, convert
 from tfrecord_etl.transforms import reader
 from tfrecord_etl.transforms.errors import SourceError
 from tfrecord_etl.transforms.sources import MatlabSource, SourceOptions
-from tfrecord_etl.transforms.sources import matnesting
 
 CELL, STRUCT, DOUBLE = 1, 2, 6
 
@@ -135,6 +134,7 @@ def reference_depth(value) -> int:
 def test_the_walk_reads_every_scipy_test_file_as_scipy_does():
     """The nesting walk parses SciPy's own MATLAB test files (v5-v7, both byte orders, cells, structs, objects,
     function handles, sparse, char, empty) without a refusal, and finds SciPy's depth for every variable."""
+    from tfrecord_etl.transforms.sources import matnesting
     folder = os.path.join(os.path.dirname(scipy.__file__), "io", "matlab", "tests", "data")
     checked = 0
     for path in sorted(glob.glob(os.path.join(folder, "*.mat"))):
