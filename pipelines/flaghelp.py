@@ -57,7 +57,7 @@ GROUPS: dict[str, tuple[Group, ...]] = {
               ("--target_range_mb", "--max_local_workers")),
         Group("limits", "bounds on what a hostile or broken input can make the command do", "reliability.md",
               ("--max_compression_ratio", "--max_empty_rows", "--max_row_mb", "--max_mat_variable_mb",
-               "--max_datasets")),
+               "--max_mat_nesting", "--max_datasets")),
         Group("safety", "what is read beyond the input and what happens to a row that fails", "reliability.md",
               ("--follow_symlinks", "--allow_external_storage", "--allow_fill_value", "--dead_letter_dir")),
         _HELP,

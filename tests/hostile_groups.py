@@ -1,12 +1,13 @@
-"""The 24 groups of hostile inputs and moments the hostile matrix covers (tests/test_hostile_outdir.py, _hdf5.py,
-_arrays.py, _config.py, _records.py, _workers.py, _runs.py, _metadata.py). Each test's docstring starts with
-"Hostile group N:" and says what the code did before the case was handled; docs/reliability.md counts the test
-cases per group.
+"""The 26 groups of hostile inputs and moments the hostile matrix covers (tests/test_hostile_outdir.py, _hdf5.py,
+_arrays.py, _config.py, _records.py, _workers.py, _runs.py, _metadata.py, _zarr.py, _matlab.py). Each test's
+docstring starts with "Hostile group N:" and says what the code did before the case was handled;
+docs/reliability.md counts the test cases per group.
 
-Groups 1-8 lose data, 9-12 read outside the named inputs or invent/drop values, 13-15 take unbounded memory or time
-from a tiny input, 16 ends in a traceback instead of one error line, 17-18 fail a run at a bad moment (it must end
-in one line and leave nothing behind), 19-20 are inputs at the limits of scale, 21 says the wrong thing, 22-24 read
-an output whose own files were edited or replaced after it was written (or give the wrong advice about it).
+Groups 1-8 lose data, 9-12 and 25 read outside the named inputs or invent/drop values, 13-15 take unbounded memory
+or time from a tiny input, 16 ends in a traceback instead of one error line, 26 in a crash, 17-18 fail a run at a
+bad moment (it must end in one line and leave nothing behind), 19-20 are inputs at the limits of scale, 21 says the
+wrong thing, 22-24 read an output whose own files were edited or replaced after it was written (or give the wrong
+advice about it).
 """
 from __future__ import annotations
 
@@ -35,4 +36,6 @@ HOSTILE_GROUPS = {
     22: "an output's schema.pbtxt and metadata.json that disagree (edited, replaced, missing)",
     23: "a span directory that is not the one collection.json lists (replaced, re-converted and not listed)",
     24: "an input shard that differs from its metadata at rest, reported as changed while read",
+    25: "HDF5 external links: another file's data read through a name in the input, or left out without a word",
+    26: "a crash of native code (SIGSEGV) instead of one error line: nesting a C parser recurses on",
 }

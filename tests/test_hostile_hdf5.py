@@ -244,3 +244,95 @@ def test_deep_group_nesting_is_walked_without_recursion(tmp_path):
         f["a"] = np.arange(3)
     index = Hdf5Source(SourceOptions("hdf5")).index(str(path))
     assert index.items[0] == "/a" and index.items[1].count("/") == 1201 and len(index.items) == 2
+
+
+def linked_h5(tmp_path):
+    """``in/a.h5`` holding ``/y`` (100 rows) and external links: ``/x`` to a file outside ``in/``, ``/z`` to a file
+    beside it, ``/g`` to a missing file; ``/s`` a soft link to ``/y``."""
+    (tmp_path / "in").mkdir()
+    with h5py.File(tmp_path / "outside.h5", "w") as f:
+        f["d"] = np.full(100, 7, dtype="<i8")
+    with h5py.File(tmp_path / "in" / "side.h5", "w") as f:
+        f["d"] = np.arange(100, 200, dtype="<i8")
+    with h5py.File(tmp_path / "in" / "a.h5", "w") as f:
+        f["y"] = np.arange(100, dtype="<i8") * 2
+        f["x"] = h5py.ExternalLink("../outside.h5", "/d")
+        f["z"] = h5py.ExternalLink("side.h5", "/d")
+        f["g"] = h5py.ExternalLink("gone.h5", "/d")
+        f["s"] = h5py.SoftLink("/y")
+    return tmp_path / "in" / "a.h5"
+
+
+@pytest.mark.parametrize("flags", [[], ["--allow_external_storage"]])
+def test_external_link_outside_the_inputs_directory_is_refused(tmp_path, capsys, flags):
+    """Hostile group 25: an external link to a file outside the input's directory, named with --datasets, put that
+    file's 100 rows into the shards (exit 0); now refused naming the link and its target, with the flag too."""
+    path = linked_h5(tmp_path)
+    code, _, err = convert(path, tmp_path / "out", "--datasets", "x", *flags, capsys=capsys)
+    assert code == 2 and "external link to '../outside.h5:/d'" in err and "dataset='x'" in err, err
+    assert "whose file lies outside the input file's directory: refused, never read" in err
+    assert "--allow_external_storage" in err
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.tfrecord*"))
+
+
+@pytest.mark.parametrize("flags", [[], ["--allow_external_storage"]])
+def test_external_links_the_walk_leaves_out_are_named(tmp_path, capsys, caplog, flags):
+    """Hostile group 25: without --datasets an external link was left out without a word; now one warning line names
+    each link not followed and why (outside, dangling, the flag); with --allow_external_storage the link to a file
+    beside the input joins its row group and is read exactly."""
+    path = linked_h5(tmp_path)
+    with caplog.at_level("WARNING", logger="tfrecord_etl"):
+        code, _, err = convert(path, tmp_path / "out", *flags, capsys=capsys)
+    assert code == 0, err
+    err = " ".join(r.getMessage() for r in caplog.records)
+    assert "external link not followed (outside the input's directory)" in err and "/x -> ../outside.h5:/d" in err
+    assert "external link not followed (dangling: its file is missing)" in err and "/g -> gone.h5:/d" in err
+    assert ("(needs --allow_external_storage) (/z -> side.h5:/d)" in err) != bool(flags), err
+    got = list(reader.iter_numpy(str(tmp_path / "out")))
+    assert sorted(got[0]) == (["y", "z"] if flags else ["y"])
+    np.testing.assert_array_equal([int(e["y"]) for e in got], np.arange(100) * 2)
+    if flags:
+        np.testing.assert_array_equal([int(e["z"]) for e in got], np.arange(100, 200))
+
+
+def test_external_link_beside_the_input_needs_the_flag_and_is_read_exactly(tmp_path, capsys):
+    """Hostile group 25: a link to a file in the input's directory follows the external-storage rule: refused
+    without --allow_external_storage (naming the flag), read exactly with it, wherever the command runs from."""
+    path = linked_h5(tmp_path)
+    code, _, err = convert(path, tmp_path / "out", "--datasets", "z", capsys=capsys)
+    assert code == 2 and "external link to 'side.h5:/d', in another file: refused" in err
+    assert "pass --allow_external_storage" in err
+    (tmp_path / "decoy").mkdir()
+    with h5py.File(tmp_path / "decoy" / "side.h5", "w") as f:  # HDF5 alone may resolve against the cwd
+        f["d"] = np.full(100, -1, dtype="<i8")
+    cwd = os.getcwd()
+    os.chdir(tmp_path / "decoy")
+    try:
+        code, _, err = convert(path, tmp_path / "out", "--datasets", "z", "--allow_external_storage", capsys=capsys)
+    finally:
+        os.chdir(cwd)
+    assert code == 0, err
+    np.testing.assert_array_equal([int(e["z"]) for e in reader.iter_numpy(str(tmp_path / "out"))],
+                                  np.arange(100, 200))
+
+
+def test_soft_links_unchanged_and_dangling_external_link_named(tmp_path, capsys):
+    """Hostile group 25: a soft link inside the file is read as before (its target's values); a dangling external
+    link named with --datasets is one line saying its file is missing, never a fill value."""
+    path = linked_h5(tmp_path)
+    code, _, err = convert(path, tmp_path / "out", "--datasets", "s", capsys=capsys)
+    assert code == 0, err
+    np.testing.assert_array_equal([int(e["s"]) for e in reader.iter_numpy(str(tmp_path / "out"))], np.arange(100) * 2)
+    code, _, err = convert(path, tmp_path / "out2", "--datasets", "g", "--allow_external_storage", capsys=capsys)
+    assert code == 2 and "external link to 'gone.h5:/d', whose file is missing (a dangling link)" in err, err
+
+
+def test_inspect_says_what_convert_does_with_each_external_link(tmp_path):
+    """Hostile group 25: inspect lists each external link with what convert does with it and why."""
+    from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, render_tree
+    text = render_tree(hdf5_tree(str(linked_h5(tmp_path))))
+    assert "/x -> ../outside.h5:/d (external link, not followed; convert refuses it: outside the input's directory)" \
+        in text
+    assert "/g -> gone.h5:/d (external link, not followed; convert refuses it: dangling: its file is missing)" in text
+    assert "/z -> side.h5:/d (external link, not followed; convert follows it with --allow_external_storage)" in text
+    assert "/s -> /y (soft link, not followed)" in text

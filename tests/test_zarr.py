@@ -187,14 +187,17 @@ def test_xarray_to_zarr_with_coordinates_values_as_stored(tmp_path):
 
 
 def test_consolidated_metadata_is_all_planning_reads(tmp_path):
-    """Planning reads the consolidated metadata only: the per-array metadata and every chunk removed, it plans."""
+    """Planning reads the consolidated metadata only: the per-array metadata and every chunk removed, it plans (with
+    --allow_fill_value: a local store's chunk files are counted at planning, and none is there)."""
     xr = pytest.importorskip("xarray")
     ds = xr.Dataset({"v": (("t",), np.arange(50.0))})
     store = tmp_path / "c.zarr"
     ds.to_zarr(str(store), zarr_format=2, consolidated=True, encoding={"v": {"chunks": (8,)}})
     for name in os.listdir(store / "v"):
         os.remove(store / "v" / name)
-    plan = planning.plan_inputs(str(store), SourceOptions(target_range_bytes=8 * 20))
+    with pytest.raises(SourceError, match="holds 0 of its chunk files"):
+        planning.plan_inputs(str(store), SourceOptions(target_range_bytes=8 * 20))
+    plan = planning.plan_inputs(str(store), SourceOptions(target_range_bytes=8 * 20, allow_fill_value=True))
     assert plan.indexes[0].num_rows == 50 and plan.indexes[0].chunk_rows == 8
     assert [(r.start, r.stop) for r in plan.ranges] == [(0, 16), (16, 32), (32, 48), (48, 50)]
 
@@ -227,7 +230,7 @@ def test_unwritten_chunks_refused_unless_allowed(tmp_path, capsys):
     a[:10] = np.arange(10)  # chunks 2 and 3 never written
     code, err = run(store, tmp_path / "o", capsys=capsys)
     assert code != 0
-    assert "never written" in err and "--allow_fill_value" in err and "c/2" in err
+    assert "never written" in err and "--allow_fill_value" in err and "'c/2'" in err
     code, err = run(store, tmp_path / "o2", "--allow_fill_value")
     assert code == 0, err
     np.testing.assert_array_equal(column(rows_of(tmp_path / "o2"), "f"), np.r_[np.arange(10), [-1] * 10])
@@ -368,8 +371,9 @@ def test_augment_join_input_takes_a_zarr_array(tmp_path, capsys):
 
 
 def test_planning_a_1000_chunk_consolidated_store_reads_only_its_root_metadata(tmp_path, monkeypatch):
-    """Planning reads the root's metadata documents and nothing else (no chunk, no per-array document, no listing),
-    whatever the chunk count: a remote store is planned in a few requests."""
+    """Planning reads the root's metadata documents and nothing else (no chunk, no per-array document, no listing of
+    nodes; a local store's chunk files are counted), whatever the chunk count: a remote store is planned in a few
+    requests."""
     from tfrecord_etl.transforms.sources import zarrbounded
     store = tmp_path / "k.zarr"
     g = zarr.open_group(str(store), mode="w", zarr_format=3)

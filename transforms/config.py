@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tfrecord_etl.transforms.codec.encodings import AUTO, ENCODINGS
 from tfrecord_etl.transforms.sources import REGISTRY as SOURCE_REGISTRY
-from tfrecord_etl.transforms.sources.base import DEFAULT_MAX_DATASETS
+from tfrecord_etl.transforms.sources.base import DEFAULT_MAX_DATASETS, DEFAULT_MAX_MAT_NESTING
 from tfrecord_etl.transforms.errors import ConfigError
 
 EncodingName = Literal[tuple(ENCODINGS)]  # the registered encodings: tensor, list, zlib, packbits, varlen
@@ -126,8 +126,12 @@ class ConvertConfig(BaseModel):
     max_mat_variable_mb: float = Field(2048.0, gt=0, allow_inf_nan=False, description="matlab (v4-v7 .mat): refuse "
                                        "a variable over this many MiB before loading it (SciPy's loadmat reads a "
                                        "variable whole: about twice this at peak)")
-    allow_external_storage: bool = Field(False, description="hdf5: read datasets stored in external raw files "
-                                         "when those lie in the input file's own directory; default: refuse")
+    max_mat_nesting: int = Field(DEFAULT_MAX_MAT_NESTING, ge=1, le=1000, description="matlab (v5-v7 .mat): refuse "
+                                 "a variable whose arrays nest deeper than this (cells or structs inside cells or "
+                                 "structs), checked before SciPy loads it (its reader recurses in C)")
+    allow_external_storage: bool = Field(False, description="hdf5: read datasets stored in external raw files, and "
+                                         "follow external links, when those files lie in the input file's own "
+                                         "directory; default: refuse")
     allow_fill_value: bool = Field(False, description="hdf5: read storage that was never written (unallocated "
                                    "chunks) as the fill value; default: refuse")
     max_datasets: int = Field(DEFAULT_MAX_DATASETS, ge=1, description="hdf5: most datasets walked in one file, and Examples of "

@@ -286,6 +286,7 @@ def source_options(cfg) -> SourceOptions:
                          max_empty_rows=cfg.max_empty_rows, allow_external_storage=cfg.allow_external_storage,
                          allow_fill_value=cfg.allow_fill_value, hdf5_mode=cfg.hdf5_mode,
                          hdf5_group=cfg.hdf5_group, max_variable_bytes=int(cfg.max_mat_variable_mb * 2**20),
+                         max_mat_nesting=cfg.max_mat_nesting,
                          max_datasets=cfg.max_datasets, raw_dtype=cfg.dtype,
                          raw_shape=tuple(cfg.shape) if cfg.shape else None, raw_offset=cfg.offset,
                          raw_order=cfg.order, raw_count=cfg.count, files_labels=cfg.file_labels, files_feature=cfg.file_feature,

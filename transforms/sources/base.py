@@ -26,8 +26,12 @@ DEFAULT_RANGE_BYTES = 8 * 2**20  # see docs/performance.md: 64 MB ranges cost 1-
 DEFAULT_MAX_COMPRESSION_RATIO = 500.0
 DEFAULT_MAX_EMPTY_ROWS = 10**6  # rows mode: rows allowed when every row holds zero bytes
 DEFAULT_MAX_VARIABLE_BYTES = 2 * 2**30  # matlab (v4-v7): one variable loaded whole (--max_mat_variable_mb 2048)
+DEFAULT_MAX_MAT_NESTING = 64  # matlab (v5-v7): arrays inside cells/structs, levels (SciPy and NumPy crash near 5,000)
 KEY, ARRAY = "key", "array"
 DEFAULT_MAX_DATASETS = 100_000  # --max_datasets: planning keeps a name and a size per dataset
+# row ranges of one file in a plan (each about 200 bytes of memory): 8 TiB at the default 8 MiB range, 64 PiB at
+# --target_range_mb's largest; a declared shape beyond that is refused at planning instead of planned row by row
+MAX_ROW_RANGES = 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,6 +61,7 @@ class SourceOptions:
     # auto: rows, or datasets for a file holding no dataset with rows (Source.switch_to_datasets)
     hdf5_group: int | None = None  # rows mode without datasets: the row group (1 = largest, the default)
     max_variable_bytes: int = DEFAULT_MAX_VARIABLE_BYTES  # matlab (v4-v7): the largest variable loaded whole
+    max_mat_nesting: int = DEFAULT_MAX_MAT_NESTING  # matlab (v5-v7): deepest nesting of a variable's arrays
     max_datasets: int = DEFAULT_MAX_DATASETS  # hdf5: datasets walked in one file (and datasets-mode Examples)
     follow_symlinks: bool = False  # every source: follow symlinks that lead outside the pattern's base directory
 
@@ -123,6 +128,13 @@ def plan_row_ranges(index: FileIndex, target_bytes: int, start: int = 0, stop: i
     rows = max(1, target_bytes // max(1, index.row_bytes))
     if index.chunk_rows > 1 and rows > index.chunk_rows:
         rows -= rows % index.chunk_rows
+    count = -(-(stop - start) // rows)
+    if count > MAX_ROW_RANGES:
+        raise SourceError(f"The file declares {index.num_rows:,} rows of {index.row_bytes:,} bytes "
+                          f"({index.num_rows * index.row_bytes:,} bytes): {count:,} row ranges of "
+                          f"{rows * index.row_bytes:,} bytes, more than the {MAX_ROW_RANGES:,} one plan holds",
+                          file=index.path, hint="raise --target_range_mb (up to 64 GiB) for a file this large, or "
+                                                "check its declared shape")
     return [RowRange(index.path, s, min(s + rows, stop), index.items) for s in range(start, stop, rows)]
 
 

@@ -9,6 +9,7 @@ from tfrecord_etl.transforms.codec import flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.sources import hdf5layout as layout
+from tfrecord_etl.transforms.sources import hdf5links as links
 from tfrecord_etl.transforms.sources.hdf5filters import (check_filters, ensure_filters, load_filter_plugins, plugins_loaded,
                                                          read_error)
 from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, SourceOptions,
@@ -144,10 +145,12 @@ class Hdf5Source(Source):
         """
         import h5py
         count = 0
-        for full, _, obj in layout.walk(f):
+        for full, link, obj in layout.walk(f):
             if isinstance(obj, Exception):
                 raise SchemaError(f"Cannot open HDF5 object: {obj}", file=path, dataset=full,
                                   hint="choose other datasets with --datasets") from None
+            if obj is None and isinstance(link, h5py.ExternalLink):
+                obj = self._external(f, full, link, path, skipped)
             if not isinstance(obj, h5py.Dataset):
                 continue
             count += 1
@@ -159,6 +162,26 @@ class Hdf5Source(Source):
                 errors.append(SchemaError(f"Unsupported HDF5 type: {e}", file=path, dataset=full))
                 continue
             yield full, obj, layout.kind_of(obj, full)
+
+    def _external(self, f, full: str, link, path: str, skipped: dict):
+        """The dataset an external link found by the walk names, when it is followed (``--allow_external_storage``
+        and its file a regular file in the input's directory: :mod:`hdf5links`); else None, and the link is added to
+        ``skipped`` under the reason (one warning line names it)."""
+        import h5py
+        why = links.link_status(link, path, self.options.allow_external_storage)
+        target = None
+        if why is None:
+            try:
+                target = links.resolve(f, full, path, True)
+            except (KeyError, SourceError) as e:
+                why = f"unreadable: {e}"
+        if why is None and not isinstance(target, h5py.Dataset):
+            why = "to a group: name its datasets with --datasets"
+        if why is not None:
+            skipped.setdefault(f"external link not followed ({why})", []).append(
+                f"{full} -> {link.filename}:{link.path}")
+            return None
+        return target
 
     def _default_datasets(self, f, path: str) -> list[str]:
         """The datasets of the chosen row group (see :meth:`index`); skipped kinds are logged in one line."""
@@ -227,7 +250,10 @@ class Hdf5Source(Source):
     def _dataset(self, f, name: str, path: str):
         import h5py
         try:
-            obj = f[name]
+            obj = links.resolve(f, name, path, self.options.allow_external_storage) if links.has_links(f, name) \
+                else f[name]
+        except SourceError:
+            raise
         except KeyError:
             raise SourceError("No such dataset", file=path, dataset=name,
                               hint="python -m pipelines.inspect FILE lists its datasets; then pass --datasets") from None
@@ -417,17 +443,18 @@ def _dataset_for_read(f, name: str, path: str):
     import os
 
     import h5py
-    dset = f[name]
+    dset = links.resolve(f, name, path, True) if links.has_links(f, name) else f[name]  # (checked at planning)
     ensure_filters(dset)
     if not fileio.is_local(path) or not (dset.id.get_create_plist().get_external_count() or dset.is_virtual):
         return dset  # (remote files have neither: refused at planning)
+    fid, dname = dset.file.id, dset.name  # (another file's, through an external link)
     del dset  # closed, so that it can be opened again with the prefixes
     prefix = os.path.dirname(os.path.abspath(path)).encode() + b"/"
     dapl = h5py.h5p.create(h5py.h5p.DATASET_ACCESS)
     dapl.set_efile_prefix(prefix)
     dapl.set_virtual_prefix(prefix)
     dapl.set_chunk_cache(10007, HDF5_CHUNK_CACHE_BYTES, 0.75)
-    return h5py.Dataset(h5py.h5d.open(f.id, name.encode(), dapl))
+    return h5py.Dataset(h5py.h5d.open(fid, dname.encode(), dapl))
 
 
 def _confined(name: str, path: str, what: str, dataset: str) -> str:

@@ -13,7 +13,8 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
     """``{"file", "objects": [...], "row_groups": [...], "truncated"}`` of the HDF5 file ``path``.
 
     Each object: ``path``, ``kind`` (``group``, ``dataset``, ``scalar``, ``dimension-scale``, ``soft link``,
-    ``external link``), and for datasets ``dtype``, ``shape``, ``chunks``, ``filters``, ``storage``
+    ``external link``: with ``convert``, what convert does with it and why), and for datasets ``dtype``, ``shape``,
+    ``chunks``, ``filters``, ``storage``
     (``contiguous``, ``chunked``, ``compact``, ``external``, ``virtual``). Row groups: ``{"rows", "datasets",
     "flag"}`` for the datasets with a leading axis (scalars and dimension scales, which convert skips, are left
     out), largest group first (the one convert reads by default; ``--hdf5_group N`` picks another), each with the
@@ -26,6 +27,7 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
     from tfrecord_etl.transforms.sources import hdf5layout as layout
     from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source
     from tfrecord_etl.transforms.sources.base import SourceOptions
+    from tfrecord_etl.transforms.sources.hdf5links import link_status
     f, stream = Hdf5Source(SourceOptions())._open(path)
     objects, truncated, entries = [], False, []
     try:
@@ -37,7 +39,10 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
                 objects.append({"path": full, "kind": "soft link", "target": link.path})
                 continue
             if isinstance(link, h5py.ExternalLink):
-                objects.append({"path": full, "kind": "external link", "target": f"{link.filename}:{link.path}"})
+                why = link_status(link, path, True)
+                objects.append({"path": full, "kind": "external link", "target": f"{link.filename}:{link.path}",
+                                "convert": f"convert refuses it: {why}" if why else
+                                "convert follows it with --allow_external_storage"})
                 continue
             if isinstance(obj, Exception) or obj is None:  # a damaged or unsupported object: listed, not fatal
                 objects.append({"path": full, "kind": "unreadable", "target": str(obj)})
@@ -150,7 +155,8 @@ def render_tree(tree: dict) -> str:
             lines.append(f"  {o['path']}/" + ("  [MATLAB's own storage: read through cell references]"
                                               if o["kind"] == "matlab-internal" else ""))
         elif "link" in o["kind"]:
-            lines.append(f"  {o['path']} -> {o['target']} ({o['kind']}, not followed)")
+            lines.append(f"  {o['path']} -> {o['target']} ({o['kind']}, not followed"
+                         + (f"; {o['convert']})" if o.get("convert") else ")"))
         elif o["kind"] == "unreadable":
             lines.append(f"  {o['path']}  [unreadable: {o['target']}]")
         else:

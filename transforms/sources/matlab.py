@@ -39,6 +39,7 @@ from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import hdf5layout as layout
+from tfrecord_etl.transforms.sources import matnesting
 from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, _check_empty_rows,
                                                   _check_names, _leaf_specs, _refuse_special_file, _row_bytes,
                                                   _row_spec, log, loosen_all)
@@ -63,6 +64,7 @@ class MatVariable:
     start: int
     stop: int
     compressed: bool = False
+    byte_order: str = "<"  # the file's ("<" or ">"): how the v5 elements of a nesting walk are read
 
     @property
     def dtype(self) -> np.dtype | None:
@@ -278,7 +280,7 @@ class MatlabSource(Source):
                 shape = matlab_shape(reader._matrix_reader.shape_from_header(hdr))
                 compressed, is_complex = _array_flags(f, start, reader.byte_order) if v5 else (False, bool(hdr.is_complex))
                 out.append(MatVariable(name or FUNCTION_WORKSPACE, shape, mclass, is_complex, start, int(stop),
-                                       compressed))
+                                       compressed, reader.byte_order if v5 else "<"))
                 f.seek(stop)
             return out
         except SourceError:
@@ -297,6 +299,9 @@ class MatlabSource(Source):
             declared = _inflated_bytes(f, var, limit)
         else:
             declared = var.stop - var.start
+        if declared <= limit and var.dtype is None and var.mclass not in ("sparse", "char", "logical") and \
+                self._v5(f):
+            self._check_nesting(f, var, path)
         if declared > limit:
             raise SourceError(f"The variable holds {declared:,} bytes ({declared / 2**20:,.1f} MiB), over the limit "
                               f"of {limit / 2**20:g} MiB for one variable (SciPy's loadmat reads a variable whole)",
@@ -304,6 +309,27 @@ class MatlabSource(Source):
                               hint="raise --max_mat_variable_mb if the file is trusted and the memory is there (about "
                                    "twice the variable at peak), choose other variables with --datasets, or save "
                                    "the file with -v7.3 (HDF5, read row range by row range)")
+
+    def _v5(self, f) -> bool:
+        f.seek(124)
+        return f.read(4) in (b"\x00\x01IM", b"\x01\x00MI")
+
+    def _check_nesting(self, f, var: MatVariable, path: str) -> None:
+        """Refuses a cell, struct, object or function handle whose arrays nest deeper than ``max_mat_nesting``
+        (``--max_mat_nesting``) before SciPy loads it (see :mod:`matnesting`: deep nesting crashed the process)."""
+        limit = self.options.max_mat_nesting
+        try:
+            depth = matnesting.nesting_depth(f, var.start, var.stop, var.compressed, var.byte_order, limit)
+        except matnesting.Damaged as e:
+            raise SourceError(f"Cannot read the variable's arrays: {e}", file=path, dataset=f"/{var.name}",
+                              hint="the file may be truncated or damaged (scipy.io.loadmat could not read it either)"
+                              ) from None
+        if depth > limit:
+            raise SourceError(f"The variable's arrays nest more than {limit} deep (cells or structs inside cells or "
+                              f"structs), over the limit of --max_mat_nesting {limit}: refused before loading (SciPy "
+                              f"reads each level by recursion in C)", file=path, dataset=f"/{var.name}",
+                              hint="raise --max_mat_nesting if the file is trusted (SciPy and NumPy crash near "
+                                   "5,000 levels), or choose other variables with --datasets")
 
     def _check_header_sizes(self, f, table: list[MatVariable], leaves: list[Leaf], path: str) -> None:
         """Checks the numeric, char and logical variables of ``leaves`` against the limit from their headers (a

@@ -12,7 +12,7 @@ from zarr.abc.store import Store
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SourceError
 from tfrecord_etl.transforms.sources.zarrstore import (MAX_METADATA_BYTES, METADATA_KEYS, ChunkBound,
-                                                       check_consolidated, check_key, declared_size)
+                                                       check_consolidated, check_key, declared_size, inner_chunks)
 
 
 class BoundedStore(Store):
@@ -134,20 +134,41 @@ class BoundedStore(Store):
         if data is None:
             if bound is not None:
                 if not self.allow_fill_value:
-                    raise SourceError(f"The chunk {key!r} of array '{array}' was never written: zarr would read it "
+                    raise SourceError(f"The chunk {key!r} of {_label(array)} was never written: zarr would read it "
                                       f"as the fill value", file=self.path,
                                       hint="pass --allow_fill_value if the fill value is the intended data (zarr "
                                            "skips chunks equal to the fill value unless write_empty_chunks=True)")
                 self.missing.append(key)
             return None
         if bound is not None and byte_range is None and bound.codec and bound.decoded is not None:
-            declared = declared_size(bound.codec, data, bound.decoded)
-            if declared is not None and declared > bound.decoded:
-                raise SourceError(f"The chunk {key!r} of array '{array}' decompresses ({bound.codec}) to more than "
-                                  f"the {bound.decoded:,} bytes its shape and dtype declare ({declared:,} or more): "
-                                  f"refused (a codec bomb?)", file=self.path,
-                                  hint="the store is damaged or hostile; rewrite the array with zarr")
+            self._check_decoded(key, array, bound.codec, data, bound.decoded, "chunk")
+        if bound is not None and bound.inner_codec:  # a shard: each inner chunk as zarr's sharding codec reads it
+            if byte_range is None:
+                for offset, length in inner_chunks(bound, data):
+                    self._check_decoded(key, array, bound.inner_codec, data[offset:offset + length],
+                                        bound.inner_decoded, "inner chunk")
+            elif not self._is_index(bound, byte_range):
+                self._check_decoded(key, array, bound.inner_codec, data, bound.inner_decoded, "inner chunk")
         return data
+
+    def _check_decoded(self, key: str, array: str, codec: str, data: bytes, limit: int, what: str) -> None:
+        """Refuses ``data`` (one chunk compressed by ``codec``) when it declares or decompresses (streamed, stopped
+        at the bound) to more than the ``limit`` bytes its shape and dtype declare."""
+        declared = declared_size(codec, data, limit)
+        if declared is not None and declared > limit:
+            raise SourceError(f"The {what} {key!r} of {_label(array)} decompresses ({codec}) to more than the "
+                              f"{limit:,} bytes its shape and dtype declare ({declared:,} or more): refused before "
+                              f"it is decompressed (a codec bomb?)", file=self.path,
+                              hint="the store is damaged or hostile; rewrite the array with zarr")
+
+    @staticmethod
+    def _is_index(bound, byte_range) -> bool:
+        """True when ``byte_range`` is the shard index's (a suffix, or the first bytes with the index at the start)."""
+        from zarr.abc.store import RangeByteRequest, SuffixByteRequest
+        if isinstance(byte_range, SuffixByteRequest):
+            return True
+        return bound.index_at_start and isinstance(byte_range, RangeByteRequest) and byte_range.start == 0 and \
+            byte_range.end - byte_range.start == bound.index_bytes
 
     # --- the zarr Store API -----------------------------------------------------------------------------------
     async def get(self, key, prototype=None, byte_range=None):
@@ -188,6 +209,33 @@ class BoundedStore(Store):
             return out
         root = self.root + "/"
         return [p[len(root):] for p, _ in fileio.match(root + "**")]
+
+    def stored_keys(self, prefix: str) -> tuple[set[str] | None, int]:
+        """``(keys, bytes)`` of the files stored under the array prefix ``prefix`` ("" for a root array), metadata
+        documents left out, keys relative to the prefix; ``(None, 0)`` for a remote store (a listing costs requests
+        there: its never-written chunks are refused when read). Time and memory grow with the files present only."""
+        start = f"{prefix}/" if prefix else ""
+        keys, total = set(), 0
+        if self.kind == "zip":
+            for name, info in self._zip_infos.items():
+                if name.startswith(start) and not name.endswith("/") and name.rsplit("/", 1)[-1] not in METADATA_KEYS:
+                    keys.add(name[len(start):])
+                    total += info.file_size
+            return keys, total
+        if self.kind != "dir":
+            return None, 0
+        top = os.path.join(self.path, *prefix.split("/")) if prefix else self.path
+        for folder, _, files in os.walk(top):
+            rel = os.path.relpath(folder, top)
+            for name in files:
+                if name in METADATA_KEYS:
+                    continue
+                keys.add(name if rel == "." else f"{rel.replace(os.sep, '/')}/{name}")
+                try:
+                    total += os.lstat(os.path.join(folder, name)).st_size
+                except OSError:
+                    pass
+        return keys, total
 
     def has(self, key: str) -> bool:
         """True when ``key`` exists (a file of a directory or zip store, an object of a remote one)."""
@@ -238,6 +286,10 @@ class BoundedStore(Store):
                 if child not in seen:
                     seen.add(child)
                     yield child
+
+
+def _label(array: str) -> str:
+    return f"array '{array}'" if array else "the store's root array"
 
 
 def _ranged(f, size: int, byte_range) -> bytes:

@@ -254,10 +254,10 @@ class ZarrSource(Source):
         store, arrays = self._tree(path)
         try:
             if self.loose:
-                return self._index_arrays(arrays, path)
+                return self._index_arrays(arrays, path, store)
             names = list(self.options.datasets or self._default_arrays(arrays, path) or [])
             if not names and self.switch_to_datasets(path):
-                return self._index_arrays(arrays, path)
+                return self._index_arrays(arrays, path, store)
             self._rows_indexed = True
             specs, lengths, align, data_row_bytes = [], {}, 1, 0
             for name in names:
@@ -270,6 +270,7 @@ class ZarrSource(Source):
                 row_shape = tuple(arr.shape[1:])
                 if dtype.kind != "O":
                     data_row_bytes += dtype.itemsize * math.prod(row_shape)
+                check_stored(store, name, arr, path, self.options.allow_fill_value)
                 specs += _leaf_specs(name.strip("/"), dtype, row_shape, where, _vlen_check)
                 lengths[name] = int(arr.shape[0])
                 rows = chunk_rows(arr)
@@ -300,7 +301,7 @@ class ZarrSource(Source):
                               hint="use --hdf5_mode datasets (each array -> one Example)" if scalars else None)
         return layout.choose_group(entries, self.options.hdf5_group, path)
 
-    def _index_arrays(self, arrays: dict, path: str) -> FileIndex:
+    def _index_arrays(self, arrays: dict, path: str, store) -> FileIndex:
         names = list(self.options.datasets) if self.options.datasets else list(arrays)
         specs, sizes, items = [], [], []
         for name in names:
@@ -312,6 +313,7 @@ class ZarrSource(Source):
                     raise SchemaError("String and structured arrays are not supported in datasets mode", file=path,
                                       dataset=name, hint="convert them in rows mode with --datasets")
                 continue
+            check_stored(store, name, arr, path, self.options.allow_fill_value)
             specs.append(_row_spec(ARRAY, dtype, arr.shape, where))
             sizes.append(array_bytes(arr))
             items.append(name)
@@ -358,6 +360,45 @@ class ZarrSource(Source):
             self.close()
             raise SourceError(f"Cannot read {rr.describe()}: {type(e).__name__}: {e}", file=rr.path,
                               hint="check the store's chunks (python -m pipelines.inspect STORE)") from None
+
+
+def check_stored(store, name: str, array, path: str, allow_fill_value: bool) -> None:
+    """Checks at planning that a local store holds every chunk (or shard) the array's shape declares: a
+    never-written chunk reads as the fill value, so a store declaring ``(10**15, 4)`` with one chunk written would
+    plan (and write) 32 PB of fill values. Only the files present are listed and only up to the first missing chunk's
+    coordinates are computed: time and memory grow with the chunks present, never with the declared shape. Remote
+    stores are checked chunk by chunk when read (a listing costs requests).
+
+    Raises:
+      SourceError: chunks missing and not ``allow_fill_value`` (``--allow_fill_value``): naming the array, its
+        declared shape and bytes, the chunks and bytes present, the first missing chunk and the flag.
+    """
+    keys, present = store.stored_keys(_key_of(name, array, path))
+    if keys is None or allow_fill_value or not array.shape:
+        return
+    unit = array.shards or array.chunks
+    grid = [-(-int(n) // int(c)) for n, c in zip(array.shape, unit)]
+    declared = math.prod(grid)
+    if len(keys) >= declared:
+        return
+    first = None
+    coords = [0] * len(grid)
+    for _ in range(len(keys) + 1):  # the first missing one is among the first len(keys) + 1, in C order
+        key = array.metadata.encode_chunk_key(tuple(coords))
+        if key not in keys:
+            first = key
+            break
+        for axis in reversed(range(len(grid))):  # the next coordinates (itertools.product would list each axis)
+            coords[axis] += 1
+            if coords[axis] < grid[axis]:
+                break
+            coords[axis] = 0
+    shape = "(" + ", ".join(f"{int(n):,}" for n in array.shape) + ")"
+    raise SourceError(f"The array declares shape {shape}, {array_bytes(array):,} bytes in {declared:,} chunks, but "
+                      f"the store holds {len(keys):,} of its chunk files ({present:,} bytes): the others (the first: "
+                      f"{first!r}) were never written and would read as the fill value", file=path, dataset=name,
+                      hint="pass --allow_fill_value if the fill value is the intended data (zarr skips chunks equal "
+                           "to the fill value unless write_empty_chunks=True)")
 
 
 def _as_numpy(data) -> np.ndarray:

@@ -35,6 +35,9 @@ METADATA_KEYS = ("zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata")
 ROOT_MARKERS = ("zarr.json", ".zmetadata", ".zgroup", ".zarray")  # what a store's root holds (detection)
 MAX_METADATA_BYTES = 64 * 2**20  # one metadata document (a consolidated .zmetadata of a large store included)
 MAX_VLEN_CHUNK_BYTES = 256 * 2**20  # a chunk of variable-length strings: its size is not declared
+MAX_VLEN_DECODED_BYTES = 2**30  # ... and what its compressor may inflate it to
+FILTER_GROWTH = 16  # v2 filters (astype, fixedscaleoffset...) change an item's size at most this much (u1 -> c16)
+STREAM_STEP = 2**20  # a streamed decompression keeps at most this much at a time
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
@@ -78,13 +81,20 @@ def check_consolidated(data: bytes, key: str, where: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ChunkBound:
-    """What one array's stored chunks may hold: ``decoded`` bytes of one chunk (or shard) as declared (None for
-    variable-length strings), ``stored`` the most bytes its file may have, ``codec``: the outermost compressor's
-    name (the first applied when decoding) or None."""
+    """What one array's stored chunks may hold: ``decoded`` bytes the outermost compressor may decode one chunk (or
+    shard) to (its shape and dtype; None when unknown), ``stored`` the most bytes its file may have, ``codec``: the
+    outermost compressor's name (the first applied when decoding) or None. A sharded array's inner chunks:
+    ``inner_codec`` (their compressor), ``inner_decoded`` (the bytes of one), ``inner_count`` and ``index_bytes``
+    (the shard index's size, at the shard's end unless ``index_at_start``)."""
 
     decoded: int | None
     stored: int
     codec: str | None
+    inner_codec: str | None = None
+    inner_decoded: int = 0
+    inner_count: int = 0
+    index_bytes: int = 0
+    index_at_start: bool = False
 
 
 def stored_limit(decoded: int | None, inner_chunks: int = 1) -> int:
@@ -97,21 +107,49 @@ def stored_limit(decoded: int | None, inner_chunks: int = 1) -> int:
 
 
 def chunk_bound(array) -> ChunkBound:
-    """The :class:`ChunkBound` of a ``zarr.Array`` from its metadata (chunk or shard shape, dtype, codecs)."""
+    """The :class:`ChunkBound` of a ``zarr.Array`` from its metadata (chunk or shard shape, dtype, codecs): every
+    compressor's output is bounded, by the chunk's bytes, by :data:`FILTER_GROWTH` times them behind v2 filters, by
+    :data:`MAX_VLEN_DECODED_BYTES` for variable-length strings; a shard's inner chunks each by their own bytes."""
     meta = array.metadata
     itemsize = None if array.dtype.kind in "OTU" and not _fixed(array.dtype) else array.dtype.itemsize
     if meta.zarr_format == 2:
         comp = meta.compressor.get_config().get("id") if meta.compressor is not None else None
         decoded = None if itemsize is None else math.prod(meta.chunks) * itemsize
-        if meta.filters:  # filters may change sizes (e.g. a vlen codec): no decoded bound on the compressor
-            return ChunkBound(None, stored_limit(decoded) if decoded is not None else MAX_VLEN_CHUNK_BYTES, None)
-        return ChunkBound(decoded, stored_limit(decoded), comp)
+        comp = comp if comp in _PEEKS else None
+        if meta.filters:  # filters may change sizes (a vlen codec, astype): a looser bound on the compressor
+            grown = MAX_VLEN_DECODED_BYTES if decoded is None else decoded * FILTER_GROWTH + 1024
+            return ChunkBound(grown, stored_limit(decoded) if decoded is not None else MAX_VLEN_CHUNK_BYTES, comp)
+        return ChunkBound(MAX_VLEN_DECODED_BYTES if decoded is None else decoded, stored_limit(decoded), comp)
     outer = array.shards or array.chunks
     decoded = None if itemsize is None else math.prod(outer) * itemsize
     inner = math.prod(o // c for o, c in zip(outer, array.chunks)) if array.shards else 1
     codecs = [c.to_dict().get("name") for c in meta.codecs]
-    last = codecs[-1] if codecs and not array.shards else None
-    return ChunkBound(decoded, stored_limit(decoded, inner), last if last in _PEEKS else None)
+    if not array.shards:
+        last = codecs[-1] if codecs else None
+        return ChunkBound(MAX_VLEN_DECODED_BYTES if decoded is None else decoded, stored_limit(decoded, inner),
+                          last if last in _PEEKS else None)
+    sharding = meta.codecs[0]
+    inner_names = [c.to_dict().get("name") for c in sharding.codecs]
+    inner_codec = inner_names[-1] if inner_names and inner_names[-1] in _PEEKS else None
+    index_names = [c.to_dict().get("name") for c in sharding.index_codecs]
+    at_start = str(getattr(sharding.index_location, "value", sharding.index_location)) == "start"
+    return ChunkBound(decoded, stored_limit(decoded, inner), None, inner_codec,
+                      MAX_VLEN_DECODED_BYTES if itemsize is None else math.prod(array.chunks) * itemsize, inner,
+                      16 * inner + (4 if "crc32c" in index_names else 0), at_start)
+
+
+def inner_chunks(bound: ChunkBound, shard: bytes) -> list[tuple[int, int]]:
+    """``[(offset, length)]`` of the inner chunks a whole shard's index lists (empty entries left out; entries
+    outside the shard too: zarr's decoder refuses those)."""
+    if bound.index_bytes < 16 * bound.inner_count or len(shard) < bound.index_bytes:
+        return []
+    index = shard[:bound.index_bytes] if bound.index_at_start else shard[len(shard) - bound.index_bytes:]
+    out = []
+    for i in range(bound.inner_count):
+        offset, length = struct.unpack_from("<QQ", index, 16 * i)
+        if offset != 2**64 - 1 and offset + length <= len(shard):
+            out.append((offset, length))
+    return out
 
 
 def _fixed(dtype) -> bool:
@@ -152,20 +190,41 @@ def _zstd(data: bytes, limit: int) -> int | None:
 
 
 def _streamed(data: bytes, limit: int, kind: str) -> int:
+    """The bytes ``data`` decompresses to, counted in pieces of :data:`STREAM_STEP` that are not kept, the count
+    stopped once it passes ``limit`` (memory stays at a piece whatever the stream holds)."""
     if kind == "zstd":
         import zstandard
-        reader = zstandard.ZstdDecompressor().stream_reader(data)
-        return len(reader.read(limit + 1))
+        reader, total = zstandard.ZstdDecompressor().stream_reader(data), 0
+        try:
+            while total <= limit:
+                piece = reader.read(STREAM_STEP)
+                if not piece:
+                    break
+                total += len(piece)
+        except zstandard.ZstdError:
+            return 0  # a damaged stream: zarr's decoder reports it
+        return total
     if kind in ("gzip", "zlib"):
         d = zlib.decompressobj(47)  # gzip or zlib header, told by its first bytes
     elif kind == "bz2":
         d = bz2.BZ2Decompressor()
     else:
         d = lzma.LZMADecompressor()
+    total, pending = 0, data
     try:
-        return len(d.decompress(data, max_length=limit + 1))
+        while total <= limit:
+            if kind in ("gzip", "zlib"):
+                piece = d.decompress(pending, STREAM_STEP)
+                pending = d.unconsumed_tail
+            else:
+                piece = d.decompress(pending, max_length=STREAM_STEP)
+                pending = b""
+            if not piece:
+                break
+            total += len(piece)
     except (zlib.error, OSError, EOFError, lzma.LZMAError):
         return 0  # a damaged stream: zarr's decoder reports it
+    return total
 
 
 _PEEKS = {"blosc": _blosc, "lz4": _lz4, "zstd": _zstd,
