@@ -183,16 +183,16 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
         selected feature must then have a fixed shape. None: one example per element.
       shuffle_files: read the shards in a random order, another each epoch (``seed``: the same orders every run).
         The records of a shard stay in order: shuffle examples with ``ds.shuffle(buffer)`` as well.
-      deterministic: False lets records come from whichever of the shards being read is ready (faster when one
-        stalls, e.g. on an object store); the order then varies from run to run.
+      deterministic: False reads 2 shards at once and takes records from whichever is ready (faster when one
+        stalls, e.g. on an object store, or for gzip shards); the order then varies from run to run.
       input_context: a ``tf.distribute.InputContext`` (``strategy.distribute_datasets_from_function``): this
         worker reads every ``num_input_pipelines``-th shard from ``input_pipeline_id``, so the workers read
         disjoint sets of shards that together are the whole output. Or ``num_workers`` / ``worker_index``.
       check_checksums: before reading, each shard's CRC32C is checked against metadata.json (once per process
         and file version; its size always). False: size only (plus each shard's record count while reading).
 
-    How (:mod:`transforms.tfdata`): shards read in parallel (2 at a time, ahead of the consumer), records
-    batched before parsing (one ``tf.io.parse_example`` and one ``decode_raw`` per batch; with
+    How (:mod:`transforms.tfdata`): shards read one after the other (2 at a time with ``deterministic=False``),
+    records batched before parsing (one ``tf.io.parse_example`` and one ``decode_raw`` per batch; with
     ``batch_size=None``, batches of 256 unbatched after decoding), prefetch.
 
     Raises:

@@ -1,7 +1,7 @@
 """The ``tf.data`` pipeline of :func:`transforms.reader.to_tf_dataset`: checked shards, batched parsing.
 
     shards (this worker's, optionally shuffled)                 each checked first: size, CRC32C (once per version)
-      -> TFRecordDataset per shard, its record count asserted   read in parallel, in shard order by default
+      -> TFRecordDataset per shard, its record count asserted   shard order (deterministic=False: 2 at once)
       -> batch(B) -> map(tf.io.parse_example + batch decode)    one parse and one decode_raw per batch
       [-> unbatch]                                              batch_size=None: parsed in batches all the same
       -> prefetch(AUTOTUNE)
@@ -30,7 +30,7 @@ TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 #: examples parsed together when the dataset is not batched (batch_size=None): parsed and decoded as one batch,
 #: then unbatched
 PARSE_BATCH = 256
-#: shards read at the same time (tf.data's interleave cycle)
+#: shards read at the same time with deterministic=False (tf.data's interleave cycle)
 PARALLEL_READS = 2
 #: bytes TFRecordDataset reads from a shard at a time
 READ_BUFFER = 4 << 20
@@ -105,11 +105,14 @@ def decode_batch(tf, parsed: dict, specs: Sequence[FeatureSpec]) -> dict:
 
 def records(tf, shards: Sequence[Shard], shuffle_files: bool = False, seed: int | None = None,
             deterministic: bool = True, parallel_reads: int = PARALLEL_READS):
-    """A dataset of the serialized records of ``shards``: shard after shard (in the order given, or shuffled
-    with ``seed``, again each epoch), each shard's record count asserted against metadata.json as it is read
-    (``tf.data.experimental.assert_cardinality``: a ``FailedPreconditionError`` if the file changes under the
-    reader). ``parallel_reads`` shards are open at once, read ahead by tf.data's parallel interleave; with
-    ``deterministic`` the records come in shard order, else from whichever shard is ready."""
+    """A dataset of the serialized records of ``shards``: with ``deterministic``, shard after shard (in the order
+    given, or shuffled with ``seed``, again each epoch); else ``parallel_reads`` shards read at once by tf.data's
+    parallel interleave, records taken from whichever is ready. Each shard's record count is asserted against
+    metadata.json as it is read (``tf.data.experimental.assert_cardinality``: a ``FailedPreconditionError`` if
+    the file changed after the checks).
+
+    Why not a parallel interleave in shard order (``block_length`` = a shard's records): tf.data's interleave
+    buffers up to ``block_length`` elements per open shard, i.e. the whole next shard in memory."""
     files = tf.data.Dataset.from_tensor_slices((tf.constant([s.path for s in shards], tf.string),
                                                 tf.constant([TF_COMPRESSION[s.compression] for s in shards], tf.string),
                                                 tf.constant([s.records for s in shards], tf.int64)))
@@ -120,14 +123,10 @@ def records(tf, shards: Sequence[Shard], shuffle_files: bool = False, seed: int 
         ds = tf.data.TFRecordDataset(path, compression_type=compression, buffer_size=READ_BUFFER)
         return ds.apply(tf.data.experimental.assert_cardinality(count))
 
-    if len(shards) < 2 or parallel_reads < 2:
+    if deterministic or len(shards) < 2 or parallel_reads < 2:
         return files.flat_map(read)
-    longest = max(s.records for s in shards) or 1
-    # block_length = the longest shard's records: each shard is read to its end before the next one's records
-    # come (shard order), while the next shards are opened and read ahead in the background
-    return files.interleave(read, cycle_length=min(parallel_reads, len(shards)),
-                            block_length=longest if deterministic else 1,
-                            num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    return files.interleave(read, cycle_length=min(parallel_reads, len(shards)), block_length=1,
+                            num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
 
 
 def dataset(tf, serialized, specs: Sequence[FeatureSpec], batch_size: int | None, deterministic: bool = True):
