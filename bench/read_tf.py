@@ -12,7 +12,9 @@ input with ``tfrecord-etl convert``) and the expected arrays, reading every reco
 * ``reader_unbatched``: ``reader.to_tf_dataset(out)`` (one example per element), batched by the consumer with
   ``.batch(256)``, as a training input pipeline does after its shuffle buffer;
 * ``reader_unchecked``: ``reader_batched`` with ``check_checksums=False`` (the cost of the shard checks on a
-  first read).
+  first read);
+* ``reader_unordered``: ``reader_batched`` with ``deterministic=False``: two shards read at once, as the
+  hand-written pipeline's ``num_parallel_reads=2`` does (rows not in shard order; the check sorts by ``id``).
 
     python -m bench.read_tf --input /tmp/small.h5 --output_dir /tmp/small-none [--repeats 3]
 
@@ -96,7 +98,12 @@ def hand_batched(out: str, expected: dict) -> dict:
 
 def reader_batched(out: str, expected: dict, **kwargs) -> dict:
     from tfrecord_etl.transforms import reader
-    return _time(reader.to_tf_dataset(out, batch_size=BATCH, **kwargs), expected, ordered=True)
+    return _time(reader.to_tf_dataset(out, batch_size=BATCH, **kwargs), expected,
+                 ordered=kwargs.get("deterministic", True))
+
+
+def reader_unordered(out: str, expected: dict) -> dict:
+    return reader_batched(out, expected, deterministic=False)
 
 
 def reader_unchecked(out: str, expected: dict) -> dict:
@@ -109,7 +116,7 @@ def reader_unbatched(out: str, expected: dict) -> dict:
 
 
 CONTENDERS = {"hand_batched": hand_batched, "reader_batched": reader_batched, "reader_unbatched": reader_unbatched,
-              "reader_unchecked": reader_unchecked}
+              "reader_unchecked": reader_unchecked, "reader_unordered": reader_unordered}
 
 
 def run(out: str, expected: dict, names: list[str], repeats: int, say=print) -> dict[str, dict]:
@@ -117,7 +124,7 @@ def run(out: str, expected: dict, names: list[str], repeats: int, say=print) -> 
     rates: dict[str, list[float]] = {name: [] for name in names}
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:  # rotate who goes first
-            if name == "reader_unchecked" or name == "reader_batched":
+            if name.startswith("reader_"):
                 from tfrecord_etl.transforms import reader
                 reader._CHECKED.clear()  # every round a first read: the shard checks are paid each time
             got = CONTENDERS[name](out, expected)
