@@ -202,8 +202,9 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
         not stack them: batch those yourself, e.g. with ``ds.ragged_batch``, or pass ``features``).
       RecordError: a shard whose size or CRC32C is not the one metadata.json lists (naming the shard).
       ConfigError: worker options that do not fit (more workers than shards, an index out of range).
-      While iterating, ``tf.errors.FailedPreconditionError``: a shard whose record count differs from the
-      metadata's (changed after the check).
+
+    While iterating, a shard whose record count differs from the metadata's (changed after the checks) fails
+    with ``tf.errors.FailedPreconditionError``.
     """
     from tfrecord_etl.transforms import tfdata
     return tfdata.to_tf_dataset(output_dir, batch_size, features, split, spans, shuffle_files=shuffle_files,
