@@ -116,7 +116,7 @@ def records(tf, shards: Sequence[Shard], shuffle_files: bool = False, seed: int 
     files = tf.data.Dataset.from_tensor_slices((tf.constant([s.path for s in shards], tf.string),
                                                 tf.constant([TF_COMPRESSION[s.compression] for s in shards], tf.string),
                                                 tf.constant([s.records for s in shards], tf.int64)))
-    if shuffle_files:
+    if shuffle_files and len(shards) > 1:  # a shuffle buffer must hold at least one element
         files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True)
 
     def read(path, compression, count):
