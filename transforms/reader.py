@@ -181,13 +181,29 @@ def decode_tf(tf, parsed: dict, specs: Sequence[FeatureSpec]) -> dict:
 
 
 def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequence[str] | None = None,
-                  split: str | None = None, spans=None, trust_spans: bool = False):
+                  split: str | None = None, spans=None, *, shuffle_files: bool = False, seed: int | None = None,
+                  deterministic: bool = True, input_context=None, num_workers: int | None = None,
+                  worker_index: int | None = None, check_checksums: bool = True, trust_spans: bool = False):
     """A ``tf.data.Dataset`` of ``{name: tensor}`` with the original dtypes and shapes, in shard order
     (``split``: only that split's shards). A collection directory: the shards of the spans ``spans`` selects, in
-    span order, in one ``TFRecordDataset`` (spans of different compressions: one per run, concatenated).
+    span order. ``S``/``U``/``V`` features become ``tf.string`` (str as UTF-8), datetimes ``tf.int64``.
 
-    ``S``/``U``/``V`` features become ``tf.string`` (str as UTF-8), datetimes ``tf.int64``.
-    ``batch_size`` batches examples; every selected feature must then have a fixed shape.
+    Args:
+      batch_size: examples per element (``[batch, *shape]`` tensors, the last batch may be smaller); every
+        selected feature must then have a fixed shape. None: one example per element.
+      shuffle_files: read the shards in a random order, another each epoch (``seed``: the same orders every run).
+        The records of a shard stay in order: shuffle examples with ``ds.shuffle(buffer)`` as well.
+      deterministic: False reads 2 shards at once and takes records from whichever is ready (faster when one
+        stalls, e.g. on an object store, or for gzip shards); the order then varies from run to run.
+      input_context: a ``tf.distribute.InputContext`` (``strategy.distribute_datasets_from_function``): this
+        worker reads every ``num_input_pipelines``-th shard from ``input_pipeline_id``, so the workers read
+        disjoint sets of shards that together are the whole output. Or ``num_workers`` / ``worker_index``.
+      check_checksums: before reading, each shard's CRC32C is checked against metadata.json (once per process
+        and file version; its size always). False: size only (plus each shard's record count while reading).
+
+    How (:mod:`transforms.tfdata`): shards read one after the other (2 at a time with ``deterministic=False``),
+    records batched before parsing (one ``tf.io.parse_example`` and one ``decode_raw`` per batch; with
+    ``batch_size=None``, batches of 256 unbatched after decoding), prefetch.
 
     Raises:
       IncompleteOutputError: no metadata.json (``trust_spans``: see :func:`iter_numpy`). SchemaError:
@@ -195,23 +211,17 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
         (npz ``arrays`` mode over members of several dtypes: read it with :func:`iter_numpy`, or leave it out
         with ``features``); ``batch_size`` with features whose shape varies between examples (tf.data could
         not stack them: batch those yourself, e.g. with ``ds.ragged_batch``, or pass ``features``).
+      RecordError: a shard whose size or CRC32C is not the one metadata.json lists (naming the shard).
+      ConfigError: worker options that do not fit (more workers than shards, an index out of range).
+
+    While iterating, a shard whose record count differs from the metadata's (changed after the checks) fails
+    with ``tf.errors.FailedPreconditionError``.
     """
-    import tensorflow as tf
-    specs, parts = collection_reader.parts(output_dir, spans, split, features, trust_spans)
-    refuse_varying_dtypes(specs, output_dir)
-    varying = [s.name for s in specs if not s.is_fixed]
-    if batch_size and varying:
-        raise SchemaError(f"Cannot batch: the shape of {varying} varies between examples",
-                          file=output_dir, hint="pass batch_size=None (and batch them yourself, e.g. with "
-                          "ds.ragged_batch), or select fixed features with features=[...]")
-    parse_spec = _parse_spec(tf, specs)
-    ds = None
-    for compression, paths in collection_reader.tf_shard_groups(parts):
-        run = tf.data.TFRecordDataset(paths, compression_type=_TF_COMPRESSION[compression])
-        ds = run if ds is None else ds.concatenate(run)
-    ds = ds.map(lambda r: decode_tf(tf, tf.io.parse_single_example(r, parse_spec), specs),
-                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return ds.batch(batch_size) if batch_size else ds
+    from tfrecord_etl.transforms import tfdata
+    return tfdata.to_tf_dataset(output_dir, batch_size, features, split, spans, shuffle_files=shuffle_files,
+                                seed=seed, deterministic=deterministic, input_context=input_context,
+                                num_workers=num_workers, worker_index=worker_index, check_checksums=check_checksums,
+                                trust_spans=trust_spans)
 
 
 def get(output_dir: str, i: int, features: Sequence[str] | None = None, split: str | None = None,
@@ -486,5 +496,8 @@ def to_tf_dataset_merged(original: str, sidecar_dir: str, batch_size: int | None
             tf.data.TFRecordDataset([p.sidecar for p in run], compression_type=side_comp)))
         ds = part if ds is None else ds.concatenate(part)
     ds = ds.map(lambda a, b: tf.strings.join([a, b]))
+    if not native:  # batched parsing (transforms.tfdata)
+        from tfrecord_etl.transforms import tfdata
+        return tfdata.dataset(tf, ds, regular, batch_size)
     ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.batch(batch_size) if batch_size else ds

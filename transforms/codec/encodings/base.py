@@ -125,6 +125,16 @@ class Encoding:
         tensor), inside ``tf.data``. ``tf`` is the tensorflow module (the codec itself never imports it)."""
         raise NotImplementedError
 
+    def to_tf_batch(self, tf, spec: FeatureSpec, parsed):
+        """The parsed main feature of a batch of examples of a fixed-shape ``spec`` (``tf.io.parse_example``
+        with the spec from :meth:`features`: ``[batch]`` strings, or ``[batch, *shape]`` numbers) -> a tensor
+        ``[batch, *spec.shape]`` of the values :meth:`to_tf` gives each example, decoded in one step for the
+        whole batch (``tf.io.decode_raw`` of a ``[batch]`` string tensor is one op; TFDS decodes its ``Tensor``
+        features the same way). A record whose value has another size fails the batch (as it fails
+        :meth:`to_tf`). This default calls :meth:`to_tf` with the batch shape, which is exact for encodings
+        whose steps apply element-wise."""
+        return self.to_tf(tf, spec, parsed, tf.concat([tf.shape(parsed)[:1], list(spec.shape)], 0))
+
     # -- verify ----------------------------------------------------------------------------------------
     def stored(self, spec: FeatureSpec, arr: np.ndarray, allow_lossy: Iterable[str] = ()) -> np.ndarray:
         """The value a round trip gives back for the source value ``arr`` (little-endian): ``arr`` itself for

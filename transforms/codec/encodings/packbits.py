@@ -96,3 +96,10 @@ class PackbitsEncoding(Encoding):
             bits = tf.reshape(bits, tf.concat([shape[:-1], [nb * 8]], 0))[..., :last]
             bits = tf.reshape(bits, shape)
         return tf.cast(bits, tf.bool) if spec.dtype == "|b1" else tf.cast(bits, tf.uint8)
+
+    def to_tf_batch(self, tf, spec: FeatureSpec, parsed):
+        if spec.shape:
+            return super().to_tf_batch(tf, spec, parsed)
+        packed = tf.io.decode_raw(parsed, tf.uint8)  # [batch, 1]: each 0-d row is one byte, its top bit
+        bits = tf.bitwise.right_shift(tf.reshape(packed, tf.shape(parsed)), 7)
+        return tf.cast(bits, tf.bool) if spec.dtype == "|b1" else tf.cast(bits, tf.uint8)

@@ -90,3 +90,18 @@ class TensorEncoding(Encoding):
         if dt.kind == "u" and dt.itemsize >= 4:
             values = tf.bitcast(values, tf.uint32 if dt.itemsize == 4 else tf.uint64)
         return tf.reshape(values, shape)
+
+    def to_tf_batch(self, tf, spec: FeatureSpec, parsed):
+        dt = np.dtype(spec.dtype)
+        if dt.kind not in "SV":
+            return super().to_tf_batch(tf, spec, parsed)
+        raw = self.tf_payload(tf, spec, parsed)  # [batch] strings: each row's elements, itemsize bytes each
+        n, count = dt.itemsize, math.prod(spec.shape)
+        parts = tf.strings.substr(tf.expand_dims(raw, -1), tf.range(count) * n, tf.fill([count], n))  # [batch, count]
+        if dt.kind == "S":
+            parts = tf.strings.regex_replace(parts, "\x00+$", "")
+        # every row's value holds exactly count elements (substr would silently cut a longer one)
+        check = tf.debugging.assert_equal(tf.strings.length(raw), count * n,
+                                          message=f"Feature '{spec.name}' holds a value of the wrong size")
+        with tf.control_dependencies([check]):
+            return tf.reshape(parts, tf.concat([tf.shape(raw)[:1], list(spec.shape)], 0))
