@@ -52,12 +52,12 @@ def metadata(out, name="metadata.json") -> dict:
 def assert_same_output(got, want) -> None:
     """Shards (every byte), schema, dead letters and metadata (less its time and options) equal."""
     got_files, want_files = files(got), files(want)
-    assert sorted(got_files) == sorted(want_files)
+    assert sorted(got_files) == sorted(want_files), f"files differ: {sorted(got_files)} != {sorted(want_files)}"
     for name in want_files:
         assert got_files[name] == want_files[name], f"{name} differs from the DirectRunner's"
     for name in ("metadata.json", "manifest.json"):
         if (pathlib.Path(want) / name).exists():
-            assert metadata(got, name) == metadata(want, name)
+            assert metadata(got, name) == metadata(want, name), f"{name} differs"
 
 
 def leftovers(out) -> list[str]:
