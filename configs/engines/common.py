@@ -46,6 +46,9 @@ def metadata(out, name="metadata.json") -> dict:
     meta = json.loads((pathlib.Path(out) / name).read_text())
     for key in ("created", "options", "runner"):
         meta.pop(key, None)
+    for span in meta.get("spans", []):  # collection.json: what differs between any two runs (ids, times, and the
+        for key in ("metadata", "run_id", "committed"):  # hash of a metadata.json that holds its time)
+            span.pop(key, None)
     return meta
 
 
