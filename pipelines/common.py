@@ -5,6 +5,7 @@ import argparse
 import errno
 import logging
 import os
+import re
 import sys
 import warnings
 from typing import Callable
@@ -92,6 +93,8 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
             _quiet_worker_threads()
             stop_worker_processes()
         if line is None:
+            line = _runner_job_failed_line(e)
+        if line is None:
             raise
         log = f" [runner log: {LAST_RUN_LOG}; --verbose shows it live]" if LAST_RUN_LOG else ""
         print(f"error: {line}{log}", file=sys.stderr)
@@ -103,6 +106,23 @@ INTERRUPTED_LINE = ("OutputError: Interrupted: the run stopped before its commit
                     "what it held before (an output being replaced is still complete). Hint: run the command again")
 # what Beam's runners raise when a worker process (DirectRunner multi_processing, a portable worker) went away
 _WORKER_GONE = ("Channel closed prematurely",)
+
+
+# what Beam's PortableRunner raises when the job fails in the runner itself (a Flink or Spark job server): a lost
+# TaskManager or executor with no restart left, a killed JobManager
+_JOB_FAILED = re.compile(r"^Pipeline (\S+) failed in state (FAILED|CANCELLED|UNKNOWN): ?(.*)", re.S)
+JOB_FAILED_LINE = ("OutputError: The runner's job {job} ended in state {state}: {why}; nothing was committed, so the "
+                   "output directory holds what it held before. Hint: run again; on a cluster, give the runner a "
+                   "restart strategy (Flink: restart-strategy: fixed-delay) so that a lost worker is retried")
+
+
+def _runner_job_failed_line(e: BaseException) -> str | None:
+    """One line for a job the runner failed (``Pipeline NAME failed in state FAILED: <the runner's message>``)."""
+    match = _JOB_FAILED.match(str(e).strip())
+    if match is None:
+        return None
+    why = " ".join(match.group(3).split()).rstrip(".") or "no reason given"
+    return JOB_FAILED_LINE.format(job=match.group(1), state=match.group(2), why=why[:300])
 
 
 def _worker_died(e: BaseException) -> bool:

@@ -94,3 +94,21 @@ def test_a_reader_that_goes_away_ends_the_command_with_one_line_not_a_traceback(
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("error: the reader of standard output went away")
     assert (out / "metadata.json").exists()  # the work itself was committed before the summary
+
+
+def test_a_job_the_runner_failed_is_one_line_not_a_traceback(capsys):
+    """What PortableRunner raises when a Flink job fails with no restart left (seen with a TaskManager killed on a
+    cluster whose restart strategy is none: configs/engines/test_flink.py)."""
+    from tfrecord_etl.pipelines import common
+
+    def main(argv):
+        raise RuntimeError("Pipeline BeamApp-root-1128-4f90_a458 failed in state FAILED: "
+                           "org.apache.flink.runtime.jobmaster.JobMasterException: TaskManager with id "
+                           "127.0.0.1:44727-52033f is no longer reachable.\n")
+
+    assert common.run_main(main, []) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("error: OutputError: The runner's job BeamApp-root-1128-4f90_a458 ended in state FAILED: "
+                          "org.apache.flink.runtime.jobmaster.JobMasterException: TaskManager with id "
+                          "127.0.0.1:44727-52033f is no longer reachable; nothing was committed"), err
