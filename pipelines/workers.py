@@ -181,12 +181,15 @@ def quiet_worker_threads() -> None:
     """Beam's worker-watching threads (``run_worker``) report a worker stopped by us (after a Ctrl-C or a dead
     worker) with a traceback on stderr: those reports are dropped, every other thread's exception still prints."""
     previous = threading.excepthook
+    if getattr(previous, "quiets_workers", False):  # installed already
+        return
 
     def hook(args):
         if args.thread is not None and args.thread.name == "run_worker" and \
                 "Worker subprocess exited" in str(args.exc_value):
             return
         previous(args)
+    hook.quiets_workers = True
     threading.excepthook = hook
 
 

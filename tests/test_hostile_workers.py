@@ -147,3 +147,26 @@ def test_sigkill_to_a_worker_at_random_moments_always_ends_in_one_line(inputs, t
         assert convert(inputs[1], out, multi=False)[0] == 0
         assert shard_bytes(out) == shard_bytes(clean)
     assert "died" in outcomes, outcomes
+
+
+def test_a_dead_workers_connection_answers_every_instruction_with_the_line():
+    """Hostile group 17, the mechanism without processes: after ``fail``, the instruction the bundle loop waits on
+    and every later one are answered with the line (Beam's loop then fails the bundle); the end-of-stream marker
+    still goes to the real connection. Exit statuses map to signals as the shell and Popen report them."""
+    from apache_beam.portability.api import beam_fn_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers
+    from tfrecord_etl.pipelines import workers
+    real = worker_handlers.ControlConnection()
+    conn = workers._AnsweringConnection(real)
+    waiting = conn.push(beam_fn_api_pb2.InstructionRequest(instruction_id="bundle_1"))
+    assert not waiting.is_done()
+    line = workers.died_line(9)
+    conn.fail(line)
+    assert waiting.is_done() and waiting.get().error == line and waiting.get().instruction_id == "bundle_1"
+    later = conn.push(beam_fn_api_pb2.InstructionRequest(instruction_id="bundle_2"))
+    assert later.get(timeout=0).error == line
+    assert conn.push(worker_handlers.BeamFnControlServicer._DONE_MARKER) is None
+    assert real.get_req() is not None and real.get_req() is worker_handlers.BeamFnControlServicer._DONE_MARKER
+    assert [workers._signal_of(c) for c in (-9, 137, 1)] == [9, 9, 1]
+    assert line.startswith("OutputError: A worker process died (signal 9): killed, or out of memory")
+    assert workers.died_line(1).startswith("OutputError: A worker process died (exit status 1):")
