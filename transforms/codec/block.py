@@ -111,7 +111,7 @@ class Layout:
         rows = block.shape[0]
         if not len(self._idx):
             return np.ones(rows, bool)
-        got = block.take(self._idx, axis=1)
+        got = np.ascontiguousarray(block[:, self._idx])  # (take would copy the whole block first)
         if self._mask is not None:
             got &= self._mask
         words = got.view("<u8")
