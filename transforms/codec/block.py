@@ -111,7 +111,7 @@ class Layout:
         rows = block.shape[0]
         if not len(self._idx):
             return np.ones(rows, bool)
-        got = block.take(self._idx, axis=1)
+        got = np.ascontiguousarray(block[:, self._idx])  # (take would copy the whole block first)
         if self._mask is not None:
             got &= self._mask
         words = got.view("<u8")
@@ -418,13 +418,17 @@ class BlockDecoder:
 
     def _vector(self, spec: FeatureSpec, block: np.ndarray, where) -> np.ndarray | None:
         """The values of a vector feature for every row of ``block`` (rows sharing the layout); None when some row
-        holds an integer out of range for the dtype (the caller decodes those rows one by one)."""
+        holds an integer out of range for the dtype (the caller decodes those rows one by one). One-byte ``tensor``
+        values are a view of ``block``'s buffer (rows strided by the frame; the buffer must not be reused), every other
+        feature a new C-contiguous array."""
         start, nbytes, width = where
         rows = block.shape[0]
         how, dt = self._how[spec.name]
         if how == "tensor":
             if not nbytes:
                 return np.zeros((rows, *spec.shape), dt)
+            if dt.itemsize == 1:  # bytes-wide values (images): a view of the block's buffer, no copy (rows strided)
+                return block[:, start:start + nbytes].view(dt).reshape(rows, *spec.shape)
             return _gather(block, start, nbytes).view(dt).reshape(rows, *spec.shape)
         if how == "packbits":
             packed = _gather(block, start, nbytes).reshape(rows, *packed_shape(spec.shape))
