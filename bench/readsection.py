@@ -175,7 +175,7 @@ def run_read(bench, build: bool, rounds: int) -> list[str]:
                     f"{m['records']:,} records in {m['seconds']:.2f} s ({m['records'] / max(m['seconds'], 1e-9):,.0f}"
                     f" records/s; process {m['wall_s']:.1f} s)" if m["error"] is None else f"failed ({m['error']})"))
                 runs[key].append(m)
-        for key in keys:
+        for key in mine:  # a reader that does not read this input has no row (a "-" in the table)
             bench.rows.append(_row(bench, section, key, rows, rb, stored, cmds.get(key), runs.get(key) or [],
                                    skipped.get(key), light is None and CONTENDERS[key].env == "light"))
         order.append(section)
