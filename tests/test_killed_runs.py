@@ -189,3 +189,64 @@ def test_a_ctrl_c_during_the_release_of_a_successful_run_is_raised_after_it(tmp_
         with lock:
             pass
     assert not (tmp_path / outdir.LOCK_FILE).exists()
+
+
+WORKER_SCRIPT = r"""
+import os, sys
+from apache_beam.internal import pickler
+from tfrecord_etl.transforms import runlock
+from tfrecord_etl.transforms.errors import OutputError
+fn = pickler.loads(open(sys.argv[1]).read())
+target = sys.argv[2]
+runlock.check_commit(target)          # no run in this worker's environment: nothing to guard yet
+print("before setup: unguarded", flush=True)
+fn.setup()                            # what Beam calls first in every worker
+try:
+    runlock.check_commit(target)
+    print("after setup: committed")
+except OutputError as e:
+    print("after setup: refused:", e.message)
+"""
+
+
+def test_dofns_carry_the_run_to_workers_started_without_the_launchers_environment(tmp_path, monkeypatch):
+    """An SDK harness that a Flink or Spark worker pool starts never sees the launcher's environment, so
+    ``check_commit`` had no run to guard there: a job that outlived its killed launcher went on renaming shards
+    into a directory a re-run may be writing. Our DoFns carry the run they were built in (pickled with them, as
+    Beam ships them to workers) and set it in ``setup``: the worker commits while the run holds its lock and
+    commits nothing once it has lost it."""
+    import inspect
+
+    import apache_beam as beam
+    from apache_beam.internal import pickler
+
+    from tfrecord_etl.transforms import beam_io
+    from tfrecord_etl.transforms.augment import beam as augment_beam
+    for module in (beam_io, augment_beam):  # every DoFn of ours that can commit a file carries the run
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, beam.DoFn) and cls.__module__ == module.__name__:
+                assert issubclass(cls, runlock.CarriesRun), name
+    out = tmp_path / "out"
+    out.mkdir()
+    lock = out / runlock.LOCK_FILE
+    run = json.dumps({"lock": str(lock), "run_id": "run-1"})
+    monkeypatch.setenv(runlock.RUN_ENV, run)      # the launcher builds the pipeline inside `with lock:`
+    fn = beam_io.WriteMetadataFn.__new__(beam_io.WriteMetadataFn)
+    monkeypatch.delenv(runlock.RUN_ENV)
+    (tmp_path / "fn.pkl").write_bytes(pickler.dumps(fn))
+    env = {k: v for k, v in os.environ.items() if k != runlock.RUN_ENV}
+
+    def worker():
+        proc = subprocess.run([sys.executable, "-c", WORKER_SCRIPT, str(tmp_path / "fn.pkl"),
+                               str(out / "data-00000-of-00001.tfrecord")], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout
+
+    lock.write_text(json.dumps(runlock._lock_record("run-1")))   # held by a live launcher (this process)
+    assert worker() == "before setup: unguarded\nafter setup: committed\n"
+    lock.write_text(json.dumps(runlock._lock_record("run-2")))   # a re-run took the lock over
+    said = worker()
+    assert "after setup: refused:" in said and "another run took its lock over" in said, said
+    lock.unlink()                                                # the launcher stopped and released it
+    assert "its lock is gone" in worker()

@@ -25,6 +25,7 @@ from tfrecord_etl.transforms import (fileio, metadata, outdir, sharding, sink, s
 from tfrecord_etl.transforms.codec import EncodedBatch, FeatureSpec, encode_columns
 from tfrecord_etl.transforms.errors import InputChangedError, RecordError, SchemaError
 from tfrecord_etl.transforms.planning import InputPlan, add_provenance, plan_inputs, shard_suffix
+from tfrecord_etl.transforms.runlock import CarriesRun
 from tfrecord_etl.transforms.sources import RowRange, Source, SourceOptions
 from tfrecord_etl.transforms.splits import SplitPlan
 
@@ -75,7 +76,7 @@ def write_dead_letters(dead_letter_dir: str, name: str, letters: list[dict]) -> 
     return sink.write_json_lines(fileio.join(dead_letter_dir, f"{name}.jsonl"), letters)
 
 
-class ReadRowRangesFn(beam.DoFn):
+class ReadRowRangesFn(CarriesRun, beam.DoFn):
     """Reads one RowRange into a batch of columns: ``(RowRange, {name: array (rows, *shape)})``."""
 
     def __init__(self, source: Source):
@@ -156,7 +157,7 @@ def encode_range(rr: RowRange, columns: dict, specs: Sequence[FeatureSpec], allo
         raise e.with_context(file=rr.path, rows=f"{rr.start}-{rr.stop - 1}") from None
 
 
-class EncodeExamplesFn(beam.DoFn):
+class EncodeExamplesFn(CarriesRun, beam.DoFn):
     """Encodes a batch of columns into serialized Examples, one vectorized call per batch; yields one record
     (bytes) per row."""
 
@@ -242,7 +243,7 @@ def read_and_encode(source: Source, rr: RowRange, specs, allow_lossy=(), provena
     return batches, letters
 
 
-class ReadAndEncodeFn(beam.DoFn):
+class ReadAndEncodeFn(CarriesRun, beam.DoFn):
     """Reads and encodes one RowRange, yielding serialized records (one per element, for
     WriteToTFRecord); a failing range goes to the ``dead_letters`` output when ``dead_letters``."""
 
@@ -292,7 +293,7 @@ class WriteToShards(beam.PTransform):
 
 
 
-class WriteShardFn(beam.DoFn):
+class WriteShardFn(CarriesRun, beam.DoFn):
     """Writes one planned shard: reads its row ranges in order, encodes each in one call, frames the batch
     (google-crc32c) into a temporary file, and commits it under its final name when the records written plus
     the rows dead-lettered equal the rows planned (``sink.shard_writer``). Yields ``{"file", "records", "bytes",
@@ -389,7 +390,7 @@ class WriteShardFn(beam.DoFn):
         return out
 
 
-class KeyShuffledRecordsFn(beam.DoFn):
+class KeyShuffledRecordsFn(CarriesRun, beam.DoFn):
     """``--shuffle_seed``: reads and encodes one row range and yields each record as ``((split, shard), (key,
     record))``, ``key`` = ``sharding.shuffle_keys(seed, global row)`` and ``shard = key % num_shards``; a failing
     range goes to the ``dead_letters`` output when ``dead_letters``."""
@@ -423,7 +424,7 @@ class KeyShuffledRecordsFn(beam.DoFn):
         self._source.close()
 
 
-class WriteShuffledShardFn(beam.DoFn):
+class WriteShuffledShardFn(CarriesRun, beam.DoFn):
     """``--shuffle_seed``: one shard's grouped ``(key, record)`` values (and a ``None`` per shard, so an empty shard
     is written too) -> the shard file, records in key order, committed through ``sink.shard_writer``. Holds the
     shard's records in memory (about ``--target_shard_mb``). Yields ``{"file", "records", "bytes", "crc32c"[,
@@ -514,7 +515,7 @@ class OutputCommit:
     codec: dict | None = None  # compression.settings(): the backend, its version and level (gzip/zlib shards)
 
 
-class WriteMetadataFn(beam.DoFn):
+class WriteMetadataFn(CarriesRun, beam.DoFn):
     """Checks rows in = records out + rows dead-lettered and writes ``metadata.json`` last (the commit point),
     with the row ranges dead-lettered (``dead_letters``, :func:`dead_range`, sorted by file and row; those of the
     runs before it kept); then deletes the files of the output it replaced and the temporaries of killed or

@@ -320,6 +320,25 @@ class _interrupts_deferred:
 RUN_ENV = "TFRECORD_ETL_RUN"  # the lock path and run id of the run this process (or its launcher) holds
 
 
+class CarriesRun:
+    """Mixin for our DoFns (``class WriteShardFn(CarriesRun, beam.DoFn)``): the run the launcher holds when it builds
+    the pipeline (inside ``with lock:``, so :data:`RUN_ENV` names it) is kept in the DoFn, pickled with it, and set
+    in the worker's environment by :meth:`setup`, so :func:`check_commit` guards every commit of that run in every
+    worker. DirectRunner's worker processes inherit the launcher's environment; an SDK harness started by a Flink or
+    Spark worker pool (or a Dataflow worker) never sees it, and without this a job that outlived a killed launcher
+    could go on renaming shards into a directory a re-run is writing. A DoFn with its own ``setup`` calls
+    ``super().setup()``."""
+
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls)
+        self._carried_run = os.environ.get(RUN_ENV)  # unpickling restores the launcher's value over the worker's
+        return self
+
+    def setup(self):
+        if self._carried_run and os.environ.get(RUN_ENV) != self._carried_run:
+            os.environ[RUN_ENV] = self._carried_run
+
+
 def check_commit(final: str) -> None:
     """Before ``final`` is committed (renamed into place) into the output directory of a run that holds its lock
     (``with lock:``; the environment names it): raises OutputError when that run no longer holds it: the lock is

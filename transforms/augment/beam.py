@@ -13,6 +13,7 @@ from tfrecord_etl.transforms import beam_io, fileio, metadata, outdir, sink, tfr
 from tfrecord_etl.transforms.codec import FeatureSpec, FeatureStats, check_example_frame
 from tfrecord_etl.transforms.errors import RecordError, SourceError
 from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT
+from tfrecord_etl.transforms.runlock import CarriesRun
 from tfrecord_etl.transforms.sources import RowRange
 from tfrecord_etl.transforms.augment.common import frame_error, NAMESPACE
 from tfrecord_etl.transforms.augment.collection import batches, check_collection, InputShard, iter_shard
@@ -43,7 +44,7 @@ def plan_offsets(counts: Sequence[tuple[int, int]], num_rows: int, pattern: str,
     return {index: int(o) for (index, _), o in zip(counts, offsets)}
 
 
-class ExtractKeysFn(beam.DoFn):
+class ExtractKeysFn(CarriesRun, beam.DoFn):
     """Streams one input shard: ``(key, (shard index, record index))`` per record (key join)."""
 
     def __init__(self, key_spec: FeatureSpec, batch_size: int = 4096, max_record_bytes: int | None = None,
@@ -67,7 +68,7 @@ class ExtractKeysFn(beam.DoFn):
                 yield key_of(value, where), (shard.index, first + i)
 
 
-class ReadJoinRowsFn(beam.DoFn):
+class ReadJoinRowsFn(CarriesRun, beam.DoFn):
     """Reads one row range of the join source: ``(key, {new name: row value})`` per row (key join)."""
 
     def __init__(self, join: JoinPlan):
@@ -116,7 +117,7 @@ def match_keys(element, join: JoinPlan, shard_paths: Mapping[int, str]):
         yield shard, (record, values)
 
 
-class AugmentShardFn(beam.DoFn):
+class AugmentShardFn(CarriesRun, beam.DoFn):
     """Augments one input shard into one output shard, streamed a batch of records at a time.
 
     Elements: an :class:`InputShard`, or ``(shard index, {"shard": [InputShard], "values": [(record
@@ -146,6 +147,7 @@ class AugmentShardFn(beam.DoFn):
         self._clock = beam_io.ShardClock()
 
     def setup(self):
+        super().setup()
         self._augmenter = BatchAugmenter(self._plan)
 
     def process(self, element, offsets=None):
@@ -278,7 +280,7 @@ def _absolute(path: str) -> str:
     return os.path.abspath(path) if fileio.is_local(path) else path
 
 
-class FinalizeAugmentFn(beam.DoFn):
+class FinalizeAugmentFn(CarriesRun, beam.DoFn):
     """Checks records in = records out (per shard and in total) and that the input is still the collection planned
     (``collection.check_collection``: its metadata.json unchanged), writes ``manifest.json`` (sidecar), TFDS's
     ``features.json`` + ``dataset_info.json`` (``plan.readers``) and, last, ``schema.pbtxt`` + ``metadata.json``;
