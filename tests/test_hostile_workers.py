@@ -103,7 +103,7 @@ def _workers_of(launcher: int) -> list[int]:
     return sorted(found)
 
 
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(1800)
 def test_sigkill_to_a_worker_at_random_moments_always_ends_in_one_line(inputs, tmp_path):
     """Hostile group 17: a few runs, each with one worker process killed (SIGKILL) at a random moment after it started
     (a fixed seed): each run ends within the bound, either complete (the worker had done its part) or in the one
@@ -129,7 +129,9 @@ def test_sigkill_to_a_worker_at_random_moments_always_ends_in_one_line(inputs, t
             victims = _workers_of(proc.pid)
             if victims:
                 os.kill(victims[0], signal.SIGKILL)
-            _, err = proc.communicate(timeout=240)  # the bound: a hung launcher fails here
+            # the bound: a hung launcher fails here. A run takes 30-60 s alone; 240 s was exceeded once on 2 cores
+            # shared with Flink, Spark and Airflow runs (each TensorFlow import then took about 30 s)
+            _, err = proc.communicate(timeout=480)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
