@@ -12,8 +12,8 @@ from typing import Callable
 
 from tfrecord_etl._startup import resume_gc
 from tfrecord_etl.pipelines.workers import (WORKER_DIED_LINE, dead_worker_signals, died_line,  # noqa: F401
-                                            quiet_worker_threads as _quiet_worker_threads, stop_worker_processes,
-                                            stopped_count)
+                                            mark_stopping, quiet_worker_threads as _quiet_worker_threads,
+                                            stop_worker_processes, stopped_count)
 from tfrecord_etl.transforms import compression
 from tfrecord_etl.transforms.errors import EtlError, printable
 
@@ -72,6 +72,7 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
     except BrokenPipeError:  # stdout's reader went away (`convert ... | head -1`): no traceback, exit status 1
         return _stdout_closed()
     except KeyboardInterrupt:  # Ctrl-C: the lock is released on the way here, so no worker commits after it
+        mark_stopping()
         _quiet_worker_threads()
         stopped = stop_worker_processes() or stopped_count()  # (the pipeline's failure may have stopped them)
         print(f"error: {INTERRUPTED_LINE}" + (f" ({stopped} worker process{'es' if stopped > 1 else ''} stopped)"
@@ -90,6 +91,7 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
         if line is None and _worker_died(e):
             signals = dead_worker_signals()
             line = died_line(signals[0] if signals else None)
+            mark_stopping()
             _quiet_worker_threads()
             stop_worker_processes()
         if line is None:
@@ -440,12 +442,13 @@ def run_pipeline(p) -> dict[str, int]:
     from tfrecord_etl.pipelines import workers
     workers.install()  # a worker process that dies fails the run at once
     workers.forget_deaths()
-    with _worker_stderr_to_log():
+    workers.quiet_worker_threads()  # Beam's threads' reports of workers we stop stay off stderr
+    with _worker_stderr_to_log(), workers.interrupts_mark_stopping():
         try:
             result = p.run()
             result.wait_until_finish()
         except BaseException:  # an error, a dead worker, Ctrl-C: no worker process outlives the failed run
-            workers.quiet_worker_threads()
+            workers.mark_stopping()
             workers.stop_worker_processes()
             raise
     try:

@@ -46,6 +46,7 @@ def died_signals() -> list[int]:
 def forget_deaths() -> None:
     """Clears :func:`died_signals` and :func:`stopped_count` (a new run in the same process)."""
     global _stopped
+    _stopping.clear()
     with _deaths_lock:
         _deaths.clear()
         _stopped = 0
@@ -148,6 +149,7 @@ def _handler_class():
                 sig = _signal_of(int(m.group(1)))
                 with _deaths_lock:
                     _deaths.append(sig)
+                mark_stopping()
                 self.control_conn.fail(died_line(sig))
 
         def stop_worker(self):
@@ -178,8 +180,11 @@ def install() -> None:
 # ---------------------------------------------------------------- the launcher's worker processes, from /proc
 
 def quiet_worker_threads() -> None:
-    """Beam's worker-watching threads (``run_worker``) report a worker stopped by us (after a Ctrl-C or a dead
-    worker) with a traceback on stderr: those reports are dropped, every other thread's exception still prints."""
+    """Beam's threads in the launcher report workers stopped by us with tracebacks on stderr: the worker-watching
+    thread (``run_worker``: "Worker subprocess exited") always, and once a run is stopping (:func:`mark_stopping`:
+    a Ctrl-C, a dead worker, any failure) the gRPC threads that read the workers' control and data streams
+    (``beam_control_read``, ``read_grpc_client_inputs``) when those streams are cut. Those reports are dropped; every
+    other thread's exception, and any exception raised outside Beam's and gRPC's own code, still prints. Idempotent."""
     previous = threading.excepthook
     if getattr(previous, "quiets_workers", False):  # installed already
         return
@@ -188,9 +193,56 @@ def quiet_worker_threads() -> None:
         if args.thread is not None and args.thread.name == "run_worker" and \
                 "Worker subprocess exited" in str(args.exc_value):
             return
+        if _stopping.is_set() and _raised_in_beam_threads(args.exc_traceback):
+            return
         previous(args)
     hook.quiets_workers = True
     threading.excepthook = hook
+
+
+_stopping = threading.Event()  # set while a run of this process is being stopped (see quiet_worker_threads)
+
+
+def mark_stopping() -> None:
+    """Says that this process's run is ending on an interrupt or a failure: from now on Beam's stream-reading threads
+    that fail because their worker went away are quiet (:func:`quiet_worker_threads`)."""
+    _stopping.set()
+
+
+def _raised_in_beam_threads(tb) -> bool:
+    """True when every frame of ``tb`` is in Beam, gRPC or the standard library (a thread of Beam's runner failing
+    on a closed stream), so no code of ours, and no user code, is being silenced."""
+    import sysconfig
+    import traceback
+    stdlib = sysconfig.get_paths()["stdlib"]
+    frames = traceback.extract_tb(tb) if tb is not None else []
+    marks = (f"{os.sep}apache_beam{os.sep}", f"{os.sep}grpc{os.sep}")
+    return bool(frames) and all(any(m in f.filename for m in marks) or f.filename.startswith(stdlib)
+                                for f in frames)
+
+
+class interrupts_mark_stopping:
+    """While a run goes on in the main thread, Ctrl-C (SIGINT) first marks the run as stopping
+    (:func:`mark_stopping`), then raises ``KeyboardInterrupt`` as Python's default handler does: Beam's gRPC threads
+    that fail while the interrupted run unwinds (before our error handling is reached) stay quiet. Elsewhere, or
+    when SIGINT has a handler that is not Python's default, a no-op."""
+
+    def __enter__(self):
+        self._saved = None
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._saved = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    @staticmethod
+    def _on_sigint(signum, frame):
+        mark_stopping()
+        signal.default_int_handler(signum, frame)
+
+    def __exit__(self, *exc):
+        if self._saved is not None:
+            signal.signal(signal.SIGINT, self._saved)
+        return False
 
 
 def children() -> list[tuple[int, str, int]]:

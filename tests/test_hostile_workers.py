@@ -172,3 +172,39 @@ def test_a_dead_workers_connection_answers_every_instruction_with_the_line():
     assert [workers._signal_of(c) for c in (-9, 137, 1)] == [9, 9, 1]
     assert line.startswith("OutputError: A worker process died (signal 9): killed, or out of memory")
     assert workers.died_line(1).startswith("OutputError: A worker process died (exit status 1):")
+
+
+def test_beam_stream_threads_cut_by_a_stopping_run_are_quiet_and_nothing_else_is(monkeypatch):
+    """A Ctrl-C unwinds Beam's runner before our handler runs, and its gRPC threads (``beam_control_read``,
+    ``read_grpc_client_inputs``) then print tracebacks of the streams cut: once the run is stopping, a thread's
+    exception raised only in Beam's (or gRPC's, or the standard library's) code is dropped; before that, or with a
+    frame of any other code, it still reaches the previous hook."""
+    import threading
+    from tfrecord_etl.pipelines import workers
+    seen = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(str(args.exc_value)))
+    workers.quiet_worker_threads()
+    beam = {}
+    exec(compile("def cut():\n    raise ValueError('stream cut')\n", os.path.join(os.sep, "site", "apache_beam",
+                                                                            "runners", "worker", "data_plane.py"),
+                 "exec"), beam)
+
+    def ours():
+        raise ValueError("our bug")
+
+    def run(target, name):
+        t = threading.Thread(target=target, name=name)
+        t.start()
+        t.join()
+
+    workers.forget_deaths()  # a new run: not stopping
+    run(beam["cut"], "read_grpc_client_inputs")
+    assert seen == ["stream cut"]
+    workers.mark_stopping()
+    run(beam["cut"], "read_grpc_client_inputs")
+    run(beam["cut"], "beam_control_read")
+    run(ours, "beam_control_read")
+    assert seen == ["stream cut", "our bug"]
+    workers.forget_deaths()
+    run(beam["cut"], "beam_control_read")
+    assert seen == ["stream cut", "our bug", "stream cut"]
