@@ -56,7 +56,8 @@ def build_parser():
 
 def main(argv: list[str]) -> int:
     cfg, beam_argv = parse_args(argv, AugmentConfig, AugmentOptions, PROG, __doc__, build_parser())
-    common.configure_filesystems(beam_argv)  # pipeline_options from the YAML config too
+    # pipeline_options from the YAML config too; its gs:// paths reachable
+    common.configure_filesystems(beam_argv, [cfg.input, cfg.output_dir, cfg.join_input])
     tfrecord.require_fast_crc32c()
     if spans.is_collection_input(cfg):
         spans.augment_collection(cfg, lambda span_cfg: augment_output(span_cfg, beam_argv))

@@ -81,7 +81,8 @@ def main(argv: list[str]) -> int:
     cfg, beam_argv = parse_args(argv, ConvertConfig, ConvertOptions, PROG, __doc__, build_parser())
     if cfg.compression == "zlib":
         print(ZLIB_WARNING, file=sys.stderr)
-    common.configure_filesystems(beam_argv)  # pipeline_options from the YAML config too
+    # pipeline_options from the YAML config too; its gs:// paths reachable
+    common.configure_filesystems(beam_argv, [cfg.input, cfg.output_dir, cfg.dead_letter_dir])
     tfrecord.require_fast_crc32c()
     started = time.time()
     run = spanrun.plan_run(cfg)  # a span of a collection (placeholders, --incremental), or None
