@@ -1,4 +1,4 @@
-"""Convert NumPy arrays in HDF5 / .npz / .npy files to sharded TFRecord files of tf.train.Example.
+"""Convert array files and folders (HDF5, netCDF, .npz, .npy, MATLAB, Zarr, raw; images) to TFRecords of tf.train.Example.
 
     python -m pipelines.convert --input 'data/*.h5' --output_dir out/ [--config configs/local.yaml] \\
         [--datasets /images,/labels] [--compression gzip] [--runner DirectRunner ...]
