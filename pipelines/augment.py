@@ -15,7 +15,7 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrecord_etl.pipelines import common, flaghelp
+from tfrecord_etl.pipelines import common, flaghelp, progress
 from tfrecord_etl.transforms import augment, localmode, metadata, tfrecord
 from tfrecord_etl.transforms.augment import readers, spans
 from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
@@ -77,7 +77,9 @@ def augment_output(cfg: AugmentConfig, beam_argv: list[str]) -> str | None:
         options = PipelineOptions(beam_argv)
         p = beam.Pipeline(runner=common.local_runner(options), options=options)
         build_pipeline(p, plan)
-        counters = common.run_pipeline(p)
+        with progress.watch(cfg.output_dir, progress.augment_planned(plan, *augment_size(plan)), "augment",
+                            progress.mode(cfg.progress) == "bar" and not cfg.verbose):
+            counters = common.run_pipeline(p)
     meta = metadata.load(cfg.output_dir)
     info = meta["augment"]
     common.print_summary(cfg.output_dir, meta, time.time() - started, {

@@ -17,7 +17,7 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrecord_etl.pipelines import common, flaghelp
+from tfrecord_etl.pipelines import common, flaghelp, progress
 from tfrecord_etl.transforms import localmode, metadata, planning, spanrun, tfrecord
 from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, build_parser as build_flags, parse_args
 from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output, prepare_output_dir
@@ -60,8 +60,10 @@ def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan: planning.ConvertP
     """Composes the convert pipeline on ``p`` (``carried``: the splits this run adds to, see
     ``convert.carried_splits``; ``replaced``: the committed files its commit replaces, see ``outdir.prepare``);
     returns the PCollection holding the committed output dir."""
+    # a terminal gets the launcher's bar instead (main), unless --verbose shows the runner's logs there
+    lines = progress.mode(cfg.progress) == "lines" or (cfg.verbose and progress.mode(cfg.progress) == "bar")
     return p | "ConvertToTFRecord" >> ConvertToTFRecord(config=cfg, plan=plan, prepare_output=False,
-                                                        progress=common.show_progress(cfg.progress), carried=carried,
+                                                        progress=lines, carried=carried,
                                                         **({"replaced": replaced} if replaced else {}))
 
 
@@ -105,7 +107,9 @@ def main(argv: list[str]) -> int:
         plan = prepared.plan
         p = beam.Pipeline(runner=common.local_runner(options), options=options)
         build_pipeline(p, cfg, plan, prepared.meta, prepared.replaced)
-        counters = common.run_pipeline(p)
+        with progress.watch(cfg.output_dir, progress.convert_planned(plan), "convert",
+                            progress.mode(cfg.progress) == "bar" and not cfg.verbose):
+            counters = common.run_pipeline(p)
         coll = spanrun.commit(run, plan, prepared.lock.run_id) if run is not None else None
     meta = metadata.load(cfg.output_dir)
     inputs = plan.inputs

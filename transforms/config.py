@@ -163,8 +163,10 @@ class ConvertConfig(BaseModel):
     dry_run: bool = Field(False, description="plan and print the plan (files, rows, bytes, row ranges, shards, "
                           "reads, features) without writing anything")
     verbose: bool = Field(False, description="show TensorFlow and Beam logs")
-    progress: Optional[bool] = Field(None, description="print planned shards done / total on stderr; "
-                                     "default: when stderr is a terminal")
+    progress: Optional[bool] = Field(None, description="a progress bar on stderr when it is a terminal (records "
+                                     "and bytes written of the planned total, rate, time left), else one line per "
+                                     "shard written; default: the bar in a terminal, nothing otherwise "
+                                     "(--no-progress: neither)")
     pipeline_options: dict[str, Any] = Field(default_factory=dict, description="Beam pipeline options as a "
                                              "mapping (YAML only), e.g. {runner: DirectRunner}; flags win")
     max_local_workers: int = Field(DEFAULT_MAX_LOCAL_WORKERS, ge=1, description="the largest "
