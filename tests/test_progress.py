@@ -172,6 +172,11 @@ def test_a_convert_in_a_terminal_shows_the_bar_up_to_the_planned_total(tmp_path)
         frames[-3:]
     assert "wrote 3000 examples in 3 shards" in out
     assert "[tfrecord-etl] shard" not in out  # the bar replaces the per-shard lines in a terminal
+    status, out = run_in_terminal(["augment", "--input", "out", "--output_dir", "aug", "--constants", "k=1", *BEAM],
+                                  tmp_path)  # each output shard counts its input shard's records
+    assert status == 0, out[-3000:]
+    frames = [f for f in re.split(r"[\r\n]+", out) if f.startswith("augment:")]
+    assert frames and re.match(r"augment: 100%\|█+\| 3000/3000 records, ", frames[-1]), frames[-3:]
     status, out = run_in_terminal(["convert", "--input", "a.npy", "--output_dir", "out2", "--num_shards", "3",
                                    "--no-progress", *BEAM], tmp_path)
     assert status == 0, out[-3000:]
