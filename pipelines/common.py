@@ -258,7 +258,8 @@ def configure_filesystems(beam_argv: list[str], paths=()) -> None:
       ConfigError: Google Cloud Storage (or the emulator, or the proxy) cannot be reached for a gs:// path.
     """
     argv = [str(a) for a in beam_argv if str(a) not in ("-h", "--help")]
-    if len(argv) == len(beam_argv):  # not --help
+    remote = []
+    if len(argv) == len(beam_argv) and any("gs://" in a.lower() for a in [*argv, *map(str, paths)]):  # not --help
         from tfrecord_etl.pipelines import gcsaccess
         remote = gcsaccess.gcs_paths([*argv, *(str(p) for p in paths if p)])
         gcsaccess.check(remote, argv)
@@ -270,7 +271,8 @@ def configure_filesystems(beam_argv: list[str], paths=()) -> None:
     FileSystems.set_options(PipelineOptions(argv))
     if os.environ.get("STORAGE_EMULATOR_HOST") or "--no_auth" in argv:
         connect_to_gcs_anonymously()
-    elif len(argv) == len(beam_argv):
+    elif remote:
+        from tfrecord_etl.pipelines import gcsaccess
         gcsaccess.search_credentials(remote, argv)
 
 
