@@ -22,7 +22,6 @@ import os
 import re
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Iterator
 

@@ -59,7 +59,7 @@ def test_no_network_and_no_credentials_fail_at_once_naming_both(tmp_path):
     is the first hop), no credentials: the line names both and the variables to set. The output directory is a
     gs:// path given with --flag=value, verify's target a positional one."""
     proxy = f"http://127.0.0.1:{closed_port()}"
-    ran = run(tmp_path, ["convert", "--input", str(tmp_path / "x.npy"), f"--output_dir=gs://bucket/out"],
+    ran = run(tmp_path, ["convert", "--input", str(tmp_path / "x.npy"), "--output_dir=gs://bucket/out"],
               HTTPS_PROXY=proxy)
     assert ran.returncode == 2
     line = error_line(ran)
