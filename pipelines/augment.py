@@ -15,7 +15,7 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrecord_etl.pipelines import common, flaghelp
+from tfrecord_etl.pipelines import common, flaghelp, progress
 from tfrecord_etl.transforms import augment, localmode, metadata, tfrecord
 from tfrecord_etl.transforms.augment import readers, spans
 from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
@@ -56,7 +56,8 @@ def build_parser():
 
 def main(argv: list[str]) -> int:
     cfg, beam_argv = parse_args(argv, AugmentConfig, AugmentOptions, PROG, __doc__, build_parser())
-    common.configure_filesystems(beam_argv)  # pipeline_options from the YAML config too
+    # pipeline_options from the YAML config too; its gs:// paths reachable
+    common.configure_filesystems(beam_argv, [cfg.input, cfg.output_dir, cfg.join_input])
     tfrecord.require_fast_crc32c()
     if spans.is_collection_input(cfg):
         spans.augment_collection(cfg, lambda span_cfg: augment_output(span_cfg, beam_argv))
@@ -76,7 +77,9 @@ def augment_output(cfg: AugmentConfig, beam_argv: list[str]) -> str | None:
         options = PipelineOptions(beam_argv)
         p = beam.Pipeline(runner=common.local_runner(options), options=options)
         build_pipeline(p, plan)
-        counters = common.run_pipeline(p)
+        with progress.watch(cfg.output_dir, progress.augment_planned(plan, *augment_size(plan)), "augment",
+                            progress.mode(cfg.progress) == "bar" and not cfg.verbose):
+            counters = common.run_pipeline(p)
     meta = metadata.load(cfg.output_dir)
     info = meta["augment"]
     common.print_summary(cfg.output_dir, meta, time.time() - started, {

@@ -8,7 +8,8 @@ import sys
 import textwrap
 
 COMMANDS = {
-    "convert": "NumPy arrays in HDF5 / .npz / .npy files -> sharded TFRecord files of tf.train.Example",
+    "convert": "arrays in HDF5, netCDF, .npz, .npy, MATLAB .mat, Zarr and raw binary files, or folders of images "
+               "and other files -> sharded TFRecord files of tf.train.Example",
     "augment": "add features to an existing TFRecord collection (rewrite or sidecar)",
     "verify": "check an output directory, a sidecar collection or TFRecord files (framing, counts, values)",
     "inspect": "print the features, shards and one decoded example of an output",
@@ -23,7 +24,9 @@ def help_text() -> str:
     """``tfrecord-etl --help``: the commands, each with its documentation page, and where the flags are listed."""
     from tfrecord_etl.pipelines import flaghelp
     lines = [USAGE, "", "commands:"]
-    lines += [f"  {name:<8} {text}\n  {'':<8} see {flaghelp.DOCS}{PAGES[name]}" for name, text in COMMANDS.items()]
+    for name, text in COMMANDS.items():
+        lines += textwrap.wrap(text, 100, initial_indent=f"  {name:<8} ", subsequent_indent=" " * 11)
+        lines.append(f"  {'':<8} see {flaghelp.DOCS}{PAGES[name]}")
     lines += ["", "flags: tfrecord-etl COMMAND --help lists them by topic, each topic with its documentation page:"]
     for name in COMMANDS:
         topics = ", ".join(dict.fromkeys(g.title for g in flaghelp.GROUPS[name]))

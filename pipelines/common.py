@@ -60,8 +60,8 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
     resume_gc()  # the command's imports are done (see pipelines/__init__.py)
     os.environ.setdefault(WORKER_SDIST_ENV, "1")  # an sdist Beam builds from setup.py here is for the workers
     quiet_logs("--verbose" in argv)
-    configure_filesystems(argv)
     try:
+        configure_filesystems(argv)  # gs:// paths on the command line: reachable, or one line at once
         return main(argv)
     except EtlError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
@@ -246,23 +246,36 @@ def record_limits(args) -> tuple[int, int]:
     return tfrecord.record_limit(args.max_record_mb), args.max_features
 
 
-def configure_filesystems(beam_argv: list[str]) -> None:
+def configure_filesystems(beam_argv: list[str], paths=()) -> None:
     """Gives Beam's ``FileSystems`` the pipeline options (``--s3_endpoint_url``, ``--s3_access_key_id``,
-    ``--s3_region_name``, GCS project/credentials options, ...) before any file is touched.
+    ``--s3_region_name``, GCS project/credentials options, ...) before any file is touched, and checks that the
+    gs:// paths among ``beam_argv`` and ``paths`` (a config file's ``input``, ``output_dir``, ...) can be reached
+    (:func:`tfrecord_etl.pipelines.gcsaccess.check`: a few seconds at most, not a 2-minute hang).
 
     Beam only does this when a ``Pipeline`` is constructed, but the launcher matches, indexes and cleans
     inputs and outputs before that: without it an ``s3://`` path fails with "Must provide one of client or
     options". Unknown flags are ignored; the options are parsed lazily, by the filesystem that needs them.
+
+    Raises:
+      ConfigError: Google Cloud Storage (or the emulator, or the proxy) cannot be reached for a gs:// path.
     """
+    argv = [str(a) for a in beam_argv if str(a) not in ("-h", "--help")]
+    remote = []
+    if len(argv) == len(beam_argv) and any("gs://" in a.lower() for a in [*argv, *map(str, paths)]):  # not --help
+        from tfrecord_etl.pipelines import gcsaccess
+        remote = gcsaccess.gcs_paths([*argv, *(str(p) for p in paths if p)])
+        gcsaccess.check(remote, argv)
     try:
         from apache_beam.io.filesystems import FileSystems
         from apache_beam.options.pipeline_options import PipelineOptions
     except ImportError:  # the reader's install (verify, inspect): no Beam options; see transforms/lightfs.py
         return
-    argv = [str(a) for a in beam_argv if str(a) not in ("-h", "--help")]
     FileSystems.set_options(PipelineOptions(argv))
     if os.environ.get("STORAGE_EMULATOR_HOST") or "--no_auth" in argv:
         connect_to_gcs_anonymously()
+    elif remote:
+        from tfrecord_etl.pipelines import gcsaccess
+        gcsaccess.search_credentials(remote, argv)
 
 
 def connect_to_gcs_anonymously() -> None:

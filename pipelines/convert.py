@@ -1,4 +1,4 @@
-"""Convert NumPy arrays in HDF5 / .npz / .npy files to sharded TFRecord files of tf.train.Example.
+"""Convert array files and folders (HDF5, netCDF, .npz, .npy, MATLAB, Zarr, raw; images) to TFRecords of tf.train.Example.
 
     python -m pipelines.convert --input 'data/*.h5' --output_dir out/ [--config configs/local.yaml] \\
         [--datasets /images,/labels] [--compression gzip] [--runner DirectRunner ...]
@@ -17,7 +17,7 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrecord_etl.pipelines import common, flaghelp
+from tfrecord_etl.pipelines import common, flaghelp, progress
 from tfrecord_etl.transforms import localmode, metadata, planning, spanrun, tfrecord
 from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, build_parser as build_flags, parse_args
 from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output, prepare_output_dir
@@ -60,8 +60,10 @@ def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan: planning.ConvertP
     """Composes the convert pipeline on ``p`` (``carried``: the splits this run adds to, see
     ``convert.carried_splits``; ``replaced``: the committed files its commit replaces, see ``outdir.prepare``);
     returns the PCollection holding the committed output dir."""
+    # a terminal gets the launcher's bar instead (main), unless --verbose shows the runner's logs there
+    lines = progress.mode(cfg.progress) == "lines" or (cfg.verbose and progress.mode(cfg.progress) == "bar")
     return p | "ConvertToTFRecord" >> ConvertToTFRecord(config=cfg, plan=plan, prepare_output=False,
-                                                        progress=common.show_progress(cfg.progress), carried=carried,
+                                                        progress=lines, carried=carried,
                                                         **({"replaced": replaced} if replaced else {}))
 
 
@@ -81,7 +83,8 @@ def main(argv: list[str]) -> int:
     cfg, beam_argv = parse_args(argv, ConvertConfig, ConvertOptions, PROG, __doc__, build_parser())
     if cfg.compression == "zlib":
         print(ZLIB_WARNING, file=sys.stderr)
-    common.configure_filesystems(beam_argv)  # pipeline_options from the YAML config too
+    # pipeline_options from the YAML config too; its gs:// paths reachable
+    common.configure_filesystems(beam_argv, [cfg.input, cfg.output_dir, cfg.dead_letter_dir])
     tfrecord.require_fast_crc32c()
     started = time.time()
     run = spanrun.plan_run(cfg)  # a span of a collection (placeholders, --incremental), or None
@@ -104,7 +107,9 @@ def main(argv: list[str]) -> int:
         plan = prepared.plan
         p = beam.Pipeline(runner=common.local_runner(options), options=options)
         build_pipeline(p, cfg, plan, prepared.meta, prepared.replaced)
-        counters = common.run_pipeline(p)
+        with progress.watch(cfg.output_dir, progress.convert_planned(plan), "convert",
+                            progress.mode(cfg.progress) == "bar" and not cfg.verbose):
+            counters = common.run_pipeline(p)
         coll = spanrun.commit(run, plan, prepared.lock.run_id) if run is not None else None
     meta = metadata.load(cfg.output_dir)
     inputs = plan.inputs

@@ -77,7 +77,7 @@ GROUPS: dict[str, tuple[Group, ...]] = {
         Group("runner", "local workers and batch size (Beam's own flags pass through)", "scale.md",
               ("--batch_size", "--max_local_workers")),
         Group("limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS),
-        Group("general", "help and logs", "augment.md", ("-h", "--verbose")),
+        Group("general", "help, logs and progress", "augment.md", ("-h", "--verbose", "--progress")),
     ),
     "verify": (
         Group("target", "what to verify: an output, a collection, a sidecar or TFRecord files", "verify.md",

@@ -106,11 +106,62 @@ def test_grouped_parsers_parse_as_before():
 def test_tfrecord_etl_help_lists_commands_with_their_pages_and_topics(capsys):
     assert cli.main(["--help"]) == 0
     text = capsys.readouterr().out
-    for name, summary in cli.COMMANDS.items():
-        assert f"  {name:<8} {summary}\n  {'':<8} see {flaghelp.DOCS}{cli.PAGES[name]}\n" in text
+    for name, summary in cli.COMMANDS.items():  # wrapped at 100 columns under the command's name
+        assert f"  {name:<8} {' '.join(summary.split())} see {flaghelp.DOCS}{cli.PAGES[name]} " in " ".join(
+            text.split(" \n")).replace("\n" + " " * 11, " ").replace("\n", " ")
+    assert max(map(len, text.splitlines()[2:])) <= 100
     for name in flaghelp.COMMANDS:
         topics = ", ".join(dict.fromkeys(g.title for g in flaghelp.GROUPS[name]))
         assert topics in " ".join(text.split()), name
     assert f"{flaghelp.DOCS}flags.md" in text
     assert cli.main([]) == 2  # no command: the same text on stderr, status 2
     assert "commands:" in capsys.readouterr().err
+
+
+# every --format choice and the words convert's summary names it by
+FORMAT_WORDS = {"hdf5": "HDF5", "netcdf3": "netCDF", "npz": ".npz", "npy": ".npy", "raw": "raw binary files",
+                "files": "folders of images and other files", "matlab": "MATLAB", "zarr": "Zarr"}
+
+
+def test_convert_summary_names_every_input_format(capsys):
+    """``tfrecord-etl --help`` and ``convert --help`` name every format --format takes, not three of them."""
+    fmt = next(a for a in flaghelp.command_parser("convert")._actions if "--format" in a.option_strings)
+    assert set(fmt.choices) == set(FORMAT_WORDS)  # a new format: name it in cli.COMMANDS and here
+    assert cli.main(["--help"]) == 0
+    top = " ".join(capsys.readouterr().out.split())
+    summary = " ".join(cli.COMMANDS["convert"].split())
+    assert summary in top and "HDF5 / .npz / .npy" not in top
+    for word in FORMAT_WORDS.values():
+        assert word in summary, word
+    first = command_help("convert", capsys).split("\n\n")[1]  # the description's first paragraph
+    for word in ("HDF5", "netCDF", ".npz", ".npy", "MATLAB", "Zarr", "raw", "images"):
+        assert word in first, word
+
+
+def test_format_help_says_the_content_decides(capsys):
+    text = " ".join(command_help("convert", capsys).split())
+    assert "from the suffix" not in text
+    assert ("--format {hdf5,netcdf3,npz,npy,raw,files,matlab,zarr} input format; default: told by each file's "
+            "content (its first bytes, a Zarr store by its metadata), else by its suffix; files only when named") \
+        in text
+
+
+@pytest.mark.parametrize("command", flaghelp.COMMANDS)
+def test_no_flag_help_states_an_empty_default(command, capsys):
+    """``--help`` and the flag reference: no ``(default: None)``, ``[]`` or ``{}`` (an unset flag's description
+    says what happens without it), no default stated twice; a real default is still shown."""
+    texts = [" ".join(command_help(command, capsys).split()), flaghelp.reference_markdown([command])]
+    for text in texts:
+        for empty in ("(default: None)", "(default: [])", "(default: {})", "(default: \\[\\])"):
+            assert empty not in text, (command, empty)
+    parser = flaghelp.command_parser(command)
+    for action in parser._actions:
+        assert (action.help or "").count("default") <= 2 or "(default 3)" in action.help, action.help
+        assert not re.search(r"default: [^()]*\) \(default: ", action.help or ""), action.help
+    if command == "convert":
+        assert "--compression {none,gzip,zlib} compression of the shards (default: 'none')" in texts[0]
+        assert ("--max_local_workers MAX_LOCAL_WORKERS the largest --direct_num_workers accepted (default: 4 per "
+                "CPU, at least 16) runner:") not in texts[0]  # (the group ends the help's line below)
+        assert "the largest --direct_num_workers accepted (default: 4 per CPU, at least 16) limits:" in texts[0]
+        assert "--num_shards NUM_SHARDS number of shards (at most the number of rows); default: from the data " \
+               "size --target_shard_mb" in texts[0]

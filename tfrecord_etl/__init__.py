@@ -1,4 +1,5 @@
-"""tfrecord-etl: NumPy arrays (HDF5, .npz, .npy) -> sharded TFRecord files of ``tf.train.Example`` on Apache Beam.
+"""tfrecord-etl: NumPy arrays (HDF5, netCDF, .npz, .npy, MATLAB, Zarr, raw, ...) -> sharded TFRecord files of
+``tf.train.Example`` on Apache Beam.
 
 ``tfrecord_etl`` is the project's one import name. ``pip install tfrecord-etl`` installs the reader (NumPy and
 google-crc32c: ``reader``, ``verify``, ``inspect``), ``pip install 'tfrecord-etl[beam]'`` the pipelines too.

@@ -95,7 +95,7 @@ class ReadRowRangesFn(CarriesRun, beam.DoFn):
 
 
 class ReadFromArrays(beam.PTransform):
-    """Reads HDF5 / .npz / .npy files matching a pattern as batches ``(RowRange, columns)``.
+    """Reads the array files matching a pattern (any registered source) as batches ``(RowRange, columns)``.
 
     Row ranges are planned at construction (see :func:`plan_inputs`) and spread across workers with
     a Reshuffle, so one big file is read by many workers, each holding one range at a time.

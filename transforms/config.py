@@ -11,6 +11,7 @@ import argparse
 import difflib
 import importlib
 import os
+import re
 import typing
 from typing import Any, Literal, Optional
 
@@ -53,7 +54,9 @@ class ConvertConfig(BaseModel):
 
     input: str = Field(min_length=1, description="file pattern of the inputs (local, gs://, s3://)")
     output_dir: str = Field(min_length=1, description="output directory of the shards and metadata")
-    format: Optional[FormatName] = Field(None, description="input format; default: from the suffix")
+    format: Optional[FormatName] = Field(None, description="input format; default: told by each file's "
+                                    "content (its first bytes, a Zarr store by its metadata), else by its suffix; files "
+                                    "only when named")
     datasets: Optional[list[str]] = Field(None, description="HDF5 dataset paths (comma-separated); default: the "
                                           "largest row group (datasets sharing their leading dimension)")
     hdf5_group: Optional[int] = Field(None, ge=1, description="hdf5 rows mode: convert row group N (1 = the "
@@ -160,8 +163,10 @@ class ConvertConfig(BaseModel):
     dry_run: bool = Field(False, description="plan and print the plan (files, rows, bytes, row ranges, shards, "
                           "reads, features) without writing anything")
     verbose: bool = Field(False, description="show TensorFlow and Beam logs")
-    progress: Optional[bool] = Field(None, description="print planned shards done / total on stderr; "
-                                     "default: when stderr is a terminal")
+    progress: Optional[bool] = Field(None, description="a progress bar on stderr when it is a terminal (records "
+                                     "and bytes written of the planned total, rate, time left), else one line per "
+                                     "shard written; default: the bar in a terminal, nothing otherwise "
+                                     "(--no-progress: neither)")
     pipeline_options: dict[str, Any] = Field(default_factory=dict, description="Beam pipeline options as a "
                                              "mapping (YAML only), e.g. {runner: DirectRunner}; flags win")
     max_local_workers: int = Field(DEFAULT_MAX_LOCAL_WORKERS, ge=1, description="the largest "
@@ -264,6 +269,19 @@ class ConvertOptions(PipelineOptions):
 BEAM_CLASHES = frozenset({"dry_run"})
 
 
+def flag_help(field) -> str:
+    """A flag's help: its description, then ``(required)``, or ``(default: VALUE)`` when the default is a value
+    the description does not state already (no ``(default: None)``, ``[]`` or ``{}``: such a flag is simply off,
+    and its description says what happens without it)."""
+    if field.is_required():
+        return f"{field.description} (required)"
+    default = field.get_default(call_default_factory=True)
+    if default is None or (isinstance(default, (list, dict, tuple)) and not default) or \
+            re.search(r"\(default[ :]|\bdefault: ", field.description or ""):
+        return field.description
+    return f"{field.description} (default: {default!r})"
+
+
 def add_model_flags(parser, model: type[BaseModel], skip=frozenset()) -> None:
     """Adds ``--NAME`` for every field of ``model`` but those in ``skip`` (``--ALIAS`` for a field with an alias,
     e.g. augment's ``--schema``, whose field cannot be named ``schema`` in a pydantic model; help text with the
@@ -272,9 +290,7 @@ def add_model_flags(parser, model: type[BaseModel], skip=frozenset()) -> None:
         flag = f"--{field.alias or name}"
         if name in _YAML_ONLY or name in skip:
             continue
-        default = field.get_default(call_default_factory=True)
-        help_text = f"{field.description} (default: {default!r})" if not field.is_required() else \
-            f"{field.description} (required)"
+        help_text = flag_help(field)
         choices = None
         if typing.get_origin(field.annotation) is Literal:
             choices = list(typing.get_args(field.annotation))

@@ -150,7 +150,8 @@ def codec_of(cfg: ConvertConfig) -> dict | None:
 
 
 class ConvertToTFRecord(beam.PTransform):
-    """HDF5 / .npz / .npy files matching ``file_pattern`` -> sharded TFRecord files of ``tf.train.Example`` in
+    """Array files matching ``file_pattern`` (every registered source: HDF5, netCDF-3, .npz, .npy, raw, MATLAB,
+    Zarr, file collections) -> sharded TFRecord files of ``tf.train.Example`` in
     ``output_dir``, with ``metadata.json`` and ``schema.pbtxt``; returns the PCollection of the committed output
     directory (one element).
 

@@ -99,6 +99,9 @@ class AugmentConfig(BaseModel):
     overwrite: bool = Field(False, description="replace our files in an existing output directory (files we did "
                             "not write are kept)")
     verbose: bool = Field(False, description="show TensorFlow and Beam logs")
+    progress: Optional[bool] = Field(None, description="a progress bar on stderr when it is a terminal (records "
+                                     "and bytes written of the planned total, rate, time left); default: on in a "
+                                     "terminal (--no-progress: off)")
     pipeline_options: dict[str, Any] = Field(default_factory=dict, description="Beam pipeline options as a "
                                              "mapping (YAML only), e.g. {runner: DirectRunner}; flags win")
 

@@ -1,0 +1,144 @@
+"""A gs:// path that cannot be reached fails within seconds, with one line naming the cause and what to set.
+
+Without the check a machine without network (or with a stopped emulator) waited over two minutes (Beam's search
+for credentials, then google-cloud-storage's 120 s of retries) before a line that named neither cause. The
+subprocesses below are bounded by 60 s: a guard against a hang, not a timing assertion."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+from tfrecord_etl.pipelines import gcsaccess
+from tfrecord_etl.transforms.errors import ConfigError
+
+HANG_GUARD = 60  # seconds; the command used to take over 120 s here
+
+
+def closed_port() -> int:
+    """A port on 127.0.0.1 where nothing listens."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(tmp_path, argv, **env_vars):
+    """``tfrecord-etl ARGV`` in a fresh process: no credentials (HOME is empty), no emulator or proxy unless given."""
+    env = {k: v for k, v in os.environ.items()
+           if k.upper() not in {"STORAGE_EMULATOR_HOST", "API_ENDPOINT_OVERRIDE", "GOOGLE_APPLICATION_CREDENTIALS",
+                                "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY", "CLOUDSDK_CONFIG"}}
+    env.update(HOME=str(tmp_path), PYTHONPATH=str(ROOT), **env_vars)
+    return subprocess.run([sys.executable, "-m", "tfrecord_etl.pipelines.cli", *argv], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=HANG_GUARD)
+
+
+def error_line(ran) -> str:
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1, ran.stderr[-3000:]
+    return lines[0]
+
+
+def test_a_stopped_emulator_fails_at_once_naming_the_variable(tmp_path):
+    port = closed_port()
+    ran = run(tmp_path, ["convert", "--input", "gs://bucket/in/*.h5", "--output_dir", str(tmp_path / "out")],
+              STORAGE_EMULATOR_HOST=f"http://127.0.0.1:{port}")
+    assert ran.returncode == 2
+    assert error_line(ran) == (
+        f"error: ConfigError: Cannot reach the GCS emulator STORAGE_EMULATOR_HOST=http://127.0.0.1:{port} for "
+        f"gs://bucket/in/*.h5: 127.0.0.1:{port}: the connection is refused (nothing listens there) Hint: start the "
+        "emulator there, or set STORAGE_EMULATOR_HOST to its address (unset it to use Google Cloud Storage)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_network_and_no_credentials_fail_at_once_naming_both(tmp_path):
+    """Google Cloud Storage behind a proxy that does not answer (as deterministic as no network at all: the proxy
+    is the first hop), no credentials: the line names both and the variables to set. The output directory is a
+    gs:// path given with --flag=value, verify's target a positional one."""
+    proxy = f"http://127.0.0.1:{closed_port()}"
+    ran = run(tmp_path, ["convert", "--input", str(tmp_path / "x.npy"), "--output_dir=gs://bucket/out"],
+              HTTPS_PROXY=proxy)
+    assert ran.returncode == 2
+    line = error_line(ran)
+    assert line.startswith(f"error: ConfigError: Cannot reach the proxy HTTPS_PROXY={proxy} in front of "
+                           f"https://storage.googleapis.com for gs://bucket/out: 127.0.0.1:"), line
+    assert "no Google credentials either (GOOGLE_APPLICATION_CREDENTIALS is unset" in line
+    assert "set GOOGLE_APPLICATION_CREDENTIALS=KEY.json" in line and "--no_auth" in line
+    ran = run(tmp_path, ["verify", "gs://bucket/out", "--no_auth"], HTTPS_PROXY=proxy)
+    assert ran.returncode == 2
+    line = error_line(ran)
+    assert line.startswith(f"error: ConfigError: Cannot reach the proxy HTTPS_PROXY={proxy}") and "credentials" \
+        not in line  # --no_auth: credentials are not needed
+
+
+def test_a_config_files_gs_input_is_checked_too(tmp_path):
+    (tmp_path / "c.yaml").write_text("input: gs://bucket/in/*.npy\noutput_dir: out\n")
+    port = closed_port()
+    ran = run(tmp_path, ["convert", "--config", "c.yaml"], STORAGE_EMULATOR_HOST=f"127.0.0.1:{port}")
+    assert ran.returncode == 2
+    assert error_line(ran).startswith(f"error: ConfigError: Cannot reach the GCS emulator STORAGE_EMULATOR_HOST="
+                                      f"127.0.0.1:{port} for gs://bucket/in/*.npy: ")
+
+
+def test_google_cloud_storage_unreachable_names_network_emulator_and_credentials(monkeypatch, tmp_path):
+    """The default endpoint (the case of a laptop offline): what to connect, or the emulator variable, and the
+    credentials found or not."""
+    for var in ("STORAGE_EMULATOR_HOST", "API_ENDPOINT_OVERRIDE", "HTTPS_PROXY", "https_proxy", "NO_PROXY",
+                "no_proxy", "GOOGLE_APPLICATION_CREDENTIALS", "CLOUDSDK_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(gcsaccess, "_REACHED", set())
+    seen = []
+    monkeypatch.setattr(gcsaccess, "unreachable", lambda host, port: seen.append((host, port)) or
+                        "its name does not resolve (Name or service not known)")
+    monkeypatch.setattr(gcsaccess, "credential_files", lambda: None)
+    with pytest.raises(ConfigError) as e:
+        gcsaccess.check(["gs://b/x.h5"])
+    assert seen == [("storage.googleapis.com", 443)]
+    assert str(e.value) == (
+        "Cannot reach Google Cloud Storage for gs://b/x.h5: storage.googleapis.com:443: its name does not resolve "
+        "(Name or service not known); no Google credentials either (GOOGLE_APPLICATION_CREDENTIALS is unset and "
+        "there is no gcloud application-default login) Hint: connect this machine to the network (behind a proxy: "
+        "set HTTPS_PROXY=http://HOST:PORT), or set STORAGE_EMULATOR_HOST=http://HOST:PORT to use a GCS emulator; "
+        "then set GOOGLE_APPLICATION_CREDENTIALS=KEY.json (a service account key) or run gcloud auth "
+        "application-default login, or pass --no_auth to read a public bucket anonymously")
+    key = tmp_path / "key.json"
+    key.write_text("{}")
+    monkeypatch.setattr(gcsaccess, "credential_files", lambda: f"GOOGLE_APPLICATION_CREDENTIALS={key}")
+    with pytest.raises(ConfigError, match=rf"; credentials: GOOGLE_APPLICATION_CREDENTIALS={key} Hint: connect"):
+        gcsaccess.check(["gs://b/x.h5"])
+    gcsaccess.check([])  # no gs:// path: nothing is checked
+    assert len(seen) == 2
+
+
+def test_credential_files_and_paths(monkeypatch, tmp_path):
+    monkeypatch.delenv("CLOUDSDK_CONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
+    assert gcsaccess.credential_files() is None  # named, but not there
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS")
+    adc = tmp_path / ".config" / "gcloud" / "application_default_credentials.json"
+    adc.parent.mkdir(parents=True)
+    adc.write_text("{}")
+    assert gcsaccess.credential_files() == str(adc)
+    assert gcsaccess.gcs_paths(["--input=gs://b/x", "gs://b/y", "--output_dir", "out", "s3://b/z", 3]) == \
+        ["gs://b/x", "gs://b/y"]
+
+
+def test_a_reachable_emulator_passes_and_is_checked_once(monkeypatch):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(4)
+        port = server.getsockname()[1]
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
+        monkeypatch.setattr(gcsaccess, "_REACHED", set())
+        gcsaccess.check(["gs://b/x"])
+        server.accept()[0].close()
+        assert gcsaccess._REACHED == {("127.0.0.1", port)}
+        calls = []
+        monkeypatch.setattr(gcsaccess, "unreachable", lambda *a: calls.append(a))
+        gcsaccess.check(["gs://b/y"])
+        assert calls == []
