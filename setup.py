@@ -3,8 +3,8 @@
 Installs one import package, ``tfrecord_etl``, holding the repo's ``transforms/`` and ``pipelines/`` folders as
 ``tfrecord_etl.transforms`` and ``tfrecord_etl.pipelines`` (other PyPI distributions install top-level
 ``transforms`` and ``pipelines`` packages: ours never shadow theirs), and the console command ``tfrecord-etl``.
-``pip install tfrecord-etl`` installs the reader (NumPy and google-crc32c: reader.iter_numpy, RandomAccess, get,
-verify, inspect); ``pip install 'tfrecord-etl[beam]'`` adds the pipelines (Beam, TensorFlow, tfx-bsl, h5py, ...).
+``pip install .`` installs the reader (NumPy and google-crc32c: reader.iter_numpy, RandomAccess, get,
+verify, inspect); ``pip install '.[beam]'`` adds the pipelines (Beam, TensorFlow, tfx-bsl, h5py, ...).
 Also usable as Beam's ``--setup_file``: the sdist Beam builds from it for the workers, from the project's launcher,
 installs the pipelines without any extra (WORKER_ENV below).
 """
@@ -18,9 +18,10 @@ _FOLDERS = ("transforms", "pipelines")  # the repo's top-level folders, installe
 # the API page's signatures with ruff
 _DOCS = ["mkdocs>=1.6.1,<2", "mkdocs-material>=9.8.2,<10", "mkdocstrings-python>=2.0.11,<3", "ruff>=0.17.5,<1"]
 
-# Reading an output (tfrecord_etl.transforms.reader, verify, inspect): `pip install tfrecord-etl`
+# Reading an output (tfrecord_etl.transforms.reader, verify, inspect): `pip install .`
 READER = ["numpy>=1.26", "google-crc32c>=1.5"]
-# The pipelines (convert, augment, the Beam transforms): `pip install 'tfrecord-etl[beam]'`
+# The pipelines (convert, augment, the Beam transforms): `pip install '.[beam]'` (or the wheel's
+# path with [beam])
 PIPELINES = [
     # tfx-bsl 1.21 pins tensorflow 2.21 and apache-beam[gcp]; these ranges resolve together on Python 3.11.
     "apache-beam[gcp]>=2.77,<2.78",

@@ -1,6 +1,6 @@
 """Add fields to an existing TFRecord collection of tf.train.Example, without touching the originals.
 
-    python -m pipelines.augment --input 'in/*.tfrecord.gz' --output_dir out/ [--mode rewrite|sidecar] \\
+    tfrecord-etl augment --input 'in/*.tfrecord.gz' --output_dir out/ [--mode rewrite|sidecar] \\
         [--fn mymodule:add_fields --fn_inputs a,b [--fn_batch]] [--constants NAME=VALUE[:DTYPE],...] \\
         [--join_input labels.h5 [--join_by key --key_feature id --join_key id]] [--runner DirectRunner ...]
 
@@ -42,7 +42,7 @@ def augment_size(plan) -> tuple[int, int]:
     return (records if records is not None else num_bytes // 100), num_bytes
 
 
-PROG = "python -m pipelines.augment"
+PROG = "tfrecord-etl augment"
 
 
 def build_parser():

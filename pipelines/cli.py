@@ -1,6 +1,6 @@
 """The ``tfrecord-etl`` console command (installed by ``pip install``): ``tfrecord-etl convert|augment|verify|inspect
-[flags]`` runs the same ``main`` as ``python -m pipelines.<command>`` from a checkout (or ``python -m
-tfrecord_etl.pipelines.<command>`` installed), with the same flags, exit codes and one-line errors."""
+[flags]`` runs the same ``main`` as the module ``pipelines.<command>`` run with ``python -m`` from a checkout (or
+``python -m tfrecord_etl.pipelines.<command>`` installed), with the same flags, exit codes and one-line errors."""
 from __future__ import annotations
 
 import importlib

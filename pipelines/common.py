@@ -10,6 +10,7 @@ import sys
 import warnings
 from typing import Callable
 
+from tfrecord_etl._install import pip_install
 from tfrecord_etl._startup import resume_gc
 from tfrecord_etl.pipelines.workers import (WORKER_DIED_LINE, dead_worker_signals, died_line,  # noqa: F401
                                             mark_stopping, quiet_worker_threads as _quiet_worker_threads,
@@ -32,7 +33,7 @@ def quiet_logs(verbose: bool) -> None:
     warnings.filterwarnings("ignore")
 
 
-# the import names of the pipelines' dependencies (setup.py's "beam" extra): `pip install tfrecord-etl` alone brings
+# the import names of the pipelines' dependencies (setup.py's "beam" extra): `pip install .` alone brings
 # the reader's (NumPy, google-crc32c), with which verify and inspect run and convert and augment cannot
 PIPELINE_MODULES = ("apache_beam", "tensorflow", "tfx_bsl", "tensorflow_metadata", "pyarrow", "h5py", "hdf5plugin",
                     "pydantic", "yaml", "scipy", "tqdm")
@@ -44,7 +45,7 @@ def missing_pipelines_line(error: ImportError, what: str) -> str | None:
     missing = (getattr(error, "name", None) or "").split(".")[0]
     if missing not in PIPELINE_MODULES:
         return None
-    return f"{what} needs the pipeline dependencies ({missing} is not installed): pip install 'tfrecord-etl[beam]'"
+    return f"{what} needs the pipeline dependencies ({missing} is not installed): {pip_install('beam')}"
 
 
 # setup.py's WORKER_ENV: an sdist built while it is 1 (Beam's stager building --setup_file's sdist in the launcher)

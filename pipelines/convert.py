@@ -1,9 +1,9 @@
 """Convert array files and folders (HDF5, netCDF, .npz, .npy, MATLAB, Zarr, raw; images) to TFRecords of tf.train.Example.
 
-    python -m pipelines.convert --input 'data/*.h5' --output_dir out/ [--config configs/local.yaml] \\
+    tfrecord-etl convert --input 'data/*.h5' --output_dir out/ [--config configs/local.yaml] \\
         [--datasets /images,/labels] [--compression gzip] [--runner DirectRunner ...]
-    python -m pipelines.convert --input 'raw/{YYYY}-{MM}-{DD}/*.h5' --output_dir coll/ [--span latest|N|YYYY-MM-DD]
-    python -m pipelines.convert --input 'raw/*.h5' --output_dir coll/ --incremental [--reconvert_changed]
+    tfrecord-etl convert --input 'raw/{YYYY}-{MM}-{DD}/*.h5' --output_dir coll/ [--span latest|N|YYYY-MM-DD]
+    tfrecord-etl convert --input 'raw/*.h5' --output_dir coll/ --incremental [--reconvert_changed]
 
 The pipeline is one PTransform, ``transforms.convert.ConvertToTFRecord`` (planned once by
 ``transforms.planning.plan_convert``); this command adds the flags, the output directory's lock and run marker
@@ -67,7 +67,7 @@ def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan: planning.ConvertP
                                                         **({"replaced": replaced} if replaced else {}))
 
 
-PROG = "python -m pipelines.convert"
+PROG = "tfrecord-etl convert"
 
 
 def build_parser():

@@ -1,8 +1,8 @@
 """Summarize an output directory: features, shards, counts, sizes, compression, one decoded example.
 
-    python -m pipelines.inspect OUTPUT_DIR_OR_PATTERN [--tf_read] [--json] [--max_record_mb MB] [--max_features N]
-    python -m pipelines.inspect FILE.h5 [--json]     # the HDF5 (NetCDF-3, MATLAB .mat) tree and its row groups
-    python -m pipelines.inspect COLLECTION_DIR [--spans SPANS]   # spans, versions, dates, records, schema changes
+    tfrecord-etl inspect OUTPUT_DIR_OR_PATTERN [--tf_read] [--json] [--max_record_mb MB] [--max_features N]
+    tfrecord-etl inspect FILE.h5 [--json]     # the HDF5 (NetCDF-3, MATLAB .mat) tree and its row groups
+    tfrecord-etl inspect COLLECTION_DIR [--spans SPANS]   # spans, versions, dates, records, schema changes
 
 ``--tf_read`` also reads every shard back with plain tf.data + tf.io.parse_example and checks the
 record counts against the metadata.
@@ -295,7 +295,7 @@ def _container_kind(target: str) -> str | None:
 def build_parser() -> common.CommandParser:
     """The command's argument parser, its flags in the argument groups of ``flaghelp.GROUPS`` (``--help``, the
     docs' flag reference)."""
-    parser = common.CommandParser(prog="python -m pipelines.inspect", description=__doc__,
+    parser = common.CommandParser(prog="tfrecord-etl inspect", description=__doc__,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("output_dir", help="an output directory of tfrecord-etl, or a TFRecord file, glob or "
                         "directory without metadata")

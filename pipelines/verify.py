@@ -1,6 +1,6 @@
 """Verify TFRecord data: every frame and both masked CRC32Cs, record counts, decoding, and the source, exactly.
 
-    python -m pipelines.verify TARGET [--source PATTERN ...] [--original DIR_OR_PATTERN ...] [--json] [--verbose]
+    tfrecord-etl verify TARGET [--source PATTERN ...] [--original DIR_OR_PATTERN ...] [--json] [--verbose]
         [--max_problems N] [--max_record_mb MB] [--max_features N] [--spans SPANS]
 
 TARGET is an output directory of tfrecord-etl (metadata.json required: a directory without it is an
@@ -138,7 +138,7 @@ def render_collection(report: verify_lib.CollectionReport, verbose: bool = False
 def build_parser() -> common.CommandParser:
     """The command's argument parser, its flags in the argument groups of ``flaghelp.GROUPS`` (``--help``, the
     docs' flag reference)."""
-    parser = common.CommandParser(prog="python -m pipelines.verify", description=__doc__, ignore_beam_flags=True,
+    parser = common.CommandParser(prog="tfrecord-etl verify", description=__doc__, ignore_beam_flags=True,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("target", nargs="?",
                         help="an output directory (with metadata.json), or a file or glob of TFRecord files")

@@ -70,7 +70,7 @@ def test_misspelled_verify_flag_is_refused(tmp_path, capsys):
     from tfrecord_etl.pipelines import inspect, verify
     code, _, err = run_command(verify.main, [str(tmp_path), "--sorce", "x.h5"], capsys)
     assert one_error_line(code, err) == ("error: ConfigError: unknown flag --sorce (did you mean --source?) "
-                                         "Hint: python -m pipelines.verify --help lists every flag")
+                                         "Hint: tfrecord-etl verify --help lists every flag")
     code, _, err = run_command(inspect.main, [str(tmp_path), "--tf-read"], capsys)
     assert one_error_line(code, err).startswith("error: ConfigError: unknown flag --tf-read (did you mean --tf_read?)")
 

@@ -238,7 +238,7 @@ def test_augment_on_a_shard_swapped_at_rest_says_what_is_wrong_every_time(out, t
         line = [x for x in err.splitlines() if x.startswith("error:")][0]
         assert line.startswith("error: RecordError: Input shard differs from its metadata.json (") and \
             "did not change during this run: it was corrupted or replaced after it was written" in line
-        assert f"python -m pipelines.verify {out}" in line and "changed while it was read" not in line
+        assert f"tfrecord-etl verify {out}" in line and "changed while it was read" not in line
         assert not (tmp_path / "aug" / "metadata.json").exists()
 
 

@@ -1,5 +1,5 @@
 """The light reader: reading an output (reader.RandomAccess, iter_numpy, get, verify's checks, the verify and inspect
-commands) with NumPy and google-crc32c alone, as after ``pip install tfrecord-etl`` without the ``beam`` extra.
+commands) with NumPy and google-crc32c alone, as after ``pip install .`` without the ``beam`` extra.
 
 Each check runs in a fresh interpreter whose imports of anything but the standard library, NumPy, google-crc32c and
 tfrecord_etl fail as for a package that is not installed (a meta path finder raising ModuleNotFoundError first), so
@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import ROOT, convert
 from tests.test_s3 import s3  # noqa: F401 - the moto S3 server fixture
 from tests.test_torch_io import ROWS, make_npz
+from tfrecord_etl._install import pip_install
 
 PIPELINE_DEPS = ("apache_beam", "tensorflow", "tfx_bsl", "tensorflow_metadata", "pyarrow", "h5py", "hdf5plugin",
                  "pydantic", "yaml", "scipy", "tqdm", "tensorflow_datasets", "grain", "torch", "tfrecord")
@@ -202,12 +203,12 @@ def test_the_commands_without_the_pipeline_dependencies(output, tmp_path):
     result = run_light(script, "verify", out, "--source", npz)  # comparing with the inputs reads them: h5py, ...
     assert result.returncode == 2 and result.stderr.startswith(
         "error: tfrecord-etl verify needs the pipeline dependencies ("), result.stderr[-3000:]
-    assert result.stderr.endswith("is not installed): pip install 'tfrecord-etl[beam]'\n")
+    assert result.stderr.endswith(f"is not installed): {pip_install('beam')}\n")
     for command in ("convert", "augment"):
         result = run_light(script, command, "--input", npz, "--output_dir", tmp_path / "never")
         assert result.returncode == 2 and result.stdout == ""
         assert result.stderr == (f"error: tfrecord-etl {command} needs the pipeline dependencies (apache_beam is not "
-                                 "installed): pip install 'tfrecord-etl[beam]'\n")
+                                 f"installed): {pip_install('beam')}\n")
     assert not (tmp_path / "never").exists()
 
 
@@ -216,7 +217,7 @@ def test_writing_without_beam_says_what_to_install(tmp_path):
                        tmp_path / "f")
     assert result.returncode == 1 and not (tmp_path / "f").exists()
     assert result.stderr.strip().splitlines()[-1] == (
-        f"ImportError: Writing {tmp_path / 'f'} needs Apache Beam: pip install 'tfrecord-etl[beam]' (reading needs "
+        f"ImportError: Writing {tmp_path / 'f'} needs Apache Beam: {pip_install('beam')} (reading needs "
         "only NumPy and google-crc32c)")
 
 

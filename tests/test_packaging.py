@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import FIXTURES, ROOT, convert
+from tfrecord_etl._install import WHEEL
 
 CLASH = FIXTURES.parent / "clash"  # PyPI's transforms and pipelines distributions (see .ci/env.sh)
 
@@ -113,8 +114,12 @@ def fresh_venv(parent, *packages) -> tuple:
     # a plain path line: .venv's own .pth files (the editable install of this checkout) are NOT processed
     with open(os.path.join(site, "_tfrecord_etl_deps.pth"), "w") as f:
         f.write(sysconfig.get_paths()["purelib"] + "\n")
+    # without PYTHONPATH: a checkout on it holding a tfrecord_etl.egg-info (left by `pip wheel -w dist .`, as
+    # getting-started builds the wheel) is an installed tfrecord-etl 0.1.0 to pip, and the wheel would not be installed
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    "--no-build-isolation", "--no-index", *map(str, packages)], check=True, capture_output=True)
+                    "--no-build-isolation", "--no-index", *map(str, packages)], check=True, capture_output=True,
+                   env=env)
     return python, site
 
 
@@ -169,6 +174,7 @@ def test_wheel_installs_next_to_pypi_transforms_and_pipelines_and_the_console_co
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
                     "-w", str(wheels), str(src)], check=True, capture_output=True)
     wheel = next(wheels.glob("tfrecord_etl-*.whl"))
+    assert wheel.name == WHEEL  # the file the install hints and the docs name
     import zipfile
     tops = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist() if not n.startswith("tfrecord_etl-")}
     assert tops == {"tfrecord_etl"}, tops  # one import package, nothing top-level of another name

@@ -4,7 +4,7 @@ default_collate batches them), reader.collate_varlen for shapes that vary, and r
 installed; it is not in the test extras (PyPI's torch wheels pull the CUDA libraries: 3.0 GB to download).
 
 ``.ci/run_reader_test.sh`` runs this module in a venv with PyTorch (CPU) and the reader's install only (no Beam, no
-TensorFlow: ``pip install tfrecord-etl``): there the output is the one the project's venv converted
+TensorFlow: ``pip install .``): there the output is the one the project's venv converted
 (TFRECORD_ETL_TORCH_OUTPUT, with the flags of :data:`MIXED_FLAGS`), the tests that convert or need the `tfrecord`
 package skip, and a DataLoader with 2 workers reads it through the installed copy."""
 from __future__ import annotations
@@ -248,7 +248,7 @@ print(json.dumps({"rows": rows, "workers": sorted(workers), "module": tfrecord_e
 
 
 def test_a_dataloader_with_2_workers_reads_every_row_exactly(mixed, tmp_path):
-    """In .ci/run_reader_test.sh's venv: PyTorch and ``pip install tfrecord-etl`` only, the installed copy."""
+    """In .ci/run_reader_test.sh's venv: PyTorch and ``pip install .`` only, the installed copy."""
     pytest.importorskip("torch", reason="PyTorch is not in the test extras (see the module docstring)")
     data, out = mixed
     np.savez(tmp_path / "expected.npz", **data)

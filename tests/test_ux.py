@@ -71,7 +71,8 @@ def test_inspect_and_verify_on_an_array_file_say_what_it_is(tmp_path, capsys, na
     if name.endswith(".h5"):  # inspect lists an HDF5 file's datasets instead (see the tree test)
         assert code == 0 and "/x" in out and "group 1: 10 rows, 1 dataset" in out
     else:
-        assert code == 2 and f"Not a TFRecord file: it starts like {words}" in err and "pipelines.convert" in err
+        assert code == 2 and f"Not a TFRecord file: it starts like {words}" in err
+        assert "tfrecord-etl convert --input FILE" in err
     code, out, _ = verify(path, capsys=capsys)
     assert code == 1 and f"it starts like {words}" in out
 
@@ -155,7 +156,7 @@ def test_inspect_an_hdf5_file_lists_its_tree_and_row_groups(tmp_path, capsys, ca
     assert tree["row_groups"][0]["rows"] == 50 and len(tree["row_groups"][0]["datasets"]) == 10
     names = tree["row_groups"][0]["datasets"] + tree["row_groups"][2]["datasets"]
     code, _, err = convert(path, tmp_path / "bad", "--datasets", ",".join(names), capsys=capsys)
-    assert code == 2 and "and 5 more" in err and "python -m pipelines.inspect" in err and len(err) < 600
+    assert code == 2 and "and 5 more" in err and "tfrecord-etl inspect" in err and len(err) < 600
     flag = tree["row_groups"][0]["flag"].split(" ", 1)[1]
     code, _, err = convert(path, tmp_path / "out", "--datasets", flag, capsys=capsys)
     assert code == 0, err

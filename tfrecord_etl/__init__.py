@@ -1,8 +1,8 @@
 """tfrecord-etl: NumPy arrays (HDF5, netCDF, .npz, .npy, MATLAB, Zarr, raw, ...) -> sharded TFRecord files of
 ``tf.train.Example`` on Apache Beam.
 
-``tfrecord_etl`` is the project's one import name. ``pip install tfrecord-etl`` installs the reader (NumPy and
-google-crc32c: ``reader``, ``verify``, ``inspect``), ``pip install 'tfrecord-etl[beam]'`` the pipelines too.
+``tfrecord_etl`` is the project's one import name. ``pip install .`` in a clone installs the reader (NumPy and
+google-crc32c: ``reader``, ``verify``, ``inspect``), ``pip install '.[beam]'`` the pipelines too.
 Installed, it holds the subpackages ``tfrecord_etl.transforms`` (PTransforms, DoFns, the codec, the sources, the
 reader) and ``tfrecord_etl.pipelines`` (the commands); in a checkout of the repository, this file points the package
 at the ``transforms/`` and ``pipelines/`` folders beside it. One name everywhere matters: Beam pickles DoFns by module

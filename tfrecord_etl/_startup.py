@@ -1,6 +1,6 @@
 """The garbage collector paused while a command imports Beam (see ``pipelines/__init__.py``). One module for the
-state, whichever name the pipelines package was imported under (``pipelines`` in a checkout's ``python -m
-pipelines.X``, ``tfrecord_etl.pipelines`` otherwise: two module objects of one file)."""
+state, whichever name the pipelines package was imported under (``pipelines`` when a checkout's
+``pipelines.X`` runs with ``python -m``, ``tfrecord_etl.pipelines`` otherwise: two module objects of one file)."""
 import gc
 
 _paused = [False]

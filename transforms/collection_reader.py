@@ -135,7 +135,7 @@ def check_span(entry: dict, where: str, digest: str, trust_spans: bool = False) 
         "has not committed the collection (it is committing, or crashed between its two commits) or was replaced "
         "after the commit", file=fileio.join(where, metadata.METADATA_FILE),
         hint=f"run the convert of span {entry['span']} again (it lists the span); or read the directory as it is "
-             "with trust_spans=True; python -m pipelines.verify on the collection shows what differs")
+             "with trust_spans=True; tfrecord-etl verify on the collection shows what differs")
 
 
 def _refuse_other_features(target: str, first: Part, entry: dict, want: list[FeatureSpec],

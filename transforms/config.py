@@ -48,7 +48,7 @@ def non_blank(value: str) -> str:
 
 
 class ConvertConfig(BaseModel):
-    """Options of ``python -m pipelines.convert``; YAML keys and flags have these names."""
+    """Options of ``tfrecord-etl convert``; YAML keys and flags have these names."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

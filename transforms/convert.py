@@ -184,7 +184,7 @@ class ConvertToTFRecord(beam.PTransform):
             raise ConfigError("Span placeholders and --incremental write a collection of spans, which the convert "
                               "command does (transforms.spanrun); ConvertToTFRecord writes one output directory",
                               file=config.input, hint="resolve the span first (spans.resolve) and pass its files' "
-                                                      "pattern, or run python -m pipelines.convert")
+                                                      "pattern, or run tfrecord-etl convert")
         self.config = config
         codec_of(config)  # refuse a level or backend we cannot write with before planning
         self.plan = plan or plan_convert(config, local_workers)

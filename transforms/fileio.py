@@ -1,6 +1,6 @@
 """File access through Beam's ``FileSystems``, so local, gs:// and s3:// paths take one code path.
 
-Without Apache Beam installed (the reader's install, ``pip install tfrecord-etl``) the reads go through
+Without Apache Beam installed (the reader's install, ``pip install .``) the reads go through
 :mod:`tfrecord_etl.transforms.lightfs` instead (local files, and s3:// and gs:// objects with the same bounded
 reads as below); writing needs Beam."""
 from __future__ import annotations
@@ -13,6 +13,7 @@ import threading
 import weakref
 from typing import BinaryIO
 
+from tfrecord_etl._install import pip_install
 from tfrecord_etl.transforms import lightfs
 from tfrecord_etl.transforms.errors import InputChangedError, SourceError
 
@@ -45,7 +46,7 @@ def _needs_beam(what: str):
     ImportError saying what to install."""
     fs = _beam_filesystems()
     if fs is None:
-        raise ImportError(f"{what} needs Apache Beam: pip install 'tfrecord-etl[beam]' (reading needs only "
+        raise ImportError(f"{what} needs Apache Beam: {pip_install('beam')} (reading needs only "
                           "NumPy and google-crc32c)")
     return fs
 

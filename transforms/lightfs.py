@@ -2,7 +2,7 @@
 
 :mod:`tfrecord_etl.transforms.fileio` goes through Beam's ``FileSystems`` when Beam is installed (the pipelines,
 the launcher, the workers: one code path for local, gs:// and s3:// paths, configured by the pipeline options).
-Without Beam (``pip install tfrecord-etl``, the reader's install: NumPy and google-crc32c only), ``fileio`` takes
+Without Beam (``pip install .``, the reader's install: NumPy and google-crc32c only), ``fileio`` takes
 these instead, for what reading needs: match a pattern, a file's size, whether it exists, join and split paths.
 Local paths use :mod:`os`; ``s3://`` paths a boto3 client and ``gs://`` paths a
 google-cloud-storage client, made as below, when those libraries are installed (``tfrecord-etl[s3]``,
@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import re
 import threading
+
+from tfrecord_etl._install import pip_install
 
 _SCHEME = re.compile(r"^([a-zA-Z][-a-zA-Z0-9+.]*)://")
 _CLIENTS: dict[str, object] = {}
@@ -44,8 +46,8 @@ def bucket_key(path: str) -> tuple[str, str]:
 
 def _unsupported(path: str) -> ImportError:
     return ImportError(f"Cannot read {path!r} without Apache Beam: the light reader reads local paths, s3:// "
-                       "(pip install 'tfrecord-etl[s3]') and gs:// (pip install 'tfrecord-etl[gcs]'); for other "
-                       "filesystems pip install 'tfrecord-etl[beam]'")
+                       "(setup.py's s3 extra) and gs:// (its gcs extra); for other filesystems "
+                       f"{pip_install('beam')}")
 
 
 def s3_client():
@@ -61,7 +63,7 @@ def s3_client():
             try:
                 import boto3
             except ImportError:
-                raise ImportError("Reading s3:// paths needs boto3: pip install 'tfrecord-etl[s3]'") from None
+                raise ImportError(f"Reading s3:// paths needs boto3: {pip_install('s3')}") from None
             _CLIENTS["s3"] = boto3.session.Session().client("s3")
         return _CLIENTS["s3"]
 
@@ -80,7 +82,7 @@ def gcs_client():
                 from google.cloud import storage
             except ImportError:
                 raise ImportError("Reading gs:// paths needs google-cloud-storage: "
-                                  "pip install 'tfrecord-etl[gcs]'") from None
+                                  f"{pip_install('gcs')}") from None
             import google.auth
             try:
                 credentials, project = google.auth.default()

@@ -32,7 +32,7 @@ from tfrecord_etl.transforms.errors import RecordError
 
 CHUNK = 16 << 20  # bytes read at a time (a record longer than that: one read of its own size)
 _MASK_DELTA = 0xA282EAD8
-_HINT = "the output was changed after it was written: check it with python -m pipelines.verify DIR, and convert it again"
+_HINT = "the output was changed after it was written: check it with tfrecord-etl verify DIR, and convert it again"
 
 
 def shards_of(output_dir: str, features: Sequence[str] | None, split: str | None, spans, trust_spans: bool = False
@@ -271,7 +271,7 @@ def _runs(buf, n: int, arr: np.ndarray, pos: int, limit: int, checked, path: str
                 known = tfrecord.foreign_format(bytes(buf[pos:pos + 2056])) if where["offset"] == 0 else None
                 if known:
                     raise RecordError(f"Not a TFRecord file: it starts like {known}", file=path,
-                                      hint="convert arrays with python -m pipelines.convert --input FILE; inspect "
+                                      hint="convert arrays with tfrecord-etl convert --input FILE; inspect "
                                            "and verify read TFRecord outputs")
                 raise RecordError("Length CRC mismatch: corrupt data or wrong compression", **where,
                                   hint="check the compression (gzip/zlib/none) of this file")

@@ -266,7 +266,7 @@ def check_shard(shard: dict, path: str, size: int | None = None, check_checksum:
     Raises:
       RecordError: naming the shard, what differs, and what to do.
     """
-    hint = "the output was changed after it was written: check it with python -m pipelines.verify DIR, and " \
+    hint = "the output was changed after it was written: check it with tfrecord-etl verify DIR, and " \
            "convert it again"
     size = fileio.size(path) if size is None else size
     if isinstance(shard.get("bytes"), int) and size != shard["bytes"]:
@@ -287,7 +287,7 @@ def check_shard(shard: dict, path: str, size: int | None = None, check_checksum:
 
 
 # ----------------------------------------------------------------------------------------------
-# Sidecar collections (``python -m pipelines.augment --mode sidecar``): original + sidecar, merged
+# Sidecar collections (``tfrecord-etl augment --mode sidecar``): original + sidecar, merged
 # ----------------------------------------------------------------------------------------------
 
 
@@ -344,7 +344,7 @@ def load_manifest(sidecar_dir: str) -> dict:
     if not fileio.exists(path):
         from tfrecord_etl.transforms.errors import IncompleteOutputError
         raise IncompleteOutputError("No manifest.json: not a sidecar collection, or an incomplete one",
-                                    file=sidecar_dir, hint="write it with python -m pipelines.augment --mode sidecar")
+                                    file=sidecar_dir, hint="write it with tfrecord-etl augment --mode sidecar")
     try:
         manifest = json.loads(fileio.read_bytes(path))
         if manifest.get("format") != SIDECAR_FORMAT:
@@ -412,7 +412,7 @@ def open_sidecar(original: str, sidecar_dir: str, check_checksums: bool = True) 
             what = f"{size} bytes, the manifest says {entry['bytes']}" if size != entry["bytes"] else \
                 "its CRC32C differs from the manifest's"
             raise RecordError(f"Original shard changed after its sidecar was written ({what}): misaligned pair",
-                              file=path, shard=name, hint="re-run python -m pipelines.augment --mode sidecar on it")
+                              file=path, shard=name, hint="re-run tfrecord-etl augment --mode sidecar on it")
         pairs.append(SidecarPair(path, entry["compression"], side_path, entry["records"]))
     if originals:
         raise SchemaError(f"Original shards without a sidecar shard: {sorted(originals)[:5]}", file=original,

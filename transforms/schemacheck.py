@@ -14,7 +14,7 @@ companions), in order: the name, ``type`` (``BYTES``/``INT``/``FLOAT``), ``shape
 (:func:`expected_features`, from the same code that writes the schema, :func:`metadata.schema_types`). Annotation
 comments, other tags and other Schema fields (domains a user added for TFDV, environments) are not compared.
 
-How, without TensorFlow: the reader-only install (``pip install tfrecord-etl``: NumPy and google-crc32c) has
+How, without TensorFlow: the reader-only install (``pip install .``: NumPy and google-crc32c) has
 neither protobuf nor tensorflow_metadata, so the schema is read by :func:`parse_text`, a parser of protobuf's text
 format (the grammar of ``google.protobuf.text_format``: fields, nested messages in ``{}`` or ``<>``, lists in
 ``[]``, C-escaped strings, comments) that knows the field names of TFMD's ``Schema`` and ``Feature`` messages and

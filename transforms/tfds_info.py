@@ -25,6 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
+from tfrecord_etl._install import pip_install
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, encoding_of
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError
@@ -93,7 +94,7 @@ def default_refusal(compression: str, specs: Sequence[FeatureSpec]) -> str | Non
         return e.message.replace("--tfds_name: ", "")
     import importlib.util
     if importlib.util.find_spec("tensorflow_datasets") is None:  # not imported at planning: it imports TensorFlow
-        return "TensorFlow Datasets is not installed (pip install 'tfrecord-etl[tfds]')"
+        return f"TensorFlow Datasets is not installed ({pip_install('tfds')})"
     return None
 
 
@@ -102,7 +103,7 @@ def require_tfds() -> None:
     try:
         import tensorflow_datasets  # noqa: F401
     except ImportError:
-        raise ConfigError("--tfds_name needs TensorFlow Datasets", hint="pip install 'tfrecord-etl[tfds]'") from None
+        raise ConfigError("--tfds_name needs TensorFlow Datasets", hint=pip_install("tfds")) from None
 
 
 def _feature(spec: FeatureSpec):

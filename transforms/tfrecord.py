@@ -557,7 +557,7 @@ def iter_records(stream: BinaryIO, path: str = "<stream>", check_crc: bool = Tru
                 known = foreign_format(bytes(buf[pos:pos + 2056])) if offset == 0 else None
                 if known:
                     raise RecordError(f"Not a TFRecord file: it starts like {known}", file=path,
-                                      hint="convert arrays with python -m pipelines.convert --input FILE; inspect "
+                                      hint="convert arrays with tfrecord-etl convert --input FILE; inspect "
                                            "and verify read TFRecord outputs")
                 raise RecordError("Length CRC mismatch: corrupt data or wrong compression", file=path,
                                   record=index, offset=offset,

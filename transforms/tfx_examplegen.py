@@ -15,7 +15,7 @@
 TFX's documented way to add an input format (``tfx/components/example_gen/base_example_gen_executor.py``,
 "custom executor"): :class:`Executor` is a ``BaseExampleGenExecutor`` and :class:`ArraysExampleGen` a
 ``FileBasedExampleGen`` that uses it. Each input split pattern (``{SPAN}`` / ``{VERSION}`` / date placeholders already
-resolved by TFX's ``FileBasedDriver`` under ``range_config``) is planned as ``python -m pipelines.convert`` plans
+resolved by TFX's ``FileBasedDriver`` under ``range_config``) is planned as ``tfrecord-etl convert`` plans
 it (``planning.plan_convert``: the same sources, encodings and codec, the same bytes), and the executor's ``Do``
 writes the examples artifact itself with our planned writer (``transforms.tfx_write``): every shard plan read,
 encoded and written by one worker, gzip through the compression backend (ISA-L, level 3 by default), one file per
@@ -51,7 +51,7 @@ infer (``metadata.schema_text``: the same file ``convert`` writes, with the dtyp
 input split with its rows, records and rows dead-lettered, the records, bytes and files of each output split, the
 compression backend); the artifact's custom property ``tfrecord_etl_schema`` names the schema file. TFX reads only
 the ``Split-*`` folders, so neither file is in its way. :func:`read_split` reads a split back as NumPy with our
-decoder, and ``python -m pipelines.verify 'URI/Split-train/*.gz'`` checks its frames and Examples.
+decoder, and ``tfrecord-etl verify 'URI/Split-train/*.gz'`` checks its frames and Examples.
 
 Split assignment: TFX hashes ``sha256(key) % sum(hash_buckets)``. With ``partition_feature_name`` the key is the
 serialized ``tf.train.Feature``, exactly what ``convert --splits ... --split_key FEATURE`` hashes
@@ -59,7 +59,7 @@ serialized ``tf.train.Feature``, exactly what ``convert --splits ... --split_key
 whole serialized record while ``--splits`` hashes the global row index, so those two assignments differ (both are
 deterministic).
 
-Needs TFX (``pip install tfrecord-etl[tfx]``, tfx 1.21 with our TensorFlow / Beam / tfx-bsl pins). Sources of the
+Needs TFX (``pip install '.[tfx]'``, tfx 1.21 with our TensorFlow / Beam / tfx-bsl pins). Sources of the
 ideas: TFX's ``custom_executors/avro_executor.py`` and ``parquet_executor.py`` (the ptransform_fn shape) and
 ``example_gen/component.py`` (``FileBasedExampleGen(custom_executor_spec=...)``).
 """

@@ -204,7 +204,7 @@ def _identity(path: str, entry: dict | None, listed_size: int | None) -> dict:
 
 def _differs_hint(path: str) -> str:
     where = path[:len(path) - len(fileio.basename(path))].rstrip("/") or "."
-    return (f"check the input with python -m pipelines.verify {where}, then restore the shard or convert the input "
+    return (f"check the input with tfrecord-etl verify {where}, then restore the shard or convert the input "
             "again; running augment again reads the same bytes")
 
 

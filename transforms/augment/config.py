@@ -1,4 +1,4 @@
-"""The options of the augment pipeline (``python -m pipelines.augment``, ``AugmentTFRecord``): the pydantic model
+"""The options of the augment pipeline (``tfrecord-etl augment``, ``AugmentTFRecord``): the pydantic model
 that validates flags and YAML keys, and the Beam ``PipelineOptions`` subclass that declares the flags."""
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def _pairs(value, allow_bare=False):
 
 
 class AugmentConfig(BaseModel):
-    """Options of ``python -m pipelines.augment``; YAML keys and flags have these names."""
+    """Options of ``tfrecord-etl augment``; YAML keys and flags have these names."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -273,7 +273,7 @@ def _check_options(cfg) -> None:
         problems.append("--replace_fields needs --mode rewrite: a sidecar cannot remove a value from the "
                         "original records")
     if problems:
-        raise ConfigError("; ".join(problems), hint="see python -m pipelines.augment --help")
+        raise ConfigError("; ".join(problems), hint="see tfrecord-etl augment --help")
 
 
 def plan_augment(cfg) -> AugmentPlan:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 
+from tfrecord_etl._install import pip_install
+
 
 class _LazyPyarrow:
     """Stands for the ``pyarrow`` module: the first attribute read imports it and keeps each name read.
@@ -21,7 +23,7 @@ class _LazyPyarrow:
         try:
             module = importlib.import_module("pyarrow")
         except ImportError:
-            raise ImportError("Encoding needs pyarrow: pip install 'tfrecord-etl[beam]' (reading needs only "
+            raise ImportError(f"Encoding needs pyarrow: {pip_install('beam')} (reading needs only "
                               "NumPy and google-crc32c)") from None
         value = getattr(module, name)
         self.__dict__[name] = value  # later reads of this name skip __getattr__

@@ -129,7 +129,7 @@ class Hdf5Source(Source):
                 (f" and {len(items) - 6} more" if len(items) > 6 else "")  # one short line, not 1,200 characters
             raise SchemaError(f"Datasets have different leading lengths ({listing})", file=path,
                               hint="choose datasets of equal length with --datasets (or a row group with "
-                                   "--hdf5_group N); python -m pipelines.inspect FILE lists the row groups")
+                                   "--hdf5_group N); tfrecord-etl inspect FILE lists the row groups")
         rows = next(iter(lengths.values()))
         _check_empty_rows(rows, data_row_bytes, self.options, path)
         return FileIndex(path, rows, tuple(specs), _row_bytes(specs), chunk_rows, tuple(names))
@@ -256,7 +256,7 @@ class Hdf5Source(Source):
             raise
         except KeyError:
             raise SourceError("No such dataset", file=path, dataset=name,
-                              hint="python -m pipelines.inspect FILE lists its datasets; then pass --datasets") from None
+                              hint="tfrecord-etl inspect FILE lists its datasets; then pass --datasets") from None
         except Exception as e:
             raise SchemaError(f"Cannot open HDF5 object: {e}", file=path, dataset=name) from None
         if not isinstance(obj, h5py.Dataset):

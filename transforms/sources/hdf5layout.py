@@ -1,4 +1,4 @@
-"""What the datasets of an HDF5 file are, for the source and for ``python -m pipelines.inspect FILE.h5``: the walk,
+"""What the datasets of an HDF5 file are, for the source and for ``tfrecord-etl inspect FILE.h5``: the walk,
 each dataset's kind (data, scalar, dimension scale, MATLAB cell, ...), the MATLAB v7.3 orientation and the row
 groups (datasets converted together). Metadata only: no data is read, no link is followed.
 
@@ -297,11 +297,11 @@ def choose_group(entries, number: int | None, path: str, note: str = "") -> list
     number = number or 1
     if number > len(groups):
         raise SchemaError(f"--hdf5_group {number} asked, but the file holds {len(groups)} row group(s)",
-                          file=path, hint="python -m pipelines.inspect FILE lists them")
+                          file=path, hint="tfrecord-etl inspect FILE lists them")
     if len(groups) > 1:
         others = "; ".join(f"{g.describe(i)} -> --hdf5_group {i}" for i, g in enumerate(groups[:4], 1) if i != number)
         more = f"; and {len(groups) - 4} more" if len(groups) > 4 else ""
-        log.warning("'%s' holds %d row groups: converting %s. Others: %s%s (python -m pipelines.inspect FILE lists "
+        log.warning("'%s' holds %d row groups: converting %s. Others: %s%s (tfrecord-etl inspect FILE lists "
                     "them with their --datasets flags).%s", path, len(groups), groups[number - 1].describe(number),
                     others, more, note)
     return list(groups[number - 1].datasets)

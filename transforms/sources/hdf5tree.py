@@ -1,4 +1,4 @@
-"""The dataset tree of an HDF5 file, for ``python -m pipelines.inspect FILE.h5`` (no external tool such as h5ls):
+"""The dataset tree of an HDF5 file, for ``tfrecord-etl inspect FILE.h5`` (no external tool such as h5ls):
 every object with its dtype, shape, chunks and filters, and the row groups (datasets sharing a leading length,
 which convert reads together). Metadata only: no data is read, no link is followed."""
 from __future__ import annotations

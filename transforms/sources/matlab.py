@@ -397,14 +397,14 @@ class MatlabSource(Source):
         for name in self.options.datasets:
             if name.strip("/").split("/")[0] not in known:
                 raise SourceError("No such variable", file=path, dataset=name,
-                                  hint=f"variables: {sorted(known)[:10]}; python -m pipelines.inspect FILE lists them")
+                                  hint=f"variables: {sorted(known)[:10]}; tfrecord-etl inspect FILE lists them")
         by_path = {leaf.path: leaf for leaf in self.leaves(f, table, path, tops, cells)}
         out = []
         for name in self.options.datasets:
             leaf = by_path.get("/" + name.strip("/"))
             if leaf is None:
                 raise SchemaError("Not a variable or struct field holding an array (a struct? name its fields)",
-                                  file=path, dataset=name, hint="python -m pipelines.inspect FILE lists them")
+                                  file=path, dataset=name, hint="tfrecord-etl inspect FILE lists them")
             out.append(dataclasses.replace(leaf, path=name))
         return out
 
@@ -440,7 +440,7 @@ class MatlabSource(Source):
             listing = ", ".join(f"'{n}': {v}" for n, v in list(lengths.items())[:6])
             raise SchemaError(f"Variables have different leading lengths ({listing})", file=path,
                               hint="choose variables of equal length with --datasets (or a row group with "
-                                   "--hdf5_group N); python -m pipelines.inspect FILE lists the row groups")
+                                   "--hdf5_group N); tfrecord-etl inspect FILE lists the row groups")
         rows = next(iter(lengths.values()))
         _check_empty_rows(rows, data_row_bytes, self.options, path)
         return FileIndex(path, rows, tuple(specs), _row_bytes(specs), 1, tuple(lf.path for lf in chosen),

@@ -68,7 +68,7 @@ class NetCdf3Source(Source):
         key = name.lstrip("/")
         if key not in f.variables:
             raise SourceError("No such variable", file=path, dataset=name,
-                              hint=f"variables: {sorted(f.variables)[:10]}; python -m pipelines.inspect FILE "
+                              hint=f"variables: {sorted(f.variables)[:10]}; tfrecord-etl inspect FILE "
                                    "lists them")
         return f.variables[key]
 

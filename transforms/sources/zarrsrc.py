@@ -18,6 +18,7 @@ import os
 
 import numpy as np
 
+from tfrecord_etl._install import pip_install
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
@@ -34,7 +35,7 @@ def open_store(path: str, options):
     """A :class:`zarrbounded.BoundedStore` over the store ``path``.
 
     Raises:
-      SourceError: the ``zarr`` package is not installed (``pip install 'tfrecord-etl[zarr]'``).
+      SourceError: the ``zarr`` package is not installed (the ``zarr`` extra: ``pip install '.[zarr]'``).
       SourceError: ``path`` is not a Zarr store (no ``zarr.json``, ``.zgroup``, ``.zarray`` or ``.zmetadata`` at its
         root).
     """
@@ -47,7 +48,7 @@ def open_store(path: str, options):
         from tfrecord_etl.transforms.sources.zarrbounded import BoundedStore
     except ImportError as e:
         raise SourceError(f"Reading a Zarr store needs the zarr package ({e})", file=path,
-                          hint="pip install 'tfrecord-etl[zarr]' (zarr 3.x)") from None
+                          hint=f"{pip_install('zarr')} (zarr 3.x)") from None
     return BoundedStore(path, kind, getattr(options, "allow_fill_value", False),
                                   getattr(options, "follow_symlinks", False))
 
@@ -75,7 +76,7 @@ def open_node(store):
         raise
     except Exception as e:  # noqa: BLE001 - zarr raises many kinds for damaged metadata
         raise SourceError(f"Cannot read the Zarr store's metadata: {type(e).__name__}: {e}", file=store.path,
-                          hint="check that the store is complete (python -m pipelines.inspect STORE)") from None
+                          hint="check that the store is complete (tfrecord-etl inspect STORE)") from None
 
 
 def walk(node, path: str, max_arrays: int, store=None, unreadable: dict | None = None) -> list[tuple[str, object]]:
@@ -282,7 +283,7 @@ class ZarrSource(Source):
             listing = ", ".join(f"'{n}': {v}" for n, v in list(lengths.items())[:6])
             raise SchemaError(f"Arrays have different leading lengths ({listing})", file=path,
                               hint="choose arrays of one dimension with --datasets (or a row group with "
-                                   "--hdf5_group N); python -m pipelines.inspect STORE lists them")
+                                   "--hdf5_group N); tfrecord-etl inspect STORE lists them")
         rows = next(iter(lengths.values()))
         _check_empty_rows(rows, data_row_bytes, self.options, path)
         return FileIndex(path, rows, tuple(specs), _row_bytes(specs), align, tuple(names))
@@ -359,7 +360,7 @@ class ZarrSource(Source):
         except Exception as e:  # noqa: BLE001 - zarr and its codecs raise many kinds for damaged chunks
             self.close()
             raise SourceError(f"Cannot read {rr.describe()}: {type(e).__name__}: {e}", file=rr.path,
-                              hint="check the store's chunks (python -m pipelines.inspect STORE)") from None
+                              hint="check the store's chunks (tfrecord-etl inspect STORE)") from None
 
 
 def check_stored(store, name: str, array, path: str, allow_fill_value: bool) -> None:
@@ -418,7 +419,7 @@ def _array(arrays: dict, name: str, path: str):
     if arr is None:
         shown = ", ".join(sorted(arrays)[:10])
         raise SourceError("No such array", file=path, dataset=name,
-                          hint=f"arrays: {shown}; python -m pipelines.inspect STORE lists them")
+                          hint=f"arrays: {shown}; tfrecord-etl inspect STORE lists them")
     return arr
 
 
@@ -440,7 +441,7 @@ def _pin_target(path: str) -> str | None:
 
 
 def zarr_tree(path: str, max_objects: int = 10_000) -> dict:
-    """``hdf5tree.hdf5_tree``'s form for the Zarr store ``path`` (``python -m pipelines.inspect STORE``): every group
+    """``hdf5tree.hdf5_tree``'s form for the Zarr store ``path`` (``tfrecord-etl inspect STORE``): every group
     and array with its dtype, shape, chunks, and as ``filters`` its shards, codecs, dimension names and fill value;
     then the row groups convert chooses from (largest first), each with its ``--datasets`` flag. Metadata only.
 

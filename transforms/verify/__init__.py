@@ -1,6 +1,6 @@
 """Verification of TFRecord data: framing, CRCs, record counts, decoding, and exact comparison with the source.
 
-The logic behind ``python -m pipelines.verify`` (no argument parsing, no printing). Three kinds of target:
+The logic behind ``tfrecord-etl verify`` (no argument parsing, no printing). Three kinds of target:
 
 * an **output directory** of tfrecord-etl (``metadata.json`` required, else IncompleteOutputError): every
   shard listed in the metadata is read; every frame's length and data masked CRC32C is checked; every
