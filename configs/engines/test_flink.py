@@ -270,21 +270,26 @@ def test_a_killed_jobmanager_fails_in_one_line_and_a_rerun_works(flink, flink_no
                              wait=420)
     assert code == 2, log[-4000:]
     assert len(error_lines(log)) == 1 and "Traceback" not in log, log[-4000:]
-    # Never less than one whole output. The TaskManagers go on with their tasks until they notice the JobManager is
-    # gone, and the job server may report the job FAILED only after they finished it, commit included: then the
-    # directory holds this run's output, complete (its metadata.json was written while the run held its lock).
-    # Otherwise the previous output stays: its metadata.json and every shard it lists, byte for byte; a task that
-    # finished after the launcher cleaned up may leave a late shard of this run's plan, which metadata.json does not
-    # list and the next run replaces or removes.
+    # Never less than one whole output, and the line says which. The TaskManagers go on with their tasks until they
+    # notice the JobManager is gone, and the job server may report the job FAILED only after they finished it,
+    # commit included: the launcher's cleanup checks the commit point (metadata.json listing this run's shards)
+    # first. Either this run's output, complete (the files of the output it replaced removed), or the previous
+    # output, byte for byte (the failed run's shards removed).
     files, (before, meta) = common.files(out), previous
+    (line,) = error_lines(log)
+    job = re.match(r"error: OutputError: The runner's job (\S+) ended in state FAILED: (.+?); ", line)
+    assert job, line
     if common.metadata(out) == meta:
-        assert {name: files.get(name) for name in before} == before
-        late = sorted(set(files) - set(before))
-        assert all(re.fullmatch(r"data-\d{5}-of-00008\.tfrecord\.gz", name) for name in late), late
-    else:  # this run's output, complete; files of the output it replaced that its commit had not removed yet
-        want = common.files(big_reference)   # (the JobManager gone mid-way) are left for the next run to remove
+        assert files == before
+        holds, hint = "nothing was committed: the previous output is complete", "run again"
+    else:
         assert common.metadata(out) == common.metadata(big_reference)
-        assert {name: files.get(name) for name in want} == want and set(files) - set(want) <= set(before)
+        assert files == common.files(big_reference)
+        holds = "its commit ran before the failure: this run's output was committed and is complete"
+        hint = "check it with tfrecord-etl verify"
+    assert line == (f"error: OutputError: The runner's job {job.group(1)} ended in state FAILED: {job.group(2)}; "
+                    f"{holds}. Hint: {hint}; on a cluster, give the runner a restart strategy (Flink: "
+                    f"restart-strategy: fixed-delay) so that a lost worker is retried"), line
     assert common.leftovers(out) == []
     common.ok(common.run("convert", args, flink.flags(2)))  # the re-run, on a cluster that has a JobManager
     # the same records in shard order and the same metadata but for the shard names: over a directory that holds
