@@ -4,8 +4,8 @@ orphaned workers commit nothing, and a re-run started at once (while orphans may
 from __future__ import annotations
 
 import json
-import pathlib
 import os
+import pathlib
 import signal
 import subprocess
 import sys
