@@ -114,18 +114,30 @@ _WORKER_GONE = ("Channel closed prematurely",)
 # what Beam's PortableRunner raises when the job fails in the runner itself (a Flink or Spark job server): a lost
 # TaskManager or executor with no restart left, a killed JobManager
 _JOB_FAILED = re.compile(r"^Pipeline (\S+) failed in state (FAILED|CANCELLED|UNKNOWN): ?(.*)", re.S)
-JOB_FAILED_LINE = ("OutputError: The runner's job {job} ended in state {state}: {why}; nothing was committed, so the "
-                   "output directory holds what it held before. Hint: run again; on a cluster, give the runner a "
-                   "restart strategy (Flink: restart-strategy: fixed-delay) so that a lost worker is retried")
+JOB_FAILED_LINE = "OutputError: The runner's job {job} ended in state {state}: {why}; {holds}. Hint: {hint}"
+_RESTART_HINT = ("on a cluster, give the runner a restart strategy (Flink: restart-strategy: fixed-delay) so that a "
+                 "lost worker is retried")
+# what the output directory holds after the failed job (the lock's cleanup checks the commit point first:
+# runlock.OUTPUT_STATE); a runner may report a job failed after its workers finished it, commit included
+_JOB_FAILED_HOLDS = {
+    "this run": ("its commit ran before the failure: this run's output was committed and is complete",
+                 f"check it with tfrecord-etl verify; {_RESTART_HINT}"),
+    "previous": ("nothing was committed: the previous output is complete", f"run again; {_RESTART_HINT}"),
+    "none": ("nothing was committed: the output directory holds no output", f"run again; {_RESTART_HINT}"),
+    None: ("nothing was committed, so the output directory holds what it held before", f"run again; {_RESTART_HINT}"),
+}
 
 
 def _runner_job_failed_line(e: BaseException) -> str | None:
-    """One line for a job the runner failed (``Pipeline NAME failed in state FAILED: <the runner's message>``)."""
+    """One line for a job the runner failed (``Pipeline NAME failed in state FAILED: <the runner's message>``),
+    saying which output the directory holds (``runlock.OUTPUT_STATE``, set by the run's cleanup)."""
     match = _JOB_FAILED.match(str(e).strip())
     if match is None:
         return None
     why = " ".join(match.group(3).split()).rstrip(".") or "no reason given"
-    return JOB_FAILED_LINE.format(job=match.group(1), state=match.group(2), why=why[:300])
+    from tfrecord_etl.transforms.runlock import OUTPUT_STATE
+    holds, hint = _JOB_FAILED_HOLDS.get(getattr(e, OUTPUT_STATE, None), _JOB_FAILED_HOLDS[None])
+    return JOB_FAILED_LINE.format(job=match.group(1), state=match.group(2), why=why[:300], holds=holds, hint=hint)
 
 
 def _worker_died(e: BaseException) -> bool:

@@ -230,3 +230,27 @@ def test_no_path_of_the_launchers_machine_reaches_the_workers(job):
     # the control: the plan's inputs and output are in the pickles, as gs:// objects
     for name in (f"gs://{BUCKET}/in/a.npy", f"gs://{BUCKET}/in/b.npy", f"gs://{BUCKET}/out"):
         assert any(name.encode() in p for p in pickles), name
+
+
+def test_a_template_build_is_refused_and_leaves_nothing_behind(gcs, monkeypatch, capsys):
+    """``--template_location`` makes DataflowRunner write a classic template instead of running the job; the
+    command used to plan, take the output directory's lock and write its run marker, have the template written,
+    then fail reading a metadata.json no run wrote, leaving the marker in the output directory. A template of a job
+    planned and locked at launch would replay a stale plan unchecked: refused in one line before anything is
+    written."""
+    from tfrecord_etl.pipelines import common, convert
+    guard = LoopbackOnly(monkeypatch)
+    monkeypatch.chdir(ROOT)
+    argv = ["--config", "configs/dataflow.yaml", "--input", f"gs://{BUCKET}/in/*.npy",
+            "--output_dir", f"gs://{BUCKET}/templated", "--num_shards", "2", "--project", "offline-project",
+            "--temp_location", f"gs://{BUCKET}/tmp", "--staging_location", f"gs://{BUCKET}/template-staging",
+            "--no_auth", "--template_location", f"gs://{BUCKET}/templates/convert"]
+    assert common.run_main(convert.main, argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        f"error: ConfigError: --template_location gs://{BUCKET}/templates/convert: a Dataflow classic template of "
+        "this command cannot be built"), err
+    left = [b.name for prefix in ("templated", "templates", "template-staging")
+            for b in gcs.client.list_blobs(BUCKET, prefix=prefix)]
+    assert left == []  # no run marker, no lock, no template, nothing staged
+    assert guard.refused == []

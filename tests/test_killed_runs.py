@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -250,3 +251,107 @@ def test_dofns_carry_the_run_to_workers_started_without_the_launchers_environmen
     assert "after setup: refused:" in said and "another run took its lock over" in said, said
     lock.unlink()                                                # the launcher stopped and released it
     assert "its lock is gone" in worker()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# A job the runner reports failed after (or before) our commit ran: a Flink JobManager killed while its TaskManagers
+# finish the job, commit included, before the job server reports it lost (configs/engines/test_flink.py runs it on
+# a cluster). Here without one: the pipeline runs (or not), then the runner's failure is raised.
+# ------------------------------------------------------------------------------------------------------------------
+
+JOB_FAILED = ("Pipeline BeamApp-root-1128-0001 failed in state FAILED: java.net.ConnectException: Connection "
+              "refused")
+HINT_RESTART = ("on a cluster, give the runner a restart strategy (Flink: restart-strategy: fixed-delay) so that a "
+                "lost worker is retried")
+
+
+def failing_runner(monkeypatch, *, commit: bool, finish_replacement: bool = True, stray: str | None = None):
+    """Makes ``common.run_pipeline`` run the pipeline (``commit``; ``finish_replacement=False``: the worker that
+    committed is lost before it removed the replaced output's files) or not, optionally leave a shard temporary
+    and a shard named ``stray`` (a name of the failed plan), then raise what PortableRunner raises for a job the
+    runner failed."""
+    from tfrecord_etl.pipelines import common
+    real = common.run_pipeline
+
+    def run_pipeline(p):
+        if commit:
+            if finish_replacement:
+                real(p)
+            else:
+                monkeypatch.setattr(outdir, "finish_replacement", lambda *a, **k: None)
+                try:
+                    real(p)
+                finally:
+                    monkeypatch.undo()
+        if stray:
+            out = pathlib.Path(json.loads(os.environ[runlock.RUN_ENV])["lock"]).parent
+            (out / stray).write_bytes(b"a late shard")
+            (out / f".tmp-{'0' * 32}-{outdir.name_key(stray)}").write_bytes(b"a killed attempt")
+        raise RuntimeError(JOB_FAILED)
+
+    monkeypatch.setattr(common, "run_pipeline", run_pipeline)
+
+
+def convert_in_process(inp, out, *flags):
+    from tfrecord_etl.pipelines import common
+    from tfrecord_etl.pipelines import convert as convert_command
+    return common.run_main(convert_command.main, ["--input", str(inp), "--output_dir", str(out), "--num_shards", "4",
+                                                  "--overwrite", "--runner=DirectRunner",
+                                                  "--direct_running_mode=in_memory", *flags])
+
+
+def the_error_line(capsys):
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(error_lines(err)) == 1, err[-3000:]
+    return error_lines(err)[0]
+
+
+@pytest.mark.parametrize("finish_replacement", [True, False], ids=["replacement-done", "replacement-not-done"])
+def test_a_job_the_runner_failed_after_its_commit_says_this_runs_output_is_complete(
+        inputs, tmp_path, monkeypatch, capsys, finish_replacement):
+    out, want = tmp_path / "out", tmp_path / "want"
+    assert convert(inputs[0], out, "--num_shards", "3", multi=False)[0] == 0      # the previous output
+    assert convert(inputs[1], want, multi=False)[0] == 0                          # this run, uninterrupted
+    failing_runner(monkeypatch, commit=True, finish_replacement=finish_replacement)
+    assert convert_in_process(inputs[1], out) == 2
+    assert the_error_line(capsys) == (
+        f"error: OutputError: The runner's job BeamApp-root-1128-0001 ended in state FAILED: "
+        f"java.net.ConnectException: Connection refused; its commit ran before the failure: this run's output was "
+        f"committed and is complete. Hint: check it with tfrecord-etl verify; {HINT_RESTART}")
+    assert ids(out) == list(range(100_000, 100_000 + ROWS))
+    # this run's output only: the replaced output's shards are removed (also when the worker that committed was
+    # lost before it removed them), nothing else is
+    assert set(os.listdir(out)) == files_of(out)
+    assert {n: (out / n).read_bytes() for n in os.listdir(out) if n.endswith(".tfrecord")} == {
+        n: (want / n).read_bytes() for n in os.listdir(want) if n.endswith(".tfrecord")}
+
+
+def test_a_job_the_runner_failed_before_its_commit_says_the_previous_output_is_complete(
+        inputs, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    assert convert(inputs[0], out, multi=False)[0] == 0
+    before = {n: (out / n).read_bytes() for n in os.listdir(out) if n != outdir.MARKER_FILE}
+    stranger = out / "notes.txt"   # not ours: kept
+    stranger.write_text("mine")
+    # a shard of the failed plan (over a committed output of the same names: the next generation's) and a temporary
+    failing_runner(monkeypatch, commit=False, stray="data-g1-00002-of-00004.tfrecord")
+    assert convert_in_process(inputs[1], out) == 2
+    assert the_error_line(capsys) == (
+        f"error: OutputError: The runner's job BeamApp-root-1128-0001 ended in state FAILED: "
+        f"java.net.ConnectException: Connection refused; nothing was committed: the previous output is complete. "
+        f"Hint: run again; {HINT_RESTART}")
+    assert {n: (out / n).read_bytes() for n in os.listdir(out)  # (the marker is the failed run's: it lists what
+            if n not in ("notes.txt", outdir.MARKER_FILE)} == before  # the run wrote, for the next run to remove)
+    assert stranger.read_text() == "mine"
+    assert ids(out) == list(range(ROWS))
+
+
+def test_a_job_the_runner_failed_in_an_empty_directory_says_it_holds_no_output(inputs, tmp_path, monkeypatch,
+                                                                               capsys):
+    out = tmp_path / "out"
+    failing_runner(monkeypatch, commit=False, stray="data-00001-of-00004.tfrecord")
+    assert convert_in_process(inputs[1], out) == 2
+    assert the_error_line(capsys).endswith(
+        f"Connection refused; nothing was committed: the output directory holds no output. Hint: run again; "
+        f"{HINT_RESTART}")
+    assert sorted(os.listdir(out)) == [outdir.MARKER_FILE]  # the marker says what a failed run's files were

@@ -431,9 +431,31 @@ def parse_args(argv: list[str], model: type[BaseModel], options_cls: type[Pipeli
     from tfrecord_etl.transforms.localmode import without_auto
     beam_argv = without_auto(beam_argv)  # --direct_running_mode auto: ours, resolved after planning
     check_beam_flags(beam_argv, [o for a in parser._actions for o in a.option_strings])
+    check_not_a_template(beam_argv)
     check_local_workers(beam_argv, getattr(cfg, "max_local_workers", DEFAULT_MAX_LOCAL_WORKERS),
                         hasattr(cfg, "max_local_workers"))
     return cfg, beam_argv
+
+
+def check_not_a_template(beam_argv: list[str]) -> None:
+    """Refuses Beam's ``--template_location`` (DataflowRunner writes a classic template there instead of running
+    the job): the commands plan the job when they run (the input files matched, the row ranges, the shard names)
+    and hold the output directory's lock while it runs, so a template would replay the plan of the day it was built
+    into a directory nobody checked or locked. Refused before anything is read or written, so a template build
+    leaves nothing behind (no run marker, no lock). Run the command itself on a schedule instead, or a Flex
+    Template, whose launcher container runs the command.
+
+    Raises:
+      ConfigError: ``--template_location`` is given (command line or the YAML ``pipeline_options``).
+    """
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
+    location = PipelineOptions(beam_argv).view_as(GoogleCloudOptions).template_location
+    if location:
+        raise ConfigError(f"--template_location {location}: a Dataflow classic template of this command cannot "
+                          "be built: the command plans the job (input files, row ranges, shards) and locks the "
+                          "output directory when it runs, and a template would replay that plan later unchecked",
+                          hint="run the command itself on a schedule (see the Airflow DAGs in configs/airflow/), or "
+                               "package it as a Dataflow Flex Template whose launcher runs the command")
 
 
 # Runner modules that register their own PipelineOptions subclasses when imported.

@@ -367,7 +367,8 @@ def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str
         metadata_version = None if fileio.is_local(output_dir) else fileio.version(fileio.join(output_dir,
                                                                                               METADATA_FILE))
         lock.replacement = Replacement(tuple(sorted(lock.replaced)), metadata_version)
-        lock.discard = functools.partial(discard_uncommitted, output_dir, frozenset(written - _REWRITTEN))
+        lock.discard = functools.partial(discard_uncommitted, output_dir, frozenset(written - _REWRITTEN),
+                                         lock.replaced)
         marker = {"format": MARKER_FORMAT, "run_id": run_id, "command": command, "created": _now(),
                   "host": socket.gethostname(), "pid": os.getpid(), "files": sorted(written | lock.replaced),
                   "replaces": sorted(lock.replaced), "generation": lock.generation,
@@ -484,17 +485,36 @@ def finish_replacement(output_dir: str, replacement: Replacement) -> None:
         delete_names(output_dir, gone)
 
 
-def discard_uncommitted(output_dir: str, written: Iterable[str]) -> None:
-    """Removes the files of ``written`` (a failed run's shards and index files) that the directory's
-    ``metadata.json`` does not list, and their temporaries, each by its exact name, and prints them: a failed run
-    leaves the output it found (the old one, complete, or none), not its partial shards."""
+def discard_uncommitted(output_dir: str, written: Iterable[str], replaced: Iterable[str] = ()) -> str:
+    """Cleans up after a failed run (its lock already closed, so nothing of it commits any more) and returns what
+    the directory holds: ``"this run"``, ``"previous"`` or ``"none"``.
+
+    The commit point is ``metadata.json``: when it lists files of ``written`` (names of this run's generation, which
+    no earlier output's metadata lists), the run's commit ran before the failure (a runner may report a job failed
+    after its workers finished it, e.g. Flink's TaskManagers going on without their killed JobManager): the output
+    is this run's, complete, and what its commit had not done yet is done: the files of the output it replaced
+    (``replaced``) that the new ``metadata.json`` does not list, and the temporaries of ``written``, are removed.
+    Otherwise the files of ``written`` (a failed run's shards and index files) that ``metadata.json`` does not list,
+    and their temporaries, are removed: a failed run leaves the output it found (the previous one, complete, or
+    none), not its partial shards. Only names of ``written`` and ``replaced`` (ours) and their temporaries are
+    deleted, each by its exact name, and every deletion is printed."""
     written = set(written)
     names = set(list_names(output_dir))
-    committed = owned(output_dir, names).committed
-    gone = sorted(((written & names) - committed) | {n for n in names if temp_of(n, written)})
+    own = owned(output_dir, names)
+    committed = own.committed
+    temps = {n for n in names if temp_of(n, written)}
+    if committed & written:
+        gone = sorted(((set(replaced) & names) - committed) | temps)
+        say(f"this run's output was committed in {output_dir} before the failure" + (
+            f"; removing {_count(gone, 'file')} of the output it replaced and of killed attempts: "
+            f"{_names_list(gone, 5)}" if gone else ""))
+        delete_names(output_dir, gone)
+        return "this run"
+    gone = sorted(((written & names) - committed) | temps)
     if gone:
         say(f"removing {_count(gone, 'file')} this failed run wrote in {output_dir}: {_names_list(gone, 5)}")
         delete_names(output_dir, gone)
+    return "previous" if own.complete else "none"
 
 
 def record_shards(output_dir: str, shards: Iterable[dict]) -> None:

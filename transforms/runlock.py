@@ -162,6 +162,10 @@ def _create(path: str, data: bytes) -> bool:
     return True
 
 
+# the attribute a failed run's exception carries out of ``with lock:``: "this run" (its commit ran before the failure:
+# the directory holds this run's output, complete), "previous" (nothing committed: the previous output, complete)
+# or "none" (nothing committed and no output there)
+OUTPUT_STATE = "tfrecord_etl_output_state"
 CLOSED = ":closed"  # appended to the run id in the lock while a failed run removes its files: no more commits
 
 
@@ -177,6 +181,7 @@ class Lock:
         self.replaced: frozenset = frozenset()  # set by prepare: the committed files the run's commit replaces
         self.replacement = None  # set by prepare: the outdir.Replacement to pass to the commit
         self.discard = None  # set by prepare: removes what a failed run wrote and did not commit
+        self.output_state = None  # after a failed run: what the directory holds (outdir.discard_uncommitted)
 
     def acquire(self) -> "Lock":
         """Raises ConfigError when another live run holds the lock (this version's or, under its older name, an
@@ -243,8 +248,9 @@ class Lock:
 
     def _discard_uncommitted(self) -> None:
         """A run that failed (an error, Ctrl-C) while holding the lock: first the lock's run id is changed, so no
-        worker process commits anything more (:func:`check_commit`), then the files it wrote that no
-        ``metadata.json`` lists are removed (``self.discard``). On S3 and GCS the lock is changed only if it is
+        worker process commits anything more (:func:`check_commit`), then the commit point is checked and the files
+        it wrote that no ``metadata.json`` lists are removed (``self.discard``, which returns what the directory
+        holds: kept in ``self.output_state``). On S3 and GCS the lock is changed only if it is
         still the version read; when another run holds the lock now (it took it over), nothing is changed or
         removed: the files may be that run's. Best effort: what is left, the next run removes."""
         try:
@@ -261,7 +267,7 @@ class Lock:
                     fileio.write_if_version(self.path, data, version or fileio.ABSENT)
             elif record.get("run_id") not in (None, self.run_id + CLOSED):
                 return  # another run's lock: its files are not this run's to remove
-            self.discard()
+            self.output_state = self.discard()
         except Exception:  # noqa: BLE001 - the original error matters; the next run cleans up (VersionConflict:
             pass  # another run took the lock over between the read and the write)
 
@@ -278,6 +284,11 @@ class Lock:
         with _interrupts_deferred(raise_after=exc[0] is None):
             if exc[0] is not None and self.held and self.discard is not None:
                 self._discard_uncommitted()
+                if self.output_state is not None and exc[1] is not None:
+                    try:  # for the error's one line (pipelines.common): which output the directory holds
+                        setattr(exc[1], OUTPUT_STATE, self.output_state)
+                    except Exception:  # noqa: BLE001 - an exception type without a __dict__: the line says less
+                        pass
             self.release()
             saved = getattr(self, "_saved_env", None)
             if saved is None:

@@ -8,9 +8,17 @@ import pathlib
 import subprocess
 import time
 
+import pytest
+
 from configs.engines.engines import PYTHON, ROOT
 
 DIRECT = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+# TFRECORD_ETL_ENGINES_FULL=1: every variant (more parallelism, inputs, failure kinds); by default the stage runs
+# one test per deliverable (each engine's convert and augment, dead letters, a lost worker, a killed JobManager)
+FULL = os.environ.get("TFRECORD_ETL_ENGINES_FULL") == "1"
+# a test (or a parameter: ``pytest.param(..., marks=full_only)``) that runs only with TFRECORD_ETL_ENGINES_FULL=1:
+# another variant of what the default set covers
+full_only = pytest.mark.skipif(not FULL, reason="a variant: TFRECORD_ETL_ENGINES_FULL=1 runs it")
 
 
 def run(module: str, args, engine_flags, timeout: float = 420, env: dict | None = None):

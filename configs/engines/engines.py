@@ -221,6 +221,9 @@ class FlinkCluster:
             # a lost TaskManager is noticed in seconds, not the default 50 s
             "heartbeat.interval": "2000", "heartbeat.timeout": "8000",
             "execution.checkpointing.interval": "0",
+            # a job's slots spread over the TaskManagers (else a job of parallelism 2 may run in the two slots of
+            # one TaskManager, and killing the other one misses it)
+            "cluster.evenly-spread-out-slots": "true",
         }
         if self.restarts:
             lines.update({"restart-strategy": "fixed-delay", "restart-strategy.fixed-delay.attempts": self.restarts[0],
@@ -281,6 +284,11 @@ class FlinkCluster:
         self.procs.procs.remove(tm)
         self.tms.remove(tm)
         wait_for(lambda: self.registered_taskmanagers() < self.taskmanagers, 60, "the JobManager to drop it")
+
+    def restarts_logged(self) -> int:
+        """How many times the JobManager logged a job switching to RESTARTING (a lost task being retried)."""
+        return sum(p.read_text(errors="replace").count("to RESTARTING") for p in (self.workdir / "logs").glob("*.log")
+                   if "jobmanager" in p.name or "standalonesession" in p.name)
 
     def running_jobs(self) -> list[str]:
         jobs = (http_json(f"{self.rest_url}/jobs") or {}).get("jobs", [])

@@ -21,6 +21,8 @@ PY="${PYTHON:-$ROOT/.venv/bin/python}"
 
 fail() { echo "setup_flink.sh: FAILED: $*" >&2; exit 1; }
 run() { "$@" || fail "$(printf '%q ' "$@")"; }
+# shellcheck source=configs/engines/maven_jars.sh
+source "$ROOT/configs/engines/maven_jars.sh"
 command -v java >/dev/null || fail "java is not on PATH (Flink and the job server need Java 11 or 17)"
 command -v mvn >/dev/null || fail "mvn is not on PATH (the job server comes from Maven Central)"
 
@@ -55,20 +57,7 @@ with tarfile.open(sdist) as t:
 (home / "log").mkdir(exist_ok=True)
 assert list((home / "lib").glob("flink-dist*.jar")), "no flink-dist jar in apache-flink-libraries"
 PYEOF
-cat > "$DEST/jobserver/pom.xml" <<POM
-<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
-  <groupId>local.tfrecord-etl</groupId><artifactId>flink-job-server</artifactId><version>1</version>
-  <packaging>pom</packaging>
-  <dependencies><dependency>
-    <groupId>${BEAM_JOB_SERVER%%:*}</groupId>
-    <artifactId>$(echo "$BEAM_JOB_SERVER" | cut -d: -f2)</artifactId>
-    <version>${BEAM_JOB_SERVER##*:}</version>
-  </dependency></dependencies>
-</project>
-POM
-run mvn -B -q -f "$DEST/jobserver/pom.xml" dependency:copy-dependencies \
-    -DoutputDirectory="$DEST/jobserver/jars" -DincludeScope=runtime
-ls "$DEST/jobserver/jars"/beam-runners-flink-*.jar >/dev/null || fail "no beam-runners-flink jar in $DEST/jobserver/jars"
+maven_jars "$BEAM_JOB_SERVER" "$DEST/jobserver" flink-job-server
 rm -rf "$DEST/dl"
 touch "$STAMP"
 echo "flink: $DEST ready (Flink $FLINK_VERSION, $BEAM_JOB_SERVER)"

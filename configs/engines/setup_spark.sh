@@ -20,6 +20,8 @@ PY="${PYTHON:-$ROOT/.venv/bin/python}"
 
 fail() { echo "setup_spark.sh: FAILED: $*" >&2; exit 1; }
 run() { "$@" || fail "$(printf '%q ' "$@")"; }
+# shellcheck source=configs/engines/maven_jars.sh
+source "$ROOT/configs/engines/maven_jars.sh"
 command -v java >/dev/null || fail "java is not on PATH (Spark and the job server need Java 17)"
 command -v mvn >/dev/null || fail "mvn is not on PATH (the job server comes from Maven Central)"
 
@@ -29,19 +31,6 @@ mkdir -p "$DEST/jobserver"
 # the master and workers).
 run "$PY" -m pip install -q --no-deps --target "$DEST/py" "pyspark==$SPARK_VERSION"
 [ -x "$DEST/py/pyspark/bin/spark-class" ] || fail "no bin/spark-class in the pyspark wheel under $DEST/py"
-cat > "$DEST/jobserver/pom.xml" <<POM
-<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
-  <groupId>local.tfrecord-etl</groupId><artifactId>spark-job-server</artifactId><version>1</version>
-  <packaging>pom</packaging>
-  <dependencies><dependency>
-    <groupId>${BEAM_JOB_SERVER%%:*}</groupId>
-    <artifactId>$(echo "$BEAM_JOB_SERVER" | cut -d: -f2)</artifactId>
-    <version>${BEAM_JOB_SERVER##*:}</version>
-  </dependency></dependencies>
-</project>
-POM
-run mvn -B -q -f "$DEST/jobserver/pom.xml" dependency:copy-dependencies \
-    -DoutputDirectory="$DEST/jobserver/jars" -DincludeScope=runtime
-ls "$DEST/jobserver/jars"/beam-runners-spark-*.jar >/dev/null || fail "no beam-runners-spark jar in $DEST/jobserver/jars"
+maven_jars "$BEAM_JOB_SERVER" "$DEST/jobserver" spark-job-server
 touch "$STAMP"
 echo "spark: $DEST ready (Spark $SPARK_VERSION, $BEAM_JOB_SERVER)"

@@ -6,14 +6,16 @@ that cannot restart must fail with our one line and leave the previous output co
 
     bash configs/engines/setup_flink.sh && PYTHONPATH=$PWD .venv/bin/python -m pytest configs/engines/test_flink.py
 
-TFRECORD_ETL_FLINK=0 skips the module; TFRECORD_ETL_ENGINES_BIG=1 makes the killed-worker input >= 500 MB
-(the manual/benchmark run; CI uses a small one).
+TFRECORD_ETL_FLINK=0 skips the module; TFRECORD_ETL_ENGINES_FULL=1 adds the variants (parallelism 4, a .npy folder,
+a sidecar augment, a two-span incremental collection, a killed SDK harness, a lost TaskManager without restarts);
+TFRECORD_ETL_ENGINES_BIG=1 makes the killed-worker input >= 500 MB (the manual/benchmark run; CI uses a small one).
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import signal
 
 import h5py
@@ -21,16 +23,16 @@ import numpy as np
 import pytest
 
 from configs.engines import common
+from configs.engines.common import full_only
+from configs.engines.conftest import KILL_AUGMENT, KILL_FLAGS
 from configs.engines.engines import FlinkCluster, harness_pids
 from tests.test_files_source import collection  # noqa: F401  (a fixture: an image folder)
-from tests.test_runners import make_inputs
 
 if os.environ.get("TFRECORD_ETL_FLINK") == "0":
     pytest.skip("TFRECORD_ETL_FLINK=0", allow_module_level=True)
 
 pytestmark = pytest.mark.timeout(900)
 CONVERT_FLAGS = ["--num_shards", "3", "--target_range_mb", "0.004", "--compression", "gzip", "--provenance"]
-BIG = os.environ.get("TFRECORD_ETL_ENGINES_BIG") == "1"
 
 
 @pytest.fixture(scope="module")
@@ -42,27 +44,20 @@ def flink(tmp_path_factory):
         cluster.stop()
 
 
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
-    d = tmp_path_factory.mktemp("flink_inputs")
-    return d, make_inputs(d)
-
-
-def same_on_flink(module, args, flink, tmp_path, parallelism=2, name="out"):
-    """Runs ``args`` (``OUT`` is the output directory) on DirectRunner and on Flink; asserts byte-identical."""
-    want, got = tmp_path / f"{name}-direct", tmp_path / f"{name}-flink"
-    common.ok(common.run(module, [want if a == "OUT" else a for a in args], common.DIRECT))
+def same_on_flink(module, args, flink, tmp_path, reference, parallelism=2, name="out"):
+    """Runs ``args`` (``OUT`` is the output directory) on Flink; asserts it byte-identical to the DirectRunner's."""
+    want, got = reference(module, args), tmp_path / f"{name}-flink"
     stdout = common.ok(common.run(module, [got if a == "OUT" else a for a in args], flink.flags(parallelism)))
     common.assert_same_output(got, want)
     assert common.leftovers(got) == []
     return got, stdout
 
 
-@pytest.mark.parametrize("parallelism", [2, 4])
-def test_convert_hdf5_is_byte_identical(flink, inputs, tmp_path, parallelism):
+@pytest.mark.parametrize("parallelism", [2, pytest.param(4, marks=full_only)])
+def test_convert_hdf5_is_byte_identical(flink, inputs, reference, tmp_path, parallelism):
     directory, data = inputs
     out, stdout = same_on_flink("convert", ["--input", directory / "in.h5", "--output_dir", "OUT", *CONVERT_FLAGS],
-                                flink, tmp_path, parallelism)
+                                flink, tmp_path, reference, parallelism)
     assert "wrote 240 examples in 3 shards" in stdout
     import tensorflow as tf
     records = common.tf_read(out)
@@ -71,13 +66,14 @@ def test_convert_hdf5_is_byte_identical(flink, inputs, tmp_path, parallelism):
     assert ids == list(range(240))
 
 
-def test_convert_npy_folder_is_byte_identical(flink, tmp_path):
+@full_only
+def test_convert_npy_folder_is_byte_identical(flink, reference, tmp_path):
     src = tmp_path / "npy"
     src.mkdir()
     for i in range(4):
         np.save(src / f"part{i}.npy", np.arange(i * 500, (i + 1) * 500, dtype="<f4").reshape(250, 2))
     out, _ = same_on_flink("convert", ["--input", src / "*.npy", "--output_dir", "OUT", "--num_shards", "2",
-                                       "--target_range_mb", "0.002"], flink, tmp_path)
+                                       "--target_range_mb", "0.002"], flink, tmp_path, reference)
     assert len(common.tf_read(out, "")) == 1000
 
 
@@ -99,27 +95,29 @@ def test_image_folder_with_a_dead_letter_is_byte_identical(flink, collection, tm
 
 
 @pytest.fixture(scope="module")
-def converted(inputs, tmp_path_factory):
+def converted(inputs, reference):
+    """The DirectRunner convert of the small input (the augment tests' input; the convert test's reference)."""
     directory, _ = inputs
-    out = tmp_path_factory.mktemp("flink_converted") / "c"
-    common.ok(common.run("convert", ["--input", directory / "in.h5", "--output_dir", out, *CONVERT_FLAGS],
-                         common.DIRECT))
-    return out
+    return reference("convert", ["--input", directory / "in.h5", "--output_dir", "OUT", *CONVERT_FLAGS])
 
 
-def test_augment_rewrite_is_byte_identical(flink, inputs, converted, tmp_path):
+def test_augment_rewrite_is_byte_identical(flink, inputs, converted, reference, tmp_path):
     directory, _ = inputs
     same_on_flink("augment", ["--input", converted, "--output_dir", "OUT", "--fn", "tests.augment_fns:add_one",
                               "--fn_inputs", "id", "--join_input", directory / "labels.npy",
-                              "--join_fields", "array=label", "--constants", "w=0.5:float32"], flink, tmp_path)
+                              "--join_fields", "array=label", "--constants", "w=0.5:float32"], flink, tmp_path,
+                  reference)
 
 
-def test_augment_sidecar_is_byte_identical(flink, converted, tmp_path):
+@full_only
+def test_augment_sidecar_is_byte_identical(flink, converted, reference, tmp_path):
     out, _ = same_on_flink("augment", ["--input", converted, "--output_dir", "OUT", "--mode", "sidecar",
-                                       "--fn", "tests.augment_fns:add_one", "--fn_inputs", "id"], flink, tmp_path)
+                                       "--fn", "tests.augment_fns:add_one", "--fn_inputs", "id"], flink, tmp_path,
+                           reference)
     assert len(common.tf_read(out)) == 240
 
 
+@full_only
 def test_two_span_incremental_collection_is_byte_identical(flink, tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
@@ -147,32 +145,11 @@ def test_two_span_incremental_collection_is_byte_identical(flink, tmp_path):
 # A worker lost mid-job
 # ------------------------------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def big_input(tmp_path_factory):
-    """HDF5 rows of 12,808 bytes (bench.datagen's ``large`` layout): 600 MB with TFRECORD_ETL_ENGINES_BIG=1,
-    else 40 MB (CI)."""
-    from bench import datagen
-    path = tmp_path_factory.mktemp("big") / "large.h5"
-    datagen.generate("large", str(path), rows=48_000 if BIG else 3_200)
-    return path
-
-
-KILL_FLAGS = ["--num_shards", "8", "--target_range_mb", "1", "--compression", "gzip"]
-
-
-@pytest.fixture(scope="module")
-def big_reference(big_input, tmp_path_factory):
-    out = tmp_path_factory.mktemp("big_ref") / "out"
-    common.ok(common.run("convert", ["--input", big_input, "--output_dir", out, *KILL_FLAGS], common.DIRECT,
-                         timeout=1800))
-    return out
-
-
-def run_and_kill(flink, args, out, kill, tmp_path, engine_flags=None, wait=900):
-    """Starts the command on Flink, waits until its first shard is committed (a final shard file in ``out``; not
-    a sleep), calls ``kill()``, and returns (exit code, log text)."""
+def run_and_kill(flink, args, out, kill, tmp_path, engine_flags=None, wait=900, module="convert"):
+    """Starts the command on Flink, waits until its first shard is being written (a shard temporary or a final
+    shard file in ``out``; not a sleep), calls ``kill()``, and returns (exit code, log text)."""
     before = common.committed_shards(out)
-    proc = common.start("convert", args, engine_flags or flink.flags(2), tmp_path / "launcher.log")
+    proc = common.start(module, args, engine_flags or flink.flags(2), tmp_path / "launcher.log")
     try:
         common.wait_until(lambda: common.committed_shards(out) > before or any(
             p.name.startswith(".tmp-") for p in out.iterdir()) if out.exists() else False, 600,
@@ -189,15 +166,30 @@ def run_and_kill(flink, args, out, kill, tmp_path, engine_flags=None, wait=900):
 def test_a_taskmanager_killed_mid_job_is_restarted_and_the_output_is_identical(flink, big_input, big_reference,
                                                                                  tmp_path):
     out = tmp_path / "out"
-    victim = flink.tms[0]
+    victim, restarts = flink.tms[0], flink.restarts_logged()
     code, log = run_and_kill(flink, ["--input", big_input, "--output_dir", out, *KILL_FLAGS], out,
                              lambda: flink.kill_taskmanager(victim), tmp_path)
     flink.add_taskmanager()  # the cluster back at two
     assert code == 0, log[-4000:]
+    assert flink.restarts_logged() > restarts  # the kill hit the running job: Flink restarted it
     common.assert_same_output(out, big_reference)
     assert common.leftovers(out) == []
 
 
+def test_augment_with_a_taskmanager_killed_mid_job_is_restarted_and_the_output_is_identical(
+        flink, big_reference, big_augment_reference, tmp_path):
+    out = tmp_path / "out"
+    victim, restarts = flink.tms[0], flink.restarts_logged()
+    code, log = run_and_kill(flink, ["--input", big_reference, "--output_dir", out, *KILL_AUGMENT], out,
+                             lambda: flink.kill_taskmanager(victim), tmp_path, module="augment")
+    flink.add_taskmanager()
+    assert code == 0, log[-4000:]
+    assert flink.restarts_logged() > restarts
+    common.assert_same_output(out, big_augment_reference)
+    assert common.leftovers(out) == []
+
+
+@full_only
 def test_an_sdk_harness_killed_mid_job_is_restarted_and_the_output_is_identical(flink, big_input, big_reference,
                                                                                  tmp_path):
     out = tmp_path / "out"
@@ -229,10 +221,9 @@ def flink_no_restarts(tmp_path_factory):
         cluster.stop()
 
 
-def previous_output(inputs, out):
-    directory, _ = inputs
-    common.ok(common.run("convert", ["--input", directory / "in.h5", "--output_dir", out, *CONVERT_FLAGS],
-                         common.DIRECT))
+def previous_output(converted, out):
+    """A complete earlier output in ``out`` (a copy of the small input's DirectRunner convert)."""
+    shutil.copytree(converted, out)
     return common.files(out), common.metadata(out)
 
 
@@ -243,10 +234,11 @@ def assert_failed_cleanly(code, log, out, previous):
     assert common.leftovers(out) == []
 
 
+@full_only
 def test_without_restarts_a_lost_taskmanager_fails_in_one_line_and_the_previous_output_stays(
-        flink, flink_no_restarts, inputs, big_input, big_reference, tmp_path):
+        flink, flink_no_restarts, converted, big_input, big_reference, tmp_path):
     out = tmp_path / "out"
-    previous = previous_output(inputs, out)
+    previous = previous_output(converted, out)
     victim = flink_no_restarts.tms[0]
     args = ["--input", big_input, "--output_dir", out, *KILL_FLAGS, "--overwrite"]
     code, log = run_and_kill(flink_no_restarts, args, out, lambda: flink_no_restarts.kill_taskmanager(victim),
@@ -257,10 +249,10 @@ def test_without_restarts_a_lost_taskmanager_fails_in_one_line_and_the_previous_
     common.assert_same_output(out, big_reference)
 
 
-def test_a_killed_jobmanager_fails_in_one_line_and_a_rerun_works(flink, flink_no_restarts, inputs, big_input,
+def test_a_killed_jobmanager_fails_in_one_line_and_a_rerun_works(flink, flink_no_restarts, converted, big_input,
                                                                   big_reference, tmp_path):
     out = tmp_path / "out"
-    previous = previous_output(inputs, out)
+    previous = previous_output(converted, out)
     args = ["--input", big_input, "--output_dir", out, *KILL_FLAGS, "--overwrite"]
 
     def kill_jobmanager():
@@ -270,21 +262,28 @@ def test_a_killed_jobmanager_fails_in_one_line_and_a_rerun_works(flink, flink_no
                              wait=420)
     assert code == 2, log[-4000:]
     assert len(error_lines(log)) == 1 and "Traceback" not in log, log[-4000:]
-    # Never less than one whole output. The TaskManagers go on with their tasks until they notice the JobManager is
-    # gone, and the job server may report the job FAILED only after they finished it, commit included: then the
-    # directory holds this run's output, complete (its metadata.json was written while the run held its lock).
-    # Otherwise the previous output stays: its metadata.json and every shard it lists, byte for byte; a task that
-    # finished after the launcher cleaned up may leave a late shard of this run's plan, which metadata.json does not
-    # list and the next run replaces or removes.
+    # Never less than one whole output, and the line says which. The TaskManagers go on with their tasks until they
+    # notice the JobManager is gone, and the job server may report the job FAILED only after they finished it,
+    # commit included: the launcher's cleanup checks the commit point (metadata.json listing this run's shards)
+    # first. Either this run's output, complete (the files of the output it replaced removed), or the previous
+    # output, byte for byte (the failed run's shards removed).
     files, (before, meta) = common.files(out), previous
+    (line,) = error_lines(log)
+    job = re.match(r"error: OutputError: The runner's job (\S+) ended in state FAILED: (.+?); ", line)
+    assert job, line
     if common.metadata(out) == meta:
-        assert {name: files.get(name) for name in before} == before
-        late = sorted(set(files) - set(before))
-        assert all(re.fullmatch(r"data-\d{5}-of-00008\.tfrecord\.gz", name) for name in late), late
-    else:  # this run's output, complete; files of the output it replaced that its commit had not removed yet
-        want = common.files(big_reference)   # (the JobManager gone mid-way) are left for the next run to remove
+        assert files == before
+        holds, hint = "nothing was committed: the previous output is complete", "run again"
+    else:
         assert common.metadata(out) == common.metadata(big_reference)
-        assert {name: files.get(name) for name in want} == want and set(files) - set(want) <= set(before)
+        assert files == common.files(big_reference)
+        holds = "its commit ran before the failure: this run's output was committed and is complete"
+        hint = "check it with tfrecord-etl verify"
+    want = (f"error: OutputError: The runner's job {job.group(1)} ended in state FAILED: {job.group(2)}; {holds}. "
+            f"Hint: {hint}; on a cluster, give the runner a restart strategy (Flink: restart-strategy: fixed-delay) "
+            f"so that a lost worker is retried")
+    # (then where the runner's log went, as on every error line of a run)
+    assert re.fullmatch(re.escape(want) + r"( \[runner log: \S+; --verbose shows it live\])?", line), line
     assert common.leftovers(out) == []
     common.ok(common.run("convert", args, flink.flags(2)))  # the re-run, on a cluster that has a JobManager
     # the same records in shard order and the same metadata but for the shard names: over a directory that holds

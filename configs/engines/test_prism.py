@@ -29,6 +29,7 @@ import zipfile
 import numpy as np
 import pytest
 
+from configs.engines.common import full_only
 from tests.conftest import BEAM_FLAGS, ROOT, _beam_home, run_command  # noqa: F401 - _beam_home: HOME in a temp dir
 from tests.test_augment import tf_parse, tf_records
 from tests.test_runners import CONVERT_FLAGS, ROWS, comparable_metadata, make_inputs, shard_bytes
@@ -153,7 +154,7 @@ def test_convert_on_prism_is_byte_identical(prism_bin, environment, inputs, refe
     assert [e["name"].item() for e in examples] == data["name"]
 
 
-@pytest.mark.parametrize("mode", list(AUGMENT_FLAGS))
+@pytest.mark.parametrize("mode", ["rewrite", pytest.param("sidecar", marks=full_only)])
 def test_augment_on_prism_is_byte_identical(prism_bin, mode, inputs, reference, tmp_path, request):
     from tfrecord_etl.pipelines import augment
     directory, data = inputs

@@ -5,7 +5,8 @@ byte-identical to the DirectRunner's, also after a worker (and its executor) is 
 
     bash configs/engines/setup_spark.sh && PYTHONPATH=$PWD .venv/bin/python -m pytest configs/engines/test_spark.py
 
-TFRECORD_ETL_SPARK=0 skips the module.
+TFRECORD_ETL_SPARK=0 skips the module; TFRECORD_ETL_ENGINES_FULL=1 adds augment (covered on Flink and Prism by
+default).
 """
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import signal
 import pytest
 
 from configs.engines import common
+from configs.engines.common import full_only
+from configs.engines.conftest import KILL_FLAGS
 from configs.engines.engines import SparkCluster
-from configs.engines.test_flink import CONVERT_FLAGS, KILL_FLAGS, big_input, big_reference, inputs  # noqa: F401
+from configs.engines.test_flink import CONVERT_FLAGS
 
 if os.environ.get("TFRECORD_ETL_SPARK") == "0":
     pytest.skip("TFRECORD_ETL_SPARK=0", allow_module_level=True)
@@ -33,32 +36,30 @@ def spark(tmp_path_factory):
         cluster.stop()
 
 
-def test_convert_is_byte_identical(spark, inputs, tmp_path):  # noqa: F811
+def test_convert_is_byte_identical(spark, inputs, reference, tmp_path):
     directory, _ = inputs
-    want, got = tmp_path / "direct", tmp_path / "spark"
+    got = tmp_path / "spark"
     args = ["--input", directory / "in.h5", *CONVERT_FLAGS]
-    common.ok(common.run("convert", [*args, "--output_dir", want], common.DIRECT))
+    want = reference("convert", [*args, "--output_dir", "OUT"])
     stdout = common.ok(common.run("convert", [*args, "--output_dir", got], spark.flags()))
     assert "wrote 240 examples in 3 shards" in stdout
     common.assert_same_output(got, want)
     assert common.leftovers(got) == [] and len(common.tf_read(got)) == 240
 
 
+@full_only
 @pytest.mark.timeout(1500)
-def test_augment_is_byte_identical(spark, inputs, tmp_path):  # noqa: F811
+def test_augment_is_byte_identical(spark, inputs, reference, tmp_path):
     directory, _ = inputs
-    src = tmp_path / "converted"
-    common.ok(common.run("convert", ["--input", directory / "in.h5", *CONVERT_FLAGS, "--output_dir", src],
-                         common.DIRECT))
-    aug = ["--fn", "tests.augment_fns:add_one", "--fn_inputs", "id", "--join_input", directory / "labels.npy",
-           "--join_fields", "array=label", "--constants", "w=0.5:float32"]
-    common.ok(common.run("augment", ["--input", src, "--output_dir", tmp_path / "a-direct", *aug], common.DIRECT))
-    common.ok(common.run("augment", ["--input", src, "--output_dir", tmp_path / "a-spark", *aug], spark.flags(),
-                         timeout=1400))
-    common.assert_same_output(tmp_path / "a-spark", tmp_path / "a-direct")
+    src = reference("convert", ["--input", directory / "in.h5", *CONVERT_FLAGS, "--output_dir", "OUT"])
+    aug = ["--input", src, "--fn", "tests.augment_fns:add_one", "--fn_inputs", "id", "--join_input",
+           directory / "labels.npy", "--join_fields", "array=label", "--constants", "w=0.5:float32"]
+    want = reference("augment", [*aug, "--output_dir", "OUT"])
+    common.ok(common.run("augment", [*aug, "--output_dir", tmp_path / "a-spark"], spark.flags(), timeout=1400))
+    common.assert_same_output(tmp_path / "a-spark", want)
 
 
-def test_a_worker_killed_mid_job_the_output_is_identical(spark, big_input, big_reference, tmp_path):  # noqa: F811
+def test_a_worker_killed_mid_job_the_output_is_identical(spark, big_input, big_reference, tmp_path):
     out = tmp_path / "out"
     victim = spark.workers[0]
 
