@@ -54,8 +54,11 @@ class ConvertConfig(BaseModel):
     input: str = Field(min_length=1, description="file pattern of the inputs (local, gs://, s3://)")
     output_dir: str = Field(min_length=1, description="output directory of the shards and metadata")
     format: Optional[FormatName] = Field(None, description="input format; default: from the suffix")
-    datasets: Optional[list[str]] = Field(None, description="HDF5 dataset paths (comma-separated); default: the "
-                                          "largest row group (datasets sharing their leading dimension)")
+    datasets: Optional[list[str]] = Field(None, description="HDF5 dataset paths or npz members (comma-separated); "
+                                          "default: the largest row group (datasets sharing their leading "
+                                          "dimension), every npz member")
+    exclude_datasets: Optional[list[str]] = Field(None, description="npz: members to leave out (comma-separated); "
+                                                  "they are never read")
     hdf5_group: Optional[int] = Field(None, ge=1, description="hdf5 rows mode: convert row group N (1 = the "
                                       "largest; inspect FILE.h5 lists them) instead of the largest")
     hdf5_mode: Literal["auto", "rows", "datasets"] = Field(
@@ -171,7 +174,7 @@ class ConvertConfig(BaseModel):
     _span = field_validator("span", mode="before")(  # YAML: span: 7
         classmethod(lambda cls, v: str(v) if isinstance(v, int) and not isinstance(v, bool) else v))
     # YAML may use the flags' comma syntax too ("datasets: /X,/obs")
-    _lists = field_validator("datasets", "allow_lossy", "shape", mode="before")(
+    _lists = field_validator("datasets", "exclude_datasets", "allow_lossy", "shape", mode="before")(
         classmethod(lambda cls, v: [p.strip() for p in v.split(",") if p.strip()] if isinstance(v, str) else v))
 
     @model_validator(mode="after")
@@ -223,7 +226,7 @@ class ConvertConfig(BaseModel):
         return out + list(argv)
 
 
-_LIST_FIELDS = {"datasets", "allow_lossy", "shape"}
+_LIST_FIELDS = {"datasets", "exclude_datasets", "allow_lossy", "shape"}
 _NEGATIVE_VALUE_FLAGS = ("--shape",)  # values that may start with '-' (-1,28,28), which argparse takes for a flag
 _DICT_FIELDS = {"feature_encodings", "splits"}
 _YAML_ONLY = {"pipeline_options"}

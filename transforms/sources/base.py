@@ -64,6 +64,7 @@ class SourceOptions:
     max_mat_nesting: int = DEFAULT_MAX_MAT_NESTING  # matlab (v5-v7): deepest nesting of a variable's arrays
     max_datasets: int = DEFAULT_MAX_DATASETS  # hdf5: datasets walked in one file (and datasets-mode Examples)
     follow_symlinks: bool = False  # every source: follow symlinks that lead outside the pattern's base directory
+    exclude_datasets: tuple[str, ...] | None = None  # npz: members left out (never read)
 
 
 @dataclasses.dataclass(frozen=True)
