@@ -80,8 +80,10 @@ class ConvertConfig(BaseModel):
                         "pattern's base), none, or the path of a CSV table file,label[,more columns]")
     file_feature: str = Field("image", pattern=r"^[A-Za-z0-9_.-]+$", description="files: the feature holding "
                               "each file's bytes")
-    image_header: bool = Field(True, description="files: record <feature>/format, /height, /width, /channels "
-                               "from the image header (Pillow); a file that is not an image fails")
+    image_header: Optional[bool] = Field(None, description="files: record <feature>/format, /height, /width, "
+                                         "/channels from the image header (Pillow), a file that is not an image "
+                                         "failing at planning; default: when any file is an image (a folder of "
+                                         "other files converts as bytes and names)")
     decode_check: bool = Field(False, description="files: decode every image fully; corrupt ones fail (or are "
                                "dead-lettered)")
     encoding: DefaultEncodingName = Field(AUTO, description="default encoding of every feature: auto = typed "

@@ -54,7 +54,8 @@ class SourceOptions:
     raw_count: int | None = None  # raw: rows after raw_offset (None: to the end of the file)
     files_labels: str = "dir"  # files: dir (the class folder), none, or the path of a labels CSV
     files_feature: str = "image"  # files: the feature holding each file's bytes
-    files_image_header: bool = True  # files: record format/height/width/channels from the image header
+    files_image_header: bool | None = None  # files: record format/height/width/channels from the image header
+    # (None: when any file is an image, decided at planning)
     files_decode_check: bool = False  # files: decode every image (corrupt ones fail)
     files_dead_letters: bool = False  # files: unlabelled files / orphan label rows are reported, not fatal
     hdf5_mode: str = "auto"  # rows: row i of the chosen datasets -> one Example; datasets: each dataset -> one;
