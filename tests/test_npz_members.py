@@ -127,10 +127,13 @@ def test_an_unselected_pickled_member_is_never_opened(tmp_path, monkeypatch):
     assert e.value.context["member"] == "obj"
 
 
-def test_exclude_datasets_is_refused_for_formats_without_members(tmp_path, capsys):
+def test_member_flags_are_refused_where_they_would_be_ignored(tmp_path, capsys):
     np.save(tmp_path / "a.npy", np.arange(4))
     code, _, err = convert(tmp_path / "a.npy", tmp_path / "out", "--exclude_datasets", "x", capsys=capsys)
     assert code == 2 and "ConfigError: --exclude_datasets leaves out members of .npz archives; the input is npy" in err
+    code, _, err = convert(tmp_path / "a.npy", tmp_path / "out", "--datasets", "x", capsys=capsys)
+    assert code == 2 and "ConfigError: --datasets names the arrays inside a container" in err
+    assert "the input is npy" in err and not (tmp_path / "out" / "metadata.json").exists()
 
 
 def test_zero_d_member_hint_names_exclude_datasets(tmp_path):

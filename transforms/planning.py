@@ -114,11 +114,15 @@ def _map_concurrently(fn, paths: Sequence[str], threads: int | None = None) -> l
 
 
 def _check_exclusion(fmt: str, options: SourceOptions, pattern: str) -> None:
-    """Refuses ``--exclude_datasets`` for a format other than npz (it would be ignored).
+    """Refuses ``--datasets`` for a format whose files hold one array (``Source.takes_datasets``) and
+    ``--exclude_datasets`` for a format other than npz: either would be ignored.
 
     Raises:
       ConfigError: naming the format and the pattern.
     """
+    if options.datasets and not sources.REGISTRY[fmt].takes_datasets:
+        raise ConfigError(f"--datasets names the arrays inside a container (HDF5, netCDF, MATLAB, Zarr, npz); the "
+                          f"input is {fmt}, whose files hold no named arrays", file=pattern, hint="drop --datasets (narrow --input to choose files)")
     if options.exclude_datasets and fmt != "npz":
         raise ConfigError(f"--exclude_datasets leaves out members of .npz archives; the input is {fmt}",
                           file=pattern, hint="drop --exclude_datasets (name what to convert with --datasets)")

@@ -254,6 +254,7 @@ class Source:
     magic_offsets: tuple[int, ...] = (0,)  # where a magic may stand (HDF5: after a user block, see Hdf5Source)
     content_label: str = ""  # what a file with this magic is, for messages about foreign files
     modes: tuple[str, ...] = ("rows",)  # its modes; the first is the default
+    takes_datasets = True  # --datasets names its arrays (datasets, variables, members); False: refused for it
     loose = False  # arrays/files modes: dtype and shape may vary between rows
 
     @classmethod

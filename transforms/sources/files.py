@@ -54,6 +54,7 @@ class FilesSource(Source):
     format_name = "files"
     suffixes = ()  # never chosen from a suffix: pass --format files
     modes = ("files",)
+    takes_datasets = False  # a file is one Example
 
     def __init__(self, options):
         super().__init__(options)

@@ -21,6 +21,7 @@ class NpySource(Source):
     suffixes = (".npy",)
     magic = (b"\x93NUMPY",)  # NumPy's .npy format ("format.py": the magic string, then the version)
     content_label = "a .npy array"
+    takes_datasets = False  # one array per file
     modes = ("rows", "files")
 
     def __init__(self, options: SourceOptions):
