@@ -39,7 +39,7 @@ GROUPS: dict[str, tuple[Group, ...]] = {
         Group("HDF5 and containers", "which arrays of an HDF5, netCDF or MATLAB v7.3 file become Examples",
               "converting/hdf5.md", ("--datasets", "--hdf5_group", "--hdf5_mode")),
         Group("NumPy files", "rows or whole arrays of .npz and .npy files", "converting/numpy.md",
-              ("--npz_mode", "--npy_mode")),
+              ("--npz_mode", "--npy_mode", "--exclude_datasets")),
         Group("raw files", "the layout of a headerless binary array", "converting/raw.md",
               ("--dtype", "--shape", "--offset", "--order", "--count")),
         Group("image and file collections", "one Example per file: its bytes, label and image header",

@@ -85,8 +85,9 @@ CASES = {
     "packbits on a uint8 that is not 0/1": ("pu.npy", lambda p: np.save(p, np.arange(12, dtype="u1").reshape(4, 3)),
                                             ["--feature_encodings", "array=packbits"], "RecordError",
                                             ["other than 0 and 1", "rows='0-3'", "batch_row=0"]),
-    "files: a flat folder without labels": ("flat", lambda p: (p.mkdir(), (p / "a.png").write_bytes(b"x")),
-                                            ["--format", "files"], "SourceError", ["not in a class folder"]),
+    "files: a file that is not an image with --image_header": (
+        "flat", lambda p: (p.mkdir(), (p / "a.png").write_bytes(b"x")), ["--format", "files", "--image_header"],
+        "SourceError", ["not an image Pillow can identify", "a.png", "--no-image_header"]),
     "files: a labels table without its header": (
         "tbl", lambda p: (p.mkdir(), (p / "c").mkdir(), (p / "c" / "a.png").write_bytes(b"x"),
                           (p / "l.csv").write_text("a.png,c\n")),

@@ -89,7 +89,7 @@ def test_corrupt_and_empty_files_are_dead_letters_and_counts_add_up(collection, 
     assert sorted(f.rsplit("/", 1)[-1] for d in letters for f in d["files"]) == ["cut.jpg", "empty.png", "notes.png"]
     text = " ".join(d["message"] for d in letters)
     assert "empty" in text and "corrupt image" in text and "not an image" in text
-    # without --decode_check the truncated JPEG's header is enough; without dead letters the first bad file stops
+    # without --decode_check the truncated JPEG's header is enough; without dead letters planning names the first bad file
     code, _, err = convert(base / "*" / "*", tmp_path / "strict", "--format", "files", capsys=capsys)
     assert code == 2 and err.startswith("error: SourceError: The file is empty") and "empty.png" in err
     assert not (tmp_path / "strict" / "metadata.json").exists()
@@ -168,14 +168,63 @@ def test_verify_expects_the_dead_lettered_file_absent_and_compares_the_rest(coll
     assert code == 1 and "feature 'image': Value differs from the source" in stdout, stdout
 
 
-def test_flat_folder_needs_a_label_source(tmp_path, capsys):
+def test_a_flat_folder_converts_without_labels_and_says_so(tmp_path, capsys, caplog):
     d = tmp_path / "flat"
     d.mkdir()
     shutil.copy(fixture_file(f"{MPL}/sample_data/logo2.png"), d / "a.png")
     code, _, err = convert(d / "*.png", tmp_path / "out", "--format", "files", capsys=capsys)
-    assert code == 2 and "not in a class folder" in err and "--file_labels none" in err
-    code, _, err = convert(d / "*.png", tmp_path / "out", "--format", "files", "--file_labels", "none",
-                           capsys=capsys)
     assert code == 0, err
     (ex,) = list(reader.iter_numpy(str(tmp_path / "out")))
     assert ex["filename"] == b"a.png" and "label" not in ex and ex["image/format"] == b"PNG"
+    assert ex["image"] == (d / "a.png").read_bytes()
+    said = [r.getMessage() for r in caplog.records if "in no class folder" in r.getMessage()]
+    assert len(said) == 1 and "converting them without labels" in said[0]
+    meta = json.loads((tmp_path / "out" / "metadata.json").read_text())
+    assert meta["files"]["labels_from"] == "none"
+    # files beside class folders are still an error: their labels would be ambiguous
+    (d / "cls").mkdir()
+    shutil.copy(d / "a.png", d / "cls" / "b.png")
+    code, _, err = convert(d / "**", tmp_path / "o2", "--format", "files", capsys=capsys)
+    assert code == 2 and "not in a class folder, beside 1 in class folders" in err and "--file_labels none" in err
+
+
+def test_a_folder_of_other_files_converts_as_bytes_and_names(tmp_path, capsys, caplog):
+    import tensorflow as tf
+    d = tmp_path / "notes"
+    d.mkdir()
+    files = {"a.txt": b"hello\n", "b.csv": b"x,y\n1,2\n", "c.bin": bytes(range(256))}
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+    code, _, err = convert(d / "*", tmp_path / "out", "--format", "files", capsys=capsys)
+    assert code == 0, err
+    got = {e["filename"].item().decode(): e for e in reader.iter_numpy(str(tmp_path / "out"))}
+    assert {n: e["image"] for n, e in got.items()} == files
+    assert all(sorted(e) == ["filename", "image"] for e in got.values())
+    assert any("is an image Pillow can identify" in r.getMessage() for r in caplog.records)
+    parsed = [tf.io.parse_single_example(r, {"image": tf.io.FixedLenFeature([], tf.string),
+                                              "filename": tf.io.FixedLenFeature([], tf.string)})
+              for r in tf.data.TFRecordDataset(sorted(str(p) for p in (tmp_path / "out").glob("*.tfrecord")))]
+    assert {p["filename"].numpy().decode(): p["image"].numpy() for p in parsed} == files
+    from tfrecord_etl.pipelines import verify as verify_module
+    code, stdout, _ = run_command(verify_module.main, [tmp_path / "out", "--source", str(d / "*")], capsys)
+    assert code == 0, stdout
+    # --image_header asks for images: the first file that is not one is named at planning, nothing is written
+    code, _, err = convert(d / "*", tmp_path / "o2", "--format", "files", "--image_header", capsys=capsys)
+    assert code == 2 and not (tmp_path / "o2" / "metadata.json").exists()
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: SourceError: The file is not an image Pillow can identify (3 of 3 files are not")
+    assert f"file='{d / 'a.txt'}'" in line and "--no-image_header" in line
+
+
+def test_a_file_that_is_not_an_image_among_images_is_named_at_planning(collection, tmp_path, capsys, monkeypatch):
+    from tfrecord_etl.transforms import beam_io
+    base, files = collection
+    bad = base / "icons" / "move_broken.png"
+    bad.write_bytes(b"not an image at all")
+    started = []
+    monkeypatch.setattr(beam_io, "read_and_encode", lambda *a, **k: started.append(a))  # no row is ever read
+    code, _, err = convert(base / "*" / "*", tmp_path / "out", "--format", "files", capsys=capsys)
+    assert code == 2 and not started
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("error: SourceError: The file is not an image Pillow can identify (1 of ")
+    assert f"file='{bad}'" in line and "--no-image_header" in line and "--dead_letter_dir" in line

@@ -57,8 +57,11 @@ class ConvertConfig(BaseModel):
     format: Optional[FormatName] = Field(None, description="input format; default: told by each file's "
                                     "content (its first bytes, a Zarr store by its metadata), else by its suffix; files "
                                     "only when named")
-    datasets: Optional[list[str]] = Field(None, description="HDF5 dataset paths (comma-separated); default: the "
-                                          "largest row group (datasets sharing their leading dimension)")
+    datasets: Optional[list[str]] = Field(None, description="HDF5 dataset paths or npz members (comma-separated); "
+                                          "default: the largest row group (datasets sharing their leading "
+                                          "dimension), every npz member")
+    exclude_datasets: Optional[list[str]] = Field(None, description="npz: members to leave out (comma-separated); "
+                                                  "they are never read")
     hdf5_group: Optional[int] = Field(None, ge=1, description="hdf5 rows mode: convert row group N (1 = the "
                                       "largest; inspect FILE.h5 lists them) instead of the largest")
     hdf5_mode: Literal["auto", "rows", "datasets"] = Field(
@@ -80,8 +83,10 @@ class ConvertConfig(BaseModel):
                         "pattern's base), none, or the path of a CSV table file,label[,more columns]")
     file_feature: str = Field("image", pattern=r"^[A-Za-z0-9_.-]+$", description="files: the feature holding "
                               "each file's bytes")
-    image_header: bool = Field(True, description="files: record <feature>/format, /height, /width, /channels "
-                               "from the image header (Pillow); a file that is not an image fails")
+    image_header: Optional[bool] = Field(None, description="files: record <feature>/format, /height, /width, "
+                                         "/channels from the image header (Pillow), a file that is not an image "
+                                         "failing at planning; default: when any file is an image (a folder of "
+                                         "other files converts as bytes and names)")
     decode_check: bool = Field(False, description="files: decode every image fully; corrupt ones fail (or are "
                                "dead-lettered)")
     encoding: DefaultEncodingName = Field(AUTO, description="default encoding of every feature: auto = typed "
@@ -176,7 +181,7 @@ class ConvertConfig(BaseModel):
     _span = field_validator("span", mode="before")(  # YAML: span: 7
         classmethod(lambda cls, v: str(v) if isinstance(v, int) and not isinstance(v, bool) else v))
     # YAML may use the flags' comma syntax too ("datasets: /X,/obs")
-    _lists = field_validator("datasets", "allow_lossy", "shape", mode="before")(
+    _lists = field_validator("datasets", "exclude_datasets", "allow_lossy", "shape", mode="before")(
         classmethod(lambda cls, v: [p.strip() for p in v.split(",") if p.strip()] if isinstance(v, str) else v))
 
     @model_validator(mode="after")
@@ -228,7 +233,7 @@ class ConvertConfig(BaseModel):
         return out + list(argv)
 
 
-_LIST_FIELDS = {"datasets", "allow_lossy", "shape"}
+_LIST_FIELDS = {"datasets", "exclude_datasets", "allow_lossy", "shape"}
 _NEGATIVE_VALUE_FLAGS = ("--shape",)  # values that may start with '-' (-1,28,28), which argparse takes for a flag
 _DICT_FIELDS = {"feature_encodings", "splits"}
 _YAML_ONLY = {"pipeline_options"}

@@ -113,6 +113,21 @@ def _map_concurrently(fn, paths: Sequence[str], threads: int | None = None) -> l
                 f.cancel()
 
 
+def _check_exclusion(fmt: str, options: SourceOptions, pattern: str) -> None:
+    """Refuses ``--datasets`` for a format whose files hold one array (``Source.takes_datasets``) and
+    ``--exclude_datasets`` for a format other than npz: either would be ignored.
+
+    Raises:
+      ConfigError: naming the format and the pattern.
+    """
+    if options.datasets and not sources.REGISTRY[fmt].takes_datasets:
+        raise ConfigError(f"--datasets names the arrays inside a container (HDF5, netCDF, MATLAB, Zarr, npz); the "
+                          f"input is {fmt}, whose files hold no named arrays", file=pattern, hint="drop --datasets (narrow --input to choose files)")
+    if options.exclude_datasets and fmt != "npz":
+        raise ConfigError(f"--exclude_datasets leaves out members of .npz archives; the input is {fmt}",
+                          file=pattern, hint="drop --exclude_datasets (name what to convert with --datasets)")
+
+
 def input_format(pattern: str, files: Sequence[tuple[str, int]], options: SourceOptions) -> tuple[str, Source]:
     """The format of the ``(path, size)`` files matching ``pattern`` and a source for it: ``--format``, else each
     file's own (:func:`sources.format_of`: its first bytes, then its suffix; remote files sniffed concurrently). A
@@ -123,6 +138,7 @@ def input_format(pattern: str, files: Sequence[tuple[str, int]], options: Source
         told (naming it).
     """
     if options.format:
+        _check_exclusion(options.format, options, pattern)
         return options.format, sources.make_source(options.format, options)
 
     def sniffed(path):
@@ -144,6 +160,7 @@ def input_format(pattern: str, files: Sequence[tuple[str, int]], options: Source
                           hint="convert each format in its own run (a narrower --input), or pass --format to "
                                "read every file as one format")
     fmt = next(iter(by_format))
+    _check_exclusion(fmt, options, pattern)
     source = sources.make_source(fmt, options)
     for path, got in found.items():
         if got is None and not source.is_sidecar(path):
@@ -288,6 +305,7 @@ def source_options(cfg) -> SourceOptions:
                          hdf5_group=cfg.hdf5_group, max_variable_bytes=int(cfg.max_mat_variable_mb * 2**20),
                          max_mat_nesting=cfg.max_mat_nesting,
                          max_datasets=cfg.max_datasets, raw_dtype=cfg.dtype,
+                         exclude_datasets=tuple(cfg.exclude_datasets) if cfg.exclude_datasets else None,
                          raw_shape=tuple(cfg.shape) if cfg.shape else None, raw_offset=cfg.offset,
                          raw_order=cfg.order, raw_count=cfg.count, files_labels=cfg.file_labels, files_feature=cfg.file_feature,
                          files_image_header=cfg.image_header, files_decode_check=cfg.decode_check,

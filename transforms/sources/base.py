@@ -54,7 +54,8 @@ class SourceOptions:
     raw_count: int | None = None  # raw: rows after raw_offset (None: to the end of the file)
     files_labels: str = "dir"  # files: dir (the class folder), none, or the path of a labels CSV
     files_feature: str = "image"  # files: the feature holding each file's bytes
-    files_image_header: bool = True  # files: record format/height/width/channels from the image header
+    files_image_header: bool | None = None  # files: record format/height/width/channels from the image header
+    # (None: when any file is an image, decided at planning)
     files_decode_check: bool = False  # files: decode every image (corrupt ones fail)
     files_dead_letters: bool = False  # files: unlabelled files / orphan label rows are reported, not fatal
     hdf5_mode: str = "auto"  # rows: row i of the chosen datasets -> one Example; datasets: each dataset -> one;
@@ -64,6 +65,7 @@ class SourceOptions:
     max_mat_nesting: int = DEFAULT_MAX_MAT_NESTING  # matlab (v5-v7): deepest nesting of a variable's arrays
     max_datasets: int = DEFAULT_MAX_DATASETS  # hdf5: datasets walked in one file (and datasets-mode Examples)
     follow_symlinks: bool = False  # every source: follow symlinks that lead outside the pattern's base directory
+    exclude_datasets: tuple[str, ...] | None = None  # npz: members left out (never read)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,6 +254,7 @@ class Source:
     magic_offsets: tuple[int, ...] = (0,)  # where a magic may stand (HDF5: after a user block, see Hdf5Source)
     content_label: str = ""  # what a file with this magic is, for messages about foreign files
     modes: tuple[str, ...] = ("rows",)  # its modes; the first is the default
+    takes_datasets = True  # --datasets names its arrays (datasets, variables, members); False: refused for it
     loose = False  # arrays/files modes: dtype and shape may vary between rows
 
     @classmethod

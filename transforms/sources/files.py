@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import re
 
 import numpy as np
@@ -22,8 +23,10 @@ import numpy as np
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.errors import ConfigError, SourceError
+from tfrecord_etl.transforms.sources import filekinds
 from tfrecord_etl.transforms.sources.base import Columns, FileIndex, RowRange, Source, _refuse_special_file
 
+log = logging.getLogger(__name__)
 MAX_LABELS_BYTES = 64 * 2**20  # a labels table over this is refused (it is read into memory at planning)
 _GLOB = re.compile(r"[*?\[]")
 
@@ -51,6 +54,7 @@ class FilesSource(Source):
     format_name = "files"
     suffixes = ()  # never chosen from a suffix: pass --format files
     modes = ("files",)
+    takes_datasets = False  # a file is one Example
 
     def __init__(self, options):
         super().__init__(options)
@@ -61,6 +65,8 @@ class FilesSource(Source):
         self.base = "."
         self.unlabelled: set[str] = set()
         self.orphans: list[str] = []
+        self.labels_from = options.files_labels  # "none" for a flat folder under the default "dir"
+        self.image_header = bool(options.files_image_header)  # decided at planning when None (auto)
 
     # -- planning ------------------------------------------------------------------------------------------
     def index_files(self, pattern: str, files: list[tuple[str, int]]) -> list[FileIndex]:
@@ -76,11 +82,18 @@ class FilesSource(Source):
         mode = self.options.files_labels
         if mode == "dir":
             flat = [n for n in names if "/" not in n]
-            if flat:
-                raise SourceError(f"{len(flat)} files lie directly in {self.base!r}, not in a class folder "
-                                  f"(e.g. {flat[0]!r})", file=pattern, hint="arrange them as BASE/CLASS/FILE, or "
-                                  "pass --file_labels labels.csv or --file_labels none")
-            self.labels = {n: (n.split("/", 1)[0], {}) for n in names}
+            if flat and len(flat) == len(names):  # a flat folder: no class folders at all
+                log.warning("The %d files lie directly in '%s', in no class folder: converting them without labels "
+                            "(as --file_labels none; --file_labels labels.csv gives labels from a table)",
+                            len(names), self.base)
+                mode = self.labels_from = "none"
+            elif flat:
+                raise SourceError(f"{len(flat)} files lie directly in {self.base!r}, not in a class folder, beside "
+                                  f"{len(names) - len(flat)} in class folders (e.g. {flat[0]!r})", file=pattern,
+                                  hint="arrange them as BASE/CLASS/FILE, or pass --file_labels labels.csv or "
+                                  "--file_labels none")
+            else:
+                self.labels = {n: (n.split("/", 1)[0], {}) for n in names}
         elif mode != "none":
             self.labels = self._read_table(mode, names, pattern)
         self.label_names = sorted({t for t, _ in self.labels.values()}, key=_natural)
@@ -88,12 +101,41 @@ class FilesSource(Source):
         if mode != "none":
             specs += [FeatureSpec("label", "<i8", (), "list"), FeatureSpec("label/text", VLEN_BYTES, (), "list")]
             specs += [FeatureSpec(c, VLEN_BYTES, (), "list") for c in self.columns]
-        if self.options.files_image_header:
+        self.image_header = self._decide_image_header(files, pattern)
+        if self.image_header:
             specs += [FeatureSpec(f"{self.feature}/format", VLEN_BYTES, (), "list")]
             specs += [FeatureSpec(f"{self.feature}/{k}", "<i8", (), "list") for k in ("height", "width", "channels")]
         sizes = tuple(max(1, s) for _, s in files)
         return [FileIndex(pattern, len(files), tuple(specs), max(sizes), 1, tuple(p for p, _ in files), sizes,
                           item_files=True)]
+
+    def _decide_image_header(self, files: list[tuple[str, int]], pattern: str) -> bool:
+        """Whether Examples get the image header features: ``--no-image_header`` opens nothing; otherwise every
+        file's header is identified here (:mod:`filekinds`), and a file Pillow cannot identify among images is an
+        error naming it now, not during the write (a dead letter at the read with ``--dead_letter_dir``). By
+        default (neither flag) a collection of which no file is an image converts as bytes and names.
+
+        Raises:
+          SourceError: a file that is not an image among images, or with ``--image_header`` any such file.
+        """
+        asked = self.options.files_image_header
+        if asked is False:
+            return False
+        paths = [p for p, _ in files]
+        kinds = filekinds.image_kinds(paths)
+        others = [p for p, k in zip(paths, kinds) if k is None]
+        if asked is None and len(others) == len(paths):
+            log.warning("No file of '%s' is an image Pillow can identify: each Example holds the file's bytes and "
+                        "name, no image header (as --no-image_header)", pattern)
+            return False
+        if others and not self.options.files_dead_letters:
+            images = len(paths) - len(others)
+            what = "empty" if dict(files)[others[0]] == 0 else "not an image Pillow can identify"
+            raise SourceError(f"The file is {what} ({len(others)} of {len(paths)} files are not images; {images} "
+                              f"are)", file=others[0],
+                              hint="pass --no-image_header to convert every file as bytes, remove the files that "
+                                   "are not images, or pass --dead_letter_dir to write the rest")
+        return True
 
     def _read_table(self, path: str, names: list[str], pattern: str) -> dict:
         _refuse_special_file(path)
@@ -143,7 +185,7 @@ class FilesSource(Source):
 
     def describe(self) -> dict:
         """What metadata.json records of the collection: the label names in label order, where labels came from."""
-        return {"files": {"base": self.base, "feature": self.feature, "labels_from": self.options.files_labels,
+        return {"files": {"base": self.base, "feature": self.feature, "labels_from": self.labels_from,
                           "label_names": self.label_names}}
 
     # -- reading -------------------------------------------------------------------------------------------
@@ -167,14 +209,14 @@ class FilesSource(Source):
         if not data:
             raise SourceError("The file is empty", file=path)
         out = {self.feature: data, "filename": name.encode("utf-8")}
-        if self.options.files_labels != "none":
+        if self.labels_from != "none":
             if name in self.unlabelled or name not in self.labels:
                 raise SourceError("The file has no row in the labels table", file=path)
             text, more = self.labels[name]
             out["label"] = self._label_index[text]
             out["label/text"] = text.encode("utf-8")
             out.update({k: v.encode("utf-8") for k, v in more.items()})
-        if self.options.files_image_header:
+        if self.image_header:
             out.update(self._image_header(data, path))
         return out
 

@@ -389,7 +389,8 @@ def _cells(f, name: str, dset, path: str, skipped: list | None = None):
             target = f[ref] if ref else None
         except Exception as e:  # noqa: BLE001
             target = e
-        if not isinstance(target, h5py.Dataset) or h5py.check_ref_dtype(target.dtype) is not None:
+        if not isinstance(target, h5py.Dataset) or (h5py.check_ref_dtype(target.dtype) is not None
+                                                    and layout.string_cells(target) is None):
             if skipped is not None:
                 skipped.append(item)
                 continue

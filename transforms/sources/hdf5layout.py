@@ -15,7 +15,8 @@ Container formats built on HDF5 and what this module knows of them:
   arrays are datasets of object references into ``/#refs#``; ``/#refs#`` and ``/#subsystem#`` are MATLAB's own
   storage, never a variable. Empty arrays (``MATLAB_empty``) store their dimensions, not data. Complex arrays are
   compounds of ``real`` and ``imag``: they convert to complex64/complex128. Character arrays (``MATLAB_class``
-  ``char``) stay their UTF-16 code units (uint16), logicals uint8: exact, as stored.
+  ``char``) become strings, one per row (:mod:`mattext`), and a cell of char row vectors inside a cell or a struct
+  array one list of strings; logicals uint8: exact.
 """
 from __future__ import annotations
 
@@ -154,10 +155,67 @@ def _matlab_complex(dset):
     return None
 
 
+def is_char(dset) -> bool:
+    """True for a MATLAB v7.3 char array (``MATLAB_class`` ``char``): its uint16 code units convert to strings
+    (:mod:`mattext`)."""
+    return is_matlab(dset) and dset.attrs.get("MATLAB_class") in (b"char", "char") and dset.ndim >= 1
+
+
+def string_cells(dset):
+    """The char datasets of a MATLAB v7.3 cell array ``dset`` (object references) in MATLAB's linear order, each
+    ``None`` for empty text, when every cell is a char row vector or empty text; else None. Such a cell converts
+    to one list of strings (:mod:`mattext`), as a v4-v7 file's does."""
+    import h5py
+    try:
+        if h5py.check_ref_dtype(dset.dtype) is None or dset.attrs.get("MATLAB_class") not in (b"cell", "cell"):
+            return None
+        refs = dset[()].ravel()  # HDF5's reversed dimensions: C order is MATLAB's column order
+        out = []
+        for ref in refs:
+            target = dset.file[ref] if ref else None
+            if not isinstance(target, h5py.Dataset) or target.attrs.get("MATLAB_class") not in (b"char", "char"):
+                return None
+            if is_empty(target):
+                out.append(None)
+                continue
+            shape = tuple(int(d) for d in target.shape)[::-1]
+            if len(shape) != 2 or shape[0] != 1:
+                return None
+            out.append(target)
+        return out or None
+    except Exception:  # noqa: BLE001 - not a readable cell of text: the caller names it as skipped
+        return None
+
+
+def _string_list(dset, cells):
+    import numpy as np
+    from tfrecord_etl.transforms.sources import mattext
+    return mattext.strings_list([np.zeros((0,), "<u2") if c is None else _matlab_order(c, np.asarray(c[()]))
+                                 for c in cells], dset.name)
+
+
+def _list_spec(cells):
+    from tfrecord_etl.transforms.sources import mattext
+    return mattext.list_spec(0 if c is None else int(c.shape[0]) for c in cells)
+
+
+def _char_spec(dset):
+    from tfrecord_etl.transforms.sources import mattext
+    return mattext.char_spec(tuple(int(d) for d in dset.shape)[::-1])
+
+
+def _char_strings(dset, codes):
+    from tfrecord_etl.transforms.sources import mattext
+    return mattext.char_strings(codes, dset.name)
+
+
 def dtype_of(dset):
     """The NumPy dtype of a dataset's elements as converted: a MATLAB complex array (compound ``real``/``imag``) is
-    complex; any other dataset keeps its dtype, a subarray dtype (``('<f8', (3,))``, an HDF5 array type) included,
-    which h5py reads as extra trailing axes (see :func:`array_spec`)."""
+    complex, a MATLAB char array strings (``'<U{n}'``, :mod:`mattext`); any other dataset keeps its dtype, a
+    subarray dtype (``('<f8', (3,))``, an HDF5 array type) included, which h5py reads as extra trailing axes (see
+    :func:`array_spec`)."""
+    if is_char(dset):
+        return _char_spec(dset)[0]
     complex_dtype = _matlab_complex(dset)
     return dset.dtype if complex_dtype is None else complex_dtype
 
@@ -165,6 +223,11 @@ def dtype_of(dset):
 def array_spec(dset):
     """``(dtype, shape)`` of the whole dataset as :func:`read_whole` returns it: MATLAB variables in MATLAB's
     orientation, a subarray dtype's dimensions appended after the dataset's (its base dtype, as h5py reads it)."""
+    if is_char(dset):
+        return _char_spec(dset)
+    cells = string_cells(dset)
+    if cells is not None:
+        return _list_spec(cells)
     dtype = dtype_of(dset)
     shape = tuple(int(d) for d in dset.shape)
     if is_matlab(dset) and len(shape) > 1:
@@ -203,6 +266,9 @@ def rows_and_shape(dset) -> tuple[int, tuple[int, ...]]:
     """``(rows, row shape)`` of a dataset of kind DATA as converted: MATLAB variables transposed (rows = MATLAB's
     first dimension, HDF5's last). The row shape holds the dataset's axes only: a subarray dtype's dimensions
     follow them (:func:`~tfrecord_etl.transforms.sources.base._leaf_specs` appends them)."""
+    if is_char(dset):
+        _, shape = _char_spec(dset)
+        return shape[0], shape[1:]
     shape = tuple(int(d) for d in dset.shape)
     if is_matlab(dset) and len(shape) > 1:
         shape = shape[::-1]
@@ -219,6 +285,8 @@ def chunk_rows(dset) -> int:
 def read_rows(dset, start: int, stop: int):
     """Rows ``[start, stop)`` of a DATA dataset as a C-contiguous NumPy array of shape ``(stop - start, *row
     shape, *subarray shape)``; MATLAB variables are sliced on HDF5's last axis and transposed back."""
+    if is_char(dset):
+        return _char_strings(dset, _matlab_order(dset, dset[..., start:stop]))
     if is_matlab(dset) and dset.ndim > 1:
         return _converted(dset, _matlab_order(dset, dset[..., start:stop]))
     return _converted(dset, dset[start:stop])
@@ -228,6 +296,11 @@ def read_whole(dset):
     """The whole dataset as a NumPy array of :func:`array_spec`'s shape (MATLAB variables in MATLAB's
     orientation)."""
     import numpy as np
+    if is_char(dset):
+        return _char_strings(dset, _matlab_order(dset, np.asarray(dset[()])))
+    cells = string_cells(dset)
+    if cells is not None:
+        return _string_list(dset, cells)
     return _converted(dset, _matlab_order(dset, np.asarray(dset[()])))
 
 
@@ -308,7 +381,13 @@ def choose_group(entries, number: int | None, path: str, note: str = "") -> list
 
 
 def data_bytes(dset) -> int:
+    """Bytes of the dataset's stored values; a cell of strings counts its list's (2 per code unit, as the v4-v7
+    reader counts it)."""
     try:
+        cells = string_cells(dset)
+        if cells is not None:
+            dtype, shape = _list_spec(cells)
+            return shape[0] * (dtype.itemsize // 4) * 2
         return int(math.prod(dset.shape)) * dset.dtype.itemsize
     except (TypeError, ValueError):
         return 0

@@ -9,7 +9,8 @@ features, dtypes, rows, row groups and items, so the records are byte-identical)
 * rows are MATLAB's first dimension (row i is ``A(i,:)``); ``array`` in datasets mode has MATLAB's shape;
 * numeric arrays keep their MATLAB class's dtype (MATLAB may store a double array of small integers as uint8 bytes:
   ``loadmat(mat_dtype=True)``), complex ones complex64/complex128 (complex integers a ``real``/``imag`` compound, as
-  the v7.3 compound); ``char`` arrays their UTF-16 code units (uint16), ``logical`` uint8;
+  the v7.3 compound); ``char`` arrays strings, one per row, and a cell of char row vectors held by a cell or a struct
+  array one list of strings (:mod:`mattext`); ``logical`` uint8;
 * a 1x1 struct's fields are variables ``/s/field`` (nested: ``/s/t/field``); a struct array's field and a cell array
   hold one array per element: ``--hdf5_mode datasets`` converts each as ``/s/field{k}`` / ``/c{k}`` (MATLAB's
   linear index, column-major); cells holding structs or cells are named and skipped, empty cells left out;
@@ -39,13 +40,15 @@ from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import hdf5layout as layout
-from tfrecord_etl.transforms.sources import matnesting
+from tfrecord_etl.transforms.sources import matnesting, mattext
+from tfrecord_etl.transforms.sources.mattext import as_codes, matlab_shape, string_cells
 from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, _check_empty_rows,
                                                   _check_names, _leaf_specs, _refuse_special_file, _row_bytes,
                                                   _row_spec, log, loosen_all)
 
 MATLAB5_MAGIC = b"MATLAB 5.0 MAT-file"  # the header text of v6 and v7 files (v7.3 says "MATLAB 7.3": HDF5)
-# the dtype each MATLAB class converts to: the v7.3 file's HDF5 dtype (char: UTF-16 code units, logical: uint8)
+# the dtype each MATLAB class is stored as: the v7.3 file's HDF5 dtype (char: UTF-16 code units, converted to strings
+# by mattext; logical: uint8)
 CLASS_DTYPES = {"double": "<f8", "single": "<f4", "int8": "|i1", "uint8": "|u1", "int16": "<i2", "uint16": "<u2",
                 "int32": "<i4", "uint32": "<u4", "int64": "<i8", "uint64": "<u8", "char": "<u2", "logical": "|u1"}
 STRUCT, SPARSE, OTHER = "matlab-struct", "matlab-sparse", "unsupported MATLAB class"
@@ -89,16 +92,7 @@ class Leaf:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * self.dtype.itemsize if self.dtype is not None else 0
-
-
-def matlab_shape(shape) -> tuple[int, ...]:
-    """``shape`` as MATLAB's ``size`` reports it: trailing singleton dimensions beyond the second dropped (a writer
-    such as ``scipy.io.savemat`` may store a 1x2 char array as 1x2x1; MATLAB and a v7.3 file say 1x2)."""
-    shape = tuple(int(d) for d in shape)
-    while len(shape) > 2 and shape[-1] == 1:
-        shape = shape[:-1]
-    return shape
+        return mattext.stored_nbytes(self.dtype, self.shape) if self.dtype is not None else 0
 
 
 def _complex_dtype(base: np.dtype) -> np.dtype:
@@ -108,8 +102,21 @@ def _complex_dtype(base: np.dtype) -> np.dtype:
     return np.dtype([("real", base), ("imag", base)])
 
 
+def converted_spec(value) -> tuple[np.dtype, tuple[int, ...]]:
+    """``(dtype, MATLAB shape)`` a loaded array converts to (:func:`as_stored`'s): char arrays strings, a cell of
+    char row vectors one list of strings (:mod:`mattext`)."""
+    cells = string_cells(value)
+    if cells is not None:
+        return mattext.list_spec(matlab_shape(c.shape)[-1] if c.size else 0 for c in cells)
+    shape = matlab_shape(np.shape(value))
+    if value.dtype.kind == "U":
+        return mattext.char_spec(shape)
+    return _target_dtype(value.dtype), shape
+
+
 def _target_dtype(dtype: np.dtype) -> np.dtype:
-    """The dtype a loaded array converts to: char -> uint16, logical -> uint8, little-endian."""
+    """The dtype a loaded array is stored as: char -> uint16 (its code units; :func:`converted_spec` gives the
+    strings'), logical -> uint8, little-endian."""
     if dtype.kind == "U":
         return np.dtype("<u2")
     if dtype.kind == "b":
@@ -121,21 +128,19 @@ def _target_dtype(dtype: np.dtype) -> np.dtype:
 
 def as_stored(value, where: str) -> np.ndarray:
     """A loaded array as the v7.3 path reads it: a C-contiguous little-endian array of :func:`_target_dtype`, in
-    MATLAB's shape (char arrays as their UTF-16 code units).
+    MATLAB's shape (char arrays as strings, :mod:`mattext`).
 
     Raises:
       SchemaError: a character beyond U+FFFF (MATLAB's char is one UTF-16 code unit; only a foreign writer
         stores more).
     """
+    cells = string_cells(value)
+    if cells is not None:
+        return mattext.strings_list([as_codes(c, where) for c in cells], where)
     a = np.asarray(value)
     a = a.reshape(matlab_shape(a.shape))
     if a.dtype.kind == "U":
-        codes = np.ascontiguousarray(a).view(np.uint32).reshape(a.shape + (-1,))[..., 0] if a.size else \
-            np.zeros(a.shape, np.uint32)
-        if codes.size and int(codes.max()) > 0xFFFF:
-            raise SchemaError("A char array holds characters beyond U+FFFF, which MATLAB's UTF-16 chars cannot",
-                              file=where)
-        return codes.astype("<u2")
+        return mattext.char_strings(as_codes(a, where), where)
     return np.ascontiguousarray(a, dtype=_target_dtype(a.dtype))
 
 
@@ -157,7 +162,7 @@ def value_leaves(path: str, value) -> list[Leaf]:
     """The leaves of a loaded value at ``path`` in walk order (fields sorted by name, as h5py lists a v7.3 group)."""
     kind = _kind_of(value)
     if kind == layout.DATA:
-        return [Leaf(path, kind, _target_dtype(value.dtype), matlab_shape(value.shape))]
+        return [Leaf(path, kind, *converted_spec(value))]
     if kind == layout.CELL:
         return [Leaf(path, kind, cells=list(value.ravel(order="F")))]
     if kind != STRUCT:
@@ -198,6 +203,8 @@ def cell_items(leaf: Leaf, skipped: list | None, path: str) -> list[tuple[str, o
         item, kind = f"{leaf.path}{{{k}}}", _kind_of(value)
         if kind == layout.EMPTY:
             continue
+        if kind == layout.CELL and string_cells(value) is not None:
+            kind = layout.DATA  # a cell of strings: one list of strings
         if kind != layout.DATA:
             if skipped is not None:
                 skipped.append(item)
@@ -379,6 +386,8 @@ class MatlabSource(Source):
                 out.append(Leaf(p, layout.INTERNAL))
             elif 0 in var.shape:
                 out.append(Leaf(p, layout.EMPTY))
+            elif var.mclass == "char":
+                out.append(Leaf(p, layout.DATA, *mattext.char_spec(var.shape)))
             elif var.dtype is not None:
                 out.append(Leaf(p, layout.DATA, var.dtype, var.shape))
             elif var.name in loaded:
@@ -432,7 +441,7 @@ class MatlabSource(Source):
         for leaf in chosen:
             if leaf.kind != layout.DATA:
                 _refuse(leaf, path, "rows")
-            data_row_bytes += leaf.dtype.itemsize * math.prod(leaf.shape[1:])
+            data_row_bytes += mattext.stored_nbytes(leaf.dtype, leaf.shape[1:])
             specs += _leaf_specs(leaf.path.strip("/"), leaf.dtype, leaf.shape[1:], f"{path}, variable '{leaf.path}'")
             lengths[leaf.path] = leaf.shape[0]
         _check_names(specs, path)
@@ -478,7 +487,7 @@ class MatlabSource(Source):
                 targets = [(leaf.path, leaf.dtype, leaf.shape)]
             elif leaf.kind == layout.CELL:
                 cells = cell_items(leaf, None if named else skipped.setdefault("unconvertible cell", []), path)
-                targets = [(item, _target_dtype(v.dtype), matlab_shape(v.shape)) for item, v in cells]
+                targets = [(item, *converted_spec(v)) for item, v in cells]
             elif named:
                 _refuse(leaf, path, "datasets")
             else:
@@ -494,7 +503,7 @@ class MatlabSource(Source):
                     continue
                 specs.append(_row_spec(ARRAY, dtype, shape, f"{path}, variable '{item}'"))
                 items.append(item)
-                sizes.append(math.prod(shape) * dtype.itemsize)
+                sizes.append(mattext.stored_nbytes(dtype, shape))
         _log_skipped(skipped, path, "datasets mode")
         if not items:
             raise SchemaError("The file holds no variable to convert", file=path)

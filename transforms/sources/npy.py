@@ -10,7 +10,7 @@ from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_field
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, SourceOptions,
                                       _check_empty_rows, _leaf_specs, _refuse_special_file, _row_bytes)
-from tfrecord_etl.transforms.sources.npyformat import (_check_declared, _data_bytes, _merged_array_spec, _NpyHeader,
+from tfrecord_etl.transforms.sources.npyformat import (_check_declared, _data_bytes, _merged_array_specs, _NpyHeader,
                                            _read_npy_header, _read_rows, _read_whole)
 
 
@@ -21,6 +21,7 @@ class NpySource(Source):
     suffixes = (".npy",)
     magic = (b"\x93NUMPY",)  # NumPy's .npy format ("format.py": the magic string, then the version)
     content_label = "a .npy array"
+    takes_datasets = False  # one array per file
     modes = ("rows", "files")
 
     def __init__(self, options: SourceOptions):
@@ -46,7 +47,7 @@ class NpySource(Source):
             _check_declared(h, f.seek(0, 2), path)
         if self.loose:
             size = _data_bytes(h)
-            specs = (FeatureSpec(KEY, VLEN_BYTES, (), "list"), _merged_array_spec([h], path))
+            specs = (FeatureSpec(KEY, VLEN_BYTES, (), "list"), *_merged_array_specs([h], path))
             return FileIndex(path, 1, specs, size, 1, (path,), (size,))
         if not h.shape:
             raise SchemaError("Array is 0-d: rows mode needs a leading axis", file=path,
@@ -58,12 +59,13 @@ class NpySource(Source):
 
     def read(self, rr: RowRange) -> Columns:
         if self.loose:
-            arrays = []
+            out = {KEY: [fileio.basename(p)[:-4].encode() for p in rr.items]}
             for p in rr.items:
                 h = self._header(p)
                 with fileio.open_read(p) as f:
-                    arrays.append(_read_whole(f, h, p))
-            return {KEY: [fileio.basename(p)[:-4].encode() for p in rr.items], ARRAY: arrays}
+                    for name, leaf in flatten_fields(ARRAY, _read_whole(f, h, p)):
+                        out.setdefault(name, []).append(leaf)
+            return out
         if fileio.is_local(rr.path):
             _refuse_special_file(rr.path)
             try:

@@ -11,7 +11,7 @@ import numpy as np
 
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources.base import ARRAY, loosen_all, _row_spec
+from tfrecord_etl.transforms.sources.base import ARRAY, loosen_all, _leaf_specs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,14 +102,27 @@ def _read_whole(stream: BinaryIO, h: _NpyHeader, where: str) -> np.ndarray:
     return _read_rows(stream, flat, 0, flat.shape[0], where).reshape(h.shape)
 
 
-def _merged_array_spec(headers, path, members=None) -> FeatureSpec:
-    """The ``array`` feature of arrays/files modes, loosened over ``headers`` (``members``: their npz member
-    names, named in errors)."""
-    wheres = [f"{path}, member '{m}'" for m in members] if members is not None else [path] * len(headers)
-    out = loosen_all([_row_spec(ARRAY, h.dtype, h.shape, w) for h, w in zip(headers, wheres)])
-    for h in headers:
-        if h.dtype.fields is not None:
-            raise SchemaError("Structured members are not supported in arrays/files mode", file=path,
-                              hint="use rows mode for structured arrays")
-    return out
+def _merged_array_specs(headers, path, members=None) -> tuple[FeatureSpec, ...]:
+    """The array features of arrays/files modes, loosened over ``headers`` (``members``: their npz member names,
+    named in errors): ``array``, or ``array/FIELD`` per leaf field of a structured dtype (nested fields
+    ``array/outer/inner``; a subarray field adds its dimensions after the array's, as ``flatten_fields`` reads it).
 
+    Raises:
+      SchemaError: an unsupported dtype, or members whose leaf fields differ (naming two of them).
+    """
+    wheres = [f"{path}, member '{m}'" for m in members] if members is not None else [path] * len(headers)
+    by_name: dict[str, list[FeatureSpec]] = {}
+    first = None
+    for h, where, i in zip(headers, wheres, range(len(headers))):
+        leaves = _leaf_specs(ARRAY, h.dtype, h.shape, where)
+        names = [s.name for s in leaves]
+        if first is None:
+            first = (names, i)
+        elif names != first[0]:
+            which = (f"members '{members[first[1]]}' ({', '.join(first[0])}) and '{members[i]}' "
+                     f"({', '.join(names)})") if members is not None else "files"
+            raise SchemaError(f"Arrays of different fields cannot share one schema: {which}", file=path,
+                              hint="convert them in separate runs (--datasets / --exclude_datasets choose members)")
+        for s in leaves:
+            by_name.setdefault(s.name, []).append(s)
+    return tuple(loosen_all(specs) for specs in by_name.values())

@@ -17,7 +17,8 @@ from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_field
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, SourceOptions,
                                       _check_empty_rows, _check_names, _leaf_specs, _refuse_special_file, _row_bytes)
-from tfrecord_etl.transforms.sources.npyformat import (_check_declared, _data_bytes, _merged_array_spec, _NpyHeader,
+from tfrecord_etl.transforms.sources.members import select_members
+from tfrecord_etl.transforms.sources.npyformat import (_check_declared, _data_bytes, _merged_array_specs, _NpyHeader,
                                            _read_npy_header, _read_rows)
 
 
@@ -159,7 +160,7 @@ class NpzSource(Source):
             seen.add(n)
         if not names:
             raise SchemaError("The archive holds no .npy member", file=path)
-        return names
+        return select_members(names, self.options.datasets, self.options.exclude_datasets, path)
 
     def _check_member(self, info: zipfile.ZipInfo, archive_bytes: int, path: str) -> None:
         """Compressed size within the archive; compression ratio within ``max_compression_ratio``."""
@@ -184,10 +185,10 @@ class NpzSource(Source):
                               file=path, member=member,
                               hint="if the data is genuine (e.g. mostly zeros), raise --max_compression_ratio")
 
-    def _check_total(self, zf, archive_bytes: int, path: str) -> None:
-        """The archive as a whole within ``max_compression_ratio`` (many members just under the 1 MiB
+    def _check_total(self, zf, members, archive_bytes: int, path: str) -> None:
+        """The members read, together, within ``max_compression_ratio`` (many members just under the 1 MiB
         floor of the per-member check would otherwise add up to any size)."""
-        total = sum(i.file_size for i in zf.infolist())
+        total = sum(zf.getinfo(m).file_size for m in members)
         limit = self.options.max_compression_ratio
         if total > RATIO_CHECK_MIN_BYTES and total > limit * max(1, archive_bytes):
             raise SourceError(f"The archive expands {total / max(1, archive_bytes):.0f}x in total ({archive_bytes} "
@@ -200,6 +201,9 @@ class NpzSource(Source):
         try:
             with zf.open(member) as m:
                 return _read_npy_header(m, where)
+        except SchemaError as e:  # an object member: the others may still be converted without it
+            raise SchemaError(e.message, file=path, member=member[:-4],
+                              hint=f"{e.hint}, or leave the member out with --exclude_datasets {member[:-4]}") from None
         except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
             raise SourceError(f"Cannot read member: {e}", file=path, member=member[:-4]) from None
         except (NotImplementedError, RuntimeError) as e:  # unknown compression method, encrypted member
@@ -220,20 +224,22 @@ class NpzSource(Source):
             members = self._members(zf, path)
             for m in members:
                 self._check_member(zf.getinfo(m), archive_bytes, path)
-            self._check_total(zf, archive_bytes, path)
+            self._check_total(zf, members, archive_bytes, path)
             headers = {}
             for m in members:
                 headers[m] = self._header(zf, m, path)
                 _check_declared(headers[m], zf.getinfo(m).file_size, path, m[:-4])
         if self.loose:
             sizes = tuple(_data_bytes(h) for h in headers.values())
-            specs = (FeatureSpec(KEY, VLEN_BYTES, (), "list"), _merged_array_spec(list(headers.values()), path, [m[:-4] if m.endswith('.npy') else m for m in headers]))
+            specs = (FeatureSpec(KEY, VLEN_BYTES, (), "list"),
+                     *_merged_array_specs(list(headers.values()), path, [m[:-4] for m in headers]))
             return FileIndex(path, len(members), specs, max(sizes), 1, tuple(members), sizes)
         specs, lengths = [], {}
         for m, h in headers.items():
             if not h.shape:
                 raise SchemaError("Member is 0-d: rows mode needs a leading axis", file=path, member=m[:-4],
-                                  hint="use --npz_mode arrays (each member -> one Example)")
+                                  hint=f"use --npz_mode arrays (each member -> one Example), or leave it out "
+                                       f"with --exclude_datasets {m[:-4]}")
             lengths[m[:-4]] = h.shape[0]
             specs += _leaf_specs(m[:-4], h.dtype, h.shape[1:], f"{path}, member '{m[:-4]}'")
         _check_names(specs, path)
@@ -323,11 +329,12 @@ class NpzSource(Source):
         arc = self._archive(rr.path)
         try:
             if self.loose:
-                keys, arrays = [], []
+                out = {KEY: []}
                 for m in rr.items:
-                    arrays.append(self._read_member(arc, m, None, None))
-                    keys.append(m[:-4].encode())
-                return {KEY: keys, ARRAY: arrays}
+                    for name, leaf in flatten_fields(ARRAY, self._read_member(arc, m, None, None)):
+                        out.setdefault(name, []).append(leaf)
+                    out[KEY].append(m[:-4].encode())
+                return out
             columns = {}
             for m in rr.items:
                 columns.update(flatten_fields(m[:-4], self._read_member(arc, m, rr.start, rr.stop)))

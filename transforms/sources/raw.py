@@ -115,6 +115,7 @@ class RawSource(Source):
 
     format_name = "raw"
     suffixes = (".raw", ".bin", ".dat")
+    takes_datasets = False  # one array per file
     modes = ("rows",)
 
     def is_sidecar(self, path: str) -> bool:

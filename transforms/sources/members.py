@@ -1,0 +1,57 @@
+"""Which members of an archive are converted: ``--datasets`` (only these) and ``--exclude_datasets`` (all but
+these), checked against the members present before any member is opened, so an excluded member (a pickled object
+array, say) is never read."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from tfrecord_etl.transforms.errors import SourceError
+
+MAX_NAMES_SHOWN = 20  # members listed in the error naming an unknown member
+
+
+def _present(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:MAX_NAMES_SHOWN])
+    more = len(names) - MAX_NAMES_SHOWN
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+def select_members(entries: Sequence[str], include: Sequence[str] | None, exclude: Sequence[str] | None,
+                   path: str, suffix: str = ".npy") -> list[str]:
+    """The archive entries to read, in archive order.
+
+    Args:
+      entries: the archive's member entries (``"x.npy"``), in archive order.
+      include: the member names to convert (``--datasets``; ``"x"`` or ``"x.npy"``), or None for all.
+      exclude: the member names to leave out (``--exclude_datasets``), or None.
+      path: the archive, named in errors.
+      suffix: the entry suffix a member name may omit.
+
+    Returns:
+      The selected entries: those of ``include`` (all when None) minus those of ``exclude``.
+
+    Raises:
+      SourceError: a name that no member has (one line naming the file and the members present), or a selection
+        that leaves no member.
+    """
+    if not include and not exclude:
+        return list(entries)
+    by_name = {e[:-len(suffix)] if e.endswith(suffix) else e: e for e in entries}
+
+    def resolve(names, flag):
+        out = []
+        for n in names or ():
+            key = n[:-len(suffix)] if n.endswith(suffix) and n not in by_name else n
+            if key not in by_name:
+                raise SourceError(f"No member named '{n}' ({flag}); the archive's members: {_present(list(by_name))}",
+                                  file=path, hint=f"pass member names as listed, without {suffix}")
+            out.append(by_name[key])
+        return out
+
+    wanted = set(resolve(include, "--datasets")) if include else set(entries)
+    dropped = set(resolve(exclude, "--exclude_datasets"))
+    selected = [e for e in entries if e in wanted and e not in dropped]
+    if not selected:
+        raise SourceError("--datasets and --exclude_datasets leave no member to convert", file=path,
+                          hint=f"the archive's members: {_present(list(by_name))}")
+    return selected
