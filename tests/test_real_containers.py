@@ -78,8 +78,16 @@ def test_anndata_h5ad_converts_its_cells_by_default(tmp_path, caplog, tf):
 
 def test_netcdf4_inference_data_groups_by_dimension_scale(tmp_path, caplog):
     path = fixture_file(NETCDF4)
+    # eight top-level groups (posterior, sample_stats, ...), each on its own dimension scales: no rule says which
+    # one is the data, so the default refuses in one line listing them, and --hdf5_group N picks one
+    code, _, err = convert(path, tmp_path / "refused")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "SchemaError: Which data to convert is not clear: the data variables lie under 8 top-level groups" in err
+    assert "4 rows on dimension '/sample_stats/chain', 17 dataset(s)" in err and "--hdf5_group 1;" in err
+    assert "4 rows on dimension '/posterior/chain', 4 dataset(s)" in err and "--hdf5_group 2;" in err
+    assert not (tmp_path / "refused").exists() or not list((tmp_path / "refused").glob("*.tfrecord"))
     with caplog.at_level("WARNING", logger="tfrecord_etl"):
-        out, examples = converted(tmp_path, path)
+        out, examples = converted(tmp_path, path, "--hdf5_group", "1")
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "4 rows on dimension '/sample_stats/chain'" in said and "--hdf5_group 2" in said
     with h5py.File(path) as f:
