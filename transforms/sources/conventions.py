@@ -255,9 +255,10 @@ def tree_groups(entries, roles: Roles | None) -> tuple[list[dict], dict]:
     ``role``) and ``{"group": number or None, "why": ...}``: the one convert takes by default, and why."""
     groups = ranked_groups(entries, roles)
     number, why = default_choice(groups, roles)
+    said = roles is not None and any(g.rank != DATA for g in groups)  # (a plain file's groups are all data)
     rows = [{"group": i, "rows": g.rows, "dimension": g.dimension, "datasets": list(g.datasets), "bytes": g.nbytes,
              "flag": "--datasets " + ",".join(g.datasets), "top": g.context,
-             "role": RANK_WHY[g.rank] if roles is not None else None}
+             "role": RANK_WHY[g.rank] if said else None}
             for i, g in enumerate(groups, 1)]
     return rows, {"group": number, "why": why}
 
