@@ -244,3 +244,15 @@ def test_files_without_conventions_keep_the_largest_group(tmp_path, layout):
         f[f"{prefix}meta/names"] = np.array([b"a", b"b"])  # under one top-level group at most: no refusal
     converted(tmp_path, path)
     assert features(tmp_path) == [f"{prefix}images", f"{prefix}labels"]
+
+
+def test_cf_references_parse_every_form_and_resolve_by_proximity():
+    from tfrecord_etl.transforms.sources.conventions import _names, _resolve
+    assert _names(np.bytes_(b"time_centered nav_lat nav_lon")) == ["time_centered", "nav_lat", "nav_lon"]
+    assert _names("area: cell_area volume: cell_volume") == ["cell_area", "cell_volume"]  # cell_measures
+    assert _names("crsOSGB: x y crsWGS84: lat lon", keys=True) == ["crsOSGB", "x", "y", "crsWGS84", "lat", "lon"]
+    assert _names(np.array([b"lat_bnds"])) == ["lat_bnds"] and _names(np.int32(3)) == []
+    known = {"/lat", "/forecast/lat", "/forecast/run/t", "/obs/lon"}
+    assert _resolve("lat", "/forecast/run/t", known) == "/forecast/lat"  # the nearest enclosing group first
+    assert _resolve("lat", "/obs/sst", known) == "/lat" and _resolve("/obs/lon", "/x", known) == "/obs/lon"
+    assert _resolve("missing", "/obs/sst", known) is None

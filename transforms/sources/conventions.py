@@ -52,8 +52,10 @@ class Roles:
     scales: bool = False
 
 
-def _names(value) -> list[str]:
-    """The variable names of a CF reference attribute (bytes, str or a 1-element array): ``key:`` words dropped."""
+def _names(value, keys: bool = False) -> list[str]:
+    """The variable names of a CF reference attribute (bytes, str or a 1-element array): ``key:`` words dropped,
+    or (``keys``: grid_mapping's extended form ``crs: lat lon``, whose keys are variables) kept without the
+    colon."""
     import numpy as np
     if isinstance(value, np.ndarray):
         value = value.ravel()[0] if value.size == 1 else b""
@@ -61,7 +63,7 @@ def _names(value) -> list[str]:
         value = bytes(value).decode("utf-8", "replace")
     if not isinstance(value, str):
         return []
-    return [w for w in value.split() if not w.endswith(":")]
+    return [w.rstrip(":") if keys else w for w in value.split() if keys or not w.endswith(":")]
 
 
 def _resolve(name: str, owner: str, known) -> str | None:
@@ -123,18 +125,21 @@ class Hdf5Roles:
             if kind == layout.SCALE:
                 self.descriptive[path] = "dimension coordinate"
             return
-        if "MATLAB_class" in attrs:
+        try:
+            names = set(attrs.keys())  # one iteration of the attributes, not one look-up per name
+        except Exception:  # noqa: BLE001 - attributes h5py cannot list: none known
+            return
+        if "MATLAB_class" in names:
             self.matlab = True
             return
-        if "DIMENSION_LIST" in attrs:
+        if "DIMENSION_LIST" in names:
             self.scales = True
-        for key in CF_REFERENCES:
-            if key in attrs:
-                try:
-                    value = attrs[key]
-                except Exception:  # noqa: BLE001 - an attribute h5py cannot read: no reference
-                    continue
-                self.refs += [(path, key, n) for n in _names(value)]
+        for key in names.intersection(CF_REFERENCES):
+            try:
+                value = attrs[key]
+            except Exception:  # noqa: BLE001 - an attribute h5py cannot read: no reference
+                continue
+            self.refs += [(path, key, n) for n in _names(value, keys=key == "grid_mapping")]
 
     def roles(self, paths) -> Roles | None:
         """The roles of the entries ``paths``, or None when the file keeps its own rules (AnnData, Loom, MINC-2,
@@ -165,7 +170,7 @@ def netcdf3_roles(f) -> Roles:
             descriptive.setdefault(name, "dimension coordinate")
         attrs = getattr(var, "_attributes", {})
         for key in CF_REFERENCES:
-            for ref in _names(attrs.get(key)):
+            for ref in _names(attrs.get(key), keys=key == "grid_mapping"):
                 if ref in names and ref != name:
                     descriptive.setdefault(ref, f"{key} of {name}")
     unlimited = {d for d, size in f.dimensions.items() if size is None}

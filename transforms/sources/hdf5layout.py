@@ -7,7 +7,7 @@ Container formats built on HDF5 and what this module knows of them:
 * netCDF-4 (Unidata, "NetCDF-4 file format"): coordinate variables are dimension scales (``CLASS=DIMENSION_SCALE``);
   a dimension without a variable is a scale whose ``NAME`` starts ``This is a netCDF dimension but not a netCDF
   variable`` (a placeholder, never data). Variables on the same leading dimension form one row group, as xarray
-  groups variables by dimension.
+  groups variables by dimension; which group is the default follows the CF conventions (``conventions``).
 * AnnData ``.h5ad``: ``/X`` and the ``/obs`` columns share ``n_obs`` rows, ``/var`` columns ``n_vars``: two row groups.
 * MATLAB v7.3 ``.mat`` (an HDF5 file behind a 512-byte user block): every variable carries a ``MATLAB_class``
   attribute and is stored column-major, so HDF5 sees its dimensions reversed (a MATLAB 1000x20 matrix is an HDF5
