@@ -215,7 +215,8 @@ def default_choice(groups: list[layout.RowGroup], roles: Roles | None) -> tuple[
     rest = sorted({g.rank for g in groups} - {groups[0].rank})
     if groups[0].rank == DESCRIPTIVE:
         return 1, f"nothing else has rows: {why}"
-    return 1, why + (f"; the others hold {' or '.join(RANK_WHY[r] for r in rest)}" if rest else "")
+    other = {DATA: "data variables on other dimensions", DESCRIPTIVE: RANK_WHY[DESCRIPTIVE]}
+    return 1, why + (f"; the others hold {', or '.join(other[r] for r in rest)}" if rest else "")
 
 
 def choose(entries, roles: Roles | None, number: int | None, path: str, note: str = "") -> list[str]:
