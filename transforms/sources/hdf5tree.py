@@ -24,6 +24,7 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
       SourceError: not a readable HDF5 file (naming it).
     """
     import h5py
+    from tfrecord_etl.transforms.sources import conventions
     from tfrecord_etl.transforms.sources import hdf5layout as layout
     from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source
     from tfrecord_etl.transforms.sources.base import SourceOptions
@@ -31,6 +32,7 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
     f, stream = Hdf5Source(SourceOptions())._open(path)
     objects, truncated, entries = [], False, []
     try:
+        collector = conventions.Hdf5Roles(f)
         for full, link, obj in layout.walk(f):
             if len(objects) >= max_objects:
                 truncated = True
@@ -56,6 +58,7 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
             except SourceError as e:  # a MATLAB attribute of the wrong type: listed, as convert refuses it
                 objects.append({"path": full, "kind": "unreadable", "target": e.message})
                 continue
+            collector.observe(full, obj, kind)
             plist = obj.id.get_create_plist()
             storage = "virtual" if obj.is_virtual else ("external" if plist.get_external_count() else
                                                         {0: "compact", 1: "contiguous", 2: "chunked"}.get(
@@ -74,14 +77,24 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
             if kind in (layout.DATA, layout.SCALE):
                 rows, _ = layout.rows_and_shape(obj)
                 entries.append((full, rows, layout.leading_dimension(obj), layout.data_bytes(obj)))
+        roles = collector.roles([e[0] for e in entries])
     finally:
         f.close()
         if stream is not None:
             stream.close()
-    groups = [{"group": i, "rows": g.rows, "dimension": g.dimension, "datasets": list(g.datasets), "bytes": g.nbytes,
-               "flag": "--datasets " + ",".join(g.datasets)}
-              for i, g in enumerate(layout.group_rows(entries), 1)]
-    return {"file": path, "objects": objects, "row_groups": groups, "truncated": truncated}
+    return _with_groups({"file": path, "objects": objects, "truncated": truncated}, entries, roles)
+
+
+def _with_groups(tree: dict, entries, roles) -> dict:
+    """``tree`` with its ``row_groups`` and ``default`` (:func:`conventions.tree_groups`) and each object's
+    ``role`` (why a coordinate, bounds or metadata dataset describes the data), where the conventions say."""
+    from tfrecord_etl.transforms.sources import conventions
+    tree["row_groups"], tree["default"] = conventions.tree_groups(entries, roles)
+    for o in tree["objects"]:
+        role = conventions.describe_role(roles, o["path"])
+        if role and o.get("kind") != "dimension-scale":  # (listed as a coordinate variable already)
+            o["role"] = role
+    return tree
 
 
 def netcdf3_tree(path: str) -> dict:
@@ -91,13 +104,14 @@ def netcdf3_tree(path: str) -> dict:
     Raises:
       SourceError: not a readable NetCDF-3 file (naming it).
     """
-    from tfrecord_etl.transforms.sources import hdf5layout as layout
+    from tfrecord_etl.transforms.sources import conventions
     from tfrecord_etl.transforms.sources.base import SourceOptions
     from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
     source = NetCdf3Source(SourceOptions())
     f = source._open(path)
     objects, entries = [], []
     try:
+        roles = conventions.netcdf3_roles(f)
         for name, var in f.variables.items():
             storage = "record variable" if var.isrec else "fixed-size"
             objects.append({"path": name, "kind": "dataset" if var.shape else "scalar", "dtype": str(var.data.dtype),
@@ -107,9 +121,7 @@ def netcdf3_tree(path: str) -> dict:
                 entries.append((name, int(var.shape[0]), var.dimensions[0], int(var.data.nbytes)))
     finally:
         source._close(f)
-    groups = [{"group": i, "rows": g.rows, "dimension": g.dimension, "datasets": list(g.datasets), "bytes": g.nbytes,
-               "flag": "--datasets " + ",".join(g.datasets)} for i, g in enumerate(layout.group_rows(entries), 1)]
-    return {"file": path, "format": "NetCDF-3", "objects": objects, "row_groups": groups, "truncated": False}
+    return _with_groups({"file": path, "format": "NetCDF-3", "objects": objects, "truncated": False}, entries, roles)
 
 
 def matlab_tree(path: str) -> dict:
@@ -167,15 +179,23 @@ def render_tree(tree: dict) -> str:
                 o["kind"], f"  [{o['kind']}: skipped by convert]")
             if o.get("matlab"):
                 extra.append("MATLAB column-major: rows on the last axis")
+            if o.get("role"):
+                skip += f"  [{o['role']}]"
             lines.append(f"  {o['path']:<40} {o['dtype']:<12} {str(o['shape']):<18} {', '.join(extra)}{skip}")
-    lines.append("row groups (datasets converted together share their leading dimension; convert reads group 1 "
-                 "unless --hdf5_group N or --datasets says otherwise):")
+    lines.append("row groups (datasets converted together share their leading dimension; convert reads the default "
+                 "below unless --hdf5_group N or --datasets says otherwise):")
     for g in tree["row_groups"]:
         shown = g["flag"] if len(g["flag"]) <= 200 else g["flag"][:200] + f"... ({len(g['datasets'])} datasets)"
         n = len(g["datasets"])
         dim = f" on '{g['dimension']}'" if g["dimension"] else ""
-        lines.append(f"  group {g['group']}: {g['rows']} rows{dim}, {n} dataset{'s' if n > 1 else ''}, "
-                     f"{g['bytes']} bytes  ->  --hdf5_group {g['group']} or {shown}")
+        top = f" under '{g['top']}'" if g.get("top") else ""
+        role = f" ({g['role']})" if g.get("role") else ""
+        lines.append(f"  group {g['group']}: {g['rows']} rows{dim}{top}, {n} dataset{'s' if n > 1 else ''}, "
+                     f"{g['bytes']} bytes{role}  ->  --hdf5_group {g['group']} or {shown}")
+    default = tree.get("default")
+    if default and tree["row_groups"]:
+        lines.append(f"default: convert takes group {default['group']}: {default['why']}" if default["group"] else
+                     f"default: none, convert refuses to choose: {default['why']}; pass --hdf5_group N or --datasets")
     if not tree["row_groups"]:
         lines.append("  none: no dataset with rows; convert (--hdf5_mode auto) makes each dataset and MATLAB cell one "
                      "Example")

@@ -17,7 +17,7 @@ import numpy as np
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources import hdf5layout as layout
+from tfrecord_etl.transforms.sources import conventions
 from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, _check_empty_rows,
                                                   _check_names, _leaf_specs, _refuse_special_file, _row_bytes,
                                                   _row_spec, log, loosen_all)
@@ -30,7 +30,8 @@ class NetCdf3Source(Source):
     variables whole at open, before any size could be checked).
 
     Rows mode: the variables of ``options.datasets`` (names with or without a leading ``/``), else the row
-    group ``options.hdf5_group`` (1 = largest in bytes) of the variables grouped by their first dimension; 0-d
+    group ``options.hdf5_group`` of the variables grouped by their first dimension, by default the CF data
+    variables on the record dimension, else the largest group of data variables (:mod:`conventions`); 0-d
     variables are skipped (one warning). Datasets mode: each variable is one Example (``key``, ``array``).
     """
 
@@ -123,7 +124,7 @@ class NetCdf3Source(Source):
                 return []  # index() converts each variable instead
             raise SchemaError("The file holds no variable with rows", file=path,
                               hint="use --hdf5_mode datasets (each variable -> one Example)")
-        return layout.choose_group(entries, self.options.hdf5_group, path)
+        return conventions.choose(entries, conventions.netcdf3_roles(f), self.options.hdf5_group or None, path)
 
     def _index_variables(self, f, path: str) -> FileIndex:
         names = [n.lstrip("/") for n in self.options.datasets] if self.options.datasets else list(f.variables)
