@@ -201,8 +201,8 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
       check_checksums: before reading, each shard's CRC32C is checked against metadata.json (once per process
         and file version; its size always). False: size only (plus each shard's record count while reading).
 
-    How (:mod:`transforms.tfdata`): shards read one after the other (2 at a time with ``deterministic=False``),
-    records batched before parsing (one ``tf.io.parse_example`` and one ``decode_raw`` per batch; with
+    How (:mod:`transforms.tfdata`): shards read one after the other (2 at a time with ``deterministic=False``;
+    records of 4 kB or more read ahead by a thread of their own, in order), records batched before parsing (one ``tf.io.parse_example`` and one ``decode_raw`` per batch; with
     ``batch_size=None``, batches of 256 unbatched after decoding), prefetch.
 
     Raises:
