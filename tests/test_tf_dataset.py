@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import convert
 from tests.test_codec import NUMERIC, TEXT, TIME, sample
-from tfrecord_etl.transforms import codec, reader, tfdata, tfrecord
+from tfrecord_etl.transforms import codec, metadata, reader, tfdata, tfrecord
 from tfrecord_etl.transforms.codec import ENCODINGS, FeatureSpec
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
 
@@ -275,3 +275,57 @@ def test_a_shard_is_checksummed_once_per_file_version(copy, monkeypatch):
     os.utime(shard)  # a new version (modification time): read again
     reader.to_tf_dataset(str(out))
     assert reads[-1] == str(shard) and len(reads) == 5
+
+
+# -- large records: read ahead by a thread of their own, still in shard order ----------------------------------
+
+@pytest.fixture(scope="module")
+def large(tmp_path_factory):
+    """``{compression: output dir}`` of 300 records of about 5 kB (3 shards): read ahead (tfdata.read_ahead)."""
+    root = tmp_path_factory.mktemp("tfdata_large")
+    rng = np.random.default_rng(3)
+    np.savez(root / "in.npz", id=np.arange(300, dtype="<i8"), image=rng.integers(0, 256, (300, 40, 40, 3), np.uint8))
+    out = {}
+    for compression in ("none", "gzip"):
+        out[compression] = root / compression
+        assert convert(root / "in.npz", out[compression], "--num_shards", "3", "--compression", compression)[0] == 0
+    return out
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_large_records_read_ahead_in_shard_order_as_plain_tensorflow_reads_them(large, tf, compression):
+    from tfrecord_etl.transforms import collection_reader
+    out = str(large[compression])
+    shards = tfdata.shards_of(collection_reader.parts(out, None, None, None, False)[1])
+    assert tfdata.read_ahead(shards) >= 16  # ~4.8 kB records: read ahead
+    meta = metadata.load(out)
+    plain = tf.data.TFRecordDataset([f"{out}/{s['file']}" for s in meta["shards"]],
+                                    compression_type={"gzip": "GZIP"}.get(compression, ""))
+    spec = {"id": tf.io.FixedLenFeature([], tf.int64), "image": tf.io.FixedLenFeature([], tf.string)}
+    want = [tf.io.parse_single_example(r, spec) for r in plain]
+    assert [int(w["id"]) for w in want] == list(range(300))
+    batches = _rows(reader.to_tf_dataset(out, batch_size=64))
+    assert [len(b["id"]) for b in batches] == [64] * 4 + [44]
+    got = _unbatch(batches)
+    assert [int(g["id"]) for g in got] == list(range(300))
+    for g, w in zip(got, want):
+        assert g["image"].dtype == np.uint8 and g["image"].tobytes() == w["image"].numpy()
+    unbatched = _rows(reader.to_tf_dataset(out))
+    assert [int(e["id"]) for e in unbatched] == list(range(300))
+    assert all(np.array_equal(a["image"], b["image"]) for a, b in zip(unbatched, got))
+
+
+def test_small_records_are_not_read_ahead(outputs):
+    from tfrecord_etl.transforms import collection_reader
+    shards = tfdata.shards_of(collection_reader.parts(str(outputs["none"]), None, None, None, False)[1])
+    assert tfdata.read_ahead(shards) == 0
+
+
+def test_large_records_cut_after_the_checks_fail_while_reading_ahead(large, tf, tmp_path):
+    shutil.copytree(large["none"], tmp_path / "out")
+    out = tmp_path / "out"
+    shard = out / metadata.load(str(out))["shards"][1]["file"]
+    ds = reader.to_tf_dataset(str(out), batch_size=32)
+    _cut_at_a_record_boundary(shard)
+    with pytest.raises(tf.errors.FailedPreconditionError, match="expected to contain 100 elements"):
+        list(ds)

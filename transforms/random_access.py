@@ -70,6 +70,8 @@ class RandomAccess:
         self._ends_list = self._ends.tolist()  # bisect over a list: no NumPy call per index
         self._len = int(self._ends[-1]) if len(self._ends) else 0
         self._offsets: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._lists: dict[int, tuple[list, list]] = {}  # the same, as lists (per process: not pickled)
+        self._headers: dict[int, bytes] = {}  # frame length -> its header bytes, checked once
         self._checked: dict[int, tuple | None] = {}  # shard -> the version (os.stat) whose identity was checked
         self._limit = tfrecord.record_limit() if max_record_bytes is None else max_record_bytes
         self._max_features = max_features
@@ -83,6 +85,7 @@ class RandomAccess:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_fds"], state["_pid"] = {}, None  # a copy in another process opens its own handles
+        state["_lists"] = {}  # rebuilt from _offsets on first use
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -179,6 +182,7 @@ class RandomAccess:
                 return fd
             os.close(fd)
             self._offsets.pop(k, None)  # another file is at the path now: check it as a new one
+            self._lists.pop(k, None)
         raise RecordError("Shard changed while it was being checked", file=path,
                           hint="read it again once nothing writes the output")
 
@@ -195,10 +199,22 @@ class RandomAccess:
         return self._record(*self._locate(i))
 
     def _record(self, k: int, j: int) -> bytes:
-        offsets, frames = self._frames(k)
-        path, offset, frame = self._paths[k], int(offsets[j]), int(frames[j])
-        tfrecord.check_record_size(frame - 16, self._limit, file=path, record=j, offset=offset)
-        return tfrecord.unframe(self._read(k, offset, frame), path, j, offset)
+        table = self._lists.get(k)
+        if table is None:  # the shard's offsets as Python ints: no NumPy scalar per read
+            offsets, frames = self._frames(k)
+            table = self._lists[k] = (offsets.tolist(), frames.tolist())
+        offset, frame = table[0][j], table[1][j]
+        if frame - 16 > self._limit:
+            tfrecord.check_record_size(frame - 16, self._limit, file=self._paths[k], record=j, offset=offset)
+        data = self._read(k, offset, frame)
+        # a frame of a length seen before: its 12 header bytes (length and length CRC) are the ones checked then
+        header = self._headers.get(frame)
+        if header is not None and data[:12] == header and len(data) == frame and \
+                tfrecord.masked_crc(data[12:-4]) == int.from_bytes(data[-4:], "little"):
+            return data[12:-4]
+        record = tfrecord.unframe(data, self._paths[k], j, offset)  # every check, the exact error
+        self._headers[frame] = data[:12]
+        return record
 
     def _decode_error(self, e: RecordError, k: int, j: int) -> RecordError:
         return RecordError(f"Cannot decode example: {e.message}", hint=e.hint, file=self._paths[k], record=j,

@@ -201,8 +201,8 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
       check_checksums: before reading, each shard's CRC32C is checked against metadata.json (once per process
         and file version; its size always). False: size only (plus each shard's record count while reading).
 
-    How (:mod:`transforms.tfdata`): shards read one after the other (2 at a time with ``deterministic=False``),
-    records batched before parsing (one ``tf.io.parse_example`` and one ``decode_raw`` per batch; with
+    How (:mod:`transforms.tfdata`): shards read one after the other (2 at a time with ``deterministic=False``;
+    records of 4 kB or more read ahead by a thread of their own, in order), records batched before parsing (one ``tf.io.parse_example`` and one ``decode_raw`` per batch; with
     ``batch_size=None``, batches of 256 unbatched after decoding), prefetch.
 
     Raises:
@@ -321,10 +321,23 @@ class SidecarCollection:
         return self.original_specs + self.sidecar_specs
 
 
+#: bytes read at a time for a local shard's CRC32C (unbuffered reads into one buffer: about twice the rate of new
+#: 4 MiB bytes objects read through fileio)
+CRC_CHUNK = 1 << 20
+
+
 def file_crc32c(path: str) -> tuple[int, str]:
     """``(size in bytes, CRC32C as 8 hex digits)`` of a file's stored bytes (compressed as stored)."""
     import google_crc32c
     checksum, size = google_crc32c.Checksum(), 0
+    if fileio.is_local(path):  # one buffer, read into again and again (google-crc32c takes a NumPy view of it)
+        buffer = bytearray(CRC_CHUNK)
+        view, values = memoryview(buffer), np.frombuffer(buffer, np.uint8)
+        with open(path, "rb", buffering=0) as f:
+            while k := f.readinto(view):
+                checksum.update(values[:k])
+                size += k
+        return size, checksum.hexdigest().decode()
     with fileio.open_read(path) as f:
         while chunk := f.read(1 << 22):
             checksum.update(chunk)

@@ -1,7 +1,8 @@
 """The ``tf.data`` pipeline of :func:`transforms.reader.to_tf_dataset`: checked shards, batched parsing.
 
     shards (this worker's, optionally shuffled)                 each checked first: size, CRC32C (once per version)
-      -> TFRecordDataset per shard, its record count asserted   shard order (deterministic=False: 2 at once)
+      -> TFRecordDataset per shard, its record count asserted   shard order (deterministic=False: 2 at once);
+         [-> prefetch]                                          large records read ahead by a thread of their own
       -> batch(B) -> map(tf.io.parse_example + batch decode)    one parse and one decode_raw per batch
       [-> unbatch]                                              batch_size=None: parsed in batches all the same
       -> prefetch(AUTOTUNE)
@@ -34,6 +35,10 @@ PARSE_BATCH = 256
 PARALLEL_READS = 2
 #: bytes TFRecordDataset reads from a shard at a time
 READ_BUFFER = 4 << 20
+#: records of at least this many bytes (on average over the shards read) are read ahead by a thread of their own
+LARGE_RECORD = 4096
+#: bytes of records read ahead per shard being read (records of LARGE_RECORD bytes or more)
+READ_AHEAD = 16 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,11 +108,28 @@ def decode_batch(tf, parsed: dict, specs: Sequence[FeatureSpec]) -> dict:
     return {spec.name: encoding_of(spec).to_tf_batch(tf, spec, parsed[spec.name]) for spec in specs}
 
 
+def read_ahead(shards: Sequence[Shard]) -> int:
+    """Records to read ahead of the batching, per shard being read: 0 (none) for records under
+    :data:`LARGE_RECORD` bytes on average, else :data:`READ_AHEAD` bytes' worth.
+
+    Why: with large records, reading (a copy of each record and its CRC) is most of the work, and done in the
+    thread that batches, it is one thread for both in shard order; a ``prefetch`` on each shard's records gives
+    reading a thread of its own, still in shard order (measured on 20,000 records of 12.8 kB on a loaded 2-core
+    machine: 1.57x the hand-written two-reader pipeline, against 1.07x without). Small records lose by it (a
+    hand-over per record: 2.54x became 1.26x), so they are not read ahead."""
+    total = sum(int(s.entry.get("bytes") or 0) for s in shards)
+    count = sum(s.records for s in shards)
+    if not count or total // count < LARGE_RECORD:
+        return 0
+    return max(16, READ_AHEAD // (total // count))
+
+
 def records(tf, shards: Sequence[Shard], shuffle_files: bool = False, seed: int | None = None,
             deterministic: bool = True, parallel_reads: int = PARALLEL_READS):
     """A dataset of the serialized records of ``shards``: with ``deterministic``, shard after shard (in the order
     given, or shuffled with ``seed``, again each epoch); else ``parallel_reads`` shards read at once by tf.data's
-    parallel interleave, records taken from whichever is ready. Each shard's record count is asserted against
+    parallel interleave, records taken from whichever is ready. Large records are read ahead by a thread of their
+    own (:func:`read_ahead`). Each shard's record count is asserted against
     metadata.json as it is read (``tf.data.experimental.assert_cardinality``: a ``FailedPreconditionError`` if
     the file changed after the checks).
 
@@ -119,9 +141,12 @@ def records(tf, shards: Sequence[Shard], shuffle_files: bool = False, seed: int 
     if shuffle_files and len(shards) > 1:  # a shuffle buffer must hold at least one element
         files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True)
 
+    ahead = read_ahead(shards)
+
     def read(path, compression, count):
         ds = tf.data.TFRecordDataset(path, compression_type=compression, buffer_size=READ_BUFFER)
-        return ds.apply(tf.data.experimental.assert_cardinality(count))
+        ds = ds.apply(tf.data.experimental.assert_cardinality(count))
+        return ds.prefetch(ahead) if ahead else ds
 
     if deterministic or len(shards) < 2 or parallel_reads < 2:
         return files.flat_map(read)

@@ -86,6 +86,7 @@ class Layout:
 
     def __init__(self, length, ref, ranges, vector, spans):
         self.length, self.ref, self.ranges, self.vector, self.spans = length, ref, ranges, vector, spans
+        self._one = None  # matches_one's checks, prepared on first use
         # the bytes every matching row must hold: structural bytes whole, and the continuation bit of each varint
         # byte (set but on each value's last byte); gathered in one fancy index and compared 8 bytes at a time
         idx = [i for a, b in ranges for i in range(a, b)]
@@ -121,19 +122,23 @@ class Layout:
         return ok
 
     def matches_one(self, record: bytes) -> bool:
-        """:meth:`matches` for one record (bytes), in pure Python: a few slice comparisons."""
+        """:meth:`matches` for one record (bytes), in pure Python: a few slice comparisons (their reference bytes
+        and the varint bytes' continuation bits prepared on first use)."""
         if len(record) != self.length:
             return False
-        ref = self._ref_bytes
-        for a, b in self.ranges:
-            if record[a:b] != ref[a:b]:
+        checks = self._one
+        if checks is None:
+            ref = self._ref_bytes
+            checks = self._one = (
+                tuple((a, b, ref[a:b]) for a, b in self.ranges),
+                tuple((start + i, i % width != width - 1) for start, nbytes, width in self.vector.values()
+                      if width and nbytes for i in range(nbytes)))
+        for a, b, want in checks[0]:
+            if record[a:b] != want:
                 return False
-        for start, nbytes, width in self.vector.values():
-            if width and nbytes:
-                last = width - 1
-                for i in range(nbytes):
-                    if (record[start + i] >= 0x80) != (i % width != last):
-                        return False
+        for i, high in checks[1]:
+            if (record[i] >= 0x80) != high:
+                return False
         return True
 
     @property
