@@ -161,6 +161,7 @@ def dataset(tf, serialized, specs: Sequence[FeatureSpec], batch_size: int | None
     from tfrecord_etl.transforms.reader import _parse_spec, decode_tf
     parse_spec = _parse_spec(tf, specs)
     if all(s.is_fixed for s in specs):
+        @tf.autograph.experimental.do_not_convert  # plain ops, no Python control flow on tensors: no tracing rewrite
         def parse(batch):
             return decode_batch(tf, tf.io.parse_example(batch, parse_spec), specs)
         ds = serialized.batch(batch_size or PARSE_BATCH).map(parse, num_parallel_calls=tf.data.AUTOTUNE,
