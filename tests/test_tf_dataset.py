@@ -329,3 +329,19 @@ def test_large_records_cut_after_the_checks_fail_while_reading_ahead(large, tf, 
     _cut_at_a_record_boundary(shard)
     with pytest.raises(tf.errors.FailedPreconditionError, match="expected to contain 100 elements"):
         list(ds)
+
+
+def test_reading_a_local_output_imports_no_apache_beam(outputs):
+    """Beam's FileSystems (with its GCP modules) cost the first ``to_tf_dataset`` of a process about 2 s: a local
+    output is read with ``os.path`` alone, as Beam's LocalFileSystem would, also when Beam is installed."""
+    import subprocess
+    import sys
+    from tests.conftest import ROOT
+    code = ("import sys\nfrom tfrecord_etl.transforms import reader\n"
+            f"n = sum(int(b['id'].shape[0]) for b in reader.to_tf_dataset({str(outputs['gzip'])!r}, batch_size=7))\n"
+            f"n += sum(len(b['id']) for b in reader.iter_numpy({str(outputs['none'])!r}, batch_size=7))\n"
+            "print(n, 'apache_beam' in sys.modules)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == [str(2 * ROWS), "False"]
