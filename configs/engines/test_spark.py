@@ -60,22 +60,29 @@ def test_augment_is_byte_identical(spark, inputs, reference, tmp_path):
 
 
 def test_a_worker_killed_mid_job_the_output_is_identical(spark, big_input, big_reference, tmp_path):
+    """The worker killed is one whose executor runs a task of this job at that moment (the driver's REST API says
+    so), and Spark's event log must then show that task lost with its executor: the kill hit the job."""
     out = tmp_path / "out"
-    victim = spark.workers[0]
+    hit = {}
 
-    def kill():
-        os.killpg(victim.pid, signal.SIGKILL)  # the worker JVM and its executor (same process group)
-        victim.popen.wait(30)
-        spark.procs.procs.remove(victim)
-        spark.workers.remove(victim)
+    def executor_at_work():
+        # a shard being written, and an executor of the job's application running tasks on one of our workers
+        if not (out.exists() and any(p.name.startswith((".tmp-", "data-")) for p in out.iterdir())):
+            return False
+        processes = spark.executor_processes()
+        for app_executor in spark.busy_executors():
+            if app_executor in processes:
+                hit["app"], hit["executor"] = app_executor
+                hit["worker"], hit["pid"] = processes[app_executor]
+                return True
+        return False
 
     proc = common.start("convert", ["--input", big_input, "--output_dir", out, *KILL_FLAGS], spark.flags(),
                         tmp_path / "launcher.log")
     try:
-        common.wait_until(lambda: out.exists() and any(p.name.startswith(".tmp-") or p.name.startswith("data-")
-                                                       for p in out.iterdir()), 600, "the first shard temporary",
+        common.wait_until(executor_at_work, 600, "an executor running the job's tasks while a shard is written",
                           proc)
-        kill()
+        spark.kill_worker(hit["worker"])  # the worker JVM and its executor (same process group)
         code = proc.wait(900)
     finally:
         if proc.poll() is None:
@@ -84,5 +91,8 @@ def test_a_worker_killed_mid_job_the_output_is_identical(spark, big_input, big_r
         spark.add_worker()
     log = (tmp_path / "launcher.log").read_text(errors="replace")
     assert code == 0, log[-4000:]
+    lost, removed = spark.lost_tasks(hit["app"], hit["executor"])
+    # Spark lost the executor with tasks of this job on it (and ran them again elsewhere: the output is complete)
+    assert lost >= 1 and removed, (hit, lost, removed)
     common.assert_same_output(out, big_reference)
     assert common.leftovers(out) == []
