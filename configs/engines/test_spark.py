@@ -1,7 +1,8 @@
 """The pipelines on a real standalone Spark cluster on this machine: a master and two workers (separate JVMs, the
 Spark 3.3.4 that the pyspark wheel bundles), Beam's Spark job server (Beam 2.50.0's beam-runners-spark-3: the
 newest Maven Central serves here) and the Python SDK harness (Beam 2.77) as an EXTERNAL worker pool. Outputs are
-byte-identical to the DirectRunner's, also after a worker (and its executor) is killed mid-job.
+byte-identical to the DirectRunner's, also after a worker (and its executor) is killed while the executor runs a
+task of the job (Spark's event log must show that task lost with its executor).
 
     bash configs/engines/setup_spark.sh && PYTHONPATH=$PWD .venv/bin/python -m pytest configs/engines/test_spark.py
 
