@@ -24,7 +24,7 @@ import pytest
 
 from configs.engines import common
 from configs.engines.common import full_only
-from configs.engines.conftest import KILL_AUGMENT, KILL_FLAGS
+from configs.engines.conftest import CONVERT_FLAGS, KILL_AUGMENT, KILL_FLAGS
 from configs.engines.engines import FlinkCluster, harness_pids
 from tests.test_files_source import collection  # noqa: F401  (a fixture: an image folder)
 
@@ -32,7 +32,6 @@ if os.environ.get("TFRECORD_ETL_FLINK") == "0":
     pytest.skip("TFRECORD_ETL_FLINK=0", allow_module_level=True)
 
 pytestmark = pytest.mark.timeout(900)
-CONVERT_FLAGS = ["--num_shards", "3", "--target_range_mb", "0.004", "--compression", "gzip", "--provenance"]
 
 
 @pytest.fixture(scope="module")

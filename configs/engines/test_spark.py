@@ -18,9 +18,8 @@ import pytest
 
 from configs.engines import common
 from configs.engines.common import full_only
-from configs.engines.conftest import KILL_FLAGS
+from configs.engines.conftest import CONVERT_FLAGS, KILL_FLAGS
 from configs.engines.engines import SparkCluster
-from configs.engines.test_flink import CONVERT_FLAGS
 
 if os.environ.get("TFRECORD_ETL_SPARK") == "0":
     pytest.skip("TFRECORD_ETL_SPARK=0", allow_module_level=True)
