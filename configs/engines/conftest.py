@@ -15,6 +15,9 @@ from configs.engines import common
 from tests.test_runners import make_inputs
 
 BIG = os.environ.get("TFRECORD_ETL_ENGINES_BIG") == "1"
+# the small input's convert flags (Flink's and Spark's tests; here, so that a module skipped as a whole, e.g.
+# TFRECORD_ETL_FLINK=0, does not take the other engine's tests with it)
+CONVERT_FLAGS = ["--num_shards", "3", "--target_range_mb", "0.004", "--compression", "gzip", "--provenance"]
 # the lost-worker tests' flags: 8 shards of row ranges of 1 MB, so a shard is still being written when one is done
 KILL_FLAGS = ["--num_shards", "8", "--target_range_mb", "1", "--compression", "gzip"]
 KILL_AUGMENT = ["--fn", "tests.augment_fns:add_one", "--fn_inputs", "id", "--constants", "w=0.5:float32"]

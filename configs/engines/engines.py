@@ -309,7 +309,11 @@ class FlinkCluster:
 
 class SparkCluster:
     """A standalone Spark master and ``workers`` workers (one JVM each, from the pyspark wheel's distribution),
-    Beam's Spark job server pointed at the master, and a worker pool."""
+    Beam's Spark job server pointed at the master, and a worker pool.
+
+    The job server is the driver of every job's Spark application (one SparkContext per job): its web UI listens on
+    ``ui_port`` (loopback; Spark's REST API under ``/api/v1``, which :meth:`busy_executors` reads while a job runs)
+    and it writes each application's event log under ``workdir/events`` (what :meth:`lost_tasks` reads after it)."""
 
     def __init__(self, workdir, workers: int = 2, cores: int = 1):
         self.workdir = pathlib.Path(workdir)
@@ -329,7 +333,9 @@ class SparkCluster:
             raise EngineError(f"{SPARK_HOME} is missing: run bash configs/engines/setup_spark.sh")
         for d in ("local", "work"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
-        self.master_port, self.master_ui = free_port(), free_port()
+        self.master_port, self.master_ui, self.ui_port = free_port(), free_port(), free_port()
+        self.events = self.workdir / "events"
+        self.events.mkdir(parents=True, exist_ok=True)
         try:
             self.master = self.procs.start("spark-master", [
                 SPARK_HOME / "bin" / "spark-class", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
@@ -341,7 +347,10 @@ class SparkCluster:
             self.pool, self.pool_port = worker_pool(self.procs)
             self.job_port = free_port()
             self.job_server = self.procs.start("spark-job-server", [
-                "java", *ADD_OPENS.split(), "-cp", f"{SPARK_HOME}/jars/*:{SPARK_JOB_SERVER_JARS}/*",  # Spark's own jars first: its
+                # each job's SparkContext reads spark.* system properties: its UI port and an event log per job
+                "java", *ADD_OPENS.split(), f"-Dspark.ui.port={self.ui_port}",
+                "-Dspark.eventLog.enabled=true", f"-Dspark.eventLog.dir={self.events.as_uri()}",
+                "-cp", f"{SPARK_HOME}/jars/*:{SPARK_JOB_SERVER_JARS}/*",  # Spark's own jars first: its
                 # jackson-module-scala refuses the newer jackson-databind Beam brings
                 "org.apache.beam.runners.spark.SparkJobServerDriver", f"--spark-master-url={self.master_url}",
                 "--job-host=127.0.0.1", f"--job-port={self.job_port}", "--artifact-port=0", "--expansion-port=0"],
@@ -372,6 +381,62 @@ class SparkCluster:
     def executors(self) -> list[int]:
         """Pids of the executor JVMs (children of the worker JVMs)."""
         return [c for w in self.workers for c in children(w.pid)]
+
+    def executor_processes(self) -> dict[tuple[str, str], tuple[Proc, int]]:
+        """``(application id, executor id) -> (worker, executor pid)`` for every executor JVM of the workers (from
+        the executor's command line: ``... CoarseGrainedExecutorBackend ... --executor-id N ... --app-id APP``)."""
+        found = {}
+        for w in self.workers:
+            for pid in children(w.pid):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        args = f.read().decode(errors="replace").split("\0")
+                except OSError:
+                    continue
+                if "--executor-id" in args and "--app-id" in args:
+                    found[(args[args.index("--app-id") + 1], args[args.index("--executor-id") + 1])] = (w, pid)
+        return found
+
+    def busy_executors(self) -> list[tuple[str, str]]:
+        """``(application id, executor id)`` of the executors that run tasks now, from the driver's REST API (the
+        job server's SparkContext), the driver itself left out; [] when no job runs."""
+        busy = []
+        for app in http_json(f"http://127.0.0.1:{self.ui_port}/api/v1/applications") or []:
+            for e in http_json(f"http://127.0.0.1:{self.ui_port}/api/v1/applications/{app['id']}/executors") or []:
+                if e.get("id") != "driver" and e.get("isActive") and e.get("activeTasks", 0) > 0:
+                    busy.append((app["id"], e["id"]))
+        return busy
+
+    def events_of(self, app_id: str) -> list[dict]:
+        """The event log of an application (the job server writes one per job: ``events/APP`` once the job ended,
+        ``APP.inprogress`` before)."""
+        events = []
+        for path in sorted(self.events.glob(f"{app_id}*")):
+            for line in path.read_text(errors="replace").splitlines():
+                try:
+                    events.append(json.loads(line))
+                except ValueError:
+                    pass  # a line being written
+        return events
+
+    def lost_tasks(self, app_id: str, executor_id: str) -> tuple[int, bool]:
+        """What the application's event log says about a lost executor: how many of its tasks ended with
+        ``ExecutorLostFailure`` (tasks that were running on it when it was lost; Spark re-runs them) and whether the
+        executor was removed."""
+        events = self.events_of(app_id)
+        lost = sum(1 for e in events if e.get("Event") == "SparkListenerTaskEnd"
+                   and (e.get("Task End Reason") or {}).get("Reason") == "ExecutorLostFailure"
+                   and str((e.get("Task Info") or {}).get("Executor ID")) == executor_id)
+        removed = any(e.get("Event") == "SparkListenerExecutorRemoved" and str(e.get("Executor ID")) == executor_id
+                      for e in events)
+        return lost, removed
+
+    def kill_worker(self, worker: Proc) -> None:
+        """SIGKILL to the worker's process group: the worker JVM and the executor JVMs it started."""
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.popen.wait(30)
+        self.procs.procs.remove(worker)
+        self.workers.remove(worker)
 
     def flags(self) -> list[str]:
         """The command's flags for this cluster: configs/spark-local.yaml with this cluster's ports."""

@@ -24,7 +24,7 @@ import pytest
 
 from configs.engines import common
 from configs.engines.common import full_only
-from configs.engines.conftest import KILL_AUGMENT, KILL_FLAGS
+from configs.engines.conftest import CONVERT_FLAGS, KILL_AUGMENT, KILL_FLAGS
 from configs.engines.engines import FlinkCluster, harness_pids
 from tests.test_files_source import collection  # noqa: F401  (a fixture: an image folder)
 
@@ -32,7 +32,6 @@ if os.environ.get("TFRECORD_ETL_FLINK") == "0":
     pytest.skip("TFRECORD_ETL_FLINK=0", allow_module_level=True)
 
 pytestmark = pytest.mark.timeout(900)
-CONVERT_FLAGS = ["--num_shards", "3", "--target_range_mb", "0.004", "--compression", "gzip", "--provenance"]
 
 
 @pytest.fixture(scope="module")
@@ -227,9 +226,27 @@ def previous_output(converted, out):
     return common.files(out), common.metadata(out)
 
 
+def assert_job_failed_line(line, holds_previous: bool):
+    """The runner-failure line, exactly, for the output the directory holds: the previous one (nothing was
+    committed) or this run's (its commit ran before the runner reported the job failed)."""
+    job = re.match(r"error: OutputError: The runner's job (\S+) ended in state FAILED: (.+?); ", line)
+    assert job, line
+    if holds_previous:
+        holds, hint = "nothing was committed: the previous output is complete", "run again"
+    else:
+        holds = "its commit ran before the failure: this run's output was committed and is complete"
+        hint = "check it with tfrecord-etl verify"
+    want = (f"error: OutputError: The runner's job {job.group(1)} ended in state FAILED: {job.group(2)}; {holds}. "
+            f"Hint: {hint}; on a cluster, give the runner a restart strategy (Flink: restart-strategy: fixed-delay) "
+            f"so that a lost worker is retried")
+    # (then where the runner's log went, as on every error line of a run)
+    assert re.fullmatch(re.escape(want) + r"( \[runner log: \S+; --verbose shows it live\])?", line), line
+
+
 def assert_failed_cleanly(code, log, out, previous):
     assert code == 2, log[-4000:]
     assert len(error_lines(log)) == 1 and "Traceback" not in log, log[-4000:]
+    assert_job_failed_line(error_lines(log)[0], holds_previous=True)
     assert (common.files(out), common.metadata(out)) == previous  # the previous output, complete
     assert common.leftovers(out) == []
 
@@ -269,21 +286,12 @@ def test_a_killed_jobmanager_fails_in_one_line_and_a_rerun_works(flink, flink_no
     # output, byte for byte (the failed run's shards removed).
     files, (before, meta) = common.files(out), previous
     (line,) = error_lines(log)
-    job = re.match(r"error: OutputError: The runner's job (\S+) ended in state FAILED: (.+?); ", line)
-    assert job, line
     if common.metadata(out) == meta:
         assert files == before
-        holds, hint = "nothing was committed: the previous output is complete", "run again"
     else:
         assert common.metadata(out) == common.metadata(big_reference)
         assert files == common.files(big_reference)
-        holds = "its commit ran before the failure: this run's output was committed and is complete"
-        hint = "check it with tfrecord-etl verify"
-    want = (f"error: OutputError: The runner's job {job.group(1)} ended in state FAILED: {job.group(2)}; {holds}. "
-            f"Hint: {hint}; on a cluster, give the runner a restart strategy (Flink: restart-strategy: fixed-delay) "
-            f"so that a lost worker is retried")
-    # (then where the runner's log went, as on every error line of a run)
-    assert re.fullmatch(re.escape(want) + r"( \[runner log: \S+; --verbose shows it live\])?", line), line
+    assert_job_failed_line(line, holds_previous=common.metadata(out) == meta)
     assert common.leftovers(out) == []
     common.ok(common.run("convert", args, flink.flags(2)))  # the re-run, on a cluster that has a JobManager
     # the same records in shard order and the same metadata but for the shard names: over a directory that holds

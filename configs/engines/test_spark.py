@@ -1,7 +1,8 @@
 """The pipelines on a real standalone Spark cluster on this machine: a master and two workers (separate JVMs, the
 Spark 3.3.4 that the pyspark wheel bundles), Beam's Spark job server (Beam 2.50.0's beam-runners-spark-3: the
 newest Maven Central serves here) and the Python SDK harness (Beam 2.77) as an EXTERNAL worker pool. Outputs are
-byte-identical to the DirectRunner's, also after a worker (and its executor) is killed mid-job.
+byte-identical to the DirectRunner's, also after a worker (and its executor) is killed while the executor runs a
+task of the job (Spark's event log must show that task lost with its executor).
 
     bash configs/engines/setup_spark.sh && PYTHONPATH=$PWD .venv/bin/python -m pytest configs/engines/test_spark.py
 
@@ -17,9 +18,8 @@ import pytest
 
 from configs.engines import common
 from configs.engines.common import full_only
-from configs.engines.conftest import KILL_FLAGS
+from configs.engines.conftest import CONVERT_FLAGS, KILL_FLAGS
 from configs.engines.engines import SparkCluster
-from configs.engines.test_flink import CONVERT_FLAGS
 
 if os.environ.get("TFRECORD_ETL_SPARK") == "0":
     pytest.skip("TFRECORD_ETL_SPARK=0", allow_module_level=True)
@@ -60,22 +60,29 @@ def test_augment_is_byte_identical(spark, inputs, reference, tmp_path):
 
 
 def test_a_worker_killed_mid_job_the_output_is_identical(spark, big_input, big_reference, tmp_path):
+    """The worker killed is one whose executor runs a task of this job at that moment (the driver's REST API says
+    so), and Spark's event log must then show that task lost with its executor: the kill hit the job."""
     out = tmp_path / "out"
-    victim = spark.workers[0]
+    hit = {}
 
-    def kill():
-        os.killpg(victim.pid, signal.SIGKILL)  # the worker JVM and its executor (same process group)
-        victim.popen.wait(30)
-        spark.procs.procs.remove(victim)
-        spark.workers.remove(victim)
+    def executor_at_work():
+        # a shard being written, and an executor of the job's application running tasks on one of our workers
+        if not (out.exists() and any(p.name.startswith((".tmp-", "data-")) for p in out.iterdir())):
+            return False
+        processes = spark.executor_processes()
+        for app_executor in spark.busy_executors():
+            if app_executor in processes:
+                hit["app"], hit["executor"] = app_executor
+                hit["worker"], hit["pid"] = processes[app_executor]
+                return True
+        return False
 
     proc = common.start("convert", ["--input", big_input, "--output_dir", out, *KILL_FLAGS], spark.flags(),
                         tmp_path / "launcher.log")
     try:
-        common.wait_until(lambda: out.exists() and any(p.name.startswith(".tmp-") or p.name.startswith("data-")
-                                                       for p in out.iterdir()), 600, "the first shard temporary",
+        common.wait_until(executor_at_work, 600, "an executor running the job's tasks while a shard is written",
                           proc)
-        kill()
+        spark.kill_worker(hit["worker"])  # the worker JVM and its executor (same process group)
         code = proc.wait(900)
     finally:
         if proc.poll() is None:
@@ -84,5 +91,8 @@ def test_a_worker_killed_mid_job_the_output_is_identical(spark, big_input, big_r
         spark.add_worker()
     log = (tmp_path / "launcher.log").read_text(errors="replace")
     assert code == 0, log[-4000:]
+    lost, removed = spark.lost_tasks(hit["app"], hit["executor"])
+    # Spark lost the executor with tasks of this job on it (and ran them again elsewhere: the output is complete)
+    assert lost >= 1 and removed, (hit, lost, removed)
     common.assert_same_output(out, big_reference)
     assert common.leftovers(out) == []
