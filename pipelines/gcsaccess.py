@@ -35,14 +35,28 @@ _REACHED: set[tuple[str, int]] = set()  # first hops this process reached: check
 _SEARCHED: list[bool] = []  # search_credentials ran in this process
 
 
+# Beam's own path options: the runner uses them (Dataflow stages and writes its temporary files there), the commands
+# never read or write them, and verify and inspect ignore them; a runner that needs them reports its own errors
+RUNNER_PATH_FLAGS = frozenset({"--temp_location", "--staging_location", "--gcp_temp_location", "--template_location",
+                               "--sdk_location", "--dataflow_worker_jar", "--dataflow_job_file", "--extra_package",
+                               "--extra_packages", "--requirements_file", "--setup_file"})
+
+
 def gcs_paths(tokens) -> list[str]:
-    """The ``gs://`` paths among command-line tokens and config values (``gs://b/x``, ``--input=gs://b/x``)."""
-    out = []
+    """The ``gs://`` paths among command-line tokens and config values (``gs://b/x``, ``--input=gs://b/x``) that the
+    command reads or writes: the values of :data:`RUNNER_PATH_FLAGS` are left out."""
+    out, skip = [], False
     for token in tokens:
         if not isinstance(token, str):
+            skip = False
             continue
-        value = token.split("=", 1)[1] if token.startswith("--") and "=" in token else token
-        if value.lower().startswith("gs://"):
+        is_flag = token.startswith("--")
+        if skip and not is_flag:  # the value of "--temp_location gs://..."
+            skip = False
+            continue
+        flag, _, value = token.partition("=") if is_flag else ("", "", token)
+        skip = token in RUNNER_PATH_FLAGS
+        if flag not in RUNNER_PATH_FLAGS and value.lower().startswith("gs://"):
             out.append(value)
     return out
 

@@ -142,3 +142,12 @@ def test_a_reachable_emulator_passes_and_is_checked_once(monkeypatch):
         monkeypatch.setattr(gcsaccess, "unreachable", lambda *a: calls.append(a))
         gcsaccess.check(["gs://b/y"])
         assert calls == []
+
+
+def test_beams_own_path_options_are_not_checked():
+    """``--temp_location gs://...`` and the like are the runner's (verify and inspect ignore them, the commands never
+    read or write them): an offline run that names one must not be refused for it."""
+    from tfrecord_etl.pipelines.gcsaccess import gcs_paths
+    argv = ["--temp_location=gs://b/tmp", "--staging_location", "gs://b/staging", "--input", "gs://b/x",
+            "--output_dir=gs://b/out", "gs://b/positional", "--template_location", "--source=gs://b/src"]
+    assert gcs_paths(argv) == ["gs://b/x", "gs://b/out", "gs://b/positional", "gs://b/src"]
