@@ -169,15 +169,17 @@ def java_env(extra: dict | None = None) -> dict:
 
 
 def worker_pool(procs: Processes, name: str = "worker-pool", failpoint: str | None = None) -> tuple[Proc, int]:
-    """Beam's Python worker pool (``worker_pool_main``): the EXTERNAL environment that starts one SDK harness process
-    per worker the runner asks for; it imports this project (PYTHONPATH is the checkout)."""
+    """Beam's Python worker pool: the EXTERNAL environment that starts one SDK harness process per worker the runner
+    asks for; it imports this project (PYTHONPATH is the checkout). It is ``worker_pool_main`` with each harness
+    keyed by the runner's connection too (configs/engines/worker_pool.py: the stock pool, shared by two
+    TaskManagers, stops one TaskManager's harness when the other closes a worker of the same id)."""
     port = free_port()
     # the pool starts each harness as ``python -c ...``: the first python on PATH must be this environment's
     env = java_env({"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3",
                     "PATH": f"{pathlib.Path(PYTHON).parent}{os.pathsep}{os.environ.get('PATH', '')}"})
     if failpoint:
         env["TFRECORD_ETL_FAILPOINT"] = failpoint
-    proc = procs.start(name, [PYTHON, "-m", "apache_beam.runners.worker.worker_pool_main",
+    proc = procs.start(name, [PYTHON, "-m", "configs.engines.worker_pool",
                               f"--service_port={port}"], env=env, cwd=ROOT)
     wait_for(lambda: port_open(port), 120, f"the worker pool on port {port}", [proc])
     return proc, port
