@@ -105,6 +105,15 @@ class Layout:
         self._idx = np.array(idx, np.intp)
         self._mask = np.array(mask, np.uint8) if any(m != 0xFF for m in mask) else None
         self._want = np.array(want, np.uint8).view("<u8")
+        # the columns as runs of consecutive bytes: (first column in the gathered copy, start, stop in the record);
+        # the padding columns are left zero (their mask is 0)
+        self._copies: list[tuple[int, int, int]] = []
+        for col, i in enumerate(idx[:len(idx) - pad]):
+            last = self._copies[-1] if self._copies else None
+            if last is not None and last[2] == i and col == last[0] + last[2] - last[1]:
+                self._copies[-1] = (last[0], last[1], i + 1)
+            else:
+                self._copies.append((col, i, i + 1))
 
     def matches(self, block: np.ndarray) -> np.ndarray:
         """bool ``(rows,)``: the rows of ``block`` (``(rows, length)`` uint8) whose structural bytes are the
@@ -112,7 +121,11 @@ class Layout:
         rows = block.shape[0]
         if not len(self._idx):
             return np.ones(rows, bool)
-        got = np.ascontiguousarray(block[:, self._idx])  # (take would copy the whole block first)
+        # one strided slice copy per run of columns (a fancy index block[:, idx] costs several times more; take
+        # would copy the whole block first)
+        got = np.zeros((rows, len(self._idx)), np.uint8)
+        for col, a, b in self._copies:
+            got[:, col:col + b - a] = block[:, a:b]
         if self._mask is not None:
             got &= self._mask
         words = got.view("<u8")
