@@ -44,7 +44,11 @@ def _checkout_alias() -> None:
         raise ImportError("the commands' package is tfrecord_etl.pipelines: import tfrecord_etl.pipelines.X, not "
                           "pipelines.X (one name per module; `python -m pipelines.X` in a checkout is the only alias)",
                           name=__name__)
-    real = importlib.import_module("tfrecord_etl.pipelines")
+    try:
+        real = importlib.import_module("tfrecord_etl.pipelines")
+    except ImportError as e:  # e.g. tfrecord_etl's own check of a checkout against the venv's install
+        print(f"error: {e}", file=_sys.stderr)
+        raise SystemExit(2) from None
     here = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
     there = os.path.realpath(list(real.__path__)[0])
     if here != there:

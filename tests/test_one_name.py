@@ -135,13 +135,18 @@ WHERE = "import tfrecord_etl.transforms.reader as r, os; print(os.path.realpath(
 def test_devlinks_makes_a_second_checkout_import_its_own_code(tmp_path):
     other = second_checkout(tmp_path)
     no_path = {"PYTHONPATH": None}
-    # without the links: the venv's install answers for tfrecord_etl.transforms, silently another checkout's code
+    # without the links the venv's install would answer for tfrecord_etl.transforms with another checkout's code:
+    # refused, naming both folders and the fix
     before = run(["-c", WHERE], cwd=other, env=no_path)
-    assert before.returncode == 0 and not before.stdout.startswith(str(other.resolve())), before.stdout + before.stderr
-    # and the checkout's alias refuses to mix the two, in one line
+    last = before.stderr.strip().splitlines()[-1]
+    assert before.returncode == 1 and last.startswith(f"ImportError: tfrecord_etl is imported from the checkout "
+                                                      f"{other}, but tfrecord_etl.transforms would be /"), last
+    assert last.split(" would be ")[1].split(" (")[0] != str(other / "transforms"), last
+    assert "Hint: run configs/devlinks.sh once in that checkout" in before.stderr
+    # the checkout's alias says it in one line
     mixed = run(["-m", "pipelines.inspect", "--help"], cwd=other, env=no_path)
     assert mixed.returncode == 2 and "Traceback" not in mixed.stderr, mixed.stderr
-    assert mixed.stderr.startswith("error: `python -m pipelines.X` here would run ") and "configs/devlinks.sh" in mixed.stderr
+    assert mixed.stderr.startswith("error: tfrecord_etl is imported from the checkout") and "configs/devlinks.sh" in mixed.stderr
 
     script = ["bash", str(other / "configs" / "devlinks.sh")]
     made = subprocess.run(script, capture_output=True, text=True, check=True)

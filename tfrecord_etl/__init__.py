@@ -25,8 +25,31 @@ import Beam or TensorFlow::
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
 
 __version__ = "0.1.0"
+
+
+def _check_checkout() -> None:
+    """Imported from a checkout (the repo's ``transforms/`` folder beside this package's folder, no
+    ``configs/devlinks.sh`` links in it), ``tfrecord_etl.transforms`` must still be that checkout's folder: a venv's
+    editable install made from another checkout maps the name there, and the code would silently be a mix of two
+    checkouts'. Raises ImportError naming both folders and the fix. Installed copies return at the first check."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    mine = os.path.join(os.path.dirname(here), "transforms")
+    if os.path.isdir(os.path.join(here, "transforms")) or not os.path.isfile(os.path.join(mine, "__init__.py")):
+        return
+    spec = importlib.util.find_spec("tfrecord_etl.transforms")  # where the import system would load it from
+    found = os.path.realpath(list(spec.submodule_search_locations)[0]) if spec else None
+    if found != os.path.realpath(mine):
+        raise ImportError(f"tfrecord_etl is imported from the checkout {os.path.dirname(here)}, but "
+                          f"tfrecord_etl.transforms would be {found or 'missing'} (this venv's install of tfrecord-etl "
+                          f"is another copy). Hint: run configs/devlinks.sh once in that checkout (docs/development.md, "
+                          f"'Several checkouts, one venv'), or start Python outside it", name="tfrecord_etl")
+
+
+_check_checkout()
 
 # public name -> the module that defines it (a module itself when the name is the module's last part)
 _PUBLIC = {
