@@ -2,9 +2,9 @@
 
 This folder is the package ``tfrecord_etl.pipelines`` (setup.py's ``package_dir``), its only module name. Started as
 a command (the ``tfrecord-etl`` console script, ``python -m tfrecord_etl.pipelines.X``, or in a checkout the alias
-``python -m pipelines.X``), the process imports Beam before it does any work: some 2,600 modules, whose objects the
-cyclic garbage collector would walk again and again while they load (about 0.3 s of the 1.2 s import on a 2-core
-machine, measured). The collector is paused for those imports (:func:`pause_gc`) and resumed by
+``pipelines.X`` run with ``python -m``), the process imports Beam before it does any work: some 2,600 modules,
+whose objects the cyclic garbage collector would walk again and again while they load (about 0.3 s of the 1.2 s
+import on a 2-core machine, measured). The collector is paused for those imports (:func:`pause_gc`) and resumed by
 ``common.run_main`` after ``gc.freeze()`` has moved what they made into the permanent generation, which later
 collections no longer walk (the use the Python docs give for ``gc.freeze``; :func:`resume_gc`). Imported as a
 library, nothing changes.
@@ -32,18 +32,18 @@ def resume_gc() -> None:
 
 
 def _checkout_alias() -> None:
-    """``python -m pipelines.X`` from a checkout's root imports this folder by its bare name ``pipelines``: it
-    stands for ``tfrecord_etl.pipelines`` (this same file under its one name, which pauses the collector), so
-    ``pipelines.X`` is found there and its ``__main__`` hands over to ``tfrecord_etl.pipelines.X`` at once
-    (``cli.run_command``). When that name leads to another checkout's folder (a venv's editable install made
+    """``pipelines.X`` run with ``python -m`` from a checkout's root imports this folder by its bare name
+    ``pipelines``: it stands for ``tfrecord_etl.pipelines`` (this same file under its one name, which pauses the
+    collector), so ``pipelines.X`` is found there and its ``__main__`` hands over to ``tfrecord_etl.pipelines.X``
+    at once (``cli.run_command``). When that name leads to another checkout's folder (a venv's editable install made
     from another checkout), the command would mix two versions: it stops with one line instead. Any other
     import of the bare name is refused: it would load a second copy of every module."""
     import importlib
     import os
     if _sys.argv[:1] != ["-m"]:
         raise ImportError("the commands' package is tfrecord_etl.pipelines: import tfrecord_etl.pipelines.X, not "
-                          "pipelines.X (one name per module; `python -m pipelines.X` in a checkout is the only alias)",
-                          name=__name__)
+                          "pipelines.X (one name per module; pipelines.X run with python -m from a checkout's root "
+                          "is the only alias)", name=__name__)
     try:
         real = importlib.import_module("tfrecord_etl.pipelines")
     except ImportError as e:  # e.g. tfrecord_etl's own check of a checkout against the venv's install
@@ -52,9 +52,9 @@ def _checkout_alias() -> None:
     here = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
     there = os.path.realpath(list(real.__path__)[0])
     if here != there:
-        print(f"error: `python -m pipelines.X` here would run {there}, another checkout's code (the one this venv's "
-              f"editable install came from), not {here}. Hint: run configs/devlinks.sh in this checkout once "
-              f"(docs/development.md, 'Several checkouts, one venv'), or use the tfrecord-etl command",
+        print(f"error: pipelines.X run with python -m here would run {there}, another checkout's code (the one "
+              f"this venv's editable install came from), not {here}. Hint: run configs/devlinks.sh in this checkout "
+              f"once (docs/development.md, 'Several checkouts, one venv'), or use the tfrecord-etl command",
               file=_sys.stderr)
         raise SystemExit(2)
     _sys.modules[__name__] = real

@@ -1,7 +1,7 @@
 """The ``tfrecord-etl`` console command (installed by ``pip install``): ``tfrecord-etl convert|augment|verify|inspect
 [flags]`` runs the ``main`` of the module ``tfrecord_etl.pipelines.<command>``. ``python -m
-tfrecord_etl.pipelines.<command>``, and its alias ``python -m pipelines.<command>`` from a checkout's root, run the
-same (:func:`run_command`), with the same flags, exit codes and one-line errors."""
+tfrecord_etl.pipelines.<command>``, and its alias from a checkout's root, ``pipelines.<command>`` run with
+``python -m``, run the same (:func:`run_command`), with the same flags, exit codes and one-line errors."""
 from __future__ import annotations
 
 import importlib
@@ -68,10 +68,10 @@ def console(argv: list[str] | None = None) -> None:
 
 
 def run_command(command: str) -> None:
-    """``python -m tfrecord_etl.pipelines.COMMAND [flags]`` (or ``python -m pipelines.COMMAND`` from a checkout's
-    root): the command's file, run as ``__main__``, calls this before its own imports; this runs ``tfrecord-etl
-    COMMAND [flags]``, i.e. the module under its one name ``tfrecord_etl.pipelines.COMMAND``, so its functions and
-    DoFns are defined (and pickled by Beam) once, under that name. Never returns."""
+    """``python -m tfrecord_etl.pipelines.COMMAND [flags]`` (or ``pipelines.COMMAND`` run with ``python -m`` from a
+    checkout's root): the command's file, run as ``__main__``, calls this before its own imports; this runs
+    ``tfrecord-etl COMMAND [flags]``, i.e. the module under its one name ``tfrecord_etl.pipelines.COMMAND``, so its
+    functions and DoFns are defined (and pickled by Beam) once, under that name. Never returns."""
     console([command, *sys.argv[1:]])
 
 

@@ -146,7 +146,8 @@ def test_devlinks_makes_a_second_checkout_import_its_own_code(tmp_path):
     # the checkout's alias says it in one line
     mixed = run(["-m", "pipelines.inspect", "--help"], cwd=other, env=no_path)
     assert mixed.returncode == 2 and "Traceback" not in mixed.stderr, mixed.stderr
-    assert mixed.stderr.startswith("error: tfrecord_etl is imported from the checkout") and "configs/devlinks.sh" in mixed.stderr
+    assert mixed.stderr.startswith("error: tfrecord_etl is imported from the checkout")
+    assert "configs/devlinks.sh" in mixed.stderr
 
     script = ["bash", str(other / "configs" / "devlinks.sh")]
     made = subprocess.run(script, capture_output=True, text=True, check=True)

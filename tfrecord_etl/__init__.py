@@ -44,9 +44,10 @@ def _check_checkout() -> None:
     found = os.path.realpath(list(spec.submodule_search_locations)[0]) if spec else None
     if found != os.path.realpath(mine):
         raise ImportError(f"tfrecord_etl is imported from the checkout {os.path.dirname(here)}, but "
-                          f"tfrecord_etl.transforms would be {found or 'missing'} (this venv's install of tfrecord-etl "
-                          f"is another copy). Hint: run configs/devlinks.sh once in that checkout (docs/development.md, "
-                          f"'Several checkouts, one venv'), or start Python outside it", name="tfrecord_etl")
+                          f"tfrecord_etl.transforms would be {found or 'missing'} (this venv's install of "
+                          f"tfrecord-etl is another copy). Hint: run configs/devlinks.sh once in that checkout "
+                          f"(docs/development.md, 'Several checkouts, one venv'), or start Python outside it",
+                          name="tfrecord_etl")
 
 
 _check_checkout()
