@@ -29,6 +29,10 @@ if [ ! -f "$stamp" ]; then
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi
+# tfrecord_etl/transforms and tfrecord_etl/pipelines as links to the repo's folders (ignored by git): with this
+# checkout first on sys.path (PYTHONPATH, `python -m` from the root) it is this checkout's code that imports, in
+# .venv and in the other venvs that put the checkout on PYTHONPATH (docs/development.md, "Several checkouts, one venv")
+bash "$ROOT/configs/devlinks.sh" > /dev/null
 fixture_stamp="$ROOT/.fixtures/.done-$(echo "$FIXTURE_PACKAGES $CLASH_PACKAGES $MATLAB_SDIST $MATLAB_FILES $ZARR_SDIST" | sha1sum | cut -c1-12)"
 if [ ! -f "$fixture_stamp" ]; then
   echo "[setup] fetching real input files: $FIXTURE_PACKAGES (no-deps, into .fixtures/)" >&2

@@ -48,10 +48,11 @@ fi
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/tfrecord-etl-reader.XXXXXX")"
 trap '[ "${KEEP_WORK:-0}" = 1 ] && echo "[reader-test] kept $WORK" >&2 || rm -rf "$WORK"' EXIT
 
-# the reader's install of this checkout: a copy without the venvs, fixtures and caches, then `pip install .`
+# the reader's install of this checkout: a copy without the venvs, fixtures and caches (configs/devlinks.sh's links
+# kept as links), then `pip install .`
 "$PY" - "$ROOT" "$WORK/src" <<'EOF'
 import shutil, sys
-shutil.copytree(sys.argv[1], sys.argv[2], ignore=shutil.ignore_patterns(
+shutil.copytree(sys.argv[1], sys.argv[2], symlinks=True, ignore=shutil.ignore_patterns(
     ".venv*", ".git", ".fixtures", "out", "build", "dist", "*.egg-info", "__pycache__", ".hypothesis", "tests", "bench"))
 EOF
 # this copy replaces the last run's, then its base requirements (nothing to do once they are there)

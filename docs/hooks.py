@@ -5,8 +5,8 @@
   ``--help`` groups them, and cannot drift.
 - docs/api.md: mkdocstrings reads the docstrings statically (griffe; nothing is imported) under the package's
   installed names, ``tfrecord_etl.transforms.*``. In a checkout those modules are the repository's ``transforms/``
-  and ``pipelines/`` folders, which ``tfrecord_etl/__init__.py`` adds to the package's path at import time; griffe
-  does not run that code, so this hook lays the installed layout out in a temporary directory (a copy of
+  and ``pipelines/`` folders, which setup.py's ``package_dir`` maps (configs/devlinks.sh's links may be missing);
+  so this hook lays the installed layout out in a temporary directory (a copy of
   ``tfrecord_etl/__init__.py``, symbolic links ``tfrecord_etl/transforms`` and ``tfrecord_etl/pipelines``) and
   puts it first on the handler's search path. The docstrings' Sphinx roles (``:func:``, ``:class:``, ...) are
   shown as plain code.

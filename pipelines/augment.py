@@ -10,6 +10,10 @@ augmented yet), each span committed in OUTPUT_DIR/collection.json (``transforms.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # python -m: hand over to tfrecord_etl.pipelines.augment, the module's one name
+    from tfrecord_etl.pipelines.cli import run_command
+    run_command("augment")
+
 import time
 
 import apache_beam as beam
@@ -100,6 +104,3 @@ def augment_output(cfg: AugmentConfig, beam_argv: list[str]) -> str | None:
     common.print_metrics(counters, meta["num_records"])
     return plan.collection.metadata_digest
 
-
-if __name__ == "__main__":
-    common.exit_process(common.run_main(main))

@@ -1,6 +1,7 @@
 """The ``tfrecord-etl`` console command (installed by ``pip install``): ``tfrecord-etl convert|augment|verify|inspect
-[flags]`` runs the same ``main`` as the module ``pipelines.<command>`` run with ``python -m`` from a checkout (or
-``python -m tfrecord_etl.pipelines.<command>`` installed), with the same flags, exit codes and one-line errors."""
+[flags]`` runs the ``main`` of the module ``tfrecord_etl.pipelines.<command>``. ``python -m
+tfrecord_etl.pipelines.<command>``, and its alias from a checkout's root, ``pipelines.<command>`` run with
+``python -m``, run the same (:func:`run_command`), with the same flags, exit codes and one-line errors."""
 from __future__ import annotations
 
 import importlib
@@ -58,13 +59,20 @@ def main(argv: list[str] | None = None) -> int:
     return common.run_main(module.main, rest)
 
 
-def console() -> None:
+def console(argv: list[str] | None = None) -> None:
     """The ``tfrecord-etl`` console script: :func:`main`, then the process ends by ``common.exit_process`` (no
     interpreter teardown after Beam's import)."""
-    from tfrecord_etl._startup import pause_gc
+    from tfrecord_etl.pipelines import common, pause_gc
     pause_gc()  # resumed by common.run_main once the command's imports are done
-    from tfrecord_etl.pipelines import common
-    common.exit_process(main())
+    common.exit_process(main(argv))
+
+
+def run_command(command: str) -> None:
+    """``python -m tfrecord_etl.pipelines.COMMAND [flags]`` (or ``pipelines.COMMAND`` run with ``python -m`` from a
+    checkout's root): the command's file, run as ``__main__``, calls this before its own imports; this runs
+    ``tfrecord-etl COMMAND [flags]``, i.e. the module under its one name ``tfrecord_etl.pipelines.COMMAND``, so its
+    functions and DoFns are defined (and pickled by Beam) once, under that name. Never returns."""
+    console([command, *sys.argv[1:]])
 
 
 if __name__ == "__main__":

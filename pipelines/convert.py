@@ -11,6 +11,10 @@ The pipeline is one PTransform, ``transforms.convert.ConvertToTFRecord`` (planne
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # python -m: hand over to tfrecord_etl.pipelines.convert, the module's one name
+    from tfrecord_etl.pipelines.cli import run_command
+    run_command("convert")
+
 import sys
 import time
 
@@ -142,6 +146,3 @@ def main(argv: list[str]) -> int:
     common.print_metrics(counters, meta["num_records"])
     return 0
 
-
-if __name__ == "__main__":
-    common.exit_process(common.run_main(main))

@@ -23,6 +23,10 @@ is summarized too, as above.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # python -m: hand over to tfrecord_etl.pipelines.inspect, the module's one name
+    from tfrecord_etl.pipelines.cli import run_command
+    run_command("inspect")
+
 import argparse
 import json
 
@@ -327,6 +331,3 @@ def main(argv: list[str]) -> int:
     print(json.dumps(summary, indent=1) if args.json else render(summary))
     return 0
 
-
-if __name__ == "__main__":
-    common.exit_process(common.run_main(main))

@@ -4,7 +4,7 @@
         [--max_problems N] [--max_record_mb MB] [--max_features N] [--spans SPANS]
 
 TARGET is an output directory of tfrecord-etl (metadata.json required: a directory without it is an
-incomplete output and is refused), a sidecar collection of pipelines.augment (its manifest.json is
+incomplete output and is refused), a sidecar collection of tfrecord-etl augment (its manifest.json is
 checked too; its original shards only with --original: the paths written in manifest.json are never
 opened), or a file / quoted glob of plain TFRecord files without metadata (each record must be a
 tf.train.Example; the features are inferred). With --source, every array is compared with the convert
@@ -26,6 +26,10 @@ and ignored, so that a Beam launcher such as Airflow's BeamRunPythonPipelineOper
 the pipelines (it passes --flag=value only: TARGET may be given as --target); any other unknown flag is refused.
 """
 from __future__ import annotations
+
+if __name__ == "__main__":  # python -m: hand over to tfrecord_etl.pipelines.verify, the module's one name
+    from tfrecord_etl.pipelines.cli import run_command
+    run_command("verify")
 
 import argparse
 import json
@@ -194,6 +198,3 @@ def main(argv: list[str]) -> int:
     print(json.dumps(report.to_json(), indent=1, default=str) if args.json else render(report, args.verbose))
     return 0 if report.ok else 1
 
-
-if __name__ == "__main__":
-    common.exit_process(common.run_main(main))

@@ -12,6 +12,23 @@ FIXTURES = pathlib.Path(os.environ.get("TFRECORD_ETL_FIXTURES", ROOT / ".fixture
 # In-process DirectRunner: fast start, no Prism download attempt, deterministic order of work.
 BEAM_FLAGS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
 
+
+
+def _this_checkouts_code() -> None:
+    """The tests test this checkout's code, or stop: in a venv whose editable install came from another checkout,
+    ``tfrecord_etl.transforms`` would silently be that checkout's folder (docs/development.md, "Several
+    checkouts, one venv")."""
+    import tfrecord_etl.pipelines
+    import tfrecord_etl.transforms
+    for package, folder in ((tfrecord_etl.transforms, "transforms"), (tfrecord_etl.pipelines, "pipelines")):
+        found = pathlib.Path(list(package.__path__)[0]).resolve()
+        if found != ROOT / folder:
+            raise pytest.UsageError(f"{package.__name__} is {found}, not this checkout's {ROOT / folder}. Hint: run "
+                                    f"configs/devlinks.sh once in {ROOT} and put it first on PYTHONPATH")
+
+
+_this_checkouts_code()
+
 # A shell without job control starts a background command (`./run_tests.sh &`) with SIGINT ignored, and an ignored
 # signal stays ignored in every process it starts: the Ctrl-C tests (test_killed_runs.py) would see no Ctrl-C.
 # Python's own handler here, so the launchers the tests start get SIGINT's default again.

@@ -85,7 +85,7 @@ def test_a_reader_that_goes_away_ends_the_command_with_one_line_not_a_traceback(
     read_end, write_end = os.pipe()
     os.close(read_end)  # nobody will read: every write to stdout fails with EPIPE
     done = subprocess.run([sys.executable, "-c", "import sys; sys.stdout.reconfigure(line_buffering=True); "
-                           "from pipelines import convert; from tfrecord_etl.pipelines import common; "
+                           "from tfrecord_etl.pipelines import common, convert; "
                            "common.exit_process(common.run_main(convert.main, sys.argv[1:]))",
                            "--input", str(src), "--output_dir", str(out), "--runner", "DirectRunner"],
                           stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=300)

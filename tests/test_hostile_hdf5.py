@@ -193,7 +193,7 @@ def test_unallocated_dataset_is_refused_unless_allowed(tmp_path, capsys):
     with h5py.File(path, "w") as f:
         f.create_dataset("u", shape=(10**13, 1), dtype="u1", chunks=(1024, 1))
     script = (f"import resource; resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))\n"
-              f"from transforms.sources import Hdf5Source, SourceOptions\n"
+              f"from tfrecord_etl.transforms.sources import Hdf5Source, SourceOptions\n"
               f"try:\n    Hdf5Source(SourceOptions('hdf5')).index({str(path)!r})\n"
               f"except Exception as e:\n    print(type(e).__name__, e)\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,

@@ -38,7 +38,7 @@ def build_sdist(tmp, for_workers: bool) -> str:
     launcher's environment (``for_workers``: pipelines.common.run_main has set WORKER_SDIST_ENV) or another."""
     from apache_beam.runners.portability.stager import Stager
     from tfrecord_etl.pipelines.common import WORKER_SDIST_ENV
-    shutil.copytree(ROOT, tmp / "src", ignore=shutil.ignore_patterns(*NOT_SHIPPED))
+    shutil.copytree(ROOT, tmp / "src", symlinks=True, ignore=shutil.ignore_patterns(*NOT_SHIPPED))
     (tmp / "staged").mkdir()
     saved = os.environ.pop(WORKER_SDIST_ENV, None)
     if for_workers:
@@ -72,12 +72,21 @@ PIPELINES = ["apache-beam", "google-crc32c", "h5py", "hdf5plugin", "isal", "nump
              "tensorflow", "tensorflow-metadata", "tfx-bsl", "tqdm", "zlib-ng"]
 
 
+def library_files(folder: str) -> set[str]:
+    """The .py files of one of the repo's folders, relative to it (``codec/spec.py``, ...)."""
+    return {p.relative_to(ROOT / folder).as_posix() for p in (ROOT / folder).rglob("*.py")
+            if "__pycache__" not in p.parts}
+
+
 def test_sdist_holds_every_module(sdist):
+    """The sdist is the repo's layout (setup.py maps the folders when it is installed); configs/devlinks.sh's links
+    in a checkout add nothing to it."""
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     for package in ("pipelines", "transforms", "tfrecord_etl"):
-        modules = {f"{package}/{p}" for p in os.listdir(ROOT / package) if p.endswith(".py")}
+        modules = {f"{package}/{p}" for p in library_files(package)}
         assert modules <= names, sorted(modules - names)
+    assert not any(n.startswith(("tfrecord_etl/transforms", "tfrecord_etl/pipelines")) for n in names)
     assert "setup.py" in names
 
 
@@ -143,6 +152,8 @@ def test_installed_package_converts_from_outside_the_repo(installed, tmp_path):
                             "print(p.__file__); print(t.__file__)"], cwd=work, env=clean_env(tmp_path),
                            check=True, capture_output=True, text=True).stdout.split()
     assert all(w.startswith(site) for w in where), where  # the installed copy, not the checkout
+    assert where == [os.path.join(site, "tfrecord_etl", "pipelines", "__init__.py"),
+                     os.path.join(site, "tfrecord_etl", "transforms", "__init__.py")]
 
     ids = np.arange(400, dtype="<i8")
     np.savez(work / "in.npz", id=ids, x=np.stack([ids, -ids], axis=1).astype(">f4"))
@@ -170,14 +181,19 @@ def test_wheel_installs_next_to_pypi_transforms_and_pipelines_and_the_console_co
         pytest.fail(f"{CLASH} lacks the PyPI transforms/pipelines distributions: run ./run_tests.sh, which fetches them")
     wheels = tmp_path / "wheels"
     src = tmp_path / "src"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*NOT_SHIPPED))
+    shutil.copytree(ROOT, src, symlinks=True, ignore=shutil.ignore_patterns(*NOT_SHIPPED))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
                     "-w", str(wheels), str(src)], check=True, capture_output=True)
     wheel = next(wheels.glob("tfrecord_etl-*.whl"))
     assert wheel.name == WHEEL  # the file the install hints and the docs name
     import zipfile
-    tops = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist() if not n.startswith("tfrecord_etl-")}
+    names = [n for n in zipfile.ZipFile(wheel).namelist() if not n.startswith("tfrecord_etl-")]
+    tops = {n.split("/")[0] for n in names}
     assert tops == {"tfrecord_etl"}, tops  # one import package, nothing top-level of another name
+    # setup.py's package_dir: transforms/X.py is tfrecord_etl/transforms/X.py, every module once
+    expected = {f"tfrecord_etl/{folder}/{f}" for folder in ("transforms", "pipelines") for f in library_files(folder)}
+    expected |= {f"tfrecord_etl/{p.name}" for p in (ROOT / "tfrecord_etl").glob("*.py")}
+    assert sorted(names) == sorted(expected)
     python, site = fresh_venv(tmp_path, *clash, wheel)
     assert base_requirements(python) == ["google-crc32c", "numpy"]  # the reader's: [beam] brings the pipelines
     work = tmp_path / "elsewhere"

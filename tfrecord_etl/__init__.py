@@ -3,11 +3,13 @@
 
 ``tfrecord_etl`` is the project's one import name. ``pip install .`` in a clone installs the reader (NumPy and
 google-crc32c: ``reader``, ``verify``, ``inspect``), ``pip install '.[beam]'`` the pipelines too.
-Installed, it holds the subpackages ``tfrecord_etl.transforms`` (PTransforms, DoFns, the codec, the sources, the
-reader) and ``tfrecord_etl.pipelines`` (the commands); in a checkout of the repository, this file points the package
-at the ``transforms/`` and ``pipelines/`` folders beside it. One name everywhere matters: Beam pickles DoFns by module
-name, so the launcher and the workers (which install the package, e.g. through ``--setup_file``) must agree, and
-other distributions on PyPI install top-level ``transforms`` and ``pipelines`` packages of their own.
+It holds the subpackages ``tfrecord_etl.transforms`` (PTransforms, DoFns, the codec, the sources, the reader) and
+``tfrecord_etl.pipelines`` (the commands), which live in the repository's top-level ``transforms/`` and
+``pipelines/`` folders: setup.py's ``package_dir`` maps them (an install, editable or not, knows the mapping; a
+second checkout on one venv uses ``configs/devlinks.sh``, see docs/development.md). Every module has this one name:
+Beam pickles DoFns by module name, so the launcher and the workers (which install the package, e.g. through
+``--setup_file``) must agree, and other distributions on PyPI install top-level ``transforms`` and ``pipelines``
+packages of their own.
 
 The public surface is :data:`__all__`; the names load on first use (PEP 562), so ``import tfrecord_etl`` does not
 import Beam or TensorFlow::
@@ -23,13 +25,32 @@ import Beam or TensorFlow::
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 
 __version__ = "0.1.0"
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-if not os.path.isdir(os.path.join(_HERE, "transforms")):  # a checkout: the packages are the repo's folders
-    __path__.append(os.path.dirname(_HERE))  # noqa: F821 - __path__ is set for every package
+
+def _check_checkout() -> None:
+    """Imported from a checkout (the repo's ``transforms/`` folder beside this package's folder, no
+    ``configs/devlinks.sh`` links in it), ``tfrecord_etl.transforms`` must still be that checkout's folder: a venv's
+    editable install made from another checkout maps the name there, and the code would silently be a mix of two
+    checkouts'. Raises ImportError naming both folders and the fix. Installed copies return at the first check."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    mine = os.path.join(os.path.dirname(here), "transforms")
+    if os.path.isdir(os.path.join(here, "transforms")) or not os.path.isfile(os.path.join(mine, "__init__.py")):
+        return
+    spec = importlib.util.find_spec("tfrecord_etl.transforms")  # where the import system would load it from
+    found = os.path.realpath(list(spec.submodule_search_locations)[0]) if spec else None
+    if found != os.path.realpath(mine):
+        raise ImportError(f"tfrecord_etl is imported from the checkout {os.path.dirname(here)}, but "
+                          f"tfrecord_etl.transforms would be {found or 'missing'} (this venv's install of "
+                          f"tfrecord-etl is another copy). Hint: run configs/devlinks.sh once in that checkout "
+                          f"(docs/development.md, 'Several checkouts, one venv'), or start Python outside it",
+                          name="tfrecord_etl")
+
+
+_check_checkout()
 
 # public name -> the module that defines it (a module itself when the name is the module's last part)
 _PUBLIC = {

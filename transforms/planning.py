@@ -257,7 +257,7 @@ def num_shards(num_rows: int, num_bytes: int, *, requested: int | None = None,
     ``requested`` (``--num_shards``) when given, checked by :func:`sharding.check_num_shards`; else
     ``ceil(num_bytes / target_shard_bytes)`` (``--target_shard_mb``; never one giant file) rounded up to a multiple
     of ``local_workers``, the parallel units that write shards (DirectRunner's threads or processes, a runner's
-    workers; see ``pipelines.convert.parallel_units``): the planned shards are of equal bytes, so every unit
+    workers; see ``tfrecord_etl.pipelines.convert.parallel_units``): the planned shards are of equal bytes, so every unit
     then writes the same share and none sits idle while another writes the last shard (3 shards on 2 threads:
     one thread writes two, the run takes 2/3 of the work instead of 1/2; measured 18% slower than 4 shards on
     the benchmark's 525 MB of large rows). Capped at one shard per row and at :data:`sharding.MAX_SHARDS`.

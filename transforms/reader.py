@@ -395,7 +395,7 @@ def open_sidecar(original: str, sidecar_dir: str, check_checksums: bool = True) 
     Args:
       original: the original collection: an output directory of tfrecord-etl, a directory of shards, or a
         file pattern of its shards (file names must be those recorded in the manifest).
-      sidecar_dir: an output directory of ``pipelines.augment --mode sidecar``.
+      sidecar_dir: an output directory of ``tfrecord-etl augment --mode sidecar``.
       check_checksums: also compare each original shard's CRC32C with the manifest (reads every
         original byte once; sizes and record counts are always compared).
 

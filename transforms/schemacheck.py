@@ -45,8 +45,8 @@ from tfrecord_etl.transforms.errors import SchemaError
 from tfrecord_etl.transforms.textproto import TextFormatError, parse_text
 
 SCHEMA_MAX_BYTES = 64 << 20  # a schema.pbtxt larger than this is refused before it is read
-HINT = ("one of them was edited, replaced or damaged after the output was written: check it with python -m "
-        "pipelines.verify DIR (with --source to compare the values with the input) and convert it again")
+HINT = ("one of them was edited, replaced or damaged after the output was written: check it with tfrecord-etl "
+        "verify DIR (with --source to compare the values with the input) and convert it again")
 
 # The fields of tensorflow_metadata's Schema and Feature messages (schema.proto, 1.17); a test compares them
 # with schema_pb2's descriptors.

@@ -277,7 +277,7 @@ def _check_options(cfg) -> None:
 
 
 def plan_augment(cfg) -> AugmentPlan:
-    """Plans a run from a validated config (``pipelines.augment.AugmentConfig`` or any object with its fields).
+    """Plans a run from a validated config (``tfrecord_etl.transforms.augment.config.AugmentConfig`` or any object with its fields).
 
     Every user error surfaces here, before any output exists: options, inputs, the join source, the
     new fields' dtypes and shapes (``--fn`` is called once on the first records), name clashes with

@@ -8,7 +8,7 @@ The logic behind ``tfrecord-etl verify`` (no argument parsing, no printing). Thr
   counts and file sizes are compared with the metadata. With ``sources``, every array is compared with
   the source exactly (see :class:`SequentialComparer` and :class:`ProvenanceComparer`).
 * a **sidecar collection** (an output directory that also holds ``manifest.json``, written by
-  ``pipelines.augment --mode sidecar``): as an output directory, plus each sidecar shard's record count
+  ``tfrecord-etl augment --mode sidecar``): as an output directory, plus each sidecar shard's record count
   against the manifest and, when the user names the original collection (``originals``, the ``--original``
   flag), each original shard's record count, size and CRC32C. The paths written in ``manifest.json`` are
   never opened: originals are found by file name among the files the user named, so a manifest cannot

@@ -100,7 +100,7 @@ def plan_sources(meta: dict, patterns: Sequence[str], where: str = ""):
     Returns a list of ``transforms.planning.InputPlan``, one per pattern, in the order given.
 
     Raises:
-      ConfigError: the metadata holds no convert options (not written by pipelines.convert).
+      ConfigError: the metadata holds no convert options (not written by tfrecord-etl convert).
       SourceError, SchemaError: a pattern matches nothing or a source file cannot be indexed.
     """
     from pydantic import ValidationError
@@ -110,7 +110,7 @@ def plan_sources(meta: dict, patterns: Sequence[str], where: str = ""):
     opts = meta.get("options")
     if not isinstance(opts, dict) or not isinstance(opts.get("input"), str):
         raise ConfigError("--source needs the convert options in metadata.json ('options.input' is missing): "
-                          "this output was not written by pipelines.convert", file=where or None)
+                          "this output was not written by tfrecord-etl convert", file=where or None)
     try:  # the convert's own source options (planning.source_options is their one home)
         cfg = ConvertConfig.model_validate({k: v for k, v in opts.items() if k in ConvertConfig.model_fields})
         options = planning.source_options(cfg)
