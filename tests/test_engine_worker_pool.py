@@ -4,6 +4,8 @@ its harness processes by worker id alone, so the second runner's StopWorker kill
 Flink job hung (a subtask RUNNING with no harness). No cluster needed: two gRPC channels play the two runners."""
 from __future__ import annotations
 
+import os
+import sys
 import time
 
 import grpc
@@ -43,6 +45,8 @@ def _two_runners_start_and_one_stops(servicer_cls):
             response = beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolStub(channel).StartWorker(request)
             assert response.error == ""
             procs.append(_newest_harness(pool, procs))
+        time.sleep(1.0)
+        assert [p.poll() for p in procs] == [None, None], "a harness died on its own: the test proves nothing"
         stop = beam_fn_api_pb2.StopWorkerRequest(worker_id="1-1")
         assert beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolStub(channels[0]).StopWorker(stop).error == ""
         deadline = time.monotonic() + 20
@@ -65,6 +69,12 @@ def _newest_harness(pool, known):
     new = [p for p in everything if all(p is not k for k in known)]
     assert len(new) == 1, new
     return new[0]
+
+
+@pytest.fixture(autouse=True)
+def _this_python_first_on_path(monkeypatch):
+    """The pool starts each harness as ``python -c ...``: the first python on PATH must have Beam."""
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
 
 
 def test_each_runner_stops_only_its_own_harness():
