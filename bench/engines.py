@@ -7,9 +7,10 @@ the same run: whole job and work span as ratios to DirectRunner's, peak RSS of e
     PYTHONPATH=$PWD .venv/bin/python -m bench.engines --gb 2 --repeats 2 --workdir /tmp/engines-bench
 
 Whole job: the command's wall time (launcher start to exit, planning and job submission included); work span:
-what the command prints (first shard started to last shard written). Peak RSS: VmHWM of every JVM of the
-cluster and of every SDK harness process, sampled every 0.5 s while the job runs (a harness that lives shorter
-than that can be missed). The clusters are started once, before the first job, and are not in the times.
+what the command prints (first shard started to last shard written). Peak RSS: VmHWM of the launcher and every
+process below it (DirectRunner's workers, Prism and its harnesses), of every JVM of the cluster and of every SDK
+harness process, sampled every 0.5 s while the job runs (a harness that lives shorter than that can be missed).
+The clusters are started once, before the first job, and are not in the times.
 """
 from __future__ import annotations
 
@@ -50,20 +51,48 @@ class RssSampler(threading.Thread):
             self.stop.wait(0.5)
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children, ...)."""
+    found, todo = [], [pid]
+    while todo:
+        kids = engines.children(todo.pop())
+        found += kids
+        todo += kids
+    return found
+
+
+def launcher_tree(kind: str):
+    """For engines that run inside the launcher (DirectRunner's worker processes, Prism and its harnesses): the
+    launcher as ``launcher`` and each process below it as ``KIND-PID`` (a java/prism binary or a Python harness)."""
+    def pids(launcher: int):
+        named = [("launcher", launcher)]
+        for p in descendants(launcher):
+            try:
+                exe = os.path.basename(os.readlink(f"/proc/{p}/exe"))
+            except OSError:
+                continue
+            named.append((f"{'prism' if exe == 'prism' else kind}-{p}", p))
+        return named
+    return pids
+
+
 def run_convert(inp: str, out: pathlib.Path, flags: list[str], pids) -> dict:
+    """One convert; ``pids(launcher_pid)`` names the processes whose peak RSS is sampled."""
     shutil.rmtree(out, ignore_errors=True)
-    sampler = RssSampler(pids)
-    sampler.start()
     env = dict(os.environ, PYTHONPATH=str(engines.ROOT), TF_CPP_MIN_LOG_LEVEL="3")
     t = time.perf_counter()
-    proc = subprocess.run([engines.PYTHON, "-m", "pipelines.convert", "--input", inp, "--output_dir", str(out),
-                           "--num_shards", "8", *flags], cwd=engines.ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.Popen([engines.PYTHON, "-m", "tfrecord_etl.pipelines.convert", "--input", inp, "--output_dir",
+                             str(out), "--num_shards", "8", *flags], cwd=engines.ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = RssSampler(lambda: pids(proc.pid))
+    sampler.start()
+    stdout, stderr = proc.communicate()
     whole = time.perf_counter() - t
     sampler.stop.set()
     sampler.join()
     if proc.returncode != 0:
-        raise SystemExit(f"convert failed ({proc.returncode}): {' '.join(flags)}\n{proc.stderr[-3000:]}")
-    span = re.search(r"work span: ([0-9.]+) s", proc.stdout)
+        raise SystemExit(f"convert failed ({proc.returncode}): {' '.join(flags)}\n{stderr[-3000:]}")
+    span = re.search(r"work span: ([0-9.]+) s", stdout)
     return {"whole_s": whole, "span_s": float(span.group(1)) if span else None, "rss_mb": sampler.peaks}
 
 
@@ -85,19 +114,19 @@ def main(argv=None) -> int:
     clusters, flags, pids = [], {}, {}
     try:
         if "direct" in names:
-            flags["direct"], pids["direct"] = DIRECT, lambda: []
+            flags["direct"], pids["direct"] = DIRECT, launcher_tree("worker")
         if "flink" in names:
             c = engines.FlinkCluster(work / "flink", taskmanagers=2, slots=1).start()
             clusters.append(c)
             flags["flink"] = c.flags(2)
-            pids["flink"] = lambda c=c: [("jobmanager", c.jobmanager.pid), ("job-server", c.job_server.pid)] + [
+            pids["flink"] = lambda _launcher, c=c: [("jobmanager", c.jobmanager.pid), ("job-server", c.job_server.pid)] + [
                 (f"taskmanager-{i}", tm.pid) for i, tm in enumerate(c.tms)] + [
                 (f"harness-{p}", p) for p in engines.harness_pids(c.pool)]
         if "spark" in names:
             c = engines.SparkCluster(work / "spark", workers=2, cores=1).start()
             clusters.append(c)
             flags["spark"] = c.flags()
-            pids["spark"] = lambda c=c: [("master", c.master.pid), ("job-server", c.job_server.pid)] + [
+            pids["spark"] = lambda _launcher, c=c: [("master", c.master.pid), ("job-server", c.job_server.pid)] + [
                 (f"worker-{i}", w.pid) for i, w in enumerate(c.workers)] + [
                 (f"executor-{p}", p) for p in c.executors()] + [
                 (f"harness-{p}", p) for p in engines.harness_pids(c.pool)]
@@ -106,7 +135,7 @@ def main(argv=None) -> int:
                 raise SystemExit(f"{PRISM} is missing: GOBIN=$PWD/.engines/prism go install "
                                  "github.com/apache/beam/sdks/v2/go/cmd/prism@v2.77.0")
             flags["prism"] = ["--runner=PrismRunner", f"--prism_location={PRISM}", "--environment_type=LOOPBACK"]
-            pids["prism"] = lambda: [(f"prism-{p}", p) for p in engines.children(os.getpid())]
+            pids["prism"] = launcher_tree("harness")
         results = {n: [] for n in flags}
         for r in range(args.repeats):
             for n in (list(flags) if r % 2 == 0 else list(reversed(flags))):  # alternated
