@@ -136,7 +136,7 @@ class Layout:
         for a, b, want in checks[0]:
             if record[a:b] != want:
                 return False
-        for i, high in checks[1]:
+        for i, high in checks[1]:  # noqa: SIM110 - a plain loop: this runs for every record
             if (record[i] >= 0x80) != high:
                 return False
         return True

@@ -263,7 +263,7 @@ def _decode_list(buf: bytes, kind: str, span: tuple[int, int]):
             continue
         if kind == "float":
             if w not in (2, 5) or (v[1] - v[0]) % 4:
-                raise RecordError("FloatList value with wire type %d or a length not a multiple of 4" % w,
+                raise RecordError(f"FloatList value with wire type {w} or a length not a multiple of 4",
                                   offset=span[0])
             parts.append(np.frombuffer(bytes(buf[v[0]:v[1]]), dtype="<f4"))
         elif w == 2:
@@ -271,7 +271,7 @@ def _decode_list(buf: bytes, kind: str, span: tuple[int, int]):
         elif w == 0:
             parts.append(np.array([v & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64).view(np.int64))  # 64 bits, as protobuf
         else:
-            raise RecordError("Int64List value with wire type %d" % w, offset=span[0])
+            raise RecordError(f"Int64List value with wire type {w}", offset=span[0])
     if kind == "float":
         return np.concatenate(parts) if parts else np.zeros(0, "<f4")
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
