@@ -502,8 +502,8 @@ def to_tf_dataset_merged(original: str, sidecar_dir: str, batch_size: int | None
     side_comp = _TF_COMPRESSION[coll.sidecar_compression]
     groups = itertools.groupby(coll.pairs, key=lambda p: p.original_compression)  # one zip per run of shards
     ds = None
-    for compression, run in groups:
-        run = list(run)
+    for compression, pairs in groups:
+        run = list(pairs)
         part = tf.data.Dataset.zip((
             tf.data.TFRecordDataset([p.original for p in run], compression_type=_TF_COMPRESSION[compression]),
             tf.data.TFRecordDataset([p.sidecar for p in run], compression_type=side_comp)))
