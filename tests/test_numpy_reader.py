@@ -276,7 +276,7 @@ def test_a_record_count_that_differs_from_the_metadata_is_refused(outputs, tmp_p
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(RecordError, match="Shard holds 150 records, metadata says 151"):
         list(reader.iter_numpy(str(out), batch_size=10))
-    assert tfrecord  # noqa - the framing module is what counts the frames
+    assert tfrecord  # the framing module is what counts the frames
     assert fileio.size(str(out / meta["shards"][0]["file"])) == meta["shards"][0]["bytes"]
 
 

@@ -12,6 +12,7 @@ import difflib
 import importlib
 import os
 import re
+import types
 import typing
 from typing import TYPE_CHECKING, Any, Iterable, Literal, Optional, TypeAlias
 
@@ -304,10 +305,10 @@ def add_model_flags(parser, model: type[BaseModel], skip=frozenset()) -> None:
         choices = None
         if typing.get_origin(field.annotation) is Literal:
             choices = list(typing.get_args(field.annotation))
-        elif typing.get_origin(field.annotation) is typing.Union:
+        elif typing.get_origin(field.annotation) in (typing.Union, types.UnionType):  # Optional[X] or X | None
             lit = [typing.get_args(a) for a in typing.get_args(field.annotation) if typing.get_origin(a) is Literal]
             choices = list(lit[0]) if lit else None
-        if field.annotation is bool or field.annotation == Optional[bool]:
+        if field.annotation is bool or field.annotation == (bool | None):  # equal to Optional[bool] too
             parser.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction,
                                 help=help_text)
         else:

@@ -25,8 +25,8 @@ import numpy as np
 from tfrecord_etl.transforms import collection_reader, fileio, metadata, schemacheck, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, encoding_of
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
-from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # noqa: F401 - re-exported
-from tfrecord_etl.transforms.random_access import RandomAccess  # noqa: F401 - re-exported
+from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # re-exported
+from tfrecord_etl.transforms.random_access import RandomAccess  # re-exported
 from tfrecord_etl.transforms.torch_io import collate_varlen, python_scalars, torch_description  # noqa: F401
 
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}

@@ -23,7 +23,7 @@ import datetime
 import glob
 import json
 import os
-from typing import List, TypedDict
+from typing import List, TypedDict  # noqa: UP035 - typing.List in the component's signature, as TFX documents it
 
 import h5py
 import numpy as np
@@ -70,7 +70,7 @@ class _Ids(TypedDict):
 
 
 @component
-def ReadResolvedExamples(examples: InputArtifact[List[standard_artifacts.Examples]]) -> _Ids:  # noqa: N802
+def ReadResolvedExamples(examples: InputArtifact[List[standard_artifacts.Examples]]) -> _Ids:  # noqa: N802, UP006
     """Reads every Examples artifact it is handed with ``read_split``: ``{"span/version": sorted ids}`` as JSON."""
     out = {}
     for artifact in examples:
