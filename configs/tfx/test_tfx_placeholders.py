@@ -33,8 +33,7 @@ tfx = pytest.importorskip("tfx")
 from tfx import v1 as tfx_v1  # noqa: E402
 from tfx.dsl.component.experimental.annotations import InputArtifact  # noqa: E402
 from tfx.dsl.component.experimental.decorators import component  # noqa: E402
-from tfx.orchestration import metadata as tfx_metadata  # noqa: E402
-from tfx.orchestration import pipeline as tfx_pipeline  # noqa: E402
+from tfx.orchestration import metadata as tfx_metadata, pipeline as tfx_pipeline  # noqa: E402
 from tfx.orchestration.local.local_dag_runner import LocalDagRunner  # noqa: E402
 from tfx.proto import example_gen_pb2, range_config_pb2  # noqa: E402
 from tfx.types import standard_artifacts  # noqa: E402
