@@ -12,7 +12,7 @@ BIN=${LINT_BIN:-$ROOT/.venv/bin}
 if [ "${1:-}" = --fix ]; then
     "$BIN/ruff" check --fix --quiet . || true  # what cannot be fixed is listed by the check below
     "$BIN/ruff" format --quiet .
-    exec "$0"
+    exec bash "$ROOT/configs/lint.sh"
 elif [ $# -gt 0 ]; then
     echo "usage: configs/lint.sh [--fix]" >&2
     exit 2
