@@ -132,7 +132,7 @@ def markdown(rows: list[dict], section_info: dict) -> str:
     head = "| input | " + " | ".join(label for _, label, _ in CONTENDERS) + " |"
     lines = ["### peers: TFDS and Ray Data on the same rows", "",
              "Median wall time of whole processes (contenders alternated, the order rotated every round), "
-             f"uncompressed output, every output's values checked; ratios to `{dict((k, l) for k, l, _ in CONTENDERS)[BASE]}`.",
+             f"uncompressed output, every output's values checked; ratios to `{next(label for k, label, _ in CONTENDERS if k == BASE)}`.",
              "", head, "|" + "---|" * (len(CONTENDERS) + 1)]
     for s in sections:
         by_key = {r["key"]: r for r in mine if r["section"] == s}
@@ -238,7 +238,7 @@ def run_peers(bench, build: bool, rounds: int) -> list[str]:
             bench.say(f"  [peers] no {name} environment with the current pins: pass --peers to build it")
     order = []
     for kind in ("small", "large"):
-        rows = max(1, int(round(PEER_ROWS[kind] * bench.args.scale)))
+        rows = max(1, round(PEER_ROWS[kind] * bench.args.scale))
         rb = row_bytes(LAYOUTS[kind])
         section = f"peers_{kind}"
         bench.say(f"[{section}] {rows:,} rows x {rb:,} bytes = {rows * rb / 1e6:,.1f} MB raw, {rounds} rounds")

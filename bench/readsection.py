@@ -143,7 +143,7 @@ def run_read(bench, build: bool, rounds: int) -> list[str]:
     order = []
     for name in inputs:
         kind, compression = INPUTS[name]
-        rows = max(1, int(round(READ_ROWS[kind] * args.scale)))
+        rows = max(1, round(READ_ROWS[kind] * args.scale))
         rb = row_bytes(LAYOUTS[kind])
         section = f"read_{name}"
         mine = [k for k in keys if compression in CONTENDERS[k].inputs or

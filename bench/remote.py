@@ -247,7 +247,7 @@ def main(argv=None) -> int:
         for files in [int(n) for n in args.files.split(",") if int(n)]:
             for fmt in ("npy", "h5"):
                 with concurrent.futures.ThreadPoolExecutor(8) as pool:  # the same objects, more of them
-                    list(pool.map(lambda i: direct.put_object(Bucket=BUCKET, Key=f"plan{files}/f{i:05d}.{fmt}",
+                    list(pool.map(lambda i, files=files, fmt=fmt: direct.put_object(Bucket=BUCKET, Key=f"plan{files}/f{i:05d}.{fmt}",
                                                               Body=small_file(fmt, i)), range(files)))
                 for threads in [int(t) for t in args.threads.split(",")]:
                     planning.PLAN_THREADS = threads

@@ -112,7 +112,7 @@ def beam_flags(workers: int) -> list[str]:
 
 
 def rows_at(default: int, scale: float) -> int:
-    return max(1, int(round(default * scale)))
+    return max(1, round(default * scale))
 
 
 class Bench:
@@ -558,7 +558,7 @@ class Bench:
 
     def rss8gb_section(self) -> None:
         rb = row_bytes(LARGE)
-        rows = max(1, int(math.ceil(RSS8_BYTES * self.args.scale / rb)))
+        rows = max(1, math.ceil(RSS8_BYTES * self.args.scale / rb))
         self.say(f"[rss8gb] {rows:,} rows x {rb:,} bytes = {rows * rb / 1e9:,.2f} GB raw")
         path = self.h5("large", "rss8gb", rows)
         self.section_info["rss8gb"] = {"rows": rows, "row_bytes": rb, "raw_bytes": rows * rb, "input": path}

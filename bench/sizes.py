@@ -200,7 +200,7 @@ def targets(rows: list[dict], summ: dict) -> list[dict]:
             chosen = big["auto_chosen"] or ""  # in_memory with one bundle is the in_memory contender itself
             inproc = chosen.startswith("in_memory") and "parallel bundles" not in chosen
             t = _target(f"auto faster than in-process on the largest {kind}-row input ({big['size']})",
-                        big["auto_vs_in_memory"], lambda x: x < 1.0 and not inproc, "{:.2f}x in-process wall")
+                        big["auto_vs_in_memory"], lambda x, inproc=inproc: x < 1.0 and not inproc, "{:.2f}x in-process wall")
             if inproc:
                 t["text"] += " (auto ran as in_memory with one bundle too: the difference is run-to-run noise)"
             out.append(t)

@@ -131,7 +131,10 @@ def test_the_loopback_guard_refuses_and_records_other_hosts(monkeypatch):
 def test_the_steps_are_the_convert_pipeline(job):
     _, proto, _, _ = job
     by_label = {t.unique_name: t for t in proto.components.transforms.values()}
-    children = lambda label: [proto.components.transforms[i].unique_name for i in by_label[label].subtransforms]
+
+    def children(label):
+        return [proto.components.transforms[i].unique_name for i in by_label[label].subtransforms]
+
     assert children("ConvertToTFRecord") == ["ConvertToTFRecord/WritePlanned", "ConvertToTFRecord/FinalizeOutput"]
     # the shard plans (one element per shard, spread by a Reshuffle), the shard writer, the commit
     for label, urn in (("ConvertToTFRecord/WritePlanned/WritePlannedShards/CreateShardPlans/Impulse",

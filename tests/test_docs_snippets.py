@@ -39,7 +39,7 @@ def test_page_snippets_run(path, blocks):
     if result.failure:
         pytest.fail(result.failure, pytrace=False)
     for reason in result.skipped:
-        warnings.warn(reason, SnippetSkipped)
+        warnings.warn(reason, SnippetSkipped, stacklevel=1)
     if not result.ran:
         pytest.skip("every block skipped: " + "; ".join(result.skipped))
 

@@ -121,7 +121,7 @@ def test_labels_from_a_csv_table_with_more_columns(collection, tmp_path, capsys)
     assert code == 0, err
     letters = {f.name: [json.loads(x) for x in f.read_text().splitlines()] for f in dead.glob("*.jsonl")}
     assert [d["files"] for d in letters.pop("labels_without_files.jsonl")] == [["ghost.png"]]
-    assert [f.rsplit("/", 1)[-1] for d in sum(letters.values(), []) for f in d["files"]] == [files[-1].name]
+    assert [f.rsplit("/", 1)[-1] for ds in letters.values() for d in ds for f in d["files"]] == [files[-1].name]
 
 
 def test_verify_and_inspect_a_file_collection(collection, tmp_path, capsys):

@@ -175,7 +175,7 @@ def test_augment_records_the_features_every_record_satisfies(taxi_outputs, tf):
 def test_augment_summary_says_which_guesses_were_wrong(tmp_path, capsys):
     code, out, err = run_augment(taxi_pattern(), tmp_path / "o", "--constants", "source=tfx", capsys=capsys)
     assert code == 0 and err == ""
-    line = next(l for l in out.splitlines() if l.strip().startswith("input features:"))
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("input features:"))
     assert "learned from every record" in line and "'trip_seconds': list <i8 [1] in the first records, but " \
         "missing or empty in 3 of 9,909 records: recorded as varlen <i8 [None]" in line
 

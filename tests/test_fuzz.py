@@ -158,7 +158,7 @@ def specs_and_columns(draw):
         seed = draw(st.integers(0, 2**32 - 1))
         rng = np.random.default_rng(seed)
 
-        def values(shape):
+        def values(shape, rng=rng, dtype=dtype, kind=kind):  # bound now: called in this iteration only
             raw = rng.integers(0, 256, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, dtype=np.uint8)
             arr = (raw % 2 if kind == "b" else raw).view(dtype).reshape(shape)
             if kind == "U":

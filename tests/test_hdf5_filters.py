@@ -27,7 +27,7 @@ from tfrecord_etl.transforms.sources import Hdf5Source, RowRange, SourceOptions
 
 hdf5plugin = pytest.importorskip("hdf5plugin", reason="a dependency: pip install -e .")
 try:
-    from tests.test_s3 import BUCKET, s3  # noqa: F401 - the moto S3 server fixture
+    from tests.test_s3 import BUCKET, s3  # the moto S3 server fixture
 except pytest.skip.Exception:
     @pytest.fixture
     def s3():
@@ -77,7 +77,7 @@ def command(module: str, *args) -> subprocess.CompletedProcess:
                           env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=300)
 
 
-def test_every_plugin_filter_converts_exactly_in_two_worker_processes_and_verifies(tmp_path, tf):  # noqa: F811
+def test_every_plugin_filter_converts_exactly_in_two_worker_processes_and_verifies(tmp_path, tf):
     """The launcher (this process) has the filters; Beam's 2 worker processes only unpickle the source and read,
     and failed with "can't open directory (/usr/local/hdf5/lib/plugin)" until the source registered them."""
     expected = filters_file(tmp_path / "filters.h5")
@@ -115,7 +115,7 @@ def test_plugin_filters_on_s3_in_a_fresh_command_process(s3, tmp_path):
 
 
 @pytest.mark.parametrize("name,rows", [("blosc_bigendian.h5", 10), ("b2nd-no-chunkshape.h5", 6)])
-def test_real_pytables_blosc_files_convert_exactly_from_the_command(tmp_path, tf, name, rows):  # noqa: F811
+def test_real_pytables_blosc_files_convert_exactly_from_the_command(tmp_path, tf, name, rows):
     """Real files PyTables wrote with Blosc (filter 32001: big-endian int8-int64 datasets) and Blosc2 (32026, its
     b2nd format), converted by the command in a fresh process, equal h5py's values and pass verify --source."""
     path = fixture_file("tables/tests/" + name)

@@ -59,7 +59,7 @@ def bomb_npz(path, nbytes, name="a.npy"):
 MB = 2**20
 
 try:  # the moto S3 server fixture, when the test extra is installed
-    from tests.test_s3 import BUCKET, s3  # noqa: F401
+    from tests.test_s3 import BUCKET, s3
 except pytest.skip.Exception:
     @pytest.fixture
     def s3():

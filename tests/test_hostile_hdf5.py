@@ -31,7 +31,7 @@ def secret(tmp_path):
     return path
 
 
-def external_h5(path, target, n=len(SECRET)):
+def external_h5(path, target, n=len(SECRET)):  # noqa: B008 - an int, computed once on purpose
     with h5py.File(path, "w") as f:
         f.create_dataset("x", shape=(n,), dtype="u1", external=[(str(target), 0, n)])
 

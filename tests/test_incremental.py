@@ -134,7 +134,7 @@ def test_incremental_takes_no_placeholders_and_reconvert_changed_needs_it(growin
     assert not os.path.exists(out)
 
 
-def test_incremental_on_s3_records_etags_and_finds_a_changed_object_by_its_etag(s3, tmp_path, capsys):  # noqa: F811
+def test_incremental_on_s3_records_etags_and_finds_a_changed_object_by_its_etag(s3, tmp_path, capsys):
     from tests.conftest import run_command
     from tests.test_s3 import BUCKET, keys
     from tfrecord_etl.pipelines import convert as convert_module

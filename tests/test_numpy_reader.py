@@ -25,7 +25,7 @@ def make_npz(path):
     rng = np.random.default_rng(11)
     data = {"id": np.arange(ROWS, dtype=np.int64), "x": rng.standard_normal((ROWS, 3)).astype(np.float32),
             "image": rng.integers(0, 256, (ROWS, 4, 5), dtype=np.uint8), "w": np.arange(ROWS) / 7.0,
-            "flag": np.arange(ROWS) % 3 == 0, "name": np.array(["r\u00e9%d" % i for i in range(ROWS)]),
+            "flag": np.arange(ROWS) % 3 == 0, "name": np.array([f"r\u00e9{i}" for i in range(ROWS)]),
             "code": np.array([b"c%d" % (i % 17) for i in range(ROWS)], dtype="S3")}
     np.savez(path, **data)
     return data
@@ -240,7 +240,7 @@ def test_check_checksums_false_skips_the_crc32c_but_not_sizes_counts_and_record_
     out2 = tmp_path / "two"
     shutil.copytree(outputs[1]["none"], out2)
     path = tamper(out2, "duplicate")
-    for name, read in READERS.items():
+    for read in READERS.values():
         with pytest.raises(RecordError, match="bytes, metadata.json says"):
             read(out2, check_checksums=False)
     out3 = tmp_path / "three"
@@ -276,7 +276,7 @@ def test_a_record_count_that_differs_from_the_metadata_is_refused(outputs, tmp_p
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(RecordError, match="Shard holds 150 records, metadata says 151"):
         list(reader.iter_numpy(str(out), batch_size=10))
-    assert tfrecord  # noqa - the framing module is what counts the frames
+    assert tfrecord  # the framing module is what counts the frames
     assert fileio.size(str(out / meta["shards"][0]["file"])) == meta["shards"][0]["bytes"]
 
 

@@ -2,6 +2,7 @@
 unit; and ConvertToTFRecord applied in a pipeline a user writes."""
 from __future__ import annotations
 
+import itertools
 import os
 
 import h5py
@@ -65,7 +66,7 @@ def test_plan_convert_plans_once_and_names_the_files(h5, tmp_path):
     assert {s.name: s.encoding for s in plan.specs} == {"x": "list", "y": "list", "_source/file": "list",
                                                         "_source/row": "list"}
     rows = [(r.start, r.stop) for s in plan.shards for r in s.ranges]  # contiguous, every row once, in order
-    assert rows[0][0] == 0 and rows[-1][1] == 1000 and all(a[1] == b[0] for a, b in zip(rows, rows[1:]))
+    assert rows[0][0] == 0 and rows[-1][1] == 1000 and all(a[1] == b[0] for a, b in itertools.pairwise(rows))
     assert all(r.num_rows * 20 <= 0.004 * 2**20 + 20 for s in plan.shards for r in s.ranges)
     sizes = [s.num_rows for s in plan.shards]
     assert max(sizes) - min(sizes) <= 50  # within one HDF5 chunk of rows
@@ -155,7 +156,7 @@ def test_shard_writer_commits_a_readable_shard_and_abandons_a_bad_one(tmp_path):
         w.write_batch([b"a", b"bc", b""])
     assert [r.numpy() for r in tf.data.TFRecordDataset(final, compression_type="GZIP")] == [b"a", b"bc", b""]
     assert [r for _, _, r in reader.iter_records(final)] == [b"a", b"bc", b""]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="count mismatch"):
         with sink.shard_writer(str(tmp_path / "t.tfrecord"), "none") as w:
             w.write_batch([b"x"])
             raise ValueError("count mismatch")

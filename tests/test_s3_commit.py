@@ -25,7 +25,7 @@ def ids(out):
     return [int(e["id"]) for e in reader.iter_numpy(out)]
 
 
-def test_overwrite_on_s3_is_staged_and_deletes_the_old_objects_after_the_commit(s3, tmp_path):  # noqa: F811
+def test_overwrite_on_s3_is_staged_and_deletes_the_old_objects_after_the_commit(s3, tmp_path):
     client, flags = s3
     out = f"s3://{BUCKET}/staged/out"
     run = ["--num_shards", "2", "--runner=DirectRunner", "--direct_running_mode=in_memory", *flags]
@@ -38,7 +38,7 @@ def test_overwrite_on_s3_is_staged_and_deletes_the_old_objects_after_the_commit(
                                     "metadata.json", "schema.pbtxt", outdir.MARKER_FILE])
 
 
-def test_the_lock_on_s3_is_created_once(s3, tmp_path):  # noqa: F811
+def test_the_lock_on_s3_is_created_once(s3, tmp_path):
     client, flags = s3
     from tests.conftest import run_command  # noqa: F401 - the filesystems get the flags from run_main
     from tfrecord_etl.pipelines import common
@@ -57,7 +57,7 @@ def test_the_lock_on_s3_is_created_once(s3, tmp_path):  # noqa: F811
     assert not keys(client, "locked2/")
 
 
-def test_a_run_whose_directory_another_run_committed_meanwhile_commits_nothing(s3, tmp_path, monkeypatch,  # noqa: F811
+def test_a_run_whose_directory_another_run_committed_meanwhile_commits_nothing(s3, tmp_path, monkeypatch,
                                                                               capsys):
     client, flags = s3
     out = f"s3://{BUCKET}/race/out"

@@ -19,7 +19,7 @@ ROWS = 1024  # x 4096 bytes: 4 MiB of images per file
 
 
 @pytest.fixture(scope="module")
-def proxied(s3):  # noqa: F811
+def proxied(s3):
     client, flags = s3
     endpoint = [f for f in flags if f.startswith("--s3_endpoint_url=")][0].split("=", 1)[1]
     host, port = endpoint.rsplit("/", 1)[1].split(":")

@@ -17,7 +17,7 @@ def read_all(plan) -> dict:
     out = {}
     for name in parts[0]:
         vals = [p[name] for p in parts]
-        out[name] = np.concatenate(vals) if isinstance(vals[0], np.ndarray) else sum((list(v) for v in vals), [])
+        out[name] = np.concatenate(vals) if isinstance(vals[0], np.ndarray) else [x for v in vals for x in v]
     return out
 
 

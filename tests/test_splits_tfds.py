@@ -301,7 +301,7 @@ def test_shuffle_seed_shuffles_within_each_split_reproducibly(split_output, caps
 
 def test_shuffle_without_splits_and_in_tfds(tmp_path, capsys):
     import tensorflow_datasets as tfds
-    data = make_npz(tmp_path / "in.npz", rows=200)
+    make_npz(tmp_path / "in.npz", rows=200)
     assert convert(tmp_path / "in.npz", tmp_path / "out", "--shuffle_seed", "1", "--num_shards", "2",
                    "--provenance", "--index")[0] == 0
     assert sorted(p.name for p in (tmp_path / "out").glob("data-*")) == [

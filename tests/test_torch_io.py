@@ -31,7 +31,7 @@ def make_npz(path):
     data = {"image": rng.integers(0, 255, (ROWS, 6, 5, 3), dtype=np.uint8),
             "x": np.linspace(-1, 1, ROWS, dtype=np.float32), "w": np.arange(ROWS, dtype=np.float64) / 7,
             "flag": np.arange(ROWS) % 3 == 0, "code": np.array([b"c%03d" % i for i in range(ROWS)], dtype="S4"),
-            "name": np.array(["n\u00e9%d" % i for i in range(ROWS)], dtype="U6"),
+            "name": np.array([f"n\u00e9{i}" for i in range(ROWS)], dtype="U6"),
             "label": np.arange(ROWS, dtype=np.int16) - 60}
     np.savez(path, **data)
     return data
@@ -81,7 +81,7 @@ def test_random_access_yields_python_bytes_and_str_for_scalar_strings(mixed):
         assert example["flag"].dtype == np.bool_ and example["w"].dtype == np.float64
         check_row(data, row, example)
     got = reader.get(str(out), 0, split="test", features=["code", "name", "_source/row"])
-    assert got["code"] == b"c%03d" % int(got["_source/row"]) and got["name"] == "n\u00e9%d" % int(got["_source/row"])
+    assert got["code"] == b"c%03d" % int(got["_source/row"]) and got["name"] == f"n\u00e9{int(got['_source/row'])}"
 
 
 def test_a_shuffled_numpy_batching_of_random_access_reads_every_row_once(mixed):

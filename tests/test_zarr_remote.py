@@ -17,7 +17,7 @@ from tfrecord_etl.transforms import fileio  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def proxied(s3):  # noqa: F811
+def proxied(s3):
     client, flags = s3
     endpoint = next(f for f in flags if f.startswith("--s3_endpoint_url=")).split("=", 1)[1]
     host, port = endpoint.rsplit("/", 1)[1].split(":")

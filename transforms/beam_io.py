@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import sys
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 import apache_beam as beam
 import numpy as np
@@ -367,12 +367,12 @@ class WriteShardFn(CarriesRun, beam.DoFn):
                                   file=fileio.join(self._output_dir, files[0][1]))
             if letters:
                 write_dead_letters(self._dead_letter_dir, name, letters)
-        out = []
-        for (split, f), writer in zip(files, writers):
-            entry = {"file": f, "records": writer.records, "bytes": fileio.size(fileio.join(self._output_dir, f)),
+        out: list[dict[str, Any]] = []
+        for (split_name, f), writer in zip(files, writers):
+            entry: dict[str, Any] = {"file": f, "records": writer.records, "bytes": fileio.size(fileio.join(self._output_dir, f)),
                      "crc32c": writer.crc32c, "dead_rows": 0}
-            if split is not None:
-                entry["split"] = split
+            if split_name is not None:
+                entry["split"] = split_name
             if self._index:
                 entry["index"] = tfrecord.index_name(f)
             out.append(entry)

@@ -36,7 +36,7 @@ import hashlib
 import json
 import os
 import re
-from typing import Callable, Iterable, Sequence, Union
+from typing import Callable, Iterable, Sequence
 
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import (ConfigError, IncompleteOutputError, OutputError, SchemaError,
@@ -47,7 +47,7 @@ FORMAT = "tfrecord-etl-collection/1"
 LOCAL_LOCK_FILE = ".tf-etl-collection.lock"  # flock'ed while a local commit compares and renames
 MAX_COMMIT_ATTEMPTS = 8  # a commit that keeps losing races to other runs gives up after this many tries
 
-SpanSelector = Union[None, int, str, Sequence[int], range]
+SpanSelector = None | int | str | Sequence[int] | range
 
 
 def span_dir_name(span: int, version: int | None = None) -> str:

@@ -28,7 +28,7 @@ import io
 import os
 import struct
 import zlib
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 ENV = "TFRECORD_ETL_COMPRESSION_BACKEND"
 ORDER = ("isal", "zlib-ng", "zlib")  # preference when the backend is not forced
@@ -52,8 +52,8 @@ class Backend:
     ``crc32``, ``error``), ``gzip`` its ``GzipFile`` module; ``version`` the library's version."""
     name: str
     version: str
-    zlib: object
-    gzip: object
+    zlib: Any  # a module
+    gzip: Any
 
     @property
     def default_level(self) -> int:
@@ -77,7 +77,7 @@ class Backend:
         """``data`` as one zlib stream (RFC 1950), at ``level`` (None: the backend's default)."""
         return self.zlib.compress(data, self.level(level))
 
-    def errors(self) -> tuple[type, ...]:
+    def errors(self) -> tuple[type[BaseException], ...]:
         """The exception types this backend's decompressors raise on a corrupt stream."""
         return (self.zlib.error,)
 

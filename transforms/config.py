@@ -12,8 +12,9 @@ import difflib
 import importlib
 import os
 import re
+import types
 import typing
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Optional, TypeAlias
 
 import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -24,9 +25,14 @@ from tfrecord_etl.transforms.sources import REGISTRY as SOURCE_REGISTRY
 from tfrecord_etl.transforms.sources.base import DEFAULT_MAX_DATASETS, DEFAULT_MAX_MAT_NESTING
 from tfrecord_etl.transforms.errors import ConfigError
 
-EncodingName = Literal[tuple(ENCODINGS)]  # the registered encodings: tensor, list, zlib, packbits, varlen
-DefaultEncodingName = Literal[(AUTO,) + tuple(ENCODINGS)]  # --encoding: the auto rule or one encoding for all
-FormatName = Literal[tuple(SOURCE_REGISTRY)]  # the registered sources: hdf5, npz, npy, raw
+if TYPE_CHECKING:  # the choices are the registries' keys, known when they are imported: strings to a type checker
+    EncodingName: TypeAlias = str
+    DefaultEncodingName: TypeAlias = str
+    FormatName: TypeAlias = str
+else:
+    EncodingName = Literal[tuple(ENCODINGS)]  # the registered encodings: tensor, list, zlib, packbits, varlen
+    DefaultEncodingName = Literal[(AUTO,) + tuple(ENCODINGS)]  # --encoding: the auto rule or one encoding for all
+    FormatName = Literal[tuple(SOURCE_REGISTRY)]  # the registered sources: hdf5, npz, npy, raw
 
 
 MAX_SHARDS = 99999  # shard file names are PREFIX-NNNNN-of-NNNNN (sharding.ShardPlan.file_name)
@@ -299,10 +305,10 @@ def add_model_flags(parser, model: type[BaseModel], skip=frozenset()) -> None:
         choices = None
         if typing.get_origin(field.annotation) is Literal:
             choices = list(typing.get_args(field.annotation))
-        elif typing.get_origin(field.annotation) is typing.Union:
+        elif typing.get_origin(field.annotation) in (typing.Union, types.UnionType):  # Optional[X] or X | None
             lit = [typing.get_args(a) for a in typing.get_args(field.annotation) if typing.get_origin(a) is Literal]
             choices = list(lit[0]) if lit else None
-        if field.annotation is bool or field.annotation == Optional[bool]:
+        if field.annotation is bool or field.annotation == (bool | None):  # equal to Optional[bool] too
             parser.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction,
                                 help=help_text)
         else:
@@ -507,7 +513,7 @@ def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     return {o: a for a in parser._actions for o in a.option_strings}
 
 
-def check_beam_flags(beam_argv: list[str], ours: list[str] = ()) -> None:
+def check_beam_flags(beam_argv: list[str], ours: Iterable[str] = ()) -> None:
     """Refuses a flag that is neither ours (``ours``: option strings) nor Beam's, with a suggestion.
 
     Accepts ``--flag=value``, ``--flag value``, boolean ``--flag`` and ``--noflag`` (from a YAML ``false``).
@@ -542,7 +548,7 @@ def check_beam_flags(beam_argv: list[str], ours: list[str] = ()) -> None:
     parser.parse_known_args([n for n in names if not (n.startswith("--no") and n.split("=")[0] not in actions)])
 
 
-def split_beam_flags(argv: list[str], ours: list[str] = ()) -> tuple[list[str], list[str]]:
+def split_beam_flags(argv: list[str], ours: Iterable[str] = ()) -> tuple[list[str], list[str]]:
     """``(the other arguments, Beam's flags)``: ``argv`` split into the flags Beam's ``PipelineOptions`` know
     that are not ours (``ours``: option strings), each with its value, and everything else, in order.
 
@@ -551,7 +557,7 @@ def split_beam_flags(argv: list[str], ours: list[str] = ()) -> tuple[list[str], 
     Beam's flags and parses the rest strictly, so a misspelled flag of its own is still refused.
     """
     names, ours = [str(a) for a in argv], set(ours)
-    parsers, rest, beam, i = {}, [], [], 0
+    parsers, rest, beam, i = {}, list[str](), list[str](), 0
     while i < len(names):
         token, name = names[i], _flag_name(names[i])
         if token == "--":

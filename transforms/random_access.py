@@ -174,7 +174,7 @@ class RandomAccess:
         if fd is not None:
             return fd
         path = self._paths[k]
-        for attempt in (0, 1):
+        for _attempt in (0, 1):
             self._frames(k)
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             if self._checked.get(k) == _stat_version(os.fstat(fd)):

@@ -25,8 +25,8 @@ import numpy as np
 from tfrecord_etl.transforms import collection_reader, fileio, metadata, schemacheck, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, encoding_of
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
-from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # noqa: F401 - re-exported
-from tfrecord_etl.transforms.random_access import RandomAccess  # noqa: F401 - re-exported
+from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # re-exported
+from tfrecord_etl.transforms.random_access import RandomAccess  # re-exported
 from tfrecord_etl.transforms.torch_io import collate_varlen, python_scalars, torch_description  # noqa: F401
 
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
@@ -502,8 +502,8 @@ def to_tf_dataset_merged(original: str, sidecar_dir: str, batch_size: int | None
     side_comp = _TF_COMPRESSION[coll.sidecar_compression]
     groups = itertools.groupby(coll.pairs, key=lambda p: p.original_compression)  # one zip per run of shards
     ds = None
-    for compression, run in groups:
-        run = list(run)
+    for compression, pairs in groups:
+        run = list(pairs)
         part = tf.data.Dataset.zip((
             tf.data.TFRecordDataset([p.original for p in run], compression_type=_TF_COMPRESSION[compression]),
             tf.data.TFRecordDataset([p.sidecar for p in run], compression_type=side_comp)))

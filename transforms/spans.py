@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import re
-from typing import Optional, Union
+from typing import Optional
 
 from tfrecord_etl.transforms import matching
 from tfrecord_etl.transforms.errors import ConfigError, SourceError, printable
@@ -154,7 +154,7 @@ def parse(pattern: str) -> SpanPattern:
     return SpanPattern(pattern, "span" if spans else "date", bool(versions), glob, re.compile(regex, re.S | re.M))
 
 
-SpanFlag = Union[int, str, None]
+SpanFlag = int | str | None
 
 _DATE_FLAG = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
 

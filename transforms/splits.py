@@ -26,7 +26,7 @@ import dataclasses
 import hashlib
 import itertools
 import re
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -124,7 +124,7 @@ class SplitPlan:
             return self.assign_keys([r[start:stop] for r in records])
         return self.assign_keys([record_feature_key(r, self.key, i) for i, r in enumerate(records)])
 
-    def split_batch(self, batch) -> list[tuple[int, np.ndarray | None, object]]:
+    def split_batch(self, batch) -> list[tuple[int, np.ndarray | None, Any]]:
         """A ``codec.EncodedBatch`` as ``[(split number, rows, batch)]`` by :meth:`assign_records`: one entry per
         split that holds rows, ``rows`` their positions in ``batch`` (int64; None: all of them), each batch in row
         order.

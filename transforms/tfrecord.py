@@ -176,7 +176,7 @@ def detect_compression(head: bytes) -> str:
     return "none"
 
 
-def open_decompressed(raw: BinaryIO, compression: str, backend: str | None = None) -> BinaryIO:
+def open_decompressed(raw: BinaryIO | ChecksumReader, compression: str, backend: str | None = None) -> BinaryIO:
     """Wraps a binary stream for reading with ``compression`` (``none``, ``gzip`` or ``zlib``), decompressed
     through the compression backend ``backend`` (a name; None: ``compression.get()``'s choice, ISA-L when
     installed). Any backend reads the streams of any other."""

@@ -22,8 +22,8 @@ import pytest
 pytest.importorskip("tfx")
 pytest.importorskip("airflow")
 
-from test_tfx_pipeline import make_span, plain_tf_read  # noqa: E402  (configs/tfx is on sys.path under pytest)
-from tfrecord_etl.tfx import read_split, split_files  # noqa: E402
+from test_tfx_pipeline import make_span, plain_tf_read  # (configs/tfx is on sys.path under pytest)
+from tfrecord_etl.tfx import read_split, split_files
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DAG_FILE = os.path.join(HERE, "airflow_dags", "tfx_arrays_dag.py")

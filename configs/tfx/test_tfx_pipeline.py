@@ -27,8 +27,7 @@ import pytest
 tfx = pytest.importorskip("tfx")
 import tensorflow as tf  # noqa: E402
 from tfx import v1 as tfx_v1  # noqa: E402
-from tfx.orchestration import metadata as tfx_metadata  # noqa: E402
-from tfx.orchestration import pipeline as tfx_pipeline  # noqa: E402
+from tfx.orchestration import metadata as tfx_metadata, pipeline as tfx_pipeline  # noqa: E402
 from tfx.orchestration.local.local_dag_runner import LocalDagRunner  # noqa: E402
 from tfx.proto import example_gen_pb2, range_config_pb2  # noqa: E402
 

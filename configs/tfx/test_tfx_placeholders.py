@@ -23,7 +23,7 @@ import datetime
 import glob
 import json
 import os
-from typing import List, TypedDict
+from typing import List, TypedDict  # noqa: UP035 - typing.List in the component's signature, as TFX documents it
 
 import h5py
 import numpy as np
@@ -33,8 +33,7 @@ tfx = pytest.importorskip("tfx")
 from tfx import v1 as tfx_v1  # noqa: E402
 from tfx.dsl.component.experimental.annotations import InputArtifact  # noqa: E402
 from tfx.dsl.component.experimental.decorators import component  # noqa: E402
-from tfx.orchestration import metadata as tfx_metadata  # noqa: E402
-from tfx.orchestration import pipeline as tfx_pipeline  # noqa: E402
+from tfx.orchestration import metadata as tfx_metadata, pipeline as tfx_pipeline  # noqa: E402
 from tfx.orchestration.local.local_dag_runner import LocalDagRunner  # noqa: E402
 from tfx.proto import example_gen_pb2, range_config_pb2  # noqa: E402
 from tfx.types import standard_artifacts  # noqa: E402
@@ -70,7 +69,7 @@ class _Ids(TypedDict):
 
 
 @component
-def ReadResolvedExamples(examples: InputArtifact[List[standard_artifacts.Examples]]) -> _Ids:  # noqa: N802
+def ReadResolvedExamples(examples: InputArtifact[List[standard_artifacts.Examples]]) -> _Ids:  # noqa: N802, UP006
     """Reads every Examples artifact it is handed with ``read_split``: ``{"span/version": sorted ids}`` as JSON."""
     out = {}
     for artifact in examples:

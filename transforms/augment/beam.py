@@ -140,7 +140,7 @@ class AugmentShardFn(CarriesRun, beam.DoFn):
 
     def __init__(self, plan: AugmentPlan):
         self._plan = plan
-        self._augmenter = None
+        self._augmenter: BatchAugmenter | None = None
         self._read = Metrics.counter(NAMESPACE, "records_read")
         self._written = Metrics.counter(NAMESPACE, "records_written")
         self._shards = Metrics.counter(NAMESPACE, "shards_written")
@@ -308,7 +308,7 @@ class FinalizeAugmentFn(CarriesRun, beam.DoFn):
             raise RecordError(f"Records in ({total_in}) != records out ({total_out}) (metadata: {expected})",
                               file=bad[0] if bad else plan.output_dir, hint="re-run; report it if it happens again")
         check_collection(plan.collection)
-        corrections = []
+        corrections: list = []
         if plan.collection.observed:  # the features every record satisfies, not the sample's guess
             stats = FeatureStats()
             for r in results:

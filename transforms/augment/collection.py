@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Iterable, Iterator, Sequence
+from typing import Generator, Iterable, Iterator, Sequence
 
 from tfrecord_etl.transforms import fileio, metadata, schemacheck, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, infer_feature_specs
@@ -260,7 +260,7 @@ def read_sample(shards: Sequence[InputShard], size: int, max_record_bytes: int |
 
 
 def iter_shard(shard: InputShard, tally: dict | None = None, max_record_bytes: int | None = None
-               ) -> Iterator[tuple[int, bytes]]:
+               ) -> Generator[tuple[int, bytes], None, None]:
     """``(record index, record bytes)`` of one input shard, streamed a record at a time, CRCs checked.
 
     The shard is checked against what planning recorded (``shard.pin``, ``shard.crc32c``): its size (and a local

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -46,7 +46,7 @@ class AugmentPlan:
     fn: str | None = None
     fn_specs: tuple[FeatureSpec, ...] = ()
     fn_batch: bool = False
-    constants: tuple[tuple[str, object], ...] = ()
+    constants: tuple[tuple[str, Any], ...] = ()
     join: JoinPlan | None = None
     replace: tuple[str, ...] = ()
     drop_keys: tuple[str, ...] = ()
@@ -97,7 +97,7 @@ class BatchAugmenter:
 
     def __init__(self, plan: AugmentPlan):
         self.plan = plan
-        self._fn = None
+        self._fn: Callable[..., Any] | None = None
         self._new_keys = {k for s in plan.new_specs for k, _, _ in metadata.example_features(s)}
         self._allowed = set(plan.drop_keys) | {k for s in plan.new_specs if s.name in plan.replace
                                                for k, _, _ in metadata.example_features(s)}

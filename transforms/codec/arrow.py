@@ -8,6 +8,7 @@ pyarrow installed (the reader's install is NumPy and google-crc32c).
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
 from tfrecord_etl._install import pip_install
 
@@ -30,4 +31,7 @@ class _LazyPyarrow:
         return value
 
 
-pa = _LazyPyarrow()
+if TYPE_CHECKING:  # to a type checker, the module itself
+    import pyarrow as pa
+else:
+    pa = _LazyPyarrow()

@@ -17,6 +17,7 @@ records are the bytes protobuf's own serializer writes. Source: the protobuf enc
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import numpy as np
 
@@ -128,7 +129,7 @@ def assemble(pieces: list, rows: int, lead: int = 0, trail: int = 0) -> tuple[np
     so that a fixed-width piece is copied a slice per distinct column offset, not a byte at a time.
     """
     lengths = [piece_lengths(p, rows) for p in pieces]
-    total = sum(lengths) if lengths else np.zeros(rows, np.int64)
+    total = cast(np.ndarray, sum(lengths)) if lengths else np.zeros(rows, np.int64)
     width = lead + (int(total.max()) if rows else 0) + trail
     block = np.empty((rows, width), np.uint8)
     col = np.full(rows, lead, np.int64)

@@ -19,7 +19,7 @@ own functions. No Beam, TensorFlow or pyarrow import: NumPy only.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Sequence, cast
 
 import numpy as np
 
@@ -149,7 +149,7 @@ class Layout:
         for a, b, want in checks[0]:
             if record[a:b] != want:
                 return False
-        for i, high in checks[1]:
+        for i, high in checks[1]:  # noqa: SIM110 - a plain loop: this runs for every record
             if (record[i] >= 0x80) != high:
                 return False
         return True
@@ -326,7 +326,7 @@ class BlockDecoder:
             return np.frombuffer(record, dt, spec.size, start).reshape(spec.shape)
         if how == "packbits":
             packed = np.frombuffer(record, np.uint8, nbytes, start).reshape(packed_shape(spec.shape))
-            return self._encodings[spec.name]._unpack(packed, spec.shape, spec.dtype)
+            return cast(PackbitsEncoding, self._encodings[spec.name])._unpack(packed, spec.shape, spec.dtype)
         if how == "float":
             values = np.frombuffer(record, "<f4", spec.size, start)
             return values.astype(dt).reshape(spec.shape)
@@ -450,7 +450,7 @@ class BlockDecoder:
             return _gather(block, start, nbytes).view(dt).reshape(rows, *spec.shape)
         if how == "packbits":
             packed = _gather(block, start, nbytes).reshape(rows, *packed_shape(spec.shape))
-            return self._encodings[spec.name]._unpack(packed, spec.shape, spec.dtype)
+            return cast(PackbitsEncoding, self._encodings[spec.name])._unpack(packed, spec.shape, spec.dtype)
         if how == "float":
             values = _gather(block, start, nbytes).view("<f4") if nbytes else np.zeros((rows, 0), "<f4")
             return (values if dt == values.dtype else values.astype(dt)).reshape(rows, *spec.shape)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 from tfrecord_etl.transforms.codec.arrow import pa
@@ -154,13 +154,13 @@ class EncodedBatch:
         return EncodedBatch(layout, tails)
 
 
-def encode_batch(columns: Mapping[str, object], specs: Sequence[FeatureSpec], num_rows: int,
+def encode_batch(columns: Mapping[str, Any], specs: Sequence[FeatureSpec], num_rows: int,
                  allow_lossy: Iterable[str] = ()) -> list[bytes]:
     """Encodes ``num_rows`` rows as serialized Examples; see :func:`encode_columns`."""
     return encode_columns(columns, specs, num_rows, allow_lossy).records()
 
 
-def encode_columns(columns: Mapping[str, object], specs: Sequence[FeatureSpec], num_rows: int,
+def encode_columns(columns: Mapping[str, Any], specs: Sequence[FeatureSpec], num_rows: int,
                    allow_lossy: Iterable[str] = ()) -> EncodedBatch:
     """Encodes ``num_rows`` rows as serialized Examples, vectorized over the batch.
 

@@ -1,7 +1,7 @@
 """The protobuf wire format of tf.train.Example: field writers and a small reader (no TensorFlow)."""
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -27,6 +27,7 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
 
 def _fields(buf: bytes, pos: int, end: int):
     """Yields (field number, wire type, value) over a message; LEN values are (start, stop) slices."""
+    value: Any  # a varint's int, or the (start, stop) slice of the other wire types
     while pos < end:
         key, pos = _varint(buf, pos, end)
         field, wire = key >> 3, key & 7
@@ -83,7 +84,7 @@ def split_feature_entries(record: bytes, max_features: int | None = None) -> lis
         entries, counted while parsing (the error comes before the rest of the record is walked).
     """
     limit = MAX_FEATURES if max_features is None else max_features
-    entries = []
+    entries: list[tuple[str | None, tuple[int, int]]] = []
     for field, wire, val in _fields(record, 0, len(record)):
         if field != 1 or wire != 2:
             raise RecordError(f"Unexpected field {field} (wire type {wire}) in a tf.train.Example", offset=0)
@@ -180,7 +181,7 @@ def _frame_positions(record: bytes) -> list[int] | None:
 
 
 def _walk_positions(record: bytes) -> list[int] | None:
-    n, pos, out = len(record), 0, []
+    n, pos, out = len(record), 0, list[int]()
     while pos < n:
         end = _len_header(record, pos, n, out)  # Example.features, then its Features.feature entries
         if end is None:
@@ -263,7 +264,7 @@ def _decode_list(buf: bytes, kind: str, span: tuple[int, int]):
             continue
         if kind == "float":
             if w not in (2, 5) or (v[1] - v[0]) % 4:
-                raise RecordError("FloatList value with wire type %d or a length not a multiple of 4" % w,
+                raise RecordError(f"FloatList value with wire type {w} or a length not a multiple of 4",
                                   offset=span[0])
             parts.append(np.frombuffer(bytes(buf[v[0]:v[1]]), dtype="<f4"))
         elif w == 2:
@@ -271,7 +272,7 @@ def _decode_list(buf: bytes, kind: str, span: tuple[int, int]):
         elif w == 0:
             parts.append(np.array([v & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64).view(np.int64))  # 64 bits, as protobuf
         else:
-            raise RecordError("Int64List value with wire type %d" % w, offset=span[0])
+            raise RecordError(f"Int64List value with wire type {w}", offset=span[0])
     if kind == "float":
         return np.concatenate(parts) if parts else np.zeros(0, "<f4")
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)

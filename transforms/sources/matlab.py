@@ -151,7 +151,7 @@ def _kind_of(value) -> str:
         return SPARSE
     if type(value) is not np.ndarray:  # MatlabFunction, MatlabObject, MatlabOpaque (ndarray subclasses), others
         return OTHER
-    if value.dtype.names and all(value.dtype[n] == object for n in value.dtype.names):
+    if value.dtype.names and all(value.dtype[n].kind == "O" for n in value.dtype.names):
         return STRUCT if value.size else layout.EMPTY
     if value.dtype == object:
         return layout.CELL if value.size else layout.EMPTY

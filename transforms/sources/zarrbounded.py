@@ -202,7 +202,7 @@ class BoundedStore(Store):
             return [n for n in self._zip_infos if not n.endswith("/")]
         if self.kind == "dir":
             out = []
-            for top, dirs, files in os.walk(self.path):
+            for top, _dirs, files in os.walk(self.path):
                 rel = os.path.relpath(top, self.path)
                 for f in files:
                     out.append(f if rel == "." else f"{rel.replace(os.sep, '/')}/{f}")

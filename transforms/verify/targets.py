@@ -234,9 +234,8 @@ def _read_shard(report: Report, fr: FileReport, path: str, compression: str, spe
                 decoded = codec.decode_example(record, specs, max_features)
             except (RecordError, SchemaError) as e:
                 reason = not_example_reason(record)
-                if reason:
-                    e = RecordError(f"Not a tf.train.Example: {reason}")
-                report.add(_decode_problem("not_example" if reason else "decode", e, path, index, offset))
+                problem = RecordError(f"Not a tf.train.Example: {reason}") if reason else e
+                report.add(_decode_problem("not_example" if reason else "decode", problem, path, index, offset))
                 decoded = None
             if comparer:
                 comparer.feed(path, index, offset, decoded)

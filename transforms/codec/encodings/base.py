@@ -119,6 +119,11 @@ class Encoding:
         """The flattened values of ``n`` records (``batch_values`` each) -> ``(n, *spec.shape)``."""
         raise NotImplementedError
 
+    def decode_native(self, spec: FeatureSpec, kind: str | None, values) -> np.ndarray:
+        """Encodings whose Example feature is TensorFlow's native list form (``native``): a variable-length list of
+        another writer's Example -> a 1-D array (see ``ListEncoding.decode_native``)."""
+        raise NotImplementedError
+
     def to_tf(self, tf, spec: FeatureSpec, parsed, shape):
         """The parsed main feature of one example (``tf.io.parse_single_example`` with the spec from
         :meth:`features`) -> a tensor of the original dtype (``tf.string`` for S/U/V) and ``shape`` (an int32
