@@ -16,7 +16,9 @@ from setuptools.command.sdist import sdist as _sdist
 _FOLDERS = ("transforms", "pipelines")  # the repo's top-level folders, installed under tfrecord_etl
 # the documentation site (mkdocs.yml): mkdocs build --strict, or mkdocs serve to preview it; mkdocstrings formats
 # the API page's signatures with ruff
-_DOCS = ["mkdocs>=1.6.1,<2", "mkdocs-material>=9.8.2,<10", "mkdocstrings-python>=2.0.11,<3", "ruff>=0.17.5,<1"]
+_DOCS = ["mkdocs>=1.6.1,<2", "mkdocs-material>=9.8.2,<10", "mkdocstrings-python>=2.0.11,<3",
+         # pinned: configs/lint.sh checks the format, which changes between ruff releases
+         "ruff==0.17.6"]
 
 # Reading an output (tfrecord_etl.transforms.reader, verify, inspect): `pip install .`
 READER = ["numpy>=1.26", "google-crc32c>=1.5"]
@@ -85,6 +87,8 @@ setuptools.setup(
         "all": PIPELINES + ["boto3>=1.34,<2", "dask>=2024.4.2", "distributed>=2024.4.2",
                             "tensorflow-datasets>=4.9.10,<5"],
         "test": PIPELINES + _DOCS + ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3",
+                 # configs/lint.sh (types over the public API) and the import layers' contracts (.importlinter)
+                 "mypy==2.4.1", "import-linter==2.16",
                  # TFDS's own Tensor(encoding=ZLIB) encoder: the zlib encoding is checked byte for byte against it
                  "tensorflow-datasets>=4.9.10,<5",
                  # the `tfrecord` package (PyTorch readers): its multi-worker path reads our --index files
