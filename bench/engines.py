@@ -100,9 +100,6 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.engines", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gb", type=float, default=2.0, help="input size in GB (decimal)")
-    ap.add_argument("--links", type=int, default=1,
-                    help="the input is this many hard links of one generated file of --gb/links GB, converted as "
-                         "one glob (a 20 GB input on a disk that holds only the input or the output)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--engines", default="direct,flink,spark,prism")
     ap.add_argument("--workdir", required=True, help="inputs, outputs, cluster logs (not the repository)")
@@ -110,17 +107,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     work = pathlib.Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    rows = int(args.gb / args.links * 1e9 // row_bytes(LAYOUTS["large"]))
+    rows = int(args.gb * 1e9 // row_bytes(LAYOUTS["large"]))
     inp = str(work / f"large-{rows}.h5")
     datagen.ensure("large", inp, rows, keep=True)
-    if args.links > 1:
-        folder = work / f"links-{args.links}x{rows}"
-        folder.mkdir(exist_ok=True)
-        for i in range(args.links):
-            link = folder / f"part-{i:03d}.h5"
-            if not link.exists():
-                os.link(inp, link)
-        inp, rows = str(folder / "part-*.h5"), rows * args.links
     names = args.engines.split(",")
     clusters, flags, pids = [], {}, {}
     try:
