@@ -12,6 +12,8 @@ from typing import Callable
 
 from tfrecord_etl._install import pip_install
 from tfrecord_etl._startup import resume_gc
+from tfrecord_etl.pipelines import gcsaccess
+from tfrecord_etl.pipelines.gcsaccess import connect_to_gcs_anonymously  # noqa: F401 - re-exported
 from tfrecord_etl.pipelines.workers import (WORKER_DIED_LINE, dead_worker_signals, died_line,  # noqa: F401
                                             mark_stopping, quiet_worker_threads as _quiet_worker_threads,
                                             stop_worker_processes, stopped_count)
@@ -275,7 +277,6 @@ def configure_filesystems(beam_argv: list[str], paths=()) -> None:
     argv = [str(a) for a in beam_argv if str(a) not in ("-h", "--help")]
     remote = []
     if len(argv) == len(beam_argv) and any("gs://" in a.lower() for a in [*argv, *map(str, paths)]):  # not --help
-        from tfrecord_etl.pipelines import gcsaccess
         remote = gcsaccess.gcs_paths([*argv, *(str(p) for p in paths if p)])
         gcsaccess.check(remote, argv)
     try:
@@ -287,25 +288,7 @@ def configure_filesystems(beam_argv: list[str], paths=()) -> None:
     if os.environ.get("STORAGE_EMULATOR_HOST") or "--no_auth" in argv:
         connect_to_gcs_anonymously()
     elif remote:
-        from tfrecord_etl.pipelines import gcsaccess
         gcsaccess.search_credentials(remote, argv)
-
-
-def connect_to_gcs_anonymously() -> None:
-    """Makes this process's gs:// clients anonymous, skipping Beam's search for Google credentials.
-
-    Used when ``STORAGE_EMULATOR_HOST`` points google-cloud-storage at an emulator (which takes no credentials)
-    or ``--no_auth`` is given (public buckets). Beam's GCS filesystem looks for Application Default Credentials
-    with 4 retries and exponential backoff (``apache_beam/internal/gcp/auth.py``, ``_get_credentials_with_retrys``):
-    about 20 s per process on a machine that has none, before connecting anonymously anyway. Beam's ``--no_auth``
-    option only covers its Dataflow API client, not GCS reads and writes. Does nothing when Beam's ``auth``
-    module changes shape."""
-    try:
-        from apache_beam.internal.gcp import auth
-        with auth._Credentials._credentials_lock:
-            auth._Credentials._credentials_init, auth._Credentials._credentials = True, None
-    except (ImportError, AttributeError):
-        pass
 
 
 _ERROR_NAMES = ("ConfigError", "InputChangedError", "SourceError", "SchemaError", "RecordError",
