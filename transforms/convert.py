@@ -359,7 +359,7 @@ def check_output(cfg: ConvertConfig, plan: ConvertPlan) -> None:
     if cfg.dead_letter_dir is not None:
         outdir.check_inputs_outside(cfg.output_dir, [cfg.dead_letter_dir], "--dead_letter_dir")
         matching.check_output_unmatched(cfg.input, cfg.dead_letter_dir, [f"{first}.jsonl"], "--dead_letter_dir")
-    if cfg.writer == "beam" and outdir.escape_glob(cfg.output_dir) != cfg.output_dir:
+    if cfg.writer == "beam" and fileio.escape_glob(cfg.output_dir) != cfg.output_dir:
         raise ConfigError("--writer beam cannot write into a directory whose name holds * ? [ or ] (Beam's file "
                           "sink matches it as a pattern)", file=cfg.output_dir,
                           hint="rename the directory or use --writer planned, which takes paths literally")

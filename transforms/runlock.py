@@ -21,7 +21,7 @@ import re
 import socket
 import sys
 
-from tfrecord_etl.transforms import fileio
+from tfrecord_etl.transforms import conditional, fileio
 from tfrecord_etl.transforms.errors import ConfigError
 
 LOCK_FILE = ".tf-etl.lock"
@@ -120,12 +120,12 @@ def _is_stale(record: dict | None, path: str) -> bool:
 
 def _read_lock(path: str) -> tuple[dict | None, str | None]:
     """The lock record at ``path`` (None: none, empty or unreadable) and, on S3 and GCS, the version of the object
-    it was read from (``fileio.ABSENT``: no object), for a conditional replace or delete of exactly that version;
+    it was read from (``conditional.ABSENT``: no object), for a conditional replace or delete of exactly that version;
     None elsewhere."""
     if fileio.is_local(path):
         return _read_json(path), None
     try:
-        data, version = fileio.read_versioned(path)  # version None: HDFS, no conditional requests
+        data, version = conditional.read_versioned(path)  # version None: HDFS, no conditional requests
     except Exception:  # noqa: BLE001 - unreadable: not ours
         return None, None
     if data is None or len(data) > _MAX_JSON_BYTES:
@@ -141,12 +141,12 @@ def _remove(path: str, version: str | None) -> None:
     """Deletes the lock ``path`` if it is still at ``version`` (from :func:`_read_lock`; None: unconditionally).
 
     Raises:
-      fileio.VersionConflict: it was replaced since (another run's now): kept.
+      conditional.VersionConflict: it was replaced since (another run's now): kept.
     """
     if version is None:
         fileio.delete([path])
     else:
-        fileio.delete_if_version(path, version)
+        conditional.delete_if_version(path, version)
 
 
 def _create(path: str, data: bytes) -> bool:
@@ -154,10 +154,10 @@ def _create(path: str, data: bytes) -> bool:
     ``If-None-Match: *``, GCS ``ifGenerationMatch=0``: of two launchers, exactly one wins); elsewhere a write after
     an existence check (best effort). False when it exists."""
     try:
-        if fileio.version(path) is None and fileio.exists(path):
+        if conditional.version(path) is None and fileio.exists(path):
             return False
-        fileio.write_if_version(path, data, fileio.ABSENT)
-    except fileio.VersionConflict:
+        conditional.write_if_version(path, data, conditional.ABSENT)
+    except conditional.VersionConflict:
         return False
     return True
 
@@ -194,7 +194,7 @@ class Lock:
                 say(f"taking over the stale lock {legacy} of a run that is gone ({_describe(other)})")
                 try:
                     _remove(legacy, version)
-                except fileio.VersionConflict:  # written again since it was read: a live run's
+                except conditional.VersionConflict:  # written again since it was read: a live run's
                     taken, other = False, _read_lock(legacy)[0] or other
             if not taken:
                 raise ConfigError(f"Another run ({_describe(other)}) is writing this output directory", file=legacy,
@@ -217,7 +217,7 @@ class Lock:
                 self.held = True
                 return self
             other, version = _read_lock(self.path)
-            if attempt == 0 and version == fileio.ABSENT:  # released between the create and the read
+            if attempt == 0 and version == conditional.ABSENT:  # released between the create and the read
                 continue
             if attempt == 0 and _is_stale(other, self.path):
                 say(f"taking over the stale lock {self.path} of a run that is gone ({_describe(other)})")
@@ -225,8 +225,8 @@ class Lock:
                     fileio.delete([self.path])
                     continue
                 try:  # replaces exactly the stale version read: of two launchers taking it over, one wins
-                    fileio.write_if_version(self.path, data, version)
-                except fileio.VersionConflict:
+                    conditional.write_if_version(self.path, data, version)
+                except conditional.VersionConflict:
                     other = _read_lock(self.path)[0] or other
                 else:
                     self.held = True
@@ -264,7 +264,7 @@ class Lock:
                     except OSError:  # a full disk: the lock stays open, and the workers are stopped already
                         pass  # (``pipelines.common.run_pipeline``), so what this run wrote is still removed
                 else:
-                    fileio.write_if_version(self.path, data, version or fileio.ABSENT)
+                    conditional.write_if_version(self.path, data, version or conditional.ABSENT)
             elif record.get("run_id") not in (None, self.run_id + CLOSED):
                 return  # another run's lock: its files are not this run's to remove
             self.output_state = self.discard()

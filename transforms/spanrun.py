@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from tfrecord_etl.transforms import collection, fileio, matching, metadata, outdir, spans
+from tfrecord_etl.transforms import collection, conditional, fileio, matching, metadata, outdir, spans
 from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, printable
 from tfrecord_etl.transforms.runlock import failpoint, say
 
@@ -170,7 +170,7 @@ def _plan_incremental(cfg, coll: dict) -> CollectionRun:
 def _versions(paths: list[str]) -> list[str | None]:
     """The current versions (ETag / generation) of remote files: one request each, a bounded pool in flight."""
     from tfrecord_etl.transforms.planning import _map_concurrently
-    return _map_concurrently(fileio.version, paths) if paths else []
+    return _map_concurrently(conditional.version, paths) if paths else []
 
 
 def ledger_rows(run: CollectionRun, plan) -> list[dict]:
