@@ -354,12 +354,12 @@ def to_tf_dataset_merged(original: str, sidecar_dir: str, batch_size: int | None
     refuse_varying_dtypes(specs, sidecar_dir, "iter_numpy_merged")
     native = [s for s in specs if coll.original_inferred and s in coll.original_specs and s.shape == (None,)]
     regular = [s for s in specs if s not in native]
-    parse_spec = parse_spec(tf, regular)
+    parsing = parse_spec(tf, regular)
     kinds = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
-    parse_spec.update({s.name: tf.io.VarLenFeature(kinds[encoding_of(s).kind(s.dtype)]) for s in native})
+    parsing.update({s.name: tf.io.VarLenFeature(kinds[encoding_of(s).kind(s.dtype)]) for s in native})
 
     def decode(serialized):
-        parsed = tf.io.parse_single_example(serialized, parse_spec)
+        parsed = tf.io.parse_single_example(serialized, parsing)
         out = decode_tf(tf, parsed, regular)
         out.update({s.name: tf.sparse.to_dense(parsed[s.name]) for s in native})
         return out
