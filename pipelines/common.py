@@ -18,7 +18,7 @@ from tfrecord_etl.pipelines.workers import (WORKER_DIED_LINE, dead_worker_signal
                                             mark_stopping, quiet_worker_threads as _quiet_worker_threads,
                                             stop_worker_processes, stopped_count)
 from tfrecord_etl.transforms import compression
-from tfrecord_etl.transforms.errors import EtlError, printable
+from tfrecord_etl.transforms.errors import ConfigError, EtlError, printable
 
 
 def quiet_logs(verbose: bool) -> None:
@@ -232,7 +232,6 @@ class CommandParser(argparse.ArgumentParser):
             known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
             close = difflib.get_close_matches(m.group(1), known, n=1, cutoff=0.75)
             message = f"unknown flag {m.group(1)}" + (f" (did you mean {close[0]}?)" if close else "")
-        from tfrecord_etl.transforms.errors import ConfigError
         raise ConfigError(message, hint=f"{self.prog} --help lists every flag")
 
 
@@ -254,7 +253,6 @@ def record_limits(args) -> tuple[int, int]:
       ConfigError: ``--max_record_mb`` outside (0, 2047] or ``--max_features`` below 1.
     """
     from tfrecord_etl.transforms import tfrecord
-    from tfrecord_etl.transforms.errors import ConfigError
     if not 0 < args.max_record_mb <= 2047 or args.max_features < 1:
         raise ConfigError("--max_record_mb must be in (0, 2047] and --max_features at least 1",
                           hint=f"got --max_record_mb {args.max_record_mb}, --max_features {args.max_features}")
@@ -415,7 +413,7 @@ def show_progress(setting: bool | None) -> bool:
 
 
 WORK_SPAN_MS = "work_span_ms"
-from tfrecord_etl.transforms.localmode import _DIRECT_NAMES  # noqa: E402 - the one list of DirectRunner's names
+from tfrecord_etl.transforms.localmode import DIRECT_NAMES  # noqa: E402 - the one list of DirectRunner's names
 
 
 def local_runner(options):
@@ -430,7 +428,7 @@ def local_runner(options):
     ``SwitchingDirectRunner.run_pipeline``).
     """
     from apache_beam.options.pipeline_options import StandardOptions
-    if options.view_as(StandardOptions).runner not in _DIRECT_NAMES:
+    if options.view_as(StandardOptions).runner not in DIRECT_NAMES:
         return None
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner

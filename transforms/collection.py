@@ -343,14 +343,14 @@ def span_entry(collection_dir: str, span: int, version: int | None, inputs: list
       IncompleteOutputError: the span's directory has no committed ``metadata.json``.
     """
     from tfrecord_etl.transforms import metadata
-    from tfrecord_etl.transforms.runlock import _now
+    from tfrecord_etl.transforms.runlock import utc_now
     name = span_dir_name(span, version)
     out = fileio.join(collection_dir, *name.split("/"))
     meta, digest = metadata.load_with_digest(out)
     schema = fileio.read_bytes(fileio.join(out, metadata.SCHEMA_FILE))
     return {"span": span, "version": version, "dir": name, "date": date, "inputs": list(inputs),
             "num_records": int(meta["num_records"]), "schema": hashlib.sha256(schema).hexdigest(),
-            "metadata": digest, "run_id": run_id, "committed": _now()}
+            "metadata": digest, "run_id": run_id, "committed": utc_now()}
 
 
 def add_span(entry: dict, allow_schema_change: bool = False, where: str = "") -> Callable[[dict], dict]:

@@ -46,7 +46,7 @@ from typing import Sequence
 
 from tfrecord_etl.transforms import conditional, fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, encoding_of, normalize_dtype, spec_from_json
-from tfrecord_etl.transforms.errors import IncompleteOutputError, SchemaError
+from tfrecord_etl.transforms.errors import IncompleteOutputError, OutputError, SchemaError
 from tfrecord_etl.transforms.outdir import METADATA_FILE, SCHEMA_FILE  # noqa: F401 - the output directory's names
 
 FORMAT = "tfrecord-etl/1"
@@ -230,7 +230,6 @@ def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec], expected_ve
     if expected_version is None or fileio.is_local(output_dir):
         sink.write_json(path, meta)
         return
-    from tfrecord_etl.transforms.errors import OutputError
     from tfrecord_etl.transforms.runlock import check_commit
     check_commit(path)
     try:

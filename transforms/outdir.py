@@ -38,10 +38,10 @@ import uuid
 from typing import Iterable
 
 from tfrecord_etl.transforms import conditional, fileio, sink
-from tfrecord_etl.transforms.errors import ConfigError
+from tfrecord_etl.transforms.errors import ConfigError, printable
 from tfrecord_etl.transforms.sink import TEMP_PREFIX, name_key  # noqa: F401 - the temporaries' names, sink's
 from tfrecord_etl.transforms.runlock import (FAILPOINT_ENV, LEGACY_LOCK_FILE, LOCK_FILE, LOCK_TEMP, RUN_ENV,  # noqa: F401
-                                             Lock, _now, _process_start, _read_json, check_commit, failpoint, say)
+                                             Lock, utc_now, process_start, read_json, check_commit, failpoint, say)
 
 METADATA_FILE = "metadata.json"
 SCHEMA_FILE = "schema.pbtxt"
@@ -224,12 +224,12 @@ def owned(output_dir: str, names: Iterable[str]) -> Owned:
     prefixes: set[str] = set()
     options = None
     for marker_name in (LEGACY_MARKER_FILE, MARKER_FILE):  # the current marker last: its options win
-        marker = _read_json(fileio.join(output_dir, marker_name)) if marker_name in names else None
+        marker = read_json(fileio.join(output_dir, marker_name)) if marker_name in names else None
         if marker is not None and marker.get("format") == MARKER_FORMAT:
             files |= _plain_names(marker.get("files")) | {marker_name}
             prefixes |= _plain_names(marker.get("beam_temp_prefixes"))
             options = marker.get("options") if isinstance(marker.get("options"), dict) else options
-    meta = _read_json(fileio.join(output_dir, METADATA_FILE)) if METADATA_FILE in names else None
+    meta = read_json(fileio.join(output_dir, METADATA_FILE)) if METADATA_FILE in names else None
     complete = False
     committed: set[str] = set()
     if meta is not None and isinstance(meta.get("format"), str) and meta["format"].startswith("tfrecord-etl/"):
@@ -266,7 +266,6 @@ def _count(items, noun: str) -> str:
 
 
 def _names_list(names: Iterable[str], n: int = 3) -> str:
-    from tfrecord_etl.transforms.errors import printable
     names = sorted(names)
     shown = ", ".join(printable(x) for x in names[:n])
     return shown + (f" and {len(names) - n} more" if len(names) > n else "")
@@ -356,7 +355,7 @@ def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str
         lock.replacement = Replacement(tuple(sorted(lock.replaced)), metadata_version)
         lock.discard = functools.partial(discard_uncommitted, output_dir, frozenset(written - _REWRITTEN),
                                          lock.replaced)
-        marker = {"format": MARKER_FORMAT, "run_id": run_id, "command": command, "created": _now(),
+        marker = {"format": MARKER_FORMAT, "run_id": run_id, "command": command, "created": utc_now(),
                   "host": socket.gethostname(), "pid": os.getpid(), "files": sorted(written | lock.replaced),
                   "replaces": sorted(lock.replaced), "generation": lock.generation,
                   "metadata_version": metadata_version,
@@ -509,7 +508,7 @@ def record_shards(output_dir: str, shards: Iterable[dict]) -> None:
     Nothing is written when the directory has no marker of ours or it lists none of ``shards`` (a pipeline built
     without ``prepare``)."""
     path = fileio.join(output_dir, MARKER_FILE)
-    marker = _read_json(path)
+    marker = read_json(path)
     if marker is None or marker.get("format") != MARKER_FORMAT:
         return
     listed = _plain_names(marker.get("files"))

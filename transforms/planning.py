@@ -96,10 +96,10 @@ def index_concurrently(source: Source, paths: Sequence[str], threads: int | None
     Raises:
       SourceError, SchemaError: from the first file (in order) that cannot be indexed.
     """
-    return _map_concurrently(source.index, paths, threads)
+    return map_concurrently(source.index, paths, threads)
 
 
-def _map_concurrently(fn, paths: Sequence[str], threads: int | None = None) -> list:
+def map_concurrently(fn, paths: Sequence[str], threads: int | None = None) -> list:
     """``[fn(path) for path in paths]``, remote paths by a bounded pool (see :func:`index_concurrently`)."""
     if len(paths) < 2 or all(fileio.is_local(p) for p in paths):
         return [fn(p) for p in paths]
@@ -147,7 +147,7 @@ def input_format(pattern: str, files: Sequence[tuple[str, int]], options: Source
         except SourceError:
             return None
     paths = [path for path, _ in files]
-    found = dict(zip(paths, _map_concurrently(sniffed, paths)))
+    found = dict(zip(paths, map_concurrently(sniffed, paths)))
     by_format: dict[str, list[str]] = {}
     for path, fmt in found.items():
         if fmt is not None:

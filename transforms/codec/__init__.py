@@ -29,8 +29,8 @@ from tfrecord_etl.transforms.codec.foreign import (
     as_varlen, batch_decodable, decode_batch, decode_example_lenient, feature_key_pattern, FeatureStats, infer_feature_specs)
 
 # used by verify and the tests: the wire-format primitives and the bytes conversion of a value
-from tfrecord_etl.transforms.codec.encodings import as_bytes as _as_bytes  # noqa: F401
-from tfrecord_etl.transforms.codec.wire import _encode_varint, _fields, _len_field  # noqa: F401
+from tfrecord_etl.transforms.codec.encodings import as_bytes  # noqa: F401
+from tfrecord_etl.transforms.codec.wire import encode_varint, iter_fields, length_delimited_field  # noqa: F401
 
 __all__ = [
     "as_varlen", "batch_decodable", "check_example_frame", "check_example_frames", "check_spec", "check_unicode", "decode_batch", "decode_example",
