@@ -56,7 +56,7 @@ def measure(tf, name: str, arr: np.ndarray, encoding: str, repeat: int) -> dict 
     mb = arr.nbytes / 1e6
     enc = best(lambda: codec.encode_columns({name: arr}, [spec], len(arr)).records(), repeat)
     dec = best(lambda: codec.decode_batch(records, [spec]), repeat)
-    parse = reader._parse_spec(tf, [spec])
+    parse = reader.parse_spec(tf, [spec])
     batch = tf.constant(records)
 
     def tf_decode():

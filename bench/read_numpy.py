@@ -148,12 +148,12 @@ def iter_numpy_unchecked(out: str, batch_size: int = BATCH) -> float:
 def iter_numpy_first_epoch(out: str, batch_size: int = BATCH) -> float:
     """As :func:`iter_numpy_batched`, with the per-process memory of checked shards cleared first: the first epoch
     of a process, which reads each shard's CRC32C before its rows."""
-    from tfrecord_etl.transforms import reader
+    from tfrecord_etl.transforms import reader, shardcheck
     check = Checker(out)
     next(reader.iter_numpy(out, batch_size=1))
 
     def run():
-        reader._CHECKED.clear()
+        shardcheck.CHECKED.clear()
         for batch in reader.iter_numpy(out, batch_size=batch_size):
             check.batch(batch)
         return check.done()

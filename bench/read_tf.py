@@ -125,8 +125,8 @@ def run(out: str, expected: dict, names: list[str], repeats: int, say=print) -> 
     for r in range(repeats):
         for name in names[r % len(names):] + names[:r % len(names)]:  # rotate who goes first
             if name.startswith("reader_"):
-                from tfrecord_etl.transforms import reader
-                reader._CHECKED.clear()  # every round a first read: the shard checks are paid each time
+                from tfrecord_etl.transforms import shardcheck
+                shardcheck.CHECKED.clear()  # every round a first read: the shard checks are paid each time
             got = CONTENDERS[name](out, expected)
             rates[name].append(got["rate"])
             say(f"round {r + 1} {name}: {got['records']} records in {got['seconds']:.3f} s, {got['rate']:,.0f} rec/s")

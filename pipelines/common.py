@@ -12,11 +12,13 @@ from typing import Callable
 
 from tfrecord_etl._install import pip_install
 from tfrecord_etl.pipelines import resume_gc
+from tfrecord_etl.pipelines import gcsaccess
+from tfrecord_etl.pipelines.gcsaccess import connect_to_gcs_anonymously  # noqa: F401 - re-exported
 from tfrecord_etl.pipelines.workers import (WORKER_DIED_LINE, dead_worker_signals, died_line,  # noqa: F401
                                             mark_stopping, quiet_worker_threads as _quiet_worker_threads,
                                             stop_worker_processes, stopped_count)
 from tfrecord_etl.transforms import compression
-from tfrecord_etl.transforms.errors import EtlError, printable
+from tfrecord_etl.transforms.errors import ConfigError, EtlError, printable
 
 
 def quiet_logs(verbose: bool) -> None:
@@ -230,7 +232,6 @@ class CommandParser(argparse.ArgumentParser):
             known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
             close = difflib.get_close_matches(m.group(1), known, n=1, cutoff=0.75)
             message = f"unknown flag {m.group(1)}" + (f" (did you mean {close[0]}?)" if close else "")
-        from tfrecord_etl.transforms.errors import ConfigError
         raise ConfigError(message, hint=f"{self.prog} --help lists every flag")
 
 
@@ -252,7 +253,6 @@ def record_limits(args) -> tuple[int, int]:
       ConfigError: ``--max_record_mb`` outside (0, 2047] or ``--max_features`` below 1.
     """
     from tfrecord_etl.transforms import tfrecord
-    from tfrecord_etl.transforms.errors import ConfigError
     if not 0 < args.max_record_mb <= 2047 or args.max_features < 1:
         raise ConfigError("--max_record_mb must be in (0, 2047] and --max_features at least 1",
                           hint=f"got --max_record_mb {args.max_record_mb}, --max_features {args.max_features}")
@@ -275,7 +275,6 @@ def configure_filesystems(beam_argv: list[str], paths=()) -> None:
     argv = [str(a) for a in beam_argv if str(a) not in ("-h", "--help")]
     remote = []
     if len(argv) == len(beam_argv) and any("gs://" in a.lower() for a in [*argv, *map(str, paths)]):  # not --help
-        from tfrecord_etl.pipelines import gcsaccess
         remote = gcsaccess.gcs_paths([*argv, *(str(p) for p in paths if p)])
         gcsaccess.check(remote, argv)
     try:
@@ -287,25 +286,7 @@ def configure_filesystems(beam_argv: list[str], paths=()) -> None:
     if os.environ.get("STORAGE_EMULATOR_HOST") or "--no_auth" in argv:
         connect_to_gcs_anonymously()
     elif remote:
-        from tfrecord_etl.pipelines import gcsaccess
         gcsaccess.search_credentials(remote, argv)
-
-
-def connect_to_gcs_anonymously() -> None:
-    """Makes this process's gs:// clients anonymous, skipping Beam's search for Google credentials.
-
-    Used when ``STORAGE_EMULATOR_HOST`` points google-cloud-storage at an emulator (which takes no credentials)
-    or ``--no_auth`` is given (public buckets). Beam's GCS filesystem looks for Application Default Credentials
-    with 4 retries and exponential backoff (``apache_beam/internal/gcp/auth.py``, ``_get_credentials_with_retrys``):
-    about 20 s per process on a machine that has none, before connecting anonymously anyway. Beam's ``--no_auth``
-    option only covers its Dataflow API client, not GCS reads and writes. Does nothing when Beam's ``auth``
-    module changes shape."""
-    try:
-        from apache_beam.internal.gcp import auth
-        with auth._Credentials._credentials_lock:
-            auth._Credentials._credentials_init, auth._Credentials._credentials = True, None
-    except (ImportError, AttributeError):
-        pass
 
 
 _ERROR_NAMES = ("ConfigError", "InputChangedError", "SourceError", "SchemaError", "RecordError",
@@ -432,7 +413,7 @@ def show_progress(setting: bool | None) -> bool:
 
 
 WORK_SPAN_MS = "work_span_ms"
-from tfrecord_etl.transforms.localmode import _DIRECT_NAMES  # noqa: E402 - the one list of DirectRunner's names
+from tfrecord_etl.transforms.localmode import DIRECT_NAMES  # noqa: E402 - the one list of DirectRunner's names
 
 
 def local_runner(options):
@@ -447,7 +428,7 @@ def local_runner(options):
     ``SwitchingDirectRunner.run_pipeline``).
     """
     from apache_beam.options.pipeline_options import StandardOptions
-    if options.view_as(StandardOptions).runner not in _DIRECT_NAMES:
+    if options.view_as(StandardOptions).runner not in DIRECT_NAMES:
         return None
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner

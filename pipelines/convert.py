@@ -26,27 +26,12 @@ from tfrecord_etl.transforms import localmode, metadata, planning, spanrun, tfre
 from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, build_parser as build_flags, parse_args
 from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output, prepare_output_dir
 from tfrecord_etl.transforms.errors import printable
+from tfrecord_etl.transforms.planning import parallel_units
 
 
 ZLIB_WARNING = ("warning: --compression zlib: TensorFlow (tf.data) and Beam (ReadFromTFRecord) read these .deflate "
                 "shards, but TFXIO's TensorFlowDataset, Ray's read_tfrecords and the `tfrecord` package (PyTorch) "
                 "do not: use --compression gzip (read by all of them) or none")
-
-
-def parallel_units(options: PipelineOptions) -> int:
-    """The shard writers that run at once, from the options the run is made with: DirectRunner's workers (threads
-    or processes of ``--direct_running_mode``, auto's choice included), Flink's and Spark's ``--parallelism``,
-    Dataflow's ``--num_workers`` (or ``--max_num_workers`` when only that is set); 1 when none is given. The default
-    shard count is a multiple of it (``planning.num_shards``)."""
-    from apache_beam.options.pipeline_options import DirectOptions, FlinkRunnerOptions, StandardOptions, WorkerOptions
-    runner = options.view_as(StandardOptions).runner or "DirectRunner"
-    if "Direct" in str(runner):
-        return max(1, options.view_as(DirectOptions).direct_num_workers or 1)
-    parallelism = options.view_as(FlinkRunnerOptions).parallelism
-    if parallelism and parallelism > 0:
-        return parallelism
-    workers = options.view_as(WorkerOptions)
-    return max(1, workers.num_workers or workers.max_num_workers or 1)
 
 
 local_workers = parallel_units  # the earlier name

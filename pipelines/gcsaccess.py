@@ -194,7 +194,23 @@ def search_credentials(paths, argv=()) -> None:
               f"for your own buckets {CREDENTIALS_HINT.split(', or pass')[0]}; --no_auth reads anonymously "
               "without this warning",
               file=sys.stderr)
-        from tfrecord_etl.pipelines.common import connect_to_gcs_anonymously
         connect_to_gcs_anonymously()
     except Exception:  # noqa: BLE001 - a search that fails otherwise is left to Beam's own
+        pass
+
+
+def connect_to_gcs_anonymously() -> None:
+    """Makes this process's gs:// clients anonymous, skipping Beam's search for Google credentials.
+
+    Used when ``STORAGE_EMULATOR_HOST`` points google-cloud-storage at an emulator (which takes no credentials)
+    or ``--no_auth`` is given (public buckets). Beam's GCS filesystem looks for Application Default Credentials
+    with 4 retries and exponential backoff (``apache_beam/internal/gcp/auth.py``, ``_get_credentials_with_retrys``):
+    about 20 s per process on a machine that has none, before connecting anonymously anyway. Beam's ``--no_auth``
+    option only covers its Dataflow API client, not GCS reads and writes. Does nothing when Beam's ``auth``
+    module changes shape."""
+    try:
+        from apache_beam.internal.gcp import auth
+        with auth._Credentials._credentials_lock:
+            auth._Credentials._credentials_init, auth._Credentials._credentials = True, None
+    except (ImportError, AttributeError):
         pass

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from tfrecord_etl.transforms import fileio
-from tfrecord_etl.transforms.outdir import escape_glob, name_key
+from tfrecord_etl.transforms.sink import name_key
 
 LOCAL_INTERVAL = 0.5  # seconds between two listings of a local output directory
 REMOTE_INTERVAL = 2.0  # of a gs:// or s3:// one (one LIST request each)
@@ -103,7 +103,7 @@ def list_sizes(directory: str) -> dict[str, int]:
                     out[entry.name] = entry.stat().st_size
         return out
     base = directory.rstrip("/") + "/"
-    return {path[len(base):]: int(size or 0) for path, size in fileio.find(fileio.join(escape_glob(directory), "*"))
+    return {path[len(base):]: int(size or 0) for path, size in fileio.find(fileio.join(fileio.escape_glob(directory), "*"))
             if path.startswith(base) and "/" not in path[len(base):]}
 
 

@@ -67,7 +67,7 @@ def side(kind: str, name: str, environ: dict, flags: list, jobs: list, barrier, 
         barrier.wait(120)  # both sides made their request
         holder = None
         if kind == "lock":
-            holder = (runlock._read_json(f"{directory}/{runlock.LOCK_FILE}") or {}).get("run_id")
+            holder = (runlock.read_json(f"{directory}/{runlock.LOCK_FILE}") or {}).get("run_id")
         results.put((directory, name, outcome, holder))
         barrier.wait(120)  # both sides read the lock before either releases it
         if lock is not None and lock.held:

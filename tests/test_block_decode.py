@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, encode_batch
 from tfrecord_etl.transforms.codec.block import BlockDecoder, MIN_BLOCK, stack
 from tfrecord_etl.transforms.codec.encodings import check_spec
-from tfrecord_etl.transforms.codec.wire import _encode_varint, _len_field
+from tfrecord_etl.transforms.codec.wire import encode_varint, length_delimited_field
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 
 ROWS = 40
@@ -137,28 +137,28 @@ def test_varying_shapes_dtypes_strings_and_varlen_decode_per_record_in_a_block()
 
 def feature(name: str, body: bytes) -> bytes:
     """A Features map entry ``name -> Feature(body)`` (body: a Feature message's bytes)."""
-    return _len_field(1, _len_field(1, name.encode()) + _len_field(2, body))
+    return length_delimited_field(1, length_delimited_field(1, name.encode()) + length_delimited_field(2, body))
 
 
 def int_list(*values, packed=True) -> bytes:
     if packed:
-        inner = _len_field(1, b"".join(_encode_varint(v & 0xFFFFFFFFFFFFFFFF) for v in values))
+        inner = length_delimited_field(1, b"".join(encode_varint(v & 0xFFFFFFFFFFFFFFFF) for v in values))
     else:  # unpacked: one varint field per value (wire type 0), what some writers emit
-        inner = b"".join(_encode_varint(1 << 3) + _encode_varint(v & 0xFFFFFFFFFFFFFFFF) for v in values)
-    return _len_field(3, inner)
+        inner = b"".join(encode_varint(1 << 3) + encode_varint(v & 0xFFFFFFFFFFFFFFFF) for v in values)
+    return length_delimited_field(3, inner)
 
 
 def example(*entries: bytes) -> bytes:
-    return _len_field(1, b"".join(entries))
+    return length_delimited_field(1, b"".join(entries))
 
 
 def test_foreign_layouts_fall_back_to_the_per_record_decoder():
     specs = [FeatureSpec("a", "<i8", (2,), "list"), FeatureSpec("b", "<f4", (None,), "varlen")]
-    floats = _len_field(2, _len_field(1, np.array([1.5, -2], "<f4").tobytes()))
+    floats = length_delimited_field(2, length_delimited_field(1, np.array([1.5, -2], "<f4").tobytes()))
     records = []
     for i in range(12):
         a = feature("a", int_list(i, 300 + i, packed=i % 2 == 0))
-        swapped = _len_field(1, _len_field(2, int_list(i, i)) + _len_field(1, b"a"))  # value before key
+        swapped = length_delimited_field(1, length_delimited_field(2, int_list(i, i)) + length_delimited_field(1, b"a"))  # value before key
         extra = feature("zz", int_list(7))  # a feature not read
         records.append([example(a, feature("b", floats)),
                         example(a) + example(feature("b", floats), extra),  # two Features: protobuf merges them
@@ -194,7 +194,7 @@ def test_a_missing_feature_and_a_wrong_kind_raise_as_the_per_record_decoder():
     spec = FeatureSpec("a", "<i8", (), "list")
     ok = [example(feature("a", int_list(i))) for i in range(8)]
     for bad, message in ((example(feature("b", int_list(1))), "'a' is missing"),
-                         (example(feature("a", _len_field(2, _len_field(1, b"\0\0\0\0")))), "holds a float list")):
+                         (example(feature("a", length_delimited_field(2, length_delimited_field(1, b"\0\0\0\0")))), "holds a float list")):
         records = ok + [bad]
         with pytest.raises(RecordError, match=message):
             decode_example_lenient(bad, [spec])

@@ -33,7 +33,7 @@ def encode(array, encoding, name="f"):
 
 def tf_rows(tf, records, spec):
     """Every record decoded inside tf.data by the reader's parse spec + decode_tf."""
-    parse = reader._parse_spec(tf, [spec])
+    parse = reader.parse_spec(tf, [spec])
     ds = tf.data.Dataset.from_tensor_slices(records).map(
         lambda r: reader.decode_tf(tf, tf.io.parse_single_example(r, parse), [spec]))
     return [ex[spec.name].numpy() for ex in ds]

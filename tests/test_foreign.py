@@ -50,21 +50,21 @@ def plain_tf_values(tf, records, specs):
 
 def _example(features: dict) -> bytes:
     """A serialized Example from {name: (kind or None, values)}, built with the codec's wire primitives."""
-    from tfrecord_etl.transforms.codec import _encode_varint, _len_field
+    from tfrecord_etl.transforms.codec import encode_varint, length_delimited_field
     entries = b""
     for name, (kind, values) in features.items():
         if kind is None:
             feature = b""
         elif kind == "bytes":
-            feature = _len_field(1, b"".join(_len_field(1, v) for v in values))
+            feature = length_delimited_field(1, b"".join(length_delimited_field(1, v) for v in values))
         elif kind == "int64":
-            packed = b"".join(_encode_varint(v & 0xFFFFFFFFFFFFFFFF) for v in values)
-            feature = _len_field(3, _len_field(1, packed) if values else b"")
+            packed = b"".join(encode_varint(v & 0xFFFFFFFFFFFFFFFF) for v in values)
+            feature = length_delimited_field(3, length_delimited_field(1, packed) if values else b"")
         else:
             packed = np.asarray(values, "<f4").tobytes()
-            feature = _len_field(2, _len_field(1, packed) if values else b"")
-        entries += _len_field(1, _len_field(1, name.encode()) + _len_field(2, feature))
-    return _len_field(1, entries)
+            feature = length_delimited_field(2, length_delimited_field(1, packed) if values else b"")
+        entries += length_delimited_field(1, length_delimited_field(1, name.encode()) + length_delimited_field(2, feature))
+    return length_delimited_field(1, entries)
 
 
 _KINDS = {"a": "int64", "b": "float", "c": "bytes", "d": "int64"}

@@ -238,9 +238,9 @@ def test_decoder_on_structurally_valid_examples_with_hostile_values(entries, spe
     several values where one is expected."""
     features = b""
     for name, kind, payload in entries:  # Feature{kind: List{payload}}
-        feature = codec._len_field(kind, payload)
-        features += codec._len_field(1, codec._len_field(1, name) + codec._len_field(2, feature))
-    record = codec._len_field(1, features)
+        feature = codec.length_delimited_field(kind, payload)
+        features += codec.length_delimited_field(1, codec.length_delimited_field(1, name) + codec.length_delimited_field(2, feature))
+    record = codec.length_delimited_field(1, features)
     try:
         codec.decode_example(record, [spec])
     except (RecordError, SchemaError):

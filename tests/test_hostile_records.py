@@ -33,18 +33,18 @@ HUGE = 3 * 2**29  # 1.5 GiB: the length a lying header declares
 
 def int_feature(value: int) -> bytes:
     """A serialized ``Feature{int64_list: [value]}``."""
-    return codec._len_field(3, codec._len_field(1, codec._encode_varint(value)))
+    return codec.length_delimited_field(3, codec.length_delimited_field(1, codec.encode_varint(value)))
 
 
 def float_feature(value: float) -> bytes:
-    return codec._len_field(2, codec._len_field(1, struct.pack("<f", value)))
+    return codec.length_delimited_field(2, codec.length_delimited_field(1, struct.pack("<f", value)))
 
 
 def example_of(pairs) -> bytes:
     """A serialized Example of ``(name, serialized Feature)`` pairs, written by hand (any name)."""
-    entries = b"".join(codec._len_field(1, codec._len_field(1, name.encode("utf-8", "surrogatepass")) +
-                                        codec._len_field(2, feature)) for name, feature in pairs)
-    return codec._len_field(1, entries)
+    entries = b"".join(codec.length_delimited_field(1, codec.length_delimited_field(1, name.encode("utf-8", "surrogatepass")) +
+                                        codec.length_delimited_field(2, feature)) for name, feature in pairs)
+    return codec.length_delimited_field(1, entries)
 
 
 def write_records(path, records, compression="none"):
@@ -392,7 +392,7 @@ def test_lying_length_header_is_refused_before_reading(tmp_path, capsys, compres
 
 def test_max_record_mb_flag_raises_the_limit(tmp_path, capsys):
     """Hostile group 14: --max_record_mb lowers/raises the limit: a 2 KB record under --max_record_mb 0.001 is refused."""
-    path = write_records(tmp_path / "a.tfrecord", [example_of([("b", codec._len_field(1, codec._len_field(
+    path = write_records(tmp_path / "a.tfrecord", [example_of([("b", codec.length_delimited_field(1, codec.length_delimited_field(
         1, bytes(2048))))])])
     code, out, _ = run_command(verify_main.main, [path, "--max_record_mb", "0.001"], capsys)
     assert code == 1 and "over the record size limit of 1048 bytes" in out, out

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import convert
 from tests.test_collection_read import coll, expected  # noqa: F401 - the collection fixture (3 spans)
-from tfrecord_etl.transforms import fileio, metadata, reader, tfrecord
+from tfrecord_etl.transforms import fileio, metadata, reader, shardcheck, tfrecord
 from tfrecord_etl.transforms.codec import decode_example_lenient
 from tfrecord_etl.transforms.errors import ConfigError, RecordError
 
@@ -222,7 +222,7 @@ def test_a_remote_shard_is_checked_while_read_and_refused_at_its_end(outputs, tm
         swapped[4:8] = b"\x01\x00\x00\x00"  # the gzip header's mtime: the stream still decompresses
         open(path, "wb").write(bytes(swapped))
     monkeypatch.setattr(fileio, "is_local", lambda p: False)
-    monkeypatch.setattr(reader, "file_crc32c", lambda p: pytest.fail("the shard was read twice"))
+    monkeypatch.setattr(shardcheck, "file_crc32c", lambda p: pytest.fail("the shard was read twice"))
     seen = []
     with pytest.raises(RecordError, match="Shard's CRC32C is .*metadata.json says") as e:
         for row in reader.iter_numpy(str(out)):
@@ -257,8 +257,8 @@ def test_check_checksums_false_skips_the_crc32c_but_not_sizes_counts_and_record_
 def test_the_shard_crc32c_is_read_once_per_process_and_version(outputs, tmp_path, monkeypatch):
     out = copy_of(outputs, tmp_path)
     calls = []
-    original = reader.file_crc32c
-    monkeypatch.setattr(reader, "file_crc32c", lambda p: calls.append(p) or original(p))
+    original = shardcheck.file_crc32c
+    monkeypatch.setattr(shardcheck, "file_crc32c", lambda p: calls.append(p) or original(p))
     assert len(list(reader.iter_numpy(str(out)))) == ROWS
     assert len(calls) == 2
     assert len(list(reader.iter_numpy(str(out), batch_size=32))) == 10 and len(calls) == 2  # the next epoch

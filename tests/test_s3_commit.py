@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.test_s3 import BUCKET, convert, keys, s3  # noqa: F401 - the moto server fixture
-from tfrecord_etl.transforms import fileio, metadata, outdir, reader, runlock
+from tfrecord_etl.transforms import conditional, fileio, metadata, outdir, reader, runlock
 from tfrecord_etl.transforms.errors import ConfigError
 
 
@@ -68,7 +68,7 @@ def test_a_run_whose_directory_another_run_committed_meanwhile_commits_nothing(s
     theirs = theirs.replace(b'"rows_read"', b'"committed_by": "another run",\n "rows_read"')
 
     def another_run_commits_first(output_dir, meta, specs, expected_version=None):
-        assert expected_version not in (None, fileio.ABSENT)  # the version this run started from
+        assert expected_version not in (None, conditional.ABSENT)  # the version this run started from
         client.put_object(Bucket=BUCKET, Key="race/out/metadata.json", Body=theirs)
         return original(output_dir, meta, specs, expected_version)
     monkeypatch.setattr(metadata, "write", another_run_commits_first)

@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import BEAM_FLAGS, convert, run_command
 from tfrecord_etl.pipelines import augment as augment_main
 from tfrecord_etl.pipelines import verify as verify_module
-from tfrecord_etl.transforms import checksum, metadata, outdir, reader, tfrecord
+from tfrecord_etl.transforms import checksum, metadata, outdir, reader, shardcheck, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, encode_columns
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 
@@ -203,7 +203,7 @@ def test_a_truncated_shard_is_caught_by_its_size(indexed, capsys, monkeypatch):
     with open(shards[1], "r+b") as f:
         f.truncate(size - 100)
     read = []
-    monkeypatch.setattr(reader, "file_crc32c", lambda path: read.append(path))
+    monkeypatch.setattr(shardcheck, "file_crc32c", lambda path: read.append(path))
     with pytest.raises(RecordError, match=f"Shard holds {size - 100} bytes, metadata.json says {size}: it was "
                                           "truncated"):
         reader.get(str(out), 1500)
@@ -216,9 +216,9 @@ def test_a_truncated_shard_is_caught_by_its_size(indexed, capsys, monkeypatch):
 def test_the_checksum_is_read_once_per_process_and_file_version(indexed, monkeypatch):
     out, shards = indexed
     calls = []
-    original = reader.file_crc32c
-    monkeypatch.setattr(reader, "file_crc32c", lambda path: calls.append(path) or original(path))
-    reader._CHECKED.clear()
+    original = shardcheck.file_crc32c
+    monkeypatch.setattr(shardcheck, "file_crc32c", lambda path: calls.append(path) or original(path))
+    shardcheck.CHECKED.clear()
     assert [float(reader.get(str(out), i)["id"]) for i in (1500, 1501, 1999)] == [1500.0, 1501.0, 1999.0]
     assert calls == [str(shards[1])]  # one read of the shard for three gets
     ra = reader.RandomAccess(str(out))

@@ -132,7 +132,7 @@ def test_an_earlier_versions_marker_and_lock_are_still_ours(tmp_path, capsys):
     assert outdir.LEGACY_MARKER_FILE not in names and legacy_temp.name not in names
     assert names == {outdir.MARKER_FILE, "metadata.json", "schema.pbtxt", *shard_names(out)}
     (out / outdir.LEGACY_LOCK_FILE).write_text(json.dumps(
-        {"host": os.uname().nodename, "pid": os.getpid(), "start": outdir._process_start(os.getpid()),
+        {"host": os.uname().nodename, "pid": os.getpid(), "start": outdir.process_start(os.getpid()),
          "run_id": "x", "since": "now"}))
     code, _, err = convert(tmp_path / "in.h5", out, "--num_shards", "3", capsys=capsys)
     assert code != 0 and "Another run" in err and outdir.LEGACY_LOCK_FILE in err

@@ -24,7 +24,7 @@ import pytest
 from tests import gcs_emulator, race_worker
 from tests.test_s3 import BUCKET as S3_BUCKET
 from tests.test_s3 import s3  # noqa: F401 - the moto server fixture
-from tfrecord_etl.transforms import collection, fileio, metadata, runlock
+from tfrecord_etl.transforms import collection, conditional, fileio, metadata, runlock
 from tfrecord_etl.transforms.errors import ConfigError, OutputError
 
 pytest.importorskip("gcp_storage_emulator", reason="pip install -e .[test]")
@@ -203,9 +203,9 @@ def another_run_takes_the_lock(store, monkeypatch):
                 store.put(store.key(armed.pop()), theirs)
             return original(path, *args, **kwargs)
         return call
-    for name in ("delete", "delete_if_version", "write_bytes", "write_if_version"):
-        if hasattr(fileio, name):
-            monkeypatch.setattr(fileio, name, before(getattr(fileio, name)))
+    for module, name in ((fileio, "delete"), (conditional, "delete_if_version"), (fileio, "write_bytes"),
+                         (conditional, "write_if_version")):
+        monkeypatch.setattr(module, name, before(getattr(module, name)))
     return lambda path: armed.append(path), theirs
 
 
@@ -261,7 +261,7 @@ def test_two_runs_committing_one_output_directory_one_commits(store):
     for r, d in enumerate(dirs):
         if r % 2:  # half the rounds replace a committed output, half create the first one
             store.put(store.key(d + "/metadata.json"), b'{"committed_by": "an earlier run"}')
-        expected = fileio.version(d + "/metadata.json")
+        expected = conditional.version(d + "/metadata.json")
         for name in jobs:
             jobs[name].append((d, (expected, {"format": metadata.FORMAT, "shards": [], "num_records": 0,
                                               "committed_by": name})))

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import convert
 from tests.test_codec import NUMERIC, TEXT, TIME, sample
-from tfrecord_etl.transforms import codec, metadata, reader, tfdata, tfrecord
+from tfrecord_etl.transforms import codec, metadata, reader, shardcheck, tfdata, tfrecord
 from tfrecord_etl.transforms.codec import ENCODINGS, FeatureSpec
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
 
@@ -56,7 +56,7 @@ def _numpy(value) -> np.ndarray:
 def test_batched_decoding_equals_the_per_example_decoder_for_every_dtype(tf, encoding, shape):
     specs, arrays = _features(encoding, shape)
     records = codec.encode_batch(arrays, specs, 9)
-    parse = reader._parse_spec(tf, specs)
+    parse = reader.parse_spec(tf, specs)
     one = [{k: _numpy(v) for k, v in ex.items()} for ex in tf.data.Dataset.from_tensor_slices(records).map(
         lambda r: reader.decode_tf(tf, tf.io.parse_single_example(r, parse), specs))]
     batches = list(tf.data.Dataset.from_tensor_slices(records).batch(4).map(
@@ -78,7 +78,7 @@ def test_a_value_of_the_wrong_size_fails_the_batch(tf):
     spec = FeatureSpec("s", "|S4", (2,), "tensor")
     good = codec.encode_batch({"s": np.array([[b"ab", b"cd"]] * 2, "S4")}, [spec], 2)
     bad = codec.encode_batch({"s": np.array([[b"ab", b"cd", b"ef"]], "S4")}, [FeatureSpec("s", "|S4", (3,), "tensor")], 1)
-    parse = reader._parse_spec(tf, [spec])
+    parse = reader.parse_spec(tf, [spec])
     for records in (good + bad, bad + good):
         with pytest.raises(tf.errors.InvalidArgumentError):
             list(tf.data.Dataset.from_tensor_slices(records).batch(3).map(
@@ -267,8 +267,8 @@ def test_a_shard_cut_after_the_checks_fails_while_reading(copy, tf):
 def test_a_shard_is_checksummed_once_per_file_version(copy, monkeypatch):
     out, shard = copy
     reads = []
-    crc = reader.file_crc32c
-    monkeypatch.setattr(reader, "file_crc32c", lambda path: reads.append(path) or crc(path))
+    crc = shardcheck.file_crc32c
+    monkeypatch.setattr(shardcheck, "file_crc32c", lambda path: reads.append(path) or crc(path))
     reader.to_tf_dataset(str(out))
     reader.to_tf_dataset(str(out), batch_size=8)
     assert sorted(reads) == sorted(str(p) for p in out.glob("*.tfrecord*"))  # each once

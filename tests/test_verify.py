@@ -603,7 +603,7 @@ def test_inspect_refuses_sequence_examples_with_a_clear_record_error(capsys):
 
 
 def test_inspect_tolerates_features_with_no_kind_and_varying_lengths(tmp_path, capsys):
-    empty = codec._len_field(1, codec._len_field(1, codec._len_field(1, b"e") + codec._len_field(2, b"")))
+    empty = codec.length_delimited_field(1, codec.length_delimited_field(1, codec.length_delimited_field(1, b"e") + codec.length_delimited_field(2, b"")))
     ints = codec.encode_batch({"n": [np.arange(k) for k in (1, 2)]}, [codec.FeatureSpec("n", "<i8", (None,), "list")],
                               2)
     ints = [codec.drop_features(r, ["n/shape"]) for r in ints]

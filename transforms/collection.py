@@ -9,7 +9,7 @@ Layout (``OUT`` is the collection directory)::
 A span is visible only once ``collection.json`` lists it: a run writes ``OUT/span-N/`` with the output-directory
 protocol of :mod:`transforms.outdir` (staged replacement, lock, run marker) and then commits the collection file
 with a compare-and-swap: on S3 and GCS one conditional request (S3 ``If-Match`` / ``If-None-Match``, GCS
-``ifGenerationMatch``, :func:`fileio.write_if_version`); on local disk a rename under an ``flock`` after checking
+``ifGenerationMatch``, :func:`conditional.write_if_version`); on local disk a rename under an ``flock`` after checking
 that the file is still the one the run read. Of two runs racing to commit, the second re-reads the file and adds
 its span to what the first committed, or fails if the first committed the same span (:func:`commit`).
 
@@ -38,7 +38,7 @@ import os
 import re
 from typing import Callable, Iterable, Sequence
 
-from tfrecord_etl.transforms import fileio
+from tfrecord_etl.transforms import conditional, fileio
 from tfrecord_etl.transforms.errors import (ConfigError, IncompleteOutputError, OutputError, SchemaError,
                                              SourceError)
 
@@ -103,21 +103,21 @@ def _validate(coll, path: str) -> dict:
 
 
 def _local_token(data: bytes | None) -> str:
-    return fileio.ABSENT if data is None else hashlib.sha256(data).hexdigest()
+    return conditional.ABSENT if data is None else hashlib.sha256(data).hexdigest()
 
 
 def load_versioned(collection_dir: str) -> tuple[dict, str | None]:
     """``(collection, version)``: the collection (:func:`empty` when there is no ``collection.json`` yet) and the
     version of its file to pass to :func:`commit` (an ETag / generation on S3 / GCS, a SHA-256 of the bytes
-    locally, :data:`fileio.ABSENT` for none).
+    locally, :data:`conditional.ABSENT` for none).
 
     Raises:
       SchemaError: ``collection.json`` is not a valid collection file.
     """
     path = path_of(collection_dir)
-    version = None if fileio.is_local(path) else fileio.version(path)
-    if version == fileio.ABSENT or (version is None and not fileio.exists(path)):
-        return empty(), fileio.ABSENT
+    version = None if fileio.is_local(path) else conditional.version(path)
+    if version == conditional.ABSENT or (version is None and not fileio.exists(path)):
+        return empty(), conditional.ABSENT
     data = fileio.read_bytes(path)
     try:
         coll = json.loads(data)
@@ -261,18 +261,18 @@ def _write(collection_dir: str, coll: dict, expected: str) -> None:
     """Replaces ``collection.json`` with ``coll`` if its version is still ``expected``.
 
     Raises:
-      fileio.VersionConflict: another run committed it since.
+      conditional.VersionConflict: another run committed it since.
     """
     from tfrecord_etl.transforms import sink
     path = path_of(collection_dir)
     data = dumps(coll)
     if not fileio.is_local(path):
-        fileio.write_if_version(path, data, expected)
+        conditional.write_if_version(path, data, expected)
         return
     with _local_commit_lock(collection_dir):
         current = fileio.read_bytes(path) if os.path.exists(path) else None
         if _local_token(current) != expected:
-            raise fileio.VersionConflict(path)
+            raise conditional.VersionConflict(path)
         sink.write_file(path, data)
 
 
@@ -327,7 +327,7 @@ def commit(collection_dir: str, update: Callable[[dict], dict]) -> dict:
         try:
             _write(collection_dir, new, version)
             return new
-        except fileio.VersionConflict:
+        except conditional.VersionConflict:
             coll, version = load_versioned(collection_dir)
     raise OutputError(f"Cannot commit collection.json: other runs kept committing it ({MAX_COMMIT_ATTEMPTS} "
                       f"tries)", file=path_of(collection_dir), hint="run again when the other runs are done")
@@ -343,14 +343,14 @@ def span_entry(collection_dir: str, span: int, version: int | None, inputs: list
       IncompleteOutputError: the span's directory has no committed ``metadata.json``.
     """
     from tfrecord_etl.transforms import metadata
-    from tfrecord_etl.transforms.runlock import _now
+    from tfrecord_etl.transforms.runlock import utc_now
     name = span_dir_name(span, version)
     out = fileio.join(collection_dir, *name.split("/"))
     meta, digest = metadata.load_with_digest(out)
     schema = fileio.read_bytes(fileio.join(out, metadata.SCHEMA_FILE))
     return {"span": span, "version": version, "dir": name, "date": date, "inputs": list(inputs),
             "num_records": int(meta["num_records"]), "schema": hashlib.sha256(schema).hexdigest(),
-            "metadata": digest, "run_id": run_id, "committed": _now()}
+            "metadata": digest, "run_id": run_id, "committed": utc_now()}
 
 
 def add_span(entry: dict, allow_schema_change: bool = False, where: str = "") -> Callable[[dict], dict]:

@@ -30,6 +30,21 @@ from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, SchemaError
 
 
+def select_features(specs: Sequence[FeatureSpec], features: Sequence[str] | None) -> list[FeatureSpec]:
+    """The specs of ``features`` (by name, in that order) among ``specs``; all of them for None.
+
+    Raises:
+      SchemaError: a feature that is not there (naming the ones that are).
+    """
+    if features is None:
+        return list(specs)
+    by_name = {s.name: s for s in specs}
+    missing = [f for f in features if f not in by_name]
+    if missing:
+        raise SchemaError(f"No such features {missing}", hint=f"features are {sorted(by_name)}")
+    return [by_name[f] for f in features]
+
+
 @dataclasses.dataclass(frozen=True)
 class Part:
     """One output directory to read: a plain output directory, or one span of a collection.
@@ -94,11 +109,10 @@ def parts(target: str, spans=None, split: str | None = None, features: Sequence[
         (``collection.json``'s fingerprints, or the features read: naming both spans and the feature); a
         ``schema.pbtxt`` that disagrees with its ``metadata.json``.
     """
-    from tfrecord_etl.transforms.reader import _select
     if not collection.is_collection(target):
         refuse_spans(target, spans)
         meta = metadata.select_split(schemacheck.load_output(target)[0], split, target)
-        return _select(meta["features"], features), [Part(target, meta)]
+        return select_features(meta["features"], features), [Part(target, meta)]
     out: list[Part] = []
     specs: list[FeatureSpec] | None = None
     for entry in selected_entries(target, spans):
@@ -107,7 +121,7 @@ def parts(target: str, spans=None, split: str | None = None, features: Sequence[
         check_span(entry, where, digest, trust_spans)
         meta = metadata.select_split(meta, split, where)
         try:
-            chosen = _select(meta["features"], features)
+            chosen = select_features(meta["features"], features)
         except SchemaError as e:
             raise e.with_context(file=where) from None
         if specs is None:

@@ -9,6 +9,7 @@ import contextlib
 import io
 import collections
 import os
+import re
 import threading
 import weakref
 from typing import BinaryIO
@@ -18,6 +19,7 @@ from tfrecord_etl.transforms import lightfs
 from tfrecord_etl.transforms.errors import InputChangedError, SourceError
 
 _RAW = "uncompressed"  # Beam's CompressionTypes.UNCOMPRESSED
+_GLOB_CHARS = re.compile(r"([*?\[\]])")
 
 
 _BEAM: list = []  # [Beam's FileSystems class, or None when apache_beam is not installed], once looked up
@@ -49,6 +51,11 @@ def _needs_beam(what: str):
         raise ImportError(f"{what} needs Apache Beam: {pip_install('beam')} (reading needs only "
                           "NumPy and google-crc32c)")
     return fs
+
+
+def escape_glob(path: str) -> str:
+    """``path`` with ``*``, ``?``, ``[`` and ``]`` made literal for Beam's ``FileSystems.match``."""
+    return _GLOB_CHARS.sub(r"[\1]", path)
 
 
 def match(pattern: str) -> list[tuple[str, int]]:
@@ -502,7 +509,6 @@ def size(path: str) -> int:
         fs = _beam_filesystems()
         if fs is None:
             return lightfs.size(path)
-        from tfrecord_etl.transforms.outdir import escape_glob
         return fs.match([escape_glob(path)])[0].metadata_list[0].size_in_bytes
     except ImportError:
         raise
@@ -593,9 +599,3 @@ def prefetch(stream, ranges) -> bool:
         raw.prefetch(ranges)
         return True
     return False
-
-
-# the conditional requests of S3 and GCS (their home is transforms/conditional.py; imported here, after the
-# helpers they use, so callers keep writing fileio.version, fileio.write_if_version ...)
-from tfrecord_etl.transforms.conditional import (ABSENT, VersionConflict, delete_if_version,  # noqa: E402,F401
-                                                 read_versioned, version, write_if_version)

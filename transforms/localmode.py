@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-_DIRECT_NAMES = (None, "", "DirectRunner", "direct", "SwitchingDirectRunner")
+DIRECT_NAMES = (None, "", "DirectRunner", "direct", "SwitchingDirectRunner")
 
 # --direct_running_mode auto (the default of our commands on DirectRunner): worker processes only where they pay
 # off. Measured on the benchmark's inputs (bench/run.sh --only sizes, 2-core machine kind, docs/performance.md):
@@ -70,7 +70,7 @@ def choose_local_mode(beam_argv: list[str], num_rows: int, num_bytes: int, max_w
     """
     from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
     options = PipelineOptions(beam_argv)
-    if options.view_as(StandardOptions).runner not in _DIRECT_NAMES:
+    if options.view_as(StandardOptions).runner not in DIRECT_NAMES:
         return beam_argv, None
     direct = options.view_as(DirectOptions)
     if _mode_given(beam_argv):

@@ -25,7 +25,7 @@ import os
 import re
 
 from tfrecord_etl.transforms import fileio
-from tfrecord_etl.transforms.errors import SourceError, printable
+from tfrecord_etl.transforms.errors import ConfigError, SourceError, printable
 
 log = logging.getLogger("tfrecord_etl.transforms.matching")
 
@@ -86,7 +86,6 @@ def check_output_unmatched(pattern: str, output_dir: str, names: list[str], flag
       ConfigError: naming the pattern, the output directory and a file it would match.
     """
     from apache_beam.io.filesystem import FileSystem
-    from tfrecord_etl.transforms.errors import ConfigError
     if not has_glob(pattern) or fileio.is_local(pattern) != fileio.is_local(output_dir):
         return
     regex = re.compile(FileSystem.translate_pattern(pattern))

@@ -44,10 +44,10 @@ import json
 import re
 from typing import Sequence
 
-from tfrecord_etl.transforms import fileio
-from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, encoding_of
-from tfrecord_etl.transforms.errors import IncompleteOutputError, SchemaError
-from tfrecord_etl.transforms.outdir import METADATA_FILE, SCHEMA_FILE  # the output directory's names
+from tfrecord_etl.transforms import conditional, fileio
+from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, encoding_of, normalize_dtype, spec_from_json
+from tfrecord_etl.transforms.errors import IncompleteOutputError, OutputError, SchemaError
+from tfrecord_etl.transforms.outdir import METADATA_FILE, SCHEMA_FILE  # noqa: F401 - the output directory's names
 
 FORMAT = "tfrecord-etl/1"
 VERSION = "0.1.0"
@@ -215,7 +215,7 @@ def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec], expected_ve
     then ``metadata.json``, the commit point, each through ``sink.committed_file``.
 
     ``expected_version``: on S3 and GCS, the version of ``metadata.json`` the run started from
-    (``fileio.version``, recorded by ``outdir.prepare``; ``fileio.ABSENT`` for none): ``metadata.json`` is then
+    (``conditional.version``, recorded by ``outdir.prepare``; ``conditional.ABSENT`` for none): ``metadata.json`` is then
     written in one conditional request (S3 ``If-Match`` / ``If-None-Match``, GCS ``ifGenerationMatch``), so a run
     whose output directory another run committed meanwhile commits nothing.
 
@@ -230,12 +230,11 @@ def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec], expected_ve
     if expected_version is None or fileio.is_local(output_dir):
         sink.write_json(path, meta)
         return
-    from tfrecord_etl.transforms.errors import OutputError
     from tfrecord_etl.transforms.runlock import check_commit
     check_commit(path)
     try:
-        fileio.write_if_version(path, json.dumps(meta, indent=1).encode(), expected_version)
-    except fileio.VersionConflict:
+        conditional.write_if_version(path, json.dumps(meta, indent=1).encode(), expected_version)
+    except conditional.VersionConflict:
         raise OutputError("Another run committed this output directory while this run wrote it (metadata.json "
                           "changed since this run started): this run's commit is refused", file=path,
                           hint="nothing of this run is listed in metadata.json; run one command per output "
@@ -281,7 +280,7 @@ def load_with_digest(output_dir: str) -> tuple[dict, str]:
         meta = json.loads(data)
         if meta.get("format") != FORMAT:
             raise ValueError(f"format {meta.get('format')!r}, expected {FORMAT!r}")
-        meta["features"] = [_checked(FeatureSpec.from_json(f)) for f in meta["features"]]
+        meta["features"] = [_checked(spec_from_json(f)) for f in meta["features"]]
         for shard in meta["shards"]:
             name = shard["file"]
             for key in ("file", "index") if "index" in shard else ("file",):
@@ -313,7 +312,6 @@ def _checked(spec: FeatureSpec) -> FeatureSpec:
         if not isinstance(spec.dtype, str):
             raise ValueError(f"feature {spec.name!r} has a bad dtype {spec.dtype!r}")
         import numpy as np
-        from tfrecord_etl.transforms.codec import normalize_dtype
         normalize_dtype(np.dtype(spec.dtype), spec.name)  # SchemaError: object, structured, float128...
     return spec
 

@@ -8,7 +8,7 @@ Each shard is checked before and while it is read, so a shard changed after it w
 * its size against ``metadata.json``'s ``bytes`` before a byte is read (a shard cut short, even at a record boundary,
   or one with a record duplicated and another dropped);
 * with ``check_checksums`` (the default) and a recorded ``crc32c``: a local shard's CRC32C before its first row is
-  decoded (``reader.check_shard``: once per process and file version, so later epochs do not read it twice), and the
+  decoded (``shardcheck.check_shard``: once per process and file version, so later epochs do not read it twice), and the
   CRC32C of the bytes as they are read (google-crc32c over each chunk), compared at the end of the shard (a remote
   shard is checked this way only: its rows come before the verdict);
 * its record count at its end.
@@ -25,7 +25,7 @@ from typing import Iterator, Sequence
 import google_crc32c
 import numpy as np
 
-from tfrecord_etl.transforms import collection_reader, fileio, metadata, tfrecord
+from tfrecord_etl.transforms import collection_reader, fileio, metadata, shardcheck, tfrecord
 from tfrecord_etl.transforms.codec.block import BlockDecoder, MIN_BLOCK, ragged
 from tfrecord_etl.transforms.codec.spec import FeatureSpec
 from tfrecord_etl.transforms.errors import RecordError
@@ -104,16 +104,15 @@ def _concat(pieces: list[dict]) -> dict:
 
 def _shard_pieces(decoder: BlockDecoder, shard: dict, path: str, compression: str, limit: int,
                   check_checksums: bool, align: int = 1) -> Iterator[tuple[dict, int]]:
-    from tfrecord_etl.transforms import reader  # check_shard: the one check of a shard's identity
     tfrecord.check_regular(path)
     size = fileio.size(path)
-    reader.check_shard(shard, path, size, check_checksum=False)  # the size, before anything is read
+    shardcheck.check_shard(shard, path, size, check_checksum=False)  # the size, before anything is read
     expected = shard.get("crc32c") if check_checksums and isinstance(shard.get("crc32c"), str) else None
     checked = None  # the local file version whose CRC32C matched, before reading
     if expected is not None and fileio.is_local(path):
-        reader.check_shard(shard, path, size, check_checksum=True)
-        checked = reader._file_version(path)
-        checked = checked if checked in reader._CHECKED else None
+        shardcheck.check_shard(shard, path, size, check_checksum=True)
+        checked = shardcheck.file_version(path)
+        checked = checked if checked in shardcheck.CHECKED else None
     with fileio.open_read(path) as raw:
         same = checked is not None and _fstat_version(path, raw) == checked
         # else the CRC32C of the stored bytes as read: of the chunks themselves when uncompressed, else of what the
@@ -142,7 +141,7 @@ def _shard_pieces(decoder: BlockDecoder, shard: dict, path: str, compression: st
 
 
 def _fstat_version(path: str, raw) -> tuple | None:
-    """``reader._file_version`` of the open file ``raw`` (its descriptor's stat), or None."""
+    """``shardcheck.file_version`` of the open file ``raw`` (its descriptor's stat), or None."""
     try:
         st = os.fstat(raw.fileno())
     except (AttributeError, OSError, ValueError):

@@ -37,10 +37,11 @@ import socket
 import uuid
 from typing import Iterable
 
-from tfrecord_etl.transforms import fileio
-from tfrecord_etl.transforms.errors import ConfigError
+from tfrecord_etl.transforms import conditional, fileio, sink
+from tfrecord_etl.transforms.errors import ConfigError, printable
+from tfrecord_etl.transforms.sink import TEMP_PREFIX, name_key  # noqa: F401 - the temporaries' names, sink's
 from tfrecord_etl.transforms.runlock import (FAILPOINT_ENV, LEGACY_LOCK_FILE, LOCK_FILE, LOCK_TEMP, RUN_ENV,  # noqa: F401
-                                             Lock, _now, _process_start, _read_json, check_commit, failpoint, say)
+                                             Lock, utc_now, process_start, read_json, check_commit, failpoint, say)
 
 METADATA_FILE = "metadata.json"
 SCHEMA_FILE = "schema.pbtxt"
@@ -52,20 +53,11 @@ SIDECAR_FORMAT = "tfrecord-etl-sidecar/1"  # the "format" of a sidecar collectio
 # after one) must never meet them. Outputs written before keep working: the older names are still read.
 MARKER_FILE = ".tf-etl-run.json"
 LEGACY_MARKER_FILE = ".tfrecord-etl-run.json"  # the marker's name in outputs written by earlier versions
-TEMP_PREFIX = ".tmp-"
 MARKER_FORMAT = "tfrecord-etl-run/1"
 # a temporary: .tmp-<32 hex of the attempt>-<8 hex: name_key of the final name>
 _TEMP = re.compile(r"^\.tmp-[0-9a-f]{32}-(?P<key>[0-9a-f]{8})$")
 _LEGACY_TEMP = re.compile(r"^\.tmp-(?P<name>.+)-[0-9a-f]{32}$")  # .tmp-<final name>-<32 hex>, earlier versions
 _BEAM_TEMP = re.compile(r"^beam-temp-(?P<prefix>.+)-[0-9a-f]{32}$")
-_GLOB_CHARS = re.compile(r"([*?\[\]])")
-
-
-def name_key(name: str) -> str:
-    """The 8 hex digits that tie a temporary to the final ``name`` it becomes (SHA-1 of the name): temporaries
-    are ``.tmp-<32 hex>-<name_key>``, so their names hold no shard pattern."""
-    import hashlib
-    return hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
 
 
 def temp_of(name: str, files) -> bool:
@@ -79,11 +71,6 @@ def temp_of(name: str, files) -> bool:
 
 # ---------------------------------------------------------------- literal paths
 
-def escape_glob(path: str) -> str:
-    """``path`` with ``*``, ``?``, ``[`` and ``]`` made literal for Beam's ``FileSystems.match``."""
-    return _GLOB_CHARS.sub(r"[\1]", path)
-
-
 def list_names(directory: str) -> dict[str, str]:
     """``{name: path}`` of the direct children of ``directory`` (files and directories), never globbed.
 
@@ -96,7 +83,7 @@ def list_names(directory: str) -> dict[str, str]:
         with os.scandir(directory) as it:
             return {e.name: e.path for e in it}
     try:
-        found = fileio.find(fileio.join(escape_glob(directory), "*"))
+        found = fileio.find(fileio.join(fileio.escape_glob(directory), "*"))
     except ImportError:
         raise
     except Exception:  # noqa: BLE001 - an empty prefix is "no match" on some filesystems
@@ -237,12 +224,12 @@ def owned(output_dir: str, names: Iterable[str]) -> Owned:
     prefixes: set[str] = set()
     options = None
     for marker_name in (LEGACY_MARKER_FILE, MARKER_FILE):  # the current marker last: its options win
-        marker = _read_json(fileio.join(output_dir, marker_name)) if marker_name in names else None
+        marker = read_json(fileio.join(output_dir, marker_name)) if marker_name in names else None
         if marker is not None and marker.get("format") == MARKER_FORMAT:
             files |= _plain_names(marker.get("files")) | {marker_name}
             prefixes |= _plain_names(marker.get("beam_temp_prefixes"))
             options = marker.get("options") if isinstance(marker.get("options"), dict) else options
-    meta = _read_json(fileio.join(output_dir, METADATA_FILE)) if METADATA_FILE in names else None
+    meta = read_json(fileio.join(output_dir, METADATA_FILE)) if METADATA_FILE in names else None
     complete = False
     committed: set[str] = set()
     if meta is not None and isinstance(meta.get("format"), str) and meta["format"].startswith("tfrecord-etl/"):
@@ -279,7 +266,6 @@ def _count(items, noun: str) -> str:
 
 
 def _names_list(names: Iterable[str], n: int = 3) -> str:
-    from tfrecord_etl.transforms.errors import printable
     names = sorted(names)
     shown = ", ".join(printable(x) for x in names[:n])
     return shown + (f" and {len(names) - n} more" if len(names) > n else "")
@@ -289,7 +275,7 @@ def _names_list(names: Iterable[str], n: int = 3) -> str:
 class Replacement:
     """What a run's commit replaces (``lock.replacement`` of :func:`prepare`): ``files``, the committed files to
     delete after the commit (:func:`finish_replacement`), and, on S3 and GCS, ``metadata_version``, the version
-    of ``metadata.json`` the run started from (``fileio.version``): the commit is a conditional write on it
+    of ``metadata.json`` the run started from (``conditional.version``): the commit is a conditional write on it
     (``metadata.write``), so a run whose directory another run committed meanwhile commits nothing."""
     files: tuple[str, ...] = ()
     metadata_version: str | None = None
@@ -364,18 +350,17 @@ def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str
         lock.generation, lock.replaced, written = _clear(output_dir, options, files, overwrite, set(keep),
                                                          planned_bytes)
         lock.files = frozenset(written)
-        metadata_version = None if fileio.is_local(output_dir) else fileio.version(fileio.join(output_dir,
+        metadata_version = None if fileio.is_local(output_dir) else conditional.version(fileio.join(output_dir,
                                                                                               METADATA_FILE))
         lock.replacement = Replacement(tuple(sorted(lock.replaced)), metadata_version)
         lock.discard = functools.partial(discard_uncommitted, output_dir, frozenset(written - _REWRITTEN),
                                          lock.replaced)
-        marker = {"format": MARKER_FORMAT, "run_id": run_id, "command": command, "created": _now(),
+        marker = {"format": MARKER_FORMAT, "run_id": run_id, "command": command, "created": utc_now(),
                   "host": socket.gethostname(), "pid": os.getpid(), "files": sorted(written | lock.replaced),
                   "replaces": sorted(lock.replaced), "generation": lock.generation,
                   "metadata_version": metadata_version,
                   "beam_temp_prefixes": sorted({generation_prefix(p, lock.generation) for p in beam_temp_prefixes}),
                   "options": options}
-        from tfrecord_etl.transforms import sink  # sink imports this module's names
         sink.write_json(fileio.join(output_dir, MARKER_FILE), marker, default=str)
     except BaseException:
         lock.release()
@@ -523,14 +508,13 @@ def record_shards(output_dir: str, shards: Iterable[dict]) -> None:
     Nothing is written when the directory has no marker of ours or it lists none of ``shards`` (a pipeline built
     without ``prepare``)."""
     path = fileio.join(output_dir, MARKER_FILE)
-    marker = _read_json(path)
+    marker = read_json(path)
     if marker is None or marker.get("format") != MARKER_FORMAT:
         return
     listed = _plain_names(marker.get("files"))
     entries = [{k: s[k] for k in ("file", "records", "bytes", "crc32c", "index", "split") if k in s}
                for s in shards if s.get("file") in listed]
     if entries:
-        from tfrecord_etl.transforms import sink  # sink imports this module's names
         sink.write_json(path, {**marker, "shards": entries}, default=str)
 
 

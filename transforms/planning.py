@@ -96,10 +96,10 @@ def index_concurrently(source: Source, paths: Sequence[str], threads: int | None
     Raises:
       SourceError, SchemaError: from the first file (in order) that cannot be indexed.
     """
-    return _map_concurrently(source.index, paths, threads)
+    return map_concurrently(source.index, paths, threads)
 
 
-def _map_concurrently(fn, paths: Sequence[str], threads: int | None = None) -> list:
+def map_concurrently(fn, paths: Sequence[str], threads: int | None = None) -> list:
     """``[fn(path) for path in paths]``, remote paths by a bounded pool (see :func:`index_concurrently`)."""
     if len(paths) < 2 or all(fileio.is_local(p) for p in paths):
         return [fn(p) for p in paths]
@@ -147,7 +147,7 @@ def input_format(pattern: str, files: Sequence[tuple[str, int]], options: Source
         except SourceError:
             return None
     paths = [path for path, _ in files]
-    found = dict(zip(paths, _map_concurrently(sniffed, paths)))
+    found = dict(zip(paths, map_concurrently(sniffed, paths)))
     by_format: dict[str, list[str]] = {}
     for path, fmt in found.items():
         if fmt is not None:
@@ -250,6 +250,22 @@ def choose_encodings(specs: Sequence[FeatureSpec], default: str, per_feature: di
     return tuple(out)
 
 
+def parallel_units(options) -> int:
+    """The shard writers that run at once, from the options the run is made with: DirectRunner's workers (threads
+    or processes of ``--direct_running_mode``, auto's choice included), Flink's and Spark's ``--parallelism``,
+    Dataflow's ``--num_workers`` (or ``--max_num_workers`` when only that is set); 1 when none is given. The default
+    shard count is a multiple of it (:func:`num_shards`). ``options``: Beam's ``PipelineOptions``."""
+    from apache_beam.options.pipeline_options import DirectOptions, FlinkRunnerOptions, StandardOptions, WorkerOptions
+    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    if "Direct" in str(runner):
+        return max(1, options.view_as(DirectOptions).direct_num_workers or 1)
+    parallelism = options.view_as(FlinkRunnerOptions).parallelism
+    if parallelism and parallelism > 0:
+        return parallelism
+    workers = options.view_as(WorkerOptions)
+    return max(1, workers.num_workers or workers.max_num_workers or 1)
+
+
 def num_shards(num_rows: int, num_bytes: int, *, requested: int | None = None,
                target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES, local_workers: int = 1) -> int:
     """The shard count of a conversion: the only place that decides it.
@@ -257,7 +273,7 @@ def num_shards(num_rows: int, num_bytes: int, *, requested: int | None = None,
     ``requested`` (``--num_shards``) when given, checked by :func:`sharding.check_num_shards`; else
     ``ceil(num_bytes / target_shard_bytes)`` (``--target_shard_mb``; never one giant file) rounded up to a multiple
     of ``local_workers``, the parallel units that write shards (DirectRunner's threads or processes, a runner's
-    workers; see ``tfrecord_etl.pipelines.convert.parallel_units``): the planned shards are of equal bytes, so every unit
+    workers; see :func:`parallel_units`): the planned shards are of equal bytes, so every unit
     then writes the same share and none sits idle while another writes the last shard (3 shards on 2 threads:
     one thread writes two, the run takes 2/3 of the work instead of 1/2; measured 18% slower than 4 shards on
     the benchmark's 525 MB of large rows). Capped at one shard per row and at :data:`sharding.MAX_SHARDS`.

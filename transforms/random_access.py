@@ -11,7 +11,7 @@ from typing import Sequence
 import google_crc32c
 import numpy as np
 
-from tfrecord_etl.transforms import collection_reader, fileio, metadata, tfrecord
+from tfrecord_etl.transforms import collection_reader, fileio, metadata, shardcheck, tfrecord
 from tfrecord_etl.transforms.codec.block import BlockDecoder, ragged
 from tfrecord_etl.transforms.errors import ConfigError, RecordError
 from tfrecord_etl.transforms.torch_io import python_scalars
@@ -40,7 +40,7 @@ class RandomAccess:
 
     Each read checks the frame (length against the index, both CRCs); each index file is checked against its
     shard (records as in the metadata, offsets that follow each other and end at the shard's size). Before a
-    shard's offsets are used, the shard is checked to be the one metadata.json lists (:func:`reader.check_shard`):
+    shard's offsets are used, the shard is checked to be the one metadata.json lists (:func:`shardcheck.check_shard`):
     its size, and with ``check_checksums`` (default) its CRC32C, read once per process and file version, so a shard
     swapped with, or replaced by, another of the same size, or one whose records were reordered or duplicated, is
     refused rather than read at the other's offsets. ``check_checksums=False`` checks the size only.
@@ -141,11 +141,10 @@ class RandomAccess:
     def _frames(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(offsets, frame lengths) of shard ``k``, from its index file or its headers; checked, then cached."""
         if k not in self._offsets:
-            from tfrecord_etl.transforms import reader
             shard, path = self._shards[k], self._paths[k]
             before = _version(path) if self._local[k] else None
             size = fileio.size(path)
-            reader.check_shard(shard, path, size, self._check_checksums)
+            shardcheck.check_shard(shard, path, size, self._check_checksums)
             if "index" in shard:
                 where = fileio.join(self._dirs[k], shard["index"])
                 if fileio.size(where) > 48 * (shard["records"] + 1):  # a line is at most 2 x 20 digits + 2

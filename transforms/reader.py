@@ -22,11 +22,14 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from tfrecord_etl.transforms import collection_reader, fileio, metadata, schemacheck, tfrecord
-from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, encoding_of
+from tfrecord_etl.transforms import collection_reader, fileio, metadata, numpy_reader, schemacheck, tfdata, tfrecord
+from tfrecord_etl.transforms.collection_reader import select_features
+from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, encoding_of, spec_from_json
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
-from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # re-exported
-from tfrecord_etl.transforms.random_access import RandomAccess  # re-exported
+from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # noqa: F401 - re-exported
+from tfrecord_etl.transforms.random_access import RandomAccess  # noqa: F401 - re-exported
+from tfrecord_etl.transforms.shardcheck import CRC_CHUNK, check_shard, file_crc32c  # noqa: F401 - re-exported
+from tfrecord_etl.transforms.tfdata import decode_tf, parse_spec, refuse_varying_dtypes  # noqa: F401 - re-exported
 from tfrecord_etl.transforms.torch_io import collate_varlen, python_scalars, torch_description  # noqa: F401
 
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
@@ -62,16 +65,6 @@ def file_compression(path: str) -> str:
     return compression
 
 
-def _select(specs: Sequence[FeatureSpec], features: Sequence[str] | None) -> list[FeatureSpec]:
-    if features is None:
-        return list(specs)
-    by_name = {s.name: s for s in specs}
-    missing = [f for f in features if f not in by_name]
-    if missing:
-        raise SchemaError(f"No such features {missing}", hint=f"features are {sorted(by_name)}")
-    return [by_name[f] for f in features]
-
-
 def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_record_bytes: int | None = None,
                max_features: int | None = None, split: str | None = None, spans=None, batch_size: int | None = None,
                check_checksums: bool = True, trust_spans: bool = False) -> Iterator[dict[str, np.ndarray]]:
@@ -102,7 +95,6 @@ def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_recor
       ConfigError: ``batch_size`` not a positive integer; ``spans`` (see :func:`collection_reader.parts`).
       SchemaError: ``schema.pbtxt`` disagrees with ``metadata.json``; ``spans`` (see :func:`collection_reader.parts`).
     """
-    from tfrecord_etl.transforms import numpy_reader
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
                                    or batch_size < 1):
         from tfrecord_etl.transforms.errors import ConfigError
@@ -128,56 +120,7 @@ def tf_feature_spec(output_dir: str, features: Sequence[str] | None = None, span
     spans ``spans`` selects, checked to agree.
     """
     import tensorflow as tf
-    return _parse_spec(tf, collection_reader.parts(output_dir, spans, None, features, trust_spans)[0])
-
-
-def _parse_spec(tf, specs):
-    out = {}
-    for spec in specs:
-        for name, kind, shape in metadata.example_features(spec):
-            dtype = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}[kind]
-            out[name] = tf.io.FixedLenFeature(shape, dtype) if shape is not None else tf.io.VarLenFeature(dtype)
-    return out
-
-
-def refuse_varying_dtypes(specs: Sequence[FeatureSpec], where: str | None = None, numpy_reader: str = "iter_numpy"
-                          ) -> None:
-    """Refuses features whose dtype varies between examples (``dtype`` None: npz ``arrays`` / npy ``files`` modes
-    over arrays of several dtypes): a ``tf.data`` element spec holds one dtype per feature (tf.data's
-    ``Dataset.element_spec``), so no dataset can yield each example's own dtype. ``numpy_reader``: the reader
-    named in the hint, which decodes them (each example's own dtype and shape).
-
-    Raises:
-      SchemaError: naming the features, the reader that reads them and ``features=[...]`` to leave them out.
-    """
-    varying = [s.name for s in specs if s.dtype is None]
-    if varying:
-        others = [s.name for s in specs if s.dtype is not None]
-        raise SchemaError(f"The dtype of {varying} varies between examples: a tf.data dataset holds one dtype per "
-                          "feature, so it cannot yield them with their own dtypes", file=where, feature=varying[0],
-                          hint=f"read them with reader.{numpy_reader} (each example's own dtype and shape), or "
-                               f"leave them out with features={others!r}")
-
-
-def decode_tf(tf, parsed: dict, specs: Sequence[FeatureSpec]) -> dict:
-    """Parsed (encoded) features of one example -> tensors with the original dtypes and shapes.
-
-    Raises:
-      SchemaError: a feature whose dtype varies between examples (``dtype`` None), see
-        :func:`refuse_varying_dtypes`; its encoded form is ``tf_feature_spec``'s.
-    """
-    refuse_varying_dtypes(specs)
-    out = {}
-    for spec in specs:
-        encoding = encoding_of(spec)
-        if spec.is_fixed:
-            shape = tf.constant(list(spec.shape), tf.int32)
-        elif encoding.shape_companion(spec):
-            shape = tf.cast(tf.sparse.to_dense(parsed[f"{spec.name}/shape"]), tf.int32)
-        else:  # varlen (tf.io.VarLenFeature): a 1-D tensor of the record's values, empty when it has none
-            shape = tf.shape(parsed[spec.name].values)
-        out[spec.name] = encoding.to_tf(tf, spec, parsed[spec.name], shape)
-    return out
+    return parse_spec(tf, collection_reader.parts(output_dir, spans, None, features, trust_spans)[0])
 
 
 def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequence[str] | None = None,
@@ -217,7 +160,6 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
     While iterating, a shard whose record count differs from the metadata's (changed after the checks) fails
     with ``tf.errors.FailedPreconditionError``.
     """
-    from tfrecord_etl.transforms import tfdata
     return tfdata.to_tf_dataset(output_dir, batch_size, features, split, spans, shuffle_files=shuffle_files,
                                 seed=seed, deterministic=deterministic, input_context=input_context,
                                 num_workers=num_workers, worker_index=worker_index, check_checksums=check_checksums,
@@ -231,59 +173,6 @@ def get(output_dir: str, i: int, features: Sequence[str] | None = None, split: s
     of those for many reads, it caches the offsets), after the shard's identity check (:func:`check_shard`)."""
     return RandomAccess(output_dir, features, split=split, check_checksums=check_checksums, spans=spans,
                         trust_spans=trust_spans)[i]
-
-
-# (path, device, inode, size, st_mtime_ns, st_ctime_ns) of a local shard whose CRC32C matched its metadata
-_CHECKED: set[tuple] = set()
-
-
-def _file_version(path: str) -> tuple | None:
-    """What identifies one version of a local file for :data:`_CHECKED` (a rename, rewrite or copy changes it:
-    ``st_ctime_ns`` moves on every rename); None for remote objects, which are not remembered."""
-    if not fileio.is_local(path):
-        return None
-    import os
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
-
-
-def check_shard(shard: dict, path: str, size: int | None = None, check_checksum: bool = True) -> None:
-    """Checks that the file at ``path`` is the shard of the metadata.json entry ``shard``, before offsets into it
-    are trusted: its size against ``shard["bytes"]`` (a stat), then, with ``check_checksum`` and when the entry
-    records one, the CRC32C of its bytes against ``shard["crc32c"]``. The checksum costs one read of the whole
-    shard (google-crc32c in C: at page-cache speed, about 0.1 s for a 192 MB shard); a local shard that matched
-    is remembered for the process, by path, inode, size, modification and change time, so later
-    ``RandomAccess`` objects and :func:`get` calls do not read it again until it is renamed, rewritten or replaced.
-    An entry without ``crc32c`` (an output of an earlier version) is checked by size alone.
-
-    Why not size and modification time alone: a shard swapped with another by renaming keeps its own mtime, and
-    shards written within one clock tick of the file system (small shards, one worker) share it; copies and
-    restores change it. The checksum is what tells two shards of the same size apart.
-
-    Raises:
-      RecordError: naming the shard, what differs, and what to do.
-    """
-    hint = "the output was changed after it was written: check it with tfrecord-etl verify DIR, and " \
-           "convert it again"
-    size = fileio.size(path) if size is None else size
-    if isinstance(shard.get("bytes"), int) and size != shard["bytes"]:
-        raise RecordError(f"Shard holds {size} bytes, metadata.json says {shard['bytes']}: it was truncated, "
-                          "replaced or swapped with another after it was written", file=path, hint=hint)
-    expected = shard.get("crc32c")
-    if not check_checksum or not isinstance(expected, str):
-        return
-    version = _file_version(path)
-    if version is not None and version in _CHECKED:
-        return
-    got_size, got = file_crc32c(path)
-    if (got_size, got) != (size, expected):
-        raise RecordError(f"Shard's CRC32C is {got}, metadata.json says {expected}: it was replaced by another "
-                          "file or swapped with another shard after it was written", file=path, hint=hint)
-    if version is not None and version == _file_version(path):
-        _CHECKED.add(version)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -321,30 +210,6 @@ class SidecarCollection:
         return self.original_specs + self.sidecar_specs
 
 
-#: bytes read at a time for a local shard's CRC32C (unbuffered reads into one buffer: about twice the rate of new
-#: 4 MiB bytes objects read through fileio)
-CRC_CHUNK = 1 << 20
-
-
-def file_crc32c(path: str) -> tuple[int, str]:
-    """``(size in bytes, CRC32C as 8 hex digits)`` of a file's stored bytes (compressed as stored)."""
-    import google_crc32c
-    checksum, size = google_crc32c.Checksum(), 0
-    if fileio.is_local(path):  # one buffer, read into again and again (google-crc32c takes a NumPy view of it)
-        buffer = bytearray(CRC_CHUNK)
-        view, values = memoryview(buffer), np.frombuffer(buffer, np.uint8)
-        with open(path, "rb", buffering=0) as f:
-            while k := f.readinto(view):
-                checksum.update(values[:k])
-                size += k
-        return size, checksum.hexdigest().decode()
-    with fileio.open_read(path) as f:
-        while chunk := f.read(1 << 22):
-            checksum.update(chunk)
-            size += len(chunk)
-    return size, checksum.hexdigest().decode()
-
-
 def load_manifest(sidecar_dir: str) -> dict:
     """The ``manifest.json`` of a sidecar collection.
 
@@ -362,7 +227,7 @@ def load_manifest(sidecar_dir: str) -> dict:
         manifest = json.loads(fileio.read_bytes(path))
         if manifest.get("format") != SIDECAR_FORMAT:
             raise ValueError(f"format {manifest.get('format')!r}, expected {SIDECAR_FORMAT!r}")
-        manifest["features"] = tuple(FeatureSpec.from_json(f) for f in manifest["features"])
+        manifest["features"] = tuple(spec_from_json(f) for f in manifest["features"])
         for entry in manifest["shards"]:
             for key, kind in (("input", str), ("sidecar", str), ("records", int), ("bytes", int), ("crc32c", str),
                               ("compression", str)):
@@ -449,7 +314,7 @@ def iter_numpy_merged(original: str, sidecar_dir: str, features: Sequence[str] |
     """
     from tfrecord_etl.transforms.codec.block import BlockDecoder
     coll = open_sidecar(original, sidecar_dir, check_checksums)
-    specs = _select(coll.specs, features)
+    specs = select_features(coll.specs, features)
     decoder = BlockDecoder(specs)  # one record at a time, each merged pair of one layout decoded from its offsets
     for pair in coll.pairs:
         originals = iter_records(pair.original, pair.original_compression)
@@ -485,16 +350,16 @@ def to_tf_dataset_merged(original: str, sidecar_dir: str, batch_size: int | None
     """
     import tensorflow as tf
     coll = open_sidecar(original, sidecar_dir, check_checksums)
-    specs = _select(coll.specs, features)
+    specs = select_features(coll.specs, features)
     refuse_varying_dtypes(specs, sidecar_dir, "iter_numpy_merged")
     native = [s for s in specs if coll.original_inferred and s in coll.original_specs and s.shape == (None,)]
     regular = [s for s in specs if s not in native]
-    parse_spec = _parse_spec(tf, regular)
+    parsing = parse_spec(tf, regular)
     kinds = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
-    parse_spec.update({s.name: tf.io.VarLenFeature(kinds[encoding_of(s).kind(s.dtype)]) for s in native})
+    parsing.update({s.name: tf.io.VarLenFeature(kinds[encoding_of(s).kind(s.dtype)]) for s in native})
 
     def decode(serialized):
-        parsed = tf.io.parse_single_example(serialized, parse_spec)
+        parsed = tf.io.parse_single_example(serialized, parsing)
         out = decode_tf(tf, parsed, regular)
         out.update({s.name: tf.sparse.to_dense(parsed[s.name]) for s in native})
         return out
@@ -510,7 +375,6 @@ def to_tf_dataset_merged(original: str, sidecar_dir: str, batch_size: int | None
         ds = part if ds is None else ds.concatenate(part)
     ds = ds.map(lambda a, b: tf.strings.join([a, b]))
     if not native:  # batched parsing (transforms.tfdata)
-        from tfrecord_etl.transforms import tfdata
-        return tfdata.dataset(tf, ds, regular, batch_size)
+            return tfdata.dataset(tf, ds, regular, batch_size)
     ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.batch(batch_size) if batch_size else ds

@@ -21,8 +21,8 @@ import re
 import socket
 import sys
 
-from tfrecord_etl.transforms import fileio
-from tfrecord_etl.transforms.errors import ConfigError
+from tfrecord_etl.transforms import conditional, fileio
+from tfrecord_etl.transforms.errors import ConfigError, OutputError
 
 LOCK_FILE = ".tf-etl.lock"
 LEGACY_LOCK_FILE = ".tfrecord-etl.lock"  # the lock's name in earlier versions (a run of one may be going on)
@@ -55,7 +55,7 @@ def failpoint(stage: str) -> None:
         sig = next((getattr(signal, f"SIG{p}") for p in parts if hasattr(signal, f"SIG{p}")), signal.SIGKILL)
         pid = os.getpid()
         if "launcher" in parts:  # the launcher holding the run's lock (Beam starts workers through a shell)
-            pid = (_read_json(json.loads(os.environ.get(RUN_ENV, "{}")).get("lock", "")) or {}).get("pid", pid)
+            pid = (read_json(json.loads(os.environ.get(RUN_ENV, "{}")).get("lock", "")) or {}).get("pid", pid)
         os.kill(pid, sig)
 
 
@@ -64,7 +64,9 @@ def say(message: str) -> None:
     print(f"[tfrecord-etl] {message}", file=sys.stderr, flush=True)
 
 
-def _read_json(path: str) -> dict | None:
+def read_json(path: str) -> dict | None:
+    """The JSON object in the file ``path`` (a lock, a run marker, ``metadata.json``), or None when it is missing,
+    larger than 64 MiB (local), unreadable, not JSON or not an object: such a file is not one of ours."""
     try:
         if fileio.is_local(path):
             if not os.path.isfile(path) or os.path.getsize(path) > _MAX_JSON_BYTES:
@@ -77,7 +79,7 @@ def _read_json(path: str) -> dict | None:
 
 # ---------------------------------------------------------------- the lock
 
-def _process_start(pid: int) -> str | None:
+def process_start(pid: int) -> str | None:
     """The start time of process ``pid`` (Linux ``/proc/<pid>/stat`` field 22), None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -95,11 +97,12 @@ def _process_start(pid: int) -> str | None:
 
 def _lock_record(run_id: str) -> dict:
     pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "start": _process_start(pid), "run_id": run_id,
-            "since": _now()}
+    return {"host": socket.gethostname(), "pid": pid, "start": process_start(pid), "run_id": run_id,
+            "since": utc_now()}
 
 
-def _now() -> str:
+def utc_now() -> str:
+    """The current UTC time as ``YYYY-MM-DDTHH:MM:SSZ`` (what locks and run markers record)."""
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -114,18 +117,18 @@ def _is_stale(record: dict | None, path: str) -> bool:
         return False
     if record.get("host") != socket.gethostname() or not isinstance(record.get("pid"), int):
         return False
-    start = _process_start(record["pid"])
+    start = process_start(record["pid"])
     return start is None or (start != "?" and record.get("start") not in (None, "?") and start != record["start"])
 
 
 def _read_lock(path: str) -> tuple[dict | None, str | None]:
     """The lock record at ``path`` (None: none, empty or unreadable) and, on S3 and GCS, the version of the object
-    it was read from (``fileio.ABSENT``: no object), for a conditional replace or delete of exactly that version;
+    it was read from (``conditional.ABSENT``: no object), for a conditional replace or delete of exactly that version;
     None elsewhere."""
     if fileio.is_local(path):
-        return _read_json(path), None
+        return read_json(path), None
     try:
-        data, version = fileio.read_versioned(path)  # version None: HDFS, no conditional requests
+        data, version = conditional.read_versioned(path)  # version None: HDFS, no conditional requests
     except Exception:  # noqa: BLE001 - unreadable: not ours
         return None, None
     if data is None or len(data) > _MAX_JSON_BYTES:
@@ -141,12 +144,12 @@ def _remove(path: str, version: str | None) -> None:
     """Deletes the lock ``path`` if it is still at ``version`` (from :func:`_read_lock`; None: unconditionally).
 
     Raises:
-      fileio.VersionConflict: it was replaced since (another run's now): kept.
+      conditional.VersionConflict: it was replaced since (another run's now): kept.
     """
     if version is None:
         fileio.delete([path])
     else:
-        fileio.delete_if_version(path, version)
+        conditional.delete_if_version(path, version)
 
 
 def _create(path: str, data: bytes) -> bool:
@@ -154,10 +157,10 @@ def _create(path: str, data: bytes) -> bool:
     ``If-None-Match: *``, GCS ``ifGenerationMatch=0``: of two launchers, exactly one wins); elsewhere a write after
     an existence check (best effort). False when it exists."""
     try:
-        if fileio.version(path) is None and fileio.exists(path):
+        if conditional.version(path) is None and fileio.exists(path):
             return False
-        fileio.write_if_version(path, data, fileio.ABSENT)
-    except fileio.VersionConflict:
+        conditional.write_if_version(path, data, conditional.ABSENT)
+    except conditional.VersionConflict:
         return False
     return True
 
@@ -194,7 +197,7 @@ class Lock:
                 say(f"taking over the stale lock {legacy} of a run that is gone ({_describe(other)})")
                 try:
                     _remove(legacy, version)
-                except fileio.VersionConflict:  # written again since it was read: a live run's
+                except conditional.VersionConflict:  # written again since it was read: a live run's
                     taken, other = False, _read_lock(legacy)[0] or other
             if not taken:
                 raise ConfigError(f"Another run ({_describe(other)}) is writing this output directory", file=legacy,
@@ -213,11 +216,11 @@ class Lock:
                         f.write(data)
                     self.held = True
                     return self
-            elif _create(self.path, data) and (_read_json(self.path) or {}).get("run_id") == self.run_id:
+            elif _create(self.path, data) and (read_json(self.path) or {}).get("run_id") == self.run_id:
                 self.held = True
                 return self
             other, version = _read_lock(self.path)
-            if attempt == 0 and version == fileio.ABSENT:  # released between the create and the read
+            if attempt == 0 and version == conditional.ABSENT:  # released between the create and the read
                 continue
             if attempt == 0 and _is_stale(other, self.path):
                 say(f"taking over the stale lock {self.path} of a run that is gone ({_describe(other)})")
@@ -225,8 +228,8 @@ class Lock:
                     fileio.delete([self.path])
                     continue
                 try:  # replaces exactly the stale version read: of two launchers taking it over, one wins
-                    fileio.write_if_version(self.path, data, version)
-                except fileio.VersionConflict:
+                    conditional.write_if_version(self.path, data, version)
+                except conditional.VersionConflict:
                     other = _read_lock(self.path)[0] or other
                 else:
                     self.held = True
@@ -264,7 +267,7 @@ class Lock:
                     except OSError:  # a full disk: the lock stays open, and the workers are stopped already
                         pass  # (``pipelines.common.run_pipeline``), so what this run wrote is still removed
                 else:
-                    fileio.write_if_version(self.path, data, version or fileio.ABSENT)
+                    conditional.write_if_version(self.path, data, version or conditional.ABSENT)
             elif record.get("run_id") not in (None, self.run_id + CLOSED):
                 return  # another run's lock: its files are not this run's to remove
             self.output_state = self.discard()
@@ -366,14 +369,13 @@ def check_commit(final: str) -> None:
         return
     if fileio.dirname(final) != fileio.dirname(lock):
         return
-    record = _read_json(lock)
+    record = read_json(lock)
     if record is None or record.get("run_id") != run_id:
         why = "its lock is gone (the launcher stopped)" if record is None else "another run took its lock over"
     elif _is_stale(record, lock):
         why = f"its launcher (pid {record.get('pid')}) is no longer running"
     else:
         return
-    from tfrecord_etl.transforms.errors import OutputError  # errors imports nothing of ours: no cycle
     raise OutputError(f"Not committing {fileio.basename(final)}: this run no longer owns the output directory: {why}",
                       file=fileio.dirname(final), hint="nothing of this run is committed; run the command again")
 

@@ -375,7 +375,7 @@ def pending(output_dir: str, meta: dict) -> bool:
     directory holds and is read (the crash-safety promise: the old output or the new one)."""
     from tfrecord_etl.transforms import outdir
     try:
-        marker = outdir._read_json(fileio.join(output_dir, outdir.MARKER_FILE))
+        marker = outdir.read_json(fileio.join(output_dir, outdir.MARKER_FILE))
     except Exception:  # noqa: BLE001 - an unreadable marker is not a run of ours
         return False
     if not isinstance(marker, dict) or marker.get("format") != outdir.MARKER_FORMAT:

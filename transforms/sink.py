@@ -17,20 +17,28 @@ Users: convert's planned shard writer (``beam_io.WriteShardFn``), augment's shar
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import uuid
 from typing import BinaryIO, Iterator
 
 from tfrecord_etl.transforms import fileio, tfrecord
-from tfrecord_etl.transforms.outdir import TEMP_PREFIX, name_key
 from tfrecord_etl.transforms.runlock import check_commit, failpoint
 
 log = logging.getLogger(__name__)
 
+TEMP_PREFIX = ".tmp-"  # every temporary this project writes: .tmp-<32 hex of the attempt>-<name_key>
+
+
+def name_key(name: str) -> str:
+    """The 8 hex digits that tie a temporary to the final ``name`` it becomes (SHA-1 of the name): temporaries
+    are ``.tmp-<32 hex>-<name_key>``, so their names hold no shard pattern."""
+    return hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+
 
 def temp_path(final: str) -> str:
-    """A fresh temporary path beside ``final``: ``<dir>/.tmp-<32 hex>-<outdir.name_key(name)>``, a name that no
+    """A fresh temporary path beside ``final``: ``<dir>/.tmp-<32 hex>-<name_key(name)>``, a name that no
     shard pattern (``*.tfrecord*``, ``*-of-*``, ``*.gz``) matches, so a reader globbing the directory during a run
     never meets a half-written file."""
     return fileio.join(fileio.dirname(final), f"{TEMP_PREFIX}{uuid.uuid4().hex}-{name_key(fileio.basename(final))}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from tfrecord_etl.transforms import collection, fileio, matching, metadata, outdir, spans
+from tfrecord_etl.transforms import collection, conditional, fileio, matching, metadata, outdir, spans
 from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, printable
 from tfrecord_etl.transforms.runlock import failpoint, say
 
@@ -96,8 +96,8 @@ def plan_run(cfg) -> CollectionRun | None:
         glob = spans.parse(cfg.input).glob if spans.has_placeholders(cfg.input) else cfg.input
         name = collection.span_dir_name(run.span, run.version)
         matching.check_output_unmatched(glob, out, [collection.COLLECTION_FILE, f"{name}/{outdir.METADATA_FILE}"])
-        from tfrecord_etl.transforms.convert import _one_per_directory
-        outdir.check_inputs_outside(out, _one_per_directory(p for p, _ in run.files))
+        from tfrecord_etl.transforms.convert import one_per_directory
+        outdir.check_inputs_outside(out, one_per_directory(p for p, _ in run.files))
     return run
 
 
@@ -169,8 +169,8 @@ def _plan_incremental(cfg, coll: dict) -> CollectionRun:
 
 def _versions(paths: list[str]) -> list[str | None]:
     """The current versions (ETag / generation) of remote files: one request each, a bounded pool in flight."""
-    from tfrecord_etl.transforms.planning import _map_concurrently
-    return _map_concurrently(fileio.version, paths) if paths else []
+    from tfrecord_etl.transforms.planning import map_concurrently
+    return map_concurrently(conditional.version, paths) if paths else []
 
 
 def ledger_rows(run: CollectionRun, plan) -> list[dict]:

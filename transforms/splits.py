@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tfrecord_etl.transforms.errors import ConfigError, SchemaError
+from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
 
 SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]{1,64}$")  # TFDS split names: letters, digits, underscores
 MAX_SPLITS = 32
@@ -161,7 +161,6 @@ def record_feature_span(record: bytes, name: str, row: int = 0) -> tuple[int, in
       RecordError: no such feature, a Feature with no value kind, or a ``float_list`` one (naming ``batch_row``).
     """
     from tfrecord_etl.transforms.codec import split_features
-    from tfrecord_etl.transforms.errors import RecordError
     spans = split_features(record)
     if name not in spans:
         raise RecordError(f"Partition feature '{name}' is not in the record", feature=name, batch_row=row,
@@ -186,10 +185,10 @@ def feature_key(value) -> bytes:
     """TFX's partition key of a one-value feature: the deterministic serialization of its ``tf.train.Feature``
     (``Feature{int64_list{value: [v]}}`` for an integer, ``Feature{bytes_list{value: [b]}}`` for bytes), built
     here without TensorFlow."""
-    from tfrecord_etl.transforms.codec import _encode_varint, _len_field
+    from tfrecord_etl.transforms.codec import encode_varint, length_delimited_field
     if isinstance(value, bytes):
-        return _len_field(1, _len_field(1, value))  # Feature.bytes_list (1) { BytesList.value (1) }
-    return _len_field(3, _len_field(1, _encode_varint(int(value) & 0xFFFFFFFFFFFFFFFF)))  # int64_list (3), packed
+        return length_delimited_field(1, length_delimited_field(1, value))  # Feature.bytes_list (1) { BytesList.value (1) }
+    return length_delimited_field(3, length_delimited_field(1, encode_varint(int(value) & 0xFFFFFFFFFFFFFFFF)))  # int64_list (3), packed
 
 
 def key_bytes(name: str, column, num_rows: int) -> list[bytes]:

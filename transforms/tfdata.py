@@ -26,6 +26,7 @@ from typing import Sequence
 from tfrecord_etl.transforms import collection_reader, metadata
 from tfrecord_etl.transforms.codec import FeatureSpec, encoding_of
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError
+from tfrecord_etl.transforms.shardcheck import check_shard
 
 TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 #: examples parsed together when the dataset is not batched (batch_size=None): parsed and decoded as one batch,
@@ -39,6 +40,57 @@ READ_BUFFER = 4 << 20
 LARGE_RECORD = 4096
 #: bytes of records read ahead per shard being read (records of LARGE_RECORD bytes or more)
 READ_AHEAD = 16 << 20
+
+
+def parse_spec(tf, specs: Sequence[FeatureSpec]) -> dict:
+    """The ``tf.io.parse_example`` features of ``specs`` as written (``metadata.example_features``):
+    ``FixedLenFeature`` for a fixed shape, else ``VarLenFeature``; ``tf``: the TensorFlow module."""
+    out = {}
+    for spec in specs:
+        for name, kind, shape in metadata.example_features(spec):
+            dtype = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}[kind]
+            out[name] = tf.io.FixedLenFeature(shape, dtype) if shape is not None else tf.io.VarLenFeature(dtype)
+    return out
+
+
+def refuse_varying_dtypes(specs: Sequence[FeatureSpec], where: str | None = None, numpy_reader: str = "iter_numpy"
+                          ) -> None:
+    """Refuses features whose dtype varies between examples (``dtype`` None: npz ``arrays`` / npy ``files`` modes
+    over arrays of several dtypes): a ``tf.data`` element spec holds one dtype per feature (tf.data's
+    ``Dataset.element_spec``), so no dataset can yield each example's own dtype. ``numpy_reader``: the reader
+    named in the hint, which decodes them (each example's own dtype and shape).
+
+    Raises:
+      SchemaError: naming the features, the reader that reads them and ``features=[...]`` to leave them out.
+    """
+    varying = [s.name for s in specs if s.dtype is None]
+    if varying:
+        others = [s.name for s in specs if s.dtype is not None]
+        raise SchemaError(f"The dtype of {varying} varies between examples: a tf.data dataset holds one dtype per "
+                          "feature, so it cannot yield them with their own dtypes", file=where, feature=varying[0],
+                          hint=f"read them with reader.{numpy_reader} (each example's own dtype and shape), or "
+                               f"leave them out with features={others!r}")
+
+
+def decode_tf(tf, parsed: dict, specs: Sequence[FeatureSpec]) -> dict:
+    """Parsed (encoded) features of one example -> tensors with the original dtypes and shapes.
+
+    Raises:
+      SchemaError: a feature whose dtype varies between examples (``dtype`` None), see
+        :func:`refuse_varying_dtypes`; its encoded form is ``tf_feature_spec``'s.
+    """
+    refuse_varying_dtypes(specs)
+    out = {}
+    for spec in specs:
+        encoding = encoding_of(spec)
+        if spec.is_fixed:
+            shape = tf.constant(list(spec.shape), tf.int32)
+        elif encoding.shape_companion(spec):
+            shape = tf.cast(tf.sparse.to_dense(parsed[f"{spec.name}/shape"]), tf.int32)
+        else:  # varlen (tf.io.VarLenFeature): a 1-D tensor of the record's values, empty when it has none
+            shape = tf.shape(parsed[spec.name].values)
+        out[spec.name] = encoding.to_tf(tf, spec, parsed[spec.name], shape)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,14 +141,13 @@ def worker_shards(shards: list[Shard], input_context=None, num_workers: int | No
 
 def check_shards(shards: Sequence[Shard], check_checksums: bool = True) -> None:
     """Each shard is the one metadata.json lists, before any record is read: its size (one stat), and with
-    ``check_checksums`` its CRC32C, read once per process and file version (``reader.check_shard``: a shard that
+    ``check_checksums`` its CRC32C, read once per process and file version (``shardcheck.check_shard``: a shard that
     matched is not read again until it is renamed, rewritten or replaced). A matching CRC32C also vouches for the
     record count and the order of the records (the bytes are those written).
 
     Raises:
       RecordError: naming the shard and what differs.
     """
-    from tfrecord_etl.transforms.reader import check_shard
     for shard in shards:
         check_shard(shard.entry, shard.path, None, check_checksums)
 
@@ -158,18 +209,17 @@ def dataset(tf, serialized, specs: Sequence[FeatureSpec], batch_size: int | None
     """``serialized`` (a dataset of serialized Examples) -> ``{name: tensor}`` elements, batched by
     ``batch_size`` (None: one example per element), parsed and decoded a batch at a time when every feature has
     a fixed shape, else one example at a time (``reader.decode_tf``)."""
-    from tfrecord_etl.transforms.reader import _parse_spec, decode_tf
-    parse_spec = _parse_spec(tf, specs)
+    parsing = parse_spec(tf, specs)
     if all(s.is_fixed for s in specs):
         @tf.autograph.experimental.do_not_convert  # plain ops, no Python control flow on tensors: no tracing rewrite
         def parse(batch):
-            return decode_batch(tf, tf.io.parse_example(batch, parse_spec), specs)
+            return decode_batch(tf, tf.io.parse_example(batch, parsing), specs)
         ds = serialized.batch(batch_size or PARSE_BATCH).map(parse, num_parallel_calls=tf.data.AUTOTUNE,
                                                              deterministic=deterministic)
         if not batch_size:
             ds = ds.unbatch()
     else:  # a feature whose shape varies: no dense batch to parse into (batch_size is refused for it)
-        ds = serialized.map(lambda r: decode_tf(tf, tf.io.parse_single_example(r, parse_spec), specs),
+        ds = serialized.map(lambda r: decode_tf(tf, tf.io.parse_single_example(r, parsing), specs),
                             num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
         if batch_size:
             ds = ds.batch(batch_size)
@@ -182,7 +232,6 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
                   worker_index: int | None = None, check_checksums: bool = True, trust_spans: bool = False):
     """See :func:`transforms.reader.to_tf_dataset` (the public entry point)."""
     import tensorflow as tf
-    from tfrecord_etl.transforms.reader import refuse_varying_dtypes
     specs, parts = collection_reader.parts(output_dir, spans, split, features, trust_spans)
     refuse_varying_dtypes(specs, output_dir)
     varying = [s.name for s in specs if not s.is_fixed]

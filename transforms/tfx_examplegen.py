@@ -72,7 +72,7 @@ import apache_beam as beam
 import numpy as np
 
 from tfrecord_etl.transforms import beam_io, convert, fileio, metadata, planning, sink, tfx_write
-from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient
+from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, spec_from_json
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
 
@@ -221,8 +221,7 @@ class Executor(base_example_gen_executor.BaseExampleGenExecutor):
     def _plan_jobs(self, exec_properties, input_config, output_config, uri: str) -> list[tfx_write.SplitJob]:
         """Every input split planned (``tfx_write.plan_job``), with the output splits of ``output_config``."""
         from apache_beam.options.pipeline_options import PipelineOptions
-        from tfrecord_etl.pipelines.convert import parallel_units
-        workers = parallel_units(PipelineOptions(self._beam_pipeline_args or []))
+        workers = planning.parallel_units(PipelineOptions(self._beam_pipeline_args or []))
         split_config = output_config.split_config
         outputs = [(s.name, s.hash_buckets) for s in split_config.splits]
         feature = split_config.partition_feature_name if split_config.HasField("partition_feature_name") else None
@@ -313,7 +312,7 @@ def load_info(examples_uri: str) -> dict:
     info = json.loads(fileio.read_bytes(path))
     if info.get("format") != INFO_FORMAT:
         raise SchemaError(f"Not an ArraysExampleGen info file (format {info.get('format')!r})", file=path)
-    info["features"] = [FeatureSpec.from_json(f) for f in info["features"]]
+    info["features"] = [spec_from_json(f) for f in info["features"]]
     return info
 
 

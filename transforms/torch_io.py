@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tfrecord_etl.transforms import metadata
+from tfrecord_etl.transforms.errors import SchemaError
 
 _TFRECORD_KINDS = {"bytes": "byte", "int64": "int", "float": "float"}  # the tfrecord package's names of the lists
 
@@ -71,7 +72,6 @@ def torch_description(output_dir: str, features: Sequence[str] | None = None) ->
         by_name = {s.name: s for s in specs}
         missing = [f for f in features if f not in by_name]
         if missing:
-            from tfrecord_etl.transforms.errors import SchemaError
             raise SchemaError(f"No such features {missing}", file=output_dir, hint=f"features are {sorted(by_name)}")
         specs = [by_name[f] for f in features]
     return {name: _TFRECORD_KINDS[kind] for spec in specs for name, kind, _ in metadata.example_features(spec)}

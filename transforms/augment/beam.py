@@ -11,14 +11,14 @@ from apache_beam.metrics import Metrics
 
 from tfrecord_etl.transforms import beam_io, fileio, metadata, outdir, sink, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, FeatureStats, check_example_frame
-from tfrecord_etl.transforms.errors import RecordError, SourceError
+from tfrecord_etl.transforms.errors import ConfigError, RecordError, SourceError
 from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT
 from tfrecord_etl.transforms.runlock import CarriesRun
 from tfrecord_etl.transforms.sources import RowRange
 from tfrecord_etl.transforms.augment.common import frame_error, NAMESPACE
 from tfrecord_etl.transforms.augment.collection import batches, check_collection, InputShard, iter_shard
 from tfrecord_etl.transforms.augment.values import decode_inputs, decode_record
-from tfrecord_etl.transforms.augment.join import JoinPlan, key_of, read_source_rows, _stack_joined
+from tfrecord_etl.transforms.augment.join import JoinPlan, key_of, read_source_rows, stack_joined
 from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter, learned_specs, observe_batch
 from tfrecord_etl.transforms.augment.readers import write_tfds
 
@@ -210,7 +210,7 @@ class AugmentShardFn(CarriesRun, beam.DoFn):
             except KeyError as e:
                 raise RecordError(f"Record {e.args[0]} has no joined values", file=shard.path,
                                   hint="the input changed during the run") from None
-            columns[spec.name] = _stack_joined(spec, values)
+            columns[spec.name] = stack_joined(spec, values)
         return columns
 
 
@@ -394,7 +394,6 @@ class AugmentTFRecord(beam.PTransform):
         super().__init__()
         from tfrecord_etl.transforms.augment.config import AugmentConfig
         from tfrecord_etl.transforms.augment.plan import plan_augment
-        from tfrecord_etl.transforms.errors import ConfigError
         if plan is None:
             if config is None:
                 try:

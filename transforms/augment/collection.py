@@ -8,7 +8,7 @@ from typing import Generator, Iterable, Iterator, Sequence
 from tfrecord_etl.transforms import fileio, metadata, schemacheck, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, infer_feature_specs
 from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, RecordError, SchemaError
-from tfrecord_etl.transforms.augment.common import INFER_RECORDS, PROBE_RECORDS, _with
+from tfrecord_etl.transforms.augment.common import INFER_RECORDS, PROBE_RECORDS, amend_error
 
 
 SCHEMA_MAX_BYTES = 64 << 20  # a --schema file larger than this is refused before it is read
@@ -179,7 +179,7 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
     try:
         specs = infer_feature_specs(sample, max_features)
     except RecordError as e:
-        raise _with(e, "the input must hold tf.train.Example records", file=shards[0].path) from None
+        raise amend_error(e, "the input must hold tf.train.Example records", file=shards[0].path) from None
     except SchemaError as e:
         raise e.with_context(file=pattern) from None
     return InputCollection(pattern, shards, specs, True), sample

@@ -23,7 +23,7 @@ BATCH_MB = 256  # new values of one batch are kept under this many MB: --batch_s
 
 RESERVED_NAMES = (metadata.METADATA_FILE, metadata.SCHEMA_FILE, MANIFEST_FILE)
 
-_SCALAR_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+SCALAR_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                   "float16", "float32", "float64", "bytes", "str")
 
 def frame_error(e: RecordError, file: str, record: int) -> RecordError:
@@ -34,7 +34,7 @@ def frame_error(e: RecordError, file: str, record: int) -> RecordError:
                        hint=e.hint or "augment reads tf.train.Example records only; remove or fix this record")
 
 
-def _with(error: EtlError, hint: str | None = None, **context) -> EtlError:
+def amend_error(error: EtlError, hint: str | None = None, **context) -> EtlError:
     """``error`` with more context (its own keys win) and, when it has none, ``hint``."""
     return type(error)(error.message, hint=error.hint or hint, **{**context, **error.context})
 

@@ -162,7 +162,9 @@ def read_source_rows(join: JoinPlan, start: int, stop: int) -> dict:
     return {new: _concat([p[src] for p in parts]) for src, new in join.fields}
 
 
-def _stack_joined(spec: FeatureSpec, values: list):
+def stack_joined(spec: FeatureSpec, values: list):
+    """The joined ``values`` of one feature as its batch: one ndarray of ``spec``'s dtype, shape ``(len(values),
+    *spec.shape)``, for a fixed shape; the list itself for bytes and shapes that vary."""
     if spec.dtype == VLEN_BYTES or not spec.is_fixed:
         return list(values)
     return np.stack([np.asarray(v) for v in values]).astype(np.dtype(spec.dtype), copy=False)

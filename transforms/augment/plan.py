@@ -13,7 +13,7 @@ from tfrecord_etl.transforms.codec import (MAX_FEATURES, FeatureSpec, FeatureSta
                               feature_key_pattern, split_features)
 from tfrecord_etl.transforms.codec.encodings import collection_style
 from tfrecord_etl.transforms.errors import ConfigError, EtlError, RecordError, SchemaError, SourceError
-from tfrecord_etl.transforms.augment.common import BATCH_MB, frame_error, log, MODES, PROBE_RECORDS, RESERVED_NAMES, _with
+from tfrecord_etl.transforms.augment.common import BATCH_MB, frame_error, log, MODES, PROBE_RECORDS, RESERVED_NAMES, amend_error
 from tfrecord_etl.transforms.augment.collection import InputCollection, output_name, resolve_input
 from tfrecord_etl.transforms.augment.values import fn_columns, load_function, parse_constant, spec_of, value_bytes
 from tfrecord_etl.transforms.augment.join import JoinPlan, plan_join
@@ -178,7 +178,7 @@ class BatchAugmenter:
         try:
             encoded = encode_columns(columns, plan.new_specs, n, plan.allow_lossy)
         except EtlError as e:
-            raise _with(e, "a new feature keeps the dtype and shape of the first records (see the metadata)",
+            raise amend_error(e, "a new feature keeps the dtype and shape of the first records (see the metadata)",
                         file=file, record=f"{first}-{first + n - 1}") from None
         self._check_sizes(encoded, prepared, file, first)
         if plan.mode == "sidecar":

@@ -29,6 +29,7 @@ import dataclasses
 from typing import Sequence
 
 from tfrecord_etl.transforms import tfrecord
+from tfrecord_etl.transforms.errors import printable
 
 TFDS_FILES = ("dataset_info.json", "features.json")
 
@@ -119,7 +120,6 @@ def write_tfds(readers: ReaderFiles, output_dir: str, mode: str, input_pattern: 
 
 def summary(readers: ReaderFiles, output_dir: str, mode: str, num_shards: int) -> dict[str, str]:
     """The summary lines of the reader files (``{label: text}``): said only when the input had them."""
-    from tfrecord_etl.transforms.errors import printable
     lines = {}
     if readers.tfds_name:
         what = "the input's features and the new ones" if mode == "rewrite" else \

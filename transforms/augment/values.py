@@ -12,7 +12,7 @@ from tfrecord_etl.transforms.codec import (VLEN_BYTES, FeatureSpec, batch_decoda
                               decode_example_lenient, normalize_dtype)
 from tfrecord_etl.transforms.codec.encodings import resolve_encoding
 from tfrecord_etl.transforms.errors import ConfigError, EtlError, RecordError, SchemaError
-from tfrecord_etl.transforms.augment.common import _SCALAR_DTYPES, _with
+from tfrecord_etl.transforms.augment.common import SCALAR_DTYPES, amend_error
 
 
 def parse_scalar(text: str, dtype: str, where: str = "") -> np.ndarray | bytes:
@@ -30,7 +30,7 @@ def parse_scalar(text: str, dtype: str, where: str = "") -> np.ndarray | bytes:
     try:
         dt = np.dtype(dtype)
     except TypeError:
-        raise ConfigError(f"{at}unknown dtype {dtype!r}", hint=f"use one of {', '.join(_SCALAR_DTYPES)}") from None
+        raise ConfigError(f"{at}unknown dtype {dtype!r}", hint=f"use one of {', '.join(SCALAR_DTYPES)}") from None
     try:
         if dt.kind == "b":
             lower = text.strip().lower()
@@ -49,7 +49,7 @@ def parse_scalar(text: str, dtype: str, where: str = "") -> np.ndarray | bytes:
     except (ValueError, UnicodeEncodeError) as e:
         raise ConfigError(f"{at}cannot read {text!r} as {dt}: {e}") from None
     raise ConfigError(f"{at}values of dtype {dt} cannot be given on the command line",
-                      hint=f"use one of {', '.join(_SCALAR_DTYPES)}")
+                      hint=f"use one of {', '.join(SCALAR_DTYPES)}")
 
 
 def parse_constant(name: str, text: str) -> np.ndarray | bytes:
@@ -60,7 +60,7 @@ def parse_constant(name: str, text: str) -> np.ndarray | bytes:
     ``bytes``, ``str``. Raises ConfigError.
     """
     value, dtype = text, None
-    if ":" in text and text.rsplit(":", 1)[1] in _SCALAR_DTYPES:
+    if ":" in text and text.rsplit(":", 1)[1] in SCALAR_DTYPES:
         value, dtype = text.rsplit(":", 1)
     where = f"--constants {name}"
     if dtype is not None:
@@ -201,7 +201,7 @@ def decode_record(specs: Sequence[FeatureSpec], record: bytes, file: str, index:
     try:
         return decode_example_lenient(record, specs)
     except RecordError as e:
-        raise _with(e, "the --fn_inputs features must decode with the input's feature specs", file=file,
+        raise amend_error(e, "the --fn_inputs features must decode with the input's feature specs", file=file,
                     record=index) from None
 
 

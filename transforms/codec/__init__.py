@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from tfrecord_etl.transforms.codec.spec import (
     FeatureSpec, flatten_fields, MAX_FEATURES, MAX_RECORD_BYTES, normalize_dtype, to_little_endian, VLEN_BYTES)
-from tfrecord_etl.transforms.codec.encodings import check_spec, check_unicode, Encoding, ENCODINGS, encoding_of
+from tfrecord_etl.transforms.codec.encodings import (check_spec, check_unicode, Encoding, ENCODINGS, encoding_of,
+                                                     spec_from_json)
 from tfrecord_etl.transforms.codec.wire import (
     check_example_frame, check_example_frames, decode_example, decode_feature, drop_features, entry_name, parse_example,
     split_feature_entries, split_features, too_many_features)
@@ -28,12 +29,12 @@ from tfrecord_etl.transforms.codec.foreign import (
     as_varlen, batch_decodable, decode_batch, decode_example_lenient, feature_key_pattern, FeatureStats, infer_feature_specs)
 
 # used by verify and the tests: the wire-format primitives and the bytes conversion of a value
-from tfrecord_etl.transforms.codec.encodings import as_bytes as _as_bytes  # noqa: F401
-from tfrecord_etl.transforms.codec.wire import _encode_varint, _fields, _len_field  # noqa: F401
+from tfrecord_etl.transforms.codec.encodings import as_bytes  # noqa: F401
+from tfrecord_etl.transforms.codec.wire import encode_varint, iter_fields, length_delimited_field  # noqa: F401
 
 __all__ = [
     "as_varlen", "batch_decodable", "check_example_frame", "check_example_frames", "check_spec", "check_unicode", "decode_batch", "decode_example",
     "decode_example_lenient", "decode_feature", "drop_features", "encode_batch", "encode_columns", "EncodedBatch",
     "Encoding", "ENCODINGS", "encoding_of", "entry_name", "feature_key_pattern", "FeatureSpec", "FeatureStats", "FixedLayout", "flatten_fields",
     "infer_feature_specs", "MAX_FEATURES", "MAX_RECORD_BYTES", "normalize_dtype", "parse_example",
-    "split_feature_entries", "split_features", "to_little_endian", "too_many_features", "VLEN_BYTES"]
+    "spec_from_json", "split_feature_entries", "split_features", "to_little_endian", "too_many_features", "VLEN_BYTES"]

@@ -30,7 +30,7 @@ from tfrecord_etl.transforms.codec.encodings.tensor import TensorEncoding
 from tfrecord_etl.transforms.codec.encodings.zlib import ZlibEncoding
 from tfrecord_etl.transforms.codec.foreign import decode_example_lenient
 from tfrecord_etl.transforms.codec.spec import FeatureSpec, MAX_FEATURES, VLEN_BYTES
-from tfrecord_etl.transforms.codec.wire import _decode_spec, decode_feature
+from tfrecord_etl.transforms.codec.wire import decode_spec, decode_feature
 from tfrecord_etl.transforms.errors import RecordError
 
 _KIND_TAG = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}  # Feature's oneof fields, LEN wire type
@@ -432,7 +432,7 @@ class BlockDecoder:
         if encoding.native and not encoding.optional and spec.shape == (None,) and f"{spec.name}/shape" not in spans:
             kind, values = decode_feature(record, spans[spec.name]) if spec.name in spans else (None, [])
             return encoding.decode_native(spec, kind, values)
-        return _decode_spec(record, spans, spec)
+        return decode_spec(record, spans, spec)
 
     def _vector(self, spec: FeatureSpec, block: np.ndarray, where) -> np.ndarray | None:
         """The values of a vector feature for every row of ``block`` (rows sharing the layout); None when some row

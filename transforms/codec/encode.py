@@ -12,7 +12,7 @@ from tfrecord_etl.transforms.codec import assemble
 from tfrecord_etl.transforms.codec.encodings import check_unicode, encoding_of
 from tfrecord_etl.transforms.codec.encodings.base import int_lists, bytes_lists
 from tfrecord_etl.transforms.codec.spec import FeatureSpec, MAX_RECORD_BYTES, normalize_dtype, VLEN_BYTES
-from tfrecord_etl.transforms.codec.wire import _encode_varint, _len_field
+from tfrecord_etl.transforms.codec.wire import encode_varint, length_delimited_field
 
 _KIND_TAGS = {"bytes": 1, "float": 2, "int64": 3}  # Feature's oneof field numbers (feature.proto)
 FRAME_LEAD, FRAME_TRAIL = 12, 4  # a TFRecord frame's bytes before a record (length, its CRC) and after (data CRC)
@@ -311,7 +311,7 @@ def _packed_entry(name: str, packed, num_rows: int) -> tuple[list, np.ndarray]:
     n = packed.lengths.sum(axis=1, dtype=np.int64)
     for tag in (0x0A, 0x1A, 0x12):  # Int64List.value, Feature.int64_list, MapEntry.value
         piece, n = assemble.len_field(tag, piece, n)
-    key = _len_field(1, name.encode("utf-8"))
+    key = length_delimited_field(1, name.encode("utf-8"))
     return assemble.len_field(0x0A, [assemble.Const(key)] + piece, n + len(key))
 
 
@@ -354,21 +354,21 @@ def _fixed_entry(spec: FeatureSpec, encoding, column, num_rows: int):
     n = data.shape[1]
     kind = encoding.kind(spec.dtype)
     if kind == "bytes":  # Feature{bytes_list: BytesList{value: [data]}}: one value per row
-        inner = _encode_varint(1 << 3 | 2) + _encode_varint(n)
+        inner = encode_varint(1 << 3 | 2) + encode_varint(n)
     else:  # Feature{float_list | int64_list: packed values}; an empty list is an empty message
-        inner = _encode_varint(1 << 3 | 2) + _encode_varint(n) if n else b""
-    feature_head = _encode_varint(_KIND_TAGS[kind] << 3 | 2) + _encode_varint(len(inner) + n) + inner
+        inner = encode_varint(1 << 3 | 2) + encode_varint(n) if n else b""
+    feature_head = encode_varint(_KIND_TAGS[kind] << 3 | 2) + encode_varint(len(inner) + n) + inner
     name = spec.name.encode("utf-8")
-    entry_head = _len_field(1, name) + _encode_varint(2 << 3 | 2) + _encode_varint(len(feature_head) + n)
+    entry_head = length_delimited_field(1, name) + encode_varint(2 << 3 | 2) + encode_varint(len(feature_head) + n)
     entry_len = len(entry_head) + len(feature_head) + n
-    prefix = _encode_varint(1 << 3 | 2) + _encode_varint(entry_len) + entry_head + feature_head
+    prefix = encode_varint(1 << 3 | 2) + encode_varint(entry_len) + entry_head + feature_head
     return prefix, data
 
 
 def _fixed_layout(entries, num_rows: int) -> FixedLayout:
     """One Example per row from fixed-layout entries, not yet assembled."""
     features_len = sum(len(p) + d.shape[1] for p, d in entries)
-    head = _encode_varint(1 << 3 | 2) + _encode_varint(features_len) if entries else b""
+    head = encode_varint(1 << 3 | 2) + encode_varint(features_len) if entries else b""
     return FixedLayout(head, list(entries), num_rows)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 from tfrecord_etl.transforms.codec.encodings import encoding_of
 from tfrecord_etl.transforms.codec.spec import FeatureSpec, MAX_FEATURES, VLEN_BYTES
-from tfrecord_etl.transforms.codec.wire import (check_example_frames, decode_feature, _decode_spec, _encode_varint,
+from tfrecord_etl.transforms.codec.wire import (check_example_frames, decode_feature, decode_spec, encode_varint,
                                                 parse_example, split_features, too_many_features)
 
 
@@ -238,7 +238,7 @@ def decode_example_lenient(record: bytes, specs: Sequence[FeatureSpec], max_feat
             kind, values = decode_feature(record, spans[spec.name]) if spec.name in spans else (None, [])
             out[spec.name] = encoding.decode_native(spec, kind, values)
         else:
-            out[spec.name] = _decode_spec(record, spans, spec)
+            out[spec.name] = decode_spec(record, spans, spec)
     return out
 
 
@@ -249,7 +249,7 @@ def feature_key_pattern(name: str) -> bytes:
     positive inside a value; confirm with :func:`split_features`).
     """
     key = name.encode("utf-8")
-    return _encode_varint(1 << 3 | 2) + _encode_varint(len(key)) + key
+    return encode_varint(1 << 3 | 2) + encode_varint(len(key)) + key
 
 
 def batch_decodable(spec: FeatureSpec) -> bool:

@@ -54,13 +54,17 @@ class FeatureSpec:
 
     @classmethod
     def from_json(cls, obj: Mapping) -> "FeatureSpec":
+        """The spec of a feature entry as :meth:`to_json` writes it, parsed only; ``codec.spec_from_json`` also
+        checks it against its encoding (what reading a ``metadata.json`` does).
+
+        Raises:
+          SchemaError: a missing key or a value of the wrong type.
+        """
         try:
             spec = cls(str(obj["name"]), obj["dtype"],
                        None if obj["shape"] is None else tuple(obj["shape"]), str(obj.get("encoding", "tensor")))
         except (KeyError, TypeError) as e:
             raise SchemaError(f"Malformed feature entry {obj!r}: {e}") from None
-        from tfrecord_etl.transforms.codec.encodings import check_spec
-        check_spec(spec, allow_lossy=(spec.name,))  # a lossy list cast on record was allowed when written
         return spec
 
 

@@ -25,7 +25,7 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
             raise RecordError("Varint longer than 10 bytes in serialized Example", offset=pos)
 
 
-def _fields(buf: bytes, pos: int, end: int):
+def iter_fields(buf: bytes, pos: int, end: int):
     """Yields (field number, wire type, value) over a message; LEN values are (start, stop) slices."""
     value: Any  # a varint's int, or the (start, stop) slice of the other wire types
     while pos < end:
@@ -60,7 +60,7 @@ def split_features(record: bytes, max_features: int | None = None) -> dict[str, 
     out: dict[str, tuple[int, int]] = {}
     for _, entry in split_feature_entries(record, max_features):
         key, value = None, (0, 0)
-        for field, wire, val in _fields(record, entry[0], entry[1]):
+        for field, wire, val in iter_fields(record, entry[0], entry[1]):
             if field == 1 and wire == 2:
                 try:
                     key = bytes(record[val[0]:val[1]]).decode("utf-8")
@@ -85,10 +85,10 @@ def split_feature_entries(record: bytes, max_features: int | None = None) -> lis
     """
     limit = MAX_FEATURES if max_features is None else max_features
     entries: list[tuple[str | None, tuple[int, int]]] = []
-    for field, wire, val in _fields(record, 0, len(record)):
+    for field, wire, val in iter_fields(record, 0, len(record)):
         if field != 1 or wire != 2:
             raise RecordError(f"Unexpected field {field} (wire type {wire}) in a tf.train.Example", offset=0)
-        for f2, w2, v2 in _fields(record, val[0], val[1]):
+        for f2, w2, v2 in iter_fields(record, val[0], val[1]):
             if f2 != 1 or w2 != 2:
                 raise RecordError(f"Unexpected field {f2} in tf.train.Features", offset=val[0])
             entries.append((None, v2))
@@ -210,7 +210,7 @@ def _len_header(record: bytes, pos: int, limit: int, out: list[int]) -> int | No
 
 def entry_name(record: bytes, entry: tuple[int, int]) -> str:
     """The feature name of one map entry slice (see split_feature_entries)."""
-    for field, wire, val in _fields(record, entry[0], entry[1]):
+    for field, wire, val in iter_fields(record, entry[0], entry[1]):
         if field == 1 and wire == 2:
             return bytes(record[val[0]:val[1]]).decode("utf-8", errors="replace")
     raise RecordError("Feature map entry without a name", offset=entry[0])
@@ -220,15 +220,18 @@ def drop_features(record: bytes, names: Iterable[str]) -> bytes:
     """The Example without the features in ``names``: other entries are copied byte for byte, not decoded."""
     names = set(names)
     kept = [record[s:e] for _, (s, e) in split_feature_entries(record) if entry_name(record, (s, e)) not in names]
-    features = b"".join(_len_field(1, bytes(e)) for e in kept)
-    return _len_field(1, features) if kept else b""
+    features = b"".join(length_delimited_field(1, bytes(e)) for e in kept)
+    return length_delimited_field(1, features) if kept else b""
 
 
-def _len_field(field: int, payload: bytes) -> bytes:
-    return _encode_varint(field << 3 | 2) + _encode_varint(len(payload)) + payload
+def length_delimited_field(field: int, payload: bytes) -> bytes:
+    """The wire bytes of field number ``field`` of wire type 2 (LEN) holding ``payload``: key, length, payload
+    (protocol buffers encoding guide)."""
+    return encode_varint(field << 3 | 2) + encode_varint(len(payload)) + payload
 
 
-def _encode_varint(value: int) -> bytes:
+def encode_varint(value: int) -> bytes:
+    """``value`` (an int >= 0) as a protocol-buffers base-128 varint, least significant group first."""
     out = bytearray()
     while True:
         b = value & 0x7F
@@ -247,7 +250,7 @@ def decode_feature(record: bytes, span: tuple[int, int]):
     array), or None for a Feature with no kind set (values: empty list).
     """
     kind, values = None, []
-    for field, wire, val in _fields(record, span[0], span[1]):
+    for field, wire, val in iter_fields(record, span[0], span[1]):
         if wire != 2 or field not in (1, 2, 3):
             raise RecordError(f"Unexpected field {field} in tf.train.Feature", offset=span[0])
         kind = {1: "bytes", 2: "float", 3: "int64"}[field]
@@ -257,9 +260,9 @@ def decode_feature(record: bytes, span: tuple[int, int]):
 
 def _decode_list(buf: bytes, kind: str, span: tuple[int, int]):
     if kind == "bytes":
-        return [bytes(buf[v[0]:v[1]]) for f, w, v in _fields(buf, span[0], span[1]) if f == 1 and w == 2]
+        return [bytes(buf[v[0]:v[1]]) for f, w, v in iter_fields(buf, span[0], span[1]) if f == 1 and w == 2]
     parts = []
-    for f, w, v in _fields(buf, span[0], span[1]):
+    for f, w, v in iter_fields(buf, span[0], span[1]):
         if f != 1:
             continue
         if kind == "float":
@@ -314,7 +317,7 @@ def decode_example(record: bytes, specs: Sequence[FeatureSpec], max_features: in
         than ``max_features`` (default :data:`MAX_FEATURES`) features in the record.
     """
     spans = split_features(record, max_features)
-    return {spec.name: _decode_spec(record, spans, spec) for spec in specs}
+    return {spec.name: decode_spec(record, spans, spec) for spec in specs}
 
 
 def _get(record, spans, name, kind):
@@ -326,7 +329,14 @@ def _get(record, spans, name, kind):
     return values
 
 
-def _decode_spec(record: bytes, spans, spec: FeatureSpec) -> np.ndarray:
+def decode_spec(record: bytes, spans, spec: FeatureSpec) -> np.ndarray:
+    """The array of feature ``spec`` in the serialized Example ``record`` (``spans``: each feature's
+    ``(start, stop)`` in it, from :func:`split_features`), decoded as its encoding wrote it.
+
+    Raises:
+      RecordError: a ``/shape`` or ``/dtype`` companion that does not fit ``spec``, or values its encoding
+        cannot decode (naming the feature).
+    """
     encoding = encoding_of(spec)
     if encoding.optional:  # tf.io.VarLenFeature: any length; absent or no kind set = empty
         kind, values = decode_feature(record, spans[spec.name]) if spec.name in spans else (None, [])

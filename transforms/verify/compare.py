@@ -9,7 +9,7 @@ import numpy as np
 from tfrecord_etl.transforms import codec, fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError, SourceError
-from tfrecord_etl.transforms.verify.report import _CHUNK_ROWS, Problem, Progress, PROVENANCE_FILE, PROVENANCE_ROW, Report
+from tfrecord_etl.transforms.verify.report import CHUNK_ROWS, Problem, Progress, PROVENANCE_FILE, PROVENANCE_ROW, Report
 
 
 def expected_value(spec: FeatureSpec, value, allow_lossy: Sequence[str] = ()) -> np.ndarray:
@@ -21,7 +21,7 @@ def expected_value(spec: FeatureSpec, value, allow_lossy: Sequence[str] = ()) ->
     if spec.dtype == VLEN_BYTES:
         arr = np.asarray(value, dtype=object)
         out = np.empty(arr.size, dtype=object)
-        out[:] = [codec._as_bytes(v) for v in arr.reshape(-1).tolist()]
+        out[:] = [codec.as_bytes(v) for v in arr.reshape(-1).tolist()]
         return out.reshape(arr.shape)
     arr = np.asarray(value)
     arr = codec.to_little_endian(arr).reshape(arr.shape)  # keeps 0-d rows 0-d
@@ -283,7 +283,7 @@ class SequentialComparer(_Comparer):
         if decoded is not None and self._cur[1] is not None:
             self._pending.append((self._cur[2], file, index, offset, decoded))
         self._cur[2] += 1
-        if len(self._pending) >= _CHUNK_ROWS:
+        if len(self._pending) >= CHUNK_ROWS:
             self._flush()
 
     def skip(self, rows: int) -> None:

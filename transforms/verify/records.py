@@ -8,7 +8,7 @@ from tfrecord_etl.transforms import codec, fileio, tfrecord
 from tfrecord_etl.transforms.reader import file_compression  # noqa: F401 - one home: the reader
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import RecordError, SchemaError, SourceError
-from tfrecord_etl.transforms.verify.report import _KNOWN_FILES, Progress, _PROGRESS_STEP
+from tfrecord_etl.transforms.verify.report import KNOWN_FILES, Progress, PROGRESS_STEP
 
 
 class _CountingReader(io.RawIOBase):
@@ -37,7 +37,7 @@ class _CountingReader(io.RawIOBase):
         self._unreported += len(data)
         if self._checksum is not None:
             self._checksum.update(data)
-        if self._unreported >= _PROGRESS_STEP:
+        if self._unreported >= PROGRESS_STEP:
             self.flush_progress()
 
     def flush_progress(self) -> None:
@@ -74,7 +74,7 @@ def list_record_files(target: str) -> list[tuple[str, int]]:
     """
     pattern = fileio.join(target, "*") if fileio.is_dir(target) else target
     files = [(p, s) for p, s in fileio.match(pattern)
-             if not fileio.basename(p).startswith(".") and fileio.basename(p) not in _KNOWN_FILES]
+             if not fileio.basename(p).startswith(".") and fileio.basename(p) not in KNOWN_FILES]
     if not files:
         raise SourceError("No TFRecord file matches (hidden files and metadata are left out)", file=target,
                           hint="pass a file, a directory of TFRecord files, or a glob such as 'dir/*.gz'")
@@ -83,7 +83,7 @@ def list_record_files(target: str) -> list[tuple[str, int]]:
     return files
 
 
-def _records(path: str, compression: str, progress: Progress, checksum=None, max_record_bytes: int | None = None
+def iter_file_records(path: str, compression: str, progress: Progress, checksum=None, max_record_bytes: int | None = None
              ) -> Iterator[tuple[int, int, bytes]]:
     """``(index, offset, record)`` of one file, CRCs and record sizes checked (``max_record_bytes``, default
     ``tfrecord.record_limit()``); reports the stored bytes read to ``progress``. A file that is not regular
@@ -104,13 +104,13 @@ def not_example_reason(record: bytes) -> str | None:
     """Why a record that is no ``tf.train.Example`` is something else, when it can tell: a record whose
     fields are ``1: Features`` and ``2: FeatureLists`` is a ``tf.train.SequenceExample``. Else None."""
     try:
-        fields = list(codec._fields(record, 0, len(record)))
+        fields = list(codec.iter_fields(record, 0, len(record)))
         if not fields or not any(f == 2 for f, _, _ in fields) or any(w != 2 or f not in (1, 2)
                                                                        for f, w, _ in fields):
             return None
         for f, _, (start, stop) in fields:
             if f == 2:  # FeatureLists{1: repeated {1: key, 2: FeatureList}}
-                for f2, w2, _ in codec._fields(record, start, stop):
+                for f2, w2, _ in codec.iter_fields(record, start, stop):
                     if f2 != 1 or w2 != 2:
                         return None
     except RecordError:

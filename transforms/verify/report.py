@@ -16,14 +16,14 @@ PROVENANCE_FILE, PROVENANCE_ROW = "_source/file", "_source/row"
 
 
 
-_KNOWN_FILES = {metadata.METADATA_FILE, metadata.SCHEMA_FILE, MANIFEST_FILE, outdir.MARKER_FILE, outdir.LOCK_FILE,
+KNOWN_FILES = {metadata.METADATA_FILE, metadata.SCHEMA_FILE, MANIFEST_FILE, outdir.MARKER_FILE, outdir.LOCK_FILE,
                outdir.LEGACY_MARKER_FILE, outdir.LEGACY_LOCK_FILE}
 
 
-_CHUNK_ROWS = 4096  # rows compared with the source in one vectorized step
+CHUNK_ROWS = 4096  # rows compared with the source in one vectorized step
 
 
-_PROGRESS_STEP = 1 << 20
+PROGRESS_STEP = 1 << 20
 
 
 @dataclasses.dataclass

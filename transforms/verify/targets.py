@@ -9,10 +9,10 @@ import numpy as np
 
 from tfrecord_etl.transforms import codec, fileio, metadata, outdir, tfrecord
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError, printable
-from tfrecord_etl.transforms.verify.report import (FileReport, _KNOWN_FILES, MANIFEST_FILE, Problem, Progress,
+from tfrecord_etl.transforms.verify.report import (FileReport, KNOWN_FILES, MANIFEST_FILE, Problem, Progress,
                                                    Report)
 from tfrecord_etl.transforms.verify.records import (check_example, file_compression, file_size, list_record_files,
-                                       not_example_reason, _records)
+                                       not_example_reason, iter_file_records)
 from tfrecord_etl.transforms.verify.compare import make_comparer
 
 
@@ -227,7 +227,7 @@ def _read_shard(report: Report, fr: FileReport, path: str, compression: str, spe
         report.add(Problem("unreadable", e.message, path))
         return frames
     try:
-        for index, offset, record in _records(path, compression, progress, checksum, max_record_bytes):
+        for index, offset, record in iter_file_records(path, compression, progress, checksum, max_record_bytes):
             fr.records += 1
             frames.append((offset, 16 + len(record)))
             try:
@@ -251,7 +251,7 @@ def _unlisted_files(output_dir: str, listed: set) -> list[str]:
     except Exception:  # noqa: BLE001 - an unlistable directory only loses the warnings
         return []
     out = []
-    for name in sorted(set(found) - listed - _KNOWN_FILES):
+    for name in sorted(set(found) - listed - KNOWN_FILES):
         if name.startswith("."):
             out.append(f"{name}: a temporary file (of a killed or retried attempt); the next run removes it")
         else:
@@ -304,7 +304,7 @@ def _check_manifest(report: Report, sidecar_dir: str, counted: dict, progress: P
             continue
         checksum, count = google_crc32c.Checksum(), 0
         try:
-            for _ in _records(original, entry["compression"], progress, checksum, max_record_bytes):
+            for _ in iter_file_records(original, entry["compression"], progress, checksum, max_record_bytes):
                 count += 1
         except RecordError as e:
             report.add(Problem("manifest", f"Original shard is corrupt: {e.message}", original,
@@ -359,7 +359,7 @@ def verify_files(pattern: str, progress: Progress | None = None, max_problems: i
         fr = FileReport(path, compression, 0, None, size)
         report.files.append(fr)
         try:
-            for index, offset, record in _records(path, compression, progress, None, max_record_bytes):
+            for index, offset, record in iter_file_records(path, compression, progress, None, max_record_bytes):
                 fr.records += 1
                 try:
                     parsed = check_example(record, feature_limit)

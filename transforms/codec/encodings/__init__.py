@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from tfrecord_etl.transforms.codec.spec import FeatureSpec
+from tfrecord_etl.transforms.codec.spec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.codec.encodings.base import Encoding, as_bytes, check_unicode
 from tfrecord_etl.transforms.codec.encodings.lists import ListEncoding
 from tfrecord_etl.transforms.codec.encodings.packbits import PackbitsEncoding
@@ -49,6 +49,19 @@ def check_spec(spec: FeatureSpec, allow_lossy: Iterable[str] = ()) -> None:
     encoding_of(spec).check(spec, allow_lossy)
 
 
+def spec_from_json(obj) -> FeatureSpec:
+    """The :class:`FeatureSpec` of a ``metadata.json`` / ``manifest.json`` feature entry
+    (:meth:`FeatureSpec.from_json`), checked against its encoding (:func:`check_spec`; a lossy list cast on record
+    was allowed when it was written).
+
+    Raises:
+      SchemaError: a malformed entry, an unknown encoding, or a dtype or shape its encoding cannot carry.
+    """
+    spec = FeatureSpec.from_json(obj)
+    check_spec(spec, allow_lossy=(spec.name,))
+    return spec
+
+
 AUTO = "auto"
 # dtypes whose list form is exact and at most ~1.4x their raw bytes whatever their size (bench figures in the
 # docs/encodings.md: float32 1.04x, bool 1.2x, uint32 1.32x, int64 1.39x; datetimes are int64 counts)
@@ -71,7 +84,6 @@ def auto_encoding(spec: FeatureSpec) -> str:
       varies: ``tensor``.
     """
     import numpy as np
-    from tfrecord_etl.transforms.codec.spec import VLEN_BYTES
     if spec.dtype is None:
         return "tensor"
     if spec.dtype == VLEN_BYTES:
@@ -95,7 +107,6 @@ def collection_style(encoding: str, specs: Iterable[FeatureSpec]) -> str:
     ``--encoding encoding``: an explicit encoding as given; ``auto`` follows the collection: ``tensor`` when every
     feature with a fixed dtype is ``tensor``-encoded (an output of convert's ``--encoding tensor``), else ``auto``
     (typed lists where exact and not much larger, as in a collection of lists such as TFX ExampleGen's)."""
-    from tfrecord_etl.transforms.codec.spec import VLEN_BYTES
     if encoding != AUTO:
         return encoding
     typed = [s for s in specs if s.dtype is not None and s.dtype != VLEN_BYTES]

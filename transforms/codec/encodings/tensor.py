@@ -11,7 +11,8 @@ from tfrecord_etl.transforms.codec.arrow import pa
 
 from tfrecord_etl.transforms.codec.spec import FeatureSpec, to_little_endian
 from tfrecord_etl.transforms.codec.encodings.base import (Encoding, bytes_lists, check_vlen, le_bytes, one_bytes_value,
-                                             one_value_per_row)
+                                                          one_value_per_row)
+from tfrecord_etl.transforms.errors import RecordError
 
 # tf.io.decode_raw's out_type per NumPy kind+itemsize (uint32/uint64 are decoded as int32/int64 and bitcast)
 _TF_RAW = {"b": "bool", "f2": "float16", "f4": "float32", "f8": "float64", "c8": "complex64",
@@ -58,7 +59,6 @@ class TensorEncoding(Encoding):
 
     def decode_flat(self, spec: FeatureSpec, values: pa.Array, n: int) -> np.ndarray:
         import pyarrow.compute as pc
-        from tfrecord_etl.transforms.errors import RecordError
         dt = np.dtype(spec.dtype)
         nbytes = self.payload_bytes(spec.size, dt)
         if n and nbytes is not None and not (pc.binary_length(values).to_numpy() == nbytes).all():
