@@ -80,7 +80,7 @@ def test_flag_reference_lists_every_flag_of_every_command(site):
     assert "<!-- flag-reference" not in html and "convert: input" in html  # the placeholder was replaced
     ids = re.findall(r'\bid="([^"]+)"', html)
     assert len(ids) == len(set(ids)), sorted({i for i in ids if ids.count(i) > 1})
-    assert 'id="convert-hdf5_group"' in html and 'id="convert-topic-hdf5-and-containers"' in html
+    assert 'id="convert-row_group"' in html and 'id="convert-topic-hdf5-and-containers"' in html
     for command in flaghelp.COMMANDS:
         parser = flaghelp.command_parser(command)
         for action in parser._actions:
