@@ -87,3 +87,28 @@ def test_container_messages_name_the_new_flags(tmp_path):
         container.choose_group([("/a", 5, None, 40), ("/b", 6, None, 48)], 3, "f.h5")
     with pytest.raises(SchemaError, match=r"holds no row group .*--container_mode datasets"):
         container.choose_group([], None, "f.h5")  # one message, with or without conventions' roles
+
+
+def test_an_output_recorded_under_the_old_names_verifies_and_reruns_as_before(two_groups, tmp_path, capsys):
+    """``metadata.json`` (and the run marker) of an output written before the rename record ``hdf5_mode``: verify
+    plans its source in that mode, and the same conversion again is the same run, not another one."""
+    import json
+
+    from tests.conftest import run_command
+    from tfrecord_etl.pipelines import verify
+    out = tmp_path / "out"
+    code, _, err = convert(two_groups, out, "--container_mode", "datasets", capsys=capsys)
+    assert code == 0, err
+    for name in ("metadata.json", ".tf-etl-run.json"):
+        if (out / name).exists():
+            doc = json.loads((out / name).read_text())
+            if isinstance(doc.get("options"), dict):
+                options = doc["options"]
+                doc["options"] = {{"container_mode": "hdf5_mode", "row_group": "hdf5_group"}.get(k, k): v
+                                  for k, v in options.items()}
+                assert "hdf5_mode" in doc["options"]
+                (out / name).write_text(json.dumps(doc))
+    code, _, err = run_command(verify.main, [out, "--source", two_groups], capsys)
+    assert code == 0 and DEPRECATED not in err, err  # datasets mode: 2 Examples, as converted
+    code, _, err = convert(two_groups, out, "--container_mode", "datasets", capsys=capsys)
+    assert code == 0 and "another run" not in err, err

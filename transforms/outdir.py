@@ -39,6 +39,7 @@ from typing import Iterable
 
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import ConfigError
+from tfrecord_etl.transforms.renamed_flags import current_names  # options recorded under a flag's old name
 from tfrecord_etl.transforms.runlock import (FAILPOINT_ENV, LEGACY_LOCK_FILE, LOCK_FILE, LOCK_TEMP, RUN_ENV,  # noqa: F401
                                              Lock, _now, _process_start, _read_json, check_commit, failpoint, say)
 
@@ -271,7 +272,7 @@ _NOT_COMPARED = ("overwrite", "verbose", "progress", "span", "version", "increme
 def _comparable(options: dict | None) -> dict | None:
     if options is None:
         return None
-    return {k: v for k, v in options.items() if k not in _NOT_COMPARED}
+    return {k: v for k, v in current_names(options).items() if k not in _NOT_COMPARED}
 
 
 def _count(items, noun: str) -> str:

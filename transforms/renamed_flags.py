@@ -39,6 +39,12 @@ def renamed_keys(data):
     return data
 
 
+def current_names(options: dict) -> dict:
+    """``options`` as recorded by an earlier version (``metadata.json``'s and the run marker's ``options``) with the
+    old names of :data:`RENAMED` replaced by the new ones, silently: the user did not write them now."""
+    return {RENAMED.get(k, k): v for k, v in options.items()}
+
+
 def add_renamed_flags(parser, model, flag_type_of) -> None:
     """The old names of :data:`RENAMED` as hidden flags (not in ``--help`` or the flag reference): their value goes
     to the old key, which the model's validator renames with one deprecation line."""
