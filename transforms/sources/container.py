@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from tfrecord_etl.transforms.codec import flatten_fields
+from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError
 from tfrecord_etl.transforms.sources import conventions
-from tfrecord_etl.transforms.sources.base import ARRAY, KEY, Columns, RowRange, Source, SourceOptions, log
+from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, SourceOptions, log,
+                                                  loosen_all)
 
 GROUP_FLAG = "--row_group"  # the flag choosing a row group, as messages name it
 MODE_FLAG = "--container_mode"  # the flag choosing rows / datasets / auto
@@ -81,6 +82,21 @@ def check_leading_lengths(lengths: dict[str, int], path: str, what: str = "datas
                           hint=f"choose {what} of equal length with --datasets (or a row group with {GROUP_FLAG} N); "
                                f"tfrecord-etl inspect {target} lists the row groups")
     return next(iter(lengths.values()))
+
+
+def datasets_index(path: str, items: list[str], specs: list[FeatureSpec], sizes: list[int], what: str,
+                   holder: str = "file", **extra) -> FileIndex:
+    """Datasets mode's :class:`FileIndex` of ``path``: one row per item (its name in ``items``), features ``key``
+    (the name, bytes) and ``array`` (``specs`` merged: what differs between items becomes None); ``sizes`` the
+    items' bytes; ``extra`` more FileIndex fields (``sequential``).
+
+    Raises:
+      SchemaError: no item (``The {holder} holds no {what} to convert``).
+    """
+    if not items:
+        raise SchemaError(f"The {holder} holds no {what} to convert", file=path)
+    return FileIndex(path, len(items), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), loosen_all(specs)),
+                     max(sizes), 1, tuple(items), tuple(sizes), **extra)
 
 
 class ContainerSource(Source):

@@ -7,9 +7,9 @@ import math
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.sources import conventions
-from tfrecord_etl.transforms.sources.container import MODE_FLAG, ContainerSource, check_leading_lengths, choose_group
+from tfrecord_etl.transforms.sources.container import MODE_FLAG, ContainerSource, check_leading_lengths, choose_group, \
+    datasets_index
 from tfrecord_etl.transforms.sources import hdf5layout as layout
 from tfrecord_etl.transforms.sources import hdf5links as links
 from tfrecord_etl.transforms.sources.hdf5filters import (check_filters, ensure_filters, load_filter_plugins, plugins_loaded,
@@ -236,10 +236,7 @@ class Hdf5Source(ContainerSource):
                 sizes.append(layout.data_bytes(target))
                 _check_dataset_count(len(items), path, self.options)  # cells count too
         _log_skipped(skipped, path, "datasets mode")
-        if not items:
-            raise SchemaError("The file holds no dataset to convert", file=path)
-        return FileIndex(path, len(items), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), spec),
-                         max(sizes), 1, tuple(items), tuple(sizes))
+        return datasets_index(path, items, [spec] if items else [], sizes, "dataset")
 
     def _dataset(self, f, name: str, path: str):
         import h5py

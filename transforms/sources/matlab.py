@@ -37,15 +37,15 @@ import zlib
 import numpy as np
 
 from tfrecord_etl.transforms import fileio
-from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import hdf5layout as layout
 from tfrecord_etl.transforms.sources import matnesting, mattext
 from tfrecord_etl.transforms.sources.mattext import as_codes, matlab_shape, string_cells
-from tfrecord_etl.transforms.sources.container import MODE_FLAG, ContainerSource, check_leading_lengths, choose_group
-from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, _check_empty_rows,
+from tfrecord_etl.transforms.sources.container import MODE_FLAG, ContainerSource, check_leading_lengths, choose_group, \
+    datasets_index
+from tfrecord_etl.transforms.sources.base import (ARRAY, Columns, FileIndex, RowRange, _check_empty_rows,
                                                   _check_names, _leaf_specs, _refuse_special_file, _row_bytes,
-                                                  _row_spec, log, loosen_all)
+                                                  _row_spec, log)
 
 MATLAB5_MAGIC = b"MATLAB 5.0 MAT-file"  # the header text of v6 and v7 files (v7.3 says "MATLAB 7.3": HDF5)
 # the dtype each MATLAB class is stored as: the v7.3 file's HDF5 dtype (char: UTF-16 code units, converted to strings
@@ -499,8 +499,7 @@ class MatlabSource(ContainerSource):
         if not items:
             raise SchemaError("The file holds no variable to convert", file=path)
         self._check_header_sizes(f, table, [leaf for leaf in found if leaf.kind == layout.DATA], path)
-        return FileIndex(path, len(items), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), loosen_all(specs)),
-                         max(sizes), 1, tuple(items), tuple(sizes), sequential=True)
+        return datasets_index(path, items, specs, sizes, "variable", sequential=True)
 
     def _arrays(self, path: str, items) -> dict:
         """``{item: array as stored}`` of ``items``, from this worker thread's loaded variables of ``path`` (rows

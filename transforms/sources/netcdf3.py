@@ -15,13 +15,13 @@ import warnings
 import numpy as np
 
 from tfrecord_etl.transforms import fileio
-from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import conventions
-from tfrecord_etl.transforms.sources.container import MODE_FLAG, ContainerSource, check_leading_lengths, choose_group
-from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, _check_empty_rows,
+from tfrecord_etl.transforms.sources.container import MODE_FLAG, ContainerSource, check_leading_lengths, choose_group, \
+    datasets_index
+from tfrecord_etl.transforms.sources.base import (ARRAY, Columns, FileIndex, RowRange, _check_empty_rows,
                                                   _check_names, _leaf_specs, _refuse_special_file, _row_bytes,
-                                                  _row_spec, log, loosen_all)
+                                                  _row_spec, log)
 
 NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02")
 
@@ -125,10 +125,7 @@ class NetCdf3Source(ContainerSource):
             var = self._variable(f, name, path)
             specs.append(_row_spec(ARRAY, var.data.dtype, var.shape, f"{path}, variable '{name}'"))
             sizes.append(int(var.data.nbytes))
-        if not names:
-            raise SchemaError("The file holds no variable", file=path)
-        return FileIndex(path, len(names), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), loosen_all(specs)),
-                         max(sizes), 1, tuple(names), tuple(sizes))
+        return datasets_index(path, names, specs, sizes, "variable")
 
     def open_for_read(self, path: str):
         return self._open(path)

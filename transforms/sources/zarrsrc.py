@@ -20,13 +20,13 @@ import numpy as np
 
 from tfrecord_etl._install import pip_install
 from tfrecord_etl.transforms import fileio
-from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import hdf5layout as layout
 from tfrecord_etl.transforms.sources import zarrstore
-from tfrecord_etl.transforms.sources.container import MODE_FLAG, ContainerSource, check_leading_lengths, choose_group
-from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, _check_empty_rows,
-                                                  _check_names, _leaf_specs, _row_bytes, _row_spec, log, loosen_all)
+from tfrecord_etl.transforms.sources.container import MODE_FLAG, ContainerSource, check_leading_lengths, choose_group, \
+    datasets_index
+from tfrecord_etl.transforms.sources.base import (ARRAY, Columns, FileIndex, RowRange, _check_empty_rows,
+                                                  _check_names, _leaf_specs, _row_bytes, _row_spec, log)
 
 ZARR_SUFFIXES = (".zarr", ".zarr.zip", ".zarr/")
 MAX_CHUNK_ALIGN_ROWS = 2**20  # row ranges align to the arrays' common chunk rows up to this many rows
@@ -309,10 +309,7 @@ class ZarrSource(ContainerSource):
             specs.append(_row_spec(ARRAY, dtype, arr.shape, where))
             sizes.append(array_bytes(arr))
             items.append(name)
-        if not items:
-            raise SchemaError("The store holds no array to convert", file=path)
-        return FileIndex(path, len(items), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), loosen_all(specs)),
-                         max(sizes), 1, tuple(items), tuple(sizes))
+        return datasets_index(path, items, specs, sizes, "array", "store")
 
     def open_for_read(self, path: str):
         """``(store, {name: array})`` of ``path`` (see :meth:`opened`)."""
