@@ -36,8 +36,8 @@ GROUPS: dict[str, tuple[Group, ...]] = {
     "convert": (
         Group("input", "what to convert: the file pattern, its format, a YAML config of these flags",
               "converting/index.md", ("--input", "--format", "--config")),
-        Group("HDF5 and containers", "which arrays of an HDF5, netCDF or MATLAB v7.3 file become Examples",
-              "converting/hdf5.md", ("--datasets", "--hdf5_group", "--hdf5_mode")),
+        Group("HDF5 and containers", "which arrays of an HDF5, netCDF, MATLAB or Zarr container become Examples",
+              "converting/hdf5.md", ("--datasets", "--row_group", "--container_mode")),
         Group("NumPy files", "rows or whole arrays of .npz and .npy files", "converting/numpy.md",
               ("--npz_mode", "--npy_mode", "--exclude_datasets")),
         Group("raw files", "the layout of a headerless binary array", "converting/raw.md",
@@ -124,12 +124,13 @@ def group_flags(parser: argparse.ArgumentParser, command: str) -> argparse.Argum
             if id(action) not in placed:
                 placed.add(id(action))
                 groups.append((arg_group, action))
-    left = [_names(a)[0] for a in actions if id(a) not in placed]
+    hidden = {id(a) for a in actions if a.help == argparse.SUPPRESS}  # old names of renamed flags: parsed, not shown
+    left = [_names(a)[0] for a in actions if id(a) not in placed and id(a) not in hidden]
     if left:
         raise ValueError(f"{command}: {left} in no group of flaghelp.GROUPS: add each to the group of its topic")
     # argparse lists a group's arguments from its _group_actions: take each out of the group it was added to
     for old in parser._action_groups:
-        old._group_actions[:] = [a for a in old._group_actions if id(a) not in placed]
+        old._group_actions[:] = [a for a in old._group_actions if id(a) not in placed and id(a) not in hidden]
     for arg_group, action in groups:
         arg_group._group_actions.append(action)
     return parser

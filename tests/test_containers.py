@@ -1,4 +1,4 @@
-"""Container files with default options: row groups of HDF5 files, ``--hdf5_mode datasets``, MATLAB v7.3
+"""Container files with default options: row groups of HDF5 files, ``--container_mode datasets``, MATLAB v7.3
 (column-major variables, cell arrays through object references), NetCDF-3 through SciPy, Keras weight files.
 
 Files here are generated with the format's own writer where one is installed (SciPy's netcdf_file, Keras'
@@ -81,7 +81,7 @@ def test_matlab_variables_convert_in_matlab_orientation_by_default(tmp_path, cap
         code, _, err = convert(path, tmp_path / "out")
     assert code == 0, err
     said = " ".join(r.getMessage() for r in caplog.records)
-    assert "1 matlab-cell (/c)" in said and "1 matlab-empty (/empty)" in said and "--hdf5_mode datasets" in said, said
+    assert "1 matlab-cell (/c)" in said and "1 matlab-empty (/empty)" in said and "--container_mode datasets" in said, said
     examples = list(reader.iter_numpy(str(tmp_path / "out")))
     assert len(examples) == 4  # MATLAB's rows, not HDF5's leading axis (5)
     np.testing.assert_array_equal(np.stack([e["A"] for e in examples]), A)
@@ -97,7 +97,7 @@ def test_matlab_variables_convert_in_matlab_orientation_by_default(tmp_path, cap
 def test_matlab_cells_become_one_example_each_in_datasets_mode(tmp_path):
     path = tmp_path / "data.mat"
     A, labels, cells = matlab_file(path)
-    code, _, err = convert(path, tmp_path / "out", "--hdf5_mode", "datasets")
+    code, _, err = convert(path, tmp_path / "out", "--container_mode", "datasets")
     assert code == 0, err
     got = by_key(tmp_path / "out")
     assert sorted(got) == ["/A", "/c{1}", "/c{2}", "/c{3}", "/labels", "/s/w"]  # /empty and /#refs# skipped
@@ -114,14 +114,14 @@ def test_a_nested_cell_is_skipped_or_refused_naming_it(tmp_path, capsys, caplog)
     path = tmp_path / "nested.mat"
     matlab_file(path, nested_cell=True)
     with caplog.at_level("WARNING", logger="tfrecord_etl"):
-        code, _, err = convert(path, tmp_path / "out", "--hdf5_mode", "datasets", capsys=capsys)
+        code, _, err = convert(path, tmp_path / "out", "--container_mode", "datasets", capsys=capsys)
     assert code == 0, err  # walking the file: the cell that cannot be converted is named and skipped
     assert "1 unconvertible cell (/c{3})" in " ".join(r.getMessage() for r in caplog.records)
     assert sorted(by_key(tmp_path / "out")) == ["/A", "/c{1}", "/c{2}", "/labels", "/s/w"]
-    code, _, err = convert(path, tmp_path / "named", "--hdf5_mode", "datasets", "--datasets", "/c", capsys=capsys)
+    code, _, err = convert(path, tmp_path / "named", "--container_mode", "datasets", "--datasets", "/c", capsys=capsys)
     assert code == 2 and "Cell /c{3} holds a nested cell array" in err and "nested.mat" in err  # named: refused
     code, _, err = convert(path, tmp_path / "out2", "--datasets", "/c", capsys=capsys)
-    assert code == 2 and "object references (a MATLAB cell array?)" in err and "--hdf5_mode datasets" in err
+    assert code == 2 and "object references (a MATLAB cell array?)" in err and "--container_mode datasets" in err
     assert "variable-length numeric" not in err  # the earlier message, which hid the cause
 
 
@@ -139,7 +139,7 @@ def test_a_matlab_attribute_of_the_wrong_type_is_one_error_naming_file_and_datas
     with h5py.File(path, "r+") as f:
         del f[dataset].attrs[attr]
         f[dataset].attrs[attr] = value
-    code, _, err = convert(path, tmp_path / "out", "--hdf5_mode", mode, capsys=capsys)
+    code, _, err = convert(path, tmp_path / "out", "--container_mode", mode, capsys=capsys)
     if mode == "auto" and dataset == "/#refs#/r1":  # rows mode never looks into the cells
         assert code == 0, err
         return
@@ -155,16 +155,16 @@ def test_a_matlab_attribute_of_the_wrong_type_is_one_error_naming_file_and_datas
 
 # ------------------------------------------------------------------------------------------ HDF5 row groups
 
-def test_hdf5_group_flag_and_its_conflicts(tmp_path, capsys):
+def test_row_group_flag_and_its_conflicts(tmp_path, capsys):
     path = tmp_path / "two.h5"
     with h5py.File(path, "w") as f:
         f["X"] = np.arange(12.0).reshape(4, 3)
         f["var/names"] = np.array([b"a", b"b", b"c"])
-    code, _, err = convert(path, tmp_path / "g2", "--hdf5_group", "2", capsys=capsys)
+    code, _, err = convert(path, tmp_path / "g2", "--row_group", "2", capsys=capsys)
     assert code == 0, err
     assert [e["var/names"] for e in reader.iter_numpy(str(tmp_path / "g2"))] == [b"a", b"b", b"c"]
-    code, _, err = convert(path, tmp_path / "bad", "--hdf5_group", "2", "--datasets", "/X", capsys=capsys)
-    assert code == 2 and "hdf5_group" in err and "cannot be combined with datasets" in err
+    code, _, err = convert(path, tmp_path / "bad", "--row_group", "2", "--datasets", "/X", capsys=capsys)
+    assert code == 2 and "row_group" in err and "cannot be combined with datasets" in err
 
 
 def test_datasets_mode_takes_every_dataset_including_scalars_and_coordinates(tmp_path, tf):
@@ -175,7 +175,7 @@ def test_datasets_mode_takes_every_dataset_including_scalars_and_coordinates(tmp
         f["lat"] = np.linspace(0, 1, 3)
         f["lat"].make_scale("lat")
         f["names"] = np.array([b"a", b"b"], dtype=h5py.string_dtype())
-    code, _, err = convert(path, tmp_path / "out", "--hdf5_mode", "datasets")
+    code, _, err = convert(path, tmp_path / "out", "--container_mode", "datasets")
     assert code == 0, err
     got = by_key(tmp_path / "out")
     assert sorted(got) == ["/X", "/lat", "/s"]  # the vlen string dataset is skipped with a warning
@@ -196,7 +196,7 @@ def test_keras_weight_file_converts_one_example_per_weight(tmp_path, tf):
     model.save_weights(path)
     code, _, err = convert(path, tmp_path / "out")  # rows mode: weights of different lengths -> largest group
     assert code == 0, err
-    code, _, err = convert(path, tmp_path / "each", "--hdf5_mode", "datasets")
+    code, _, err = convert(path, tmp_path / "each", "--container_mode", "datasets")
     assert code == 0, err
     got = by_key(tmp_path / "each")
     expected = {}
@@ -242,7 +242,7 @@ def test_netcdf3_by_magic_bytes_row_groups_by_dimension(tmp_path, caplog, versio
         code, _, err = convert(path, tmp_path / "out")
     assert code == 0, err
     said = " ".join(r.getMessage() for r in caplog.records)
-    assert "converting group 1: 5 rows on dimension 'time'" in said and "--hdf5_group 2" in said
+    assert "converting group 1: 5 rows on dimension 'time'" in said and "--row_group 2" in said
     examples = list(reader.iter_numpy(str(tmp_path / "out")))
     np.testing.assert_array_equal(np.stack([e["temp"] for e in examples]), temp)
     np.testing.assert_array_equal([e["time"] for e in examples], np.arange(5.0) * 1.5)
@@ -250,7 +250,7 @@ def test_netcdf3_by_magic_bytes_row_groups_by_dimension(tmp_path, caplog, versio
     rows = plain_tf_records(tmp_path / "out", tf)
     assert np.frombuffer(rows[4]["temp"], "<f4").tolist() == temp[4].ravel().tolist()
     # the lat group: lat and station share the dimension 'lat'
-    code, _, err = convert(path, tmp_path / "lat", "--hdf5_group", "2")
+    code, _, err = convert(path, tmp_path / "lat", "--row_group", "2")
     assert code == 0, err
     lat = list(reader.iter_numpy(str(tmp_path / "lat")))
     assert [(float(e["lat"]), int(e["station"])) for e in lat] == [(10.0, 7), (20.0, 8), (30.0, 9)]
@@ -262,7 +262,7 @@ def test_netcdf3_by_magic_bytes_row_groups_by_dimension(tmp_path, caplog, versio
 def test_netcdf3_datasets_mode_and_errors(tmp_path, capsys):
     path = tmp_path / "climate.nc"
     temp = netcdf3_file(path)
-    code, _, err = convert(path, tmp_path / "out", "--hdf5_mode", "datasets", capsys=capsys)
+    code, _, err = convert(path, tmp_path / "out", "--container_mode", "datasets", capsys=capsys)
     assert code == 0, err
     got = by_key(tmp_path / "out")
     assert sorted(got) == ["lat", "lon", "station", "temp", "time"]

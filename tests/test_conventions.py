@@ -104,7 +104,7 @@ def test_cf_data_variable_is_converted_not_its_coordinates_and_bounds(tmp_path, 
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "(data variables on the unlimited (record) dimension; the others hold coordinates, bounds or " \
            "metadata only)" in said and "group 2: 33 rows on dimension '/y'" in said
-    grid = converted(tmp_path, path, "--hdf5_group", "2", name="grid")  # the grid stays one flag away
+    grid = converted(tmp_path, path, "--row_group", "2", name="grid")  # the grid stays one flag away
     with h5py.File(path) as f:
         np.testing.assert_array_equal(np.stack([e["bounds_lat"] for e in grid]), f["bounds_lat"][()])
 
@@ -144,7 +144,7 @@ def test_dimension_scales_decide_the_row_axis_not_equal_length(tmp_path, caplog)
     assert features(tmp_path) == ["temp", "time"]  # (before: lookup joined them by its length alone)
     np.testing.assert_array_equal(np.stack([e["temp"] for e in examples]), temp)
     said = " ".join(r.getMessage() for r in caplog.records)
-    assert "group 2: 8 rows, 1 dataset(s) (/lookup) -> --hdf5_group 2" in said
+    assert "group 2: 8 rows, 1 dataset(s) (/lookup) -> --row_group 2" in said
 
 
 # --------------------------------------------------------------------------------------------- NetCDF-3 CF
@@ -200,9 +200,9 @@ def test_scans_under_different_top_level_groups_are_not_merged(tmp_path, capsys)
     assert code != 0 and len(err.strip().splitlines()) == 1, err
     assert "SchemaError: Which data to convert is not clear: the data variables lie under 2 top-level groups " \
            "that share no dimension scale (/Scan 1, /Scan 2): group 1: 9 rows, 2 dataset(s) (/Scan 1/EBSD/Data/" \
-           "Pattern, /Scan 1/EBSD/Data/X Position) -> --hdf5_group 1; group 2: 9 rows, 2 dataset(s) (/Scan 2/" in err
+           "Pattern, /Scan 1/EBSD/Data/X Position) -> --row_group 1; group 2: 9 rows, 2 dataset(s) (/Scan 2/" in err
     assert not list((tmp_path / "refused").glob("*.tfrecord")) if (tmp_path / "refused").exists() else True
-    examples = converted(tmp_path, path, "--hdf5_group", "2", name="scan2", capsys=capsys)
+    examples = converted(tmp_path, path, "--row_group", "2", name="scan2", capsys=capsys)
     assert features(tmp_path, "scan2") == ["Scan 2/EBSD/Data/Pattern", "Scan 2/EBSD/Data/X Position"]
     np.testing.assert_array_equal(np.stack([e["Scan 2/EBSD/Data/Pattern"] for e in examples]), patterns["Scan 2"])
     out = inspect_text(path, capsys)
@@ -218,8 +218,8 @@ def test_metadata_of_other_top_level_groups_is_not_merged_with_the_data(tmp_path
         f["EMData/EBSDmaster/mLPNH"] = np.zeros((1, 48, 64), "f4")
     code, _, err = convert(path, tmp_path / "refused", capsys=capsys)
     assert code != 0 and "lie under 2 top-level groups that share no dimension scale (/CrystalData, /EMData)" in err
-    assert "group 1: 1 rows, 1 dataset(s) (/EMData/EBSDmaster/mLPNH) -> --hdf5_group 1; group 2: 1 rows, 6 " in err
-    converted(tmp_path, path, "--hdf5_group", "1", name="stack", capsys=capsys)
+    assert "group 1: 1 rows, 1 dataset(s) (/EMData/EBSDmaster/mLPNH) -> --row_group 1; group 2: 1 rows, 6 " in err
+    converted(tmp_path, path, "--row_group", "1", name="stack", capsys=capsys)
     assert features(tmp_path, "stack") == ["EMData/EBSDmaster/mLPNH"]
 
 

@@ -92,7 +92,7 @@ def test_pytables_multidimensional_atom_converts_exactly(tmp_path, tf, name, dat
     assert_exact(np.stack([r[feature] for r in plain_tf_rows(tmp_path / "rows", tf)]), data)
     verified(tmp_path / "rows", path)
 
-    (whole,) = converted(tmp_path / "datasets", path, "--hdf5_mode", "datasets", "--datasets", dataset)
+    (whole,) = converted(tmp_path / "datasets", path, "--container_mode", "datasets", "--datasets", dataset)
     assert whole["key"].item() == dataset.encode()
     assert_exact(whole["array"], data)  # one Example: the whole dataset, subarray axes last
 
@@ -137,7 +137,7 @@ def test_array_types_of_numbers_and_compounds_in_rows_and_datasets_modes(tmp_pat
     # MATLAB orientation: HDF5's axes reversed (rows first), the subarray's axes stay last
     np.testing.assert_array_equal(got["grid"], grid.transpose(1, 0, 2, 3))
 
-    plan = plan_inputs(str(path), SourceOptions(hdf5_mode="datasets"))
+    plan = plan_inputs(str(path), SourceOptions(container_mode="datasets"))
     assert list(plan.ranges[0].items) == ["/grid", "/vec"]  # (an array of compounds is skipped there, as compounds)
     whole = plan.source.read(plan.ranges[0])
     np.testing.assert_array_equal(whole["array"][0], grid.transpose(1, 0, 2, 3))

@@ -74,7 +74,7 @@ def many_datasets(path, n=2000, cells=500):
 
 
 def test_datasets_mode_keeps_a_small_record_per_dataset_and_max_datasets_limits_it(tmp_path, capsys, monkeypatch):
-    """--hdf5_mode datasets on 20,000 two-element datasets took 1.06 GB peak (640 MB to plan): planning held every
+    """--container_mode datasets on 20,000 two-element datasets took 1.06 GB peak (640 MB to plan): planning held every
     dataset open (about 16 KB each) and readers kept every dataset they read open. Now at most a few are open at a
     time, the plan holds a name and a size per dataset, and --max_datasets bounds the walk."""
     import pickle
@@ -93,14 +93,14 @@ def test_datasets_mode_keeps_a_small_record_per_dataset_and_max_datasets_limits_
             return function(dset, *args)
         return wrapped
     monkeypatch.setattr(hdf5layout, "kind_of", counting(hdf5layout.kind_of, open_counts))
-    index = make_source("hdf5", SourceOptions(hdf5_mode="datasets")).index(str(path))
+    index = make_source("hdf5", SourceOptions(container_mode="datasets")).index(str(path))
     assert index.num_rows == len(want) and len(open_counts) == 2001
     assert max(open_counts) <= 3, max(open_counts)  # planning: 2,001 open before
     assert max(cache_sizes) <= 256 * 1024  # HDF5's metadata cache bounded while walking
     assert len(pickle.dumps(index)) / index.num_rows < 40  # the planned record per dataset, in bytes
     monkeypatch.setattr(hdf5layout, "read_whole", counting(hdf5layout.read_whole, read_counts))
     cache_sizes.clear()
-    code, _, err = convert(path, tmp_path / "out", "--hdf5_mode", "datasets", "--num_shards", "1", capsys=capsys)
+    code, _, err = convert(path, tmp_path / "out", "--container_mode", "datasets", "--num_shards", "1", capsys=capsys)
     assert code == 0, err
     assert len(read_counts) == len(want) and max(read_counts) <= 3, max(read_counts)  # reading: 2,500 open before
     assert max(cache_sizes) <= 256 * 1024
@@ -109,12 +109,12 @@ def test_datasets_mode_keeps_a_small_record_per_dataset_and_max_datasets_limits_
     for key, value in want.items():
         np.testing.assert_array_equal(got[key], value)
         assert got[key].dtype == value.dtype
-    for flags, limit in ((["--hdf5_mode", "datasets"], 1000), (["--hdf5_mode", "datasets"], 2200), ([], 1000)):
+    for flags, limit in ((["--container_mode", "datasets"], 1000), (["--container_mode", "datasets"], 2200), ([], 1000)):
         code, _, err = convert(path, tmp_path / "limited", *flags, "--max_datasets", str(limit), capsys=capsys)
         assert code == 2 and f"The file holds more than {limit:,} datasets (--max_datasets)" in err, err
         assert f"file='{path}'" in err and "raise the limit with --max_datasets N" in err
         assert not (tmp_path / "limited").exists()
-    code, _, err = convert(path, tmp_path / "exact", "--hdf5_mode", "datasets", "--max_datasets", str(len(want)),
+    code, _, err = convert(path, tmp_path / "exact", "--container_mode", "datasets", "--max_datasets", str(len(want)),
                            capsys=capsys)
     assert code == 0, err
 

@@ -79,7 +79,7 @@ def test_cells_nested_10000_deep_are_one_line_not_a_crash(tmp_path, compressed):
     mat_file(path, nested(10_000), compressed=compressed)
     assert os.path.getsize(path) < (30_000 if compressed else 500_000)
     done = subprocess.run([sys.executable, "-m", "pipelines.convert", "--input", str(path), "--output_dir",
-                           str(tmp_path / "out"), "--hdf5_mode", "datasets"], cwd=ROOT, capture_output=True,
+                           str(tmp_path / "out"), "--container_mode", "datasets"], cwd=ROOT, capture_output=True,
                           text=True, timeout=110, env=dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3"))
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
@@ -111,7 +111,7 @@ def test_cells_declared_but_not_stored_are_refused_before_scipy_allocates_them(t
     mat_file(path, matrix_head(CELL, (100_000, 100_000), b"c", len(inner)) + inner)
     with pytest.raises(SourceError, match=r"Cannot read the variable's arrays: the variable's elements run past its "
                                           r"end .* dataset='/c'"):
-        MatlabSource(SourceOptions("matlab", hdf5_mode="datasets")).index(str(path))
+        MatlabSource(SourceOptions("matlab", container_mode="datasets")).index(str(path))
 
 
 def reference_depth(value) -> int:

@@ -50,7 +50,7 @@ def by_key(out) -> dict:
 
 @pytest.mark.parametrize("mode", ["rows", "datasets"])
 def test_pymatreader_v7_equals_its_v73_twin_record_for_record(tmp_path, mode):
-    flags = ["--hdf5_mode", mode]
+    flags = ["--container_mode", mode]
     v7 = converted(tmp_path, fixture_file(MATLAB + "v7.mat"), *flags, name="v7")
     v73 = converted(tmp_path, fixture_file(MATLAB + "v73.mat"), *flags, name="v73")
     assert_same_records(v7, v73)
@@ -136,8 +136,8 @@ def test_scipy_mat_files_equal_their_v73_twins(tmp_path, name, caplog):
     write_v73_twin(source, tmp_path / "twin.mat")
     for mode in ("auto", "datasets"):
         with caplog.at_level("WARNING", logger="tfrecord_etl"):
-            v5 = converted(tmp_path, source, "--hdf5_mode", mode, name=f"v5-{mode}")
-            v73 = converted(tmp_path, tmp_path / "twin.mat", "--hdf5_mode", mode, name=f"v73-{mode}")
+            v5 = converted(tmp_path, source, "--container_mode", mode, name=f"v5-{mode}")
+            v73 = converted(tmp_path, tmp_path / "twin.mat", "--container_mode", mode, name=f"v73-{mode}")
         assert_same_records(v5, v73)
     said = " ".join(r.getMessage().replace(str(tmp_path / "twin.mat"), source) for r in caplog.records)
     assert "sparse" not in said and "unsupported" not in said
@@ -168,8 +168,8 @@ def test_complex_logical_int_and_char_values_in_cells_and_structs(tmp_path):
     savemat(tmp_path / "v5.mat", values, do_compression=True)
     hdf5storage.savemat(str(tmp_path / "v73.mat"), values, format="7.3", matlab_compatible=True)
     for mode in ("rows", "datasets"):
-        a = converted(tmp_path, tmp_path / "v5.mat", "--hdf5_mode", mode, name=f"v5-{mode}")
-        b = converted(tmp_path, tmp_path / "v73.mat", "--hdf5_mode", mode, name=f"v73-{mode}")
+        a = converted(tmp_path, tmp_path / "v5.mat", "--container_mode", mode, name=f"v5-{mode}")
+        b = converted(tmp_path, tmp_path / "v73.mat", "--container_mode", mode, name=f"v73-{mode}")
         assert_same_records(a, b)
     got = by_key(tmp_path / "v5-datasets")
     np.testing.assert_array_equal(got["/c{1}"], [[5 - 6j]])
@@ -203,7 +203,7 @@ def test_a_variable_over_the_size_limit_is_refused_before_loading(tmp_path, caps
     code, _, err = convert(tmp_path / "big.mat", tmp_path / "out", "--max_mat_variable_mb", "1", capsys=capsys)
     assert code == 2 and "'/x'" in err and "big.mat" in err
     assert "holds 2,097,152 bytes (2.0 MiB), over the limit of 1 MiB" in err and "--max_mat_variable_mb" in err
-    code, _, err = convert(tmp_path / "big.mat", tmp_path / "cells", "--hdf5_mode", "datasets",
+    code, _, err = convert(tmp_path / "big.mat", tmp_path / "cells", "--container_mode", "datasets",
                            "--datasets", "c", "--max_mat_variable_mb", "1", capsys=capsys)
     assert code == 2 and "over the limit of 1 MiB" in err and "'/c'" in err  # inflated and counted, not loaded
     assert not loaded and not (tmp_path / "out").exists()
@@ -225,20 +225,20 @@ def test_unreadable_and_foreign_mat_files_say_what_they_are(tmp_path, capsys):
     from tfrecord_etl.pipelines import inspect, verify
     code, out, err = run_command(inspect.main, [source], capsys)  # inspect lists the variables and row groups
     assert code == 0 and out.startswith("MATLAB v4-v7 .mat file") and "/a_struct/second_level/matrix" in out
-    assert "group 1: 100 rows, 3 datasets" in out and "[MATLAB cell: --hdf5_mode datasets converts each cell]" in out
+    assert "group 1: 100 rows, 3 datasets" in out and "[MATLAB cell: --container_mode datasets converts each cell]" in out
     code, out, _ = run_command(verify.main, [source], capsys)
     assert code == 1 and "it starts like a MATLAB v5/v7 .mat file" in out
 
 
-def test_row_groups_datasets_and_hdf5_group_as_for_v73(tmp_path, capsys):
+def test_row_groups_datasets_and_row_group_as_for_v73(tmp_path, capsys):
     v7, v73 = fixture_file(MATLAB + "v7.mat"), fixture_file(MATLAB + "v73.mat")
-    for flags in (["--hdf5_group", "2"], ["--datasets", "/a_float,a_struct/int"]):
+    for flags in (["--row_group", "2"], ["--datasets", "/a_float,a_struct/int"]):
         assert_same_records(converted(tmp_path, v7, *flags, name="a"), converted(tmp_path, v73, *flags, name="b"))
         for d in ("a", "b"):
             import shutil
             shutil.rmtree(tmp_path / d)
     code, _, err = convert(v7, tmp_path / "x", "--datasets", "a_cell_array", capsys=capsys)
-    assert code == 2 and "cell array" in err and "--hdf5_mode datasets" in err
+    assert code == 2 and "cell array" in err and "--container_mode datasets" in err
     code, _, err = convert(v7, tmp_path / "y", "--datasets", "nope", capsys=capsys)
     assert code == 2 and "No such variable" in err and "dataset='nope'" in err
     code, _, err = convert(v7, tmp_path / "z", "--datasets", "a_struct", capsys=capsys)

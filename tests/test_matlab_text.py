@@ -46,8 +46,8 @@ def verified(out, source):
 
 def test_channel_neighbours_convert_to_strings_and_string_lists_equal_to_the_v73_twin(tmp_path):
     v7, v73 = neighbour_files(tmp_path)
-    a = converted(v7, tmp_path / "a", "--hdf5_mode", "datasets")
-    b = converted(v73, tmp_path / "b", "--hdf5_mode", "datasets")
+    a = converted(v7, tmp_path / "a", "--container_mode", "datasets")
+    b = converted(v73, tmp_path / "b", "--container_mode", "datasets")
     shards = sorted(p.name for p in a.glob("*.tfrecord"))
     assert shards and shards == sorted(p.name for p in b.glob("*.tfrecord"))
     for name in shards:

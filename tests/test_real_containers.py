@@ -58,7 +58,7 @@ def test_anndata_h5ad_converts_its_cells_by_default(tmp_path, caplog, tf):
     with caplog.at_level("WARNING", logger="tfrecord_etl"):
         out, examples = converted(tmp_path, path)
     said = " ".join(r.getMessage() for r in caplog.records)
-    assert "converting group 1: 700 rows, 3 dataset(s) (/X, /obs, /obsm)" in said and "--hdf5_group 3" in said
+    assert "converting group 1: 700 rows, 3 dataset(s) (/X, /obs, /obsm)" in said and "--row_group 3" in said
     with h5py.File(path) as f:
         X, obs, obsm, var = f["X"][()], f["obs"][()], f["obsm"][()], f["var"][()]
     assert len(examples) == 700
@@ -71,7 +71,7 @@ def test_anndata_h5ad_converts_its_cells_by_default(tmp_path, caplog, tf):
     first = next(iter(tf.data.TFRecordDataset(sorted(str(p) for p in out.glob("*.tfrecord")))))
     parsed = tf.io.parse_single_example(first, spec)
     assert np.frombuffer(parsed["X"].numpy(), "<f4").tolist() == X[0].tolist()  # plain TensorFlow
-    out, genes = converted(tmp_path, path, "--hdf5_group", "3", name="genes")  # the var group: one per gene
+    out, genes = converted(tmp_path, path, "--row_group", "3", name="genes")  # the var group: one per gene
     assert len(genes) == 765
     np.testing.assert_array_equal([e["var/means"] for e in genes], var["means"])
     verified(out, path)
@@ -80,17 +80,17 @@ def test_anndata_h5ad_converts_its_cells_by_default(tmp_path, caplog, tf):
 def test_netcdf4_inference_data_groups_by_dimension_scale(tmp_path, caplog, capsys):
     path = fixture_file(NETCDF4)
     # eight top-level groups (posterior, sample_stats, ...), each on its own dimension scales: no rule says which
-    # one is the data, so the default refuses in one line listing them, and --hdf5_group N picks one
+    # one is the data, so the default refuses in one line listing them, and --row_group N picks one
     code, _, err = convert(path, tmp_path / "refused", capsys=capsys)
     assert code != 0 and len(err.strip().splitlines()) == 1, err
     assert "SchemaError: Which data to convert is not clear: the data variables lie under 8 top-level groups" in err
-    assert "4 rows on dimension '/sample_stats/chain', 17 dataset(s)" in err and "--hdf5_group 1;" in err
-    assert "4 rows on dimension '/posterior/chain', 4 dataset(s)" in err and "--hdf5_group 2;" in err
+    assert "4 rows on dimension '/sample_stats/chain', 17 dataset(s)" in err and "--row_group 1;" in err
+    assert "4 rows on dimension '/posterior/chain', 4 dataset(s)" in err and "--row_group 2;" in err
     assert not (tmp_path / "refused").exists() or not list((tmp_path / "refused").glob("*.tfrecord"))
     with caplog.at_level("WARNING", logger="tfrecord_etl"):
-        out, examples = converted(tmp_path, path, "--hdf5_group", "1")
+        out, examples = converted(tmp_path, path, "--row_group", "1")
     said = " ".join(r.getMessage() for r in caplog.records)
-    assert "4 rows on dimension '/sample_stats/chain'" in said and "--hdf5_group 2" in said
+    assert "4 rows on dimension '/sample_stats/chain'" in said and "--row_group 2" in said
     with h5py.File(path) as f:
         stats = {k: v[()] for k, v in f["sample_stats"].items() if k not in ("chain", "draw")}
         theta = f["posterior/theta"][()]
@@ -98,7 +98,7 @@ def test_netcdf4_inference_data_groups_by_dimension_scale(tmp_path, caplog, caps
     for name, values in stats.items():
         np.testing.assert_array_equal(np.stack([e[f"sample_stats/{name}"] for e in examples]), values)
     verified(out, path)
-    out, each = converted(tmp_path, path, "--hdf5_mode", "datasets", name="each")
+    out, each = converted(tmp_path, path, "--container_mode", "datasets", name="each")
     got = by_key(each)
     np.testing.assert_array_equal(got["/posterior/theta"], theta)
     assert "/posterior/school" not in got  # variable-length strings: skipped in datasets mode, with a warning
@@ -143,7 +143,7 @@ def test_netcdf3_files_convert_exactly(tmp_path, relative):
     for name in names:
         np.testing.assert_array_equal(np.stack([e[name] for e in examples]), variables[name][1])
     verified(out, path)
-    out, each = converted(tmp_path, path, "--hdf5_mode", "datasets", name="each")
+    out, each = converted(tmp_path, path, "--container_mode", "datasets", name="each")
     got = by_key(each)
     assert sorted(got) == sorted(variables)
     for name, (_, values) in variables.items():
@@ -172,7 +172,7 @@ def test_matlab_v73_equals_its_v7_twin_read_by_scipy(tmp_path):
     out, rows = converted(tmp_path, v73)  # rows mode: the 100-row group, MATLAB's rows
     np.testing.assert_array_equal(np.stack([e["a_matrix"] for e in rows]), twin["a_matrix"])
     verified(out, v73)
-    out, each = converted(tmp_path, v73, "--hdf5_mode", "datasets", name="each")
+    out, each = converted(tmp_path, v73, "--container_mode", "datasets", name="each")
     got = by_key(each)
     for name in ("a_matrix", "a_float", "an_integer", "a_unit64", "a_complex_matrix", "a_complex_3d_single_matrix",
                  "a_complex_number"):
@@ -218,8 +218,8 @@ def test_inspect_lists_netcdf3_variables_and_matlab_files_behind_their_user_bloc
     code, out, err = run_command(inspect.main, [fixture_file(BEARS)], capsys)
     assert code == 0, err
     assert out.startswith("NetCDF-3 file") and "dims i, j, bears_len" in out
-    assert "group 1: 2 rows on 'i', 6 datasets" in out and "--hdf5_group 2 or --datasets j" in out
+    assert "group 1: 2 rows on 'i', 6 datasets" in out and "--row_group 2 or --datasets j" in out
     code, out, err = run_command(inspect.main, [fixture_file(MATLAB + "v73.mat")], capsys)  # HDF5 after 512 bytes
     assert code == 0, err
     assert "/a_matrix" in out and "MATLAB column-major: rows on the last axis" in out
-    assert "[MATLAB cell: --hdf5_mode datasets converts each cell]" in out and "/#refs#/a" not in out
+    assert "[MATLAB cell: --container_mode datasets converts each cell]" in out and "/#refs#/a" not in out

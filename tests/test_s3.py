@@ -204,7 +204,7 @@ def test_s3_raw_and_file_collections_equal_a_local_run(s3, tmp_path, fmt):
         from tests.conftest import fixture_file
         local_in.mkdir()
         (local_in / "v7.mat").write_bytes(fixture_file("pymatreader-tests/v7.mat").read_bytes())
-        pattern, flags = "*.mat", ["--hdf5_mode", "datasets"]
+        pattern, flags = "*.mat", ["--container_mode", "datasets"]
     elif fmt == "raw":
         local_in.mkdir()
         (local_in / "raw.yaml").write_text("dtype: '>f4'\nshape: [-1, 3]\norder: F\n")

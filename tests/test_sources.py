@@ -74,11 +74,11 @@ def test_hdf5_datasets_option_and_errors(h5_file, tmp_path):
         f["b"] = np.zeros(6)
     with pytest.raises(SchemaError, match=r"different leading lengths \('/a': 5, '/b': 6\)"):
         plan_inputs(str(other), SourceOptions(datasets=("/a", "/b")))
-    # with no --datasets the largest row group is read, --hdf5_group N another
+    # with no --datasets the largest row group is read, --row_group N another
     assert [s.name for s in plan_inputs(str(other), SourceOptions()).specs] == ["b"]
-    assert [s.name for s in plan_inputs(str(other), SourceOptions(hdf5_group=2)).specs] == ["a"]
-    with pytest.raises(SchemaError, match="--hdf5_group 3 asked, but the file holds 2 row group"):
-        plan_inputs(str(other), SourceOptions(hdf5_group=3))
+    assert [s.name for s in plan_inputs(str(other), SourceOptions(row_group=2)).specs] == ["a"]
+    with pytest.raises(SchemaError, match="--row_group 3 asked, but the file holds 2 row group"):
+        plan_inputs(str(other), SourceOptions(row_group=3))
 
 
 @pytest.mark.parametrize("save", [np.savez, np.savez_compressed])

@@ -148,8 +148,8 @@ def test_inspect_an_hdf5_file_lists_its_tree_and_row_groups(tmp_path, capsys, ca
     assert "/X" in out and "float32" in out and "[50, 8]" in out and "chunks [10, 8], deflate" in out
     assert "/linked -> /X (soft link, not followed)" in out and "[scalar: skipped by convert]" in out
     assert "[coordinate variable]" in out
-    assert "group 1: 50 rows, 10 datasets, 5200 bytes  ->  --hdf5_group 1 or --datasets /X,/obs/col0," in out
-    assert "8 rows, 1 dataset, 16 bytes  ->  --hdf5_group 3 or --datasets /var/names" in out
+    assert "group 1: 50 rows, 10 datasets, 5200 bytes  ->  --row_group 1 or --datasets /X,/obs/col0," in out
+    assert "8 rows, 1 dataset, 16 bytes  ->  --row_group 3 or --datasets /var/names" in out
     code, out, _ = inspect(path, "--json", capsys=capsys)
     import json
     tree = json.loads(out)
@@ -165,7 +165,7 @@ def test_inspect_an_hdf5_file_lists_its_tree_and_row_groups(tmp_path, capsys, ca
         code, _, err = convert(path, tmp_path / "default", capsys=capsys)
     assert code == 0, err
     said = " ".join(r.getMessage() for r in caplog.records)
-    assert "holds 3 row groups: converting group 1: 50 rows, 10 dataset(s)" in said and "--hdf5_group 3" in said
+    assert "holds 3 row groups: converting group 1: 50 rows, 10 dataset(s)" in said and "--row_group 3" in said
     assert reader.metadata.load(str(tmp_path / "default"))["features"] == \
         reader.metadata.load(str(tmp_path / "out"))["features"]
 
@@ -179,4 +179,4 @@ def test_the_hdf5_tree_visits_a_hard_link_cycle_once(tmp_path, capsys):
         f["g/loop"] = f["g"]  # a hard link to an ancestor
     code, out, err = inspect(tmp_path / "loop.h5", capsys=capsys)
     assert code == 0, err
-    assert out.count("/g/x ") == 1 and "6 rows, 1 dataset, 48 bytes  ->  --hdf5_group 1 or --datasets /g/x" in out
+    assert out.count("/g/x ") == 1 and "6 rows, 1 dataset, 48 bytes  ->  --row_group 1 or --datasets /g/x" in out

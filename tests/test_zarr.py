@@ -69,8 +69,8 @@ def test_v3_row_groups_strings_and_sharding(tmp_path, caplog):
     assert code == 0, err
     rows = rows_of(tmp_path / "o1")  # group 1: the largest (big: 768 bytes)
     np.testing.assert_array_equal(column(rows, "big"), opened["big"][:])
-    assert "row groups" in caplog.text and "--hdf5_group 2" in caplog.text
-    code, err = run(store, tmp_path / "o2", "--hdf5_group", "2")
+    assert "row groups" in caplog.text and "--row_group 2" in caplog.text
+    code, err = run(store, tmp_path / "o2", "--row_group", "2")
     assert code == 0, err
     rows = rows_of(tmp_path / "o2")
     assert sorted(rows[0]) == ["label", "name", "x"]
@@ -217,7 +217,7 @@ def test_dask_irregular_last_chunk(tmp_path):
 def test_datasets_mode(tmp_path):
     store = tmp_path / "m.zarr"
     v3_store(store)
-    code, err = run(store, tmp_path / "o", "--hdf5_mode", "datasets")
+    code, err = run(store, tmp_path / "o", "--container_mode", "datasets")
     assert code == 0, err
     got = {np.asarray(r["key"]).item().decode(): r["array"] for r in rows_of(tmp_path / "o")}
     assert sorted(got) == ["big", "label", "x"]  # strings skipped in datasets mode
@@ -339,7 +339,7 @@ def test_verify_source_compares_against_the_store(tmp_path, capsys):
     from tfrecord_etl.pipelines import verify as verify_module
     store = tmp_path / "v.zarr"
     v3_store(store)
-    code, err = run(store, tmp_path / "o", "--hdf5_group", "2")
+    code, err = run(store, tmp_path / "o", "--row_group", "2")
     assert code == 0, err
     code, out, err = run_command(verify_module.main, [str(tmp_path / "o"), "--source", str(store)], capsys)
     assert code == 0, out + err

@@ -36,7 +36,7 @@ def test_every_readable_array_converts_exactly_datasets_mode(tmp_path, caplog, c
     expected = readable(store)
     assert len(expected) == 5 + 22 * 7  # flat, meta, nested, ... and groups 0-23 but the two string groups
     del expected["nested_legacy"]  # see the next test
-    code, _, err = convert(str(store), str(tmp_path / "o"), "--hdf5_mode", "datasets", "--writer", "planned",
+    code, _, err = convert(str(store), str(tmp_path / "o"), "--container_mode", "datasets", "--writer", "planned",
                            "--datasets", ",".join(sorted(expected)), beam=False, capsys=capsys)
     assert code == 0, err
     got = {np.asarray(r["key"]).item().decode(): r["array"] for r in reader.iter_numpy(str(tmp_path / "o"))}
@@ -44,7 +44,7 @@ def test_every_readable_array_converts_exactly_datasets_mode(tmp_path, caplog, c
     for name, value in expected.items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
         assert got[name].dtype == value.dtype.newbyteorder("<") or got[name].dtype == value.dtype, name
-    code, _, err = convert(str(store), str(tmp_path / "all"), "--hdf5_mode", "datasets", "--writer", "planned",
+    code, _, err = convert(str(store), str(tmp_path / "all"), "--container_mode", "datasets", "--writer", "planned",
                            "--allow_fill_value", beam=False, capsys=capsys)
     assert code == 0, err
     assert caplog.text.count("Skipping 14 node(s)") == 1 and "14/0 (TypeError" in caplog.text

@@ -24,6 +24,7 @@ from tfrecord_etl.transforms.codec.encodings import AUTO, ENCODINGS
 from tfrecord_etl.transforms.sources import REGISTRY as SOURCE_REGISTRY
 from tfrecord_etl.transforms.sources.base import DEFAULT_MAX_DATASETS, DEFAULT_MAX_MAT_NESTING
 from tfrecord_etl.transforms.errors import ConfigError
+from tfrecord_etl.transforms.renamed_flags import add_renamed_flags, renamed_keys
 
 if TYPE_CHECKING:  # the choices are the registries' keys, known when they are imported: strings to a type checker
     EncodingName: TypeAlias = str
@@ -68,11 +69,13 @@ class ConvertConfig(BaseModel):
                                           "dimension), every npz member")
     exclude_datasets: Optional[list[str]] = Field(None, description="npz: members to leave out (comma-separated); "
                                                   "they are never read")
-    hdf5_group: Optional[int] = Field(None, ge=1, description="hdf5 rows mode: convert row group N (1 = the "
-                                      "largest; inspect FILE.h5 lists them) instead of the largest")
-    hdf5_mode: Literal["auto", "rows", "datasets"] = Field(
-        "auto", description="hdf5/netcdf3: row i of the datasets -> one Example (rows), each dataset / MATLAB cell -> "
-        "one Example (datasets), or auto: rows, and datasets for a file with no dataset with rows")
+    row_group: Optional[int] = Field(None, ge=1, description="hdf5/netcdf3/matlab/zarr rows mode: convert row "
+                                     "group N (datasets sharing their leading length; 1 = the default, inspect FILE "
+                                     "lists them) instead of the default; old name --hdf5_group")
+    container_mode: Literal["auto", "rows", "datasets"] = Field(
+        "auto", description="hdf5/netcdf3/matlab/zarr: row i of the datasets -> one Example (rows), each dataset / "
+        "MATLAB cell -> one Example (datasets), or auto: rows, and datasets for a file with no dataset with rows; "
+        "old name --hdf5_mode")
     npz_mode: Literal["rows", "arrays"] = Field("rows", description="npz: row i of each member -> one Example "
                                                 "(rows), or each member -> one Example (arrays)")
     npy_mode: Literal["rows", "files"] = Field("rows", description="npy: rows of one array (rows), or each "
@@ -190,11 +193,13 @@ class ConvertConfig(BaseModel):
     _lists = field_validator("datasets", "exclude_datasets", "allow_lossy", "shape", mode="before")(
         classmethod(lambda cls, v: [p.strip() for p in v.split(",") if p.strip()] if isinstance(v, str) else v))
 
+    _old_names = model_validator(mode="before")(classmethod(lambda cls, data: renamed_keys(data)))
+
     @model_validator(mode="after")
-    def _one_hdf5_choice(self):
-        if self.hdf5_group is not None and (self.datasets or self.hdf5_mode == "datasets"):
-            raise ValueError("hdf5_group chooses a row group in rows mode: it cannot be combined with datasets or "
-                             "hdf5_mode datasets")
+    def _one_container_choice(self):
+        if self.row_group is not None and (self.datasets or self.container_mode == "datasets"):
+            raise ValueError("row_group chooses a row group in rows mode: it cannot be combined with datasets or "
+                             "container_mode datasets")
         if self.splits and self.split is not None:
             raise ValueError("--splits (rows by hash) and --split (every row in one split) cannot be combined")
         if self.split_key is not None and not self.splits:
@@ -273,6 +278,7 @@ class ConvertOptions(PipelineOptions):
     def _add_argparse_args(cls, parser):
         add_model_flags(parser, ConvertConfig, skip=BEAM_CLASHES)
         parser.add_argument("--config", default=None, help="YAML config file (keys as the flags)")
+        add_renamed_flags(parser, ConvertConfig, _flag_type)
 
 
 # Our flags that a Beam PipelineOptions class declares too (TestOptions' --dry_run): Beam builds one parser of every

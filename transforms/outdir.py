@@ -40,6 +40,7 @@ from typing import Iterable
 from tfrecord_etl.transforms import conditional, fileio, sink
 from tfrecord_etl.transforms.errors import ConfigError, printable
 from tfrecord_etl.transforms.sink import TEMP_PREFIX, name_key  # noqa: F401 - the temporaries' names, sink's
+from tfrecord_etl.transforms.renamed_flags import current_names  # options recorded under a flag's old name
 from tfrecord_etl.transforms.runlock import (FAILPOINT_ENV, LEGACY_LOCK_FILE, LOCK_FILE, LOCK_TEMP, RUN_ENV,  # noqa: F401
                                              Lock, utc_now, process_start, read_json, check_commit, failpoint, say)
 
@@ -258,7 +259,7 @@ _NOT_COMPARED = ("overwrite", "verbose", "progress", "span", "version", "increme
 def _comparable(options: dict | None) -> dict | None:
     if options is None:
         return None
-    return {k: v for k, v in options.items() if k not in _NOT_COMPARED}
+    return {k: v for k, v in current_names(options).items() if k not in _NOT_COMPARED}
 
 
 def _count(items, noun: str) -> str:

@@ -35,7 +35,7 @@ Metadata, what downstream components and the cache resolve) only after ``Do`` re
 execution that never completed, whose artifact is never published, and the next run writes a new URI.
 
 ``source_options`` are the convert command's options that describe the input and its encoding (``format``,
-``datasets``, ``hdf5_mode``, ``npz_mode``, ``encoding``, ``feature_encodings``, ``allow_lossy``, ``provenance``,
+``datasets``, ``container_mode``, ``npz_mode``, ``encoding``, ``feature_encodings``, ``allow_lossy``, ``provenance``,
 ``dead_letter_dir``, the ``max_*`` limits, the raw and files options...) and of its shards (``num_shards``,
 ``target_shard_mb``, ``compression_level``), checked when the component is built (:func:`check_source_options`,
 ``ConfigError``); the options that TFX decides here (compression: gzip, splits, spans, the output directory, index

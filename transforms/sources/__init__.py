@@ -8,7 +8,7 @@ Formats and modes (one module each, registered in :data:`REGISTRY`):
 
 * ``hdf5`` (``hdf5.py``): row i of every chosen dataset is one Example. Compound dtypes become one feature
   per leaf field (``dataset/field/subfield``); variable-length strings become ``bytes`` features.
-  ``datasets`` mode (``--hdf5_mode datasets``): every dataset (every cell of a MATLAB cell array) is one Example
+  ``datasets`` mode (``--container_mode datasets``): every dataset (every cell of a MATLAB cell array) is one Example
   with features ``key`` (the dataset path) and ``array``. Rows mode without ``--datasets`` reads the largest row
   group (``hdf5layout``), MATLAB v7.3 variables transposed to MATLAB's orientation.
 * ``netcdf3`` (``netcdf3.py``): NetCDF-3 variables through SciPy, the same modes and row groups.

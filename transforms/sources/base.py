@@ -58,9 +58,10 @@ class SourceOptions:
     # (None: when any file is an image, decided at planning)
     files_decode_check: bool = False  # files: decode every image (corrupt ones fail)
     files_dead_letters: bool = False  # files: unlabelled files / orphan label rows are reported, not fatal
-    hdf5_mode: str = "auto"  # rows: row i of the chosen datasets -> one Example; datasets: each dataset -> one;
-    # auto: rows, or datasets for a file holding no dataset with rows (Source.switch_to_datasets)
-    hdf5_group: int | None = None  # rows mode without datasets: the row group (1 = largest, the default)
+    container_mode: str = "auto"  # containers (hdf5, netcdf3, matlab, zarr): rows: row i of the chosen datasets
+    # -> one Example; datasets: each dataset -> one; auto: rows, or datasets for a file holding no dataset with rows
+    # (container.ContainerSource.switch_to_datasets)
+    row_group: int | None = None  # containers, rows mode without datasets: the row group (1 = largest, the default)
     max_variable_bytes: int = DEFAULT_MAX_VARIABLE_BYTES  # matlab (v4-v7): the largest variable loaded whole
     max_mat_nesting: int = DEFAULT_MAX_MAT_NESTING  # matlab (v5-v7): deepest nesting of a variable's arrays
     max_datasets: int = DEFAULT_MAX_DATASETS  # hdf5: datasets walked in one file (and datasets-mode Examples)
@@ -325,23 +326,6 @@ class Source:
     def is_sidecar(self, path: str) -> bool:
         """True for a matched file that describes data rather than holding it (never read as an input)."""
         return False
-
-    def switch_to_datasets(self, path: str) -> bool:
-        """``hdf5_mode=auto`` (hdf5, netcdf3): ``path`` holds no dataset with rows, so this source converts each
-        dataset as one Example from now on; False when the mode was set explicitly.
-
-        Raises:
-          SchemaError: an earlier file was indexed in rows mode (the files cannot share features then).
-        """
-        if self.options.hdf5_mode != "auto":
-            return False
-        if getattr(self, "_rows_indexed", False):
-            raise SchemaError("The file holds no dataset with rows, but earlier files were converted row by row",
-                              file=path, hint="convert it in a separate run, or pass --hdf5_mode datasets for all")
-        log.warning("'%s' holds no dataset with rows (or is a Keras weights file): converting each dataset (and each "
-                    "MATLAB cell) as one Example, as --hdf5_mode datasets does", path)
-        self.loose = True
-        return True
 
     def close(self) -> None:
         """Closes what this worker thread keeps open between row ranges (reading again reopens it)."""

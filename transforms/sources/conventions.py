@@ -197,7 +197,7 @@ def ranked_groups(entries, roles: Roles | None) -> list[layout.RowGroup]:
 
 
 def default_choice(groups: list[layout.RowGroup], roles: Roles | None) -> tuple[int | None, str]:
-    """``(number, why)`` of the group convert takes without ``--hdf5_group`` / ``--datasets`` (1-based), or
+    """``(number, why)`` of the group convert takes without ``--row_group`` / ``--datasets`` (1-based), or
     ``(None, why)`` when it refuses to choose: the best-ranked groups lie under different top-level groups."""
     if not groups:
         return None, "no dataset with rows"
@@ -217,43 +217,6 @@ def default_choice(groups: list[layout.RowGroup], roles: Roles | None) -> tuple[
         return 1, f"nothing else has rows: {why}"
     other = {DATA: "data variables on other dimensions", DESCRIPTIVE: RANK_WHY[DESCRIPTIVE]}
     return 1, why + (f"; the others hold {', or '.join(other[r] for r in rest)}" if rest else "")
-
-
-def choose(entries, roles: Roles | None, number: int | None, path: str, note: str = "") -> list[str]:
-    """The datasets of row group ``number`` (1-based) of :func:`ranked_groups`, or of the default group; a file
-    with several groups logs one WARNING line naming the others with the flag that selects each (``note``
-    appended).
-
-    Raises:
-      SchemaError: ``number`` beyond the groups of the file; no number, and the best groups lie under different
-        top-level groups (one line listing them with the ``--hdf5_group`` flag of each).
-    """
-    from tfrecord_etl.transforms.errors import SchemaError
-    from tfrecord_etl.transforms.sources.base import log
-    groups = ranked_groups(entries, roles)
-    if number is None:
-        chosen, why = default_choice(groups, roles)
-        if chosen is None:
-            best = [(i, g) for i, g in enumerate(groups, 1) if g.rank == groups[0].rank]
-            listing = "; ".join(f"{g.describe(i)} -> --hdf5_group {i}" for i, g in best[:6]) + \
-                (f"; and {len(best) - 6} more" if len(best) > 6 else "")
-            raise SchemaError(f"Which data to convert is not clear: {why}: {listing}", file=path,
-                              hint="choose one with --hdf5_group N or --datasets (tfrecord-etl inspect FILE "
-                                   "lists the groups with their --datasets flags)")
-        number = chosen
-    else:
-        why = "--hdf5_group"
-    if number > len(groups):
-        raise SchemaError(f"--hdf5_group {number} asked, but the file holds {len(groups)} row group(s)",
-                          file=path, hint="tfrecord-etl inspect FILE lists them")
-    if len(groups) > 1:
-        others = "; ".join(f"{g.describe(i)} -> --hdf5_group {i}" for i, g in enumerate(groups[:4], 1) if i != number)
-        more = f"; and {len(groups) - 4} more" if len(groups) > 4 else ""
-        reason = f" ({why})" if roles is not None else ""
-        log.warning("'%s' holds %d row groups: converting %s%s. Others: %s%s (tfrecord-etl inspect FILE "
-                    "lists them with their --datasets flags).%s", path, len(groups), groups[number - 1].describe(number),
-                    reason, others, more, note)
-    return list(groups[number - 1].datasets)
 
 
 def tree_groups(entries, roles: Roles | None) -> tuple[list[dict], dict]:

@@ -7,13 +7,14 @@ import math
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.sources import conventions
+from tfrecord_etl.transforms.sources.container import MODE_FLAG, ContainerSource, check_leading_lengths, choose_group, \
+    datasets_index
 from tfrecord_etl.transforms.sources import hdf5layout as layout
 from tfrecord_etl.transforms.sources import hdf5links as links
 from tfrecord_etl.transforms.sources.hdf5filters import (check_filters, ensure_filters, load_filter_plugins, plugins_loaded,
                                                          read_error)
-from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, SourceOptions,
+from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, SourceOptions,
                                                   _check_empty_rows, _check_names, _leaf_specs, loosen_all,
                                                   _refuse_special_file, _row_bytes, _row_spec, log)
 from tfrecord_etl.transforms.sources.hdf5layout import walk  # noqa: F401 - the tree's import name
@@ -27,7 +28,7 @@ HDF5_CHUNK_CACHE_BYTES = 64 * 2**20  # per open file: a chunk spanning several r
 WALK_METADATA_CACHE_BYTES = 256 * 2**10
 
 
-class Hdf5Source(Source):
+class Hdf5Source(ContainerSource):
     """HDF5 datasets through h5py: local files by path (HDF5's own driver, so virtual datasets resolve),
     remote ones over a ``FileSystems`` stream (h5py reads file-like objects).
 
@@ -41,14 +42,9 @@ class Hdf5Source(Source):
 
     format_name = "hdf5"
     suffixes = HDF5_SUFFIXES
-    modes = ("rows", "datasets")
     magic = (b"\x89HDF\r\n\x1a\n",)  # the superblock's signature (a MATLAB v7.3 .mat is found by it too)
     magic_offsets = (0,) + tuple(2**k for k in range(9, 64))  # HDF5 spec: at 0 or after a user block of 512 * 2**n
     content_label = "an HDF5 file (.h5, netCDF-4, MATLAB v7.3)"
-
-    def __init__(self, options: SourceOptions):
-        super().__init__(options)
-        self.loose = options.hdf5_mode == "datasets"  # (auto may switch it: Source.switch_to_datasets)
 
     def _open(self, path: str):
         """``(h5py.File, remote stream or None)`` of ``path`` (hdf5plugin's filters are registered when a dataset
@@ -74,7 +70,7 @@ class Hdf5Source(Source):
     def index(self, path: str) -> FileIndex:
         """Learns rows and features of ``path``.
 
-        Rows mode: the datasets of ``options.datasets``, else the row group ``options.hdf5_group`` (1-based) of
+        Rows mode: the datasets of ``options.datasets``, else the row group ``options.row_group`` (1-based) of
         :func:`conventions.ranked_groups`, by default the one the container's conventions name
         (:mod:`conventions`: CF data variables, the record dimension, top-level groups; then the largest); a
         file with several groups logs them with the flag that selects each. Datasets mode: every data dataset (and every cell of a MATLAB cell array) is one
@@ -101,11 +97,11 @@ class Hdf5Source(Source):
                 if kind == layout.CELL:
                     raise SchemaError("The dataset holds object references (a MATLAB cell array?), not rows of "
                                       "values", file=path, dataset=name,
-                                      hint="use --hdf5_mode datasets: each cell becomes one Example")
+                                      hint=f"use {MODE_FLAG} datasets: each cell becomes one Example")
                 if dset.ndim == 0:
                     raise SchemaError("Dataset is a scalar (0-d): it has no rows", file=path, dataset=name,
                                       hint="choose datasets with a leading axis with --datasets, or use "
-                                           "--hdf5_mode datasets")
+                                           f"{MODE_FLAG} datasets")
                 check_filters(dset, path, name)
                 try:
                     dtype = layout.dtype_of(dset)
@@ -125,14 +121,7 @@ class Hdf5Source(Source):
             if stream is not None:
                 stream.close()
         _check_names(specs, path)
-        if len(set(lengths.values())) > 1:
-            items = list(lengths.items())
-            listing = ", ".join(f"'{n}': {v}" for n, v in items[:6]) + \
-                (f" and {len(items) - 6} more" if len(items) > 6 else "")  # one short line, not 1,200 characters
-            raise SchemaError(f"Datasets have different leading lengths ({listing})", file=path,
-                              hint="choose datasets of equal length with --datasets (or a row group with "
-                                   "--hdf5_group N); tfrecord-etl inspect FILE lists the row groups")
-        rows = next(iter(lengths.values()))
+        rows = check_leading_lengths(lengths, path, "datasets")
         _check_empty_rows(rows, data_row_bytes, self.options, path)
         return FileIndex(path, rows, tuple(specs), _row_bytes(specs), chunk_rows, tuple(names))
 
@@ -187,7 +176,7 @@ class Hdf5Source(Source):
 
     def _default_datasets(self, f, path: str) -> list[str]:
         """The datasets of the chosen row group (see :meth:`index`); skipped kinds are logged in one line."""
-        if self.options.hdf5_mode == "auto" and layout.is_keras(f):
+        if self.options.container_mode == "auto" and layout.is_keras(f):
             return []  # a weights file has no rows: index() converts each weight as one Example
         skipped, errors, entries = {}, [], []
         roles = conventions.Hdf5Roles(f)
@@ -199,7 +188,7 @@ class Hdf5Source(Source):
             elif kind != layout.INTERNAL:
                 skipped.setdefault(kind, []).append(full)
         first_error = errors[0] if errors else None
-        if not entries and first_error is None and self.options.hdf5_mode == "auto" and (
+        if not entries and first_error is None and self.options.container_mode == "auto" and (
                 skipped.get(layout.SCALAR) or skipped.get(layout.CELL)):
             return []  # index() converts each dataset instead
         _log_skipped(skipped, path, "rows mode")
@@ -207,12 +196,12 @@ class Hdf5Source(Source):
             if first_error is not None:
                 raise first_error
             raise SchemaError("The file holds no dataset with rows", file=path,
-                              hint="use --hdf5_mode datasets to convert each dataset (scalars, cells) as one "
+                              hint=f"use {MODE_FLAG} datasets to convert each dataset (scalars, cells) as one "
                                    "Example" if skipped else None)
-        keras = " This is a Keras weights file: --hdf5_mode datasets converts one Example per weight." \
-            if layout.is_keras(f) else ""  # (reached with --hdf5_mode rows: auto converts each weight)
-        return conventions.choose(entries, roles.roles([e[0] for e in entries]), self.options.hdf5_group or None,
-                                  path, keras)
+        keras = f" This is a Keras weights file: {MODE_FLAG} datasets converts one Example per weight." \
+            if layout.is_keras(f) else ""  # (reached with container mode rows: auto converts each weight)
+        return choose_group(entries, self.options.row_group or None, path, roles.roles([e[0] for e in entries]),
+                            keras)
 
     def _index_datasets(self, f, path: str) -> FileIndex:
         """Datasets mode: one row per dataset (or per cell of a cell array), features ``key``/``array``."""
@@ -247,10 +236,7 @@ class Hdf5Source(Source):
                 sizes.append(layout.data_bytes(target))
                 _check_dataset_count(len(items), path, self.options)  # cells count too
         _log_skipped(skipped, path, "datasets mode")
-        if not items:
-            raise SchemaError("The file holds no dataset to convert", file=path)
-        return FileIndex(path, len(items), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), spec),
-                         max(sizes), 1, tuple(items), tuple(sizes))
+        return datasets_index(path, items, [spec] if items else [], sizes, "dataset")
 
     def _dataset(self, f, name: str, path: str):
         import h5py
@@ -268,37 +254,29 @@ class Hdf5Source(Source):
             raise SourceError("Not a dataset (a group?)", file=path, dataset=name)
         return obj
 
-    def _opened(self, path: str):
-        """This worker thread's open file ``path`` (the previous one is closed when another is asked for)."""
-        current = getattr(self._local, "open", None)
-        if current is not None and current[0] == path:
-            return current[1]
-        self.close()
+    def open_for_read(self, path: str):
+        """``[h5py.File, remote stream or None, {name: open dataset}]`` of ``path`` (see :meth:`opened`)."""
         f, stream = self._open(path)
         if self.loose:  # datasets mode opens every dataset of the file in turn
             bound_metadata_cache(f)
-        self._local.open = (path, f, stream, {})
-        return f
+        return f, stream, {}
+
+    def close_handle(self, handle) -> None:
+        f, stream, datasets = handle
+        datasets.clear()
+        f.close()
+        if stream is not None:
+            stream.close()
 
     def _opened_dataset(self, path: str, name: str):
         """The open dataset ``name`` of this thread's open file: HDF5's chunk cache belongs to the open
         dataset, so it stays open between the row ranges of a shard."""
-        f = self._opened(path)
-        datasets = self._local.open[3]
+        f, _, datasets = self.opened(path)
         if name not in datasets:
             if self.loose:  # datasets mode reads each dataset once: only the last stays open (a cell array's)
                 datasets.clear()
             datasets[name] = _dataset_for_read(f, name, path)
         return datasets[name]
-
-    def close(self) -> None:
-        current = getattr(self._local, "open", None)
-        self._local.open = None
-        if current is not None:
-            current[3].clear()
-            current[1].close()
-            if current[2] is not None:
-                current[2].close()
 
     def read(self, rr: RowRange) -> Columns:
         if self.loose:
@@ -310,8 +288,7 @@ class Hdf5Source(Source):
         columns = {}
         stream = None
         if not fileio.is_local(rr.path):
-            self._opened(rr.path)
-            stream = self._local.open[2]
+            stream = self.opened(rr.path)[1]
         for name in rr.items:
             dset = None
             try:
@@ -336,7 +313,7 @@ class Hdf5Source(Source):
         try:
             if item.endswith("}") and "{" in item:
                 name, k = item[:-1].rsplit("{", 1)
-                f = self._opened(path)
+                f = self.opened(path)[0]
                 ref = self._opened_dataset(path, name)[()].ravel()[int(k) - 1]
                 dset = f[ref]
             else:
@@ -437,7 +414,7 @@ def _log_skipped(skipped: dict, path: str, mode: str) -> None:
     """One WARNING line per file for the datasets skipped, by reason (a NetCDF file has dozens)."""
     parts = [f"{len(v)} {k} ({', '.join(v[:3])}{', ...' if len(v) > 3 else ''})" for k, v in skipped.items() if v]
     if parts:
-        hint = "; --hdf5_mode datasets converts each scalar and each cell as one Example" \
+        hint = f"; {MODE_FLAG} datasets converts each scalar and each cell as one Example" \
             if mode == "rows mode" and (skipped.get(layout.CELL) or skipped.get(layout.SCALAR)) else ""
         log.warning("Skipping %s datasets in '%s' (%s)%s", " and ".join(parts), path, mode, hint)
 

@@ -367,30 +367,6 @@ def group_rows(entries, context=None, join_unnamed: bool = True) -> list[RowGrou
     return sorted(groups, key=lambda g: (-g.nbytes, -len(g.datasets), -g.rows, g.datasets))
 
 
-def choose_group(entries, number: int | None, path: str, note: str = "") -> list[str]:
-    """The datasets of row group ``number`` (1-based, default 1: the largest) of ``entries`` (see
-    :func:`group_rows`); a file with several groups logs one WARNING line naming the others with the flag that
-    selects each (``note`` appended).
-
-    Raises:
-      SchemaError: ``number`` beyond the groups of the file.
-    """
-    from tfrecord_etl.transforms.errors import SchemaError
-    from tfrecord_etl.transforms.sources.base import log
-    groups = group_rows(entries)
-    number = number or 1
-    if number > len(groups):
-        raise SchemaError(f"--hdf5_group {number} asked, but the file holds {len(groups)} row group(s)",
-                          file=path, hint="tfrecord-etl inspect FILE lists them")
-    if len(groups) > 1:
-        others = "; ".join(f"{g.describe(i)} -> --hdf5_group {i}" for i, g in enumerate(groups[:4], 1) if i != number)
-        more = f"; and {len(groups) - 4} more" if len(groups) > 4 else ""
-        log.warning("'%s' holds %d row groups: converting %s. Others: %s%s (tfrecord-etl inspect FILE lists "
-                    "them with their --datasets flags).%s", path, len(groups), groups[number - 1].describe(number),
-                    others, more, note)
-    return list(groups[number - 1].datasets)
-
-
 def data_bytes(dset) -> int:
     """Bytes of the dataset's stored values; a cell of strings counts its list's (2 per code unit, as the v4-v7
     reader counts it)."""

@@ -17,7 +17,7 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
     ``chunks``, ``filters``, ``storage``
     (``contiguous``, ``chunked``, ``compact``, ``external``, ``virtual``). Row groups: ``{"rows", "datasets",
     "flag"}`` for the datasets with a leading axis (scalars and dimension scales, which convert skips, are left
-    out), largest group first (the one convert reads by default; ``--hdf5_group N`` picks another), each with the
+    out), largest group first (the one convert reads by default; ``--row_group N`` picks another), each with the
     ``--datasets`` flag that converts it. MATLAB variables (``matlab``: true) have their rows on HDF5's last axis.
 
     Raises:
@@ -175,7 +175,7 @@ def render_tree(tree: dict) -> str:
             extra = [o["storage"]] + ([f"chunks {o['chunks']}"] if o["chunks"] else []) + o["filters"]
             skip = {"dataset": "", "dimension-scale": "  [coordinate variable]",
                     "unsupported dtype": "  [unsupported dtype: convert refuses it]",
-                    "matlab-cell": "  [MATLAB cell: --hdf5_mode datasets converts each cell]"}.get(
+                    "matlab-cell": "  [MATLAB cell: --container_mode datasets converts each cell]"}.get(
                 o["kind"], f"  [{o['kind']}: skipped by convert]")
             if o.get("matlab"):
                 extra.append("MATLAB column-major: rows on the last axis")
@@ -183,7 +183,7 @@ def render_tree(tree: dict) -> str:
                 skip += f"  [{o['role']}]"
             lines.append(f"  {o['path']:<40} {o['dtype']:<12} {str(o['shape']):<18} {', '.join(extra)}{skip}")
     lines.append("row groups (datasets converted together share their leading dimension; convert reads the default "
-                 "below unless --hdf5_group N or --datasets says otherwise):")
+                 "below unless --row_group N or --datasets says otherwise):")
     for g in tree["row_groups"]:
         shown = g["flag"] if len(g["flag"]) <= 200 else g["flag"][:200] + f"... ({len(g['datasets'])} datasets)"
         n = len(g["datasets"])
@@ -191,12 +191,12 @@ def render_tree(tree: dict) -> str:
         top = f" under '{g['top']}'" if g.get("top") else ""
         role = f" ({g['role']})" if g.get("role") else ""
         lines.append(f"  group {g['group']}: {g['rows']} rows{dim}{top}, {n} dataset{'s' if n > 1 else ''}, "
-                     f"{g['bytes']} bytes{role}  ->  --hdf5_group {g['group']} or {shown}")
+                     f"{g['bytes']} bytes{role}  ->  --row_group {g['group']} or {shown}")
     default = tree.get("default")
     if default and tree["row_groups"]:
         lines.append(f"default: convert takes group {default['group']}: {default['why']}" if default["group"] else
-                     f"default: none, convert refuses to choose: {default['why']}; pass --hdf5_group N or --datasets")
+                     f"default: none, convert refuses to choose: {default['why']}; pass --row_group N or --datasets")
     if not tree["row_groups"]:
-        lines.append("  none: no dataset with rows; convert (--hdf5_mode auto) makes each dataset and MATLAB cell one "
-                     "Example")
+        lines.append("  none: no dataset with rows; convert (--container_mode auto) makes each dataset and MATLAB cell "
+                     "one Example")
     return "\n".join(lines)

@@ -12,7 +12,7 @@ features, dtypes, rows, row groups and items, so the records are byte-identical)
   the v7.3 compound); ``char`` arrays strings, one per row, and a cell of char row vectors held by a cell or a struct
   array one list of strings (:mod:`mattext`); ``logical`` uint8;
 * a 1x1 struct's fields are variables ``/s/field`` (nested: ``/s/t/field``); a struct array's field and a cell array
-  hold one array per element: ``--hdf5_mode datasets`` converts each as ``/s/field{k}`` / ``/c{k}`` (MATLAB's
+  hold one array per element: ``--container_mode datasets`` converts each as ``/s/field{k}`` / ``/c{k}`` (MATLAB's
   linear index, column-major); cells holding structs or cells are named and skipped, empty cells left out;
 * empty arrays are skipped; sparse matrices, function handles and objects are named and skipped, and refused
   (SchemaError) when named in ``--datasets``: save a sparse matrix full (``full(S)``) or as its ``find`` triplets.
@@ -37,14 +37,15 @@ import zlib
 import numpy as np
 
 from tfrecord_etl.transforms import fileio
-from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import hdf5layout as layout
 from tfrecord_etl.transforms.sources import matnesting, mattext
 from tfrecord_etl.transforms.sources.mattext import as_codes, matlab_shape, string_cells
-from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, _check_empty_rows,
+from tfrecord_etl.transforms.sources.container import MODE_FLAG, ContainerSource, check_leading_lengths, choose_group, \
+    datasets_index
+from tfrecord_etl.transforms.sources.base import (ARRAY, Columns, FileIndex, RowRange, _check_empty_rows,
                                                   _check_names, _leaf_specs, _refuse_special_file, _row_bytes,
-                                                  _row_spec, log, loosen_all)
+                                                  _row_spec, log)
 
 MATLAB5_MAGIC = b"MATLAB 5.0 MAT-file"  # the header text of v6 and v7 files (v7.3 says "MATLAB 7.3": HDF5)
 # the dtype each MATLAB class is stored as: the v7.3 file's HDF5 dtype (char: UTF-16 code units, converted to strings
@@ -232,10 +233,10 @@ def _refuse(leaf: Leaf, path: str, mode: str) -> None:
                           hint="choose other variables with --datasets")
     if leaf.kind == layout.CELL and mode == "rows":
         raise SchemaError("The variable is a MATLAB cell array (or a struct array's field), not rows of values",
-                          file=path, dataset=leaf.path, hint="use --hdf5_mode datasets: each cell becomes one Example")
+                          file=path, dataset=leaf.path, hint=f"use {MODE_FLAG} datasets: each cell becomes one Example")
 
 
-class MatlabSource(Source):
+class MatlabSource(ContainerSource):
     """MATLAB v4-v7 ``.mat`` files through SciPy, with the modes, row groups and flags of :class:`Hdf5Source`
     (see the module docstring). Remote files are read through ``fileio`` streams (loadmat takes a file object)."""
 
@@ -243,16 +244,11 @@ class MatlabSource(Source):
     suffixes = (".mat",)  # a v7.3 .mat is HDF5 by its first bytes; a v4 file has no magic: the suffix decides
     magic = (MATLAB5_MAGIC,)
     content_label = "a MATLAB v5/v7 .mat file"
-    modes = ("rows", "datasets")
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:
         """The header text, or (a writer with other text) the v5 version 0x0100 and endian indicator at 124."""
         return super().sniff(head) or head[124:128] in (b"\x00\x01IM", b"\x01\x00MI")
-
-    def __init__(self, options):
-        super().__init__(options)
-        self.loose = options.hdf5_mode == "datasets"
 
     def _stream(self, path: str):
         _refuse_special_file(path)
@@ -445,18 +441,13 @@ class MatlabSource(Source):
             specs += _leaf_specs(leaf.path.strip("/"), leaf.dtype, leaf.shape[1:], f"{path}, variable '{leaf.path}'")
             lengths[leaf.path] = leaf.shape[0]
         _check_names(specs, path)
-        if len(set(lengths.values())) > 1:
-            listing = ", ".join(f"'{n}': {v}" for n, v in list(lengths.items())[:6])
-            raise SchemaError(f"Variables have different leading lengths ({listing})", file=path,
-                              hint="choose variables of equal length with --datasets (or a row group with "
-                                   "--hdf5_group N); tfrecord-etl inspect FILE lists the row groups")
-        rows = next(iter(lengths.values()))
+        rows = check_leading_lengths(lengths, path, "variables")
         _check_empty_rows(rows, data_row_bytes, self.options, path)
         return FileIndex(path, rows, tuple(specs), _row_bytes(specs), 1, tuple(lf.path for lf in chosen),
                          sequential=True)
 
     def _default(self, f, table, path: str) -> list[Leaf]:
-        """The leaves of the chosen row group (``--hdf5_group``, largest first), skipped kinds logged in one line;
+        """The leaves of the chosen row group (``--row_group``, largest first), skipped kinds logged in one line;
         [] when only cells and empty arrays are there (auto mode converts each cell then)."""
         from tfrecord_etl.transforms.sources.hdf5 import _log_skipped
         entries, skipped, by_path = [], {}, {}
@@ -466,15 +457,15 @@ class MatlabSource(Source):
                 by_path[leaf.path] = leaf
             elif leaf.kind != layout.INTERNAL:
                 skipped.setdefault(leaf.kind, []).append(leaf.path)
-        if not entries and self.options.hdf5_mode == "auto" and skipped.get(layout.CELL):
+        if not entries and self.options.container_mode == "auto" and skipped.get(layout.CELL):
             return []
         _log_skipped(skipped, path, "rows mode")
         if not entries:
             what = "; ".join(f"{kind}: {', '.join(paths[:3])}" for kind, paths in skipped.items())
             raise SchemaError("The file holds no variable with rows" + (f" (skipped {what})" if what else ""),
-                              file=path, hint="--hdf5_mode datasets converts each cell as one Example"
+                              file=path, hint=f"{MODE_FLAG} datasets converts each cell as one Example"
                               if skipped.get(layout.CELL) else None)
-        return [by_path[p] for p in layout.choose_group(entries, self.options.hdf5_group, path)]
+        return [by_path[p] for p in choose_group(entries, self.options.row_group or None, path)]
 
     def _index_datasets(self, f, table, path: str) -> FileIndex:
         """Datasets mode: one row per variable, struct field or cell holding an array; features ``key``/``array``."""
@@ -508,16 +499,12 @@ class MatlabSource(Source):
         if not items:
             raise SchemaError("The file holds no variable to convert", file=path)
         self._check_header_sizes(f, table, [leaf for leaf in found if leaf.kind == layout.DATA], path)
-        return FileIndex(path, len(items), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), loosen_all(specs)),
-                         max(sizes), 1, tuple(items), tuple(sizes), sequential=True)
+        return datasets_index(path, items, specs, sizes, "variable", sequential=True)
 
     def _arrays(self, path: str, items) -> dict:
         """``{item: array as stored}`` of ``items``, from this worker thread's loaded variables of ``path`` (rows
         mode keeps the converted arrays of its row group; datasets mode the variables of the current range)."""
-        current = getattr(self._local, "open", None)
-        if current is None or current[0] != path:
-            current = self._local.open = (path, {}, {})
-        _, tops, converted = current
+        tops, converted = self.opened(path)
         missing = [i for i in items if i not in converted]
         if missing:
             needed = {i.strip("/").split("/")[0].split("{")[0] for i in missing}
@@ -549,15 +536,11 @@ class MatlabSource(Source):
             self.close()
             raise SourceError(f"Cannot read {rr.describe()}: {e}", file=rr.path,
                               hint="the file may be damaged (scipy.io.loadmat cannot read it)") from None
-        if self.loose:
-            return {KEY: [i.encode() for i in rr.items], ARRAY: [arrays[i] for i in rr.items]}
-        columns = {}
-        for name in rr.items:
-            columns.update(flatten_fields(name.strip("/"), arrays[name][rr.start:rr.stop]))
-        return columns
+        return self.columns(rr, arrays.__getitem__, lambda n: arrays[n][rr.start:rr.stop])
 
-    def close(self) -> None:
-        self._local.open = None
+    def open_for_read(self, path: str):
+        """``({variable: loaded value}, {item: array as stored})``, filled by :meth:`_arrays` (see :meth:`opened`)."""
+        return {}, {}
 
 
 def _with_complex(typed, kept):

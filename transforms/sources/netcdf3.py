@@ -15,22 +15,23 @@ import warnings
 import numpy as np
 
 from tfrecord_etl.transforms import fileio
-from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import conventions
-from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, _check_empty_rows,
+from tfrecord_etl.transforms.sources.container import MODE_FLAG, ContainerSource, check_leading_lengths, choose_group, \
+    datasets_index
+from tfrecord_etl.transforms.sources.base import (ARRAY, Columns, FileIndex, RowRange, _check_empty_rows,
                                                   _check_names, _leaf_specs, _refuse_special_file, _row_bytes,
-                                                  _row_spec, log, loosen_all)
+                                                  _row_spec, log)
 
 NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02")
 
 
-class NetCdf3Source(Source):
+class NetCdf3Source(ContainerSource):
     """NetCDF-3 files, memory-mapped (local files only; copy a remote one first: SciPy reads a file object's
     variables whole at open, before any size could be checked).
 
     Rows mode: the variables of ``options.datasets`` (names with or without a leading ``/``), else the row
-    group ``options.hdf5_group`` of the variables grouped by their first dimension, by default the CF data
+    group ``options.row_group`` of the variables grouped by their first dimension, by default the CF data
     variables on the record dimension, else the largest group of data variables (:mod:`conventions`); 0-d
     variables are skipped (one warning). Datasets mode: each variable is one Example (``key``, ``array``).
     """
@@ -39,11 +40,6 @@ class NetCdf3Source(Source):
     suffixes = (".nc", ".cdf", ".nc3", ".mnc")  # .mnc: MINC1 (MINC2 is HDF5: the first bytes decide)
     magic = NETCDF3_MAGIC
     content_label = "a NetCDF-3 file"
-    modes = ("rows", "datasets")
-
-    def __init__(self, options):
-        super().__init__(options)
-        self.loose = options.hdf5_mode == "datasets"
 
     def _open(self, path: str):
         from scipy.io import netcdf_file
@@ -93,7 +89,7 @@ class NetCdf3Source(Source):
                 var = self._variable(f, name, path)
                 if not var.shape:
                     raise SchemaError("Variable is a scalar (0-d): it has no rows", file=path, dataset=name,
-                                      hint="use --hdf5_mode datasets (each variable -> one Example)")
+                                      hint=f"use {MODE_FLAG} datasets (each variable -> one Example)")
                 dtype = var.data.dtype
                 data_row_bytes += dtype.itemsize * int(np.prod(var.shape[1:]))
                 specs += _leaf_specs(name.strip("/"), dtype, var.shape[1:], f"{path}, variable '{name}'")
@@ -101,11 +97,7 @@ class NetCdf3Source(Source):
         finally:
             self._close(f)
         _check_names(specs, path)
-        if len(set(lengths.values())) > 1:
-            listing = ", ".join(f"'{n}': {v}" for n, v in list(lengths.items())[:6])
-            raise SchemaError(f"Variables have different leading lengths ({listing})", file=path,
-                              hint="choose variables of one dimension with --datasets")
-        rows = next(iter(lengths.values()))
+        rows = check_leading_lengths(lengths, path, "variables")
         _check_empty_rows(rows, data_row_bytes, self.options, path)
         return FileIndex(path, rows, tuple(specs), _row_bytes(specs), 1, tuple(names))
 
@@ -120,11 +112,11 @@ class NetCdf3Source(Source):
             log.warning("Skipping %d scalar (%s%s) variables in '%s' (rows mode)", len(scalars),
                         ", ".join(scalars[:3]), ", ..." if len(scalars) > 3 else "", path)
         if not entries:
-            if self.options.hdf5_mode == "auto" and scalars:
+            if self.options.container_mode == "auto" and scalars:
                 return []  # index() converts each variable instead
             raise SchemaError("The file holds no variable with rows", file=path,
-                              hint="use --hdf5_mode datasets (each variable -> one Example)")
-        return conventions.choose(entries, conventions.netcdf3_roles(f), self.options.hdf5_group or None, path)
+                              hint=f"use {MODE_FLAG} datasets (each variable -> one Example)")
+        return choose_group(entries, self.options.row_group or None, path, conventions.netcdf3_roles(f))
 
     def _index_variables(self, f, path: str) -> FileIndex:
         names = [n.lstrip("/") for n in self.options.datasets] if self.options.datasets else list(f.variables)
@@ -133,37 +125,19 @@ class NetCdf3Source(Source):
             var = self._variable(f, name, path)
             specs.append(_row_spec(ARRAY, var.data.dtype, var.shape, f"{path}, variable '{name}'"))
             sizes.append(int(var.data.nbytes))
-        if not names:
-            raise SchemaError("The file holds no variable", file=path)
-        return FileIndex(path, len(names), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), loosen_all(specs)),
-                         max(sizes), 1, tuple(names), tuple(sizes))
+        return datasets_index(path, names, specs, sizes, "variable")
 
-    def _opened(self, path: str):
-        current = getattr(self._local, "open", None)
-        if current is not None and current[0] == path:
-            return current[1]
-        self.close()
-        f = self._open(path)
-        self._local.open = (path, f)
-        return f
+    def open_for_read(self, path: str):
+        return self._open(path)
 
-    def close(self) -> None:
-        current = getattr(self._local, "open", None)
-        self._local.open = None
-        if current is not None:
-            self._close(current[1])
+    def close_handle(self, handle) -> None:
+        self._close(handle)
 
     def read(self, rr: RowRange) -> Columns:
         try:
-            f = self._opened(rr.path)
-            if self.loose:
-                return {KEY: [n.encode() for n in rr.items],
-                        ARRAY: [np.array(self._variable(f, n, rr.path).data) for n in rr.items]}
-            columns = {}
-            for name in rr.items:
-                data = np.array(self._variable(f, name, rr.path).data[rr.start:rr.stop])  # a copy: the map closes
-                columns.update(flatten_fields(name.strip("/"), data))
-            return columns
+            f = self.opened(rr.path)
+            return self.columns(rr, lambda n: np.array(self._variable(f, n, rr.path).data),  # copies: the map closes
+                                lambda n: np.array(self._variable(f, n, rr.path).data[rr.start:rr.stop]))
         except SourceError:
             raise
         except Exception as e:  # noqa: BLE001

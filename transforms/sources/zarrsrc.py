@@ -5,9 +5,9 @@ confined to the store, sizes and decompressed sizes bounded by the metadata, nev
 
 The model is the HDF5 containers' (``hdf5layout``): arrays with the same leading length on the same leading
 dimension (xarray's ``_ARRAY_DIMENSIONS`` attribute in v2, ``dimension_names`` in v3; a coordinate variable is on
-its own dimension) form a row group; rows mode converts the largest group unless ``--datasets`` or ``--hdf5_group
-N`` says otherwise; ``--hdf5_mode datasets`` converts each array as one Example (``key``, ``array``). Values are the
-stored ones: no CF decoding (``scale_factor``, ``_FillValue``, time units stay attributes), as for NetCDF.
+its own dimension) form a row group; rows mode converts the largest group unless ``--datasets`` or ``--row_group
+N`` says otherwise; ``--container_mode datasets`` converts each array as one Example (``key``, ``array``). Values are
+the stored ones: no CF decoding (``scale_factor``, ``_FillValue``, time units stay attributes), as for NetCDF.
 Planning reads metadata only (the consolidated metadata when the store has it: one read for the whole tree); row
 ranges are aligned to the arrays' chunks (to shards for sharded v3 arrays).
 """
@@ -20,12 +20,13 @@ import numpy as np
 
 from tfrecord_etl._install import pip_install
 from tfrecord_etl.transforms import fileio
-from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import hdf5layout as layout
 from tfrecord_etl.transforms.sources import zarrstore
-from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, _check_empty_rows,
-                                                  _check_names, _leaf_specs, _row_bytes, _row_spec, log, loosen_all)
+from tfrecord_etl.transforms.sources.container import MODE_FLAG, ContainerSource, check_leading_lengths, choose_group, \
+    datasets_index
+from tfrecord_etl.transforms.sources.base import (ARRAY, Columns, FileIndex, RowRange, _check_empty_rows,
+                                                  _check_names, _leaf_specs, _row_bytes, _row_spec, log)
 
 ZARR_SUFFIXES = (".zarr", ".zarr.zip", ".zarr/")
 MAX_CHUNK_ALIGN_ROWS = 2**20  # row ranges align to the arrays' common chunk rows up to this many rows
@@ -200,17 +201,12 @@ def array_bytes(array) -> int:
     return int(math.prod(array.shape)) * itemsize
 
 
-class ZarrSource(Source):
+class ZarrSource(ContainerSource):
     """Zarr stores (see the module docstring). ``index``/``read`` take the store's root path as the "file"."""
 
     format_name = "zarr"
     suffixes = ZARR_SUFFIXES
-    modes = ("rows", "datasets")
     content_label = "a Zarr store"
-
-    def __init__(self, options):
-        super().__init__(options)
-        self.loose = options.hdf5_mode == "datasets"
 
     def pin_files(self, paths):
         """Pins each local store's root metadata document (``zarr.json``/``.zmetadata``/``.zgroup``/``.zarray``) or
@@ -265,7 +261,7 @@ class ZarrSource(Source):
                 arr = _array(arrays, name, path)
                 if not arr.shape:
                     raise SchemaError("Array is a scalar (0-d): it has no rows", file=path, dataset=name,
-                                      hint="use --hdf5_mode datasets (each array -> one Example)")
+                                      hint=f"use {MODE_FLAG} datasets (each array -> one Example)")
                 where = f"{path}, array '{name}'"
                 dtype = array_dtype(arr, where)
                 row_shape = tuple(arr.shape[1:])
@@ -279,12 +275,7 @@ class ZarrSource(Source):
         finally:
             store.close()
         _check_names(specs, path)
-        if len(set(lengths.values())) > 1:
-            listing = ", ".join(f"'{n}': {v}" for n, v in list(lengths.items())[:6])
-            raise SchemaError(f"Arrays have different leading lengths ({listing})", file=path,
-                              hint="choose arrays of one dimension with --datasets (or a row group with "
-                                   "--hdf5_group N); tfrecord-etl inspect STORE lists them")
-        rows = next(iter(lengths.values()))
+        rows = check_leading_lengths(lengths, path, "arrays", "STORE")
         _check_empty_rows(rows, data_row_bytes, self.options, path)
         return FileIndex(path, rows, tuple(specs), _row_bytes(specs), align, tuple(names))
 
@@ -296,11 +287,11 @@ class ZarrSource(Source):
                 continue
             entries.append((name, int(arr.shape[0]), leading_dimension(name, arr), array_bytes(arr)))
         if not entries:
-            if self.options.hdf5_mode == "auto" and scalars:
+            if self.options.container_mode == "auto" and scalars:
                 return []
             raise SchemaError("The store holds no array with rows", file=path,
-                              hint="use --hdf5_mode datasets (each array -> one Example)" if scalars else None)
-        return layout.choose_group(entries, self.options.hdf5_group, path)
+                              hint=f"use {MODE_FLAG} datasets (each array -> one Example)" if scalars else None)
+        return choose_group(entries, self.options.row_group or None, path)
 
     def _index_arrays(self, arrays: dict, path: str, store) -> FileIndex:
         names = list(self.options.datasets) if self.options.datasets else list(arrays)
@@ -318,25 +309,14 @@ class ZarrSource(Source):
             specs.append(_row_spec(ARRAY, dtype, arr.shape, where))
             sizes.append(array_bytes(arr))
             items.append(name)
-        if not items:
-            raise SchemaError("The store holds no array to convert", file=path)
-        return FileIndex(path, len(items), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), loosen_all(specs)),
-                         max(sizes), 1, tuple(items), tuple(sizes))
+        return datasets_index(path, items, specs, sizes, "array", "store")
 
-    def _opened(self, path: str):
-        current = getattr(self._local, "open", None)
-        if current is not None and current[0] == path:
-            return current[1]
-        self.close()
-        tree = self._tree(path)
-        self._local.open = (path, tree)
-        return tree
+    def open_for_read(self, path: str):
+        """``(store, {name: array})`` of ``path`` (see :meth:`opened`)."""
+        return self._tree(path)
 
-    def close(self) -> None:
-        current = getattr(self._local, "open", None)
-        self._local.open = None
-        if current is not None:
-            current[1][0].close()
+    def close_handle(self, handle) -> None:
+        handle[0].close()
 
     def read(self, rr: RowRange) -> Columns:
         """The rows ``rr.start:rr.stop`` of each array of ``rr.items`` (datasets mode: each array whole).
@@ -345,15 +325,9 @@ class ZarrSource(Source):
           SourceError: a refused chunk (see :mod:`zarrstore`), or any failure to decode (naming the rows).
         """
         try:
-            _, arrays = self._opened(rr.path)
-            if self.loose:
-                return {KEY: [n.encode() for n in rr.items],
-                        ARRAY: [np.asarray(_array(arrays, n, rr.path)[...]) for n in rr.items]}
-            columns = {}
-            for name in rr.items:
-                data = _as_numpy(_array(arrays, name, rr.path)[rr.start:rr.stop])
-                columns.update(flatten_fields(name.strip("/"), data))
-            return columns
+            _, arrays = self.opened(rr.path)
+            return self.columns(rr, lambda n: np.asarray(_array(arrays, n, rr.path)[...]),
+                                lambda n: _as_numpy(_array(arrays, n, rr.path)[rr.start:rr.stop]))
         except SourceError:
             self.close()
             raise

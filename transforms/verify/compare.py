@@ -9,6 +9,7 @@ import numpy as np
 from tfrecord_etl.transforms import codec, fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError, SourceError
+from tfrecord_etl.transforms.renamed_flags import current_names  # options recorded under a flag's old name
 from tfrecord_etl.transforms.verify.report import CHUNK_ROWS, Problem, Progress, PROVENANCE_FILE, PROVENANCE_ROW, Report
 
 
@@ -112,7 +113,8 @@ def plan_sources(meta: dict, patterns: Sequence[str], where: str = ""):
         raise ConfigError("--source needs the convert options in metadata.json ('options.input' is missing): "
                           "this output was not written by tfrecord-etl convert", file=where or None)
     try:  # the convert's own source options (planning.source_options is their one home)
-        cfg = ConvertConfig.model_validate({k: v for k, v in opts.items() if k in ConvertConfig.model_fields})
+        cfg = ConvertConfig.model_validate({k: v for k, v in current_names(opts).items()
+                                            if k in ConvertConfig.model_fields})
         options = planning.source_options(cfg)
     except (TypeError, ValueError, ValidationError) as e:
         raise ConfigError(f"Invalid convert options in metadata.json: {str(e).splitlines()[0]}",
