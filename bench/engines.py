@@ -151,6 +151,10 @@ def main(argv=None) -> int:
     print(f"\n{rows:,} rows, {rows * row_bytes(LAYOUTS['large']) / 1e9:.2f} GB; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (other work on the machine is in these numbers)")
     print("engine | whole job s (ratio) | work span s (ratio) | peak RSS MB (max per process kind)")
+
+    def ratio(x, base):  # no ratio without a DirectRunner run in the same invocation
+        return f" ({x / base:.2f}x)" if base else ""
+
     for n, res in results.items():
         whole = statistics.median(x["whole_s"] for x in res)
         span = statistics.median(x["span_s"] for x in res)
@@ -159,7 +163,7 @@ def main(argv=None) -> int:
             for k, v in x["rss_mb"].items():
                 kind = re.sub(r"-\d+$", "", k)
                 kinds[kind] = max(kinds.get(kind, 0), v)
-        print(f"{n} | {whole:.1f} ({whole / base_whole:.2f}x) | {span:.1f} ({span / base_span:.2f}x) | "
+        print(f"{n} | {whole:.1f}{ratio(whole, base_whole)} | {span:.1f}{ratio(span, base_span)} | "
               + ", ".join(f"{k} {v:.0f}" for k, v in sorted(kinds.items())))
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"rows": rows, "results": results}, indent=1))
