@@ -13,7 +13,7 @@ from typing import Callable
 from tfrecord_etl._install import pip_install
 from tfrecord_etl.pipelines import resume_gc
 from tfrecord_etl.pipelines import gcsaccess
-from tfrecord_etl.pipelines.gcsaccess import connect_to_gcs_anonymously  # noqa: F401 - re-exported
+from tfrecord_etl.pipelines.gcsaccess import connect_to_gcs_anonymously  # re-exported
 from tfrecord_etl.pipelines.workers import (WORKER_DIED_LINE, dead_worker_signals, died_line,  # noqa: F401
                                             mark_stopping, quiet_worker_threads as _quiet_worker_threads,
                                             stop_worker_processes, stopped_count)

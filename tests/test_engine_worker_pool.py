@@ -13,11 +13,11 @@ import pytest
 
 pytest.importorskip("apache_beam")
 
-from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc, endpoints_pb2  # noqa: E402
-from apache_beam.runners.worker.worker_pool_main import BeamFnExternalWorkerPoolServicer  # noqa: E402
-from apache_beam.utils import thread_pool_executor  # noqa: E402
+from apache_beam.portability.api import beam_fn_api_pb2, beam_fn_api_pb2_grpc, endpoints_pb2
+from apache_beam.runners.worker.worker_pool_main import BeamFnExternalWorkerPoolServicer
+from apache_beam.utils import thread_pool_executor
 
-from configs.engines.worker_pool import PeerKeyedWorkerPool  # noqa: E402
+from configs.engines.worker_pool import PeerKeyedWorkerPool
 
 
 def _serve(servicer):

@@ -52,6 +52,15 @@ def version(path: str) -> str | None:
     return None
 
 
+def read_version(path: str) -> str | None:
+    """The version (S3 ETag, GCS generation) of the remote object ``path``: the one this process's reads are
+    pinned to (:func:`fileio.pinned_version`, no request), else asked for (:func:`version`: one request); None for
+    a local file."""
+    if fileio.is_local(path):
+        return None
+    return fileio.pinned_version(path) or version(path)
+
+
 def read_versioned(path: str) -> tuple[bytes | None, str | None]:
     """``(bytes, version)`` of the object ``path``, the bytes being exactly that version's (its reads are pinned to
     the version of the first one: S3 the GET's ETag, GCS the generation), so a caller can replace or delete the

@@ -193,7 +193,10 @@ class ConvertConfig(BaseModel):
     _lists = field_validator("datasets", "exclude_datasets", "allow_lossy", "shape", mode="before")(
         classmethod(lambda cls, v: [p.strip() for p in v.split(",") if p.strip()] if isinstance(v, str) else v))
 
-    _old_names = model_validator(mode="before")(classmethod(lambda cls, data: renamed_keys(data)))
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data):
+        return renamed_keys(data)
 
     @model_validator(mode="after")
     def _one_container_choice(self):

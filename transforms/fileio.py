@@ -579,15 +579,15 @@ def write_bytes(path: str, data: bytes) -> None:
         f.write(data)
 
 
-def read_version(path: str) -> str | None:
+def pinned_version(path: str) -> str | None:
     """The version (S3 ETag, GCS generation) of the remote object ``path`` that this process's reads are pinned
-    to (:class:`_RemoteObject`: planning opened it, no request), else asked for (:func:`version`: one request);
-    None for a local file."""
+    to (:class:`_RemoteObject`: planning opened it; no request), else None (a local file, or an object this
+    process has not opened). :func:`conditional.read_version` asks the store when there is none."""
     found = _opener(path)
     if found is None:
         return None
     obj = _known((found[0], _endpoint(found[1]), path))
-    return obj.version if obj is not None and obj.version else version(path)
+    return obj.version if obj is not None and obj.version else None
 
 
 def prefetch(stream, ranges) -> bool:

@@ -47,7 +47,7 @@ from typing import Sequence
 from tfrecord_etl.transforms import conditional, fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, encoding_of, normalize_dtype, spec_from_json
 from tfrecord_etl.transforms.errors import IncompleteOutputError, OutputError, SchemaError
-from tfrecord_etl.transforms.outdir import METADATA_FILE, SCHEMA_FILE  # noqa: F401 - the output directory's names
+from tfrecord_etl.transforms.outdir import METADATA_FILE, SCHEMA_FILE  # the output directory's names
 
 FORMAT = "tfrecord-etl/1"
 VERSION = "0.1.0"

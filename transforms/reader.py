@@ -26,10 +26,10 @@ from tfrecord_etl.transforms import collection_reader, fileio, metadata, numpy_r
 from tfrecord_etl.transforms.collection_reader import select_features
 from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, encoding_of, spec_from_json
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
-from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # noqa: F401 - re-exported
-from tfrecord_etl.transforms.random_access import RandomAccess  # noqa: F401 - re-exported
-from tfrecord_etl.transforms.shardcheck import CRC_CHUNK, check_shard, file_crc32c  # noqa: F401 - re-exported
-from tfrecord_etl.transforms.tfdata import decode_tf, parse_spec, refuse_varying_dtypes  # noqa: F401 - re-exported
+from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # re-exported
+from tfrecord_etl.transforms.random_access import RandomAccess  # re-exported
+from tfrecord_etl.transforms.shardcheck import CRC_CHUNK, check_shard, file_crc32c  # re-exported
+from tfrecord_etl.transforms.tfdata import decode_tf, parse_spec, refuse_varying_dtypes  # re-exported
 from tfrecord_etl.transforms.torch_io import collate_varlen, python_scalars, torch_description  # noqa: F401
 
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}

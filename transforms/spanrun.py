@@ -176,14 +176,14 @@ def _versions(paths: list[str]) -> list[str | None]:
 def ledger_rows(run: CollectionRun, plan) -> list[dict]:
     """The ledger rows of the files ``plan`` (a ``ConvertPlan``) reads: ``{"path", "size", "mtime_ns",
     "version"}``, from what planning pinned (a local file's size and ``mtime_ns``: ``Source.pin_files``; a remote
-    object's ETag / generation: the version its reads are pinned to, ``fileio.read_version``)."""
+    object's ETag / generation: the version its reads are pinned to, ``conditional.read_version``)."""
     sizes = dict(run.files)
     pins = getattr(plan.inputs.source, "pins", None) or {}
     rows = []
     for path in plan.inputs.paths:
         size, mtime = pins.get(path, (sizes.get(path), None))
         rows.append({"path": path, "size": size, "mtime_ns": mtime,
-                     "version": None if fileio.is_local(path) else fileio.read_version(path)})
+                     "version": None if fileio.is_local(path) else conditional.read_version(path)})
     return rows
 
 
