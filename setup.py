@@ -8,6 +8,7 @@ verify, inspect); ``pip install '.[beam]'`` adds the pipelines (Beam, TensorFlow
 Also usable as Beam's ``--setup_file``: the sdist Beam builds from it for the workers, from the project's launcher,
 installs the pipelines without any extra (WORKER_ENV below).
 """
+
 import os
 
 import setuptools
@@ -16,9 +17,13 @@ from setuptools.command.sdist import sdist as _sdist
 _FOLDERS = ("transforms", "pipelines")  # the repo's top-level folders, installed under tfrecord_etl
 # the documentation site (mkdocs.yml): mkdocs build --strict, or mkdocs serve to preview it; mkdocstrings formats
 # the API page's signatures with ruff
-_DOCS = ["mkdocs>=1.6.1,<2", "mkdocs-material>=9.8.2,<10", "mkdocstrings-python>=2.0.11,<3",
-         # pinned: configs/lint.sh checks the format, which changes between ruff releases
-         "ruff==0.17.6"]
+_DOCS = [
+    "mkdocs>=1.6.1,<2",
+    "mkdocs-material>=9.8.2,<10",
+    "mkdocstrings-python>=2.0.11,<3",
+    # pinned: configs/lint.sh checks the format, which changes between ruff releases
+    "ruff==0.17.6",
+]
 
 # Reading an output (tfrecord_etl.transforms.reader, verify, inspect): `pip install .`
 READER = ["numpy>=1.26", "google-crc32c>=1.5"]
@@ -73,8 +78,11 @@ setuptools.setup(
     license="Apache-2.0",
     license_files=["LICENSE"],
     python_requires=">=3.10,<3.13",
-    packages=["tfrecord_etl"] + [f"tfrecord_etl.{p}" for p in setuptools.find_packages(
-        include=[f for folder in _FOLDERS for f in (folder, folder + ".*")])],
+    packages=["tfrecord_etl"]
+    + [
+        f"tfrecord_etl.{p}"
+        for p in setuptools.find_packages(include=[f for folder in _FOLDERS for f in (folder, folder + ".*")])
+    ],
     package_dir={"tfrecord_etl": "tfrecord_etl", **{f"tfrecord_etl.{f}": f for f in _FOLDERS}},
     entry_points={"console_scripts": ["tfrecord-etl = tfrecord_etl.pipelines.cli:console"]},
     cmdclass={"sdist": sdist},
@@ -84,25 +92,36 @@ setuptools.setup(
         # gs:// reads without Beam (the reader's own client; apache-beam[gcp] brings it with the pipelines)
         "gcs": ["google-cloud-storage>=2.14"],
         # everything: the pipelines, s3:// and gs:// (with Beam's filesystems), DaskRunner, --tfds_name
-        "all": PIPELINES + ["boto3>=1.34,<2", "dask>=2024.4.2", "distributed>=2024.4.2",
-                            "tensorflow-datasets>=4.9.10,<5"],
-        "test": PIPELINES + _DOCS + ["pytest>=8", "hypothesis>=6.100", "pytest-timeout>=2.3",
-                 # configs/lint.sh (types over the public API) and the import layers' contracts (.importlinter)
-                 "mypy==2.4.1", "import-linter==2.16",
-                 # TFDS's own Tensor(encoding=ZLIB) encoder: the zlib encoding is checked byte for byte against it
-                 "tensorflow-datasets>=4.9.10,<5",
-                 # the `tfrecord` package (PyTorch readers): its multi-worker path reads our --index files
-                 "tfrecord>=1.14,<2",
-                 # Grain's MapDataset reads reader.RandomAccess as its random-access data source
-                 "grain>=0.2.18,<0.3",
-                 # the runner matrix (DaskRunner) and the S3 tests (a moto server) run in CI
-                 "dask>=2024.4.2", "distributed>=2024.4.2", "boto3>=1.34,<2", "moto[server]>=5.0",
-                 # a Google Cloud Storage API on 127.0.0.1 (ranged downloads): the gs:// read tests
-                 "gcp-storage-emulator>=2026.7.19",
-                 # a MATLAB v7.3 writer: the v7.3 twins of SciPy's v5 test files (both must convert alike)
-                 "hdf5storage>=0.2.2,<0.3",
-                 # Zarr stores (zarr 3.1 is the last for Python 3.11) and the xarray that writes the test stores
-                 "zarr>=3.1.6,<4", "xarray>=2024.1"],
+        "all": PIPELINES
+        + ["boto3>=1.34,<2", "dask>=2024.4.2", "distributed>=2024.4.2", "tensorflow-datasets>=4.9.10,<5"],
+        "test": PIPELINES
+        + _DOCS
+        + [
+            "pytest>=8",
+            "hypothesis>=6.100",
+            "pytest-timeout>=2.3",
+            # configs/lint.sh (types over the public API) and the import layers' contracts (.importlinter)
+            "mypy==2.4.1",
+            "import-linter==2.16",
+            # TFDS's own Tensor(encoding=ZLIB) encoder: the zlib encoding is checked byte for byte against it
+            "tensorflow-datasets>=4.9.10,<5",
+            # the `tfrecord` package (PyTorch readers): its multi-worker path reads our --index files
+            "tfrecord>=1.14,<2",
+            # Grain's MapDataset reads reader.RandomAccess as its random-access data source
+            "grain>=0.2.18,<0.3",
+            # the runner matrix (DaskRunner) and the S3 tests (a moto server) run in CI
+            "dask>=2024.4.2",
+            "distributed>=2024.4.2",
+            "boto3>=1.34,<2",
+            "moto[server]>=5.0",
+            # a Google Cloud Storage API on 127.0.0.1 (ranged downloads): the gs:// read tests
+            "gcp-storage-emulator>=2026.7.19",
+            # a MATLAB v7.3 writer: the v7.3 twins of SciPy's v5 test files (both must convert alike)
+            "hdf5storage>=0.2.2,<0.3",
+            # Zarr stores (zarr 3.1 is the last for Python 3.11) and the xarray that writes the test stores
+            "zarr>=3.1.6,<4",
+            "xarray>=2024.1",
+        ],
         # --runner DaskRunner (apache-beam[dask] asks for the same ranges); see docs/scale.md.
         "dask": ["dask>=2024.4.2", "distributed>=2024.4.2"],
         # s3:// inputs and outputs through Beam's S3 filesystem (apache-beam[aws] is boto3>=1.9,<2), and s3:// reads

@@ -11,6 +11,7 @@ and ``augment --mode rewrite`` of the small-row collection. Prints, per case, ea
 Both sides run with this interpreter (the same dependencies); each command runs in its checkout's folder, so
 ``python -m pipelines.convert`` imports that checkout's code.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,18 +47,22 @@ def span(cmd: list[str], cwd: str, sync: bool = True) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.ab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--base", required=True, help="the other checkout (a folder holding its pipelines/)")
     ap.add_argument("--repeat", type=int, default=5, help="runs per side and case (default 5)")
     ap.add_argument("--small_rows", type=int, default=2_000_000)
     ap.add_argument("--large_rows", type=int, default=84_000)
     ap.add_argument("--workdir", default=None, help="inputs and outputs (default: a temporary folder)")
     ap.add_argument("--no_sync", action="store_true", help="no os.sync() before each run (see span())")
-    ap.add_argument("--fresh", action="store_true",
-                    help="delete each output before its run: every run writes into an empty directory (no output to "
-                         "keep until the commit), which measures the code alone; without it each run replaces the "
-                         "previous output, as a scheduled re-run does")
+    ap.add_argument(
+        "--fresh",
+        action="store_true",
+        help="delete each output before its run: every run writes into an empty directory (no output to "
+        "keep until the commit), which measures the code alone; without it each run replaces the "
+        "previous output, as a scheduled re-run does",
+    )
     args = ap.parse_args(argv)
     work = args.workdir or tempfile.mkdtemp(prefix="tfrecord-etl-ab-")
     py = sys.executable
@@ -67,31 +72,71 @@ def main(argv=None) -> int:
         datagen.ensure(kind, path, rows, keep=True)
         inputs[kind] = path
     records = os.path.join(work, "records")
-    subprocess.run([py, "-m", "pipelines.convert", "--input", inputs["small"], "--output_dir", records, "--overwrite",
-                    *convert_encoding_flags(LAYOUTS["small"]), *BEAM], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(
+        [
+            py,
+            "-m",
+            "pipelines.convert",
+            "--input",
+            inputs["small"],
+            "--output_dir",
+            records,
+            "--overwrite",
+            *convert_encoding_flags(LAYOUTS["small"]),
+            *BEAM,
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     cases = {}
     for kind in ("small", "large"):
         cases[f"convert {kind} rows"] = lambda side, k=kind: [
-            py, "-m", "pipelines.convert", "--input", inputs[k], "--output_dir", os.path.join(work, f"out_{side}_{k}"),
-            "--overwrite", *convert_encoding_flags(LAYOUTS[k]), *BEAM]
+            py,
+            "-m",
+            "pipelines.convert",
+            "--input",
+            inputs[k],
+            "--output_dir",
+            os.path.join(work, f"out_{side}_{k}"),
+            "--overwrite",
+            *convert_encoding_flags(LAYOUTS[k]),
+            *BEAM,
+        ]
     cases["augment rewrite (small rows)"] = lambda side: [
-        py, "-m", "pipelines.augment", "--input", records, "--output_dir", os.path.join(work, f"aug_{side}"),
-        "--overwrite", "--mode", "rewrite", "--constants", AUGMENT_CONSTANT, "--encoding", "list", *BEAM]
+        py,
+        "-m",
+        "pipelines.augment",
+        "--input",
+        records,
+        "--output_dir",
+        os.path.join(work, f"aug_{side}"),
+        "--overwrite",
+        "--mode",
+        "rewrite",
+        "--constants",
+        AUGMENT_CONSTANT,
+        "--encoding",
+        "list",
+        *BEAM,
+    ]
     sides = {"base": os.path.abspath(args.base), "head": ROOT}
     print(f"A/B: base {sides['base']} vs head {ROOT}, {args.repeat} alternated runs per side; inputs in {work}")
     for name, make in cases.items():
         spans = {"base": [], "head": []}
         for i in range(args.repeat):
-            for side in (("base", "head") if i % 2 == 0 else ("head", "base")):
+            for side in ("base", "head") if i % 2 == 0 else ("head", "base"):
                 cmd = make(side)
                 if args.fresh:
                     shutil.rmtree(cmd[cmd.index("--output_dir") + 1], ignore_errors=True)
                 spans[side].append(span(cmd, sides[side], not args.no_sync))
         med = {s: statistics.median(v) for s, v in spans.items()}
-        print(f"{name}: base median {med['base']:.3f} s (best {min(spans['base']):.3f}), head median "
-              f"{med['head']:.3f} s (best {min(spans['head']):.3f}); head/base {med['head'] / med['base']:.3f}  "
-              f"[base {', '.join(f'{x:.2f}' for x in spans['base'])}; head {', '.join(f'{x:.2f}' for x in spans['head'])}]",
-              flush=True)
+        print(
+            f"{name}: base median {med['base']:.3f} s (best {min(spans['base']):.3f}), head median "
+            f"{med['head']:.3f} s (best {min(spans['head']):.3f}); head/base {med['head'] / med['base']:.3f}  "
+            f"[base {', '.join(f'{x:.2f}' for x in spans['base'])}; head {', '.join(f'{x:.2f}' for x in spans['head'])}]",
+            flush=True,
+        )
     return 0
 
 

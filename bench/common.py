@@ -2,12 +2,13 @@
 
 Kept free of TensorFlow and Beam imports at module level, so the driver and the raw copy stay light.
 """
+
 from __future__ import annotations
 
 import glob
 import os
 import struct
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -55,13 +56,15 @@ def chunk_rows_for(rbytes: int, chunk_bytes: int = CHUNK_BYTES) -> int:
     return max(1, chunk_bytes // max(1, rbytes))
 
 
-def iter_h5_chunks(path: str, chunk_rows: int | None = None, start: int = 0,
-                   stop: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+def iter_h5_chunks(
+    path: str, chunk_rows: int | None = None, start: int = 0, stop: int | None = None
+) -> Iterator[dict[str, np.ndarray]]:
     """Yields ``{feature name: array of the chunk's rows}`` for rows ``[start, stop)`` of every
     top-level dataset of ``path``, ``chunk_rows`` rows at a time (default: about 16 MB)."""
     import h5py
+
     with h5py.File(path, "r") as f:
-        names = sorted(k for k in f.keys() if isinstance(f[k], h5py.Dataset))
+        names = sorted(k for k in f if isinstance(f[k], h5py.Dataset))
         n = f[names[0]].shape[0]
         stop = n if stop is None else min(stop, n)
         if chunk_rows is None:
@@ -74,6 +77,7 @@ def iter_h5_chunks(path: str, chunk_rows: int | None = None, start: int = 0,
 
 def h5_num_rows(path: str) -> int:
     import h5py
+
     with h5py.File(path, "r") as f:
         return f[sorted(f.keys())[0]].shape[0]
 
@@ -124,6 +128,7 @@ def count_frames(path: str) -> int:
 def count_gzip_frames(path: str) -> int:
     """Number of records of a gzip TFRecord file, by walking the frame headers of its decompressed stream."""
     import gzip
+
     n = 0
     with gzip.open(path, "rb") as f:
         while True:
@@ -161,7 +166,8 @@ def dir_bytes(directory: str) -> int:
 def h5_row_bytes_and_rows(path: str) -> tuple[int, int]:
     """``(raw bytes of one row over every top-level dataset, number of rows)`` of the HDF5 file ``path``."""
     import h5py
+
     with h5py.File(path, "r") as f:
-        names = sorted(k for k in f.keys() if isinstance(f[k], h5py.Dataset))
+        names = sorted(k for k in f if isinstance(f[k], h5py.Dataset))
         rb = sum(f[k].dtype.itemsize * int(np.prod(f[k].shape[1:], dtype=np.int64)) for k in names)
         return rb, f[names[0]].shape[0]

@@ -13,6 +13,7 @@ each file records its parameters, so ``--keep`` reuses a file only when it is wh
 
     python -m bench.datagen small out.h5 --rows 1000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,6 +63,7 @@ def is_current(path: str, kind: str, rows: int, seed: int | None = None) -> bool
 def generate(kind: str, path: str, rows: int, seed: int | None = None) -> dict:
     """Writes the ``kind`` layout with ``rows`` rows to ``path`` (replacing it); returns its stamp."""
     import h5py
+
     layout = LAYOUTS[kind]
     seed = SEEDS[kind] if seed is None else seed
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -71,8 +73,9 @@ def generate(kind: str, path: str, rows: int, seed: int | None = None) -> dict:
     tmp = path + ".partial"
     step = block_rows(layout)
     with h5py.File(tmp, "w") as f:
-        dsets = {name: f.create_dataset(name, shape=(rows, *shape), dtype=dtype)
-                 for name, (dtype, shape) in layout.items()}
+        dsets = {
+            name: f.create_dataset(name, shape=(rows, *shape), dtype=dtype) for name, (dtype, shape) in layout.items()
+        }
         for block, start in enumerate(range(0, rows, step)):
             stop = min(start + step, rows)
             rng = np.random.default_rng((seed, block))
@@ -94,8 +97,9 @@ def ensure(kind: str, path: str, rows: int, keep: bool, seed: int | None = None)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.datagen", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.datagen", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("kind", choices=sorted(LAYOUTS))
     ap.add_argument("path")
     ap.add_argument("--rows", type=int, required=True)

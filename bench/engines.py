@@ -12,6 +12,7 @@ process below it (DirectRunner's workers, Prism and its harnesses), of every JVM
 harness process, sampled every 0.5 s while the job runs (a harness that lives shorter than that can be missed).
 The clusters are started once, before the first job, and are not in the times.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,7 @@ import threading
 import time
 
 from bench import datagen
-from bench.common import row_bytes, LAYOUTS
+from bench.common import LAYOUTS, row_bytes
 from configs.engines import engines
 
 DIRECT = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
@@ -64,6 +65,7 @@ def descendants(pid: int) -> list[int]:
 def launcher_tree(kind: str):
     """For engines that run inside the launcher (DirectRunner's worker processes, Prism and its harnesses): the
     launcher as ``launcher`` and each process below it as ``KIND-PID`` (a java/prism binary or a Python harness)."""
+
     def pids(launcher: int):
         named = [("launcher", launcher)]
         for p in descendants(launcher):
@@ -73,6 +75,7 @@ def launcher_tree(kind: str):
                 continue
             named.append((f"{'prism' if exe == 'prism' else kind}-{p}", p))
         return named
+
     return pids
 
 
@@ -81,9 +84,25 @@ def run_convert(inp: str, out: pathlib.Path, flags: list[str], pids) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     env = dict(os.environ, PYTHONPATH=str(engines.ROOT), TF_CPP_MIN_LOG_LEVEL="3")
     t = time.perf_counter()
-    proc = subprocess.Popen([engines.PYTHON, "-m", "tfrecord_etl.pipelines.convert", "--input", inp, "--output_dir",
-                             str(out), "--num_shards", "8", *flags], cwd=engines.ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            engines.PYTHON,
+            "-m",
+            "tfrecord_etl.pipelines.convert",
+            "--input",
+            inp,
+            "--output_dir",
+            str(out),
+            "--num_shards",
+            "8",
+            *flags,
+        ],
+        cwd=engines.ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     sampler = RssSampler(lambda: pids(proc.pid))
     sampler.start()
     stdout, stderr = proc.communicate()
@@ -97,8 +116,9 @@ def run_convert(inp: str, out: pathlib.Path, flags: list[str], pids) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.engines", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.engines", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--gb", type=float, default=2.0, help="input size in GB (decimal)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--engines", default="direct,flink,spark,prism")
@@ -119,37 +139,48 @@ def main(argv=None) -> int:
             c = engines.FlinkCluster(work / "flink", taskmanagers=2, slots=1).start()
             clusters.append(c)
             flags["flink"] = c.flags(2)
-            pids["flink"] = lambda _launcher, c=c: [("jobmanager", c.jobmanager.pid), ("job-server", c.job_server.pid)] + [
-                (f"taskmanager-{i}", tm.pid) for i, tm in enumerate(c.tms)] + [
-                (f"harness-{p}", p) for p in engines.harness_pids(c.pool)]
+            pids["flink"] = lambda _launcher, c=c: (
+                [("jobmanager", c.jobmanager.pid), ("job-server", c.job_server.pid)]
+                + [(f"taskmanager-{i}", tm.pid) for i, tm in enumerate(c.tms)]
+                + [(f"harness-{p}", p) for p in engines.harness_pids(c.pool)]
+            )
         if "spark" in names:
             c = engines.SparkCluster(work / "spark", workers=2, cores=1).start()
             clusters.append(c)
             flags["spark"] = c.flags()
-            pids["spark"] = lambda _launcher, c=c: [("master", c.master.pid), ("job-server", c.job_server.pid)] + [
-                (f"worker-{i}", w.pid) for i, w in enumerate(c.workers)] + [
-                (f"executor-{p}", p) for p in c.executors()] + [
-                (f"harness-{p}", p) for p in engines.harness_pids(c.pool)]
+            pids["spark"] = lambda _launcher, c=c: (
+                [("master", c.master.pid), ("job-server", c.job_server.pid)]
+                + [(f"worker-{i}", w.pid) for i, w in enumerate(c.workers)]
+                + [(f"executor-{p}", p) for p in c.executors()]
+                + [(f"harness-{p}", p) for p in engines.harness_pids(c.pool)]
+            )
         if "prism" in names:
             if not PRISM.exists():
-                raise SystemExit(f"{PRISM} is missing: GOBIN=$PWD/.engines/prism go install "
-                                 "github.com/apache/beam/sdks/v2/go/cmd/prism@v2.77.0")
+                raise SystemExit(
+                    f"{PRISM} is missing: GOBIN=$PWD/.engines/prism go install "
+                    "github.com/apache/beam/sdks/v2/go/cmd/prism@v2.77.0"
+                )
             flags["prism"] = ["--runner=PrismRunner", f"--prism_location={PRISM}", "--environment_type=LOOPBACK"]
             pids["prism"] = launcher_tree("harness")
         results = {n: [] for n in flags}
         for r in range(args.repeats):
-            for n in (list(flags) if r % 2 == 0 else list(reversed(flags))):  # alternated
+            for n in list(flags) if r % 2 == 0 else list(reversed(flags)):  # alternated
                 res = run_convert(inp, work / f"out-{n}", flags[n], pids[n])
                 results[n].append(res)
-                print(f"{n} #{r}: whole {res['whole_s']:.1f} s, span {res['span_s']} s, "
-                      f"peak RSS {json.dumps({k: round(v) for k, v in res['rss_mb'].items()})}", flush=True)
+                print(
+                    f"{n} #{r}: whole {res['whole_s']:.1f} s, span {res['span_s']} s, "
+                    f"peak RSS {json.dumps({k: round(v) for k, v in res['rss_mb'].items()})}",
+                    flush=True,
+                )
     finally:
         for c in clusters:
             c.stop()
     base_whole = statistics.median(x["whole_s"] for x in results["direct"]) if "direct" in results else None
     base_span = statistics.median(x["span_s"] for x in results["direct"]) if "direct" in results else None
-    print(f"\n{rows:,} rows, {rows * row_bytes(LAYOUTS['large']) / 1e9:.2f} GB; load average "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (other work on the machine is in these numbers)")
+    print(
+        f"\n{rows:,} rows, {rows * row_bytes(LAYOUTS['large']) / 1e9:.2f} GB; load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (other work on the machine is in these numbers)"
+    )
     print("engine | whole job s (ratio) | work span s (ratio) | peak RSS MB (max per process kind)")
 
     def ratio(x, base):  # no ratio without a DirectRunner run in the same invocation
@@ -163,8 +194,10 @@ def main(argv=None) -> int:
             for k, v in x["rss_mb"].items():
                 kind = re.sub(r"-\d+$", "", k)
                 kinds[kind] = max(kinds.get(kind, 0), v)
-        print(f"{n} | {whole:.1f}{ratio(whole, base_whole)} | {span:.1f}{ratio(span, base_span)} | "
-              + ", ".join(f"{k} {v:.0f}" for k, v in sorted(kinds.items())))
+        print(
+            f"{n} | {whole:.1f}{ratio(whole, base_whole)} | {span:.1f}{ratio(span, base_span)} | "
+            + ", ".join(f"{k} {v:.0f}" for k, v in sorted(kinds.items()))
+        )
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"rows": rows, "results": results}, indent=1))
     return 0

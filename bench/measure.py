@@ -19,6 +19,7 @@ Wall time runs from starting the command to its exit (descendants still alive th
 ``--grace`` seconds, then killed; their count is reported as ``stragglers``). The command's stdout
 and stderr go to ``--log``; the result, as JSON, to ``--json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -104,8 +105,15 @@ class _ProcTree:
             return out
 
 
-def measure(cmd: list[str], log_path: str, timeout: float | None, interval: float, grace: float,
-            env: dict | None = None, cwd: str | None = None) -> dict:
+def measure(
+    cmd: list[str],
+    log_path: str,
+    timeout: float | None,
+    interval: float,
+    grace: float,
+    env: dict | None = None,
+    cwd: str | None = None,
+) -> dict:
     try:
         import psutil
     except ImportError:  # /proc gives the same, a little slower
@@ -124,8 +132,15 @@ def measure(cmd: list[str], log_path: str, timeout: float | None, interval: floa
 
     with open(log_path, "wb") as log:
         started = time.perf_counter()
-        child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 env=env, cwd=cwd, start_new_session=True)
+        child = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
         deadline = started + timeout if timeout else None
         while True:
             total = 0
@@ -166,12 +181,21 @@ def measure(cmd: list[str], log_path: str, timeout: float | None, interval: floa
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     maxrss = usage.ru_maxrss * 1024  # KiB on Linux
     return {
-        "cmd": cmd, "returncode": code, "timed_out": timed_out, "wall_s": wall,
-        "cpu_user_s": usage.ru_utime, "cpu_sys_s": usage.ru_stime,
-        "peak_rss_bytes": max(maxrss, peak_proc), "kernel_maxrss_bytes": maxrss,
-        "polled_peak_rss_bytes": peak_proc, "tree_rss_bytes": peak_tree,
-        "procs_seen": len(pids_seen) or 1, "stragglers": len(left), "subreaper": subreaper,
-        "psutil": psutil is not _ProcTree, "log": log_path,
+        "cmd": cmd,
+        "returncode": code,
+        "timed_out": timed_out,
+        "wall_s": wall,
+        "cpu_user_s": usage.ru_utime,
+        "cpu_sys_s": usage.ru_stime,
+        "peak_rss_bytes": max(maxrss, peak_proc),
+        "kernel_maxrss_bytes": maxrss,
+        "polled_peak_rss_bytes": peak_proc,
+        "tree_rss_bytes": peak_tree,
+        "procs_seen": len(pids_seen) or 1,
+        "stragglers": len(left),
+        "subreaper": subreaper,
+        "psutil": psutil is not _ProcTree,
+        "log": log_path,
     }
 
 
@@ -196,7 +220,7 @@ def main(argv=None) -> int:
     ap.add_argument("--interval", type=float, default=0.1)
     ap.add_argument("--grace", type=float, default=10.0)
     args = ap.parse_args(argv[:cut])
-    result = measure(argv[cut + 1:], args.log, args.timeout, args.interval, args.grace)
+    result = measure(argv[cut + 1 :], args.log, args.timeout, args.interval, args.grace)
     with open(args.json, "w", encoding="utf-8") as f:
         json.dump(result, f)
     return 0

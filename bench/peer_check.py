@@ -11,6 +11,7 @@ the records by ``id`` (the row number: writers that run in parallel need not kee
 every feature with the HDF5 datasets exactly (``np.array_equal``; floats bit for bit). Exit 0 and one line
 ``peer_check: ok N records`` when equal; exit 1 and what differs (feature, first differing row) otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,6 +26,7 @@ def output_files(out_dir: str) -> list[str]:
     import glob
 
     from bench.common import tfrecord_files
+
     return sorted(set(tfrecord_files(out_dir)) | set(glob.glob(os.path.join(out_dir, "**", "*.tar"), recursive=True)))
 
 
@@ -44,8 +46,11 @@ def check(h5_path: str, out_dir: str) -> str | None:
     for name, col in want.items():
         form = seed_form(col.dtype)
         shape = list(col.shape[1:])
-        spec[name] = (tf.io.FixedLenFeature([], tf.string) if form == "bytes" else
-                      tf.io.FixedLenFeature(shape, tf.float32 if form == "float" else tf.int64))
+        spec[name] = (
+            tf.io.FixedLenFeature([], tf.string)
+            if form == "bytes"
+            else tf.io.FixedLenFeature(shape, tf.float32 if form == "float" else tf.int64)
+        )
     got = {name: [] for name in want}
     ds = tf.data.TFRecordDataset(files).batch(8192).map(lambda b: tf.io.parse_example(b, spec))
     for batch in ds.as_numpy_iterator():
@@ -62,21 +67,27 @@ def check(h5_path: str, out_dir: str) -> str | None:
     for name, col in want.items():
         values = np.concatenate(got[name])[order]
         if seed_form(col.dtype) == "bytes":
-            values = np.frombuffer(b"".join(values), col.dtype).reshape(col.shape) if all(
-                len(v) == col[0].nbytes for v in values) else None
+            values = (
+                np.frombuffer(b"".join(values), col.dtype).reshape(col.shape)
+                if all(len(v) == col[0].nbytes for v in values)
+                else None
+            )
             if values is None:
                 return f"{name}: a bytes value of the wrong length"
         values = values.astype(col.dtype) if values.dtype != col.dtype else values
-        if not np.array_equal(values.view(np.uint8) if col.dtype.kind == "f" else values,
-                              col.view(np.uint8) if col.dtype.kind == "f" else col):
+        if not np.array_equal(
+            values.view(np.uint8) if col.dtype.kind == "f" else values,
+            col.view(np.uint8) if col.dtype.kind == "f" else col,
+        ):
             bad = np.nonzero(values.reshape(rows, -1) != col.reshape(rows, -1))[0]
             return f"{name}: values differ from row {int(bad[0]) if len(bad) else '?'}"
     return None
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.peer_check", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.peer_check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--input", required=True)
     ap.add_argument("--output_dir", required=True)
     args = ap.parse_args(argv)

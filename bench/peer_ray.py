@@ -11,6 +11,7 @@ fixed-size list column, integers as an ``int64_list``; see ``bench.common.seed_f
 ``Dataset.write_tfrecords`` (uncompressed ``*.tfrecords`` files). Ranges are about 16 MB of rows, as the
 hand-written loop reads them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,12 +27,13 @@ def read_range(batch: dict, path: str):
     import pyarrow as pa
 
     from bench.common import seed_form
+
     columns = {}
     with h5py.File(path, "r") as f:
-        names = sorted(k for k in f.keys() if isinstance(f[k], h5py.Dataset))
+        names = sorted(k for k in f if isinstance(f[k], h5py.Dataset))
         for a, b in zip(batch["start"], batch["stop"]):
             for name in names:
-                columns.setdefault(name, []).append(f[name][int(a):int(b)])
+                columns.setdefault(name, []).append(f[name][int(a) : int(b)])
     out = {}
     for name, parts in columns.items():
         col = np.concatenate(parts)
@@ -48,8 +50,9 @@ def read_range(batch: dict, path: str):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.peer_ray", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.peer_ray", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--input", required=True, help="HDF5 file")
     ap.add_argument("--output_dir", required=True, help="directory for the *.tfrecords files")
     ap.add_argument("--num_cpus", type=int, default=2, help="ray.init(num_cpus=N) (default 2)")
@@ -61,15 +64,17 @@ def main(argv=None) -> int:
     from bench.common import chunk_rows_for, h5_row_bytes_and_rows
 
     started = time.perf_counter()
-    ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", ""),
-                                       "TF_CPP_MIN_LOG_LEVEL": "3"}})
+    ray.init(
+        num_cpus=args.num_cpus,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", ""), "TF_CPP_MIN_LOG_LEVEL": "3"}},
+    )
     rbytes, n = h5_row_bytes_and_rows(args.input)
     step = chunk_rows_for(rbytes)
     ranges = [{"start": a, "stop": min(a + step, n)} for a in range(0, n, step)]
     ds = ray.data.from_items(ranges, override_num_blocks=len(ranges))
-    ds = ds.map_batches(read_range, fn_kwargs={"path": os.path.abspath(args.input)}, batch_size=1,
-                        batch_format="numpy")
+    ds = ds.map_batches(read_range, fn_kwargs={"path": os.path.abspath(args.input)}, batch_size=1, batch_format="numpy")
     ds.write_tfrecords(os.path.abspath(args.output_dir))
     seconds = time.perf_counter() - started
     ray.shutdown()

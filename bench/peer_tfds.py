@@ -10,6 +10,7 @@ images; other arrays as plain ``Tensor`` features: a ``float_list``/``int64_list
 of NumPy values per row, reading about 16 MB of rows at a time with h5py. ``download_and_prepare`` writes
 ``out/peer_h5/1.0.0/peer_h5-train.tfrecord-*`` with TFDS's own example serializer and shard writer.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,13 +37,16 @@ def make_builder(path: str):
 
     class PeerH5(tfds.core.GeneratorBasedBuilder):
         """The HDF5 rows as a TFDS dataset (one ``train`` split)."""
+
         name = "peer_h5"
         VERSION = tfds.core.Version("1.0.0")
 
         def _info(self):
             return tfds.core.DatasetInfo(
-                builder=self, disable_shuffling=True,
-                features=tfds.features.FeaturesDict({k: feature(dt, sh) for k, (dt, sh) in layout.items()}))
+                builder=self,
+                disable_shuffling=True,
+                features=tfds.features.FeaturesDict({k: feature(dt, sh) for k, (dt, sh) in layout.items()}),
+            )
 
         def _split_generators(self, dl_manager):
             return {"train": self._generate_examples()}
@@ -59,8 +63,9 @@ def make_builder(path: str):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.peer_tfds", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.peer_tfds", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--input", required=True, help="HDF5 file")
     ap.add_argument("--output_dir", required=True, help="TFDS data_dir")
     args = ap.parse_args(argv)
@@ -69,8 +74,9 @@ def main(argv=None) -> int:
 
     started = time.perf_counter()
     builder = make_builder(os.path.abspath(args.input))(data_dir=os.path.abspath(args.output_dir))
-    builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-        download_mode=tfds.download.GenerateMode.REUSE_DATASET_IF_EXISTS))
+    builder.download_and_prepare(
+        download_config=tfds.download.DownloadConfig(download_mode=tfds.download.GenerateMode.REUSE_DATASET_IF_EXISTS)
+    )
     n = builder.info.splits["train"].num_examples
     seconds = time.perf_counter() - started
     print(f"peer_tfds: {n} examples in {seconds:.3f} s (after imports)", file=sys.stderr)

@@ -23,6 +23,7 @@ median wall time. Every output (every round) is checked value for value against 
 fails its check fails the contender. Results: a ``peers`` part of ``results.md`` (:func:`markdown`) and the chart
 ``peers.png`` (:func:`draw`) in the results directory.
 """
+
 from __future__ import annotations
 
 import os
@@ -81,8 +82,9 @@ def build_env(root: str, name: str, say=print, pins: tuple | None = None) -> str
         say(f"  [peers] creating {os.path.relpath(d, root)}")
         subprocess.run([sys.executable, "-m", "venv", d], check=True)
     say(f"  [peers] installing {' '.join(pins)} into {os.path.relpath(d, root)} (a few minutes the first time)")
-    done = subprocess.run([os.path.join(d, "bin", "python"), "-m", "pip", "install", "-q", *pins],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [os.path.join(d, "bin", "python"), "-m", "pip", "install", "-q", *pins], capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise SystemExit(f"cannot build the {name} peer environment {d}:\n{done.stderr[-3000:]}")
     with open(os.path.join(d, SPEC_FILE), "w", encoding="utf-8") as f:
@@ -104,8 +106,12 @@ def summarize(runs: list[dict]) -> dict:
     walls = [r.get("wall_s") for r in runs]
     bad = next((r for r in runs if r.get("error") is not None), None)
     if bad is not None or not runs:
-        return {"status": "failed", "wall_s": None, "walls_s": walls,
-                "error": bad["error"] if bad is not None else "not run"}
+        return {
+            "status": "failed",
+            "wall_s": None,
+            "walls_s": walls,
+            "error": bad["error"] if bad is not None else "not run",
+        }
     return {"status": "ok", "wall_s": statistics.median(walls), "walls_s": walls, "error": None}
 
 
@@ -130,10 +136,15 @@ def markdown(rows: list[dict], section_info: dict) -> str:
         return ""
     sections = list(dict.fromkeys(r["section"] for r in mine))
     head = "| input | " + " | ".join(label for _, label, _ in CONTENDERS) + " |"
-    lines = ["### peers: TFDS and Ray Data on the same rows", "",
-             "Median wall time of whole processes (contenders alternated, the order rotated every round), "
-             f"uncompressed output, every output's values checked; ratios to `{next(label for k, label, _ in CONTENDERS if k == BASE)}`.",
-             "", head, "|" + "---|" * (len(CONTENDERS) + 1)]
+    lines = [
+        "### peers: TFDS and Ray Data on the same rows",
+        "",
+        "Median wall time of whole processes (contenders alternated, the order rotated every round), "
+        f"uncompressed output, every output's values checked; ratios to `{next(label for k, label, _ in CONTENDERS if k == BASE)}`.",
+        "",
+        head,
+        "|" + "---|" * (len(CONTENDERS) + 1),
+    ]
     for s in sections:
         by_key = {r["key"]: r for r in mine if r["section"] == s}
         info = section_info.get(s, {})
@@ -155,6 +166,7 @@ def draw(path: str, rows: list[dict], section_info: dict) -> str | None:
     else why not."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -204,8 +216,17 @@ def commands(bench, kind: str, pythons: dict) -> dict:
     if pythons.get("tfds"):
         cmds["tfds"] = lambda i, o: [pythons["tfds"], "-m", "bench.peer_tfds", "--input", i, "--output_dir", o]
     if pythons.get("ray"):
-        cmds["ray"] = lambda i, o: [pythons["ray"], "-m", "bench.peer_ray", "--input", i, "--output_dir", o,
-                                    "--num_cpus", str(os.cpu_count() or 1)]
+        cmds["ray"] = lambda i, o: [
+            pythons["ray"],
+            "-m",
+            "bench.peer_ray",
+            "--input",
+            i,
+            "--output_dir",
+            o,
+            "--num_cpus",
+            str(os.cpu_count() or 1),
+        ]
     return cmds
 
 
@@ -219,8 +240,12 @@ def _check(bench, key: str, m: dict, inp: str, out: str, rows: int, rb: int) -> 
     if key == "raw":
         n = dir_bytes(out)
         return None if n == rows * rb else f"wrote {n} bytes, expected {rows * rb}"
-    done = subprocess.run([bench.py, "-m", "bench.peer_check", "--input", inp, "--output_dir", out],
-                          capture_output=True, text=True, env=bench.env)
+    done = subprocess.run(
+        [bench.py, "-m", "bench.peer_check", "--input", inp, "--output_dir", out],
+        capture_output=True,
+        text=True,
+        env=bench.env,
+    )
     if done.returncode != 0:
         return (done.stderr.strip().splitlines() or ["peer_check failed"])[-1]
     return None
@@ -243,8 +268,13 @@ def run_peers(bench, build: bool, rounds: int) -> list[str]:
         section = f"peers_{kind}"
         bench.say(f"[{section}] {rows:,} rows x {rb:,} bytes = {rows * rb / 1e6:,.1f} MB raw, {rounds} rounds")
         inp = bench.h5(kind, section, rows)
-        bench.section_info[section] = {"rows": rows, "row_bytes": rb, "raw_bytes": rows * rb, "input": inp,
-                                       "layout": kind}
+        bench.section_info[section] = {
+            "rows": rows,
+            "row_bytes": rb,
+            "raw_bytes": rows * rb,
+            "input": inp,
+            "layout": kind,
+        }
         cmds = commands(bench, kind, pythons)
         keys = [k for k, _, _ in CONTENDERS if k in cmds]
         runs: dict[str, list[dict]] = {k: [] for k in keys}
@@ -258,20 +288,39 @@ def run_peers(bench, build: bool, rounds: int) -> list[str]:
                 m["error"] = _check(bench, key, m, inp, out, rows, rb)
                 if m["error"] is None and key not in out_bytes:
                     out_bytes[key] = dir_bytes(out)
-                bench.say(f"  round {rnd + 1} {key}: "
-                          + (f"{m['wall_s']:.2f} s" if m["error"] is None else f"failed ({m['error']})"))
+                bench.say(
+                    f"  round {rnd + 1} {key}: "
+                    + (f"{m['wall_s']:.2f} s" if m["error"] is None else f"failed ({m['error']})")
+                )
                 runs[key].append(m)
                 shutil.rmtree(out, ignore_errors=True)
         for key, label, role in CONTENDERS:
             if key not in runs:
-                bench.rows.append({"section": section, "key": key, "name": label, "role": role, "rows": rows,
-                                   "raw_bytes": rows * rb, "status": "skipped", "command": "",
-                                   "error": "no environment (pass --peers)"})
+                bench.rows.append(
+                    {
+                        "section": section,
+                        "key": key,
+                        "name": label,
+                        "role": role,
+                        "rows": rows,
+                        "raw_bytes": rows * rb,
+                        "status": "skipped",
+                        "command": "",
+                        "error": "no environment (pass --peers)",
+                    }
+                )
                 continue
             summ = summarize(runs[key])
             median_run = next((r for r in runs[key] if r.get("wall_s") == summ["wall_s"]), runs[key][-1])
-            row = {"section": section, "key": key, "name": label, "role": role, "rows": rows,
-                   "raw_bytes": rows * rb, "command": " ".join(cmds[key](inp, "OUT"))}
+            row = {
+                "section": section,
+                "key": key,
+                "name": label,
+                "role": role,
+                "rows": rows,
+                "raw_bytes": rows * rb,
+                "command": " ".join(cmds[key](inp, "OUT")),
+            }
             row.update(bench._row_fields(median_run))
             row.update(summ)
             if key in out_bytes:

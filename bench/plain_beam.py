@@ -9,6 +9,7 @@ tf.train.Example per row in Python, yield its serialization) | WriteToTFRecord``
 have the same features and forms as the seed loop's. It measures Beam's per-element cost (the DoFn
 output, the sink's per-record write) on top of the seed loop's per-row protobuf work.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,6 +28,7 @@ class _ReadAndEncode:
 
     def __call__(self, bounds):
         from bench.common import iter_h5_chunks, make_row_example_fn
+
         if self._to_example is None:
             self._to_example = make_row_example_fn()
         start, stop = bounds
@@ -37,8 +39,9 @@ class _ReadAndEncode:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.plain_beam", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.plain_beam", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--input", required=True, help="HDF5 file")
     ap.add_argument("--output_dir", required=True)
     ap.add_argument("--range_mb", type=float, default=16.0, help="raw MB of one row range (one element of Create)")
@@ -46,14 +49,15 @@ def main(argv=None) -> int:
     args, beam_argv = ap.parse_known_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import logging
+
     logging.getLogger("apache_beam").setLevel(logging.ERROR)
     import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions
-
     import h5py
     import numpy as np
+    from apache_beam.options.pipeline_options import PipelineOptions
+
     with h5py.File(args.input, "r") as f:
-        names = [k for k in f.keys() if isinstance(f[k], h5py.Dataset)]
+        names = [k for k in f if isinstance(f[k], h5py.Dataset)]
         rows = f[names[0]].shape[0]
         rbytes = sum(f[k].dtype.itemsize * int(np.prod(f[k].shape[1:], dtype=np.int64)) for k in names)
     step = max(1, int(args.range_mb * 1e6) // max(1, rbytes))
@@ -62,18 +66,27 @@ def main(argv=None) -> int:
     os.makedirs(args.output_dir, exist_ok=True)
     # Referenced through the importable module (not __main__), so workers unpickle it by name.
     from bench.plain_beam import _ReadAndEncode as read_and_encode
+
     started = time.perf_counter()
     with beam.Pipeline(options=PipelineOptions(beam_argv)) as p:
-        _ = (p
-             | "Ranges" >> beam.Create(ranges)
-             | "Spread" >> beam.Reshuffle()
-             | "ReadAndEncode" >> beam.FlatMap(read_and_encode(args.input))
-             | "Write" >> beam.io.WriteToTFRecord(os.path.join(args.output_dir, "data"),
-                                                  file_name_suffix=".tfrecord", num_shards=num_shards,
-                                                  shard_name_template="-SSSSS-of-NNNNN"))
+        _ = (
+            p
+            | "Ranges" >> beam.Create(ranges)
+            | "Spread" >> beam.Reshuffle()
+            | "ReadAndEncode" >> beam.FlatMap(read_and_encode(args.input))
+            | "Write"
+            >> beam.io.WriteToTFRecord(
+                os.path.join(args.output_dir, "data"),
+                file_name_suffix=".tfrecord",
+                num_shards=num_shards,
+                shard_name_template="-SSSSS-of-NNNNN",
+            )
+        )
     seconds = time.perf_counter() - started
-    print(f"plain_beam: {rows} examples in {seconds:.2f} s ({rows / max(seconds, 1e-9):,.0f} examples/s, "
-          "after imports)", file=sys.stderr)
+    print(
+        f"plain_beam: {rows} examples in {seconds:.2f} s ({rows / max(seconds, 1e-9):,.0f} examples/s, after imports)",
+        file=sys.stderr,
+    )
     return 0
 
 

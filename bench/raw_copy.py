@@ -9,6 +9,7 @@ raw array bytes from the source to disk (the "x raw" ratios). With ``--records``
 the bytes of the given TFRecord files, 16 MB at a time, into one file: the floor cost of rewriting a
 record collection.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,8 +22,9 @@ from bench.common import CHUNK_BYTES, iter_h5_chunks
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.raw_copy", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.raw_copy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     src = ap.add_mutually_exclusive_group(required=True)
     src.add_argument("--input", help="HDF5 file")
     src.add_argument("--records", help="glob of TFRecord files")
@@ -49,8 +51,10 @@ def main(argv=None) -> int:
                         out.write(memoryview(buf)[:k])
                         nbytes += k
     seconds = time.perf_counter() - started
-    print(f"raw_copy: {nbytes:,} bytes in {seconds:.3f} s ({nbytes / 1e6 / max(seconds, 1e-9):,.0f} MB/s)",
-          file=sys.stderr)
+    print(
+        f"raw_copy: {nbytes:,} bytes in {seconds:.3f} s ({nbytes / 1e6 / max(seconds, 1e-9):,.0f} MB/s)",
+        file=sys.stderr,
+    )
     return 0
 
 

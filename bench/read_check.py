@@ -13,6 +13,7 @@ of the benchmark's inputs is the row number, so every record read is matched wit
 then every feature's dtype, shape and values (floats bit for bit) against the source rows. The first difference
 comes back as one line (feature, row), None when everything matches.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,11 @@ def save_expected(columns: dict[str, np.ndarray], directory: str) -> None:
 
 def load_expected(directory: str) -> dict[str, np.ndarray]:
     """The arrays of :func:`save_expected` (memory-mapped: the check reads only what it compares)."""
-    return {name[:-4]: np.load(os.path.join(directory, name), mmap_mode="r")
-            for name in sorted(os.listdir(directory)) if name.endswith(".npy")}
+    return {
+        name[:-4]: np.load(os.path.join(directory, name), mmap_mode="r")
+        for name in sorted(os.listdir(directory))
+        if name.endswith(".npy")
+    }
 
 
 class Collected:
@@ -70,8 +74,9 @@ def _same(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     return np.all(got.reshape(n, -1) == want.reshape(n, -1), axis=1)
 
 
-def check(got: dict[str, np.ndarray], expected: dict[str, np.ndarray], indices: np.ndarray | None = None,
-          ordered: bool = True) -> str | None:
+def check(
+    got: dict[str, np.ndarray], expected: dict[str, np.ndarray], indices: np.ndarray | None = None, ordered: bool = True
+) -> str | None:
     """None when ``got`` (``{name: array of the records read}``) holds exactly the source rows, else the first
     difference, one line. See the module for what is compared."""
     rows = len(expected[ID])

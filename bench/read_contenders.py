@@ -16,6 +16,7 @@ batches; ``reader.RandomAccess``: ``ra[i]``, ``ra.__getitems__`` and ``ra.batch`
 ``--random`` random indices, a PyTorch ``DataLoader`` (2 workers, shuffled) and Grain over it; the ``tfrecord``
 package's indexed ``TFRecordDataset`` in a ``DataLoader``. Batches of ``--batch`` (256) records everywhere.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,30 +47,67 @@ class Contender(NamedTuple):
 
 CONTENDERS = {
     "floor": Contender("plain read of the shard files (the floor)", "light", False, ("none", "gzip"), "bytes"),
-    "tf_hand": Contender("hand-written tf.data: `TFRecordDataset(shards, num_parallel_reads=2).batch(256)"
-                         ".map(parse_example [+ decode_raw], AUTOTUNE).prefetch(2)`", "tf", False,
-                         ("none", "gzip"), "any"),
+    "tf_hand": Contender(
+        "hand-written tf.data: `TFRecordDataset(shards, num_parallel_reads=2).batch(256)"
+        ".map(parse_example [+ decode_raw], AUTOTUNE).prefetch(2)`",
+        "tf",
+        False,
+        ("none", "gzip"),
+        "any",
+    ),
     "tf_hand_numpy": Contender("the same, `.as_numpy_iterator()`", "tf", False, ("none", "gzip"), "any"),
     "tf_reader": Contender("`reader.to_tf_dataset(out, batch_size=256)`", "tf", False, ("none", "gzip"), "ordered"),
-    "tf_reader_unbatched": Contender("`reader.to_tf_dataset(out).batch(256)` (unbatched, batched by the consumer)",
-                                     "tf", False, ("none", "gzip"), "ordered"),
-    "tfds": Contender("TFDS `builder_from_directory(out).as_dataset(split='train', batch_size=256)` on a "
-                      "`--tfds_name` output", "tf", False, ("tfds",), "any"),
-    "numpy_iter": Contender("`reader.iter_numpy(out)` (one example at a time)", "light", False, ("none", "gzip"),
-                            "ordered"),
-    "numpy_batched": Contender("`reader.iter_numpy(out, batch_size=256)`", "light", False, ("none", "gzip"),
-                               "ordered"),
+    "tf_reader_unbatched": Contender(
+        "`reader.to_tf_dataset(out).batch(256)` (unbatched, batched by the consumer)",
+        "tf",
+        False,
+        ("none", "gzip"),
+        "ordered",
+    ),
+    "tfds": Contender(
+        "TFDS `builder_from_directory(out).as_dataset(split='train', batch_size=256)` on a `--tfds_name` output",
+        "tf",
+        False,
+        ("tfds",),
+        "any",
+    ),
+    "numpy_iter": Contender(
+        "`reader.iter_numpy(out)` (one example at a time)", "light", False, ("none", "gzip"), "ordered"
+    ),
+    "numpy_batched": Contender("`reader.iter_numpy(out, batch_size=256)`", "light", False, ("none", "gzip"), "ordered"),
     "ra_random": Contender("`reader.RandomAccess(out)[i]`, 20,000 random i", "light", False, ("none",), "indices"),
-    "ra_getitems": Contender("`RandomAccess(out).__getitems__(256 random i)`, 20,000 random i", "light", False,
-                             ("none",), "indices"),
-    "ra_batch": Contender("`RandomAccess(out).batch(256 random i)` (a dict of arrays), 20,000 random i", "light",
-                          False, ("none",), "indices"),
-    "torch_ra": Contender("PyTorch `DataLoader(RandomAccess(out), batch_size=256, shuffle=True, num_workers=2)`",
-                          "light", True, ("none",), "any"),
-    "torch_tfrecord": Contender("PyTorch `DataLoader` (2 workers, batch 256) over the `tfrecord` package's indexed "
-                                "`TFRecordDataset` per shard (shuffle queue 1,024)", "light", True, ("none",), "any"),
-    "grain": Contender("Grain `MapDataset.source(RandomAccess(out)).shuffle().batch(256)`, 2 worker processes "
-                       "(`mp_prefetch`)", "light", False, ("none",), "any"),
+    "ra_getitems": Contender(
+        "`RandomAccess(out).__getitems__(256 random i)`, 20,000 random i", "light", False, ("none",), "indices"
+    ),
+    "ra_batch": Contender(
+        "`RandomAccess(out).batch(256 random i)` (a dict of arrays), 20,000 random i",
+        "light",
+        False,
+        ("none",),
+        "indices",
+    ),
+    "torch_ra": Contender(
+        "PyTorch `DataLoader(RandomAccess(out), batch_size=256, shuffle=True, num_workers=2)`",
+        "light",
+        True,
+        ("none",),
+        "any",
+    ),
+    "torch_tfrecord": Contender(
+        "PyTorch `DataLoader` (2 workers, batch 256) over the `tfrecord` package's indexed "
+        "`TFRecordDataset` per shard (shuffle queue 1,024)",
+        "light",
+        True,
+        ("none",),
+        "any",
+    ),
+    "grain": Contender(
+        "Grain `MapDataset.source(RandomAccess(out)).shuffle().batch(256)`, 2 worker processes (`mp_prefetch`)",
+        "light",
+        False,
+        ("none",),
+        "any",
+    ),
 }
 
 
@@ -91,6 +129,7 @@ def _reader(a):
     ``fileio`` reads local files through Beam's FileSystems, imported on first use; without Beam (the reader-only
     environment) through ``lightfs``."""
     from tfrecord_etl.transforms import fileio, reader
+
     started = time.perf_counter()
     fileio.exists(os.path.join(a.output_dir, "metadata.json"))
     print(f"reader first-use imports: {time.perf_counter() - started:.3f} s (not timed)", flush=True)
@@ -107,6 +146,7 @@ def _need(module: str):
 # ------------------------------------------------------------------------------------------ contenders
 # Each one imports what it needs and returns run(collected) -> records handed over (or bytes, for the floor).
 
+
 def floor(a):
     paths = _paths(a.output_dir, _meta(a.output_dir))
     view = memoryview(bytearray(CHUNK))  # allocated (and its pages touched) before the timed pass
@@ -120,12 +160,14 @@ def floor(a):
                     total += k
         col.bytes_read = total
         return total
+
     return run
 
 
 def check_floor(out: str, bytes_read: int) -> str | None:
     """The floor read every byte of every shard: its count against metadata.json, then each shard's CRC32C."""
     import google_crc32c
+
     meta = _meta(out)
     want = sum(s["bytes"] for s in meta["shards"])
     if bytes_read != want:
@@ -166,7 +208,7 @@ def _hand_pipeline(a, tf):
 
 def _tf_loop(ds, col, numpy_iter: bool) -> int:
     n = 0
-    for b in (ds.as_numpy_iterator() if numpy_iter else ds):
+    for b in ds.as_numpy_iterator() if numpy_iter else ds:
         col.batch(b)
         n += len(b["id"])
     return n
@@ -186,9 +228,13 @@ def tf_reader(a, batched=True):
     reader = _reader(a)
 
     def run(col):
-        ds = reader.to_tf_dataset(a.output_dir, batch_size=a.batch) if batched else \
-            reader.to_tf_dataset(a.output_dir).batch(a.batch)
+        ds = (
+            reader.to_tf_dataset(a.output_dir, batch_size=a.batch)
+            if batched
+            else reader.to_tf_dataset(a.output_dir).batch(a.batch)
+        )
         return _tf_loop(ds, col, numpy_iter=False)
+
     return run
 
 
@@ -201,9 +247,11 @@ def tfds(a):
     tfds_mod = _need("tensorflow_datasets")
 
     def run(col):
-        ds = tfds_mod.builder_from_directory(a.output_dir).as_dataset(split="train", shuffle_files=False,
-                                                                     batch_size=a.batch)
+        ds = tfds_mod.builder_from_directory(a.output_dir).as_dataset(
+            split="train", shuffle_files=False, batch_size=a.batch
+        )
         return _tf_loop(tfds_mod.as_numpy(ds), col, numpy_iter=False)
+
     return run
 
 
@@ -216,6 +264,7 @@ def numpy_iter(a):
             col.row(example)
             n += 1
         return n
+
     return run
 
 
@@ -230,6 +279,7 @@ def numpy_batched(a):
             col.batch(batch)
             n += len(batch["id"])
         return n
+
     return run
 
 
@@ -247,6 +297,7 @@ def ra_random(a):
         for i in a.indices.tolist():
             col.row(ra[i])
         return len(a.indices)
+
     return run
 
 
@@ -258,12 +309,13 @@ def ra_getitems(a):
     def run(col):
         ra = reader.RandomAccess(a.output_dir)
         for k in range(0, len(a.indices), a.batch):
-            got = ra.__getitems__(a.indices[k:k + a.batch].tolist())
+            got = ra.__getitems__(a.indices[k : k + a.batch].tolist())
             if isinstance(got, dict):  # {name: array of rows}
                 col.batch(got)
             else:  # PyTorch's convention: a list of examples
                 col.rows.extend(got)
         return len(a.indices)
+
     return run
 
 
@@ -275,8 +327,9 @@ def ra_batch(a):
     def run(col):
         ra = reader.RandomAccess(a.output_dir)
         for k in range(0, len(a.indices), a.batch):
-            col.batch(ra.batch(a.indices[k:k + a.batch].tolist()))
+            col.batch(ra.batch(a.indices[k : k + a.batch].tolist()))
         return len(a.indices)
+
     return run
 
 
@@ -285,13 +338,19 @@ def torch_ra(a):
     reader = _reader(a)
 
     def run(col):
-        loader = torch.utils.data.DataLoader(reader.RandomAccess(a.output_dir), batch_size=a.batch, shuffle=True,
-                                             num_workers=2, generator=torch.Generator().manual_seed(a.seed))
+        loader = torch.utils.data.DataLoader(
+            reader.RandomAccess(a.output_dir),
+            batch_size=a.batch,
+            shuffle=True,
+            num_workers=2,
+            generator=torch.Generator().manual_seed(a.seed),
+        )
         n = 0
         for b in loader:
             col.batch(b)
             n += len(b["id"])
         return n
+
     return run
 
 
@@ -299,6 +358,7 @@ def torch_tfrecord(a):
     torch = _need("torch")
     _need("tfrecord")
     from tfrecord.torch.dataset import TFRecordDataset
+
     meta = _meta(a.output_dir)
     if any("index" not in s for s in meta["shards"]):
         raise Skip("shards without index files (convert with --index)")
@@ -312,19 +372,29 @@ def torch_tfrecord(a):
         out = {}
         for name, (dtype, shape, raw) in decode.items():
             value = example[name]
-            out[name] = (np.frombuffer(value, dtype) if raw else np.asarray(value).astype(dtype, copy=False)
-                         ).reshape(shape)
+            out[name] = (np.frombuffer(value, dtype) if raw else np.asarray(value).astype(dtype, copy=False)).reshape(
+                shape
+            )
         return out
 
     def run(col):
-        shards = [TFRecordDataset(os.path.join(a.output_dir, s["file"]), os.path.join(a.output_dir, s["index"]),
-                                  description, shuffle_queue_size=1024, transform=transform) for s in meta["shards"]]
+        shards = [
+            TFRecordDataset(
+                os.path.join(a.output_dir, s["file"]),
+                os.path.join(a.output_dir, s["index"]),
+                description,
+                shuffle_queue_size=1024,
+                transform=transform,
+            )
+            for s in meta["shards"]
+        ]
         loader = torch.utils.data.DataLoader(torch.utils.data.ChainDataset(shards), batch_size=a.batch, num_workers=2)
         n = 0
         for b in loader:
             col.batch(b)
             n += len(b["id"])
         return n
+
     return run
 
 
@@ -339,19 +409,23 @@ def grain(a):
             col.batch(b)
             n += len(b["id"])
         return n
+
     return run
 
 
 # ------------------------------------------------------------------------------------------ the process
 
+
 def stored_bytes(out: str) -> int:
-    return sum(s["bytes"] for s in _meta(out)["shards"]) if os.path.exists(os.path.join(out, "metadata.json")) \
-        else 0
+    return sum(s["bytes"] for s in _meta(out)["shards"]) if os.path.exists(os.path.join(out, "metadata.json")) else 0
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.read_contenders", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.read_contenders",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("contender", choices=sorted(CONTENDERS))
     ap.add_argument("--output_dir", required=True, help="the converted output directory")
     ap.add_argument("--expected", required=True, help="directory of the source arrays, <feature>.npy")
@@ -375,8 +449,11 @@ def main(argv=None) -> int:
     seconds = time.perf_counter() - started
     records = len(expected["id"]) if spec.mode == "bytes" else n
     size = n if spec.mode == "bytes" else stored_bytes(a.output_dir)
-    print(f"read: {records} records, {size} bytes in {seconds:.6f} s "
-          f"({records / max(seconds, 1e-9):,.0f} records/s, {size / 1e6 / max(seconds, 1e-9):,.1f} MB/s)", flush=True)
+    print(
+        f"read: {records} records, {size} bytes in {seconds:.6f} s "
+        f"({records / max(seconds, 1e-9):,.0f} records/s, {size / 1e6 / max(seconds, 1e-9):,.1f} MB/s)",
+        flush=True,
+    )
     if spec.mode == "bytes":
         why = check_floor(a.output_dir, n)
     else:

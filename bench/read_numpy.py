@@ -12,6 +12,7 @@ Contenders needing TensorFlow (``tf_numpy_iterator``), PyTorch (``torch_*``) or 
 when it is not importable (PyTorch and the `tfrecord` package run in a venv of their own, bench/.venv-peers-torch:
 they cannot share a process with TensorFlow). Timings exclude imports and the first open of the output (metadata).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,9 +41,10 @@ def _reference(out: str, indices) -> dict[int, dict]:
     """The per-record decoder's values of the records at ``indices`` (a few hundred)."""
     from tfrecord_etl.transforms import metadata, tfrecord
     from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient
+
     meta = metadata.load(out)
     specs = [FeatureSpec.from_json(f) if isinstance(f, dict) else f for f in meta["features"]]
-    want, got, base = sorted(set(int(i) for i in indices)), {}, 0
+    want, got, base = sorted({int(i) for i in indices}), {}, 0
     for shard, path in zip(meta["shards"], metadata.shard_paths(out, meta)):
         mine = [i for i in want if base <= i < base + shard["records"]]
         if mine:
@@ -67,7 +69,9 @@ class Checker:
     def batch(self, batch: dict) -> None:
         ids = np.asarray(batch["id"]).reshape(-1)
         n = len(ids)
-        if self.ordered and not (n and ids[0] == self.seen and np.array_equal(ids, np.arange(self.seen, self.seen + n))):
+        if self.ordered and not (
+            n and ids[0] == self.seen and np.array_equal(ids, np.arange(self.seen, self.seen + n))
+        ):
             raise AssertionError(f"ids {ids[:4]}... at row {self.seen}")
         if not self.ordered:
             self.ids.append(ids.copy())
@@ -117,11 +121,13 @@ def plain_read(out: str) -> float:
                 while n := f.readinto(buf):
                     total += n
         return total
+
     return _timed(run)
 
 
 def iter_numpy_batched(out: str, batch_size: int = BATCH) -> float:
     from tfrecord_etl.transforms import reader
+
     check = Checker(out)
     next(reader.iter_numpy(out, batch_size=1))  # imports, metadata
 
@@ -129,12 +135,14 @@ def iter_numpy_batched(out: str, batch_size: int = BATCH) -> float:
         for batch in reader.iter_numpy(out, batch_size=batch_size):
             check.batch(batch)
         return check.done()
+
     return _timed(run)
 
 
 def iter_numpy_unchecked(out: str, batch_size: int = BATCH) -> float:
     """As :func:`iter_numpy_batched` with ``check_checksums=False``: the cost of the shard checks."""
     from tfrecord_etl.transforms import reader
+
     check = Checker(out)
     next(reader.iter_numpy(out, batch_size=1))
 
@@ -142,6 +150,7 @@ def iter_numpy_unchecked(out: str, batch_size: int = BATCH) -> float:
         for batch in reader.iter_numpy(out, batch_size=batch_size, check_checksums=False):
             check.batch(batch)
         return check.done()
+
     return _timed(run)
 
 
@@ -149,6 +158,7 @@ def iter_numpy_first_epoch(out: str, batch_size: int = BATCH) -> float:
     """As :func:`iter_numpy_batched`, with the per-process memory of checked shards cleared first: the first epoch
     of a process, which reads each shard's CRC32C before its rows."""
     from tfrecord_etl.transforms import reader, shardcheck
+
     check = Checker(out)
     next(reader.iter_numpy(out, batch_size=1))
 
@@ -157,11 +167,13 @@ def iter_numpy_first_epoch(out: str, batch_size: int = BATCH) -> float:
         for batch in reader.iter_numpy(out, batch_size=batch_size):
             check.batch(batch)
         return check.done()
+
     return _timed(run)
 
 
 def iter_numpy_rows(out: str) -> float:
     from tfrecord_etl.transforms import reader
+
     check = Checker(out)
     next(reader.iter_numpy(out))
 
@@ -169,6 +181,7 @@ def iter_numpy_rows(out: str) -> float:
         for row in reader.iter_numpy(out):
             check.row(row)
         return check.done()
+
     return _timed(run)
 
 
@@ -176,14 +189,19 @@ def tf_numpy_iterator(out: str, batch_size: int = BATCH) -> float:
     """The hand-written tf.data pipeline: TFRecordDataset(shards, num_parallel_reads=2).batch(256).map(parse_example
     [+ decode_raw], AUTOTUNE).prefetch(2).as_numpy_iterator(), deterministic order."""
     import tensorflow as tf
+
     from tfrecord_etl.transforms import metadata
+
     meta = metadata.load(out)
     features = {f.name: f for f in meta["features"]}
     spec = {}
     for name, f in features.items():
         kind = {"<f4": tf.float32}.get(f.dtype, tf.int64)
-        spec[name] = tf.io.FixedLenFeature([], tf.string) if f.encoding == "tensor" else \
-            tf.io.FixedLenFeature(list(f.shape), kind)
+        spec[name] = (
+            tf.io.FixedLenFeature([], tf.string)
+            if f.encoding == "tensor"
+            else tf.io.FixedLenFeature(list(f.shape), kind)
+        )
 
     def parse(serialized):
         parsed = tf.io.parse_example(serialized, spec)
@@ -191,8 +209,13 @@ def tf_numpy_iterator(out: str, batch_size: int = BATCH) -> float:
             if f.encoding == "tensor":
                 parsed[name] = tf.reshape(tf.io.decode_raw(parsed[name], tf.uint8), [-1, *f.shape])
         return parsed
-    ds = tf.data.TFRecordDataset(_shards(out), num_parallel_reads=2).batch(batch_size) \
-        .map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(2)
+
+    ds = (
+        tf.data.TFRecordDataset(_shards(out), num_parallel_reads=2)
+        .batch(batch_size)
+        .map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+        .prefetch(2)
+    )
     check = Checker(out, ordered=False)  # num_parallel_reads interleaves the shards (a fixed order)
     next(iter(ds))
 
@@ -200,12 +223,14 @@ def tf_numpy_iterator(out: str, batch_size: int = BATCH) -> float:
         for batch in ds.as_numpy_iterator():
             check.batch(batch)
         return check.done()
+
     return _timed(run)
 
 
 def random_getitem(out: str) -> float:
     """``RandomAccess(out)[i]`` for 20,000 random ``i``, one process, page cache warm (shards checked first)."""
     from tfrecord_etl.transforms import reader
+
     ra = reader.RandomAccess(out)
     idx = np.random.default_rng(2).integers(0, len(ra), RANDOM).tolist()
     ref = _reference(out, idx[:100])
@@ -218,12 +243,14 @@ def random_getitem(out: str) -> float:
             if i in ref and not all(np.array_equal(row[k], v) for k, v in ref[i].items()):
                 raise AssertionError(i)
         return len(idx)
+
     return _timed(run)
 
 
 def random_getitems(out: str, batch_size: int = BATCH) -> float:
     """``RandomAccess(out).__getitems__(256 random indices)`` (what a PyTorch DataLoader calls), 20,000 records."""
     from tfrecord_etl.transforms import reader
+
     ra = reader.RandomAccess(out)
     idx = np.random.default_rng(2).integers(0, len(ra), RANDOM).tolist()
     ref = _reference(out, idx[:100])
@@ -232,11 +259,12 @@ def random_getitems(out: str, batch_size: int = BATCH) -> float:
 
     def run():
         for a in range(0, len(idx), batch_size):
-            rows = ra.__getitems__(idx[a:a + batch_size])
-            for i, row in zip(idx[a:a + batch_size], rows):
+            rows = ra.__getitems__(idx[a : a + batch_size])
+            for i, row in zip(idx[a : a + batch_size], rows):
                 if i in ref and not all(np.array_equal(row[k], v) for k, v in ref[i].items()):
                     raise AssertionError(i)
         return len(idx)
+
     return _timed(run)
 
 
@@ -255,11 +283,14 @@ def _torch_epoch(loader, total: int) -> int:
 def torch_random_access(out: str, workers: int = 2, batch_size: int = BATCH) -> float:
     """PyTorch DataLoader(RandomAccess(out), batch_size=256, shuffle=True, num_workers=2): one epoch."""
     import torch
+
     from tfrecord_etl.transforms import reader
+
     ra = reader.RandomAccess(out)
     ra[0]
-    loader = torch.utils.data.DataLoader(ra, batch_size=batch_size, shuffle=True, num_workers=workers,
-                                         generator=torch.Generator().manual_seed(0))
+    loader = torch.utils.data.DataLoader(
+        ra, batch_size=batch_size, shuffle=True, num_workers=workers, generator=torch.Generator().manual_seed(0)
+    )
     return _timed(lambda: _torch_epoch(loader, len(ra)))
 
 
@@ -267,11 +298,14 @@ def torch_random_access_batched(out: str, workers: int = 2, batch_size: int = BA
     """PyTorch DataLoader(RandomAccess(out), batch_size=None, sampler=BatchSampler(RandomSampler, 256)): each worker
     fetches a whole batch with one ``ra[indices]`` (decoded together, no per-sample collate)."""
     import torch
+
     from tfrecord_etl.transforms import reader
+
     ra = reader.RandomAccess(out)
     ra[0]
     sampler = torch.utils.data.BatchSampler(
-        torch.utils.data.RandomSampler(range(len(ra)), generator=torch.Generator().manual_seed(0)), batch_size, False)
+        torch.utils.data.RandomSampler(range(len(ra)), generator=torch.Generator().manual_seed(0)), batch_size, False
+    )
     loader = torch.utils.data.DataLoader(ra, batch_size=None, sampler=sampler, num_workers=workers)
     return _timed(lambda: _torch_epoch(loader, len(ra)))
 
@@ -281,20 +315,40 @@ def torch_tfrecord_package(out: str, workers: int = 2, batch_size: int = BATCH) 
     queue of 1,024), DataLoader with 2 workers, batch 256; ``id`` checked."""
     import torch
     from tfrecord.torch.dataset import TFRecordDataset
+
     from tfrecord_etl.transforms import reader
+
     meta = json.load(open(os.path.join(out, "metadata.json")))
     description = reader.torch_description(out)
-    datasets = [TFRecordDataset(os.path.join(out, s["file"]), os.path.join(out, s["index"]), description,
-                                shuffle_queue_size=1024) for s in meta["shards"]]
-    loader = torch.utils.data.DataLoader(torch.utils.data.ChainDataset(datasets), batch_size=batch_size,
-                                         num_workers=workers)
+    datasets = [
+        TFRecordDataset(
+            os.path.join(out, s["file"]), os.path.join(out, s["index"]), description, shuffle_queue_size=1024
+        )
+        for s in meta["shards"]
+    ]
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.ChainDataset(datasets), batch_size=batch_size, num_workers=workers
+    )
     # each worker reads its share of each shard (the package splits a shard by its index): every row once
     return _timed(lambda: _torch_epoch(loader, _total(out)))
 
 
-CONTENDERS = {f.__name__: f for f in (plain_read, iter_numpy_batched, iter_numpy_first_epoch, iter_numpy_unchecked,
-                                      iter_numpy_rows, tf_numpy_iterator, random_getitem, random_getitems,
-                                      torch_random_access, torch_random_access_batched, torch_tfrecord_package)}
+CONTENDERS = {
+    f.__name__: f
+    for f in (
+        plain_read,
+        iter_numpy_batched,
+        iter_numpy_first_epoch,
+        iter_numpy_unchecked,
+        iter_numpy_rows,
+        tf_numpy_iterator,
+        random_getitem,
+        random_getitems,
+        torch_random_access,
+        torch_random_access_batched,
+        torch_tfrecord_package,
+    )
+}
 
 
 def main(argv=None) -> int:
@@ -313,8 +367,11 @@ def main(argv=None) -> int:
                 print(f"{name}: skipped ({e})", file=sys.stderr)
                 continue
             results.setdefault(name, []).append(rate)
-            print(f"repeat {r + 1} {name}: {rate:,.0f} {'bytes' if name == 'plain_read' else 'records'}/s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"repeat {r + 1} {name}: {rate:,.0f} {'bytes' if name == 'plain_read' else 'records'}/s",
+                file=sys.stderr,
+                flush=True,
+            )
     summary = {name: statistics.median(v) for name, v in results.items()}
     print(json.dumps(summary))
     return 0

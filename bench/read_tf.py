@@ -21,6 +21,7 @@ input with ``tfrecord-etl convert``) and the expected arrays, reading every reco
 Prints one line per contender and round, then the medians and each contender's ratio to ``hand_batched``
 measured in the same run (contenders alternate within each round).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,9 @@ BATCH = 256
 def expected_arrays(h5_path: str) -> dict[str, np.ndarray]:
     """``{feature name: array of every row}`` of a ``bench.datagen`` input (the names convert gives them)."""
     import h5py
+
     with h5py.File(h5_path, "r") as f:
-        return {k: f[k][:] for k in f.keys()}
+        return {k: f[k][:] for k in f}
 
 
 def _shards(out: str) -> tuple[list[str], str, list[dict]]:
@@ -66,7 +68,7 @@ def _check(batches: list[dict], expected: dict[str, np.ndarray], ordered: bool) 
 
 def _time(ds, expected: dict, ordered: bool) -> dict:
     start = time.perf_counter()
-    batches = [b for b in ds.as_numpy_iterator()]
+    batches = list(ds.as_numpy_iterator())
     seconds = time.perf_counter() - start
     n = _check(batches, expected, ordered)
     return {"records": n, "seconds": seconds, "rate": n / seconds}
@@ -75,6 +77,7 @@ def _time(ds, expected: dict, ordered: bool) -> dict:
 def hand_batched(out: str, expected: dict) -> dict:
     """The hand-written pipeline (see the module)."""
     import tensorflow as tf
+
     paths, compression, features = _shards(out)
     spec, raw = {}, {}
     for f in features:
@@ -98,8 +101,10 @@ def hand_batched(out: str, expected: dict) -> dict:
 
 def reader_batched(out: str, expected: dict, **kwargs) -> dict:
     from tfrecord_etl.transforms import reader
-    return _time(reader.to_tf_dataset(out, batch_size=BATCH, **kwargs), expected,
-                 ordered=kwargs.get("deterministic", True))
+
+    return _time(
+        reader.to_tf_dataset(out, batch_size=BATCH, **kwargs), expected, ordered=kwargs.get("deterministic", True)
+    )
 
 
 def reader_unordered(out: str, expected: dict) -> dict:
@@ -112,27 +117,36 @@ def reader_unchecked(out: str, expected: dict) -> dict:
 
 def reader_unbatched(out: str, expected: dict) -> dict:
     from tfrecord_etl.transforms import reader
+
     return _time(reader.to_tf_dataset(out).batch(BATCH), expected, ordered=True)
 
 
-CONTENDERS = {"hand_batched": hand_batched, "reader_batched": reader_batched, "reader_unbatched": reader_unbatched,
-              "reader_unchecked": reader_unchecked, "reader_unordered": reader_unordered}
+CONTENDERS = {
+    "hand_batched": hand_batched,
+    "reader_batched": reader_batched,
+    "reader_unbatched": reader_unbatched,
+    "reader_unchecked": reader_unchecked,
+    "reader_unordered": reader_unordered,
+}
 
 
 def run(out: str, expected: dict, names: list[str], repeats: int, say=print) -> dict[str, dict]:
     """``{name: {"median": records/s, "ratio": median / hand_batched's median, "rates": [...]}}``."""
     rates: dict[str, list[float]] = {name: [] for name in names}
     for r in range(repeats):
-        for name in names[r % len(names):] + names[:r % len(names)]:  # rotate who goes first
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # rotate who goes first
             if name.startswith("reader_"):
                 from tfrecord_etl.transforms import shardcheck
+
                 shardcheck.CHECKED.clear()  # every round a first read: the shard checks are paid each time
             got = CONTENDERS[name](out, expected)
             rates[name].append(got["rate"])
             say(f"round {r + 1} {name}: {got['records']} records in {got['seconds']:.3f} s, {got['rate']:,.0f} rec/s")
     base = statistics.median(rates["hand_batched"]) if "hand_batched" in rates else None
-    return {name: {"median": statistics.median(v), "ratio": statistics.median(v) / base if base else None,
-                   "rates": v} for name, v in rates.items()}
+    return {
+        name: {"median": statistics.median(v), "ratio": statistics.median(v) / base if base else None, "rates": v}
+        for name, v in rates.items()
+    }
 
 
 def main(argv=None) -> None:

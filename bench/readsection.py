@@ -23,6 +23,7 @@ rows are alternated over ``--read_rounds`` rounds (the order rotated every round
 every run's values are checked against the source arrays (``bench.read_check``); a run whose check fails fails its
 contender. Results: a ``read`` part of ``results.md`` (:func:`markdown`) and ``read.png`` (:func:`draw`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,6 @@ import os
 import re
 import shutil
 import statistics
-import subprocess
 import time
 
 import numpy as np
@@ -55,9 +55,13 @@ _CHECK = re.compile(r"^read_check: (.*)$", re.M)
 def parse_log(text: str) -> dict:
     """A contender's log -> ``{"records", "bytes", "seconds", "skip", "check"}`` (None where absent)."""
     m, skip, chk = _READ.search(text), _SKIP.search(text), _CHECK.findall(text)
-    return {"records": int(m.group(1)) if m else None, "bytes": int(m.group(2)) if m else None,
-            "seconds": float(m.group(3)) if m else None, "skip": skip.group(1) if skip else None,
-            "check": chk[-1] if chk else None}
+    return {
+        "records": int(m.group(1)) if m else None,
+        "bytes": int(m.group(2)) if m else None,
+        "seconds": float(m.group(3)) if m else None,
+        "skip": skip.group(1) if skip else None,
+        "check": chk[-1] if chk else None,
+    }
 
 
 def _prepare(bench, kind: str, rows: int, compression: str, tfds: bool) -> tuple[str, str, str | None]:
@@ -102,8 +106,9 @@ def _convert(bench, h5: str, kind: str, rows: int, name: str, flags: list[str]) 
         return out
     shutil.rmtree(out, ignore_errors=True)
     t = time.perf_counter()
-    code, log = bench.run_plain([bench.py, "-m", "pipelines.convert", "--input", h5, "--output_dir", out, *flags],
-                                f"prepare__{name}")
+    code, log = bench.run_plain(
+        [bench.py, "-m", "pipelines.convert", "--input", h5, "--output_dir", out, *flags], f"prepare__{name}"
+    )
     if code != 0:
         raise SystemExit(f"cannot prepare {name}: see {log}")
     _stamp(out, want, bench)
@@ -121,19 +126,34 @@ def selected(spec: str | None) -> list[str]:
 
 
 def _command(py: str, key: str, out: str, expected: str, random: int) -> list[str]:
-    return [py, "-m", "bench.read_contenders", key, "--output_dir", out, "--expected", expected,
-            "--random", str(random)]
+    return [
+        py,
+        "-m",
+        "bench.read_contenders",
+        key,
+        "--output_dir",
+        out,
+        "--expected",
+        expected,
+        "--random",
+        str(random),
+    ]
 
 
 def run_read(bench, build: bool, rounds: int) -> list[str]:
     """Measures the read section; returns its section names (``read_small``, ``read_large``, ``read_small_gz``)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     args = bench.args
-    light = peers.build_env(root, READER_ENV, bench.say, READER_PINS) if build else \
-        peers.env_python(root, READER_ENV, READER_PINS)
+    light = (
+        peers.build_env(root, READER_ENV, bench.say, READER_PINS)
+        if build
+        else peers.env_python(root, READER_ENV, READER_PINS)
+    )
     if light is None:
-        bench.say("  [read] no reader-only environment with the current pins (pass --read to build it): the "
-                  "TensorFlow-free readers run in the project's .venv, PyTorch's are skipped")
+        bench.say(
+            "  [read] no reader-only environment with the current pins (pass --read to build it): the "
+            "TensorFlow-free readers run in the project's .venv, PyTorch's are skipped"
+        )
     keys = selected(getattr(args, "read_contenders", None))
     inputs = [s.strip() for s in (getattr(args, "read_inputs", None) or ",".join(INPUTS)).split(",") if s.strip()]
     bad = [s for s in inputs if s not in INPUTS]
@@ -146,16 +166,28 @@ def run_read(bench, build: bool, rounds: int) -> list[str]:
         rows = max(1, round(READ_ROWS[kind] * args.scale))
         rb = row_bytes(LAYOUTS[kind])
         section = f"read_{name}"
-        mine = [k for k in keys if compression in CONTENDERS[k].inputs or
-                (compression == "none" and "tfds" in CONTENDERS[k].inputs)]
-        bench.say(f"[{section}] {rows:,} rows x {rb:,} bytes = {rows * rb / 1e6:,.1f} MB raw, {compression} shards, "
-                  f"{rounds} rounds")
+        mine = [
+            k
+            for k in keys
+            if compression in CONTENDERS[k].inputs or (compression == "none" and "tfds" in CONTENDERS[k].inputs)
+        ]
+        bench.say(
+            f"[{section}] {rows:,} rows x {rb:,} bytes = {rows * rb / 1e6:,.1f} MB raw, {compression} shards, "
+            f"{rounds} rounds"
+        )
         out, expected, tfds_out = _prepare(bench, kind, rows, compression, "tfds" in mine)
         with open(os.path.join(out, "metadata.json"), encoding="utf-8") as f:
             stored = sum(s["bytes"] for s in json.load(f)["shards"])
-        bench.section_info[section] = {"rows": rows, "row_bytes": rb, "raw_bytes": rows * rb, "input": out,
-                                       "layout": kind, "compression": compression, "stored_bytes": stored,
-                                       "reader_env": "bench/.venv-peers-reader" if light else ".venv"}
+        bench.section_info[section] = {
+            "rows": rows,
+            "row_bytes": rb,
+            "raw_bytes": rows * rb,
+            "input": out,
+            "layout": kind,
+            "compression": compression,
+            "stored_bytes": stored,
+            "reader_env": "bench/.venv-peers-reader" if light else ".venv",
+        }
         cmds = {}
         for key in mine:
             c = CONTENDERS[key]
@@ -171,13 +203,31 @@ def run_read(bench, build: bool, rounds: int) -> list[str]:
                     skipped[key] = m["skip"]
                     bench.say(f"  {key}: skipped ({m['skip']})")
                     continue
-                bench.say(f"  round {rnd + 1} {key}: " + (
-                    f"{m['records']:,} records in {m['seconds']:.2f} s ({m['records'] / max(m['seconds'], 1e-9):,.0f}"
-                    f" records/s; process {m['wall_s']:.1f} s)" if m["error"] is None else f"failed ({m['error']})"))
+                bench.say(
+                    f"  round {rnd + 1} {key}: "
+                    + (
+                        f"{m['records']:,} records in {m['seconds']:.2f} s ({m['records'] / max(m['seconds'], 1e-9):,.0f}"
+                        f" records/s; process {m['wall_s']:.1f} s)"
+                        if m["error"] is None
+                        else f"failed ({m['error']})"
+                    )
+                )
                 runs[key].append(m)
         for key in mine:  # a reader that does not read this input has no row (a "-" in the table)
-            bench.rows.append(_row(bench, section, key, rows, rb, stored, cmds.get(key), runs.get(key) or [],
-                                   skipped.get(key), light is None and CONTENDERS[key].env == "light"))
+            bench.rows.append(
+                _row(
+                    bench,
+                    section,
+                    key,
+                    rows,
+                    rb,
+                    stored,
+                    cmds.get(key),
+                    runs.get(key) or [],
+                    skipped.get(key),
+                    light is None and CONTENDERS[key].env == "light",
+                )
+            )
         order.append(section)
     return order
 
@@ -205,9 +255,16 @@ def _outcome(m: dict) -> dict:
 
 def _row(bench, section, key, rows, rb, stored, cmd, runs, skip, fallback) -> dict:
     c = CONTENDERS[key]
-    row = {"section": section, "key": key, "name": c.label, "role": "raw" if key == "floor" else
-           "seed" if key == BASE else "other", "rows": rows, "raw_bytes": rows * rb,
-           "command": " ".join(cmd or []), "env": "tf" if c.env == "tf" else (".venv" if fallback else "reader")}
+    row = {
+        "section": section,
+        "key": key,
+        "name": c.label,
+        "role": "raw" if key == "floor" else "seed" if key == BASE else "other",
+        "rows": rows,
+        "raw_bytes": rows * rb,
+        "command": " ".join(cmd or []),
+        "env": "tf" if c.env == "tf" else (".venv" if fallback else "reader"),
+    }
     if cmd is None or skip is not None or not runs:
         return {**row, "status": "skipped", "error": skip or "not run on this input"}
     summ = peers.summarize(runs)
@@ -217,8 +274,14 @@ def _row(bench, section, key, rows, rb, stored, cmd, runs, skip, fallback) -> di
     if row["status"] != "ok":
         return row
     seconds = [r["seconds"] for r in runs]
-    row.update({"read_s": statistics.median(seconds), "reads_s": seconds, "records_read": runs[0]["records"],
-                "bytes_read": runs[0]["bytes"]})
+    row.update(
+        {
+            "read_s": statistics.median(seconds),
+            "reads_s": seconds,
+            "records_read": runs[0]["records"],
+            "bytes_read": runs[0]["bytes"],
+        }
+    )
     row["records_per_s"] = row["records_read"] / max(row["read_s"], 1e-9)
     row["bytes_per_s"] = row["bytes_read"] / max(row["read_s"], 1e-9)
     # the generic table: whole process (examples_per_s) and the timed pass (work_*)
@@ -265,13 +328,18 @@ def markdown(rows: list[dict], section_info: dict) -> str:
     sections = list(dict.fromkeys(r["section"] for r in mine))
     keys = list(dict.fromkeys(r["key"] for r in mine))
     env = {s: section_info.get(s, {}).get("reader_env", "?") for s in sections}
-    lines = ["### read: every reader over the same shards", "",
-             "Records/s of one full pass after imports (random access: 20,000 random records; medians of the "
-             "alternated rounds), every run's values checked against the source arrays; ratios to the hand-written "
-             "tf.data pipeline. The floor: a plain read of the shard files. TensorFlow-free readers ran in "
-             + ", ".join(sorted(set(env.values()))) + ".", "",
-             "| reader | " + " | ".join(_title(section_info.get(s, {}), s) for s in sections) + " |",
-             "|---|" + "---|" * len(sections)]
+    lines = [
+        "### read: every reader over the same shards",
+        "",
+        "Records/s of one full pass after imports (random access: 20,000 random records; medians of the "
+        "alternated rounds), every run's values checked against the source arrays; ratios to the hand-written "
+        "tf.data pipeline. The floor: a plain read of the shard files. TensorFlow-free readers ran in "
+        + ", ".join(sorted(set(env.values())))
+        + ".",
+        "",
+        "| reader | " + " | ".join(_title(section_info.get(s, {}), s) for s in sections) + " |",
+        "|---|" + "---|" * len(sections),
+    ]
     for key in keys:
         label = next(r["name"] for r in mine if r["key"] == key)
         cells = []
@@ -296,13 +364,17 @@ def draw(path: str, rows: list[dict], section_info: dict) -> str | None:
     input (log scale); None when written, else why not."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed (the bench extra)"
     sections = list(dict.fromkeys(r["section"] for r in rows if r["section"].startswith("read_")))
-    keys = [k for k in CONTENDERS if k != "floor" and any(
-        r["key"] == k and r["section"] in sections and r["status"] == "ok" for r in rows)]
+    keys = [
+        k
+        for k in CONTENDERS
+        if k != "floor" and any(r["key"] == k and r["section"] in sections and r["status"] == "ok" for r in rows)
+    ]
     if not sections or not keys:
         return "no read results"
     fig, ax = plt.subplots(figsize=(10, 1.5 + 0.32 * len(keys) * len(sections)))

@@ -9,6 +9,7 @@ imports and pipeline set-up cancel out), ``peak_rss_mb`` (largest single process
 (sum over the process tree), ``work_s``/``work_examples_per_s`` (the contender's own time for its work, see
 ``bench.run.work_seconds``) and the ratios ``x_seed``/``x_raw`` (and ``steady_x_seed``/``steady_x_raw``, ``work_x_seed``).
 """
+
 from __future__ import annotations
 
 import json
@@ -40,11 +41,13 @@ def add_ratios(rows: list[dict]) -> None:
             ok = r["status"] == "ok"
             r["x_seed"] = _ratio(r.get("examples_per_s"), seed and seed.get("examples_per_s")) if ok else None
             r["x_raw"] = _ratio(r.get("mb_per_s"), raw and raw.get("mb_per_s")) if ok else None
-            r["steady_x_seed"] = _ratio(r.get("steady_examples_per_s"),
-                                        seed and seed.get("steady_examples_per_s")) if ok else None
+            r["steady_x_seed"] = (
+                _ratio(r.get("steady_examples_per_s"), seed and seed.get("steady_examples_per_s")) if ok else None
+            )
             r["steady_x_raw"] = _ratio(r.get("steady_mb_per_s"), raw and raw.get("steady_mb_per_s")) if ok else None
-            r["work_x_seed"] = _ratio(r.get("work_examples_per_s"),
-                                      seed and seed.get("work_examples_per_s")) if ok else None
+            r["work_x_seed"] = (
+                _ratio(r.get("work_examples_per_s"), seed and seed.get("work_examples_per_s")) if ok else None
+            )
 
 
 def _ratio(a, b):
@@ -92,9 +95,17 @@ def evaluate_targets(rows: list[dict], extras: dict) -> list[dict]:
             status = "met" if value >= required else "missed"
         else:
             status = "met" if value <= required else "missed"
-        out.append({"target": target, "writer": writer, "measured": value, "required": required,
-                    "basis": basis, "status": status,
-                    "text": (fmt.format(value) if value is not None else "n/a")})
+        out.append(
+            {
+                "target": target,
+                "writer": writer,
+                "measured": value,
+                "required": required,
+                "basis": basis,
+                "status": status,
+                "text": (fmt.format(value) if value is not None else "n/a"),
+            }
+        )
 
     for w in ("planned", "beam"):
         v, basis = _compare(_find(rows, "small", f"convert_{w}_2w"), _find(rows, "small", "seed"), "examples_per_s")
@@ -103,18 +114,32 @@ def evaluate_targets(rows: list[dict], extras: dict) -> list[dict]:
         add("large rows: convert (2 workers) >= 80% of the raw copy", w, v, 0.8, basis, "{:.0%}")
         # on the scaling section (20M rows) when it ran for this writer, else on the 2M-row small section
         section = "scaling" if _find(rows, "scaling", f"convert_{w}_2w") is not None else "small"
-        v, basis = _compare(_find(rows, section, f"convert_{w}_2w"), _find(rows, section, f"convert_{w}_1w"),
-                            "examples_per_s")
+        v, basis = _compare(
+            _find(rows, section, f"convert_{w}_2w"), _find(rows, section, f"convert_{w}_1w"), "examples_per_s"
+        )
         add("small rows: 2 workers >= 1.7x 1 worker", w, v, 1.7, basis and f"{basis}, {section} section", "{:.2f}x")
-    v, basis = _compare(_find(rows, "augment_small", "rewrite"), _find(rows, "augment_small", "seed"),
-                        "examples_per_s")
+    v, basis = _compare(_find(rows, "augment_small", "rewrite"), _find(rows, "augment_small", "seed"), "examples_per_s")
     add("augmentation: rewrite (2 workers) >= 20x the seed loop", "augment", v, 20.0, basis, "{:.1f}x")
     r = _find(rows, "rss8gb", "convert_planned_2w")
     v = r["peak_rss_mb"] * 1e6 / GB if r is not None and r["status"] == "ok" else None
-    add("8 GB HDF5 file: peak RSS of every process <= 1 GB", "planned", v, 1.0, "kernel high-water mark",
-        "{:.2f} GB", higher_is_better=False)
-    add("image collection: sidecar bytes < 5% of rewrite's", "augment", extras.get("sidecar_ratio"), 0.05,
-        "output bytes", "{:.2%}", higher_is_better=False)
+    add(
+        "8 GB HDF5 file: peak RSS of every process <= 1 GB",
+        "planned",
+        v,
+        1.0,
+        "kernel high-water mark",
+        "{:.2f} GB",
+        higher_is_better=False,
+    )
+    add(
+        "image collection: sidecar bytes < 5% of rewrite's",
+        "augment",
+        extras.get("sidecar_ratio"),
+        0.05,
+        "output bytes",
+        "{:.2%}",
+        higher_is_better=False,
+    )
     return out
 
 
@@ -127,42 +152,71 @@ def _fmt(value, spec="{:,.0f}"):
 def markdown(result: dict) -> str:
     """The results as markdown: one table per section, the targets, the commands."""
     rows, meta = result["results"], result["meta"]
-    lines = [f"Benchmark run {meta['created']} (scale {meta['scale']}, {meta['cpus']} CPUs, "
-             f"apache-beam {meta['versions'].get('apache-beam')}, tensorflow {meta['versions'].get('tensorflow')}, "
-             f"tfx-bsl {meta['versions'].get('tfx-bsl')}); `{meta['command']}`", "",
-             "examples/s and MB/s (raw array bytes, 1 MB = 10^6 bytes) are over the whole process's wall time; "
-             "*steady* figures net out start-up (the same command on 1/50 of the rows); *work* is the contender's own "
-             "time for its work (the pipelines' first shard start to last shard end, from Beam metrics; the "
-             "single-process loops' time after imports); x seed / x raw are "
-             "ratios to the seed loop / raw copy of the same section and run; peak RSS is the largest of any "
-             "single process, tree RSS the largest sum over the process tree (MB).", ""]
-    header = ("| contender | status | rows | wall s | examples/s | MB/s | x seed | x raw | steady examples/s | "
-              "steady x seed | steady x raw | work s | work examples/s | work x seed | peak RSS MB | tree RSS MB | "
-              "procs |")
+    lines = [
+        f"Benchmark run {meta['created']} (scale {meta['scale']}, {meta['cpus']} CPUs, "
+        f"apache-beam {meta['versions'].get('apache-beam')}, tensorflow {meta['versions'].get('tensorflow')}, "
+        f"tfx-bsl {meta['versions'].get('tfx-bsl')}); `{meta['command']}`",
+        "",
+        "examples/s and MB/s (raw array bytes, 1 MB = 10^6 bytes) are over the whole process's wall time; "
+        "*steady* figures net out start-up (the same command on 1/50 of the rows); *work* is the contender's own "
+        "time for its work (the pipelines' first shard start to last shard end, from Beam metrics; the "
+        "single-process loops' time after imports); x seed / x raw are "
+        "ratios to the seed loop / raw copy of the same section and run; peak RSS is the largest of any "
+        "single process, tree RSS the largest sum over the process tree (MB).",
+        "",
+    ]
+    header = (
+        "| contender | status | rows | wall s | examples/s | MB/s | x seed | x raw | steady examples/s | "
+        "steady x seed | steady x raw | work s | work examples/s | work x seed | peak RSS MB | tree RSS MB | "
+        "procs |"
+    )
     for section in result["sections"]:
         section_rows = [r for r in rows if r["section"] == section]
         if not section_rows:
             continue
         info = result["section_info"].get(section, {})
-        lines += [f"### {SECTION_TITLES.get(section, section)}", "",
-                  f"{info.get('rows', 0):,} rows, {info.get('raw_bytes', 0) / 1e6:,.1f} MB of raw array bytes.", "",
-                  header, "|" + "---|" * 17]
+        lines += [
+            f"### {SECTION_TITLES.get(section, section)}",
+            "",
+            f"{info.get('rows', 0):,} rows, {info.get('raw_bytes', 0) / 1e6:,.1f} MB of raw array bytes.",
+            "",
+            header,
+            "|" + "---|" * 17,
+        ]
         for r in section_rows:
             ok = r["status"] == "ok"
-            lines.append("| " + " | ".join([
-                r["name"], r["status"], f"{r['rows']:,}", _fmt(r.get("wall_s"), "{:.2f}"),
-                _fmt(r.get("examples_per_s") if ok else None), _fmt(r.get("mb_per_s") if ok else None, "{:,.1f}"),
-                _fmt(r.get("x_seed"), "{:.2f}"), _fmt(r.get("x_raw"), "{:.2f}"),
-                _fmt(r.get("steady_examples_per_s") if ok else None),
-                _fmt(r.get("steady_x_seed"), "{:.2f}"), _fmt(r.get("steady_x_raw"), "{:.2f}"),
-                _fmt(r.get("work_s") if ok else None, "{:.2f}"), _fmt(r.get("work_examples_per_s") if ok else None),
-                _fmt(r.get("work_x_seed"), "{:.2f}"),
-                _fmt(r.get("peak_rss_mb"), "{:,.0f}"), _fmt(r.get("tree_rss_mb"), "{:,.0f}"),
-                _fmt(r.get("procs_seen"), "{}")]) + " |")
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        r["name"],
+                        r["status"],
+                        f"{r['rows']:,}",
+                        _fmt(r.get("wall_s"), "{:.2f}"),
+                        _fmt(r.get("examples_per_s") if ok else None),
+                        _fmt(r.get("mb_per_s") if ok else None, "{:,.1f}"),
+                        _fmt(r.get("x_seed"), "{:.2f}"),
+                        _fmt(r.get("x_raw"), "{:.2f}"),
+                        _fmt(r.get("steady_examples_per_s") if ok else None),
+                        _fmt(r.get("steady_x_seed"), "{:.2f}"),
+                        _fmt(r.get("steady_x_raw"), "{:.2f}"),
+                        _fmt(r.get("work_s") if ok else None, "{:.2f}"),
+                        _fmt(r.get("work_examples_per_s") if ok else None),
+                        _fmt(r.get("work_x_seed"), "{:.2f}"),
+                        _fmt(r.get("peak_rss_mb"), "{:,.0f}"),
+                        _fmt(r.get("tree_rss_mb"), "{:,.0f}"),
+                        _fmt(r.get("procs_seen"), "{}"),
+                    ]
+                )
+                + " |"
+            )
         if section == "augment_images" and result["extras"].get("sidecar_ratio") is not None:
             e = result["extras"]
-            lines += ["", f"Sidecar output {e['sidecar_bytes']:,} bytes vs rewrite {e['rewrite_bytes']:,} bytes: "
-                          f"{e['sidecar_ratio']:.2%} (must be < 5%)."]
+            lines += [
+                "",
+                f"Sidecar output {e['sidecar_bytes']:,} bytes vs rewrite {e['rewrite_bytes']:,} bytes: "
+                f"{e['sidecar_ratio']:.2%} (must be < 5%).",
+            ]
         lines.append("")
     lines += ["### Targets", "", "| target | writer | measured | basis | status |", "|---|---|---|---|---|"]
     for t in result["targets"]:
@@ -189,6 +243,7 @@ def draw_png(path: str, result: dict) -> str | None:
     Returns None when drawn, else why not."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -197,8 +252,13 @@ def draw_png(path: str, result: dict) -> str | None:
     if not sections:
         return "no results"
     heights = [max(1, sum(1 for r in result["results"] if r["section"] == s)) for s in sections]
-    fig, axes = plt.subplots(len(sections), 2, figsize=(14, 1.2 + 0.55 * sum(heights) + 0.9 * len(sections)),
-                             gridspec_kw={"height_ratios": heights, "width_ratios": [3, 1.4]}, squeeze=False)
+    fig, axes = plt.subplots(
+        len(sections),
+        2,
+        figsize=(14, 1.2 + 0.55 * sum(heights) + 0.9 * len(sections)),
+        gridspec_kw={"height_ratios": heights, "width_ratios": [3, 1.4]},
+        squeeze=False,
+    )
     for (ax_rate, ax_rss), section in zip(axes, sections):
         srows = [r for r in result["results"] if r["section"] == section]
         names = [r["name"] for r in srows]
@@ -207,8 +267,9 @@ def draw_png(path: str, result: dict) -> str | None:
         steady = [r.get("steady_examples_per_s") or 0 if r["status"] == "ok" else 0 for r in srows]
         has_steady = any(steady)
         h = 0.4 if has_steady else 0.7
-        ax_rate.barh([v - (h / 2 if has_steady else 0) for v in y], whole, height=h, color="#4878a8",
-                     label="whole process")
+        ax_rate.barh(
+            [v - (h / 2 if has_steady else 0) for v in y], whole, height=h, color="#4878a8", label="whole process"
+        )
         if has_steady:
             ax_rate.barh([v + h / 2 for v in y], steady, height=h, color="#e0883c", label="steady state")
         floor = min([v for v in whole + steady if v > 0] or [1]) / 2

@@ -48,6 +48,7 @@ recorded as failed with the tail of its log; the others still run. Results: ``re
 throughput targets are printed as met/missed. Units: examples/s; MB/s of raw array bytes (10**6 bytes);
 peak RSS in MB (10**6 bytes).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,8 +68,18 @@ import time
 from importlib import metadata as importlib_metadata
 
 from bench import datagen, peers, readsection, report, sizes
-from bench.common import (AUGMENT_CONSTANT, LARGE, LAYOUTS, SMALL, convert_encoding_flags, count_frames,
-                          count_gzip_frames, dir_bytes, row_bytes, tfrecord_files)
+from bench.common import (
+    AUGMENT_CONSTANT,
+    LARGE,
+    LAYOUTS,
+    SMALL,
+    convert_encoding_flags,
+    count_frames,
+    count_gzip_frames,
+    dir_bytes,
+    row_bytes,
+    tfrecord_files,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_RESULTS = os.path.join(ROOT, "bench", "results")
@@ -85,8 +96,20 @@ TINY_FRACTION = 50  # steady state: the same command on 1/50 of the rows
 MIN_STEADY_DELTA_S = 0.25  # below this difference of wall times, the steady-state figure is noise (use --repeat 3)
 
 BEAM = ["--runner=DirectRunner", "--direct_running_mode=multi_processing"]
-SECTIONS = ("small", "large", "augment", "scaling", "raw", "files", "splits", "remote", "sizes", "zarr", "peers",
-            "read")
+SECTIONS = (
+    "small",
+    "large",
+    "augment",
+    "scaling",
+    "raw",
+    "files",
+    "splits",
+    "remote",
+    "sizes",
+    "zarr",
+    "peers",
+    "read",
+)
 # sizes (~10 minutes, 17 GB of inputs), remote (a moto S3 server: the s3 extra), zarr, peers (TFDS and Ray in
 # environments of their own) and read (readers, the TensorFlow-free ones in an environment of their own) run when
 # asked: --only sizes, --only remote, --only zarr, --peers, --read
@@ -144,8 +167,14 @@ class Bench:
     def _env(self) -> dict:
         env = dict(os.environ)
         env.pop("TFRECORD_ETL_VERBOSE", None)
-        env.update({"HOME": self.home, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1",
-                    "PYTHONPATH": os.pathsep.join([ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))})
+        env.update(
+            {
+                "HOME": self.home,
+                "TF_CPP_MIN_LOG_LEVEL": "3",
+                "PYTHONUNBUFFERED": "1",
+                "PYTHONPATH": os.pathsep.join([ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])),
+            }
+        )
         return env
 
     def say(self, msg: str) -> None:
@@ -155,22 +184,39 @@ class Bench:
         """Runs a preparation command (not measured); returns (exit code, log path)."""
         log = os.path.join(self.log_dir, log_name + ".log")
         with open(log, "wb") as f:
-            code = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   env=self.env, cwd=ROOT)
+            code = subprocess.call(
+                cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, cwd=ROOT
+            )
         return code, log
 
     def measured(self, cmd: list[str], log_name: str) -> dict:
         """Runs ``cmd`` under ``bench.measure``; returns its measurement (see bench.measure)."""
         log = os.path.join(self.log_dir, log_name + ".log")
         js = os.path.join(self.log_dir, log_name + ".measure.json")
-        wrapper = [self.py, "-m", "bench.measure", "--log", log, "--json", js,
-                   "--timeout", str(self.args.timeout), "--"] + cmd
+        wrapper = [
+            self.py,
+            "-m",
+            "bench.measure",
+            "--log",
+            log,
+            "--json",
+            js,
+            "--timeout",
+            str(self.args.timeout),
+            "--",
+        ] + cmd
         settled = settle()
         load = os.getloadavg()[0]
         code = subprocess.call(wrapper, env=self.env, cwd=ROOT, stdin=subprocess.DEVNULL)
         if code != 0 or not os.path.exists(js):
-            return {"returncode": -1, "wall_s": None, "log": log, "error": f"bench.measure exited {code}",
-                    "load_before": load, "dirty_mb_before": settled}
+            return {
+                "returncode": -1,
+                "wall_s": None,
+                "log": log,
+                "error": f"bench.measure exited {code}",
+                "load_before": load,
+                "dirty_mb_before": settled,
+            }
         with open(js, encoding="utf-8") as f:
             m = json.load(f)
         os.remove(js)
@@ -183,8 +229,10 @@ class Bench:
         path = os.path.join(self.data_dir, name + ".h5")
         t = time.perf_counter()
         if datagen.ensure(kind, path, rows, self.args.keep or path in self.generated):
-            self.say(f"  generated {os.path.basename(path)}: {rows:,} rows, "
-                     f"{rows * row_bytes(LAYOUTS[kind]) / 1e6:,.1f} MB raw in {time.perf_counter() - t:.1f} s")
+            self.say(
+                f"  generated {os.path.basename(path)}: {rows:,} rows, "
+                f"{rows * row_bytes(LAYOUTS[kind]) / 1e6:,.1f} MB raw in {time.perf_counter() - t:.1f} s"
+            )
         else:
             self.say(f"  kept {os.path.basename(path)}: {rows:,} rows")
         self.generated.add(path)
@@ -206,15 +254,33 @@ class Bench:
         if os.path.exists(stamp):
             os.remove(stamp)
         t = time.perf_counter()
-        cmd = [self.py, "-m", "pipelines.convert", "--input", h5_path, "--output_dir", out, "--writer", "beam",
-               *convert_encoding_flags(LAYOUTS[kind]), *beam_flags(2)]
+        cmd = [
+            self.py,
+            "-m",
+            "pipelines.convert",
+            "--input",
+            h5_path,
+            "--output_dir",
+            out,
+            "--writer",
+            "beam",
+            *convert_encoding_flags(LAYOUTS[kind]),
+            *beam_flags(2),
+        ]
         code, log = self.run_plain(cmd, f"prepare__{name}")
         how = "convert --writer beam"
         if code != 0:
             self.say(f"  convert failed preparing {name}/ (log {report.relpath(log)}); writing it with the seed loop")
             shutil.rmtree(out, ignore_errors=True)
-            cmd = [self.py, "-m", "bench.seed_loop", "--input", h5_path,
-                   "--output", os.path.join(out, "data-00000-of-00001.tfrecord")]
+            cmd = [
+                self.py,
+                "-m",
+                "bench.seed_loop",
+                "--input",
+                h5_path,
+                "--output",
+                os.path.join(out, "data-00000-of-00001.tfrecord"),
+            ]
             code, log = self.run_plain(cmd, f"prepare__{name}__seed")
             how = "seed loop"
             if code != 0:
@@ -226,13 +292,27 @@ class Bench:
         return out
 
     def _gzip_records(self, kind, h5_path, rows, name, out, stamp, want) -> str:
-        if (self.args.keep or out in self.generated) and datagen_stamp_ok(stamp, want) and glob.glob(
-                os.path.join(out, "*.gz")):
+        if (
+            (self.args.keep or out in self.generated)
+            and datagen_stamp_ok(stamp, want)
+            and glob.glob(os.path.join(out, "*.gz"))
+        ):
             self.say(f"  kept {name}/")
             return out
         shutil.rmtree(out, ignore_errors=True)
-        cmd = [self.py, "-m", "pipelines.convert", "--input", h5_path, "--output_dir", out, "--compression", "gzip",
-               *convert_encoding_flags(LAYOUTS[kind]), *beam_flags(2)]
+        cmd = [
+            self.py,
+            "-m",
+            "pipelines.convert",
+            "--input",
+            h5_path,
+            "--output_dir",
+            out,
+            "--compression",
+            "gzip",
+            *convert_encoding_flags(LAYOUTS[kind]),
+            *beam_flags(2),
+        ]
         code, log = self.run_plain(cmd, f"prepare__{name}")
         if code != 0:
             raise SystemExit(f"cannot prepare {name}: see {log}")
@@ -244,9 +324,19 @@ class Bench:
 
     # ---------------------------------------------------------------- contenders
 
-    def contender(self, section: str, key: str, name: str, role: str, rows: int, rbytes: int,
-                  make_cmd, tiny: tuple | None = None, expect_writer: str | None = None,
-                  check: str = "frames") -> dict:
+    def contender(
+        self,
+        section: str,
+        key: str,
+        name: str,
+        role: str,
+        rows: int,
+        rbytes: int,
+        make_cmd,
+        tiny: tuple | None = None,
+        expect_writer: str | None = None,
+        check: str = "frames",
+    ) -> dict:
         """Measures one contender. ``make_cmd(input, out_dir) -> argv``; ``tiny = (input, rows)`` for the
         steady-state run; ``check``: ``frames`` (count the records of the TFRecord files), ``metadata``
         (metadata.json's num_records, and its writer), ``augment`` (metadata.json's num_records when
@@ -254,8 +344,15 @@ class Bench:
         out = os.path.join(self.out_dir, section, key)
         main_input = self.section_info[section]["input"]
         cmd = make_cmd(main_input, out)
-        row = {"section": section, "key": key, "name": name, "role": role, "rows": rows,
-               "raw_bytes": rows * rbytes, "command": shlex.join(show_path(c) for c in cmd)}
+        row = {
+            "section": section,
+            "key": key,
+            "name": name,
+            "role": role,
+            "rows": rows,
+            "raw_bytes": rows * rbytes,
+            "command": shlex.join(show_path(c) for c in cmd),
+        }
         self.say(f"  {name} ...")
         runs = []
         for rep in range(self.args.repeat):
@@ -271,8 +368,11 @@ class Bench:
             if m["error"] is not None:
                 break
         best = runs[-1] if runs[-1]["error"] is not None else min(runs, key=lambda r: r["wall_s"])
-        best = dict(best, peak_rss_bytes=max(r.get("peak_rss_bytes") or 0 for r in runs),
-                    tree_rss_bytes=max(r.get("tree_rss_bytes") or 0 for r in runs))
+        best = dict(
+            best,
+            peak_rss_bytes=max(r.get("peak_rss_bytes") or 0 for r in runs),
+            tree_rss_bytes=max(r.get("tree_rss_bytes") or 0 for r in runs),
+        )
         if self.args.repeat > 1:
             row["walls_s"] = [r.get("wall_s") for r in runs]
         row.update(self._row_fields(best))
@@ -316,10 +416,12 @@ class Bench:
         self.rows.append(row)
         if row["status"] == "ok":
             steady = row.get("steady_examples_per_s")
-            self.say(f"    {row['wall_s']:.2f} s, {row['examples_per_s']:,.0f} examples/s, {row['mb_per_s']:,.1f} MB/s"
-                     + (f", steady {steady:,.0f} examples/s" if steady else "")
-                     + f", peak RSS {row['peak_rss_mb']:,.0f} MB ({row['procs_seen']} process"
-                     + ("es)" if row["procs_seen"] != 1 else ")"))
+            self.say(
+                f"    {row['wall_s']:.2f} s, {row['examples_per_s']:,.0f} examples/s, {row['mb_per_s']:,.1f} MB/s"
+                + (f", steady {steady:,.0f} examples/s" if steady else "")
+                + f", peak RSS {row['peak_rss_mb']:,.0f} MB ({row['procs_seen']} process"
+                + ("es)" if row["procs_seen"] != 1 else ")")
+            )
         else:
             self.say(f"    FAILED: {row['error']}\n    log {report.relpath(row['log'])}, last lines:")
             for line in row["stderr_tail"].splitlines():
@@ -330,14 +432,18 @@ class Bench:
         ok = m.get("error") is None
         wall = m.get("wall_s")
         return {
-            "status": "ok" if ok else "failed", "error": m.get("error"), "log": m.get("log"),
-            "wall_s": wall, "returncode": m.get("returncode"),
+            "status": "ok" if ok else "failed",
+            "error": m.get("error"),
+            "log": m.get("log"),
+            "wall_s": wall,
+            "returncode": m.get("returncode"),
             "cpu_s": (m.get("cpu_user_s") or 0) + (m.get("cpu_sys_s") or 0),
             "peak_rss_mb": (m.get("peak_rss_bytes") or 0) / 1e6,
             "kernel_maxrss_mb": (m.get("kernel_maxrss_bytes") or 0) / 1e6,
             # the tree's sum is at least its largest process (polling can miss a short peak)
             "tree_rss_mb": max(m.get("tree_rss_bytes") or 0, m.get("peak_rss_bytes") or 0) / 1e6,
-            "procs_seen": m.get("procs_seen"), "stragglers": m.get("stragglers"),
+            "procs_seen": m.get("procs_seen"),
+            "stragglers": m.get("stragglers"),
             "load_before": m.get("load_before"),
             "stderr_tail": "" if ok else tail(m.get("log")),
         }
@@ -370,8 +476,10 @@ class Bench:
                 if meta.get("num_records", rows) != rows:
                     return f"metadata.json says {meta.get('num_records')} records, expected {rows}"
                 if expect_writer and meta.get("writer") != expect_writer:
-                    return (f"asked for --writer {expect_writer} but metadata.json says writer="
-                            f"{meta.get('writer')!r} (flag not supported yet?)")
+                    return (
+                        f"asked for --writer {expect_writer} but metadata.json says writer="
+                        f"{meta.get('writer')!r} (flag not supported yet?)"
+                    )
             elif check == "augment":  # the augment output's layout is its own: check what it declares
                 meta_path = os.path.join(out, "metadata.json")
                 if os.path.exists(meta_path):
@@ -395,8 +503,22 @@ class Bench:
         extra = shlex.split(self.args.convert_flags or "")
 
         def make(inp, out):
-            return [self.py, "-m", "pipelines.convert", "--input", inp, "--output_dir", out, "--overwrite",
-                    "--writer", writer, *convert_encoding_flags(layout), *extra, *beam_flags(workers)]
+            return [
+                self.py,
+                "-m",
+                "pipelines.convert",
+                "--input",
+                inp,
+                "--output_dir",
+                out,
+                "--overwrite",
+                "--writer",
+                writer,
+                *convert_encoding_flags(layout),
+                *extra,
+                *beam_flags(workers),
+            ]
+
         return make
 
     def rows_input(self, section: str, kind: str, default_rows: int):
@@ -412,29 +534,69 @@ class Bench:
             tiny = (self.h5(kind, section + "_tiny", tiny_rows), tiny_rows)
         self.section_info[section] = {"rows": rows, "row_bytes": rb, "raw_bytes": rows * rb, "input": path}
         py = self.py
-        self.contender(section, "raw", "raw copy", "raw", rows, rb,
-                       lambda i, o: [py, "-m", "bench.raw_copy", "--input", i, "--output", os.path.join(o, "raw.bin")],
-                       tiny, check="bytes")
+        self.contender(
+            section,
+            "raw",
+            "raw copy",
+            "raw",
+            rows,
+            rb,
+            lambda i, o: [py, "-m", "bench.raw_copy", "--input", i, "--output", os.path.join(o, "raw.bin")],
+            tiny,
+            check="bytes",
+        )
         return rows, rb, tiny
 
     def rows_section(self, section: str, layout: dict, default_rows: int) -> None:
         rows, rb, tiny = self.rows_input(section, section, default_rows)
         py = self.py
-        self.contender(section, "seed", "seed loop", "seed", rows, rb,
-                       lambda i, o: [py, "-m", "bench.seed_loop", "--input", i,
-                                     "--output", os.path.join(o, "data.tfrecord")], tiny)
-        self.contender(section, "plain_beam_2w", "plain Beam (2 workers)", "other", rows, rb,
-                       lambda i, o: [py, "-m", "bench.plain_beam", "--input", i, "--output_dir", o, *beam_flags(2)],
-                       tiny)
+        self.contender(
+            section,
+            "seed",
+            "seed loop",
+            "seed",
+            rows,
+            rb,
+            lambda i, o: [py, "-m", "bench.seed_loop", "--input", i, "--output", os.path.join(o, "data.tfrecord")],
+            tiny,
+        )
+        self.contender(
+            section,
+            "plain_beam_2w",
+            "plain Beam (2 workers)",
+            "other",
+            rows,
+            rb,
+            lambda i, o: [py, "-m", "bench.plain_beam", "--input", i, "--output_dir", o, *beam_flags(2)],
+            tiny,
+        )
         for writer in ("planned", "beam"):
-            self.contender(section, f"convert_{writer}_2w", f"convert --writer {writer} (2 workers)", "other",
-                           rows, rb, self.convert_cmd(writer, 2, layout), tiny, expect_writer=writer,
-                           check="metadata")
+            self.contender(
+                section,
+                f"convert_{writer}_2w",
+                f"convert --writer {writer} (2 workers)",
+                "other",
+                rows,
+                rb,
+                self.convert_cmd(writer, 2, layout),
+                tiny,
+                expect_writer=writer,
+                check="metadata",
+            )
         if section == "small":
             for writer in ("planned", "beam"):
-                self.contender(section, f"convert_{writer}_1w", f"convert --writer {writer} (1 worker)", "other",
-                               rows, rb, self.convert_cmd(writer, 1, layout), tiny, expect_writer=writer,
-                               check="metadata")
+                self.contender(
+                    section,
+                    f"convert_{writer}_1w",
+                    f"convert --writer {writer} (1 worker)",
+                    "other",
+                    rows,
+                    rb,
+                    self.convert_cmd(writer, 1, layout),
+                    tiny,
+                    expect_writer=writer,
+                    check="metadata",
+                )
 
     def new_source_section(self, section: str) -> None:
         """``raw``: a raw uint8 [64, 64, 3] file (``--format raw``) against seed 003's memmap loop; ``files``: PNG
@@ -446,8 +608,9 @@ class Bench:
             rb = 64 * 64 * 3
             path = os.path.join(self.data_dir, f"raw_{rows}.raw")
             if not os.path.exists(path):
-                subprocess.run([py, "-m", "bench.seed_files", "make-raw", "--output", path, "--rows", str(rows)],
-                               check=True)
+                subprocess.run(
+                    [py, "-m", "bench.seed_files", "make-raw", "--output", path, "--rows", str(rows)], check=True
+                )
             raw_bytes, pattern = rows * rb, path
             seed = ["raw", "--input"]
             flags = ["--dtype", "|u1", "--shape", "-1,64,64,3"]
@@ -455,8 +618,10 @@ class Bench:
             rows = rows_at(FILES, self.args.scale)
             path = os.path.join(self.data_dir, f"files_{rows}")
             if not os.path.isdir(path):
-                subprocess.run([py, "-m", "bench.seed_files", "make-files", "--output", path + ".tmp",
-                                "--files", str(rows)], check=True)
+                subprocess.run(
+                    [py, "-m", "bench.seed_files", "make-files", "--output", path + ".tmp", "--files", str(rows)],
+                    check=True,
+                )
                 os.rename(path + ".tmp", path)
             raw_bytes = dir_bytes(path)
             rb = max(1, raw_bytes // rows)
@@ -465,31 +630,92 @@ class Bench:
             flags = ["--format", "files"]
         self.say(f"[{section}] {rows:,} rows, {raw_bytes / 1e6:,.1f} MB of input")
         self.section_info[section] = {"rows": rows, "row_bytes": rb, "raw_bytes": raw_bytes, "input": path}
-        self.contender(section, "raw", "raw copy", "raw", rows, rb,
-                       lambda i, o: [py, "-m", "bench.raw_copy", "--records", pattern,
-                                     "--output", os.path.join(o, "raw.bin")], None, check="none")
-        self.contender(section, "seed", f"seed loop ({'003 memmap' if section == 'raw' else '001 files'})", "seed",
-                       rows, rb, lambda i, o: [py, "-m", "bench.seed_files", *seed, i,
-                                               "--output", os.path.join(o, "data.tfrecord")], None)
-        self.contender(section, "convert_planned_2w", "convert --writer planned (2 workers)", "other", rows, rb,
-                       lambda i, o: [py, "-m", "pipelines.convert", "--input", pattern, "--output_dir", o,
-                                     "--overwrite", *flags, *beam_flags(2)], None, expect_writer="planned",
-                       check="metadata")
-        self.contender(section, "convert_planned_inproc", "convert --writer planned (in-process)", "other", rows,
-                       rb, lambda i, o: [py, "-m", "pipelines.convert", "--input", pattern, "--output_dir", o,
-                                         "--overwrite", *flags, "--runner=DirectRunner",
-                                         "--direct_running_mode=in_memory"], None, expect_writer="planned",
-                       check="metadata")
+        self.contender(
+            section,
+            "raw",
+            "raw copy",
+            "raw",
+            rows,
+            rb,
+            lambda i, o: [py, "-m", "bench.raw_copy", "--records", pattern, "--output", os.path.join(o, "raw.bin")],
+            None,
+            check="none",
+        )
+        self.contender(
+            section,
+            "seed",
+            f"seed loop ({'003 memmap' if section == 'raw' else '001 files'})",
+            "seed",
+            rows,
+            rb,
+            lambda i, o: [py, "-m", "bench.seed_files", *seed, i, "--output", os.path.join(o, "data.tfrecord")],
+            None,
+        )
+        self.contender(
+            section,
+            "convert_planned_2w",
+            "convert --writer planned (2 workers)",
+            "other",
+            rows,
+            rb,
+            lambda i, o: [
+                py,
+                "-m",
+                "pipelines.convert",
+                "--input",
+                pattern,
+                "--output_dir",
+                o,
+                "--overwrite",
+                *flags,
+                *beam_flags(2),
+            ],
+            None,
+            expect_writer="planned",
+            check="metadata",
+        )
+        self.contender(
+            section,
+            "convert_planned_inproc",
+            "convert --writer planned (in-process)",
+            "other",
+            rows,
+            rb,
+            lambda i, o: [
+                py,
+                "-m",
+                "pipelines.convert",
+                "--input",
+                pattern,
+                "--output_dir",
+                o,
+                "--overwrite",
+                *flags,
+                "--runner=DirectRunner",
+                "--direct_running_mode=in_memory",
+            ],
+            None,
+            expect_writer="planned",
+            check="metadata",
+        )
 
     def scaling_section(self) -> None:
         """2 workers vs 1 on many small rows: the planned writer only (the beam writer would take minutes
         a run at this size; its 1- and 2-worker rates are in the small section), with the raw copy."""
         rows, rb, tiny = self.rows_input("scaling", "small", SCALING_ROWS)
         for workers in (1, 2):
-            self.contender("scaling", f"convert_planned_{workers}w",
-                           f"convert --writer planned ({workers} worker{'s' if workers > 1 else ''})", "other",
-                           rows, rb, self.convert_cmd("planned", workers, SMALL), tiny, expect_writer="planned",
-                           check="metadata")
+            self.contender(
+                "scaling",
+                f"convert_planned_{workers}w",
+                f"convert --writer planned ({workers} worker{'s' if workers > 1 else ''})",
+                "other",
+                rows,
+                rb,
+                self.convert_cmd("planned", workers, SMALL),
+                tiny,
+                expect_writer="planned",
+                check="metadata",
+            )
 
     def splits_section(self, kind: str) -> None:
         """What ``--splits train=8,validation=1,test=1`` and ``--shuffle_seed`` cost against the same conversion
@@ -497,17 +723,43 @@ class Bench:
         section = f"splits_{kind}"
         rows, rb, tiny = self.rows_input(section, kind, SPLITS_ROWS[kind])
         py, base = self.py, self.convert_cmd("planned", 2, LAYOUTS[kind])
-        self.contender(section, "seed", "seed loop", "seed", rows, rb,
-                       lambda i, o: [py, "-m", "bench.seed_loop", "--input", i,
-                                     "--output", os.path.join(o, "data.tfrecord")], tiny)
+        self.contender(
+            section,
+            "seed",
+            "seed loop",
+            "seed",
+            rows,
+            rb,
+            lambda i, o: [py, "-m", "bench.seed_loop", "--input", i, "--output", os.path.join(o, "data.tfrecord")],
+            tiny,
+        )
         for key, name, flags, writer in (
-                ("convert_2w", "convert (2 workers)", [], "planned"),
-                ("splits_2w", "convert --splits train=8,validation=1,test=1 (2 workers)",
-                 ["--splits", "train=8,validation=1,test=1"], "planned"),
-                ("shuffled_2w", "convert --splits ... --shuffle_seed 1 (2 workers)",
-                 ["--splits", "train=8,validation=1,test=1", "--shuffle_seed", "1"], "shuffled")):
-            self.contender(section, key, name, "other", rows, rb, lambda i, o, f=flags: base(i, o) + f, tiny,
-                           expect_writer=writer, check="metadata")
+            ("convert_2w", "convert (2 workers)", [], "planned"),
+            (
+                "splits_2w",
+                "convert --splits train=8,validation=1,test=1 (2 workers)",
+                ["--splits", "train=8,validation=1,test=1"],
+                "planned",
+            ),
+            (
+                "shuffled_2w",
+                "convert --splits ... --shuffle_seed 1 (2 workers)",
+                ["--splits", "train=8,validation=1,test=1", "--shuffle_seed", "1"],
+                "shuffled",
+            ),
+        ):
+            self.contender(
+                section,
+                key,
+                name,
+                "other",
+                rows,
+                rb,
+                lambda i, o, f=flags: base(i, o) + f,
+                tiny,
+                expect_writer=writer,
+                check="metadata",
+            )
 
     def augment_section(self, section: str, kind: str, rows: int, h5_name: str) -> None:
         layout = LAYOUTS[kind]
@@ -520,36 +772,117 @@ class Bench:
             tiny_rows = max(1, rows // TINY_FRACTION)
             tiny_h5 = self.h5(kind, h5_name + "_tiny", tiny_rows)
             tiny = (self.records(kind, tiny_h5, tiny_rows, f"{section}_records_tiny"), tiny_rows)
-        self.section_info[section] = {"rows": rows, "row_bytes": rb, "raw_bytes": rows * rb, "input": src,
-                                      "input_bytes": dir_bytes(src)}
+        self.section_info[section] = {
+            "rows": rows,
+            "row_bytes": rb,
+            "raw_bytes": rows * rb,
+            "input": src,
+            "input_bytes": dir_bytes(src),
+        }
         py = self.py
         extra = shlex.split(self.args.augment_flags or "")
 
         def augment(mode):
-            return lambda i, o: [py, "-m", "pipelines.augment", "--input", i, "--output_dir", o, "--mode", mode,
-                                 "--constants", AUGMENT_CONSTANT, "--encoding", "list", *extra, *beam_flags(2)]
+            return lambda i, o: [
+                py,
+                "-m",
+                "pipelines.augment",
+                "--input",
+                i,
+                "--output_dir",
+                o,
+                "--mode",
+                mode,
+                "--constants",
+                AUGMENT_CONSTANT,
+                "--encoding",
+                "list",
+                *extra,
+                *beam_flags(2),
+            ]
 
         def shards(i):
             return os.path.join(i, "*.tfrecord")
 
-        self.contender(section, "raw", "raw copy of the records", "raw", rows, rb,
-                       lambda i, o: [py, "-m", "bench.raw_copy", "--records", shards(i),
-                                     "--output", os.path.join(o, "raw.bin")], tiny, check="none")
-        self.contender(section, "seed", "seed loop (parse/modify/serialize)", "seed", rows, rb,
-                       lambda i, o: [py, "-m", "bench.seed_augment", "--input", shards(i), "--output_dir", o], tiny)
-        rewrite = self.contender(section, "rewrite", "augment --mode rewrite (2 workers)", "other", rows, rb,
-                                 augment("rewrite"), tiny, check="augment")
-        sidecar = self.contender(section, "sidecar", "augment --mode sidecar (2 workers)", "other", rows, rb,
-                                 augment("sidecar"), tiny, check="augment")
+        self.contender(
+            section,
+            "raw",
+            "raw copy of the records",
+            "raw",
+            rows,
+            rb,
+            lambda i, o: [py, "-m", "bench.raw_copy", "--records", shards(i), "--output", os.path.join(o, "raw.bin")],
+            tiny,
+            check="none",
+        )
+        self.contender(
+            section,
+            "seed",
+            "seed loop (parse/modify/serialize)",
+            "seed",
+            rows,
+            rb,
+            lambda i, o: [py, "-m", "bench.seed_augment", "--input", shards(i), "--output_dir", o],
+            tiny,
+        )
+        rewrite = self.contender(
+            section,
+            "rewrite",
+            "augment --mode rewrite (2 workers)",
+            "other",
+            rows,
+            rb,
+            augment("rewrite"),
+            tiny,
+            check="augment",
+        )
+        sidecar = self.contender(
+            section,
+            "sidecar",
+            "augment --mode sidecar (2 workers)",
+            "other",
+            rows,
+            rb,
+            augment("sidecar"),
+            tiny,
+            check="augment",
+        )
         # a gzip collection (TFX ExampleGen's .gz shards) augmented into gzip, against the same loop through
         # TensorFlow's GZIP reader and writer
         gz = self.records(kind, h5_path, rows, f"{section}_records_gz", "gzip")
         self.section_info[section]["gzip_input"] = gz
-        self.contender(section, "seed_gzip", "seed loop, gzip in and out (TF GZIP reader and writer)", "other",
-                       rows, rb, lambda i, o: [py, "-m", "bench.seed_augment", "--input", os.path.join(gz, "*.gz"),
-                                               "--output_dir", o, "--compression", "gzip"], None, check="augment")
-        self.contender(section, "rewrite_gzip", "augment --mode rewrite, gzip in and out (2 workers)", "other", rows,
-                       rb, lambda i, o: augment("rewrite")(gz, o), None, check="augment")
+        self.contender(
+            section,
+            "seed_gzip",
+            "seed loop, gzip in and out (TF GZIP reader and writer)",
+            "other",
+            rows,
+            rb,
+            lambda i, o: [
+                py,
+                "-m",
+                "bench.seed_augment",
+                "--input",
+                os.path.join(gz, "*.gz"),
+                "--output_dir",
+                o,
+                "--compression",
+                "gzip",
+            ],
+            None,
+            check="augment",
+        )
+        self.contender(
+            section,
+            "rewrite_gzip",
+            "augment --mode rewrite, gzip in and out (2 workers)",
+            "other",
+            rows,
+            rb,
+            lambda i, o: augment("rewrite")(gz, o),
+            None,
+            check="augment",
+        )
         if section == "augment_images" and rewrite["status"] == "ok" and sidecar["status"] == "ok":
             rw, sc = rewrite.get("output_bytes"), sidecar.get("output_bytes")
             if rw:
@@ -562,8 +895,18 @@ class Bench:
         self.say(f"[rss8gb] {rows:,} rows x {rb:,} bytes = {rows * rb / 1e9:,.2f} GB raw")
         path = self.h5("large", "rss8gb", rows)
         self.section_info["rss8gb"] = {"rows": rows, "row_bytes": rb, "raw_bytes": rows * rb, "input": path}
-        self.contender("rss8gb", "convert_planned_2w", "convert --writer planned (2 workers)", "other", rows, rb,
-                       self.convert_cmd("planned", 2, LARGE), None, expect_writer="planned", check="metadata")
+        self.contender(
+            "rss8gb",
+            "convert_planned_2w",
+            "convert --writer planned (2 workers)",
+            "other",
+            rows,
+            rb,
+            self.convert_cmd("planned", 2, LARGE),
+            None,
+            expect_writer="planned",
+            check="metadata",
+        )
 
     # ---------------------------------------------------------------- driver
 
@@ -574,9 +917,11 @@ class Bench:
             os.makedirs(d, exist_ok=True)
         sections = selected_sections(args)
         started = time.time()
-        self.say(f"bench: scale {args.scale}, sections {','.join(sections)}{' + rss_8gb' if args.rss_8gb else ''}, "
-                 f"steady state {'on' if self.steady else 'off'}, workdir {report.relpath(self.workdir)}, "
-                 f"results {report.relpath(self.results_dir)}")
+        self.say(
+            f"bench: scale {args.scale}, sections {','.join(sections)}{' + rss_8gb' if args.rss_8gb else ''}, "
+            f"steady state {'on' if self.steady else 'off'}, workdir {report.relpath(self.workdir)}, "
+            f"results {report.relpath(self.results_dir)}"
+        )
         order = []
         try:
             if "small" in sections:
@@ -603,14 +948,16 @@ class Bench:
             if "remote" in sections:  # bench.remote in its own process: egress and planning on a moto S3 server
                 self.say("[remote] python -m bench.remote (moto S3 server behind bench.s3proxy, 20 ms a request)")
                 done = subprocess.run([self.py, "-m", "bench.remote"], capture_output=True, text=True)
-                table = "\n".join(line for line in done.stdout.splitlines()
-                                   if line.startswith(("|", "egress", "planning", "large")))
+                table = "\n".join(
+                    line for line in done.stdout.splitlines() if line.startswith(("|", "egress", "planning", "large"))
+                )
                 self.extras["remote"] = table if done.returncode == 0 else f"failed: {done.stderr[-2000:]}"
                 order.append("remote")
             if "sizes" in sections:
                 order += sizes.run_sizes(self, args.sizes, args.seed_limit_s)
             if "zarr" in sections:  # bench.zarrsection: a Zarr store against its HDF5 twin and an xarray loop
                 from bench.zarrsection import zarr_section
+
                 zarr_section(self, rows_at, beam_flags)
                 order.append("zarr")
             if "peers" in sections:
@@ -624,8 +971,14 @@ class Bench:
             shutil.rmtree(self.home, ignore_errors=True)
         report.add_ratios(self.rows)
         targets = report.evaluate_targets(self.rows, self.extras)
-        result = {"meta": self.meta(started), "sections": order, "section_info": self.section_info,
-                  "results": self.rows, "extras": self.extras, "targets": targets}
+        result = {
+            "meta": self.meta(started),
+            "sections": order,
+            "section_info": self.section_info,
+            "results": self.rows,
+            "extras": self.extras,
+            "targets": targets,
+        }
         json_path = os.path.join(self.results_dir, "results.json")
         md_path = os.path.join(self.results_dir, "results.md")
         png_path = os.path.join(self.results_dir, "results.png")
@@ -639,8 +992,11 @@ class Bench:
             report.write_json(json_path, result)
             md += "\n" + sizes.markdown(summ, result["sizes"]["targets"])
             why = sizes.draw(os.path.join(self.results_dir, "sizes.png"), summ)
-            self.say(f"sizes chart: {report.relpath(os.path.join(self.results_dir, 'sizes.png'))}" if why is None
-                     else f"no sizes chart: {why}")
+            self.say(
+                f"sizes chart: {report.relpath(os.path.join(self.results_dir, 'sizes.png'))}"
+                if why is None
+                else f"no sizes chart: {why}"
+            )
         if "peers" in sections:
             md += "\n" + peers.markdown(self.rows, self.section_info)
             chart = os.path.join(self.results_dir, "peers.png")
@@ -658,11 +1014,15 @@ class Bench:
         self.say(md)
         report.print_targets(targets, sys.stdout)
         if args.scale < 1 or not self.steady:
-            self.say("  (the targets are meant for the full sizes, --scale 1, where steady-state figures are measured; "
-                     "at this scale start-up dominates)")
-        self.say(f"\nwrote {report.relpath(json_path)}, {report.relpath(md_path)}"
-                 + (f", {report.relpath(png_path)}" if why_not is None else f" (no PNG: {why_not})")
-                 + f" in {time.time() - started:.0f} s")
+            self.say(
+                "  (the targets are meant for the full sizes, --scale 1, where steady-state figures are measured; "
+                "at this scale start-up dominates)"
+            )
+        self.say(
+            f"\nwrote {report.relpath(json_path)}, {report.relpath(md_path)}"
+            + (f", {report.relpath(png_path)}" if why_not is None else f" (no PNG: {why_not})")
+            + f" in {time.time() - started:.0f} s"
+        )
         if not args.keep:
             shutil.rmtree(self.data_dir, ignore_errors=True)
         if not args.keep_outputs:
@@ -680,16 +1040,27 @@ class Bench:
                 versions[pkg] = importlib_metadata.version(pkg)
             except importlib_metadata.PackageNotFoundError:
                 versions[pkg] = None
-        return {"created": datetime.datetime.fromtimestamp(started, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "command": "python -m bench.run " + shlex.join(sys.argv[1:]), "scale": self.args.scale,
-                "repeat": self.args.repeat, "steady": self.steady, "cpus": os.cpu_count(),
-                "platform": platform.platform(), "python": platform.python_version(), "versions": versions,
-                "git_commit": _git_commit(), "beam_flags_2_workers": beam_flags(2),
-                "convert_flags": self.args.convert_flags, "augment_flags": self.args.augment_flags}
+        return {
+            "created": datetime.datetime.fromtimestamp(started, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "command": "python -m bench.run " + shlex.join(sys.argv[1:]),
+            "scale": self.args.scale,
+            "repeat": self.args.repeat,
+            "steady": self.steady,
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "versions": versions,
+            "git_commit": _git_commit(),
+            "beam_flags_2_workers": beam_flags(2),
+            "convert_flags": self.args.convert_flags,
+            "augment_flags": self.args.augment_flags,
+        }
 
 
-_WORK_PATTERNS = (re.compile(r"^work span: ([0-9.]+) s", re.M),  # pipelines.convert / pipelines.augment
-                  re.compile(r"^(?:raw_copy|seed_loop|seed_augment|seed_zarr): .* in ([0-9.]+) s", re.M))
+_WORK_PATTERNS = (
+    re.compile(r"^work span: ([0-9.]+) s", re.M),  # pipelines.convert / pipelines.augment
+    re.compile(r"^(?:raw_copy|seed_loop|seed_augment|seed_zarr): .* in ([0-9.]+) s", re.M),
+)
 
 
 def work_seconds(log: str | None) -> float | None:
@@ -758,59 +1129,116 @@ def tail(path: str | None, lines: int = 15) -> str:
 
 def _git_commit() -> str | None:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip() or None
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         return None
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scale", type=float, default=1.0,
-                    help="multiplies every default size (e.g. 0.02 for a quick check; default 1.0)")
-    ap.add_argument("--only", default=",".join(DEFAULT_SECTIONS),
-                    help=f"sections to run, comma-separated, of {','.join(SECTIONS)} (default: all but remote, sizes and zarr)")
-    ap.add_argument("--sizes", default=sizes.DEFAULT_SIZES,
-                    help=f"sizes section: input sizes in raw array bytes, times --scale (default {sizes.DEFAULT_SIZES})")
-    ap.add_argument("--seed_limit_s", type=float, default=300.0,
-                    help="sizes section: skip the seed loop where its previous rate predicts more seconds than this "
-                         "(default 300)")
-    ap.add_argument("--workdir", default=None,
-                    help=f"where inputs and outputs go (default {report.relpath(DEFAULT_WORKDIR)})")
-    ap.add_argument("--results_dir", default=None,
-                    help="where results.json/md/png and logs/ go (default bench/results, or WORKDIR/results "
-                         "when --workdir is given)")
-    ap.add_argument("--keep", action="store_true",
-                    help="keep the generated data between runs and reuse it (regenerated only if missing)")
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--scale",
+        type=float,
+        default=1.0,
+        help="multiplies every default size (e.g. 0.02 for a quick check; default 1.0)",
+    )
+    ap.add_argument(
+        "--only",
+        default=",".join(DEFAULT_SECTIONS),
+        help=f"sections to run, comma-separated, of {','.join(SECTIONS)} (default: all but remote, sizes and zarr)",
+    )
+    ap.add_argument(
+        "--sizes",
+        default=sizes.DEFAULT_SIZES,
+        help=f"sizes section: input sizes in raw array bytes, times --scale (default {sizes.DEFAULT_SIZES})",
+    )
+    ap.add_argument(
+        "--seed_limit_s",
+        type=float,
+        default=300.0,
+        help="sizes section: skip the seed loop where its previous rate predicts more seconds than this (default 300)",
+    )
+    ap.add_argument(
+        "--workdir", default=None, help=f"where inputs and outputs go (default {report.relpath(DEFAULT_WORKDIR)})"
+    )
+    ap.add_argument(
+        "--results_dir",
+        default=None,
+        help="where results.json/md/png and logs/ go (default bench/results, or WORKDIR/results "
+        "when --workdir is given)",
+    )
+    ap.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the generated data between runs and reuse it (regenerated only if missing)",
+    )
     ap.add_argument("--keep_outputs", action="store_true", help="keep every contender's output")
-    ap.add_argument("--rss_8gb", action="store_true",
-                    help="also generate one 8 GB HDF5 file (x --scale) and convert it with --writer planned, "
-                         "for the peak RSS target (<= 1 GB per process)")
-    ap.add_argument("--peers", action="store_true",
-                    help="run the peers section (TFDS and Ray Data against convert and the hand loop), building "
-                         "their environments bench/.venv-peers-{tfds,ray} first when missing; alone it runs only "
-                         "that section")
-    ap.add_argument("--peer_rounds", type=int, default=3,
-                    help="peers section: rounds of alternated runs; the median of each contender is reported "
-                         "(default 3)")
-    ap.add_argument("--read", action="store_true",
-                    help="run the read section (every reader over the same shards, values checked), building the "
-                         "reader-only environment bench/.venv-peers-reader (PyTorch, tfrecord, Grain; no TensorFlow) "
-                         "first when missing; alone it runs only that section")
-    ap.add_argument("--read_rounds", type=int, default=3,
-                    help="read section: rounds of alternated runs; the median of each reader is reported (default 3)")
-    ap.add_argument("--read_inputs", default=",".join(readsection.INPUTS),
-                    help=f"read section: inputs, of {','.join(readsection.INPUTS)} (default all)")
-    ap.add_argument("--read_contenders", default="",
-                    help="read section: readers to run, comma-separated keys of bench.read_contenders (default all)")
-    ap.add_argument("--read_random", type=int, default=readsection.RANDOM_READS,
-                    help=f"read section: random reads of the RandomAccess readers (default {readsection.RANDOM_READS:,})")
+    ap.add_argument(
+        "--rss_8gb",
+        action="store_true",
+        help="also generate one 8 GB HDF5 file (x --scale) and convert it with --writer planned, "
+        "for the peak RSS target (<= 1 GB per process)",
+    )
+    ap.add_argument(
+        "--peers",
+        action="store_true",
+        help="run the peers section (TFDS and Ray Data against convert and the hand loop), building "
+        "their environments bench/.venv-peers-{tfds,ray} first when missing; alone it runs only "
+        "that section",
+    )
+    ap.add_argument(
+        "--peer_rounds",
+        type=int,
+        default=3,
+        help="peers section: rounds of alternated runs; the median of each contender is reported (default 3)",
+    )
+    ap.add_argument(
+        "--read",
+        action="store_true",
+        help="run the read section (every reader over the same shards, values checked), building the "
+        "reader-only environment bench/.venv-peers-reader (PyTorch, tfrecord, Grain; no TensorFlow) "
+        "first when missing; alone it runs only that section",
+    )
+    ap.add_argument(
+        "--read_rounds",
+        type=int,
+        default=3,
+        help="read section: rounds of alternated runs; the median of each reader is reported (default 3)",
+    )
+    ap.add_argument(
+        "--read_inputs",
+        default=",".join(readsection.INPUTS),
+        help=f"read section: inputs, of {','.join(readsection.INPUTS)} (default all)",
+    )
+    ap.add_argument(
+        "--read_contenders",
+        default="",
+        help="read section: readers to run, comma-separated keys of bench.read_contenders (default all)",
+    )
+    ap.add_argument(
+        "--read_random",
+        type=int,
+        default=readsection.RANDOM_READS,
+        help=f"read section: random reads of the RandomAccess readers (default {readsection.RANDOM_READS:,})",
+    )
     ap.add_argument("--repeat", type=int, default=1, help="runs per contender; the fastest is reported (default 1)")
-    ap.add_argument("--steady", choices=("auto", "on", "off"), default="auto",
-                    help="also run every contender on 1/50 of the rows to net out start-up (auto: when --scale >= 0.1)")
+    ap.add_argument(
+        "--steady",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="also run every contender on 1/50 of the rows to net out start-up (auto: when --scale >= 0.1)",
+    )
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds before one run is killed (default 3600)")
-    ap.add_argument("--convert_flags", default="", help="extra flags for pipelines.convert, e.g. '--target_range_mb 16'")
+    ap.add_argument(
+        "--convert_flags", default="", help="extra flags for pipelines.convert, e.g. '--target_range_mb 16'"
+    )
     ap.add_argument("--augment_flags", default="", help="extra flags for pipelines.augment")
     args = ap.parse_args(argv)
     if args.scale <= 0:

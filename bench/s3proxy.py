@@ -8,12 +8,12 @@ chunk), so a server on 127.0.0.1 answers with the round-trip time of a real obje
     ... use http://127.0.0.1:{proxy.port} as the endpoint ...
     proxy.egress_bytes, proxy.connections, proxy.requests
 """
+
 from __future__ import annotations
 
 import socket
 import threading
 import time
-
 
 _METHODS = (b"GET ", b"HEAD ", b"PUT ", b"POST ", b"DELETE ")
 
@@ -34,7 +34,7 @@ class CountingProxy:
         self._listener.listen(256)
         self.port = self._listener.getsockname()[1]
 
-    def start(self) -> "CountingProxy":
+    def start(self) -> CountingProxy:
         threading.Thread(target=self._accept, daemon=True).start()
         return self
 
@@ -88,6 +88,7 @@ def main(argv=None) -> None:
     stdin the counts as ``egress ingress connections requests``."""
     import argparse
     import sys
+
     ap = argparse.ArgumentParser()
     ap.add_argument("upstream_port", type=int)
     ap.add_argument("--latency_ms", type=float, default=0.0)

@@ -8,6 +8,7 @@ writes it with ``tf.io.TFRecordWriter`` to a file of the same name under ``--out
 the per-record cost of a full protobuf parse and re-serialization plus TensorFlow's reader and writer:
 the baseline of the augmentation "x seed" ratios.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,12 +20,18 @@ import time
 
 def main(argv=None) -> int:
     from bench.common import AUGMENT_NAME, AUGMENT_VALUE
-    ap = argparse.ArgumentParser(prog="python -m bench.seed_augment", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.seed_augment", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--input", required=True, help="glob of uncompressed TFRecord files")
     ap.add_argument("--output_dir", required=True)
-    ap.add_argument("--compression", choices=("none", "gzip"), default="none",
-                    help="gzip: read and write through TensorFlow's GZIP reader and writer")
+    ap.add_argument(
+        "--compression",
+        choices=("none", "gzip"),
+        default="none",
+        help="gzip: read and write through TensorFlow's GZIP reader and writer",
+    )
     ap.add_argument("--name", default=AUGMENT_NAME)
     ap.add_argument("--value", type=int, default=AUGMENT_VALUE)
     args = ap.parse_args(argv)
@@ -49,8 +56,10 @@ def main(argv=None) -> int:
                 writer.write(example.SerializeToString())
                 n += 1
     seconds = time.perf_counter() - started
-    print(f"seed_augment: {n} records in {seconds:.3f} s ({n / max(seconds, 1e-9):,.0f} records/s, "
-          "after imports)", file=sys.stderr)
+    print(
+        f"seed_augment: {n} records in {seconds:.3f} s ({n / max(seconds, 1e-9):,.0f} records/s, after imports)",
+        file=sys.stderr,
+    )
     return 0
 
 

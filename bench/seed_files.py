@@ -10,6 +10,7 @@ raw: ``np.memmap`` the file as uint8 rows of ``--shape``, one ``tf.train.Example
 bytes), ``tf.io.TFRecordWriter``. files: walk the class folders in sorted order, read each file, one Example per
 file (``image`` bytes, ``label`` int64 = the class's index), ``TFRecordWriter``. Both print their record count.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,20 +32,22 @@ def make_raw(path: str, rows: int, seed: int = 14) -> None:
 
 def make_files(directory: str, files: int, seed: int = 14) -> None:
     from PIL import Image
+
     rng = np.random.default_rng(seed)
     for c in range(CLASSES):
         os.makedirs(os.path.join(directory, f"class{c}"), exist_ok=True)
     base = rng.integers(0, 256, (SHAPE[0] * 2, SHAPE[1] * 2, 3), dtype=np.uint8)
     for i in range(files):  # smooth-ish images (crops of one noise field, blurred by a box) so PNG compresses
         y, x = rng.integers(0, SHAPE[0], 2)
-        crop = base[y:y + SHAPE[0], x:x + SHAPE[1]].astype(np.uint16)
+        crop = base[y : y + SHAPE[0], x : x + SHAPE[1]].astype(np.uint16)
         crop = ((crop + np.roll(crop, 1, 0) + np.roll(crop, 1, 1) + np.roll(crop, 1, (0, 1))) // 4).astype(np.uint8)
         Image.fromarray(crop).save(os.path.join(directory, f"class{i % CLASSES}", f"{i:07d}.png"))
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.seed_files", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.seed_files", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("what", choices=["raw", "files", "make-raw", "make-files"])
     ap.add_argument("--input")
     ap.add_argument("--output", required=True)
@@ -60,6 +63,7 @@ def main(argv=None) -> int:
         return 0
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf
+
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     n = 0
     with tf.io.TFRecordWriter(args.output) as w:
@@ -67,8 +71,11 @@ def main(argv=None) -> int:
             shape = tuple(int(d) for d in args.shape.split(","))
             rows = np.memmap(args.input, dtype=np.uint8, mode="r").reshape(-1, *shape)
             for row in rows:
-                ex = tf.train.Example(features=tf.train.Features(feature={
-                    "array": tf.train.Feature(bytes_list=tf.train.BytesList(value=[row.tobytes()]))}))
+                ex = tf.train.Example(
+                    features=tf.train.Features(
+                        feature={"array": tf.train.Feature(bytes_list=tf.train.BytesList(value=[row.tobytes()]))}
+                    )
+                )
                 w.write(ex.SerializeToString())
                 n += 1
         else:
@@ -76,9 +83,14 @@ def main(argv=None) -> int:
                 for name in sorted(os.listdir(os.path.join(args.input, c))):
                     with open(os.path.join(args.input, c, name), "rb") as f:
                         data = f.read()
-                    ex = tf.train.Example(features=tf.train.Features(feature={
-                        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
-                        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}))
+                    ex = tf.train.Example(
+                        features=tf.train.Features(
+                            feature={
+                                "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),
+                                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                            }
+                        )
+                    )
                     w.write(ex.SerializeToString())
                     n += 1
     print(f"wrote {n} records", file=sys.stderr)

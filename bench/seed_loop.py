@@ -9,6 +9,7 @@ floats as a ``float_list``, integers as an ``int64_list``), serializes it and wr
 ``options="GZIP"``, zlib at level 6). This is the baseline of the "x seed" ratios: it measures the per-row cost
 of Python protobuf construction plus TensorFlow's record writer.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,12 +19,17 @@ import time
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.seed_loop", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.seed_loop", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--input", required=True, help="HDF5 file")
     ap.add_argument("--output", required=True, help="TFRecord file to write")
-    ap.add_argument("--compression", choices=("none", "gzip"), default="none",
-                    help="gzip: write with TensorFlow's GZIP writer (the hand loop of compressed output)")
+    ap.add_argument(
+        "--compression",
+        choices=("none", "gzip"),
+        default="none",
+        help="gzip: write with TensorFlow's GZIP writer (the hand loop of compressed output)",
+    )
     ap.add_argument("--chunk_rows", type=int, default=None, help="rows read at a time (default: about 16 MB)")
     args = ap.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -42,8 +48,10 @@ def main(argv=None) -> int:
                 writer.write(to_example(columns, i))
             n += rows
     seconds = time.perf_counter() - started
-    print(f"seed_loop: {n} examples in {seconds:.3f} s ({n / max(seconds, 1e-9):,.0f} examples/s, "
-          "after imports)", file=sys.stderr)
+    print(
+        f"seed_loop: {n} examples in {seconds:.3f} s ({n / max(seconds, 1e-9):,.0f} examples/s, after imports)",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -10,6 +10,7 @@ loop: the straightforward hand-written conversion: ``xarray.open_zarr``, then ch
 4,096 rows) one ``tf.train.Example`` per row (``x``: a FloatList of the row), ``tf.io.TFRecordWriter``; prints its
 record count.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,16 +28,27 @@ def make(directory: str, rows: int, seed: int = 14) -> None:
     import h5py
     import hdf5plugin
     import zarr
+
     os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(seed)
     chunk = min(CHUNK_ROWS, rows)  # (HDF5 refuses a chunk longer than the dataset)
     store = zarr.open_group(os.path.join(directory, "data.zarr"), mode="w", zarr_format=3)
-    arr = store.create_array("x", shape=(rows, COLUMNS), chunks=(chunk, COLUMNS), dtype="f4",
-                             dimension_names=["row", "col"],
-                             compressors=[zarr.codecs.BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")])
+    arr = store.create_array(
+        "x",
+        shape=(rows, COLUMNS),
+        chunks=(chunk, COLUMNS),
+        dtype="f4",
+        dimension_names=["row", "col"],
+        compressors=[zarr.codecs.BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")],
+    )
     with h5py.File(os.path.join(directory, "data.h5"), "w") as f:
-        dset = f.create_dataset("x", shape=(rows, COLUMNS), chunks=(chunk, COLUMNS), dtype="f4",
-                                **hdf5plugin.Blosc(cname="zstd", clevel=3, shuffle=hdf5plugin.Blosc.SHUFFLE))
+        dset = f.create_dataset(
+            "x",
+            shape=(rows, COLUMNS),
+            chunks=(chunk, COLUMNS),
+            dtype="f4",
+            **hdf5plugin.Blosc(cname="zstd", clevel=3, shuffle=hdf5plugin.Blosc.SHUFFLE),
+        )
         for start in range(0, rows, CHUNK_ROWS):
             stop = min(rows, start + CHUNK_ROWS)
             block = np.round(rng.standard_normal((stop - start, COLUMNS)), 2).astype("f4")
@@ -46,8 +58,9 @@ def make(directory: str, rows: int, seed: int = 14) -> None:
 
 
 def loop(store: str, output: str) -> int:
-    import xarray as xr
     import tensorflow as tf
+    import xarray as xr
+
     t = time.perf_counter()
     ds = xr.open_zarr(store, consolidated=True)
     x = ds["x"]
@@ -55,10 +68,13 @@ def loop(store: str, output: str) -> int:
     n = 0
     with tf.io.TFRecordWriter(output) as w:
         for start in range(0, x.shape[0], CHUNK_ROWS):
-            block = x[start:start + CHUNK_ROWS].values
+            block = x[start : start + CHUNK_ROWS].values
             for row in block:
-                ex = tf.train.Example(features=tf.train.Features(feature={
-                    "x": tf.train.Feature(float_list=tf.train.FloatList(value=row))}))
+                ex = tf.train.Example(
+                    features=tf.train.Features(
+                        feature={"x": tf.train.Feature(float_list=tf.train.FloatList(value=row))}
+                    )
+                )
                 w.write(ex.SerializeToString())
                 n += 1
     print(f"seed_zarr: {n} records in {time.perf_counter() - t:.3f} s")

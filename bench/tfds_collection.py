@@ -9,6 +9,7 @@ Writes (once; kept for later runs) a collection of ``--spans`` spans of ``--reco
 split in file order (``shuffle_files=False``, ``interleave_cycle_length=1``, batches of 4,096), and checks that
 both read the same labels in the same order. One line per repeat.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,6 +23,7 @@ def build(directory: str, spans: int, records: int) -> str:
     """The collection ``directory/coll`` (written when it lacks ``collection.json``)."""
     from tfrecord_etl.pipelines import common, convert
     from tfrecord_etl.transforms import collection
+
     coll = os.path.join(directory, "coll")
     if collection.is_collection(coll):
         return coll
@@ -30,23 +32,44 @@ def build(directory: str, spans: int, records: int) -> str:
         os.makedirs(raw, exist_ok=True)
         path = os.path.join(raw, "part.npz")
         rng = np.random.default_rng(span)
-        np.savez(path, image=rng.integers(0, 255, (records, 8, 8), dtype=np.uint8),
-                 label=np.arange(records, dtype=np.int64) + 1_000_000 * span)
-        code = common.run_main(convert.main, ["--input", path, "--output_dir", os.path.join(coll, f"span-{span}"),
-                                              "--tfds_name", "toy", "--split", "train", "--num_shards", "2",
-                                              "--runner=DirectRunner", "--direct_running_mode=in_memory"])
+        np.savez(
+            path,
+            image=rng.integers(0, 255, (records, 8, 8), dtype=np.uint8),
+            label=np.arange(records, dtype=np.int64) + 1_000_000 * span,
+        )
+        code = common.run_main(
+            convert.main,
+            [
+                "--input",
+                path,
+                "--output_dir",
+                os.path.join(coll, f"span-{span}"),
+                "--tfds_name",
+                "toy",
+                "--split",
+                "train",
+                "--num_shards",
+                "2",
+                "--runner=DirectRunner",
+                "--direct_running_mode=in_memory",
+            ],
+        )
         if code:
             raise SystemExit(f"convert failed for span {span}")
         st = os.stat(path)
-        entry = collection.span_entry(coll, span, None, [{"path": path, "size": st.st_size,
-                                                          "mtime_ns": st.st_mtime_ns, "version": None}])
+        entry = collection.span_entry(
+            coll, span, None, [{"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "version": None}]
+        )
         collection.commit(coll, collection.add_span(entry))
     return coll
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.tfds_collection", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.tfds_collection",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--dir", required=True, help="working directory (the collection is kept there)")
     ap.add_argument("--spans", type=int, default=10, help="spans (default: 10)")
     ap.add_argument("--records", type=int, default=20000, help="records per span (default: 20000)")
@@ -56,8 +79,10 @@ def main(argv=None) -> int:
     coll = build(args.dir, args.spans, args.records)
     from tfrecord_etl.pipelines import common
     from tfrecord_etl.transforms import collection, collection_reader
+
     common.preload_tensorflow()
     import tensorflow_datasets as tfds
+
     dirs = collection.span_dirs(coll)
     in_order = tfds.ReadConfig(interleave_cycle_length=1)
 
@@ -79,10 +104,12 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         together = labels(one)
         read_one = time.perf_counter() - t
-        print(f"{len(dirs)} spans | per span (builder_from_directory): {len(each)} records, load {load_each:.2f} s, "
-              f"read {read_each:.2f} s | one dataset (builder_from_directories): "
-              f"{one.info.splits['train'].num_examples} listed, {len(together)} records, load {load_one:.2f} s, "
-              f"read {read_one:.2f} s | same labels in order: {np.array_equal(each, together)}")
+        print(
+            f"{len(dirs)} spans | per span (builder_from_directory): {len(each)} records, load {load_each:.2f} s, "
+            f"read {read_each:.2f} s | one dataset (builder_from_directories): "
+            f"{one.info.splits['train'].num_examples} listed, {len(together)} records, load {load_one:.2f} s, "
+            f"read {read_one:.2f} s | same labels in order: {np.array_equal(each, together)}"
+        )
     return 0
 
 

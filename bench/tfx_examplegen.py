@@ -21,6 +21,7 @@ pays them), and ``work``: the component's executor ``Do`` from its start to its 
 ``pipelines.convert.main`` after its imports (convert); ``convert_then_import`` adds the two. Prints a table of the
 medians of ``--repeat`` runs, with each case's ratio to ``convert_gzip`` (process and work), and a JSON summary.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEAM_FLAGS = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 CASES = ("convert_gzip", "examplegen", "examplegen_tfx_writer", "convert_then_import")
 
-PIPELINE = r'''
+PIPELINE = r"""
 import os, sys, time
 from tfx.orchestration import metadata, pipeline
 from tfx.orchestration.local.local_dag_runner import LocalDagRunner
@@ -82,9 +83,9 @@ LocalDagRunner().run(pipeline.Pipeline(
     pipeline_name="bench", pipeline_root=os.path.join(root, "pipeline_root"), components=[gen], enable_cache=False,
     metadata_connection_config=metadata.sqlite_metadata_connection_config(os.path.join(root, "mlmd.sqlite")),
     beam_pipeline_args=flags))
-'''
+"""
 
-CONVERT = r'''
+CONVERT = r"""
 import sys, time
 from tfrecord_etl.pipelines import convert
 started = time.perf_counter()
@@ -92,7 +93,7 @@ code = convert.main(sys.argv[2:])
 with open(sys.argv[1], "a") as f:
     f.write(f"{time.perf_counter() - started}\n")
 sys.exit(code)
-'''
+"""
 
 
 def timed(cmd: list[str], env: dict, timing: str) -> tuple[float, float]:
@@ -112,8 +113,10 @@ def timed(cmd: list[str], env: dict, timing: str) -> tuple[float, float]:
 def table(med: dict, array_mb: float) -> str:
     """The results as a Markdown table: seconds, MB/s and the ratio to convert_gzip, process and work."""
     base = med.get("convert_gzip")
-    lines = ["| case | process s | work s | work MB/s | process / convert | work / convert |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| case | process s | work s | work MB/s | process / convert | work / convert |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for case, (proc, work) in med.items():
         ratio = (f"{proc / base[0]:.2f}x", f"{work / base[1]:.2f}x") if base else ("", "")
         lines.append(f"| {case} | {proc:.1f} | {work:.2f} | {array_mb / work:.0f} | {ratio[0]} | {ratio[1]} |")
@@ -126,21 +129,33 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--workdir", default=None, help="kept between runs: the input is generated once")
     ap.add_argument("--json", default=None, help="write the results here")
-    ap.add_argument("--direct_running_mode", default="multi_processing", choices=["multi_processing", "in_memory"],
-                    help="DirectRunner's mode for every case (2 workers in multi_processing)")
+    ap.add_argument(
+        "--direct_running_mode",
+        default="multi_processing",
+        choices=["multi_processing", "in_memory"],
+        help="DirectRunner's mode for every case (2 workers in multi_processing)",
+    )
     ap.add_argument("--only", default=",".join(CASES), help=f"comma-separated cases to run, of {', '.join(CASES)}")
     args = ap.parse_args(argv)
-    flags = BEAM_FLAGS if args.direct_running_mode == "multi_processing" else [
-        "--runner=DirectRunner", "--direct_running_mode=in_memory"]
+    flags = (
+        BEAM_FLAGS
+        if args.direct_running_mode == "multi_processing"
+        else ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+    )
     from bench import datagen
+
     work = args.workdir or tempfile.mkdtemp(prefix="tfx-bench-")
     data_dir = os.path.join(work, "data")
     os.makedirs(data_dir, exist_ok=True)
     h5 = os.path.join(data_dir, "large.h5")
     datagen.ensure("large", h5, args.rows, keep=True)
     array_mb = os.path.getsize(h5) / 1e6
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONWARNINGS": "ignore",
-           "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+    env = {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "PYTHONWARNINGS": "ignore",
+        "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p),
+    }
     py = sys.executable
     cases = [c for c in args.only.split(",") if c]
     unknown = sorted(set(cases) - set(CASES))
@@ -155,7 +170,8 @@ def main(argv=None) -> int:
     only_h5 = os.path.join(work, "h5only")
     os.makedirs(only_h5, exist_ok=True)
     if not os.path.exists(os.path.join(only_h5, "large.h5")) or not os.path.samefile(
-            h5, os.path.join(only_h5, "large.h5")):
+        h5, os.path.join(only_h5, "large.h5")
+    ):
         if os.path.exists(os.path.join(only_h5, "large.h5")):
             os.remove(os.path.join(only_h5, "large.h5"))
         os.link(h5, os.path.join(only_h5, "large.h5"))
@@ -165,8 +181,18 @@ def main(argv=None) -> int:
             out = os.path.join(work, "out", case)
             shutil.rmtree(out, ignore_errors=True)
             os.makedirs(out)
-            convert = [py, convert_script, timing, "--input", h5, "--output_dir", os.path.join(out, "converted"),
-                       "--compression", "gzip", *flags]
+            convert = [
+                py,
+                convert_script,
+                timing,
+                "--input",
+                h5,
+                "--output_dir",
+                os.path.join(out, "converted"),
+                "--compression",
+                "gzip",
+                *flags,
+            ]
             if case == "convert_gzip":
                 got = timed(convert, env, timing)
             elif case.startswith("examplegen"):
@@ -176,22 +202,29 @@ def main(argv=None) -> int:
                 then = timed([py, script, "import", os.path.join(out, "converted"), out, timing, *flags], env, timing)
                 got = (first[0] + then[0], first[1] + then[1])
             results[case].append(got)
-            print(f"{case:22s} process {got[0]:7.1f} s  work {got[1]:7.2f} s  {array_mb / got[1]:6.0f} MB/s",
-                  flush=True)
-    med = {case: (statistics.median(p for p, _ in v), statistics.median(w for _, w in v))
-           for case, v in results.items()}
+            print(
+                f"{case:22s} process {got[0]:7.1f} s  work {got[1]:7.2f} s  {array_mb / got[1]:6.0f} MB/s", flush=True
+            )
+    med = {
+        case: (statistics.median(p for p, _ in v), statistics.median(w for _, w in v)) for case, v in results.items()
+    }
     print()
     print(table(med, array_mb))
-    summary = {"rows": args.rows, "array_mb": round(array_mb, 1), "beam_flags": flags,
-               "median_process_s": {k: round(v[0], 2) for k, v in med.items()},
-               "median_work_s": {k: round(v[1], 2) for k, v in med.items()},
-               "runs": {k: [[round(p, 2), round(w, 2)] for p, w in v] for k, v in results.items()}}
+    summary = {
+        "rows": args.rows,
+        "array_mb": round(array_mb, 1),
+        "beam_flags": flags,
+        "median_process_s": {k: round(v[0], 2) for k, v in med.items()},
+        "median_work_s": {k: round(v[1], 2) for k, v in med.items()},
+        "runs": {k: [[round(p, 2), round(w, 2)] for p, w in v] for k, v in results.items()},
+    }
     if "convert_gzip" in med:
         for case in med:
             if case != "convert_gzip":
                 summary[f"{case}_over_convert_gzip"] = {
                     "process": round(med[case][0] / med["convert_gzip"][0], 2),
-                    "work": round(med[case][1] / med["convert_gzip"][1], 2)}
+                    "work": round(med[case][1] / med["convert_gzip"][1], 2),
+                }
     print(json.dumps(summary, indent=1))
     if args.json:
         with open(args.json, "w") as f:

@@ -9,6 +9,7 @@ import-linter (through grimp) reads a package's files from its folder alone. In 
 or imported). When ``tfrecord_etl/transforms`` is a folder already (an installed layout), the checkout is checked
 as it is. Exits with lint-imports' status: 0 when every contract is kept.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,14 +35,16 @@ def package_view(tmp: str) -> str:
 
 def main(argv: list[str]) -> int:
     from importlinter.cli import lint_imports
+
     with tempfile.TemporaryDirectory(prefix="lint-imports-") as tmp:
         installed = os.path.isdir(os.path.join(ROOT, "tfrecord_etl", "transforms"))
         where = ROOT if installed else package_view(tmp)
         # lint-imports puts the working directory first on sys.path: the view's, so tfrecord_etl is found there
         sys.path = [where] + [p for p in sys.path if os.path.abspath(p or ".") != ROOT]
         os.chdir(where)
-        return lint_imports(config_filename=CONFIG, no_cache=True, verbose="--verbose" in argv,
-                            show_timings="--show-timings" in argv)
+        return lint_imports(
+            config_filename=CONFIG, no_cache=True, verbose="--verbose" in argv, show_timings="--show-timings" in argv
+        )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
   puts it first on the handler's search path. The docstrings' Sphinx roles (``:func:``, ``:class:``, ...) are
   shown as plain code.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -56,20 +57,22 @@ def on_page_markdown(markdown: str, page, config, **kwargs) -> str:
         return markdown
     start = markdown.find(PLACEHOLDER)
     if start < 0:
-        raise PluginError(f"docs/{PAGE} lost its placeholder line {PLACEHOLDER!r} ... -->: the flag reference "
-                          "has nowhere to go")
+        raise PluginError(
+            f"docs/{PAGE} lost its placeholder line {PLACEHOLDER!r} ... -->: the flag reference has nowhere to go"
+        )
     end = markdown.index("-->", start) + 3
     if ROOT not in sys.path:  # this checkout's code, ahead of any installed copy of the package
         sys.path.insert(0, ROOT)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from tfrecord_etl.pipelines import flaghelp
+
     return markdown[:start] + flaghelp.reference_markdown(titles=dict(_nav_titles(config["nav"]))) + markdown[end:]
 
 
 def _nav_titles(nav):
     """(page, title) of every page of mkdocs.yml's nav."""
     for item in nav or ():
-        for title, value in (item.items() if isinstance(item, dict) else [(None, item)]):
+        for title, value in item.items() if isinstance(item, dict) else [(None, item)]:
             if isinstance(value, list):
                 yield from _nav_titles(value)
             elif title is not None:

@@ -9,6 +9,7 @@ import on a 2-core machine, measured). The collector is paused for those imports
 collections no longer walk (the use the Python docs give for ``gc.freeze``; :func:`resume_gc`). Imported as a
 library, nothing changes.
 """
+
 import gc as _gc
 import sys as _sys
 
@@ -40,10 +41,14 @@ def _checkout_alias() -> None:
     import of the bare name is refused: it would load a second copy of every module."""
     import importlib
     import os
+
     if _sys.argv[:1] != ["-m"]:
-        raise ImportError("the commands' package is tfrecord_etl.pipelines: import tfrecord_etl.pipelines.X, not "
-                          "pipelines.X (one name per module; pipelines.X run with python -m from a checkout's root "
-                          "is the only alias)", name=__name__)
+        raise ImportError(
+            "the commands' package is tfrecord_etl.pipelines: import tfrecord_etl.pipelines.X, not "
+            "pipelines.X (one name per module; pipelines.X run with python -m from a checkout's root "
+            "is the only alias)",
+            name=__name__,
+        )
     try:
         real = importlib.import_module("tfrecord_etl.pipelines")
     except ImportError as e:  # e.g. tfrecord_etl's own check of a checkout against the venv's install
@@ -52,10 +57,12 @@ def _checkout_alias() -> None:
     here = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
     there = os.path.realpath(list(real.__path__)[0])
     if here != there:
-        print(f"error: pipelines.X run with python -m here would run {there}, another checkout's code (the one "
-              f"this venv's editable install came from), not {here}. Hint: run configs/devlinks.sh in this checkout "
-              f"once (docs/development.md, 'Several checkouts, one venv'), or use the tfrecord-etl command",
-              file=_sys.stderr)
+        print(
+            f"error: pipelines.X run with python -m here would run {there}, another checkout's code (the one "
+            f"this venv's editable install came from), not {here}. Hint: run configs/devlinks.sh in this checkout "
+            f"once (docs/development.md, 'Several checkouts, one venv'), or use the tfrecord-etl command",
+            file=_sys.stderr,
+        )
         raise SystemExit(2)
     _sys.modules[__name__] = real
 

@@ -8,10 +8,12 @@ The pipeline is one PTransform, ``transforms.augment.AugmentTFRecord`` (AugmentS
 A collection --input (collection.json + span-N/) is augmented span by span (--spans: which; ``new``: those not
 augmented yet), each span committed in OUTPUT_DIR/collection.json (``transforms.augment.spans``).
 """
+
 from __future__ import annotations
 
 if __name__ == "__main__":  # python -m: hand over to tfrecord_etl.pipelines.augment, the module's one name
     from tfrecord_etl.pipelines.cli import run_command
+
     run_command("augment")
 
 import time
@@ -38,6 +40,7 @@ def augment_size(plan) -> tuple[int, int]:
     """``(records, bytes)`` of the input collection for the local mode: the recorded count, else the file bytes
     over ~100-byte records (a guess that errs to fewer records, i.e. to staying in-process)."""
     from tfrecord_etl.transforms import fileio
+
     for s in plan.collection.shards:  # the shards planned, still as planned (a replaced collection fails here)
         if s.pin is not None:
             fileio.check_pin(s.path, s.pin, "Input shard")
@@ -81,26 +84,48 @@ def augment_output(cfg: AugmentConfig, beam_argv: list[str]) -> str | None:
         options = PipelineOptions(beam_argv)
         p = beam.Pipeline(runner=common.local_runner(options), options=options)
         build_pipeline(p, plan)
-        with progress.watch(cfg.output_dir, progress.augment_planned(plan, *augment_size(plan)), "augment",
-                            progress.mode(cfg.progress) == "bar" and not cfg.verbose):
+        with progress.watch(
+            cfg.output_dir,
+            progress.augment_planned(plan, *augment_size(plan)),
+            "augment",
+            progress.mode(cfg.progress) == "bar" and not cfg.verbose,
+        ):
             counters = common.run_pipeline(p)
     meta = metadata.load(cfg.output_dir)
     info = meta["augment"]
-    common.print_summary(cfg.output_dir, meta, time.time() - started, {
-        "mode": cfg.mode,
-        "records in / out": f"{info['records_in']} / {meta['num_records']} (checked per shard)",
-        "new features": ", ".join(f"{printable(s.name)} {s.dtype} {list(s.shape)} {s.encoding}" for s in plan.new_specs),
-        **({"replaced": ", ".join(map(printable, plan.replace))} if plan.replace else {}),
-        **({"input features": "learned from every record" + (
-            f"; the first records' guess was wrong for {len(info['input_features_corrected'])}: "
-            + "; ".join(map(printable, info["input_features_corrected"])) if info["input_features_corrected"]
-            else " (the first records' guess held)")} if info.get("input_features_inferred") else {}),
-        **({"input schema": f"{printable(info['input_schema'])} (every record checked)"}
-           if info.get("input_schema") else {}),
-        **({"manifest": f"{cfg.output_dir}/manifest.json"} if cfg.mode == "sidecar" else {}),
-        **readers.summary(plan.readers, cfg.output_dir, cfg.mode, len(meta["shards"])),
-        **({"local runner": mode.describe()} if mode else {}),
-    })
+    common.print_summary(
+        cfg.output_dir,
+        meta,
+        time.time() - started,
+        {
+            "mode": cfg.mode,
+            "records in / out": f"{info['records_in']} / {meta['num_records']} (checked per shard)",
+            "new features": ", ".join(
+                f"{printable(s.name)} {s.dtype} {list(s.shape)} {s.encoding}" for s in plan.new_specs
+            ),
+            **({"replaced": ", ".join(map(printable, plan.replace))} if plan.replace else {}),
+            **(
+                {
+                    "input features": "learned from every record"
+                    + (
+                        f"; the first records' guess was wrong for {len(info['input_features_corrected'])}: "
+                        + "; ".join(map(printable, info["input_features_corrected"]))
+                        if info["input_features_corrected"]
+                        else " (the first records' guess held)"
+                    )
+                }
+                if info.get("input_features_inferred")
+                else {}
+            ),
+            **(
+                {"input schema": f"{printable(info['input_schema'])} (every record checked)"}
+                if info.get("input_schema")
+                else {}
+            ),
+            **({"manifest": f"{cfg.output_dir}/manifest.json"} if cfg.mode == "sidecar" else {}),
+            **readers.summary(plan.readers, cfg.output_dir, cfg.mode, len(meta["shards"])),
+            **({"local runner": mode.describe()} if mode else {}),
+        },
+    )
     common.print_metrics(counters, meta["num_records"])
     return plan.collection.metadata_digest
-

@@ -2,6 +2,7 @@
 [flags]`` runs the ``main`` of the module ``tfrecord_etl.pipelines.<command>``. ``python -m
 tfrecord_etl.pipelines.<command>``, and its alias from a checkout's root, ``pipelines.<command>`` run with
 ``python -m``, run the same (:func:`run_command`), with the same flags, exit codes and one-line errors."""
+
 from __future__ import annotations
 
 import importlib
@@ -10,7 +11,7 @@ import textwrap
 
 COMMANDS = {
     "convert": "arrays in HDF5, netCDF, .npz, .npy, MATLAB .mat, Zarr and raw binary files, or folders of images "
-               "and other files -> sharded TFRecord files of tf.train.Example",
+    "and other files -> sharded TFRecord files of tf.train.Example",
     "augment": "add features to an existing TFRecord collection (rewrite or sidecar)",
     "verify": "check an output directory, a sidecar collection or TFRecord files (framing, counts, values)",
     "inspect": "print the features, shards and one decoded example of an output",
@@ -24,6 +25,7 @@ PAGES = {"convert": "converting/index.md", "augment": "augment.md", "verify": "v
 def help_text() -> str:
     """``tfrecord-etl --help``: the commands, each with its documentation page, and where the flags are listed."""
     from tfrecord_etl.pipelines import flaghelp
+
     lines = [USAGE, "", "commands:"]
     for name, text in COMMANDS.items():
         lines += textwrap.wrap(text, 100, initial_indent=f"  {name:<8} ", subsequent_indent=" " * 11)
@@ -32,8 +34,11 @@ def help_text() -> str:
     for name in COMMANDS:
         topics = ", ".join(dict.fromkeys(g.title for g in flaghelp.GROUPS[name]))
         lines += textwrap.wrap(topics, 100, initial_indent=f"  {name:<8} ", subsequent_indent=" " * 11)
-    lines += ["", f"every flag of every command: {flaghelp.DOCS}flags.md (the documentation's Flag reference)",
-              f"documentation: {flaghelp.DOCS}index.md (the site: mkdocs serve, see {flaghelp.DOCS}development.md)"]
+    lines += [
+        "",
+        f"every flag of every command: {flaghelp.DOCS}flags.md (the documentation's Flag reference)",
+        f"documentation: {flaghelp.DOCS}index.md (the site: mkdocs serve, see {flaghelp.DOCS}development.md)",
+    ]
     return "\n".join(lines)
 
 
@@ -48,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: unknown command {command!r}. Hint: {USAGE}", file=sys.stderr)
         return 2
     from tfrecord_etl.pipelines import common
+
     try:
         module = importlib.import_module(f"tfrecord_etl.pipelines.{command}")
     except ImportError as e:
@@ -63,6 +69,7 @@ def console(argv: list[str] | None = None) -> None:
     """The ``tfrecord-etl`` console script: :func:`main`, then the process ends by ``common.exit_process`` (no
     interpreter teardown after Beam's import)."""
     from tfrecord_etl.pipelines import common, pause_gc
+
     pause_gc()  # resumed by common.run_main once the command's imports are done
     common.exit_process(main(argv))
 

@@ -1,4 +1,5 @@
 """What every command shares: quiet logs, one-line errors, the summary (the output directory: transforms.outdir)."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,15 +9,20 @@ import os
 import re
 import sys
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 from tfrecord_etl._install import pip_install
-from tfrecord_etl.pipelines import resume_gc
-from tfrecord_etl.pipelines import gcsaccess
+from tfrecord_etl.pipelines import gcsaccess, resume_gc
 from tfrecord_etl.pipelines.gcsaccess import connect_to_gcs_anonymously  # re-exported
-from tfrecord_etl.pipelines.workers import (WORKER_DIED_LINE, dead_worker_signals, died_line,  # noqa: F401
-                                            mark_stopping, quiet_worker_threads as _quiet_worker_threads,
-                                            stop_worker_processes, stopped_count)
+from tfrecord_etl.pipelines.workers import (  # noqa: F401
+    WORKER_DIED_LINE,
+    dead_worker_signals,
+    died_line,
+    mark_stopping,
+    quiet_worker_threads as _quiet_worker_threads,
+    stop_worker_processes,
+    stopped_count,
+)
 from tfrecord_etl.transforms import compression
 from tfrecord_etl.transforms.errors import ConfigError, EtlError, printable
 
@@ -37,8 +43,19 @@ def quiet_logs(verbose: bool) -> None:
 
 # the import names of the pipelines' dependencies (setup.py's "beam" extra): `pip install .` alone brings
 # the reader's (NumPy, google-crc32c), with which verify and inspect run and convert and augment cannot
-PIPELINE_MODULES = ("apache_beam", "tensorflow", "tfx_bsl", "tensorflow_metadata", "pyarrow", "h5py", "hdf5plugin",
-                    "pydantic", "yaml", "scipy", "tqdm")
+PIPELINE_MODULES = (
+    "apache_beam",
+    "tensorflow",
+    "tfx_bsl",
+    "tensorflow_metadata",
+    "pyarrow",
+    "h5py",
+    "hdf5plugin",
+    "pydantic",
+    "yaml",
+    "scipy",
+    "tqdm",
+)
 
 
 def missing_pipelines_line(error: ImportError, what: str) -> str | None:
@@ -78,8 +95,11 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
         mark_stopping()
         _quiet_worker_threads()
         stopped = stop_worker_processes() or stopped_count()  # (the pipeline's failure may have stopped them)
-        print(f"error: {INTERRUPTED_LINE}" + (f" ({stopped} worker process{'es' if stopped > 1 else ''} stopped)"
-                                              if stopped else ""), file=sys.stderr)
+        print(
+            f"error: {INTERRUPTED_LINE}"
+            + (f" ({stopped} worker process{'es' if stopped > 1 else ''} stopped)" if stopped else ""),
+            file=sys.stderr,
+        )
         return INTERRUPTED
     except Exception as e:  # Beam may wrap a worker's error; find ours in the chain or in its text
         if isinstance(e, ImportError):  # the reader's install: e.g. verify --source reads the inputs with h5py
@@ -107,8 +127,10 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
 
 
 INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C (128 + SIGINT, as shells report it)
-INTERRUPTED_LINE = ("OutputError: Interrupted: the run stopped before its commit, so the output directory holds "
-                    "what it held before (an output being replaced is still complete). Hint: run the command again")
+INTERRUPTED_LINE = (
+    "OutputError: Interrupted: the run stopped before its commit, so the output directory holds "
+    "what it held before (an output being replaced is still complete). Hint: run the command again"
+)
 # what Beam's runners raise when a worker process (DirectRunner multi_processing, a portable worker) went away
 _WORKER_GONE = ("Channel closed prematurely",)
 
@@ -117,13 +139,17 @@ _WORKER_GONE = ("Channel closed prematurely",)
 # TaskManager or executor with no restart left, a killed JobManager
 _JOB_FAILED = re.compile(r"^Pipeline (\S+) failed in state (FAILED|CANCELLED|UNKNOWN): ?(.*)", re.S)
 JOB_FAILED_LINE = "OutputError: The runner's job {job} ended in state {state}: {why}; {holds}. Hint: {hint}"
-_RESTART_HINT = ("on a cluster, give the runner a restart strategy (Flink: restart-strategy: fixed-delay) so that a "
-                 "lost worker is retried")
+_RESTART_HINT = (
+    "on a cluster, give the runner a restart strategy (Flink: restart-strategy: fixed-delay) so that a "
+    "lost worker is retried"
+)
 # what the output directory holds after the failed job (the lock's cleanup checks the commit point first:
 # runlock.OUTPUT_STATE); a runner may report a job failed after its workers finished it, commit included
 _JOB_FAILED_HOLDS = {
-    "this run": ("its commit ran before the failure: this run's output was committed and is complete",
-                 f"check it with tfrecord-etl verify; {_RESTART_HINT}"),
+    "this run": (
+        "its commit ran before the failure: this run's output was committed and is complete",
+        f"check it with tfrecord-etl verify; {_RESTART_HINT}",
+    ),
     "previous": ("nothing was committed: the previous output is complete", f"run again; {_RESTART_HINT}"),
     "none": ("nothing was committed: the output directory holds no output", f"run again; {_RESTART_HINT}"),
     None: ("nothing was committed, so the output directory holds what it held before", f"run again; {_RESTART_HINT}"),
@@ -138,6 +164,7 @@ def _runner_job_failed_line(e: BaseException) -> str | None:
         return None
     why = " ".join(match.group(3).split()).rstrip(".") or "no reason given"
     from tfrecord_etl.transforms.runlock import OUTPUT_STATE
+
     holds, hint = _JOB_FAILED_HOLDS.get(getattr(e, OUTPUT_STATE, None), _JOB_FAILED_HOLDS[None])
     return JOB_FAILED_LINE.format(job=match.group(1), state=match.group(2), why=why[:300], holds=holds, hint=hint)
 
@@ -165,6 +192,7 @@ def exit_process(code: int):
     """
     import atexit
     import threading
+
     if code == INTERRUPTED:  # the interrupted pipeline's threads would never end: no join, no clean-ups
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -190,9 +218,12 @@ def _stdout_closed() -> int:
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
     try:
-        print("error: the reader of standard output went away (a pipe such as `| head`), so the command stopped "
-              "where it was printing (convert and augment print after their output is committed). Hint: redirect "
-              "stdout to a file, or pipe it into a reader that reads it all", file=sys.stderr)
+        print(
+            "error: the reader of standard output went away (a pipe such as `| head`), so the command stopped "
+            "where it was printing (convert and augment print after their output is committed). Hint: redirect "
+            "stdout to a file, or pipe it into a reader that reads it all",
+            file=sys.stderr,
+        )
     except OSError:
         pass
     return 1
@@ -201,6 +232,7 @@ def _stdout_closed() -> int:
 def _have_beam() -> bool:
     """Whether Apache Beam is installed (not with the reader's install alone: no Beam flags to drop then)."""
     from tfrecord_etl.transforms import fileio
+
     return fileio._beam_filesystems() is not None
 
 
@@ -220,13 +252,16 @@ class CommandParser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):
         if self.ignore_beam_flags and _have_beam():
             from tfrecord_etl.transforms.config import split_beam_flags
-            args, _ = split_beam_flags(sys.argv[1:] if args is None else args,
-                                       [o for a in self._actions for o in a.option_strings])
+
+            args, _ = split_beam_flags(
+                sys.argv[1:] if args is None else args, [o for a in self._actions for o in a.option_strings]
+            )
         return super().parse_known_args(args, namespace)
 
     def error(self, message):
         import difflib
         import re
+
         m = re.search(r"unrecognized arguments: (--[\w-]+)", message)
         if m:
             known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
@@ -238,12 +273,21 @@ class CommandParser(argparse.ArgumentParser):
 def add_record_limit_flags(parser: argparse.ArgumentParser) -> None:
     """``--max_record_mb`` and ``--max_features``: the limits on hostile TFRecord files (verify, inspect)."""
     from tfrecord_etl.transforms import codec, tfrecord
-    parser.add_argument("--max_record_mb", type=float, default=tfrecord.MAX_RECORD_MB,
-                        help="limit on one record in MiB (2**20 bytes), checked on its length header before it is read "
-                             f"(default: {tfrecord.MAX_RECORD_MB:g}; protobuf's own limit is 2048)")
-    parser.add_argument("--max_features", type=int, default=codec.MAX_FEATURES,
-                        help="limit on the features of one record and on the distinct feature names inferred "
-                             f"from files without metadata (default: {codec.MAX_FEATURES})")
+
+    parser.add_argument(
+        "--max_record_mb",
+        type=float,
+        default=tfrecord.MAX_RECORD_MB,
+        help="limit on one record in MiB (2**20 bytes), checked on its length header before it is read "
+        f"(default: {tfrecord.MAX_RECORD_MB:g}; protobuf's own limit is 2048)",
+    )
+    parser.add_argument(
+        "--max_features",
+        type=int,
+        default=codec.MAX_FEATURES,
+        help="limit on the features of one record and on the distinct feature names inferred "
+        f"from files without metadata (default: {codec.MAX_FEATURES})",
+    )
 
 
 def record_limits(args) -> tuple[int, int]:
@@ -253,9 +297,12 @@ def record_limits(args) -> tuple[int, int]:
       ConfigError: ``--max_record_mb`` outside (0, 2047] or ``--max_features`` below 1.
     """
     from tfrecord_etl.transforms import tfrecord
+
     if not 0 < args.max_record_mb <= 2047 or args.max_features < 1:
-        raise ConfigError("--max_record_mb must be in (0, 2047] and --max_features at least 1",
-                          hint=f"got --max_record_mb {args.max_record_mb}, --max_features {args.max_features}")
+        raise ConfigError(
+            "--max_record_mb must be in (0, 2047] and --max_features at least 1",
+            hint=f"got --max_record_mb {args.max_record_mb}, --max_features {args.max_features}",
+        )
     return tfrecord.record_limit(args.max_record_mb), args.max_features
 
 
@@ -289,14 +336,22 @@ def configure_filesystems(beam_argv: list[str], paths=()) -> None:
         gcsaccess.search_credentials(remote, argv)
 
 
-_ERROR_NAMES = ("ConfigError", "InputChangedError", "SourceError", "SchemaError", "RecordError",
-                "IncompleteOutputError", "OutputError")
+_ERROR_NAMES = (
+    "ConfigError",
+    "InputChangedError",
+    "SourceError",
+    "SchemaError",
+    "RecordError",
+    "IncompleteOutputError",
+    "OutputError",
+)
 
 
 def _etl_error_line(text: str) -> str | None:
     """Our error's ``Name: message`` line from a remote traceback's text (Beam's multi_processing and
     portable runners re-raise a worker's error as a RuntimeError holding only the traceback text)."""
     import re
+
     found = None
     for line in text.splitlines():
         m = re.match(rf"^\s*(?:[\w.]+\.)?({'|'.join(_ERROR_NAMES)}): (.*)$", line)
@@ -315,8 +370,10 @@ _OUTPUT_ERRNOS = {
     errno.ENOTDIR: "a part of the path is a file, not a directory: choose another --output_dir",
     errno.EISDIR: "a directory stands where a file is written: choose another --output_dir",
 }
-MEMORY_ERROR_LINE = ("OutputError: Out of memory while reading, encoding or writing. Hint: pass a smaller "
-                     "--target_range_mb (rows read at once per worker) or fewer --direct_num_workers")
+MEMORY_ERROR_LINE = (
+    "OutputError: Out of memory while reading, encoding or writing. Hint: pass a smaller "
+    "--target_range_mb (rows read at once per worker) or fewer --direct_num_workers"
+)
 
 
 def _flag_value(argv: list[str], flag: str) -> str | None:
@@ -326,7 +383,7 @@ def _flag_value(argv: list[str], flag: str) -> str | None:
         if arg == flag and i + 1 < len(argv):
             found = argv[i + 1]
         elif arg.startswith(flag + "="):
-            found = arg[len(flag) + 1:]
+            found = arg[len(flag) + 1 :]
     return found
 
 
@@ -337,6 +394,7 @@ def _output_error_line(e: BaseException, output_dir: str | None = None) -> str |
     device: '/path'``); a MemoryError likewise. None for anything else. When the error names no file,
     the line names ``output_dir`` (the command's ``--output_dir``) instead."""
     import re
+
     seen, cur = set(), e
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
@@ -348,8 +406,11 @@ def _output_error_line(e: BaseException, output_dir: str | None = None) -> str |
         cur = cur.__cause__ or cur.__context__
     text = str(e)
     found = None
-    for m in re.finditer(r"(?:OSError|IOError|PermissionError|FileNotFoundError|NotADirectoryError|"
-                         r"IsADirectoryError|[\w.]*Error): \[Errno (\d+)\] ([^:\n\[\]]+)(?:: '([^'\n]*)')?", text):
+    for m in re.finditer(
+        r"(?:OSError|IOError|PermissionError|FileNotFoundError|NotADirectoryError|"
+        r"IsADirectoryError|[\w.]*Error): \[Errno (\d+)\] ([^:\n\[\]]+)(?:: '([^'\n]*)')?",
+        text,
+    ):
         code = int(m.group(1))
         if code in _OUTPUT_ERRNOS:
             found = _output_line(code, m.group(2).strip(), m.group(3) or "?", output_dir)
@@ -361,8 +422,13 @@ def _output_error_line(e: BaseException, output_dir: str | None = None) -> str |
 
 
 def _output_line(code: int, strerror: str, path: str, output_dir: str | None = None) -> str:
-    where = f" writing {path!r}" if path != "?" else \
-        f" writing into --output_dir {output_dir!r}" if output_dir else " writing the output"
+    where = (
+        f" writing {path!r}"
+        if path != "?"
+        else f" writing into --output_dir {output_dir!r}"
+        if output_dir
+        else " writing the output"
+    )
     return f"OutputError: {strerror}{where} (errno {errno.errorcode.get(code, code)}). Hint: {_OUTPUT_ERRNOS[code]}"
 
 
@@ -382,8 +448,10 @@ def print_summary(output_dir: str, meta: dict, seconds: float, extra: dict | Non
     n = meta["num_records"]
     chosen = meta.get("compression_backend")  # gzip/zlib: the library that compressed them, its version and level
     backend = f" through {compression.label(chosen)}" if chosen else ""
-    print(f"wrote {n} examples in {len(shards)} shards, {total_bytes} bytes "
-          f"({meta['compression']}{backend}) to {printable(output_dir)} in {seconds:.1f} s ({n / max(seconds, 1e-9):,.0f} examples/s)")
+    print(
+        f"wrote {n} examples in {len(shards)} shards, {total_bytes} bytes "
+        f"({meta['compression']}{backend}) to {printable(output_dir)} in {seconds:.1f} s ({n / max(seconds, 1e-9):,.0f} examples/s)"
+    )
     for key, value in (extra or {}).items():
         print(f"  {key}: {value}")
 
@@ -428,14 +496,17 @@ def local_runner(options):
     ``SwitchingDirectRunner.run_pipeline``).
     """
     from apache_beam.options.pipeline_options import StandardOptions
+
     if options.view_as(StandardOptions).runner not in DIRECT_NAMES:
         return None
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
     encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
-        beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
+    return fn_runner.FnApiRunner(
+        provision_info=fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+    )
 
 
 def run_pipeline(p) -> dict[str, int]:
@@ -447,6 +518,7 @@ def run_pipeline(p) -> dict[str, int]:
     goes to a log file; our progress lines are echoed live, and a failure ends as one line naming it.
     """
     from tfrecord_etl.pipelines import workers
+
     workers.install()  # a worker process that dies fails the run at once
     workers.forget_deaths()
     workers.quiet_worker_threads()  # Beam's threads' reports of workers we stop stay off stderr
@@ -460,7 +532,9 @@ def run_pipeline(p) -> dict[str, int]:
             raise
     try:
         from apache_beam.metrics.metric import MetricsFilter
+
         from tfrecord_etl.transforms.beam_io import NAMESPACE
+
         queried = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
     except Exception:  # noqa: BLE001 - e.g. DaskRunner implements no metrics
         return {}
@@ -469,6 +543,7 @@ def run_pipeline(p) -> dict[str, int]:
         value = c.committed if c.committed is not None else c.attempted
         out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(value or 0)
     from tfrecord_etl.transforms.beam_io import SHARD_END_MS, SHARD_START_MS
+
     starts, ends = [], []
     for d in queried.get("distributions", ()):
         value = d.committed if d.committed is not None else d.attempted
@@ -506,6 +581,7 @@ class _worker_stderr_to_log:
     def __enter__(self):
         import tempfile
         import threading
+
         self.active = not os.environ.get("TFRECORD_ETL_VERBOSE")
         if not self.active:
             return self

@@ -9,10 +9,12 @@ The pipeline is one PTransform, ``transforms.convert.ConvertToTFRecord`` (planne
 ``transforms.planning.plan_convert``); this command adds the flags, the output directory's lock and run marker
 (``outdir.prepare``), the summary and the metrics.
 """
+
 from __future__ import annotations
 
 if __name__ == "__main__":  # python -m: hand over to tfrecord_etl.pipelines.convert, the module's one name
     from tfrecord_etl.pipelines.cli import run_command
+
     run_command("convert")
 
 import sys
@@ -28,32 +30,40 @@ from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output, pre
 from tfrecord_etl.transforms.errors import printable
 from tfrecord_etl.transforms.planning import parallel_units
 
-
-ZLIB_WARNING = ("warning: --compression zlib: TensorFlow (tf.data) and Beam (ReadFromTFRecord) read these .deflate "
-                "shards, but TFXIO's TensorFlowDataset, Ray's read_tfrecords and the `tfrecord` package (PyTorch) "
-                "do not: use --compression gzip (read by all of them) or none")
+ZLIB_WARNING = (
+    "warning: --compression zlib: TensorFlow (tf.data) and Beam (ReadFromTFRecord) read these .deflate "
+    "shards, but TFXIO's TensorFlowDataset, Ray's read_tfrecords and the `tfrecord` package (PyTorch) "
+    "do not: use --compression gzip (read by all of them) or none"
+)
 
 
 local_workers = parallel_units  # the earlier name
 
 
-def build_plan(cfg: ConvertConfig, options: PipelineOptions | None = None,
-               inputs: planning.InputPlan | None = None) -> planning.ConvertPlan:
+def build_plan(
+    cfg: ConvertConfig, options: PipelineOptions | None = None, inputs: planning.InputPlan | None = None
+) -> planning.ConvertPlan:
     """Plans the conversion once (inputs, encodings, shard count, shard plans, file names); every input error
     surfaces here. ``inputs``: the inputs already planned (the local mode is chosen from them)."""
     return planning.plan_convert(cfg, parallel_units(options) if options is not None else 1, inputs=inputs)
 
 
-def build_pipeline(p: beam.Pipeline, cfg: ConvertConfig, plan: planning.ConvertPlan, carried: dict | None = None,
-                   replaced=None):
+def build_pipeline(
+    p: beam.Pipeline, cfg: ConvertConfig, plan: planning.ConvertPlan, carried: dict | None = None, replaced=None
+):
     """Composes the convert pipeline on ``p`` (``carried``: the splits this run adds to, see
     ``convert.carried_splits``; ``replaced``: the committed files its commit replaces, see ``outdir.prepare``);
     returns the PCollection holding the committed output dir."""
     # a terminal gets the launcher's bar instead (main), unless --verbose shows the runner's logs there
     lines = progress.mode(cfg.progress) == "lines" or (cfg.verbose and progress.mode(cfg.progress) == "bar")
-    return p | "ConvertToTFRecord" >> ConvertToTFRecord(config=cfg, plan=plan, prepare_output=False,
-                                                        progress=lines, carried=carried,
-                                                        **({"replaced": replaced} if replaced else {}))
+    return p | "ConvertToTFRecord" >> ConvertToTFRecord(
+        config=cfg,
+        plan=plan,
+        prepare_output=False,
+        progress=lines,
+        carried=carried,
+        **({"replaced": replaced} if replaced else {}),
+    )
 
 
 PROG = "tfrecord-etl convert"
@@ -89,15 +99,23 @@ def main(argv: list[str]) -> int:
         spanrun.check_before_writing(run, plan)
     if cfg.dry_run:
         check_output(cfg, plan)
-        print("\n".join(printable(line) for line in planning.describe_plan(plan, cfg)
-                        + (spanrun.describe(run) if run is not None else [])))
+        print(
+            "\n".join(
+                printable(line)
+                for line in planning.describe_plan(plan, cfg) + (spanrun.describe(run) if run is not None else [])
+            )
+        )
         return 0
     with prepare_output_dir(cfg, plan) as prepared:
         plan = prepared.plan
         p = beam.Pipeline(runner=common.local_runner(options), options=options)
         build_pipeline(p, cfg, plan, prepared.meta, prepared.replaced)
-        with progress.watch(cfg.output_dir, progress.convert_planned(plan), "convert",
-                            progress.mode(cfg.progress) == "bar" and not cfg.verbose):
+        with progress.watch(
+            cfg.output_dir,
+            progress.convert_planned(plan),
+            "convert",
+            progress.mode(cfg.progress) == "bar" and not cfg.verbose,
+        ):
             counters = common.run_pipeline(p)
         coll = spanrun.commit(run, plan, prepared.lock.run_id) if run is not None else None
     meta = metadata.load(cfg.output_dir)
@@ -105,29 +123,52 @@ def main(argv: list[str]) -> int:
     splits_line = {}
     if plan.split_plan is not None:  # the headline counts this run's files; the line gives every split there
         mine = set(plan.split_plan.names)
-        splits_line = {"splits": ", ".join(f"{name} {info['num_records']:,} records in {info['num_shards']} shards"
-                                           + ("" if name in mine else " (kept)")
-                                           for name, info in meta["splits"].items())
-                                 + (f" (hash buckets {dict(cfg.splits)} of "
-                                    f"{'--split_key ' + cfg.split_key if cfg.split_key else 'the global row index'})"
-                                    if cfg.splits else "")}
+        splits_line = {
+            "splits": ", ".join(
+                f"{name} {info['num_records']:,} records in {info['num_shards']} shards"
+                + ("" if name in mine else " (kept)")
+                for name, info in meta["splits"].items()
+            )
+            + (
+                f" (hash buckets {dict(cfg.splits)} of "
+                f"{'--split_key ' + cfg.split_key if cfg.split_key else 'the global row index'})"
+                if cfg.splits
+                else ""
+            )
+        }
         meta = {**meta, "shards": [s for s in meta["shards"] if s.get("split") in mine]}
         meta["num_records"] = sum(s["records"] for s in meta["shards"])
     if plan.tfds_name or plan.tfds_refusal:
-        splits_line["tfds"] = (f"tfds.builder_from_directory({printable(cfg.output_dir)!r}) loads {plan.tfds_name} "
-                               f"(dataset_info.json, features.json)" if plan.tfds_name else
-                               f"no dataset_info.json: {plan.tfds_refusal}")
-    common.print_summary(cfg.output_dir, meta, time.time() - started,
-                         {"rows read": inputs.num_rows, "rows dead-lettered": meta["rows_dead_lettered"],
-                          "row ranges": len(inputs.ranges) if plan.shards is None else
-                          sum(len(s.ranges) for s in plan.shards),
-                          **({"local runner": mode.describe()} if mode else {}),
-                          **splits_line,
-                          **(spanrun.summary(run, coll) if run is not None else {}),
-                          **({"index files": f"{len(meta['shards'])} (tfrecord2idx: byte offset and length of "
-                                             f"every record, beside each shard)"} if cfg.index else {}),
-                          "features": ", ".join(f"{printable(s.name)} {s.dtype} {list(s.shape) if s.shape is not None else '*'}"
-                                                f" {s.encoding}" for s in plan.specs)})
+        splits_line["tfds"] = (
+            f"tfds.builder_from_directory({printable(cfg.output_dir)!r}) loads {plan.tfds_name} "
+            f"(dataset_info.json, features.json)"
+            if plan.tfds_name
+            else f"no dataset_info.json: {plan.tfds_refusal}"
+        )
+    common.print_summary(
+        cfg.output_dir,
+        meta,
+        time.time() - started,
+        {
+            "rows read": inputs.num_rows,
+            "rows dead-lettered": meta["rows_dead_lettered"],
+            "row ranges": len(inputs.ranges) if plan.shards is None else sum(len(s.ranges) for s in plan.shards),
+            **({"local runner": mode.describe()} if mode else {}),
+            **splits_line,
+            **(spanrun.summary(run, coll) if run is not None else {}),
+            **(
+                {
+                    "index files": f"{len(meta['shards'])} (tfrecord2idx: byte offset and length of "
+                    f"every record, beside each shard)"
+                }
+                if cfg.index
+                else {}
+            ),
+            "features": ", ".join(
+                f"{printable(s.name)} {s.dtype} {list(s.shape) if s.shape is not None else '*'} {s.encoding}"
+                for s in plan.specs
+            ),
+        },
+    )
     common.print_metrics(counters, meta["num_records"])
     return 0
-

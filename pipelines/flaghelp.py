@@ -6,6 +6,7 @@ with a one-line description and the documentation page that explains them. :func
 by it and refuses a flag that no group names (or a group naming a flag the parser lacks), so a new flag cannot be
 left out of ``--help``'s groups or out of the reference.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,75 +23,184 @@ COMMANDS = ("convert", "augment", "verify", "inspect")
 class Group(NamedTuple):
     """One topic of a command's flags: its title, a one-line description, the docs page (under :data:`DOCS`)
     that explains the flags, and the flags (option strings, or a positional argument's name) in help order."""
+
     title: str
     description: str
     page: str
     flags: tuple[str, ...]
 
 
-_HELP = Group("general", "help, logs, progress, planning without writing", "converting/index.md",
-              ("-h", "--verbose", "--progress", "--dry_run"))
+_HELP = Group(
+    "general",
+    "help, logs, progress, planning without writing",
+    "converting/index.md",
+    ("-h", "--verbose", "--progress", "--dry_run"),
+)
 _RECORD_LIMITS = ("--max_record_mb", "--max_features")
 
 GROUPS: dict[str, tuple[Group, ...]] = {
     "convert": (
-        Group("input", "what to convert: the file pattern, its format, a YAML config of these flags",
-              "converting/index.md", ("--input", "--format", "--config")),
-        Group("HDF5 and containers", "which arrays of an HDF5, netCDF, MATLAB or Zarr container become Examples",
-              "converting/hdf5.md", ("--datasets", "--row_group", "--container_mode")),
-        Group("NumPy files", "rows or whole arrays of .npz and .npy files", "converting/numpy.md",
-              ("--npz_mode", "--npy_mode", "--exclude_datasets")),
-        Group("raw files", "the layout of a headerless binary array", "converting/raw.md",
-              ("--dtype", "--shape", "--offset", "--order", "--count")),
-        Group("image and file collections", "one Example per file: its bytes, label and image header",
-              "converting/files.md", ("--file_labels", "--file_feature", "--image_header", "--decode_check")),
-        Group("encoding", "how each array is stored in its feature", "encodings.md",
-              ("--encoding", "--feature_encodings", "--allow_lossy", "--provenance")),
-        Group("output", "the output directory, its shards and their compression", "output.md",
-              ("--output_dir", "--compression", "--compression_level", "--num_shards", "--target_shard_mb",
-               "--prefix", "--index", "--writer", "--overwrite")),
-        Group("splits and TFDS", "named splits, shuffling, a directory TFDS loads", "output.md",
-              ("--splits", "--split_key", "--split", "--shuffle_seed", "--tfds_name")),
-        Group("spans and incremental runs", "collections of spans: which span, only the new files", "scheduled.md",
-              ("--span", "--version", "--incremental", "--reconvert_changed", "--allow_schema_change")),
-        Group("runner", "local workers and the size of the work units (Beam's own flags pass through)", "scale.md",
-              ("--target_range_mb", "--max_local_workers")),
-        Group("limits", "bounds on what a hostile or broken input can make the command do", "reliability.md",
-              ("--max_compression_ratio", "--max_empty_rows", "--max_row_mb", "--max_mat_variable_mb",
-               "--max_mat_nesting", "--max_datasets")),
-        Group("safety", "what is read beyond the input and what happens to a row that fails", "reliability.md",
-              ("--follow_symlinks", "--allow_external_storage", "--allow_fill_value", "--dead_letter_dir")),
+        Group(
+            "input",
+            "what to convert: the file pattern, its format, a YAML config of these flags",
+            "converting/index.md",
+            ("--input", "--format", "--config"),
+        ),
+        Group(
+            "HDF5 and containers",
+            "which arrays of an HDF5, netCDF, MATLAB or Zarr container become Examples",
+            "converting/hdf5.md",
+            ("--datasets", "--row_group", "--container_mode"),
+        ),
+        Group(
+            "NumPy files",
+            "rows or whole arrays of .npz and .npy files",
+            "converting/numpy.md",
+            ("--npz_mode", "--npy_mode", "--exclude_datasets"),
+        ),
+        Group(
+            "raw files",
+            "the layout of a headerless binary array",
+            "converting/raw.md",
+            ("--dtype", "--shape", "--offset", "--order", "--count"),
+        ),
+        Group(
+            "image and file collections",
+            "one Example per file: its bytes, label and image header",
+            "converting/files.md",
+            ("--file_labels", "--file_feature", "--image_header", "--decode_check"),
+        ),
+        Group(
+            "encoding",
+            "how each array is stored in its feature",
+            "encodings.md",
+            ("--encoding", "--feature_encodings", "--allow_lossy", "--provenance"),
+        ),
+        Group(
+            "output",
+            "the output directory, its shards and their compression",
+            "output.md",
+            (
+                "--output_dir",
+                "--compression",
+                "--compression_level",
+                "--num_shards",
+                "--target_shard_mb",
+                "--prefix",
+                "--index",
+                "--writer",
+                "--overwrite",
+            ),
+        ),
+        Group(
+            "splits and TFDS",
+            "named splits, shuffling, a directory TFDS loads",
+            "output.md",
+            ("--splits", "--split_key", "--split", "--shuffle_seed", "--tfds_name"),
+        ),
+        Group(
+            "spans and incremental runs",
+            "collections of spans: which span, only the new files",
+            "scheduled.md",
+            ("--span", "--version", "--incremental", "--reconvert_changed", "--allow_schema_change"),
+        ),
+        Group(
+            "runner",
+            "local workers and the size of the work units (Beam's own flags pass through)",
+            "scale.md",
+            ("--target_range_mb", "--max_local_workers"),
+        ),
+        Group(
+            "limits",
+            "bounds on what a hostile or broken input can make the command do",
+            "reliability.md",
+            (
+                "--max_compression_ratio",
+                "--max_empty_rows",
+                "--max_row_mb",
+                "--max_mat_variable_mb",
+                "--max_mat_nesting",
+                "--max_datasets",
+            ),
+        ),
+        Group(
+            "safety",
+            "what is read beyond the input and what happens to a row that fails",
+            "reliability.md",
+            ("--follow_symlinks", "--allow_external_storage", "--allow_fill_value", "--dead_letter_dir"),
+        ),
         _HELP,
     ),
     "augment": (
-        Group("input", "the collection to add fields to and how to read it", "augment.md",
-              ("--input", "--spans", "--compression", "--schema", "--config")),
-        Group("output", "where the new collection goes, whole records or a sidecar", "augment.md",
-              ("--output_dir", "--mode", "--output_compression", "--compression_level", "--overwrite")),
-        Group("new fields", "fields computed by a function of yours, or constants", "augment.md",
-              ("--fn", "--fn_inputs", "--fn_batch", "--constants", "--replace_fields")),
-        Group("join", "fields from another file, matched by position or by key", "augment.md",
-              ("--join_input", "--join_by", "--key_feature", "--join_key", "--join_fields", "--join_datasets",
-               "--missing", "--defaults")),
-        Group("encoding", "how each new array is stored in its feature", "encodings.md",
-              ("--encoding", "--feature_encodings", "--allow_lossy")),
-        Group("runner", "local workers and batch size (Beam's own flags pass through)", "scale.md",
-              ("--batch_size", "--max_local_workers")),
+        Group(
+            "input",
+            "the collection to add fields to and how to read it",
+            "augment.md",
+            ("--input", "--spans", "--compression", "--schema", "--config"),
+        ),
+        Group(
+            "output",
+            "where the new collection goes, whole records or a sidecar",
+            "augment.md",
+            ("--output_dir", "--mode", "--output_compression", "--compression_level", "--overwrite"),
+        ),
+        Group(
+            "new fields",
+            "fields computed by a function of yours, or constants",
+            "augment.md",
+            ("--fn", "--fn_inputs", "--fn_batch", "--constants", "--replace_fields"),
+        ),
+        Group(
+            "join",
+            "fields from another file, matched by position or by key",
+            "augment.md",
+            (
+                "--join_input",
+                "--join_by",
+                "--key_feature",
+                "--join_key",
+                "--join_fields",
+                "--join_datasets",
+                "--missing",
+                "--defaults",
+            ),
+        ),
+        Group(
+            "encoding",
+            "how each new array is stored in its feature",
+            "encodings.md",
+            ("--encoding", "--feature_encodings", "--allow_lossy"),
+        ),
+        Group(
+            "runner",
+            "local workers and batch size (Beam's own flags pass through)",
+            "scale.md",
+            ("--batch_size", "--max_local_workers"),
+        ),
         Group("limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS),
         Group("general", "help, logs and progress", "augment.md", ("-h", "--verbose", "--progress")),
     ),
     "verify": (
-        Group("target", "what to verify: an output, a collection, a sidecar or TFRecord files", "verify.md",
-              ("target", "--target", "--spans")),
-        Group("comparison", "the inputs and originals to compare with, exactly", "verify.md",
-              ("--source", "--original")),
+        Group(
+            "target",
+            "what to verify: an output, a collection, a sidecar or TFRecord files",
+            "verify.md",
+            ("target", "--target", "--spans"),
+        ),
+        Group(
+            "comparison", "the inputs and originals to compare with, exactly", "verify.md", ("--source", "--original")
+        ),
         Group("report", "the report's form and length", "verify.md", ("--json", "--max_problems", "--verbose")),
         Group("limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS),
         Group("general", "help", "verify.md", ("-h",)),
     ),
     "inspect": (
-        Group("target", "what to inspect: an output, a collection, TFRecord files or an HDF5/netCDF/MATLAB file",
-              "verify.md", ("output_dir", "--spans")),
+        Group(
+            "target",
+            "what to inspect: an output, a collection, TFRecord files or an HDF5/netCDF/MATLAB file",
+            "verify.md",
+            ("output_dir", "--spans"),
+        ),
         Group("report", "what is read and how it is printed", "verify.md", ("--tf_read", "--json", "--verbose")),
         Group("limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS),
         Group("general", "help", "verify.md", ("-h",)),
@@ -110,7 +220,7 @@ def group_flags(parser: argparse.ArgumentParser, command: str) -> argparse.Argum
       ValueError: an argument that no group names, or a group naming an argument the parser does not have (a
         programming error, caught by the tests: every flag must be in one group).
     """
-    actions = [a for a in parser._actions]
+    actions = list(parser._actions)
     by_name = {n: a for a in actions for n in _names(a)}
     placed: set[int] = set()
     groups = []
@@ -181,22 +291,31 @@ def reference_markdown(commands=COMMANDS, titles: dict[str, str] | None = None) 
     out = []
     for command in commands:
         parser = command_parser(command)
-        out += [f"## {command}", "", f"`tfrecord-etl {command}`: {_escape(_first_line(parser.description))} "
-                f"(`tfrecord-etl {command} --help` prints these groups.)", ""]
+        out += [
+            f"## {command}",
+            "",
+            f"`tfrecord-etl {command}`: {_escape(_first_line(parser.description))} "
+            f"(`tfrecord-etl {command} --help` prints these groups.)",
+            "",
+        ]
         info = {g.title: g for g in GROUPS[command]}
         for group, actions in flag_groups(parser):
             about = info[group.title]  # group_flags left no argument outside these groups
             link = f"[{titles.get(about.page, about.page)}]({about.page})"
             # the heading's own id, so that it never takes a flag's (the heading "convert: input" would be
             # #convert-input, the id of convert's --input)
-            out += [f"### {command}: {about.title} {{#{command}-topic-{'-'.join(about.title.lower().split())}}}", "",
-                    f"{about.description[0].upper()}{about.description[1:]}: see {link}.", "",
-                    "| Flag | Value | Description |", "| --- | --- | --- |"]
+            out += [
+                f"### {command}: {about.title} {{#{command}-topic-{'-'.join(about.title.lower().split())}}}",
+                "",
+                f"{about.description[0].upper()}{about.description[1:]}: see {link}.",
+                "",
+                "| Flag | Value | Description |",
+                "| --- | --- | --- |",
+            ]
             for action in actions:
                 names = " ".join(f"`{n}`" for n in _names(action))
                 help_text = _escape(action.help or "") if action.help != argparse.SUPPRESS else ""
-                out.append(f'| <span id="{anchor(command, action)}"></span>{names} | {_value(action)} | '
-                           f"{help_text} |")
+                out.append(f'| <span id="{anchor(command, action)}"></span>{names} | {_value(action)} | {help_text} |')
             out.append("")
     return "\n".join(out)
 

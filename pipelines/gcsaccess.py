@@ -13,6 +13,7 @@ else ``STORAGE_EMULATOR_HOST`` (an emulator; no credentials), else ``https://sto
 requests chooses it (``HTTPS_PROXY`` / ``HTTP_PROXY`` unless ``NO_PROXY`` names the host). Standard library only
 (the reader's install runs verify and inspect through this too).
 """
+
 from __future__ import annotations
 
 import os
@@ -29,17 +30,31 @@ DEFAULT_ENDPOINT = "https://storage.googleapis.com"
 EMULATOR_VAR = "STORAGE_EMULATOR_HOST"
 OVERRIDE_VAR = "API_ENDPOINT_OVERRIDE"
 CREDENTIALS_VAR = "GOOGLE_APPLICATION_CREDENTIALS"
-CREDENTIALS_HINT = (f"set {CREDENTIALS_VAR}=KEY.json (a service account key) or run gcloud auth "
-                    "application-default login, or pass --no_auth to read a public bucket anonymously")
+CREDENTIALS_HINT = (
+    f"set {CREDENTIALS_VAR}=KEY.json (a service account key) or run gcloud auth "
+    "application-default login, or pass --no_auth to read a public bucket anonymously"
+)
 _REACHED: set[tuple[str, int]] = set()  # first hops this process reached: checked once
 _SEARCHED: list[bool] = []  # search_credentials ran in this process
 
 
 # Beam's own path options: the runner uses them (Dataflow stages and writes its temporary files there), the commands
 # never read or write them, and verify and inspect ignore them; a runner that needs them reports its own errors
-RUNNER_PATH_FLAGS = frozenset({"--temp_location", "--staging_location", "--gcp_temp_location", "--template_location",
-                               "--sdk_location", "--dataflow_worker_jar", "--dataflow_job_file", "--extra_package",
-                               "--extra_packages", "--requirements_file", "--setup_file"})
+RUNNER_PATH_FLAGS = frozenset(
+    {
+        "--temp_location",
+        "--staging_location",
+        "--gcp_temp_location",
+        "--template_location",
+        "--sdk_location",
+        "--dataflow_worker_jar",
+        "--dataflow_job_file",
+        "--extra_package",
+        "--extra_packages",
+        "--requirements_file",
+        "--setup_file",
+    }
+)
 
 
 def gcs_paths(tokens) -> list[str]:
@@ -117,8 +132,10 @@ def credential_files() -> str | None:
     if named:
         return f"{CREDENTIALS_VAR}={named}" if os.path.isfile(named) else None
     config = os.environ.get("CLOUDSDK_CONFIG") or (
-        os.path.join(os.environ.get("APPDATA", ""), "gcloud") if os.name == "nt"
-        else os.path.join(os.path.expanduser("~"), ".config", "gcloud"))
+        os.path.join(os.environ.get("APPDATA", ""), "gcloud")
+        if os.name == "nt"
+        else os.path.join(os.path.expanduser("~"), ".config", "gcloud")
+    )
     adc = os.path.join(config, "application_default_credentials.json")
     if os.path.isfile(adc):
         return adc
@@ -163,14 +180,19 @@ def check(paths, argv=()) -> None:
         hint = f"fix or unset {OVERRIDE_VAR}"
     else:
         what = "Google Cloud Storage"
-        hint = (f"connect this machine to the network (behind a proxy: set HTTPS_PROXY=http://HOST:PORT), or set "
-                f"{EMULATOR_VAR}=http://HOST:PORT to use a GCS emulator")
+        hint = (
+            f"connect this machine to the network (behind a proxy: set HTTPS_PROXY=http://HOST:PORT), or set "
+            f"{EMULATOR_VAR}=http://HOST:PORT to use a GCS emulator"
+        )
     creds = ""
     if var is None and "--no_auth" not in argv:
         found = credential_files()
-        creds = (f"; credentials: {found}" if found else
-                 f"; no Google credentials either ({CREDENTIALS_VAR} is unset and there is no gcloud "
-                 "application-default login)")
+        creds = (
+            f"; credentials: {found}"
+            if found
+            else f"; no Google credentials either ({CREDENTIALS_VAR} is unset and there is no gcloud "
+            "application-default login)"
+        )
         hint += "" if found else f"; then {CREDENTIALS_HINT}"
     raise ConfigError(f"Cannot reach {what} for {printable(paths[0])}: {where}: {reason}{creds}", hint=hint)
 
@@ -190,10 +212,12 @@ def search_credentials(paths, argv=()) -> None:
     try:
         google.auth.default()
     except DefaultCredentialsError:
-        print(f"warning: no Google credentials found: gs:// is read anonymously (public buckets only). Hint: "
-              f"for your own buckets {CREDENTIALS_HINT.split(', or pass')[0]}; --no_auth reads anonymously "
-              "without this warning",
-              file=sys.stderr)
+        print(
+            f"warning: no Google credentials found: gs:// is read anonymously (public buckets only). Hint: "
+            f"for your own buckets {CREDENTIALS_HINT.split(', or pass')[0]}; --no_auth reads anonymously "
+            "without this warning",
+            file=sys.stderr,
+        )
         connect_to_gcs_anonymously()
     except Exception:  # noqa: BLE001 - a search that fails otherwise is left to Beam's own
         pass
@@ -210,6 +234,7 @@ def connect_to_gcs_anonymously() -> None:
     module changes shape."""
     try:
         from apache_beam.internal.gcp import auth
+
         with auth._Credentials._credentials_lock:
             auth._Credentials._credentials_init, auth._Credentials._credentials = True, None
     except (ImportError, AttributeError):

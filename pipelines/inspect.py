@@ -21,10 +21,12 @@ default all) with their versions, dates, record counts and schema fingerprints, 
 and span directories it does not list (uncommitted). When --spans names one span, that span's output directory
 is summarized too, as above.
 """
+
 from __future__ import annotations
 
 if __name__ == "__main__":  # python -m: hand over to tfrecord_etl.pipelines.inspect, the module's one name
     from tfrecord_etl.pipelines.cli import run_command
+
     run_command("inspect")
 
 import argparse
@@ -37,8 +39,9 @@ from tfrecord_etl.transforms import codec, collection, collection_reader, fileio
 from tfrecord_etl.transforms.errors import EtlError, RecordError, printable
 
 
-def summarize(output_dir: str, tf_read: bool = False, max_record_bytes: int | None = None,
-              max_features: int | None = None) -> dict:
+def summarize(
+    output_dir: str, tf_read: bool = False, max_record_bytes: int | None = None, max_features: int | None = None
+) -> dict:
     """The summary of an output directory, or of TFRecord files without metadata (see :func:`summarize_files`).
 
     ``max_record_bytes`` / ``max_features``: limits on one record's length header (checked before it is
@@ -71,13 +74,19 @@ def summarize(output_dir: str, tf_read: bool = False, max_record_bytes: int | No
     if tf_read:
         out["tf_read_records"] = _count_with_tf(output_dir)
         if out["tf_read_records"] != meta["num_records"]:
-            raise RecordError(f"tf.data read {out['tf_read_records']} examples, metadata says "
-                              f"{meta['num_records']}", file=output_dir)
+            raise RecordError(
+                f"tf.data read {out['tf_read_records']} examples, metadata says {meta['num_records']}", file=output_dir
+            )
     return out
 
 
-def summarize_collection(collection_dir: str, spans=None, tf_read: bool = False, max_record_bytes: int | None = None,
-                         max_features: int | None = None) -> dict:
+def summarize_collection(
+    collection_dir: str,
+    spans=None,
+    tf_read: bool = False,
+    max_record_bytes: int | None = None,
+    max_features: int | None = None,
+) -> dict:
     """The summary of a collection directory: the selected spans (``collection.select``: span order, latest
     version) with every committed version of each, their dates, record counts and schema fingerprints (first 12
     hex digits), the schema changes recorded, the unlisted span directories; with one span selected by ``spans``,
@@ -96,40 +105,61 @@ def summarize_collection(collection_dir: str, spans=None, tf_read: bool = False,
         "input_pattern": coll.get("input_pattern"),
         "num_spans": len(versions),
         "num_records": sum(s["num_records"] for s in entries),
-        "spans": [{"span": s["span"], "version": s["version"], "versions": versions[s["span"]], "dir": s["dir"],
-                   "date": s["date"], "num_records": s["num_records"], "schema": s["schema"][:12],
-                   "inputs": len(s["inputs"]), "committed": s["committed"]} for s in entries],
+        "spans": [
+            {
+                "span": s["span"],
+                "version": s["version"],
+                "versions": versions[s["span"]],
+                "dir": s["dir"],
+                "date": s["date"],
+                "num_records": s["num_records"],
+                "schema": s["schema"][:12],
+                "inputs": len(s["inputs"]),
+                "committed": s["committed"],
+            }
+            for s in entries
+        ],
         "schema_changes": coll["schema_changes"],
         "uncommitted": collection.unlisted_span_dirs(collection_dir, coll),
     }
     if tf_read:  # every record of the selected spans with plain tf.data, against collection.json's counts
         groups = collection_reader.tf_shard_groups(collection_reader.parts(collection_dir, spans)[1])
-        out["tf_read_records"] = _count_files_with_tf([{"path": p, "compression": c} for c, paths in groups
-                                                       for p in paths])
+        out["tf_read_records"] = _count_files_with_tf(
+            [{"path": p, "compression": c} for c, paths in groups for p in paths]
+        )
         if out["tf_read_records"] != out["num_records"]:
-            raise RecordError(f"tf.data read {out['tf_read_records']} records, collection.json lists "
-                              f"{out['num_records']}", file=collection_dir)
+            raise RecordError(
+                f"tf.data read {out['tf_read_records']} records, collection.json lists {out['num_records']}",
+                file=collection_dir,
+            )
     if spans is not None and len(entries) == 1:
-        out["span"] = summarize(collection_reader.span_dir(collection_dir, entries[0]), tf_read, max_record_bytes,
-                                max_features)
+        out["span"] = summarize(
+            collection_reader.span_dir(collection_dir, entries[0]), tf_read, max_record_bytes, max_features
+        )
     return out
 
 
 def render_collection(s: dict) -> str:
     """The human summary of a collection (:func:`summarize_collection`)."""
     pattern = f", input {s['input_pattern']}" if s.get("input_pattern") else ""
-    lines = [f"{s['collection_dir']}: collection of {s['num_spans']} spans{pattern}; "
-             f"{len(s['spans'])} selected, {s['num_records']} records",
-             f"{'span':>8} {'version':>8} {'versions':<10} {'date':<11} {'records':>10} {'schema':<13} committed"]
+    lines = [
+        f"{s['collection_dir']}: collection of {s['num_spans']} spans{pattern}; "
+        f"{len(s['spans'])} selected, {s['num_records']} records",
+        f"{'span':>8} {'version':>8} {'versions':<10} {'date':<11} {'records':>10} {'schema':<13} committed",
+    ]
     for e in s["spans"]:
         shown = ",".join("-" if v is None else str(v) for v in e["versions"])
-        lines.append(f"{e['span']:>8} {'-' if e['version'] is None else e['version']:>8} {shown:<10} "
-                     f"{e['date'] or '-':<11} {e['num_records']:>10} {e['schema']:<13} {e['committed']}")
+        lines.append(
+            f"{e['span']:>8} {'-' if e['version'] is None else e['version']:>8} {shown:<10} "
+            f"{e['date'] or '-':<11} {e['num_records']:>10} {e['schema']:<13} {e['committed']}"
+        )
     if "tf_read_records" in s:
         lines.append(f"read back with tf.data: {s['tf_read_records']} records (matches collection.json)")
     for c in s["schema_changes"]:
-        lines.append(f"schema change at span {c['span']}: {c['previous'][:12]} -> {c['schema'][:12]} (previous span "
-                     f"{c.get('previous_span', '?')})")
+        lines.append(
+            f"schema change at span {c['span']}: {c['previous'][:12]} -> {c['schema'][:12]} (previous span "
+            f"{c.get('previous_span', '?')})"
+        )
     for rel in s["uncommitted"]:
         lines.append(f"uncommitted: {rel} (not listed in collection.json: readers do not read it)")
     text = "\n".join(printable(line) for line in lines)
@@ -143,15 +173,21 @@ def _has_metadata(target: str) -> bool:
     if fileio.exists(fileio.join(target, metadata.METADATA_FILE)):
         return True
     names = set(outdir.list_names(target))
-    traces = (".tmp-", "beam-temp-", f".{metadata.METADATA_FILE}", outdir.MARKER_FILE,
-              outdir.LEGACY_MARKER_FILE)  # a run's temporaries
+    traces = (
+        ".tmp-",
+        "beam-temp-",
+        f".{metadata.METADATA_FILE}",
+        outdir.MARKER_FILE,
+        outdir.LEGACY_MARKER_FILE,
+    )  # a run's temporaries
     if metadata.SCHEMA_FILE in names or any(n.startswith(traces) for n in names) or outdir.nested_outputs(target):
         metadata.load(target)  # raises IncompleteOutputError with its message
     return False
 
 
-def summarize_files(pattern: str, tf_read: bool = False, max_record_bytes: int | None = None,
-                    max_features: int | None = None) -> dict:
+def summarize_files(
+    pattern: str, tf_read: bool = False, max_record_bytes: int | None = None, max_features: int | None = None
+) -> dict:
     """The summary of TFRecord files without metadata: a file, a glob, or a directory of them.
 
     Every record is counted (framing and CRCs checked) and observed (``codec.FeatureStats``, one C++ decode per
@@ -166,6 +202,7 @@ def summarize_files(pattern: str, tf_read: bool = False, max_record_bytes: int |
       SchemaError: a feature with two list kinds (file, record).
     """
     from tfrecord_etl.transforms import verify
+
     shards, first = [], None
     stats = codec.FeatureStats()
     for path, size in verify.list_record_files(pattern):
@@ -179,8 +216,9 @@ def summarize_files(pattern: str, tf_read: bool = False, max_record_bytes: int |
                 _observe(stats, batch, path, count - len(batch), max_features)
                 batch, held = [], 0
         _observe(stats, batch, path, count - len(batch), max_features)
-        shards.append({"file": fileio.basename(path), "path": path, "records": count, "bytes": size,
-                       "compression": compression})
+        shards.append(
+            {"file": fileio.basename(path), "path": path, "records": count, "bytes": size, "compression": compression}
+        )
     specs = stats.specs()
     try:
         example = codec.decode_example_lenient(first, specs, max_features) if first is not None else {}
@@ -201,17 +239,25 @@ def summarize_files(pattern: str, tf_read: bool = False, max_record_bytes: int |
     if tf_read:
         out["tf_read_records"] = _count_files_with_tf(shards)
         if out["tf_read_records"] != out["num_records"]:
-            raise RecordError(f"tf.data read {out['tf_read_records']} records, we counted {out['num_records']}",
-                              file=pattern)
+            raise RecordError(
+                f"tf.data read {out['tf_read_records']} records, we counted {out['num_records']}", file=pattern
+            )
     return out
 
 
 def _count_files_with_tf(shards: list[dict]) -> int:
     common.preload_tensorflow()
     import tensorflow as tf
+
     names = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
-    return sum(int(tf.data.TFRecordDataset(s["path"], compression_type=names[s["compression"]])
-                   .reduce(np.int64(0), lambda n, _: n + 1)) for s in shards)
+    return sum(
+        int(
+            tf.data.TFRecordDataset(s["path"], compression_type=names[s["compression"]]).reduce(
+                np.int64(0), lambda n, _: n + 1
+            )
+        )
+        for s in shards
+    )
 
 
 def _count_with_tf(output_dir: str) -> int:
@@ -233,8 +279,11 @@ def _observe(stats, records, path: str, first: int, max_features: int | None) ->
         index = e.context.pop("record", None)
         where = f"{first}-{first + len(records) - 1}" if index is None else first + index - before
         if isinstance(e, RecordError) and index is not None:
-            e = RecordError(f"Not a tf.train.Example: {e.message}", hint=e.hint or "inspect reads tf.train.Example "
-                            "records only (not SequenceExample)", **e.context)
+            e = RecordError(
+                f"Not a tf.train.Example: {e.message}",
+                hint=e.hint or "inspect reads tf.train.Example records only (not SequenceExample)",
+                **e.context,
+            )
         raise e.with_context(file=path, record=where) from None
 
 
@@ -246,24 +295,36 @@ def _short(value: np.ndarray) -> str:
 
 def render(s: dict) -> str:
     """The human summary; every line has its non-printable characters escaped (``errors.printable``)."""
-    lines = [f"{s['output_dir']}: {s['num_records']} examples in {s['num_shards']} shards, "
-             f"{s['bytes']} bytes, compression {s['compression']}"]
+    lines = [
+        f"{s['output_dir']}: {s['num_records']} examples in {s['num_shards']} shards, "
+        f"{s['bytes']} bytes, compression {s['compression']}"
+    ]
     if "inferred" in s:
-        lines.append(f"no metadata.json: features learned from all {s['inferred']['from_records']} records "
-                     "(a tfrecord-etl output directory without it is incomplete)")
+        lines.append(
+            f"no metadata.json: features learned from all {s['inferred']['from_records']} records "
+            "(a tfrecord-etl output directory without it is incomplete)"
+        )
     if "tf_read_records" in s:
-        lines.append(f"read back with tf.data: {s['tf_read_records']} examples (matches the "
-                     f"{'count' if 'inferred' in s else 'metadata'})")
+        lines.append(
+            f"read back with tf.data: {s['tf_read_records']} examples (matches the "
+            f"{'count' if 'inferred' in s else 'metadata'})"
+        )
     if s.get("splits"):
-        lines.append("splits: " + ", ".join(f"{name} {info['num_records']} records in {info['num_shards']} shards"
-                                            for name, info in s["splits"].items()))
+        lines.append(
+            "splits: "
+            + ", ".join(
+                f"{name} {info['num_records']} records in {info['num_shards']} shards"
+                for name, info in s["splits"].items()
+            )
+        )
     if s.get("tfds"):
-        lines.append(f"TFDS dataset {s['tfds']['name']} {s['tfds'].get('version', '')}: "
-                     f"tfds.builder_from_directory loads it")
+        lines.append(
+            f"TFDS dataset {s['tfds']['name']} {s['tfds'].get('version', '')}: tfds.builder_from_directory loads it"
+        )
     lines.append(f"{'feature':<28} {'dtype':<10} {'shape':<18} encoding")
     for f in s["features"]:
         shape = "*" if f["shape"] is None else str(f["shape"])
-        lines.append(f"{printable(f['name']):<28} {str(f['dtype']):<10} {shape:<18} {f['encoding']}")
+        lines.append(f"{printable(f['name']):<28} {f['dtype']!s:<10} {shape:<18} {f['encoding']}")
     lines.append("shards:")
     for sh in s["shards"][:10]:
         lines.append(f"  {sh['file']}: {sh['records']} records, {sh['bytes']} bytes")
@@ -278,6 +339,7 @@ def render(s: dict) -> str:
 def sources_zarr(target: str) -> bool:
     """True when ``target`` is a Zarr store (a local directory or zip by its content, a remote prefix by its name)."""
     from tfrecord_etl.transforms import sources
+
     return sources.zarr_store_format(target) is not None
 
 
@@ -290,6 +352,7 @@ def _container_kind(target: str) -> str | None:
     if fileio.is_dir(target) or any(c in target for c in "*?[") or not fileio.exists(target):
         return None
     from tfrecord_etl.transforms import sources, tfrecord
+
     tfrecord.check_regular(target)
     with fileio.open_read(target) as f:
         fmt = sources.content_format(f.read(sources.SNIFF_BYTES))
@@ -299,16 +362,22 @@ def _container_kind(target: str) -> str | None:
 def build_parser() -> common.CommandParser:
     """The command's argument parser, its flags in the argument groups of ``flaghelp.GROUPS`` (``--help``, the
     docs' flag reference)."""
-    parser = common.CommandParser(prog="tfrecord-etl inspect", description=__doc__,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("output_dir", help="an output directory of tfrecord-etl, or a TFRecord file, glob or "
-                        "directory without metadata")
+    parser = common.CommandParser(
+        prog="tfrecord-etl inspect", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "output_dir", help="an output directory of tfrecord-etl, or a TFRecord file, glob or directory without metadata"
+    )
     parser.add_argument("--tf_read", action="store_true", help="also read every record with tf.data (default: off)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text (default: off)")
     common.add_record_limit_flags(parser)
     parser.add_argument("--verbose", action="store_true", help="show TensorFlow logs (default: off)")
-    parser.add_argument("--spans", default=None, help="a collection's spans to summarize: 7, 3,5,9, 3-9, latest, "
-                        "latest:N or all (default: all); one span: its output directory too")
+    parser.add_argument(
+        "--spans",
+        default=None,
+        help="a collection's spans to summarize: 7, 3,5,9, 3-9, latest, "
+        "latest:N or all (default: all); one span: its output directory too",
+    )
     return flaghelp.group_flags(parser, "inspect")
 
 
@@ -323,11 +392,12 @@ def main(argv: list[str]) -> int:
     if kind:  # the dataset tree and row groups, so no external tool (h5ls, ncdump) is needed
         from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, matlab_tree, netcdf3_tree, render_tree
         from tfrecord_etl.transforms.sources.zarrsrc import zarr_tree
+
         tree = {"hdf5": hdf5_tree, "netcdf3": netcdf3_tree, "matlab": matlab_tree, "zarr": zarr_tree}[kind](
-            args.output_dir)
+            args.output_dir
+        )
         print(json.dumps(tree, indent=1) if args.json else render_tree(tree))
         return 0
     summary = summarize(args.output_dir, args.tf_read, *common.record_limits(args))
     print(json.dumps(summary, indent=1) if args.json else render(summary))
     return 0
-

@@ -15,6 +15,7 @@ bar silently and the run goes on. On success it ends at the planned total; on a 
 error line. Object stores show a shard when its upload completes (their temporaries are not visible while being
 written).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,8 +23,8 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.sink import name_key
@@ -51,6 +52,7 @@ class Planned:
     """What a run will write: ``files`` maps each shard's final name to its planned records (None: not planned,
     e.g. ``--splits`` or the beam writer), ``records`` the run's total, ``bytes`` an estimate of the shards'
     total size (planning's, from the inputs), used until the first shard is committed."""
+
     files: dict[str, int | None]
     records: int
     bytes: int
@@ -103,8 +105,11 @@ def list_sizes(directory: str) -> dict[str, int]:
                     out[entry.name] = entry.stat().st_size
         return out
     base = directory.rstrip("/") + "/"
-    return {path[len(base):]: int(size or 0) for path, size in fileio.find(fileio.join(fileio.escape_glob(directory), "*"))
-            if path.startswith(base) and "/" not in path[len(base):]}
+    return {
+        path[len(base) :]: int(size or 0)
+        for path, size in fileio.find(fileio.join(fileio.escape_glob(directory), "*"))
+        if path.startswith(base) and "/" not in path[len(base) :]
+    }
 
 
 def _width(stream) -> int | None:
@@ -130,11 +135,19 @@ class Watcher:
     ``abort()`` (it failed) clears it. ``stream``: where to draw (default: a copy of stderr's descriptor, taken
     before the runner sends stderr to its log); ``interval``: seconds between listings."""
 
-    def __init__(self, output_dir: str, planned: Planned, label: str, stream=None, interval: float | None = None,
-                 lister=list_sizes):
+    def __init__(
+        self,
+        output_dir: str,
+        planned: Planned,
+        label: str,
+        stream=None,
+        interval: float | None = None,
+        lister=list_sizes,
+    ):
         self.output_dir, self.planned, self.label, self._lister = output_dir, planned, label, lister
-        self.interval = interval if interval is not None else (
-            LOCAL_INTERVAL if fileio.is_local(output_dir) else REMOTE_INTERVAL)
+        self.interval = (
+            interval if interval is not None else (LOCAL_INTERVAL if fileio.is_local(output_dir) else REMOTE_INTERVAL)
+        )
         self._own_stream = stream is None
         self._stream = stream
         self._stop = threading.Event()
@@ -144,20 +157,30 @@ class Watcher:
         self._before: frozenset = frozenset()
         self.failed: BaseException | None = None  # what stopped the bar early (kept for the tests)
 
-    def start(self) -> "Watcher":
+    def start(self) -> Watcher:
         try:
             from tqdm import tqdm
+
             if self._stream is None:
-                self._stream = os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1, encoding="utf-8",
-                                         errors="replace")
+                self._stream = os.fdopen(
+                    os.dup(sys.stderr.fileno()), "w", buffering=1, encoding="utf-8", errors="replace"
+                )
             with contextlib.suppress(Exception):
                 self._before = frozenset(self._lister(self.output_dir))
             width = _width(self._stream)  # a terminal that reports no width (0 columns) gets 100
-            self._bar = tqdm(total=self.planned.records, desc=self.label, unit=" records",
-                             unit_scale=self.planned.records >= 100_000, file=self._stream,
-                             dynamic_ncols=width is None, ncols=width, mininterval=0.2, leave=True,
-                             bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} records{postfix} "
-                                        "[{elapsed}<{remaining}, {rate_fmt}]")
+            self._bar = tqdm(
+                total=self.planned.records,
+                desc=self.label,
+                unit=" records",
+                unit_scale=self.planned.records >= 100_000,
+                file=self._stream,
+                dynamic_ncols=width is None,
+                ncols=width,
+                mininterval=0.2,
+                leave=True,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} records{postfix} "
+                "[{elapsed}<{remaining}, {rate_fmt}]",
+            )
             self._set(0, 0)
             self._thread = threading.Thread(target=self._poll, name="tfrecord-etl-progress", daemon=True)
             self._thread.start()
@@ -252,6 +275,7 @@ def convert_planned(plan) -> Planned:
     """The :class:`Planned` of a ``planning.ConvertPlan``: its shard files (``--index`` files aside), each with its
     planned rows where the planned writer writes one file per shard plan."""
     from tfrecord_etl.transforms import tfrecord
+
     index_names = {tfrecord.index_name(f) for f in plan.output_files}
     shards = [f for f in plan.output_files if f not in index_names]
     if plan.shards is not None and plan.split_plan is None and len(plan.shards) == len(shards):

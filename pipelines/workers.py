@@ -18,6 +18,7 @@ worker reported an error does (Beam's bundle loop polls for that answer every se
 within a few seconds (the bundle's failure, then Beam's gRPC servers stopped). The model is Beam's ``DockerSdkWorkerHandler.watch_container``, which fails the control
 connection of a container that stopped.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,9 +28,11 @@ import threading
 import time
 import weakref
 
-WORKER_DIED_LINE = ("OutputError: A worker process died{how}: killed, or out of memory; nothing was committed, so the "
-                    "output directory holds what it held before. Hint: run again; if it happens again, pass fewer "
-                    "--direct_num_workers or a smaller --target_range_mb")
+WORKER_DIED_LINE = (
+    "OutputError: A worker process died{how}: killed, or out of memory; nothing was committed, so the "
+    "output directory holds what it held before. Hint: run again; if it happens again, pass fewer "
+    "--direct_num_workers or a smaller --target_range_mb"
+)
 
 _deaths: list[int] = []  # the signal (or exit status) of each worker process that died while its run went on
 _deaths_lock = threading.Lock()
@@ -91,6 +94,7 @@ class _AnsweringConnection:
 
     def push(self, req):
         from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
         if req is worker_handlers.BeamFnControlServicer._DONE_MARKER:
             return self._conn.push(req)
         with self._lock:
@@ -102,6 +106,7 @@ class _AnsweringConnection:
 
     def _answer(self, instruction_id: str):
         from apache_beam.portability.api import beam_fn_api_pb2
+
         return beam_fn_api_pb2.InstructionResponse(instruction_id=instruction_id, error=self._error)
 
     def fail(self, error: str) -> None:
@@ -134,8 +139,9 @@ def _handler_class():
             command = self._worker_command_line
             if not _SHELL_SYNTAX.search(command):  # one plain command: the shell becomes the worker
                 command = b"exec " + command
-            self.worker = local_job_service.SubprocessSdkWorker(command, self.control_address, self.provision_info,
-                                                                self.worker_id)
+            self.worker = local_job_service.SubprocessSdkWorker(
+                command, self.control_address, self.provision_info, self.worker_id
+            )
             self.worker_thread = threading.Thread(name="run_worker", target=self._run, daemon=True)
             self.worker_thread.start()
 
@@ -171,6 +177,7 @@ def install() -> None:
     try:
         from apache_beam.portability import python_urns
         from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
         worker_handlers.WorkerHandler.register_environment(python_urns.SUBPROCESS_SDK, bytes)(_handler_class())
     except (ImportError, AttributeError):
         return
@@ -178,6 +185,7 @@ def install() -> None:
 
 
 # ---------------------------------------------------------------- the launcher's worker processes, from /proc
+
 
 def quiet_worker_threads() -> None:
     """Beam's threads in the launcher report workers stopped by us with tracebacks on stderr: the worker-watching
@@ -190,12 +198,16 @@ def quiet_worker_threads() -> None:
         return
 
     def hook(args):
-        if args.thread is not None and args.thread.name == "run_worker" and \
-                "Worker subprocess exited" in str(args.exc_value):
+        if (
+            args.thread is not None
+            and args.thread.name == "run_worker"
+            and "Worker subprocess exited" in str(args.exc_value)
+        ):
             return
         if _stopping.is_set() and _raised_in_beam_threads(args.exc_traceback):
             return
         previous(args)
+
     hook.quiets_workers = True
     threading.excepthook = hook
 
@@ -214,11 +226,11 @@ def _raised_in_beam_threads(tb) -> bool:
     on a closed stream), so no code of ours, and no user code, is being silenced."""
     import sysconfig
     import traceback
+
     stdlib = sysconfig.get_paths()["stdlib"]
     frames = traceback.extract_tb(tb) if tb is not None else []
     marks = (f"{os.sep}apache_beam{os.sep}", f"{os.sep}grpc{os.sep}")
-    return bool(frames) and all(any(m in f.filename for m in marks) or f.filename.startswith(stdlib)
-                                for f in frames)
+    return bool(frames) and all(any(m in f.filename for m in marks) or f.filename.startswith(stdlib) for f in frames)
 
 
 class interrupts_mark_stopping:
@@ -229,8 +241,10 @@ class interrupts_mark_stopping:
 
     def __enter__(self):
         self._saved = None
-        if threading.current_thread() is threading.main_thread() and \
-                signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        if (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        ):
             self._saved = signal.signal(signal.SIGINT, self._on_sigint)
         return self
 

@@ -1,4 +1,5 @@
 """User functions for the augment tests (``--fn tests.augment_fns:NAME``)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,14 +12,18 @@ def add_one(features):
 
 def mass_kg(features):
     """Per batch (penguin): ``mass_x2`` float32 (rows,) = 2 * body_mass_g, ``is_adelie`` bool (rows,)."""
-    return {"mass_x2": (features["body_mass_g"][:, 0] * 2).astype(np.float32),
-            "is_adelie": features["species"][:, 0] == 0}
+    return {
+        "mass_x2": (features["body_mass_g"][:, 0] * 2).astype(np.float32),
+        "is_adelie": features["species"][:, 0] == 0,
+    }
 
 
 def norm_and_tag(features):
     """Per batch: ``x_norm`` = L2 norm of ``x`` (float32), ``tag`` = b"even"/b"odd" by ``id``."""
-    return {"x_norm": np.linalg.norm(features["x"], axis=1).astype(np.float32),
-            "tag": np.where(features["id"].reshape(-1) % 2 == 0, b"even", b"odd")}
+    return {
+        "x_norm": np.linalg.norm(features["x"], axis=1).astype(np.float32),
+        "tag": np.where(features["id"].reshape(-1) % 2 == 0, b"even", b"odd"),
+    }
 
 
 def double_x(features):

@@ -1,4 +1,5 @@
 """Shared test helpers: run a command in-process, locate the real third-party files."""
+
 from __future__ import annotations
 
 import os
@@ -13,18 +14,20 @@ FIXTURES = pathlib.Path(os.environ.get("TFRECORD_ETL_FIXTURES", ROOT / ".fixture
 BEAM_FLAGS = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
 
 
-
 def _this_checkouts_code() -> None:
     """The tests test this checkout's code, or stop: in a venv whose editable install came from another checkout,
     ``tfrecord_etl.transforms`` would silently be that checkout's folder (docs/development.md, "Several
     checkouts, one venv")."""
     import tfrecord_etl.pipelines
     import tfrecord_etl.transforms
+
     for package, folder in ((tfrecord_etl.transforms, "transforms"), (tfrecord_etl.pipelines, "pipelines")):
         found = pathlib.Path(list(package.__path__)[0]).resolve()
         if found != ROOT / folder:
-            raise pytest.UsageError(f"{package.__name__} is {found}, not this checkout's {ROOT / folder}. Hint: run "
-                                    f"configs/devlinks.sh once in {ROOT} and put it first on PYTHONPATH")
+            raise pytest.UsageError(
+                f"{package.__name__} is {found}, not this checkout's {ROOT / folder}. Hint: run "
+                f"configs/devlinks.sh once in {ROOT} and put it first on PYTHONPATH"
+            )
 
 
 _this_checkouts_code()
@@ -59,6 +62,7 @@ def fixture_file(relative: str) -> pathlib.Path:
 def run_command(module_main, argv, capsys=None):
     """Runs a pipeline's ``main`` like the command line does; returns (exit code, stdout, stderr)."""
     from tfrecord_etl.pipelines import common
+
     code = common.run_main(module_main, [str(a) for a in argv])
     if capsys is None:
         return code, "", ""
@@ -69,5 +73,6 @@ def run_command(module_main, argv, capsys=None):
 def convert(input_pattern, output_dir, *flags, capsys=None, beam=True):
     """Runs ``python -m pipelines.convert`` in-process with the in-memory DirectRunner."""
     from tfrecord_etl.pipelines import convert as convert_module
+
     argv = ["--input", input_pattern, "--output_dir", output_dir, *flags] + (BEAM_FLAGS if beam else [])
     return run_command(convert_module.main, argv, capsys)

@@ -6,6 +6,7 @@ converted with ``--compression none``, ``gzip`` and ``zlib``, and must read ever
 ``tests/test_consumers.py`` checks each cell against :data:`EXPECTED` and that docs/reading.md holds
 ``markdown(EXPECTED)``, so the table, the tests and the readers' behaviour cannot drift apart.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -25,18 +26,28 @@ ROWS = 60
 EXPECTED = {
     "tf.data `TFRecordDataset(compression_type=...)`": {"none": "yes", "gzip": "yes", "zlib": "yes"},
     "Beam `ReadFromTFRecord` (compression AUTO)": {"none": "yes", "gzip": "yes", "zlib": "yes"},
-    "TFXIO `TFExampleRecord(...).TensorFlowDataset` (tfx-bsl 1.21)": {"none": "yes", "gzip": "yes",
-                                                                      "zlib": "no: DataLossError"},
-    "`tfrecord` package `tfrecord_loader` (PyTorch `TFRecordDataset`)": {"none": "yes", "gzip": "yes",
-                                                                         "zlib": "no: ValueError"},
-    "TFDS `builder_from_directory` (4.9.10)": {"none": "yes", "gzip": "no: DataLossError",
-                                               "zlib": "no: DataLossError"},
+    "TFXIO `TFExampleRecord(...).TensorFlowDataset` (tfx-bsl 1.21)": {
+        "none": "yes",
+        "gzip": "yes",
+        "zlib": "no: DataLossError",
+    },
+    "`tfrecord` package `tfrecord_loader` (PyTorch `TFRecordDataset`)": {
+        "none": "yes",
+        "gzip": "yes",
+        "zlib": "no: ValueError",
+    },
+    "TFDS `builder_from_directory` (4.9.10)": {"none": "yes", "gzip": "no: DataLossError", "zlib": "no: DataLossError"},
     "`reader.iter_numpy`, `reader.to_tf_dataset`": {"none": "yes", "gzip": "yes", "zlib": "yes"},
-    "`reader.RandomAccess` / `reader.get` (PyTorch map-style, Grain)": {"none": "yes", "gzip": "no: ConfigError",
-                                                                        "zlib": "no: ConfigError"},
+    "`reader.RandomAccess` / `reader.get` (PyTorch map-style, Grain)": {
+        "none": "yes",
+        "gzip": "no: ConfigError",
+        "zlib": "no: ConfigError",
+    },
 }
-NOT_TESTED = {"Ray `read_tfrecords`": "not tested here: Ray is not installed (a large install for one check); "
-                                      "its TFRecord reader is known to fail on zlib shards"}
+NOT_TESTED = {
+    "Ray `read_tfrecords`": "not tested here: Ray is not installed (a large install for one check); "
+    "its TFRecord reader is known to fail on zlib shards"
+}
 
 
 def make_outputs(tmp: pathlib.Path) -> dict[str, pathlib.Path]:
@@ -44,16 +55,26 @@ def make_outputs(tmp: pathlib.Path) -> dict[str, pathlib.Path]:
     ``--tfds_name`` (then compresses copies of that TFDS directory's shards in place: convert refuses
     ``--tfds_name`` with ``--compression``). Returns ``{"none": dir, ..., "tfds-none": dir, ...}``."""
     from tests.conftest import convert
-    np.savez(tmp / "in.npz", x=np.arange(ROWS, dtype=np.float32) / 4,
-             code=np.array([b"c%03d" % i for i in range(ROWS)], dtype="S4"))
+
+    np.savez(
+        tmp / "in.npz",
+        x=np.arange(ROWS, dtype=np.float32) / 4,
+        code=np.array([b"c%03d" % i for i in range(ROWS)], dtype="S4"),
+    )
     outs = {}
     for compression in COMPRESSIONS:
         outs[compression] = tmp / compression
-        assert convert(tmp / "in.npz", outs[compression], "--provenance", "--num_shards", "2",
-                       "--compression", compression)[0] == 0
+        assert (
+            convert(
+                tmp / "in.npz", outs[compression], "--provenance", "--num_shards", "2", "--compression", compression
+            )[0]
+            == 0
+        )
     outs["tfds-none"] = tmp / "tfds-none"
-    assert convert(tmp / "in.npz", outs["tfds-none"], "--provenance", "--num_shards", "2",
-                   "--tfds_name", "consumers")[0] == 0
+    assert (
+        convert(tmp / "in.npz", outs["tfds-none"], "--provenance", "--num_shards", "2", "--tfds_name", "consumers")[0]
+        == 0
+    )
     for compression, pack in (("gzip", gzip.compress), ("zlib", zlib.compress)):
         outs[f"tfds-{compression}"] = tmp / f"tfds-{compression}"
         shutil.copytree(outs["tfds-none"], outs[f"tfds-{compression}"])
@@ -75,26 +96,31 @@ def _check(rows: list[int], xs: list[float]) -> None:
 
 def tf_data(out, compression):
     import tensorflow as tf
+
     spec = {"_source/row": tf.io.FixedLenFeature([], tf.int64), "x": tf.io.FixedLenFeature([], tf.float32)}
-    ds = tf.data.TFRecordDataset(_shards(out), compression_type={"none": "", "gzip": "GZIP", "zlib": "ZLIB"}[
-        compression]).map(lambda r: tf.io.parse_single_example(r, spec))
+    ds = tf.data.TFRecordDataset(
+        _shards(out), compression_type={"none": "", "gzip": "GZIP", "zlib": "ZLIB"}[compression]
+    ).map(lambda r: tf.io.parse_single_example(r, spec))
     parsed = [(int(e["_source/row"]), float(e["x"])) for e in ds.as_numpy_iterator()]
     _check(*zip(*parsed))
 
 
 def _example_values(serialized: bytes) -> tuple[int, float]:
     import tensorflow as tf
+
     e = tf.train.Example.FromString(serialized).features.feature
     return e["_source/row"].int64_list.value[0], e["x"].float_list.value[0]
 
 
 def beam_read(out, compression):
     import apache_beam as beam
-    from apache_beam.testing.util import assert_that
-    from tests.conftest import BEAM_FLAGS
     from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.util import assert_that
+
+    from tests.conftest import BEAM_FLAGS
+
     with beam.Pipeline(options=PipelineOptions(BEAM_FLAGS)) as p:
-        values = (p | beam.io.ReadFromTFRecord(str(out / "data-*")) | beam.Map(_example_values))
+        values = p | beam.io.ReadFromTFRecord(str(out / "data-*")) | beam.Map(_example_values)
         assert_that(values, lambda got: _check(*zip(*got)))
 
 
@@ -102,6 +128,7 @@ def tfxio(out, compression):
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2
     from tfx_bsl.public import tfxio as tfxio_lib
+
     schema = text_format.Parse((out / "schema.pbtxt").read_text(), schema_pb2.Schema())
     source = tfxio_lib.TFExampleRecord(_shards(out), schema=schema)
     ds = source.TensorFlowDataset(tfxio_lib.TensorFlowDatasetOptions(batch_size=16, shuffle=False, num_epochs=1))
@@ -131,8 +158,14 @@ class ConsumerError(Exception):
 
 
 def tfrecord_package(out, compression):
-    result = json.loads(subprocess.run([sys.executable, "-c", TFRECORD_PACKAGE, compression, *_shards(out)],
-                                       capture_output=True, text=True, check=True).stdout)
+    result = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", TFRECORD_PACKAGE, compression, *_shards(out)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     if "error" in result:
         raise ConsumerError(result["error"], result["message"])
     _check(*zip(*result["rows"]))
@@ -140,6 +173,7 @@ def tfrecord_package(out, compression):
 
 def tfds(out, compression):
     import tensorflow_datasets as tfds_lib
+
     ds = tfds_lib.builder_from_directory(str(out)).as_dataset(split="train")
     got = [(int(e["_source"]["row"]), float(e["x"])) for e in tfds_lib.as_numpy(ds)]
     _check(*zip(*got))
@@ -147,6 +181,7 @@ def tfds(out, compression):
 
 def our_readers(out, compression):
     from tfrecord_etl.transforms import reader
+
     got = [(int(e["_source/row"]), float(e["x"])) for e in reader.iter_numpy(str(out))]
     _check(*zip(*got))
     got = [(int(e["_source/row"]), float(e["x"])) for e in reader.to_tf_dataset(str(out)).as_numpy_iterator()]
@@ -155,6 +190,7 @@ def our_readers(out, compression):
 
 def random_access(out, compression):
     from tfrecord_etl.transforms import reader
+
     ra = reader.RandomAccess(str(out))
     _check(*zip(*[(int(ra[i]["_source/row"]), float(ra[i]["x"])) for i in range(len(ra))]))
 
@@ -179,19 +215,22 @@ def run(consumer: str, outs: dict, compression: str) -> str:
 def markdown(results: dict) -> str:
     """The docs' table (docs/reading.md) of ``results`` (``{consumer: {compression: cell}}``) and the consumers not tested."""
     lines = ["| consumer | none | gzip (`.gz`) | zlib (`.deflate`) |", "|---|---|---|---|"]
-    lines += [f"| {consumer} | " + " | ".join(cells[c] for c in COMPRESSIONS) + " |"
-              for consumer, cells in results.items()]
+    lines += [
+        f"| {consumer} | " + " | ".join(cells[c] for c in COMPRESSIONS) + " |" for consumer, cells in results.items()
+    ]
     lines += [f"| {consumer} | {why} | | |" for consumer, why in NOT_TESTED.items()]
     return "\n".join(lines)
 
 
 def main() -> int:
-    import tempfile
     import os
+    import tempfile
+
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with tempfile.TemporaryDirectory() as tmp:
         import contextlib
         import io
+
         with contextlib.redirect_stdout(io.StringIO()):
             outs = make_outputs(pathlib.Path(tmp))
             results = {consumer: {c: run(consumer, outs, c) for c in COMPRESSIONS} for consumer in EXPECTED}

@@ -21,6 +21,7 @@ TFRECORD_ETL_FIXTURES exported. A page passes when every block ends with status 
 results with ``assert``); a failure names the page, the block's first line and its output. A python block's
 traceback gives the page's own line numbers.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -51,6 +52,7 @@ class SnippetError(ValueError):
 class Block:
     """One runnable block: ``language`` python or bash, its ``code``, the page's 1-based ``line`` of its first
     code line, the modules it ``requires``, and whether it is hidden setup."""
+
     language: str
     code: str
     line: int
@@ -75,7 +77,7 @@ def parse(text: str, page: str = "<page>") -> list[Block]:
             end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "-->"), None)
             if end is None:
                 raise SnippetError(f"{page}:{i + 1}: test-setup comment is never closed by a line holding only -->")
-            code = textwrap.dedent("\n".join(lines[i + 1:end]))
+            code = textwrap.dedent("\n".join(lines[i + 1 : end]))
             blocks.append(Block(setup.group("lang"), code + "\n", i + 2, (), True))
             i = end + 1
             continue
@@ -83,21 +85,31 @@ def parse(text: str, page: str = "<page>") -> list[Block]:
             fence = _FENCE.match(lines[i + 1]) if i + 1 < len(lines) else None
             language = LANGUAGES.get(fence.group("lang")) if fence else None
             if language is None:
-                raise SnippetError(f"{page}:{i + 1}: a test marker must be followed, on the next line, by a "
-                                   "```python or ```bash code fence")
+                raise SnippetError(
+                    f"{page}:{i + 1}: a test marker must be followed, on the next line, by a "
+                    "```python or ```bash code fence"
+                )
             indent, ticks = fence.group("indent"), fence.group("fence")
-            end = next((j for j in range(i + 2, len(lines))
-                        if lines[j].strip().startswith(ticks) and not lines[j].strip().strip(ticks[0])), None)
+            end = next(
+                (
+                    j
+                    for j in range(i + 2, len(lines))
+                    if lines[j].strip().startswith(ticks) and not lines[j].strip().strip(ticks[0])
+                ),
+                None,
+            )
             if end is None:
                 raise SnippetError(f"{page}:{i + 2}: code fence {ticks} is never closed")
-            body = [ln[len(indent):] if ln.startswith(indent) else ln.lstrip() for ln in lines[i + 2:end]]
+            body = [ln[len(indent) :] if ln.startswith(indent) else ln.lstrip() for ln in lines[i + 2 : end]]
             mods = tuple(m.strip() for m in (mark.group("mods") or "").split(",") if m.strip())
             blocks.append(Block(language, "\n".join(body) + "\n", i + 3, mods))
             i = end + 1
             continue
         if _ANY_MARK.search(line):
-            raise SnippetError(f"{page}:{i + 1}: not a test marker: {line.strip()!r} (use <!-- test -->, "
-                               "<!-- test: requires MODULE -->, or <!-- test-setup python|bash ... -->)")
+            raise SnippetError(
+                f"{page}:{i + 1}: not a test marker: {line.strip()!r} (use <!-- test -->, "
+                "<!-- test: requires MODULE -->, or <!-- test-setup python|bash ... -->)"
+            )
         i += 1
     return blocks
 
@@ -106,6 +118,7 @@ def parse(text: str, page: str = "<page>") -> list[Block]:
 class PageResult:
     """What running a page's blocks gave: ``failure`` (None when every block passed: else the page, the block's
     first line and its output), the ``skipped`` blocks with their reasons, and how many blocks ``ran``."""
+
     page: str
     ran: int
     skipped: list[str]
@@ -113,7 +126,7 @@ class PageResult:
 
 
 # The driver, run as ``python driver.py BLOCKS.json`` in the page's temporary directory.
-_DRIVER = r'''
+_DRIVER = r"""
 import importlib, json, os, subprocess, sys, traceback
 MARKER = sys.argv[2]
 with open(sys.argv[1], encoding="utf-8") as f:
@@ -155,7 +168,7 @@ with open(sys.argv[1] + ".out", "w", encoding="utf-8") as f:
     json.dump(results, f)
 sys.stdout.flush()
 os._exit(0)  # no interpreter teardown after a block imported Beam or TensorFlow
-'''
+"""
 
 
 def snippet_env(workdir: str) -> dict[str, str]:
@@ -169,8 +182,9 @@ def snippet_env(workdir: str) -> dict[str, str]:
     return env
 
 
-def run_page(path: pathlib.Path, blocks: list[Block] | None = None, timeout: float = 300,
-             root: pathlib.Path = ROOT) -> PageResult:
+def run_page(
+    path: pathlib.Path, blocks: list[Block] | None = None, timeout: float = 300, root: pathlib.Path = ROOT
+) -> PageResult:
     """Runs the blocks of the page at ``path`` (``blocks``: already parsed) as described in this module's
     docstring; the page is named relative to ``root`` in the result."""
     path = pathlib.Path(path)
@@ -189,8 +203,14 @@ def run_page(path: pathlib.Path, blocks: list[Block] | None = None, timeout: flo
         with open(driver, "w", encoding="utf-8") as f:
             f.write(_DRIVER)
         try:
-            proc = subprocess.run([sys.executable, driver, spec_file, MARKER], cwd=workdir, env=snippet_env(workdir),
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
+            proc = subprocess.run(
+                [sys.executable, driver, spec_file, MARKER],
+                cwd=workdir,
+                env=snippet_env(workdir),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+            )
             output, returncode = proc.stdout.decode("utf-8", "replace"), proc.returncode
         except subprocess.TimeoutExpired as e:
             output, returncode = (e.stdout or b"").decode("utf-8", "replace"), None
@@ -200,8 +220,9 @@ def run_page(path: pathlib.Path, blocks: list[Block] | None = None, timeout: flo
         except (OSError, ValueError):
             results = None
     outputs = _split_output(output)
-    skipped = [f"{page}:{blocks[i].line}: {r['reason']}" for i, r in enumerate(results or ())
-               if r["status"] == "skipped"]
+    skipped = [
+        f"{page}:{blocks[i].line}: {r['reason']}" for i, r in enumerate(results or ()) if r["status"] == "skipped"
+    ]
     ran = sum(1 for r in results or () if r["status"] != "skipped")
     failed = next((i for i, r in enumerate(results or ()) if r["status"] == "failed"), None)
     if results is None:  # the driver itself died, or ran out of time: blame the block it was in
@@ -212,8 +233,13 @@ def run_page(path: pathlib.Path, blocks: list[Block] | None = None, timeout: flo
     if failed is not None:
         block = blocks[failed]
         kind = f"hidden {block.language} setup" if block.hidden else f"{block.language} block"
-        return PageResult(page, ran, skipped, f"{page}:{block.line}: {kind} failed with status "
-                                              f"{results[failed]['code']}; its output:\n{outputs.get(failed, '')}")
+        return PageResult(
+            page,
+            ran,
+            skipped,
+            f"{page}:{block.line}: {kind} failed with status "
+            f"{results[failed]['code']}; its output:\n{outputs.get(failed, '')}",
+        )
     return PageResult(page, ran, skipped, None)
 
 

@@ -30,6 +30,7 @@ the plain one still does not: it fails the day it does).
 Run: ``python -m tests.gcs_emulator start --host 127.0.0.1 --port N --in-memory --default-bucket B --quiet`` (the
 emulator's own command line); :func:`start` does it from a test.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,8 +39,8 @@ import pathlib
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from http import HTTPStatus
-from typing import Iterator
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 _LOCK = threading.RLock()  # one precondition check and the write it guards at a time
@@ -49,6 +50,7 @@ _HIGHEST: dict[tuple[str, str], int] = {}  # (bucket, object name) -> the highes
 def _generation(storage, bucket: str, name: str) -> int | None:
     """The live generation of ``bucket/name``, None when there is none."""
     from gcp_storage_emulator.exceptions import NotFound
+
     try:
         return int(storage.get_file_obj(bucket, name)["generation"])
     except NotFound:
@@ -77,6 +79,7 @@ def _precondition_failed(request, storage, write: bool) -> str | None:
     if not values:
         return None
     from gcp_storage_emulator.exceptions import NotFound
+
     try:
         bucket, name = _target(request, storage)
     except NotFound:
@@ -97,11 +100,27 @@ def _conditional(handler, write: bool):
             if why is not None:
                 response.status = HTTPStatus.PRECONDITION_FAILED
                 message = "At least one of the pre-conditions you specified did not hold."
-                response.json({"error": {"code": 412, "message": message, "errors": [
-                    {"domain": "global", "reason": "conditionNotMet", "message": message,
-                     "locationType": "header", "location": "If-Match", "debugInfo": why}]}})
+                response.json(
+                    {
+                        "error": {
+                            "code": 412,
+                            "message": message,
+                            "errors": [
+                                {
+                                    "domain": "global",
+                                    "reason": "conditionNotMet",
+                                    "message": message,
+                                    "locationType": "header",
+                                    "location": "If-Match",
+                                    "debugInfo": why,
+                                }
+                            ],
+                        }
+                    }
+                )
                 return None
             return handler(request, response, storage, *args, **kwargs)
+
     handle.__wrapped__ = handler
     return handle
 
@@ -109,8 +128,7 @@ def _conditional(handler, write: bool):
 def _increasing_generations(create_file):
     def create(self, bucket_name, file_name, content, file_obj, file_id=None):
         with _LOCK:
-            floor = max(_HIGHEST.get((bucket_name, file_name), 0),
-                        _generation(self, bucket_name, file_name) or 0)
+            floor = max(_HIGHEST.get((bucket_name, file_name), 0), _generation(self, bucket_name, file_name) or 0)
             old = str(file_obj["generation"])
             if int(old) <= floor:
                 new = str(floor + 1)
@@ -120,6 +138,7 @@ def _increasing_generations(create_file):
                         file_obj[key] = file_obj[key].replace(old, new)
             _HIGHEST[(bucket_name, file_name)] = int(file_obj["generation"])
             return create_file(self, bucket_name, file_name, content, file_obj, file_id)
+
     create.__wrapped__ = create_file
     return create
 
@@ -129,13 +148,15 @@ def install() -> None:
     from gcp_storage_emulator import server
     from gcp_storage_emulator.handlers import objects
     from gcp_storage_emulator.storage import Storage
+
     if getattr(Storage.create_file, "__wrapped__", None) is not None:
         return
     writes = {objects.insert, objects.upload_partial, objects.delete, objects.patch}
     reads = {objects.get, objects.download}
     wrapped = {fn: _conditional(fn, fn in writes) for fn in writes | reads}
-    server.HANDLERS = tuple((regex, {method: wrapped.get(fn, fn) for method, fn in handlers.items()})
-                            for regex, handlers in server.HANDLERS)
+    server.HANDLERS = tuple(
+        (regex, {method: wrapped.get(fn, fn) for method, fn in handlers.items()}) for regex, handlers in server.HANDLERS
+    )
     for name in ("insert", "upload_partial"):  # the router's fallback and insert's own call go through the module
         setattr(objects, name, wrapped[getattr(objects, name)])
     Storage.create_file = _increasing_generations(Storage.create_file)
@@ -145,6 +166,7 @@ def install() -> None:
 def server(bucket: str, preconditions: bool = True) -> Iterator[int]:
     """The emulator (:func:`start`) on a free port, listening; yields the port and stops it after."""
     from bench.remote import free_port, wait_for
+
     port = free_port()
     process = start(port, bucket, preconditions)
     try:
@@ -161,6 +183,7 @@ def emulator_host(url: str) -> Iterator[str]:
     reads, go there), the clients our ``fileio`` cached dropped before and after; the old value restored."""
     from tfrecord_etl.pipelines import common
     from tfrecord_etl.transforms import fileio
+
     saved = os.environ.get("STORAGE_EMULATOR_HOST")
     os.environ["STORAGE_EMULATOR_HOST"] = url
     common.connect_to_gcs_anonymously()  # the emulator takes no credentials: no 20 s search for them
@@ -180,12 +203,29 @@ def start(port: int, bucket: str, preconditions: bool = True) -> subprocess.Pope
     ``preconditions`` False, the plain gcp-storage-emulator (what the tests show it lacks). The caller waits for
     the port and terminates the process."""
     module = "tests.gcs_emulator" if preconditions else "gcp_storage_emulator"
-    return subprocess.Popen([sys.executable, "-m", module, "start", "--host", "127.0.0.1", "--port", str(port),
-                             "--in-memory", "--default-bucket", bucket, "--quiet"], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            module,
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--in-memory",
+            "--default-bucket",
+            bucket,
+            "--quiet",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 if __name__ == "__main__":
     install()
     from gcp_storage_emulator.__main__ import main
+
     main(sys.argv[1:])

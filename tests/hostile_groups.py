@@ -9,6 +9,7 @@ bad moment (it must end in one line and leave nothing behind), 19-20 are inputs 
 wrong thing, 22-24 read an output whose own files were edited or replaced after it was written (or give the wrong
 advice about it).
 """
+
 from __future__ import annotations
 
 HOSTILE_GROUPS = {

@@ -1,6 +1,7 @@
 """One side of a race on an object store (``tests/test_store_races.py``): a process started with multiprocessing's
 ``spawn`` (a fresh interpreter: no state shared with the test) that, for each job, waits at a barrier shared with
 the other side, so both make their request at the same moment, and reports what it got."""
+
 from __future__ import annotations
 
 import json
@@ -12,12 +13,14 @@ SPECS_JSON = [{"name": "id", "dtype": "<i8", "shape": [1], "encoding": "list"}]
 def _configure(environ: dict, flags: list) -> None:
     os.environ.update(environ)
     from tfrecord_etl.pipelines import common
+
     common.configure_filesystems(flags)  # with STORAGE_EMULATOR_HOST: anonymous, no search for credentials
 
 
 def _lock(name: str, directory: str, payload) -> tuple[str, object]:
     from tfrecord_etl.transforms import runlock
     from tfrecord_etl.transforms.errors import ConfigError
+
     lock = runlock.Lock(directory, payload)
     try:
         lock.acquire()
@@ -30,6 +33,7 @@ def _metadata(name: str, directory: str, payload) -> tuple[str, None]:
     from tfrecord_etl.transforms import metadata
     from tfrecord_etl.transforms.codec import FeatureSpec
     from tfrecord_etl.transforms.errors import OutputError
+
     expected, meta = payload
     specs = [FeatureSpec.from_json(s) for s in SPECS_JSON]
     try:
@@ -42,6 +46,7 @@ def _metadata(name: str, directory: str, payload) -> tuple[str, None]:
 def _collection(name: str, directory: str, payload) -> tuple[str, None]:
     from tfrecord_etl.transforms import collection
     from tfrecord_etl.transforms.errors import OutputError, SchemaError
+
     try:
         collection.commit(directory, collection.add_span(payload))
     except (OutputError, SchemaError) as e:
@@ -58,6 +63,7 @@ def side(kind: str, name: str, environ: dict, flags: list, jobs: list, barrier, 
     done the same, reads what the store holds (``lock``: the lock's run id, then releases a lock it holds)."""
     _configure(environ, flags)
     from tfrecord_etl.transforms import runlock
+
     for directory, payload in jobs:
         barrier.wait(120)
         try:

@@ -2,6 +2,7 @@
 features.json (a --splits or --tfds_name output stays tfds.builder_from_directory-loadable, with the new features
 and the same split counts and shard lengths), and tfrecord2idx index files (--index) that match the new shards,
 read by the `tfrecord` package's multi-worker path and reader.RandomAccess. Never the input's, copied stale."""
+
 from __future__ import annotations
 
 import json
@@ -27,12 +28,40 @@ def inputs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("augreaders")
     data = make_npz(tmp / "in.npz", rows=ROWS)
     test = make_npz(tmp / "test.npz", rows=30, start=10_000, seed=1)
-    assert convert(tmp / "in.npz", tmp / "splits", "--splits", "train=3,test=1", "--split_key", "uid",
-                   "--num_shards", "2", "--provenance", "--index")[0] == 0
-    assert convert(tmp / "in.npz", tmp / "toy", "--tfds_name", "toy", "--split", "train", "--num_shards", "2",
-                   "--provenance", "--index")[0] == 0
-    assert convert(tmp / "test.npz", tmp / "toy", "--tfds_name", "toy", "--split", "test", "--provenance",
-                   "--index")[0] == 0
+    assert (
+        convert(
+            tmp / "in.npz",
+            tmp / "splits",
+            "--splits",
+            "train=3,test=1",
+            "--split_key",
+            "uid",
+            "--num_shards",
+            "2",
+            "--provenance",
+            "--index",
+        )[0]
+        == 0
+    )
+    assert (
+        convert(
+            tmp / "in.npz",
+            tmp / "toy",
+            "--tfds_name",
+            "toy",
+            "--split",
+            "train",
+            "--num_shards",
+            "2",
+            "--provenance",
+            "--index",
+        )[0]
+        == 0
+    )
+    assert (
+        convert(tmp / "test.npz", tmp / "toy", "--tfds_name", "toy", "--split", "test", "--provenance", "--index")[0]
+        == 0
+    )
     return tmp, {"splits": {"train": data, "test": data}, "toy": {"train": data, "test": test}}
 
 
@@ -52,22 +81,27 @@ def split_rows(out, split):
 @pytest.mark.parametrize("name, dataset", [("splits", "splits"), ("toy", "toy")])
 def test_rewrite_keeps_a_tfds_directory_loadable_with_the_new_features(inputs, rewritten, name, dataset):
     import tensorflow_datasets as tfds
+
     tmp, sources = inputs
     before, after = tfds.builder_from_directory(str(tmp / name)), tfds.builder_from_directory(str(tmp / f"{name}-aug"))
     assert after.info.name == before.info.name == dataset
     assert set(after.info.features) == set(before.info.features) | {"label2", "year", "src"}
-    assert {n: s.shard_lengths for n, s in after.info.splits.items()} == \
-        {n: s.shard_lengths for n, s in before.info.splits.items()}
+    assert {n: s.shard_lengths for n, s in after.info.splits.items()} == {
+        n: s.shard_lengths for n, s in before.info.splits.items()
+    }
     meta = metadata.load(str(tmp / f"{name}-aug"))
-    assert {n: s.num_examples for n, s in after.info.splits.items()} == \
-        {n: v["num_records"] for n, v in meta["splits"].items()}
-    assert {n: s.num_bytes for n, s in after.info.splits.items()} == \
-        {n: sum(sh["bytes"] for sh in meta["shards"] if sh["split"] == n) for n in meta["splits"]}
+    assert {n: s.num_examples for n, s in after.info.splits.items()} == {
+        n: v["num_records"] for n, v in meta["splits"].items()
+    }
+    assert {n: s.num_bytes for n, s in after.info.splits.items()} == {
+        n: sum(sh["bytes"] for sh in meta["shards"] if sh["split"] == n) for n in meta["splits"]
+    }
     assert meta["tfds"] == {"name": dataset, "version": "1.0.0", "files": ["features.json", "dataset_info.json"]}
     for split in ("train", "test"):
         rows = split_rows(tmp / name, split)
-        got = check_tfds_values(after.as_dataset(split=split, shuffle_files=False, read_config=in_order()),
-                                sources[name][split], rows)  # the old features, exactly
+        got = check_tfds_values(
+            after.as_dataset(split=split, shuffle_files=False, read_config=in_order()), sources[name][split], rows
+        )  # the old features, exactly
         for e, r in zip(got, rows):
             assert e["label2"] == 2 * sources[name][split]["label"][r] and e["label2"].dtype == np.int64
             assert e["year"] == 2026 and e["src"] == b"tfx"
@@ -88,8 +122,9 @@ def test_rewrite_writes_new_index_files_that_the_tfrecord_package_and_random_acc
         assert text == tfrecord2idx(out / shard["file"]) != (tmp / "splits" / was["index"]).read_text()
     description = reader.torch_description(str(out), features=["_source/row", "label", "label2", "year"])
     assert description == {"_source/row": "int", "label": "int", "label2": "int", "year": "int"}
-    rows = in_tfrecord_package(WORKERS, out, json.dumps(description), json.dumps(
-        [[s["file"], s["index"]] for s in meta["shards"]]))
+    rows = in_tfrecord_package(
+        WORKERS, out, json.dumps(description), json.dumps([[s["file"], s["index"]] for s in meta["shards"]])
+    )
     assert sorted(r[0] for r in rows["single"]) == list(range(ROWS))  # each record once over the 2 workers
     for row, label, label2, year in rows["single"]:
         assert label == data["label"][row] and label2 == 2 * label and year == 2026
@@ -132,8 +167,12 @@ def test_torch_dataloader_workers_read_the_new_index_files(inputs, rewritten):
     tmp, _ = inputs
     out = tmp / "splits-aug"
     meta = metadata.load(str(out))
-    rows = in_tfrecord_package(TORCH, out, json.dumps(reader.torch_description(str(out), features=["_source/row"])),
-                               json.dumps([[s["file"], s["index"]] for s in meta["shards"]]))
+    rows = in_tfrecord_package(
+        TORCH,
+        out,
+        json.dumps(reader.torch_description(str(out), features=["_source/row"])),
+        json.dumps([[s["file"], s["index"]] for s in meta["shards"]]),
+    )
     assert sorted(rows) == list(range(ROWS))  # each record once over the 2 workers
 
 
@@ -155,6 +194,7 @@ def test_sidecar_is_tfds_loadable_with_the_new_features_aligned_with_the_input(i
     zipped with the input's dataset (TFDS's default reading) each record meets its input record; its index files
     match its shards."""
     import tensorflow_datasets as tfds
+
     tmp, _ = inputs
     side = tmp_path / "side"
     code, stdout, err = run_augment(tmp / "toy", side, "--mode", "sidecar", *FN, capsys=capsys)
@@ -163,11 +203,13 @@ def test_sidecar_is_tfds_loadable_with_the_new_features_aligned_with_the_input(i
     assert "index files: 3 (tfrecord2idx of the new shards, one beside each)" in stdout
     base, builder = tfds.builder_from_directory(str(tmp / "toy")), tfds.builder_from_directory(str(side))
     assert set(builder.info.features) == {"label2", "year", "src"}
-    assert {n: s.shard_lengths for n, s in builder.info.splits.items()} == \
-        {n: s.shard_lengths for n, s in base.info.splits.items()}
+    assert {n: s.shard_lengths for n, s in builder.info.splits.items()} == {
+        n: s.shard_lengths for n, s in base.info.splits.items()
+    }
     for split in ("train", "test"):
-        pairs = list(tfds.as_numpy(tf.data.Dataset.zip((base.as_dataset(split=split),
-                                                        builder.as_dataset(split=split)))))
+        pairs = list(
+            tfds.as_numpy(tf.data.Dataset.zip((base.as_dataset(split=split), builder.as_dataset(split=split))))
+        )
         assert len(pairs) == base.info.splits[split].num_examples
         for old, new in pairs:
             assert new["label2"] == 2 * old["label"] and new["year"] == 2026 and new["src"] == b"tfx"
@@ -177,16 +219,26 @@ def test_sidecar_is_tfds_loadable_with_the_new_features_aligned_with_the_input(i
     assert run_command(verify_module.main, [side])[0] == 0
 
 
-@pytest.mark.parametrize("flags, tfds_why, index_why", [
-    (["--constants", "year=1", "--output_compression", "gzip"],
-     "no dataset_info.json: TFDS reads uncompressed shards only, these are gzip",
-     "none: the output is gzip and index files give byte offsets into uncompressed shards"),
-    (["--constants", "year=1,ok=true:bool", "--feature_encodings", "ok=packbits"],
-     ("no dataset_info.json: feature 'ok' cannot be described to TFDS: the packbits encoding has no TFDS feature"),
-     None),
-])
-def test_reader_files_that_cannot_be_written_are_left_out_and_said(inputs, tmp_path, capsys, flags, tfds_why,
-                                                                    index_why):
+@pytest.mark.parametrize(
+    "flags, tfds_why, index_why",
+    [
+        (
+            ["--constants", "year=1", "--output_compression", "gzip"],
+            "no dataset_info.json: TFDS reads uncompressed shards only, these are gzip",
+            "none: the output is gzip and index files give byte offsets into uncompressed shards",
+        ),
+        (
+            ["--constants", "year=1,ok=true:bool", "--feature_encodings", "ok=packbits"],
+            (
+                "no dataset_info.json: feature 'ok' cannot be described to TFDS: the packbits encoding has no TFDS feature"
+            ),
+            None,
+        ),
+    ],
+)
+def test_reader_files_that_cannot_be_written_are_left_out_and_said(
+    inputs, tmp_path, capsys, flags, tfds_why, index_why
+):
     tmp, _ = inputs
     out = tmp_path / "aug"
     code, stdout, err = run_augment(tmp / "toy", out, *flags, capsys=capsys)
@@ -205,11 +257,14 @@ def test_reader_files_that_cannot_be_written_are_left_out_and_said(inputs, tmp_p
 def test_a_pattern_selecting_part_of_a_split_gets_no_tfds_files(inputs, tmp_path, capsys):
     tmp, _ = inputs
     out = tmp_path / "aug"
-    code, stdout, err = run_augment(tmp / "toy" / "toy-train.tfrecord-00001-of-00002", out, "--constants", "year=1",
-                                    capsys=capsys)
+    code, stdout, err = run_augment(
+        tmp / "toy" / "toy-train.tfrecord-00001-of-00002", out, "--constants", "year=1", capsys=capsys
+    )
     assert code == 0, err
-    assert ("tfds: no dataset_info.json: the input holds 1 shard of split 'train' and "
-            "'toy-train.tfrecord-00001-of-00002' is not shard 0 of 1 (augment the whole directory)") in stdout
+    assert (
+        "tfds: no dataset_info.json: the input holds 1 shard of split 'train' and "
+        "'toy-train.tfrecord-00001-of-00002' is not shard 0 of 1 (augment the whole directory)"
+    ) in stdout
     assert not (out / "dataset_info.json").exists()
     assert [p.name for p in out.glob("*.idx*")] == ["toy-train.idx-00001-of-00002"]
 
@@ -218,6 +273,7 @@ def test_overwrite_writes_the_other_generation_s_names_into_the_tfds_template(in
     """Augmenting again over an augmented output writes the -g1 names; TFDS's file template and the index files
     follow them, and the replaced output's index files are removed."""
     import tensorflow_datasets as tfds
+
     tmp, sources = inputs
     out = tmp_path / "aug"
     assert run_augment(tmp / "toy", out, "--constants", "year=1")[0] == 0
@@ -227,8 +283,11 @@ def test_overwrite_writes_the_other_generation_s_names_into_the_tfds_template(in
     assert all(s["file"].startswith("toy-g1-") and s["index"].startswith("toy-g1-") for s in meta["shards"])
     assert sorted(p.name for p in out.glob("*.idx*")) == sorted(s["index"] for s in meta["shards"])
     builder = tfds.builder_from_directory(str(out))
-    got = check_tfds_values(builder.as_dataset(split="test", shuffle_files=False, read_config=in_order()),
-                            sources["toy"]["test"], split_rows(tmp / "toy", "test"))
+    got = check_tfds_values(
+        builder.as_dataset(split="test", shuffle_files=False, read_config=in_order()),
+        sources["toy"]["test"],
+        split_rows(tmp / "toy", "test"),
+    )
     assert [int(e["year"]) for e in got] == [2] * 30
 
 
@@ -236,11 +295,19 @@ def test_a_collection_s_spans_get_new_index_files_read_by_random_access(tmp_path
     """A collection of --index spans, augmented span by span: each augmented span has its own index files, and
     reader.RandomAccess over the augmented collection (one global index across the spans) reads the exact rows."""
     from tests.test_collection_read import add_span, span_arrays
+
     arrays = {3: span_arrays(3, 20), 5: span_arrays(5, 13)}
     for span, data in arrays.items():
         add_span(tmp_path / "coll", tmp_path / "raw", span, data)
-    code, _, err = run_augment(tmp_path / "coll", tmp_path / "aug", "--fn", "tests.augment_fns:label_times_two",
-                               "--fn_inputs", "label", capsys=capsys)
+    code, _, err = run_augment(
+        tmp_path / "coll",
+        tmp_path / "aug",
+        "--fn",
+        "tests.augment_fns:label_times_two",
+        "--fn_inputs",
+        "label",
+        capsys=capsys,
+    )
     assert code == 0, err
     for span in arrays:
         out = tmp_path / "aug" / f"span-{span}"

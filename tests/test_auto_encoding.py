@@ -1,6 +1,7 @@
 """--encoding auto (the default): typed native lists wherever exact and not much larger than the raw bytes, tensor
 elsewhere; TFX's typed feature spec and TFXIO then see numbers and strings; augment's new features follow the
 collection's style."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -72,14 +73,16 @@ def test_tfx_sees_typed_features(auto_output, tf):
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2
     from tfx_bsl.public import tfxio
+
     schema = text_format.Parse((auto_output / "schema.pbtxt").read_text(), schema_pb2.Schema())
     source = tfxio.TFExampleRecord(file_pattern=str(auto_output / "*.tfrecord"), schema=schema)
     specs = source.TensorAdapter().OriginalTypeSpecs()
     kinds = {tf.int64: "int64", tf.float32: "float", tf.string: "string"}
     for name, (_, _, kind) in COLUMNS.items():
         assert kinds[specs[name].dtype] == (kind or "string"), name
-    batch = next(iter(source.RecordBatches(tfxio.TensorFlowDatasetOptions(batch_size=ROWS, shuffle=False,
-                                                                          num_epochs=1))))
+    batch = next(
+        iter(source.RecordBatches(tfxio.TensorFlowDatasetOptions(batch_size=ROWS, shuffle=False, num_epochs=1)))
+    )
     arrow = {"int64": pa.int64(), "float": pa.float32(), "string": pa.large_binary(), None: pa.large_binary()}
     for name, (_, _, kind) in COLUMNS.items():
         value_type = batch.column(batch.schema.get_field_index(name)).type.value_type
@@ -89,8 +92,16 @@ def test_tfx_sees_typed_features(auto_output, tf):
 def test_augment_new_features_follow_the_collection_style(auto_output, tmp_path):
     """A collection of lists (TFX ExampleGen's taxi data) gets typed lists; an output of --encoding tensor gets
     tensor features, as before; an explicit --encoding wins."""
-    code, _, _ = run_augment(taxi_pattern(), tmp_path / "taxi", "--constants", "year=2026,w=0.5:float64,v=0.5",
-                             "--fn", "tests.augment_fns:count_values", "--fn_inputs", "trip_seconds")
+    code, _, _ = run_augment(
+        taxi_pattern(),
+        tmp_path / "taxi",
+        "--constants",
+        "year=2026,w=0.5:float64,v=0.5",
+        "--fn",
+        "tests.augment_fns:count_values",
+        "--fn_inputs",
+        "trip_seconds",
+    )
     assert code == 0
     meta = metadata.load(str(tmp_path / "taxi"))
     assert meta["num_records"] == TAXI_RECORDS
@@ -101,7 +112,9 @@ def test_augment_new_features_follow_the_collection_style(auto_output, tmp_path)
     assert convert(src, tmp_path / "tensor", "--encoding", "tensor")[0] == 0
     assert run_augment(tmp_path / "tensor", tmp_path / "t2", "--constants", "year=2026")[0] == 0
     assert {s.name: s.encoding for s in metadata.load(str(tmp_path / "t2"))["features"]} == {
-        "x": "tensor", "year": "tensor"}
+        "x": "tensor",
+        "year": "tensor",
+    }
     assert run_augment(tmp_path / "tensor", tmp_path / "t3", "--constants", "year=2026", "--encoding", "list")[0] == 0
     assert {s.name: s.encoding for s in metadata.load(str(tmp_path / "t3"))["features"]}["year"] == "list"
     assert [int(e["year"]) for e in reader.iter_numpy(str(tmp_path / "t3"))] == [2026] * 10

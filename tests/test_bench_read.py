@@ -2,6 +2,7 @@
 value check on right and wrong values, a contender failing on a wrong value, the table's arithmetic, and a
 tiny-scale run with the readers of the project's .venv. No timing is asserted. The PyTorch readers run only in
 ``python -m bench.run --read``, in the reader-only environment it builds: never here."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,11 @@ from tests.conftest import ROOT, convert
 
 def _source(n=40):
     rng = np.random.default_rng(5)
-    return {"id": np.arange(n, dtype=np.int64), "x": rng.standard_normal((n, 4)).astype(np.float32),
-            "image": rng.integers(0, 256, (n, 3, 2), dtype=np.uint8)}
+    return {
+        "id": np.arange(n, dtype=np.int64),
+        "x": rng.standard_normal((n, 4)).astype(np.float32),
+        "image": rng.integers(0, 256, (n, 3, 2), dtype=np.uint8),
+    }
 
 
 def test_check_passes_on_the_source_rows_in_each_mode():
@@ -49,8 +53,10 @@ def test_check_names_the_first_wrong_value_missing_row_and_wrong_order():
     assert read_check.check(swapped, src) == "record 0 is row 1: rows out of order"
     assert read_check.check(swapped, src, ordered=False) is None
     picks = np.array([5, 6])
-    assert read_check.check({k: v[[5, 7]] for k, v in src.items()}, src, indices=picks) == \
-        "record 1 read for index 6 is row 7"
+    assert (
+        read_check.check({k: v[[5, 7]] for k, v in src.items()}, src, indices=picks)
+        == "record 1 read for index 6 is row 7"
+    )
     cast = dict(src, image=src["image"].astype(np.int64))
     assert read_check.check(cast, src) == "image: dtype int64, expected uint8"
     assert read_check.check({k: v for k, v in src.items() if k != "x"}, src) == "features ['x'] not read"
@@ -130,12 +136,18 @@ def test_outcome_of_a_run_from_its_log(tmp_path):
 def test_table_cells_give_rates_and_ratios_to_the_hand_written_pipeline():
     base = {"key": "tf_hand", "status": "ok", "records_per_s": 147_000.0}
     assert readsection.cell(base, base) == "**147.0k rec/s**"
-    assert readsection.cell({"key": "tf_reader", "status": "ok", "records_per_s": 38_600.0}, base) == \
-        "38.6k rec/s (**3.8x slower**)"
-    assert readsection.cell({"key": "numpy_batched", "status": "ok", "records_per_s": 1_500_000.0}, base) == \
-        "1.50M rec/s (10.20x)"
-    assert readsection.cell({"key": "floor", "status": "ok", "bytes_per_s": 3.2e9, "read_s": 0.034}, base) == \
-        "3.20 GB/s (0.034 s)"
+    assert (
+        readsection.cell({"key": "tf_reader", "status": "ok", "records_per_s": 38_600.0}, base)
+        == "38.6k rec/s (**3.8x slower**)"
+    )
+    assert (
+        readsection.cell({"key": "numpy_batched", "status": "ok", "records_per_s": 1_500_000.0}, base)
+        == "1.50M rec/s (10.20x)"
+    )
+    assert (
+        readsection.cell({"key": "floor", "status": "ok", "bytes_per_s": 3.2e9, "read_s": 0.034}, base)
+        == "3.20 GB/s (0.034 s)"
+    )
     assert readsection.cell({"key": "grain", "status": "skipped"}, base) == "skipped"
     assert readsection.cell(None, base) == "-"
 
@@ -155,10 +167,32 @@ def test_read_section_runs_at_tiny_scale(tmp_path):
     workdir = tmp_path / "work"
     keys = ["floor", "tf_hand_numpy", "tf_reader", "numpy_iter", "ra_random"]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", HOME=str(tmp_path / "home"))
-    proc = subprocess.run([sys.executable, "-m", "bench.run", "--only", "read", "--scale", "0.0005",
-                           "--read_rounds", "1", "--read_inputs", "small", "--read_contenders", ",".join(keys),
-                           "--read_random", "100", "--workdir", str(workdir)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=570)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.run",
+            "--only",
+            "read",
+            "--scale",
+            "0.0005",
+            "--read_rounds",
+            "1",
+            "--read_inputs",
+            "small",
+            "--read_contenders",
+            ",".join(keys),
+            "--read_random",
+            "100",
+            "--workdir",
+            str(workdir),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=570,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = json.loads((workdir / "results" / "results.json").read_text())["results"]
     assert [r["key"] for r in rows] == keys
@@ -171,6 +205,7 @@ def test_read_section_runs_at_tiny_scale(tmp_path):
     assert "| the same, `.as_numpy_iterator()` |" in md
     try:
         import matplotlib  # noqa: F401 - the bench extra
+
         assert (workdir / "results" / "read.png").stat().st_size > 0
     except ImportError:
         assert "no read chart: matplotlib is not installed" in proc.stdout
@@ -178,8 +213,18 @@ def test_read_section_runs_at_tiny_scale(tmp_path):
 
 def test_chart_is_drawn_from_a_results_file(tmp_path):
     pytest.importorskip("matplotlib")
-    rows = [{"section": "read_small", "key": k, "name": k, "status": "ok", "records_per_s": v, "bytes_per_s": 1e9,
-             "read_s": 1.0} for k, v in (("floor", 1e6), ("tf_hand", 1.5e5), ("tf_reader", 4e4), ("numpy_iter", 1.5e4))]
+    rows = [
+        {
+            "section": "read_small",
+            "key": k,
+            "name": k,
+            "status": "ok",
+            "records_per_s": v,
+            "bytes_per_s": 1e9,
+            "read_s": 1.0,
+        }
+        for k, v in (("floor", 1e6), ("tf_hand", 1.5e5), ("tf_reader", 4e4), ("numpy_iter", 1.5e4))
+    ]
     info = {"read_small": {"rows": 1000, "layout": "small", "stored_bytes": 108_000_000}}
     (tmp_path / "results.json").write_text(json.dumps({"results": rows, "section_info": info}))
     assert readsection.main(["--results", str(tmp_path / "results.json"), "--chart", str(tmp_path / "r.png")]) == 0

@@ -2,6 +2,7 @@
 block share the reference record's structural bytes and varint widths) and ``numpy_reader._runs`` (which frames of
 a chunk share one length header). Both are compared against a plain per-row reference with a byte changed at every
 position that matters, so a record is never decoded at offsets that do not hold for it. No Beam, no TensorFlow."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,8 +31,11 @@ def reference_matches(layout, block: np.ndarray) -> np.ndarray:
 
 
 SPECS = {  # structural byte counts that are and are not multiples of 8; with and without varint columns
-    "varints": [FeatureSpec("id", "<i8", (), "list"), FeatureSpec("x", "<f4", (5,), "list"),
-                FeatureSpec("v", "<i8", (3,), "list")],
+    "varints": [
+        FeatureSpec("id", "<i8", (), "list"),
+        FeatureSpec("x", "<f4", (5,), "list"),
+        FeatureSpec("v", "<i8", (3,), "list"),
+    ],
     "no varints": [FeatureSpec("img", "|u1", (4, 3), "tensor"), FeatureSpec("emb", "<f4", (2,), "list")],
     "one feature": [FeatureSpec("a", "<i2", (7,), "tensor")],
 }
@@ -82,8 +86,11 @@ def test_runs_split_at_a_new_length_and_refuse_any_changed_header_byte():
     runs, end, _ = numpy_reader._runs(buf, len(buf), arr, 0, 1 << 20, None, "f", 0, 0)
     frame = len(records[0]) + 16
     assert end == len(buf)
-    assert runs == [(0, len(records[0]), 25), (25 * frame, len(longer[0]), 1),
-                    (25 * frame + len(longer[0]) + 16, len(records[0]), 15)]
+    assert runs == [
+        (0, len(records[0]), 25),
+        (25 * frame, len(longer[0]), 1),
+        (25 * frame + len(longer[0]) + 16, len(records[0]), 15),
+    ]
     buf = frames_of(records)
     for j in (1, 17, 39):  # inside the first window, a later one, the last frame
         for c in range(12):  # the 8 length bytes and the 4 bytes of their CRC

@@ -1,6 +1,7 @@
 """Records written with the list and auto encodings are the bytes of protobuf's own serializer:
 ``tf.train.Example.SerializeToString(deterministic=True)`` of the same values (minimal varints, packed lists, the
 feature map in protobuf's deterministic order), and as long as ``SerializeToString()``'s."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,14 +16,39 @@ from hypothesis.extra import numpy as hnp
 from tests.conftest import convert
 from tfrecord_etl.transforms import tfrecord
 from tfrecord_etl.transforms.codec import (
-    FeatureSpec, encode_batch, encode_columns, normalize_dtype, split_features, to_little_endian, VLEN_BYTES)
+    VLEN_BYTES,
+    FeatureSpec,
+    encode_batch,
+    encode_columns,
+    normalize_dtype,
+    split_features,
+    to_little_endian,
+)
 from tfrecord_etl.transforms.codec.assemble import varint_lengths
 from tfrecord_etl.transforms.codec.encodings import auto_encoding
 
 example_pb2 = pytest.importorskip("tensorflow.core.example.example_pb2")
 
-LIST_DTYPES = ["|b1", "|i1", "|u1", "<i2", ">u2", "<i4", "<u4", "<i8", ">i8", "<u8", "<f2", "<f4", ">f4", "<f8",
-               "<M8[s]", "<m8[ms]", "|S3", "<U2"]
+LIST_DTYPES = [
+    "|b1",
+    "|i1",
+    "|u1",
+    "<i2",
+    ">u2",
+    "<i4",
+    "<u4",
+    "<i8",
+    ">i8",
+    "<u8",
+    "<f2",
+    "<f4",
+    ">f4",
+    "<f8",
+    "<M8[s]",
+    "<m8[ms]",
+    "|S3",
+    "<U2",
+]
 NAMES = ["x", "x/shape", "xy", "label", "label_id", "a", "é", "Z"]  # prefixes of each other, non-ASCII
 
 
@@ -50,7 +76,7 @@ def reference(columns: dict, specs: list[FeatureSpec], num_rows: int) -> list[ex
             flat = arr.reshape(-1)
             if arr.dtype.kind == "f":
                 feature.float_list.value.extend(flat.astype(np.float32).tolist())
-            elif arr.dtype.kind in "Mm" or arr.dtype.kind == "u" and arr.dtype.itemsize == 8:
+            elif arr.dtype.kind in "Mm" or (arr.dtype.kind == "u" and arr.dtype.itemsize == 8):
                 feature.int64_list.value.extend(flat.astype(arr.dtype.newbyteorder("<")).view("<i8").tolist())
             elif arr.dtype.kind in "biu":
                 feature.int64_list.value.extend(int(v) for v in flat.tolist())
@@ -75,7 +101,8 @@ def extremes(dtype: np.dtype):
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         return st.sampled_from([info.min, info.max, 0, -1 if info.min else 1, 127, 128, 16383, 16384]).map(
-            lambda v: np.array(v).astype(dtype))
+            lambda v: np.array(v).astype(dtype)
+        )
     return st.nothing()
 
 
@@ -99,9 +126,16 @@ def features(draw):
             spec = FeatureSpec(name, normalize_dtype(dtype), shape, "tensor")
         else:  # the shape varies: one array per row, and the <name>/shape companion
             ndim = draw(st.integers(1, 2))
-            column = [draw(hnp.arrays(dtype, tuple(draw(st.lists(st.integers(0, 3), min_size=ndim, max_size=ndim))),
-                                      elements=hnp.from_dtype(dtype, allow_nan=False, **unicode)))
-                      for _ in range(num_rows)]
+            column = [
+                draw(
+                    hnp.arrays(
+                        dtype,
+                        tuple(draw(st.lists(st.integers(0, 3), min_size=ndim, max_size=ndim))),
+                        elements=hnp.from_dtype(dtype, allow_nan=False, **unicode),
+                    )
+                )
+                for _ in range(num_rows)
+            ]
             spec = FeatureSpec(name, normalize_dtype(dtype), (None,) * ndim, "tensor")
         encoding = auto_encoding(spec) if encoding == "auto" else encoding
         spec = dataclasses.replace(spec, encoding=encoding)  # lossy list casts are allowed by name below
@@ -116,15 +150,17 @@ def test_property_records_are_protobufs_own_bytes(case):
     columns, specs, num_rows = case
     for spec in specs:  # the reference reads the normalized (little-endian) spec dtype
         col = columns[spec.name]
-        columns[spec.name] = col.astype(spec.dtype) if isinstance(col, np.ndarray) else [c.astype(spec.dtype) for c in col]
+        columns[spec.name] = (
+            col.astype(spec.dtype) if isinstance(col, np.ndarray) else [c.astype(spec.dtype) for c in col]
+        )
     check_canonical(columns, specs, num_rows)
 
 
 def test_negative_and_extreme_integers_and_vlen_bytes():
     rows = 5
     columns = {
-        "i8": np.array([[0, -1, 2**63 - 1, -2**63, 127], [128, 16383, 16384, -128, 1]] * 2 + [[9] * 5], "<i8"),
-        "i4": np.array([-1, 2**31 - 1, -2**31, 0, 5], "<i4"),
+        "i8": np.array([[0, -1, 2**63 - 1, -(2**63), 127], [128, 16383, 16384, -128, 1]] * 2 + [[9] * 5], "<i8"),
+        "i4": np.array([-1, 2**31 - 1, -(2**31), 0, 5], "<i4"),
         "u8": np.array([2**64 - 1, 2**63, 0, 1, 300], "<u8"),
         "b": np.array([True, False, True, True, False]),
         "f": np.array([[0.0, -0.0], [np.inf, -np.inf], [np.nan, 1e-45], [3.5, -2.25], [1e38, 1.0]], "<f4"),
@@ -174,8 +210,9 @@ def test_one_negative_label_costs_nine_bytes_not_a_wider_batch(tmp_path):
 
 
 def test_varint_lengths_match_python_for_every_boundary():
-    values = np.array([0] + [v + d for k in range(1, 10) for v in [1 << (7 * k)] for d in (-1, 0)] + [2**64 - 1],
-                      np.uint64)
+    values = np.array(
+        [0] + [v + d for k in range(1, 10) for v in [1 << (7 * k)] for d in (-1, 0)] + [2**64 - 1], np.uint64
+    )
     assert varint_lengths(values).tolist() == [max(1, (int(v).bit_length() + 6) // 7) for v in values.tolist()]
 
 

@@ -1,4 +1,5 @@
 """The pure codec: exact round trips for every dtype and byte order, refusals, the wire-format reader."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,7 +39,7 @@ def sample(dtype: np.dtype, shape=(7, 2, 3)) -> np.ndarray:
     if dtype.kind == "V":
         return rng.integers(0, 256, n * dtype.itemsize, dtype=np.uint8).view(dtype).reshape(shape)
     if dtype.kind in "Mm":
-        return rng.integers(-10**6, 10**6, n).astype(dtype.newbyteorder("=")).reshape(shape).astype(dtype)
+        return rng.integers(-(10**6), 10**6, n).astype(dtype.newbyteorder("=")).reshape(shape).astype(dtype)
     raise AssertionError(dtype)
 
 
@@ -71,7 +72,7 @@ def test_tensor_round_trip_is_exact_for_every_dtype_and_byte_order(dt, order):
 def test_list_round_trip_is_exact_where_lossless(dt, order):
     dtype = np.dtype(dt).newbyteorder(order) if np.dtype(dt).itemsize > 1 else np.dtype(dt)
     src = sample(dtype)
-    spec, rows = round_trip(src, "list")
+    _spec, rows = round_trip(src, "list")
     assert_exact(src, rows)
 
 
@@ -135,8 +136,12 @@ def test_drop_features_keeps_other_entries_byte_identical_and_concatenation_merg
 
 
 @settings(max_examples=60, deadline=None)
-@given(hnp.arrays(st.sampled_from([np.dtype(d) for d in ["<i2", ">i8", "<u4", ">f4", "<f8", "|b1", ">c16"]]),
-                  hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=5)))
+@given(
+    hnp.arrays(
+        st.sampled_from([np.dtype(d) for d in ["<i2", ">i8", "<u4", ">f4", "<f8", "|b1", ">c16"]]),
+        hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=5),
+    )
+)
 def test_property_tensor_round_trip(array):
     _, rows = round_trip(array, "tensor")
     assert_exact(array, rows)
@@ -170,23 +175,31 @@ def _first_bad(records, max_features):
 
 
 @settings(max_examples=300, deadline=None)
-@given(rows=st.integers(1, 12), mutations=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 400),
-                                                              st.integers(0, 255)), max_size=4),
-       cut=st.one_of(st.none(), st.tuples(st.integers(0, 11), st.integers(0, 400))),
-       max_features=st.sampled_from([None, 2, 3]))
+@given(
+    rows=st.integers(1, 12),
+    mutations=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 400), st.integers(0, 255)), max_size=4),
+    cut=st.one_of(st.none(), st.tuples(st.integers(0, 11), st.integers(0, 400))),
+    max_features=st.sampled_from([None, 2, 3]),
+)
 def test_batch_framing_check_agrees_with_the_per_record_check(rows, mutations, cut, max_features):
     """check_example_frames (one walk + one NumPy comparison, used by augment) refuses exactly the batches the
     per-record check refuses, naming the same first bad record."""
-    specs = [FeatureSpec("x", "<f4", (3,), "list"), FeatureSpec("id", "<i8", (), "list"),
-             FeatureSpec("name", "bytes", (), "list")]
-    columns = {"x": np.arange(rows * 3, dtype="<f4").reshape(rows, 3), "id": np.arange(rows, dtype="<i8"),
-               "name": np.array([b"n%d" % (i % 2) for i in range(rows)], dtype=object)}
+    specs = [
+        FeatureSpec("x", "<f4", (3,), "list"),
+        FeatureSpec("id", "<i8", (), "list"),
+        FeatureSpec("name", "bytes", (), "list"),
+    ]
+    columns = {
+        "x": np.arange(rows * 3, dtype="<f4").reshape(rows, 3),
+        "id": np.arange(rows, dtype="<i8"),
+        "name": np.array([b"n%d" % (i % 2) for i in range(rows)], dtype=object),
+    }
     records = [bytearray(r) for r in codec.encode_columns(columns, specs, rows).records()]
     for i, pos, value in mutations:
         if i < rows and pos < len(records[i]):
             records[i][pos] = value
     if cut is not None and cut[0] < rows:
-        records[cut[0]] = records[cut[0]][:cut[1]]
+        records[cut[0]] = records[cut[0]][: cut[1]]
     records = [bytes(r) for r in records]
     expected = _first_bad(records, max_features)
     if expected is None:

@@ -1,6 +1,7 @@
 """augment with a collection --input: each selected span IN/span-N augmented into AUG/span-N and committed in
 AUG/collection.json; --spans new does only the spans not augmented yet (or whose input span changed); a failing
 span stops the run with the earlier spans committed. Read back with our readers and plain TensorFlow."""
+
 from __future__ import annotations
 
 import shutil
@@ -10,9 +11,7 @@ import pytest
 
 from tests.conftest import BEAM_FLAGS, run_command
 from tests.test_collection_read import add_span, span_arrays
-from tfrecord_etl.pipelines import augment as augment_main
-from tfrecord_etl.pipelines import common
-from tfrecord_etl.pipelines import verify as verify_main
+from tfrecord_etl.pipelines import augment as augment_main, common, verify as verify_main
 from tfrecord_etl.transforms import collection, metadata, reader
 
 ROWS = {3: 40, 4: 25, 7: 31}
@@ -20,8 +19,7 @@ FN = ["--fn", "tests.augment_fns:label_times_two", "--fn_inputs", "label"]
 
 
 def run_augment(input_, output_dir, *flags, capsys=None):
-    return run_command(augment_main.main, ["--input", input_, "--output_dir", output_dir, *flags, *BEAM_FLAGS],
-                       capsys)
+    return run_command(augment_main.main, ["--input", input_, "--output_dir", output_dir, *flags, *BEAM_FLAGS], capsys)
 
 
 @pytest.fixture(scope="module")
@@ -56,19 +54,25 @@ def test_augment_every_span_rewrite_read_back_exactly(source, tmp_path, capsys):
     committed = collection.load(str(aug))
     assert [(s["span"], s["num_records"]) for s in committed["spans"]] == [(3, 40), (4, 25), (7, 31)]
     for s in committed["spans"]:
-        row, = s["inputs"]
+        (row,) = s["inputs"]
         source_meta = coll / f"span-{s['span']}" / "metadata.json"
-        assert row == {"path": str(source_meta), "size": source_meta.stat().st_size, "mtime_ns": None,
-                       "version": metadata.digest(source_meta.read_bytes())}
+        assert row == {
+            "path": str(source_meta),
+            "size": source_meta.stat().st_size,
+            "mtime_ns": None,
+            "version": metadata.digest(source_meta.read_bytes()),
+        }
     examples = list(reader.iter_numpy(str(aug)))
     expected = want([3, 4, 7])
     for key in ("label", "x", "label2"):
         np.testing.assert_array_equal(np.stack([e[key] for e in examples]), expected[key], err_msg=key)
     common.preload_tensorflow()
     import tensorflow as tf
+
     files = [p for d in collection.span_dirs(str(aug)) for p in metadata.shard_paths(d, metadata.load(d))]
-    parsed = tf.io.parse_example(tf.constant([r.numpy() for r in tf.data.TFRecordDataset(files)]),
-                                 reader.tf_feature_spec(str(aug)))
+    parsed = tf.io.parse_example(
+        tf.constant([r.numpy() for r in tf.data.TFRecordDataset(files)]), reader.tf_feature_spec(str(aug))
+    )
     np.testing.assert_array_equal(parsed["label2"].numpy(), expected["label2"])
     np.testing.assert_array_equal(parsed["x"].numpy(), expected["x"])
     code, out, _ = run_command(verify_main.main, [aug], capsys)
@@ -83,12 +87,14 @@ def test_spans_new_augments_only_the_new_and_the_changed_spans(source, tmp_path,
     add_span(coll, raw, 9, span_arrays(9, 9))  # a new span converted: 7 and 9 are new
     code, out, err = run_augment(coll, aug, *FN, "--spans", "new", capsys=capsys)
     assert code == 0, err
-    assert "augmenting 2 spans of" in out and out.rstrip().endswith(f"span 9: 9 records committed to "
-                                                                  f"{aug / 'collection.json'}")
+    assert "augmenting 2 spans of" in out and out.rstrip().endswith(
+        f"span 9: 9 records committed to {aug / 'collection.json'}"
+    )
     assert {s: shard_mtimes(aug / f"span-{s}") for s in (3, 4)} == before
     assert [s["span"] for s in collection.load(str(aug))["spans"]] == [3, 4, 7, 9]
-    np.testing.assert_array_equal(np.stack([e["label2"] for e in reader.iter_numpy(str(aug), spans="latest:2")]),
-                                  want([7, 9])["label2"])
+    np.testing.assert_array_equal(
+        np.stack([e["label2"] for e in reader.iter_numpy(str(aug), spans="latest:2")]), want([7, 9])["label2"]
+    )
     listed = (aug / "collection.json").read_bytes()
     code, out, _ = run_augment(coll, aug, *FN, "--spans", "new", capsys=capsys)
     assert code == 0 and out.startswith("nothing new: every span of")
@@ -97,16 +103,18 @@ def test_spans_new_augments_only_the_new_and_the_changed_spans(source, tmp_path,
     add_span(coll, raw, 4, span_arrays(44, 6), "--overwrite")
     code, out, _ = run_augment(coll, aug, *FN, "--spans", "new", capsys=capsys)
     assert code == 0 and "augmenting 1 span of" in out and "span 4: 6 records committed" in out
-    np.testing.assert_array_equal(np.stack([e["label2"] for e in reader.iter_numpy(str(aug), spans=4)]),
-                                  span_arrays(44, 6)["label"] * 2)
+    np.testing.assert_array_equal(
+        np.stack([e["label2"] for e in reader.iter_numpy(str(aug), spans=4)]), span_arrays(44, 6)["label"] * 2
+    )
     assert shard_mtimes(aug / "span-3") == before[3]
 
 
 def test_a_failing_span_stops_the_run_earlier_spans_stay_committed(source, tmp_path, capsys):
     coll, _ = copy_source(source, tmp_path)
     aug = tmp_path / "aug"
-    code, out, err = run_augment(coll, aug, "--fn", "tests.augment_fns:fail_on_span_4", "--fn_inputs", "label",
-                                 capsys=capsys)
+    code, _out, err = run_augment(
+        coll, aug, "--fn", "tests.augment_fns:fail_on_span_4", "--fn_inputs", "label", capsys=capsys
+    )
     assert code != 0 and "boom at label 4000" in err and "span=4" in err
     assert [s["span"] for s in collection.load(str(aug))["spans"]] == [3]
     assert not (aug / "span-7").exists()

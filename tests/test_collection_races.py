@@ -5,6 +5,7 @@ lock, re-converts the span or finds nothing new, and the collection commit refus
 replaced: ``collection.commit``). Whatever the order, the collection then lists the span once, its entry is the
 span's committed metadata.json, and every row of the inputs reads back (our reader, and plain TensorFlow over the
 downloaded shards). On the GCS emulator with preconditions (``tests/gcs_emulator.py``) and on moto."""
+
 from __future__ import annotations
 
 import io
@@ -15,8 +16,8 @@ import sys
 import numpy as np
 
 from tests.conftest import BEAM_FLAGS, ROOT
-from tests.test_store_races import gcs_server, store  # noqa: F401 - the object-store fixtures
 from tests.test_s3 import s3  # noqa: F401
+from tests.test_store_races import gcs_server, store  # noqa: F401 - the object-store fixtures
 from tfrecord_etl.transforms import collection, metadata, reader, runlock
 
 ROWS = {"a.npy": 0, "b.npy": 1000}  # file -> the first id of its 30 rows
@@ -37,8 +38,10 @@ def launch_two(store, *argv) -> list[subprocess.CompletedProcess]:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **store.environ)
     env.pop(runlock.FAILPOINT_ENV, None)
     command = [sys.executable, "-m", "pipelines.convert", *argv, *BEAM_FLAGS, *store.flags]
-    procs = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     done = []
     for p in procs:
         out, err = p.communicate(timeout=600)
@@ -55,8 +58,9 @@ def check_outcomes(runs, span: int, nothing_new_allowed: bool = False) -> None:
             continue
         error = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
         assert len(error) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
-        assert (error[0].startswith("error: ConfigError: Another run (host ") and LOST_LOCK in error[0]) or \
-            REPLACED.format(span=span) in error[0], error[0]
+        assert (
+            error[0].startswith("error: ConfigError: Another run (host ") and LOST_LOCK in error[0]
+        ) or REPLACED.format(span=span) in error[0], error[0]
     if not nothing_new_allowed:
         assert all("nothing new" not in r.stdout + r.stderr for r in runs)
 
@@ -74,22 +78,25 @@ def check_collection(store, coll: str, span: int, inputs: list[str], ids: list[i
     assert entry["metadata"] == digest and entry["num_records"] == meta["num_records"] == len(ids)
     assert sorted(int(e["array"]) for e in reader.iter_numpy(span_dir)) == ids
     import tensorflow as tf
+
     local = []
     for shard in meta["shards"]:
         path = tmp_path / shard["file"]
         path.write_bytes(store.get(store.key(f"{span_dir}/{shard['file']}")))
         local.append(str(path))
     spec = {"array": tf.io.FixedLenFeature([], tf.int64)}
-    got = [int(v) for batch in tf.data.TFRecordDataset(local).batch(64)
-           for v in tf.io.parse_example(batch, spec)["array"].numpy()]
+    got = [
+        int(v)
+        for batch in tf.data.TFRecordDataset(local).batch(64)
+        for v in tf.io.parse_example(batch, spec)["array"].numpy()
+    ]
     assert sorted(got) == ids
 
 
 def test_two_launchers_converting_the_same_span_into_one_collection(store, tmp_path):
     ids = put_inputs(store, "raw/span-1")
     coll = store.path("coll")
-    runs = launch_two(store, "--input", store.path("raw", "span-{SPAN}", "*.npy"), "--output_dir", coll,
-                      "--span", "1")
+    runs = launch_two(store, "--input", store.path("raw", "span-{SPAN}", "*.npy"), "--output_dir", coll, "--span", "1")
     check_outcomes(runs, 1)
     check_collection(store, coll, 1, [store.path("raw/span-1", n) for n in ROWS], ids, tmp_path)
 

@@ -1,6 +1,7 @@
 """Reading a collection (collection.json + span-N/ output directories): the readers with spans=, verify and inspect
 on a collection directory, TFDS per span and as one dataset. Collections are built as convert writes them: each
 span converted into COLL/span-N with the convert command, then committed with collection.commit + add_span."""
+
 from __future__ import annotations
 
 import json
@@ -11,9 +12,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import convert, run_command
-from tfrecord_etl.pipelines import common
-from tfrecord_etl.pipelines import inspect as inspect_main
-from tfrecord_etl.pipelines import verify as verify_main
+from tfrecord_etl.pipelines import common, inspect as inspect_main, verify as verify_main
 from tfrecord_etl.transforms import collection, fileio, metadata, reader
 from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, RecordError, SchemaError
 
@@ -22,13 +21,17 @@ ROWS = {3: 40, 4: 25, 7: 31}  # span -> rows: spans need not be contiguous
 
 def span_arrays(span: int, rows: int) -> dict:
     rng = np.random.default_rng(span)
-    return {"x": rng.standard_normal((rows, 3, 2)).astype(np.float32),
-            "label": (np.arange(rows, dtype=np.int64) + 1000 * span)}
+    return {
+        "x": rng.standard_normal((rows, 3, 2)).astype(np.float32),
+        "label": (np.arange(rows, dtype=np.int64) + 1000 * span),
+    }
 
 
 def inputs_of(pattern: str) -> list[dict]:
     """The ledger rows of a span's input files, as convert records them."""
-    return [{"path": p, "size": s, "mtime_ns": os.stat(p).st_mtime_ns, "version": None} for p, s in fileio.match(pattern)]
+    return [
+        {"path": p, "size": s, "mtime_ns": os.stat(p).st_mtime_ns, "version": None} for p, s in fileio.match(pattern)
+    ]
 
 
 def add_span(coll, raw, span: int, arrays: dict, *flags, version=None, allow_schema_change=False):
@@ -64,6 +67,7 @@ def stacked(examples):
 def tf():
     common.preload_tensorflow()
     import tensorflow as tf
+
     return tf
 
 
@@ -73,8 +77,14 @@ def test_iter_numpy_reads_every_span_in_order_and_selections(coll):
     want = expected(data, [3, 4, 7])
     np.testing.assert_array_equal(got["x"], want["x"])
     np.testing.assert_array_equal(got["label"], want["label"])
-    for spans, chosen in (("latest", [7]), ("latest:2", [4, 7]), (4, [4]), ([7, 3], [3, 7]), (range(3, 5), [3, 4]),
-                          ("3-4", [3, 4])):
+    for spans, chosen in (
+        ("latest", [7]),
+        ("latest:2", [4, 7]),
+        (4, [4]),
+        ([7, 3], [3, 7]),
+        (range(3, 5), [3, 4]),
+        ("3-4", [3, 4]),
+    ):
         got = stacked(list(reader.iter_numpy(str(path), spans=spans)))
         np.testing.assert_array_equal(got["label"], expected(data, chosen)["label"], err_msg=str(spans))
         np.testing.assert_array_equal(got["x"], expected(data, chosen)["x"], err_msg=str(spans))
@@ -158,11 +168,13 @@ def test_latest_version_of_a_span_is_read(tmp_path):
     add_span(coll, tmp_path / "raw", 1, span_arrays(11, 7), version=2)
     add_span(coll, tmp_path / "raw", 2, span_arrays(2, 3))
     got = stacked(list(reader.iter_numpy(str(coll))))
-    np.testing.assert_array_equal(got["label"], np.concatenate([span_arrays(11, 7)["label"],
-                                                                span_arrays(2, 3)["label"]]))
+    np.testing.assert_array_equal(
+        got["label"], np.concatenate([span_arrays(11, 7)["label"], span_arrays(2, 3)["label"]])
+    )
 
 
 # -- verify -------------------------------------------------------------------------------------------------------
+
 
 def copy_collection(coll, tmp_path):
     path, data = coll
@@ -186,8 +198,9 @@ def test_verify_a_collection_one_line_per_span_and_source(coll, tmp_path, capsys
     report = json.loads(out)
     assert code == 0 and [s["span"] for s in report["spans"]] == [4, 7] and report["num_records"] == 56
     # a --source that does not name a span's inputs: that span is not compared, and says so
-    code, out, _ = run_verify(path, "--spans", "3,4", "--source", str(path.parent / "raw" / "span-3" / "*.npz"),
-                              capsys=capsys)
+    code, out, _ = run_verify(
+        path, "--spans", "3,4", "--source", str(path.parent / "raw" / "span-3" / "*.npz"), capsys=capsys
+    )
     assert code == 1 and "Span 4 has 1 of its 1 input files outside the --source files" in out
 
 
@@ -206,14 +219,15 @@ def test_verify_catches_a_swapped_shard_in_one_span(coll, tmp_path, capsys):
     assert lines[0].startswith("FAILED: span 3: 40 records in 2 files")
     assert "[checksum]" in out and "span-3/data-00000-of-00002.tfrecord" in out and "[index]" not in out
     assert [line for line in lines if line.startswith(("OK", "FAILED"))][1:] == [
-        line for line in lines if line.startswith(("OK: span 4", "OK: span 7", f"FAILED: {path}: collection"))]
+        line for line in lines if line.startswith(("OK: span 4", "OK: span 7", f"FAILED: {path}: collection"))
+    ]
     with pytest.raises(RecordError, match="CRC32C"):  # readers refuse it too
         reader.RandomAccess(str(path), spans=3)[0]
     assert int(reader.get(str(path), 0, spans=4)["label"]) == 4000  # the other spans read
 
 
 def test_verify_a_listed_span_dir_missing_and_an_unlisted_one(coll, tmp_path, capsys):
-    path, data = copy_collection(coll, tmp_path)
+    path, _data = copy_collection(coll, tmp_path)
     shutil.copytree(path / "span-7", path / "span-9")  # a run that wrote span 9 and did not commit the collection
     code, out, _ = run_verify(path, capsys=capsys)
     assert code == 0, out
@@ -222,8 +236,10 @@ def test_verify_a_listed_span_dir_missing_and_an_unlisted_one(coll, tmp_path, ca
     shutil.rmtree(path / "span-4")
     code, out, _ = run_verify(path, capsys=capsys)
     assert code == 1
-    assert "FAILED: span 4: not verified" in out and "Span 4 is listed in collection.json but its directory is " \
-        "missing" in out
+    assert (
+        "FAILED: span 4: not verified" in out
+        and "Span 4 is listed in collection.json but its directory is missing" in out
+    )
     assert "OK: span 7" in out
 
 
@@ -232,13 +248,16 @@ def test_a_span_recommitted_without_the_collection_is_refused_until_listed_or_tr
     readers refuse the span (its metadata.json is not the one collection.json lists) in one line naming it and the
     ways on; trust_spans=True reads the directory; verify reports the difference; committing the span (what the
     re-run of its convert does) makes it readable again. Before, readers read the unlisted directory silently."""
-    path, data = copy_collection(coll, tmp_path)
+    path, _data = copy_collection(coll, tmp_path)
     raw = tmp_path / "raw3"
     raw.mkdir()
     np.savez(raw / "part.npz", **span_arrays(33, 12))
     assert convert(raw / "part.npz", path / "span-3", "--num_shards", "2", "--index", "--overwrite")[0] == 0
-    with pytest.raises(IncompleteOutputError, match=r"Span 3's metadata.json is not the one collection.json lists.* "
-                                                    r"Hint: run the convert of span 3 again .*trust_spans=True") as e:
+    with pytest.raises(
+        IncompleteOutputError,
+        match=r"Span 3's metadata.json is not the one collection.json lists.* "
+        r"Hint: run the convert of span 3 again .*trust_spans=True",
+    ) as e:
         list(reader.iter_numpy(str(path)))
     assert e.value.context["file"] == str(path / "span-3" / "metadata.json") and "\n" not in str(e.value)
     got = stacked(list(reader.iter_numpy(str(path), spans=3, trust_spans=True)))
@@ -264,6 +283,7 @@ def test_verify_spans_on_a_plain_output_is_refused(coll, capsys):
 
 
 # -- inspect ------------------------------------------------------------------------------------------------------
+
 
 def test_inspect_a_collection_and_one_span(coll, tmp_path, capsys):
     path, _ = copy_collection(coll, tmp_path)
@@ -295,16 +315,21 @@ def test_inspect_shows_recorded_schema_changes(tmp_path, capsys):
     c = add_span(coll, tmp_path / "raw", 2, other, allow_schema_change=True)
     code, out, _ = run_command(inspect_main.main, [coll], capsys)
     change = c["schema_changes"][0]
-    assert code == 0 and f"schema change at span 2: {change['previous'][:12]} -> {change['schema'][:12]} " \
-        "(previous span 1)" in out
+    assert (
+        code == 0
+        and f"schema change at span 2: {change['previous'][:12]} -> {change['schema'][:12]} (previous span 1)" in out
+    )
 
 
 # -- TFDS ---------------------------------------------------------------------------------------------------------
 
+
 def test_tfds_per_span_and_as_one_dataset(tmp_path):
     common.preload_tensorflow()
     import tensorflow_datasets as tfds
+
     from tfrecord_etl.transforms import collection_reader
+
     coll = tmp_path / "coll"
     data = {span: span_arrays(span, rows) for span, rows in ((1, 12), (2, 7), (5, 9))}
     for span, arrays in data.items():
@@ -335,6 +360,7 @@ def test_tfds_per_span_and_as_one_dataset(tmp_path):
 
 # -- more reader cases: compression per span, splits per span, a source changed after one span -------------------
 
+
 def test_spans_of_different_compressions_read_as_one_dataset(tmp_path, tf):
     coll = tmp_path / "coll"
     data = {1: span_arrays(1, 6), 2: span_arrays(2, 5), 3: span_arrays(3, 4)}
@@ -343,14 +369,16 @@ def test_spans_of_different_compressions_read_as_one_dataset(tmp_path, tf):
     raw.mkdir(parents=True)
     np.savez(raw / "part.npz", **data[2])  # gzip shards (no --index: it needs uncompressed shards)
     assert convert(raw / "part.npz", coll / "span-2", "--compression", "gzip")[0] == 0
-    collection.commit(str(coll), collection.add_span(collection.span_entry(str(coll), 2, None,
-                                                                            inputs_of(str(raw / "part.npz")))))
+    collection.commit(
+        str(coll), collection.add_span(collection.span_entry(str(coll), 2, None, inputs_of(str(raw / "part.npz"))))
+    )
     add_span(coll, tmp_path / "raw", 3, data[3])
     got = list(reader.to_tf_dataset(str(coll)))
     np.testing.assert_array_equal(np.stack([e["x"].numpy() for e in got]), expected(data, [1, 2, 3])["x"])
     np.testing.assert_array_equal([int(e["label"]) for e in got], expected(data, [1, 2, 3])["label"])
-    np.testing.assert_array_equal(stacked(list(reader.iter_numpy(str(coll))))["label"],
-                                  expected(data, [1, 2, 3])["label"])
+    np.testing.assert_array_equal(
+        stacked(list(reader.iter_numpy(str(coll))))["label"], expected(data, [1, 2, 3])["label"]
+    )
     with pytest.raises(ConfigError, match="Random access needs uncompressed shards; these are gzip") as e:
         reader.RandomAccess(str(coll))
     assert e.value.context["file"].endswith("span-2")
@@ -363,14 +391,16 @@ def test_split_is_selected_in_every_span(tmp_path):
     for span, arrays in data.items():
         add_span(coll, tmp_path / "raw", span, arrays, "--splits", "train=3,test=1", "--writer", "planned")
     for split in ("train", "test"):
-        want = np.concatenate([[int(e["label"]) for e in reader.iter_numpy(d, split=split)]
-                               for d in collection.span_dirs(str(coll))])
+        want = np.concatenate(
+            [[int(e["label"]) for e in reader.iter_numpy(d, split=split)] for d in collection.span_dirs(str(coll))]
+        )
         got = [int(e["label"]) for e in reader.iter_numpy(str(coll), split=split)]
         np.testing.assert_array_equal(got, want)
         assert 0 < len(got) < 50
         assert len(reader.RandomAccess(str(coll), split=split)) == len(got)
-    assert sorted(int(e["label"]) for s in ("train", "test") for e in reader.iter_numpy(str(coll), split=s)) == \
-        sorted(expected(data, [1, 2])["label"].tolist())
+    assert sorted(int(e["label"]) for s in ("train", "test") for e in reader.iter_numpy(str(coll), split=s)) == sorted(
+        expected(data, [1, 2])["label"].tolist()
+    )
     with pytest.raises(SchemaError, match="No split 'validation'"):
         list(reader.iter_numpy(str(coll), split="validation"))
 

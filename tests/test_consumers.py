@@ -1,5 +1,6 @@
 """Every consumer installed here on an output of each compression (tests/consumers_table.py), the docs'
 consumers x compression table (docs/reading.md) generated from the same cells, and convert's one-line warning for zlib."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,12 +21,14 @@ def test_consumer_reads_the_output_as_the_table_says(outputs, consumer, compress
 
 
 def test_the_docs_table_is_the_generated_one():
-    assert consumers_table.markdown(consumers_table.EXPECTED) in (ROOT / "docs" / "reading.md").read_text(), \
+    assert consumers_table.markdown(consumers_table.EXPECTED) in (ROOT / "docs" / "reading.md").read_text(), (
         "docs/reading.md's consumers table differs: paste the output of python -m tests.consumers_table"
+    )
 
 
 def test_convert_warns_once_that_zlib_shards_are_not_read_everywhere(tmp_path, capsys):
     import numpy as np
+
     np.savez(tmp_path / "in.npz", x=np.arange(10, dtype=np.float32))
     code, out, err = convert(tmp_path / "in.npz", tmp_path / "z", "--compression", "zlib", capsys=capsys)
     assert code == 0
@@ -34,6 +37,7 @@ def test_convert_warns_once_that_zlib_shards_are_not_read_everywhere(tmp_path, c
     for reader in ("TensorFlow", "Beam", "TFXIO", "Ray", "`tfrecord` package", "--compression gzip"):
         assert reader in lines[0], reader
     for compression in ("gzip", "none"):
-        code, out, err = convert(tmp_path / "in.npz", tmp_path / compression, "--compression", compression,
-                                 capsys=capsys)
+        code, out, err = convert(
+            tmp_path / "in.npz", tmp_path / compression, "--compression", compression, capsys=capsys
+        )
         assert code == 0 and "warning" not in out + err

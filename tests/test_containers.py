@@ -5,6 +5,7 @@ Files here are generated with the format's own writer where one is installed (Sc
 save_weights) or laid out as MATLAB writes them (user block, ``MATLAB_class``, ``/#refs#``); the real third-party
 files are in tests/test_real_containers.py.
 """
+
 from __future__ import annotations
 
 import h5py
@@ -18,8 +19,10 @@ from tfrecord_etl.transforms import reader
 @pytest.fixture(scope="module")
 def tf():
     from tfrecord_etl.pipelines import common
+
     common.preload_tensorflow()
     import tensorflow as tf
+
     return tf
 
 
@@ -40,6 +43,7 @@ def plain_tf_records(out, tf) -> list:
 
 # ------------------------------------------------------------------------------------------ MATLAB v7.3
 
+
 def matlab_file(path, nested_cell=False):
     """A MATLAB v7.3 layout: 512-byte user block with MATLAB's text, variables stored transposed with
     MATLAB_class, a 1x3 cell array of references into /#refs#, an empty array, a struct."""
@@ -47,15 +51,19 @@ def matlab_file(path, nested_cell=False):
     labels = np.array([[1], [2], [3], [4]], dtype=np.int32)  # MATLAB 4x1 column vector
     cells = [np.arange(6.0).reshape(2, 3), np.array([[7, 8]], np.int16), np.eye(3, dtype=np.uint8)]
     with h5py.File(path, "w", userblock_size=512) as f:
+
         def var(where, name, value, cls):
             d = where.create_dataset(name, data=np.asarray(value).T)
             d.attrs["MATLAB_class"] = np.bytes_(cls)
             return d
+
         var(f, "A", A, "double")
         var(f, "labels", labels, "int32")
         refs = f.create_group("#refs#")
-        targets = [var(refs, f"r{i}", c, {"f": "double", "i": "int16", "u": "uint8"}[c.dtype.kind]) for i, c in
-                   enumerate(cells)]
+        targets = [
+            var(refs, f"r{i}", c, {"f": "double", "i": "int16", "u": "uint8"}[c.dtype.kind])
+            for i, c in enumerate(cells)
+        ]
         if nested_cell:
             inner = refs.create_dataset("inner", data=np.array([[targets[0].ref]]), dtype=h5py.ref_dtype)
             inner.attrs["MATLAB_class"] = np.bytes_("cell")
@@ -81,7 +89,9 @@ def test_matlab_variables_convert_in_matlab_orientation_by_default(tmp_path, cap
         code, _, err = convert(path, tmp_path / "out")
     assert code == 0, err
     said = " ".join(r.getMessage() for r in caplog.records)
-    assert "1 matlab-cell (/c)" in said and "1 matlab-empty (/empty)" in said and "--container_mode datasets" in said, said
+    assert "1 matlab-cell (/c)" in said and "1 matlab-empty (/empty)" in said and "--container_mode datasets" in said, (
+        said
+    )
     examples = list(reader.iter_numpy(str(tmp_path / "out")))
     assert len(examples) == 4  # MATLAB's rows, not HDF5's leading axis (5)
     np.testing.assert_array_equal(np.stack([e["A"] for e in examples]), A)
@@ -89,14 +99,16 @@ def test_matlab_variables_convert_in_matlab_orientation_by_default(tmp_path, cap
     np.testing.assert_array_equal(np.stack([e["s/w"] for e in examples]), np.arange(8.0).reshape(4, 2))
     rows = plain_tf_records(tmp_path / "out", tf)
     assert np.frombuffer(rows[2]["A"], "<f8").tolist() == A[2].tolist()
-    code, out, err = run_command(__import__("tfrecord_etl.pipelines.verify", fromlist=["main"]).main,
-                                 [str(tmp_path / "out"), "--source", str(path)])
+    code, _out, err = run_command(
+        __import__("tfrecord_etl.pipelines.verify", fromlist=["main"]).main,
+        [str(tmp_path / "out"), "--source", str(path)],
+    )
     assert code == 0, err
 
 
 def test_matlab_cells_become_one_example_each_in_datasets_mode(tmp_path):
     path = tmp_path / "data.mat"
-    A, labels, cells = matlab_file(path)
+    A, _labels, cells = matlab_file(path)
     code, _, err = convert(path, tmp_path / "out", "--container_mode", "datasets")
     assert code == 0, err
     got = by_key(tmp_path / "out")
@@ -106,6 +118,7 @@ def test_matlab_cells_become_one_example_each_in_datasets_mode(tmp_path):
         np.testing.assert_array_equal(got[f"/c{{{k}}}"], cell)
         assert got[f"/c{{{k}}}"].dtype == cell.dtype
     from tfrecord_etl.pipelines import verify
+
     code, _, err = run_command(verify.main, [str(tmp_path / "out"), "--source", str(path)])
     assert code == 0, err
 
@@ -125,15 +138,19 @@ def test_a_nested_cell_is_skipped_or_refused_naming_it(tmp_path, capsys, caplog)
     assert "variable-length numeric" not in err  # the earlier message, which hid the cause
 
 
-@pytest.mark.parametrize("dataset, attr, value", [
-    ("/A", "MATLAB_class", np.array([1, 2, 3])),  # a numeric array: NumPy's truth-value ValueError before
-    ("/labels", "MATLAB_class", np.int32(7)),  # a number: read as MATLAB (transposed) before
-    ("/#refs#/r1", "MATLAB_class", np.array([1.5, 2.5])),  # a cell's target, reached through /c
-    ("/empty", "MATLAB_empty", np.array([1, 1], np.uint8)),
-])
+@pytest.mark.parametrize(
+    "dataset, attr, value",
+    [
+        ("/A", "MATLAB_class", np.array([1, 2, 3])),  # a numeric array: NumPy's truth-value ValueError before
+        ("/labels", "MATLAB_class", np.int32(7)),  # a number: read as MATLAB (transposed) before
+        ("/#refs#/r1", "MATLAB_class", np.array([1.5, 2.5])),  # a cell's target, reached through /c
+        ("/empty", "MATLAB_empty", np.array([1, 1], np.uint8)),
+    ],
+)
 @pytest.mark.parametrize("mode", ["auto", "datasets"])
-def test_a_matlab_attribute_of_the_wrong_type_is_one_error_naming_file_and_dataset(tmp_path, capsys, dataset,
-                                                                                    attr, value, mode):
+def test_a_matlab_attribute_of_the_wrong_type_is_one_error_naming_file_and_dataset(
+    tmp_path, capsys, dataset, attr, value, mode
+):
     path = tmp_path / "bad.mat"
     matlab_file(path)
     with h5py.File(path, "r+") as f:
@@ -149,11 +166,13 @@ def test_a_matlab_attribute_of_the_wrong_type_is_one_error_naming_file_and_datas
     if dataset.startswith("/#refs#"):
         return  # inspect does not list MATLAB's own storage
     from tfrecord_etl.pipelines import inspect
+
     code, out, err = run_command(inspect.main, [path], capsys)  # inspect lists it, as convert refuses it
     assert code == 0 and f"{dataset}  [unreadable: The dataset's {attr} attribute is" in out, out + err
 
 
 # ------------------------------------------------------------------------------------------ HDF5 row groups
+
 
 def test_row_group_flag_and_its_conflicts(tmp_path, capsys):
     path = tmp_path / "two.h5"
@@ -188,10 +207,11 @@ def test_datasets_mode_takes_every_dataset_including_scalars_and_coordinates(tmp
 
 # ------------------------------------------------------------------------------------------ Keras weights
 
+
 def test_keras_weight_file_converts_one_example_per_weight(tmp_path, tf):
     import keras
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="d1"),
-                              keras.layers.Dense(2, name="d2")])
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, name="d1"), keras.layers.Dense(2, name="d2")])
     path = tmp_path / "model.weights.h5"
     model.save_weights(path)
     code, _, err = convert(path, tmp_path / "out")  # rows mode: weights of different lengths -> largest group
@@ -206,22 +226,32 @@ def test_keras_weight_file_converts_one_example_per_weight(tmp_path, tf):
     for key, value in expected.items():
         np.testing.assert_array_equal(got[key], value)
     weights = {w.path if hasattr(w, "path") else w.name: w.numpy() for w in model.weights}
-    assert sorted(np.concatenate([v.ravel() for v in got.values()]).tolist()) == \
-        sorted(np.concatenate([v.ravel() for v in weights.values()]).tolist())
+    assert sorted(np.concatenate([v.ravel() for v in got.values()]).tolist()) == sorted(
+        np.concatenate([v.ravel() for v in weights.values()]).tolist()
+    )
 
 
 # ------------------------------------------------------------------------------------------ NetCDF-3
 
+
 def netcdf3_file(path, version=1):
     from scipy.io import netcdf_file
+
     temp = np.arange(5 * 3 * 2, dtype=">f4").reshape(5, 3, 2)
     with netcdf_file(path, "w", version=version) as f:
         f.createDimension("time", None)  # the record (unlimited) dimension
         f.createDimension("lat", 3)
         f.createDimension("lon", 2)
-        variables = {name: f.createVariable(name, dtype, dims) for name, dtype, dims in [
-            ("time", ">f8", ("time",)), ("temp", ">f4", ("time", "lat", "lon")), ("lat", ">f4", ("lat",)),
-            ("lon", ">f4", ("lon",)), ("station", ">i2", ("lat",))]}
+        variables = {
+            name: f.createVariable(name, dtype, dims)
+            for name, dtype, dims in [
+                ("time", ">f8", ("time",)),
+                ("temp", ">f4", ("time", "lat", "lon")),
+                ("lat", ">f4", ("lat",)),
+                ("lon", ">f4", ("lon",)),
+                ("station", ">i2", ("lat",)),
+            ]
+        }
         variables["time"][:] = np.arange(5.0) * 1.5
         variables["temp"][:] = temp
         variables["temp"].scale_factor = 0.5  # stays an attribute: values are converted as stored
@@ -255,6 +285,7 @@ def test_netcdf3_by_magic_bytes_row_groups_by_dimension(tmp_path, caplog, versio
     lat = list(reader.iter_numpy(str(tmp_path / "lat")))
     assert [(float(e["lat"]), int(e["station"])) for e in lat] == [(10.0, 7), (20.0, 8), (30.0, 9)]
     from tfrecord_etl.pipelines import verify
+
     code, _, err = run_command(verify.main, [str(tmp_path / "lat"), "--source", str(path)])
     assert code == 0, err
 
@@ -285,7 +316,7 @@ def streaming(path, cut: int = 0):
     assert data[4:8] != b"\xff\xff\xff\xff"
     data[4:8] = b"\xff\xff\xff\xff"
     out = path.with_name("streaming-" + path.name)
-    out.write_bytes(bytes(data[:len(data) - cut]))
+    out.write_bytes(bytes(data[: len(data) - cut]))
     return out
 
 
@@ -294,6 +325,7 @@ def test_netcdf3_streaming_numrecs_counts_the_records_from_the_file_size(tmp_pat
     """numrecs = 0xFFFFFFFF (STREAMING, allowed by the NetCDF classic specification) read as 0 rows before: inspect
     showed 0 rows, convert wrote 0 examples with exit 0."""
     from scipy.io import netcdf_file
+
     temp = netcdf3_file(tmp_path / "climate.nc", version)  # two record variables: records padded to 4 bytes
     with netcdf_file(tmp_path / "one.nc", "w", version=version) as f:  # one short record variable: unpadded
         f.createDimension("time", None)
@@ -308,6 +340,7 @@ def test_netcdf3_streaming_numrecs_counts_the_records_from_the_file_size(tmp_pat
         rows = plain_tf_records(tmp_path / f"out-{name}", tf)  # plain TensorFlow: the same 5 records
         assert len(rows) == 5 and np.asarray(rows[4][feature]).ravel().tolist() == want[4].ravel().tolist()
         from tfrecord_etl.pipelines import inspect, verify
+
         code, out, _ = run_command(inspect.main, [path], capsys)
         assert code == 0 and "group 1: 5 rows on 'time'" in out, out
         code, _, err = run_command(verify.main, [tmp_path / f"out-{name}", "--source", path], capsys)
@@ -324,6 +357,7 @@ def test_netcdf3_streaming_numrecs_counts_the_records_from_the_file_size(tmp_pat
 
 # ------------------------------------------------------------------------------------------ encodings said
 
+
 def test_list_encoding_with_a_varying_dtype_says_it_stays_tensor(tmp_path, caplog):
     np.savez(tmp_path / "mixed.npz", a=np.arange(3, dtype=np.int32), b=np.ones(2, np.float32))
     with caplog.at_level("WARNING", logger="tfrecord_etl"):
@@ -337,6 +371,7 @@ def test_list_encoding_with_a_varying_dtype_says_it_stays_tensor(tmp_path, caplo
 
 def test_allow_lossy_records_the_stored_dtype(tmp_path):
     import json
+
     np.save(tmp_path / "f.npy", np.array([0.1, 1e-50, 3.0]))
     code, _, err = convert(tmp_path / "f.npy", tmp_path / "out", "--encoding", "list", "--allow_lossy", "array")
     assert code == 0, err

@@ -15,6 +15,7 @@ machine (the checkout, its temp dirs, HOME) in what a worker reads: the package 
 pipeline proto (pickled DoFns included). Not checked (needs Google Cloud): that the service accepts the request,
 that the workers start, install the sdist in the SDK container and run the job.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,9 +67,11 @@ def gcs():
     with gcs_emulator.server(BUCKET) as port:
         with gcs_emulator.emulator_host(f"http://127.0.0.1:{port}"):
             from google.cloud import storage
+
             bucket = storage.Client.create_anonymous_client().bucket(BUCKET)
             ids = np.arange(300, dtype="<i8")
             import io
+
             for name, array in (("a.npy", ids), ("b.npy", ids * 2)):
                 buf = io.BytesIO()
                 np.save(buf, array)
@@ -83,17 +86,32 @@ def job(gcs, tmp_path_factory):
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.portability.api import beam_runner_api_pb2
     from apache_beam.runners.dataflow.internal import apiclient
+
     from tfrecord_etl.pipelines import common, convert
     from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, parse_args
+
     mp = pytest.MonkeyPatch()
     guard = LoopbackOnly(mp)
     mp.chdir(ROOT)  # the config's setup_file: ./setup.py, as in the docs' command
     mp.setenv(common.WORKER_SDIST_ENV, "1")  # what run_main sets for the launcher: the workers' sdist
     try:
-        argv = ["--config", "configs/dataflow.yaml", "--input", f"gs://{BUCKET}/in/*.npy",
-                "--output_dir", f"gs://{BUCKET}/out", "--num_shards", "2", "--project", "offline-project",
-                "--temp_location", f"gs://{BUCKET}/tmp", "--staging_location", f"gs://{BUCKET}/staging",
-                "--no_auth"]
+        argv = [
+            "--config",
+            "configs/dataflow.yaml",
+            "--input",
+            f"gs://{BUCKET}/in/*.npy",
+            "--output_dir",
+            f"gs://{BUCKET}/out",
+            "--num_shards",
+            "2",
+            "--project",
+            "offline-project",
+            "--temp_location",
+            f"gs://{BUCKET}/tmp",
+            "--staging_location",
+            f"gs://{BUCKET}/staging",
+            "--no_auth",
+        ]
         cfg, beam_argv = parse_args(argv, ConvertConfig, ConvertOptions, convert.PROG, "", convert.build_parser())
         common.configure_filesystems(beam_argv)
         options = PipelineOptions([*beam_argv, "--dry_run=true"])  # Beam's TestOptions.dry_run: no submission
@@ -137,14 +155,19 @@ def test_the_steps_are_the_convert_pipeline(job):
 
     assert children("ConvertToTFRecord") == ["ConvertToTFRecord/WritePlanned", "ConvertToTFRecord/FinalizeOutput"]
     # the shard plans (one element per shard, spread by a Reshuffle), the shard writer, the commit
-    for label, urn in (("ConvertToTFRecord/WritePlanned/WritePlannedShards/CreateShardPlans/Impulse",
-                        "beam:transform:impulse:v1"),
-                       ("ConvertToTFRecord/WritePlanned/WritePlannedShards/CreateShardPlans/MaybeReshuffle/Reshuffle",
-                        "beam:transform:reshuffle:v1"),
-                       ("ConvertToTFRecord/WritePlanned/WritePlannedShards/WriteShards", "beam:transform:pardo:v1"),
-                       ("ConvertToTFRecord/FinalizeOutput/CollectShards/CollectShards/CombinePerKey",
-                        "beam:transform:combine_per_key:v1"),
-                       ("ConvertToTFRecord/FinalizeOutput/WriteMetadata", "beam:transform:pardo:v1")):
+    for label, urn in (
+        ("ConvertToTFRecord/WritePlanned/WritePlannedShards/CreateShardPlans/Impulse", "beam:transform:impulse:v1"),
+        (
+            "ConvertToTFRecord/WritePlanned/WritePlannedShards/CreateShardPlans/MaybeReshuffle/Reshuffle",
+            "beam:transform:reshuffle:v1",
+        ),
+        ("ConvertToTFRecord/WritePlanned/WritePlannedShards/WriteShards", "beam:transform:pardo:v1"),
+        (
+            "ConvertToTFRecord/FinalizeOutput/CollectShards/CollectShards/CombinePerKey",
+            "beam:transform:combine_per_key:v1",
+        ),
+        ("ConvertToTFRecord/FinalizeOutput/WriteMetadata", "beam:transform:pardo:v1"),
+    ):
         assert by_label[label].spec.urn == urn, label
     # every DoFn a worker runs is in the proto, pickled with cloudpickle
     pardos = [t for t in proto.components.transforms.values() if t.spec.urn == "beam:transform:pardo:v1"]
@@ -161,13 +184,20 @@ def test_the_worker_package_is_the_sdist_with_the_pipelines(job):
     assert all(loc.startswith(f"storage.googleapis.com/{BUCKET}/staging/") for loc in packages.values()), packages
     sdist = staged[packages["workflow.tar.gz"].split(f"/{BUCKET}/", 1)[1]]
     import io
+
     with tarfile.open(fileobj=io.BytesIO(sdist)) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-        requirements = next(tar.extractfile(m).read().decode() for m in tar.getmembers()
-                            if m.name.endswith("PIPELINE-REQUIREMENTS.txt"))
+        requirements = next(
+            tar.extractfile(m).read().decode() for m in tar.getmembers() if m.name.endswith("PIPELINE-REQUIREMENTS.txt")
+        )
     # setup.py maps pipelines/ and transforms/ to tfrecord_etl.pipelines / tfrecord_etl.transforms at install
-    for module in ("setup.py", "tfrecord_etl/__init__.py", "pipelines/convert.py", "transforms/convert.py",
-                   "transforms/beam_io.py"):
+    for module in (
+        "setup.py",
+        "tfrecord_etl/__init__.py",
+        "pipelines/convert.py",
+        "transforms/convert.py",
+        "transforms/beam_io.py",
+    ):
         assert module in names, sorted(names)[:40]
     assert "apache-beam" in requirements and "tensorflow" in requirements  # installed without extras
     assert pool["workerHarnessContainerImage"].endswith("beam_python3.11_sdk:2.77.0")
@@ -188,6 +218,7 @@ def test_the_options_are_the_configs(job):
 
 def local_paths() -> list[str]:
     import tempfile
+
     return [str(ROOT), tempfile.gettempdir() + "/", os.path.expanduser("~") + "/"]
 
 
@@ -197,7 +228,9 @@ def pickled_payloads(proto) -> list[bytes]:
     import base64
     import bz2
     import zlib
+
     from apache_beam.portability.api import beam_runner_api_pb2
+
     out = []
     for t in proto.components.transforms.values():
         if t.spec.urn == "beam:transform:pardo:v1":
@@ -242,18 +275,38 @@ def test_a_template_build_is_refused_and_leaves_nothing_behind(gcs, monkeypatch,
     planned and locked at launch would replay a stale plan unchecked: refused in one line before anything is
     written."""
     from tfrecord_etl.pipelines import common, convert
+
     guard = LoopbackOnly(monkeypatch)
     monkeypatch.chdir(ROOT)
-    argv = ["--config", "configs/dataflow.yaml", "--input", f"gs://{BUCKET}/in/*.npy",
-            "--output_dir", f"gs://{BUCKET}/templated", "--num_shards", "2", "--project", "offline-project",
-            "--temp_location", f"gs://{BUCKET}/tmp", "--staging_location", f"gs://{BUCKET}/template-staging",
-            "--no_auth", "--template_location", f"gs://{BUCKET}/templates/convert"]
+    argv = [
+        "--config",
+        "configs/dataflow.yaml",
+        "--input",
+        f"gs://{BUCKET}/in/*.npy",
+        "--output_dir",
+        f"gs://{BUCKET}/templated",
+        "--num_shards",
+        "2",
+        "--project",
+        "offline-project",
+        "--temp_location",
+        f"gs://{BUCKET}/tmp",
+        "--staging_location",
+        f"gs://{BUCKET}/template-staging",
+        "--no_auth",
+        "--template_location",
+        f"gs://{BUCKET}/templates/convert",
+    ]
     assert common.run_main(convert.main, argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(
         f"error: ConfigError: --template_location gs://{BUCKET}/templates/convert: a Dataflow classic template of "
-        "this command cannot be built"), err
-    left = [b.name for prefix in ("templated", "templates", "template-staging")
-            for b in gcs.client.list_blobs(BUCKET, prefix=prefix)]
+        "this command cannot be built"
+    ), err
+    left = [
+        b.name
+        for prefix in ("templated", "templates", "template-staging")
+        for b in gcs.client.list_blobs(BUCKET, prefix=prefix)
+    ]
     assert left == []  # no run marker, no lock, no template, nothing staged
     assert guard.refused == []

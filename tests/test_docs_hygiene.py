@@ -3,6 +3,7 @@ docs site (docs/**/*.md, mkdocs.yml) or the code, configs, benchmark and tests; 
 project's tracker is written as its address (``github.com/apache/beam/issues/...``, ``tensorflow/tfx#5811``), which
 this check does not match.
 """
+
 from __future__ import annotations
 
 import os
@@ -55,16 +56,19 @@ def tracker_references(root: pathlib.Path) -> list[str]:
 
 def test_no_tracker_references_in_readme_docs_code_configs_bench_and_tests():
     found = tracker_references(ROOT)
-    assert not found, (f"{len(found)} line(s) cite the project's tracker; say what the reference meant (what was "
-                       "measured, which case) and put history in CHANGELOG.md:\n" + "\n".join(found))
+    assert not found, (
+        f"{len(found)} line(s) cite the project's tracker; say what the reference meant (what was "
+        "measured, which case) and put history in CHANGELOG.md:\n" + "\n".join(found)
+    )
 
 
 def test_the_check_finds_a_reference_and_names_its_file_and_line(tmp_path):
     (tmp_path / "README.md").write_text("# t\nMeasured on 500 files.\n")
     (tmp_path / "transforms").mkdir()
     word = "Issue"  # spelled apart so that this file passes its own check
-    (tmp_path / "transforms" / "a.py").write_text("x = 1\n# see tensorflow/tfx#5811 and apache/beam/issues/123\n"
-                                                  f"y = 2  # faster ({word} 13, item 2)\n")
+    (tmp_path / "transforms" / "a.py").write_text(
+        f"x = 1\n# see tensorflow/tfx#5811 and apache/beam/issues/123\ny = 2  # faster ({word} 13, item 2)\n"
+    )
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "t.py").write_text(f'"""{word.lower()}s 12 and 13: splits"""\n')
     (tmp_path / "CHANGELOG.md").write_text(f"- {word} 13: object storage\n")
@@ -73,9 +77,11 @@ def test_the_check_finds_a_reference_and_names_its_file_and_line(tmp_path):
     venv = tmp_path / "bench" / ".venv-peers-ray" / "lib"  # another project's code in a benchmark environment
     venv.mkdir(parents=True)
     (venv / "theirs.py").write_text(f"# see {word} 16116\n")
-    assert tracker_references(tmp_path) == [f"docs/converting/hdf5.md:3: Groups ({word} #7) are read.",
-                                            f"transforms/a.py:3: y = 2  # faster ({word} 13, item 2)",
-                                            f'tests/t.py:1: """{word.lower()}s 12 and 13: splits"""']
+    assert tracker_references(tmp_path) == [
+        f"docs/converting/hdf5.md:3: Groups ({word} #7) are read.",
+        f"transforms/a.py:3: y = 2  # faster ({word} 13, item 2)",
+        f'tests/t.py:1: """{word.lower()}s 12 and 13: splits"""',
+    ]
 
 
 def test_hostile_group_numbers_in_test_docstrings_are_defined():

@@ -2,6 +2,7 @@
 the clone or the wheel (the project is not on a package index), the commands are the installed ``tfrecord-etl
 COMMAND`` (``python -m pipelines.X`` works only from the repo root), shell blocks pasted in order never write into
 an output directory an earlier command wrote, and every input format is on the home page and in the README."""
+
 from __future__ import annotations
 
 import posixpath
@@ -37,8 +38,11 @@ def user_files(root=ROOT):
     """(path relative to ``root``, text) of every file users read (see USER_DIRS)."""
     files = [root / name for name in USER_TOP_FILES if (root / name).is_file()]
     for folder in USER_DIRS:
-        files += sorted(p for p in (root / folder).rglob("*") if p.is_file() and p.suffix in USER_SUFFIXES
-                        and "__pycache__" not in p.parts)
+        files += sorted(
+            p
+            for p in (root / folder).rglob("*")
+            if p.is_file() and p.suffix in USER_SUFFIXES and "__pycache__" not in p.parts
+        )
     out = []
     for path in files:
         rel = path.relative_to(root).as_posix()
@@ -59,21 +63,27 @@ def lines_matching(pattern, root=ROOT):
 
 # --- installing ------------------------------------------------------------------------------------------------
 
+
 def test_no_page_readme_help_or_message_installs_the_project_from_a_package_index():
     found = lines_matching(INDEX_INSTALL)
-    assert not found, ("tfrecord-etl is not on a package index: install from the clone (pip install '.[beam]') or "
-                       "the wheel (" + _install.pip_install("beam") + "):\n" + "\n".join(found))
+    assert not found, (
+        "tfrecord-etl is not on a package index: install from the clone (pip install '.[beam]') or "
+        "the wheel (" + _install.pip_install("beam") + "):\n" + "\n".join(found)
+    )
 
 
-@pytest.mark.parametrize("line, found", [
-    ("pip install tfrecord-etl              # the reader", True),
-    ("pip install 'tfrecord-etl[beam]'", True),
-    ("``pip install tfrecord-etl[tfx]``", True),
-    ("pip install -U tfrecord_etl torch", True),
-    ("pip install '.[beam]'", False),
-    ("pip install 'dist/tfrecord_etl-0.1.0-py3-none-any.whl[beam]'", False),
-    ("pip install tfrecord_etl-0.1.0-py3-none-any.whl", False),
-])
+@pytest.mark.parametrize(
+    "line, found",
+    [
+        ("pip install tfrecord-etl              # the reader", True),
+        ("pip install 'tfrecord-etl[beam]'", True),
+        ("``pip install tfrecord-etl[tfx]``", True),
+        ("pip install -U tfrecord_etl torch", True),
+        ("pip install '.[beam]'", False),
+        ("pip install 'dist/tfrecord_etl-0.1.0-py3-none-any.whl[beam]'", False),
+        ("pip install tfrecord_etl-0.1.0-py3-none-any.whl", False),
+    ],
+)
 def test_the_index_install_pattern(line, found):
     assert bool(INDEX_INSTALL.search(line)) is found
 
@@ -81,13 +91,16 @@ def test_the_index_install_pattern(line, found):
 def test_the_install_hint_names_the_clone_and_the_wheel_setup_py_builds():
     version = re.search(r'^\s*version="([^"]+)"', (ROOT / "setup.py").read_text(encoding="utf-8"), re.M).group(1)
     assert version == __version__
-    assert _install.WHEEL == f"tfrecord_etl-{version}-py3-none-any.whl"
-    assert _install.pip_install("beam") == ("pip install '.[beam]' in a clone of tfrecord-etl, or pip install "
-                                            f"'dist/tfrecord_etl-{version}-py3-none-any.whl[beam]'")
+    assert f"tfrecord_etl-{version}-py3-none-any.whl" == _install.WHEEL
+    assert _install.pip_install("beam") == (
+        "pip install '.[beam]' in a clone of tfrecord-etl, or pip install "
+        f"'dist/tfrecord_etl-{version}-py3-none-any.whl[beam]'"
+    )
     error = ImportError("No module named 'apache_beam'", name="apache_beam")
     assert common.missing_pipelines_line(error, "tfrecord-etl convert") == (
         "tfrecord-etl convert needs the pipeline dependencies (apache_beam is not installed): "
-        + _install.pip_install("beam"))
+        + _install.pip_install("beam")
+    )
 
 
 def test_every_wheel_the_docs_name_is_the_one_setup_py_builds():
@@ -96,6 +109,7 @@ def test_every_wheel_the_docs_name_is_the_one_setup_py_builds():
 
 
 # --- command names ---------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("command", flaghelp.COMMANDS)
 def test_help_usage_names_the_console_command(command, capsys):
@@ -106,15 +120,15 @@ def test_help_usage_names_the_console_command(command, capsys):
 
 def test_no_page_help_or_message_names_the_checkout_alias_but_the_development_page_once():
     found = [line for line in lines_matching(CHECKOUT_ALIAS) if not line.startswith("docs/development.md:")]
-    assert not found, ("python -m pipelines.X works only from the repo root; write tfrecord-etl X:\n"
-                       + "\n".join(found))
+    assert not found, "python -m pipelines.X works only from the repo root; write tfrecord-etl X:\n" + "\n".join(found)
     development = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
     assert len(CHECKOUT_ALIAS.findall(development)) == 1
 
 
 def test_the_checkout_alias_still_runs_from_the_repo_root():
-    result = subprocess.run([sys.executable, "-m", "pipelines.inspect", "--help"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "pipelines.inspect", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("usage: tfrecord-etl inspect ")
 
@@ -179,8 +193,10 @@ def output_dir_reuse(page, text):
             continue
         if re.search(r"\{(?:SPAN|YYYY)\}", command):  # an input with span placeholders: a collection's next span
             flags.add("--span")
-        target = next((tokens[k + 1] for k, t in enumerate(tokens[:-1]) if t == "--output_dir"),
-                      next((t.split("=", 1)[1] for t in tokens if t.startswith("--output_dir=")), None))
+        target = next(
+            (tokens[k + 1] for k, t in enumerate(tokens[:-1]) if t == "--output_dir"),
+            next((t.split("=", 1)[1] for t in tokens if t.startswith("--output_dir=")), None),
+        )
         if target is None:
             continue
         target = posixpath.normpath(target.rstrip("/"))
@@ -196,27 +212,32 @@ def test_no_shell_block_writes_into_an_output_an_earlier_command_of_its_page_wro
     found = []
     for path in docsnippets.pages(ROOT):
         found += output_dir_reuse(str(path.relative_to(ROOT)), path.read_text(encoding="utf-8"))
-    assert not found, ("pasted in order, these commands exit 2 (the output directory exists); give each alternative "
-                       "its own --output_dir:\n" + "\n".join(found))
+    assert not found, (
+        "pasted in order, these commands exit 2 (the output directory exists); give each alternative "
+        "its own --output_dir:\n" + "\n".join(found)
+    )
 
 
 def test_the_reuse_check_finds_alternatives_sharing_an_output_dir():
-    page = ("```bash\n"
-            "tfrecord-etl convert --input a.h5 --output_dir out/cells\n"
-            "tfrecord-etl convert --input 'run*.h5' --output_dir out --datasets /x   # above out/cells\n"
-            "tfrecord-etl convert --input a.h5 --output_dir b/ --compression gzip\n"
-            "```\n\nprose\n\n```bash\n"
-            "tfrecord-etl convert --input a.h5 \\\n    --output_dir b --index\n"
-            "tfrecord-etl convert --input a.h5 --output_dir b --overwrite\n"
-            "tfrecord-etl convert --input 'raw/*.h5' --output_dir coll/ --incremental\n"
-            "tfrecord-etl convert --input 'raw/*.h5' --output_dir coll/ --incremental\n"
-            "tfrecord-etl augment --input b --output_dir c\n"
-            "rm -r c\n"
-            "python -m pipelines.augment --input b --output_dir=c\n"
-            "```\n")
+    page = (
+        "```bash\n"
+        "tfrecord-etl convert --input a.h5 --output_dir out/cells\n"
+        "tfrecord-etl convert --input 'run*.h5' --output_dir out --datasets /x   # above out/cells\n"
+        "tfrecord-etl convert --input a.h5 --output_dir b/ --compression gzip\n"
+        "```\n\nprose\n\n```bash\n"
+        "tfrecord-etl convert --input a.h5 \\\n    --output_dir b --index\n"
+        "tfrecord-etl convert --input a.h5 --output_dir b --overwrite\n"
+        "tfrecord-etl convert --input 'raw/*.h5' --output_dir coll/ --incremental\n"
+        "tfrecord-etl convert --input 'raw/*.h5' --output_dir coll/ --incremental\n"
+        "tfrecord-etl augment --input b --output_dir c\n"
+        "rm -r c\n"
+        "python -m pipelines.augment --input b --output_dir=c\n"
+        "```\n"
+    )
     assert output_dir_reuse("p.md", page) == [
         "p.md:3: tfrecord-etl convert --input 'run*.h5' --output_dir out --datasets /x   # above out/cells",
-        "p.md:10: tfrecord-etl convert --input a.h5  --output_dir b --index"]
+        "p.md:10: tfrecord-etl convert --input a.h5  --output_dir b --index",
+    ]
 
 
 # the pages whose blocks list alternative commands: each such block runs in the docs tests, in order
@@ -233,16 +254,25 @@ def test_the_blocks_listing_alternatives_run_in_the_docs_tests(page):
     for n, line in enumerate(lines, 1):
         if _FENCE.match(line):
             starts.append(n + 1)
-    unmarked = sorted(w for w in writers if max(s for s in starts if s <= w) not in marked
-                      and "://" not in lines[w - 1])
+    unmarked = sorted(
+        w for w in writers if max(s for s in starts if s <= w) not in marked and "://" not in lines[w - 1]
+    )
     assert not unmarked, f"{page}: commands in blocks the docs tests do not run: lines {unmarked}"
 
 
 # --- formats -----------------------------------------------------------------------------------------------------
 
 # each source format: how the README and the home page name it
-FORMAT_NAMES = {"hdf5": "HDF5", "netcdf3": "NetCDF-3", "npz": ".npz", "npy": ".npy", "raw": "raw", "files": "image",
-                "matlab": "MATLAB", "zarr": "Zarr"}
+FORMAT_NAMES = {
+    "hdf5": "HDF5",
+    "netcdf3": "NetCDF-3",
+    "npz": ".npz",
+    "npy": ".npy",
+    "raw": "raw",
+    "files": "image",
+    "matlab": "MATLAB",
+    "zarr": "Zarr",
+}
 
 
 def test_every_format_is_on_the_home_pages_task_table_and_in_the_readme():

@@ -1,5 +1,6 @@
 """The documentation site (mkdocs.yml, docs/) builds in strict mode, its API page documents every public name, and
 its generated flag reference lists every flag of every command."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,17 +12,22 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
-
 import tfrecord_etl
+from tests.conftest import ROOT
 from tfrecord_etl.pipelines import flaghelp
 
 
 def build(root, site_dir, timeout=300):
     """``mkdocs build --strict`` of the site at ``root`` into ``site_dir``; returns (exit status, output)."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site_dir)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -43,14 +49,18 @@ def public_identifiers() -> dict[str, str]:
     """Public name -> the object mkdocstrings documents for it (its defining module's path)."""
     out = {}
     for name, module in tfrecord_etl._PUBLIC.items():
-        out[name] = module if module.rpartition(".")[2] == name else \
-            f"{module}.{tfrecord_etl._RENAMED.get(name, name)}"
+        out[name] = module if module.rpartition(".")[2] == name else f"{module}.{tfrecord_etl._RENAMED.get(name, name)}"
     return out
 
 
 def test_site_builds_in_strict_mode_with_every_page(site):
-    for page in ("index.html", "api/index.html", "flags/index.html", "changelog/index.html",
-                 "converting/hdf5/index.html"):
+    for page in (
+        "index.html",
+        "api/index.html",
+        "flags/index.html",
+        "changelog/index.html",
+        "converting/hdf5/index.html",
+    ):
         assert (site / page).is_file(), page
     assert not (site / "hooks.py").exists()  # the build's hook is not published
 
@@ -109,9 +119,11 @@ def test_a_broken_link_or_missing_page_fails_the_build(tmp_path):
         (tmp_path / name).symlink_to(ROOT / name)
     shutil.copytree(ROOT / "docs", tmp_path / "docs")
     (tmp_path / "docs" / "api.md").write_text("# Python API\n")
-    (tmp_path / "docs" / "reading.md").write_text("# Reading\n\nSee [the shards](output.md#no-such-heading), "
-                                                  "[the tour](no-such-page.md), [a flag](flags.md#convert-index) "
-                                                  "and [no flag](flags.md#convert-no_such_flag).\n")
+    (tmp_path / "docs" / "reading.md").write_text(
+        "# Reading\n\nSee [the shards](output.md#no-such-heading), "
+        "[the tour](no-such-page.md), [a flag](flags.md#convert-index) "
+        "and [no flag](flags.md#convert-no_such_flag).\n"
+    )
     code, output = build(tmp_path, tmp_path / "site")
     assert code != 0
     assert "no-such-page.md" in output and "no-such-heading" in output, output

@@ -1,6 +1,7 @@
 """The encoding registry and the encodings added through it (zlib, packbits): exact round trips through the
 NumPy decoder, the batch decoder and tf.data, byte compatibility with TFDS's Encoding.ZLIB, refusals, and the
 whole path (convert, augment, verify, reader) on a real mask."""
+
 from __future__ import annotations
 
 import math
@@ -11,11 +12,11 @@ import h5py
 import numpy as np
 import pytest
 
+from tests.conftest import convert, fixture_file, run_command
+from tests.test_codec import NUMERIC, TEXT, TIME, assert_exact, sample
 from tfrecord_etl.transforms import codec, compression, reader
 from tfrecord_etl.transforms.codec import ENCODINGS, FeatureSpec
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
-from tests.conftest import convert, fixture_file, run_command
-from tests.test_codec import NUMERIC, TEXT, TIME, assert_exact, sample
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -23,6 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def tf():
     import tensorflow as tf
+
     return tf
 
 
@@ -35,16 +37,20 @@ def tf_rows(tf, records, spec):
     """Every record decoded inside tf.data by the reader's parse spec + decode_tf."""
     parse = reader.parse_spec(tf, [spec])
     ds = tf.data.Dataset.from_tensor_slices(records).map(
-        lambda r: reader.decode_tf(tf, tf.io.parse_single_example(r, parse), [spec]))
+        lambda r: reader.decode_tf(tf, tf.io.parse_single_example(r, parse), [spec])
+    )
     return [ex[spec.name].numpy() for ex in ds]
 
 
 def test_registry_is_the_one_list_of_encodings_and_config_takes_its_names():
     from tfrecord_etl.pipelines.augment import AugmentConfig
     from tfrecord_etl.transforms.config import ConvertConfig
+
     assert list(ENCODINGS) == ["tensor", "list", "zlib", "packbits", "varlen"]
     for name in ENCODINGS:
-        assert ConvertConfig(input="a.h5", output_dir="o", encoding=name, feature_encodings={"x": name}).encoding == name
+        assert (
+            ConvertConfig(input="a.h5", output_dir="o", encoding=name, feature_encodings={"x": name}).encoding == name
+        )
         assert AugmentConfig(input="a", output_dir="o", feature_encodings={"x": name}).feature_encodings == {"x": name}
     with pytest.raises(Exception, match="tensor.*list.*zlib.*packbits"):
         ConvertConfig(input="a.h5", output_dir="o", encoding="gzip")
@@ -64,6 +70,7 @@ def test_no_module_outside_the_registry_branches_on_an_encoding_name():
 
 
 # -- zlib ------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("order", ["<", ">"])
 @pytest.mark.parametrize("dt", NUMERIC + TEXT + TIME)
@@ -95,9 +102,10 @@ def test_zlib_decodes_inside_tf_data(tf, dt):
 @pytest.mark.parametrize("dt", ["bool", "uint8", "int64", "float32", "float64"])
 def test_zlib_value_is_byte_identical_to_tfds_encoding_zlib_with_the_zlib_backend(dt, monkeypatch):
     from tensorflow_datasets.core.features.tensor_feature import Encoding, Tensor
+
     monkeypatch.setenv(compression.ENV, "zlib")
     src = sample(np.dtype(dt), (5, 6, 7))
-    spec, records = encode(src, "zlib")
+    _spec, records = encode(src, "zlib")
     feature = Tensor(shape=(6, 7), dtype=np.dtype(dt), encoding=Encoding.ZLIB)
     for row, record in zip(src, records):
         spans = codec.split_features(record)
@@ -109,6 +117,7 @@ def test_zlib_value_is_byte_identical_to_tfds_encoding_zlib_with_the_zlib_backen
 @pytest.mark.parametrize("dt", ["bool", "uint8", "int64", "float64"])
 def test_zlib_values_of_every_backend_decode_exactly_with_tfds_and_each_other(dt, backend, monkeypatch):
     from tensorflow_datasets.core.features.tensor_feature import Encoding, Tensor
+
     monkeypatch.setenv(compression.ENV, backend)
     src = sample(np.dtype(dt), (5, 6, 7))
     spec, records = encode(src, "zlib")
@@ -145,13 +154,16 @@ def _with_value(spec, value: bytes) -> bytes:
     return codec.encode_batch({spec.name: [value]}, [FeatureSpec(spec.name, "bytes", (), "list")], 1)[0]
 
 
-@pytest.mark.parametrize("value,message", [
-    (zlib.compress(b"\0" * (10**6)), r"decompresses to 16\+ bytes, expected 16"),  # a bomb stops at 16 bytes
-    (zlib.compress(b"\1" * 15), "decompresses to 15 bytes, expected 16"),
-    (zlib.compress(b"\1" * 16)[:-3], "a truncated stream|not a zlib stream"),
-    (b"not zlib at all", "not a zlib stream"),
-    (zlib.compress(b"\1" * 16) + b"tail", "decompresses to 16"),
-])
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        (zlib.compress(b"\0" * (10**6)), r"decompresses to 16\+ bytes, expected 16"),  # a bomb stops at 16 bytes
+        (zlib.compress(b"\1" * 15), "decompresses to 15 bytes, expected 16"),
+        (zlib.compress(b"\1" * 16)[:-3], "a truncated stream|not a zlib stream"),
+        (b"not zlib at all", "not a zlib stream"),
+        (zlib.compress(b"\1" * 16) + b"tail", "decompresses to 16"),
+    ],
+)
 def test_zlib_values_that_do_not_decompress_to_the_row_are_record_errors(value, message):
     spec = FeatureSpec("f", "<f4", (4,), "zlib")
     with pytest.raises(RecordError, match=message):
@@ -168,6 +180,7 @@ def test_zlib_refuses_what_it_cannot_carry():
 
 
 # -- packbits --------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("shape", [(), (1,), (7,), (8,), (9,), (3, 13), (2, 3, 17), (4, 0)])
 @pytest.mark.parametrize("dt", ["?", "u1"])
@@ -223,10 +236,12 @@ def test_packbits_value_of_the_wrong_size_is_a_record_error():
 
 # -- the whole path ----------------------------------------------------------------------------------------
 
+
 def real_mask_and_image():
     """A real photo (matplotlib's sample grace_hopper.jpg), tiled into 32x32 crops: the crops (uint8) and a
     segmentation-style mask of each (pixels brighter than the photo's median)."""
     from PIL import Image
+
     img = np.asarray(Image.open(fixture_file("matplotlib/mpl-data/sample_data/grace_hopper.jpg")).convert("L"))
     h, w = (img.shape[0] // 32) * 32, (img.shape[1] // 32) * 32
     crops = img[:h, :w].reshape(h // 32, 32, w // 32, 32).swapaxes(1, 2).reshape(-1, 32, 32)
@@ -238,8 +253,9 @@ def test_convert_with_zlib_and_packbits_round_trips_through_every_reader_and_ver
     with h5py.File(tmp_path / "in.h5", "w") as f:
         f["image"], f["mask"], f["label"] = crops, mask, np.arange(len(crops), dtype=">i8")
     out = tmp_path / "out"
-    code, _, err = convert(tmp_path / "in.h5", out, "--feature_encodings", "image=zlib,mask=packbits",
-                           "--num_shards", "3", capsys=capsys)
+    code, _, err = convert(
+        tmp_path / "in.h5", out, "--feature_encodings", "image=zlib,mask=packbits", "--num_shards", "3", capsys=capsys
+    )
     assert code == 0, err
     got = list(reader.iter_numpy(str(out)))
     assert len(got) == len(crops)
@@ -257,12 +273,12 @@ def test_convert_with_zlib_and_packbits_round_trips_through_every_reader_and_ver
         bits = np.unpackbits(tf.io.decode_raw(ex["mask"], tf.uint8).numpy().reshape(32, 4), axis=-1)
         assert np.array_equal(image, crops[i]) and np.array_equal(bits.astype(bool), mask[i])
     from tfrecord_etl.pipelines import verify as verify_module
+
     code, stdout, _ = run_command(verify_module.main, [str(out), "--source", str(tmp_path / "in.h5")], capsys)
     assert code == 0, stdout
     # a flipped bit in a mask (valid CRC) is caught by the source comparison
     meta = reader.metadata.load(str(out))
-    assert {f.name: f.encoding for f in meta["features"]} == {"image": "zlib", "mask": "packbits",
-                                                                    "label": "list"}
+    assert {f.name: f.encoding for f in meta["features"]} == {"image": "zlib", "mask": "packbits", "label": "list"}
     shard = sorted(out.glob("*.tfrecord"))[0]
     records = [rec for _, _, rec in reader.iter_records(str(shard))]
     spec = FeatureSpec("mask", "|b1", (32, 32), "packbits")
@@ -270,51 +286,114 @@ def test_convert_with_zlib_and_packbits_round_trips_through_every_reader_and_ver
     flipped[5, 5] = not flipped[5, 5]
     new = codec.drop_features(records[0], {"mask"}) + codec.encode_batch({"mask": flipped[None]}, [spec], 1)[0]
     from tfrecord_etl.transforms import tfrecord
+
     shard.write_bytes(tfrecord.frame_records([new] + records[1:]))
     code, stdout, _ = run_command(verify_module.main, [str(out), "--source", str(tmp_path / "in.h5")], capsys)
     assert code == 1 and "mask" in stdout
 
 
 def test_augment_writes_new_features_with_the_new_encodings(tmp_path, tf, capsys):
-    from tfrecord_etl.pipelines import augment as augment_main
     from tests.conftest import BEAM_FLAGS
+    from tfrecord_etl.pipelines import augment as augment_main
+
     ids = np.arange(40, dtype="<i8")
     np.save(tmp_path / "ids.npy", ids)
     src = tmp_path / "src"
     code, _, err = convert(tmp_path / "ids.npy", src, capsys=capsys)
     assert code == 0, err
     # the .npy feature is called "array"; augment_fns.mask_and_noise reads "id"
-    code, _, err = run_command(augment_main.main, [
-        "--input", str(src), "--output_dir", str(tmp_path / "side"), "--mode", "sidecar",
-        "--fn", "tests.augment_fns:mask_and_noise_of_array", "--fn_inputs", "array", "--fn_batch",
-        "--feature_encodings", "mask=packbits,noise=zlib", *BEAM_FLAGS], capsys)
+    code, _, err = run_command(
+        augment_main.main,
+        [
+            "--input",
+            str(src),
+            "--output_dir",
+            str(tmp_path / "side"),
+            "--mode",
+            "sidecar",
+            "--fn",
+            "tests.augment_fns:mask_and_noise_of_array",
+            "--fn_inputs",
+            "array",
+            "--fn_batch",
+            "--feature_encodings",
+            "mask=packbits,noise=zlib",
+            *BEAM_FLAGS,
+        ],
+        capsys,
+    )
     assert code == 0, err
     merged = list(reader.iter_numpy_merged(str(src), str(tmp_path / "side")))
     from tests.augment_fns import mask_and_noise
+
     want = mask_and_noise({"id": ids})
     for i, ex in enumerate(merged):
         assert np.array_equal(ex["mask"], want["mask"][i]) and np.array_equal(ex["noise"], want["noise"][i])
-    code, _, err = run_command(augment_main.main, [
-        "--input", str(src), "--output_dir", str(tmp_path / "bad"), "--mode", "sidecar",
-        "--fn", "tests.augment_fns:mask_and_noise_of_array", "--fn_inputs", "array", "--fn_batch",
-        "--feature_encodings", "noise=packbits", *BEAM_FLAGS], capsys)
+    code, _, err = run_command(
+        augment_main.main,
+        [
+            "--input",
+            str(src),
+            "--output_dir",
+            str(tmp_path / "bad"),
+            "--mode",
+            "sidecar",
+            "--fn",
+            "tests.augment_fns:mask_and_noise_of_array",
+            "--fn_inputs",
+            "array",
+            "--fn_batch",
+            "--feature_encodings",
+            "noise=packbits",
+            *BEAM_FLAGS,
+        ],
+        capsys,
+    )
     assert code != 0 and "packbits" in err and not (tmp_path / "bad").exists()
-    code, _, err = run_command(augment_main.main, [
-        "--input", str(src), "--output_dir", str(tmp_path / "bad2"), "--mode", "sidecar",
-        "--fn", "tests.augment_fns:mask_and_noise_of_array", "--fn_inputs", "array", "--fn_batch",
-        "--feature_encodings", "nope=zlib", *BEAM_FLAGS], capsys)
+    code, _, err = run_command(
+        augment_main.main,
+        [
+            "--input",
+            str(src),
+            "--output_dir",
+            str(tmp_path / "bad2"),
+            "--mode",
+            "sidecar",
+            "--fn",
+            "tests.augment_fns:mask_and_noise_of_array",
+            "--fn_inputs",
+            "array",
+            "--fn_batch",
+            "--feature_encodings",
+            "nope=zlib",
+            *BEAM_FLAGS,
+        ],
+        capsys,
+    )
     assert code != 0 and "nope" in err
 
 
 def test_beam_writer_and_inspect_with_zlib_and_packbits(tmp_path, capsys):
     from tfrecord_etl.pipelines import inspect as inspect_module
+
     crops, mask = real_mask_and_image()
     with h5py.File(tmp_path / "in.h5", "w") as f:
         f["image"], f["mask"] = crops, mask
     out = tmp_path / "out"
-    code, _, err = convert(tmp_path / "in.h5", out, "--feature_encodings", "image=zlib,mask=packbits",
-                           "--writer", "beam", "--provenance", "--compression", "gzip", "--num_shards", "2",
-                           capsys=capsys)
+    code, _, err = convert(
+        tmp_path / "in.h5",
+        out,
+        "--feature_encodings",
+        "image=zlib,mask=packbits",
+        "--writer",
+        "beam",
+        "--provenance",
+        "--compression",
+        "gzip",
+        "--num_shards",
+        "2",
+        capsys=capsys,
+    )
     assert code == 0, err
     got = sorted(reader.iter_numpy(str(out)), key=lambda e: int(e["_source/row"]))  # the beam writer: any order
     assert [int(e["_source/row"]) for e in got] == list(range(len(crops)))

@@ -2,6 +2,7 @@
 number their workers alike ("1-1" in each JVM) must each stop only their own SDK harness. Beam's stock pool keys
 its harness processes by worker id alone, so the second runner's StopWorker killed the first runner's harness and a
 Flink job hung (a subtask RUNNING with no harness). No cluster needed: two gRPC channels play the two runners."""
+
 from __future__ import annotations
 
 import os
@@ -34,14 +35,16 @@ def _two_runners_start_and_one_stops(servicer_cls):
     pool = servicer_cls(use_process=True, state_cache_size=0, data_buffer_time_limit_ms=-1)
     server, port = _serve(pool)
     # a connection of its own per channel, as two JVMs have (Python's gRPC would otherwise share one)
-    channels = [grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)])
-                for _ in range(2)]
+    channels = [
+        grpc.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)]) for _ in range(2)
+    ]
     procs = []
     try:
         for channel in channels:
             # a control endpoint nobody serves: the harness waits for it, alive, until it is stopped
             request = beam_fn_api_pb2.StartWorkerRequest(
-                worker_id="1-1", control_endpoint=endpoints_pb2.ApiServiceDescriptor(url="localhost:9"))
+                worker_id="1-1", control_endpoint=endpoints_pb2.ApiServiceDescriptor(url="localhost:9")
+            )
             response = beam_fn_api_pb2_grpc.BeamFnExternalWorkerPoolStub(channel).StartWorker(request)
             assert response.error == ""
             procs.append(_newest_harness(pool, procs))

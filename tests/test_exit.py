@@ -1,5 +1,6 @@
 """``common.exit_process``: a command's process ends without CPython's teardown, but with its atexit handlers, its
 buffered output and its exit status intact, and still joins threads that Python's own exit would join."""
+
 from __future__ import annotations
 
 import os
@@ -63,16 +64,45 @@ def test_convert_as_a_process_prints_its_whole_summary_and_commits(tmp_path):
     with h5py.File(src, "w") as f:
         f["x"] = np.arange(10.0)
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "pipelines.convert", "--input", str(src), "--output_dir", str(out),
-                           "--runner", "DirectRunner"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.convert",
+            "--input",
+            str(src),
+            "--output_dir",
+            str(out),
+            "--runner",
+            "DirectRunner",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("wrote 10 examples")
-    assert "work span:" in done.stdout.splitlines()[-1]   # the last line, flushed before os._exit
+    assert "work span:" in done.stdout.splitlines()[-1]  # the last line, flushed before os._exit
     assert (out / "metadata.json").exists() and not (out / ".tf-etl.lock").exists()  # committed, unlocked
     from tfrecord_etl.transforms import reader
+
     assert np.array_equal(np.array([e["x"] for e in reader.iter_numpy(str(out))]), np.arange(10.0))
-    bad = subprocess.run([sys.executable, "-m", "pipelines.convert", "--input", str(tmp_path / "none.h5"),
-                          "--output_dir", str(tmp_path / "o2")], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.convert",
+            "--input",
+            str(tmp_path / "none.h5"),
+            "--output_dir",
+            str(tmp_path / "o2"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert bad.returncode == 2 and bad.stderr.startswith("error: ")
 
 
@@ -84,11 +114,26 @@ def test_a_reader_that_goes_away_ends_the_command_with_one_line_not_a_traceback(
     out = tmp_path / "out"
     read_end, write_end = os.pipe()
     os.close(read_end)  # nobody will read: every write to stdout fails with EPIPE
-    done = subprocess.run([sys.executable, "-c", "import sys; sys.stdout.reconfigure(line_buffering=True); "
-                           "from tfrecord_etl.pipelines import common, convert; "
-                           "common.exit_process(common.run_main(convert.main, sys.argv[1:]))",
-                           "--input", str(src), "--output_dir", str(out), "--runner", "DirectRunner"],
-                          stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.stdout.reconfigure(line_buffering=True); "
+            "from tfrecord_etl.pipelines import common, convert; "
+            "common.exit_process(common.run_main(convert.main, sys.argv[1:]))",
+            "--input",
+            str(src),
+            "--output_dir",
+            str(out),
+            "--runner",
+            "DirectRunner",
+        ],
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     os.close(write_end)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
@@ -102,13 +147,17 @@ def test_a_job_the_runner_failed_is_one_line_not_a_traceback(capsys):
     from tfrecord_etl.pipelines import common
 
     def main(argv):
-        raise RuntimeError("Pipeline BeamApp-root-1128-4f90_a458 failed in state FAILED: "
-                           "org.apache.flink.runtime.jobmaster.JobMasterException: TaskManager with id "
-                           "127.0.0.1:44727-52033f is no longer reachable.\n")
+        raise RuntimeError(
+            "Pipeline BeamApp-root-1128-4f90_a458 failed in state FAILED: "
+            "org.apache.flink.runtime.jobmaster.JobMasterException: TaskManager with id "
+            "127.0.0.1:44727-52033f is no longer reachable.\n"
+        )
 
     assert common.run_main(main, []) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith("error: OutputError: The runner's job BeamApp-root-1128-4f90_a458 ended in state FAILED: "
-                          "org.apache.flink.runtime.jobmaster.JobMasterException: TaskManager with id "
-                          "127.0.0.1:44727-52033f is no longer reachable; nothing was committed"), err
+    assert err.startswith(
+        "error: OutputError: The runner's job BeamApp-root-1128-4f90_a458 ended in state FAILED: "
+        "org.apache.flink.runtime.jobmaster.JobMasterException: TaskManager with id "
+        "127.0.0.1:44727-52033f is no longer reachable; nothing was committed"
+    ), err

@@ -2,6 +2,7 @@
 and its toolbar icons, arranged into class folders here) plus a truncated JPEG and an empty file: file bytes
 byte-identical through our reader and plain TensorFlow, labels from folders or a CSV table, dead letters, both
 writers, verify, inspect."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,8 @@ import shutil
 import numpy as np
 import pytest
 
-from tfrecord_etl.transforms import reader
 from tests.conftest import convert, fixture_file, run_command
+from tfrecord_etl.transforms import reader
 
 MPL = "matplotlib/mpl-data"
 
@@ -33,19 +34,26 @@ def collection(tmp_path):
 
 def tf_examples(out):
     import tensorflow as tf
+
     files = sorted(str(p) for p in out.iterdir() if p.name.endswith((".tfrecord", ".tfrecord.gz")))
-    spec = {"image": tf.io.FixedLenFeature([], tf.string), "filename": tf.io.FixedLenFeature([], tf.string),
-            "label/text": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
+    spec = {
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "filename": tf.io.FixedLenFeature([], tf.string),
+        "label/text": tf.io.FixedLenFeature([], tf.string),
+        "label": tf.io.FixedLenFeature([], tf.int64),
+    }
     return [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(files)]
 
 
 def test_image_folder_round_trips_byte_identically(collection, tmp_path, capsys):
-    from PIL import Image
     import tensorflow as tf
+    from PIL import Image
+
     base, files = collection
     out = tmp_path / "out"
-    code, _, err = convert(base / "*" / "*", out, "--format", "files", "--encoding", "list", "--num_shards", "2",
-                           capsys=capsys)
+    code, _, err = convert(
+        base / "*" / "*", out, "--format", "files", "--encoding", "list", "--num_shards", "2", capsys=capsys
+    )
     assert code == 0, err
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["files"]["label_names"] == ["icons", "photos"] and meta["num_records"] == len(files)
@@ -55,8 +63,11 @@ def test_image_folder_round_trips_byte_identically(collection, tmp_path, capsys)
         assert e["image"] == p.read_bytes()  # untouched bytes
         assert e["label/text"] == p.parent.name.encode() and int(e["label"]) == ["icons", "photos"].index(p.parent.name)
         with Image.open(p) as im:
-            assert (e["image/format"], int(e["image/width"]), int(e["image/height"]), int(e["image/channels"])) == \
-                (im.format.encode(), *im.size, len(im.getbands()))
+            assert (e["image/format"], int(e["image/width"]), int(e["image/height"]), int(e["image/channels"])) == (
+                im.format.encode(),
+                *im.size,
+                len(im.getbands()),
+            )
     for ex, p in zip(tf_examples(out), files):  # plain TensorFlow; decode_image equals Pillow's decode
         assert ex["image"].numpy() == p.read_bytes() and ex["label/text"].numpy() == p.parent.name.encode()
         if p.suffix == ".png":
@@ -65,8 +76,17 @@ def test_image_folder_round_trips_byte_identically(collection, tmp_path, capsys)
             decoded = tf.io.decode_image(ex["image"], channels=want.shape[-1]).numpy()
             assert np.array_equal(decoded, want), p.name
     # the same collection again: the same label numbers and the same bytes (the planned writer is deterministic)
-    code, _, _ = convert(base / "*" / "*", tmp_path / "again", "--format", "files", "--encoding", "list",
-                         "--num_shards", "2", capsys=capsys)
+    code, _, _ = convert(
+        base / "*" / "*",
+        tmp_path / "again",
+        "--format",
+        "files",
+        "--encoding",
+        "list",
+        "--num_shards",
+        "2",
+        capsys=capsys,
+    )
     assert code == 0
     for name in ("data-00000-of-00002.tfrecord", "data-00001-of-00002.tfrecord"):
         assert (out / name).read_bytes() == (tmp_path / "again" / name).read_bytes()
@@ -75,12 +95,13 @@ def test_image_folder_round_trips_byte_identically(collection, tmp_path, capsys)
 def test_corrupt_and_empty_files_are_dead_letters_and_counts_add_up(collection, tmp_path, capsys):
     base, files = collection
     jpeg = (base / "photos" / "grace_hopper.jpg").read_bytes()
-    (base / "photos" / "cut.jpg").write_bytes(jpeg[:len(jpeg) // 3])  # a truncated JPEG: the header reads fine
+    (base / "photos" / "cut.jpg").write_bytes(jpeg[: len(jpeg) // 3])  # a truncated JPEG: the header reads fine
     (base / "icons" / "empty.png").write_bytes(b"")
     (base / "icons" / "notes.png").write_bytes(b"not an image at all")
     out, dead = tmp_path / "out", tmp_path / "dead"
-    code, _, err = convert(base / "*" / "*", out, "--format", "files", "--decode_check", "--dead_letter_dir", dead,
-                           capsys=capsys)
+    code, _, err = convert(
+        base / "*" / "*", out, "--format", "files", "--decode_check", "--dead_letter_dir", dead, capsys=capsys
+    )
     assert code == 0, err
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["num_records"] == len(files) and meta["rows_dead_lettered"] == 3
@@ -101,8 +122,18 @@ def test_labels_from_a_csv_table_with_more_columns(collection, tmp_path, capsys)
     rows = ["file,label,source"] + [f"{p.name},{'big' if p.stat().st_size > 5000 else 'small'},mpl" for p in files]
     table.write_text("\n".join(rows) + "\n")
     out = tmp_path / "out"
-    code, _, err = convert(base / "*" / "*", out, "--format", "files", "--file_labels", table, "--no-image_header",
-                           "--writer", "beam", capsys=capsys)
+    code, _, err = convert(
+        base / "*" / "*",
+        out,
+        "--format",
+        "files",
+        "--file_labels",
+        table,
+        "--no-image_header",
+        "--writer",
+        "beam",
+        capsys=capsys,
+    )
     assert code == 0, err
     got = {e["filename"].item(): e for e in reader.iter_numpy(str(out))}  # the beam writer keeps no order
     for p in files:
@@ -112,12 +143,22 @@ def test_labels_from_a_csv_table_with_more_columns(collection, tmp_path, capsys)
         assert e["source"] == b"mpl" and e["image"] == p.read_bytes() and "image/format" not in e
     # a file with no row, and a row with no file: an error each, or reported with --dead_letter_dir
     table.write_text("\n".join(rows[:-1] + ["ghost.png,small,mpl"]) + "\n")
-    code, _, err = convert(base / "*" / "*", tmp_path / "o2", "--format", "files", "--file_labels", table,
-                           capsys=capsys)
+    code, _, err = convert(
+        base / "*" / "*", tmp_path / "o2", "--format", "files", "--file_labels", table, capsys=capsys
+    )
     assert code == 2 and "have no row in the labels table" in err and files[-1].name in err
     dead = tmp_path / "dead"
-    code, _, err = convert(base / "*" / "*", tmp_path / "o3", "--format", "files", "--file_labels", table,
-                           "--dead_letter_dir", dead, capsys=capsys)
+    code, _, err = convert(
+        base / "*" / "*",
+        tmp_path / "o3",
+        "--format",
+        "files",
+        "--file_labels",
+        table,
+        "--dead_letter_dir",
+        dead,
+        capsys=capsys,
+    )
     assert code == 0, err
     letters = {f.name: [json.loads(x) for x in f.read_text().splitlines()] for f in dead.glob("*.jsonl")}
     assert [d["files"] for d in letters.pop("labels_without_files.jsonl")] == [["ghost.png"]]
@@ -126,7 +167,8 @@ def test_labels_from_a_csv_table_with_more_columns(collection, tmp_path, capsys)
 
 def test_verify_and_inspect_a_file_collection(collection, tmp_path, capsys):
     from tfrecord_etl.pipelines import inspect as inspect_module, verify as verify_module
-    base, files = collection
+
+    base, _files = collection
     out = tmp_path / "out"
     assert convert(base / "*" / "*", out, "--format", "files", capsys=capsys)[0] == 0
     code, stdout, _ = run_command(verify_module.main, [out, "--source", str(base / "*" / "*")], capsys)
@@ -139,20 +181,32 @@ def test_verify_and_inspect_a_file_collection(collection, tmp_path, capsys):
     assert code == 1 and "image" in stdout
 
 
-@pytest.mark.parametrize("flags, mode", [([], "sequential"), (["--provenance"], "sequential"),
-                                         (["--writer", "beam", "--provenance"], "provenance")])
-def test_verify_expects_the_dead_lettered_file_absent_and_compares_the_rest(collection, tmp_path, capsys, flags,
-                                                                            mode):
+@pytest.mark.parametrize(
+    "flags, mode",
+    [([], "sequential"), (["--provenance"], "sequential"), (["--writer", "beam", "--provenance"], "provenance")],
+)
+def test_verify_expects_the_dead_lettered_file_absent_and_compares_the_rest(collection, tmp_path, capsys, flags, mode):
     """One file of the collection is not an image: it is dead-lettered, metadata.json lists it, and verify
     --source compares the other files exactly (their range was read again without it) and expects it absent;
     a changed file that has a record still fails."""
     from tfrecord_etl.pipelines import verify as verify_module
+
     base, files = collection
     bad = base / "icons" / "move_broken.png"  # in the middle of the sorted collection
     bad.write_bytes(b"not an image at all")
     out, pattern = tmp_path / "out", str(base / "*" / "*")
-    code, _, err = convert(pattern, out, "--format", "files", "--num_shards", "2", "--dead_letter_dir",
-                           tmp_path / "dead", *flags, capsys=capsys)
+    code, _, err = convert(
+        pattern,
+        out,
+        "--format",
+        "files",
+        "--num_shards",
+        "2",
+        "--dead_letter_dir",
+        tmp_path / "dead",
+        *flags,
+        capsys=capsys,
+    )
     assert code == 0, err
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["rows_dead_lettered"] == 1 and meta["num_records"] == len(files)
@@ -190,6 +244,7 @@ def test_a_flat_folder_converts_without_labels_and_says_so(tmp_path, capsys, cap
 
 def test_a_folder_of_other_files_converts_as_bytes_and_names(tmp_path, capsys, caplog):
     import tensorflow as tf
+
     d = tmp_path / "notes"
     d.mkdir()
     files = {"a.txt": b"hello\n", "b.csv": b"x,y\n1,2\n", "c.bin": bytes(range(256))}
@@ -201,11 +256,15 @@ def test_a_folder_of_other_files_converts_as_bytes_and_names(tmp_path, capsys, c
     assert {n: e["image"] for n, e in got.items()} == files
     assert all(sorted(e) == ["filename", "image"] for e in got.values())
     assert any("is an image Pillow can identify" in r.getMessage() for r in caplog.records)
-    parsed = [tf.io.parse_single_example(r, {"image": tf.io.FixedLenFeature([], tf.string),
-                                              "filename": tf.io.FixedLenFeature([], tf.string)})
-              for r in tf.data.TFRecordDataset(sorted(str(p) for p in (tmp_path / "out").glob("*.tfrecord")))]
+    parsed = [
+        tf.io.parse_single_example(
+            r, {"image": tf.io.FixedLenFeature([], tf.string), "filename": tf.io.FixedLenFeature([], tf.string)}
+        )
+        for r in tf.data.TFRecordDataset(sorted(str(p) for p in (tmp_path / "out").glob("*.tfrecord")))
+    ]
     assert {p["filename"].numpy().decode(): p["image"].numpy() for p in parsed} == files
     from tfrecord_etl.pipelines import verify as verify_module
+
     code, stdout, _ = run_command(verify_module.main, [tmp_path / "out", "--source", str(d / "*")], capsys)
     assert code == 0, stdout
     # --image_header asks for images: the first file that is not one is named at planning, nothing is written
@@ -218,7 +277,8 @@ def test_a_folder_of_other_files_converts_as_bytes_and_names(tmp_path, capsys, c
 
 def test_a_file_that_is_not_an_image_among_images_is_named_at_planning(collection, tmp_path, capsys, monkeypatch):
     from tfrecord_etl.transforms import beam_io
-    base, files = collection
+
+    base, _files = collection
     bad = base / "icons" / "move_broken.png"
     bad.write_bytes(b"not an image at all")
     started = []

@@ -2,6 +2,7 @@
 as empty or kind-less Features, optional features left out). The features recorded are the ones every record
 satisfies (``varlen`` where a record lacks a value), never a sample's guess; augment, verify, inspect, both readers,
 the merged sidecar readers and ``--fn_inputs`` read them as TensorFlow does (``tf.io.VarLenFeature``)."""
+
 from __future__ import annotations
 
 import csv
@@ -13,8 +14,7 @@ from hypothesis import given, settings, strategies as st
 
 from tests.conftest import fixture_file, run_command
 from tests.test_augment import run_augment, tf  # noqa: F401 - the shared command helper and TF fixture
-from tfrecord_etl.pipelines import inspect as inspect_main
-from tfrecord_etl.pipelines import verify as verify_main
+from tfrecord_etl.pipelines import inspect as inspect_main, verify as verify_main
 from tfrecord_etl.transforms import codec, metadata, reader
 from tfrecord_etl.transforms.codec import FeatureSpec, FeatureStats
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
@@ -48,9 +48,11 @@ def plain_tf_values(tf, records, specs):
 
 # -- FeatureStats: the C++ batch path learns what the Python walk learns ------------------------------------------
 
+
 def _example(features: dict) -> bytes:
     """A serialized Example from {name: (kind or None, values)}, built with the codec's wire primitives."""
     from tfrecord_etl.transforms.codec import encode_varint, length_delimited_field
+
     entries = b""
     for name, (kind, values) in features.items():
         if kind is None:
@@ -63,16 +65,22 @@ def _example(features: dict) -> bytes:
         else:
             packed = np.asarray(values, "<f4").tobytes()
             feature = length_delimited_field(2, length_delimited_field(1, packed) if values else b"")
-        entries += length_delimited_field(1, length_delimited_field(1, name.encode()) + length_delimited_field(2, feature))
+        entries += length_delimited_field(
+            1, length_delimited_field(1, name.encode()) + length_delimited_field(2, feature)
+        )
     return length_delimited_field(1, entries)
 
 
 _KINDS = {"a": "int64", "b": "float", "c": "bytes", "d": "int64"}
-_value = {"int64": st.integers(-2**63, 2**63 - 1), "float": st.floats(width=32, allow_nan=False),
-          "bytes": st.binary(max_size=4)}
-_feature = {name: st.one_of(st.none(), st.just((None, [])),
-                            st.lists(_value[kind], max_size=3).map(lambda v, k=kind: (k, v)))
-            for name, kind in _KINDS.items()}
+_value = {
+    "int64": st.integers(-(2**63), 2**63 - 1),
+    "float": st.floats(width=32, allow_nan=False),
+    "bytes": st.binary(max_size=4),
+}
+_feature = {
+    name: st.one_of(st.none(), st.just((None, [])), st.lists(_value[kind], max_size=3).map(lambda v, k=kind: (k, v)))
+    for name, kind in _KINDS.items()
+}
 _record = st.fixed_dictionaries(_feature).map(lambda d: {k: v for k, v in d.items() if v is not None})
 
 
@@ -111,8 +119,11 @@ def test_feature_stats_merge_is_the_stats_of_all_records():
     whole.observe_records(first + later)
     merged = FeatureStats.from_json(json.loads(json.dumps(a.to_json()))).merge(FeatureStats.from_json(b.to_json()))
     assert merged.to_json() == whole.to_json()
-    assert merged.specs() == (FeatureSpec("x", "<i8", (None,), "varlen"), FeatureSpec("s", "bytes", (1,), "list"),
-                              FeatureSpec("new", "<f4", (None,), "varlen"))
+    assert merged.specs() == (
+        FeatureSpec("x", "<i8", (None,), "varlen"),
+        FeatureSpec("s", "bytes", (1,), "list"),
+        FeatureSpec("new", "<f4", (None,), "varlen"),
+    )
     assert a.specs()[0] == FeatureSpec("x", "<i8", (1,), "list")  # the first records alone would have guessed fixed
     mixed = FeatureStats()
     with pytest.raises(SchemaError, match="Feature 'x' holds float and int64 lists"):
@@ -141,6 +152,7 @@ def test_varlen_encoding_writes_no_shape_companion_and_reads_like_tf(tf):
 
 # -- the real TFX ExampleGen collection ---------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def taxi_outputs(tmp_path_factory):
     """augment rewrite and sidecar of TFX's Chicago taxi ExampleGen output (empty CSV cells), no --schema."""
@@ -161,14 +173,16 @@ def test_augment_records_the_features_every_record_satisfies(taxi_outputs, tf):
     assert specs["trip_seconds"] == FeatureSpec("trip_seconds", "<i8", (None,), "varlen")
     assert specs["fare"] == FeatureSpec("fare", "<f4", (1,), "list")
     assert specs["pickup_census_tract"] == FeatureSpec("pickup_census_tract", "<i8", (None,), "varlen")
-    assert [c.split(":")[0] for c in meta["augment"]["input_features_corrected"]] == \
-        ["'pickup_census_tract'", "'trip_seconds'"]
+    assert [c.split(":")[0] for c in meta["augment"]["input_features_corrected"]] == [
+        "'pickup_census_tract'",
+        "'trip_seconds'",
+    ]
     # what the metadata says is what every record holds: check against plain TensorFlow, record by record
     records = taxi_records(tf)
     empty = [i for i, v in enumerate(plain_tf_values(tf, records, [specs["trip_seconds"]])) if not v["trip_seconds"]]
     assert len(empty) == 3 and min(empty) >= 1000
     schema = (taxi_outputs["rewrite"] / "schema.pbtxt").read_text()
-    block = schema[schema.index('name: "trip_seconds"'):].split("feature {")[0]
+    block = schema[schema.index('name: "trip_seconds"') :].split("feature {")[0]
     assert "min_fraction: 0.0" in block  # TFMD: optional
 
 
@@ -176,8 +190,12 @@ def test_augment_summary_says_which_guesses_were_wrong(tmp_path, capsys):
     code, out, err = run_augment(taxi_pattern(), tmp_path / "o", "--constants", "source=tfx", capsys=capsys)
     assert code == 0 and err == ""
     line = next(ln for ln in out.splitlines() if ln.strip().startswith("input features:"))
-    assert "learned from every record" in line and "'trip_seconds': list <i8 [1] in the first records, but " \
-        "missing or empty in 3 of 9,909 records: recorded as varlen <i8 [None]" in line
+    assert (
+        "learned from every record" in line
+        and "'trip_seconds': list <i8 [1] in the first records, but "
+        "missing or empty in 3 of 9,909 records: recorded as varlen <i8 [None]"
+        in line
+    )
 
 
 def test_readers_verify_and_inspect_read_the_rewrite_output_like_tf(taxi_outputs, tf, capsys):
@@ -195,8 +213,11 @@ def test_readers_verify_and_inspect_read_the_rewrite_output_like_tf(taxi_outputs
     code, text, _ = run_command(verify_main.main, [out], capsys)
     assert code == 0 and text.startswith("OK:")
     code, text, _ = run_command(inspect_main.main, [out, "--json"], capsys)
-    assert code == 0 and {"name": "trip_seconds", "dtype": "<i8", "shape": [None], "encoding": "varlen"} in \
-        json.loads(text)["features"]
+    assert (
+        code == 0
+        and {"name": "trip_seconds", "dtype": "<i8", "shape": [None], "encoding": "varlen"}
+        in json.loads(text)["features"]
+    )
 
 
 def test_verify_and_inspect_of_the_raw_collection_learn_from_every_record(capsys):
@@ -228,22 +249,28 @@ def test_merged_sidecar_readers_read_missing_values_like_tf(taxi_outputs, tf):
 
 def test_fn_inputs_of_a_foreign_collection_are_varlen(tmp_path, tf):
     """--fn gets trip_seconds as tf.io.VarLenFeature gives it: 1-D, empty in the 3 records without a value."""
-    code, _, _ = run_augment(taxi_pattern(), tmp_path / "o", "--fn", "tests.augment_fns:count_values",
-                             "--fn_inputs", "trip_seconds,company")
+    code, _, _ = run_augment(
+        taxi_pattern(), tmp_path / "o", "--fn", "tests.augment_fns:count_values", "--fn_inputs", "trip_seconds,company"
+    )
     assert code == 0
     got = [(ex["n_trip_seconds"].item(), ex["n_company"].item()) for ex in reader.iter_numpy(str(tmp_path / "o"))]
-    want = plain_tf_values(tf, taxi_records(tf), [FeatureSpec("trip_seconds", "<i8", (None,), "varlen"),
-                                                  FeatureSpec("company", "bytes", (None,), "varlen")])
+    want = plain_tf_values(
+        tf,
+        taxi_records(tf),
+        [FeatureSpec("trip_seconds", "<i8", (None,), "varlen"), FeatureSpec("company", "bytes", (None,), "varlen")],
+    )
     assert got == [(len(w["trip_seconds"]), len(w["company"])) for w in want]
     assert sum(n == 0 for n, _ in got) == 3
 
 
 # -- --schema: a TFMD schema (TFX SchemaGen / user-provided) instead of learning ----------------------------------
 
+
 def test_schema_flag_takes_the_tfx_schema_and_checks_every_record(tmp_path, capsys):
     schema = fixture_file(TAXI_SCHEMA)
-    code, out, err = run_augment(taxi_pattern(), tmp_path / "o", "--constants", "source=tfx", "--schema", schema,
-                                 capsys=capsys)
+    code, out, err = run_augment(
+        taxi_pattern(), tmp_path / "o", "--constants", "source=tfx", "--schema", schema, capsys=capsys
+    )
     assert code == 0, err
     declared = metadata.specs_from_schema(schema.read_text())
     meta = metadata.load(str(tmp_path / "o"))
@@ -255,18 +282,25 @@ def test_schema_flag_takes_the_tfx_schema_and_checks_every_record(tmp_path, caps
     at = text.index("min_count: 1", text.index('name: "trip_seconds"'))
     bad = tmp_path / "required.pbtxt"
     bad.write_text(text[:at] + "min_fraction: 1.0\n    " + text[at:])
-    code, _, err = run_augment(taxi_pattern(), tmp_path / "bad", "--constants", "source=tfx", "--schema", bad,
-                               capsys=capsys)
+    code, _, err = run_augment(
+        taxi_pattern(), tmp_path / "bad", "--constants", "source=tfx", "--schema", bad, capsys=capsys
+    )
     *said, line = err.strip().splitlines()  # before the error: the shards this failed run wrote, removed
     assert all(s.startswith("[tfrecord-etl] removing") for s in said), said
-    assert code == 2 and line.startswith("error: SchemaError: The records contradict --schema: 'trip_seconds' is "
-                                         "missing or empty in 1 of") and "data_tfrecord-0000" in line
+    assert (
+        code == 2
+        and line.startswith(
+            "error: SchemaError: The records contradict --schema: 'trip_seconds' is missing or empty in 1 of"
+        )
+        and "data_tfrecord-0000" in line
+    )
     assert not (tmp_path / "bad" / "metadata.json").exists()
 
 
 def test_schema_flag_errors(tmp_path, capsys):
-    code, _, err = run_augment(taxi_pattern(), tmp_path / "a", "--constants", "s=1", "--schema", tmp_path / "nope",
-                               capsys=capsys)
+    code, _, err = run_augment(
+        taxi_pattern(), tmp_path / "a", "--constants", "s=1", "--schema", tmp_path / "nope", capsys=capsys
+    )
     assert code == 2 and "ConfigError: --schema names no file" in err
     junk = tmp_path / "junk.pbtxt"
     junk.write_text("feature { name: 'x' type: WHAT }")
@@ -279,11 +313,13 @@ def test_schema_flag_errors(tmp_path, capsys):
 
 # -- a collection generated by ExampleGen's own CSV code path --------------------------------------------------------
 
+
 def _example_gen(tf, csv_path, out_path):
     """TFX CsvExampleGen's conversion (tfx/components/example_gen/csv_example_gen/executor.py, 1.21): tfx_bsl's
     ParseCSVLine and ColumnTypeInferrer, then one Feature per cell: an empty typed list for an empty cell, a
     Feature with no kind for a column whose type is unknown (every cell empty)."""
     from tfx_bsl.coders import csv_decoder
+
     lines = csv_path.read_text().splitlines()
     names = lines[0].split(",")
     parse = csv_decoder.ParseCSVLine(",")
@@ -294,24 +330,38 @@ def _example_gen(tf, csv_path, out_path):
     for row in parsed:
         acc = inferrer.add_input(acc, row)
     infos = inferrer.extract_output(acc)
-    handlers = {csv_decoder.ColumnType.INT: lambda c: tf.train.Feature(int64_list=tf.train.Int64List(
-                    value=[int(c)] if c else [])),
-                csv_decoder.ColumnType.FLOAT: lambda c: tf.train.Feature(float_list=tf.train.FloatList(
-                    value=[float(c)] if c else [])),
-                csv_decoder.ColumnType.STRING: lambda c: tf.train.Feature(bytes_list=tf.train.BytesList(
-                    value=[c] if c else []))}
+    handlers = {
+        csv_decoder.ColumnType.INT: lambda c: tf.train.Feature(
+            int64_list=tf.train.Int64List(value=[int(c)] if c else [])
+        ),
+        csv_decoder.ColumnType.FLOAT: lambda c: tf.train.Feature(
+            float_list=tf.train.FloatList(value=[float(c)] if c else [])
+        ),
+        csv_decoder.ColumnType.STRING: lambda c: tf.train.Feature(
+            bytes_list=tf.train.BytesList(value=[c] if c else [])
+        ),
+    }
     with tf.io.TFRecordWriter(str(out_path), "GZIP") as w:
         for row in parsed:
-            feature = {i.name: handlers[i.type](c) if i.type in handlers else tf.train.Feature()
-                       for c, i in zip(row, infos)}
+            feature = {
+                i.name: handlers[i.type](c) if i.type in handlers else tf.train.Feature() for c, i in zip(row, infos)
+            }
             w.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
 
 
 def test_generated_example_gen_collection_with_late_empty_cells(tmp_path, tf, capsys):
     """1,500 CSV rows: 'age' is empty only after the first 1,000 (beyond the sample), 'note' in every other row,
     'unused' in every row (no kind). augment records them varlen, and every value reads back exactly."""
-    rows = [{"id": i, "age": "" if i in (1200, 1499) else 20 + i % 50, "note": f"n{i}" if i % 2 else "",
-             "score": f"{i / 8:.3f}", "unused": ""} for i in range(1500)]
+    rows = [
+        {
+            "id": i,
+            "age": "" if i in (1200, 1499) else 20 + i % 50,
+            "note": f"n{i}" if i % 2 else "",
+            "score": f"{i / 8:.3f}",
+            "unused": "",
+        }
+        for i in range(1500)
+    ]
     path = tmp_path / "data.csv"
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, ["id", "age", "note", "score", "unused"])
@@ -320,8 +370,9 @@ def test_generated_example_gen_collection_with_late_empty_cells(tmp_path, tf, ca
     src = tmp_path / "Split-train"
     src.mkdir()
     _example_gen(tf, path, src / "data_tfrecord-00000-of-00001.gz")
-    code, out, _ = run_augment(str(src / "*.gz"), tmp_path / "o", "--mode", "sidecar", "--constants", "k=1",
-                               capsys=capsys)
+    code, out, _ = run_augment(
+        str(src / "*.gz"), tmp_path / "o", "--mode", "sidecar", "--constants", "k=1", capsys=capsys
+    )
     assert code == 0
     specs = {f["name"]: f for f in json.loads((tmp_path / "o" / "manifest.json").read_text())["features"]}
     assert specs["id"]["encoding"] == "list" and specs["id"]["shape"] == [1]
@@ -340,6 +391,7 @@ def test_tfxio_reads_the_varlen_features_with_the_written_schema(taxi_outputs):
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2
     from tfx_bsl.public import tfxio
+
     out = taxi_outputs["rewrite"]
     schema = text_format.Parse((out / "schema.pbtxt").read_text(), schema_pb2.Schema())
     source = tfxio.TFExampleRecord(file_pattern=str(out / "*.gz"), schema=schema)
@@ -354,11 +406,14 @@ def test_tfxio_reads_the_varlen_features_with_the_written_schema(taxi_outputs):
 
 
 def test_schema_flag_needs_a_collection_without_metadata(tmp_path, capsys):
-    from tests.conftest import convert
     import h5py
+
+    from tests.conftest import convert
+
     with h5py.File(tmp_path / "a.h5", "w") as f:
         f["x"] = np.arange(10)
     assert convert(str(tmp_path / "a.h5"), tmp_path / "c")[0] == 0
-    code, _, err = run_augment(str(tmp_path / "c"), tmp_path / "o", "--constants", "s=1", "--schema",
-                               fixture_file(TAXI_SCHEMA), capsys=capsys)
+    code, _, err = run_augment(
+        str(tmp_path / "c"), tmp_path / "o", "--constants", "s=1", "--schema", fixture_file(TAXI_SCHEMA), capsys=capsys
+    )
     assert code == 2 and "ConfigError: --schema is for collections without metadata.json" in err

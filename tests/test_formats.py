@@ -2,6 +2,7 @@
 --format always wins; a pattern matching files of several formats is an error listing them. Real files: MINC1 and
 MINC2 .mnc (nibabel's test data), NetCDF-3 and netCDF-4 .cdf (arm-pyart's test data), compared with SciPy / h5py.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,14 +37,17 @@ def netcdf3_file(path):
 def test_the_content_decides_the_format_whatever_the_suffix(tmp_path):
     made = {
         "netcdf4.cdf": ("hdf5", lambda p: hdf5_file(p)),  # netCDF-4 named .cdf: was NetCDF-3 by suffix
-        "minc2.mnc": ("hdf5", lambda p: hdf5_file(p)), "minc1.mnc": ("netcdf3", netcdf3_file),
-        "data.loom": ("hdf5", lambda p: hdf5_file(p)), "block.h5ad": ("hdf5", lambda p: hdf5_file(p, 1024)),
+        "minc2.mnc": ("hdf5", lambda p: hdf5_file(p)),
+        "minc1.mnc": ("netcdf3", netcdf3_file),
+        "data.loom": ("hdf5", lambda p: hdf5_file(p)),
+        "block.h5ad": ("hdf5", lambda p: hdf5_file(p, 1024)),
         "deep.xyz": ("hdf5", lambda p: hdf5_file(p, 8192)),  # unknown suffix: 512 * 2**n offsets probed
         "array.dat": ("npy", lambda p: np.save(open(p, "wb"), np.arange(3))),
         "archive.data": ("npz", lambda p: np.savez(open(p, "wb"), a=np.arange(3))),
         "v5.mat": ("matlab", lambda p: savemat(p, {"a": np.arange(3)})),
         "v5.bin": ("matlab", lambda p: savemat(p, {"a": np.arange(3)})),
-        "classic.nc": ("netcdf3", netcdf3_file), "netcdf4.nc": ("hdf5", lambda p: hdf5_file(p)),
+        "classic.nc": ("netcdf3", netcdf3_file),
+        "netcdf4.nc": ("hdf5", lambda p: hdf5_file(p)),
     }
     for name, (fmt, make) in made.items():
         make(str(tmp_path / name))
@@ -54,26 +58,42 @@ def test_the_content_decides_the_format_whatever_the_suffix(tmp_path):
     assert sources.format_of(v73, SourceOptions()) == "hdf5"
     assert sources.format_of(str(tmp_path / "v5.mat"), SourceOptions(format="raw")) == "raw"  # --format wins
     (tmp_path / "notes.xyz").write_bytes(b"hello" * 1000)
-    with pytest.raises(SourceError, match=r"Cannot tell the input format from the file's first bytes or its suffix"
-                                          r".*notes\.xyz.*pass --format one of"):
+    with pytest.raises(
+        SourceError,
+        match=r"Cannot tell the input format from the file's first bytes or its suffix"
+        r".*notes\.xyz.*pass --format one of",
+    ):
         sources.format_of(str(tmp_path / "notes.xyz"), SourceOptions())
 
 
 def test_convert_verify_and_augment_join_read_files_by_content(tmp_path, capsys):
     """Was: 'Not a readable NetCDF-3 file' (.cdf netCDF-4) and 'Cannot tell the input format' (.mnc)."""
     from tfrecord_etl.pipelines import augment, verify
+
     hdf5_file(tmp_path / "in.cdf")
     code, _, err = convert(tmp_path / "in.cdf", tmp_path / "out", capsys=capsys)
     assert code == 0, err
-    np.testing.assert_array_equal([e["x"] for e in reader.iter_numpy(str(tmp_path / "out"))],
-                                  np.arange(12.0).reshape(6, 2))
+    np.testing.assert_array_equal(
+        [e["x"] for e in reader.iter_numpy(str(tmp_path / "out"))], np.arange(12.0).reshape(6, 2)
+    )
     code, out, err = run_command(verify.main, [tmp_path / "out", "--source", tmp_path / "in.cdf"], capsys)
     assert code == 0, out + err
     with h5py.File(tmp_path / "extra.mnc", "w") as f:  # a MINC2-named HDF5 join source, joined by position
         f["y"] = np.arange(6, dtype=np.int64) * 10
-    code, out, err = run_command(augment.main, ["--input", tmp_path / "out", "--output_dir", tmp_path / "joined",
-                                                "--join_input", tmp_path / "extra.mnc", "--join_by", "position"],
-                                 capsys)
+    code, out, err = run_command(
+        augment.main,
+        [
+            "--input",
+            tmp_path / "out",
+            "--output_dir",
+            tmp_path / "joined",
+            "--join_input",
+            tmp_path / "extra.mnc",
+            "--join_by",
+            "position",
+        ],
+        capsys,
+    )
     assert code == 0, out + err
     got = list(reader.iter_numpy(str(tmp_path / "joined")))
     assert [int(e["y"]) for e in got] == [0, 10, 20, 30, 40, 50]
@@ -113,13 +133,21 @@ MINC = "nibabel/tests/data/"
 SONDE = "pyart/testing/data/"
 
 
-@pytest.mark.parametrize("relative,fmt", [(MINC + "minc1_1_scale.mnc", "netcdf3"), (MINC + "minc1_4d.mnc", "netcdf3"),
-                                          (MINC + "minc2_1_scale.mnc", "hdf5"), (MINC + "minc2_4d.mnc", "hdf5"),
-                                          (SONDE + "example_arm_sonde.cdf", "netcdf3"),
-                                          (SONDE + "example_interpolatedsonde.cdf", "hdf5")])
+@pytest.mark.parametrize(
+    "relative,fmt",
+    [
+        (MINC + "minc1_1_scale.mnc", "netcdf3"),
+        (MINC + "minc1_4d.mnc", "netcdf3"),
+        (MINC + "minc2_1_scale.mnc", "hdf5"),
+        (MINC + "minc2_4d.mnc", "hdf5"),
+        (SONDE + "example_arm_sonde.cdf", "netcdf3"),
+        (SONDE + "example_interpolatedsonde.cdf", "hdf5"),
+    ],
+)
 def test_real_mnc_and_cdf_files_convert_by_content_exactly(tmp_path, relative, fmt):
     """MINC1 is NetCDF-3 and MINC2 HDF5 under one suffix; ARM's .cdf files are NetCDF-3 or netCDF-4."""
     from tfrecord_etl.pipelines import verify
+
     path = fixture_file(relative)
     assert sources.format_of(str(path), SourceOptions()) == fmt
     out = tmp_path / "out"

@@ -10,6 +10,7 @@ Bounded for CI: TFRECORD_ETL_FUZZ_EXAMPLES examples per property (default 150, t
 
     TFRECORD_ETL_FUZZ_EXAMPLES=100000 .venv/bin/python -m pytest tests/test_fuzz.py -q -p no:timeout
 """
+
 from __future__ import annotations
 
 import gzip
@@ -30,8 +31,13 @@ from tfrecord_etl.transforms.errors import IncompleteOutputError, RecordError, S
 
 EXAMPLES = int(os.environ.get("TFRECORD_ETL_FUZZ_EXAMPLES", "150"))
 LONG_RUN = "TFRECORD_ETL_FUZZ_EXAMPLES" in os.environ
-FUZZ = settings(max_examples=EXAMPLES, deadline=5000, derandomize=not LONG_RUN, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=5000,
+    derandomize=not LONG_RUN,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 pytestmark = pytest.mark.timeout(0 if LONG_RUN else 120)
 
 DOCUMENTED = (RecordError, SchemaError, IncompleteOutputError)
@@ -41,10 +47,14 @@ DOCUMENTED = (RecordError, SchemaError, IncompleteOutputError)
 # Mutations
 # ----------------------------------------------------------------------------------------------
 
+
 def _mutation():
     """One mutation of a byte string: (kind, position fraction, value)."""
-    return st.tuples(st.sampled_from(["flip", "set", "truncate", "insert", "delete", "duplicate", "length"]),
-                     st.floats(0, 1), st.integers(0, 2**64 - 1))
+    return st.tuples(
+        st.sampled_from(["flip", "set", "truncate", "insert", "delete", "duplicate", "length"]),
+        st.floats(0, 1),
+        st.integers(0, 2**64 - 1),
+    )
 
 
 def mutate(data: bytes, mutations) -> bytes:
@@ -62,12 +72,12 @@ def mutate(data: bytes, mutations) -> bytes:
         elif kind == "insert":
             buf[pos:pos] = value.to_bytes(8, "little")[: 1 + value % 8]
         elif kind == "delete":
-            del buf[pos:pos + 1 + value % 16]
+            del buf[pos : pos + 1 + value % 16]
         elif kind == "duplicate":
-            buf[pos:pos] = buf[pos:pos + 1 + value % 32]
+            buf[pos:pos] = buf[pos : pos + 1 + value % 32]
         elif kind == "length" and len(buf) >= pos + 12:  # a frame header with a valid CRC over any length
             length = struct.pack("<Q", value >> (value % 64))
-            buf[pos:pos + 12] = length + struct.pack("<I", tfrecord.masked_crc(length))
+            buf[pos : pos + 12] = length + struct.pack("<I", tfrecord.masked_crc(length))
     return bytes(buf)
 
 
@@ -88,6 +98,7 @@ def read_all(data: bytes, compression: str) -> list[bytes]:
 # TFRecord framing
 # ----------------------------------------------------------------------------------------------
 
+
 @FUZZ
 @given(st.binary(max_size=4096), st.sampled_from(tfrecord.COMPRESSIONS))
 @example(b"\x1f\x8b" + b"\x00" * 30, "gzip")
@@ -100,10 +111,12 @@ def test_framing_reader_on_random_bytes(data, compression):
 
 
 @FUZZ
-@given(records=st.lists(st.binary(max_size=300), max_size=6),
-       compression=st.sampled_from(tfrecord.COMPRESSIONS),
-       before=st.lists(_mutation(), max_size=3),
-       after=st.lists(_mutation(), max_size=3))
+@given(
+    records=st.lists(st.binary(max_size=300), max_size=6),
+    compression=st.sampled_from(tfrecord.COMPRESSIONS),
+    before=st.lists(_mutation(), max_size=3),
+    after=st.lists(_mutation(), max_size=3),
+)
 def test_framing_reader_on_mutated_frames(records, compression, before, after):
     framed = tfrecord.frame_records(records)
     assert read_all(wrap(framed, compression), compression) == records  # the oracle: unmutated round trip
@@ -146,7 +159,7 @@ def specs_and_columns(draw):
         dtype = draw(st.sampled_from(DTYPES + ["bytes"]))
         kind = "bytes" if dtype == "bytes" else np.dtype(dtype).kind
         encoding = "list" if dtype == "bytes" else draw(st.sampled_from(["tensor", "list"]))
-        if encoding == "list" and kind in "cV" or (encoding == "list" and dtype in ("<u8", "<f8")):
+        if (encoding == "list" and kind in "cV") or (encoding == "list" and dtype in ("<u8", "<f8")):
             encoding = "tensor"
         shape = draw(st.lists(st.integers(0, 3), max_size=2).map(tuple))
         varying = draw(st.booleans()) and dtype != "bytes"
@@ -162,7 +175,7 @@ def specs_and_columns(draw):
             raw = rng.integers(0, 256, int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, dtype=np.uint8)
             arr = (raw % 2 if kind == "b" else raw).view(dtype).reshape(shape)
             if kind == "U":
-                arr = np.array(["é", "ab", "", "z"] * (arr.size + 1), dtype=dtype)[:arr.size].reshape(shape)
+                arr = np.array(["é", "ab", "", "z"] * (arr.size + 1), dtype=dtype)[: arr.size].reshape(shape)
             if kind == "M":
                 arr = (raw.view("<i8") % 10**6).view(dtype).reshape(shape) if arr.size else arr
             return arr
@@ -209,8 +222,13 @@ def test_decoder_on_mutated_examples(case, mutations):
         decoded = codec.decode_example(record, specs)
         for spec in specs:
             col = columns[spec.name]
-            want = np.asarray(col[r], dtype=object) if spec.dtype == "bytes" else \
-                col[r, ...] if isinstance(col, np.ndarray) else np.asarray(col[r])  # [r, ...] keeps the bytes
+            want = (
+                np.asarray(col[r], dtype=object)
+                if spec.dtype == "bytes"
+                else col[r, ...]
+                if isinstance(col, np.ndarray)
+                else np.asarray(col[r])
+            )  # [r, ...] keeps the bytes
             assert _equal(decoded[spec.name], want), (spec, decoded[spec.name], want)
     bad = mutate(records[0], [m for m in mutations if m[0] != "length"])
     try:
@@ -224,22 +242,37 @@ def test_decoder_on_mutated_examples(case, mutations):
 
 
 @FUZZ
-@given(st.lists(st.tuples(st.sampled_from([b"a", b"b", b"a/shape", b"a/dtype"]),
-                          st.sampled_from([1, 2, 3]), st.binary(max_size=24)), max_size=4),
-       st.sampled_from([FeatureSpec("a", None, None, "tensor"), FeatureSpec("a", "<i4", (None, 2), "tensor"),
-                        FeatureSpec("a", "<U2", (None,), "list"), FeatureSpec("a", "|S2", (2,), "list")]))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([b"a", b"b", b"a/shape", b"a/dtype"]), st.sampled_from([1, 2, 3]), st.binary(max_size=24)
+        ),
+        max_size=4,
+    ),
+    st.sampled_from(
+        [
+            FeatureSpec("a", None, None, "tensor"),
+            FeatureSpec("a", "<i4", (None, 2), "tensor"),
+            FeatureSpec("a", "<U2", (None,), "list"),
+            FeatureSpec("a", "|S2", (2,), "list"),
+        ]
+    ),
+)
 @example([(b"a", 1, b"\n\x00\n\x00"), (b"a/shape", 3, b"\n\x02\x01\x02")], FeatureSpec("a", "<i4", (None, 2), "tensor"))
 @example([(b"a", 1, b"\n\x01x"), (b"a/shape", 3, b"\n\x02\x7f\x7e")], FeatureSpec("a", None, None, "tensor"))
 @example([(b"a", 1, b"\n\x02\xff\xfe"), (b"a/shape", 3, b"\n\x01\x01")], FeatureSpec("a", "<U2", (None,), "list"))
-@example([(b"a", 1, b"\n\x00"), (b"a/dtype", 1, b"\n\x03zzz"), (b"a/shape", 3, b"")],
-         FeatureSpec("a", None, None, "tensor"))
+@example(
+    [(b"a", 1, b"\n\x00"), (b"a/dtype", 1, b"\n\x03zzz"), (b"a/shape", 3, b"")], FeatureSpec("a", None, None, "tensor")
+)
 def test_decoder_on_structurally_valid_examples_with_hostile_values(entries, spec):
     """Well-formed Examples whose values lie: negative or huge shapes, bad dtype strings, bad UTF-8,
     several values where one is expected."""
     features = b""
     for name, kind, payload in entries:  # Feature{kind: List{payload}}
         feature = codec.length_delimited_field(kind, payload)
-        features += codec.length_delimited_field(1, codec.length_delimited_field(1, name) + codec.length_delimited_field(2, feature))
+        features += codec.length_delimited_field(
+            1, codec.length_delimited_field(1, name) + codec.length_delimited_field(2, feature)
+        )
     record = codec.length_delimited_field(1, features)
     try:
         codec.decode_example(record, [spec])
@@ -252,25 +285,74 @@ def test_decoder_on_structurally_valid_examples_with_hostile_values(entries, spe
 # ----------------------------------------------------------------------------------------------
 
 VALID_META = {
-    "format": "tfrecord-etl/1", "tool_version": "0.1.0", "created": "2026-01-01T00:00:00Z", "compression": "gzip",
-    "features": [{"name": "x", "dtype": "<f4", "shape": [2, 3], "encoding": "tensor"},
-                 {"name": "s", "dtype": "bytes", "shape": [], "encoding": "list"},
-                 {"name": "v", "dtype": None, "shape": None, "encoding": "tensor"}],
+    "format": "tfrecord-etl/1",
+    "tool_version": "0.1.0",
+    "created": "2026-01-01T00:00:00Z",
+    "compression": "gzip",
+    "features": [
+        {"name": "x", "dtype": "<f4", "shape": [2, 3], "encoding": "tensor"},
+        {"name": "s", "dtype": "bytes", "shape": [], "encoding": "list"},
+        {"name": "v", "dtype": None, "shape": None, "encoding": "tensor"},
+    ],
     "shards": [{"file": "data-00000-of-00001.tfrecord.gz", "records": 3, "bytes": 100}],
-    "num_records": 3, "sources": [{"path": "in.h5", "rows": 3}], "writer": "planned", "options": {"input": "in.h5"},
+    "num_records": 3,
+    "sources": [{"path": "in.h5", "rows": 3}],
+    "writer": "planned",
+    "options": {"input": "in.h5"},
 }
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False) | st.text(max_size=12)
-    | st.sampled_from(["", ".", "..", "../x", "/etc/passwd", "a/../../b", "..\\x", "x\x00", "<f4", "|O", "O",
-                       "bytes", "tensor", "list", "V0", "(2,)i4", "M8[xx]", "U0"]),
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=12)
+    | st.sampled_from(
+        [
+            "",
+            ".",
+            "..",
+            "../x",
+            "/etc/passwd",
+            "a/../../b",
+            "..\\x",
+            "x\x00",
+            "<f4",
+            "|O",
+            "O",
+            "bytes",
+            "tensor",
+            "list",
+            "V0",
+            "(2,)i4",
+            "M8[xx]",
+            "U0",
+        ]
+    ),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=12)
-PATHS = st.sampled_from([("format",), ("compression",), ("features",), ("features", 0), ("features", 0, "name"),
-                         ("features", 0, "dtype"), ("features", 0, "shape"), ("features", 0, "shape", 0),
-                         ("features", 1, "encoding"), ("features", 2, "dtype"), ("features", 2, "shape"),
-                         ("shards",), ("shards", 0), ("shards", 0, "file"), ("shards", 0, "records"),
-                         ("num_records",), ("options",)])
+    max_leaves=12,
+)
+PATHS = st.sampled_from(
+    [
+        ("format",),
+        ("compression",),
+        ("features",),
+        ("features", 0),
+        ("features", 0, "name"),
+        ("features", 0, "dtype"),
+        ("features", 0, "shape"),
+        ("features", 0, "shape", 0),
+        ("features", 1, "encoding"),
+        ("features", 2, "dtype"),
+        ("features", 2, "shape"),
+        ("shards",),
+        ("shards", 0),
+        ("shards", 0, "file"),
+        ("shards", 0, "records"),
+        ("num_records",),
+        ("options",),
+    ]
+)
 
 
 def _set(obj, path, value):

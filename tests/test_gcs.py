@@ -4,6 +4,7 @@ as google-cloud-storage and therefore Beam's GCS filesystem do) behind the count
 chunked gzip HDF5 file, a contiguous one, a .npy and both kinds of .npz makes the server send at most 1.25x the
 file, and the shards are byte-identical to the local run. Beam's own GCS stream (google-cloud-storage's
 ``BlobReader``: 16 MiB at every read outside its buffer) is measured next to it. A byte count, not a timing."""
+
 from __future__ import annotations
 
 import os
@@ -31,6 +32,7 @@ def gcs():
         try:
             with gcs_emulator.emulator_host(f"http://127.0.0.1:{proxy.port}"):
                 from google.cloud import storage
+
                 bucket = storage.Client.create_anonymous_client().bucket(BUCKET)
                 files = egress_inputs(ROWS)
                 for name, data in files.items():
@@ -39,8 +41,10 @@ def gcs():
         finally:
             proxy.close()
 
+
 def convert(argv):
     from tfrecord_etl.pipelines import convert as convert_module
+
     return run_command(convert_module.main, [str(a) for a in argv])
 
 
@@ -54,7 +58,7 @@ def test_gcs_convert_reads_only_what_it_needs(gcs, tmp_path, name):
     local.write_bytes(files[name])
     assert convert(["--input", local, "--output_dir", tmp_path / "local", *RUN])[0] == 0
     proxy.reset()
-    code, out, err = convert(["--input", f"gs://{BUCKET}/egress/{name}", "--output_dir", tmp_path / "remote", *RUN])
+    code, _out, err = convert(["--input", f"gs://{BUCKET}/egress/{name}", "--output_dir", tmp_path / "remote", *RUN])
     assert code == 0, err
     ratio = proxy.egress_bytes / len(files[name])
     assert ratio <= 1.25, f"{name}: the server sent {proxy.egress_bytes} bytes = {ratio:.2f}x the file"
@@ -69,6 +73,7 @@ def test_gcs_range_reader_is_exact_and_bounded_where_beams_stream_is_not(gcs, mo
     at a read outside its buffer (here the whole 4 MiB object for 5 reads of 1,000 bytes)."""
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
+
     proxy, files = gcs
     data, path = files["img.npy"], f"gs://{BUCKET}/egress/img.npy"
 
@@ -80,7 +85,8 @@ def test_gcs_range_reader_is_exact_and_bounded_where_beams_stream_is_not(gcs, mo
         f.seek(-3, os.SEEK_END)
         got.append(f.read(100))
         return got
-    expected = [data[o:o + 1000] for o in (10, 1_000_000, 3_000_000, 2_000_000)] + [data[-3:]]
+
+    expected = [data[o : o + 1000] for o in (10, 1_000_000, 3_000_000, 2_000_000)] + [data[-3:]]
     proxy.reset()
     with fileio.open_read(path) as f:
         assert seeks(f) == expected
@@ -94,8 +100,12 @@ def test_gcs_range_reader_is_exact_and_bounded_where_beams_stream_is_not(gcs, mo
 
 def test_missing_gcs_object_is_a_one_line_source_error(gcs, tmp_path, capsys):
     from tfrecord_etl.pipelines import convert as convert_module
-    code, out, err = run_command(convert_module.main, ["--input", f"gs://{BUCKET}/egress/nothing-here.npy",
-                                                       "--output_dir", str(tmp_path / "o"), *RUN], capsys)
+
+    code, _out, err = run_command(
+        convert_module.main,
+        ["--input", f"gs://{BUCKET}/egress/nothing-here.npy", "--output_dir", str(tmp_path / "o"), *RUN],
+        capsys,
+    )
     assert code != 0 and "No input file matches the pattern" in err and "nothing-here.npy" in err
     assert "Traceback" not in err and not (tmp_path / "o").exists()
     with pytest.raises(Exception, match="nothing-here.npy"):  # opened directly (no match first): names the object
@@ -105,6 +115,7 @@ def test_missing_gcs_object_is_a_one_line_source_error(gcs, tmp_path, capsys):
 def uploaded(name: str):
     """``(blob, gs:// path, its bytes, other bytes of the same size)``: a 256 KiB object just uploaded."""
     from google.cloud import storage
+
     blob = storage.Client.create_anonymous_client().bucket(BUCKET).blob(name)
     old, new = bytes(range(256)) * 1024, bytes(reversed(range(256))) * 1024
     blob.upload_from_string(old)
@@ -146,16 +157,18 @@ def test_a_launcher_on_an_emulator_or_with_no_auth_does_not_search_for_credentia
     on a machine without them, and returns no credentials either way. Without either, Beam searches (the control)."""
     import subprocess
     import sys
-    code = ("import sys, google.auth; searched = []; google.auth.default = lambda *a, **k: searched.append(1) or "
-            "(_ for _ in ()).throw(RuntimeError('none')); from tfrecord_etl.pipelines import common; "
-            "common.configure_filesystems(sys.argv[1:]); from apache_beam.internal.gcp import auth; "
-            "from apache_beam.options.pipeline_options import PipelineOptions; "
-            "auth._Credentials._get_credentials_with_retrys = staticmethod(lambda o: google.auth.default()); "
-            "c = auth.get_service_credentials(PipelineOptions([])); print(c is None, len(searched))")
+
+    code = (
+        "import sys, google.auth; searched = []; google.auth.default = lambda *a, **k: searched.append(1) or "
+        "(_ for _ in ()).throw(RuntimeError('none')); from tfrecord_etl.pipelines import common; "
+        "common.configure_filesystems(sys.argv[1:]); from apache_beam.internal.gcp import auth; "
+        "from apache_beam.options.pipeline_options import PipelineOptions; "
+        "auth._Credentials._get_credentials_with_retrys = staticmethod(lambda o: google.auth.default()); "
+        "c = auth.get_service_credentials(PipelineOptions([])); print(c is None, len(searched))"
+    )
 
     def run(env, *argv):
-        ran = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True,
-                             timeout=120)
+        ran = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, timeout=120)
         return ran.stdout.split(), ran.stderr[-2000:]
 
     env = {k: v for k, v in os.environ.items() if k != "STORAGE_EMULATOR_HOST"}

@@ -3,6 +3,7 @@
 Without the check a machine without network (or with a stopped emulator) waited over two minutes (Beam's search
 for credentials, then google-cloud-storage's 120 s of retries) before a line that named neither cause. The
 subprocesses below are bounded by 60 s: a guard against a hang, not a timing assertion."""
+
 from __future__ import annotations
 
 import os
@@ -28,12 +29,30 @@ def closed_port() -> int:
 
 def run(tmp_path, argv, **env_vars):
     """``tfrecord-etl ARGV`` in a fresh process: no credentials (HOME is empty), no emulator or proxy unless given."""
-    env = {k: v for k, v in os.environ.items()
-           if k.upper() not in {"STORAGE_EMULATOR_HOST", "API_ENDPOINT_OVERRIDE", "GOOGLE_APPLICATION_CREDENTIALS",
-                                "HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY", "CLOUDSDK_CONFIG"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k.upper()
+        not in {
+            "STORAGE_EMULATOR_HOST",
+            "API_ENDPOINT_OVERRIDE",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+            "HTTPS_PROXY",
+            "HTTP_PROXY",
+            "ALL_PROXY",
+            "NO_PROXY",
+            "CLOUDSDK_CONFIG",
+        }
+    }
     env.update(HOME=str(tmp_path), PYTHONPATH=str(ROOT), **env_vars)
-    return subprocess.run([sys.executable, "-m", "tfrecord_etl.pipelines.cli", *argv], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=HANG_GUARD)
+    return subprocess.run(
+        [sys.executable, "-m", "tfrecord_etl.pipelines.cli", *argv],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+    )
 
 
 def error_line(ran) -> str:
@@ -44,13 +63,17 @@ def error_line(ran) -> str:
 
 def test_a_stopped_emulator_fails_at_once_naming_the_variable(tmp_path):
     port = closed_port()
-    ran = run(tmp_path, ["convert", "--input", "gs://bucket/in/*.h5", "--output_dir", str(tmp_path / "out")],
-              STORAGE_EMULATOR_HOST=f"http://127.0.0.1:{port}")
+    ran = run(
+        tmp_path,
+        ["convert", "--input", "gs://bucket/in/*.h5", "--output_dir", str(tmp_path / "out")],
+        STORAGE_EMULATOR_HOST=f"http://127.0.0.1:{port}",
+    )
     assert ran.returncode == 2
     assert error_line(ran) == (
         f"error: ConfigError: Cannot reach the GCS emulator STORAGE_EMULATOR_HOST=http://127.0.0.1:{port} for "
         f"gs://bucket/in/*.h5: 127.0.0.1:{port}: the connection is refused (nothing listens there) Hint: start the "
-        "emulator there, or set STORAGE_EMULATOR_HOST to its address (unset it to use Google Cloud Storage)")
+        "emulator there, or set STORAGE_EMULATOR_HOST to its address (unset it to use Google Cloud Storage)"
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -59,19 +82,23 @@ def test_no_network_and_no_credentials_fail_at_once_naming_both(tmp_path):
     is the first hop), no credentials: the line names both and the variables to set. The output directory is a
     gs:// path given with --flag=value, verify's target a positional one."""
     proxy = f"http://127.0.0.1:{closed_port()}"
-    ran = run(tmp_path, ["convert", "--input", str(tmp_path / "x.npy"), "--output_dir=gs://bucket/out"],
-              HTTPS_PROXY=proxy)
+    ran = run(
+        tmp_path, ["convert", "--input", str(tmp_path / "x.npy"), "--output_dir=gs://bucket/out"], HTTPS_PROXY=proxy
+    )
     assert ran.returncode == 2
     line = error_line(ran)
-    assert line.startswith(f"error: ConfigError: Cannot reach the proxy HTTPS_PROXY={proxy} in front of "
-                           f"https://storage.googleapis.com for gs://bucket/out: 127.0.0.1:"), line
+    assert line.startswith(
+        f"error: ConfigError: Cannot reach the proxy HTTPS_PROXY={proxy} in front of "
+        f"https://storage.googleapis.com for gs://bucket/out: 127.0.0.1:"
+    ), line
     assert "no Google credentials either (GOOGLE_APPLICATION_CREDENTIALS is unset" in line
     assert "set GOOGLE_APPLICATION_CREDENTIALS=KEY.json" in line and "--no_auth" in line
     ran = run(tmp_path, ["verify", "gs://bucket/out", "--no_auth"], HTTPS_PROXY=proxy)
     assert ran.returncode == 2
     line = error_line(ran)
-    assert line.startswith(f"error: ConfigError: Cannot reach the proxy HTTPS_PROXY={proxy}") and "credentials" \
-        not in line  # --no_auth: credentials are not needed
+    assert (
+        line.startswith(f"error: ConfigError: Cannot reach the proxy HTTPS_PROXY={proxy}") and "credentials" not in line
+    )  # --no_auth: credentials are not needed
 
 
 def test_a_config_files_gs_input_is_checked_too(tmp_path):
@@ -79,21 +106,34 @@ def test_a_config_files_gs_input_is_checked_too(tmp_path):
     port = closed_port()
     ran = run(tmp_path, ["convert", "--config", "c.yaml"], STORAGE_EMULATOR_HOST=f"127.0.0.1:{port}")
     assert ran.returncode == 2
-    assert error_line(ran).startswith(f"error: ConfigError: Cannot reach the GCS emulator STORAGE_EMULATOR_HOST="
-                                      f"127.0.0.1:{port} for gs://bucket/in/*.npy: ")
+    assert error_line(ran).startswith(
+        f"error: ConfigError: Cannot reach the GCS emulator STORAGE_EMULATOR_HOST="
+        f"127.0.0.1:{port} for gs://bucket/in/*.npy: "
+    )
 
 
 def test_google_cloud_storage_unreachable_names_network_emulator_and_credentials(monkeypatch, tmp_path):
     """The default endpoint (the case of a laptop offline): what to connect, or the emulator variable, and the
     credentials found or not."""
-    for var in ("STORAGE_EMULATOR_HOST", "API_ENDPOINT_OVERRIDE", "HTTPS_PROXY", "https_proxy", "NO_PROXY",
-                "no_proxy", "GOOGLE_APPLICATION_CREDENTIALS", "CLOUDSDK_CONFIG"):
+    for var in (
+        "STORAGE_EMULATOR_HOST",
+        "API_ENDPOINT_OVERRIDE",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "CLOUDSDK_CONFIG",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setattr(gcsaccess, "_REACHED", set())
     seen = []
-    monkeypatch.setattr(gcsaccess, "unreachable", lambda host, port: seen.append((host, port)) or
-                        "its name does not resolve (Name or service not known)")
+    monkeypatch.setattr(
+        gcsaccess,
+        "unreachable",
+        lambda host, port: seen.append((host, port)) or "its name does not resolve (Name or service not known)",
+    )
     monkeypatch.setattr(gcsaccess, "credential_files", lambda: None)
     with pytest.raises(ConfigError) as e:
         gcsaccess.check(["gs://b/x.h5"])
@@ -104,7 +144,8 @@ def test_google_cloud_storage_unreachable_names_network_emulator_and_credentials
         "there is no gcloud application-default login) Hint: connect this machine to the network (behind a proxy: "
         "set HTTPS_PROXY=http://HOST:PORT), or set STORAGE_EMULATOR_HOST=http://HOST:PORT to use a GCS emulator; "
         "then set GOOGLE_APPLICATION_CREDENTIALS=KEY.json (a service account key) or run gcloud auth "
-        "application-default login, or pass --no_auth to read a public bucket anonymously")
+        "application-default login, or pass --no_auth to read a public bucket anonymously"
+    )
     key = tmp_path / "key.json"
     key.write_text("{}")
     monkeypatch.setattr(gcsaccess, "credential_files", lambda: f"GOOGLE_APPLICATION_CREDENTIALS={key}")
@@ -124,8 +165,10 @@ def test_credential_files_and_paths(monkeypatch, tmp_path):
     adc.parent.mkdir(parents=True)
     adc.write_text("{}")
     assert gcsaccess.credential_files() == str(adc)
-    assert gcsaccess.gcs_paths(["--input=gs://b/x", "gs://b/y", "--output_dir", "out", "s3://b/z", 3]) == \
-        ["gs://b/x", "gs://b/y"]
+    assert gcsaccess.gcs_paths(["--input=gs://b/x", "gs://b/y", "--output_dir", "out", "s3://b/z", 3]) == [
+        "gs://b/x",
+        "gs://b/y",
+    ]
 
 
 def test_a_reachable_emulator_passes_and_is_checked_once(monkeypatch):
@@ -137,7 +180,7 @@ def test_a_reachable_emulator_passes_and_is_checked_once(monkeypatch):
         monkeypatch.setattr(gcsaccess, "_REACHED", set())
         gcsaccess.check(["gs://b/x"])
         server.accept()[0].close()
-        assert gcsaccess._REACHED == {("127.0.0.1", port)}
+        assert {("127.0.0.1", port)} == gcsaccess._REACHED
         calls = []
         monkeypatch.setattr(gcsaccess, "unreachable", lambda *a: calls.append(a))
         gcsaccess.check(["gs://b/y"])
@@ -148,6 +191,16 @@ def test_beams_own_path_options_are_not_checked():
     """``--temp_location gs://...`` and the like are the runner's (verify and inspect ignore them, the commands never
     read or write them): an offline run that names one must not be refused for it."""
     from tfrecord_etl.pipelines.gcsaccess import gcs_paths
-    argv = ["--temp_location=gs://b/tmp", "--staging_location", "gs://b/staging", "--input", "gs://b/x",
-            "--output_dir=gs://b/out", "gs://b/positional", "--template_location", "--source=gs://b/src"]
+
+    argv = [
+        "--temp_location=gs://b/tmp",
+        "--staging_location",
+        "gs://b/staging",
+        "--input",
+        "gs://b/x",
+        "--output_dir=gs://b/out",
+        "gs://b/positional",
+        "--template_location",
+        "--source=gs://b/src",
+    ]
     assert gcs_paths(argv) == ["gs://b/x", "gs://b/out", "gs://b/positional", "gs://b/src"]

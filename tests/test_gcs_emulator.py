@@ -2,6 +2,7 @@
 ``ifGenerationMatch`` semantics and increasing generations), checked with the plain google-cloud-storage client,
 next to the plain emulator, which shows why the extension exists (its tests here fail the day the emulator
 evaluates preconditions itself: then drop the extension)."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,14 +18,19 @@ def server(request):
     """(google-cloud-storage bucket, True for the extended emulator / False for the plain one)."""
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
+
     with gcs_emulator.server(BUCKET, preconditions=request.param) as port:
-        client = storage.Client(project="test", credentials=AnonymousCredentials(),
-                                client_options={"api_endpoint": f"http://127.0.0.1:{port}"})
+        client = storage.Client(
+            project="test",
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": f"http://127.0.0.1:{port}"},
+        )
         yield client.bucket(BUCKET), request.param
 
 
 def test_a_write_on_a_stale_generation_is_refused_with_412(server):
     from google.api_core.exceptions import PreconditionFailed
+
     bucket, extended = server
     blob = bucket.blob("stale/x")
     blob.upload_from_string(b"first")
@@ -64,11 +70,11 @@ def test_a_resumable_upload_is_checked_when_it_finalizes(server):
     """The session is started while the precondition holds; another writer replaces the object before its data
     is sent: GCS refuses the session's final PUT."""
     import requests
+
     bucket, extended = server
     blob = bucket.blob("resumable/x")
     blob.upload_from_string(b"old")
-    session = bucket.blob("resumable/x").create_resumable_upload_session(size=3,
-                                                                          if_generation_match=blob.generation)
+    session = bucket.blob("resumable/x").create_resumable_upload_session(size=3, if_generation_match=blob.generation)
     bucket.blob("resumable/x").upload_from_string(b"new")  # another writer, unconditional
     answer = requests.put(session, data=b"mine", timeout=30)
     assert answer.status_code == (412 if extended else 200)
@@ -79,6 +85,7 @@ def test_generations_increase_when_overlapping_uploads_finalize_out_of_order(ser
     """Two resumable sessions of one object, the first started finalized last: on GCS its generation is the
     higher (the live version is the newest); the plain emulator numbers it by its start and gives it the lower."""
     import requests
+
     bucket, extended = server
     early = bucket.blob("order/x").create_resumable_upload_session(size=1)
     late = bucket.blob("order/x").create_resumable_upload_session(size=1)

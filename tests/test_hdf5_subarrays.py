@@ -6,6 +6,7 @@ returns differs from the dataset's own: the source must decide conversions from 
 comparing the two. Expected values come from h5py; outputs are read back with our reader and with plain
 ``tf.io.parse_example``.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,10 @@ TABLES = "tables/tests/"
 @pytest.fixture(scope="module")
 def tf():
     from tfrecord_etl.pipelines import common
+
     common.preload_tensorflow()
     import tensorflow as tf
+
     return tf
 
 
@@ -37,7 +40,9 @@ def converted(out, source, *flags):
 
 
 def features(out) -> dict:
-    return {f["name"]: (f["dtype"], tuple(f["shape"])) for f in json.loads((out / "metadata.json").read_text())["features"]}
+    return {
+        f["name"]: (f["dtype"], tuple(f["shape"])) for f in json.loads((out / "metadata.json").read_text())["features"]
+    }
 
 
 def plain_tf_rows(out, tf) -> list[dict]:
@@ -54,14 +59,18 @@ def plain_tf_rows(out, tf) -> list[dict]:
             for f in meta["features"]:
                 value = parsed[f["name"]][i].numpy()
                 assert f["encoding"] in ("tensor", "list"), f
-                row[f["name"]] = (np.frombuffer(value, f["dtype"]).reshape(f["shape"]) if f["encoding"] == "tensor"
-                                  else np.asarray(value).astype(f["dtype"]).reshape(f["shape"]))
+                row[f["name"]] = (
+                    np.frombuffer(value, f["dtype"]).reshape(f["shape"])
+                    if f["encoding"] == "tensor"
+                    else np.asarray(value).astype(f["dtype"]).reshape(f["shape"])
+                )
             rows.append(row)
     return rows
 
 
 def verified(out, source):
     from tfrecord_etl.pipelines import verify
+
     code, stdout, err = run_command(verify.main, [str(out), "--source", str(source)])
     assert code == 0, stdout + err
 
@@ -73,8 +82,11 @@ def assert_exact(got: np.ndarray, expected: np.ndarray):
 
 # ------------------------------------------------------------------------------------------ real PyTables files
 
-@pytest.mark.parametrize("name,dataset,subarray", [("array_mdatom.h5", "/arr", ("<f8", (3,))),
-                                                   ("ex-noattr.h5", "/columns/pressure", ("<f8", (10,)))])
+
+@pytest.mark.parametrize(
+    "name,dataset,subarray",
+    [("array_mdatom.h5", "/arr", ("<f8", (3,))), ("ex-noattr.h5", "/columns/pressure", ("<f8", (10,)))],
+)
 def test_pytables_multidimensional_atom_converts_exactly(tmp_path, tf, name, dataset, subarray):
     """PyTables stores an Array of a multidimensional atom as an HDF5 array type: array_mdatom.h5's /arr is a
     (5, 5, 5) dataset of ('<f8', (3,)); each of its 5 rows becomes a (5, 5, 3) float64 feature."""
@@ -99,13 +111,15 @@ def test_pytables_multidimensional_atom_converts_exactly(tmp_path, tf, name, dat
 
 # ------------------------------------------------------------------------------------------ generated files
 
+
 def array_type_dataset(group, name: str, dtype, data, matlab_class: str | None = None):
     """A dataset whose HDF5 type is an array type of ``dtype`` (a subarray dtype), as PyTables writes one (h5py's
     create_dataset would expand the subarray into extra axes instead)."""
     dtype = np.dtype(dtype)
-    shape = data.shape[:data.ndim - len(dtype.shape)]
-    dset = h5py.Dataset(h5py.h5d.create(group.id, name.encode(), h5py.h5t.py_create(dtype),
-                                        h5py.h5s.create_simple(shape)))
+    shape = data.shape[: data.ndim - len(dtype.shape)]
+    dset = h5py.Dataset(
+        h5py.h5d.create(group.id, name.encode(), h5py.h5t.py_create(dtype), h5py.h5s.create_simple(shape))
+    )
     dset[...] = data
     if matlab_class:
         dset.attrs["MATLAB_class"] = np.bytes_(matlab_class)
@@ -127,7 +141,11 @@ def test_array_types_of_numbers_and_compounds_in_rows_and_datasets_modes(tmp_pat
         array_type_dataset(f, "grid", (">i2", (2, 2)), grid, matlab_class="int16")
     plan = plan_inputs(str(path), SourceOptions(datasets=("/vec", "/cells", "/grid"), target_range_bytes=200))
     assert {s.name: (s.dtype, s.shape) for s in plan.specs} == {
-        "vec": ("<f8", (3,)), "cells/a": ("<i4", (4,)), "cells/b": ("<f4", (4, 2)), "grid": ("<i2", (2, 2, 2))}
+        "vec": ("<f8", (3,)),
+        "cells/a": ("<i4", (4,)),
+        "cells/b": ("<f4", (4, 2)),
+        "grid": ("<i2", (2, 2, 2)),
+    }
     assert len(plan.ranges) > 3
     parts = [plan.source.read(r) for r in plan.ranges]
     got = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
@@ -167,16 +185,27 @@ def test_anndata_style_compound_with_subarray_fields(tmp_path, tf):
     data = anndata_style_file(path)
     out = tmp_path / "out"
     examples = converted(out, path)  # the largest row group: n_obs rows of /X, /obs and /obsm
-    assert features(out) == {"X": ("<f4", (6,)), "obs/index": ("|S8", ()), "obs/n_genes": ("<i4", ()),
-                             "obsm/X_pca": ("<f4", (5,)), "obsm/X_umap": ("<f8", (2,)),
-                             "obsm/leiden": ("<i8", (1,))}
-    expected = {"X": data["X"], "obs/n_genes": data["obs"]["n_genes"],
-                **{f"obsm/{k}": data["obsm"][k] for k in data["obsm"].dtype.names}}
+    assert features(out) == {
+        "X": ("<f4", (6,)),
+        "obs/index": ("|S8", ()),
+        "obs/n_genes": ("<i4", ()),
+        "obsm/X_pca": ("<f4", (5,)),
+        "obsm/X_umap": ("<f8", (2,)),
+        "obsm/leiden": ("<i8", (1,)),
+    }
+    expected = {
+        "X": data["X"],
+        "obs/n_genes": data["obs"]["n_genes"],
+        **{f"obsm/{k}": data["obsm"][k] for k in data["obsm"].dtype.names},
+    }
     plain = plain_tf_rows(out, tf)
     assert len(examples) == len(plain) == 40
     for name, values in expected.items():
         assert_exact(np.stack([e[name] for e in examples]), values)
         assert_exact(np.stack([r[name] for r in plain]), values)
-    assert [e["obs/index"].item() for e in examples] == [r["obs/index"].item() for r in plain] == \
-        list(data["obs"]["index"])
+    assert (
+        [e["obs/index"].item() for e in examples]
+        == [r["obs/index"].item() for r in plain]
+        == list(data["obs"]["index"])
+    )
     verified(out, path)

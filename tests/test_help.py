@@ -1,5 +1,6 @@
 """``tfrecord-etl --help`` and each command's ``--help``: flags grouped by topic, each group with a one-line
 description and the documentation page that explains it; every flag in exactly one group."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,7 +19,7 @@ def nav_pages() -> set[str]:
     pages, stack = set(), list(config["nav"])
     while stack:
         item = stack.pop()
-        for value in (item.values() if isinstance(item, dict) else [item]):
+        for value in item.values() if isinstance(item, dict) else [item]:
             stack += value if isinstance(value, list) else []
             if isinstance(value, str):
                 pages.add(value)
@@ -80,18 +81,27 @@ def test_a_flag_in_no_group_or_a_group_naming_a_missing_flag_is_refused(monkeypa
         p.add_argument("--a")
         p.add_argument("--b")
         return p
+
     monkeypatch.setitem(flaghelp.GROUPS, "toy", (flaghelp.Group("first", "the a", "index.md", ("-h", "--a")),))
     with pytest.raises(ValueError, match=r"toy: \['--b'\] in no group of flaghelp.GROUPS"):
         flaghelp.group_flags(parser(), "toy")
-    monkeypatch.setitem(flaghelp.GROUPS, "toy", (flaghelp.Group("first", "the a", "index.md", ("-h", "--a", "--b",
-                                                                                                  "--c")),))
+    monkeypatch.setitem(
+        flaghelp.GROUPS, "toy", (flaghelp.Group("first", "the a", "index.md", ("-h", "--a", "--b", "--c")),)
+    )
     with pytest.raises(ValueError, match=r"toy: group 'first' names \['--c'\], which the parser does not have"):
         flaghelp.group_flags(parser(), "toy")
-    monkeypatch.setitem(flaghelp.GROUPS, "toy", (flaghelp.Group("first", "the a", "index.md", ("--a",)),
-                                                 flaghelp.Group("second", "the b", "flags.md", ("--b", "-h"))))
+    monkeypatch.setitem(
+        flaghelp.GROUPS,
+        "toy",
+        (
+            flaghelp.Group("first", "the a", "index.md", ("--a",)),
+            flaghelp.Group("second", "the b", "flags.md", ("--b", "-h")),
+        ),
+    )
     text = flaghelp.group_flags(parser(), "toy").format_help()
-    assert ("first:\n  the a; see docs/index.md\n\n  --a A\n\n"
-            "second:\n  the b; see docs/flags.md\n\n  --b B\n  -h, --help") in text
+    assert (
+        "first:\n  the a; see docs/index.md\n\n  --a A\n\nsecond:\n  the b; see docs/flags.md\n\n  --b B\n  -h, --help"
+    ) in text
 
 
 def test_grouped_parsers_parse_as_before():
@@ -101,9 +111,15 @@ def test_grouped_parsers_parse_as_before():
     args = flaghelp.command_parser("inspect").parse_args(["out", "--tf_read"])
     assert (args.output_dir, args.tf_read, args.json) == ("out", True, False)
     known, rest = flaghelp.command_parser("convert").parse_known_args(
-        ["--input", "a.h5", "--output_dir", "o", "--no-index", "--runner", "DirectRunner"])
-    assert (known.input, known.output_dir, known.index, known.compression, rest) == \
-        ("a.h5", "o", False, None, ["--runner", "DirectRunner"])
+        ["--input", "a.h5", "--output_dir", "o", "--no-index", "--runner", "DirectRunner"]
+    )
+    assert (known.input, known.output_dir, known.index, known.compression, rest) == (
+        "a.h5",
+        "o",
+        False,
+        None,
+        ["--runner", "DirectRunner"],
+    )
 
 
 def test_tfrecord_etl_help_lists_commands_with_their_pages_and_topics(capsys):
@@ -111,7 +127,8 @@ def test_tfrecord_etl_help_lists_commands_with_their_pages_and_topics(capsys):
     text = capsys.readouterr().out
     for name, summary in cli.COMMANDS.items():  # wrapped at 100 columns under the command's name
         assert f"  {name:<8} {' '.join(summary.split())} see {flaghelp.DOCS}{cli.PAGES[name]} " in " ".join(
-            text.split(" \n")).replace("\n" + " " * 11, " ").replace("\n", " ")
+            text.split(" \n")
+        ).replace("\n" + " " * 11, " ").replace("\n", " ")
     assert max(map(len, text.splitlines()[2:])) <= 100
     for name in flaghelp.COMMANDS:
         topics = ", ".join(dict.fromkeys(g.title for g in flaghelp.GROUPS[name]))
@@ -122,8 +139,16 @@ def test_tfrecord_etl_help_lists_commands_with_their_pages_and_topics(capsys):
 
 
 # every --format choice and the words convert's summary names it by
-FORMAT_WORDS = {"hdf5": "HDF5", "netcdf3": "netCDF", "npz": ".npz", "npy": ".npy", "raw": "raw binary files",
-                "files": "folders of images and other files", "matlab": "MATLAB", "zarr": "Zarr"}
+FORMAT_WORDS = {
+    "hdf5": "HDF5",
+    "netcdf3": "netCDF",
+    "npz": ".npz",
+    "npy": ".npy",
+    "raw": "raw binary files",
+    "files": "folders of images and other files",
+    "matlab": "MATLAB",
+    "zarr": "Zarr",
+}
 
 
 def test_convert_summary_names_every_input_format(capsys):
@@ -144,9 +169,10 @@ def test_convert_summary_names_every_input_format(capsys):
 def test_format_help_says_the_content_decides(capsys):
     text = " ".join(command_help("convert", capsys).split())
     assert "from the suffix" not in text
-    assert ("--format {hdf5,netcdf3,npz,npy,raw,files,matlab,zarr} input format; default: told by each file's "
-            "content (its first bytes, a Zarr store by its metadata), else by its suffix; files only when named") \
-        in text
+    assert (
+        "--format {hdf5,netcdf3,npz,npy,raw,files,matlab,zarr} input format; default: told by each file's "
+        "content (its first bytes, a Zarr store by its metadata), else by its suffix; files only when named"
+    ) in text
 
 
 @pytest.mark.parametrize("command", flaghelp.COMMANDS)
@@ -163,8 +189,12 @@ def test_no_flag_help_states_an_empty_default(command, capsys):
         assert not re.search(r"default: [^()]*\) \(default: ", action.help or ""), action.help
     if command == "convert":
         assert "--compression {none,gzip,zlib} compression of the shards (default: 'none')" in texts[0]
-        assert ("--max_local_workers MAX_LOCAL_WORKERS the largest --direct_num_workers accepted (default: 4 per "
-                "CPU, at least 16) runner:") not in texts[0]  # (the group ends the help's line below)
+        assert (
+            "--max_local_workers MAX_LOCAL_WORKERS the largest --direct_num_workers accepted (default: 4 per "
+            "CPU, at least 16) runner:"
+        ) not in texts[0]  # (the group ends the help's line below)
         assert "the largest --direct_num_workers accepted (default: 4 per CPU, at least 16) limits:" in texts[0]
-        assert "--num_shards NUM_SHARDS number of shards (at most the number of rows); default: from the data " \
-               "size --target_shard_mb" in texts[0]
+        assert (
+            "--num_shards NUM_SHARDS number of shards (at most the number of rows); default: from the data "
+            "size --target_shard_mb" in texts[0]
+        )

@@ -3,6 +3,7 @@ members, and the streaming npz reader (each byte of a member decompressed once w
 
 Inputs are generated here and small: a "huge" size is a header that lies, never real bytes.
 """
+
 from __future__ import annotations
 
 import io
@@ -14,16 +15,17 @@ import numpy as np
 import pytest
 
 from tests.conftest import convert, run_command
-from tfrecord_etl.transforms.planning import plan_inputs
 from tfrecord_etl.transforms.errors import SourceError
+from tfrecord_etl.transforms.planning import plan_inputs
 from tfrecord_etl.transforms.sources import NpzSource, RowRange, SourceOptions
 
 
 def npy_header(shape, dtype="<f8", fortran=False) -> bytes:
     """The bytes of a .npy header (magic, version 1.0, dict padded to 64 bytes) declaring ``shape``."""
     buf = io.BytesIO()
-    np.lib.format.write_array_header_1_0(buf, {"descr": np.dtype(dtype).str, "fortran_order": fortran,
-                                               "shape": tuple(shape)})
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": np.dtype(dtype).str, "fortran_order": fortran, "shape": tuple(shape)}
+    )
     return buf.getvalue()
 
 
@@ -61,12 +63,14 @@ MB = 2**20
 try:  # the moto S3 server fixture, when the test extra is installed
     from tests.test_s3 import BUCKET, s3
 except pytest.skip.Exception:
+
     @pytest.fixture
     def s3():
         pytest.skip("the moto S3 server is in the test extra: pip install -e .[test]")
 
 
 # ---------------------------------------------------------------- 13: declared sizes vs bytes present
+
 
 @pytest.mark.timeout(60)
 def test_npy_header_declaring_10e12_rows_is_refused_before_planning(tmp_path):
@@ -97,6 +101,7 @@ def test_lying_headers_on_s3_are_refused_from_the_object_size(s3, tmp_path):
     """Hostile group 13: on s3:// the declared sizes are checked against the object's size too (.npy and an
     npz member), before planning."""
     from tfrecord_etl.pipelines import common
+
     client, flags = s3
     common.configure_filesystems(flags)
     client.put_object(Bucket=BUCKET, Key="lie/huge.npy", Body=npy_header((10**12,)))
@@ -162,7 +167,7 @@ def test_stored_member_with_lying_directory_sizes_is_refused(tmp_path):
     np.savez(path, a=np.arange(10.0))
     data = bytearray(path.read_bytes())
     central = data.rindex(b"PK\x01\x02")
-    data[central + 24:central + 28] = (10**6).to_bytes(4, "little")  # uncompressed size in the directory
+    data[central + 24 : central + 28] = (10**6).to_bytes(4, "little")  # uncompressed size in the directory
     path.write_bytes(bytes(data))
     with pytest.raises(SourceError, match=r"Stored \(uncompressed\) member declares 1000000 bytes.*member='a'"):
         plan_inputs(str(path), SourceOptions())
@@ -173,6 +178,7 @@ def test_stored_member_with_lying_directory_sizes_is_refused(tmp_path):
 def test_fifo_input_is_refused_without_opening(tmp_path, suffix, mode):
     """Hostile group 13: a FIFO named like an input is refused at planning (opening it would block forever)."""
     import os
+
     path = tmp_path / f"pipe{suffix}"
     os.mkfifo(path)
     options = SourceOptions(npy_mode=mode) if suffix == ".npy" else SourceOptions(npz_mode=mode)
@@ -180,10 +186,13 @@ def test_fifo_input_is_refused_without_opening(tmp_path, suffix, mode):
         plan_inputs(str(path), options)
 
 
-@pytest.mark.parametrize("patch,words", [
-    ("method", "That compression method is not supported"),
-    ("encrypted", "is encrypted, password required"),
-])
+@pytest.mark.parametrize(
+    "patch,words",
+    [
+        ("method", "That compression method is not supported"),
+        ("encrypted", "is encrypted, password required"),
+    ],
+)
 def test_unreadable_member_kind_is_one_error(tmp_path, patch, words):
     """Hostile group 16: an npz member with an unknown compression method (Deflate64 id 9) or the encrypted flag
     is a SourceError naming file and member, not a NotImplementedError/RuntimeError traceback."""
@@ -192,7 +201,7 @@ def test_unreadable_member_kind_is_one_error(tmp_path, patch, words):
     d = bytearray(path.read_bytes())
     local, central = d.index(b"PK\x03\x04"), d.rindex(b"PK\x01\x02")
     if patch == "method":
-        d[local + 8:local + 10] = d[central + 10:central + 12] = (9).to_bytes(2, "little")
+        d[local + 8 : local + 10] = d[central + 10 : central + 12] = (9).to_bytes(2, "little")
     else:
         d[local + 6] |= 1
         d[central + 8] |= 1
@@ -202,6 +211,7 @@ def test_unreadable_member_kind_is_one_error(tmp_path, patch, words):
 
 
 # ---------------------------------------------------------------- 14: zip bombs
+
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("mode", ["rows", "arrays"])
@@ -261,8 +271,11 @@ def test_many_small_bomb_members_are_refused_by_the_archive_ratio(tmp_path):
         for i in range(64):
             z.writestr(f"m{i}.npy", npy_header((MB // 8 - 16,)) + bytes(MB - 128))
     assert all(i.file_size <= MB for i in zipfile.ZipFile(path).infolist())
-    with pytest.raises(SourceError, match=r"The archive expands \d+x in total .* --max_compression_ratio 500.*"
-                                          r"many\.npz"):
+    with pytest.raises(
+        SourceError,
+        match=r"The archive expands \d+x in total .* --max_compression_ratio 500.*"
+        r"many\.npz",
+    ):
         plan_inputs(str(path), SourceOptions(npz_mode="arrays"))
     assert plan_inputs(str(path), SourceOptions(npz_mode="arrays", max_compression_ratio=2000)).num_rows == 64
 
@@ -275,15 +288,18 @@ def test_ratio_flag_reaches_convert(tmp_path, capsys):
     code, stdout, err = convert(path, out, "--max_compression_ratio", "5000", capsys=capsys)
     assert code == 0, err
     import json
+
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["num_records"] == 2 * MB // 8
     # verify --source re-reads the source with the convert's own limit (from metadata.json options)
     from tfrecord_etl.pipelines import verify as verify_module
+
     code, stdout, err = run_command(verify_module.main, [out, "--source", path], capsys)
     assert code == 0 and f"{2 * MB // 8} of {2 * MB // 8} rows compared" in stdout, (stdout, err)
 
 
 # ---------------------------------------------------------------- 12: duplicate npz member names
+
 
 @pytest.mark.parametrize("mode", ["rows", "arrays"])
 def test_duplicate_npz_member_names_are_refused(tmp_path, mode):
@@ -299,6 +315,7 @@ def test_duplicate_npz_member_names_are_refused(tmp_path, mode):
 
 
 # ---------------------------------------------------------------- 15: streaming decompression
+
 
 def _npz(path, compressed, arrays):
     (np.savez_compressed if compressed else np.savez)(path, **arrays)
@@ -336,8 +353,11 @@ def test_streaming_reader_is_exact(tmp_path, compressed, order, shuffle):
     """Hostile group 15: the streaming npz reader returns exactly np.load's rows for ranges read in order or
     in random order (rewinds), deflated and stored members, C and Fortran order, and survives pickling."""
     rng = np.random.default_rng(7)
-    arrays = {"x": np.asarray(rng.standard_normal((997, 3, 5)).astype("<f4"), order=order),
-              "y": np.asarray(rng.integers(0, 2**40, (997, 2)), order=order), "z": np.arange(997, dtype="<u2")}
+    arrays = {
+        "x": np.asarray(rng.standard_normal((997, 3, 5)).astype("<f4"), order=order),
+        "y": np.asarray(rng.integers(0, 2**40, (997, 2)), order=order),
+        "z": np.arange(997, dtype="<u2"),
+    }
     path = tmp_path / "s.npz"
     _npz(path, compressed, arrays)
     plan = plan_inputs(str(path), SourceOptions(target_range_bytes=1000))
@@ -353,7 +373,7 @@ def test_streaming_reader_is_exact(tmp_path, compressed, order, shuffle):
         cols = source.read(rr)
         for k in arrays:
             assert cols[k].dtype == arrays[k].dtype
-            got[k][rr.start:rr.stop] = cols[k]
+            got[k][rr.start : rr.stop] = cols[k]
     for k, v in arrays.items():
         np.testing.assert_array_equal(got[k], v)
     source.close()
@@ -373,6 +393,7 @@ def test_ranges_in_order_decompress_each_byte_once(tmp_path, monkeypatch, order)
     produced = _count_decompressed(monkeypatch)
     inflated = [0]  # bytes our forked column inflaters produce (Fortran order)
     from tfrecord_etl.transforms.sources import npz
+
     real_produce = npz._Inflater._produce
 
     def counting_produce(self, n):
@@ -391,8 +412,11 @@ def test_ranges_in_order_decompress_each_byte_once(tmp_path, monkeypatch, order)
 
 def test_arrays_mode_reads_members_exactly(tmp_path):
     """Hostile group 15: arrays mode through the kept-open archive: every member whole and exact (0-d too)."""
-    members = {"a": np.arange(12.0).reshape(3, 4), "b": np.array(5, dtype="<i4"),
-               "c": np.asfortranarray(np.arange(6, dtype="<i8").reshape(2, 3))}
+    members = {
+        "a": np.arange(12.0).reshape(3, 4),
+        "b": np.array(5, dtype="<i4"),
+        "c": np.asfortranarray(np.arange(6, dtype="<i8").reshape(2, 3)),
+    }
     path = tmp_path / "m.npz"
     np.savez_compressed(path, **members)
     plan = plan_inputs(str(path), SourceOptions(npz_mode="arrays", target_range_bytes=1))
@@ -411,10 +435,12 @@ def test_convert_then_verify_source_on_compressed_npz(tmp_path, capsys):
     """Hostile group 15: convert (planned writer, small ranges) and verify --source agree exactly on a
     compressed npz read through the streaming reader."""
     from tfrecord_etl.pipelines import verify as verify_module
+
     rng = np.random.default_rng(3)
     path = tmp_path / "v.npz"
-    np.savez_compressed(path, x=rng.standard_normal((3000, 8)).astype("<f4"),
-                        f=np.asfortranarray(rng.integers(0, 9, (3000, 3))))
+    np.savez_compressed(
+        path, x=rng.standard_normal((3000, 8)).astype("<f4"), f=np.asfortranarray(rng.integers(0, 9, (3000, 3)))
+    )
     out = tmp_path / "out"
     code, _, err = convert(path, out, "--target_range_mb", "0.01", "--num_shards", "3", capsys=capsys)
     assert code == 0, err
@@ -447,6 +473,7 @@ def test_fortran_member_with_many_columns_is_exact(tmp_path):
     """Hostile group 15: a deflated Fortran-order member with more columns than MAX_COLUMN_STREAMS (257 here)
     falls back to one stream per member and is still exact, in order and reversed."""
     from tfrecord_etl.transforms.sources import MAX_COLUMN_STREAMS
+
     x = np.asfortranarray(np.arange(120 * (MAX_COLUMN_STREAMS + 1), dtype="<i4").reshape(120, -1))
     path = tmp_path / "wide.npz"
     np.savez_compressed(path, x=x)
@@ -455,7 +482,7 @@ def test_fortran_member_with_many_columns_is_exact(tmp_path):
     for ranges in (plan.ranges, plan.ranges[::-1]):
         got = np.empty_like(x, order="C")
         for rr in ranges:
-            got[rr.start:rr.stop] = plan.source.read(rr)["x"]
+            got[rr.start : rr.stop] = plan.source.read(rr)["x"]
         np.testing.assert_array_equal(got, x)
     plan.source.close()
 
@@ -471,7 +498,7 @@ def test_corrupt_deflated_member_is_a_source_error(tmp_path, order):
     plan = plan_inputs(str(path), SourceOptions(target_range_bytes=1200))
     data = bytearray(path.read_bytes())
     start = data.index(b"PK\x03\x04") + 30 + len("x.npy") + 200
-    data[start:start + 4000] = bytes(4000)  # clobber the deflate stream, sizes unchanged
+    data[start : start + 4000] = bytes(4000)  # clobber the deflate stream, sizes unchanged
     path.write_bytes(bytes(data))
     plan.source.close()
     with pytest.raises(SourceError, match=r"Cannot read rows \d+-\d+ of '.*cut\.npz'.*(CRC|invalid|Error)"):

@@ -1,6 +1,7 @@
 """Hostile HDF5 inputs that reach outside the named file, invent values or blow up: external raw
 storage, virtual datasets, FIFOs and devices, declared sizes, unallocated storage, chunk re-reads and
 deep nesting (hostile groups 9, 10, 13, 15, 16)."""
+
 from __future__ import annotations
 
 import os
@@ -53,16 +54,27 @@ def test_external_storage_outside_is_refused(tmp_path, secret, capsys):
 def test_external_storage_through_augment_join_and_verify_source(tmp_path, secret, capsys):
     """Hostile group 9: the same file given to augment --join_input or verify --source is refused too
     (they read sources through the same Hdf5Source); the secret never reaches the augmented output."""
-    from tfrecord_etl.pipelines import augment as augment_main
-    from tfrecord_etl.pipelines import verify as verify_main
     from tests.conftest import BEAM_FLAGS, run_command
+    from tfrecord_etl.pipelines import augment as augment_main, verify as verify_main
+
     (tmp_path / "in").mkdir()
     n = len(SECRET)
     np.save(tmp_path / "ids.npy", np.arange(n))
     assert convert(tmp_path / "ids.npy", tmp_path / "coll", capsys=capsys)[0] == 0
     external_h5(tmp_path / "in" / "ext.h5", secret)
-    code, _, err = run_command(augment_main.main, ["--input", tmp_path / "coll", "--output_dir", tmp_path / "aug",
-                                                   "--join_input", tmp_path / "in" / "ext.h5", *BEAM_FLAGS], capsys)
+    code, _, err = run_command(
+        augment_main.main,
+        [
+            "--input",
+            tmp_path / "coll",
+            "--output_dir",
+            tmp_path / "aug",
+            "--join_input",
+            tmp_path / "in" / "ext.h5",
+            *BEAM_FLAGS,
+        ],
+        capsys,
+    )
     assert code == 2 and "stored in external file(s)" in err
     assert not (tmp_path / "aug").exists() or b"SECRET" not in all_output_bytes(tmp_path / "aug")
     code, _, err = run_command(verify_main.main, [tmp_path / "coll", "--source", tmp_path / "in" / "ext.h5"], capsys)
@@ -82,8 +94,7 @@ def test_external_storage_in_the_inputs_directory_with_the_flag(tmp_path, capsys
     try:
         with h5py.File(tmp_path / "in" / "ext.h5", "w") as f:
             f.create_dataset("x", shape=(64,), dtype="u1", external=[("raw.bin", 0, 64)])
-        code, _, err = convert(tmp_path / "in" / "ext.h5", tmp_path / "out", "--allow_external_storage",
-                               capsys=capsys)
+        code, _, err = convert(tmp_path / "in" / "ext.h5", tmp_path / "out", "--allow_external_storage", capsys=capsys)
     finally:
         os.chdir(cwd)
     assert code == 0, err
@@ -192,12 +203,20 @@ def test_unallocated_dataset_is_refused_unless_allowed(tmp_path, capsys):
     path = tmp_path / "u.h5"
     with h5py.File(path, "w") as f:
         f.create_dataset("u", shape=(10**13, 1), dtype="u1", chunks=(1024, 1))
-    script = (f"import resource; resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))\n"
-              f"from tfrecord_etl.transforms.sources import Hdf5Source, SourceOptions\n"
-              f"try:\n    Hdf5Source(SourceOptions('hdf5')).index({str(path)!r})\n"
-              f"except Exception as e:\n    print(type(e).__name__, e)\n")
-    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    script = (
+        f"import resource; resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))\n"
+        f"from tfrecord_etl.transforms.sources import Hdf5Source, SourceOptions\n"
+        f"try:\n    Hdf5Source(SourceOptions('hdf5')).index({str(path)!r})\n"
+        f"except Exception as e:\n    print(type(e).__name__, e)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert "SourceError" in done.stdout and "never (fully) written" in done.stdout, done.stdout + done.stderr
     partial = tmp_path / "p.h5"
     with h5py.File(partial, "w") as f:
@@ -216,6 +235,7 @@ def test_a_chunk_spanning_many_row_ranges_is_decompressed_once(tmp_path, monkeyp
     re-decompressed per range (the file was opened per range); now one open file and one open dataset
     per worker thread keep HDF5's chunk cache (64 MiB) across the ranges of a shard."""
     from tfrecord_etl.transforms.sources import hdf5 as sources
+
     path = tmp_path / "c.h5"
     data = np.random.default_rng(0).integers(0, 1000, size=(4000, 16)).astype("<i4")
     with h5py.File(path, "w") as f:
@@ -312,8 +332,7 @@ def test_external_link_beside_the_input_needs_the_flag_and_is_read_exactly(tmp_p
     finally:
         os.chdir(cwd)
     assert code == 0, err
-    np.testing.assert_array_equal([int(e["z"]) for e in reader.iter_numpy(str(tmp_path / "out"))],
-                                  np.arange(100, 200))
+    np.testing.assert_array_equal([int(e["z"]) for e in reader.iter_numpy(str(tmp_path / "out"))], np.arange(100, 200))
 
 
 def test_soft_links_unchanged_and_dangling_external_link_named(tmp_path, capsys):
@@ -330,9 +349,12 @@ def test_soft_links_unchanged_and_dangling_external_link_named(tmp_path, capsys)
 def test_inspect_says_what_convert_does_with_each_external_link(tmp_path):
     """Hostile group 25: inspect lists each external link with what convert does with it and why."""
     from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, render_tree
+
     text = render_tree(hdf5_tree(str(linked_h5(tmp_path))))
-    assert "/x -> ../outside.h5:/d (external link, not followed; convert refuses it: outside the input's directory)" \
+    assert (
+        "/x -> ../outside.h5:/d (external link, not followed; convert refuses it: outside the input's directory)"
         in text
+    )
     assert "/g -> gone.h5:/d (external link, not followed; convert refuses it: dangling: its file is missing)" in text
     assert "/z -> side.h5:/d (external link, not followed; convert follows it with --allow_external_storage)" in text
     assert "/s -> /y (soft link, not followed)" in text

@@ -1,6 +1,7 @@
 """Hostile and careless input layouts: an output directory inside the tree the input pattern matches, file and
 directory symlinks leading out of (or around) the pattern's base, the same file matched twice, and what a failed
 run leaves in the temporary directory."""
+
 from __future__ import annotations
 
 import os
@@ -16,6 +17,7 @@ from tfrecord_etl.pipelines import common
 def image_tree(base, classes: dict[str, int]):
     """``base/CLASS/i.png`` for ``{CLASS: count}``: small PNGs, each distinct; returns ``base``."""
     from PIL import Image
+
     for name, count in classes.items():
         (base / name).mkdir(parents=True, exist_ok=True)
         for i in range(count):
@@ -25,6 +27,7 @@ def image_tree(base, classes: dict[str, int]):
 
 
 # ------------------------------------------------------------------------------------------ runner logs
+
 
 def test_a_failed_run_leaves_no_empty_runner_log(tmp_path, capsys, monkeypatch):
     """A failed run kept its runner log even when it held nothing (every failing run left an empty
@@ -36,8 +39,9 @@ def test_a_failed_run_leaves_no_empty_runner_log(tmp_path, capsys, monkeypatch):
     (tree / "cat" / "notes.png").write_bytes(b"not an image")  # fails in the pipeline, not at planning
     code, _, err = convert(tree / "*" / "*", tmp_path / "out", "--format", "files", capsys=capsys)
     assert code == 2 and "not an image Pillow can identify" in err, err
-    code, _, err = convert(tree / "cat" / "0.png", tmp_path / "out2", "--format", "files", "--file_labels", "none",
-                           capsys=capsys)
+    code, _, err = convert(
+        tree / "cat" / "0.png", tmp_path / "out2", "--format", "files", "--file_labels", "none", capsys=capsys
+    )
     assert code == 0, err
     assert sorted(p.name for p in logs.iterdir()) == []
     for written, kept in ((b"[tfrecord-etl] shards 1/2\n", False), (b"Traceback (most recent call last):\n", True)):
@@ -49,17 +53,19 @@ def test_a_failed_run_leaves_no_empty_runner_log(tmp_path, capsys, monkeypatch):
         left = list(logs.glob("tfrecord-etl-*.log"))
         assert (len(left), common.LAST_RUN_LOG is not None) == ((1, True) if kept else (0, False)), written
         if kept:
-            assert left[0].read_bytes() == written and common.LAST_RUN_LOG == str(left[0])
+            assert left[0].read_bytes() == written and str(left[0]) == common.LAST_RUN_LOG
             left[0].unlink()
     capsys.readouterr()
 
 
 # ------------------------------------------------------------------------------------------ HDF5 datasets mode
 
+
 def many_datasets(path, n=2000, cells=500):
     """``n`` datasets of two int64 values at the root, and a cell array ``/c`` of ``cells`` references into
     ``/#refs#``; returns ``{key: array}`` of what datasets mode converts."""
     import h5py
+
     want = {}
     with h5py.File(path, "w") as f:
         for i in range(n):
@@ -80,8 +86,10 @@ def test_datasets_mode_keeps_a_small_record_per_dataset_and_max_datasets_limits_
     import pickle
 
     import h5py
+
     from tfrecord_etl.transforms import reader
     from tfrecord_etl.transforms.sources import SourceOptions, hdf5layout, make_source
+
     path = tmp_path / "many.h5"
     want = many_datasets(path)
     open_counts, cache_sizes, read_counts = [], [], []
@@ -91,7 +99,9 @@ def test_datasets_mode_keeps_a_small_record_per_dataset_and_max_datasets_limits_
             counts.append(h5py.h5f.get_obj_count(dset.file.id, h5py.h5f.OBJ_DATASET))
             cache_sizes.append(dset.file.id.get_mdc_config().max_size)
             return function(dset, *args)
+
         return wrapped
+
     monkeypatch.setattr(hdf5layout, "kind_of", counting(hdf5layout.kind_of, open_counts))
     index = make_source("hdf5", SourceOptions(container_mode="datasets")).index(str(path))
     assert index.num_rows == len(want) and len(open_counts) == 2001
@@ -109,13 +119,18 @@ def test_datasets_mode_keeps_a_small_record_per_dataset_and_max_datasets_limits_
     for key, value in want.items():
         np.testing.assert_array_equal(got[key], value)
         assert got[key].dtype == value.dtype
-    for flags, limit in ((["--container_mode", "datasets"], 1000), (["--container_mode", "datasets"], 2200), ([], 1000)):
+    for flags, limit in (
+        (["--container_mode", "datasets"], 1000),
+        (["--container_mode", "datasets"], 2200),
+        ([], 1000),
+    ):
         code, _, err = convert(path, tmp_path / "limited", *flags, "--max_datasets", str(limit), capsys=capsys)
         assert code == 2 and f"The file holds more than {limit:,} datasets (--max_datasets)" in err, err
         assert f"file='{path}'" in err and "raise the limit with --max_datasets N" in err
         assert not (tmp_path / "limited").exists()
-    code, _, err = convert(path, tmp_path / "exact", "--container_mode", "datasets", "--max_datasets", str(len(want)),
-                           capsys=capsys)
+    code, _, err = convert(
+        path, tmp_path / "exact", "--container_mode", "datasets", "--max_datasets", str(len(want)), capsys=capsys
+    )
     assert code == 0, err
 
 
@@ -123,7 +138,9 @@ def test_the_hdf5_walk_keeps_only_the_groups_it_is_in_open(tmp_path):
     """The walk remembered each group it had visited by its open ObjectID, so every group of the file stayed open
     until the walk ended (20,000 groups of one dataset: +36 MB to plan)."""
     import h5py
+
     from tfrecord_etl.transforms.sources import hdf5layout
+
     with h5py.File(tmp_path / "groups.h5", "w") as f:
         for i in range(500):
             f[f"g{i:03d}/sub/d"] = np.arange(2)
@@ -140,12 +157,14 @@ def test_the_hdf5_walk_keeps_only_the_groups_it_is_in_open(tmp_path):
 
 # ------------------------------------------------------------------------------------------ output inside the inputs
 
+
 def tree_bytes(base) -> dict:
     return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()}
 
 
 def label_names(out) -> list:
     import json
+
     return json.loads((out / "metadata.json").read_text())["files"]["label_names"]
 
 
@@ -154,6 +173,7 @@ def test_an_output_the_input_pattern_would_match_is_refused_for_every_source(tmp
     matches; the identical second run read them as images of a class 'out', deleted them as an earlier run's
     files, then failed. --output_dir tree/cat --overwrite wrote into an input class folder with exit 0."""
     import h5py
+
     tree = image_tree(tmp_path / "tree", {"cat": 3, "dog": 3})
     before = tree_bytes(tree)
     for _ in range(2):  # the identical command twice: refused both times, before anything is written
@@ -164,13 +184,22 @@ def test_an_output_the_input_pattern_would_match_is_refused_for_every_source(tmp
     code, _, err = convert(tree / "*" / "*", tree / "cat", "--format", "files", "--overwrite", capsys=capsys)
     assert code == 2 and "An input file is inside --output_dir" in err and f"{tree}/cat/0.png" in err, err
     assert tree_bytes(tree) == before
-    code, _, err = convert(tree / "*" / "*", tmp_path / "out", "--format", "files", "--dead_letter_dir",
-                           tree / "dead", capsys=capsys)
+    code, _, err = convert(
+        tree / "*" / "*", tmp_path / "out", "--format", "files", "--dead_letter_dir", tree / "dead", capsys=capsys
+    )
     assert code == 2 and "--input matches the files this run writes in --dead_letter_dir" in err, err
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "labels.csv").write_text("file,label\n0.png,a\n1.png,a\n2.png,b\n")
-    code, _, err = convert(tree / "cat" / "*", tmp_path / "out", "--format", "files", "--file_labels",
-                           tmp_path / "out" / "labels.csv", "--overwrite", capsys=capsys)
+    code, _, err = convert(
+        tree / "cat" / "*",
+        tmp_path / "out",
+        "--format",
+        "files",
+        "--file_labels",
+        tmp_path / "out" / "labels.csv",
+        "--overwrite",
+        capsys=capsys,
+    )
     assert code == 2 and "An input file is inside --output_dir" in err and "labels.csv" in err, err
     # the same layout with another source
     (tmp_path / "h5" / "a").mkdir(parents=True)
@@ -188,9 +217,11 @@ def test_an_output_the_input_pattern_would_match_is_refused_for_every_source(tmp
 
 # ------------------------------------------------------------------------------------------ symbolic links
 
+
 def test_class_folder_symlinks_inside_the_tree_are_followed_and_outside_ones_refused(tmp_path, capsys):
     """A class folder 'dog -> ../shared_dog' was skipped without a word (3 of 6 files, label_names only cat)."""
     from tfrecord_etl.transforms import reader
+
     image_tree(tmp_path, {"shared_dog": 3})
     tree = image_tree(tmp_path / "tree", {"cat": 3})
     (tree / "dog").symlink_to("../shared_dog")  # leads outside the pattern's base 'tree'
@@ -198,18 +229,23 @@ def test_class_folder_symlinks_inside_the_tree_are_followed_and_outside_ones_ref
     assert code == 2 and "Symbolic links the pattern matches lead outside its base directory" in err, err
     assert f"'{tree}/dog' -> '{tmp_path}/shared_dog'" in err and "--follow_symlinks" in err
     assert not (tmp_path / "out").exists()
-    code, _, err = convert(tree / "*" / "*", tmp_path / "out", "--format", "files", "--follow_symlinks",
-                           capsys=capsys)
+    code, _, err = convert(tree / "*" / "*", tmp_path / "out", "--format", "files", "--follow_symlinks", capsys=capsys)
     assert code == 0, err
-    got = {np.asarray(e["filename"]).item().decode(): np.asarray(e["image"]).item()
-           for e in reader.iter_numpy(str(tmp_path / "out"))}
+    got = {
+        np.asarray(e["filename"]).item().decode(): np.asarray(e["image"]).item()
+        for e in reader.iter_numpy(str(tmp_path / "out"))
+    }
     assert label_names(tmp_path / "out") == ["cat", "dog"] and len(got) == 6
     for i in range(3):
         assert got[f"dog/{i}.png"] == (tmp_path / "shared_dog" / f"{i}.png").read_bytes()
     common.preload_tensorflow()
     import tensorflow as tf  # plain TensorFlow reads the same bytes
-    spec = {"image": tf.io.FixedLenFeature([], tf.string), "filename": tf.io.FixedLenFeature([], tf.string),
-            "label/text": tf.io.FixedLenFeature([], tf.string)}
+
+    spec = {
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "filename": tf.io.FixedLenFeature([], tf.string),
+        "label/text": tf.io.FixedLenFeature([], tf.string),
+    }
     shards = sorted(str(p) for p in (tmp_path / "out").glob("*.tfrecord"))
     parsed = [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(shards)]
     assert {e["filename"].numpy().decode(): e["image"].numpy() for e in parsed} == got
@@ -247,6 +283,7 @@ def test_a_file_symlink_out_of_the_tree_is_not_followed_without_the_flag(tmp_pat
 
 def test_a_symlink_loop_ends_the_walk_with_a_warning(tmp_path, capsys, caplog):
     from tfrecord_etl.transforms import fileio, matching
+
     tree = image_tree(tmp_path / "tree", {"cat": 2})
     (tree / "cat" / "up").symlink_to("..")
     with caplog.at_level("WARNING", logger="tfrecord_etl"):
@@ -258,9 +295,11 @@ def test_a_symlink_loop_ends_the_walk_with_a_warning(tmp_path, capsys, caplog):
 
 # ------------------------------------------------------------------------------------------ one file, two names
 
+
 def test_the_same_file_matched_twice_is_refused_naming_both(tmp_path, capsys):
     """--input 'twice/*.h5' with b.h5 a symlink to a.h5 gave 4,000 examples from 2,000 rows, no warning."""
     import h5py
+
     (tmp_path / "twice").mkdir()
     with h5py.File(tmp_path / "twice" / "a.h5", "w") as f:
         f["x"] = np.arange(2000)

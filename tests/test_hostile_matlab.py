@@ -2,6 +2,7 @@
 and NumPy's free survive, and cells declared but not stored. The files are written byte by byte here (MAT-File
 Format, Level 5), small: nesting costs 48 bytes a level.
 """
+
 from __future__ import annotations
 
 import glob
@@ -36,8 +37,15 @@ def padded(data: bytes) -> bytes:
 def matrix_head(mclass: int, dims, name: bytes, body_bytes: int, extra: bytes = b"") -> bytes:
     """The miMATRIX tag and subelements (flags, dimensions, name, ``extra``) of an array whose remaining body (its
     nested arrays or data) is ``body_bytes`` long."""
-    head = tag(6, 8) + struct.pack("<II", mclass, 0) + tag(5, 4 * len(dims)) + \
-        padded(b"".join(struct.pack("<i", d) for d in dims)) + tag(1, len(name)) + padded(name) + extra
+    head = (
+        tag(6, 8)
+        + struct.pack("<II", mclass, 0)
+        + tag(5, 4 * len(dims))
+        + padded(b"".join(struct.pack("<i", d) for d in dims))
+        + tag(1, len(name))
+        + padded(name)
+        + extra
+    )
     return tag(14, len(head) + body_bytes) + head
 
 
@@ -53,8 +61,7 @@ def nested(levels: int, kind: int = CELL, name: bytes = b"c", leaf: float = 1.0)
     heads, size = [], len(inner)
     for level in range(levels):
         field = b"x" if level == 0 else b"s"
-        extra = tag(5, 4) + padded(struct.pack("<i", 8)) + tag(1, 8) + field.ljust(8, b"\0") if kind == STRUCT \
-            else b""
+        extra = tag(5, 4) + padded(struct.pack("<i", 8)) + tag(1, 8) + field.ljust(8, b"\0") if kind == STRUCT else b""
         head = matrix_head(kind, (1, 1), name if level == levels - 1 else b"", size, extra)
         heads.append(head)
         size += len(head)
@@ -62,8 +69,12 @@ def nested(levels: int, kind: int = CELL, name: bytes = b"c", leaf: float = 1.0)
 
 
 def mat_file(path, *elements: bytes, compressed: bool = False) -> None:
-    header = b"MATLAB 5.0 MAT-file, written by tests/test_hostile_matlab.py".ljust(116, b" ") + b"\0" * 8 + \
-        struct.pack("<H", 0x0100) + b"IM"
+    header = (
+        b"MATLAB 5.0 MAT-file, written by tests/test_hostile_matlab.py".ljust(116, b" ")
+        + b"\0" * 8
+        + struct.pack("<H", 0x0100)
+        + b"IM"
+    )
     body = b"".join(tag(15, len(z)) + z for z in map(zlib.compress, elements)) if compressed else b"".join(elements)
     path.write_bytes(header + body)
 
@@ -78,9 +89,24 @@ def test_cells_nested_10000_deep_are_one_line_not_a_crash(tmp_path, compressed):
     path = tmp_path / "deep.mat"
     mat_file(path, nested(10_000), compressed=compressed)
     assert os.path.getsize(path) < (30_000 if compressed else 500_000)
-    done = subprocess.run([sys.executable, "-m", "pipelines.convert", "--input", str(path), "--output_dir",
-                           str(tmp_path / "out"), "--container_mode", "datasets"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=110, env=dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3"))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.convert",
+            "--input",
+            str(path),
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--container_mode",
+            "datasets",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3"),
+    )
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     assert len(lines) == 1 and lines[0].startswith("error: SourceError: The variable's arrays nest more than 64 deep")
@@ -109,8 +135,11 @@ def test_cells_declared_but_not_stored_are_refused_before_scipy_allocates_them(t
     path = tmp_path / "bomb.mat"
     inner = double(1.0)
     mat_file(path, matrix_head(CELL, (100_000, 100_000), b"c", len(inner)) + inner)
-    with pytest.raises(SourceError, match=r"Cannot read the variable's arrays: the variable's elements run past its "
-                                          r"end .* dataset='/c'"):
+    with pytest.raises(
+        SourceError,
+        match=r"Cannot read the variable's arrays: the variable's elements run past its "
+        r"end .* dataset='/c'",
+    ):
         MatlabSource(SourceOptions("matlab", container_mode="datasets")).index(str(path))
 
 
@@ -135,6 +164,7 @@ def test_the_walk_reads_every_scipy_test_file_as_scipy_does():
     """The nesting walk parses SciPy's own MATLAB test files (v5-v7, both byte orders, cells, structs, objects,
     function handles, sparse, char, empty) without a refusal, and finds SciPy's depth for every variable."""
     from tfrecord_etl.transforms.sources import matnesting
+
     folder = os.path.join(os.path.dirname(scipy.__file__), "io", "matlab", "tests", "data")
     checked = 0
     for path in sorted(glob.glob(os.path.join(folder, "*.mat"))):

@@ -4,6 +4,7 @@ rest, reported as changed while read).
 
 Every output is made by convert here and edited as a user (or a bad copy, restore or script) would.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,9 +16,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import BEAM_FLAGS, convert, run_command
-from tfrecord_etl.pipelines import augment as augment_main
-from tfrecord_etl.pipelines import common
-from tfrecord_etl.pipelines import verify as verify_main
+from tfrecord_etl.pipelines import augment as augment_main, common, verify as verify_main
 from tfrecord_etl.transforms import collection, metadata, reader, schemacheck
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import IncompleteOutputError, SchemaError
@@ -46,8 +45,11 @@ def run_verify(target, capsys, *flags):
 
 
 def run_augment(input_, output_dir, capsys, *flags):
-    return run_command(augment_main.main, ["--input", input_, "--output_dir", output_dir, "--constants", "tag=1",
-                                           *flags, *BEAM_FLAGS], capsys)
+    return run_command(
+        augment_main.main,
+        ["--input", input_, "--output_dir", output_dir, "--constants", "tag=1", *flags, *BEAM_FLAGS],
+        capsys,
+    )
 
 
 def edit_metadata_dtype(out):
@@ -60,14 +62,17 @@ def edit_metadata_dtype(out):
 def every_reader(out):
     """Each reader entry point, opening ``out``."""
     common.preload_tensorflow()
-    return {"iter_numpy": lambda: next(reader.iter_numpy(str(out))),
-            "RandomAccess": lambda: reader.RandomAccess(str(out))[0],
-            "get": lambda: reader.get(str(out), 3),
-            "to_tf_dataset": lambda: reader.to_tf_dataset(str(out)),
-            "tf_feature_spec": lambda: reader.tf_feature_spec(str(out))}
+    return {
+        "iter_numpy": lambda: next(reader.iter_numpy(str(out))),
+        "RandomAccess": lambda: reader.RandomAccess(str(out))[0],
+        "get": lambda: reader.get(str(out), 3),
+        "to_tf_dataset": lambda: reader.to_tf_dataset(str(out)),
+        "tf_feature_spec": lambda: reader.tf_feature_spec(str(out)),
+    }
 
 
 # -- group 22: schema.pbtxt and metadata.json disagree ------------------------------------------------------------
+
 
 def test_a_dtype_edited_in_metadata_json_is_refused_by_verify_every_reader_and_augment(out, tmp_path, capsys):
     """Hostile group 22: metadata.json's dtype of 'x' changed from <f8 to <i8 (schema.pbtxt still tags <f8). Before:
@@ -75,27 +80,42 @@ def test_a_dtype_edited_in_metadata_json_is_refused_by_verify_every_reader_and_a
     edit_metadata_dtype(out)
     code, text, _ = run_verify(out, capsys)
     assert code == 1 and text.startswith("FAILED")
-    assert (f"[schema] {out}/schema.pbtxt, feature 'x': its tfrecord_etl.dtype tag is <f8 in schema.pbtxt, <i8 in "
-            "metadata.json; one of the two files was edited or replaced after the output was written: convert it "
-            "again") in text
+    assert (
+        f"[schema] {out}/schema.pbtxt, feature 'x': its tfrecord_etl.dtype tag is <f8 in schema.pbtxt, <i8 in "
+        "metadata.json; one of the two files was edited or replaced after the output was written: convert it "
+        "again"
+    ) in text
     for read in every_reader(out).values():
-        with pytest.raises(SchemaError, match=r"schema.pbtxt and metadata.json disagree: feature 'x': its "
-                                              r"tfrecord_etl.dtype tag is <f8 in schema.pbtxt, <i8 in metadata.json"):
+        with pytest.raises(
+            SchemaError,
+            match=r"schema.pbtxt and metadata.json disagree: feature 'x': its "
+            r"tfrecord_etl.dtype tag is <f8 in schema.pbtxt, <i8 in metadata.json",
+        ):
             read()
     code, _, err = run_augment(out, tmp_path / "aug", capsys)
     assert code == 2 and "error: SchemaError: schema.pbtxt and metadata.json disagree: feature 'x'" in err
     assert not (tmp_path / "aug" / "metadata.json").exists()
 
 
-@pytest.mark.parametrize("edit, found", [
-    (lambda t: "garbage {{{\n", "not a TensorFlow Metadata Schema in text format"),
-    (lambda t: t.replace("tfrecord_etl.dtype:<f8", "tfrecord_etl.dtype:<f4"),
-     "its tfrecord_etl.dtype tag is <f4 in schema.pbtxt, <f8 in metadata.json"),
-    (lambda t: t.replace('name: "y"', 'name: "z"'),
-     "feature 'y': the feature is absent in schema.pbtxt, a feature of type INT in metadata.json"),
-    (lambda t: t.replace("type: INT", "type: FLOAT"),
-     "feature 'y': the type is FLOAT in schema.pbtxt, INT in metadata.json"),
-], ids=["garbage", "dtype-tag", "name", "type"])
+@pytest.mark.parametrize(
+    "edit, found",
+    [
+        (lambda t: "garbage {{{\n", "not a TensorFlow Metadata Schema in text format"),
+        (
+            lambda t: t.replace("tfrecord_etl.dtype:<f8", "tfrecord_etl.dtype:<f4"),
+            "its tfrecord_etl.dtype tag is <f4 in schema.pbtxt, <f8 in metadata.json",
+        ),
+        (
+            lambda t: t.replace('name: "y"', 'name: "z"'),
+            "feature 'y': the feature is absent in schema.pbtxt, a feature of type INT in metadata.json",
+        ),
+        (
+            lambda t: t.replace("type: INT", "type: FLOAT"),
+            "feature 'y': the type is FLOAT in schema.pbtxt, INT in metadata.json",
+        ),
+    ],
+    ids=["garbage", "dtype-tag", "name", "type"],
+)
 def test_an_edited_schema_pbtxt_fails_verify_and_the_readers(out, capsys, edit, found):
     """Hostile group 22: schema.pbtxt replaced by garbage, or a dtype tag, a feature name or a type edited. Before:
     verify said OK (and TFXIO would read another schema than our readers)."""
@@ -117,14 +137,16 @@ def test_a_missing_schema_pbtxt_is_refused(out, capsys):
     assert code == 1 and "[schema]" in text and "schema.pbtxt is missing" in text
 
 
-def test_a_replacing_run_killed_between_its_schema_and_its_commit_leaves_the_old_output_readable(made, out, tmp_path,
-                                                                                                  capsys):
+def test_a_replacing_run_killed_between_its_schema_and_its_commit_leaves_the_old_output_readable(
+    made, out, tmp_path, capsys
+):
     """The crash-safety promise holds with the check: a run replacing the output with other features writes its
     schema.pbtxt just before its metadata.json; killed between the two, the directory holds the new schema.pbtxt
     beside the old metadata.json and the run's marker. The readers read the old output (exactly), verify passes
     with a warning, and the same command run again commits the new output. (float32 x: a FLOAT list feature, not
     a tagged bytes one.)"""
     from tests.test_spans import run_process
+
     np.savez(tmp_path / "new.npz", x=X.astype(np.float32)[:40], y=Y[:40])
     flags = ("--num_shards", "2", "--index", "--overwrite")
     killed = run_process(str(tmp_path / "new.npz"), str(out), *flags, failpoint="schema-written")
@@ -145,9 +167,11 @@ def test_the_text_parser_agrees_with_the_writer_for_every_encoding_and_dtype():
     """What the readers compare (the reader-only parser of schema.pbtxt against metadata.json's features) holds for
     every schema the writer makes, and the field names it accepts are tensorflow_metadata's."""
     from tensorflow_metadata.proto.v0 import schema_pb2
+
     from tfrecord_etl.transforms.codec.encodings import ENCODINGS
-    assert schemacheck.SCHEMA_FIELDS == {f.name for f in schema_pb2.Schema.DESCRIPTOR.fields}
-    assert schemacheck.FEATURE_FIELDS == {f.name for f in schema_pb2.Feature.DESCRIPTOR.fields}
+
+    assert {f.name for f in schema_pb2.Schema.DESCRIPTOR.fields} == schemacheck.SCHEMA_FIELDS
+    assert {f.name for f in schema_pb2.Feature.DESCRIPTOR.fields} == schemacheck.FEATURE_FIELDS
     specs = []
     for encoding in ENCODINGS:
         for dtype in ("<f8", "<f4", "<i8", "|u1", "|b1", "bytes", "<U5", None):
@@ -170,6 +194,7 @@ def test_the_text_parser_agrees_with_the_writer_for_every_encoding_and_dtype():
 
 # -- group 23: a span directory that is not the one collection.json lists ---------------------------------------
 
+
 def make_collection(tmp_path):
     for span in (1, 2):
         (tmp_path / "raw" / f"span-{span}").mkdir(parents=True)
@@ -187,8 +212,11 @@ def test_a_span_replaced_by_a_copy_of_another_is_refused_by_every_reader(tmp_pat
     shutil.rmtree(coll / "span-2")
     shutil.copytree(coll / "span-1", coll / "span-2")
     for name, read in every_reader(coll).items():
-        with pytest.raises(IncompleteOutputError, match=r"^Span 2's metadata.json is not the one collection.json "
-                                                        r"lists: .*Hint: run the convert of span 2 again") as e:
+        with pytest.raises(
+            IncompleteOutputError,
+            match=r"^Span 2's metadata.json is not the one collection.json "
+            r"lists: .*Hint: run the convert of span 2 again",
+        ) as e:
             read()
         assert e.value.context["file"] == str(coll / "span-2" / "metadata.json"), name
         assert "\n" not in str(e.value)
@@ -207,11 +235,11 @@ def test_a_crash_between_the_two_commits_is_refused_until_the_span_is_converted_
     commit and its collection commit leaves span-2/ complete and unlisted: the readers refuse it (they read it as if
     listed before) until the same command runs again, which lists it."""
     from tests.test_spans import run_process
+
     coll = make_collection(tmp_path)
     np.savez(tmp_path / "raw" / "span-2" / "a.npz", x=X[:12] + 20)
     pattern = str(tmp_path / "raw" / "span-{SPAN}" / "*.npz")
-    killed = run_process(pattern, str(coll), "--span", "2", "--num_shards", "2",
-                         failpoint="before-collection-commit")
+    killed = run_process(pattern, str(coll), "--span", "2", "--num_shards", "2", failpoint="before-collection-commit")
     assert killed.returncode == -9, killed.stderr[-3000:]
     with pytest.raises(IncompleteOutputError, match="Span 2's metadata.json is not the one collection.json lists"):
         list(reader.iter_numpy(str(coll)))
@@ -223,6 +251,7 @@ def test_a_crash_between_the_two_commits_is_refused_until_the_span_is_converted_
 
 
 # -- group 24: an input shard that differs from its metadata at rest ----------------------------------------------
+
 
 def test_augment_on_a_shard_swapped_at_rest_says_what_is_wrong_every_time(out, tmp_path, capsys):
     """Hostile group 24: two shards of the same size swapped at rest. Before: "Input shard changed while it was
@@ -236,8 +265,10 @@ def test_augment_on_a_shard_swapped_at_rest_says_what_is_wrong_every_time(out, t
         code, _, err = run_augment(out, tmp_path / "aug", capsys)
         assert code == 2, attempt
         line = [x for x in err.splitlines() if x.startswith("error:")][0]
-        assert line.startswith("error: RecordError: Input shard differs from its metadata.json (") and \
-            "did not change during this run: it was corrupted or replaced after it was written" in line
+        assert (
+            line.startswith("error: RecordError: Input shard differs from its metadata.json (")
+            and "did not change during this run: it was corrupted or replaced after it was written" in line
+        )
         assert f"tfrecord-etl verify {out}" in line and "changed while it was read" not in line
         assert not (tmp_path / "aug" / "metadata.json").exists()
 
@@ -250,14 +281,17 @@ def test_augment_on_a_truncated_shard_is_refused_at_planning(out, tmp_path, caps
     shard.write_bytes(shard.read_bytes()[:2000])
     code, _, err = run_augment(out, tmp_path / "aug", capsys)
     assert code == 2
-    assert (f"error: RecordError: Input shard holds 2000 bytes, its metadata.json says {size}: it was truncated, "
-            f"corrupted or replaced after it was written [file='{shard}']") in err
+    assert (
+        f"error: RecordError: Input shard holds 2000 bytes, its metadata.json says {size}: it was truncated, "
+        f"corrupted or replaced after it was written [file='{shard}']"
+    ) in err
 
 
 def test_a_shard_rewritten_during_the_run_is_still_changed_while_read(out, tmp_path, capsys, monkeypatch):
     """Hostile group 24: the real concurrent case stays apart: a shard rewritten (same size, new bytes and
     modification time) while augment reads it is an InputChangedError that says to run again."""
     from tfrecord_etl.transforms.augment import beam as augment_beam
+
     iter_shard = augment_beam.iter_shard
     a, b = out / "data-00000-of-00002.tfrecord", out / "data-00001-of-00002.tfrecord"
 
@@ -269,6 +303,7 @@ def test_a_shard_rewritten_during_the_run_is_still_changed_while_read(out, tmp_p
                     f.write(data)
                 os.utime(a, ns=(a.stat().st_atime_ns, a.stat().st_mtime_ns + 10**9))
             yield item
+
     monkeypatch.setattr(augment_beam, "iter_shard", hooked)
     code, _, err = run_augment(out, tmp_path / "aug", capsys)
     assert code == 2

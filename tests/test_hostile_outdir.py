@@ -1,5 +1,6 @@
 """Hostile groups 1-8 (and the output-directory items of 16): a run deletes or replaces only files of
 ours, refuses everything else, takes paths literally, and holds an exclusive lock (transforms/outdir.py)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -13,8 +14,7 @@ import uuid
 import h5py
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.conftest import BEAM_FLAGS, ROOT, convert, run_command
 from tfrecord_etl.transforms import outdir, reader
@@ -47,6 +47,7 @@ def read_x(out):
 
 def augment(input_pattern, output_dir, *flags, capsys=None):
     from tfrecord_etl.pipelines import augment as augment_main
+
     argv = ["--input", input_pattern, "--output_dir", output_dir, "--constants", "k=1", *flags] + BEAM_FLAGS
     return run_command(augment_main.main, argv, capsys)
 
@@ -88,13 +89,16 @@ def test_augment_never_replaces_a_split_named_like_its_output(tmp_path, capsys):
     """Hostile group 3: augment --input 'Split-train/*.gz' --output_dir Split-eval must not replace the
     eval split, whose shard names equal the train split's."""
     import tensorflow as tf
+
     for split in ("Split-train", "Split-eval"):
         (tmp_path / split).mkdir()
-        with tf.io.TFRecordWriter(str(tmp_path / split / "data_tfrecord-00000-of-00001.gz"),
-                                  options="GZIP") as w:
+        with tf.io.TFRecordWriter(str(tmp_path / split / "data_tfrecord-00000-of-00001.gz"), options="GZIP") as w:
             for i in range(5):
-                ex = tf.train.Example(features=tf.train.Features(feature={
-                    "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i]))}))
+                ex = tf.train.Example(
+                    features=tf.train.Features(
+                        feature={"id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i]))}
+                    )
+                )
                 w.write(ex.SerializeToString())
     before = snapshot(tmp_path / "Split-eval")
     for flags in ([], ["--overwrite"]):
@@ -140,8 +144,9 @@ def test_convert_overwrite_never_deletes_an_input_inside_the_output(tmp_path, ca
 def test_dead_letter_dir_inside_the_output_is_refused(tmp_path, capsys):
     """Hostile group 5: dead letters are never written where a re-run could delete them."""
     make_h5(tmp_path / "in.h5")
-    code, _, err = convert(tmp_path / "in.h5", tmp_path / "out", "--dead_letter_dir", tmp_path / "out" / "dl",
-                           capsys=capsys)
+    code, _, err = convert(
+        tmp_path / "in.h5", tmp_path / "out", "--dead_letter_dir", tmp_path / "out" / "dl", capsys=capsys
+    )
     assert code == 2 and "--dead_letter_dir is inside --output_dir" in err
 
 
@@ -166,8 +171,9 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path, capsys):
     out.mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    (out / outdir.LOCK_FILE).write_text(json.dumps({"host": os.uname().nodename, "pid": dead.pid, "start": "1",
-                                                    "run_id": "x", "since": "then"}))
+    (out / outdir.LOCK_FILE).write_text(
+        json.dumps({"host": os.uname().nodename, "pid": dead.pid, "start": "1", "run_id": "x", "since": "then"})
+    )
     code, _, err = convert(tmp_path / "in.h5", out, capsys=capsys)
     assert code == 0, err
     assert "taking over the stale lock" in err
@@ -182,9 +188,26 @@ def test_two_concurrent_runs_into_one_directory(tmp_path):
     a, b = make_h5(tmp_path / "a.h5", rows=400), make_h5(tmp_path / "b.h5", rows=400, offset=10**6)
     out = tmp_path / "out"
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    procs = [subprocess.Popen([sys.executable, "-m", "pipelines.convert", "--input", str(tmp_path / f"{n}.h5"),
-                               "--output_dir", str(out), *BEAM_FLAGS], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n in "ab"]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pipelines.convert",
+                "--input",
+                str(tmp_path / f"{n}.h5"),
+                "--output_dir",
+                str(out),
+                *BEAM_FLAGS,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in "ab"
+    ]
     results = [p.communicate(timeout=240) + (p.returncode,) for p in procs]
     codes = [r[2] for r in results]
     if codes == [0, 0]:  # one finished before the other started: then the second refused or replaced ours
@@ -257,8 +280,14 @@ def test_a_crashed_beam_writer_runs_temp_dir_is_removed_by_the_rerun(tmp_path, c
     is removed by the re-run; a beam-temp dir of another prefix (not recorded) is kept."""
     data = make_h5(tmp_path / "in.h5")
     out = tmp_path / "out"
-    outdir.prepare(str(out), command="convert", options={}, files=["data-00000-of-00002.tfrecord"],
-                   overwrite=False, beam_temp_prefixes=["data"]).release()  # the run, then a crash
+    outdir.prepare(
+        str(out),
+        command="convert",
+        options={},
+        files=["data-00000-of-00002.tfrecord"],
+        overwrite=False,
+        beam_temp_prefixes=["data"],
+    ).release()  # the run, then a crash
     crashed = out / f"beam-temp-data-{uuid.uuid1().hex}"
     crashed.mkdir()
     (crashed / "part").write_bytes(b"x" * 1000)
@@ -287,21 +316,47 @@ def test_output_dir_that_cannot_be_a_directory(tmp_path, capsys, kind):
 
 # ---------------------------------------------------------------- property test of the protocol
 
-_LOOKALIKES = ["data-00000-of-00002.tfrecord", "data-00001-of-00002.tfrecord", "data-00000-of-00001.tfrecord.gz",
-               "schema.pbtxt", "manifest.json", "notes.txt", "beam-temp-data-" + "a" * 32,
-               ".tmp-data-00000-of-00002.tfrecord-" + "b" * 32, ".metadata.json.tmp", "x[1].txt", "*",
-               ".tmp-" + "b" * 32 + "-" + hashlib.sha1(b"data-00000-of-00002.tfrecord").hexdigest()[:8],
-               ".tmp-" + "c" * 32 + "-" + hashlib.sha1(b"notes.txt").hexdigest()[:8]]
+_LOOKALIKES = [
+    "data-00000-of-00002.tfrecord",
+    "data-00001-of-00002.tfrecord",
+    "data-00000-of-00001.tfrecord.gz",
+    "schema.pbtxt",
+    "manifest.json",
+    "notes.txt",
+    "beam-temp-data-" + "a" * 32,
+    ".tmp-data-00000-of-00002.tfrecord-" + "b" * 32,
+    ".metadata.json.tmp",
+    "x[1].txt",
+    "*",
+    ".tmp-" + "b" * 32 + "-" + hashlib.sha1(b"data-00000-of-00002.tfrecord").hexdigest()[:8],
+    ".tmp-" + "c" * 32 + "-" + hashlib.sha1(b"notes.txt").hexdigest()[:8],
+]
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
-@given(foreign=st.sets(st.sampled_from(_LOOKALIKES) | st.text("abc.-_[]*?", min_size=1, max_size=8), max_size=6),
-       ours=st.sets(st.sampled_from(["data-00000-of-00002.tfrecord", "data-00001-of-00002.tfrecord",
-                                     "schema.pbtxt", "data-00000-of-00001.tfrecord.gz"]), max_size=4),
-       record=st.sampled_from(["none", "marker", "metadata"]),
-       planned=st.sets(st.sampled_from(["data-00000-of-00002.tfrecord", "data-00001-of-00002.tfrecord",
-                                        "data-00000-of-00001.tfrecord.gz"]), max_size=3),
-       overwrite=st.booleans(), same_options=st.booleans())
+@given(
+    foreign=st.sets(st.sampled_from(_LOOKALIKES) | st.text("abc.-_[]*?", min_size=1, max_size=8), max_size=6),
+    ours=st.sets(
+        st.sampled_from(
+            [
+                "data-00000-of-00002.tfrecord",
+                "data-00001-of-00002.tfrecord",
+                "schema.pbtxt",
+                "data-00000-of-00001.tfrecord.gz",
+            ]
+        ),
+        max_size=4,
+    ),
+    record=st.sampled_from(["none", "marker", "metadata"]),
+    planned=st.sets(
+        st.sampled_from(
+            ["data-00000-of-00002.tfrecord", "data-00001-of-00002.tfrecord", "data-00000-of-00001.tfrecord.gz"]
+        ),
+        max_size=3,
+    ),
+    overwrite=st.booleans(),
+    same_options=st.booleans(),
+)
 def test_prepare_never_deletes_or_modifies_what_is_not_ours(foreign, ours, record, planned, overwrite, same_options):
     """The output-directory protocol: random pre-existing files (many named like ours), random records of what is
     ours, random flags: prepare() never deletes or changes a file that no marker/metadata of ours lists,
@@ -322,26 +377,49 @@ def test_prepare_never_deletes_or_modifies_what_is_not_ours(foreign, ours, recor
         if record == "metadata":  # our metadata.json makes its schema and its own temporary ours too
             listed |= {"schema.pbtxt", ".metadata.json.tmp"}
         listed |= {f for f in foreign if f.startswith(".tmp-") and f[5:-33] in listed}  # temporaries of ours,
-        listed |= {f for f in foreign if f.startswith(".tmp-") and any(  # under both names
-            f.endswith("-" + hashlib.sha1(n.encode()).hexdigest()[:8]) for n in listed)}
+        listed |= {
+            f
+            for f in foreign
+            if f.startswith(".tmp-")
+            and any(  # under both names
+                f.endswith("-" + hashlib.sha1(n.encode()).hexdigest()[:8]) for n in listed
+            )
+        }
         for name in ours:
             with open(os.path.join(d, name), "wb") as f:
                 f.write(b"ours")
         if record == "marker":
             with open(os.path.join(d, outdir.MARKER_FILE), "w") as f:
-                json.dump({"format": outdir.MARKER_FORMAT, "files": sorted(ours), "beam_temp_prefixes": [],
-                           "options": {"a": 1}}, f)
+                json.dump(
+                    {
+                        "format": outdir.MARKER_FORMAT,
+                        "files": sorted(ours),
+                        "beam_temp_prefixes": [],
+                        "options": {"a": 1},
+                    },
+                    f,
+                )
         elif record == "metadata":
             with open(os.path.join(d, outdir.METADATA_FILE), "w") as f:
-                json.dump({"format": "tfrecord-etl/1", "options": {"a": 1},
-                           "shards": [{"file": n, "records": 1, "bytes": 4} for n in sorted(ours)]}, f)
-        not_ours = {name: b for name, b in snapshot(d).items()
-                    if name.split(os.sep)[0] not in listed and name.split(os.sep)[0] not in
-                    (outdir.MARKER_FILE, outdir.METADATA_FILE)}
+                json.dump(
+                    {
+                        "format": "tfrecord-etl/1",
+                        "options": {"a": 1},
+                        "shards": [{"file": n, "records": 1, "bytes": 4} for n in sorted(ours)],
+                    },
+                    f,
+                )
+        not_ours = {
+            name: b
+            for name, b in snapshot(d).items()
+            if name.split(os.sep)[0] not in listed
+            and name.split(os.sep)[0] not in (outdir.MARKER_FILE, outdir.METADATA_FILE)
+        }
         before = snapshot(d)
         try:
-            lock = outdir.prepare(d, command="convert", options={"a": 1} if same_options else {"a": 2},
-                                  files=planned, overwrite=overwrite)
+            lock = outdir.prepare(
+                d, command="convert", options={"a": 1} if same_options else {"a": 2}, files=planned, overwrite=overwrite
+            )
         except ConfigError:
             assert snapshot(d) == before  # a refusal deletes nothing
             return

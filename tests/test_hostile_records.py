@@ -3,6 +3,7 @@ code points), 14 (feature count and record size limits), 16 (surrogates, big --f
 
 Every input is generated here and small: a "huge" record is a length header that lies.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -15,13 +16,10 @@ import h5py
 import numpy as np
 import pytest
 
-from tfrecord_etl.pipelines import augment as augment_main
-from tfrecord_etl.pipelines import inspect as inspect_main
-from tfrecord_etl.pipelines import verify as verify_main
-from tfrecord_etl.pipelines.augment import AugmentConfig
 from tests.conftest import BEAM_FLAGS, convert, run_command
-from tfrecord_etl.transforms import augment, codec, fileio, metadata, reader, tfrecord
-from tfrecord_etl.transforms import verify as verify_lib
+from tfrecord_etl.pipelines import augment as augment_main, inspect as inspect_main, verify as verify_main
+from tfrecord_etl.pipelines.augment import AugmentConfig
+from tfrecord_etl.transforms import augment, codec, fileio, metadata, reader, tfrecord, verify as verify_lib
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError, printable
 
 HUGE = 3 * 2**29  # 1.5 GiB: the length a lying header declares
@@ -30,6 +28,7 @@ HUGE = 3 * 2**29  # 1.5 GiB: the length a lying header declares
 # ----------------------------------------------------------------------------------------------
 # Generated inputs
 # ----------------------------------------------------------------------------------------------
+
 
 def int_feature(value: int) -> bytes:
     """A serialized ``Feature{int64_list: [value]}``."""
@@ -42,8 +41,14 @@ def float_feature(value: float) -> bytes:
 
 def example_of(pairs) -> bytes:
     """A serialized Example of ``(name, serialized Feature)`` pairs, written by hand (any name)."""
-    entries = b"".join(codec.length_delimited_field(1, codec.length_delimited_field(1, name.encode("utf-8", "surrogatepass")) +
-                                        codec.length_delimited_field(2, feature)) for name, feature in pairs)
+    entries = b"".join(
+        codec.length_delimited_field(
+            1,
+            codec.length_delimited_field(1, name.encode("utf-8", "surrogatepass"))
+            + codec.length_delimited_field(2, feature),
+        )
+        for name, feature in pairs
+    )
     return codec.length_delimited_field(1, entries)
 
 
@@ -87,6 +92,7 @@ def one_error_line(err: str, *needles: str) -> None:
 
 # --fn functions of these tests (``--fn tests.test_hostile_records:NAME``)
 
+
 def int_and_str_keys(features):
     return {1: np.int64(1), "1": np.int64(2)}
 
@@ -120,6 +126,7 @@ def big_at_20(features):
 # 11: manifest.json paths are never followed
 # ----------------------------------------------------------------------------------------------
 
+
 def sidecar_dir(tmp_path, inputs: list[str]):
     """A hand-made sidecar collection: one sidecar shard (3 records, feature ``c``) per manifest ``input``."""
     side = tmp_path / "side"
@@ -131,13 +138,19 @@ def sidecar_dir(tmp_path, inputs: list[str]):
         write_records(side / name, codec.encode_batch({"c": np.arange(3)}, specs, 3))
         size = (side / name).stat().st_size
         shards.append({"file": name, "records": 3, "bytes": size})
-        entries.append({"input": original, "compression": "none", "records": 3, "bytes": 10,
-                        "crc32c": "00000000", "sidecar": name})
+        entries.append(
+            {"input": original, "compression": "none", "records": 3, "bytes": 10, "crc32c": "00000000", "sidecar": name}
+        )
     meta = metadata.build(specs, shards, "none", [{"path": p, "records": 3} for p in inputs], "augment", {})
     metadata.write(str(side), meta, specs)
-    manifest = {"format": reader.SIDECAR_FORMAT, "input": "x", "inferred": True,
-                "features": [codec.FeatureSpec("id", "<i8", (1,), "list").to_json()], "shards": entries,
-                "num_records": 3 * len(inputs)}
+    manifest = {
+        "format": reader.SIDECAR_FORMAT,
+        "input": "x",
+        "inferred": True,
+        "features": [codec.FeatureSpec("id", "<i8", (1,), "list").to_json()],
+        "shards": entries,
+        "num_records": 3 * len(inputs),
+    }
     (side / "manifest.json").write_text(json.dumps(manifest))
     return side
 
@@ -151,8 +164,12 @@ def test_verify_does_not_follow_manifest_paths_to_a_fifo(tmp_path, capsys):
     code, out, err = run_command(verify_main.main, [side, "--json"], capsys)
     report = json.loads(out)
     assert code == 0, (out, err)
-    assert report["manifest"] == {"shards": 2, "originals_checked": 0, "originals_unreachable": 0,
-                                  "originals_not_named": 2}
+    assert report["manifest"] == {
+        "shards": 2,
+        "originals_checked": 0,
+        "originals_unreachable": 0,
+        "originals_not_named": 2,
+    }
     assert any("2 original shards were not checked" in w and "--original" in w for w in report["warnings"])
 
 
@@ -171,8 +188,12 @@ def test_verify_never_opens_a_secret_named_by_the_manifest(tmp_path, monkeypatch
     mine.mkdir()
     write_records(mine / "other.tfrecord", id_records(3))
     report = verify_lib.verify(str(side), originals=[str(mine)])  # the named collection lacks that name
-    assert report.manifest == {"shards": 1, "originals_checked": 0, "originals_unreachable": 1,
-                               "originals_not_named": 0}
+    assert report.manifest == {
+        "shards": 1,
+        "originals_checked": 0,
+        "originals_unreachable": 1,
+        "originals_not_named": 0,
+    }
     assert any("not among the --original files" in w for w in report.warnings)
     assert str(secret) not in opened and not any("secret" in str(p) for p in opened), opened
 
@@ -223,6 +244,7 @@ def test_augment_refuses_a_fifo_shard(tmp_path):
 # 12: augment checks every record; --fn keys; code points
 # ----------------------------------------------------------------------------------------------
 
+
 def test_augment_refuses_a_non_example_after_its_sample(tmp_path, capsys):
     """Hostile group 12: a non-Example record after augment's 1,000-record sample: one-line RecordError, no commit."""
     records = id_records(1010)
@@ -236,17 +258,24 @@ def test_augment_refuses_a_non_example_after_its_sample(tmp_path, capsys):
     assert info.value.context["file"] == str(shard)
     for mode in ("rewrite", "sidecar"):
         out = tmp_path / mode
-        code, _, err = run_command(augment_main.main, ["--input", shard, "--output_dir", out, "--mode", mode,
-                                                       "--constants", "c=1", *BEAM_FLAGS], capsys)
+        code, _, err = run_command(
+            augment_main.main,
+            ["--input", shard, "--output_dir", out, "--mode", mode, "--constants", "c=1", *BEAM_FLAGS],
+            capsys,
+        )
         assert code == 2
         one_error_line(err, "RecordError", "not a tf.train.Example", "record=1005", "in.tfrecord")
         assert not (out / "metadata.json").exists()
 
 
-@pytest.mark.parametrize("fn, match", [
-    ("int_and_str_keys", r"returned keys 1 and '1', which name the same feature; feature names must be str"),
-    ("int_key", r"returned key 7 \(int\); feature names must be str"),
-], ids=["1-and-'1'", "int-key"])
+@pytest.mark.parametrize(
+    "fn, match",
+    [
+        ("int_and_str_keys", r"returned keys 1 and '1', which name the same feature; feature names must be str"),
+        ("int_key", r"returned key 7 \(int\); feature names must be str"),
+    ],
+    ids=["1-and-'1'", "int-key"],
+)
 def test_augment_fn_keys_must_be_str(tmp_path, fn, match):
     """Hostile group 12: --fn returning keys 1 and "1" (one value would be dropped): SchemaError naming both."""
     shard = write_records(tmp_path / "in.tfrecord", id_records(4))
@@ -269,8 +298,14 @@ def test_convert_code_point_above_unicode_is_refused(tmp_path, capsys, encoding)
     src = npy_strings(tmp_path / "u.npy", [65, 66, 0x110000, 67])
     code, _, err = convert(src, tmp_path / "out", "--encoding", encoding, capsys=capsys)
     assert code == 2
-    one_error_line(err, "RecordError", "Feature 'array' holds code point U+110000 (above U+10FFFF)",
-                   "batch_row=2", "u.npy", "rows='0-3'")
+    one_error_line(
+        err,
+        "RecordError",
+        "Feature 'array' holds code point U+110000 (above U+10FFFF)",
+        "batch_row=2",
+        "u.npy",
+        "rows='0-3'",
+    )
     assert not (tmp_path / "out" / "metadata.json").exists()
 
 
@@ -278,13 +313,15 @@ def test_augment_fn_code_point_above_unicode_is_refused(tmp_path):
     """Hostile group 12: --fn returning a '<U' value with U+110000 (NumPy cannot even make a str of it): RecordError."""
     shard = write_records(tmp_path / "in.tfrecord", id_records(4))
     with pytest.raises(RecordError, match=r"Feature 'label' holds code point U\+110000.*record=0, feature='label'"):
-        augment.plan_augment(augment_cfg(shard, tmp_path / "out", fn="tests.test_hostile_records:code_point_above_max",
-                                         encoding="list"))
+        augment.plan_augment(
+            augment_cfg(shard, tmp_path / "out", fn="tests.test_hostile_records:code_point_above_max", encoding="list")
+        )
 
 
 # ----------------------------------------------------------------------------------------------
 # 16: lone surrogates
 # ----------------------------------------------------------------------------------------------
+
 
 def test_convert_lone_surrogate_list_encoding(tmp_path, capsys):
     """Hostile group 16: a lone surrogate ('\\ud800') with --encoding list: one line, not a traceback."""
@@ -313,6 +350,7 @@ def test_augment_constant_lone_surrogate(tmp_path, capsys):
 # ----------------------------------------------------------------------------------------------
 # 14: feature count and record size limits
 # ----------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def wide_file(tmp_path_factory):
@@ -348,8 +386,9 @@ def test_max_features_augment(wide_file, tmp_path):
 
 def test_max_features_distinct_names_across_records(tmp_path, capsys):
     """Hostile group 14: many records of distinct names (each small): the distinct-name count is bounded too."""
-    path = write_records(tmp_path / "many.tfrecord",
-                         [example_of([(f"r{r}n{i}", int_feature(i)) for i in range(40)]) for r in range(5)])
+    path = write_records(
+        tmp_path / "many.tfrecord", [example_of([(f"r{r}n{i}", int_feature(i)) for i in range(40)]) for r in range(5)]
+    )
     code, out, _ = run_command(verify_main.main, [path, "--max_features", "100"], capsys)
     assert code == 1 and "[features]" in out and "More than 100 distinct feature names" in out, out
     with pytest.raises(RecordError, match=r"More than 100 features.*record=2"):
@@ -365,8 +404,9 @@ def test_lying_length_header_is_refused_before_reading(tmp_path, capsys, compres
     """Hostile group 14: a length header declaring a 1.5 GiB record (gzip body of zeros): refused before reading."""
     path = lying_header(tmp_path / ("huge.tfrecord" + (".gz" if compressed else "")), compressed)
     assert path.stat().st_size < 64 << 10
-    needle = f"Record of {HUGE} bytes (1536.0 MB) is over the record size limit of {1024 << 20} bytes " \
-             "(--max_record_mb 1024)"
+    needle = (
+        f"Record of {HUGE} bytes (1536.0 MB) is over the record size limit of {1024 << 20} bytes (--max_record_mb 1024)"
+    )
     if reader_name in ("verify", "inspect"):
         main = verify_main.main if reader_name == "verify" else inspect_main.main
         code, out, err = run_command(main, [path], capsys)
@@ -392,8 +432,10 @@ def test_lying_length_header_is_refused_before_reading(tmp_path, capsys, compres
 
 def test_max_record_mb_flag_raises_the_limit(tmp_path, capsys):
     """Hostile group 14: --max_record_mb lowers/raises the limit: a 2 KB record under --max_record_mb 0.001 is refused."""
-    path = write_records(tmp_path / "a.tfrecord", [example_of([("b", codec.length_delimited_field(1, codec.length_delimited_field(
-        1, bytes(2048))))])])
+    path = write_records(
+        tmp_path / "a.tfrecord",
+        [example_of([("b", codec.length_delimited_field(1, codec.length_delimited_field(1, bytes(2048))))])],
+    )
     code, out, _ = run_command(verify_main.main, [path, "--max_record_mb", "0.001"], capsys)
     assert code == 1 and "over the record size limit of 1048 bytes" in out, out
     code, out, _ = run_command(verify_main.main, [path], capsys)
@@ -407,14 +449,19 @@ def test_max_record_mb_flag_raises_the_limit(tmp_path, capsys):
 # 16: --fn returning big values; names with escapes
 # ----------------------------------------------------------------------------------------------
 
+
 def test_augment_fn_record_over_max_record_mb(tmp_path):
     """Hostile group 16: --fn returning 2 MB per record under --max_record_mb 1: RecordError (file, record, size, flag)."""
     shard = write_records(tmp_path / "in.tfrecord", id_records(4))
-    with pytest.raises(RecordError, match=r"returned 2097152 bytes \(2\.0 MB\) for one record, over the record size "
-                                          r"limit of 1048576 bytes \(--max_record_mb 1\).*in.tfrecord.*record=0.*"
-                                          r"size=2097152"):
-        augment.plan_augment(augment_cfg(shard, tmp_path / "out", fn="tests.test_hostile_records:two_mib",
-                                         max_record_mb=1))
+    with pytest.raises(
+        RecordError,
+        match=r"returned 2097152 bytes \(2\.0 MB\) for one record, over the record size "
+        r"limit of 1048576 bytes \(--max_record_mb 1\).*in.tfrecord.*record=0.*"
+        r"size=2097152",
+    ):
+        augment.plan_augment(
+            augment_cfg(shard, tmp_path / "out", fn="tests.test_hostile_records:two_mib", max_record_mb=1)
+        )
 
 
 def test_augment_fn_big_values_shrink_the_batch(tmp_path):
@@ -422,16 +469,20 @@ def test_augment_fn_big_values_shrink_the_batch(tmp_path):
     shard = write_records(tmp_path / "in.tfrecord", id_records(8))
     plan = augment.plan_augment(augment_cfg(shard, tmp_path / "out", fn="tests.test_hostile_records:one_mib"))
     assert plan.batch_size == augment.BATCH_MB == 256
-    small = augment.plan_augment(augment_cfg(shard, tmp_path / "out", fn="tests.test_hostile_records:big_at_20",
-                                             fn_inputs=["id"]))
+    small = augment.plan_augment(
+        augment_cfg(shard, tmp_path / "out", fn="tests.test_hostile_records:big_at_20", fn_inputs=["id"])
+    )
     assert small.batch_size == 4096
 
 
 def test_augment_fn_one_late_big_record(tmp_path):
     """Hostile group 16: a late record's --fn value over the limit is refused as it comes back, naming that record."""
     shard = write_records(tmp_path / "in.tfrecord", id_records(30))
-    plan = augment.plan_augment(augment_cfg(shard, tmp_path / "out", fn="tests.test_hostile_records:big_at_20",
-                                            fn_inputs=["id"], max_record_mb=1))
+    plan = augment.plan_augment(
+        augment_cfg(
+            shard, tmp_path / "out", fn="tests.test_hostile_records:big_at_20", fn_inputs=["id"], max_record_mb=1
+        )
+    )
     augmenter = augment.BatchAugmenter(plan)
     records = [r for _, r in augment.iter_shard(plan.collection.shards[0])]
     with pytest.raises(RecordError, match=r"for one record, over the record size limit.*record=20"):
@@ -481,8 +532,9 @@ def test_inspect_prints_a_multi_row_value_on_one_line(tmp_path, capsys):
 def test_verify_report_escapes_names(tmp_path, capsys):
     """Hostile group 16: verify's problem lines escape a feature name with an ANSI escape and a newline."""
     name = "k\x1b[31m\nx"
-    path = write_records(tmp_path / "k.tfrecord", [example_of([(name, int_feature(1))]),
-                                                   example_of([(name, float_feature(1.0))])])
+    path = write_records(
+        tmp_path / "k.tfrecord", [example_of([(name, int_feature(1))]), example_of([(name, float_feature(1.0))])]
+    )
     code, out, _ = run_command(verify_main.main, [path], capsys)
     assert code == 1 and "\x1b" not in out
     assert r"[kind] " in out and r"feature 'k\x1b[31m\nx'" in out, out
@@ -500,19 +552,24 @@ def test_error_messages_escape_names():
 def test_check_example_frame_agrees_with_the_exact_walk():
     """check_example_frame's fast path accepts and counts exactly what split_feature_entries does (mutated records)."""
     import random
+
     rng = random.Random(10)
-    specs = [codec.FeatureSpec("img", "<f4", (8,), "tensor"), codec.FeatureSpec("label", "<i8", (), "list"),
-             codec.FeatureSpec("name", "bytes", (), "list")]
+    specs = [
+        codec.FeatureSpec("img", "<f4", (8,), "tensor"),
+        codec.FeatureSpec("label", "<i8", (), "list"),
+        codec.FeatureSpec("name", "bytes", (), "list"),
+    ]
     names = np.empty(40, object)
     names[:] = [b"n" * i for i in range(40)]
-    base = codec.encode_batch({"img": np.zeros((40, 8), "<f4"), "label": np.arange(40) * 1000, "name": names},
-                              specs, 40)
+    base = codec.encode_batch(
+        {"img": np.zeros((40, 8), "<f4"), "label": np.arange(40) * 1000, "name": names}, specs, 40
+    )
     for _ in range(3000):
         r = bytearray(rng.choice(base))
         for _ in range(rng.randint(1, 3)):
             r[rng.randrange(len(r))] = rng.randrange(256)
         if rng.random() < 0.3:
-            r = r[:rng.randrange(len(r))]
+            r = r[: rng.randrange(len(r))]
         outcomes = []
         for check in (lambda b: len(codec.split_feature_entries(b, 2)), lambda b: codec.check_example_frame(b, 2)):
             try:
@@ -529,7 +586,10 @@ def test_max_features_augment_worker_records(tmp_path):
     shard = write_records(tmp_path / "in.tfrecord", records)
     plan = augment.plan_augment(augment_cfg(shard, tmp_path / "out", constants={"c": "1"}, max_features=50))
     augmenter = augment.BatchAugmenter(plan)
-    with pytest.raises(RecordError, match=r"^More than 50 features \(the feature limit, --max_features 50\) "
-                                          r"\[file='[^']*in.tfrecord', record=1001"):
+    with pytest.raises(
+        RecordError,
+        match=r"^More than 50 features \(the feature limit, --max_features 50\) "
+        r"\[file='[^']*in.tfrecord', record=1001",
+    ):
         for first, batch in augment.batches(augment.iter_shard(plan.collection.shards[0]), 500):
             augmenter.augment(batch, str(shard), first)

@@ -2,6 +2,7 @@
 span's lock temporary was left behind and made every re-run refuse), the messages of re-runs and of a file linked
 into two span folders, one row of 2 GB, and a pattern over very many tiny files. (Group 17, worker processes
 killed at any moment, runs worker processes: ``tests/test_hostile_workers.py``.)"""
+
 from __future__ import annotations
 
 import errno
@@ -68,6 +69,7 @@ def disk_full_at_collection_commit(monkeypatch):
         if "mount" in state:  # (armed by the test)
             fill(state["mount"])
         return commit(*args, **kwargs)
+
     monkeypatch.setattr(collection, "commit", full_then_commit)
     return state
 
@@ -75,7 +77,8 @@ def disk_full_at_collection_commit(monkeypatch):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("kind", ["span", "incremental"])
 def test_a_full_disk_at_the_collection_commit_leaves_nothing_and_a_rerun_completes(
-        tmp_path, capsys, monkeypatch, disk_full_at_collection_commit, kind):
+    tmp_path, capsys, monkeypatch, disk_full_at_collection_commit, kind
+):
     """Hostile group 18: the disk fills up at the collection commit of a span run (placeholders, and
     --incremental): the run ends in one line, and it used to leave span-N/.tf-etl.lock.<pid> (0 bytes) after the
     lock could not be closed, which made the same command refuse ("files tfrecord-etl did not write") and
@@ -84,8 +87,10 @@ def test_a_full_disk_at_the_collection_commit_leaves_nothing_and_a_rerun_complet
     if kind == "span":
         for i, day in enumerate(DATES[:2]):
             make_h5(tmp_path / "raw" / day / "a.h5", 1000 * i)
-        pattern, flags = str(tmp_path / "raw" / "{YYYY}-{MM}-{DD}" / "*.h5"), [["--span", DATES[0]],
-                                                                              ["--span", DATES[1]]]
+        pattern, flags = (
+            str(tmp_path / "raw" / "{YYYY}-{MM}-{DD}" / "*.h5"),
+            [["--span", DATES[0]], ["--span", DATES[1]]],
+        )
         span_name = "span-20416"
     else:
         make_h5(tmp_path / "raw" / "a.h5", 0)
@@ -112,8 +117,9 @@ def test_a_full_disk_at_the_collection_commit_leaves_nothing_and_a_rerun_complet
         assert code == 0, err
         assert convert(pattern, str(clean), *flags[1], capsys=capsys)[0] == 0
         assert span_shards(out / span_name) == span_shards(clean / span_name)
-        assert [s["span"] for s in collection.load(str(out))["spans"]] == \
-            [s["span"] for s in collection.load(str(clean))["spans"]]
+        assert [s["span"] for s in collection.load(str(out))["spans"]] == [
+            s["span"] for s in collection.load(str(clean))["spans"]
+        ]
         assert not ours_only(out / span_name)
 
 
@@ -138,8 +144,14 @@ def test_a_lock_that_cannot_be_closed_leaves_no_temporary_and_the_run_still_clea
             return False
 
     lock = runlock.Lock(str(tmp_path), "c" * 32).acquire()
-    monkeypatch.setattr(runlock, "open", lambda path, mode="r", *a, **k: Full(real_open(path, mode, *a, **k))
-                        if "w" in mode else real_open(path, mode, *a, **k), raising=False)
+    monkeypatch.setattr(
+        runlock,
+        "open",
+        lambda path, mode="r", *a, **k: (
+            Full(real_open(path, mode, *a, **k)) if "w" in mode else real_open(path, mode, *a, **k)
+        ),
+        raising=False,
+    )
     removed = []
     lock.discard = lambda: removed.append(True)
     with pytest.raises(RuntimeError):
@@ -227,7 +239,8 @@ def test_one_row_of_2_gib_is_refused_at_planning_naming_the_limit_and_its_flag(t
             f"error: SourceError: One row holds 2,147,483,648 bytes (2,048.0 MiB) of array values, over the limit of "
             f"1024 MiB per row (--max_row_mb) [file='{big}'] Hint: raise --max_row_mb (a row is held whole in "
             f"memory, about twice its size at peak; one Example holds at most 2048 MiB), or split the arrays into "
-            f"smaller rows"], err
+            f"smaller rows"
+        ], err
         assert not (tmp_path / "out").exists()
 
 
@@ -235,6 +248,7 @@ def test_max_row_mb_bounds_every_feature_of_a_row_and_raising_it_converts_exactl
     """Hostile group 19: the limit counts every fixed-size feature of a row (an .npz's members together); a row
     under a raised limit converts exactly."""
     from tfrecord_etl.transforms import reader
+
     inp = tmp_path / "rows.npz"
     a = np.arange(4 * 300_000, dtype="<f8").reshape(4, 300_000)  # 2.29 MiB per row
     b = np.arange(4 * 100_000, dtype="<i4").reshape(4, 100_000)  # 0.38 MiB per row
@@ -264,8 +278,10 @@ def test_planning_many_tiny_files_opens_each_a_fixed_number_of_times(tmp_path):
     (3: the Zarr zip-store check and the magic bytes when the format is sniffed, then its header) whether there are
     100 or 300 of them, and nothing else is opened per file (counted with Python's audit events, not timed)."""
     import sys
+
     from tfrecord_etl.transforms import planning
     from tfrecord_etl.transforms.config import ConvertConfig
+
     if not _OPENS:
         sys.addaudithook(_count_opens)
         _OPENS[None] = False

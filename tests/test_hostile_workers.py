@@ -3,6 +3,7 @@ killed (SIGKILL) at a chosen moment (a failpoint in the worker: its shard's temp
 moments, and a Ctrl-C while they write: the launcher used to wait forever for the answer of a dead worker's bundle,
 and a Ctrl-C stopped the shells Beam starts the workers through, not the workers. Every run ends in one line within
 a bound, no worker process outlives its launcher, the old output stays complete and a re-run is byte-identical."""
+
 from __future__ import annotations
 
 import json
@@ -30,6 +31,7 @@ def wide(tmp_path_factory):
     """150,000 rows (an int64 id, 32 float32 values): the input of a run whose killed worker hung the launcher."""
     import h5py
     import numpy as np
+
     path = tmp_path_factory.mktemp("wide") / "wide.h5"
     with h5py.File(path, "w") as f:
         f["id"] = np.arange(BIG, dtype="<i8")
@@ -63,7 +65,8 @@ def test_a_worker_killed_while_it_writes_a_shard_ends_the_run_in_one_line(inputs
     assert (tmp_path / "fired").exists()  # the failpoint fired in one worker
     assert code == 2 and "Traceback" not in err, err[-3000:]
     assert error_lines(err) and error_lines(err)[0].startswith(
-        "error: OutputError: A worker process died (signal 9)"), err[-3000:]
+        "error: OutputError: A worker process died (signal 9)"
+    ), err[-3000:]
     assert len(error_lines(err)) == 1
     assert not orphans(out)  # stopped before the launcher exited
     assert ids(out) == list(range(ROWS)) and not left_over(out)
@@ -97,8 +100,11 @@ def _workers_of(launcher: int) -> list[int]:
                 fields = f.read().rsplit(b")", 1)[1].split()
         except OSError:
             continue
-        if b"apache_beam.runners.worker.sdk_worker_main" in argv and fields[0] != b"Z" and \
-                (int(fields[1]) == launcher or int(fields[2]) == launcher):  # the parent, or the process group
+        if (
+            b"apache_beam.runners.worker.sdk_worker_main" in argv
+            and fields[0] != b"Z"
+            and (int(fields[1]) == launcher or int(fields[2]) == launcher)
+        ):  # the parent, or the process group
             found.append(int(pid))
     return sorted(found)
 
@@ -109,18 +115,31 @@ def test_sigkill_to_a_worker_at_random_moments_always_ends_in_one_line(inputs, t
     (a fixed seed): each run ends within the bound, either complete (the worker had done its part) or in the one
     line with the old output complete; no worker, temporary or lock is left, and a re-run is byte-identical."""
     import random
+
     out, clean = tmp_path / "out", tmp_path / "clean"
     assert convert(inputs[1], clean, multi=False)[0] == 0
     rng = random.Random(11)
     outcomes = []
     for point in [rng.uniform(0.0, 4.0) for _ in range(3)]:
         assert convert(inputs[0], out, multi=False)[0] == 0
-        cmd = [sys.executable, "-m", "pipelines.convert", "--input", str(inputs[1]), "--output_dir", str(out),
-               "--num_shards", "4", "--overwrite", *MULTI]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pipelines.convert",
+            "--input",
+            str(inputs[1]),
+            "--output_dir",
+            str(out),
+            "--num_shards",
+            "4",
+            "--overwrite",
+            *MULTI,
+        ]
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
         env.pop(outdir.FAILPOINT_ENV, None)
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
         try:
             deadline = time.monotonic() + 240
             while not _workers_of(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
@@ -157,7 +176,9 @@ def test_a_dead_workers_connection_answers_every_instruction_with_the_line():
     still goes to the real connection. Exit statuses map to signals as the shell and Popen report them."""
     from apache_beam.portability.api import beam_fn_api_pb2
     from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
     from tfrecord_etl.pipelines import workers
+
     real = worker_handlers.ControlConnection()
     conn = workers._AnsweringConnection(real)
     waiting = conn.push(beam_fn_api_pb2.InstructionRequest(instruction_id="bundle_1"))
@@ -180,14 +201,21 @@ def test_beam_stream_threads_cut_by_a_stopping_run_are_quiet_and_nothing_else_is
     exception raised only in Beam's (or gRPC's, or the standard library's) code is dropped; before that, or with a
     frame of any other code, it still reaches the previous hook."""
     import threading
+
     from tfrecord_etl.pipelines import workers
+
     seen = []
     monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(str(args.exc_value)))
     workers.quiet_worker_threads()
     beam = {}
-    exec(compile("def cut():\n    raise ValueError('stream cut')\n", os.path.join(os.sep, "site", "apache_beam",
-                                                                            "runners", "worker", "data_plane.py"),
-                 "exec"), beam)
+    exec(
+        compile(
+            "def cut():\n    raise ValueError('stream cut')\n",
+            os.path.join(os.sep, "site", "apache_beam", "runners", "worker", "data_plane.py"),
+            "exec",
+        ),
+        beam,
+    )
 
     def ours():
         raise ValueError("our bug")

@@ -2,6 +2,7 @@
 bombs inside the inner chunks of a shard. The stores are generated here and small: a "huge" array is a shape in its
 metadata, a bomb a few KB of gzip.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -23,8 +24,9 @@ zarr = pytest.importorskip("zarr")
 
 def declared_huge(path, zarr_format=2):
     """A store declaring shape (10**15, 4) float64 (32 PB) in chunks of 1,000 rows, one chunk written."""
-    a = zarr.create_array(str(path), shape=(10**15, 4), chunks=(1000, 4), dtype="<f8", zarr_format=zarr_format,
-                          fill_value=0)
+    a = zarr.create_array(
+        str(path), shape=(10**15, 4), chunks=(1000, 4), dtype="<f8", zarr_format=zarr_format, fill_value=0
+    )
     a[0:1000] = np.arange(4000.0).reshape(1000, 4)
     assert sum(len(f) for _, _, f in os.walk(path)) <= 3
 
@@ -52,8 +54,11 @@ def test_with_allow_fill_value_the_plan_is_still_bounded(tmp_path):
     one file), naming the rows, the bytes and --target_range_mb, instead of listing 3.8 billion ranges."""
     store = tmp_path / "big.zarr"
     declared_huge(store)
-    with pytest.raises(SourceError, match=r"declares 1,000,000,000,000,000 rows of 32 bytes .* 3,816,793,894 row "
-                                          r"ranges .* more than the 1,048,576 one plan holds .*--target_range_mb"):
+    with pytest.raises(
+        SourceError,
+        match=r"declares 1,000,000,000,000,000 rows of 32 bytes .* 3,816,793,894 row "
+        r"ranges .* more than the 1,048,576 one plan holds .*--target_range_mb",
+    ):
         planning.plan_inputs(str(store), SourceOptions("zarr", allow_fill_value=True))
 
 
@@ -72,6 +77,7 @@ def shard(chunks: list[bytes]) -> bytes:
     """A shard of ``chunks`` (inner chunks, in order) with its index at the end (offset, length per chunk, then the
     index's CRC32C), as zarr's sharding codec writes it."""
     import google_crc32c
+
     index, offset = b"", 0
     for c in chunks:
         index += struct.pack("<QQ", offset, len(c))
@@ -91,22 +97,34 @@ def test_an_inner_gzip_chunk_of_a_shard_is_bounded_before_it_is_inflated(tmp_pat
     inner chunk, read alone (a range of the shard) or with its whole shard, is inflated in steps of 1 MiB and refused
     once past its declared bytes: at most about 2 MiB is allocated (traced), and the error names the shard."""
     store = tmp_path / "s.zarr"
-    a = zarr.create_array(str(store), shape=(20000,), chunks=(5000,), shards=(10000,), dtype="<f8",
-                          compressors=zarr.codecs.GzipCodec(), fill_value=0)
+    a = zarr.create_array(
+        str(store),
+        shape=(20000,),
+        chunks=(5000,),
+        shards=(10000,),
+        dtype="<f8",
+        compressors=zarr.codecs.GzipCodec(),
+        fill_value=0,
+    )
     a[:] = np.arange(20000.0)
     good = gzip.compress(np.arange(10000, 15000, dtype="<f8").tobytes())
-    (store / "c" / "1").write_bytes(shard([good, gzip_bomb(32)]) if rows[0] == 15000 else
-                                    shard([gzip_bomb(32), gzip_bomb(32)]))
+    (store / "c" / "1").write_bytes(
+        shard([good, gzip_bomb(32)]) if rows[0] == 15000 else shard([gzip_bomb(32), gzip_bomb(32)])
+    )
     source = ZarrSource(SourceOptions("zarr"))
     index = source.index(str(store))
     np.testing.assert_array_equal(source.read(RowRange(str(store), 0, 10, index.items))["s"], np.arange(10.0))
     if rows[0] == 15000:  # the shard's good inner chunk still reads alone
-        np.testing.assert_array_equal(source.read(RowRange(str(store), 10000, 10010, index.items))["s"],
-                                      np.arange(10000.0, 10010.0))
+        np.testing.assert_array_equal(
+            source.read(RowRange(str(store), 10000, 10010, index.items))["s"], np.arange(10000.0, 10010.0)
+        )
     tracemalloc.start()
     try:
-        with pytest.raises(SourceError, match=r"inner chunk 'c/1' of the store's root array decompresses \(gzip\) to "
-                                              r"more than the 40,000 bytes"):
+        with pytest.raises(
+            SourceError,
+            match=r"inner chunk 'c/1' of the store's root array decompresses \(gzip\) to "
+            r"more than the 40,000 bytes",
+        ):
             source.read(RowRange(str(store), *rows, index.items))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -118,9 +136,17 @@ def test_a_v2_chunk_behind_a_filter_is_bounded_too(tmp_path, capsys):
     """Hostile group 14: a v2 array with a filter (Delta) had no bound on its compressor's output; now at most 16
     times the chunk's bytes (the widest item size change of a filter), checked before zarr decompresses."""
     import numcodecs
+
     store = tmp_path / "d.zarr"
-    zarr.create_array(str(store), shape=(2000,), chunks=(1000,), dtype="<i8", zarr_format=2,
-                      filters=[numcodecs.Delta("<i8")], compressors=numcodecs.GZip())[:] = np.arange(2000)
+    zarr.create_array(
+        str(store),
+        shape=(2000,),
+        chunks=(1000,),
+        dtype="<i8",
+        zarr_format=2,
+        filters=[numcodecs.Delta("<i8")],
+        compressors=numcodecs.GZip(),
+    )[:] = np.arange(2000)
     (store / "1").write_bytes(gzip_bomb(8))
     code, _, err = convert(store, tmp_path / "out", capsys=capsys)
     assert code == 2 and "decompresses (gzip) to more than the 129,024 bytes" in err, err
@@ -131,13 +157,15 @@ def test_a_store_whose_chunks_are_all_present_converts_and_inspect_still_lists_t
     """The count refuses nothing that is there: a store with every chunk (a partial last one) converts exactly;
     inspect lists the huge store's array from its metadata (it reads no chunk)."""
     store = tmp_path / "ok.zarr"
-    zarr.create_array(str(store), shape=(23, 2), chunks=(7, 2), dtype="<i4", zarr_format=2)[:] = \
-        np.arange(46).reshape(23, 2)
+    zarr.create_array(str(store), shape=(23, 2), chunks=(7, 2), dtype="<i4", zarr_format=2)[:] = np.arange(46).reshape(
+        23, 2
+    )
     code, _, err = convert(store, tmp_path / "out", capsys=capsys)
     assert code == 0, err
     got = np.array([e["ok"] for e in reader.iter_numpy(str(tmp_path / "out"))])
     np.testing.assert_array_equal(got, np.arange(46).reshape(23, 2))
     from tfrecord_etl.transforms.sources.zarrsrc import zarr_tree
+
     declared_huge(tmp_path / "big.zarr")
     tree = zarr_tree(str(tmp_path / "big.zarr"))
     assert tree["objects"][0]["shape"] == [10**15, 4]

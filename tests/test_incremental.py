@@ -1,6 +1,7 @@
 """``convert --incremental``: the files of a growing directory that no committed span holds become the next span
 (the collection's ledger: path, size and mtime_ns locally, ETag on s3://); a run with nothing new writes nothing; a
 changed file stops the run, naming it and its span, unless ``--reconvert_changed``; deleted files are reported."""
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,10 @@ def test_incremental_converts_exactly_the_new_files_as_the_next_span(growing, ca
     assert code == 0, err
     assert f"collection: {out}: 2 spans (0-1), 100 records" in stdout
     coll = collection.load(out)
-    assert [[r["path"] for r in s["inputs"]] for s in coll["spans"]] == \
-        [[str(tmp / "raw" / f"f{i}.h5") for i in range(3)], [str(tmp / "raw" / f"f{i}.h5") for i in (3, 4)]]
+    assert [[r["path"] for r in s["inputs"]] for s in coll["spans"]] == [
+        [str(tmp / "raw" / f"f{i}.h5") for i in range(3)],
+        [str(tmp / "raw" / f"f{i}.h5") for i in (3, 4)],
+    ]
     for s in coll["spans"]:
         for r in s["inputs"]:
             st = os.stat(r["path"])
@@ -64,7 +67,7 @@ def test_incremental_converts_exactly_the_new_files_as_the_next_span(growing, ca
 
 
 def test_nothing_new_says_so_and_writes_nothing(growing, capsys):
-    pattern, out, tmp = growing
+    pattern, out, _tmp = growing
     assert convert(pattern, out, "--incremental")[0] == 0
     capsys.readouterr()
     before = everything(out)
@@ -91,7 +94,7 @@ def test_a_changed_file_is_named_with_its_span_and_reconvert_changed_converts_th
     before = everything(out)
     code, _, err = convert(pattern, out, "--incremental", capsys=capsys)
     assert code == 2
-    assert f"InputChangedError: 1 input file(s) changed since their span was converted" in err
+    assert "InputChangedError: 1 input file(s) changed since their span was converted" in err
     assert f"{changed} in span 0" in err and "--reconvert_changed" in err
     assert everything(out) == before
     code, stdout, err = convert(pattern, out, "--incremental", "--reconvert_changed", "--dry_run", capsys=capsys)
@@ -139,28 +142,41 @@ def test_incremental_on_s3_records_etags_and_finds_a_changed_object_by_its_etag(
     from tests.test_s3 import BUCKET, keys
     from tfrecord_etl.pipelines import convert as convert_module
     from tfrecord_etl.transforms import reader
+
     client, flags = s3
 
     def convert_s3(argv):
         return run_command(convert_module.main, argv, capsys)
 
     def put(name, start):
-        client.put_object(Bucket=BUCKET, Key=f"inc/raw/{name}", Body=open(make_h5(tmp_path / name, start, 20),
-                                                                         "rb").read())
+        client.put_object(
+            Bucket=BUCKET, Key=f"inc/raw/{name}", Body=open(make_h5(tmp_path / name, start, 20), "rb").read()
+        )
+
     for i in range(2):
         put(f"f{i}.h5", 100 * i)
     pattern, out = f"s3://{BUCKET}/inc/raw/*.h5", f"s3://{BUCKET}/inc/out"
-    run = ["--input", pattern, "--output_dir", out, "--incremental", "--runner=DirectRunner",
-           "--direct_running_mode=in_memory", *flags]
+    run = [
+        "--input",
+        pattern,
+        "--output_dir",
+        out,
+        "--incremental",
+        "--runner=DirectRunner",
+        "--direct_running_mode=in_memory",
+        *flags,
+    ]
     assert convert_s3(run)[0] == 0
     put("f2.h5", 200)
     assert convert_s3(run)[0] == 0
     coll = json.loads(client.get_object(Bucket=BUCKET, Key="inc/out/collection.json")["Body"].read())
-    assert [[r["path"].rsplit("/", 1)[1] for r in s["inputs"]] for s in coll["spans"]] == [["f0.h5", "f1.h5"],
-                                                                                            ["f2.h5"]]
+    assert [[r["path"].rsplit("/", 1)[1] for r in s["inputs"]] for s in coll["spans"]] == [
+        ["f0.h5", "f1.h5"],
+        ["f2.h5"],
+    ]
     for s in coll["spans"]:
         for r in s["inputs"]:
-            head = client.head_object(Bucket=BUCKET, Key=r["path"][len(f"s3://{BUCKET}/"):])
+            head = client.head_object(Bucket=BUCKET, Key=r["path"][len(f"s3://{BUCKET}/") :])
             assert (r["size"], r["version"], r["mtime_ns"]) == (head["ContentLength"], head["ETag"], None)
     assert [int(e["id"]) for e in reader.iter_numpy(f"{out}/span-1")] == ids_of(2)
     written = keys(client, "inc/out/")
@@ -169,7 +185,7 @@ def test_incremental_on_s3_records_etags_and_finds_a_changed_object_by_its_etag(
     put("f1.h5", 900)  # same size, other bytes: another ETag
     code, _, err = convert_s3(run)
     assert code == 2 and keys(client, "inc/out/") == written
-    assert f"InputChangedError" in err and f"s3://{BUCKET}/inc/raw/f1.h5 in span 0" in err
+    assert "InputChangedError" in err and f"s3://{BUCKET}/inc/raw/f1.h5 in span 0" in err
     assert convert_s3(run + ["--reconvert_changed"])[0] == 0
     assert [int(e["id"]) for e in reader.iter_numpy(f"{out}/span-0")] == ids_of(0, 9)
     coll = json.loads(client.get_object(Bucket=BUCKET, Key="inc/out/collection.json")["Body"].read())

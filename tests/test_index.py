@@ -1,5 +1,6 @@
 """--index: a tfrecord2idx index file beside each shard, read by the `tfrecord` package's multi-worker path
 (what its PyTorch TFRecordDataset runs in each DataLoader worker) and by reader.RandomAccess / reader.get."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,18 @@ def indexed(tmp_path_factory, request):
     tmp = tmp_path_factory.mktemp("idx")
     data = make_h5(tmp / "in.h5", rows=300)
     out = tmp / "out"
-    code, _, _ = convert(tmp / "in.h5", out, "--provenance", "--num_shards", "3", "--target_range_mb", "0.01",
-                         "--writer", request.param, "--index")
+    code, _, _ = convert(
+        tmp / "in.h5",
+        out,
+        "--provenance",
+        "--num_shards",
+        "3",
+        "--target_range_mb",
+        "0.01",
+        "--writer",
+        request.param,
+        "--index",
+    )
     assert code == 0
     return data, out
 
@@ -42,7 +53,9 @@ def tfrecord2idx(path) -> str:
         "from tfrecord.tools.tfrecord2idx import create_index\n"
         "with tempfile.NamedTemporaryFile('r') as f:\n"
         "    create_index(sys.argv[1], f.name)\n"
-        "    print(json.dumps(open(f.name).read()))\n", path)
+        "    print(json.dumps(open(f.name).read()))\n",
+        path,
+    )
 
 
 # each DataLoader worker of the package's TFRecordDataset calls tfrecord_loader(..., shard=(worker, workers))
@@ -103,6 +116,7 @@ def test_random_access_returns_the_exact_rows(indexed):
 def test_grain_reads_random_access_as_a_data_source(indexed):
     """Grain's MapDataset over reader.RandomAccess: a seeded shuffle and batches, every record exactly once."""
     import grain
+
     _, out = indexed
     in_order = {int(e["_source/row"]): e for e in reader.iter_numpy(str(out))}
     ds = grain.MapDataset.source(reader.RandomAccess(str(out))).shuffle(seed=7).batch(64)
@@ -128,8 +142,7 @@ def test_random_access_without_index_scans_the_headers(tmp_path):
 
 def test_index_is_refused_with_compression(tmp_path, capsys):
     make_h5(tmp_path / "in.h5", rows=100)
-    code, _, err = convert(tmp_path / "in.h5", tmp_path / "out", "--index", "--compression", "gzip",
-                           capsys=capsys)
+    code, _, err = convert(tmp_path / "in.h5", tmp_path / "out", "--index", "--compression", "gzip", capsys=capsys)
     assert code != 0 and "--index cannot be combined with --compression gzip" in err
     assert not (tmp_path / "out").exists()
 
@@ -157,6 +170,7 @@ def test_a_tampered_index_is_caught_by_the_reader_and_verify(tmp_path, capsys):
 
 def verify_module_run(out, capsys):
     from tests.conftest import run_command
+
     return run_command(verify_module.main, [str(out)], capsys)
 
 

@@ -1,6 +1,7 @@
 """Runs with worker processes (DirectRunner multi_processing) killed or interrupted at a chosen moment
 (``outdir.failpoint``): a dead worker and a Ctrl-C end in one line with nothing committed, a killed launcher's
 orphaned workers commit nothing, and a re-run started at once (while orphans may still run) is exact."""
+
 from __future__ import annotations
 
 import json
@@ -38,10 +39,27 @@ def convert(inp, out, *flags, failpoint=None, multi=True, once=None):
         env[outdir.FAILPOINT_ENV] = failpoint
     if once:
         env[runlock.FAILPOINT_ONCE_ENV] = str(once)
-    proc = subprocess.run([sys.executable, "-m", "pipelines.convert", "--input", str(inp), "--output_dir", str(out),
-                           "--num_shards", "4", "--overwrite", *flags,
-                           *(MULTI if multi else ["--runner=DirectRunner", "--direct_running_mode=in_memory"])],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.convert",
+            "--input",
+            str(inp),
+            "--output_dir",
+            str(out),
+            "--num_shards",
+            "4",
+            "--overwrite",
+            *flags,
+            *(MULTI if multi else ["--runner=DirectRunner", "--direct_running_mode=in_memory"]),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return proc.returncode, proc.stderr
 
 
@@ -99,8 +117,9 @@ def test_a_dead_worker_is_one_line_and_commits_nothing(inputs, tmp_path):
     assert convert(inputs[0], out, multi=False)[0] == 0
     code, err = convert(inputs[1], out, failpoint="shard-committed")  # a worker kills itself after a shard
     assert code == 2 and "Traceback" not in err, err[-3000:]
-    assert len(error_lines(err)) == 1 and error_lines(err)[0].startswith(
-        "error: OutputError: A worker process died"), err[-3000:]
+    assert len(error_lines(err)) == 1 and error_lines(err)[0].startswith("error: OutputError: A worker process died"), (
+        err[-3000:]
+    )
     assert "nothing was committed" in err
     assert ids(out) == list(range(ROWS))  # the old output, complete
     assert convert(inputs[1], out)[0] == 0
@@ -141,6 +160,7 @@ def test_a_run_whose_lock_was_taken_over_commits_nothing(tmp_path, monkeypatch):
     """``sink.committed_file`` inside a held lock refuses to rename once another run's id is in the lock."""
     from tfrecord_etl.transforms import sink
     from tfrecord_etl.transforms.errors import OutputError
+
     lock = outdir.prepare(str(tmp_path), command="convert", options={}, files=["a.tfrecord"], overwrite=False)
     with lock:
         sink.write_file(str(tmp_path / "a.tfrecord"), b"first")
@@ -160,6 +180,7 @@ def test_a_second_ctrl_c_during_the_cleanup_of_an_interrupted_run_still_releases
     """Each worker that commits a shard after a Ctrl-C, or the user pressing it twice, interrupts the launcher
     again while it removes what it wrote: the cleanup finishes and the lock is released all the same."""
     from tfrecord_etl.transforms import runlock
+
     lock = runlock.Lock(str(tmp_path), "a" * 32).acquire()
     done = []
 
@@ -178,6 +199,7 @@ def test_a_second_ctrl_c_during_the_cleanup_of_an_interrupted_run_still_releases
 
 def test_a_ctrl_c_during_the_release_of_a_successful_run_is_raised_after_it(tmp_path, monkeypatch):
     from tfrecord_etl.transforms import runlock
+
     lock = runlock.Lock(str(tmp_path), "b" * 32).acquire()
     remove = runlock._remove
 
@@ -223,6 +245,7 @@ def test_dofns_carry_the_run_to_workers_started_without_the_launchers_environmen
 
     from tfrecord_etl.transforms import beam_io
     from tfrecord_etl.transforms.augment import beam as augment_beam
+
     for module in (beam_io, augment_beam):  # every DoFn of ours that can commit a file carries the run
         for name, cls in inspect.getmembers(module, inspect.isclass):
             if issubclass(cls, beam.DoFn) and cls.__module__ == module.__name__:
@@ -231,25 +254,29 @@ def test_dofns_carry_the_run_to_workers_started_without_the_launchers_environmen
     out.mkdir()
     lock = out / runlock.LOCK_FILE
     run = json.dumps({"lock": str(lock), "run_id": "run-1"})
-    monkeypatch.setenv(runlock.RUN_ENV, run)      # the launcher builds the pipeline inside `with lock:`
+    monkeypatch.setenv(runlock.RUN_ENV, run)  # the launcher builds the pipeline inside `with lock:`
     fn = beam_io.WriteMetadataFn.__new__(beam_io.WriteMetadataFn)
     monkeypatch.delenv(runlock.RUN_ENV)
     (tmp_path / "fn.pkl").write_bytes(pickler.dumps(fn))
     env = {k: v for k, v in os.environ.items() if k != runlock.RUN_ENV}
 
     def worker():
-        proc = subprocess.run([sys.executable, "-c", WORKER_SCRIPT, str(tmp_path / "fn.pkl"),
-                               str(out / "data-00000-of-00001.tfrecord")], env=env, capture_output=True, text=True,
-                              timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-c", WORKER_SCRIPT, str(tmp_path / "fn.pkl"), str(out / "data-00000-of-00001.tfrecord")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         return proc.stdout
 
-    lock.write_text(json.dumps(runlock._lock_record("run-1")))   # held by a live launcher (this process)
+    lock.write_text(json.dumps(runlock._lock_record("run-1")))  # held by a live launcher (this process)
     assert worker() == "before setup: unguarded\nafter setup: committed\n"
-    lock.write_text(json.dumps(runlock._lock_record("run-2")))   # a re-run took the lock over
+    lock.write_text(json.dumps(runlock._lock_record("run-2")))  # a re-run took the lock over
     said = worker()
     assert "after setup: refused:" in said and "another run took its lock over" in said, said
-    lock.unlink()                                                # the launcher stopped and released it
+    lock.unlink()  # the launcher stopped and released it
     assert "its lock is gone" in worker()
 
 
@@ -259,10 +286,11 @@ def test_dofns_carry_the_run_to_workers_started_without_the_launchers_environmen
 # a cluster). Here without one: the pipeline runs (or not), then the runner's failure is raised.
 # ------------------------------------------------------------------------------------------------------------------
 
-JOB_FAILED = ("Pipeline BeamApp-root-1128-0001 failed in state FAILED: java.net.ConnectException: Connection "
-              "refused")
-HINT_RESTART = ("on a cluster, give the runner a restart strategy (Flink: restart-strategy: fixed-delay) so that a "
-                "lost worker is retried")
+JOB_FAILED = "Pipeline BeamApp-root-1128-0001 failed in state FAILED: java.net.ConnectException: Connection refused"
+HINT_RESTART = (
+    "on a cluster, give the runner a restart strategy (Flink: restart-strategy: fixed-delay) so that a "
+    "lost worker is retried"
+)
 
 
 def failing_runner(monkeypatch, *, commit: bool, finish_replacement: bool = True, stray: str | None = None):
@@ -271,6 +299,7 @@ def failing_runner(monkeypatch, *, commit: bool, finish_replacement: bool = True
     and a shard named ``stray`` (a name of the failed plan), then raise what PortableRunner raises for a job the
     runner failed."""
     from tfrecord_etl.pipelines import common
+
     real = common.run_pipeline
 
     def run_pipeline(p):
@@ -293,11 +322,23 @@ def failing_runner(monkeypatch, *, commit: bool, finish_replacement: bool = True
 
 
 def convert_in_process(inp, out, *flags):
-    from tfrecord_etl.pipelines import common
-    from tfrecord_etl.pipelines import convert as convert_command
-    return common.run_main(convert_command.main, ["--input", str(inp), "--output_dir", str(out), "--num_shards", "4",
-                                                  "--overwrite", "--runner=DirectRunner",
-                                                  "--direct_running_mode=in_memory", *flags])
+    from tfrecord_etl.pipelines import common, convert as convert_command
+
+    return common.run_main(
+        convert_command.main,
+        [
+            "--input",
+            str(inp),
+            "--output_dir",
+            str(out),
+            "--num_shards",
+            "4",
+            "--overwrite",
+            "--runner=DirectRunner",
+            "--direct_running_mode=in_memory",
+            *flags,
+        ],
+    )
 
 
 def the_error_line(capsys):
@@ -308,30 +349,34 @@ def the_error_line(capsys):
 
 @pytest.mark.parametrize("finish_replacement", [True, False], ids=["replacement-done", "replacement-not-done"])
 def test_a_job_the_runner_failed_after_its_commit_says_this_runs_output_is_complete(
-        inputs, tmp_path, monkeypatch, capsys, finish_replacement):
+    inputs, tmp_path, monkeypatch, capsys, finish_replacement
+):
     out, want = tmp_path / "out", tmp_path / "want"
-    assert convert(inputs[0], out, "--num_shards", "3", multi=False)[0] == 0      # the previous output
-    assert convert(inputs[1], want, multi=False)[0] == 0                          # this run, uninterrupted
+    assert convert(inputs[0], out, "--num_shards", "3", multi=False)[0] == 0  # the previous output
+    assert convert(inputs[1], want, multi=False)[0] == 0  # this run, uninterrupted
     failing_runner(monkeypatch, commit=True, finish_replacement=finish_replacement)
     assert convert_in_process(inputs[1], out) == 2
     assert the_error_line(capsys) == (
         f"error: OutputError: The runner's job BeamApp-root-1128-0001 ended in state FAILED: "
         f"java.net.ConnectException: Connection refused; its commit ran before the failure: this run's output was "
-        f"committed and is complete. Hint: check it with tfrecord-etl verify; {HINT_RESTART}")
+        f"committed and is complete. Hint: check it with tfrecord-etl verify; {HINT_RESTART}"
+    )
     assert ids(out) == list(range(100_000, 100_000 + ROWS))
     # this run's output only: the replaced output's shards are removed (also when the worker that committed was
     # lost before it removed them), nothing else is
     assert set(os.listdir(out)) == files_of(out)
     assert {n: (out / n).read_bytes() for n in os.listdir(out) if n.endswith(".tfrecord")} == {
-        n: (want / n).read_bytes() for n in os.listdir(want) if n.endswith(".tfrecord")}
+        n: (want / n).read_bytes() for n in os.listdir(want) if n.endswith(".tfrecord")
+    }
 
 
 def test_a_job_the_runner_failed_before_its_commit_says_the_previous_output_is_complete(
-        inputs, tmp_path, monkeypatch, capsys):
+    inputs, tmp_path, monkeypatch, capsys
+):
     out = tmp_path / "out"
     assert convert(inputs[0], out, multi=False)[0] == 0
     before = {n: (out / n).read_bytes() for n in os.listdir(out) if n != outdir.MARKER_FILE}
-    stranger = out / "notes.txt"   # not ours: kept
+    stranger = out / "notes.txt"  # not ours: kept
     stranger.write_text("mine")
     # a shard of the failed plan (over a committed output of the same names: the next generation's) and a temporary
     failing_runner(monkeypatch, commit=False, stray="data-g1-00002-of-00004.tfrecord")
@@ -339,19 +384,23 @@ def test_a_job_the_runner_failed_before_its_commit_says_the_previous_output_is_c
     assert the_error_line(capsys) == (
         f"error: OutputError: The runner's job BeamApp-root-1128-0001 ended in state FAILED: "
         f"java.net.ConnectException: Connection refused; nothing was committed: the previous output is complete. "
-        f"Hint: run again; {HINT_RESTART}")
-    assert {n: (out / n).read_bytes() for n in os.listdir(out)  # (the marker is the failed run's: it lists what
-            if n not in ("notes.txt", outdir.MARKER_FILE)} == before  # the run wrote, for the next run to remove)
+        f"Hint: run again; {HINT_RESTART}"
+    )
+    assert {
+        n: (out / n).read_bytes()
+        for n in os.listdir(out)  # (the marker is the failed run's: it lists what
+        if n not in ("notes.txt", outdir.MARKER_FILE)
+    } == before  # the run wrote, for the next run to remove)
     assert stranger.read_text() == "mine"
     assert ids(out) == list(range(ROWS))
 
 
-def test_a_job_the_runner_failed_in_an_empty_directory_says_it_holds_no_output(inputs, tmp_path, monkeypatch,
-                                                                               capsys):
+def test_a_job_the_runner_failed_in_an_empty_directory_says_it_holds_no_output(inputs, tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
     failing_runner(monkeypatch, commit=False, stray="data-00001-of-00004.tfrecord")
     assert convert_in_process(inputs[1], out) == 2
     assert the_error_line(capsys).endswith(
         f"Connection refused; nothing was committed: the output directory holds no output. Hint: run again; "
-        f"{HINT_RESTART}")
+        f"{HINT_RESTART}"
+    )
     assert sorted(os.listdir(out)) == [outdir.MARKER_FILE]  # the marker says what a failed run's files were

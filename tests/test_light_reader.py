@@ -8,6 +8,7 @@ google-cloud-storage and still block Beam and the rest. The output is made by th
 back exactly against the arrays converted. ``.ci/run_reader_test.sh`` does the same in a real venv with PyTorch and
 the reader's install only, through a DataLoader with 2 workers.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from tests.conftest import ROOT, convert
@@ -23,8 +23,23 @@ from tests.test_s3 import s3  # noqa: F401 - the moto S3 server fixture
 from tests.test_torch_io import ROWS, make_npz
 from tfrecord_etl._install import pip_install
 
-PIPELINE_DEPS = ("apache_beam", "tensorflow", "tfx_bsl", "tensorflow_metadata", "pyarrow", "h5py", "hdf5plugin",
-                 "pydantic", "yaml", "scipy", "tqdm", "tensorflow_datasets", "grain", "torch", "tfrecord")
+PIPELINE_DEPS = (
+    "apache_beam",
+    "tensorflow",
+    "tfx_bsl",
+    "tensorflow_metadata",
+    "pyarrow",
+    "h5py",
+    "hdf5plugin",
+    "pydantic",
+    "yaml",
+    "scipy",
+    "tqdm",
+    "tensorflow_datasets",
+    "grain",
+    "torch",
+    "tfrecord",
+)
 
 # prepended to every child script: ALLOW=None admits the standard library, numpy, google_crc32c and tfrecord_etl
 # only; else every top-level name but those of BLOCK
@@ -87,8 +102,14 @@ def run_light(script: str, *args, strict: bool = True, env: dict | None = None, 
     CompletedProcess (text)."""
     code = BLOCKER.format(strict=strict, block=PIPELINE_DEPS) + f"PIPELINE_DEPS = {PIPELINE_DEPS!r}\n" + script
     environ = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
-                          env=environ, cwd=cwd or ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=cwd or ROOT,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -100,8 +121,9 @@ def outputs(tmp_path_factory):
     make_npz(tmp / "in.npz")
     flags = {"random": ["--index"], "gzip": ["--compression", "gzip"]}
     for name, extra in flags.items():
-        code, _, _ = convert(tmp / "in.npz", tmp / name, "--provenance", "--num_shards", "2",
-                             "--splits", "train=4,test=1", *extra)
+        code, _, _ = convert(
+            tmp / "in.npz", tmp / name, "--provenance", "--num_shards", "2", "--splits", "train=4,test=1", *extra
+        )
         assert code == 0
     return {name: tmp / name for name in flags}, tmp / "in.npz"
 
@@ -134,17 +156,22 @@ def test_the_reader_imports_and_reads_exactly_with_numpy_and_crc32c_alone(output
 def test_verify_finds_a_corrupt_shard_without_beam(outputs, tmp_path):
     """verify's checks are real without Beam: one flipped byte in a copy of a gzip shard is a failed CRC."""
     import shutil
+
     out = outputs[0]["gzip"]
     bad = tmp_path / "bad"
     shutil.copytree(out, bad)
     shard = sorted(bad.glob("data-train.tfrecord-*"))[0]
     raw = bytearray(shard.read_bytes())
     import gzip
+
     body = bytearray(gzip.decompress(bytes(raw)))
     body[40] ^= 0xFF
     shard.write_bytes(gzip.compress(bytes(body), mtime=0))
-    result = run_light("from tfrecord_etl.transforms import verify\nr = verify.verify(sys.argv[1])\n"
-                       "print(r.ok, r.num_problems)\nprint(r.problems[0])\n", bad)
+    result = run_light(
+        "from tfrecord_etl.transforms import verify\nr = verify.verify(sys.argv[1])\n"
+        "print(r.ok, r.num_problems)\nprint(r.problems[0])\n",
+        bad,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     ok, count = result.stdout.splitlines()[0].split()
     assert ok == "False" and int(count) >= 1
@@ -156,6 +183,7 @@ def test_schema_and_metadata_that_disagree_are_refused_without_protobuf(outputs,
     'w' (float64, a tensor feature) edited to <i8 in metadata.json is refused by the reader, and verify reports it
     with its text parser; before, the reader decoded int64 garbage and verify said OK."""
     import shutil
+
     bad = tmp_path / "bad"
     shutil.copytree(outputs[0]["random"], bad)
     meta = json.loads((bad / "metadata.json").read_text())
@@ -181,20 +209,22 @@ print(json.dumps({"refused": refused, "ok": r.ok, "schema": r.schema, "problems"
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["loaded"] == []
-    assert summary["refused"] == ("schema.pbtxt and metadata.json disagree: feature 'w': its tfrecord_etl.dtype tag "
-                                  "is <f8 in schema.pbtxt, <i8 in metadata.json")
+    assert summary["refused"] == (
+        "schema.pbtxt and metadata.json disagree: feature 'w': its tfrecord_etl.dtype tag "
+        "is <f8 in schema.pbtxt, <i8 in metadata.json"
+    )
     assert not summary["ok"] and summary["schema"] == "text"
     assert [p for p in summary["problems"] if p.startswith("[schema]")] == [
         f"[schema] {bad}/schema.pbtxt, feature 'w': its tfrecord_etl.dtype tag is <f8 in schema.pbtxt, <i8 in "
-        "metadata.json; one of the two files was edited or replaced after the output was written: convert it again"]
+        "metadata.json; one of the two files was edited or replaced after the output was written: convert it again"
+    ]
 
 
 def test_the_commands_without_the_pipeline_dependencies(output, tmp_path):
     """verify and inspect run; convert, augment and verify --source fail with one line saying what to install (exit
     status 2)."""
     out, npz = output
-    script = ("from tfrecord_etl.pipelines import cli\n"
-              "sys.exit(cli.main(sys.argv[1:]))\n")
+    script = "from tfrecord_etl.pipelines import cli\nsys.exit(cli.main(sys.argv[1:]))\n"
     result = run_light(script, "verify", out)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith(f"OK: {out}: output, {ROWS} records in 4 files, compression none")
@@ -202,29 +232,36 @@ def test_the_commands_without_the_pipeline_dependencies(output, tmp_path):
     assert result.returncode == 0 and "name: <U6" in result.stdout, result.stderr[-3000:]
     result = run_light(script, "verify", out, "--source", npz)  # comparing with the inputs reads them: h5py, ...
     assert result.returncode == 2 and result.stderr.startswith(
-        "error: tfrecord-etl verify needs the pipeline dependencies ("), result.stderr[-3000:]
+        "error: tfrecord-etl verify needs the pipeline dependencies ("
+    ), result.stderr[-3000:]
     assert result.stderr.endswith(f"is not installed): {pip_install('beam')}\n")
     for command in ("convert", "augment"):
         result = run_light(script, command, "--input", npz, "--output_dir", tmp_path / "never")
         assert result.returncode == 2 and result.stdout == ""
-        assert result.stderr == (f"error: tfrecord-etl {command} needs the pipeline dependencies (apache_beam is not "
-                                 f"installed): {pip_install('beam')}\n")
+        assert result.stderr == (
+            f"error: tfrecord-etl {command} needs the pipeline dependencies (apache_beam is not "
+            f"installed): {pip_install('beam')}\n"
+        )
     assert not (tmp_path / "never").exists()
 
 
 def test_writing_without_beam_says_what_to_install(tmp_path):
-    result = run_light("from tfrecord_etl.transforms import fileio\nfileio.write_bytes(sys.argv[1], b'x')\n",
-                       tmp_path / "f")
+    result = run_light(
+        "from tfrecord_etl.transforms import fileio\nfileio.write_bytes(sys.argv[1], b'x')\n", tmp_path / "f"
+    )
     assert result.returncode == 1 and not (tmp_path / "f").exists()
     assert result.stderr.strip().splitlines()[-1] == (
         f"ImportError: Writing {tmp_path / 'f'} needs Apache Beam: {pip_install('beam')} (reading needs "
-        "only NumPy and google-crc32c)")
+        "only NumPy and google-crc32c)"
+    )
 
 
 def test_lightfs_paths_follow_beams_filesystems(tmp_path):
     """join, split and pattern matching as Beam's LocalFileSystem / GCSFileSystem / S3FileSystem do them."""
     from apache_beam.io.filesystems import FileSystems
+
     from tfrecord_etl.transforms import lightfs
+
     for path in ("gs://b/a/c.txt", "s3://b/x", "gs://b/", "s3://b/dir/", str(tmp_path / "f"), "rel/f", "f"):
         assert lightfs.split(path) == FileSystems.split(path), path
     for base, parts in (("gs://b", ("a", "c")), ("s3://b/d/", ("/e",)), (str(tmp_path), ("a", "b")), ("x", ("y",))):
@@ -234,13 +271,20 @@ def test_lightfs_paths_follow_beams_filesystems(tmp_path):
         (tmp_path / name).write_bytes(b"12345")
     for pattern in ("*.tfrecord", "d/*", "**/*.tfrecord", "[ab].tfrecord", "[!a]*", "?.tfrecord"):
         pattern = str(tmp_path / pattern)
-        beam = sorted((m.path, m.size_in_bytes) for m in FileSystems.match([pattern])[0].metadata_list
-                      if os.path.isfile(m.path))
+        beam = sorted(
+            (m.path, m.size_in_bytes) for m in FileSystems.match([pattern])[0].metadata_list if os.path.isfile(m.path)
+        )
         assert sorted(lightfs.match(pattern)) == beam, pattern
     import re
-    for pattern, path, hit in (("gs://b/d/*.gz", "gs://b/d/x.gz", True), ("gs://b/d/*.gz", "gs://b/d/e/x.gz", False),
-                               ("gs://b/**.gz", "gs://b/d/e/x.gz", True), ("s3://b/[!x]?", "s3://b/ab", True),
-                               ("s3://b/[!x]?", "s3://b/xb", False), ("s3://b/a.b", "s3://b/aXb", False)):
+
+    for pattern, path, hit in (
+        ("gs://b/d/*.gz", "gs://b/d/x.gz", True),
+        ("gs://b/d/*.gz", "gs://b/d/e/x.gz", False),
+        ("gs://b/**.gz", "gs://b/d/e/x.gz", True),
+        ("s3://b/[!x]?", "s3://b/ab", True),
+        ("s3://b/[!x]?", "s3://b/xb", False),
+        ("s3://b/a.b", "s3://b/aXb", False),
+    ):
         assert bool(re.match(lightfs.translate_pattern(pattern), path)) is hit, (pattern, path)
         assert bool(re.match(FileSystems.get_filesystem(pattern).translate_pattern(pattern), path)) is hit
 
@@ -252,8 +296,13 @@ def test_s3_reads_without_beam(output, s3):
     for path in sorted(out.iterdir()):
         client.put_object(Bucket="etl-test", Key=f"light/out/{path.name}", Body=path.read_bytes())
     endpoint = next(f.split("=", 1)[1] for f in flags if f.startswith("--s3_endpoint_url="))
-    env = {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+    env = {
+        "AWS_ENDPOINT_URL_S3": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
     check_summary(run_light(CHECK, "s3://etl-test/light/out", npz, "random", strict=False, env=env))
 
 
@@ -261,11 +310,13 @@ def test_gcs_reads_without_beam(output):
     """gs:// through google-cloud-storage (an anonymous client on STORAGE_EMULATOR_HOST), Beam and the rest
     blocked."""
     from tests import gcs_emulator
+
     out, npz = output
     with gcs_emulator.server("light") as port:
         url = f"http://127.0.0.1:{port}"
         with gcs_emulator.emulator_host(url):
             from google.cloud import storage
+
             bucket = storage.Client.create_anonymous_client().bucket("light")
             for path in sorted(out.iterdir()):
                 bucket.blob(f"out/{path.name}").upload_from_string(path.read_bytes())

@@ -1,4 +1,5 @@
 """``--direct_running_mode auto``: in-process unless worker processes pay off; an explicit mode wins."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,8 +11,10 @@ from tfrecord_etl.transforms import localmode
 
 @pytest.mark.parametrize("argv", [["--direct_running_mode", "auto"], ["--direct_running_mode=auto"], []])
 def test_auto_is_stripped_and_is_the_default(argv):
-    assert localmode.without_auto(["--runner=DirectRunner", *argv, "--direct_num_workers=2"]) == \
-        ["--runner=DirectRunner", "--direct_num_workers=2"]
+    assert localmode.without_auto(["--runner=DirectRunner", *argv, "--direct_num_workers=2"]) == [
+        "--runner=DirectRunner",
+        "--direct_num_workers=2",
+    ]
 
 
 def test_the_rule():
@@ -42,18 +45,36 @@ def test_an_explicit_mode_wins_and_other_runners_are_left_alone():
 
 def test_convert_says_which_mode_ran_and_why(tmp_path, capsys):
     import h5py
+
     with h5py.File(tmp_path / "in.h5", "w") as f:
         f["x"] = np.arange(10.0)
     from tfrecord_etl.pipelines import convert
+
     for extra in ([], ["--config", str(ROOT / "configs" / "local.yaml"), "--compression", "none"]):
-        code, out, err = run_command(convert.main, ["--input", tmp_path / "in.h5", "--output_dir",
-                                                    tmp_path / f"out{len(extra)}", *extra], capsys)
+        code, out, err = run_command(
+            convert.main, ["--input", tmp_path / "in.h5", "--output_dir", tmp_path / f"out{len(extra)}", *extra], capsys
+        )
         assert code == 0, err
         import re
-        assert re.search(r"local runner: in_memory(, \d+ parallel bundles \(threads\))? \(auto: 10 rows, below "
-                         r"the 25,000,000", out), out
-    code, out, err = run_command(convert.main, ["--input", tmp_path / "in.h5", "--output_dir", tmp_path / "mt",
-                                                "--direct_running_mode", "multi_threading",
-                                                "--direct_num_workers", "2"], capsys)
+
+        assert re.search(
+            r"local runner: in_memory(, \d+ parallel bundles \(threads\))? \(auto: 10 rows, below "
+            r"the 25,000,000",
+            out,
+        ), out
+    code, out, err = run_command(
+        convert.main,
+        [
+            "--input",
+            tmp_path / "in.h5",
+            "--output_dir",
+            tmp_path / "mt",
+            "--direct_running_mode",
+            "multi_threading",
+            "--direct_num_workers",
+            "2",
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert "local runner: multi_threading, 2 workers (as asked)" in out

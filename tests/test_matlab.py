@@ -4,6 +4,7 @@ Real twins: pymatreader's v7/v7.3 pairs (its sdist, fetched by .ci/env.sh) and S
 4.2c-7.4 beside its one v7.3 file. SciPy's other shipped test files get a v7.3 twin written by hdf5storage (a
 MATLAB v7.3 writer) from scipy.io.loadmat's values. Expected values come from loadmat / h5py, never our reader.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,6 +41,7 @@ def assert_same_records(a, b):
 
 def verified(out, source, *flags):
     from tfrecord_etl.pipelines import verify
+
     code, _, err = run_command(verify.main, [str(out), "--source", str(source), *flags])
     assert code == 0, err
 
@@ -59,8 +61,10 @@ def test_pymatreader_v7_equals_its_v73_twin_record_for_record(tmp_path, mode):
     if mode == "rows":  # the 100-row group: MATLAB's rows of a_matrix and the struct's matrices beside it
         rows = list(reader.iter_numpy(str(v7)))
         np.testing.assert_array_equal(np.stack([e["a_matrix"] for e in rows]), twin["a_matrix"])
-        np.testing.assert_array_equal(np.stack([e["a_struct/second_level/matrix"] for e in rows]),
-                                      twin["a_struct"][0, 0]["second_level"][0, 0]["matrix"])
+        np.testing.assert_array_equal(
+            np.stack([e["a_struct/second_level/matrix"] for e in rows]),
+            twin["a_struct"][0, 0]["second_level"][0, 0]["matrix"],
+        )
         return
     got = by_key(v7)
     for name in ("a_complex_matrix", "a_complex_3d_single_matrix", "a_unit64"):
@@ -90,15 +94,51 @@ def test_scipy_testdouble_of_matlab_4_to_7_equals_the_v73_file(tmp_path):
 
 
 # SciPy's shipped v4/v6/v7 files of arrays, chars, logicals, cells and structs (sparse, objects and functions apart)
-SCIPY_TWINS = [f"{name}_{version}" for name in ("testmatrix", "test3dmatrix", "testcomplex", "testminus", "teststring",
-                                                "teststringarray", "testonechar", "testcell", "teststruct",
-                                                "teststructarr", "teststructnest", "testcellnest")
-               for version in ("7.4_GLNX86",)] + [f"{name}_6.1_SOL2" for name in (  # big-endian, uncompressed
-                   "testmatrix", "testcomplex", "teststringarray", "teststruct", "testcell")] + [
-    "testemptycell_5.3_SOL2", "testemptycell_7.4_GLNX86",
-    "testmatrix_4.2c_SOL2", "testcomplex_4.2c_SOL2", "teststringarray_4.2c_SOL2", "testmulti_7.1_GLNX86",
-    "testunicode_7.4_GLNX86", "testbool_8_WIN64", "testscalarcell_7.4_GLNX86", "testsimplecell", "big_endian",
-    "little_endian", "miuint32_for_miint32"]
+SCIPY_TWINS = (
+    [
+        f"{name}_{version}"
+        for name in (
+            "testmatrix",
+            "test3dmatrix",
+            "testcomplex",
+            "testminus",
+            "teststring",
+            "teststringarray",
+            "testonechar",
+            "testcell",
+            "teststruct",
+            "teststructarr",
+            "teststructnest",
+            "testcellnest",
+        )
+        for version in ("7.4_GLNX86",)
+    ]
+    + [
+        f"{name}_6.1_SOL2"
+        for name in (  # big-endian, uncompressed
+            "testmatrix",
+            "testcomplex",
+            "teststringarray",
+            "teststruct",
+            "testcell",
+        )
+    ]
+    + [
+        "testemptycell_5.3_SOL2",
+        "testemptycell_7.4_GLNX86",
+        "testmatrix_4.2c_SOL2",
+        "testcomplex_4.2c_SOL2",
+        "teststringarray_4.2c_SOL2",
+        "testmulti_7.1_GLNX86",
+        "testunicode_7.4_GLNX86",
+        "testbool_8_WIN64",
+        "testscalarcell_7.4_GLNX86",
+        "testsimplecell",
+        "big_endian",
+        "little_endian",
+        "miuint32_for_miint32",
+    ]
+)
 
 
 def in_class(typed, plain):
@@ -106,7 +146,7 @@ def in_class(typed, plain):
     small integers as uint8 bytes), complex values taken from ``plain`` (read without it, which keeps them)."""
     if type(plain) is np.ndarray and plain.dtype.kind == "c":
         return plain.astype(np.result_type(typed.dtype, np.complex64))
-    if type(typed) is not np.ndarray or typed.dtype.kind != "O" and not typed.dtype.names:
+    if type(typed) is not np.ndarray or (typed.dtype.kind != "O" and not typed.dtype.names):
         return typed
     out = typed.copy()
     for i in np.ndindex(typed.shape):
@@ -122,6 +162,7 @@ def write_v73_twin(v5_path, path) -> None:
     """A MATLAB v7.3 file (hdf5storage) holding what scipy.io.loadmat reads from ``v5_path`` in MATLAB's classes:
     chars as char arrays, cells and structs as MATLAB's."""
     import hdf5storage
+
     with warnings.catch_warnings():  # mat_dtype drops imaginary parts (with a ComplexWarning): taken from plain
         warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
         typed = loadmat(v5_path, chars_as_strings=False, mat_dtype=True)
@@ -145,8 +186,10 @@ def test_scipy_mat_files_equal_their_v73_twins(tmp_path, name, caplog):
 
 def test_plain_tensorflow_reads_a_v5_conversion(tmp_path):
     from tfrecord_etl.pipelines import common
+
     common.preload_tensorflow()
     import tensorflow as tf
+
     source = os.path.join(SCIPY_MAT, "teststringarray_6.1_SOL2.mat")  # big-endian SPARC, a 3x5 char array
     out = converted(tmp_path, source)
     expected = loadmat(source, chars_as_strings=False)["teststringarray"]  # 3 rows of 5 characters
@@ -160,11 +203,17 @@ def test_complex_logical_int_and_char_values_in_cells_and_structs(tmp_path):
     """Complex arrays inside cells and structs keep their imaginary part (SciPy's mat_dtype would drop it);
     logical -> uint8, char -> strings, int classes as they are; records equal the v7.3 twin's."""
     import hdf5storage
+
     cells = np.empty((1, 3), object)
     cells[0, 0], cells[0, 1], cells[0, 2] = np.array([[5 - 6j]]), np.array([["h", "i"]]), np.array([[True]])
-    values = {"z": np.array([[1 + 2j, 3 - 4j]]), "zs": np.array([[1.5 - 1j]], np.complex64),
-              "mask": np.array([[True, False, True]]), "i16": np.arange(6, dtype=np.int16).reshape(3, 2), "c": cells,
-              "s": {"w": np.array([[2j, 1.0]], np.complex64), "u": np.arange(4, dtype=np.uint32).reshape(2, 2)}}
+    values = {
+        "z": np.array([[1 + 2j, 3 - 4j]]),
+        "zs": np.array([[1.5 - 1j]], np.complex64),
+        "mask": np.array([[True, False, True]]),
+        "i16": np.arange(6, dtype=np.int16).reshape(3, 2),
+        "c": cells,
+        "s": {"w": np.array([[2j, 1.0]], np.complex64), "u": np.arange(4, dtype=np.uint32).reshape(2, 2)},
+    }
     savemat(tmp_path / "v5.mat", values, do_compression=True)
     hdf5storage.savemat(str(tmp_path / "v73.mat"), values, format="7.3", matlab_compatible=True)
     for mode in ("rows", "datasets"):
@@ -190,21 +239,35 @@ def test_sparse_matrices_are_refused_by_name(tmp_path, capsys, caplog):
     with caplog.at_level("WARNING", logger="tfrecord_etl"):
         code, _, err = convert(tmp_path / "mixed.mat", tmp_path / "mixed", capsys=capsys)  # converts x, names sp
     assert code == 0 and "1 matlab-sparse (/sp)" in " ".join(r.getMessage() for r in caplog.records)
-    np.testing.assert_array_equal([e["x"] for e in reader.iter_numpy(str(tmp_path / "mixed"))],
-                                  np.arange(6.0).reshape(3, 2))
+    np.testing.assert_array_equal(
+        [e["x"] for e in reader.iter_numpy(str(tmp_path / "mixed"))], np.arange(6.0).reshape(3, 2)
+    )
 
 
 def test_a_variable_over_the_size_limit_is_refused_before_loading(tmp_path, capsys, monkeypatch):
-    savemat(tmp_path / "big.mat", {"x": np.zeros((4096, 64)), "c": np.array([[np.zeros((512, 512))]], object)},
-            do_compression=True)  # 2 MiB each, compressed to a few KiB
+    savemat(
+        tmp_path / "big.mat",
+        {"x": np.zeros((4096, 64)), "c": np.array([[np.zeros((512, 512))]], object)},
+        do_compression=True,
+    )  # 2 MiB each, compressed to a few KiB
     import scipy.io
+
     loaded = []
     monkeypatch.setattr(scipy.io, "loadmat", lambda *a, **k: loaded.append(a) or pytest.fail("loadmat called"))
     code, _, err = convert(tmp_path / "big.mat", tmp_path / "out", "--max_mat_variable_mb", "1", capsys=capsys)
     assert code == 2 and "'/x'" in err and "big.mat" in err
     assert "holds 2,097,152 bytes (2.0 MiB), over the limit of 1 MiB" in err and "--max_mat_variable_mb" in err
-    code, _, err = convert(tmp_path / "big.mat", tmp_path / "cells", "--container_mode", "datasets",
-                           "--datasets", "c", "--max_mat_variable_mb", "1", capsys=capsys)
+    code, _, err = convert(
+        tmp_path / "big.mat",
+        tmp_path / "cells",
+        "--container_mode",
+        "datasets",
+        "--datasets",
+        "c",
+        "--max_mat_variable_mb",
+        "1",
+        capsys=capsys,
+    )
     assert code == 2 and "over the limit of 1 MiB" in err and "'/c'" in err  # inflated and counted, not loaded
     assert not loaded and not (tmp_path / "out").exists()
     monkeypatch.undo()
@@ -223,9 +286,12 @@ def test_unreadable_and_foreign_mat_files_say_what_they_are(tmp_path, capsys):
     code, _, err = convert(fixture_file(MATLAB + "v73.mat"), tmp_path / "c", "--format", "matlab", capsys=capsys)
     assert code == 2 and "it is an HDF5 file" in err and "use --format hdf5" in err
     from tfrecord_etl.pipelines import inspect, verify
+
     code, out, err = run_command(inspect.main, [source], capsys)  # inspect lists the variables and row groups
     assert code == 0 and out.startswith("MATLAB v4-v7 .mat file") and "/a_struct/second_level/matrix" in out
-    assert "group 1: 100 rows, 3 datasets" in out and "[MATLAB cell: --container_mode datasets converts each cell]" in out
+    assert (
+        "group 1: 100 rows, 3 datasets" in out and "[MATLAB cell: --container_mode datasets converts each cell]" in out
+    )
     code, out, _ = run_command(verify.main, [source], capsys)
     assert code == 1 and "it starts like a MATLAB v5/v7 .mat file" in out
 
@@ -236,6 +302,7 @@ def test_row_groups_datasets_and_row_group_as_for_v73(tmp_path, capsys):
         assert_same_records(converted(tmp_path, v7, *flags, name="a"), converted(tmp_path, v73, *flags, name="b"))
         for d in ("a", "b"):
             import shutil
+
             shutil.rmtree(tmp_path / d)
     code, _, err = convert(v7, tmp_path / "x", "--datasets", "a_cell_array", capsys=capsys)
     assert code == 2 and "cell array" in err and "--container_mode datasets" in err

@@ -1,5 +1,6 @@
 """Members of .npz archives a user chooses (--datasets, --exclude_datasets) and structured arrays in every mode
 of .npz and .npy: exact round trips, read back with plain TensorFlow, checked by verify --source."""
+
 from __future__ import annotations
 
 import zipfile
@@ -35,15 +36,16 @@ def leaves(s: np.ndarray, prefix: str) -> dict:
 @pytest.fixture(scope="module")
 def tf():
     from tfrecord_etl.pipelines import common
+
     common.preload_tensorflow()
     import tensorflow as tf
+
     return tf
 
 
 def pickled_archive(path) -> None:
     """19 plain members and one pickled object member (what a Python user's np.savez of a dict leaves)."""
-    np.savez(path, **{f"m{i}": np.arange(4) * 10 + i for i in range(19)},
-             obj=np.array([{"a": 1}, None], dtype=object))
+    np.savez(path, **{f"m{i}": np.arange(4) * 10 + i for i in range(19)}, obj=np.array([{"a": 1}, None], dtype=object))
 
 
 def ok(*args, capsys=None):
@@ -54,6 +56,7 @@ def ok(*args, capsys=None):
 
 def verified(out, source):
     from tfrecord_etl.pipelines import verify
+
     code, _, err = run_command(verify.main, [str(out), "--source", str(source)])
     assert code == 0, err
 
@@ -66,8 +69,12 @@ def plain_tf_rows(out, tf) -> list[dict]:
     for serialized in tf.data.TFRecordDataset(files).batch(16):
         parsed = tf.io.parse_example(serialized, spec)
         for i in range(int(serialized.shape[0])):
-            rows.append({k: (tf.sparse.to_dense(v) if isinstance(v, tf.SparseTensor) else v)[i].numpy()
-                         for k, v in parsed.items()})
+            rows.append(
+                {
+                    k: (tf.sparse.to_dense(v) if isinstance(v, tf.SparseTensor) else v)[i].numpy()
+                    for k, v in parsed.items()
+                }
+            )
     return rows
 
 
@@ -90,11 +97,14 @@ def test_datasets_and_exclude_datasets_choose_npz_members(tmp_path):
     np.testing.assert_array_equal(keys["m5"], np.arange(4) * 10 + 5)
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--datasets", "m1,nope"], "No member named 'nope' (--datasets); the archive's members: m0, m1, m2"),
-    (["--exclude_datasets", "obj,nope"], "No member named 'nope' (--exclude_datasets)"),
-    (["--datasets", "m1", "--exclude_datasets", "m1"], "leave no member to convert"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--datasets", "m1,nope"], "No member named 'nope' (--datasets); the archive's members: m0, m1, m2"),
+        (["--exclude_datasets", "obj,nope"], "No member named 'nope' (--exclude_datasets)"),
+        (["--datasets", "m1", "--exclude_datasets", "m1"], "leave no member to convert"),
+    ],
+)
 def test_unknown_or_empty_member_selections_are_refused_in_one_line(tmp_path, capsys, flags, message):
     src = tmp_path / "in.npz"
     pickled_archive(src)
@@ -111,10 +121,19 @@ def test_an_unselected_pickled_member_is_never_opened(tmp_path, monkeypatch):
     pickled_archive(src)
     opened = []
     real_open = zipfile.ZipFile.open
-    monkeypatch.setattr(zipfile.ZipFile, "open", lambda self, name, *a, **k: (
-        opened.append(name if isinstance(name, str) else name.filename), real_open(self, name, *a, **k))[1])
-    for options in (SourceOptions(exclude_datasets=("obj",)), SourceOptions(datasets=("m2", "m4")),
-                    SourceOptions(npz_mode="arrays", exclude_datasets=("obj",))):
+    monkeypatch.setattr(
+        zipfile.ZipFile,
+        "open",
+        lambda self, name, *a, **k: (
+            opened.append(name if isinstance(name, str) else name.filename),
+            real_open(self, name, *a, **k),
+        )[1],
+    )
+    for options in (
+        SourceOptions(exclude_datasets=("obj",)),
+        SourceOptions(datasets=("m2", "m4")),
+        SourceOptions(npz_mode="arrays", exclude_datasets=("obj",)),
+    ):
         plan = plan_inputs(str(src), options)
         source = plan.source
         for rr in plan.ranges:
@@ -187,7 +206,10 @@ def test_structured_npy_in_files_mode_round_trips_exactly(tmp_path, tf):
 
 def test_members_of_different_fields_in_arrays_mode_are_refused_naming_both(tmp_path):
     np.savez(tmp_path / "in.npz", s=structured(3), x=np.arange(3.0))
-    with pytest.raises(SchemaError, match=r"members 's' \(array/a, array/b/c, array/b/d, array/e\) and 'x' "
-                                          r"\(array\).*--exclude_datasets") as e:
+    with pytest.raises(
+        SchemaError,
+        match=r"members 's' \(array/a, array/b/c, array/b/d, array/e\) and 'x' "
+        r"\(array\).*--exclude_datasets",
+    ) as e:
         plan_inputs(str(tmp_path / "in.npz"), SourceOptions(npz_mode="arrays"))
     assert "in.npz" in str(e.value)

@@ -3,6 +3,7 @@ batched fetch): exactly the per-record decoder's values on a real output (string
 several varint widths; uncompressed and gzip), and each shard checked: two records swapped, the first record
 duplicated and the last dropped, a shard cut at a record boundary, a corrupt record: a RecordError naming the shard,
 before its rows are read (local shards) or at its end (remote ones). check_checksums=False is the opt-out."""
+
 from __future__ import annotations
 
 import os
@@ -23,10 +24,15 @@ ROWS = 300  # two shards of 150: ids 0..127 are one varint byte, 128.. two, so r
 
 def make_npz(path):
     rng = np.random.default_rng(11)
-    data = {"id": np.arange(ROWS, dtype=np.int64), "x": rng.standard_normal((ROWS, 3)).astype(np.float32),
-            "image": rng.integers(0, 256, (ROWS, 4, 5), dtype=np.uint8), "w": np.arange(ROWS) / 7.0,
-            "flag": np.arange(ROWS) % 3 == 0, "name": np.array([f"r\u00e9{i}" for i in range(ROWS)]),
-            "code": np.array([b"c%d" % (i % 17) for i in range(ROWS)], dtype="S3")}
+    data = {
+        "id": np.arange(ROWS, dtype=np.int64),
+        "x": rng.standard_normal((ROWS, 3)).astype(np.float32),
+        "image": rng.integers(0, 256, (ROWS, 4, 5), dtype=np.uint8),
+        "w": np.arange(ROWS) / 7.0,
+        "flag": np.arange(ROWS) % 3 == 0,
+        "name": np.array([f"r\u00e9{i}" for i in range(ROWS)]),
+        "code": np.array([b"c%d" % (i % 17) for i in range(ROWS)], dtype="S3"),
+    }
     np.savez(path, **data)
     return data
 
@@ -77,10 +83,12 @@ def test_rows_and_batches_equal_the_per_record_decoder(outputs, compression):
         assert 0 < len(batches[-1]["id"]) <= batch_size  # the last holds the rest, across the shard boundary
         for name in want[0]:
             assert_same(np.concatenate([b[name] for b in batches]), np.stack([r[name] for r in want]))
-    np.testing.assert_array_equal(np.concatenate([b["image"] for b in reader.iter_numpy(out, batch_size=64)]),
-                                  data["image"])
-    assert [b["name"].tolist() for b in reader.iter_numpy(out, batch_size=300, features=["name"])] == \
-        [data["name"].tolist()]
+    np.testing.assert_array_equal(
+        np.concatenate([b["image"] for b in reader.iter_numpy(out, batch_size=64)]), data["image"]
+    )
+    assert [b["name"].tolist() for b in reader.iter_numpy(out, batch_size=300, features=["name"])] == [
+        data["name"].tolist()
+    ]
 
 
 def test_batch_size_must_be_a_positive_integer(outputs):
@@ -118,8 +126,9 @@ def test_random_access_keeps_one_handle_per_shard_and_reopens_after_fork_and_pic
     monkeypatch.setattr(os, "open", lambda *a, **k: opened.append(a[0]) or real_open(*a, **k))
     assert [int(ra[i]["id"]) for i in (0, 1, 200, 2, 299)] == [0, 1, 200, 2, 299]
     ra.__getitems__(list(range(0, 300, 3)))
-    assert sorted(opened) == sorted(str(p) for p in metadata.shard_paths(str(outs["none"]),
-                                                                          metadata.load(str(outs["none"]))))
+    assert sorted(opened) == sorted(
+        str(p) for p in metadata.shard_paths(str(outs["none"]), metadata.load(str(outs["none"])))
+    )
     copy = pickle.loads(pickle.dumps(ra))  # a spawned DataLoader worker: no handle travels
     assert copy._fds == {} and int(copy[7]["id"]) == 7
     read, write = os.pipe()
@@ -156,8 +165,8 @@ def frames(path) -> list[bytes]:
         data = f.read()
     out, pos = [], 0
     while pos < len(data):
-        n = int.from_bytes(data[pos:pos + 8], "little") + 16
-        out.append(data[pos:pos + n])
+        n = int.from_bytes(data[pos : pos + 8], "little") + 16
+        out.append(data[pos : pos + n])
         pos += n
     return out
 
@@ -191,9 +200,12 @@ def copy_of(outputs, tmp_path, compression="none"):
 
 READERS = {
     "rows": lambda out, **kw: [int(r["id"]) for r in reader.iter_numpy(str(out), **kw)],
-    "batches": lambda out, **kw: [i for b in reader.iter_numpy(str(out), batch_size=64, **kw) for i in b["id"].tolist()],
-    "random": lambda out, **kw: [int(r["id"]) for r in reader.RandomAccess(str(out), **kw).__getitems__(
-        list(range(ROWS)))],
+    "batches": lambda out, **kw: [
+        i for b in reader.iter_numpy(str(out), batch_size=64, **kw) for i in b["id"].tolist()
+    ],
+    "random": lambda out, **kw: [
+        int(r["id"]) for r in reader.RandomAccess(str(out), **kw).__getitems__(list(range(ROWS)))
+    ],
 }
 
 
@@ -270,6 +282,7 @@ def test_a_record_count_that_differs_from_the_metadata_is_refused(outputs, tmp_p
     out = copy_of(outputs, tmp_path)
     meta_path = out / "metadata.json"
     import json
+
     meta = json.loads(meta_path.read_text())
     meta["shards"][0]["records"] += 1
     del meta["shards"][0]["crc32c"]  # an output of an earlier version: size checked, then the count

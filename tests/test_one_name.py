@@ -7,6 +7,7 @@ them (the checkout's root first on ``sys.path``): every module of the library im
 ``python -m pipelines.X`` (the checkout's alias) handing over to ``tfrecord_etl.pipelines.X``, and
 ``configs/devlinks.sh`` making a second checkout import its own code in a venv installed from another.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,16 +60,17 @@ print(json.dumps({"names": names, "skipped": skipped, "refused": refused, "files
 def run(args, cwd=ROOT, env=None, **kw):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}
     env = {k: v for k, v in env.items() if v is not None}
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
-                          **kw)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300, **kw)
 
 
 def test_every_module_of_the_library_loads_under_one_name():
     done = run(["-c", IMPORT_ALL, str(ROOT), ",".join(OPTIONAL)], env={"PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout)
-    assert len(got["names"]) > 80 and set(got["skipped"]) <= {"tfrecord_etl.tfx",
-                                                               "tfrecord_etl.transforms.tfx_examplegen"}, got["skipped"]
+    assert len(got["names"]) > 80 and set(got["skipped"]) <= {
+        "tfrecord_etl.tfx",
+        "tfrecord_etl.transforms.tfx_examplegen",
+    }, got["skipped"]
     twice = {path: names for path, names in got["files"].items() if len(names) > 1}
     assert twice == {}, twice  # no file loaded as two modules
     assert all(names[0].split(".")[0] == "tfrecord_etl" for names in got["files"].values()), got["files"]
@@ -102,8 +104,10 @@ def test_python_m_pipelines_x_runs_the_module_under_its_one_name(tmp_path):
     (site / "sitecustomize.py").write_text(ATEXIT_PROBE)
     log = tmp_path / "modules.json"
     for module in ("pipelines.inspect", "tfrecord_etl.pipelines.inspect"):
-        done = run(["-m", module, "--help"], env={"PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
-                                                  "MODULES_LOG": str(log)})
+        done = run(
+            ["-m", module, "--help"],
+            env={"PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]), "MODULES_LOG": str(log)},
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         assert done.stdout.startswith("usage: tfrecord-etl inspect")
         got = json.loads(log.read_text())
@@ -112,7 +116,9 @@ def test_python_m_pipelines_x_runs_the_module_under_its_one_name(tmp_path):
         inspect = str(ROOT / "pipelines" / "inspect.py")
         # (multiprocessing's __mp_main__ is __main__ under another key)
         assert [n for n, f in got["modules"].items() if f == inspect and n != "__mp_main__"] == [
-            "__main__", "tfrecord_etl.pipelines.inspect"]
+            "__main__",
+            "tfrecord_etl.pipelines.inspect",
+        ]
         bare = [n for n in got["modules"] if n.split(".")[0] in ("transforms", "pipelines")]
         assert bare == (["pipelines"] if module == "pipelines.inspect" else []), bare
 
@@ -121,9 +127,14 @@ def second_checkout(tmp_path):
     """A copy of the library's folders and configs/devlinks.sh: another checkout, not installed in this venv."""
     other = tmp_path / "other"
     for folder in ("tfrecord_etl", "transforms", "pipelines"):
-        shutil.copytree(ROOT / folder, other / folder, symlinks=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "transforms", "pipelines")
-                        if folder == "tfrecord_etl" else shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            ROOT / folder,
+            other / folder,
+            symlinks=True,
+            ignore=shutil.ignore_patterns("__pycache__", "transforms", "pipelines")
+            if folder == "tfrecord_etl"
+            else shutil.ignore_patterns("__pycache__"),
+        )
     (other / "configs").mkdir()
     shutil.copy2(ROOT / "configs" / "devlinks.sh", other / "configs" / "devlinks.sh")
     return other
@@ -139,8 +150,9 @@ def test_devlinks_makes_a_second_checkout_import_its_own_code(tmp_path):
     # refused, naming both folders and the fix
     before = run(["-c", WHERE], cwd=other, env=no_path)
     last = before.stderr.strip().splitlines()[-1]
-    assert before.returncode == 1 and last.startswith(f"ImportError: tfrecord_etl is imported from the checkout "
-                                                      f"{other}, but tfrecord_etl.transforms would be /"), last
+    assert before.returncode == 1 and last.startswith(
+        f"ImportError: tfrecord_etl is imported from the checkout {other}, but tfrecord_etl.transforms would be /"
+    ), last
     assert last.split(" would be ")[1].split(" (")[0] != str(other / "transforms"), last
     assert "Hint: run configs/devlinks.sh once in that checkout" in before.stderr
     # the checkout's alias says it in one line
@@ -151,8 +163,10 @@ def test_devlinks_makes_a_second_checkout_import_its_own_code(tmp_path):
 
     script = ["bash", str(other / "configs" / "devlinks.sh")]
     made = subprocess.run(script, capture_output=True, text=True, check=True)
-    assert made.stdout.splitlines() == ["linked tfrecord_etl/transforms -> ../transforms",
-                                        "linked tfrecord_etl/pipelines -> ../pipelines"]
+    assert made.stdout.splitlines() == [
+        "linked tfrecord_etl/transforms -> ../transforms",
+        "linked tfrecord_etl/pipelines -> ../pipelines",
+    ]
     assert os.readlink(other / "tfrecord_etl" / "transforms") == "../transforms"
     assert subprocess.run(script, capture_output=True, text=True, check=True).stdout == ""  # once is enough
     for cwd, env in ((other, no_path), (tmp_path, {"PYTHONPATH": str(other)})):  # the root, or on PYTHONPATH

@@ -2,6 +2,7 @@
 and CRC32C) per shard and at commit; convert checks its local inputs' size and modification time against the plan.
 A change fails the run with "... changed while it was read: run again", and nothing is committed. The changes are
 made by hooks at a chosen moment (after planning, after the first shard), never by timing."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import BEAM_FLAGS, convert, run_command
-from tfrecord_etl.pipelines import augment as augment_main
-from tfrecord_etl.pipelines import convert as convert_main
+from tfrecord_etl.pipelines import augment as augment_main, convert as convert_main
 from tfrecord_etl.transforms import augment, fileio, reader
 from tfrecord_etl.transforms.augment import beam as augment_beam
 from tfrecord_etl.transforms.errors import IncompleteOutputError, InputChangedError
@@ -28,8 +28,7 @@ def make_rows(path, start=0, rows=ROWS):
 
 
 def run_augment(input_, output_dir, *flags, capsys=None):
-    return run_command(augment_main.main, ["--input", input_, "--output_dir", output_dir, *flags, *BEAM_FLAGS],
-                       capsys)
+    return run_command(augment_main.main, ["--input", input_, "--output_dir", output_dir, *flags, *BEAM_FLAGS], capsys)
 
 
 @pytest.fixture
@@ -43,12 +42,14 @@ def collection(tmp_path):
 
     def replace():
         assert convert(tmp_path / "new.h5", coll, "--num_shards", "3", "--overwrite")[0] == 0
+
     return coll, replace
 
 
 @pytest.mark.parametrize("moment", ["after planning", "after the first shard"])
-def test_augment_fails_when_its_input_collection_is_replaced_while_read(collection, tmp_path, capsys, monkeypatch,
-                                                                        moment):
+def test_augment_fails_when_its_input_collection_is_replaced_while_read(
+    collection, tmp_path, capsys, monkeypatch, moment
+):
     coll, replace = collection
     replaced = []
     if moment == "after planning":
@@ -59,6 +60,7 @@ def test_augment_fails_when_its_input_collection_is_replaced_while_read(collecti
             replace()
             replaced.append(True)
             return plan
+
         monkeypatch.setattr(augment, "plan_augment", hooked_plan)
     else:
         iter_shard = augment_beam.iter_shard
@@ -68,6 +70,7 @@ def test_augment_fails_when_its_input_collection_is_replaced_while_read(collecti
             if not replaced:  # the first shard was read whole (and checked): now the collection is replaced
                 replace()
                 replaced.append(True)
+
         monkeypatch.setattr(augment_beam, "iter_shard", hooked_iter)
     out = tmp_path / "aug"
     code, _, err = run_augment(coll, out, "--constants", "tag=1", capsys=capsys)
@@ -87,12 +90,15 @@ def test_augment_fails_at_commit_when_the_input_metadata_changed(collection, tmp
         meta["created"] = "2000-01-01T00:00:00Z"
         (coll / "metadata.json").write_text(json.dumps(meta))
         yield from process(self, results)
+
     monkeypatch.setattr(augment_beam.FinalizeAugmentFn, "process", hooked)
     out = tmp_path / "aug"
     code, _, err = run_augment(coll, out, "--constants", "tag=1", capsys=capsys)
     assert code == 2
-    assert ("InputChangedError: The input collection changed while it was read (its metadata.json is not the one "
-            f"planned): run again [file='{coll}/metadata.json']") in err
+    assert (
+        "InputChangedError: The input collection changed while it was read (its metadata.json is not the one "
+        f"planned): run again [file='{coll}/metadata.json']"
+    ) in err
     assert not (out / "metadata.json").exists()
 
 
@@ -109,11 +115,18 @@ def test_augment_refuses_a_shard_of_another_size_before_reading_it(collection, t
         with open(shard, "ab") as f:  # a writer appending to it
             f.write(b"\0" * 10)
         return plan
+
     monkeypatch.setattr(augment, "plan_augment", hooked_plan)
     code, _, err = run_augment(coll, tmp_path / "aug", "--constants", "tag=1", capsys=capsys)
     size = os.path.getsize(shard)
-    assert code == 2 and (f"Input shard changed while it was read ({size} bytes, {size - 10} when the run was "
-                          f"planned): run again [file='{shard}']") in err
+    assert (
+        code == 2
+        and (
+            f"Input shard changed while it was read ({size} bytes, {size - 10} when the run was "
+            f"planned): run again [file='{shard}']"
+        )
+        in err
+    )
     assert str(coll / "data-00000-of-00003.tfrecord") in read and str(shard) not in read  # refused before opening
 
 
@@ -135,10 +148,17 @@ def test_augment_of_plain_local_shards_checks_their_size_and_time(tmp_path, caps
         shard.write_bytes(data)  # rewritten in place, the same bytes: only its modification time tells
         os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # a later write on a coarse clock
         return plan
+
     monkeypatch.setattr(augment, "plan_augment", hooked_plan)
     code, _, err = run_augment(f"{plain}/*.tfrecord", tmp_path / "aug", "--constants", "tag=1", capsys=capsys)
-    assert code == 2 and ("Input shard changed while it was read (rewritten: its modification time is not the one "
-                          f"planned): run again [file='{shard}']") in err
+    assert (
+        code == 2
+        and (
+            "Input shard changed while it was read (rewritten: its modification time is not the one "
+            f"planned): run again [file='{shard}']"
+        )
+        in err
+    )
     assert not (tmp_path / "aug" / "metadata.json").exists()
 
 
@@ -158,13 +178,17 @@ def test_convert_fails_when_an_input_is_rewritten_after_planning(tmp_path, capsy
             assert after.st_size == before.st_size
             os.utime(target, ns=(after.st_atime_ns, before.st_mtime_ns + 10**9))  # a later write on a coarse clock
         return prepare(cfg, plan)
+
     monkeypatch.setattr(convert_main, "prepare_output_dir", hooked)
     out = tmp_path / "out"
     flags = ["--dead_letter_dir", tmp_path / "dead"] if dead_letters else []
     code, _, err = convert(f"{tmp_path}/*.h5", out, "--num_shards", "2", *flags, capsys=capsys)
     assert code == 2, err
-    detail = "rewritten: its modification time is not the one planned" if change == "same size" else \
-        f"{os.path.getsize(target)} bytes, "
+    detail = (
+        "rewritten: its modification time is not the one planned"
+        if change == "same size"
+        else f"{os.path.getsize(target)} bytes, "
+    )
     assert f"InputChangedError: Input file changed while it was read ({detail}" in err and "): run again" in err
     assert f"[file='{target}']" in err
     assert not (out / "metadata.json").exists()  # a changed input is never a dead letter: nothing committed
@@ -177,8 +201,11 @@ def test_check_pin_names_what_changed(tmp_path):
     pinned = fileio.pin(str(path))
     fileio.check_pin(str(path), pinned)  # unchanged: nothing raised
     path.write_bytes(b"x" * 12)
-    with pytest.raises(InputChangedError, match=r"Input file changed while it was read \(12 bytes, 10 when the run "
-                                                r"was planned\): run again"):
+    with pytest.raises(
+        InputChangedError,
+        match=r"Input file changed while it was read \(12 bytes, 10 when the run "
+        r"was planned\): run again",
+    ):
         fileio.check_pin(str(path), pinned)
     path.unlink()
     with pytest.raises(InputChangedError, match=r"Input file changed while it was read \(it is gone\)"):
@@ -193,10 +220,19 @@ def test_a_change_seen_by_a_worker_process_is_one_line(tmp_path, capsys, monkeyp
     def hooked(cfg, plan):
         make_rows(tmp_path / "in.h5", rows=800)
         return prepare(cfg, plan)
+
     monkeypatch.setattr(convert_main, "prepare_output_dir", hooked)
-    code, _, err = convert(tmp_path / "in.h5", tmp_path / "out", "--num_shards", "2", "--runner=DirectRunner",
-                           "--direct_running_mode=multi_processing", "--direct_num_workers=2", capsys=capsys,
-                           beam=False)
+    code, _, err = convert(
+        tmp_path / "in.h5",
+        tmp_path / "out",
+        "--num_shards",
+        "2",
+        "--runner=DirectRunner",
+        "--direct_running_mode=multi_processing",
+        "--direct_num_workers=2",
+        capsys=capsys,
+        beam=False,
+    )
     assert code == 2 and "Traceback" not in err
     line = next(ln for ln in err.splitlines() if ln.startswith("error: "))
     assert line.startswith("error: InputChangedError: Input file changed while it was read (") and "run again" in line

@@ -1,5 +1,6 @@
 """transforms.planning (the plan of a conversion, no pipeline) and transforms.sink (the commit protocol), unit by
 unit; and ConvertToTFRecord applied in a pipeline a user writes."""
+
 from __future__ import annotations
 
 import itertools
@@ -14,12 +15,14 @@ from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError
 from tfrecord_etl.transforms.sources import SourceOptions
 
-
 # -- the shard-count policy --------------------------------------------------------------------------------
+
 
 def test_parallel_units_of_each_runner():
     from apache_beam.options.pipeline_options import PipelineOptions
+
     from tfrecord_etl.pipelines.convert import parallel_units
+
     assert parallel_units(PipelineOptions(["--direct_num_workers=3"])) == 3
     assert parallel_units(PipelineOptions([])) == 1
     assert parallel_units(PipelineOptions(["--runner=FlinkRunner", "--parallelism=6"])) == 6
@@ -57,14 +60,27 @@ def h5(tmp_path):
 
 
 def test_plan_convert_plans_once_and_names_the_files(h5, tmp_path):
-    cfg = ConvertConfig(input=str(h5), output_dir=str(tmp_path / "o"), num_shards=3, target_range_mb=0.004,
-                        feature_encodings={"y": "list"}, provenance=True)
+    cfg = ConvertConfig(
+        input=str(h5),
+        output_dir=str(tmp_path / "o"),
+        num_shards=3,
+        target_range_mb=0.004,
+        feature_encodings={"y": "list"},
+        provenance=True,
+    )
     plan = planning.plan_convert(cfg)
     assert plan.num_shards == 3 and len(plan.shards) == 3
-    assert plan.output_files == ("data-00000-of-00003.tfrecord", "data-00001-of-00003.tfrecord",
-                                 "data-00002-of-00003.tfrecord")
-    assert {s.name: s.encoding for s in plan.specs} == {"x": "list", "y": "list", "_source/file": "list",
-                                                        "_source/row": "list"}
+    assert plan.output_files == (
+        "data-00000-of-00003.tfrecord",
+        "data-00001-of-00003.tfrecord",
+        "data-00002-of-00003.tfrecord",
+    )
+    assert {s.name: s.encoding for s in plan.specs} == {
+        "x": "list",
+        "y": "list",
+        "_source/file": "list",
+        "_source/row": "list",
+    }
     rows = [(r.start, r.stop) for s in plan.shards for r in s.ranges]  # contiguous, every row once, in order
     assert rows[0][0] == 0 and rows[-1][1] == 1000 and all(a[1] == b[0] for a, b in itertools.pairwise(rows))
     assert all(r.num_rows * 20 <= 0.004 * 2**20 + 20 for s in plan.shards for r in s.ranges)
@@ -101,6 +117,7 @@ def test_shards_continuing_a_deflated_member_are_written_by_one_worker_in_order(
     a stored member and the other files stay one shard per unit. The shards are the same files either way."""
     from tfrecord_etl.transforms import beam_io
     from tfrecord_etl.transforms.sources import npz
+
     x = np.arange(4000 * 8, dtype="<f4").reshape(4000, 8)
     np.savez_compressed(tmp_path / "a.npz", x=x)
     np.savez(tmp_path / "b.npz", x=x)
@@ -118,6 +135,7 @@ def test_shards_continuing_a_deflated_member_are_written_by_one_worker_in_order(
         if (member, slot) not in arc.members:
             opened.append(member)
         return real_open(self, arc, member, slot)
+
     monkeypatch.setattr(npz.NpzSource, "_member_stream", counting)
     specs = planning.choose_encodings(inputs.specs, "tensor", {})
     fn = beam_io.WriteShardFn(inputs.source, specs, str(tmp_path / "out"), "data", "none")
@@ -135,6 +153,7 @@ def test_shards_continuing_a_deflated_member_are_written_by_one_worker_in_order(
 
 # -- the commit protocol -------------------------------------------------------------------------------------
 
+
 def test_committed_file_renames_only_when_complete(tmp_path):
     final = str(tmp_path / "f.json")
     with open(final, "wb") as f:
@@ -142,7 +161,9 @@ def test_committed_file_renames_only_when_complete(tmp_path):
     with pytest.raises(RuntimeError):
         with sink.committed_file(final) as f:
             f.write(b"half")
-            assert [n for n in os.listdir(tmp_path) if n.startswith(".tmp-") and n.endswith("-" + outdir.name_key("f.json"))]
+            assert [
+                n for n in os.listdir(tmp_path) if n.startswith(".tmp-") and n.endswith("-" + outdir.name_key("f.json"))
+            ]
             raise RuntimeError("killed")
     assert open(final, "rb").read() == b"old" and os.listdir(tmp_path) == ["f.json"]
     sink.write_json(final, {"a": 1})
@@ -151,6 +172,7 @@ def test_committed_file_renames_only_when_complete(tmp_path):
 
 def test_shard_writer_commits_a_readable_shard_and_abandons_a_bad_one(tmp_path):
     import tensorflow as tf
+
     final = str(tmp_path / "s.tfrecord.gz")
     with sink.shard_writer(final, "gzip") as w:
         w.write_batch([b"a", b"bc", b""])
@@ -165,11 +187,14 @@ def test_shard_writer_commits_a_readable_shard_and_abandons_a_bad_one(tmp_path):
 
 # -- ConvertToTFRecord in a user's own pipeline --------------------------------------------------------------
 
+
 def test_convert_to_tfrecord_in_a_user_pipeline(h5, tmp_path):
     import apache_beam as beam
     import tensorflow as tf
     from apache_beam.options.pipeline_options import PipelineOptions
+
     from tfrecord_etl.transforms.convert import ConvertToTFRecord
+
     out = tmp_path / "out"
     os.makedirs(out)
     (out / "notes.txt").write_text("mine")
@@ -178,13 +203,21 @@ def test_convert_to_tfrecord_in_a_user_pipeline(h5, tmp_path):
     with pytest.raises(ConfigError, match="Invalid ConvertToTFRecord options"):
         ConvertToTFRecord(str(h5), str(out), num_shards=-1)
     with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])) as p:
-        done = p | ConvertToTFRecord(str(h5), str(out), overwrite=True, num_shards=2, compression="gzip",
-                                     encoding="tensor", feature_encodings={"y": "list"})
+        done = p | ConvertToTFRecord(
+            str(h5),
+            str(out),
+            overwrite=True,
+            num_shards=2,
+            compression="gzip",
+            encoding="tensor",
+            feature_encodings={"y": "list"},
+        )
         done | beam.Map(lambda d: open(os.path.join(d, "committed"), "w").close())
     assert (out / "notes.txt").read_text() == "mine" and (out / "committed").exists()
     got = list(reader.iter_numpy(str(out)))
-    assert len(got) == 1000 and all(int(e["y"]) == i and e["x"].tolist() == [4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3]
-                                    for i, e in enumerate(got))
+    assert len(got) == 1000 and all(
+        int(e["y"]) == i and e["x"].tolist() == [4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3] for i, e in enumerate(got)
+    )
     files = sorted(str(p) for p in out.glob("*.tfrecord.gz"))
     spec = {"y": tf.io.FixedLenFeature([], tf.int64), "x": tf.io.FixedLenFeature([], tf.string)}
     ys = [int(tf.io.parse_single_example(r, spec)["y"]) for r in tf.data.TFRecordDataset(files, "GZIP")]
@@ -196,8 +229,10 @@ def test_convert_to_tfrecord_in_a_user_pipeline(h5, tmp_path):
 def test_augment_tfrecord_in_a_user_pipeline(h5, tmp_path):
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
+
     from tfrecord_etl.transforms.augment import AugmentTFRecord
     from tfrecord_etl.transforms.convert import ConvertToTFRecord
+
     flags = PipelineOptions(["--runner=DirectRunner", "--direct_running_mode=in_memory"])
     src, side = tmp_path / "src", tmp_path / "side"
     with beam.Pipeline(options=flags) as p:
@@ -207,8 +242,15 @@ def test_augment_tfrecord_in_a_user_pipeline(h5, tmp_path):
     with pytest.raises(ConfigError, match="Invalid AugmentTFRecord options"):
         AugmentTFRecord(str(src), str(side), mode="both")
     with beam.Pipeline(options=flags) as p:
-        p | AugmentTFRecord(str(src), str(side), mode="sidecar", join_input=str(labels), join_by="position",
-                            join_fields={"array": "label"}, constants={"tag": "v1"})
+        p | AugmentTFRecord(
+            str(src),
+            str(side),
+            mode="sidecar",
+            join_input=str(labels),
+            join_by="position",
+            join_fields={"array": "label"},
+            constants={"tag": "v1"},
+        )
     got = list(reader.iter_numpy_merged(str(src), str(side)))
     assert [int(e["label"]) for e in got] == [i % 7 for i in range(1000)]
     assert all(e["tag"] == b"v1" for e in got) and [int(e["y"]) for e in got] == list(range(1000))

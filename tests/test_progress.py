@@ -1,5 +1,6 @@
 """The progress bar of convert and augment (pipelines/progress.py): its count from an output directory filling
 up, its thread that never fails a run, and what a terminal, ``--no-progress`` and a pipe show."""
+
 from __future__ import annotations
 
 import fcntl
@@ -44,14 +45,20 @@ def test_measure_counts_committed_shards_and_temporaries_by_their_bytes():
     assert progress.measure(p, {}) == (0, 0)
     # shard 0 committed (its planned 100 records, 1,500 bytes: 15 bytes per record from now on), shard 1 half
     # written by two attempts (the furthest counts), a foreign file and a file of an earlier output ignored
-    listing = {NAMES[0]: 1500, temp(NAMES[1]): 750, temp(NAMES[1], 1): 300, "notes.txt": 99, NAMES[3]: 5000,
-               ".tmp-" + "0" * 32 + "-ffffffff": 10}
+    listing = {
+        NAMES[0]: 1500,
+        temp(NAMES[1]): 750,
+        temp(NAMES[1], 1): 300,
+        "notes.txt": 99,
+        NAMES[3]: 5000,
+        ".tmp-" + "0" * 32 + "-ffffffff": 10,
+    }
     assert progress.measure(p, listing, before=frozenset({NAMES[3]})) == (150, 1500 + 750)
     # before any commit, the plan's 10 bytes per record; a temporary never counts more than its shard
     assert progress.measure(p, {temp(NAMES[2]): 500}) == (50, 500)
     assert progress.measure(p, {temp(NAMES[2]): 5000}) == (100, 5000)
     # a committed shard's temporary left behind is not counted twice; never more than the total
-    everything = {n: 1000 for n in NAMES} | {temp(NAMES[0]): 1000}
+    everything = dict.fromkeys(NAMES, 1000) | {temp(NAMES[0]): 1000}
     assert progress.measure(p, everything) == (400, 4000)
     # shards of unknown records (splits, the beam writer): their bytes at the plan's bytes per record
     unknown = progress.Planned(dict.fromkeys(NAMES), 400, 4000)
@@ -164,21 +171,25 @@ BEAM = ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
 
 def test_a_convert_in_a_terminal_shows_the_bar_up_to_the_planned_total(tmp_path):
     np.save(tmp_path / "a.npy", np.arange(3000 * 8, dtype="<i8").reshape(3000, 8))
-    status, out = run_in_terminal(["convert", "--input", "a.npy", "--output_dir", "out", "--num_shards", "3",
-                                   *BEAM], tmp_path)
+    status, out = run_in_terminal(
+        ["convert", "--input", "a.npy", "--output_dir", "out", "--num_shards", "3", *BEAM], tmp_path
+    )
     assert status == 0, out[-3000:]
     frames = [f for f in re.split(r"[\r\n]+", out) if f.startswith("convert:")]
-    assert frames and re.match(r"convert: 100%\|█+\| 3000/3000 records, \d+\.\d KiB of ~\d+\.\d KiB \[", frames[-1]), \
+    assert frames and re.match(r"convert: 100%\|█+\| 3000/3000 records, \d+\.\d KiB of ~\d+\.\d KiB \[", frames[-1]), (
         frames[-3:]
+    )
     assert "wrote 3000 examples in 3 shards" in out
     assert "[tfrecord-etl] shard" not in out  # the bar replaces the per-shard lines in a terminal
-    status, out = run_in_terminal(["augment", "--input", "out", "--output_dir", "aug", "--constants", "k=1", *BEAM],
-                                  tmp_path)  # each output shard counts its input shard's records
+    status, out = run_in_terminal(
+        ["augment", "--input", "out", "--output_dir", "aug", "--constants", "k=1", *BEAM], tmp_path
+    )  # each output shard counts its input shard's records
     assert status == 0, out[-3000:]
     frames = [f for f in re.split(r"[\r\n]+", out) if f.startswith("augment:")]
     assert frames and re.match(r"augment: 100%\|█+\| 3000/3000 records, ", frames[-1]), frames[-3:]
-    status, out = run_in_terminal(["convert", "--input", "a.npy", "--output_dir", "out2", "--num_shards", "3",
-                                   "--no-progress", *BEAM], tmp_path)
+    status, out = run_in_terminal(
+        ["convert", "--input", "a.npy", "--output_dir", "out2", "--num_shards", "3", "--no-progress", *BEAM], tmp_path
+    )
     assert status == 0, out[-3000:]
     assert "wrote 3000 examples in 3 shards" in out and "records" not in out.split("wrote")[0]
     assert "%|" not in out

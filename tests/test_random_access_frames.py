@@ -2,6 +2,7 @@
 each record's data CRC is still checked; the block decoder's one-record layout match; the local shard CRC32C read
 into one buffer. Exact values against iter_numpy, and a corrupt record or header still raises a RecordError naming
 the record."""
+
 from __future__ import annotations
 
 import shutil
@@ -22,8 +23,12 @@ ROWS = 200  # ids 0..127 one varint byte, 128.. two: two record lengths
 def out(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ra")
     rng = np.random.default_rng(5)
-    np.savez(tmp / "in.npz", id=np.arange(ROWS, dtype=np.int64), x=rng.standard_normal((ROWS, 4)).astype(np.float32),
-             image=rng.integers(0, 256, (ROWS, 3, 2), dtype=np.uint8))
+    np.savez(
+        tmp / "in.npz",
+        id=np.arange(ROWS, dtype=np.int64),
+        x=rng.standard_normal((ROWS, 4)).astype(np.float32),
+        image=rng.integers(0, 256, (ROWS, 3, 2), dtype=np.uint8),
+    )
     assert convert(tmp / "in.npz", tmp / "out", "--num_shards", "1", "--index")[0] == 0
     return tmp / "out"
 
@@ -55,7 +60,7 @@ def test_corrupt_data_and_header_after_a_checked_record_of_the_same_length(out, 
     copy = tmp_path / "out"
     shutil.copytree(out, copy)
     path, offsets, frames = _frames(copy)
-    j = next(j for j in range(ROWS - 3) if len(set(frames[j:j + 4])) == 1)  # 4 records of one length
+    j = next(j for j in range(ROWS - 3) if len(set(frames[j : j + 4])) == 1)  # 4 records of one length
     raw = bytearray(path.read_bytes())
     raw[offsets[j + 1] + 20] ^= 0x01  # a data byte
     raw[offsets[j + 2] + 3] ^= 0x01  # a length byte
@@ -86,7 +91,7 @@ def test_one_record_layout_match_falls_back_on_another_layout(out):
     assert width == 1 and nbytes == 1
     other[start] |= 0x80  # the id's varint would continue: not this layout
     assert not layout.matches_one(bytes(other))
-    a, b = layout.ranges[0]
+    _a, b = layout.ranges[0]
     other = bytearray(rec)
     other[b - 1] ^= 0x01  # a structural byte
     assert not layout.matches_one(bytes(other))

@@ -1,6 +1,7 @@
 """--format raw: raw binary arrays of fixed-size rows, on matplotlib's own raw sample files
 (the EEG and membrane recordings and the MRI slice of its mri_with_eeg / membrane examples) and generated ones:
 exact round trips through our reader and plain TensorFlow, both writers, sidecars, verify, inspect, augment joins."""
+
 from __future__ import annotations
 
 import gzip
@@ -10,8 +11,8 @@ import os
 import numpy as np
 import pytest
 
-from tfrecord_etl.transforms import reader
 from tests.conftest import BEAM_FLAGS, convert, fixture_file, run_command
+from tfrecord_etl.transforms import reader
 
 SAMPLE = "matplotlib/mpl-data/sample_data"
 
@@ -19,22 +20,33 @@ SAMPLE = "matplotlib/mpl-data/sample_data"
 def tf_rows(out, dtype, shape):
     """Every record's ``array`` read with plain TensorFlow (decode_raw of the little-endian tensor bytes)."""
     import tensorflow as tf
+
     files = sorted(str(p) for p in out.iterdir() if p.name.endswith((".tfrecord", ".tfrecord.gz")))
     comp = "GZIP" if files[0].endswith(".gz") else ""
     spec = {"array": tf.io.FixedLenFeature([], tf.string)}
-    out = [tf.io.decode_raw(tf.io.parse_single_example(r, spec)["array"], getattr(tf, np.dtype(dtype).name),
-                            little_endian=True).numpy().reshape(shape)
-           for r in tf.data.TFRecordDataset(files, compression_type=comp)]
+    out = [
+        tf.io.decode_raw(
+            tf.io.parse_single_example(r, spec)["array"], getattr(tf, np.dtype(dtype).name), little_endian=True
+        )
+        .numpy()
+        .reshape(shape)
+        for r in tf.data.TFRecordDataset(files, compression_type=comp)
+    ]
     return np.stack(out) if out else np.zeros((0, *shape), dtype)
 
 
 def tf_list_rows(out, dtype):
     """Every record's ``array`` (a float32 or int64 list) read with plain TensorFlow, cast back to ``dtype``."""
     import tensorflow as tf
+
     files = sorted(str(p) for p in out.iterdir() if p.name.endswith(".tfrecord"))
     spec = {"array": tf.io.VarLenFeature(tf.float32 if np.dtype(dtype).kind == "f" else tf.int64)}
-    return np.stack([tf.sparse.to_dense(tf.io.parse_single_example(r, spec)["array"]).numpy()
-                     for r in tf.data.TFRecordDataset(files)]).astype(dtype)
+    return np.stack(
+        [
+            tf.sparse.to_dense(tf.io.parse_single_example(r, spec)["array"]).numpy()
+            for r in tf.data.TFRecordDataset(files)
+        ]
+    ).astype(dtype)
 
 
 def read_back(out):
@@ -47,8 +59,20 @@ def test_matplotlib_eeg_recording_round_trips(tmp_path, capsys, writer):
     src = fixture_file(f"{SAMPLE}/eeg.dat")
     want = np.fromfile(src, dtype="<f8").reshape(800, 4)
     out = tmp_path / "out"
-    code, _, err = convert(src, out, "--dtype", "<f8", "--shape", "-1,4", "--num_shards", "3", "--writer", writer,
-                           "--provenance", capsys=capsys)
+    code, _, err = convert(
+        src,
+        out,
+        "--dtype",
+        "<f8",
+        "--shape",
+        "-1,4",
+        "--num_shards",
+        "3",
+        "--writer",
+        writer,
+        "--provenance",
+        capsys=capsys,
+    )
     assert code == 0, err
     got = reader.iter_numpy(str(out))
     if writer == "beam":  # unordered: put the rows back in order by provenance
@@ -76,8 +100,9 @@ def test_matplotlib_membrane_with_a_sidecar_and_the_mri_slice(tmp_path, capsys):
     (tmp_path / "mri_be.raw").write_bytes(b"HDR!" * 4 + mri.astype(">u2").tobytes())
     for name, flags in (("mri.raw", ["--dtype", "<u2"]), ("mri_be.raw", ["--dtype", ">u2", "--offset", "16"])):
         out = tmp_path / name.replace(".", "_")
-        code, _, err = convert(tmp_path / name, out, *flags, "--shape", "-1,256", "--compression", "gzip",
-                               capsys=capsys)
+        code, _, err = convert(
+            tmp_path / name, out, *flags, "--shape", "-1,256", "--compression", "gzip", capsys=capsys
+        )
         assert code == 0, err
         assert np.array_equal(read_back(out), mri) and read_back(out).dtype == np.dtype("<u2")
         assert np.array_equal(tf_rows(out, "<u2", (256,)), mri)
@@ -90,15 +115,40 @@ def test_generated_layouts_round_trip(tmp_path, capsys, order, dtype):
     arr = rng.integers(0, 100, (37, 5, 3)).astype(dtype)
     header = b"x" * 24
     (tmp_path / "a.bin").write_bytes(header + arr.tobytes(order=order))
-    code, _, err = convert(tmp_path / "a.bin", tmp_path / "out", "--dtype", dtype, "--shape", "-1,5,3",
-                           "--offset", "24", "--order", order, "--target_range_mb", "0.0001", "--num_shards", "4",
-                           capsys=capsys)
+    code, _, err = convert(
+        tmp_path / "a.bin",
+        tmp_path / "out",
+        "--dtype",
+        dtype,
+        "--shape",
+        "-1,5,3",
+        "--offset",
+        "24",
+        "--order",
+        order,
+        "--target_range_mb",
+        "0.0001",
+        "--num_shards",
+        "4",
+        capsys=capsys,
+    )
     assert code == 0, err
     got = read_back(tmp_path / "out")
     assert np.array_equal(got, arr) and got.dtype == arr.dtype.newbyteorder("<")
     # the fixed row count works too, and mismatches it name both sizes
-    code, _, err = convert(tmp_path / "a.bin", tmp_path / "out2", "--dtype", dtype, "--shape", "37,5,3",
-                           "--offset", "24", "--order", order, capsys=capsys)
+    code, _, err = convert(
+        tmp_path / "a.bin",
+        tmp_path / "out2",
+        "--dtype",
+        dtype,
+        "--shape",
+        "37,5,3",
+        "--offset",
+        "24",
+        "--order",
+        order,
+        capsys=capsys,
+    )
     assert code == 0, err
 
 
@@ -116,6 +166,7 @@ def test_directory_sidecar_yaml_and_an_empty_file(tmp_path, capsys):
 
 def test_verify_source_and_inspect_on_a_raw_conversion(tmp_path, capsys):
     from tfrecord_etl.pipelines import inspect as inspect_module, verify as verify_module
+
     arr = np.arange(300, dtype="<f4").reshape(100, 3)
     (tmp_path / "a.raw").write_bytes(arr.tobytes())
     out = tmp_path / "out"
@@ -132,14 +183,29 @@ def test_verify_source_and_inspect_on_a_raw_conversion(tmp_path, capsys):
 
 def test_augment_joins_a_raw_file_by_position(tmp_path, capsys):
     from tfrecord_etl.pipelines import augment as augment_main
+
     np.save(tmp_path / "x.npy", np.arange(50, dtype="<i8"))
     assert convert(tmp_path / "x.npy", tmp_path / "src", capsys=capsys)[0] == 0
     labels = (np.arange(50) % 4).astype(">u2")
     (tmp_path / "labels.raw").write_bytes(labels.tobytes())
     (tmp_path / "labels.raw.json").write_text('{"dtype": ">u2", "shape": [-1]}')
-    code, _, err = run_command(augment_main.main, [
-        "--input", tmp_path / "src", "--output_dir", tmp_path / "side", "--mode", "sidecar",
-        "--join_input", tmp_path / "labels.raw", "--join_fields", "array=label", *BEAM_FLAGS], capsys)
+    code, _, err = run_command(
+        augment_main.main,
+        [
+            "--input",
+            tmp_path / "src",
+            "--output_dir",
+            tmp_path / "side",
+            "--mode",
+            "sidecar",
+            "--join_input",
+            tmp_path / "labels.raw",
+            "--join_fields",
+            "array=label",
+            *BEAM_FLAGS,
+        ],
+        capsys,
+    )
     assert code == 0, err
     got = [int(e["label"]) for e in reader.iter_numpy_merged(str(tmp_path / "src"), str(tmp_path / "side"))]
     assert got == labels.tolist()
@@ -160,6 +226,7 @@ def test_count_converts_two_arrays_back_to_back(tmp_path, capsys):
     vertices (8 x 3 '<f4', RowMajorOrder) at offset 0, then the triangles (12 x 3 '>i4', ColumnMajorOrder) at
     byte 96. Each converts exactly with --offset/--count; without --count a fixed shape's hint names it."""
     from tfrecord_etl.pipelines import verify as verify_module
+
     coords = np.random.default_rng(3).normal(size=(8, 3)).astype("<f4")
     triangles = (np.arange(36).reshape(12, 3) * 7 - 100).astype(">i4")
     data = tmp_path / "surf.gii.dat"
@@ -170,9 +237,27 @@ def test_count_converts_two_arrays_back_to_back(tmp_path, capsys):
     assert code == 2 and "SourceError" in err and "holds 240 bytes" in err
     assert "--count 8 to read those rows and leave the 144 bytes after them" in err
 
-    for name, flags, want in (("c", ["--dtype", "<f4", "--shape", "-1,3", "--count", "8"], coords),
-                              ("t", ["--dtype", ">i4", "--shape", "-1,3", "--offset", "96", "--count", "12",
-                                     "--order", "F", "--num_shards", "2"], triangles)):
+    for name, flags, want in (
+        ("c", ["--dtype", "<f4", "--shape", "-1,3", "--count", "8"], coords),
+        (
+            "t",
+            [
+                "--dtype",
+                ">i4",
+                "--shape",
+                "-1,3",
+                "--offset",
+                "96",
+                "--count",
+                "12",
+                "--order",
+                "F",
+                "--num_shards",
+                "2",
+            ],
+            triangles,
+        ),
+    ):
         out = tmp_path / name
         code, _, err = convert(data, out, "--format", "raw", *flags, capsys=capsys)
         assert code == 0, err
@@ -195,29 +280,47 @@ def test_count_with_the_ranged_reads_of_remote_files(tmp_path, monkeypatch):
     """Remote raw files are read with ranged reads (one per column in Fortran order) instead of np.memmap: with
     --count, the columns are count rows long and the bytes after them are never read."""
     import types
+
     from tfrecord_etl.transforms import fileio
     from tfrecord_etl.transforms.sources import RowRange, SourceOptions, raw as raw_module
+
     triangles = (np.arange(36).reshape(12, 3) * 7 - 100).astype(">i4")
     path = tmp_path / "surf.gii.dat"
     path.write_bytes(b"\1" * 96 + triangles.tobytes(order="F") + b"\2" * 40)
     monkeypatch.setattr(raw_module, "fileio", types.SimpleNamespace(**{**vars(fileio), "is_local": lambda p: False}))
-    source = raw_module.RawSource(SourceOptions("raw", raw_dtype=">i4", raw_shape=(-1, 3), raw_offset=96,
-                                                raw_order="F", raw_count=12))
+    source = raw_module.RawSource(
+        SourceOptions("raw", raw_dtype=">i4", raw_shape=(-1, 3), raw_offset=96, raw_order="F", raw_count=12)
+    )
     assert source.index(str(path)).num_rows == 12
     for start, stop in ((0, 12), (5, 9), (11, 12)):
         got = source.read(RowRange(str(path), start, stop))["array"]
         assert got.dtype == np.dtype(">i4") and np.array_equal(got, triangles[start:stop])
 
 
-@pytest.mark.parametrize("flags, error, words", [
-    (["--dtype", ">i4", "--shape", "-1,3", "--offset", "96", "--count", "13"], "SourceError",
-     ["--count 13 rows of 12 bytes (>i4 [3]) are 156 bytes, but the file holds 144 bytes after offset 96",
-      "surf.gii.dat"]),
-    (["--dtype", "<f4", "--shape", "-1,3", "--count", "21"], "SourceError", ["252 bytes", "holds 240 bytes"]),
-    (["--dtype", "<f4", "--shape", "7,3", "--count", "8"], "ConfigError", ["--count 8 disagrees with --shape [7, 3]"]),
-    (["--dtype", "<f4", "--shape", "-1,3", "--count", "-1"], "ConfigError",
-     ["'count': Input should be greater than or equal to 0"]),
-])
+@pytest.mark.parametrize(
+    "flags, error, words",
+    [
+        (
+            ["--dtype", ">i4", "--shape", "-1,3", "--offset", "96", "--count", "13"],
+            "SourceError",
+            [
+                "--count 13 rows of 12 bytes (>i4 [3]) are 156 bytes, but the file holds 144 bytes after offset 96",
+                "surf.gii.dat",
+            ],
+        ),
+        (["--dtype", "<f4", "--shape", "-1,3", "--count", "21"], "SourceError", ["252 bytes", "holds 240 bytes"]),
+        (
+            ["--dtype", "<f4", "--shape", "7,3", "--count", "8"],
+            "ConfigError",
+            ["--count 8 disagrees with --shape [7, 3]"],
+        ),
+        (
+            ["--dtype", "<f4", "--shape", "-1,3", "--count", "-1"],
+            "ConfigError",
+            ["'count': Input should be greater than or equal to 0"],
+        ),
+    ],
+)
 def test_count_past_the_end_or_disagreeing_is_refused(tmp_path, capsys, flags, error, words):
     data = tmp_path / "surf.gii.dat"
     data.write_bytes(b"\0" * 240)

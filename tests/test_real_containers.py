@@ -6,6 +6,7 @@ is a dependency); pymatreader's MATLAB v7.3 files with cells and their v7 twins 
 `scipy.io.loadmat` of the twin, an independent reader. Expected values come from h5py, scipy.io.netcdf_file and
 scipy.io.loadmat, never from our own reader.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,6 +38,7 @@ def converted(tmp_path, source, *flags, name="out"):
 
 def verified(out, source):
     from tfrecord_etl.pipelines import verify
+
     code, _, err = run_command(verify.main, [str(out), "--source", str(source)])
     assert code == 0, err
 
@@ -48,8 +50,10 @@ def by_key(examples) -> dict:
 @pytest.fixture(scope="module")
 def tf():
     from tfrecord_etl.pipelines import common
+
     common.preload_tensorflow()
     import tensorflow as tf
+
     return tf
 
 
@@ -122,14 +126,21 @@ def test_cf_netcdf4_converts_its_data_variable_not_the_grid(tmp_path, caplog, ca
         assert examples[0][name].dtype == values.dtype and examples[0][name].tobytes() == values[0].tobytes(), name
     verified(out, path)
     from tfrecord_etl.pipelines import inspect
+
     code, text, err = run_command(inspect.main, [str(path)], capsys)
     assert code == 0, err
     assert "/bounds_lat" in text and "[bounds of /nav_lat]" in text and "[coordinates of /tos]" in text
     assert "default: convert takes group 1: data variables on the unlimited (record) dimension" in text
 
 
-@pytest.mark.parametrize("relative", [BEARS, os.path.join(SCIPY_DATA, "tests/data/example_1.nc"),
-                                      os.path.join(SCIPY_DATA, "tests/data/example_3_maskedvals.nc")])
+@pytest.mark.parametrize(
+    "relative",
+    [
+        BEARS,
+        os.path.join(SCIPY_DATA, "tests/data/example_1.nc"),
+        os.path.join(SCIPY_DATA, "tests/data/example_3_maskedvals.nc"),
+    ],
+)
 def test_netcdf3_files_convert_exactly(tmp_path, relative):
     path = fixture_file(relative) if not os.path.isabs(relative) else relative
     assert open(path, "rb").read(4) == b"CDF\x01"
@@ -174,8 +185,15 @@ def test_matlab_v73_equals_its_v7_twin_read_by_scipy(tmp_path):
     verified(out, v73)
     out, each = converted(tmp_path, v73, "--container_mode", "datasets", name="each")
     got = by_key(each)
-    for name in ("a_matrix", "a_float", "an_integer", "a_unit64", "a_complex_matrix", "a_complex_3d_single_matrix",
-                 "a_complex_number"):
+    for name in (
+        "a_matrix",
+        "a_float",
+        "an_integer",
+        "a_unit64",
+        "a_complex_matrix",
+        "a_complex_3d_single_matrix",
+        "a_complex_number",
+    ):
         assert got[f"/{name}"].shape == twin[name].shape, name
         np.testing.assert_array_equal(got[f"/{name}"], twin[name])
         assert got[f"/{name}"].dtype.kind == twin[name].dtype.kind or name in ("an_integer", "a_second_integer")
@@ -194,7 +212,9 @@ def test_matlab_v73_of_cells_and_structs_converts_by_default(tmp_path, caplog, c
     with caplog.at_level("WARNING", logger="tfrecord_etl"):
         out, examples = converted(tmp_path, path)  # no dataset with rows: each cell is one Example
     said = " ".join(r.getMessage() for r in caplog.records)
-    assert "holds no dataset with rows" in said and "5 unconvertible cell (/a_cell_array{1}, /a_cell_array{2}" in said  # cells of structs
+    assert (
+        "holds no dataset with rows" in said and "5 unconvertible cell (/a_cell_array{1}, /a_cell_array{2}" in said
+    )  # cells of structs
     got = by_key(examples)
     structs = twin["a_struct_array"].ravel()
     for k in range(1, 6):
@@ -208,13 +228,14 @@ def test_matlab_v73_of_cells_and_structs_converts_by_default(tmp_path, caplog, c
 def test_scipy_matlab_v73_file(tmp_path):
     path = os.path.join(SCIPY_DATA, "matlab/tests/data/testhdf5_7.4_GLNX86.mat")
     twin = loadmat(os.path.join(SCIPY_DATA, "matlab/tests/data/testdouble_7.4_GLNX86.mat"))["testdouble"]  # 1x9
-    out, examples = converted(tmp_path, path)
+    _out, examples = converted(tmp_path, path)
     assert len(examples) == 1  # MATLAB's one row (HDF5 stores it as (9, 1))
     np.testing.assert_array_equal(examples[0]["testdouble"], twin[0])
 
 
 def test_inspect_lists_netcdf3_variables_and_matlab_files_behind_their_user_block(capsys):
     from tfrecord_etl.pipelines import inspect
+
     code, out, err = run_command(inspect.main, [fixture_file(BEARS)], capsys)
     assert code == 0, err
     assert out.startswith("NetCDF-3 file") and "dims i, j, bears_len" in out

@@ -2,6 +2,7 @@
 
 The files are installed by run_tests.sh with `pip install --no-deps --target .fixtures/site ...`.
 """
+
 from __future__ import annotations
 
 import pathlib
@@ -46,8 +47,9 @@ def test_big_endian_files_equal_their_little_endian_twins(tmp_path, kind):
     assert [e["TestArray"].tobytes() for e in got_be] == [e["TestArray"].tobytes() for e in got_le]
 
 
-@pytest.mark.parametrize("name,dataset", [("smpl_compound_chunked.h5", "CompoundChunked"),
-                                          ("ex-noattr.h5", "detector/table")])
+@pytest.mark.parametrize(
+    "name,dataset", [("smpl_compound_chunked.h5", "CompoundChunked"), ("ex-noattr.h5", "detector/table")]
+)
 def test_compound_tables_one_feature_per_field(tmp_path, name, dataset):
     path = fixture_file(TABLES + name)
     with h5py.File(path) as f:
@@ -62,7 +64,7 @@ def test_compound_tables_one_feature_per_field(tmp_path, name, dataset):
 def test_szip_dataset(tmp_path):
     path = fixture_file(TABLES + "test_szip.h5")
     with h5py.File(path) as f:
-        (name,) = [k for k in f.keys()]
+        (name,) = list(f.keys())
         data = f[name][()]
     assert_rows_equal(data, converted(tmp_path, path), name)
 
@@ -106,11 +108,14 @@ def test_linke_turbidities_gzip_demo_input(tmp_path):
     assert seen == 2160
 
 
-@pytest.mark.parametrize("relative,error,words", [
-    (TABLES + "Tables_lzo1.h5", "SourceError", "filter 305"),
-    (TABLES + "times-nested-be.h5", "SchemaError", "TypeTimeID"),
-    (TABLES + "float.h5", "SchemaError", "float128"),
-])
+@pytest.mark.parametrize(
+    "relative,error,words",
+    [
+        (TABLES + "Tables_lzo1.h5", "SourceError", "filter 305"),
+        (TABLES + "times-nested-be.h5", "SchemaError", "TypeTimeID"),
+        (TABLES + "float.h5", "SchemaError", "float128"),
+    ],
+)
 def test_real_unsupported_hdf5_files_are_refused(tmp_path, capsys, relative, error, words):
     out = tmp_path / "out"
     code, _, err = convert(fixture_file(relative), out, capsys=capsys)

@@ -1,4 +1,5 @@
 """Dead letters, counts that always add up, and crash safety (SIGKILL at random points, then re-run)."""
+
 from __future__ import annotations
 
 import json
@@ -7,7 +8,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 
 import h5py
 import numpy as np
@@ -26,7 +26,7 @@ def corrupt_h5(path, rows=1000, bad_chunk=3):
     with h5py.File(path) as f:
         info = f["x"].id.get_chunk_info(bad_chunk)
     raw = bytearray(path.read_bytes())
-    raw[info.byte_offset + 10: info.byte_offset + 60] = b"\x00" * 50
+    raw[info.byte_offset + 10 : info.byte_offset + 60] = b"\x00" * 50
     path.write_bytes(bytes(raw))
     return data
 
@@ -35,8 +35,18 @@ def corrupt_h5(path, rows=1000, bad_chunk=3):
 def test_corrupt_chunk_is_dead_lettered_and_counts_add_up(tmp_path, capsys, writer):
     data = corrupt_h5(tmp_path / "in.h5")
     out, dead = tmp_path / "out", tmp_path / "dead"
-    code, stdout, err = convert(tmp_path / "in.h5", out, "--dead_letter_dir", dead, "--target_range_mb", "0.2",
-                                "--writer", writer, "--provenance", capsys=capsys)
+    code, stdout, err = convert(
+        tmp_path / "in.h5",
+        out,
+        "--dead_letter_dir",
+        dead,
+        "--target_range_mb",
+        "0.2",
+        "--writer",
+        writer,
+        "--provenance",
+        capsys=capsys,
+    )
     assert code == 0, err
     letters = [json.loads(line) for f in sorted(dead.glob("*.jsonl")) for line in f.read_text().splitlines()]
     assert len(letters) == 1
@@ -64,17 +74,34 @@ def test_without_dead_letter_dir_the_job_stops_with_the_precise_error(tmp_path, 
 
 
 def _command(src, out):
-    return [sys.executable, "-m", "pipelines.convert", "--input", str(src), "--output_dir", str(out),
-            "--target_range_mb", "2", "--num_shards", "6", "--compression", "gzip", "--provenance",
-            "--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    return [
+        sys.executable,
+        "-m",
+        "pipelines.convert",
+        "--input",
+        str(src),
+        "--output_dir",
+        str(out),
+        "--target_range_mb",
+        "2",
+        "--num_shards",
+        "6",
+        "--compression",
+        "gzip",
+        "--provenance",
+        "--runner=DirectRunner",
+        "--direct_running_mode=multi_processing",
+        "--direct_num_workers=2",
+    ]
 
 
 def _run(cmd, home, kill_after=None):
     env = dict(os.environ, HOME=str(home), PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
     if kill_after is None:
-        out, err = proc.communicate(timeout=300)
+        _out, err = proc.communicate(timeout=300)
         return proc.returncode, err.decode()
     try:
         proc.wait(timeout=kill_after)
@@ -92,8 +119,12 @@ def _check_complete(out, rows):
 def test_sigkill_at_random_points_then_rerun(tmp_path):
     rows = 6000
     with h5py.File(tmp_path / "in.h5", "w") as f:
-        f.create_dataset("img", data=np.random.default_rng(0).integers(0, 255, (rows, 32, 32, 3), np.uint8),
-                         chunks=(200, 32, 32, 3), compression="gzip")
+        f.create_dataset(
+            "img",
+            data=np.random.default_rng(0).integers(0, 255, (rows, 32, 32, 3), np.uint8),
+            chunks=(200, 32, 32, 3),
+            compression="gzip",
+        )
     out = tmp_path / "out"
     cmd = _command(tmp_path / "in.h5", out)
     rng = random.Random(7)
@@ -118,9 +149,20 @@ def test_sigkill_at_random_points_then_rerun(tmp_path):
 
 def test_worker_failure_in_multi_processing_is_one_line(tmp_path):
     corrupt_h5(tmp_path / "in.h5")
-    cmd = [sys.executable, "-m", "pipelines.convert", "--input", str(tmp_path / "in.h5"), "--output_dir",
-           str(tmp_path / "out"), "--target_range_mb", "0.2", "--runner=DirectRunner",
-           "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.convert",
+        "--input",
+        str(tmp_path / "in.h5"),
+        "--output_dir",
+        str(tmp_path / "out"),
+        "--target_range_mb",
+        "0.2",
+        "--runner=DirectRunner",
+        "--direct_running_mode=multi_processing",
+        "--direct_num_workers=2",
+    ]
     code, err = _run(cmd, tmp_path)
     assert code == 2
     assert "Traceback" not in err

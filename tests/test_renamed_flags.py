@@ -1,6 +1,7 @@
 """``--row_group`` and ``--container_mode``, the format-neutral names of the container flags (HDF5, NetCDF-3,
 MATLAB, Zarr), and their old names ``--hdf5_group`` / ``--hdf5_mode``: still accepted as flags, config keys and
 keyword arguments, with one deprecation line on stderr per process; ``--help`` and messages name the new ones."""
+
 from __future__ import annotations
 
 import re
@@ -38,17 +39,18 @@ def rows(out) -> list[dict]:
 
 
 def test_old_flag_names_work_as_the_new_ones_with_one_deprecation_line(two_groups, tmp_path, capsys):
-    code, _, err = convert(two_groups, tmp_path / "new", "--row_group", "2", "--container_mode", "rows",
-                           capsys=capsys)
+    code, _, err = convert(two_groups, tmp_path / "new", "--row_group", "2", "--container_mode", "rows", capsys=capsys)
     assert code == 0 and DEPRECATED not in err, err
     code, _, err = convert(two_groups, tmp_path / "old", "--hdf5_group", "2", "--hdf5_mode", "rows", capsys=capsys)
     assert code == 0, err
     assert rows(tmp_path / "old") == rows(tmp_path / "new") == [{"names": b"a"}, {"names": b"b"}, {"names": b"c"}]
     said = [line for line in err.splitlines() if DEPRECATED in line]
-    assert said == ["tfrecord-etl: --hdf5_group (config key hdf5_group) is deprecated: use --row_group (row_group), "
-                    "which works the same",
-                    "tfrecord-etl: --hdf5_mode (config key hdf5_mode) is deprecated: use --container_mode "
-                    "(container_mode), which works the same"], err
+    assert said == [
+        "tfrecord-etl: --hdf5_group (config key hdf5_group) is deprecated: use --row_group (row_group), "
+        "which works the same",
+        "tfrecord-etl: --hdf5_mode (config key hdf5_mode) is deprecated: use --container_mode "
+        "(container_mode), which works the same",
+    ], err
     code, _, err = convert(two_groups, tmp_path / "again", "--hdf5_group", "2", capsys=capsys)
     assert code == 0 and DEPRECATED not in err, err  # once per process
 
@@ -65,14 +67,18 @@ def test_old_yaml_keys_work_and_the_new_ones_too(two_groups, tmp_path, capsys):
 def test_old_and_new_name_together_are_refused_and_conflicts_name_the_new_flag():
     with pytest.raises(ValueError, match="hdf5_mode is the old name of container_mode: give only container_mode"):
         ConvertConfig(input="a.h5", output_dir="o", hdf5_mode="rows", container_mode="rows")
-    with pytest.raises(ValueError, match="row_group chooses a row group in rows mode: it cannot be combined with "
-                                         "datasets or container_mode datasets"):
+    with pytest.raises(
+        ValueError,
+        match="row_group chooses a row group in rows mode: it cannot be combined with "
+        "datasets or container_mode datasets",
+    ):
         ConvertConfig(input="a.h5", output_dir="o", hdf5_group=2, container_mode="datasets")
     assert ConvertConfig(input="a.h5", output_dir="o", hdf5_group=2).row_group == 2  # Python callers too
 
 
 def test_help_shows_the_new_names_only(capsys):
     from tfrecord_etl.pipelines import common, convert as convert_module
+
     with pytest.raises(SystemExit):
         common.run_main(convert_module.main, ["--help"])
     text = capsys.readouterr().out
@@ -96,6 +102,7 @@ def test_an_output_recorded_under_the_old_names_verifies_and_reruns_as_before(tw
 
     from tests.conftest import run_command
     from tfrecord_etl.pipelines import verify
+
     out = tmp_path / "out"
     code, _, err = convert(two_groups, out, "--container_mode", "datasets", capsys=capsys)
     assert code == 0, err
@@ -104,8 +111,9 @@ def test_an_output_recorded_under_the_old_names_verifies_and_reruns_as_before(tw
             doc = json.loads((out / name).read_text())
             if isinstance(doc.get("options"), dict):
                 options = doc["options"]
-                doc["options"] = {{"container_mode": "hdf5_mode", "row_group": "hdf5_group"}.get(k, k): v
-                                  for k, v in options.items()}
+                doc["options"] = {
+                    {"container_mode": "hdf5_mode", "row_group": "hdf5_group"}.get(k, k): v for k, v in options.items()
+                }
                 assert "hdf5_mode" in doc["options"]
                 (out / name).write_text(json.dumps(doc))
     code, _, err = run_command(verify.main, [out, "--source", two_groups], capsys)

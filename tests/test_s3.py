@@ -4,6 +4,7 @@ real S3 API (a moto server on 127.0.0.1), and writes the same bytes as a local r
 Beam's ``FileSystems`` gets the ``--s3_*`` options from ``pipelines.common.run_main`` (configure_filesystems)
 before the launcher plans, and from the pipeline options on the workers.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,12 @@ boto3 = pytest.importorskip("boto3", reason="pip install -e .[s3]")
 moto_server = pytest.importorskip("moto.server", reason="pip install -e .[s3]")
 
 BUCKET = "etl-test"
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-               "AWS_EC2_METADATA_DISABLED": "true"}  # never ask an instance-metadata endpoint for credentials
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}  # never ask an instance-metadata endpoint for credentials
 
 
 class AtomicMotoServer(moto_server.ThreadedMotoServer):
@@ -34,8 +39,10 @@ class AtomicMotoServer(moto_server.ThreadedMotoServer):
 
     def _server_entry(self) -> None:
         import threading
-        from werkzeug.serving import make_server
+
         from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+        from werkzeug.serving import make_server
+
         app, writes = DomainDispatcherApplication(create_backend_app), threading.Lock()
 
         def serialized(environ, start_response):
@@ -43,6 +50,7 @@ class AtomicMotoServer(moto_server.ThreadedMotoServer):
                 with writes:
                     return app(environ, start_response)
             return app(environ, start_response)
+
         self._server = make_server(self._ip_address, self._port, serialized, True, request_handler=MotoRequestHandler)
         self._server_ready_event.set()
         self._server.serve_forever()
@@ -57,14 +65,24 @@ def s3():
     server = AtomicMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     import logging
+
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per request otherwise
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
-    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
-                          aws_secret_access_key="testing", region_name="us-east-1")
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    )
     client.create_bucket(Bucket=BUCKET)
-    flags = [f"--s3_endpoint_url={endpoint}", "--s3_access_key_id=testing", "--s3_secret_access_key=testing",
-             "--s3_region_name=us-east-1"]
+    flags = [
+        f"--s3_endpoint_url={endpoint}",
+        "--s3_access_key_id=testing",
+        "--s3_secret_access_key=testing",
+        "--s3_region_name=us-east-1",
+    ]
     yield client, flags
     server.stop()
     for k, v in saved.items():
@@ -80,6 +98,7 @@ def keys(client, prefix):
 
 def convert(argv):
     from tfrecord_etl.pipelines import convert as convert_module
+
     return run_command(convert_module.main, [str(a) for a in argv])
 
 
@@ -103,11 +122,14 @@ def write_inputs(directory, fmt):
     return sorted(p for p in directory.iterdir() if p.name.endswith(f".{fmt}"))
 
 
-@pytest.mark.parametrize("fmt,runner", [
-    ("h5", ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]),
-    ("npz", BEAM_FLAGS),
-    ("npy", BEAM_FLAGS),
-])
+@pytest.mark.parametrize(
+    "fmt,runner",
+    [
+        ("h5", ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]),
+        ("npz", BEAM_FLAGS),
+        ("npy", BEAM_FLAGS),
+    ],
+)
 def test_s3_input_and_output_equal_a_local_run(s3, tmp_path, fmt, runner):
     client, s3_flags = s3
     local_in = tmp_path / "in"
@@ -141,8 +163,7 @@ def test_s3_input_and_output_equal_a_local_run(s3, tmp_path, fmt, runner):
     assert sum(1 for _ in reader.iter_numpy(out_s3)) == json.loads(local["metadata.json"])["num_records"]
 
     if fmt == "h5":  # a re-run of the same command replaces the complete output, on S3 as locally
-        code, _, _ = convert(["--input", f"s3://{BUCKET}/{fmt}/in/*.{fmt}", "--output_dir", out_s3, *flags,
-                              *s3_flags])
+        code, _, _ = convert(["--input", f"s3://{BUCKET}/{fmt}/in/*.{fmt}", "--output_dir", out_s3, *flags, *s3_flags])
         # staged: the new shards beside the old ones (the other generation's names), the old ones deleted after
         expected = [n.replace("/data-", "/data-g1-") if "/data-" in n else n for n in names]
         assert code == 0 and keys(client, f"{fmt}/out/") == sorted(expected)
@@ -154,6 +175,7 @@ def test_hdf5_row_range_is_read_from_s3_without_downloading_the_file(s3, tmp_pat
     costs the superblock/B-tree reads plus the range's chunks, in Beam's 16 MB read-buffer steps, not
     the whole object. Counted on the client: the bytes Beam's boto3 client returns from ranged GETs."""
     import h5py
+
     from tfrecord_etl.pipelines import common
     from tfrecord_etl.transforms import fileio
     from tfrecord_etl.transforms.sources import Hdf5Source, RowRange, SourceOptions
@@ -181,13 +203,17 @@ def test_hdf5_row_range_is_read_from_s3_without_downloading_the_file(s3, tmp_pat
     columns = Hdf5Source(SourceOptions()).read(RowRange(f"s3://{BUCKET}/big/big.h5", start, stop, ("/x", "/y")))
     np.testing.assert_array_equal(columns["y"], np.arange(start, stop))
     np.testing.assert_array_equal(columns["x"][:, 0], np.arange(start, stop) * width)
-    print(f"\nrow range {start}-{stop} of a {size / 2**20:.1f} MB HDF5 file on S3: "
-          f"{fetched['bytes'] / 2**20:.2f} MB fetched in {fetched['gets']} ranged reads")
+    print(
+        f"\nrow range {start}-{stop} of a {size / 2**20:.1f} MB HDF5 file on S3: "
+        f"{fetched['bytes'] / 2**20:.2f} MB fetched in {fetched['gets']} ranged reads"
+    )
+
     # every read is a bounded GET of what h5py asks (small metadata reads: one read-ahead of
     # fileio.READ_AHEAD), the chunks holding the rows fetched together first (adjacent chunks coalesced into
     # one request per dataset here); Beam's own 16 MB-buffered stream fetched 64 MB in 5 GETs
     def chunk_bytes(chunk_rows, row_bytes):  # h5py reads whole chunks: those the row range touches
         return (-(-stop // chunk_rows) - start // chunk_rows) * chunk_rows * row_bytes
+
     needed = chunk_bytes(256, width * 4) + chunk_bytes(1024, 8)  # 3 chunks of /x (3 MB), 2 of /y
     assert needed <= fetched["bytes"] <= needed + 16 * fileio.READ_AHEAD, fetched
     assert fetched["gets"] <= 8, fetched  # the first 64 KiB came with the open; metadata; one GET per dataset
@@ -202,6 +228,7 @@ def test_s3_raw_and_file_collections_equal_a_local_run(s3, tmp_path, fmt):
     local_in = tmp_path / "in"
     if fmt == "mat":
         from tests.conftest import fixture_file
+
         local_in.mkdir()
         (local_in / "v7.mat").write_bytes(fixture_file("pymatreader-tests/v7.mat").read_bytes())
         pattern, flags = "*.mat", ["--container_mode", "datasets"]
@@ -215,6 +242,7 @@ def test_s3_raw_and_file_collections_equal_a_local_run(s3, tmp_path, fmt):
         for c in ("cats", "dogs"):
             (local_in / c).mkdir(parents=True)
         from tests.conftest import fixture_file
+
         for i, name in enumerate(("grace_hopper.jpg", "logo2.png", "Minduka_Present_Blue_Pack.png")):
             data = fixture_file(f"matplotlib/mpl-data/sample_data/{name}").read_bytes()
             (local_in / ("cats", "dogs")[i % 2] / name).write_bytes(data)
@@ -234,4 +262,3 @@ def test_s3_raw_and_file_collections_equal_a_local_run(s3, tmp_path, fmt):
     got = list(reader.iter_numpy(out_s3))
     here = list(reader.iter_numpy(str(tmp_path / "out")))
     assert len(got) == len(here) and all(np.array_equal(a[k], b[k]) for a, b in zip(got, here) for k in a)
-

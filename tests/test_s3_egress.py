@@ -2,6 +2,7 @@
 of a moto server, the server sends at most 1.25x the file for a chunked gzip HDF5 file, a contiguous one, a .npy,
 a stored and a deflated .npz (Beam's own S3 stream sent 3.6x-8x), and the shards are byte-identical to the local
 run. A byte count, not a timing."""
+
 from __future__ import annotations
 
 import io
@@ -27,8 +28,9 @@ def proxied(s3):
     files = egress_inputs(ROWS)
     for name, data in files.items():
         client.put_object(Bucket=BUCKET, Key=f"egress/{name}", Body=data)
-    flags = [f for f in flags if not f.startswith("--s3_endpoint_url=")] + \
-        [f"--s3_endpoint_url=http://127.0.0.1:{proxy.port}"]
+    flags = [f for f in flags if not f.startswith("--s3_endpoint_url=")] + [
+        f"--s3_endpoint_url=http://127.0.0.1:{proxy.port}"
+    ]
     fileio._CLIENTS.clear()
     yield proxy, flags, files
     fileio._CLIENTS.clear()
@@ -46,11 +48,38 @@ def test_remote_convert_reads_only_what_it_needs(proxied, tmp_path, name):
     proxy, flags, files = proxied
     local = tmp_path / name
     local.write_bytes(files[name])
-    assert convert(["--input", local, "--output_dir", tmp_path / "local", "--num_shards", "2",
-                    "--runner=DirectRunner", "--direct_running_mode=in_memory"])[0] == 0
+    assert (
+        convert(
+            [
+                "--input",
+                local,
+                "--output_dir",
+                tmp_path / "local",
+                "--num_shards",
+                "2",
+                "--runner=DirectRunner",
+                "--direct_running_mode=in_memory",
+            ]
+        )[0]
+        == 0
+    )
     proxy.reset()
-    assert convert(["--input", f"s3://{BUCKET}/egress/{name}", "--output_dir", tmp_path / "remote", "--num_shards",
-                    "2", "--runner=DirectRunner", "--direct_running_mode=in_memory", *flags])[0] == 0
+    assert (
+        convert(
+            [
+                "--input",
+                f"s3://{BUCKET}/egress/{name}",
+                "--output_dir",
+                tmp_path / "remote",
+                "--num_shards",
+                "2",
+                "--runner=DirectRunner",
+                "--direct_running_mode=in_memory",
+                *flags,
+            ]
+        )[0]
+        == 0
+    )
     ratio = proxy.egress_bytes / len(files[name])
     assert ratio <= LIMITS[name], f"{name}: the server sent {proxy.egress_bytes} bytes = {ratio:.2f}x the file"
     shards = sorted(p.name for p in (tmp_path / "local").glob("data-*"))
@@ -62,6 +91,7 @@ def test_remote_convert_reads_only_what_it_needs(proxied, tmp_path, name):
 def test_range_reader_seeks_and_reads_exact_bytes(proxied):
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
+
     proxy, flags, files = proxied
     FileSystems.set_options(PipelineOptions(flags))
     data = files["img.npy"]
@@ -83,9 +113,11 @@ def test_remote_planning_is_concurrent_and_fails_on_the_first_bad_file_in_order(
     order (not the first to finish)."""
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
+
     from tfrecord_etl.transforms import planning
     from tfrecord_etl.transforms.errors import SourceError
     from tfrecord_etl.transforms.sources import SourceOptions
+
     proxy, flags, _ = proxied
     client = boto3_client(flags)
     for i in range(24):
@@ -110,24 +142,49 @@ def test_remote_planning_is_concurrent_and_fails_on_the_first_bad_file_in_order(
 
 def boto3_client(flags):
     import boto3
+
     endpoint = [f for f in flags if f.startswith("--s3_endpoint_url=")][0].split("=", 1)[1]
-    return boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                        region_name="us-east-1")
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    )
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(proxied, tmp_path, capsys):
     from tests.conftest import run_command
     from tfrecord_etl.pipelines import convert as convert_module
+
     proxy, flags, files = proxied
     out = tmp_path / "never"
     proxy.reset()
-    code, stdout, err = run_command(convert_module.main, [
-        "--input", f"s3://{BUCKET}/egress/chunked_gzip.h5", "--output_dir", out, "--dry_run", "--num_shards", "2",
-        "--splits", "train=9,test=1", *flags], capsys)
+    code, stdout, err = run_command(
+        convert_module.main,
+        [
+            "--input",
+            f"s3://{BUCKET}/egress/chunked_gzip.h5",
+            "--output_dir",
+            out,
+            "--dry_run",
+            "--num_shards",
+            "2",
+            "--splits",
+            "train=9,test=1",
+            *flags,
+        ],
+        capsys,
+    )
     assert code == 0 and not out.exists(), err
-    for text in ("dry run: nothing written", "inputs: 1 files (hdf5), 1,024 rows, 4,202,496 bytes of arrays",
-                 "shards: 2 (4 files, e.g. data-train.tfrecord-00000-of-00002)", "ranged requests",
-                 "splits: train (weight 9), test (weight 1)", "features: img |u1 [4096] tensor, label <i8 [] list"):
+    for text in (
+        "dry run: nothing written",
+        "inputs: 1 files (hdf5), 1,024 rows, 4,202,496 bytes of arrays",
+        "shards: 2 (4 files, e.g. data-train.tfrecord-00000-of-00002)",
+        "ranged requests",
+        "splits: train (weight 9), test (weight 1)",
+        "features: img |u1 [4096] tensor, label <i8 [] list",
+    ):
         assert text in stdout, (text, stdout)
     assert proxy.egress_bytes < 0.1 * len(files["chunked_gzip.h5"])  # planning reads metadata only
 
@@ -135,13 +192,15 @@ def test_dry_run_prints_the_plan_and_writes_nothing(proxied, tmp_path, capsys):
 def test_prefetch_coalesces_ranges_and_serves_reads_without_requests(proxied, monkeypatch):
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
-    proxy, flags, files = proxied
+
+    _proxy, flags, files = proxied
     FileSystems.set_options(PipelineOptions(flags))
     data = files["img.npy"]
     gets = []
     original = fileio._RangeReader._get
-    monkeypatch.setattr(fileio._RangeReader, "_get", lambda self, start, n: gets.append((start, n)) or
-                        original(self, start, n))
+    monkeypatch.setattr(
+        fileio._RangeReader, "_get", lambda self, start, n: gets.append((start, n)) or original(self, start, n)
+    )
     with fileio.open_read(f"s3://{BUCKET}/egress/img.npy") as f:
         assert fileio.prefetch(f, [(200_000, 100), (200_150, 50_000), (3_000_000, 10), (0, 0)])
         assert gets == [(200_000, 50_150), (3_000_000, 10)] or sorted(gets) == [(200_000, 50_150), (3_000_000, 10)]
@@ -161,16 +220,21 @@ def test_hdf5_filters_read_remotely_are_exact(proxied, tmp_path):
     bounded reader; the prefetch only fetches their bytes first): gzip + shuffle + fletcher32, lzf, scale-offset,
     next to a contiguous dataset. Shards byte-identical to the local run, egress within 1.25x."""
     import h5py
+
     rng = np.random.default_rng(7)
     rows = 2048
     buf = io.BytesIO()
     with h5py.File(buf, "w") as f:
-        f.create_dataset("gz", data=rng.integers(0, 50, (rows, 64), dtype="<i4"), chunks=(128, 64),
-                         compression="gzip", shuffle=True, fletcher32=True)
-        f.create_dataset("lzf", data=rng.standard_normal((rows, 32)).astype("<f4"), chunks=(256, 32),
-                         compression="lzf")
-        f.create_dataset("so", data=rng.integers(0, 1000, (rows, 16), dtype="<i8"), chunks=(512, 16),
-                         scaleoffset=0)
+        f.create_dataset(
+            "gz",
+            data=rng.integers(0, 50, (rows, 64), dtype="<i4"),
+            chunks=(128, 64),
+            compression="gzip",
+            shuffle=True,
+            fletcher32=True,
+        )
+        f.create_dataset("lzf", data=rng.standard_normal((rows, 32)).astype("<f4"), chunks=(256, 32), compression="lzf")
+        f.create_dataset("so", data=rng.integers(0, 1000, (rows, 16), dtype="<i8"), chunks=(512, 16), scaleoffset=0)
         f["plain"] = np.arange(rows, dtype="<f8")
     data = buf.getvalue()
     proxy, flags, _ = proxied
@@ -179,14 +243,16 @@ def test_hdf5_filters_read_remotely_are_exact(proxied, tmp_path):
     run = ["--num_shards", "3", "--target_range_mb", "0.1", "--runner=DirectRunner", "--direct_running_mode=in_memory"]
     assert convert(["--input", tmp_path / "f.h5", "--output_dir", tmp_path / "local", *run])[0] == 0
     proxy.reset()
-    assert convert(["--input", f"s3://{BUCKET}/filters/f.h5", "--output_dir", tmp_path / "remote", *run,
-                    *flags])[0] == 0
+    assert (
+        convert(["--input", f"s3://{BUCKET}/filters/f.h5", "--output_dir", tmp_path / "remote", *run, *flags])[0] == 0
+    )
     assert proxy.egress_bytes <= 1.25 * len(data), (proxy.egress_bytes, len(data))
     shards = sorted(p.name for p in (tmp_path / "local").glob("data-*"))
     assert len(shards) == 3
     for shard in shards:
         assert (tmp_path / "local" / shard).read_bytes() == (tmp_path / "remote" / shard).read_bytes()
     from tfrecord_etl.transforms import reader
+
     got = {k: np.concatenate(v) for k, v in _columns(reader.iter_numpy(str(tmp_path / "remote"))).items()}
     with h5py.File(io.BytesIO(data), "r") as f:
         for name in ("gz", "lzf", "so", "plain"):
@@ -208,6 +274,7 @@ def test_reads_are_pinned_to_the_version_first_opened(proxied, tmp_path):
     open reads the new version."""
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
+
     proxy, flags, _ = proxied
     FileSystems.set_options(PipelineOptions(flags))
     client = boto3_client(flags)

@@ -1,6 +1,7 @@
 """Each shard's size and CRC32C in metadata.json and the run marker, computed while it is written; checked by verify
 (without --source), by the index readers (reader.RandomAccess, reader.get) and read back by plain TensorFlow.
 Swapped, replaced and truncated shards are caught; outputs of earlier versions (no checksums) still read."""
+
 from __future__ import annotations
 
 import io
@@ -14,8 +15,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import BEAM_FLAGS, convert, run_command
-from tfrecord_etl.pipelines import augment as augment_main
-from tfrecord_etl.pipelines import verify as verify_module
+from tfrecord_etl.pipelines import augment as augment_main, verify as verify_module
 from tfrecord_etl.transforms import checksum, metadata, outdir, reader, shardcheck, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, encode_columns
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
@@ -41,8 +41,11 @@ def verify_run(out, capsys, *flags):
     return run_command(verify_module.main, [str(out), *flags], capsys)
 
 
-ENCODINGS = {"list": ["--encoding", "list"], "tensor": ["--encoding", "tensor"],
-             "packbits": ["--encoding", "list", "--feature_encodings", "mask=packbits"]}
+ENCODINGS = {
+    "list": ["--encoding", "list"],
+    "tensor": ["--encoding", "tensor"],
+    "packbits": ["--encoding", "list", "--feature_encodings", "mask=packbits"],
+}
 
 
 @pytest.mark.parametrize("writer", ["planned", "beam", "shuffled"])
@@ -71,8 +74,10 @@ def test_wide_rows_checksum_combined_from_record_crcs_across_ranges(tmp_path, mo
         f["image"] = rng.integers(0, 256, (500, 30, 25, 4), dtype=np.uint8)
         f["id"] = np.arange(500, dtype="<i8")
     out = tmp_path / "out"
-    assert convert(tmp_path / "in.h5", out, "--num_shards", "2", "--encoding", "tensor", "--target_range_mb",
-                   "0.1")[0] == 0
+    assert (
+        convert(tmp_path / "in.h5", out, "--num_shards", "2", "--encoding", "tensor", "--target_range_mb", "0.1")[0]
+        == 0
+    )
     meta = json.loads((out / "metadata.json").read_text())
     assert {f["name"]: f["shape"] for f in meta["features"]}["image"] == [30, 25, 4] and len(meta["shards"]) == 2
     assert [s["crc32c"] for s in meta["shards"]] == [crc_of(out / s["file"]) for s in meta["shards"]]
@@ -84,8 +89,10 @@ def test_augment_rewrite_and_sidecar_shards_record_their_crc32c(tmp_path):
     assert convert(tmp_path / "in.h5", tmp_path / "out", "--num_shards", "2", "--compression", "gzip")[0] == 0
     for mode in ("rewrite", "sidecar"):
         aug = tmp_path / mode
-        code, _, _ = run_command(augment_main.main, ["--input", tmp_path / "out", "--output_dir", aug, "--mode", mode,
-                                                     "--constants", "tag=7", *BEAM_FLAGS])
+        code, _, _ = run_command(
+            augment_main.main,
+            ["--input", tmp_path / "out", "--output_dir", aug, "--mode", mode, "--constants", "tag=7", *BEAM_FLAGS],
+        )
         assert code == 0
         meta = json.loads((aug / "metadata.json").read_text())
         assert [s["crc32c"] for s in meta["shards"]] == [crc_of(aug / s["file"]) for s in meta["shards"]]
@@ -113,8 +120,14 @@ def test_shard_writer_checksums_the_bytes_it_writes(compression):
     raw = WriteOnly()
     writer = tfrecord.ShardWriter(raw, compression)
     writer.write_batch([b"a" * 10, b"", b"xyz" * 1000])
-    batches = [encode_columns({"x": np.random.default_rng(n).integers(0, 256, (rows, n), dtype=np.uint8)},
-                              [FeatureSpec("x", "|u1", (n,), "tensor")], rows) for n, rows in ((64, 4), (3000, 5))]
+    batches = [
+        encode_columns(
+            {"x": np.random.default_rng(n).integers(0, 256, (rows, n), dtype=np.uint8)},
+            [FeatureSpec("x", "|u1", (n,), "tensor")],
+            rows,
+        )
+        for n, rows in ((64, 4), (3000, 5))
+    ]
     for batch in batches:  # framed in place in a NumPy buffer; narrow ones checksummed by extend, wide ones
         assert batch.tails is None  # combined from their record CRCs (checksum.frames_crc32c)
         writer.write_encoded(batch)
@@ -122,13 +135,15 @@ def test_shard_writer_checksums_the_bytes_it_writes(compression):
     writer.close()
     assert writer.bytes_out == len(raw.data) > 0
     assert writer.crc32c == google_crc32c.Checksum(bytes(raw.data)).hexdigest().decode()
-    records = [r for _, _, r in tfrecord.iter_records(tfrecord.open_decompressed(io.BytesIO(bytes(raw.data)),
-                                                                                 compression))]
+    records = [
+        r for _, _, r in tfrecord.iter_records(tfrecord.open_decompressed(io.BytesIO(bytes(raw.data)), compression))
+    ]
     assert records == [b"a" * 10, b"", b"xyz" * 1000, *batches[0].records(), *batches[1].records(), b"tail"]
 
 
-@pytest.mark.parametrize("width, rows", [(1024, 1), (1024, 3), (1500, 2), (4096, 7), (12_808, 655), (2000, 4097),
-                                         (1024, 0)])
+@pytest.mark.parametrize(
+    "width, rows", [(1024, 1), (1024, 3), (1500, 2), (4096, 7), (12_808, 655), (2000, 4097), (1024, 0)]
+)
 def test_frames_crc32c_is_the_crc32c_of_the_framed_bytes(width, rows):
     """The CRC32C combined from the record CRCs equals google-crc32c over the framed bytes (frame positions grown by
     doubling past 1, 2, 4, ... 4096)."""
@@ -138,8 +153,9 @@ def test_frames_crc32c_is_the_crc32c_of_the_framed_bytes(width, rows):
     assert checksum.frames_crc32c(width, crcs[:2], masked[:2]) == google_crc32c.value(framed[:2].tobytes())
     assert checksum.frames_crc32c(100, crcs, masked) is None  # narrow records: extend is as cheap
     head, tail = b"0123456789" * 7, framed.tobytes()
-    assert checksum.combine(google_crc32c.value(head), google_crc32c.value(tail), len(tail)) == \
-        google_crc32c.value(head + tail)
+    assert checksum.combine(google_crc32c.value(head), google_crc32c.value(tail), len(tail)) == google_crc32c.value(
+        head + tail
+    )
 
 
 def swap(a, b):
@@ -185,8 +201,9 @@ def test_two_equal_size_shards_swapped_are_caught_without_source(indexed, capsys
 def test_a_shard_replaced_by_another_of_the_same_size_is_caught(indexed, tmp_path, capsys):
     out, shards = indexed
     make_rows(tmp_path / "other.h5", start=10_000, seed=1)
-    code, _, _ = convert(tmp_path / "other.h5", tmp_path / "other", "--num_shards", "3", "--index", "--encoding",
-                         "tensor")
+    code, _, _ = convert(
+        tmp_path / "other.h5", tmp_path / "other", "--num_shards", "3", "--index", "--encoding", "tensor"
+    )
     assert code == 0
     assert float(reader.get(str(out), 1500)["id"]) == 1500.0
     shutil.copyfile(tmp_path / "other" / shards[1].name, shards[1])  # same inode, new bytes of the same size
@@ -204,8 +221,9 @@ def test_a_truncated_shard_is_caught_by_its_size(indexed, capsys, monkeypatch):
         f.truncate(size - 100)
     read = []
     monkeypatch.setattr(shardcheck, "file_crc32c", lambda path: read.append(path))
-    with pytest.raises(RecordError, match=f"Shard holds {size - 100} bytes, metadata.json says {size}: it was "
-                                          "truncated"):
+    with pytest.raises(
+        RecordError, match=f"Shard holds {size - 100} bytes, metadata.json says {size}: it was truncated"
+    ):
         reader.get(str(out), 1500)
     assert read == []  # refused on its size: not read
     code, stdout, _ = verify_run(out, capsys)
@@ -242,8 +260,10 @@ def test_outputs_without_checksums_still_read_and_verify_says_it_could_not_check
     assert [float(e["id"]) for e in reader.iter_numpy(str(out))] == list(range(300))
     code, stdout, _ = verify_run(out, capsys)
     assert code == 0 and "shard CRC32Cs" not in stdout
-    assert "warning: 2 of 2 shards have no CRC32C in metadata.json (an output of an earlier version): a shard " \
-           "swapped with, or replaced by, another of the same size could not be detected without --source" in stdout
+    assert (
+        "warning: 2 of 2 shards have no CRC32C in metadata.json (an output of an earlier version): a shard "
+        "swapped with, or replaced by, another of the same size could not be detected without --source" in stdout
+    )
     code, stdout, _ = verify_run(out, capsys, "--json")
     assert code == 0 and json.loads(stdout)["checksums"] == 0
     ds = tf_module.data.TFRecordDataset([str(p) for p in metadata.shard_paths(str(out), meta)])
@@ -274,6 +294,8 @@ def test_a_bad_crc32c_in_metadata_is_refused(tmp_path):
 @pytest.fixture(scope="module")
 def tf_module():
     from tfrecord_etl.pipelines import common
+
     common.preload_tensorflow()
     import tensorflow as tf
+
     return tf

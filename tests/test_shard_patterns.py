@@ -3,6 +3,7 @@
 ``FileSystems.match`` and in ``tf.io.gfile.glob`` (both match names that start with a dot), on a complete output and
 on one whose run is going on; Beam's ``ReadFromTFRecord`` and ``tf.data.TFRecordDataset`` read what they match. The
 docs page Reading the output's plain-TensorFlow snippet reads a 2-shard output in row order."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -36,6 +37,7 @@ def matched(out, pattern):
     """Names matched by ``out/pattern`` with Beam's FileSystems.match and with tf.io.gfile.glob."""
     import tensorflow as tf
     from apache_beam.io.filesystems import FileSystems
+
     beam = {os.path.basename(m.path) for m in FileSystems.match([str(out / pattern)])[0].metadata_list}
     tf_names = {os.path.basename(p) for p in tf.io.gfile.glob(str(out / pattern))}
     return beam, tf_names
@@ -43,6 +45,7 @@ def matched(out, pattern):
 
 def read_ids_tf(paths, compression):
     import tensorflow as tf
+
     ds = tf.data.TFRecordDataset(paths, compression_type=compression)
     spec = {"id": tf.io.FixedLenFeature([], tf.int64)}
     return [int(tf.io.parse_single_example(r, spec)["id"]) for r in ds]
@@ -53,10 +56,10 @@ def read_ids_beam(pattern):
     import tensorflow as tf
     from apache_beam.io.tfrecordio import ReadFromTFRecord
     from apache_beam.testing.util import assert_that, equal_to
+
     spec = {"id": tf.io.FixedLenFeature([], tf.int64)}
     with beam.Pipeline(runner="DirectRunner") as p:
-        ids = (p | ReadFromTFRecord(pattern)
-               | beam.Map(lambda r: int(tf.io.parse_single_example(r, spec)["id"])))
+        ids = p | ReadFromTFRecord(pattern) | beam.Map(lambda r: int(tf.io.parse_single_example(r, spec)["id"]))
         assert_that(ids, equal_to(list(range(ROWS))))
 
 
@@ -65,8 +68,9 @@ def output(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(request.param)
     make_h5(tmp / "in.h5")
     out = tmp / "out"
-    code, _, err = convert(tmp / "in.h5", out, "--num_shards", "2", "--compression", request.param,
-                           "--encoding", "list")
+    code, _, err = convert(
+        tmp / "in.h5", out, "--num_shards", "2", "--compression", request.param, "--encoding", "list"
+    )
     assert code == 0, err
     return out, request.param
 
@@ -86,6 +90,7 @@ def test_a_complete_output_matches_only_its_shards(output):
     check_patterns(out, shards)
     pattern = str(out / "*.tfrecord*")
     import tensorflow as tf
+
     assert read_ids_tf(sorted(tf.io.gfile.glob(pattern)), compression.upper()) == list(range(ROWS))
     read_ids_beam(pattern)
 
@@ -94,6 +99,7 @@ def test_an_output_during_a_run_matches_only_complete_shards(output, tmp_path):
     """A run that has taken the lock, written its marker and is writing a shard (a temporary) beside complete
     shards: the patterns match the complete shards only, which both readers read."""
     import shutil
+
     out, compression = output
     during = tmp_path / "during"
     during.mkdir()
@@ -109,6 +115,7 @@ def test_an_output_during_a_run_matches_only_complete_shards(output, tmp_path):
                 assert any(n.startswith(outdir.TEMP_PREFIX) for n in names)
                 check_patterns(during, [first])
                 import tensorflow as tf
+
                 ids = read_ids_tf(sorted(tf.io.gfile.glob(str(during / "*.tfrecord*"))), compression.upper())
                 assert ids == list(range(len(ids))) and 0 < len(ids) < ROWS
                 raise RuntimeError("the run is killed")
@@ -131,9 +138,17 @@ def test_an_earlier_versions_marker_and_lock_are_still_ours(tmp_path, capsys):
     names = set(os.listdir(out))
     assert outdir.LEGACY_MARKER_FILE not in names and legacy_temp.name not in names
     assert names == {outdir.MARKER_FILE, "metadata.json", "schema.pbtxt", *shard_names(out)}
-    (out / outdir.LEGACY_LOCK_FILE).write_text(json.dumps(
-        {"host": os.uname().nodename, "pid": os.getpid(), "start": outdir.process_start(os.getpid()),
-         "run_id": "x", "since": "now"}))
+    (out / outdir.LEGACY_LOCK_FILE).write_text(
+        json.dumps(
+            {
+                "host": os.uname().nodename,
+                "pid": os.getpid(),
+                "start": outdir.process_start(os.getpid()),
+                "run_id": "x",
+                "since": "now",
+            }
+        )
+    )
     code, _, err = convert(tmp_path / "in.h5", out, "--num_shards", "3", capsys=capsys)
     assert code != 0 and "Another run" in err and outdir.LEGACY_LOCK_FILE in err
 
@@ -143,8 +158,9 @@ def test_the_docs_plain_tensorflow_snippet_reads_rows_in_order(tmp_path, monkeyp
     page = (ROOT / "docs" / "reading.md").read_text()
     block = re.search(r"With plain TensorFlow:\n\n(?:<!-- test -->\n)?```python\n(.*?)```", page, re.S).group(1)
     make_h5(tmp_path / "in.h5")
-    code, _, err = convert(tmp_path / "in.h5", tmp_path / "out", "--num_shards", "2", "--compression", "gzip",
-                           "--encoding", "list")
+    code, _, err = convert(
+        tmp_path / "in.h5", tmp_path / "out", "--num_shards", "2", "--compression", "gzip", "--encoding", "list"
+    )
     assert code == 0, err
     monkeypatch.chdir(tmp_path)
     scope: dict = {}

@@ -1,4 +1,5 @@
 """Each source on small generated files: indexing, row-range planning and exact reads."""
+
 from __future__ import annotations
 
 import h5py
@@ -6,10 +7,9 @@ import numpy as np
 import pytest
 
 from tfrecord_etl.transforms import sources
-from tfrecord_etl.transforms.sources import npyformat
-from tfrecord_etl.transforms.planning import plan_inputs
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources import SourceOptions
+from tfrecord_etl.transforms.planning import plan_inputs
+from tfrecord_etl.transforms.sources import SourceOptions, npyformat
 
 
 def read_all(plan) -> dict:
@@ -32,13 +32,14 @@ def h5_file(tmp_path):
     z["b"]["c"] = np.arange(rows * 2).reshape(rows, 2)
     z["b"]["d"] = [b"r%d" % i for i in range(rows)]
     with h5py.File(path, "w") as f:
-        f.create_dataset("x", data=np.arange(rows * 3, dtype=">f8").reshape(rows, 3), chunks=(64, 3),
-                         compression="gzip")
-        f.create_group("g").create_group("h").create_dataset("y", data=np.arange(rows, dtype="<i4"),
-                                                             chunks=(100,), compression="lzf")
+        f.create_dataset(
+            "x", data=np.arange(rows * 3, dtype=">f8").reshape(rows, 3), chunks=(64, 3), compression="gzip"
+        )
+        f.create_group("g").create_group("h").create_dataset(
+            "y", data=np.arange(rows, dtype="<i4"), chunks=(100,), compression="lzf"
+        )
         f.create_dataset("z", data=z)
-        f.create_dataset("s", data=np.array([b"abc", b"de"] * (rows // 2), dtype=object),
-                         dtype=h5py.string_dtype())
+        f.create_dataset("s", data=np.array([b"abc", b"de"] * (rows // 2), dtype=object), dtype=h5py.string_dtype())
         f.create_dataset("scalar", data=1.5)
     return path, z
 
@@ -161,8 +162,12 @@ def test_row_ranges_cover_every_row_once():
 
 def test_balanced_shard_plans_cut_at_chunk_aligned_boundaries_and_cover_every_row_once():
     from tfrecord_etl.transforms.sharding import plan_balanced_shards
-    files = [sources.FileIndex("a.h5", 1001, (), row_bytes=10, chunk_rows=7),
-             sources.FileIndex("b.h5", 50, (), row_bytes=30), sources.FileIndex("c.h5", 0, (), row_bytes=10)]
+
+    files = [
+        sources.FileIndex("a.h5", 1001, (), row_bytes=10, chunk_rows=7),
+        sources.FileIndex("b.h5", 50, (), row_bytes=30),
+        sources.FileIndex("c.h5", 0, (), row_bytes=10),
+    ]
     for n in (1, 2, 3, 7, 2000):
         shards = plan_balanced_shards(files, n, 500)
         assert [s.index for s in shards] == list(range(n)) and all(s.num_shards == n for s in shards)
@@ -181,6 +186,7 @@ def test_balanced_shard_plans_cut_at_chunk_aligned_boundaries_and_cover_every_ro
 
 def test_shard_plans_are_contiguous_and_balanced():
     from tfrecord_etl.transforms.sharding import plan_shards
+
     ranges = [sources.RowRange("f", i * 10, i * 10 + 10) for i in range(10)]
     shards = plan_shards(ranges, [100] * 10, 3)
     assert [len(s.ranges) for s in shards] == [3, 4, 3]
@@ -191,6 +197,7 @@ def test_shard_plans_are_contiguous_and_balanced():
 
 
 # ---------------------------------------------------------------- the source registry
+
 
 @pytest.mark.parametrize("name,cls", sorted(sources.REGISTRY.items()))
 def test_registered_sources_declare_name_suffixes_and_modes(name, cls):
@@ -206,7 +213,9 @@ def test_registered_sources_declare_name_suffixes_and_modes(name, cls):
 
 def test_formats_and_config_choices_come_from_the_registry():
     import typing
+
     from tfrecord_etl.transforms.config import ConvertConfig
+
     assert sources.FORMATS == ("hdf5", "netcdf3", "npz", "npy", "raw", "files", "matlab", "zarr")
     choices = typing.get_args(typing.get_args(ConvertConfig.model_fields["format"].annotation)[0])
     assert set(choices) == set(sources.FORMATS)
@@ -217,7 +226,10 @@ def test_formats_and_config_choices_come_from_the_registry():
 
 
 def test_unknown_suffix_names_the_registered_ones():
-    with pytest.raises(SourceError, match=r"Cannot tell the input format.*name it \.h5/\.nc/\.npz/\.npy/\.raw/\.mat/"
-                                          r"\.zarr or pass --format one of \('hdf5', 'netcdf3', 'npz', 'npy', 'raw', "
-                                          r"'files', 'matlab', 'zarr'\)"):
+    with pytest.raises(
+        SourceError,
+        match=r"Cannot tell the input format.*name it \.h5/\.nc/\.npz/\.npy/\.raw/\.mat/"
+        r"\.zarr or pass --format one of \('hdf5', 'netcdf3', 'npz', 'npy', 'raw', "
+        r"'files', 'matlab', 'zarr'\)",
+    ):
         sources.format_of("data.csv", SourceOptions())

@@ -2,6 +2,7 @@
 TFX's ``example_gen/utils.py``), the choice of span and version, converting spans into ``OUT/span-N/`` listed by
 ``collection.json``, idempotent re-runs, schema changes, the refusals, and a kill between a span's commit and the
 collection's."""
+
 from __future__ import annotations
 
 import calendar
@@ -25,13 +26,14 @@ def make_h5(path, start, rows=40, dtype="<i8"):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with h5py.File(path, "w") as f:
         f["id"] = np.arange(start, start + rows, dtype=dtype)
-        f["x"] = (np.arange(start, start + rows, dtype="<f4")[:, None] * np.ones(3, "<f4"))
+        f["x"] = np.arange(start, start + rows, dtype="<f4")[:, None] * np.ones(3, "<f4")
     return str(path)
 
 
 def tf_ids(span_dir):
     """The ``id`` of every example of one span, read with plain TensorFlow over metadata.json's shards."""
     import tensorflow as tf
+
     meta = json.loads(open(os.path.join(span_dir, "metadata.json")).read())
     spec = {"id": tf.io.FixedLenFeature([], tf.int64), "x": tf.io.FixedLenFeature([3], tf.float32)}
     out = []
@@ -76,6 +78,7 @@ def expected_ids(i):
 
 # ---------------------------------------------------------------- placeholders
 
+
 def test_dates_become_span_numbers_as_tfx_does():
     for y, m, d in [(1970, 1, 1), (2000, 1, 1), (2025, 11, 24), (2024, 2, 29), (2038, 1, 19)]:
         independent = calendar.timegm((y, m, d, 0, 0, 0)) // 86400  # TFX: days since 1970-01-01
@@ -102,15 +105,18 @@ def test_placeholders_become_globs_and_read_the_span_back():
     assert spans.has_placeholders("a/{SPAN}/*") and not spans.has_placeholders("a/{x}/*.h5")
 
 
-@pytest.mark.parametrize("pattern, message", [
-    ("raw/{SPAN}/{YYYY}-{MM}-{DD}/*.h5", "both {SPAN} and date placeholders"),
-    ("raw/{YYYY}-{MM}/*.h5", "each of {YYYY}, {MM} and {DD}"),
-    ("raw/v{VERSION}/*.h5", "{VERSION} needs a span placeholder"),
-    ("raw/{SPAN}/{DAY}/*.h5", "Unknown placeholder {DAY}"),
-    ("raw/{SPAN}/{SPAN}/*.h5", "Only one {SPAN}"),
-    ("raw/{SPAN:0}/*.h5", "not a positive integer"),
-    ("raw/{SPAN:x}/*.h5", "not a positive integer"),
-])
+@pytest.mark.parametrize(
+    "pattern, message",
+    [
+        ("raw/{SPAN}/{YYYY}-{MM}-{DD}/*.h5", "both {SPAN} and date placeholders"),
+        ("raw/{YYYY}-{MM}/*.h5", "each of {YYYY}, {MM} and {DD}"),
+        ("raw/v{VERSION}/*.h5", "{VERSION} needs a span placeholder"),
+        ("raw/{SPAN}/{DAY}/*.h5", "Unknown placeholder {DAY}"),
+        ("raw/{SPAN}/{SPAN}/*.h5", "Only one {SPAN}"),
+        ("raw/{SPAN:0}/*.h5", "not a positive integer"),
+        ("raw/{SPAN:x}/*.h5", "not a positive integer"),
+    ],
+)
 def test_bad_patterns_are_refused(pattern, message):
     with pytest.raises(ConfigError, match=message.replace("{", r"\{").replace("}", r"\}")):
         spans.parse(pattern)
@@ -138,6 +144,7 @@ def test_resolve_picks_the_latest_span_and_version_or_the_one_asked(tmp_path):
 
 # ---------------------------------------------------------------- converting spans
 
+
 def test_three_date_spans_convert_into_a_collection_listed_in_order(dated, capsys):
     pattern, out = str(dated / "raw" / "{YYYY}-{MM}-{DD}" / "*.h5"), str(dated / "out")
     for day in (DATES[2], DATES[0], DATES[1]):  # out of order: the collection lists them by span
@@ -146,13 +153,15 @@ def test_three_date_spans_convert_into_a_collection_listed_in_order(dated, capsy
     assert f"span: {spans.date_to_span(2025, 11, 24)} (2025-11-24) in {out}/span-20416" in stdout
     assert f"collection: {out}: 3 spans (20415-20417), {3 * 65:,} records" in stdout
     coll = collection.load(out)
-    assert [(s["span"], s["date"], s["dir"], s["num_records"]) for s in coll["spans"]] == \
-        [(20415 + i, d, f"span-{20415 + i}", 65) for i, d in enumerate(DATES)]
+    assert [(s["span"], s["date"], s["dir"], s["num_records"]) for s in coll["spans"]] == [
+        (20415 + i, d, f"span-{20415 + i}", 65) for i, d in enumerate(DATES)
+    ]
     assert coll["input_pattern"] == pattern and coll["schema_changes"] == []
     for i, s in enumerate(coll["spans"]):
         files = [str(dated / "raw" / DATES[i] / n) for n in ("a.h5", "b.h5")]
-        assert s["inputs"] == [{"path": f, "size": os.path.getsize(f), "mtime_ns": os.stat(f).st_mtime_ns,
-                                "version": None} for f in files]
+        assert s["inputs"] == [
+            {"path": f, "size": os.path.getsize(f), "mtime_ns": os.stat(f).st_mtime_ns, "version": None} for f in files
+        ]
         span_dir = os.path.join(out, s["dir"])
         assert tf_ids(span_dir) == our_ids(span_dir) == expected_ids(i)
         meta = json.loads(open(os.path.join(span_dir, "metadata.json")).read())
@@ -194,8 +203,15 @@ def test_a_schema_change_is_refused_unless_allowed_and_then_recorded(dated, caps
     assert code == 0, err
     coll = collection.load(out)
     assert [s["span"] for s in coll["spans"]] == [20417, 20418]
-    assert coll["schema_changes"] == [{"span": 20418, "version": None, "schema": coll["spans"][1]["schema"],
-                                       "previous": coll["spans"][0]["schema"], "previous_span": 20417}]
+    assert coll["schema_changes"] == [
+        {
+            "span": 20418,
+            "version": None,
+            "schema": coll["spans"][1]["schema"],
+            "previous": coll["spans"][0]["schema"],
+            "previous_span": 20417,
+        }
+    ]
     with pytest.raises(SchemaError, match="different schemas"):
         collection.check_same_schema(coll["spans"])
 
@@ -209,11 +225,14 @@ def test_versions_are_written_to_their_own_directories(tmp_path, capsys):
     assert code == 0, err
     assert f"span: 7 version 2 in {out}/span-7/version-2" in stdout
     coll = collection.load(out)
-    assert [(s["span"], s["version"], s["dir"]) for s in coll["spans"]] == [(7, 1, "span-7/version-1"),
-                                                                           (7, 2, "span-7/version-2")]
+    assert [(s["span"], s["version"], s["dir"]) for s in coll["spans"]] == [
+        (7, 1, "span-7/version-1"),
+        (7, 2, "span-7/version-2"),
+    ]
     assert collection.span_dirs(out) == [f"{out}/span-7/version-2"]  # the latest version of each span
-    assert our_ids(f"{out}/span-7/version-1") == list(range(40)) and tf_ids(f"{out}/span-7/version-2") == \
-        list(range(100, 140))
+    assert our_ids(f"{out}/span-7/version-1") == list(range(40)) and tf_ids(f"{out}/span-7/version-2") == list(
+        range(100, 140)
+    )
 
 
 def test_collection_and_plain_output_directories_are_not_mixed(dated, capsys):
@@ -248,8 +267,14 @@ def run_process(pattern, out, *flags, failpoint=None):
     env.pop(runlock.FAILPOINT_ENV, None)
     if failpoint:
         env[runlock.FAILPOINT_ENV] = failpoint
-    return subprocess.run([sys.executable, "-m", "pipelines.convert", "--input", pattern, "--output_dir", out,
-                           *flags, *BEAM_FLAGS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.convert", "--input", pattern, "--output_dir", out, *flags, *BEAM_FLAGS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_a_kill_between_the_span_commit_and_the_collection_commit_leaves_the_span_invisible(dated):
@@ -282,6 +307,7 @@ def test_an_output_written_before_the_collection_flags_existed_is_rerun_without_
 
 def test_the_ptransform_refuses_placeholders_naming_the_command(dated):
     from tfrecord_etl.transforms.convert import ConvertToTFRecord
+
     with pytest.raises(ConfigError, match="write a collection of spans, which the convert command does"):
         ConvertToTFRecord(str(dated / "raw" / "{YYYY}-{MM}-{DD}" / "*.h5"), str(dated / "out"))
     assert not os.path.exists(dated / "out")

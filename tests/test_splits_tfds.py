@@ -1,5 +1,6 @@
 """--splits (TFX hash buckets), --split, and --tfds_name outputs that tfds.builder_from_directory loads as they are
 (TFX's split layout and TFDS's file template)."""
+
 from __future__ import annotations
 
 import bisect
@@ -43,8 +44,18 @@ def tfx_split(feature_bytes: bytes, buckets: list[int]) -> int:
 def split_output(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("splits")
     data = make_npz(tmp / "in.npz")
-    code, _, _ = convert(tmp / "in.npz", tmp / "out", "--splits", "train=8,validation=1,test=1", "--split_key",
-                         "uid", "--num_shards", "3", "--provenance", "--index")
+    code, _, _ = convert(
+        tmp / "in.npz",
+        tmp / "out",
+        "--splits",
+        "train=8,validation=1,test=1",
+        "--split_key",
+        "uid",
+        "--num_shards",
+        "3",
+        "--provenance",
+        "--index",
+    )
     assert code == 0
     return data, tmp
 
@@ -76,13 +87,14 @@ def test_each_row_lands_in_the_split_tfx_would_give_it(split_output, tf):
 
 
 def test_integer_split_key_and_row_index_key_do_not_depend_on_the_shards(split_output, tf):
-    data, tmp = split_output
+    _data, tmp = split_output
     membership = {}
     for shards in ("1", "4"):
         out = tmp / f"rows{shards}"
         assert convert(tmp / "in.npz", out, "--splits", "a=1,b=1", "--num_shards", shards, "--provenance")[0] == 0
-        membership[shards] = {n: sorted(int(e["_source/row"]) for e in reader.iter_numpy(str(out), split=n))
-                              for n in ("a", "b")}
+        membership[shards] = {
+            n: sorted(int(e["_source/row"]) for e in reader.iter_numpy(str(out), split=n)) for n in ("a", "b")
+        }
     assert membership["1"] == membership["4"] and 200 < len(membership["1"]["a"]) < 400
     out = tmp / "bylabel"
     assert convert(tmp / "in.npz", out, "--splits", "a=3,b=2", "--split_key", "label", "--provenance")[0] == 0
@@ -102,28 +114,50 @@ def test_a_splits_output_is_tfds_loadable_by_default(split_output, capsys):
     """Without --tfds_name, a --splits output gets dataset_info.json and features.json named after its directory
     (the shards keep their data- prefix, which the file template names)."""
     import tensorflow_datasets as tfds
+
     data, tmp = split_output
     out = tmp / "My-Splits.v2"
-    code, stdout, err = convert(tmp / "in.npz", out, "--splits", "train=8,validation=1,test=1", "--split_key", "uid",
-                                "--num_shards", "2", "--provenance", capsys=capsys)
+    code, stdout, err = convert(
+        tmp / "in.npz",
+        out,
+        "--splits",
+        "train=8,validation=1,test=1",
+        "--split_key",
+        "uid",
+        "--num_shards",
+        "2",
+        "--provenance",
+        capsys=capsys,
+    )
     assert code == 0, err
-    assert f"tfds: tfds.builder_from_directory('{out}') loads my_splits_v2 (dataset_info.json, features.json)" \
-        in stdout
+    assert f"tfds: tfds.builder_from_directory('{out}') loads my_splits_v2 (dataset_info.json, features.json)" in stdout
     meta = metadata.load(str(out))
-    assert meta["tfds"]["name"] == "my_splits_v2" and sorted(meta["tfds"]["files"]) == ["dataset_info.json",
-                                                                                        "features.json"]
+    assert meta["tfds"]["name"] == "my_splits_v2" and sorted(meta["tfds"]["files"]) == [
+        "dataset_info.json",
+        "features.json",
+    ]
     builder = tfds.builder_from_directory(str(out))
     assert builder.info.name == "my_splits_v2"
     assert {n: s.num_examples for n, s in builder.info.splits.items()} == {
-        n: info["num_records"] for n, info in meta["splits"].items()}
+        n: info["num_records"] for n, info in meta["splits"].items()
+    }
     for split in ("train", "validation", "test"):
         rows = [int(e["_source/row"]) for e in reader.iter_numpy(str(out), split=split)]
         check_tfds_values(builder.as_dataset(split=split, shuffle_files=False, read_config=in_order()), data, rows)
     code, stdout, _ = run_command(verify_module.main, [out], capsys)
     assert code == 0 and "not listed" not in stdout
     # replaced by a re-run: the other generation's names (data-g1-...) are in TFDS's file template
-    code, _, err = convert(tmp / "in.npz", out, "--splits", "train=1,test=1", "--num_shards", "2", "--provenance",
-                           "--overwrite", capsys=capsys)
+    code, _, err = convert(
+        tmp / "in.npz",
+        out,
+        "--splits",
+        "train=1,test=1",
+        "--num_shards",
+        "2",
+        "--provenance",
+        "--overwrite",
+        capsys=capsys,
+    )
     assert code == 0, err
     meta = metadata.load(str(out))
     assert meta["shards"][0]["file"].startswith("data-g1-")
@@ -133,10 +167,13 @@ def test_a_splits_output_is_tfds_loadable_by_default(split_output, capsys):
         check_tfds_values(builder.as_dataset(split=split, shuffle_files=False, read_config=in_order()), data, rows)
 
 
-@pytest.mark.parametrize("flags, why", [
-    (["--compression", "gzip"], "no dataset_info.json: TFDS reads uncompressed shards only, these are gzip"),
-    (["--feature_encodings", "flag=packbits"], "no dataset_info.json: feature 'flag' cannot be described to TFDS"),
-])
+@pytest.mark.parametrize(
+    "flags, why",
+    [
+        (["--compression", "gzip"], "no dataset_info.json: TFDS reads uncompressed shards only, these are gzip"),
+        (["--feature_encodings", "flag=packbits"], "no dataset_info.json: feature 'flag' cannot be described to TFDS"),
+    ],
+)
 def test_a_splits_output_tfds_cannot_read_says_why(tmp_path, capsys, flags, why):
     make_npz(tmp_path / "in.npz", rows=30)
     code, stdout, err = convert(tmp_path / "in.npz", tmp_path / "out", "--splits", "a=1,b=1", *flags, capsys=capsys)
@@ -156,9 +193,12 @@ def test_split_flag_errors(tmp_path, capsys):
         (["--split_key", "label"], "--split_key decides between --splits"),
         (["--splits", "a=1,b=1", "--split", "a"], "cannot be combined"),
         (["--splits", "a=1,b=1", "--writer", "beam"], "need --writer planned"),
-        (["--tfds_name", "toy", "--compression", "gzip"], "TFDS reads TFRecord shards uncompressed (TFDS 4.9's "
-         "TfRecordFileAdapter opens them with tf.data.TFRecordDataset without a compression type: gzip shards fail "
-         "with DataLossError)"),
+        (
+            ["--tfds_name", "toy", "--compression", "gzip"],
+            "TFDS reads TFRecord shards uncompressed (TFDS 4.9's "
+            "TfRecordFileAdapter opens them with tf.data.TFRecordDataset without a compression type: gzip shards fail "
+            "with DataLossError)",
+        ),
         (["--tfds_name", "toy", "--feature_encodings", "flag=packbits"], "feature 'flag' cannot be described to TFDS"),
         (["--tfds_name", "Bad-Name"], "tfds_name"),
     ]:
@@ -166,7 +206,6 @@ def test_split_flag_errors(tmp_path, capsys):
         assert code != 0, flags
         assert any(m in err for m in message.split("|")), (flags, err)
     assert not (tmp_path / "out" / "metadata.json").exists()
-
 
 
 def test_a_split_named_twice_is_refused(tmp_path, capsys):
@@ -180,11 +219,14 @@ def test_a_split_named_twice_is_refused(tmp_path, capsys):
         convert(tmp_path / "in.npz", tmp_path / "out", "--feature_encodings", "emb=list,emb=tensor")
     assert "'emb' is named twice" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
-    code, _, err = convert(tmp_path / "in.npz", tmp_path / "out", "--splits", "train=8,test=1,valid=1",
-                           "--num_shards", "1", capsys=capsys)  # distinct names still work
+    code, _, err = convert(
+        tmp_path / "in.npz", tmp_path / "out", "--splits", "train=8,test=1,valid=1", "--num_shards", "1", capsys=capsys
+    )  # distinct names still work
     assert code == 0, err
 
+
 # -- TFDS ------------------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def tfds_dir(tmp_path_factory):
@@ -192,8 +234,12 @@ def tfds_dir(tmp_path_factory):
     train = make_npz(tmp / "train.npz")
     test = make_npz(tmp / "test.npz", rows=50, start=10_000, seed=1)
     out = tmp / "toy"
-    assert convert(tmp / "train.npz", out, "--tfds_name", "toy", "--split", "train", "--num_shards", "3",
-                   "--provenance")[0] == 0
+    assert (
+        convert(tmp / "train.npz", out, "--tfds_name", "toy", "--split", "train", "--num_shards", "3", "--provenance")[
+            0
+        ]
+        == 0
+    )
     assert convert(tmp / "test.npz", out, "--tfds_name", "toy", "--split", "test", "--provenance")[0] == 0
     return {"train": train, "test": test}, tmp, out
 
@@ -201,11 +247,13 @@ def tfds_dir(tmp_path_factory):
 def in_order():
     """TFDS interleaves 16 shards at a time; one at a time reads the records in file order."""
     import tensorflow_datasets as tfds
+
     return tfds.ReadConfig(interleave_cycle_length=1)
 
 
 def check_tfds_values(ds, source, rows):
     import tensorflow_datasets as tfds
+
     got = list(tfds.as_numpy(ds))
     assert [int(e["_source"]["row"]) for e in got] == list(rows)
     for e in got:
@@ -223,14 +271,23 @@ def check_tfds_values(ds, source, rows):
 
 def test_tfds_builder_from_directory_loads_every_split_exactly(tfds_dir):
     import tensorflow_datasets as tfds
+
     data, _, out = tfds_dir
     builder = tfds.builder_from_directory(str(out))
     assert {n: s.num_examples for n, s in builder.info.splits.items()} == {"train": ROWS, "test": 50}
     assert builder.info.splits["train"].num_shards == 3
-    check_tfds_values(builder.as_dataset(split="train", shuffle_files=False, read_config=in_order()), data["train"], range(ROWS))
-    check_tfds_values(builder.as_dataset(split="test", shuffle_files=False, read_config=in_order()), data["test"], range(50))
-    check_tfds_values(builder.as_dataset(split="train[:10%]", shuffle_files=False, read_config=in_order()), data["train"], range(60))
-    check_tfds_values(builder.as_dataset(split="test[-10:]", shuffle_files=False, read_config=in_order()), data["test"], range(40, 50))
+    check_tfds_values(
+        builder.as_dataset(split="train", shuffle_files=False, read_config=in_order()), data["train"], range(ROWS)
+    )
+    check_tfds_values(
+        builder.as_dataset(split="test", shuffle_files=False, read_config=in_order()), data["test"], range(50)
+    )
+    check_tfds_values(
+        builder.as_dataset(split="train[:10%]", shuffle_files=False, read_config=in_order()), data["train"], range(60)
+    )
+    check_tfds_values(
+        builder.as_dataset(split="test[-10:]", shuffle_files=False, read_config=in_order()), data["test"], range(40, 50)
+    )
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["tfds"]["files"] == ["features.json", "dataset_info.json"]
     assert [r["splits"] for r in meta["runs"]] == [["train"], ["test"]]
@@ -240,11 +297,13 @@ def test_tfds_builder_from_directory_loads_every_split_exactly(tfds_dir):
 
 def test_tfds_split_add_rules(tfds_dir, capsys):
     import tensorflow_datasets as tfds
+
     data, tmp, out = tfds_dir
     # a split already there: refused without --overwrite, nothing touched
     before = sorted(p.name for p in out.iterdir())
-    code, _, err = convert(tmp / "test.npz", out, "--tfds_name", "toy", "--split", "test", "--provenance",
-                           capsys=capsys)
+    code, _, err = convert(
+        tmp / "test.npz", out, "--tfds_name", "toy", "--split", "test", "--provenance", capsys=capsys
+    )
     assert code != 0 and "Split 'test' is already in this TFDS directory" in err
     assert sorted(p.name for p in out.iterdir()) == before
     # other features: refused
@@ -252,17 +311,21 @@ def test_tfds_split_add_rules(tfds_dir, capsys):
     code, _, err = convert(tmp / "other.npz", out, "--tfds_name", "toy", "--split", "extra", capsys=capsys)
     assert code != 0 and "The features differ from those of the splits already in this TFDS directory" in err
     # --overwrite replaces that split and keeps the other
-    code, _, err = convert(tmp / "test.npz", out, "--tfds_name", "toy", "--split", "test", "--provenance",
-                           "--overwrite", capsys=capsys)
+    code, _, err = convert(
+        tmp / "test.npz", out, "--tfds_name", "toy", "--split", "test", "--provenance", "--overwrite", capsys=capsys
+    )
     assert code == 0 and "keeping 3 files of the splits already there" in err.replace(f" in {out}", " there")
     builder = tfds.builder_from_directory(str(out))
     assert {n: s.num_examples for n, s in builder.info.splits.items()} == {"train": ROWS, "test": 50}
-    check_tfds_values(builder.as_dataset(split="train[:5]", shuffle_files=False, read_config=in_order()), data["train"], range(5))
+    check_tfds_values(
+        builder.as_dataset(split="train[:5]", shuffle_files=False, read_config=in_order()), data["train"], range(5)
+    )
     code, stdout, _ = run_command(verify_module.main, [out], capsys)
     assert code == 0 and "not listed" not in stdout
 
 
 # -- --shuffle_seed ---------------------------------------------------------------------------------------------
+
 
 def rows_of(out, split=None):
     return [int(e["_source/row"]) for e in reader.iter_numpy(str(out), split=split)]
@@ -272,10 +335,21 @@ def test_shuffle_seed_shuffles_within_each_split_reproducibly(split_output, caps
     data, tmp = split_output
     flags = ["--splits", "train=8,validation=1,test=1", "--split_key", "uid", "--num_shards", "3", "--provenance"]
     outs = {}
-    for name, extra in (("s7", ["--shuffle_seed", "7"]), ("s7again", ["--shuffle_seed", "7"]),
-                        ("s8", ["--shuffle_seed", "8"]),
-                        ("s7procs", ["--shuffle_seed", "7", "--runner=DirectRunner", "--direct_running_mode=multi_processing",
-                                     "--direct_num_workers=2"])):
+    for name, extra in (
+        ("s7", ["--shuffle_seed", "7"]),
+        ("s7again", ["--shuffle_seed", "7"]),
+        ("s8", ["--shuffle_seed", "8"]),
+        (
+            "s7procs",
+            [
+                "--shuffle_seed",
+                "7",
+                "--runner=DirectRunner",
+                "--direct_running_mode=multi_processing",
+                "--direct_num_workers=2",
+            ],
+        ),
+    ):
         argv = [tmp / "in.npz", tmp / name, *flags, *extra]
         code, _, err = convert(*argv, capsys=capsys, beam="--direct_running_mode=multi_processing" not in extra)
         assert code == 0, err
@@ -301,23 +375,40 @@ def test_shuffle_seed_shuffles_within_each_split_reproducibly(split_output, caps
 
 def test_shuffle_without_splits_and_in_tfds(tmp_path, capsys):
     import tensorflow_datasets as tfds
+
     make_npz(tmp_path / "in.npz", rows=200)
-    assert convert(tmp_path / "in.npz", tmp_path / "out", "--shuffle_seed", "1", "--num_shards", "2",
-                   "--provenance", "--index")[0] == 0
+    assert (
+        convert(
+            tmp_path / "in.npz", tmp_path / "out", "--shuffle_seed", "1", "--num_shards", "2", "--provenance", "--index"
+        )[0]
+        == 0
+    )
     assert sorted(p.name for p in (tmp_path / "out").glob("data-*")) == [
-        "data-00000-of-00002.idx", "data-00000-of-00002.tfrecord", "data-00001-of-00002.idx",
-        "data-00001-of-00002.tfrecord"]
+        "data-00000-of-00002.idx",
+        "data-00000-of-00002.tfrecord",
+        "data-00001-of-00002.idx",
+        "data-00001-of-00002.tfrecord",
+    ]
     rows = rows_of(tmp_path / "out")
     assert sorted(rows) == list(range(200)) and rows != list(range(200))
     ra = reader.RandomAccess(str(tmp_path / "out"))
     assert [int(ra[i]["_source/row"]) for i in range(200)] == rows
-    assert convert(tmp_path / "in.npz", tmp_path / "toy", "--shuffle_seed", "1", "--tfds_name", "toy",
-                   "--provenance")[0] == 0
-    got = [int(e["_source"]["row"]) for e in tfds.as_numpy(tfds.builder_from_directory(
-        str(tmp_path / "toy")).as_dataset(split="train", shuffle_files=False, read_config=in_order()))]
+    assert (
+        convert(tmp_path / "in.npz", tmp_path / "toy", "--shuffle_seed", "1", "--tfds_name", "toy", "--provenance")[0]
+        == 0
+    )
+    got = [
+        int(e["_source"]["row"])
+        for e in tfds.as_numpy(
+            tfds.builder_from_directory(str(tmp_path / "toy")).as_dataset(
+                split="train", shuffle_files=False, read_config=in_order()
+            )
+        )
+    ]
     assert sorted(got) == list(range(200)) and got != list(range(200))
-    code, _, err = convert(tmp_path / "in.npz", tmp_path / "b", "--shuffle_seed", "1", "--writer", "beam",
-                           capsys=capsys)
+    code, _, err = convert(
+        tmp_path / "in.npz", tmp_path / "b", "--shuffle_seed", "1", "--writer", "beam", capsys=capsys
+    )
     assert code != 0 and "need --writer planned" in err
 
 
@@ -325,11 +416,26 @@ def test_shuffle_without_splits_and_in_tfds(tmp_path, capsys):
 def test_tfds_loads_a_feature_with_one_varying_dimension(tmp_path, encoding):
     """npz arrays mode: one example per member, shape [None, 2]: TFDS gets Tensor(shape=(None, 2)) and reshapes."""
     import tensorflow_datasets as tfds
-    members = {"a": np.arange(6, dtype="<f4").reshape(3, 2), "b": np.arange(10, dtype="<f4").reshape(5, 2) * -1,
-               "c": np.zeros((0, 2), "<f4")}
+
+    members = {
+        "a": np.arange(6, dtype="<f4").reshape(3, 2),
+        "b": np.arange(10, dtype="<f4").reshape(5, 2) * -1,
+        "c": np.zeros((0, 2), "<f4"),
+    }
     np.savez(tmp_path / "in.npz", **members)
-    assert convert(tmp_path / "in.npz", tmp_path / "out", "--npz_mode", "arrays", "--tfds_name", "ragged",
-                   "--encoding", encoding)[0] == 0
+    assert (
+        convert(
+            tmp_path / "in.npz",
+            tmp_path / "out",
+            "--npz_mode",
+            "arrays",
+            "--tfds_name",
+            "ragged",
+            "--encoding",
+            encoding,
+        )[0]
+        == 0
+    )
     builder = tfds.builder_from_directory(str(tmp_path / "out"))
     assert builder.info.features["array"].shape == (None, 2)
     got = {e["key"].decode(): e["array"] for e in tfds.as_numpy(builder.as_dataset(split="train"))}
@@ -341,6 +447,7 @@ def test_tfds_loads_a_feature_with_one_varying_dimension(tmp_path, encoding):
 
 def test_augment_keeps_the_splits(split_output):
     from tests.test_augment import run_augment
+
     _, tmp = split_output
     for mode in ("rewrite", "sidecar"):
         out = tmp / f"aug_{mode}"

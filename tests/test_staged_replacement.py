@@ -2,6 +2,7 @@
 ``metadata.json``; only then are the old files deleted. A kill at any moment (the launcher with SIGKILL at a chosen
 stage, through ``outdir.failpoint``), a full disk or too little free space leaves the old output complete and
 readable, or the new one; an immediate re-run is exact."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.conftest import BEAM_FLAGS, ROOT, convert, run_command
+from tests.conftest import BEAM_FLAGS, ROOT, convert
 from tfrecord_etl.transforms import outdir, reader
 
 
@@ -28,12 +29,15 @@ def make_h5(path, rows, start):
 def ids(out):
     """The ``id`` of every example, with our reader and with plain TensorFlow over metadata.json's shard list."""
     import tensorflow as tf
+
     ours = [int(e["id"]) for e in reader.iter_numpy(str(out))]
     meta = json.loads((out / "metadata.json").read_text())
     comp = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}[meta["compression"]]
     spec = {"id": tf.io.FixedLenFeature([], tf.int64)}
-    plain = [int(tf.io.parse_single_example(r, spec)["id"])
-             for r in tf.data.TFRecordDataset([str(out / s["file"]) for s in meta["shards"]], comp)]
+    plain = [
+        int(tf.io.parse_single_example(r, spec)["id"])
+        for r in tf.data.TFRecordDataset([str(out / s["file"]) for s in meta["shards"]], comp)
+    ]
     assert plain == ours
     return ours
 
@@ -49,8 +53,14 @@ def run_convert_process(inp, out, *flags, failpoint=None):
     env.pop(outdir.FAILPOINT_ENV, None)
     if failpoint:
         env[outdir.FAILPOINT_ENV] = failpoint
-    return subprocess.run([sys.executable, "-m", "pipelines.convert", "--input", str(inp), "--output_dir", str(out),
-                           *flags, *BEAM_FLAGS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.convert", "--input", str(inp), "--output_dir", str(out), *flags, *BEAM_FLAGS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +98,12 @@ def test_overwrite_alternates_generations_and_deletes_the_old_after_commit(input
     assert listed(out) == {"data-00000-of-00002.tfrecord", "data-00001-of-00002.tfrecord"}
     code, _, err = convert(new, out, "--num_shards", "2", "--overwrite", "--index", capsys=capsys)
     assert code == 0, err
-    assert listed(out) == {"data-g1-00000-of-00002.tfrecord", "data-g1-00001-of-00002.tfrecord",
-                           "data-g1-00000-of-00002.idx", "data-g1-00001-of-00002.idx"}
+    assert listed(out) == {
+        "data-g1-00000-of-00002.tfrecord",
+        "data-g1-00001-of-00002.tfrecord",
+        "data-g1-00000-of-00002.idx",
+        "data-g1-00001-of-00002.idx",
+    }
     assert "keeping the complete output" in err and "removing 2 files of the output this run replaced" in err
     assert set(os.listdir(out)) == listed(out) | {"metadata.json", "schema.pbtxt", outdir.MARKER_FILE}
     assert ids(out) == list(range(10_000, 10_450))
@@ -104,6 +118,7 @@ def test_overwrite_alternates_generations_and_deletes_the_old_after_commit(input
 def test_too_little_free_space_is_refused_before_anything_is_deleted(inputs, tmp_path, capsys, monkeypatch):
     import collections
     import shutil
+
     old, new = inputs
     out = tmp_path / "out"
     assert convert(old, out, capsys=capsys)[0] == 0
@@ -119,6 +134,7 @@ def test_too_little_free_space_is_refused_before_anything_is_deleted(inputs, tmp
 @pytest.mark.timeout(300)
 def test_a_full_disk_during_overwrite_keeps_the_old_output(tmp_path, capsys):
     from tests.test_hostile_config import tiny_tmpfs
+
     small = tmp_path / "small.npy"
     np.save(small, np.random.default_rng(1).random((50, 32)))  # 12.8 KB
     big = tmp_path / "big.npy"
@@ -145,9 +161,27 @@ def test_augment_overwrite_killed_before_commit_keeps_its_old_output(inputs, tmp
 
     def augment(constant, failpoint=None):
         e = dict(env, **({outdir.FAILPOINT_ENV: failpoint} if failpoint else {}))
-        return subprocess.run([sys.executable, "-m", "pipelines.augment", "--input", str(coll), "--output_dir",
-                               str(out), "--constants", f"k={constant}", "--overwrite", *BEAM_FLAGS], cwd=ROOT,
-                              env=e, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipelines.augment",
+                "--input",
+                str(coll),
+                "--output_dir",
+                str(out),
+                "--constants",
+                f"k={constant}",
+                "--overwrite",
+                *BEAM_FLAGS,
+            ],
+            cwd=ROOT,
+            env=e,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
     assert augment(1).returncode == 0
     assert {int(e["k"]) for e in reader.iter_numpy(str(out))} == {1}
     assert augment(2, failpoint="before-commit").returncode == -signal.SIGKILL
@@ -165,16 +199,21 @@ def test_a_tfds_split_rerun_is_staged_and_loads(inputs, tmp_path, capsys):
     old, new = inputs
     out = tmp_path / "ds"
     for inp, split in ((old, "train"), (new, "test")):
-        code, _, err = convert(inp, out, "--tfds_name", "arrays", "--split", split, "--encoding", "list",
-                               capsys=capsys)
+        code, _, err = convert(inp, out, "--tfds_name", "arrays", "--split", split, "--encoding", "list", capsys=capsys)
         assert code == 0, err
-    code, _, err = convert(new, out, "--tfds_name", "arrays", "--split", "test", "--encoding", "list", "--overwrite",
-                           capsys=capsys)
+    code, _, err = convert(
+        new, out, "--tfds_name", "arrays", "--split", "test", "--encoding", "list", "--overwrite", capsys=capsys
+    )
     assert code == 0, err
     assert any(n.startswith("arrays-g1-test.tfrecord-") for n in listed(out))
     assert any(n.startswith("arrays-train.tfrecord-") for n in listed(out))
-    assert set(os.listdir(out)) == listed(out) | {"metadata.json", "schema.pbtxt", outdir.MARKER_FILE,
-                                                  "dataset_info.json", "features.json"}
+    assert set(os.listdir(out)) == listed(out) | {
+        "metadata.json",
+        "schema.pbtxt",
+        outdir.MARKER_FILE,
+        "dataset_info.json",
+        "features.json",
+    }
     builder = tfds.builder_from_directory(str(out))
     test = [int(e["id"]) for e in tfds.as_numpy(builder.as_dataset(split="test"))]
     train = [int(e["id"]) for e in tfds.as_numpy(builder.as_dataset(split="train"))]
@@ -194,6 +233,7 @@ def test_a_failed_run_removes_the_shards_it_wrote_and_keeps_the_old_output(input
     it removes them (and its temporaries) before it lets the lock go, so the directory holds the old output
     alone, not the old output plus a failed run's shards."""
     from tests.test_reliability import corrupt_h5
+
     old, _ = inputs
     out = tmp_path / "out"
     assert convert(old, out, "--num_shards", "2", capsys=capsys)[0] == 0

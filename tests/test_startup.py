@@ -4,6 +4,7 @@
 The commands run as real processes with a ``sitecustomize`` that logs every ``gc.disable`` / ``gc.enable`` /
 ``gc.freeze`` call with whether Beam was imported yet, so the order is checked, not assumed.
 """
+
 from __future__ import annotations
 
 import gc
@@ -39,17 +40,21 @@ def traced(tmp_path):
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     log = tmp_path / "gc.jsonl"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]), "GC_CALLS_LOG": str(log),
-           "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
+        "GC_CALLS_LOG": str(log),
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+    }
     data = tmp_path / "in.h5"
     with h5py.File(data, "w") as f:
         f["x"] = np.arange(12, dtype="<f4").reshape(6, 2)
 
     def run(args):
-        done = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         return [tuple(json.loads(line)) for line in log.read_text().splitlines()] if log.exists() else []
+
     return run, data, tmp_path
 
 
@@ -64,15 +69,23 @@ def test_a_command_pauses_the_collector_for_its_imports_and_resumes_it_before_th
 
 def test_the_console_command_pauses_and_resumes_too(traced):
     run, data, tmp = traced
-    calls = run(["-c", "import sys; sys.argv = ['tfrecord-etl', 'convert', '--input', sys.argv[1], '--output_dir', "
-                       "sys.argv[2]]; from tfrecord_etl.pipelines.cli import console; console()",
-                 str(data), str(tmp / "out")])
+    calls = run(
+        [
+            "-c",
+            "import sys; sys.argv = ['tfrecord-etl', 'convert', '--input', sys.argv[1], '--output_dir', "
+            "sys.argv[2]]; from tfrecord_etl.pipelines.cli import console; console()",
+            str(data),
+            str(tmp / "out"),
+        ]
+    )
     assert calls[:3] == [("disable", False), ("freeze", True), ("enable", True)], calls
     assert (tmp / "out" / "metadata.json").exists()
 
 
 def test_importing_the_pipelines_as_a_library_leaves_the_collector_alone(traced):
     run, _, _ = traced
-    assert run(["-c", "import gc, tfrecord_etl.pipelines.convert, tfrecord_etl.pipelines.common; "
-                      "assert gc.isenabled()"]) == []
+    assert (
+        run(["-c", "import gc, tfrecord_etl.pipelines.convert, tfrecord_etl.pipelines.common; assert gc.isenabled()"])
+        == []
+    )
     assert gc.isenabled()

@@ -8,6 +8,7 @@ make their requests at the same moment, several rounds each. The single-process 
 exactly (another run acts between this run's read and its write or delete), the one each conditional request
 exists for.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,8 +23,10 @@ import uuid
 import pytest
 
 from tests import gcs_emulator, race_worker
-from tests.test_s3 import BUCKET as S3_BUCKET
-from tests.test_s3 import s3  # noqa: F401 - the moto server fixture
+from tests.test_s3 import (
+    BUCKET as S3_BUCKET,
+    s3,  # noqa: F401 - the moto server fixture
+)
 from tfrecord_etl.transforms import collection, conditional, fileio, metadata, runlock
 from tfrecord_etl.transforms.errors import ConfigError, OutputError
 
@@ -36,6 +39,7 @@ ROUNDS = 4
 class Store:
     """One object store of the tests: ``root`` (a fresh gs:// or s3:// prefix per test), what a process needs to
     reach it (``environ``, Beam ``flags``), and raw access that bypasses our code (``put``, ``get``, ``keys``)."""
+
     scheme: str
     root: str
     environ: dict
@@ -63,17 +67,26 @@ def store(request):
     if request.param == "gs":
         host = request.getfixturevalue("gcs_server")
         from google.cloud import storage
+
         bucket = storage.Client.create_anonymous_client().bucket(GCS_BUCKET)
 
         def get(key):
             blob = bucket.get_blob(key)
             return None if blob is None else blob.download_as_bytes()
-        yield Store("gs", f"gs://{GCS_BUCKET}/{prefix}", {"STORAGE_EMULATOR_HOST": host}, [],
-                    lambda key, data: bucket.blob(key).upload_from_string(data), get,
-                    lambda p: sorted(b.name for b in bucket.list_blobs(prefix=p)))
+
+        yield Store(
+            "gs",
+            f"gs://{GCS_BUCKET}/{prefix}",
+            {"STORAGE_EMULATOR_HOST": host},
+            [],
+            lambda key, data: bucket.blob(key).upload_from_string(data),
+            get,
+            lambda p: sorted(b.name for b in bucket.list_blobs(prefix=p)),
+        )
         return
     client, flags = request.getfixturevalue("s3")
     from tfrecord_etl.pipelines import common
+
     common.configure_filesystems(flags)
 
     def get(key):
@@ -81,11 +94,17 @@ def store(request):
             return client.get_object(Bucket=S3_BUCKET, Key=key)["Body"].read()
         except client.exceptions.NoSuchKey:
             return None
+
     environ = {k: os.environ[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")}
-    yield Store("s3", f"s3://{S3_BUCKET}/{prefix}", environ, flags,
-                lambda key, data: client.put_object(Bucket=S3_BUCKET, Key=key, Body=data), get,
-                lambda p: sorted(o["Key"] for o in client.list_objects_v2(Bucket=S3_BUCKET, Prefix=p)
-                                 .get("Contents", [])))
+    yield Store(
+        "s3",
+        f"s3://{S3_BUCKET}/{prefix}",
+        environ,
+        flags,
+        lambda key, data: client.put_object(Bucket=S3_BUCKET, Key=key, Body=data),
+        get,
+        lambda p: sorted(o["Key"] for o in client.list_objects_v2(Bucket=S3_BUCKET, Prefix=p).get("Contents", [])),
+    )
 
 
 def race(store: Store, kind: str, jobs_a: list, jobs_b: list) -> dict:
@@ -93,12 +112,14 @@ def race(store: Store, kind: str, jobs_a: list, jobs_b: list) -> dict:
     returns ``{directory: {side name: (outcome, lock holder)}}``."""
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(2), ctx.Queue()
-    sides = [ctx.Process(target=race_worker.side, args=(kind, name, store.environ, store.flags, jobs, barrier,
-                                                         results))
-             for name, jobs in (("a", jobs_a), ("b", jobs_b))]
+    sides = [
+        ctx.Process(target=race_worker.side, args=(kind, name, store.environ, store.flags, jobs, barrier, results))
+        for name, jobs in (("a", jobs_a), ("b", jobs_b))
+    ]
     for p in sides:
         p.start()
     import queue
+
     got: dict = {}
     done = 0
     try:
@@ -136,11 +157,19 @@ def dead_pid() -> int:
 
 
 def stale_record(run_id: str = "gone") -> bytes:
-    return json.dumps({"host": socket.gethostname(), "pid": dead_pid(), "start": "1", "run_id": run_id,
-                       "since": "2026-01-01T00:00:00Z"}).encode()
+    return json.dumps(
+        {
+            "host": socket.gethostname(),
+            "pid": dead_pid(),
+            "start": "1",
+            "run_id": run_id,
+            "since": "2026-01-01T00:00:00Z",
+        }
+    ).encode()
 
 
 # ------------------------------------------------------------------ the lock
+
 
 def test_two_launchers_creating_one_lock_exactly_one_holds_it(store):
     dirs = [store.path(f"create-{r}") for r in range(ROUNDS)]
@@ -180,6 +209,7 @@ def test_a_stale_lock_taken_over_meanwhile_is_not_taken_twice(store, monkeypatch
             first.acquire()
             monkeypatch.setattr(runlock, "_is_stale", a_takes_it_over_first)
         return original(record, path)
+
     monkeypatch.setattr(runlock, "_is_stale", a_takes_it_over_first)
     second = runlock.Lock(out, "run-b")
     with pytest.raises(ConfigError, match="Another run"):
@@ -202,9 +232,15 @@ def another_run_takes_the_lock(store, monkeypatch):
             if armed and armed[0] in (path if isinstance(path, list) else [path]):
                 store.put(store.key(armed.pop()), theirs)
             return original(path, *args, **kwargs)
+
         return call
-    for module, name in ((fileio, "delete"), (conditional, "delete_if_version"), (fileio, "write_bytes"),
-                         (conditional, "write_if_version")):
+
+    for module, name in (
+        (fileio, "delete"),
+        (conditional, "delete_if_version"),
+        (fileio, "write_bytes"),
+        (conditional, "write_if_version"),
+    ):
         monkeypatch.setattr(module, name, before(getattr(module, name)))
     return lambda path: armed.append(path), theirs
 
@@ -255,6 +291,7 @@ def test_a_stale_legacy_lock_rewritten_meanwhile_is_kept(store, another_run_take
 
 # ------------------------------------------------------------------ metadata.json
 
+
 def test_two_runs_committing_one_output_directory_one_commits(store):
     jobs = {"a": [], "b": []}
     dirs = [store.path(f"meta-{r}") for r in range(ROUNDS)]
@@ -263,17 +300,20 @@ def test_two_runs_committing_one_output_directory_one_commits(store):
             store.put(store.key(d + "/metadata.json"), b'{"committed_by": "an earlier run"}')
         expected = conditional.version(d + "/metadata.json")
         for name in jobs:
-            jobs[name].append((d, (expected, {"format": metadata.FORMAT, "shards": [], "num_records": 0,
-                                              "committed_by": name})))
+            jobs[name].append(
+                (d, (expected, {"format": metadata.FORMAT, "shards": [], "num_records": 0, "committed_by": name}))
+            )
     got = race(store, "metadata", jobs["a"], jobs["b"])
     for d in dirs:
         winner = one_winner(got[d], "committed")
         assert got[d]["b" if winner == "a" else "a"][0].startswith(
-            "OutputError: Another run committed this output directory while this run wrote it")
+            "OutputError: Another run committed this output directory while this run wrote it"
+        )
         assert json.loads(store.get(store.key(d + "/metadata.json")))["committed_by"] == winner
 
 
 # ------------------------------------------------------------------ collection.json
+
 
 def span_dir(store: Store, coll: str, span: int, tag: str) -> dict:
     """Commits a span directory (its metadata.json, tagged) and returns the collection entry describing it."""
@@ -283,9 +323,18 @@ def span_dir(store: Store, coll: str, span: int, tag: str) -> dict:
 
 
 def entry(span: int, tag: str, digest: str, inputs: list[str]) -> dict:
-    return {"span": span, "version": None, "dir": f"span-{span}", "date": None,
-            "inputs": [{"path": p, "size": 1, "mtime_ns": None, "version": "1"} for p in inputs],
-            "num_records": 10 * span, "schema": "s" * 64, "metadata": digest, "run_id": tag, "committed": "now"}
+    return {
+        "span": span,
+        "version": None,
+        "dir": f"span-{span}",
+        "date": None,
+        "inputs": [{"path": p, "size": 1, "mtime_ns": None, "version": "1"} for p in inputs],
+        "num_records": 10 * span,
+        "schema": "s" * 64,
+        "metadata": digest,
+        "run_id": tag,
+        "committed": "now",
+    }
 
 
 def test_two_runs_adding_different_spans_both_are_listed(store):
@@ -320,8 +369,9 @@ def test_two_runs_committing_the_same_span_differently_only_the_one_its_director
     for c, (_, b) in zip(colls, jobs_b):
         assert got[c]["b"] == ("committed", None)
         outcome = got[c]["a"][0]
-        assert outcome.startswith("OutputError: Span 5 is not committed: its directory span-5 now holds another "
-                                  "run's output"), outcome
+        assert outcome.startswith(
+            "OutputError: Span 5 is not committed: its directory span-5 now holds another run's output"
+        ), outcome
         assert collection.load(c)["spans"] == [b]
 
 

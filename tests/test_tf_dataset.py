@@ -1,6 +1,7 @@
 """reader.to_tf_dataset's pipeline (transforms.tfdata): batched parsing exact for every encoding and dtype, batched
 and unbatched, equal to the per-example decoder and to iter_numpy; shard order, shuffled shards reproducible with a
 seed, workers' shards disjoint and complete; shards tampered with at rest refused before any record is read."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ import pytest
 from tests.conftest import convert
 from tests.test_codec import NUMERIC, TEXT, TIME, sample
 from tfrecord_etl.transforms import codec, metadata, reader, shardcheck, tfdata, tfrecord
-from tfrecord_etl.transforms.codec import ENCODINGS, FeatureSpec
+from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
 
 ROWS = 400  # 4 shards of 100 rows
@@ -22,10 +23,12 @@ ROWS = 400  # 4 shards of 100 rows
 @pytest.fixture(scope="module")
 def tf():
     import tensorflow as tf
+
     return tf
 
 
 # -- the batch decoder, per encoding ---------------------------------------------------------------------------
+
 
 def _features(encoding: str, shape: tuple) -> tuple[list[FeatureSpec], dict[str, np.ndarray]]:
     """Every dtype ``encoding`` carries exactly, as one feature each of rows of ``shape`` (9 rows)."""
@@ -36,8 +39,12 @@ def _features(encoding: str, shape: tuple) -> tuple[list[FeatureSpec], dict[str,
             if dt not in ("?", "u1"):
                 continue
             array = (array != 0).astype(dt) if dt == "?" else (array % 2).astype(dt)
-        spec = FeatureSpec(f"f_{np.dtype(dt).str[1:].replace('[', '').replace(']', '')}",
-                           codec.normalize_dtype(array.dtype), shape, encoding)
+        spec = FeatureSpec(
+            f"f_{np.dtype(dt).str[1:].replace('[', '').replace(']', '')}",
+            codec.normalize_dtype(array.dtype),
+            shape,
+            encoding,
+        )
         try:
             codec.check_spec(spec)
         except SchemaError:  # e.g. complex or float64 as a list: refused, not carried
@@ -57,10 +64,17 @@ def test_batched_decoding_equals_the_per_example_decoder_for_every_dtype(tf, enc
     specs, arrays = _features(encoding, shape)
     records = codec.encode_batch(arrays, specs, 9)
     parse = reader.parse_spec(tf, specs)
-    one = [{k: _numpy(v) for k, v in ex.items()} for ex in tf.data.Dataset.from_tensor_slices(records).map(
-        lambda r: reader.decode_tf(tf, tf.io.parse_single_example(r, parse), specs))]
-    batches = list(tf.data.Dataset.from_tensor_slices(records).batch(4).map(
-        lambda b: tfdata.decode_batch(tf, tf.io.parse_example(b, parse), specs)))
+    one = [
+        {k: _numpy(v) for k, v in ex.items()}
+        for ex in tf.data.Dataset.from_tensor_slices(records).map(
+            lambda r: reader.decode_tf(tf, tf.io.parse_single_example(r, parse), specs)
+        )
+    ]
+    batches = list(
+        tf.data.Dataset.from_tensor_slices(records)
+        .batch(4)
+        .map(lambda b: tfdata.decode_batch(tf, tf.io.parse_example(b, parse), specs))
+    )
     assert [len(b[specs[0].name]) for b in batches] == [4, 4, 1]
     for spec in specs:
         got = np.concatenate([_numpy(b[spec.name]) for b in batches])
@@ -77,22 +91,33 @@ def test_batched_decoding_equals_the_per_example_decoder_for_every_dtype(tf, enc
 def test_a_value_of_the_wrong_size_fails_the_batch(tf):
     spec = FeatureSpec("s", "|S4", (2,), "tensor")
     good = codec.encode_batch({"s": np.array([[b"ab", b"cd"]] * 2, "S4")}, [spec], 2)
-    bad = codec.encode_batch({"s": np.array([[b"ab", b"cd", b"ef"]], "S4")}, [FeatureSpec("s", "|S4", (3,), "tensor")], 1)
+    bad = codec.encode_batch(
+        {"s": np.array([[b"ab", b"cd", b"ef"]], "S4")}, [FeatureSpec("s", "|S4", (3,), "tensor")], 1
+    )
     parse = reader.parse_spec(tf, [spec])
     for records in (good + bad, bad + good):
         with pytest.raises(tf.errors.InvalidArgumentError):
-            list(tf.data.Dataset.from_tensor_slices(records).batch(3).map(
-                lambda b: tfdata.decode_batch(tf, tf.io.parse_example(b, parse), [spec])))
+            list(
+                tf.data.Dataset.from_tensor_slices(records)
+                .batch(3)
+                .map(lambda b: tfdata.decode_batch(tf, tf.io.parse_example(b, parse), [spec]))
+            )
 
 
 # -- outputs on disk -------------------------------------------------------------------------------------------
 
+
 def _write_input(path):
     rng = np.random.default_rng(1)
-    np.savez(path, id=np.arange(ROWS, dtype="<i8"), image=rng.integers(0, 256, (ROWS, 5, 4, 3), dtype=np.uint8),
-             x=rng.standard_normal((ROWS, 7)).astype(">f8"), mask=rng.integers(0, 2, (ROWS, 3, 9)).astype(bool),
-             name=np.array([f"row-{i}".encode() for i in range(ROWS)], dtype="S8"),
-             word=np.array([["é", "日本", ""][i % 3] for i in range(ROWS)], dtype="U2"))
+    np.savez(
+        path,
+        id=np.arange(ROWS, dtype="<i8"),
+        image=rng.integers(0, 256, (ROWS, 5, 4, 3), dtype=np.uint8),
+        x=rng.standard_normal((ROWS, 7)).astype(">f8"),
+        mask=rng.integers(0, 2, (ROWS, 3, 9)).astype(bool),
+        name=np.array([f"row-{i}".encode() for i in range(ROWS)], dtype="S8"),
+        word=np.array([["é", "日本", ""][i % 3] for i in range(ROWS)], dtype="U2"),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -103,14 +128,22 @@ def outputs(tmp_path_factory):
     out = {}
     for compression in ("none", "gzip"):
         out[compression] = root / compression
-        code = convert(root / "in.npz", out[compression], "--num_shards", "4", "--compression", compression,
-                       "--feature_encodings", "image=zlib,mask=packbits,x=tensor")[0]
+        code = convert(
+            root / "in.npz",
+            out[compression],
+            "--num_shards",
+            "4",
+            "--compression",
+            compression,
+            "--feature_encodings",
+            "image=zlib,mask=packbits,x=tensor",
+        )[0]
         assert code == 0
     return out
 
 
 def _rows(ds) -> list[dict]:
-    return [{k: v for k, v in ex.items()} for ex in ds.as_numpy_iterator()]
+    return [dict(ex.items()) for ex in ds.as_numpy_iterator()]
 
 
 def _unbatch(batches: list[dict]) -> list[dict]:
@@ -150,7 +183,7 @@ def test_without_deterministic_order_every_record_is_read_once(outputs):
 
 def _shard_runs(ids: list[int]) -> list[int]:
     """The shard (100 rows each) of each run of consecutive ids, checking each shard is read whole, in order."""
-    runs = [ids[i:i + 100] for i in range(0, len(ids), 100)]
+    runs = [ids[i : i + 100] for i in range(0, len(ids), 100)]
     for run in runs:
         assert run == list(range(run[0], run[0] + 100)) and run[0] % 100 == 0
     return [run[0] // 100 for run in runs]
@@ -177,8 +210,9 @@ def test_workers_read_disjoint_sets_of_shards_that_are_the_whole_output(outputs,
     for index in range(workers):
         context = tf.distribute.InputContext(num_input_pipelines=workers, input_pipeline_id=index)
         ids = [int(e["id"]) for e in reader.to_tf_dataset(out, input_context=context).as_numpy_iterator()]
-        assert ids == [int(e["id"]) for e in reader.to_tf_dataset(out, num_workers=workers, worker_index=index)
-                       .as_numpy_iterator()]
+        assert ids == [
+            int(e["id"]) for e in reader.to_tf_dataset(out, num_workers=workers, worker_index=index).as_numpy_iterator()
+        ]
         assert _shard_runs(ids) == list(range(index, 4, workers))
         seen += ids
     assert sorted(seen) == list(range(ROWS))
@@ -198,10 +232,11 @@ def test_worker_options_that_do_not_fit_are_refused(outputs, tf):
 
 # -- shards tampered with at rest ---------------------------------------------------------------------------------
 
+
 def _frames(path) -> list[bytes]:
     data = open(path, "rb").read()
     offsets, lengths = tfrecord.scan_frames(open(path, "rb"), len(data), str(path))
-    return [data[int(o):int(o) + int(n)] for o, n in zip(offsets, lengths)]
+    return [data[int(o) : int(o) + int(n)] for o, n in zip(offsets, lengths)]
 
 
 @pytest.fixture
@@ -279,6 +314,7 @@ def test_a_shard_is_checksummed_once_per_file_version(copy, monkeypatch):
 
 # -- large records: read ahead by a thread of their own, still in shard order ----------------------------------
 
+
 @pytest.fixture(scope="module")
 def large(tmp_path_factory):
     """``{compression: output dir}`` of 300 records of about 5 kB (3 shards): read ahead (tfdata.read_ahead)."""
@@ -295,12 +331,14 @@ def large(tmp_path_factory):
 @pytest.mark.parametrize("compression", ["none", "gzip"])
 def test_large_records_read_ahead_in_shard_order_as_plain_tensorflow_reads_them(large, tf, compression):
     from tfrecord_etl.transforms import collection_reader
+
     out = str(large[compression])
     shards = tfdata.shards_of(collection_reader.parts(out, None, None, None, False)[1])
     assert tfdata.read_ahead(shards) >= 16  # ~4.8 kB records: read ahead
     meta = metadata.load(out)
-    plain = tf.data.TFRecordDataset([f"{out}/{s['file']}" for s in meta["shards"]],
-                                    compression_type={"gzip": "GZIP"}.get(compression, ""))
+    plain = tf.data.TFRecordDataset(
+        [f"{out}/{s['file']}" for s in meta["shards"]], compression_type={"gzip": "GZIP"}.get(compression, "")
+    )
     spec = {"id": tf.io.FixedLenFeature([], tf.int64), "image": tf.io.FixedLenFeature([], tf.string)}
     want = [tf.io.parse_single_example(r, spec) for r in plain]
     assert [int(w["id"]) for w in want] == list(range(300))
@@ -317,6 +355,7 @@ def test_large_records_read_ahead_in_shard_order_as_plain_tensorflow_reads_them(
 
 def test_small_records_are_not_read_ahead(outputs):
     from tfrecord_etl.transforms import collection_reader
+
     shards = tfdata.shards_of(collection_reader.parts(str(outputs["none"]), None, None, None, False)[1])
     assert tfdata.read_ahead(shards) == 0
 
@@ -336,11 +375,15 @@ def test_reading_a_local_output_imports_no_apache_beam(outputs):
     output is read with ``os.path`` alone, as Beam's LocalFileSystem would, also when Beam is installed."""
     import subprocess
     import sys
+
     from tests.conftest import ROOT
-    code = ("import sys\nfrom tfrecord_etl.transforms import reader\n"
-            f"n = sum(int(b['id'].shape[0]) for b in reader.to_tf_dataset({str(outputs['gzip'])!r}, batch_size=7))\n"
-            f"n += sum(len(b['id']) for b in reader.iter_numpy({str(outputs['none'])!r}, batch_size=7))\n"
-            "print(n, 'apache_beam' in sys.modules)\n")
+
+    code = (
+        "import sys\nfrom tfrecord_etl.transforms import reader\n"
+        f"n = sum(int(b['id'].shape[0]) for b in reader.to_tf_dataset({str(outputs['gzip'])!r}, batch_size=7))\n"
+        f"n += sum(len(b['id']) for b in reader.iter_numpy({str(outputs['none'])!r}, batch_size=7))\n"
+        "print(n, 'apache_beam' in sys.modules)\n"
+    )
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -1,4 +1,5 @@
 """TFRecord framing against TensorFlow's own writer and reader; errors name file, record and offset."""
+
 from __future__ import annotations
 
 import io
@@ -16,6 +17,7 @@ RECORDS = [b"", b"a", b"hello world" * 100, bytes(range(256)) * 40]
 def tf():
     common.preload_tensorflow()
     import tensorflow as tf
+
     return tf
 
 
@@ -73,6 +75,7 @@ def test_gzip_read_as_uncompressed_fails_with_a_compression_hint(tmp_path):
 
 def test_vectorized_block_framing_equals_per_record_framing():
     import numpy as np
+
     block = np.random.default_rng(3).integers(0, 256, (50, 37), dtype=np.uint8)
     assert tfrecord.frame_block(block).tobytes() == tfrecord.frame_records([r.tobytes() for r in block])
     assert tfrecord.frame_block(np.zeros((3, 0), np.uint8)).tobytes() == tfrecord.frame_records([b""] * 3)
@@ -85,14 +88,22 @@ def test_encoded_batches_are_framed_in_place_exactly_as_their_records(tf, first_
     shuffled: rows of different lengths framed in their padded block) write the same bytes as framing each record,
     and TensorFlow parses them back to the original arrays."""
     import numpy as np
+
     from tfrecord_etl.transforms import codec
+
     rng = np.random.default_rng(5)
-    columns = {"image": rng.integers(0, 256, (40, 4, 4, 3), dtype=np.uint8),
-               "emb": rng.standard_normal((40, 8)).astype("<f4"), "id": first_id + np.arange(40, dtype="<i8") * 1000}
+    columns = {
+        "image": rng.integers(0, 256, (40, 4, 4, 3), dtype=np.uint8),
+        "emb": rng.standard_normal((40, 8)).astype("<f4"),
+        "id": first_id + np.arange(40, dtype="<i8") * 1000,
+    }
     if order == "shuffled":
         columns["id"] = rng.permutation(columns["id"])
-    specs = [codec.FeatureSpec("image", "|u1", (4, 4, 3), "tensor"), codec.FeatureSpec("emb", "<f4", (8,), "list"),
-             codec.FeatureSpec("id", "<i8", (), "list")]
+    specs = [
+        codec.FeatureSpec("image", "|u1", (4, 4, 3), "tensor"),
+        codec.FeatureSpec("emb", "<f4", (8,), "list"),
+        codec.FeatureSpec("id", "<i8", (), "list"),
+    ]
     batch = codec.encode_columns(columns, specs, 40)
     kind = "fixed" if batch.width else "runs" if batch.parts is not None else "padded" if batch.padded else None
     assert batch.tails is None and kind == {"sorted": "fixed" if first_id > 0 else "runs"}.get(order, "padded")
@@ -106,9 +117,14 @@ def test_encoded_batches_are_framed_in_place_exactly_as_their_records(tf, first_
     if first_id > 0:
         assert tfrecord.frame_encoded(batch).tobytes() == buf.getvalue()
     records = [r for _, _, r in tfrecord.iter_records(io.BytesIO(buf.getvalue()))]
-    parsed = tf.io.parse_example(records, {"image": tf.io.FixedLenFeature([], tf.string),
-                                           "emb": tf.io.FixedLenFeature([8], tf.float32),
-                                           "id": tf.io.FixedLenFeature([], tf.int64)})
+    parsed = tf.io.parse_example(
+        records,
+        {
+            "image": tf.io.FixedLenFeature([], tf.string),
+            "emb": tf.io.FixedLenFeature([8], tf.float32),
+            "id": tf.io.FixedLenFeature([], tf.int64),
+        },
+    )
     images = np.stack([np.frombuffer(x, np.uint8).reshape(4, 4, 3) for x in parsed["image"].numpy()])
     np.testing.assert_array_equal(images, columns["image"])
     np.testing.assert_array_equal(parsed["emb"].numpy(), columns["emb"])

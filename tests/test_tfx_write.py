@@ -2,6 +2,7 @@
 assignment (splits.SplitPlan by_record), without TFX: the assignment against TFX's ``_PartitionFn`` formula
 (transcribed, as test_splits_tfds does; configs/tfx/test_tfx_pipeline.py checks it against TFX's own function), the
 batches split by record, and the Split-NAME files read back with plain TensorFlow, with dead letters."""
+
 from __future__ import annotations
 
 import glob
@@ -24,15 +25,23 @@ from tfrecord_etl.transforms.splits import SplitPlan
 from tfrecord_etl.transforms.verify import verify
 
 N = 300
-SPECS = [FeatureSpec("image", "|u1", (4, 4, 3), "tensor"), FeatureSpec("id", "<i8", (), "list"),
-         FeatureSpec("x", "<f4", (), "list"), FeatureSpec("vec", "<i8", (3,), "list")]
+SPECS = [
+    FeatureSpec("image", "|u1", (4, 4, 3), "tensor"),
+    FeatureSpec("id", "<i8", (), "list"),
+    FeatureSpec("x", "<f4", (), "list"),
+    FeatureSpec("vec", "<i8", (3,), "list"),
+]
 
 
 def columns(kind: str, n: int = N):
     """Columns and specs whose encoded batch takes the form ``kind`` of ``codec.EncodedBatch``."""
     rng = np.random.default_rng(1)
-    cols = {"image": rng.integers(0, 256, (n, 4, 4, 3), dtype=np.uint8), "id": np.arange(n, dtype=np.int64) + 10**6,
-            "x": rng.normal(size=n).astype(np.float32), "vec": rng.integers(0, 100, (n, 3))}
+    cols = {
+        "image": rng.integers(0, 256, (n, 4, 4, 3), dtype=np.uint8),
+        "id": np.arange(n, dtype=np.int64) + 10**6,
+        "x": rng.normal(size=n).astype(np.float32),
+        "vec": rng.integers(0, 100, (n, 3)),
+    }
     specs = list(SPECS)
     if kind == "parts":  # ids whose varints change length in a few runs
         cols["id"] = np.arange(n, dtype=np.int64)
@@ -46,13 +55,26 @@ def columns(kind: str, n: int = N):
 
 
 def form(batch) -> str:
-    return ("parts" if batch.parts is not None else "padded" if batch.padded is not None
-            else "tails" if batch.tails is not None else "fixed")
+    return (
+        "parts"
+        if batch.parts is not None
+        else "padded"
+        if batch.padded is not None
+        else "tails"
+        if batch.tails is not None
+        else "fixed"
+    )
 
 
-@pytest.mark.parametrize("kind,key", [(kind, key) for kind in ("fixed", "parts", "padded", "tails")
-                                      for key in (None, "id", "vec", "image", "name")
-                                      if key != "name" or kind in ("padded", "tails")])
+@pytest.mark.parametrize(
+    "kind,key",
+    [
+        (kind, key)
+        for kind in ("fixed", "parts", "padded", "tails")
+        for key in (None, "id", "vec", "image", "name")
+        if key != "name" or kind in ("padded", "tails")
+    ],
+)
 def test_records_go_to_the_split_tfx_gives_them(kind, key, tf):
     n = 4 if kind == "tails" else N
     cols, specs = columns(kind, n)
@@ -63,8 +85,12 @@ def test_records_go_to_the_split_tfx_gives_them(kind, key, tf):
     if key is None:  # TFX's key for a record given as bytes: the record
         want = [tfx_split(r, [5, 7, 8]) for r in records]
     else:  # with partition_feature_name: the parsed Example's Feature, serialized deterministically
-        want = [tfx_split(tf.train.Example.FromString(r).features.feature[key].SerializeToString(deterministic=True),
-                          [5, 7, 8]) for r in records]
+        want = [
+            tfx_split(
+                tf.train.Example.FromString(r).features.feature[key].SerializeToString(deterministic=True), [5, 7, 8]
+            )
+            for r in records
+        ]
     parts = plan.split_batch(batch)
     got = np.zeros(n, np.int64)
     for k, rows, part in parts:
@@ -86,8 +112,9 @@ def test_a_single_split_takes_the_batch_as_it_is():
 def test_a_partition_feature_that_tfx_refuses_is_a_record_error():
     cols, specs = columns("fixed")
     batch = encode_columns(cols, specs, N)
-    with pytest.raises(RecordError, match="Partition feature 'x' must be a bytes_list or int64_list with a value, "
-                                          "not float_list"):
+    with pytest.raises(
+        RecordError, match="Partition feature 'x' must be a bytes_list or int64_list with a value, not float_list"
+    ):
         SplitPlan(("a", "b"), (1, 1), key="x", by_record=True).split_batch(batch)
     with pytest.raises(RecordError, match=r"Partition feature 'nope' is not in the record .*'id', 'image'"):
         SplitPlan(("a", "b"), (1, 1), key="nope", by_record=True).split_batch(batch)
@@ -95,8 +122,11 @@ def test_a_partition_feature_that_tfx_refuses_is_a_record_error():
 
 def make_h5(path, n=N):
     rng = np.random.default_rng(3)
-    data = {"image": rng.integers(0, 256, (n, 4, 4, 3), dtype=np.uint8), "id": np.arange(n, dtype=np.int64),
-            "x": rng.normal(size=n).astype(np.float32)}
+    data = {
+        "image": rng.integers(0, 256, (n, 4, 4, 3), dtype=np.uint8),
+        "id": np.arange(n, dtype=np.int64),
+        "x": rng.normal(size=n).astype(np.float32),
+    }
     with h5py.File(path, "w") as f:
         for name, value in data.items():
             f.create_dataset(name, data=value, chunks=True)
@@ -104,8 +134,13 @@ def make_h5(path, n=N):
 
 
 def cfg_of(pattern, uri, **options):
-    return ConvertConfig(input=str(pattern), output_dir=str(uri), compression="gzip",
-                         feature_encodings={"image": "tensor", "id": "list", "x": "list"}, **options)
+    return ConvertConfig(
+        input=str(pattern),
+        output_dir=str(uri),
+        compression="gzip",
+        feature_encodings={"image": "tensor", "id": "list", "x": "list"},
+        **options,
+    )
 
 
 def run(uri, jobs):
@@ -116,26 +151,36 @@ def run(uri, jobs):
 
 
 def read_tf(tf, files):
-    spec = {"image": tf.io.FixedLenFeature([], tf.string), "id": tf.io.FixedLenFeature([], tf.int64),
-            "x": tf.io.FixedLenFeature([], tf.float32)}
+    spec = {
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "id": tf.io.FixedLenFeature([], tf.int64),
+        "x": tf.io.FixedLenFeature([], tf.float32),
+    }
     out = {}
     for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
         ex = tf.io.parse_single_example(record, spec)
-        out[int(ex["id"])] = (np.frombuffer(ex["image"].numpy(), np.uint8).reshape(4, 4, 3), ex["x"].numpy(),
-                              record.numpy())
+        out[int(ex["id"])] = (
+            np.frombuffer(ex["image"].numpy(), np.uint8).reshape(4, 4, 3),
+            ex["x"].numpy(),
+            record.numpy(),
+        )
     return out
 
 
 def test_hash_splits_are_written_as_tfx_names_them_and_read_back_exactly(tmp_path, tf):
     data = make_h5(tmp_path / "in.h5")
     uri = tmp_path / "examples"
-    job = tfx_write.plan_job("single_split", cfg_of(tmp_path / "in.h5", uri, num_shards=2),
-                             [("train", 2), ("eval", 1)])
+    job = tfx_write.plan_job("single_split", cfg_of(tmp_path / "in.h5", uri, num_shards=2), [("train", 2), ("eval", 1)])
     info = run(uri, [job])
     assert sorted(os.path.relpath(p, uri) for p in glob.glob(str(uri / "**" / "*"), recursive=True)) == [
-        "Split-eval", "Split-eval/data_tfrecord-00000-of-00002.gz", "Split-eval/data_tfrecord-00001-of-00002.gz",
-        "Split-train", "Split-train/data_tfrecord-00000-of-00002.gz", "Split-train/data_tfrecord-00001-of-00002.gz",
-        "tfrecord_etl.json"]
+        "Split-eval",
+        "Split-eval/data_tfrecord-00000-of-00002.gz",
+        "Split-eval/data_tfrecord-00001-of-00002.gz",
+        "Split-train",
+        "Split-train/data_tfrecord-00000-of-00002.gz",
+        "Split-train/data_tfrecord-00001-of-00002.gz",
+        "tfrecord_etl.json",
+    ]
     seen = {}
     for k, split in enumerate(("train", "eval")):
         files = sorted(glob.glob(str(uri / f"Split-{split}" / "*.gz")))
@@ -165,7 +210,9 @@ def test_input_splits_are_one_output_split_each(tmp_path, tf):
     info = run(uri, jobs)
     assert [f["file"] for f in info["splits"]["a"]["files"]] == ["Split-a/data_tfrecord-00000-of-00001.gz"]
     assert [sorted(read_tf(tf, sorted(glob.glob(str(uri / f"Split-{s}" / "*.gz"))))) for s in "ab"] == [
-        list(range(50)), list(range(20))]
+        list(range(50)),
+        list(range(20)),
+    ]
     assert (info["splits"]["a"]["records"], info["splits"]["b"]["records"]) == (50, 20)
     assert info["inputs"]["b"]["records"] == 20
 
@@ -182,8 +229,15 @@ def test_a_partition_feature_that_is_missing_or_float_is_refused_at_planning(tmp
 def test_dead_letters_are_counted_per_input_split_and_the_rest_written(tmp_path, tf):
     data = corrupt_h5(tmp_path / "in.h5")  # rows 300-399 cannot be read
     uri, dead = tmp_path / "examples", tmp_path / "dead"
-    cfg = ConvertConfig(input=str(tmp_path / "in.h5"), output_dir=str(uri), compression="gzip",
-                        dead_letter_dir=str(dead), target_range_mb=0.2, provenance=True, num_shards=3)
+    cfg = ConvertConfig(
+        input=str(tmp_path / "in.h5"),
+        output_dir=str(uri),
+        compression="gzip",
+        dead_letter_dir=str(dead),
+        target_range_mb=0.2,
+        provenance=True,
+        num_shards=3,
+    )
     job = tfx_write.plan_job("single_split", cfg, [("train", 2), ("eval", 1)])
     info = run(uri, [job])
     letters = [json.loads(line) for f in sorted(dead.glob("*.jsonl")) for line in f.read_text().splitlines()]
@@ -205,12 +259,34 @@ def test_dead_letters_are_counted_per_input_split_and_the_rest_written(tmp_path,
 
 def test_counts_that_do_not_add_up_commit_no_info(tmp_path):
     expected = {"all": {"rows": 10, "files": 2, "outputs": ["train", "eval"]}}
-    entries = [("all", {"file": "Split-train/data_tfrecord-00000-of-00001.gz", "split": "train", "records": 6,
-                        "bytes": 1, "crc32c": "0", "dead_rows": 0}),
-               ("all", {"file": "Split-eval/data_tfrecord-00000-of-00001.gz", "split": "eval", "records": 3,
-                        "bytes": 1, "crc32c": "0", "dead_rows": 0})]
-    with pytest.raises(RecordError, match="Input split 'all': 10 rows planned in 2 files, but 2 files hold 9 records "
-                                          "and 0 rows were dead-lettered"):
+    entries = [
+        (
+            "all",
+            {
+                "file": "Split-train/data_tfrecord-00000-of-00001.gz",
+                "split": "train",
+                "records": 6,
+                "bytes": 1,
+                "crc32c": "0",
+                "dead_rows": 0,
+            },
+        ),
+        (
+            "all",
+            {
+                "file": "Split-eval/data_tfrecord-00000-of-00001.gz",
+                "split": "eval",
+                "records": 3,
+                "bytes": 1,
+                "crc32c": "0",
+                "dead_rows": 0,
+            },
+        ),
+    ]
+    with pytest.raises(
+        RecordError,
+        match="Input split 'all': 10 rows planned in 2 files, but 2 files hold 9 records and 0 rows were dead-lettered",
+    ):
         tfx_write.write_info(entries, str(tmp_path), {}, expected)
     assert not (tmp_path / "tfrecord_etl.json").exists()
     entries[1][1]["dead_rows"] = 1

@@ -7,6 +7,7 @@ installed; it is not in the test extras (PyPI's torch wheels pull the CUDA libra
 TensorFlow: ``pip install .``): there the output is the one the project's venv converted
 (TFRECORD_ETL_TORCH_OUTPUT, with the flags of :data:`MIXED_FLAGS`), the tests that convert or need the `tfrecord`
 package skip, and a DataLoader with 2 workers reads it through the installed copy."""
+
 from __future__ import annotations
 
 import functools
@@ -28,11 +29,15 @@ ROWS = 120
 def make_npz(path):
     """Strings (fixed-width bytes and UTF-8), floats, images, bools, one row per index."""
     rng = np.random.default_rng(3)
-    data = {"image": rng.integers(0, 255, (ROWS, 6, 5, 3), dtype=np.uint8),
-            "x": np.linspace(-1, 1, ROWS, dtype=np.float32), "w": np.arange(ROWS, dtype=np.float64) / 7,
-            "flag": np.arange(ROWS) % 3 == 0, "code": np.array([b"c%03d" % i for i in range(ROWS)], dtype="S4"),
-            "name": np.array([f"n\u00e9{i}" for i in range(ROWS)], dtype="U6"),
-            "label": np.arange(ROWS, dtype=np.int16) - 60}
+    data = {
+        "image": rng.integers(0, 255, (ROWS, 6, 5, 3), dtype=np.uint8),
+        "x": np.linspace(-1, 1, ROWS, dtype=np.float32),
+        "w": np.arange(ROWS, dtype=np.float64) / 7,
+        "flag": np.arange(ROWS) % 3 == 0,
+        "code": np.array([b"c%03d" % i for i in range(ROWS)], dtype="S4"),
+        "name": np.array([f"n\u00e9{i}" for i in range(ROWS)], dtype="U6"),
+        "label": np.arange(ROWS, dtype=np.int16) - 60,
+    }
     np.savez(path, **data)
     return data
 
@@ -91,7 +96,7 @@ def test_a_shuffled_numpy_batching_of_random_access_reads_every_row_once(mixed):
     order = np.random.default_rng(0).permutation(len(ra))
     rows = []
     for start in range(0, len(ra), 16):
-        batch = reader.collate_varlen([ra[int(i)] for i in order[start:start + 16]])
+        batch = reader.collate_varlen([ra[int(i)] for i in order[start : start + 16]])
         assert batch["image"].shape == (len(batch["code"]), 6, 5, 3) and batch["flag"].dtype == np.bool_
         for k, row in enumerate(batch["_source/row"].tolist()):
             check_row(data, row, {name: values[k] for name, values in batch.items()})
@@ -102,8 +107,11 @@ def test_a_shuffled_numpy_batching_of_random_access_reads_every_row_once(mixed):
 
 def test_collate_varlen_keeps_varying_shapes_as_lists(tmp_path):
     needs_the_pipelines()
-    arrays = {"a": np.arange(6, dtype=np.int32).reshape(2, 3), "b": np.arange(4, dtype=np.int32),
-              "c": np.ones((2, 3), np.int32)}
+    arrays = {
+        "a": np.arange(6, dtype=np.int32).reshape(2, 3),
+        "b": np.arange(4, dtype=np.int32),
+        "c": np.ones((2, 3), np.int32),
+    }
     np.savez(tmp_path / "m.npz", **arrays)
     assert convert(tmp_path / "m.npz", tmp_path / "out", "--npz_mode", "arrays")[0] == 0
     ra = reader.RandomAccess(str(tmp_path / "out"))
@@ -146,14 +154,25 @@ print(json.dumps(rows))
 
 def test_torch_description_reads_every_feature_with_the_tfrecord_package(mixed):
     import importlib.util
+
     if importlib.util.find_spec("tfrecord") is None:  # not imported here: its protos clash with TensorFlow's
         pytest.skip("the tfrecord package is in the test extras only")
     from tests.test_index import in_tfrecord_package
+
     data, out = mixed
     description = reader.torch_description(str(out))
     meta = json.loads((out / "metadata.json").read_text())
-    assert description == {"image": "byte", "x": "float", "w": "byte", "flag": "int", "code": "byte",
-                           "name": "byte", "label": "int", "_source/file": "byte", "_source/row": "int"}
+    assert description == {
+        "image": "byte",
+        "x": "float",
+        "w": "byte",
+        "flag": "int",
+        "code": "byte",
+        "name": "byte",
+        "label": "int",
+        "_source/file": "byte",
+        "_source/row": "int",
+    }
     assert {f["name"]: f["encoding"] for f in meta["features"]}["w"] == "tensor"  # float64: exact as tensor bytes
     rows = in_tfrecord_package(TFRECORD_DECODE, out, json.dumps(description))
     assert sorted(map(int, rows)) == list(range(ROWS))
@@ -193,13 +212,16 @@ def test_the_docs_pytorch_recipe_runs_as_written(mixed, monkeypatch):
         assert isinstance(batch["image"], torch.Tensor) and batch["image"].dtype == torch.uint8
         assert isinstance(batch["code"], list) and isinstance(batch["name"], list)
         for k, row in enumerate(batch["_source/row"].tolist()):
-            check_row(data, row, {name: (v[k].numpy() if isinstance(v, torch.Tensor) else v[k])
-                                  for name, v in batch.items()})
+            check_row(
+                data, row, {name: (v[k].numpy() if isinstance(v, torch.Tensor) else v[k]) for name, v in batch.items()}
+            )
             rows.append(row)
     assert len(rows) == len(set(rows)) == len(reader.RandomAccess(str(out), split="train"))
-    loader = torch.utils.data.DataLoader(reader.RandomAccess(str(out), split="train"), batch_size=7,
-                                         collate_fn=functools.partial(reader.collate_varlen,
-                                                                      to_tensor=torch.as_tensor))
+    loader = torch.utils.data.DataLoader(
+        reader.RandomAccess(str(out), split="train"),
+        batch_size=7,
+        collate_fn=functools.partial(reader.collate_varlen, to_tensor=torch.as_tensor),
+    )
     first = next(iter(loader))
     assert first["image"].shape == (7, 6, 5, 3) and first["flag"].dtype == torch.bool
 
@@ -253,8 +275,14 @@ def test_a_dataloader_with_2_workers_reads_every_row_exactly(mixed, tmp_path):
     data, out = mixed
     np.savez(tmp_path / "expected.npz", **data)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    result = subprocess.run([sys.executable, "-c", DATALOADER, str(out), str(tmp_path / "expected.npz")],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", DATALOADER, str(out), str(tmp_path / "expected.npz")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert sorted(seen["rows"]) == sorted({int(e["_source/row"]) for e in reader.iter_numpy(str(out), split="train")})

@@ -1,4 +1,5 @@
 """The PTransforms on their own, with Beam's TestPipeline and assert_that."""
+
 from __future__ import annotations
 
 import apache_beam as beam
@@ -7,7 +8,6 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from tfrecord_etl.transforms import beam_io, codec, planning
-from tfrecord_etl.transforms.sources import SourceOptions
 
 
 def test_read_from_npy_and_encode_examples(tmp_path):
@@ -20,8 +20,11 @@ def test_read_from_npy_and_encode_examples(tmp_path):
     def decode(record):
         return tuple(codec.decode_example(record, specs)["array"].tolist())
 
-    with TestPipeline(options=beam.options.pipeline_options.PipelineOptions(
-            ["--runner=DirectRunner", "--direct_running_mode=in_memory"])) as p:
+    with TestPipeline(
+        options=beam.options.pipeline_options.PipelineOptions(
+            ["--runner=DirectRunner", "--direct_running_mode=in_memory"]
+        )
+    ) as p:
         batches = p | read
         rows = batches | beam.Map(lambda b: b[0].num_rows)
         assert_that(rows | "Sum" >> beam.CombineGlobally(sum), equal_to([50]), label="AllRows")

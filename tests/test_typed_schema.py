@@ -1,6 +1,7 @@
 """schema.pbtxt's typed additions: bool_domain for bools carried as int64, and the dtype and shape of features
 carried as opaque bytes (tensor, zlib, packbits) in the feature's annotation; read with tensorflow_metadata and by
 TFXIO, and ignored by specs_from_schema (so schemas of earlier versions and ours read alike)."""
+
 from __future__ import annotations
 
 import json
@@ -21,9 +22,14 @@ ROWS = 40
 def typed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("typed")
     rng = np.random.default_rng(5)
-    data = {"flag": np.arange(ROWS) % 3 == 0, "mask": rng.integers(0, 2, (ROWS, 4, 5)).astype(bool),
-            "w": np.arange(ROWS, dtype=np.float64) / 7, "image": rng.integers(0, 255, (ROWS, 4, 4, 3), np.uint8),
-            "x": np.arange(ROWS, dtype=np.float32), "code": np.array([b"c%02d" % i for i in range(ROWS)], "S3")}
+    data = {
+        "flag": np.arange(ROWS) % 3 == 0,
+        "mask": rng.integers(0, 2, (ROWS, 4, 5)).astype(bool),
+        "w": np.arange(ROWS, dtype=np.float64) / 7,
+        "image": rng.integers(0, 255, (ROWS, 4, 4, 3), np.uint8),
+        "x": np.arange(ROWS, dtype=np.float32),
+        "code": np.array([b"c%02d" % i for i in range(ROWS)], "S3"),
+    }
     np.savez(tmp / "in.npz", **data)
     out = tmp / "out"
     assert convert(tmp / "in.npz", out, "--feature_encodings", "mask=packbits,image=zlib")[0] == 0
@@ -49,12 +55,17 @@ def test_opaque_byte_features_carry_dtype_and_shape_in_their_annotation(typed):
     opaque = sorted(n for n, f in meta.items() if f["encoding"] in ("tensor", "zlib", "packbits"))
     assert opaque == ["image", "mask", "w"]
     for name in opaque:
-        assert tags(features[name]) == {"tfrecord_etl.encoding": meta[name]["encoding"],
-                                        "tfrecord_etl.dtype": meta[name]["dtype"],
-                                        "tfrecord_etl.shape": json.dumps(meta[name]["shape"])}
+        assert tags(features[name]) == {
+            "tfrecord_etl.encoding": meta[name]["encoding"],
+            "tfrecord_etl.dtype": meta[name]["dtype"],
+            "tfrecord_etl.shape": json.dumps(meta[name]["shape"]),
+        }
         assert features[name].type == schema_pb2.BYTES and len(features[name].annotation.comment) == 1
-    assert tags(features["w"]) == {"tfrecord_etl.encoding": "tensor", "tfrecord_etl.dtype": "<f8",
-                                   "tfrecord_etl.shape": "[]"}
+    assert tags(features["w"]) == {
+        "tfrecord_etl.encoding": "tensor",
+        "tfrecord_etl.dtype": "<f8",
+        "tfrecord_etl.shape": "[]",
+    }
     assert not features["x"].HasField("annotation") and not features["code"].HasField("annotation")
 
 
@@ -62,16 +73,22 @@ def test_tfxio_reads_the_typed_schema_and_the_annotation_decodes_the_bytes(typed
     """TFXIO (tfx-bsl) with our schema: bools arrive as int64 0/1, a tensor feature as its bytes, which the
     annotation's dtype and shape turn back into the exact array."""
     from tfx_bsl.public import tfxio
+
     data, out, schema, features = typed
     shards = [str(out / s["file"]) for s in json.loads((out / "metadata.json").read_text())["shards"]]
     ds = tfxio.TFExampleRecord(shards, schema=schema).TensorFlowDataset(
-        tfxio.TensorFlowDatasetOptions(batch_size=ROWS, shuffle=False, num_epochs=1))
+        tfxio.TensorFlowDatasetOptions(batch_size=ROWS, shuffle=False, num_epochs=1)
+    )
     batch = next(ds.as_numpy_iterator())
     assert batch["flag"].dtype == np.int64
     np.testing.assert_array_equal(batch["flag"].ravel(), data["flag"].astype(np.int64))
     w = tags(features["w"])
-    got = np.stack([np.frombuffer(b, w["tfrecord_etl.dtype"]).reshape(json.loads(w["tfrecord_etl.shape"]))
-                    for b in batch["w"].ravel()])
+    got = np.stack(
+        [
+            np.frombuffer(b, w["tfrecord_etl.dtype"]).reshape(json.loads(w["tfrecord_etl.shape"]))
+            for b in batch["w"].ravel()
+        ]
+    )
     np.testing.assert_array_equal(got, data["w"])
 
 
@@ -84,19 +101,25 @@ def test_specs_from_schema_reads_our_schema_as_before(typed):
         f.ClearField("annotation")
         f.ClearField("bool_domain")
     assert plain != schema
-    assert metadata.specs_from_schema(text_format.MessageToString(schema)) == \
-        metadata.specs_from_schema(text_format.MessageToString(plain))
+    assert metadata.specs_from_schema(text_format.MessageToString(schema)) == metadata.specs_from_schema(
+        text_format.MessageToString(plain)
+    )
 
 
 def test_schema_text_is_unchanged_for_features_without_bools_or_opaque_bytes():
-    specs = [FeatureSpec("x", "<f4", (3,), "list"), FeatureSpec("n", "<i2", (), "list"),
-             FeatureSpec("s", "bytes", (), "list"), FeatureSpec("v", "<i8", (None,), "varlen")]
+    specs = [
+        FeatureSpec("x", "<f4", (3,), "list"),
+        FeatureSpec("n", "<i2", (), "list"),
+        FeatureSpec("s", "bytes", (), "list"),
+        FeatureSpec("v", "<i8", (None,), "varlen"),
+    ]
     assert metadata.schema_text(specs) == (
         'feature {\n  name: "x"\n  type: FLOAT\n  presence {\n    min_fraction: 1.0\n    min_count: 1\n  }\n'
-        '  shape {\n    dim {\n      size: 3\n    }\n  }\n}\n'
+        "  shape {\n    dim {\n      size: 3\n    }\n  }\n}\n"
         'feature {\n  name: "n"\n  type: INT\n  presence {\n    min_fraction: 1.0\n    min_count: 1\n  }\n'
-        '  shape {\n  }\n}\n'
+        "  shape {\n  }\n}\n"
         'feature {\n  name: "s"\n  type: BYTES\n  presence {\n    min_fraction: 1.0\n    min_count: 1\n  }\n'
-        '  shape {\n  }\n}\n'
+        "  shape {\n  }\n}\n"
         'feature {\n  name: "v"\n  value_count {\n    min: 0\n  }\n  type: INT\n  presence {\n'
-        '    min_fraction: 0.0\n    min_count: 0\n  }\n}\n')
+        "    min_fraction: 0.0\n    min_count: 0\n  }\n}\n"
+    )

@@ -1,4 +1,5 @@
 """The rough edges a new user meets first; each test failed on the code before its fix."""
+
 from __future__ import annotations
 
 import os
@@ -8,18 +9,20 @@ import sys
 import numpy as np
 import pytest
 
+from tests.conftest import ROOT, convert, run_command
 from tfrecord_etl.transforms import reader
 from tfrecord_etl.transforms.errors import SchemaError
-from tests.conftest import ROOT, convert, run_command
 
 
 def inspect(*args, capsys):
     from tfrecord_etl.pipelines import inspect as inspect_module
+
     return run_command(inspect_module.main, [str(a) for a in args], capsys)
 
 
 def verify(*args, capsys):
     from tfrecord_etl.pipelines import verify as verify_module
+
     return run_command(verify_module.main, [str(a) for a in args], capsys)
 
 
@@ -33,8 +36,14 @@ def varying(tmp_path, capsys):
 def test_an_unfinished_reader_generator_prints_nothing_at_exit(varying):
     """Was: 'TypeError: catching classes that do not inherit from BaseException' at interpreter exit."""
     code = f"from tfrecord_etl.transforms import reader; it = reader.iter_numpy({str(varying)!r}); next(it)"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
 
 
@@ -54,11 +63,13 @@ def test_float128_in_npz_arrays_mode_names_the_member(tmp_path, capsys):
     assert code == 2 and "float128" in err and "member 'big'" in err
 
 
-@pytest.mark.parametrize("name,words", [("in.h5", "an HDF5 file"), ("in.npz", "a zip archive (.npz)"),
-                                        ("in.npy", "a .npy array")])
+@pytest.mark.parametrize(
+    "name,words", [("in.h5", "an HDF5 file"), ("in.npz", "a zip archive (.npz)"), ("in.npy", "a .npy array")]
+)
 def test_inspect_and_verify_on_an_array_file_say_what_it_is(tmp_path, capsys, name, words):
     """Was: 'Length CRC mismatch: corrupt data or wrong compression'."""
     import h5py
+
     path = tmp_path / name
     if name.endswith(".h5"):
         with h5py.File(path, "w") as f:
@@ -92,8 +103,10 @@ def test_inspect_and_verify_on_a_directory_of_outputs_list_them(varying, tmp_pat
 def test_skipped_hdf5_datasets_are_one_warning_line_per_file(tmp_path, caplog):
     """Was: one WARNING line per skipped scalar or dimension-scale dataset (19 for one NetCDF file)."""
     import h5py
+
     from tfrecord_etl.transforms import planning
     from tfrecord_etl.transforms.sources import SourceOptions
+
     with h5py.File(tmp_path / "nc.h5", "w") as f:
         f["data"] = np.zeros((4, 3))
         for i in range(5):
@@ -115,13 +128,17 @@ def test_skipped_hdf5_datasets_are_one_warning_line_per_file(tmp_path, caplog):
 
 def test_yaml_takes_the_flags_comma_syntax_and_a_typo_key_gets_a_suggestion(tmp_path, capsys):
     import h5py
+
     with h5py.File(tmp_path / "in.h5", "w") as f:
         f["X"], f["obs"], f["other"] = np.zeros((3, 2)), np.ones(3), np.arange(4)
-    (tmp_path / "a.yaml").write_text(f"input: {tmp_path / 'in.h5'}\noutput_dir: {tmp_path / 'o'}\n"
-                                     "datasets: /X,/obs\n")
+    (tmp_path / "a.yaml").write_text(f"input: {tmp_path / 'in.h5'}\noutput_dir: {tmp_path / 'o'}\ndatasets: /X,/obs\n")
     from tfrecord_etl.pipelines import convert as convert_module
-    code, _, err = run_command(convert_module.main, ["--config", tmp_path / "a.yaml",
-                                                     "--runner=DirectRunner", "--direct_running_mode=in_memory"], capsys)
+
+    code, _, err = run_command(
+        convert_module.main,
+        ["--config", tmp_path / "a.yaml", "--runner=DirectRunner", "--direct_running_mode=in_memory"],
+        capsys,
+    )
     assert code == 0, err
     assert [s.name for s in reader.metadata.load(str(tmp_path / "o"))["features"]] == ["X", "obs"]
     (tmp_path / "b.yaml").write_text(f"input: {tmp_path / 'in.h5'}\noutput_dir: {tmp_path / 'p'}\ndataset: /X\n")
@@ -133,6 +150,7 @@ def test_inspect_an_hdf5_file_lists_its_tree_and_row_groups(tmp_path, capsys, ca
     """Before: the hint named h5ls, which is not installed with the project; a container file's 'lengths differ'
     error was one line of ~1,200 characters."""
     import h5py
+
     path = tmp_path / "adata.h5"
     with h5py.File(path, "w") as f:  # the shape of an AnnData file: obs x var matrix, per-obs and per-var tables
         f.create_dataset("X", data=np.zeros((50, 8), "<f4"), chunks=(10, 8), compression="gzip")
@@ -152,6 +170,7 @@ def test_inspect_an_hdf5_file_lists_its_tree_and_row_groups(tmp_path, capsys, ca
     assert "8 rows, 1 dataset, 16 bytes  ->  --row_group 3 or --datasets /var/names" in out
     code, out, _ = inspect(path, "--json", capsys=capsys)
     import json
+
     tree = json.loads(out)
     assert tree["row_groups"][0]["rows"] == 50 and len(tree["row_groups"][0]["datasets"]) == 10
     names = tree["row_groups"][0]["datasets"] + tree["row_groups"][2]["datasets"]
@@ -166,14 +185,17 @@ def test_inspect_an_hdf5_file_lists_its_tree_and_row_groups(tmp_path, capsys, ca
     assert code == 0, err
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "holds 3 row groups: converting group 1: 50 rows, 10 dataset(s)" in said and "--row_group 3" in said
-    assert reader.metadata.load(str(tmp_path / "default"))["features"] == \
-        reader.metadata.load(str(tmp_path / "out"))["features"]
+    assert (
+        reader.metadata.load(str(tmp_path / "default"))["features"]
+        == reader.metadata.load(str(tmp_path / "out"))["features"]
+    )
 
 
 @pytest.mark.timeout(60)
 def test_the_hdf5_tree_visits_a_hard_link_cycle_once(tmp_path, capsys):
     """The tree shares the source's walk: a group hard-linked into itself is listed once, not looped over."""
     import h5py
+
     with h5py.File(tmp_path / "loop.h5", "w") as f:
         f["g/x"] = np.arange(6)
         f["g/loop"] = f["g"]  # a hard link to an ancestor

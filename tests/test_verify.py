@@ -1,6 +1,7 @@
 """python -m pipelines.verify and python -m pipelines.inspect: clean outputs pass, and a bad-input matrix on the
 TFRecord side (each case: exit code and the important words: file, record index, byte offset, feature).
 Also the security checks: YAML is loaded safely, metadata paths never leave the output directory."""
+
 from __future__ import annotations
 
 import gzip
@@ -23,11 +24,13 @@ SEQUENCE = "tfx/components/testdata/tfrecord_sequence/Split-train/data_tfrecord_
 
 def verify(*args, capsys):
     from tfrecord_etl.pipelines import verify as verify_module
+
     return run_command(verify_module.main, [str(a) for a in args], capsys)
 
 
 def inspect(*args, capsys):
     from tfrecord_etl.pipelines import inspect as inspect_module
+
     return run_command(inspect_module.main, [str(a) for a in args], capsys)
 
 
@@ -44,8 +47,9 @@ def make_source(path):
         f["meta/labels"] = (np.arange(ROWS) % 7 - 3).astype(">i2")
         f["flags"] = np.arange(ROWS) % 3 == 0
         f["table"] = table
-        f.create_dataset("names", data=np.array([b"n%d" % i for i in range(ROWS)], dtype=object),
-                         dtype=h5py.string_dtype())
+        f.create_dataset(
+            "names", data=np.array([b"n%d" % i for i in range(ROWS)], dtype=object), dtype=h5py.string_dtype()
+        )
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +58,18 @@ def outputs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("verify")
     src = tmp / "in.h5"
     make_source(src)
-    flags = {"planned": ["--num_shards", "3", "--target_range_mb", "0.002", "--feature_encodings",
-                         "meta/labels=list,table/pos=list,flags=list"],
-             "beam": ["--writer", "beam", "--provenance", "--compression", "gzip", "--num_shards", "2"],
-             "beam_noprov": ["--writer", "beam", "--num_shards", "2"]}
+    flags = {
+        "planned": [
+            "--num_shards",
+            "3",
+            "--target_range_mb",
+            "0.002",
+            "--feature_encodings",
+            "meta/labels=list,table/pos=list,flags=list",
+        ],
+        "beam": ["--writer", "beam", "--provenance", "--compression", "gzip", "--num_shards", "2"],
+        "beam_noprov": ["--writer", "beam", "--num_shards", "2"],
+    }
     outs = {}
     for name, extra in flags.items():
         code, _, _ = convert(src, tmp / name, *extra)
@@ -99,12 +111,13 @@ def change_value(record: bytes, feature: str) -> bytes:
     spans = codec.split_features(record)
     _, (raw,) = codec.decode_feature(record, spans[feature])
     at = record.find(raw, spans[feature][0]) + len(raw) - 1
-    return record[:at] + bytes([record[at] ^ 0x40]) + record[at + 1:]
+    return record[:at] + bytes([record[at] ^ 0x40]) + record[at + 1 :]
 
 
 # ----------------------------------------------------------------------------------------------
 # Clean outputs pass, exactly
 # ----------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name,mode", [("planned", "sequential"), ("beam", "provenance")])
 def test_clean_output_passes_with_exact_source_comparison(outputs, capsys, name, mode):
@@ -117,8 +130,13 @@ def test_clean_output_passes_with_exact_source_comparison(outputs, capsys, name,
     code, out, _ = verify(outs[name], "--source", src, "--json", capsys=capsys)
     report = json.loads(out)
     assert code == 0 and report["ok"] and report["num_problems"] == 0 and report["problems"] == []
-    assert report["source"] == {"patterns": [str(src)], "mode": mode, "rows": ROWS, "compared": ROWS,
-                                "dead_lettered": 0}
+    assert report["source"] == {
+        "patterns": [str(src)],
+        "mode": mode,
+        "rows": ROWS,
+        "compared": ROWS,
+        "dead_lettered": 0,
+    }
     assert report["num_records"] == report["expected_records"] == ROWS
     assert {f["name"] for f in report["features"]} >= {"images", "meta/weights", "names", "table/pos"}
 
@@ -131,36 +149,52 @@ def test_clean_output_passes_without_source_and_lists_files_when_verbose(outputs
 
 # what Airflow's BeamRunPythonPipelineOperator appends (--flag=value only), and other Beam flags in every form
 AIRFLOW_FLAGS = ["--runner=DirectRunner", "--labels=airflow-version=v3-3-2"]
-BEAM_FLAGS_ALL_FORMS = ["--project", "p", "--temp_location=gs://b/tmp", "--direct_num_workers", "2",
-                        "--save_main_session", "--experiments=a", "--experiments", "b", "--flink_master=localhost:8081"]
+BEAM_FLAGS_ALL_FORMS = [
+    "--project",
+    "p",
+    "--temp_location=gs://b/tmp",
+    "--direct_num_workers",
+    "2",
+    "--save_main_session",
+    "--experiments=a",
+    "--experiments",
+    "b",
+    "--flink_master=localhost:8081",
+]
 
 
 def test_beam_flags_are_accepted_and_ignored(outputs, capsys):
     src, outs = outputs
     _, plain, _ = verify(outs["planned"], "--source", src, "--json", capsys=capsys)
-    for argv in ([*AIRFLOW_FLAGS, f"--target={outs['planned']}", f"--source={src}", "--json"],
-                 [*BEAM_FLAGS_ALL_FORMS, outs["planned"], "--source", src, "--json"],
-                 [outs["planned"], "--runner", "DirectRunner", "--source", src, "--json", *BEAM_FLAGS_ALL_FORMS]):
+    for argv in (
+        [*AIRFLOW_FLAGS, f"--target={outs['planned']}", f"--source={src}", "--json"],
+        [*BEAM_FLAGS_ALL_FORMS, outs["planned"], "--source", src, "--json"],
+        [outs["planned"], "--runner", "DirectRunner", "--source", src, "--json", *BEAM_FLAGS_ALL_FORMS],
+    ):
         code, out, err = verify(*argv, capsys=capsys)
         assert code == 0 and err == "", err
         report, expected = json.loads(out), json.loads(plain)
         assert report["source"]["compared"] == ROWS
-        assert {k: v for k, v in report.items() if k != "seconds"} == \
-               {k: v for k, v in expected.items() if k != "seconds"}
+        assert {k: v for k, v in report.items() if k != "seconds"} == {
+            k: v for k, v in expected.items() if k != "seconds"
+        }
 
 
-@pytest.mark.parametrize("argv,message", [
-    # a typo of verify's own flags is refused, also among Beam flags
-    (["OUT", *AIRFLOW_FLAGS, "--jsno"], "unknown flag --jsno (did you mean --json?)"),
-    (["--sorce=x.h5", *AIRFLOW_FLAGS, "OUT"], "unknown flag --sorce (did you mean --source?)"),
-    (["--targt=OUT"], "unknown flag --targt (did you mean --target?)"),
-    # a flag neither verify's nor Beam's, and a misspelled Beam flag, are not ignored
-    (["OUT", *AIRFLOW_FLAGS, "--zzzqqq=1"], "unknown flag --zzzqqq"),
-    (["OUT", "--runer=DirectRunner"], "unknown flag --runer"),
-    # TARGET: required, once
-    (AIRFLOW_FLAGS, "TARGET is missing Hint: give TARGET once, as the argument or as --target"),
-    (["OUT", "--target=elsewhere"], "two TARGETs: "),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        # a typo of verify's own flags is refused, also among Beam flags
+        (["OUT", *AIRFLOW_FLAGS, "--jsno"], "unknown flag --jsno (did you mean --json?)"),
+        (["--sorce=x.h5", *AIRFLOW_FLAGS, "OUT"], "unknown flag --sorce (did you mean --source?)"),
+        (["--targt=OUT"], "unknown flag --targt (did you mean --target?)"),
+        # a flag neither verify's nor Beam's, and a misspelled Beam flag, are not ignored
+        (["OUT", *AIRFLOW_FLAGS, "--zzzqqq=1"], "unknown flag --zzzqqq"),
+        (["OUT", "--runer=DirectRunner"], "unknown flag --runer"),
+        # TARGET: required, once
+        (AIRFLOW_FLAGS, "TARGET is missing Hint: give TARGET once, as the argument or as --target"),
+        (["OUT", "--target=elsewhere"], "two TARGETs: "),
+    ],
+)
 def test_unknown_flags_are_refused_next_to_beam_flags(outputs, capsys, argv, message):
     target = str(outputs[1]["planned"])
     code, out, err = verify(*[a.replace("OUT", target) for a in argv], capsys=capsys)
@@ -180,16 +214,27 @@ def test_one_changed_value_with_valid_crc_is_caught_only_by_the_source_compariso
     set_meta(out, shards=lambda shards: [dict(s, bytes=(out / s["file"]).stat().st_size) for s in shards])
     code, stdout, _ = verify(out, capsys=capsys)  # the shard's CRC32C in metadata.json tells, without --source
     assert code == 1 and f"[checksum] {path}: File's CRC32C is " in stdout, stdout
-    set_meta(out, shards=lambda shards: [dict(s, crc32c=google_crc32c.Checksum((out / s["file"]).read_bytes())
-                                              .hexdigest().decode()) for s in shards])
+    set_meta(
+        out,
+        shards=lambda shards: [
+            dict(s, crc32c=google_crc32c.Checksum((out / s["file"]).read_bytes()).hexdigest().decode()) for s in shards
+        ],
+    )
     code, stdout, _ = verify(out, capsys=capsys)
     assert code == 0, stdout  # metadata.json rewritten too: framing, CRCs, checksums, counts and decoding all hold
     code, stdout, _ = verify(out, "--source", src, capsys=capsys)
     assert code == 1, stdout
     assert stdout.startswith("FAILED:")
     line = next(ln for ln in stdout.splitlines() if ln.strip().startswith("[source]"))
-    for word in (path.name, f"record {index}", f"byte offset {offset}", "feature 'meta/weights'",
-                 "Value differs from the source", "in the output", "in the source"):
+    for word in (
+        path.name,
+        f"record {index}",
+        f"byte offset {offset}",
+        "feature 'meta/weights'",
+        "Value differs from the source",
+        "in the output",
+        "in the source",
+    ):
         assert word in line, (word, line)
     code, stdout, _ = verify(out, "--source", src, "--json", capsys=capsys)
     report = json.loads(stdout)
@@ -216,18 +261,31 @@ def test_source_with_other_features_is_reported_not_compared(outputs, tmp_path, 
     assert code == 1 and "differ from the output's" in out and "other.h5" in out
 
 
-@pytest.mark.parametrize("flags, mode", [([], "sequential"), (["--provenance"], "sequential"),
-                                         (["--writer", "beam", "--provenance"], "provenance")])
+@pytest.mark.parametrize(
+    "flags, mode",
+    [([], "sequential"), (["--provenance"], "sequential"), (["--writer", "beam", "--provenance"], "provenance")],
+)
 def test_dead_lettered_hdf5_rows_are_expected_absent_and_the_rest_compared(tmp_path, capsys, flags, mode):
     """Rows 300-399 cannot be read (a corrupt chunk) and are dead-lettered: metadata.json lists them, verify
     --source expects exactly them to be absent and compares the 900 others; a changed value in one of those still
     fails, and so does a list that names other rows than the missing ones."""
     from tests.test_reliability import corrupt_h5  # chunk 3 of /x (rows 300-399) cannot be decompressed
+
     src = tmp_path / "in.h5"
     corrupt_h5(src)
     out = tmp_path / "out"
-    code, _, err = convert(src, out, "--dead_letter_dir", tmp_path / "dead", "--target_range_mb", "0.05",
-                           "--num_shards", "3", *flags, capsys=capsys)
+    code, _, err = convert(
+        src,
+        out,
+        "--dead_letter_dir",
+        tmp_path / "dead",
+        "--target_range_mb",
+        "0.05",
+        "--num_shards",
+        "3",
+        *flags,
+        capsys=capsys,
+    )
     assert code == 0, err
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["rows_dead_lettered"] == 100 and meta["num_records"] == 900
@@ -249,8 +307,10 @@ def test_dead_lettered_hdf5_rows_are_expected_absent_and_the_rest_compared(tmp_p
 
     wrong = tmp_path / "wrong"  # the list names rows that have records
     shutil.copytree(out, wrong)
-    set_meta(wrong, dead_letters=lambda _: [{"file": str(src), "start": 200, "stop": 300, "rows": 100,
-                                             "error": "SourceError"}])
+    set_meta(
+        wrong,
+        dead_letters=lambda _: [{"file": str(src), "start": 200, "stop": 300, "rows": 100, "error": "SourceError"}],
+    )
     code, stdout, _ = verify(wrong, "--source", src, "--max_problems", "200", capsys=capsys)
     assert code == 1 and "FAILED" in stdout, stdout
     if mode == "provenance":
@@ -262,10 +322,19 @@ def test_an_output_that_does_not_list_its_dead_letters_is_compared_by_provenance
     """metadata.json written before it listed the dead-lettered rows (only their count): compared by provenance
     as before (the count of rows without a record must match), refused without provenance."""
     from tests.test_reliability import corrupt_h5
+
     corrupt_h5(tmp_path / "in.h5")
     for name, flags in (("prov", ["--provenance"]), ("plain", [])):
-        code, _, err = convert(tmp_path / "in.h5", tmp_path / name, "--dead_letter_dir", tmp_path / "dead",
-                               "--target_range_mb", "0.05", *flags, capsys=capsys)
+        code, _, err = convert(
+            tmp_path / "in.h5",
+            tmp_path / name,
+            "--dead_letter_dir",
+            tmp_path / "dead",
+            "--target_range_mb",
+            "0.05",
+            *flags,
+            capsys=capsys,
+        )
         assert code == 0, err
         meta = json.loads((tmp_path / name / "metadata.json").read_text())
         del meta["dead_letters"]
@@ -283,10 +352,21 @@ def test_dead_letters_of_shards_cut_inside_the_range_grid_are_accounted_for(tmp_
     ranges, or the rows it dead-lettered (300-419) and the rows verify cannot read would not match (when
     metadata.json does not list them)."""
     from tests.test_reliability import corrupt_h5  # chunk 3 of /x (rows 300-399) cannot be decompressed
+
     corrupt_h5(tmp_path / "in.h5")
     out = tmp_path / "out"
-    code, _, err = convert(tmp_path / "in.h5", out, "--dead_letter_dir", tmp_path / "dead", "--target_range_mb",
-                           str(40 * 2056 / 2**20), "--num_shards", "3", "--provenance", capsys=capsys)
+    code, _, err = convert(
+        tmp_path / "in.h5",
+        out,
+        "--dead_letter_dir",
+        tmp_path / "dead",
+        "--target_range_mb",
+        str(40 * 2056 / 2**20),
+        "--num_shards",
+        "3",
+        "--provenance",
+        capsys=capsys,
+    )
     assert code == 0, err
     meta = json.loads((out / "metadata.json").read_text())
     assert meta["rows_dead_lettered"] == 120 and meta["num_records"] == 880
@@ -306,10 +386,11 @@ def test_dead_letters_of_shards_cut_inside_the_range_grid_are_accounted_for(tmp_
 # The bad-input matrix, TFRecord side
 # ----------------------------------------------------------------------------------------------
 
+
 def truncated_mid_record(out):
     path = shard(out)
     index, offset, record = frames(path)[7]
-    path.write_bytes(path.read_bytes()[:offset + 12 + len(record) // 2])
+    path.write_bytes(path.read_bytes()[: offset + 12 + len(record) // 2])
     return out, ["[framing]", path.name, f"record {index}", f"byte offset {offset}", "Truncated record"]
 
 
@@ -334,8 +415,15 @@ def flipped_length_byte(out):
 def gzip_read_as_none(out):
     path = shard(out)
     path.write_bytes(gzip.compress(path.read_bytes()))
-    return out, ["[framing]", path.name, "record 0", "byte offset 0", "Length CRC mismatch",
-                 "looks gzip-compressed", "compression none"]
+    return out, [
+        "[framing]",
+        path.name,
+        "record 0",
+        "byte offset 0",
+        "Length CRC mismatch",
+        "looks gzip-compressed",
+        "compression none",
+    ]
 
 
 def none_read_as_gzip(out):
@@ -377,9 +465,11 @@ def shard_missing(out):
 
 
 def count_differs_from_metadata(out):
-    set_meta(out, shards=lambda shards: [dict(s, records=s["records"] + 1) if i == 1 else s
-                                         for i, s in enumerate(shards)],
-             num_records=lambda n: n + 1)
+    set_meta(
+        out,
+        shards=lambda shards: [dict(s, records=s["records"] + 1) if i == 1 else s for i, s in enumerate(shards)],
+        num_records=lambda n: n + 1,
+    )
     path = shard(out)
     return out, ["[count]", path.name, "metadata.json says"]
 
@@ -398,14 +488,16 @@ def sequence_file(_):
 def plain_file_truncated(out):
     path = out / "cut.tfrecord.gz"
     data = fixture_file(PENGUIN).read_bytes()
-    path.write_bytes(data[:len(data) // 2])
+    path.write_bytes(data[: len(data) // 2])
     return path, ["[framing]", path.name, "Compressed file ended before the end-of-stream marker"]
 
 
 def plain_files_random_payload(out):
     path = out / "plain.tfrecord"
-    write_records(path, [codec.encode_batch({"a": np.arange(2)}, [codec.FeatureSpec("a", "<i8", (), "list")], 2)[0],
-                         b"\x07\x07\x07"])
+    write_records(
+        path,
+        [codec.encode_batch({"a": np.arange(2)}, [codec.FeatureSpec("a", "<i8", (), "list")], 2)[0], b"\x07\x07\x07"],
+    )
     return path, ["[not_example]", path.name, "record 1", f"byte offset {frames(path)[1][1]}", "tf.train.Example"]
 
 
@@ -461,8 +553,11 @@ REFUSED = {  # name: (mutation, error type, words); exit code 2
     "output without metadata.json (incomplete)": (no_metadata, "IncompleteOutputError", ["incomplete"]),
     "pattern matching nothing": (lambda out: out / "nothing-*.tfrecord", "SourceError", ["No input file matches"]),
     "--source for plain files": (lambda out: shard(out), "ConfigError", ["--source needs an output directory"]),
-    "metadata.json that is not JSON": (lambda out: _write(out / "metadata.json", "{oops", out), "SchemaError",
-                                       ["Invalid metadata.json"]),
+    "metadata.json that is not JSON": (
+        lambda out: _write(out / "metadata.json", "{oops", out),
+        "SchemaError",
+        ["Invalid metadata.json"],
+    ),
 }
 
 
@@ -502,6 +597,7 @@ def test_stale_temporaries_and_unlisted_files_are_warnings(outputs, tmp_path, ca
 # Plain TFRecord files and sidecar collections
 # ----------------------------------------------------------------------------------------------
 
+
 def test_plain_tfx_file_passes_with_inferred_features(capsys):
     path = fixture_file(PENGUIN)
     for target in (path, str(path.parent / "*")):
@@ -531,11 +627,17 @@ def make_sidecar(outputs, tmp_path):
     entries = []
     for s in meta["shards"]:
         data = (original / s["file"]).read_bytes()
-        entries.append({"input": str(original / s["file"]), "sidecar": s["file"], "records": s["records"],
-                        "bytes": len(data), "crc32c": google_crc32c.Checksum(data).hexdigest().decode(),
-                        "compression": "none"})
-    manifest = {"format": reader.SIDECAR_FORMAT, "features": [f.to_json() for f in meta["features"]],
-                "shards": entries}
+        entries.append(
+            {
+                "input": str(original / s["file"]),
+                "sidecar": s["file"],
+                "records": s["records"],
+                "bytes": len(data),
+                "crc32c": google_crc32c.Checksum(data).hexdigest().decode(),
+                "compression": "none",
+            }
+        )
+    manifest = {"format": reader.SIDECAR_FORMAT, "features": [f.to_json() for f in meta["features"]], "shards": entries}
     (side / "manifest.json").write_text(json.dumps(manifest))
     return original, side
 
@@ -544,14 +646,22 @@ def test_sidecar_collection_checks_the_manifest_and_reachable_originals(outputs,
     original, side = make_sidecar(outputs, tmp_path)
     code, out, _ = verify(side, "--json", capsys=capsys)  # the manifest's paths are never followed
     report = json.loads(out)
-    assert code == 0 and report["manifest"] == {"shards": 3, "originals_checked": 0, "originals_unreachable": 0,
-                                                "originals_not_named": 3}, out
+    assert code == 0 and report["manifest"] == {
+        "shards": 3,
+        "originals_checked": 0,
+        "originals_unreachable": 0,
+        "originals_not_named": 3,
+    }, out
     assert "3 original shards were not checked" in report["warnings"][0]
     code, out, _ = verify(side, "--json", "--original", str(original), capsys=capsys)
     report = json.loads(out)
     assert code == 0 and report["kind"] == "sidecar", out
-    assert report["manifest"] == {"shards": 3, "originals_checked": 3, "originals_unreachable": 0,
-                                  "originals_not_named": 0}
+    assert report["manifest"] == {
+        "shards": 3,
+        "originals_checked": 3,
+        "originals_unreachable": 0,
+        "originals_not_named": 0,
+    }
     first = original / metadata.load(str(original))["shards"][0]["file"]
     first.write_bytes(first.read_bytes() + b"\x00")  # the original changed after the sidecar was written
     code, out, _ = verify(side, "--original", str(original), capsys=capsys)
@@ -578,6 +688,7 @@ def test_sidecar_collection_checks_the_manifest_and_reachable_originals(outputs,
 # inspect on files without metadata
 # ----------------------------------------------------------------------------------------------
 
+
 def test_inspect_infers_the_features_of_the_tfx_penguin_file(capsys):
     path = fixture_file(PENGUIN)
     for target in (path, path.parent, str(path.parent / "*.gz")):
@@ -585,9 +696,10 @@ def test_inspect_infers_the_features_of_the_tfx_penguin_file(capsys):
         assert code == 0
         s = json.loads(out)
         assert s["num_records"] == 234 and s["num_shards"] == 1 and s["compression"] == "gzip"
-        assert s["features"] == [{"name": n, "dtype": "<f4", "shape": [1], "encoding": "list"} for n in
-                                 ("flipper_length_mm", "culmen_depth_mm", "culmen_length_mm", "body_mass_g")] + \
-            [{"name": "species", "dtype": "<i8", "shape": [1], "encoding": "list"}]
+        assert s["features"] == [
+            {"name": n, "dtype": "<f4", "shape": [1], "encoding": "list"}
+            for n in ("flipper_length_mm", "culmen_depth_mm", "culmen_length_mm", "body_mass_g")
+        ] + [{"name": "species", "dtype": "<i8", "shape": [1], "encoding": "list"}]
         assert s["inferred"] == {"from_records": 234, "metadata": False} and "species" in s["sample"]
     code, out, _ = inspect(path, capsys=capsys)
     assert code == 0 and "no metadata.json: features learned from all 234 records" in out
@@ -603,16 +715,21 @@ def test_inspect_refuses_sequence_examples_with_a_clear_record_error(capsys):
 
 
 def test_inspect_tolerates_features_with_no_kind_and_varying_lengths(tmp_path, capsys):
-    empty = codec.length_delimited_field(1, codec.length_delimited_field(1, codec.length_delimited_field(1, b"e") + codec.length_delimited_field(2, b"")))
-    ints = codec.encode_batch({"n": [np.arange(k) for k in (1, 2)]}, [codec.FeatureSpec("n", "<i8", (None,), "list")],
-                              2)
+    empty = codec.length_delimited_field(
+        1, codec.length_delimited_field(1, codec.length_delimited_field(1, b"e") + codec.length_delimited_field(2, b""))
+    )
+    ints = codec.encode_batch(
+        {"n": [np.arange(k) for k in (1, 2)]}, [codec.FeatureSpec("n", "<i8", (None,), "list")], 2
+    )
     ints = [codec.drop_features(r, ["n/shape"]) for r in ints]
     write_records(tmp_path / "x.tfrecord", [empty + ints[0], empty + ints[1]])
     code, out, _ = inspect(tmp_path / "x.tfrecord", "--json", capsys=capsys)
     s = json.loads(out)
     assert code == 0 and s["compression"] == "none" and s["num_records"] == 2
-    assert s["features"] == [{"name": "e", "dtype": "bytes", "shape": [None], "encoding": "varlen"},
-                             {"name": "n", "dtype": "<i8", "shape": [None], "encoding": "varlen"}]
+    assert s["features"] == [
+        {"name": "e", "dtype": "bytes", "shape": [None], "encoding": "varlen"},
+        {"name": "n", "dtype": "<i8", "shape": [None], "encoding": "varlen"},
+    ]
 
 
 def test_inspect_reads_shards_without_metadata_and_refuses_an_incomplete_output(outputs, tmp_path, capsys):
@@ -640,23 +757,32 @@ def test_inspect_of_an_output_directory_is_unchanged(outputs, capsys):
 # Security
 # ----------------------------------------------------------------------------------------------
 
+
 def test_yaml_python_tags_are_refused_and_never_run(tmp_path, capsys):
     marker = tmp_path / "pwned"
     config = tmp_path / "evil.yaml"
-    config.write_text(f'input: !!python/object/apply:os.system ["touch {marker}"]\n'
-                      "compression: !!python/object:builtins.object {}\n")
+    config.write_text(
+        f'input: !!python/object/apply:os.system ["touch {marker}"]\n'
+        "compression: !!python/object:builtins.object {}\n"
+    )
     code, _, err = convert("x.h5", tmp_path / "out", "--config", config, capsys=capsys)
     assert code == 2 and err.startswith("error: ConfigError:") and "Invalid YAML" in err and "evil.yaml" in err
     assert not marker.exists()
     from tfrecord_etl.transforms.config import load_yaml
+
     with pytest.raises(ConfigError, match="python/object"):
         load_yaml(str(config))
 
 
 @pytest.mark.parametrize("name", ["../x", "/etc/passwd", "a/../../x", "..\\x", "..", ".", "", "x\x00y", 7, None])
 def test_metadata_shard_paths_never_leave_the_output_directory(tmp_path, name):
-    meta = {"format": metadata.FORMAT, "compression": "none", "features": [], "num_records": 0,
-            "shards": [{"file": name, "records": 0, "bytes": 0}]}
+    meta = {
+        "format": metadata.FORMAT,
+        "compression": "none",
+        "features": [],
+        "num_records": 0,
+        "shards": [{"file": name, "records": 0, "bytes": 0}],
+    }
     (tmp_path / "metadata.json").write_text(json.dumps(meta))
     with pytest.raises(SchemaError, match="Invalid metadata.json"):
         metadata.load(str(tmp_path))
@@ -665,8 +791,13 @@ def test_metadata_shard_paths_never_leave_the_output_directory(tmp_path, name):
 
 
 def test_metadata_shard_paths_stay_inside_for_plain_names(tmp_path):
-    meta = {"format": metadata.FORMAT, "compression": "none", "features": [], "num_records": 0,
-            "shards": [{"file": n, "records": 0, "bytes": 0} for n in ("a.tfrecord", "...", "x..y", " ")]}
+    meta = {
+        "format": metadata.FORMAT,
+        "compression": "none",
+        "features": [],
+        "num_records": 0,
+        "shards": [{"file": n, "records": 0, "bytes": 0} for n in ("a.tfrecord", "...", "x..y", " ")],
+    }
     (tmp_path / "metadata.json").write_text(json.dumps(meta))
     for path in metadata.shard_paths(str(tmp_path), metadata.load(str(tmp_path))):
         assert (tmp_path / path).resolve().parent == tmp_path.resolve()
@@ -674,6 +805,7 @@ def test_metadata_shard_paths_stay_inside_for_plain_names(tmp_path):
 
 def test_progress_bar_is_off_without_a_terminal_and_safe_on_one(capsys):
     from tfrecord_etl.pipelines.verify import TqdmProgress
+
     bar = TqdmProgress(enabled=True)
     bar.start("verifying", 10)
     bar.update(5)
@@ -687,6 +819,7 @@ def test_progress_bar_is_off_without_a_terminal_and_safe_on_one(capsys):
 
 def test_infer_specs_names_the_file_and_record_of_a_sequence_example():
     from tfrecord_etl.transforms import verify as verify_lib
+
     good = frames(fixture_file(PENGUIN), "gzip")[0][2]
     with pytest.raises(RecordError, match="SequenceExample") as e:
         verify_lib.infer_specs([good, frames(fixture_file(SEQUENCE), "gzip")[0][2]], "seq.gz")

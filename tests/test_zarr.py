@@ -2,6 +2,7 @@
 the zarr package ships (blosc, zstd, gzip, lz4, bitshuffle, the v3 sharding codec), big-endian and Fortran-order
 arrays, strings; values exact against ``zarr.open(...)[...]`` and read back with plain TensorFlow; row ranges
 aligned to chunks from metadata only; hostile stores refused with one line."""
+
 from __future__ import annotations
 
 import gzip
@@ -32,12 +33,15 @@ def column(rows, name) -> np.ndarray:
 
 def plain_tf(out) -> list[dict]:
     from tfrecord_etl.pipelines import common
+
     common.preload_tensorflow()
     import tensorflow as tf
+
     spec = reader.tf_feature_spec(str(out))
     files = sorted(str(p) for p in out.glob("*.tfrecord"))
-    return [{k: v.numpy() for k, v in tf.io.parse_single_example(s, spec).items()}
-            for s in tf.data.TFRecordDataset(files)]
+    return [
+        {k: v.numpy() for k, v in tf.io.parse_single_example(s, spec).items()} for s in tf.data.TFRecordDataset(files)
+    ]
 
 
 def run(store, out, *flags, capsys=None):
@@ -76,8 +80,9 @@ def test_v3_row_groups_strings_and_sharding(tmp_path, caplog):
     assert sorted(rows[0]) == ["label", "name", "x"]
     np.testing.assert_array_equal(column(rows, "x"), opened["x"][:])
     np.testing.assert_array_equal(column(rows, "label"), opened["label"][:])
-    assert [r["name"].item() if np.ndim(r["name"]) == 0 else r["name"][0] for r in rows] == \
-        [s.encode() for s in opened["name"][:]]
+    assert [r["name"].item() if np.ndim(r["name"]) == 0 else r["name"][0] for r in rows] == [
+        s.encode() for s in opened["name"][:]
+    ]
     tf_rows = plain_tf(tmp_path / "o2")
     np.testing.assert_array_equal(np.stack([r["x"] for r in tf_rows]), opened["x"][:])
     np.testing.assert_array_equal(np.stack([np.asarray(r["label"]).reshape(()) for r in tf_rows]), opened["label"][:])
@@ -129,17 +134,25 @@ def test_v3_codecs(tmp_path, codec):
 
 def v2_compressors():
     import numcodecs
-    return {"blosc": numcodecs.Blosc(cname="zstd", shuffle=numcodecs.Blosc.BITSHUFFLE), "zstd": numcodecs.Zstd(),
-            "gzip": numcodecs.GZip(), "zlib": numcodecs.Zlib(), "lz4": numcodecs.LZ4(), "bz2": numcodecs.BZ2(),
-            "lzma": numcodecs.LZMA()}
+
+    return {
+        "blosc": numcodecs.Blosc(cname="zstd", shuffle=numcodecs.Blosc.BITSHUFFLE),
+        "zstd": numcodecs.Zstd(),
+        "gzip": numcodecs.GZip(),
+        "zlib": numcodecs.Zlib(),
+        "lz4": numcodecs.LZ4(),
+        "bz2": numcodecs.BZ2(),
+        "lzma": numcodecs.LZMA(),
+    }
 
 
 @pytest.mark.parametrize("codec", ["blosc", "zstd", "gzip", "zlib", "lz4", "bz2", "lzma"])
 def test_v2_codecs(tmp_path, codec):
     store = tmp_path / "c.zarr"
     data = np.sin(np.arange(3000, dtype="f8")).reshape(300, 10)
-    a = zarr.create_array(str(store), shape=data.shape, chunks=(64, 10), dtype="f8", zarr_format=2,
-                          compressors=v2_compressors()[codec])
+    a = zarr.create_array(
+        str(store), shape=data.shape, chunks=(64, 10), dtype="f8", zarr_format=2, compressors=v2_compressors()[codec]
+    )
     a[:] = data
     code, err = run(store, tmp_path / "o")
     assert code == 0, err
@@ -166,9 +179,13 @@ def test_an_npz_is_not_taken_for_a_zip_store(tmp_path):
 def test_xarray_to_zarr_with_coordinates_values_as_stored(tmp_path):
     xr = pytest.importorskip("xarray")
     time = np.arange(12)
-    ds = xr.Dataset({"temp": (("time", "lat"), np.linspace(250, 300, 48).reshape(12, 4)),
-                     "count": (("time",), np.arange(12, dtype="i4"))},
-                    coords={"time": time, "lat": [10.0, 20.0, 30.0, 40.0]})
+    ds = xr.Dataset(
+        {
+            "temp": (("time", "lat"), np.linspace(250, 300, 48).reshape(12, 4)),
+            "count": (("time",), np.arange(12, dtype="i4")),
+        },
+        coords={"time": time, "lat": [10.0, 20.0, 30.0, 40.0]},
+    )
     ds["temp"].encoding = {"dtype": "i2", "scale_factor": 0.01, "add_offset": 273.15, "_FillValue": -999}
     ds["temp"].attrs["units"] = "K"
     store = tmp_path / "x.zarr"
@@ -238,6 +255,7 @@ def test_unwritten_chunks_refused_unless_allowed(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------------------ hostile stores
 
+
 def one_line_refusal(err: str, *fragments: str) -> None:
     """Exactly one line of ``err`` holds every fragment (the refusal names what and where, no traceback)."""
     assert "Traceback" not in err, err
@@ -258,8 +276,10 @@ def test_chunk_larger_than_declared_refused(tmp_path, capsys):
 def test_gzip_bomb_refused(tmp_path, capsys):
     store = tmp_path / "bomb.zarr"
     import numcodecs
-    zarr.create_array(str(store), shape=(2000,), chunks=(1000,), dtype="f8", zarr_format=2,
-                      compressors=numcodecs.GZip())[:] = 1.0
+
+    zarr.create_array(
+        str(store), shape=(2000,), chunks=(1000,), dtype="f8", zarr_format=2, compressors=numcodecs.GZip()
+    )[:] = 1.0
     bomb = gzip.compress(b"\0" * (8 * 2**20))  # 8 MiB from 8 KB, for a chunk of 8,000 bytes
     assert len(bomb) < 9000
     (store / "1").write_bytes(bomb)
@@ -270,8 +290,9 @@ def test_gzip_bomb_refused(tmp_path, capsys):
 
 def test_blosc_header_bomb_refused(tmp_path, capsys):
     store = tmp_path / "bb.zarr"
-    zarr.create_array(str(store), shape=(100,), chunks=(50,), dtype="i4",
-                      compressors=[zarr.codecs.BloscCodec()])[:] = np.arange(100)
+    zarr.create_array(str(store), shape=(100,), chunks=(50,), dtype="i4", compressors=[zarr.codecs.BloscCodec()])[:] = (
+        np.arange(100)
+    )
     chunk = bytearray((store / "c" / "1").read_bytes())
     struct.pack_into("<I", chunk, 4, 2**31)  # declares 2 GiB decoded
     (store / "c" / "1").write_bytes(bytes(chunk))
@@ -286,9 +307,10 @@ def test_dotdot_key_in_consolidated_metadata_refused(tmp_path, capsys):
     store = tmp_path / "evil.zarr"
     store.mkdir()
     (store / ".zgroup").write_text(json.dumps({"zarr_format": 2}))
-    meta = {"zarr_consolidated_format": 1, "metadata": {
-        ".zgroup": {"zarr_format": 2},
-        "../secret/.zarray": json.loads((outside / ".zarray").read_text())}}
+    meta = {
+        "zarr_consolidated_format": 1,
+        "metadata": {".zgroup": {"zarr_format": 2}, "../secret/.zarray": json.loads((outside / ".zarray").read_text())},
+    }
     (store / ".zmetadata").write_text(json.dumps(meta))
     code, err = run(store, tmp_path / "o", capsys=capsys)
     assert code != 0
@@ -315,9 +337,11 @@ def test_not_a_store_directory(tmp_path):
 
 # ------------------------------------------------------------------------------------------ inspect and verify
 
+
 def test_inspect_lists_the_store_tree(tmp_path, capsys):
     from tests.conftest import run_command
     from tfrecord_etl.pipelines import inspect as inspect_module
+
     store = tmp_path / "t.zarr"
     v3_store(store)
     code, out, _ = run_command(inspect_module.main, [str(store)], capsys)
@@ -337,6 +361,7 @@ def test_inspect_lists_the_store_tree(tmp_path, capsys):
 def test_verify_source_compares_against_the_store(tmp_path, capsys):
     from tests.conftest import run_command
     from tfrecord_etl.pipelines import verify as verify_module
+
     store = tmp_path / "v.zarr"
     v3_store(store)
     code, err = run(store, tmp_path / "o", "--row_group", "2")
@@ -355,14 +380,18 @@ def test_verify_source_compares_against_the_store(tmp_path, capsys):
 def test_augment_join_input_takes_a_zarr_array(tmp_path, capsys):
     from tests.conftest import run_command
     from tfrecord_etl.pipelines import augment as augment_main
+
     np.save(tmp_path / "in.npy", np.arange(40, dtype="<i8"))
     code, err = run(tmp_path / "in.npy", tmp_path / "conv", "--num_shards", "2")
     assert code == 0, err
     store = tmp_path / "labels.zarr"
     g = zarr.open_group(str(store), mode="w")
     g.create_array("label", shape=(40,), chunks=(16,), dtype=">i4")[:] = np.arange(40) * 10
-    code, _, err = run_command(augment_main.main, ["--input", str(tmp_path / "conv"), "--output_dir",
-                                                   str(tmp_path / "aug"), "--join_input", str(store)], capsys)
+    code, _, err = run_command(
+        augment_main.main,
+        ["--input", str(tmp_path / "conv"), "--output_dir", str(tmp_path / "aug"), "--join_input", str(store)],
+        capsys,
+    )
     assert code == 0, err
     rows = rows_of(tmp_path / "aug")
     np.testing.assert_array_equal(column(rows, "label"), np.arange(40) * 10)
@@ -375,6 +404,7 @@ def test_planning_a_1000_chunk_consolidated_store_reads_only_its_root_metadata(t
     nodes; a local store's chunk files are counted), whatever the chunk count: a remote store is planned in a few
     requests."""
     from tfrecord_etl.transforms.sources import zarrbounded
+
     store = tmp_path / "k.zarr"
     g = zarr.open_group(str(store), mode="w", zarr_format=3)
     for name in ("a", "b"):
@@ -383,8 +413,11 @@ def test_planning_a_1000_chunk_consolidated_store_reads_only_its_root_metadata(t
     assert sum(len(files) for _, _, files in os.walk(store)) > 1000
     read, listed = [], []
     real_get = zarrbounded.BoundedStore.get_sync
-    monkeypatch.setattr(zarrbounded.BoundedStore, "get_sync", lambda self, key, byte_range=None: (
-        read.append(key), real_get(self, key, byte_range))[1])
+    monkeypatch.setattr(
+        zarrbounded.BoundedStore,
+        "get_sync",
+        lambda self, key, byte_range=None: (read.append(key), real_get(self, key, byte_range))[1],
+    )
     monkeypatch.setattr(zarrbounded.BoundedStore, "children", lambda self, prefix: listed.append(prefix) or [])
     plan = planning.plan_inputs(str(store), SourceOptions(target_range_bytes=16 * 100))
     assert plan.indexes[0].items == ("a", "b") and plan.indexes[0].num_rows == 1000

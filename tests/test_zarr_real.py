@@ -4,6 +4,7 @@ float (f2/f4/f8), bool and string dtypes, C and F order, 1-4 dimensions, uncompr
 (zstd with no/byte/bit shuffle, lz4). Every array zarr 3 reads converts exactly as ``zarr.open_array(...)[...]``
 reads it; the 14 that zarr 3.1 cannot open (``|S1``/``<U4`` arrays whose ``fill_value`` is ``0``) are skipped with one
 warning and listed by inspect as unreadable."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,16 +37,35 @@ def test_every_readable_array_converts_exactly_datasets_mode(tmp_path, caplog, c
     expected = readable(store)
     assert len(expected) == 5 + 22 * 7  # flat, meta, nested, ... and groups 0-23 but the two string groups
     del expected["nested_legacy"]  # see the next test
-    code, _, err = convert(str(store), str(tmp_path / "o"), "--container_mode", "datasets", "--writer", "planned",
-                           "--datasets", ",".join(sorted(expected)), beam=False, capsys=capsys)
+    code, _, err = convert(
+        str(store),
+        str(tmp_path / "o"),
+        "--container_mode",
+        "datasets",
+        "--writer",
+        "planned",
+        "--datasets",
+        ",".join(sorted(expected)),
+        beam=False,
+        capsys=capsys,
+    )
     assert code == 0, err
     got = {np.asarray(r["key"]).item().decode(): r["array"] for r in reader.iter_numpy(str(tmp_path / "o"))}
     assert sorted(got) == sorted(expected)
     for name, value in expected.items():
         np.testing.assert_array_equal(got[name], value, err_msg=name)
         assert got[name].dtype == value.dtype.newbyteorder("<") or got[name].dtype == value.dtype, name
-    code, _, err = convert(str(store), str(tmp_path / "all"), "--container_mode", "datasets", "--writer", "planned",
-                           "--allow_fill_value", beam=False, capsys=capsys)
+    code, _, err = convert(
+        str(store),
+        str(tmp_path / "all"),
+        "--container_mode",
+        "datasets",
+        "--writer",
+        "planned",
+        "--allow_fill_value",
+        beam=False,
+        capsys=capsys,
+    )
     assert code == 0, err
     assert caplog.text.count("Skipping 14 node(s)") == 1 and "14/0 (TypeError" in caplog.text
 
@@ -57,8 +77,9 @@ def test_legacy_nested_chunks_zarr_reads_as_fill_are_refused(tmp_path, capsys):
     assert (store / "nested_legacy" / "0" / "0").is_file() and not (store / "nested_legacy" / "0.0").exists()
     assert not zarr.open_array(str(store), path="nested_legacy", mode="r")[...].any()  # zarr: all zeros
     np.testing.assert_array_equal(zarr.open_array(str(store), path="nested", mode="r")[...], [[1, 2], [3, 4]])
-    code, _, err = convert(str(store), str(tmp_path / "o"), "--datasets", "nested_legacy", "--writer", "planned",
-                           beam=False, capsys=capsys)
+    code, _, err = convert(
+        str(store), str(tmp_path / "o"), "--datasets", "nested_legacy", "--writer", "planned", beam=False, capsys=capsys
+    )
     assert code != 0
     assert "The chunk 'nested_legacy/0.0' of array 'nested_legacy' was never written" in err
 
@@ -77,6 +98,7 @@ def test_rows_mode_group_with_every_compressor(tmp_path, capsys, group):
 
 def test_inspect_lists_the_unreadable_arrays(capsys):
     from tfrecord_etl.pipelines import inspect as inspect_module
+
     code, out, _ = run_command(inspect_module.main, [str(fixture_file(STORE))], capsys)
     assert code == 0
     assert out.count("[unreadable: zarr cannot read it: TypeError") == 14

@@ -2,6 +2,7 @@
 same shards as its local copy, the server sending at most 1.05x the store's bytes (every chunk read once, metadata
 from the consolidated document); a store without consolidated metadata is listed and read too. A byte count, not a
 timing."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,9 @@ def proxied(s3):
     endpoint = next(f for f in flags if f.startswith("--s3_endpoint_url=")).split("=", 1)[1]
     host, port = endpoint.rsplit("/", 1)[1].split(":")
     proxy = CountingProxy((host, int(port))).start()
-    flags = [f for f in flags if not f.startswith("--s3_endpoint_url=")] + \
-        [f"--s3_endpoint_url=http://127.0.0.1:{proxy.port}"]
+    flags = [f for f in flags if not f.startswith("--s3_endpoint_url=")] + [
+        f"--s3_endpoint_url=http://127.0.0.1:{proxy.port}"
+    ]
     fileio._CLIENTS.clear()
     yield client, proxy, flags
     fileio._CLIENTS.clear()
@@ -51,9 +53,10 @@ def test_s3_store_converts_like_its_local_copy_within_egress(proxied, tmp_path, 
     local = tmp_path / "s.zarr"
     g = zarr.open_group(str(local), mode="w", zarr_format=2)
     import numcodecs
-    g.create_array("img", shape=(512, 16, 16), chunks=(64, 16, 16), dtype="f4",
-                   compressors=numcodecs.Blosc(cname="zstd"))[:] = \
-        rng.standard_normal((512, 16, 16)).astype("f4")
+
+    g.create_array(
+        "img", shape=(512, 16, 16), chunks=(64, 16, 16), dtype="f4", compressors=numcodecs.Blosc(cname="zstd")
+    )[:] = rng.standard_normal((512, 16, 16)).astype("f4")
     g.create_array("label", shape=(512,), chunks=(64,), dtype="i8")[:] = np.arange(512)
     if consolidated:
         zarr.consolidate_metadata(str(local))
@@ -78,10 +81,12 @@ def test_gcs_store_converts_like_its_local_copy_within_egress(tmp_path):
     a v3 store with zstd."""
     pytest.importorskip("gcp_storage_emulator")
     from tests import gcs_emulator
+
     local = tmp_path / "g.zarr"
     g = zarr.open_group(str(local), mode="w", zarr_format=3)
-    g.create_array("v", shape=(300, 512), chunks=(50, 512), dtype="<f8", compressors=[zarr.codecs.ZstdCodec()])[:] = \
-        np.random.default_rng(4).standard_normal((300, 512))  # chunks of 200 KB
+    g.create_array("v", shape=(300, 512), chunks=(50, 512), dtype="<f8", compressors=[zarr.codecs.ZstdCodec()])[:] = (
+        np.random.default_rng(4).standard_normal((300, 512))
+    )  # chunks of 200 KB
     zarr.consolidate_metadata(str(local))
     bucket_name = "etl-zarr-gcs"
     common = ["--num_shards", "2", "--runner=DirectRunner", "--direct_running_mode=in_memory", "--writer", "planned"]
@@ -91,6 +96,7 @@ def test_gcs_store_converts_like_its_local_copy_within_egress(tmp_path):
         try:
             with gcs_emulator.emulator_host(f"http://127.0.0.1:{proxy.port}"):
                 from google.cloud import storage
+
                 bucket = storage.Client.create_anonymous_client().bucket(bucket_name)
                 size = 0
                 for top, _, files in os.walk(local):
@@ -100,8 +106,9 @@ def test_gcs_store_converts_like_its_local_copy_within_egress(tmp_path):
                         size += len(data)
                         bucket.blob(f"g.zarr/{os.path.relpath(os.path.join(top, f), local)}").upload_from_string(data)
                 proxy.reset()
-                code, _, err = convert(["--input", f"gs://{bucket_name}/g.zarr", "--output_dir", tmp_path / "remote",
-                                        *common])
+                code, _, err = convert(
+                    ["--input", f"gs://{bucket_name}/g.zarr", "--output_dir", tmp_path / "remote", *common]
+                )
                 assert code == 0, err
                 ratio = proxy.egress_bytes / size
                 print(f"gcs: {proxy.egress_bytes} bytes sent for a store of {size}: {ratio:.3f}x")

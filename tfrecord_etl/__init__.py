@@ -22,6 +22,7 @@ import Beam or TensorFlow::
     for example in te.iter_numpy("out/"):
         ...
 """
+
 from __future__ import annotations
 
 import importlib
@@ -43,11 +44,13 @@ def _check_checkout() -> None:
     spec = importlib.util.find_spec("tfrecord_etl.transforms")  # where the import system would load it from
     found = os.path.realpath(list(spec.submodule_search_locations)[0]) if spec else None
     if found != os.path.realpath(mine):
-        raise ImportError(f"tfrecord_etl is imported from the checkout {os.path.dirname(here)}, but "
-                          f"tfrecord_etl.transforms would be {found or 'missing'} (this venv's install of "
-                          f"tfrecord-etl is another copy). Hint: run configs/devlinks.sh once in that checkout "
-                          f"(docs/development.md, 'Several checkouts, one venv'), or start Python outside it",
-                          name="tfrecord_etl")
+        raise ImportError(
+            f"tfrecord_etl is imported from the checkout {os.path.dirname(here)}, but "
+            f"tfrecord_etl.transforms would be {found or 'missing'} (this venv's install of "
+            f"tfrecord-etl is another copy). Hint: run configs/devlinks.sh once in that checkout "
+            f"(docs/development.md, 'Several checkouts, one venv'), or start Python outside it",
+            name="tfrecord_etl",
+        )
 
 
 _check_checkout()

@@ -5,6 +5,7 @@ from the wheel built there (``pip wheel --no-deps -w dist .`` writes :data:`WHEE
 'dist/WHEEL[beam]'`` then installs it with its extra anywhere). The extras are setup.py's ``extras_require``:
 ``beam`` (the pipelines), ``s3``, ``gcs``, ``zarr``, ``tfds``, ``tfx``, ``dask``, ``all``, ...
 """
+
 from __future__ import annotations
 
 from tfrecord_etl import __version__

@@ -6,6 +6,7 @@ read, encoded and written per element, committed through ``transforms.sink``), `
 ``WriteToTFRecord``) and ``WriteMetadataFn`` (the count check and ``metadata.json``, the commit point). Planning
 lives in ``transforms.planning``; ``transforms.convert`` composes these into ``ConvertToTFRecord``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -13,15 +14,15 @@ import dataclasses
 import logging
 import sys
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.metrics import Metrics
 
-from tfrecord_etl.transforms import (fileio, metadata, outdir, sharding, sink, sources, splits, tfds_info,
-                                    tfrecord)
+from tfrecord_etl.transforms import fileio, metadata, outdir, sharding, sink, sources, splits, tfds_info, tfrecord
 from tfrecord_etl.transforms.codec import EncodedBatch, FeatureSpec, encode_columns
 from tfrecord_etl.transforms.errors import InputChangedError, RecordError, SchemaError
 from tfrecord_etl.transforms.planning import InputPlan, add_provenance, plan_inputs, shard_suffix
@@ -48,16 +49,25 @@ class ShardClock:
 
     def end(self) -> None:
         self._end.update(int(time.time() * 1000))
+
+
 DEAD_LETTERS = "dead_letters"
 
 
 def dead_letter(rr: RowRange, error: BaseException) -> dict:
     """The JSON-able record of a row range that could not be read or encoded."""
     ctx = getattr(error, "context", {})
-    return {"file": rr.path, "datasets": list(rr.items) if not rr.item_files else [],
-            "files": list(rr.items) if rr.item_files else [], "start": rr.start, "stop": rr.stop,
-            "rows": rr.num_rows, "error": type(error).__name__,
-            "message": getattr(error, "message", str(error)), "context": {k: str(v) for k, v in ctx.items()}}
+    return {
+        "file": rr.path,
+        "datasets": list(rr.items) if not rr.item_files else [],
+        "files": list(rr.items) if rr.item_files else [],
+        "start": rr.start,
+        "stop": rr.stop,
+        "rows": rr.num_rows,
+        "error": type(error).__name__,
+        "message": getattr(error, "message", str(error)),
+        "context": {k: str(v) for k, v in ctx.items()},
+    }
 
 
 def dead_range(letter: dict) -> dict:
@@ -106,17 +116,20 @@ class ReadFromArrays(beam.PTransform):
         self.plan = plan or plan_inputs(pattern, options)
 
     def expand(self, pbegin):
-        return (pbegin
-                | "CreateRowRanges" >> beam.Create(list(self.plan.ranges), reshuffle=True)
-                | "ReadRowRanges" >> beam.ParDo(ReadRowRangesFn(self.plan.source)))
+        return (
+            pbegin
+            | "CreateRowRanges" >> beam.Create(list(self.plan.ranges), reshuffle=True)
+            | "ReadRowRanges" >> beam.ParDo(ReadRowRangesFn(self.plan.source))
+        )
 
 
 class ReadFromHdf5(ReadFromArrays):
     """ReadFromArrays for HDF5 files (``datasets``: dataset paths, default all)."""
 
     def __init__(self, pattern: str, datasets=None, target_range_bytes=sources.DEFAULT_RANGE_BYTES):
-        super().__init__(pattern, SourceOptions("hdf5", tuple(datasets) if datasets else None,
-                                                target_range_bytes=target_range_bytes))
+        super().__init__(
+            pattern, SourceOptions("hdf5", tuple(datasets) if datasets else None, target_range_bytes=target_range_bytes)
+        )
 
 
 class ReadFromNpz(ReadFromArrays):
@@ -138,15 +151,33 @@ class ReadFromRaw(ReadFromArrays):
     file size, ``offset`` bytes of header, ``order`` C or F, ``count`` rows after the offset (None: to the end of
     the file); any of them may come from a sidecar instead)."""
 
-    def __init__(self, pattern: str, dtype=None, shape=None, offset=0, order="C", count=None,
-                 target_range_bytes=sources.DEFAULT_RANGE_BYTES):
-        super().__init__(pattern, SourceOptions("raw", target_range_bytes=target_range_bytes, raw_dtype=dtype,
-                                                raw_shape=tuple(shape) if shape else None, raw_offset=offset,
-                                                raw_order=order, raw_count=count))
+    def __init__(
+        self,
+        pattern: str,
+        dtype=None,
+        shape=None,
+        offset=0,
+        order="C",
+        count=None,
+        target_range_bytes=sources.DEFAULT_RANGE_BYTES,
+    ):
+        super().__init__(
+            pattern,
+            SourceOptions(
+                "raw",
+                target_range_bytes=target_range_bytes,
+                raw_dtype=dtype,
+                raw_shape=tuple(shape) if shape else None,
+                raw_offset=offset,
+                raw_order=order,
+                raw_count=count,
+            ),
+        )
 
 
-def encode_range(rr: RowRange, columns: dict, specs: Sequence[FeatureSpec], allow_lossy=(),
-                 provenance=False) -> EncodedBatch:
+def encode_range(
+    rr: RowRange, columns: dict, specs: Sequence[FeatureSpec], allow_lossy=(), provenance=False
+) -> EncodedBatch:
     """Encodes the columns of one row range (``{name: (rows, *shape)}``) in one vectorized call; a RecordError
     gets the range's file and rows. With ``provenance`` the ``_source/file`` / ``_source/row`` columns are added."""
     if provenance:
@@ -183,8 +214,14 @@ class EncodeExamples(beam.PTransform):
         return batches | "EncodeBatches" >> beam.ParDo(self._fn)
 
 
-def encode_splits(rr: RowRange, columns: dict, specs: Sequence[FeatureSpec], allow_lossy=(), provenance=False,
-                  split_plan: SplitPlan | None = None) -> list[tuple[int, np.ndarray | None, EncodedBatch]]:
+def encode_splits(
+    rr: RowRange,
+    columns: dict,
+    specs: Sequence[FeatureSpec],
+    allow_lossy=(),
+    provenance=False,
+    split_plan: SplitPlan | None = None,
+) -> list[tuple[int, np.ndarray | None, EncodedBatch]]:
     """Encodes the columns of one row range as ``[(split number, rows, batch)]``: one batch (split 0, ``rows``
     None: all of them) without ``split_plan``, else one per split that holds rows of the range
     (``SplitPlan.assign``), ``rows`` their positions in the range (int64), each in row order and encoded in one
@@ -204,19 +241,35 @@ def encode_splits(rr: RowRange, columns: dict, specs: Sequence[FeatureSpec], all
         for k in range(len(split_plan.names)):
             rows = np.flatnonzero(ids == k)
             if rows.size:
-                part = columns if rows.size == rr.num_rows else {
-                    name: col[rows] if isinstance(col, np.ndarray) else [col[i] for i in rows]
-                    for name, col in columns.items()}
-                out.append((k, None if rows.size == rr.num_rows else rows,
-                            encode_columns(part, specs, int(rows.size), allow_lossy)))
+                part = (
+                    columns
+                    if rows.size == rr.num_rows
+                    else {
+                        name: col[rows] if isinstance(col, np.ndarray) else [col[i] for i in rows]
+                        for name, col in columns.items()
+                    }
+                )
+                out.append(
+                    (
+                        k,
+                        None if rows.size == rr.num_rows else rows,
+                        encode_columns(part, specs, int(rows.size), allow_lossy),
+                    )
+                )
         return out
     except (RecordError, SchemaError) as e:
         raise e.with_context(file=rr.path, rows=f"{rr.start}-{rr.stop - 1}") from None
 
 
-def read_and_encode(source: Source, rr: RowRange, specs, allow_lossy=(), provenance=False, dead_letters=False,
-                    split_plan: SplitPlan | None = None
-                    ) -> tuple[list[tuple[int, np.ndarray | None, EncodedBatch]], list[dict]]:
+def read_and_encode(
+    source: Source,
+    rr: RowRange,
+    specs,
+    allow_lossy=(),
+    provenance=False,
+    dead_letters=False,
+    split_plan: SplitPlan | None = None,
+) -> tuple[list[tuple[int, np.ndarray | None, EncodedBatch]], list[dict]]:
     """Reads and encodes one row range: ``([(split, rows, batch)...], [])`` (:func:`encode_splits`); with
     ``dead_letters`` a range that fails becomes ``([], [letter])``, except that a range of several files
     (``files`` / npy ``files`` modes: one file per row) is retried file by file, so only the files that fail
@@ -236,7 +289,7 @@ def read_and_encode(source: Source, rr: RowRange, specs, allow_lossy=(), provena
             return [], [dead_letter(rr, e)]
     batches, letters = [], []
     for i in range(rr.num_rows):
-        one = RowRange(rr.path, rr.start + i, rr.start + i + 1, rr.items[i:i + 1], True)
+        one = RowRange(rr.path, rr.start + i, rr.start + i + 1, rr.items[i : i + 1], True)
         b, d = read_and_encode(source, one, specs, allow_lossy, provenance, dead_letters, split_plan)
         batches += [(k, i + (np.arange(batch.num_rows) if rows is None else rows), batch) for k, rows, batch in b]
         letters += d
@@ -256,8 +309,7 @@ class ReadAndEncodeFn(CarriesRun, beam.DoFn):
         self._dead = Metrics.counter(NAMESPACE, "rows_dead_lettered")
 
     def process(self, rr: RowRange):
-        batches, letters = read_and_encode(self._source, rr, self._specs, self._lossy, self._prov,
-                                           self._dead_letters)
+        batches, letters = read_and_encode(self._source, rr, self._specs, self._lossy, self._prov, self._dead_letters)
         self._rows.inc(rr.num_rows)
         for letter in letters:
             self._dead.inc(letter["rows"])
@@ -270,8 +322,11 @@ class ReadAndEncodeFn(CarriesRun, beam.DoFn):
         self._source.close()  # files stay open between the ranges of a bundle, not after it
 
 
-_BEAM_COMPRESSION = {"none": CompressionTypes.UNCOMPRESSED, "gzip": CompressionTypes.GZIP,
-                     "zlib": CompressionTypes.DEFLATE}  # Beam's DEFLATE is a zlib stream with header: TF's ZLIB
+_BEAM_COMPRESSION = {
+    "none": CompressionTypes.UNCOMPRESSED,
+    "gzip": CompressionTypes.GZIP,
+    "zlib": CompressionTypes.DEFLATE,
+}  # Beam's DEFLATE is a zlib stream with header: TF's ZLIB
 
 
 class WriteToShards(beam.PTransform):
@@ -287,10 +342,12 @@ class WriteToShards(beam.PTransform):
 
     def expand(self, records):
         return records | "WriteToTFRecord" >> beam.io.WriteToTFRecord(
-            self._prefix, file_name_suffix=shard_suffix(self._compression), num_shards=self._num_shards,
-            shard_name_template="-SSSSS-of-NNNNN", compression_type=_BEAM_COMPRESSION[self._compression])
-
-
+            self._prefix,
+            file_name_suffix=shard_suffix(self._compression),
+            num_shards=self._num_shards,
+            shard_name_template="-SSSSS-of-NNNNN",
+            compression_type=_BEAM_COMPRESSION[self._compression],
+        )
 
 
 class WriteShardFn(CarriesRun, beam.DoFn):
@@ -306,9 +363,21 @@ class WriteShardFn(CarriesRun, beam.DoFn):
     together plus the rows dead-lettered equal the rows planned; one dict per file, with ``"split"``.
     """
 
-    def __init__(self, source: Source, specs, output_dir: str, prefix: str, compression: str,
-                 allow_lossy=(), provenance=False, dead_letter_dir: str | None = None, progress=False,
-                 index=False, split_plan: SplitPlan | None = None, codec: dict | None = None):
+    def __init__(
+        self,
+        source: Source,
+        specs,
+        output_dir: str,
+        prefix: str,
+        compression: str,
+        allow_lossy=(),
+        provenance=False,
+        dead_letter_dir: str | None = None,
+        progress=False,
+        index=False,
+        split_plan: SplitPlan | None = None,
+        codec: dict | None = None,
+    ):
         self._source, self._output_dir, self._prefix, self._compression = source, output_dir, prefix, compression
         self._index, self._split_plan, self._codec = index, split_plan, codec
         self._specs, self._lossy, self._prov = tuple(specs), tuple(allow_lossy), provenance
@@ -323,8 +392,15 @@ class WriteShardFn(CarriesRun, beam.DoFn):
     def _encoded(self, rr: RowRange, letters: list) -> list[tuple[int, np.ndarray | None, EncodedBatch]]:
         """The encoded rows of one range, by split; with a dead-letter dir, what fails becomes letters."""
         try:
-            batches, dead = read_and_encode(self._source, rr, self._specs, self._lossy, self._prov,
-                                            self._dead_letter_dir is not None, self._split_plan)
+            batches, dead = read_and_encode(
+                self._source,
+                rr,
+                self._specs,
+                self._lossy,
+                self._prov,
+                self._dead_letter_dir is not None,
+                self._split_plan,
+            )
         finally:
             self._rows.inc(rr.num_rows)
         letters += dead
@@ -335,8 +411,10 @@ class WriteShardFn(CarriesRun, beam.DoFn):
         if self._split_plan is None:
             return [(None, shard.file_name(self._prefix, shard_suffix(self._compression)))]
         suffix = tfrecord.SUFFIXES[self._compression]
-        return [(split, splits.shard_name(self._prefix, split, shard.index, shard.num_shards, suffix))
-                for split in self._split_plan.names]
+        return [
+            (split, splits.shard_name(self._prefix, split, shard.index, shard.num_shards, suffix))
+            for split in self._split_plan.names
+        ]
 
     def process(self, shards: sharding.ShardPlan | tuple[sharding.ShardPlan, ...]):
         """Writes one shard plan, or a group of them in order (``sharding.group_sequential``: the source's files
@@ -353,24 +431,34 @@ class WriteShardFn(CarriesRun, beam.DoFn):
         name = shard.file_name(self._prefix, shard_suffix(self._compression))  # the shard plan's own name
         letters: list[dict] = []
         with contextlib.ExitStack() as stack:
-            writers = [stack.enter_context(sink.shard_writer(fileio.join(self._output_dir, f),
-                                                             self._compression, self._index, self._codec))
-                       for _, f in files]
+            writers = [
+                stack.enter_context(
+                    sink.shard_writer(fileio.join(self._output_dir, f), self._compression, self._index, self._codec)
+                )
+                for _, f in files
+            ]
             for rr in shard.ranges:
                 for split, _, batch in self._encoded(rr, letters):
                     writers[split].write_encoded(batch)
             dead_rows = sum(d["rows"] for d in letters)
             records = sum(w.records for w in writers)
             if records + dead_rows != shard.num_rows:
-                raise RecordError(f"Shard {name}: {shard.num_rows} rows planned but {records} records "
-                                  f"written and {dead_rows} rows dead-lettered",
-                                  file=fileio.join(self._output_dir, files[0][1]))
+                raise RecordError(
+                    f"Shard {name}: {shard.num_rows} rows planned but {records} records "
+                    f"written and {dead_rows} rows dead-lettered",
+                    file=fileio.join(self._output_dir, files[0][1]),
+                )
             if letters:
                 write_dead_letters(self._dead_letter_dir, name, letters)
         out: list[dict[str, Any]] = []
         for (split_name, f), writer in zip(files, writers):
-            entry: dict[str, Any] = {"file": f, "records": writer.records, "bytes": fileio.size(fileio.join(self._output_dir, f)),
-                     "crc32c": writer.crc32c, "dead_rows": 0}
+            entry: dict[str, Any] = {
+                "file": f,
+                "records": writer.records,
+                "bytes": fileio.size(fileio.join(self._output_dir, f)),
+                "crc32c": writer.crc32c,
+                "dead_rows": 0,
+            }
             if split_name is not None:
                 entry["split"] = split_name
             if self._index:
@@ -385,8 +473,12 @@ class WriteShardFn(CarriesRun, beam.DoFn):
         self._dead.inc(dead_rows)
         self._clock.end()
         if self._progress:
-            print(f"[tfrecord-etl] shard {shard.index + 1}/{shard.num_shards} done: "
-                  f"{', '.join(f for _, f in files)}, {records} records, {size} bytes", file=sys.stderr, flush=True)
+            print(
+                f"[tfrecord-etl] shard {shard.index + 1}/{shard.num_shards} done: "
+                f"{', '.join(f for _, f in files)}, {records} records, {size} bytes",
+                file=sys.stderr,
+                flush=True,
+            )
         return out
 
 
@@ -395,8 +487,18 @@ class KeyShuffledRecordsFn(CarriesRun, beam.DoFn):
     record))``, ``key`` = ``sharding.shuffle_keys(seed, global row)`` and ``shard = key % num_shards``; a failing
     range goes to the ``dead_letters`` output when ``dead_letters``."""
 
-    def __init__(self, source: Source, specs, row_offsets: dict, num_shards: int, seed: int, allow_lossy=(),
-                 provenance=False, dead_letters=False, split_plan: SplitPlan | None = None):
+    def __init__(
+        self,
+        source: Source,
+        specs,
+        row_offsets: dict,
+        num_shards: int,
+        seed: int,
+        allow_lossy=(),
+        provenance=False,
+        dead_letters=False,
+        split_plan: SplitPlan | None = None,
+    ):
         self._source, self._specs, self._lossy, self._prov = source, tuple(specs), tuple(allow_lossy), provenance
         self._offsets, self._n, self._seed = dict(row_offsets), num_shards, seed
         self._dead_letters, self._split_plan = dead_letters, split_plan
@@ -405,8 +507,9 @@ class KeyShuffledRecordsFn(CarriesRun, beam.DoFn):
         self._dead = Metrics.counter(NAMESPACE, "rows_dead_lettered")
 
     def process(self, rr: RowRange):
-        batches, letters = read_and_encode(self._source, rr, self._specs, self._lossy, self._prov,
-                                           self._dead_letters, self._split_plan)
+        batches, letters = read_and_encode(
+            self._source, rr, self._specs, self._lossy, self._prov, self._dead_letters, self._split_plan
+        )
         self._rows.inc(rr.num_rows)
         for letter in letters:
             self._dead.inc(letter["rows"])
@@ -430,8 +533,16 @@ class WriteShuffledShardFn(CarriesRun, beam.DoFn):
     shard's records in memory (about ``--target_shard_mb``). Yields ``{"file", "records", "bytes", "crc32c"[,
     "split", "index"]}``."""
 
-    def __init__(self, output_dir: str, prefix: str, compression: str, num_shards: int,
-                 split_names: Sequence[str] = (), index=False, codec: dict | None = None):
+    def __init__(
+        self,
+        output_dir: str,
+        prefix: str,
+        compression: str,
+        num_shards: int,
+        split_names: Sequence[str] = (),
+        index=False,
+        codec: dict | None = None,
+    ):
         self._output_dir, self._prefix, self._compression = output_dir, prefix, compression
         self._n, self._names, self._index, self._codec = num_shards, tuple(split_names), index, codec
         self._written = Metrics.counter(NAMESPACE, "examples_written")
@@ -443,14 +554,24 @@ class WriteShuffledShardFn(CarriesRun, beam.DoFn):
         (split, shard), values = element
         self._clock.start()
         records = sorted((v for v in values if v is not None), key=lambda kv: kv[0])
-        name = splits.shard_name(self._prefix, self._names[split] if self._names else None, shard, self._n,
-                                 tfrecord.SUFFIXES[self._compression])
+        name = splits.shard_name(
+            self._prefix,
+            self._names[split] if self._names else None,
+            shard,
+            self._n,
+            tfrecord.SUFFIXES[self._compression],
+        )
         final = fileio.join(self._output_dir, name)
         with sink.shard_writer(final, self._compression, self._index, self._codec) as writer:
             for i in range(0, len(records), 4096):
-                writer.write_batch([r for _, r in records[i:i + 4096]])
-        out = {"file": name, "records": writer.records, "bytes": fileio.size(final), "crc32c": writer.crc32c,
-               "dead_rows": 0}
+                writer.write_batch([r for _, r in records[i : i + 4096]])
+        out = {
+            "file": name,
+            "records": writer.records,
+            "bytes": fileio.size(final),
+            "crc32c": writer.crc32c,
+            "dead_rows": 0,
+        }
         if self._names:
             out["split"] = self._names[split]
         if self._index:
@@ -472,10 +593,12 @@ class WritePlannedShards(beam.PTransform):
         self._groups, self._fn = sharding.group_sequential(list(shards), sequential), write_fn
 
     def expand(self, pbegin):
-        return (pbegin
-                # Create spreads its values itself (a Reshuffle inside it): a second one only cost start-up
-                | "CreateShardPlans" >> beam.Create(self._groups, reshuffle=True)
-                | "WriteShards" >> beam.ParDo(self._fn))
+        return (
+            pbegin
+            # Create spreads its values itself (a Reshuffle inside it): a second one only cost start-up
+            | "CreateShardPlans" >> beam.Create(self._groups, reshuffle=True)
+            | "WriteShards" >> beam.ParDo(self._fn)
+        )
 
 
 def count_shard(path: str, compression: str, index: bool = False) -> dict:
@@ -485,8 +608,9 @@ def count_shard(path: str, compression: str, index: bool = False) -> dict:
     tfrecord.check_regular(path)
     with fileio.open_read(path) as raw:
         stream = tfrecord.ChecksumReader(raw)
-        lengths = [len(record) for _, _, record in
-                   tfrecord.iter_records(tfrecord.open_decompressed(stream, compression), path)]
+        lengths = [
+            len(record) for _, _, record in tfrecord.iter_records(tfrecord.open_decompressed(stream, compression), path)
+        ]
         stream.drain()
     out = {"file": fileio.basename(path), "records": len(lengths), "bytes": stream.bytes, "crc32c": stream.crc32c}
     if index:
@@ -540,18 +664,26 @@ class WriteMetadataFn(CarriesRun, beam.DoFn):
         letters.sort(key=lambda d: (d["file"], d["start"]))
         dead = sum(s.pop("dead_rows", 0) for s in shards) + sum(d["rows"] for d in extra_dead_letters)
         if written + dead != c.expected_rows:
-            raise RecordError(f"Rows read ({c.expected_rows}) != examples written ({written}) + rows dead-lettered "
-                              f"({dead}): records were lost or duplicated", file=c.output_dir,
-                              hint="re-run; report it if it happens again")
+            raise RecordError(
+                f"Rows read ({c.expected_rows}) != examples written ({written}) + rows dead-lettered "
+                f"({dead}): records were lost or duplicated",
+                file=c.output_dir,
+                hint="re-run; report it if it happens again",
+            )
         # each run's splits, rows read, rows dead-lettered and inputs; a split added to a directory of others
         # (--tfds_name --split) lists theirs first, as they were
-        run = {"splits": list(dict.fromkeys(s["split"] for s in new if "split" in s)), "rows_read": c.expected_rows,
-               "rows_dead_lettered": dead, "sources": list(c.sources)}
+        run = {
+            "splits": list(dict.fromkeys(s["split"] for s in new if "split" in s)),
+            "rows_read": c.expected_rows,
+            "rows_dead_lettered": dead,
+            "sources": list(c.sources),
+        }
         specs, runs = (c.carried["features"], list(c.carried["runs"]) + [run]) if c.carried else (c.specs, [run])
         if c.carried:
             shards = list(c.carried["shards"]) + shards
-        meta = metadata.build(specs, shards, c.compression, [x for r in runs for x in r["sources"]], c.writer,
-                              c.options)
+        meta = metadata.build(
+            specs, shards, c.compression, [x for r in runs for x in r["sources"]], c.writer, c.options
+        )
         if c.codec:
             meta["compression_backend"] = dict(c.codec)
         meta["rows_read"] = sum(r["rows_read"] for r in runs)
@@ -562,8 +694,11 @@ class WriteMetadataFn(CarriesRun, beam.DoFn):
             meta["runs"] = runs
         meta.update(c.described)
         if c.tfds_name:
-            meta["tfds"] = {"name": c.tfds_name, "version": tfds_info.VERSION,
-                            "files": tfds_info.write(c.output_dir, c.tfds_name, specs, shards)}
+            meta["tfds"] = {
+                "name": c.tfds_name,
+                "version": tfds_info.VERSION,
+                "files": tfds_info.write(c.output_dir, c.tfds_name, specs, shards),
+            }
         metadata.write(c.output_dir, meta, specs, c.replaced.metadata_version)
         outdir.finish_replacement(c.output_dir, c.replaced)
         outdir.remove_temporaries(c.output_dir, [s["file"] for s in shards])
@@ -581,6 +716,4 @@ class FinalizeOutput(beam.PTransform):
 
     def expand(self, shards):
         extra = () if self._dead_letters is None else (beam.pvalue.AsSingleton(self._dead_letters),)
-        return (shards
-                | "CollectShards" >> beam.combiners.ToList()
-                | "WriteMetadata" >> beam.ParDo(self._fn, *extra))
+        return shards | "CollectShards" >> beam.combiners.ToList() | "WriteMetadata" >> beam.ParDo(self._fn, *extra)

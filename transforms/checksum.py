@@ -12,6 +12,7 @@ NumPy select-and-xor over ``rows x 32`` bits: about 50 ns a record, against abou
 (under :data:`MIN_WIDTH` bytes: many records per MB) are as cheap to checksum with ``extend``, and :func:`frames_crc32c`
 returns None for them.
 """
+
 from __future__ import annotations
 
 import struct
@@ -101,8 +102,7 @@ class FrameCrcs:
             m = len(self.rows)
             tables = _map_of(x8n(m * self.frame))
             self.rows = np.concatenate([self.rows, _apply(tables, self.rows)])
-            self.constant = np.concatenate([self.constant,
-                                            self.constant[m] ^ _apply(tables, self.constant[1:m + 1])])
+            self.constant = np.concatenate([self.constant, self.constant[m] ^ _apply(tables, self.constant[1 : m + 1])])
 
 
 _TABLES: dict[int, FrameCrcs] = {}

@@ -29,6 +29,7 @@ Each input records its size and, locally, ``mtime_ns``; on gs:// and s3:// its `
 The concepts (span, version, ``{SPAN}``/``{VERSION}``/``{YYYY}{MM}{DD}`` placeholders, "latest N spans") are TFX
 ExampleGen's (``tfx/components/example_gen/utils.py``, the ``RangeConfig`` proto).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,11 +37,10 @@ import hashlib
 import json
 import os
 import re
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from tfrecord_etl.transforms import conditional, fileio
-from tfrecord_etl.transforms.errors import (ConfigError, IncompleteOutputError, OutputError, SchemaError,
-                                             SourceError)
+from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, OutputError, SchemaError, SourceError
 
 COLLECTION_FILE = "collection.json"
 FORMAT = "tfrecord-etl-collection/1"
@@ -78,16 +78,19 @@ def schema_fingerprint(schema_text: str) -> str:
 def _validate(coll, path: str) -> dict:
     try:
         if not isinstance(coll, dict) or coll.get("format") != FORMAT:
-            raise ValueError(f"format {coll.get('format') if isinstance(coll, dict) else None!r}, "
-                             f"expected {FORMAT!r}")
+            raise ValueError(f"format {coll.get('format') if isinstance(coll, dict) else None!r}, expected {FORMAT!r}")
         seen = set()
         for s in coll["spans"]:
-            if not isinstance(s["span"], int) or s["span"] < 0 or not (s["version"] is None or
-                                                                     isinstance(s["version"], int)):
+            if (
+                not isinstance(s["span"], int)
+                or s["span"] < 0
+                or not (s["version"] is None or isinstance(s["version"], int))
+            ):
                 raise ValueError(f"bad span/version {s.get('span')!r}/{s.get('version')!r}")
             if s["dir"] != span_dir_name(s["span"], s["version"]):
-                raise ValueError(f"span {s['span']} has dir {s['dir']!r}, expected "
-                                 f"{span_dir_name(s['span'], s['version'])!r}")
+                raise ValueError(
+                    f"span {s['span']} has dir {s['dir']!r}, expected {span_dir_name(s['span'], s['version'])!r}"
+                )
             key = (s["span"], s["version"])
             if key in seen:
                 raise ValueError(f"span {s['span']} version {s['version']} listed twice")
@@ -97,8 +100,11 @@ def _validate(coll, path: str) -> dict:
         if not isinstance(coll["schema_changes"], list):
             raise ValueError("schema_changes is not a list")
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise SchemaError(f"Invalid collection.json: {str(e)[:300]}", file=path,
-                          hint="it was not written by tfrecord-etl, or was edited by hand") from None
+        raise SchemaError(
+            f"Invalid collection.json: {str(e)[:300]}",
+            file=path,
+            hint="it was not written by tfrecord-etl, or was edited by hand",
+        ) from None
     return coll
 
 
@@ -134,10 +140,12 @@ def load(collection_dir: str) -> dict:
       SchemaError: not a valid collection file.
     """
     if not is_collection(collection_dir):
-        raise IncompleteOutputError("No collection.json: not a collection directory, or no span of it is "
-                                    "committed yet", file=collection_dir,
-                                    hint="convert a span into it (--input with {SPAN} or {YYYY}{MM}{DD}, or "
-                                         "--incremental), or name one output directory")
+        raise IncompleteOutputError(
+            "No collection.json: not a collection directory, or no span of it is committed yet",
+            file=collection_dir,
+            hint="convert a span into it (--input with {SPAN} or {YYYY}{MM}{DD}, or "
+            "--incremental), or name one output directory",
+        )
     return load_versioned(collection_dir)[0]
 
 
@@ -173,8 +181,9 @@ def parse_spans(text: str) -> SpanSelector:
     try:
         values = [int(v) for v in text.split(",")]
     except ValueError:
-        raise ConfigError(f"Cannot read --spans {text!r}",
-                          hint="one span (7), a list (3,5,9), a range (3-9), latest, latest:N or all") from None
+        raise ConfigError(
+            f"Cannot read --spans {text!r}", hint="one span (7), a list (3,5,9), a range (3-9), latest, latest:N or all"
+        ) from None
     return values[0] if len(values) == 1 else values
 
 
@@ -194,7 +203,7 @@ def select(coll: dict, spans: SpanSelector = None, where: str = "") -> list[dict
         chosen = entries
     elif isinstance(spans, str):
         n = _LATEST.match(spans.strip()).group(1)
-        chosen = entries[-int(n):] if n is not None else entries[-1:]
+        chosen = entries[-int(n) :] if n is not None else entries[-1:]
         if n is not None and int(n) == 0:
             chosen = []
     else:
@@ -204,13 +213,20 @@ def select(coll: dict, spans: SpanSelector = None, where: str = "") -> list[dict
         if missing:
             have = [s["span"] for s in entries]
             shown = (", ".join(map(str, have[:10])) + (f" ... {have[-1]}" if len(have) > 10 else "")) or "none"
-            raise ConfigError(f"Span {missing[0]} is not in the collection" if len(missing) == 1 else
-                              f"Spans {missing[:10]} are not in the collection", file=where or None,
-                              hint=f"committed spans: {shown}")
+            raise ConfigError(
+                f"Span {missing[0]} is not in the collection"
+                if len(missing) == 1
+                else f"Spans {missing[:10]} are not in the collection",
+                file=where or None,
+                hint=f"committed spans: {shown}",
+            )
         chosen = [by_span[w] for w in sorted(set(wanted))]
     if not chosen:
-        raise ConfigError("No spans selected", file=where or None,
-                          hint="the collection has no committed span" if not entries else "select at least one")
+        raise ConfigError(
+            "No spans selected",
+            file=where or None,
+            hint="the collection has no committed span" if not entries else "select at least one",
+        )
     return chosen
 
 
@@ -231,14 +247,18 @@ def check_same_schema(entries: Iterable[dict], where: str = "") -> None:
         if first is None:
             first = s
         elif s["schema"] != first["schema"]:
-            raise SchemaError(f"Spans {first['span']} and {s['span']} have different schemas (the collection "
-                              f"recorded a schema change)", file=where or None,
-                              hint="read the spans on either side of the change separately (spans=...)")
+            raise SchemaError(
+                f"Spans {first['span']} and {s['span']} have different schemas (the collection "
+                f"recorded a schema change)",
+                file=where or None,
+                hint="read the spans on either side of the change separately (spans=...)",
+            )
 
 
 @contextlib.contextmanager
 def _local_commit_lock(collection_dir: str):
     import fcntl
+
     os.makedirs(collection_dir, exist_ok=True)
     fd = os.open(os.path.join(collection_dir, LOCAL_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -264,6 +284,7 @@ def _write(collection_dir: str, coll: dict, expected: str) -> None:
       conditional.VersionConflict: another run committed it since.
     """
     from tfrecord_etl.transforms import sink
+
     path = path_of(collection_dir)
     data = dumps(coll)
     if not fileio.is_local(path):
@@ -299,10 +320,12 @@ def _check_span_dirs(collection_dir: str, listed: dict, after: dict) -> None:
         except (OSError, SourceError):
             continue
         if hashlib.sha256(data).hexdigest() != s["metadata"]:
-            raise OutputError(f"Span {s['span']} is not committed: its directory {s['dir']} now holds another run's "
-                              f"output (its metadata.json is not the one this run's entry was made from)", file=path,
-                              hint="another run converted this span meanwhile and listed it; run again to see what "
-                                   "is committed")
+            raise OutputError(
+                f"Span {s['span']} is not committed: its directory {s['dir']} now holds another run's "
+                f"output (its metadata.json is not the one this run's entry was made from)",
+                file=path,
+                hint="another run converted this span meanwhile and listed it; run again to see what is committed",
+            )
 
 
 def commit(collection_dir: str, update: Callable[[dict], dict]) -> dict:
@@ -329,12 +352,22 @@ def commit(collection_dir: str, update: Callable[[dict], dict]) -> dict:
             return new
         except conditional.VersionConflict:
             coll, version = load_versioned(collection_dir)
-    raise OutputError(f"Cannot commit collection.json: other runs kept committing it ({MAX_COMMIT_ATTEMPTS} "
-                      f"tries)", file=path_of(collection_dir), hint="run again when the other runs are done")
+    raise OutputError(
+        f"Cannot commit collection.json: other runs kept committing it ({MAX_COMMIT_ATTEMPTS} tries)",
+        file=path_of(collection_dir),
+        hint="run again when the other runs are done",
+    )
 
 
-def span_entry(collection_dir: str, span: int, version: int | None, inputs: list[dict], *, date: str | None = None,
-               run_id: str = "") -> dict:
+def span_entry(
+    collection_dir: str,
+    span: int,
+    version: int | None,
+    inputs: list[dict],
+    *,
+    date: str | None = None,
+    run_id: str = "",
+) -> dict:
     """The ``collection.json`` entry of a span whose output directory is committed (its ``metadata.json`` and
     ``schema.pbtxt`` are read back: record count, schema fingerprint, metadata digest). ``inputs``: the ledger
     rows of the files it was converted from (``{"path", "size", "mtime_ns", "version"}``).
@@ -344,13 +377,23 @@ def span_entry(collection_dir: str, span: int, version: int | None, inputs: list
     """
     from tfrecord_etl.transforms import metadata
     from tfrecord_etl.transforms.runlock import utc_now
+
     name = span_dir_name(span, version)
     out = fileio.join(collection_dir, *name.split("/"))
     meta, digest = metadata.load_with_digest(out)
     schema = fileio.read_bytes(fileio.join(out, metadata.SCHEMA_FILE))
-    return {"span": span, "version": version, "dir": name, "date": date, "inputs": list(inputs),
-            "num_records": int(meta["num_records"]), "schema": hashlib.sha256(schema).hexdigest(),
-            "metadata": digest, "run_id": run_id, "committed": utc_now()}
+    return {
+        "span": span,
+        "version": version,
+        "dir": name,
+        "date": date,
+        "inputs": list(inputs),
+        "num_records": int(meta["num_records"]),
+        "schema": hashlib.sha256(schema).hexdigest(),
+        "metadata": digest,
+        "run_id": run_id,
+        "committed": utc_now(),
+    }
 
 
 def add_span(entry: dict, allow_schema_change: bool = False, where: str = "") -> Callable[[dict], dict]:
@@ -372,24 +415,36 @@ def add_span(entry: dict, allow_schema_change: bool = False, where: str = "") ->
                 continue  # another version of the same span holds the same files by design
             taken = [i["path"] for i in s["inputs"] if i["path"] in mine]
             if taken:
-                raise OutputError(f"{len(taken)} input file(s) of span {entry['span']} are already in span "
-                                  f"{s['span']} (another run committed it meanwhile), e.g. {taken[0]}",
-                                  file=where or None, hint="run again: the next run plans from what is committed")
+                raise OutputError(
+                    f"{len(taken)} input file(s) of span {entry['span']} are already in span "
+                    f"{s['span']} (another run committed it meanwhile), e.g. {taken[0]}",
+                    file=where or None,
+                    hint="run again: the next run plans from what is committed",
+                )
         before = [s for s in others if (s["span"], s["version"] or -1) < (entry["span"], entry["version"] or -1)]
         reference = (before or others)[-1:] if others else []
         if reference and reference[0]["schema"] != entry["schema"]:
             ref = reference[0]
             if not allow_schema_change:
-                raise SchemaError(f"Span {entry['span']} has another schema than span {ref['span']} (features, "
-                                  f"dtypes, shapes or encodings differ)", file=where or None,
-                                  hint="convert it with the same options, or pass --allow_schema_change to "
-                                       "record the change in collection.json")
-            coll["schema_changes"] = [c for c in coll["schema_changes"]
-                                      if (c["span"], c["version"]) != key] + [
-                {"span": entry["span"], "version": entry["version"], "schema": entry["schema"],
-                 "previous": ref["schema"], "previous_span": ref["span"]}]
+                raise SchemaError(
+                    f"Span {entry['span']} has another schema than span {ref['span']} (features, "
+                    f"dtypes, shapes or encodings differ)",
+                    file=where or None,
+                    hint="convert it with the same options, or pass --allow_schema_change to "
+                    "record the change in collection.json",
+                )
+            coll["schema_changes"] = [c for c in coll["schema_changes"] if (c["span"], c["version"]) != key] + [
+                {
+                    "span": entry["span"],
+                    "version": entry["version"],
+                    "schema": entry["schema"],
+                    "previous": ref["schema"],
+                    "previous_span": ref["span"],
+                }
+            ]
         coll["spans"] = others + [entry]  # commit() sorts
         return coll
+
     return update
 
 
@@ -411,6 +466,7 @@ def unlisted_span_dirs(collection_dir: str, coll: dict) -> list[str]:
     list: spans of a run that has not committed the collection yet, or crashed before it did (readers never read
     them). Sorted by span and version; the direct children are listed, never globbed."""
     from tfrecord_etl.transforms import outdir
+
     listed = {s["dir"] for s in coll["spans"]}
     found = []
     for name, path in outdir.list_names(collection_dir).items():

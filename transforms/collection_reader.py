@@ -20,10 +20,11 @@ differs.
     for example in reader.iter_numpy("coll/", spans="latest:30"):   # the newest 30 spans, in span order
         ...
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from tfrecord_etl.transforms import collection, fileio, metadata, schemacheck
 from tfrecord_etl.transforms.codec import FeatureSpec
@@ -76,10 +77,13 @@ def refuse_spans(target: str, spans) -> None:
       ConfigError: ``spans`` is not None.
     """
     if spans is not None:
-        raise ConfigError(f"spans={spans!r} needs a collection directory (one that holds "
-                          f"{collection.COLLECTION_FILE}); this is not one", file=target,
-                          hint="leave spans out to read this output directory, or name the collection directory "
-                               "that holds its span-N/ directories")
+        raise ConfigError(
+            f"spans={spans!r} needs a collection directory (one that holds "
+            f"{collection.COLLECTION_FILE}); this is not one",
+            file=target,
+            hint="leave spans out to read this output directory, or name the collection directory "
+            "that holds its span-N/ directories",
+        )
 
 
 def selected_entries(collection_dir: str, spans=None) -> list[dict]:
@@ -93,8 +97,9 @@ def selected_entries(collection_dir: str, spans=None) -> list[dict]:
     return entries
 
 
-def parts(target: str, spans=None, split: str | None = None, features: Sequence[str] | None = None,
-          trust_spans: bool = False) -> tuple[list[FeatureSpec], list[Part]]:
+def parts(
+    target: str, spans=None, split: str | None = None, features: Sequence[str] | None = None, trust_spans: bool = False
+) -> tuple[list[FeatureSpec], list[Part]]:
     """``(features read, parts)``: the features ``features`` names (all when None) and the output directories to
     read, in order: ``target`` itself, or the selected spans of the collection ``target`` (``spans``: None = all,
     an int, a list or range of ints, ``"latest"``, ``"latest:N"``, or a ``--spans`` string). Each output directory's
@@ -147,13 +152,16 @@ def check_span(entry: dict, where: str, digest: str, trust_spans: bool = False) 
     raise IncompleteOutputError(
         f"{name}'s metadata.json is not the one collection.json lists: its directory was re-converted by a run that "
         "has not committed the collection (it is committing, or crashed between its two commits) or was replaced "
-        "after the commit", file=fileio.join(where, metadata.METADATA_FILE),
+        "after the commit",
+        file=fileio.join(where, metadata.METADATA_FILE),
         hint=f"run the convert of span {entry['span']} again (it lists the span); or read the directory as it is "
-             "with trust_spans=True; tfrecord-etl verify on the collection shows what differs")
+        "with trust_spans=True; tfrecord-etl verify on the collection shows what differs",
+    )
 
 
-def _refuse_other_features(target: str, first: Part, entry: dict, want: list[FeatureSpec],
-                           got: list[FeatureSpec]) -> None:
+def _refuse_other_features(
+    target: str, first: Part, entry: dict, want: list[FeatureSpec], got: list[FeatureSpec]
+) -> None:
     by_name = {s.name: s for s in got}
     name = next((s.name for s in want if by_name.get(s.name) != s), None) or got[0].name
     have = by_name.get(name)
@@ -161,10 +169,15 @@ def _refuse_other_features(target: str, first: Part, entry: dict, want: list[Fea
 
     def show(s):
         return "absent" if s is None else f"{s.dtype} {list(s.shape) if s.shape is not None else None} {s.encoding}"
-    raise SchemaError(f"Spans {first.span} and {entry['span']} record different features: '{name}' is "
-                      f"{show(theirs)} in span {first.span}, {show(have)} in span {entry['span']}", file=target,
-                      feature=name, hint="read the spans on either side of the change separately (spans=...), "
-                                         "or leave the feature out (features=[...])")
+
+    raise SchemaError(
+        f"Spans {first.span} and {entry['span']} record different features: '{name}' is "
+        f"{show(theirs)} in span {first.span}, {show(have)} in span {entry['span']}",
+        file=target,
+        feature=name,
+        hint="read the spans on either side of the change separately (spans=...), "
+        "or leave the feature out (features=[...])",
+    )
 
 
 def tf_shard_groups(found: Sequence[Part]) -> list[tuple[str, list[str]]]:
@@ -193,16 +206,22 @@ def tfds_builder(collection_dir: str, spans=None, trust_spans: bool = False):
       SchemaError, IncompleteOutputError: as :func:`parts`.
     """
     import tensorflow_datasets as tfds
+
     _, found = parts(collection_dir, spans, trust_spans=trust_spans)
     names = set()
     for part in found:
         info = part.meta.get("tfds")
         if not info:
-            raise ConfigError(f"Span {part.span} is not a TFDS directory (converted without --tfds_name)",
-                              file=part.dir, hint="convert every span with the same --tfds_name, or read the spans "
-                                                  "with reader.to_tf_dataset")
+            raise ConfigError(
+                f"Span {part.span} is not a TFDS directory (converted without --tfds_name)",
+                file=part.dir,
+                hint="convert every span with the same --tfds_name, or read the spans with reader.to_tf_dataset",
+            )
         names.add((info.get("name"), info.get("version")))
     if len(names) > 1:
-        raise ConfigError(f"The spans hold different TFDS datasets {sorted(names, key=str)}", file=collection_dir,
-                          hint="convert every span with the same --tfds_name")
+        raise ConfigError(
+            f"The spans hold different TFDS datasets {sorted(names, key=str)}",
+            file=collection_dir,
+            hint="convert every span with the same --tfds_name",
+        )
     return tfds.builder_from_directories([part.dir for part in found])

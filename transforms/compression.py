@@ -20,6 +20,7 @@ LinkeTurbidity rows (pvlib's uint8 climatology, as converted) is within 15% of z
 default); measured in this repository's docs (performance page). The ideas: python-isal's ``igzip`` and
 zlib-ng's ``gzip_ng`` modules (drop-in replacements of ``gzip``), and ``xopen``'s backend fallback order.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,9 +37,11 @@ LEVELS = {"isal": (0, 3), "zlib-ng": (0, 9), "zlib": (0, 9)}  # inclusive range 
 DEFAULT_LEVELS = {"isal": 3, "zlib-ng": 3, "zlib": 6}  # fastest within 15% of zlib 6's size (see module doc)
 GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no flags, mtime 0, XFL 0, OS 255 (unknown)
 _TRAILER = struct.Struct("<II")
-_MODULES = {"isal": ("isal.isal_zlib", "isal.igzip", "isal"), "zlib-ng": ("zlib_ng.zlib_ng", "zlib_ng.gzip_ng",
-                                                                          "zlib_ng"),
-            "zlib": ("zlib", "gzip", None)}
+_MODULES = {
+    "isal": ("isal.isal_zlib", "isal.igzip", "isal"),
+    "zlib-ng": ("zlib_ng.zlib_ng", "zlib_ng.gzip_ng", "zlib_ng"),
+    "zlib": ("zlib", "gzip", None),
+}
 
 
 class BackendUnavailable(ImportError):
@@ -50,6 +53,7 @@ class BackendUnavailable(ImportError):
 class Backend:
     """One compression library: ``zlib`` is its zlib-compatible module (``compressobj``, ``decompressobj``,
     ``crc32``, ``error``), ``gzip`` its ``GzipFile`` module; ``version`` the library's version."""
+
     name: str
     version: str
     zlib: Any  # a module
@@ -65,8 +69,10 @@ class Backend:
             return self.default_level
         low, high = LEVELS[self.name]
         if not low <= level <= high:
-            raise ValueError(f"--compression_level {level} is out of range for the {self.name} backend "
-                             f"({low}-{high}; default {self.default_level})")
+            raise ValueError(
+                f"--compression_level {level} is out of range for the {self.name} backend "
+                f"({low}-{high}; default {self.default_level})"
+            )
         return level
 
     def describe(self, level: int | None = None) -> dict:
@@ -98,12 +104,15 @@ def _load(name: str) -> Backend:
     try:
         z, g = importlib.import_module(zmod), importlib.import_module(gmod)
     except ImportError as e:
-        raise BackendUnavailable(f"The {name} compression backend is not installed ({e}): pip install "
-                                 f"{'zlib-ng' if name == 'zlib-ng' else name}") from None
+        raise BackendUnavailable(
+            f"The {name} compression backend is not installed ({e}): pip install "
+            f"{'zlib-ng' if name == 'zlib-ng' else name}"
+        ) from None
     if dist is None:
         version = zlib.ZLIB_RUNTIME_VERSION
     else:
         from importlib.metadata import version as dist_version
+
         version = dist_version("isal" if name == "isal" else "zlib-ng")
     return Backend(name, version, z, g)
 
@@ -203,8 +212,12 @@ class StreamCompressor:
             self._out.write(_TRAILER.pack(self._crc & 0xFFFFFFFF, self._size & 0xFFFFFFFF))
 
 
-BEAM_WRITER = {"name": "zlib", "version": zlib.ZLIB_RUNTIME_VERSION, "level": 6,
-               "by": "Beam WriteToTFRecord"}  # --writer beam: Beam's own compressor, zlib at Z_DEFAULT_COMPRESSION
+BEAM_WRITER = {
+    "name": "zlib",
+    "version": zlib.ZLIB_RUNTIME_VERSION,
+    "level": 6,
+    "by": "Beam WriteToTFRecord",
+}  # --writer beam: Beam's own compressor, zlib at Z_DEFAULT_COMPRESSION
 
 
 def settings(kind: str, level: int | None = None, backend: str | None = None) -> dict | None:
@@ -226,4 +239,5 @@ def label(chosen: dict | None) -> str:
     if not chosen:
         return ""
     return f"{chosen['name']} {chosen['version']}, level {chosen['level']}" + (
-        f", by {chosen['by']}" if chosen.get("by") else "")
+        f", by {chosen['by']}" if chosen.get("by") else ""
+    )

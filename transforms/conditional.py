@@ -5,6 +5,7 @@ racing on one gs:// or s3:// output or collection cannot both commit (``metadata
 output directory's lock). Local files take other means (``O_EXCL``, ``flock``, ``rename``): here they get plain
 reads, writes and deletes (:mod:`transforms.fileio`).
 """
+
 from __future__ import annotations
 
 from tfrecord_etl.transforms import fileio, lightfs
@@ -110,9 +111,11 @@ def write_if_version(path: str, data: bytes, expected: str) -> None:
             raise
     elif kind == "gs":
         from google.api_core.exceptions import PreconditionFailed
+
         try:
             client.bucket(bucket).blob(key).upload_from_string(
-                data, if_generation_match=0 if expected == ABSENT else int(expected))
+                data, if_generation_match=0 if expected == ABSENT else int(expected)
+            )
         except PreconditionFailed:
             raise VersionConflict(path) from None
     else:
@@ -142,6 +145,7 @@ def delete_if_version(path: str, expected: str) -> None:
                 raise
     elif kind == "gs":
         from google.api_core.exceptions import NotFound, PreconditionFailed
+
         try:
             client.bucket(bucket).blob(key).delete(if_generation_match=int(expected))
         except PreconditionFailed:
@@ -152,4 +156,3 @@ def delete_if_version(path: str, expected: str) -> None:
         fileio.delete([path])
         return
     fileio.forget_objects()
-

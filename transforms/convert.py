@@ -18,6 +18,7 @@ A writer is a PTransform from the pipeline's start to per-shard counts ``{"file"
 [, "dead_rows", "dead_letters"]}``; adding one = a :class:`PlanWriter` subclass here and a line in
 :data:`WRITERS` (and the name in ``ConvertConfig.writer``).
 """
+
 from __future__ import annotations
 
 import apache_beam as beam
@@ -44,12 +45,22 @@ class WritePlanned(PlanWriter):
     bytes) and written by one worker (``beam_io.WriteShardFn``) with no shuffle of the data; byte-identical
     output on every rerun."""
 
-
     def expand(self, pbegin):
         plan, cfg = self._plan, self._cfg
-        fn = beam_io.WriteShardFn(plan.inputs.source, plan.specs, cfg.output_dir, plan.prefix, cfg.compression,
-                                  cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir, self._progress,
-                                  cfg.index, plan.split_plan, codec_of(cfg))
+        fn = beam_io.WriteShardFn(
+            plan.inputs.source,
+            plan.specs,
+            cfg.output_dir,
+            plan.prefix,
+            cfg.compression,
+            cfg.allow_lossy,
+            cfg.provenance,
+            cfg.dead_letter_dir,
+            self._progress,
+            cfg.index,
+            plan.split_plan,
+            codec_of(cfg),
+        )
         sequential = [i.path for i in plan.inputs.indexes if i.sequential]
         return pbegin | "WritePlannedShards" >> beam_io.WritePlannedShards(plan.shards, fn, sequential)
 
@@ -66,14 +77,18 @@ def read_and_encode_ranges(pbegin, plan: ConvertPlan, cfg: ConvertConfig, fn: be
     """The row ranges spread with a Reshuffle and read and encoded by ``fn`` (whose failing ranges go to the
     ``dead_letters`` output): ``(records, dead_letters)``, ``dead_letters`` the singleton PCollection of the
     list of row ranges dead-lettered (written to ``--dead_letter_dir``), or None without it."""
-    encoded = (pbegin
-               | "CreateRowRanges" >> beam.Create(list(plan.inputs.ranges), reshuffle=True)
-               | "ReadAndEncode" >> beam.ParDo(fn).with_outputs(beam_io.DEAD_LETTERS, main="records"))
+    encoded = (
+        pbegin
+        | "CreateRowRanges" >> beam.Create(list(plan.inputs.ranges), reshuffle=True)
+        | "ReadAndEncode" >> beam.ParDo(fn).with_outputs(beam_io.DEAD_LETTERS, main="records")
+    )
     dead_letters = None
     if cfg.dead_letter_dir is not None:  # one chain, so the pipeline keeps a single leaf (DaskRunner)
-        dead_letters = (encoded[beam_io.DEAD_LETTERS]
-                        | "CollectDeadLetters" >> beam.combiners.ToList()
-                        | "WriteDeadLetters" >> beam.Map(_write_dead_letters, cfg.dead_letter_dir))
+        dead_letters = (
+            encoded[beam_io.DEAD_LETTERS]
+            | "CollectDeadLetters" >> beam.combiners.ToList()
+            | "WriteDeadLetters" >> beam.Map(_write_dead_letters, cfg.dead_letter_dir)
+        )
     return encoded.records, dead_letters
 
 
@@ -83,15 +98,21 @@ class WriteWithBeamSink(PlanWriter):
     written shards are counted by walking their frames. ``dead_letters`` (set by expand) is the singleton
     PCollection of the row ranges dead-lettered, or None."""
 
-
     def expand(self, pbegin):
         plan, cfg = self._plan, self._cfg
-        records, self.dead_letters = read_and_encode_ranges(pbegin, plan, cfg, beam_io.ReadAndEncodeFn(
-            plan.inputs.source, plan.specs, cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir is not None))
-        return (records
-                | "WriteToShards" >> beam_io.WriteToShards(cfg.output_dir, plan.prefix, plan.num_shards,
-                                                           cfg.compression)
-                | "CountShardRecords" >> beam.Map(beam_io.count_shard, cfg.compression, cfg.index))
+        records, self.dead_letters = read_and_encode_ranges(
+            pbegin,
+            plan,
+            cfg,
+            beam_io.ReadAndEncodeFn(
+                plan.inputs.source, plan.specs, cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir is not None
+            ),
+        )
+        return (
+            records
+            | "WriteToShards" >> beam_io.WriteToShards(cfg.output_dir, plan.prefix, plan.num_shards, cfg.compression)
+            | "CountShardRecords" >> beam.Map(beam_io.count_shard, cfg.compression, cfg.index)
+        )
 
 
 class WriteShuffled(PlanWriter):
@@ -102,28 +123,49 @@ class WriteShuffled(PlanWriter):
     land anywhere in its split and the same seed gives byte-identical shards on any runner. The data moves
     through the shuffle (the cost is in docs/performance.md); a worker holds one shard in memory."""
 
-
     def expand(self, pbegin):
         plan, cfg = self._plan, self._cfg
         names = plan.split_plan.names if plan.split_plan else ()
         offsets, acc = {}, 0
         for index in plan.inputs.indexes:
             offsets[index.path], acc = acc, acc + index.num_rows
-        keyed, self.dead_letters = read_and_encode_ranges(pbegin, plan, cfg, beam_io.KeyShuffledRecordsFn(
-            plan.inputs.source, plan.specs, offsets, plan.num_shards, cfg.shuffle_seed, cfg.allow_lossy,
-            cfg.provenance, cfg.dead_letter_dir is not None, plan.split_plan))
+        keyed, self.dead_letters = read_and_encode_ranges(
+            pbegin,
+            plan,
+            cfg,
+            beam_io.KeyShuffledRecordsFn(
+                plan.inputs.source,
+                plan.specs,
+                offsets,
+                plan.num_shards,
+                cfg.shuffle_seed,
+                cfg.allow_lossy,
+                cfg.provenance,
+                cfg.dead_letter_dir is not None,
+                plan.split_plan,
+            ),
+        )
         every_shard = pbegin | "CreateShardKeys" >> beam.Create(
-            [((s, k), None) for s in range(max(1, len(names))) for k in range(plan.num_shards)])
-        return ((keyed, every_shard)
-                | "AddEmptyShards" >> beam.Flatten()
-                | "GroupByShard" >> beam.GroupByKey()
-                | "WriteShuffledShards" >> beam.ParDo(beam_io.WriteShuffledShardFn(
-                    cfg.output_dir, plan.prefix, cfg.compression, plan.num_shards, names, cfg.index,
-                    codec_of(cfg))))
+            [((s, k), None) for s in range(max(1, len(names))) for k in range(plan.num_shards)]
+        )
+        return (
+            (keyed, every_shard)
+            | "AddEmptyShards" >> beam.Flatten()
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShuffledShards"
+            >> beam.ParDo(
+                beam_io.WriteShuffledShardFn(
+                    cfg.output_dir, plan.prefix, cfg.compression, plan.num_shards, names, cfg.index, codec_of(cfg)
+                )
+            )
+        )
 
 
-WRITERS: dict[str, type[beam.PTransform]] = {"planned": WritePlanned, "beam": WriteWithBeamSink,
-                                             "shuffled": WriteShuffled}
+WRITERS: dict[str, type[beam.PTransform]] = {
+    "planned": WritePlanned,
+    "beam": WriteWithBeamSink,
+    "shuffled": WriteShuffled,
+}
 
 
 def writer_name(cfg: ConvertConfig) -> str:
@@ -167,10 +209,20 @@ class ConvertToTFRecord(beam.PTransform):
       SourceError, SchemaError: unreadable or unsupported inputs.
     """
 
-    def __init__(self, file_pattern: str | None = None, output_dir: str | None = None, *,
-                 config: ConvertConfig | None = None, plan: ConvertPlan | None = None, local_workers: int = 1,
-                 prepare_output: bool = True, progress: bool = False, carried: dict | None = None,
-                 replaced: outdir.Replacement = outdir.Replacement(), **options):
+    def __init__(
+        self,
+        file_pattern: str | None = None,
+        output_dir: str | None = None,
+        *,
+        config: ConvertConfig | None = None,
+        plan: ConvertPlan | None = None,
+        local_workers: int = 1,
+        prepare_output: bool = True,
+        progress: bool = False,
+        carried: dict | None = None,
+        replaced: outdir.Replacement = outdir.Replacement(),
+        **options,
+    ):
         super().__init__()
         if config is None:
             try:
@@ -180,11 +232,14 @@ class ConvertToTFRecord(beam.PTransform):
         elif file_pattern is not None or output_dir is not None or options:
             raise ConfigError("Pass either config= or file_pattern, output_dir and options, not both")
         from tfrecord_etl.transforms.spans import has_placeholders
+
         if config.incremental or has_placeholders(config.input):
-            raise ConfigError("Span placeholders and --incremental write a collection of spans, which the convert "
-                              "command does (transforms.spanrun); ConvertToTFRecord writes one output directory",
-                              file=config.input, hint="resolve the span first (spans.resolve) and pass its files' "
-                                                      "pattern, or run tfrecord-etl convert")
+            raise ConfigError(
+                "Span placeholders and --incremental write a collection of spans, which the convert "
+                "command does (transforms.spanrun); ConvertToTFRecord writes one output directory",
+                file=config.input,
+                hint="resolve the span first (spans.resolve) and pass its files' pattern, or run tfrecord-etl convert",
+            )
         self.config = config
         codec_of(config)  # refuse a level or backend we cannot write with before planning
         self.plan = plan or plan_convert(config, local_workers)
@@ -201,12 +256,21 @@ class ConvertToTFRecord(beam.PTransform):
         cfg, plan = self.config, self.plan
         writer = WRITERS[writer_name(cfg)](plan, cfg, self._progress)
         shards = pbegin | type(writer).__name__ >> writer
-        commit = beam_io.OutputCommit(cfg.output_dir, plan.specs, cfg.compression, plan.inputs.num_rows,
-                                      tuple({"path": i.path, "rows": i.num_rows} for i in plan.inputs.indexes),
-                                      writer_name(cfg), cfg.model_dump(), plan.inputs.source.describe(),
-                                      plan.tfds_name,
-                                      self.carried, plan.split_plan.names if plan.split_plan else (),
-                                      self.replaced, codec_of(cfg))
+        commit = beam_io.OutputCommit(
+            cfg.output_dir,
+            plan.specs,
+            cfg.compression,
+            plan.inputs.num_rows,
+            tuple({"path": i.path, "rows": i.num_rows} for i in plan.inputs.indexes),
+            writer_name(cfg),
+            cfg.model_dump(),
+            plan.inputs.source.describe(),
+            plan.tfds_name,
+            self.carried,
+            plan.split_plan.names if plan.split_plan else (),
+            self.replaced,
+            codec_of(cfg),
+        )
         return shards | "FinalizeOutput" >> beam_io.FinalizeOutput(commit, writer.dead_letters)
 
 
@@ -245,8 +309,11 @@ def carried_splits(cfg: ConvertConfig, plan: ConvertPlan) -> tuple[dict | None, 
       SchemaError: the features differ from those of the splits there. ConfigError: a split that is already
         there, without ``--overwrite`` (with it, that split is replaced and the others kept).
     """
-    if cfg.tfds_name is None or plan.split_plan is None or not fileio.exists(
-            fileio.join(cfg.output_dir, outdir.METADATA_FILE)):
+    if (
+        cfg.tfds_name is None
+        or plan.split_plan is None
+        or not fileio.exists(fileio.join(cfg.output_dir, outdir.METADATA_FILE))
+    ):
         return None, set()
     try:
         meta = metadata.load(cfg.output_dir)
@@ -261,21 +328,35 @@ def carried_splits(cfg: ConvertConfig, plan: ConvertPlan) -> tuple[dict | None, 
     merged = merge_split_specs(meta["features"], plan.specs)
     if merged is None or meta["compression"] != cfg.compression:
         theirs = ", ".join(f"{s.name} {s.dtype} {list(s.shape or [])} {s.encoding}" for s in meta["features"])
-        raise SchemaError(f"The features differ from those of the splits already in this TFDS directory "
-                          f"({theirs}; compression {meta['compression']})", file=cfg.output_dir,
-                          hint="convert with the same inputs and options, or choose another --output_dir")
+        raise SchemaError(
+            f"The features differ from those of the splits already in this TFDS directory "
+            f"({theirs}; compression {meta['compression']})",
+            file=cfg.output_dir,
+            hint="convert with the same inputs and options, or choose another --output_dir",
+        )
     replaced = sorted({s["split"] for s in meta["shards"] if s.get("split") in names})
     if replaced and not cfg.overwrite:
-        raise ConfigError(f"Split {replaced[0]!r} is already in this TFDS directory", file=cfg.output_dir,
-                          hint="pass --overwrite to replace it (the other splits are kept), or choose another --split")
-    runs = meta.get("runs") or [{"splits": sorted(meta.get("splits") or {}), "rows_read": meta.get("rows_read", 0),
-                                 "rows_dead_lettered": meta.get("rows_dead_lettered", 0),
-                                 "sources": meta.get("sources", [])}]
+        raise ConfigError(
+            f"Split {replaced[0]!r} is already in this TFDS directory",
+            file=cfg.output_dir,
+            hint="pass --overwrite to replace it (the other splits are kept), or choose another --split",
+        )
+    runs = meta.get("runs") or [
+        {
+            "splits": sorted(meta.get("splits") or {}),
+            "rows_read": meta.get("rows_read", 0),
+            "rows_dead_lettered": meta.get("rows_dead_lettered", 0),
+            "sources": meta.get("sources", []),
+        }
+    ]
     torn = [r for r in runs if set(r["splits"]) & names and not set(r["splits"]) <= names]
     if torn:
-        raise ConfigError(f"Splits {torn[0]['splits']} were written together by one run (--splits): replacing "
-                          f"{sorted(set(torn[0]['splits']) & names)} alone would leave its counts wrong",
-                          file=cfg.output_dir, hint=f"replace them together (--splits), or choose another --split")
+        raise ConfigError(
+            f"Splits {torn[0]['splits']} were written together by one run (--splits): replacing "
+            f"{sorted(set(torn[0]['splits']) & names)} alone would leave its counts wrong",
+            file=cfg.output_dir,
+            hint="replace them together (--splits), or choose another --split",
+        )
     keep = {s[k] for s in others for k in ("file", "index") if k in s}
     if not replaced:
         keep |= {outdir.METADATA_FILE, outdir.SCHEMA_FILE, *meta["tfds"].get("files", [])}
@@ -287,7 +368,9 @@ def merge_split_specs(theirs, ours) -> tuple | None:
     fixed-width string (``S``/``U``, ``list``-encoded: one value per string on the wire, whatever the width) may
     differ in width (the wider one is recorded, so no reader truncates); None when they differ otherwise."""
     import dataclasses
+
     import numpy as np
+
     if [s.name for s in theirs] != [s.name for s in ours]:
         return None
     out = []
@@ -296,8 +379,11 @@ def merge_split_specs(theirs, ours) -> tuple | None:
             out.append(a)
             continue
         kinds = {np.dtype(d).kind if d not in (None, "bytes") else d for d in (a.dtype, b.dtype)}
-        if (a.encoding, a.shape) == (b.encoding, b.shape) == ("list", a.shape) and len(kinds) == 1 and \
-                kinds <= {"S", "U"}:
+        if (
+            (a.encoding, a.shape) == (b.encoding, b.shape) == ("list", a.shape)
+            and len(kinds) == 1
+            and kinds <= {"S", "U"}
+        ):
             out.append(dataclasses.replace(a, dtype=max((a.dtype, b.dtype), key=lambda d: np.dtype(d).itemsize)))
         else:
             return None
@@ -310,10 +396,16 @@ def prepare_output_dir(cfg: ConvertConfig, plan: ConvertPlan) -> PreparedOutput:
     check_output(cfg, plan)
     carried, keep = carried_splits(cfg, plan)
     tfds_files = ("dataset_info.json", "features.json") if plan.tfds_name else ()
-    lock = outdir.prepare(cfg.output_dir, command="convert", options=cfg.model_dump(), overwrite=cfg.overwrite,
-                          files=plan.output_files + tfds_files,
-                          beam_temp_prefixes=[plan.prefix] if cfg.writer == "beam" else [], keep=keep,
-                          planned_bytes=plan.inputs.num_bytes if cfg.compression == "none" else None)
+    lock = outdir.prepare(
+        cfg.output_dir,
+        command="convert",
+        options=cfg.model_dump(),
+        overwrite=cfg.overwrite,
+        files=plan.output_files + tfds_files,
+        beam_temp_prefixes=[plan.prefix] if cfg.writer == "beam" else [],
+        keep=keep,
+        planned_bytes=plan.inputs.num_bytes if cfg.compression == "none" else None,
+    )
     return PreparedOutput(lock, carried, planning.with_generation(plan, cfg, lock.generation))
 
 
@@ -322,9 +414,20 @@ def report_orphan_labels(cfg: ConvertConfig, plan: ConvertPlan) -> None:
     go to ``labels_without_files.jsonl`` there (without the flag they stopped the planning)."""
     orphans = getattr(plan.inputs.source, "orphans", ())
     if orphans and cfg.dead_letter_dir is not None:
-        beam_io.write_dead_letters(cfg.dead_letter_dir, "labels_without_files", [
-            {"file": cfg.file_labels, "files": [name], "rows": 0, "error": "SourceError",
-             "message": "The labels table names a file that the input pattern does not match"} for name in orphans])
+        beam_io.write_dead_letters(
+            cfg.dead_letter_dir,
+            "labels_without_files",
+            [
+                {
+                    "file": cfg.file_labels,
+                    "files": [name],
+                    "rows": 0,
+                    "error": "SourceError",
+                    "message": "The labels table names a file that the input pattern does not match",
+                }
+                for name in orphans
+            ],
+        )
 
 
 def one_per_directory(paths) -> list[str]:
@@ -332,6 +435,7 @@ def one_per_directory(paths) -> list[str]:
     does once symlinks are resolved, so these are all ``outdir.check_inputs_outside`` needs to resolve (20,000
     files: 0.46 s -> 0.07 s)."""
     import os
+
     seen, out = set(), []
     for p in paths:
         directory = os.path.dirname(p)
@@ -359,6 +463,9 @@ def check_output(cfg: ConvertConfig, plan: ConvertPlan) -> None:
         outdir.check_inputs_outside(cfg.output_dir, [cfg.dead_letter_dir], "--dead_letter_dir")
         matching.check_output_unmatched(cfg.input, cfg.dead_letter_dir, [f"{first}.jsonl"], "--dead_letter_dir")
     if cfg.writer == "beam" and fileio.escape_glob(cfg.output_dir) != cfg.output_dir:
-        raise ConfigError("--writer beam cannot write into a directory whose name holds * ? [ or ] (Beam's file "
-                          "sink matches it as a pattern)", file=cfg.output_dir,
-                          hint="rename the directory or use --writer planned, which takes paths literally")
+        raise ConfigError(
+            "--writer beam cannot write into a directory whose name holds * ? [ or ] (Beam's file "
+            "sink matches it as a pattern)",
+            file=cfg.output_dir,
+            hint="rename the directory or use --writer planned, which takes paths literally",
+        )

@@ -3,6 +3,7 @@
 Every error a user can cause is one of these, with the context (file, dataset, member, row range,
 record index, byte offset) as attributes and in the message, plus a hint of what to do.
 """
+
 from __future__ import annotations
 
 
@@ -33,7 +34,7 @@ class EtlError(Exception):
             text += f" Hint: {hint}"
         super().__init__(text)
 
-    def with_context(self, **context) -> "EtlError":
+    def with_context(self, **context) -> EtlError:
         """The same error with more context (existing keys win), e.g. the file of a planning error."""
         return type(self)(self.message, hint=self.hint, **{**context, **self.context})
 

@@ -3,11 +3,12 @@
 Without Apache Beam installed (the reader's install, ``pip install .``) the reads go through
 :mod:`tfrecord_etl.transforms.lightfs` instead (local files, and s3:// and gs:// objects with the same bounded
 reads as below); writing needs Beam."""
+
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
-import collections
 import os
 import re
 import threading
@@ -48,8 +49,9 @@ def _needs_beam(what: str):
     ImportError saying what to install."""
     fs = _beam_filesystems()
     if fs is None:
-        raise ImportError(f"{what} needs Apache Beam: {pip_install('beam')} (reading needs only "
-                          "NumPy and google-crc32c)")
+        raise ImportError(
+            f"{what} needs Apache Beam: {pip_install('beam')} (reading needs only NumPy and google-crc32c)"
+        )
     return fs
 
 
@@ -69,12 +71,18 @@ def match(pattern: str) -> list[tuple[str, int]]:
     except ImportError:
         raise
     except Exception as e:  # Beam raises BeamIOError for an unmatched pattern on some filesystems
-        raise SourceError(f"Cannot match input pattern: {e}", file=pattern,
-                          hint="check the path or glob; quote it so the shell does not expand it") from None
+        raise SourceError(
+            f"Cannot match input pattern: {e}",
+            file=pattern,
+            hint="check the path or glob; quote it so the shell does not expand it",
+        ) from None
     files = sorted((p, n) for p, n in results if not is_dir(p))
     if not files:
-        hint = "the pattern names a directory: add a glob such as /*.h5" if results or is_dir(pattern) else \
-            "check the path or glob; quote it so the shell does not expand it"
+        hint = (
+            "the pattern names a directory: add a glob such as /*.h5"
+            if results or is_dir(pattern)
+            else "check the path or glob; quote it so the shell does not expand it"
+        )
         raise SourceError("No input file matches the pattern", file=pattern, hint=hint)
     return files
 
@@ -105,7 +113,7 @@ _CLIENTS_LOCK = threading.Lock()
 _CLIENTS: dict[tuple[str, str], object] = {}  # one client per process, scheme and options (both kinds thread-safe)
 # PipelineOptions -> its key in _CLIENTS: get_all_options re-parses every option of every registered
 # PipelineOptions class (~19 ms, half the launcher's CPU per remote file indexed), so it is computed once per object
-_OPTION_KEYS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_OPTION_KEYS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 READ_AHEAD = 64 * 1024  # bytes: a read smaller than this (a header, HDF5 metadata) fetches this much
 PREFETCH_THREADS = 8  # requests in flight per worker for the chunks of one row range
 PREFETCH_KEEP_BYTES = 16 * 2**20  # prefetched chunks kept per open stream beyond the latest prefetch
@@ -144,7 +152,7 @@ class _RemoteObject:
 
 
 MAX_OBJECTS = 4096  # objects known per process (each a few hundred bytes besides its kept reads)
-_OBJECTS: "collections.OrderedDict[tuple, tuple[_RemoteObject, int]]" = collections.OrderedDict()  # obj, bytes
+_OBJECTS: collections.OrderedDict[tuple, tuple[_RemoteObject, int]] = collections.OrderedDict()  # obj, bytes
 _OBJECTS_LOCK = threading.Lock()
 _OBJECTS_BYTES = [0]  # the kept bytes counted at each object's latest open
 
@@ -192,11 +200,12 @@ class _RangeReader(io.RawIOBase):
             data = self._obj.fetch(start, n)
         except _ObjectChanged:
             forget_objects()
-            raise OSError(f"{self._path} changed while it was read (its ETag or generation is not the one first "
-                          f"read): run again to read the new version") from None
+            raise OSError(
+                f"{self._path} changed while it was read (its ETag or generation is not the one first "
+                f"read): run again to read the new version"
+            ) from None
         if len(data) != n:
-            raise OSError(f"The server returned {len(data)} bytes for a range of {n} at byte {start} of "
-                          f"{self._path}")
+            raise OSError(f"The server returned {len(data)} bytes for a range of {n} at byte {start} of {self._path}")
         return data
 
     def prefetch(self, ranges, max_gap: int = READ_AHEAD, threads: int = PREFETCH_THREADS) -> None:
@@ -210,10 +219,11 @@ class _RangeReader(io.RawIOBase):
         needed: list[tuple[int, int]] = []
         for offset, length in sorted((int(o), int(n)) for o, n in ranges if n > 0):
             end = min(offset + length, self._size)
-            held = next(((start, data) for start, data in self._blocks
-                         if start <= offset and end <= start + len(data)), None)
+            held = next(
+                ((start, data) for start, data in self._blocks if start <= offset and end <= start + len(data)), None
+            )
             if held is not None:
-                kept.append((offset, held[1][offset - held[0]:end - held[0]]))
+                kept.append((offset, held[1][offset - held[0] : end - held[0]]))
             elif offset < end:
                 needed.append((offset, end))
         merged: list[list[int]] = []
@@ -228,6 +238,7 @@ class _RangeReader(io.RawIOBase):
             fetched = [(merged[0][0], self._get(merged[0][0], merged[0][1] - merged[0][0]))]
         elif merged:
             import concurrent.futures
+
             with concurrent.futures.ThreadPoolExecutor(min(threads, len(merged))) as pool:
                 datas = list(pool.map(lambda r: self._get(r[0], r[1] - r[0]), merged))
             fetched = [(r[0], d) for r, d in zip(merged, datas)]
@@ -276,7 +287,7 @@ class _RangeReader(io.RawIOBase):
         for start, data in ([kept] if kept else []) + self._blocks:  # then prefetched chunks: no request
             if start <= self._pos < start + len(data):
                 n = min(n, start + len(data) - self._pos)
-                memoryview(b)[:n] = data[self._pos - start:self._pos - start + n]
+                memoryview(b)[:n] = data[self._pos - start : self._pos - start + n]
                 self._pos += n
                 return n
         data = self._get(self._pos, n)
@@ -313,7 +324,9 @@ def _s3_client(fs):
 
     def make():
         from apache_beam.io.aws.clients.s3 import boto3_client
+
         return boto3_client.Client(options=options).client
+
     return _client("s3", options, make)
 
 
@@ -326,7 +339,9 @@ def _gcs_client(fs):
     def make():
         from apache_beam.io.gcp import gcsio
         from apache_beam.options.pipeline_options import PipelineOptions
+
         return gcsio.create_storage_client(options if options is not None else PipelineOptions())
+
     return _client("gs", options, make)
 
 
@@ -360,14 +375,14 @@ def _s3_opener(client, path: str, known: _RemoteObject | None) -> _RemoteObject:
 
     def fetch(start: int, n: int) -> bytes:
         try:
-            body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{start + n - 1}",
-                                     **pinned)["Body"]
+            body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{start + n - 1}", **pinned)["Body"]
         except client.exceptions.ClientError as e:
             if e.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412", "NoSuchKey"):
                 raise _ObjectChanged() from None
             raise
         with contextlib.closing(body):
             return body.read()
+
     return _RemoteObject(fetch, size, path, head, first.get("ETag") or "")
 
 
@@ -377,6 +392,7 @@ def _gcs_opener(client, path: str, known: _RemoteObject | None) -> _RemoteObject
     the same generation: then ``known``). Reads are ``if_generation_match`` that generation. Bytes are the stored ones
     (``raw_download``, as Beam reads them: no decompressive transcoding)."""
     from google.api_core.exceptions import NotFound, PreconditionFailed
+
     bucket, name = lightfs.bucket_key(path)
     blob = client.bucket(bucket).get_blob(name)
     if blob is None:
@@ -388,13 +404,18 @@ def _gcs_opener(client, path: str, known: _RemoteObject | None) -> _RemoteObject
 
     def fetch(start: int, n: int) -> bytes:
         try:
-            return blob.download_as_bytes(start=start, end=start + n - 1, raw_download=True, checksum=None,
-                                          **pinned)
+            return blob.download_as_bytes(start=start, end=start + n - 1, raw_download=True, checksum=None, **pinned)
         except (NotFound, PreconditionFailed):
             raise _ObjectChanged() from None
+
     size = int(blob.size or 0)
-    return _RemoteObject(fetch, size, path, fetch(0, min(READ_AHEAD, size)) if size else b"",
-                         str(generation) if generation is not None else "")
+    return _RemoteObject(
+        fetch,
+        size,
+        path,
+        fetch(0, min(READ_AHEAD, size)) if size else b"",
+        str(generation) if generation is not None else "",
+    )
 
 
 def _endpoint(client) -> str:
@@ -405,8 +426,10 @@ def _endpoint(client) -> str:
 
 
 _OPENERS = {"S3FileSystem": (_s3_client, _s3_opener), "GCSFileSystem": (_gcs_client, _gcs_opener)}
-_LIGHT_OPENERS = {"s3": ("S3FileSystem", lightfs.s3_client, _s3_opener),
-                  "gs": ("GCSFileSystem", lightfs.gcs_client, _gcs_opener)}
+_LIGHT_OPENERS = {
+    "s3": ("S3FileSystem", lightfs.s3_client, _s3_opener),
+    "gs": ("GCSFileSystem", lightfs.gcs_client, _gcs_opener),
+}
 
 
 def _opener(path: str):
@@ -549,11 +572,18 @@ def check_pin(path: str, pinned: tuple[int, int | None], what: str = "Input file
         now = None
     if now == (planned_size, planned_mtime):
         return
-    detail = ("it is gone" if now is None else
-              f"{now[0]} bytes, {planned_size} when the run was planned" if now[0] != planned_size else
-              "rewritten: its modification time is not the one planned")
-    raise InputChangedError(f"{what} changed while it was read ({detail}): run again", file=path,
-                            hint="wait until whatever writes it has finished, then run the command again")
+    detail = (
+        "it is gone"
+        if now is None
+        else f"{now[0]} bytes, {planned_size} when the run was planned"
+        if now[0] != planned_size
+        else "rewritten: its modification time is not the one planned"
+    )
+    raise InputChangedError(
+        f"{what} changed while it was read ({detail}): run again",
+        file=path,
+        hint="wait until whatever writes it has finished, then run the command again",
+    )
 
 
 def delete(paths: list[str]) -> None:

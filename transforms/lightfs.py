@@ -12,6 +12,7 @@ clients. Path semantics follow Beam's filesystems (``apache_beam/io/localfilesys
 head absolute, a remote ``join`` puts one ``/`` between parts, and in an object pattern ``*`` matches within one
 path segment, ``**`` across segments, as Beam's ``FileSystem.translate_pattern``.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,9 +46,11 @@ def bucket_key(path: str) -> tuple[str, str]:
 
 
 def _unsupported(path: str) -> ImportError:
-    return ImportError(f"Cannot read {path!r} without Apache Beam: the light reader reads local paths, s3:// "
-                       "(setup.py's s3 extra) and gs:// (its gcs extra); for other filesystems "
-                       f"{pip_install('beam')}")
+    return ImportError(
+        f"Cannot read {path!r} without Apache Beam: the light reader reads local paths, s3:// "
+        "(setup.py's s3 extra) and gs:// (its gcs extra); for other filesystems "
+        f"{pip_install('beam')}"
+    )
 
 
 def s3_client():
@@ -81,9 +84,9 @@ def gcs_client():
             try:
                 from google.cloud import storage
             except ImportError:
-                raise ImportError("Reading gs:// paths needs google-cloud-storage: "
-                                  f"{pip_install('gcs')}") from None
+                raise ImportError(f"Reading gs:// paths needs google-cloud-storage: {pip_install('gcs')}") from None
             import google.auth
+
             try:
                 credentials, project = google.auth.default()
             except google.auth.exceptions.DefaultCredentialsError:
@@ -163,8 +166,11 @@ def match(pattern: str) -> list[tuple[str, int]]:
         except FileNotFoundError:
             return []
     if not kind:
-        found = [(os.path.join(d, f), os.path.getsize(os.path.join(d, f)))
-                 for d, _, files in os.walk(os.path.dirname(literal)) for f in files]
+        found = [
+            (os.path.join(d, f), os.path.getsize(os.path.join(d, f)))
+            for d, _, files in os.walk(os.path.dirname(literal))
+            for f in files
+        ]
     else:
         bucket, prefix = re.match(r"^\w+://([^/]*)/?(.*)$", literal, re.DOTALL).groups()
         head = f"{kind}://{bucket}/"
@@ -238,4 +244,4 @@ def split(path: str) -> tuple[str, str]:
     last = path[start:].rfind("/")
     if last < 0:
         return path, ""
-    return path[:start + last], path[start + last + 1:]
+    return path[: start + last], path[start + last + 1 :]

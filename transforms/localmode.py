@@ -2,6 +2,7 @@
 CPUs). The default of our commands on DirectRunner (Beam's own default is in_memory); an explicit mode wins.
 ``pipelines.common.local_runner`` then builds the FnApiRunner with the chosen options.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -60,8 +61,9 @@ def _mode_given(beam_argv: list[str]) -> bool:
     return any(str(a) == "--direct_running_mode" or str(a).startswith("--direct_running_mode=") for a in beam_argv)
 
 
-def choose_local_mode(beam_argv: list[str], num_rows: int, num_bytes: int, max_workers: int,
-                      cpus: int | None = None) -> tuple[list[str], LocalMode | None]:
+def choose_local_mode(
+    beam_argv: list[str], num_rows: int, num_bytes: int, max_workers: int, cpus: int | None = None
+) -> tuple[list[str], LocalMode | None]:
     """Resolves the local mode for a job of ``num_rows`` rows and ``num_bytes`` bytes (of input) that can use at
     most ``max_workers`` workers (its rows, or its shards): with no ``--direct_running_mode`` (auto), in-process
     unless the job is encoding-bound and large enough to pay for starting worker processes (``AUTO_MIN_ROWS``,
@@ -69,6 +71,7 @@ def choose_local_mode(beam_argv: list[str], num_rows: int, num_bytes: int, max_w
     DirectRunner).
     """
     from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
     options = PipelineOptions(beam_argv)
     if options.view_as(StandardOptions).runner not in DIRECT_NAMES:
         return beam_argv, None
@@ -81,14 +84,24 @@ def choose_local_mode(beam_argv: list[str], num_rows: int, num_bytes: int, max_w
     asked = direct.direct_num_workers if any(str(a).startswith("--direct_num_workers") for a in beam_argv) else None
     workers = min(asked or cpus, max(1, max_workers))
     if workers < 2:
-        mode = LocalMode("in_memory", 1, "auto: one CPU or one shard" if cpus < 2 or max_workers < 2 else
-                         "auto: --direct_num_workers 1")
+        mode = LocalMode(
+            "in_memory",
+            1,
+            "auto: one CPU or one shard" if cpus < 2 or max_workers < 2 else "auto: --direct_num_workers 1",
+        )
     elif num_rows < AUTO_MIN_ROWS:  # in-process; the FnApiRunner runs `workers` bundles at once (threads)
-        mode = LocalMode("in_memory", workers, f"auto: {num_rows:,} rows, below the {AUTO_MIN_ROWS:,} where "
-                                               "starting worker processes pays off")
+        mode = LocalMode(
+            "in_memory",
+            workers,
+            f"auto: {num_rows:,} rows, below the {AUTO_MIN_ROWS:,} where starting worker processes pays off",
+        )
     elif row_bytes > AUTO_MAX_ROW_BYTES:
-        mode = LocalMode("in_memory", workers, f"auto: rows of {row_bytes:,.0f} bytes are bound by reading and "
-                                               "writing, where worker processes do not help")
+        mode = LocalMode(
+            "in_memory",
+            workers,
+            f"auto: rows of {row_bytes:,.0f} bytes are bound by reading and "
+            "writing, where worker processes do not help",
+        )
     else:
         mode = LocalMode("multi_processing", workers, f"auto: {num_rows:,} rows of {row_bytes:,.0f} bytes")
     argv = list(beam_argv) + [f"--direct_running_mode={mode.mode}"]

@@ -18,6 +18,7 @@
   Refused rather than de-duplicated: which name to keep decides the ``filename`` and the label of a ``--format
   files`` Example, and a silent choice could take the wrong class.
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,8 +55,9 @@ def match_inputs(pattern: str, follow_symlinks: bool = False, mtimes: dict | Non
     walk.mtimes = mtimes
     files = walk.run()
     if not files:
-        raise SourceError(NO_MATCH, file=pattern,
-                          hint="check the path or glob; quote it so the shell does not expand it")
+        raise SourceError(
+            NO_MATCH, file=pattern, hint="check the path or glob; quote it so the shell does not expand it"
+        )
     return files
 
 
@@ -86,6 +88,7 @@ def check_output_unmatched(pattern: str, output_dir: str, names: list[str], flag
       ConfigError: naming the pattern, the output directory and a file it would match.
     """
     from apache_beam.io.filesystem import FileSystem
+
     if not has_glob(pattern) or fileio.is_local(pattern) != fileio.is_local(output_dir):
         return
     regex = re.compile(FileSystem.translate_pattern(pattern))
@@ -100,10 +103,13 @@ def check_output_unmatched(pattern: str, output_dir: str, names: list[str], flag
         where = output_dir.rstrip("/")
     hit = next((os.path.join(where, n) for n in names if regex.match(os.path.join(where, n))), None)
     if hit is not None:
-        raise ConfigError(f"--input matches the files this run writes in {flag} (e.g. {printable(hit)!r}): a "
-                          f"second run would read them as inputs", file=pattern,
-                          hint=f"write {flag} outside {printable(base_directory(pattern) or '.')!r}, or narrow the "
-                               f"pattern so that it cannot match there")
+        raise ConfigError(
+            f"--input matches the files this run writes in {flag} (e.g. {printable(hit)!r}): a "
+            f"second run would read them as inputs",
+            file=pattern,
+            hint=f"write {flag} outside {printable(base_directory(pattern) or '.')!r}, or narrow the "
+            f"pattern so that it cannot match there",
+        )
 
 
 class _Walk:
@@ -111,6 +117,7 @@ class _Walk:
 
     def __init__(self, pattern: str, follow: bool):
         from apache_beam.io.filesystem import FileSystem
+
         self.pattern, self.follow = pattern, follow
         self.regex = re.compile(FileSystem.translate_pattern(pattern))
         self.top = base_directory(pattern)
@@ -134,6 +141,7 @@ class _Walk:
             return "**" in self.pattern
         if n not in self._prefixes:
             from apache_beam.io.filesystem import FileSystem
+
             prefix = "/".join(self.parts[:n])
             self._prefixes[n] = None if "**" in prefix else re.compile(FileSystem.translate_pattern(prefix))
         regex = self._prefixes[n]
@@ -194,31 +202,44 @@ class _Walk:
         base = printable(self.top or ".")
         if self.unlistable:
             where, why = self.unlistable[0]
-            raise SourceError(f"Cannot list the directory {printable(where or '.')!r} ({why}): files the pattern "
-                              f"matches there would be missed", file=self.pattern,
-                              hint="make it readable, or narrow the pattern")
+            raise SourceError(
+                f"Cannot list the directory {printable(where or '.')!r} ({why}): files the pattern "
+                f"matches there would be missed",
+                file=self.pattern,
+                hint="make it readable, or narrow the pattern",
+            )
         if self.outside:
             shown = ", ".join(f"{printable(p)!r} -> {printable(t)!r}" for p, t in sorted(self.outside)[:_SHOWN])
-            raise SourceError(f"Symbolic links the pattern matches lead outside its base directory {base!r} "
-                              f"({len(self.outside):,}: {shown}{_more(self.outside)}): not followed",
-                              file=self.pattern, hint="pass --follow_symlinks to read them, or remove the links (a "
-                                                      "pattern names the files under its base directory)")
+            raise SourceError(
+                f"Symbolic links the pattern matches lead outside its base directory {base!r} "
+                f"({len(self.outside):,}: {shown}{_more(self.outside)}): not followed",
+                file=self.pattern,
+                hint="pass --follow_symlinks to read them, or remove the links (a "
+                "pattern names the files under its base directory)",
+            )
         if self.dangling:
             shown = ", ".join(repr(printable(p)) for p in sorted(self.dangling)[:_SHOWN])
-            raise SourceError(f"Symbolic links the pattern matches point to nothing ({len(self.dangling):,}, "
-                              f"dangling: {shown}{_more(self.dangling)})", file=self.pattern,
-                              hint="remove them or narrow the pattern")
+            raise SourceError(
+                f"Symbolic links the pattern matches point to nothing ({len(self.dangling):,}, "
+                f"dangling: {shown}{_more(self.dangling)})",
+                file=self.pattern,
+                hint="remove them or narrow the pattern",
+            )
         if self.twice:
             first, second = sorted(tuple(sorted(pair)) for pair in self.twice)[0]
-            raise SourceError(f"Files matched under two names ({len(self.twice):,}): {printable(first)!r} and "
-                              f"{printable(second)!r} are the same file (a symbolic or hard link, or a directory "
-                              f"reached twice), whose rows would be converted twice: one file, one name",
-                              file=self.pattern,
-                              hint="remove one of the names or narrow the pattern")
+            raise SourceError(
+                f"Files matched under two names ({len(self.twice):,}): {printable(first)!r} and "
+                f"{printable(second)!r} are the same file (a symbolic or hard link, or a directory "
+                f"reached twice), whose rows would be converted twice: one file, one name",
+                file=self.pattern,
+                hint="remove one of the names or narrow the pattern",
+            )
         if self.loops:
-            log.warning("%s to a directory above them not followed (a loop; what lies below is read by its own "
-                        "path): %s", _count(self.loops, "symbolic link"),
-                        ", ".join(repr(printable(p)) for p in sorted(self.loops)[:_SHOWN]) + _more(self.loops))
+            log.warning(
+                "%s to a directory above them not followed (a loop; what lies below is read by its own path): %s",
+                _count(self.loops, "symbolic link"),
+                ", ".join(repr(printable(p)) for p in sorted(self.loops)[:_SHOWN]) + _more(self.loops),
+            )
 
 
 def _count(items, noun: str) -> str:

@@ -37,12 +37,13 @@ dtype varies) and ``tfrecord_etl.shape:[64, 64, 3]`` (``null`` for a varying dim
 to decode it. Readers of the schema (TFXIO, TFDV, :func:`specs_from_schema`) ignore both: TFXIO's tensors and
 TFDV's statistics stay INT and BYTES.
 """
+
 from __future__ import annotations
 
 import datetime
 import json
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from tfrecord_etl.transforms import conditional, fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, encoding_of, normalize_dtype, spec_from_json
@@ -68,8 +69,10 @@ def check_unique(specs: Sequence[FeatureSpec]) -> None:
     for spec in specs:
         for name, _, _ in example_features(spec):
             if name in seen:
-                raise SchemaError(f"Duplicate feature name '{name}' (from '{seen[name]}' and '{spec.name}')",
-                                  hint="rename one of them")
+                raise SchemaError(
+                    f"Duplicate feature name '{name}' (from '{seen[name]}' and '{spec.name}')",
+                    hint="rename one of them",
+                )
             seen[name] = spec.name
 
 
@@ -127,14 +130,18 @@ def schema_types(spec: FeatureSpec, kind: str) -> tuple[bool, list[str], str | N
     tags.append(f"tfrecord_etl.shape:{shape}")
     what = f"a {spec.dtype} array" if spec.dtype is not None else f"an array (dtype in '{spec.name}/dtype')"
     varies = f" (null: varies, see '{spec.name}/shape')" if not spec.is_fixed else ""
-    comment = (f"{spec.encoding} encoding: one bytes value holding {what} of shape {shape}{varies}, "
-               f"{_HOW.get(spec.encoding, 'see metadata.json')}; tfrecord_etl's reader.to_tf_dataset decodes it")
+    comment = (
+        f"{spec.encoding} encoding: one bytes value holding {what} of shape {shape}{varies}, "
+        f"{_HOW.get(spec.encoding, 'see metadata.json')}; tfrecord_etl's reader.to_tf_dataset decodes it"
+    )
     return False, tags, comment
 
 
-_HOW = {"tensor": "its raw little-endian bytes (tf.io.decode_raw, then reshape)",
-        "zlib": "its raw little-endian bytes zlib-compressed (tf.io.decode_compressed(x, 'ZLIB'), then decode_raw)",
-        "packbits": "np.packbits of each row of the last axis (np.unpackbits)"}
+_HOW = {
+    "tensor": "its raw little-endian bytes (tf.io.decode_raw, then reshape)",
+    "zlib": "its raw little-endian bytes zlib-compressed (tf.io.decode_compressed(x, 'ZLIB'), then decode_raw)",
+    "packbits": "np.packbits of each row of the last axis (np.unpackbits)",
+}
 
 
 def specs_from_schema(text: str, path: str = "") -> tuple[FeatureSpec, ...]:
@@ -155,21 +162,32 @@ def specs_from_schema(text: str, path: str = "") -> tuple[FeatureSpec, ...]:
     try:
         text_format.Parse(text, schema)
     except text_format.ParseError as e:
-        raise SchemaError(f"Not a tensorflow_metadata Schema in text format: {e}", file=path or None,
-                          hint="pass a schema.pbtxt such as TFX SchemaGen writes") from None
+        raise SchemaError(
+            f"Not a tensorflow_metadata Schema in text format: {e}",
+            file=path or None,
+            hint="pass a schema.pbtxt such as TFX SchemaGen writes",
+        ) from None
     dtypes = {schema_pb2.INT: "<i8", schema_pb2.FLOAT: "<f4", schema_pb2.BYTES: VLEN_BYTES}
     specs = []
     for f in schema.feature:
         if f.lifecycle_stage == schema_pb2.DEPRECATED:
             continue
         if f.type not in dtypes:
-            raise SchemaError(f"Feature '{f.name}' has type {schema_pb2.FeatureType.Name(f.type)}: only INT, FLOAT "
-                              "and BYTES features of tf.train.Example are supported", file=path or None,
-                              feature=f.name, hint="SequenceExample collections are not supported")
+            raise SchemaError(
+                f"Feature '{f.name}' has type {schema_pb2.FeatureType.Name(f.type)}: only INT, FLOAT "
+                "and BYTES features of tf.train.Example are supported",
+                file=path or None,
+                feature=f.name,
+                hint="SequenceExample collections are not supported",
+            )
         if f.HasField("shape"):
             specs.append(FeatureSpec(f.name, dtypes[f.type], tuple(int(d.size) for d in f.shape.dim), "list"))
-        elif (f.HasField("value_count") and f.value_count.min == f.value_count.max and f.value_count.min > 0
-              and f.presence.min_fraction == 1.0):
+        elif (
+            f.HasField("value_count")
+            and f.value_count.min == f.value_count.max
+            and f.value_count.min > 0
+            and f.presence.min_fraction == 1.0
+        ):
             specs.append(FeatureSpec(f.name, dtypes[f.type], (int(f.value_count.min),), "list"))
         else:
             specs.append(FeatureSpec(f.name, dtypes[f.type], (None,), "varlen"))
@@ -182,6 +200,7 @@ def build(specs, shards, compression, sources, writer, options) -> dict:
     """The ``metadata.json`` document. A feature whose list values went through an allowed lossy cast
     (``--allow_lossy``) records the dtype on the wire as ``stored_dtype`` (float64 features hold float32 values)."""
     from tfrecord_etl.transforms.codec.encodings import ENCODINGS
+
     lossy = tuple((options or {}).get("allow_lossy") or ()) if isinstance(options, dict) else ()
     features = []
     for s in specs:
@@ -193,7 +212,7 @@ def build(specs, shards, compression, sources, writer, options) -> dict:
     meta = {
         "format": FORMAT,
         "tool_version": VERSION,
-        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "compression": compression,
         "features": features,
         "shards": list(shards),
@@ -204,9 +223,13 @@ def build(specs, shards, compression, sources, writer, options) -> dict:
     }
     split_names = list(dict.fromkeys(sh["split"] for sh in shards if "split" in sh))
     if split_names:  # --splits / --split / --tfds_name: the records of each split, in file order
-        meta["splits"] = {name: {"num_records": sum(sh["records"] for sh in shards if sh.get("split") == name),
-                                 "num_shards": sum(1 for sh in shards if sh.get("split") == name)}
-                          for name in split_names}
+        meta["splits"] = {
+            name: {
+                "num_records": sum(sh["records"] for sh in shards if sh.get("split") == name),
+                "num_shards": sum(1 for sh in shards if sh.get("split") == name),
+            }
+            for name in split_names
+        }
     return meta
 
 
@@ -223,6 +246,7 @@ def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec], expected_ve
       OutputError: another run committed ``output_dir`` since this run started.
     """
     from tfrecord_etl.transforms import outdir, sink
+
     sink.write_file(fileio.join(output_dir, SCHEMA_FILE), schema_text(specs).encode())
     outdir.failpoint("schema-written")  # the old metadata.json beside the new schema.pbtxt (schemacheck.pending)
     outdir.record_shards(output_dir, meta["shards"])
@@ -231,14 +255,18 @@ def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec], expected_ve
         sink.write_json(path, meta)
         return
     from tfrecord_etl.transforms.runlock import check_commit
+
     check_commit(path)
     try:
         conditional.write_if_version(path, json.dumps(meta, indent=1).encode(), expected_version)
     except conditional.VersionConflict:
-        raise OutputError("Another run committed this output directory while this run wrote it (metadata.json "
-                          "changed since this run started): this run's commit is refused", file=path,
-                          hint="nothing of this run is listed in metadata.json; run one command per output "
-                               "directory at a time, then run again") from None
+        raise OutputError(
+            "Another run committed this output directory while this run wrote it (metadata.json "
+            "changed since this run started): this run's commit is refused",
+            file=path,
+            hint="nothing of this run is listed in metadata.json; run one command per output "
+            "directory at a time, then run again",
+        ) from None
 
 
 def load(output_dir: str) -> dict:
@@ -254,6 +282,7 @@ def load(output_dir: str) -> dict:
 def digest(data: bytes) -> str:
     """The identity of one version of a ``metadata.json``: the SHA-256 of its bytes, in hex."""
     import hashlib
+
     return hashlib.sha256(data).hexdigest()
 
 
@@ -267,14 +296,21 @@ def load_with_digest(output_dir: str) -> tuple[dict, str]:
     path = fileio.join(output_dir, METADATA_FILE)
     if not fileio.exists(path):
         from tfrecord_etl.transforms import outdir
+
         nested = outdir.nested_outputs(output_dir) if fileio.is_dir(output_dir) else []
         if nested:
             shown = ", ".join(nested[:5]) + (f" and {len(nested) - 5} more" if len(nested) > 5 else "")
-            raise IncompleteOutputError(f"Not an output directory: it holds {len(nested)} output directories "
-                                        f"({shown})", file=output_dir, hint="name one of them")
-        raise IncompleteOutputError("No metadata.json: the output is incomplete (a run is going on or "
-                                    "crashed) or was not written by tfrecord-etl", file=output_dir,
-                                    hint="re-run the command that writes it")
+            raise IncompleteOutputError(
+                f"Not an output directory: it holds {len(nested)} output directories ({shown})",
+                file=output_dir,
+                hint="name one of them",
+            )
+        raise IncompleteOutputError(
+            "No metadata.json: the output is incomplete (a run is going on or "
+            "crashed) or was not written by tfrecord-etl",
+            file=output_dir,
+            hint="re-run the command that writes it",
+        )
     try:
         data = fileio.read_bytes(path)
         meta = json.loads(data)
@@ -286,7 +322,9 @@ def load_with_digest(output_dir: str) -> tuple[dict, str]:
             for key in ("file", "index") if "index" in shard else ("file",):
                 if not _plain_name(shard[key]):
                     raise ValueError(f"shard {key} {shard[key]!r} is not a plain file name")
-            if "split" in shard and not (isinstance(shard["split"], str) and shard["split"] in (meta.get("splits") or {})):
+            if "split" in shard and not (
+                isinstance(shard["split"], str) and shard["split"] in (meta.get("splits") or {})
+            ):
                 raise ValueError(f"shard {name!r} names a split {shard['split']!r} that 'splits' does not list")
             if not isinstance(shard["records"], int) or shard["records"] < 0:
                 raise ValueError(f"shard {name!r} has a bad record count {shard['records']!r}")
@@ -312,6 +350,7 @@ def _checked(spec: FeatureSpec) -> FeatureSpec:
         if not isinstance(spec.dtype, str):
             raise ValueError(f"feature {spec.name!r} has a bad dtype {spec.dtype!r}")
         import numpy as np
+
         normalize_dtype(np.dtype(spec.dtype), spec.name)  # SchemaError: object, structured, float128...
     return spec
 
@@ -330,8 +369,10 @@ def select_split(meta: dict, split: str | None, where: str = "") -> dict:
         return meta
     names = list(meta.get("splits") or {})
     if split not in names:
-        raise SchemaError(f"No split {split!r} in this output" + (f"; its splits are {names}" if names else
-                                                                  " (it was written without splits)"),
-                          file=where or None)
+        raise SchemaError(
+            f"No split {split!r} in this output"
+            + (f"; its splits are {names}" if names else " (it was written without splits)"),
+            file=where or None,
+        )
     shards = [s for s in meta["shards"] if s.get("split") == split]
     return {**meta, "shards": shards, "num_records": sum(s["records"] for s in shards)}

@@ -17,16 +17,17 @@ The frame of every record is checked (its length header's CRC, its size against 
 of every record too, unless the shard's CRC32C was checked before reading (it covers every byte the record CRCs
 cover, so a second check per record would find nothing the first did not).
 """
+
 from __future__ import annotations
 
 import os
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import google_crc32c
 import numpy as np
 
 from tfrecord_etl.transforms import collection_reader, fileio, metadata, shardcheck, tfrecord
-from tfrecord_etl.transforms.codec.block import BlockDecoder, MIN_BLOCK, ragged
+from tfrecord_etl.transforms.codec.block import MIN_BLOCK, BlockDecoder, ragged
 from tfrecord_etl.transforms.codec.spec import FeatureSpec
 from tfrecord_etl.transforms.errors import RecordError
 
@@ -35,19 +36,28 @@ _MASK_DELTA = 0xA282EAD8
 _HINT = "the output was changed after it was written: check it with tfrecord-etl verify DIR, and convert it again"
 
 
-def shards_of(output_dir: str, features: Sequence[str] | None, split: str | None, spans, trust_spans: bool = False
-              ) -> tuple[list[FeatureSpec], list[tuple[dict, str, str]]]:
+def shards_of(
+    output_dir: str, features: Sequence[str] | None, split: str | None, spans, trust_spans: bool = False
+) -> tuple[list[FeatureSpec], list[tuple[dict, str, str]]]:
     """``(features read, [(metadata.json shard entry, path, compression)])`` of an output or collection, in order
     (``trust_spans``: see :func:`collection_reader.parts`)."""
     specs, parts = collection_reader.parts(output_dir, spans, split, features, trust_spans)
-    shards = [(shard, path, part.meta["compression"]) for part in parts
-              for shard, path in zip(part.meta["shards"], metadata.shard_paths(part.dir, part.meta))]
+    shards = [
+        (shard, path, part.meta["compression"])
+        for part in parts
+        for shard, path in zip(part.meta["shards"], metadata.shard_paths(part.dir, part.meta))
+    ]
     return specs, shards
 
 
-def iter_pieces(specs: Sequence[FeatureSpec], shards, max_record_bytes: int | None = None,
-                max_features: int | None = None, check_checksums: bool = True, align: int = 1
-                ) -> Iterator[tuple[dict[str, np.ndarray], int]]:
+def iter_pieces(
+    specs: Sequence[FeatureSpec],
+    shards,
+    max_record_bytes: int | None = None,
+    max_features: int | None = None,
+    check_checksums: bool = True,
+    align: int = 1,
+) -> Iterator[tuple[dict[str, np.ndarray], int]]:
     """Yields ``({name: array of k rows}, k)`` over the records of ``shards`` (``shards_of``), in order: one piece per
     run of records of one length (a block) or of mixed ones; each shard checked (see the module). ``align``: chunks
     are read to hold a multiple of that many records of one length (a batch size: batches are then slices)."""
@@ -102,8 +112,9 @@ def _concat(pieces: list[dict]) -> dict:
     return {name: np.concatenate([p[name] for p in pieces]) for name in pieces[0]}
 
 
-def _shard_pieces(decoder: BlockDecoder, shard: dict, path: str, compression: str, limit: int,
-                  check_checksums: bool, align: int = 1) -> Iterator[tuple[dict, int]]:
+def _shard_pieces(
+    decoder: BlockDecoder, shard: dict, path: str, compression: str, limit: int, check_checksums: bool, align: int = 1
+) -> Iterator[tuple[dict, int]]:
     tfrecord.check_regular(path)
     size = fileio.size(path)
     shardcheck.check_shard(shard, path, size, check_checksum=False)  # the size, before anything is read
@@ -135,9 +146,13 @@ def _shard_pieces(decoder: BlockDecoder, shard: dict, path: str, compression: st
     if stream_crc:
         got = tfrecord.crc32c_hex(crc.crc)
         if (crc.bytes, got) != (size, expected):
-            raise RecordError(f"Shard's CRC32C is {got} ({crc.bytes} bytes read), metadata.json says {expected}: "
-                              "it was replaced by another file or swapped with another shard after it was written, "
-                              "or changed while it was read", file=path, hint=_HINT)
+            raise RecordError(
+                f"Shard's CRC32C is {got} ({crc.bytes} bytes read), metadata.json says {expected}: "
+                "it was replaced by another file or swapped with another shard after it was written, "
+                "or changed while it was read",
+                file=path,
+                hint=_HINT,
+            )
 
 
 def _fstat_version(path: str, raw) -> tuple | None:
@@ -160,13 +175,13 @@ class _Crc:
         self.bytes += len(data)
 
 
-def _fill(stream, left: bytes | bytearray, need: int, crc: "_Crc | None") -> tuple[bytearray, int]:
+def _fill(stream, left: bytes | bytearray, need: int, crc: _Crc | None) -> tuple[bytearray, int]:
     """A new buffer holding ``left`` then at least ``need`` more bytes of ``stream`` (fewer at its end), read in place
     (``readinto``); returns it and how many bytes it holds. A new buffer each time: decoded arrays never alias it, but
     a caller's view of an older one stays valid."""
     size = len(left) + need
     buf = bytearray(size)
-    buf[:len(left)] = left
+    buf[: len(left)] = left
     view, have = memoryview(buf), len(left)
     readinto = getattr(stream, "readinto", None)
     while have < size:
@@ -175,7 +190,7 @@ def _fill(stream, left: bytes | bytearray, need: int, crc: "_Crc | None") -> tup
         else:
             more = stream.read(size - have)
             n = len(more)
-            view[have:have + n] = more
+            view[have : have + n] = more
         if not n:
             break
         if crc is not None:
@@ -185,12 +200,13 @@ def _fill(stream, left: bytes | bytearray, need: int, crc: "_Crc | None") -> tup
     return buf, have
 
 
-def _stream_pieces(decoder, stream, path: str, limit: int, record_crcs: bool, crc: "_Crc | None", align: int = 1):
+def _stream_pieces(decoder, stream, path: str, limit: int, record_crcs: bool, crc: _Crc | None, align: int = 1):
     """Yields the pieces of one decompressed stream; returns its record count. Reads are sized to end at a frame
     boundary when frames have one length (and hold a multiple of ``align`` of them), so runs are not cut. The next
     chunk is read (and decompressed) by a thread while this one is decoded: file reads, decompression and NumPy's
     copies release the GIL, as tf.data's parallel reads overlap its parsing."""
     from concurrent.futures import ThreadPoolExecutor
+
     buf, filled, pos, index, offset, eof = bytearray(), 0, 0, 0, 0, False
     checked = None  # the last length header whose CRC matched
     pending = None  # (future of the next _fill, bytes kept from this buffer, bytes asked)
@@ -203,8 +219,13 @@ def _stream_pieces(decoder, stream, path: str, limit: int, record_crcs: bool, cr
                 try:
                     buf, filled = future.result()
                 except tfrecord._READ_ERRORS as e:
-                    raise RecordError(f"Cannot decompress: {e}", file=path, record=index, offset=offset,
-                                      hint="check the compression (gzip/zlib/none) of this file") from None
+                    raise RecordError(
+                        f"Cannot decompress: {e}",
+                        file=path,
+                        record=index,
+                        offset=offset,
+                        hint="check the compression (gzip/zlib/none) of this file",
+                    ) from None
                 eof, pos = filled - left < need, 0
             arr = np.frombuffer(buf, np.uint8, filled)
             runs, end, checked = _runs(buf, filled, arr, pos, limit, checked, path, index, offset)
@@ -213,7 +234,7 @@ def _stream_pieces(decoder, stream, path: str, limit: int, record_crcs: bool, cr
                 if left < 12:  # the first read of a stream: one header, then chunks sized by its frame length
                     need = 12 - left if not filled else CHUNK
                 else:
-                    frame = int.from_bytes(buf[end:end + 8], "little") + 16
+                    frame = int.from_bytes(buf[end : end + 8], "little") + 16
                     step = frame * align if frame * align <= CHUNK else frame
                     need = max(frame, -(-CHUNK // step) * step) - left
                 pending = reader_thread.submit(_fill, stream, bytes(buf[end:filled]), need, crc), left, need
@@ -226,8 +247,8 @@ def _stream_pieces(decoder, stream, path: str, limit: int, record_crcs: bool, cr
                     yield _mixed(decoder, buf, mixed, path, index, offset - pos, record_crcs)
                     index += len(mixed)
                     mixed = []
-                frames = arr[start:start + k * (length + 16)].reshape(k, length + 16)
-                data = frames[:, 12:12 + length]
+                frames = arr[start : start + k * (length + 16)].reshape(k, length + 16)
+                data = frames[:, 12 : 12 + length]
                 first = offset + start - pos
                 if record_crcs:
                     _check_crcs(frames, length, path, index, first)
@@ -246,11 +267,21 @@ def _stream_pieces(decoder, stream, path: str, limit: int, record_crcs: bool, cr
             if eof:
                 if left:
                     if left < 12:
-                        raise RecordError(f"Truncated record header ({left} of 12 bytes)", file=path, record=index,
-                                          offset=offset, hint="the file was cut short; rewrite it")
-                    length = int.from_bytes(buf[pos:pos + 8], "little")
-                    raise RecordError(f"Truncated record: {max(0, min(length, left - 12))} of {length} data bytes",
-                                      file=path, record=index, offset=offset, hint="the file was cut short; rewrite it")
+                        raise RecordError(
+                            f"Truncated record header ({left} of 12 bytes)",
+                            file=path,
+                            record=index,
+                            offset=offset,
+                            hint="the file was cut short; rewrite it",
+                        )
+                    length = int.from_bytes(buf[pos : pos + 8], "little")
+                    raise RecordError(
+                        f"Truncated record: {max(0, min(length, left - 12))} of {length} data bytes",
+                        file=path,
+                        record=index,
+                        offset=offset,
+                        hint="the file was cut short; rewrite it",
+                    )
                 return index
     finally:  # the stream is closed after this: no read may still be running on it
         reader_thread.shutdown(wait=True)
@@ -262,18 +293,24 @@ def _runs(buf, n: int, arr: np.ndarray, pos: int, limit: int, checked, path: str
     Each distinct header's CRC is checked, each length against ``limit``."""
     runs, first = [], pos
     while n - pos >= 12:
-        header = bytes(buf[pos:pos + 12])
+        header = bytes(buf[pos : pos + 12])
         length = int.from_bytes(header[:8], "little")
-        where = dict(file=path, record=index, offset=offset + pos - first)
+        where = {"file": path, "record": index, "offset": offset + pos - first}
         if header != checked:
             if tfrecord.masked_crc(header[:8]) != int.from_bytes(header[8:], "little"):
-                known = tfrecord.foreign_format(bytes(buf[pos:pos + 2056])) if where["offset"] == 0 else None
+                known = tfrecord.foreign_format(bytes(buf[pos : pos + 2056])) if where["offset"] == 0 else None
                 if known:
-                    raise RecordError(f"Not a TFRecord file: it starts like {known}", file=path,
-                                      hint="convert arrays with tfrecord-etl convert --input FILE; inspect "
-                                           "and verify read TFRecord outputs")
-                raise RecordError("Length CRC mismatch: corrupt data or wrong compression", **where,
-                                  hint="check the compression (gzip/zlib/none) of this file")
+                    raise RecordError(
+                        f"Not a TFRecord file: it starts like {known}",
+                        file=path,
+                        hint="convert arrays with tfrecord-etl convert --input FILE; inspect "
+                        "and verify read TFRecord outputs",
+                    )
+                raise RecordError(
+                    "Length CRC mismatch: corrupt data or wrong compression",
+                    **where,
+                    hint="check the compression (gzip/zlib/none) of this file",
+                )
             checked = header
         if length > limit:
             tfrecord.check_record_size(length, limit, **where)
@@ -282,13 +319,13 @@ def _runs(buf, n: int, arr: np.ndarray, pos: int, limit: int, checked, path: str
             break
         most, k, step = (n - pos) // frame, 1, 16
         want = np.zeros(16, np.uint8)
-        want[:12] = arr[pos:pos + 12]
+        want[:12] = arr[pos : pos + 12]
         want = want.view("<u8")
         while k < most:
             m = min(most, k + step)
             # the 12 header bytes of each frame copied into 16 zeroed ones (one strided copy), compared as 2 words
             heads = np.zeros((m - k, 16), np.uint8)
-            heads[:, :12] = arr[pos + k * frame:pos + m * frame].reshape(m - k, frame)[:, :12]
+            heads[:, :12] = arr[pos + k * frame : pos + m * frame].reshape(m - k, frame)[:, :12]
             words = heads.view("<u8")
             same = words[:, 0] == want[0]
             same &= words[:, 1] == want[1]
@@ -305,35 +342,52 @@ def _runs(buf, n: int, arr: np.ndarray, pos: int, limit: int, checked, path: str
 def _check_crcs(frames: np.ndarray, length: int, path: str, index: int, offset: int) -> None:
     """Checks the data CRC of each frame of ``frames`` (``(k, 16 + length)`` uint8)."""
     value = google_crc32c.value
-    crcs = np.fromiter((value(row) for row in frames[:, 12:12 + length]), np.uint64, frames.shape[0])
+    crcs = np.fromiter((value(row) for row in frames[:, 12 : 12 + length]), np.uint64, frames.shape[0])
     masked = (((crcs >> 15) | (crcs << 17)) + _MASK_DELTA) & 0xFFFFFFFF
-    stored = np.ascontiguousarray(frames[:, 12 + length:]).view("<u4")[:, 0]
+    stored = np.ascontiguousarray(frames[:, 12 + length :]).view("<u4")[:, 0]
     bad = np.flatnonzero(masked != stored)
     if bad.size:
         j = int(bad[0])
-        raise RecordError("Data CRC mismatch: the record is corrupt", file=path, record=index + j,
-                          offset=offset + j * (length + 16))
+        raise RecordError(
+            "Data CRC mismatch: the record is corrupt", file=path, record=index + j, offset=offset + j * (length + 16)
+        )
 
 
-def _mixed(decoder: BlockDecoder, buf: bytes, frames: list[tuple[int, int]], path: str, index: int, base: int,
-           record_crcs: bool) -> tuple[dict, int]:
+def _mixed(
+    decoder: BlockDecoder,
+    buf: bytes,
+    frames: list[tuple[int, int]],
+    path: str,
+    index: int,
+    base: int,
+    record_crcs: bool,
+) -> tuple[dict, int]:
     """The piece of records of different lengths (``frames``: ``(frame start in buf, data length)``), decoded one by
     one (:meth:`BlockDecoder.decode_one`); ``base`` + a start is the record's offset in the stream."""
     out = []
     for j, (start, length) in enumerate(frames):
-        record = bytes(buf[start + 12:start + 12 + length])
-        if record_crcs and tfrecord.masked_crc(record) != int.from_bytes(buf[start + 12 + length:start + 16 + length],
-                                                                         "little"):
-            raise RecordError("Data CRC mismatch: the record is corrupt", file=path, record=index + j,
-                              offset=base + start)
+        record = bytes(buf[start + 12 : start + 12 + length])
+        if record_crcs and tfrecord.masked_crc(record) != int.from_bytes(
+            buf[start + 12 + length : start + 16 + length], "little"
+        ):
+            raise RecordError(
+                "Data CRC mismatch: the record is corrupt", file=path, record=index + j, offset=base + start
+            )
         try:
             out.append(decoder.decode_one(record))
         except RecordError as e:
             raise _decode_error(e, path, index + j, base + start) from None
     from tfrecord_etl.transforms.codec.block import stack
+
     return {s.name: stack(s, [row[s.name] for row in out]) for s in decoder.specs}, len(out)
 
 
 def _decode_error(e: RecordError, path: str, record: int, offset: int) -> RecordError:
-    return RecordError(f"Cannot decode example: {e.message}", hint=e.hint, file=path, record=record, offset=offset,
-                       payload_offset=e.context.get("offset"))
+    return RecordError(
+        f"Cannot decode example: {e.message}",
+        hint=e.hint,
+        file=path,
+        record=record,
+        offset=offset,
+        payload_offset=e.context.get("offset"),
+    )

@@ -27,6 +27,7 @@ The guarantees:
 The model is TFDS's ``incomplete_file`` and Beam's ``FileBasedSink.finalize_write``: temporaries under
 names of their own, renamed when complete, and only a list of known names cleaned up.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,14 +36,26 @@ import os
 import re
 import socket
 import uuid
-from typing import Iterable
+from collections.abc import Iterable
 
 from tfrecord_etl.transforms import conditional, fileio, sink
 from tfrecord_etl.transforms.errors import ConfigError, printable
-from tfrecord_etl.transforms.sink import TEMP_PREFIX, name_key  # noqa: F401 - the temporaries' names, sink's
 from tfrecord_etl.transforms.renamed_flags import current_names  # options recorded under a flag's old name
-from tfrecord_etl.transforms.runlock import (FAILPOINT_ENV, LEGACY_LOCK_FILE, LOCK_FILE, LOCK_TEMP, RUN_ENV,  # noqa: F401
-                                             Lock, utc_now, process_start, read_json, check_commit, failpoint, say)
+from tfrecord_etl.transforms.runlock import (  # noqa: F401
+    FAILPOINT_ENV,
+    LEGACY_LOCK_FILE,
+    LOCK_FILE,
+    LOCK_TEMP,
+    RUN_ENV,
+    Lock,
+    check_commit,
+    failpoint,
+    process_start,
+    read_json,
+    say,
+    utc_now,
+)
+from tfrecord_etl.transforms.sink import TEMP_PREFIX, name_key  # noqa: F401 - the temporaries' names, sink's
 
 METADATA_FILE = "metadata.json"
 SCHEMA_FILE = "schema.pbtxt"
@@ -72,6 +85,7 @@ def temp_of(name: str, files) -> bool:
 
 # ---------------------------------------------------------------- literal paths
 
+
 def list_names(directory: str) -> dict[str, str]:
     """``{name: path}`` of the direct children of ``directory`` (files and directories), never globbed.
 
@@ -92,7 +106,7 @@ def list_names(directory: str) -> dict[str, str]:
     base = directory.rstrip("/") + "/"
     out = {}
     for path, _ in found:
-        rest = path[len(base):] if path.startswith(base) else fileio.basename(path)
+        rest = path[len(base) :] if path.startswith(base) else fileio.basename(path)
         name = rest.split("/", 1)[0]
         if name:
             out[name] = fileio.join(directory, name)
@@ -112,6 +126,7 @@ def nested_outputs(directory: str) -> list[str]:
 def delete_names(directory: str, names: Iterable[str]) -> None:
     """Deletes the children ``names`` of ``directory`` (directories recursively), each by its exact path."""
     import shutil
+
     for name in names:
         path = fileio.join(directory, name)
         if fileio.is_local(directory):
@@ -125,6 +140,7 @@ def delete_names(directory: str, names: Iterable[str]) -> None:
 
 # ---------------------------------------------------------------- checks
 
+
 def check_output_path(output_dir: str) -> None:
     """Refuses an output directory that cannot be one: empty, a file, a dangling symlink, not writable.
 
@@ -136,17 +152,22 @@ def check_output_path(output_dir: str) -> None:
     if not fileio.is_local(output_dir):
         return
     if os.path.islink(output_dir) and not os.path.exists(output_dir):
-        raise ConfigError("--output_dir is a symbolic link to nothing (dangling)", file=output_dir,
-                          hint="remove the link or point --output_dir at a directory")
+        raise ConfigError(
+            "--output_dir is a symbolic link to nothing (dangling)",
+            file=output_dir,
+            hint="remove the link or point --output_dir at a directory",
+        )
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise ConfigError("--output_dir exists and is not a directory", file=output_dir,
-                          hint="choose a directory path")
+        raise ConfigError("--output_dir exists and is not a directory", file=output_dir, hint="choose a directory path")
     parent = output_dir if os.path.isdir(output_dir) else _existing_parent(output_dir)
     if parent is not None and not os.path.isdir(parent):
         raise ConfigError(f"A parent of --output_dir is not a directory: {parent}", file=output_dir)
     if parent is not None and not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError("The output directory is not writable (read-only file system or no permission)",
-                          file=parent, hint="choose a writable --output_dir")
+        raise ConfigError(
+            "The output directory is not writable (read-only file system or no permission)",
+            file=parent,
+            hint="choose a writable --output_dir",
+        )
 
 
 def _existing_parent(path: str) -> str | None:
@@ -172,17 +193,24 @@ def check_inputs_outside(output_dir: str, paths: Iterable[str], what: str = "An 
             if fileio.is_local(p):
                 real = os.path.realpath(p)
                 if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
-                    raise ConfigError(f"{what} is inside --output_dir (resolved: {real})", file=p,
-                                      hint="write the output to another directory; inputs are never modified")
+                    raise ConfigError(
+                        f"{what} is inside --output_dir (resolved: {real})",
+                        file=p,
+                        hint="write the output to another directory; inputs are never modified",
+                    )
         return
     root = output_dir.rstrip("/") + "/"
     for p in paths:
         if p.rstrip("/") + "/" == root or p.startswith(root):
-            raise ConfigError(f"{what} is inside --output_dir", file=p,
-                              hint="write the output to another directory; inputs are never modified")
+            raise ConfigError(
+                f"{what} is inside --output_dir",
+                file=p,
+                hint="write the output to another directory; inputs are never modified",
+            )
 
 
 # ---------------------------------------------------------------- what is ours
+
 
 def _plain_names(values) -> set[str]:
     out = set()
@@ -203,6 +231,7 @@ class Owned:
       options: the options recorded by metadata.json (or the marker) of the last run.
       committed: the files of the complete output (listed by metadata.json, with it and schema.pbtxt).
     """
+
     files: frozenset
     beam_prefixes: frozenset
     complete: bool
@@ -238,8 +267,11 @@ def owned(output_dir: str, names: Iterable[str]) -> Owned:
         committed |= _plain_names([s.get(key) for s in shards if isinstance(s, dict) for key in ("file", "index")])
         if isinstance(meta.get("tfds"), dict):  # TFDS's dataset_info.json, features.json (--tfds_name)
             committed |= _plain_names(meta["tfds"].get("files"))
-        committed |= {METADATA_FILE, SCHEMA_FILE} | ({MANIFEST_FILE} if isinstance(meta.get("augment"), dict) and
-                                                     meta["augment"].get("mode") == "sidecar" else set())
+        committed |= {METADATA_FILE, SCHEMA_FILE} | (
+            {MANIFEST_FILE}
+            if isinstance(meta.get("augment"), dict) and meta["augment"].get("mode") == "sidecar"
+            else set()
+        )
         files |= committed
         complete = True
         options = meta.get("options") if isinstance(meta.get("options"), dict) else options
@@ -252,8 +284,17 @@ def owned(output_dir: str, names: Iterable[str]) -> Owned:
 # options that do not change what an output holds; the collection flags choose which output directory a run
 # writes (a span of a collection, reset in the span's own options), and the limits added since refuse an input
 # rather than change an output, so an output written before they existed compares equal
-_NOT_COMPARED = ("overwrite", "verbose", "progress", "span", "version", "incremental", "reconvert_changed",
-                 "allow_schema_change", "max_row_mb")
+_NOT_COMPARED = (
+    "overwrite",
+    "verbose",
+    "progress",
+    "span",
+    "version",
+    "incremental",
+    "reconvert_changed",
+    "allow_schema_change",
+    "max_row_mb",
+)
 
 
 def _comparable(options: dict | None) -> dict | None:
@@ -278,6 +319,7 @@ class Replacement:
     delete after the commit (:func:`finish_replacement`), and, on S3 and GCS, ``metadata_version``, the version
     of ``metadata.json`` the run started from (``conditional.version``): the commit is a conditional write on it
     (``metadata.write``), so a run whose directory another run committed meanwhile commits nothing."""
+
     files: tuple[str, ...] = ()
     metadata_version: str | None = None
 
@@ -306,8 +348,17 @@ def generation_prefix(prefix: str, generation: int) -> str:
     return prefix + GENERATION_TAG if cut < 0 else prefix[:cut] + GENERATION_TAG + prefix[cut:]
 
 
-def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str], overwrite: bool,
-            beam_temp_prefixes: Iterable[str] = (), keep: Iterable[str] = (), planned_bytes: int | None = None) -> Lock:
+def prepare(
+    output_dir: str,
+    *,
+    command: str,
+    options: dict,
+    files: Iterable[str],
+    overwrite: bool,
+    beam_temp_prefixes: Iterable[str] = (),
+    keep: Iterable[str] = (),
+    planned_bytes: int | None = None,
+) -> Lock:
     """Makes ``output_dir`` ready for a run that writes ``files`` (names, generation 0) and returns the run's held
     :class:`Lock` (use it as a context manager around the pipeline), which says which generation the run writes
     (``lock.generation``: write ``generation_name(name, lock.generation)`` for each of ``files``) and which files
@@ -345,23 +396,37 @@ def prepare(output_dir: str, *, command: str, options: dict, files: Iterable[str
     try:
         lock.acquire()
     except OSError as e:
-        raise ConfigError(f"Cannot write in the output directory: {e.strerror}", file=output_dir,
-                          hint="choose a writable --output_dir") from None
+        raise ConfigError(
+            f"Cannot write in the output directory: {e.strerror}",
+            file=output_dir,
+            hint="choose a writable --output_dir",
+        ) from None
     try:
-        lock.generation, lock.replaced, written = _clear(output_dir, options, files, overwrite, set(keep),
-                                                         planned_bytes)
+        lock.generation, lock.replaced, written = _clear(
+            output_dir, options, files, overwrite, set(keep), planned_bytes
+        )
         lock.files = frozenset(written)
-        metadata_version = None if fileio.is_local(output_dir) else conditional.version(fileio.join(output_dir,
-                                                                                              METADATA_FILE))
+        metadata_version = (
+            None if fileio.is_local(output_dir) else conditional.version(fileio.join(output_dir, METADATA_FILE))
+        )
         lock.replacement = Replacement(tuple(sorted(lock.replaced)), metadata_version)
-        lock.discard = functools.partial(discard_uncommitted, output_dir, frozenset(written - _REWRITTEN),
-                                         lock.replaced)
-        marker = {"format": MARKER_FORMAT, "run_id": run_id, "command": command, "created": utc_now(),
-                  "host": socket.gethostname(), "pid": os.getpid(), "files": sorted(written | lock.replaced),
-                  "replaces": sorted(lock.replaced), "generation": lock.generation,
-                  "metadata_version": metadata_version,
-                  "beam_temp_prefixes": sorted({generation_prefix(p, lock.generation) for p in beam_temp_prefixes}),
-                  "options": options}
+        lock.discard = functools.partial(
+            discard_uncommitted, output_dir, frozenset(written - _REWRITTEN), lock.replaced
+        )
+        marker = {
+            "format": MARKER_FORMAT,
+            "run_id": run_id,
+            "command": command,
+            "created": utc_now(),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "files": sorted(written | lock.replaced),
+            "replaces": sorted(lock.replaced),
+            "generation": lock.generation,
+            "metadata_version": metadata_version,
+            "beam_temp_prefixes": sorted({generation_prefix(p, lock.generation) for p in beam_temp_prefixes}),
+            "options": options,
+        }
         sink.write_json(fileio.join(output_dir, MARKER_FILE), marker, default=str)
     except BaseException:
         lock.release()
@@ -382,27 +447,39 @@ def _check_space(output_dir: str, planned_bytes: int | None, beside: bool) -> No
     if not planned_bytes or not fileio.is_local(output_dir):
         return
     import shutil
+
     try:
         free = shutil.disk_usage(output_dir).free
     except OSError:
         return
     if free < planned_bytes:
         also = " beside the current output (kept until the new one is complete)" if beside else ""
-        raise ConfigError(f"Not enough free space: the run writes at least {_size(planned_bytes)}{also}, and "
-                          f"the file system has {_size(free)} free", file=output_dir,
-                          hint="free some space or choose another --output_dir")
+        raise ConfigError(
+            f"Not enough free space: the run writes at least {_size(planned_bytes)}{also}, and "
+            f"the file system has {_size(free)} free",
+            file=output_dir,
+            hint="free some space or choose another --output_dir",
+        )
 
 
-def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool, keep: set[str] = frozenset(),
-           planned_bytes: int | None = None) -> tuple[int, frozenset, set]:
+def _clear(
+    output_dir: str,
+    options: dict,
+    files: set[str],
+    overwrite: bool,
+    keep: set[str] = frozenset(),
+    planned_bytes: int | None = None,
+) -> tuple[int, frozenset, set]:
     """The checks and cleanup of :func:`prepare`; returns ``(generation, committed files replaced, names the run
     writes)``."""
     names = set(list_names(output_dir)) - {LOCK_FILE, LEGACY_LOCK_FILE}
     lock_temps = {n for n in names if LOCK_TEMP.match(n)}
     if lock_temps:  # this run holds the lock: a temporary of it is a failed or killed earlier run's
         names -= lock_temps
-        say(f"removing {_count(lock_temps, 'lock temporary')} of an earlier run that is gone in {output_dir}: "
-            f"{_names_list(lock_temps, 5)}")
+        say(
+            f"removing {_count(lock_temps, 'lock temporary')} of an earlier run that is gone in {output_dir}: "
+            f"{_names_list(lock_temps, 5)}"
+        )
         delete_names(output_dir, sorted(lock_temps))
     if not names:
         _check_space(output_dir, planned_bytes, False)
@@ -422,17 +499,25 @@ def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool, kee
     written = {generation_name(n, generation) if n not in _REWRITTEN else n for n in files}
     clashes = strangers & (written | {MARKER_FILE})
     if clashes:
-        raise ConfigError(f"The output directory holds files tfrecord-etl did not write with the names this run "
-                          f"writes ({_names_list(clashes)})", file=output_dir,
-                          hint="they are never replaced, --overwrite or not: move them away or choose another "
-                               "--output_dir")
+        raise ConfigError(
+            f"The output directory holds files tfrecord-etl did not write with the names this run "
+            f"writes ({_names_list(clashes)})",
+            file=output_dir,
+            hint="they are never replaced, --overwrite or not: move them away or choose another --output_dir",
+        )
     if strangers and not overwrite:
-        raise ConfigError(f"The output directory holds files tfrecord-etl did not write ({_names_list(strangers)})",
-                          file=output_dir, hint="pass --overwrite to replace tfrecord-etl's files there (the others "
-                                                "are kept), or choose another --output_dir")
+        raise ConfigError(
+            f"The output directory holds files tfrecord-etl did not write ({_names_list(strangers)})",
+            file=output_dir,
+            hint="pass --overwrite to replace tfrecord-etl's files there (the others "
+            "are kept), or choose another --output_dir",
+        )
     if own.complete and not overwrite and not kept and _comparable(own.options) != _comparable(options):
-        raise ConfigError("The output directory holds a complete output of another run", file=output_dir,
-                          hint="pass --overwrite to replace it, or choose another --output_dir")
+        raise ConfigError(
+            "The output directory holds a complete output of another run",
+            file=output_dir,
+            hint="pass --overwrite to replace it, or choose another --output_dir",
+        )
     _check_space(output_dir, planned_bytes, bool(committed))
     markers = {MARKER_FILE, LEGACY_MARKER_FILE}
     # the run marker is not debris: this run's replaces it (a rename) once the rest is removed, so a crash meanwhile
@@ -445,13 +530,17 @@ def _clear(output_dir: str, options: dict, files: set[str], overwrite: bool, kee
         say(f"removing {_count(debris, 'file')} {what} in {output_dir}: {_names_list(order, 5)}")
         delete_names(output_dir, order)
     if committed:
-        say(f"keeping the complete output in {output_dir} until this run commits ({_count(committed, 'file')}; "
-            f"its shards are replaced then)")
+        say(
+            f"keeping the complete output in {output_dir} until this run commits ({_count(committed, 'file')}; "
+            f"its shards are replaced then)"
+        )
     if kept:
         say(f"keeping {_count(kept, 'file')} of the splits already in {output_dir}: {_names_list(kept, 5)}")
     if strangers:
-        say(f"keeping {_count(strangers, 'file')} tfrecord-etl did not write in {output_dir}: "
-            f"{_names_list(strangers, 5)}")
+        say(
+            f"keeping {_count(strangers, 'file')} tfrecord-etl did not write in {output_dir}: "
+            f"{_names_list(strangers, 5)}"
+        )
     return generation, frozenset(committed - written), written
 
 
@@ -491,9 +580,15 @@ def discard_uncommitted(output_dir: str, written: Iterable[str], replaced: Itera
     temps = {n for n in names if temp_of(n, written)}
     if committed & written:
         gone = sorted(((set(replaced) & names) - committed) | temps)
-        say(f"this run's output was committed in {output_dir} before the failure" + (
-            f"; removing {_count(gone, 'file')} of the output it replaced and of killed attempts: "
-            f"{_names_list(gone, 5)}" if gone else ""))
+        say(
+            f"this run's output was committed in {output_dir} before the failure"
+            + (
+                f"; removing {_count(gone, 'file')} of the output it replaced and of killed attempts: "
+                f"{_names_list(gone, 5)}"
+                if gone
+                else ""
+            )
+        )
         delete_names(output_dir, gone)
         return "this run"
     gone = sorted(((written & names) - committed) | temps)
@@ -513,8 +608,11 @@ def record_shards(output_dir: str, shards: Iterable[dict]) -> None:
     if marker is None or marker.get("format") != MARKER_FORMAT:
         return
     listed = _plain_names(marker.get("files"))
-    entries = [{k: s[k] for k in ("file", "records", "bytes", "crc32c", "index", "split") if k in s}
-               for s in shards if s.get("file") in listed]
+    entries = [
+        {k: s[k] for k in ("file", "records", "bytes", "crc32c", "index", "split") if k in s}
+        for s in shards
+        if s.get("file") in listed
+    ]
     if entries:
         sink.write_json(path, {**marker, "shards": entries}, default=str)
 
@@ -524,6 +622,8 @@ def remove_temporaries(output_dir: str, files: Iterable[str]) -> None:
     files = set(files)
     stale = [n for n in list_names(output_dir) if temp_of(n, files)]
     if stale:
-        say(f"removing {_count(stale, 'temporary file')} of killed or duplicate attempts in {output_dir}: "
-            f"{_names_list(stale, 5)}")
+        say(
+            f"removing {_count(stale, 'temporary file')} of killed or duplicate attempts in {output_dir}: "
+            f"{_names_list(stale, 5)}"
+        )
         delete_names(output_dir, stale)

@@ -7,14 +7,15 @@ the wiring separate. The shard-count policy is :func:`num_shards`, the only plac
 Planning happens in the launcher, like Beam's file sources estimate sizes: a bad input fails before any output
 exists, and the shard count and feature specs are known up front.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import logging
 import math
+from collections.abc import Sequence
 
 import numpy as np
-from typing import Sequence
 
 from tfrecord_etl.transforms import fileio, matching, sharding, sources, splits, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, check_spec
@@ -59,12 +60,12 @@ class InputPlan:
         """Every input file read (in ``files`` modes the matched files, not the pattern)."""
         return tuple(p for i in self.indexes for p in (i.items if i.item_files else (i.path,)))
 
-    def with_range_bytes(self, target_bytes: int) -> "InputPlan":
+    def with_range_bytes(self, target_bytes: int) -> InputPlan:
         """The same inputs split into row ranges of ``target_bytes`` (no file is opened again)."""
         ranges = [r for i in self.indexes for r in sources.plan_row_ranges(i, target_bytes)]
         return dataclasses.replace(self, ranges=tuple(ranges), range_bytes=target_bytes)
 
-    def as_written(self, num_shards: int) -> "InputPlan":
+    def as_written(self, num_shards: int) -> InputPlan:
         """The same inputs with the row ranges the planned writer reads for ``num_shards`` shards, in order
         (what its dead letters name)."""
         return dataclasses.replace(self, ranges=tuple(r for s in self.shards(num_shards) for r in s.ranges))
@@ -104,6 +105,7 @@ def map_concurrently(fn, paths: Sequence[str], threads: int | None = None) -> li
     if len(paths) < 2 or all(fileio.is_local(p) for p in paths):
         return [fn(p) for p in paths]
     import concurrent.futures
+
     with concurrent.futures.ThreadPoolExecutor(min(threads or PLAN_THREADS, len(paths)), "plan-index") as pool:
         futures = [pool.submit(fn, p) for p in paths]
         try:
@@ -121,11 +123,18 @@ def _check_exclusion(fmt: str, options: SourceOptions, pattern: str) -> None:
       ConfigError: naming the format and the pattern.
     """
     if options.datasets and not sources.REGISTRY[fmt].takes_datasets:
-        raise ConfigError(f"--datasets names the arrays inside a container (HDF5, netCDF, MATLAB, Zarr, npz); the "
-                          f"input is {fmt}, whose files hold no named arrays", file=pattern, hint="drop --datasets (narrow --input to choose files)")
+        raise ConfigError(
+            f"--datasets names the arrays inside a container (HDF5, netCDF, MATLAB, Zarr, npz); the "
+            f"input is {fmt}, whose files hold no named arrays",
+            file=pattern,
+            hint="drop --datasets (narrow --input to choose files)",
+        )
     if options.exclude_datasets and fmt != "npz":
-        raise ConfigError(f"--exclude_datasets leaves out members of .npz archives; the input is {fmt}",
-                          file=pattern, hint="drop --exclude_datasets (name what to convert with --datasets)")
+        raise ConfigError(
+            f"--exclude_datasets leaves out members of .npz archives; the input is {fmt}",
+            file=pattern,
+            hint="drop --exclude_datasets (name what to convert with --datasets)",
+        )
 
 
 def input_format(pattern: str, files: Sequence[tuple[str, int]], options: SourceOptions) -> tuple[str, Source]:
@@ -146,6 +155,7 @@ def input_format(pattern: str, files: Sequence[tuple[str, int]], options: Source
             return sources.format_of(path, options)
         except SourceError:
             return None
+
     paths = [path for path, _ in files]
     found = dict(zip(paths, map_concurrently(sniffed, paths)))
     by_format: dict[str, list[str]] = {}
@@ -156,17 +166,22 @@ def input_format(pattern: str, files: Sequence[tuple[str, int]], options: Source
         sources.format_of(paths[0], options)  # raises its error, naming the first file
     if len(by_format) > 1:
         listing = "; ".join(f"{fmt}: {len(ps)} file(s), e.g. '{ps[0]}'" for fmt, ps in sorted(by_format.items()))
-        raise SourceError(f"The pattern matches files of {len(by_format)} formats ({listing})", file=pattern,
-                          hint="convert each format in its own run (a narrower --input), or pass --format to "
-                               "read every file as one format")
+        raise SourceError(
+            f"The pattern matches files of {len(by_format)} formats ({listing})",
+            file=pattern,
+            hint="convert each format in its own run (a narrower --input), or pass --format to "
+            "read every file as one format",
+        )
     fmt = next(iter(by_format))
     _check_exclusion(fmt, options, pattern)
     source = sources.make_source(fmt, options)
     for path, got in found.items():
         if got is None and not source.is_sidecar(path):
-            raise SourceError(f"Cannot tell the input format from the file's first bytes or its suffix (the other "
-                              f"files are {fmt})", file=path,
-                              hint=f"pass --format {fmt} to read it as {fmt} too, or leave it out of --input")
+            raise SourceError(
+                f"Cannot tell the input format from the file's first bytes or its suffix (the other files are {fmt})",
+                file=path,
+                hint=f"pass --format {fmt} to read it as {fmt} too, or leave it out of --input",
+            )
     return fmt, source
 
 
@@ -191,8 +206,18 @@ def plan_inputs(pattern: str, options: SourceOptions, files: Sequence[tuple[str,
     indexes = source.index_files(pattern, data) or index_concurrently(source, [path for path, _ in data])
     specs = sources.merge_specs(indexes, loose=source.loose)
     if sources.files_mode(source):  # all files together are one sequence of rows
-        indexes = [FileIndex(pattern, len(indexes), specs, max(i.row_bytes for i in indexes), 1,
-                             tuple(i.path for i in indexes), tuple(i.sizes[0] for i in indexes), item_files=True)]
+        indexes = [
+            FileIndex(
+                pattern,
+                len(indexes),
+                specs,
+                max(i.row_bytes for i in indexes),
+                1,
+                tuple(i.path for i in indexes),
+                tuple(i.sizes[0] for i in indexes),
+                item_files=True,
+            )
+        ]
     range_bytes = source.range_bytes(options.target_range_bytes)
     ranges = [r for i in indexes for r in sources.plan_row_ranges(i, range_bytes)]
     return InputPlan(source, tuple(indexes), specs, tuple(ranges), range_bytes)
@@ -217,8 +242,9 @@ def add_provenance(rr: RowRange, columns: dict) -> dict:
     return out
 
 
-def choose_encodings(specs: Sequence[FeatureSpec], default: str, per_feature: dict, allow_lossy=(),
-                     where: str | None = None) -> tuple:
+def choose_encodings(
+    specs: Sequence[FeatureSpec], default: str, per_feature: dict, allow_lossy=(), where: str | None = None
+) -> tuple:
     """Sets each feature's encoding (per-feature choice, else ``default``; ``auto``: the rule of
     ``codec.encodings.auto_encoding``; variable-length strings are always ``list``, varying dtypes always
     ``tensor``) and checks it.
@@ -229,8 +255,10 @@ def choose_encodings(specs: Sequence[FeatureSpec], default: str, per_feature: di
     """
     unknown = set(per_feature) - {s.name for s in specs}
     if unknown:
-        raise ConfigError(f"feature_encodings names unknown features {sorted(unknown)}",
-                          hint=f"features are {[s.name for s in specs]}")
+        raise ConfigError(
+            f"feature_encodings names unknown features {sorted(unknown)}",
+            hint=f"features are {[s.name for s in specs]}",
+        )
     out, kept_tensor = [], []
     for s in specs:
         enc = per_feature.get(s.name)
@@ -245,8 +273,12 @@ def choose_encodings(specs: Sequence[FeatureSpec], default: str, per_feature: di
             raise e.with_context(file=where) from None
         out.append(spec)
     if kept_tensor:  # said, not silent: a list/zlib/packbits feature holds one dtype
-        log.warning("--encoding %s: feature(s) %s keep the tensor encoding, their dtype varies between examples "
-                    "(the tensor encoding records each example's dtype)", default, ", ".join(kept_tensor))
+        log.warning(
+            "--encoding %s: feature(s) %s keep the tensor encoding, their dtype varies between examples "
+            "(the tensor encoding records each example's dtype)",
+            default,
+            ", ".join(kept_tensor),
+        )
     return tuple(out)
 
 
@@ -256,6 +288,7 @@ def parallel_units(options) -> int:
     Dataflow's ``--num_workers`` (or ``--max_num_workers`` when only that is set); 1 when none is given. The default
     shard count is a multiple of it (:func:`num_shards`). ``options``: Beam's ``PipelineOptions``."""
     from apache_beam.options.pipeline_options import DirectOptions, FlinkRunnerOptions, StandardOptions, WorkerOptions
+
     runner = options.view_as(StandardOptions).runner or "DirectRunner"
     if "Direct" in str(runner):
         return max(1, options.view_as(DirectOptions).direct_num_workers or 1)
@@ -266,8 +299,14 @@ def parallel_units(options) -> int:
     return max(1, workers.num_workers or workers.max_num_workers or 1)
 
 
-def num_shards(num_rows: int, num_bytes: int, *, requested: int | None = None,
-               target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES, local_workers: int = 1) -> int:
+def num_shards(
+    num_rows: int,
+    num_bytes: int,
+    *,
+    requested: int | None = None,
+    target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
+    local_workers: int = 1,
+) -> int:
     """The shard count of a conversion: the only place that decides it.
 
     ``requested`` (``--num_shards``) when given, checked by :func:`sharding.check_num_shards`; else
@@ -314,18 +353,34 @@ class ConvertPlan:
 
 def source_options(cfg) -> SourceOptions:
     """The :class:`SourceOptions` of a ``ConvertConfig``."""
-    return SourceOptions(cfg.format, tuple(cfg.datasets) if cfg.datasets else None, cfg.npz_mode, cfg.npy_mode,
-                         int(cfg.target_range_mb * 2**20), max_compression_ratio=cfg.max_compression_ratio,
-                         max_empty_rows=cfg.max_empty_rows, allow_external_storage=cfg.allow_external_storage,
-                         allow_fill_value=cfg.allow_fill_value, container_mode=cfg.container_mode,
-                         row_group=cfg.row_group, max_variable_bytes=int(cfg.max_mat_variable_mb * 2**20),
-                         max_mat_nesting=cfg.max_mat_nesting,
-                         max_datasets=cfg.max_datasets, raw_dtype=cfg.dtype,
-                         exclude_datasets=tuple(cfg.exclude_datasets) if cfg.exclude_datasets else None,
-                         raw_shape=tuple(cfg.shape) if cfg.shape else None, raw_offset=cfg.offset,
-                         raw_order=cfg.order, raw_count=cfg.count, files_labels=cfg.file_labels, files_feature=cfg.file_feature,
-                         files_image_header=cfg.image_header, files_decode_check=cfg.decode_check,
-                         files_dead_letters=cfg.dead_letter_dir is not None, follow_symlinks=cfg.follow_symlinks)
+    return SourceOptions(
+        cfg.format,
+        tuple(cfg.datasets) if cfg.datasets else None,
+        cfg.npz_mode,
+        cfg.npy_mode,
+        int(cfg.target_range_mb * 2**20),
+        max_compression_ratio=cfg.max_compression_ratio,
+        max_empty_rows=cfg.max_empty_rows,
+        allow_external_storage=cfg.allow_external_storage,
+        allow_fill_value=cfg.allow_fill_value,
+        container_mode=cfg.container_mode,
+        row_group=cfg.row_group,
+        max_variable_bytes=int(cfg.max_mat_variable_mb * 2**20),
+        max_mat_nesting=cfg.max_mat_nesting,
+        max_datasets=cfg.max_datasets,
+        raw_dtype=cfg.dtype,
+        exclude_datasets=tuple(cfg.exclude_datasets) if cfg.exclude_datasets else None,
+        raw_shape=tuple(cfg.shape) if cfg.shape else None,
+        raw_offset=cfg.offset,
+        raw_order=cfg.order,
+        raw_count=cfg.count,
+        files_labels=cfg.file_labels,
+        files_feature=cfg.file_feature,
+        files_image_header=cfg.image_header,
+        files_decode_check=cfg.decode_check,
+        files_dead_letters=cfg.dead_letter_dir is not None,
+        follow_symlinks=cfg.follow_symlinks,
+    )
 
 
 def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -> ConvertPlan:
@@ -339,17 +394,24 @@ def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -
       ConfigError: unknown feature names, a shard count that cannot be written, duplicate feature keys.
     """
     from tfrecord_etl.transforms import metadata
+
     inputs = inputs or plan_inputs(cfg.input, source_options(cfg))
     specs = choose_encodings(inputs.specs, cfg.encoding, cfg.feature_encodings, cfg.allow_lossy, cfg.input)
     if cfg.provenance:
         specs += PROVENANCE
     metadata.check_unique(specs)
     check_row_size(specs, cfg.max_row_mb, cfg.input)
-    n = num_shards(inputs.num_rows, inputs.num_bytes, requested=cfg.num_shards,
-                   target_shard_bytes=int(cfg.target_shard_mb * 2**20), local_workers=local_workers)
+    n = num_shards(
+        inputs.num_rows,
+        inputs.num_bytes,
+        requested=cfg.num_shards,
+        target_shard_bytes=int(cfg.target_shard_mb * 2**20),
+        local_workers=local_workers,
+    )
     split_plan = plan_splits(cfg, inputs, specs)
     if cfg.tfds_name is not None:
         from tfrecord_etl.transforms import tfds_info
+
         try:
             tfds_info.check_features(specs)
         except SchemaError as e:
@@ -361,6 +423,7 @@ def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -
     tfds_name, refusal = cfg.tfds_name, None
     if cfg.splits and tfds_name is None:  # TFDS-loadable by default when TFDS can read it
         from tfrecord_etl.transforms import tfds_info
+
         refusal = tfds_info.default_refusal(cfg.compression, specs)
         tfds_name = None if refusal else tfds_info.default_name(cfg.output_dir)
     return ConvertPlan(inputs, tuple(specs), n, shards, files, split_plan, prefix, tfds_name, refusal)
@@ -386,10 +449,13 @@ def check_row_size(specs: Sequence[FeatureSpec], max_row_mb: float, where: str) 
     """
     size, limit = row_bytes(specs), int(max_row_mb * 2**20)
     if size > limit:
-        raise SourceError(f"One row holds {size:,} bytes ({size / 2**20:,.1f} MiB) of array values, over the limit of "
-                          f"{max_row_mb:g} MiB per row (--max_row_mb)", file=where,
-                          hint="raise --max_row_mb (a row is held whole in memory, about twice its size at peak; "
-                               "one Example holds at most 2048 MiB), or split the arrays into smaller rows")
+        raise SourceError(
+            f"One row holds {size:,} bytes ({size / 2**20:,.1f} MiB) of array values, over the limit of "
+            f"{max_row_mb:g} MiB per row (--max_row_mb)",
+            file=where,
+            hint="raise --max_row_mb (a row is held whole in memory, about twice its size at peak; "
+            "one Example holds at most 2048 MiB), or split the arrays into smaller rows",
+        )
 
 
 def output_files(cfg, shards, num_shards: int, split_plan: SplitPlan | None, prefix: str) -> tuple[str, ...]:
@@ -400,8 +466,11 @@ def output_files(cfg, shards, num_shards: int, split_plan: SplitPlan | None, pre
     elif split_plan is None:
         files = tuple(s.file_name(prefix, suffix) for s in shards)
     else:
-        files = tuple(splits.shard_name(prefix, name, s.index, num_shards, tfrecord.SUFFIXES[cfg.compression])
-                      for s in shards for name in split_plan.names)
+        files = tuple(
+            splits.shard_name(prefix, name, s.index, num_shards, tfrecord.SUFFIXES[cfg.compression])
+            for s in shards
+            for name in split_plan.names
+        )
     if cfg.index:
         files += tuple(tfrecord.index_name(f) for f in files)
     return files
@@ -411,12 +480,15 @@ def with_generation(plan: ConvertPlan, cfg, generation: int) -> ConvertPlan:
     """``plan`` writing output generation ``generation`` (``outdir.generation_prefix`` of its prefix): the names a
     run that replaces an output writes beside the committed files (``outdir.prepare``)."""
     import dataclasses
+
     from tfrecord_etl.transforms import outdir
+
     if not generation:
         return plan
     prefix = outdir.generation_prefix(plan.prefix, generation)
-    return dataclasses.replace(plan, prefix=prefix,
-                               output_files=output_files(cfg, plan.shards, plan.num_shards, plan.split_plan, prefix))
+    return dataclasses.replace(
+        plan, prefix=prefix, output_files=output_files(cfg, plan.shards, plan.num_shards, plan.split_plan, prefix)
+    )
 
 
 def plan_splits(cfg, inputs: InputPlan, specs: Sequence[FeatureSpec]) -> SplitPlan | None:
@@ -433,13 +505,22 @@ def plan_splits(cfg, inputs: InputPlan, specs: Sequence[FeatureSpec]) -> SplitPl
             by_name = {s.name: s for s in specs}
             key = by_name.get(cfg.split_key)
             if key is None:
-                raise ConfigError(f"--split_key {cfg.split_key}: no such feature", file=cfg.input,
-                                  hint=f"features are {sorted(by_name)}")
-            if key.shape != () or key.dtype is None or (key.dtype != "bytes" and
-                                                         np.dtype(key.dtype).kind not in "biuSU"):
-                raise SchemaError(f"--split_key {cfg.split_key}: the key must be one integer or string per example, "
-                                  f"not {key.dtype} {list(key.shape) if key.shape is not None else '*'}",
-                                  file=cfg.input, feature=cfg.split_key)
+                raise ConfigError(
+                    f"--split_key {cfg.split_key}: no such feature",
+                    file=cfg.input,
+                    hint=f"features are {sorted(by_name)}",
+                )
+            if (
+                key.shape != ()
+                or key.dtype is None
+                or (key.dtype != "bytes" and np.dtype(key.dtype).kind not in "biuSU")
+            ):
+                raise SchemaError(
+                    f"--split_key {cfg.split_key}: the key must be one integer or string per example, "
+                    f"not {key.dtype} {list(key.shape) if key.shape is not None else '*'}",
+                    file=cfg.input,
+                    feature=cfg.split_key,
+                )
         plan = SplitPlan(names, weights, cfg.split_key)
         return plan.with_offsets([(i.path, i.num_rows) for i in inputs.indexes])
     if cfg.split is not None or cfg.tfds_name is not None:
@@ -461,17 +542,25 @@ def describe_plan(plan: ConvertPlan, cfg) -> list[str]:
         per_dataset = -(-rr.num_rows // index.chunk_rows) + 1 if index.chunk_rows > 1 else 1
         requests += 1 + (rr.num_rows if rr.item_files else datasets * per_dataset)
     remote = not all(fileio.is_local(i.path) for i in inputs.indexes if not i.item_files)
-    lines = [f"dry run: nothing written to {cfg.output_dir}",
-             f"inputs: {len(inputs.indexes) if not any(i.item_files for i in inputs.indexes) else inputs.num_rows} "
-             f"files ({inputs.source.format_name}), {inputs.num_rows:,} rows, {inputs.num_bytes:,} bytes of arrays",
-             f"row ranges: {len(inputs.ranges):,} of about {inputs.range_bytes:,} bytes",
-             f"shards: {plan.num_shards:,} ({len(plan.output_files):,} files, e.g. {plan.output_files[0]})",
-             f"reads: about {requests:,} {'ranged requests (remote inputs: one bounded GET each)' if remote else 'reads'}"
-             f" of about {inputs.num_bytes:,} bytes"]
+    lines = [
+        f"dry run: nothing written to {cfg.output_dir}",
+        f"inputs: {len(inputs.indexes) if not any(i.item_files for i in inputs.indexes) else inputs.num_rows} "
+        f"files ({inputs.source.format_name}), {inputs.num_rows:,} rows, {inputs.num_bytes:,} bytes of arrays",
+        f"row ranges: {len(inputs.ranges):,} of about {inputs.range_bytes:,} bytes",
+        f"shards: {plan.num_shards:,} ({len(plan.output_files):,} files, e.g. {plan.output_files[0]})",
+        f"reads: about {requests:,} {'ranged requests (remote inputs: one bounded GET each)' if remote else 'reads'}"
+        f" of about {inputs.num_bytes:,} bytes",
+    ]
     if plan.split_plan is not None:
-        lines.append("splits: " + ", ".join(f"{n} (weight {w})" for n, w in zip(plan.split_plan.names,
-                                                                                   plan.split_plan.weights))
-                     + (f", by --split_key {plan.split_plan.key}" if plan.split_plan.key else ""))
-    lines.append("features: " + ", ".join(f"{s.name} {s.dtype} {list(s.shape) if s.shape is not None else '*'} "
-                                          f"{s.encoding}" for s in plan.specs))
+        lines.append(
+            "splits: "
+            + ", ".join(f"{n} (weight {w})" for n, w in zip(plan.split_plan.names, plan.split_plan.weights))
+            + (f", by --split_key {plan.split_plan.key}" if plan.split_plan.key else "")
+        )
+    lines.append(
+        "features: "
+        + ", ".join(
+            f"{s.name} {s.dtype} {list(s.shape) if s.shape is not None else '*'} {s.encoding}" for s in plan.specs
+        )
+    )
     return lines

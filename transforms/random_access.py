@@ -2,11 +2,12 @@
 dataset for PyTorch's ``DataLoader`` and Grain, with positional reads on file handles kept open per process and a
 batched fetch (``__getitems__``) decoded a block at a time (:class:`codec.block.BlockDecoder`). No TensorFlow import.
 """
+
 from __future__ import annotations
 
 import bisect
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import google_crc32c
 import numpy as np
@@ -54,15 +55,25 @@ class RandomAccess:
       shard, or a corrupt record (file, record, offset).
     """
 
-    def __init__(self, output_dir: str, features: Sequence[str] | None = None,
-                 max_record_bytes: int | None = None, max_features: int | None = None, split: str | None = None,
-                 check_checksums: bool = True, spans=None, trust_spans: bool = False):
+    def __init__(
+        self,
+        output_dir: str,
+        features: Sequence[str] | None = None,
+        max_record_bytes: int | None = None,
+        max_features: int | None = None,
+        split: str | None = None,
+        check_checksums: bool = True,
+        spans=None,
+        trust_spans: bool = False,
+    ):
         self._specs, parts = collection_reader.parts(output_dir, spans, split, features, trust_spans)
         for part in parts:
             if part.meta["compression"] != "none":
-                raise ConfigError(f"Random access needs uncompressed shards; these are {part.meta['compression']}",
-                                  file=part.dir, hint="re-convert with --compression none --index, or read them "
-                                                      "in order with reader.iter_numpy")
+                raise ConfigError(
+                    f"Random access needs uncompressed shards; these are {part.meta['compression']}",
+                    file=part.dir,
+                    hint="re-convert with --compression none --index, or read them in order with reader.iter_numpy",
+                )
         self._shards = [shard for part in parts for shard in part.meta["shards"]]
         self._paths = [path for part in parts for path in metadata.shard_paths(part.dir, part.meta)]
         self._dirs = [part.dir for part in parts for _ in part.meta["shards"]]  # where each shard's index file is
@@ -108,7 +119,7 @@ class RandomAccess:
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
-    def __enter__(self) -> "RandomAccess":
+    def __enter__(self) -> RandomAccess:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -148,8 +159,11 @@ class RandomAccess:
             if "index" in shard:
                 where = fileio.join(self._dirs[k], shard["index"])
                 if fileio.size(where) > 48 * (shard["records"] + 1):  # a line is at most 2 x 20 digits + 2
-                    raise RecordError(f"Index file of {fileio.size(where)} bytes for {shard['records']} records",
-                                      file=where, hint="rewrite the output with --index")
+                    raise RecordError(
+                        f"Index file of {fileio.size(where)} bytes for {shard['records']} records",
+                        file=where,
+                        hint="rewrite the output with --index",
+                    )
                 offsets, frames = tfrecord.parse_index(fileio.read_bytes(where), where)
             else:
                 where = path
@@ -157,9 +171,12 @@ class RandomAccess:
                     offsets, frames = tfrecord.scan_frames(raw, size, path)
             end = int(offsets[-1] + frames[-1]) if len(offsets) else 0
             if len(offsets) != shard["records"] or end != size:
-                raise RecordError(f"Index of {len(offsets)} records ending at byte {end} does not match the shard "
-                                  f"({shard['records']} records in the metadata, {size} bytes)", file=where,
-                                  hint="rewrite the output with --index")
+                raise RecordError(
+                    f"Index of {len(offsets)} records ending at byte {end} does not match the shard "
+                    f"({shard['records']} records in the metadata, {size} bytes)",
+                    file=where,
+                    hint="rewrite the output with --index",
+                )
             self._checked[k] = before
             self._offsets[k] = offsets, frames
         return self._offsets[k]
@@ -182,8 +199,9 @@ class RandomAccess:
             os.close(fd)
             self._offsets.pop(k, None)  # another file is at the path now: check it as a new one
             self._lists.pop(k, None)
-        raise RecordError("Shard changed while it was being checked", file=path,
-                          hint="read it again once nothing writes the output")
+        raise RecordError(
+            "Shard changed while it was being checked", file=path, hint="read it again once nothing writes the output"
+        )
 
     def _read(self, k: int, offset: int, n: int) -> bytes:
         if self._local[k]:
@@ -208,16 +226,26 @@ class RandomAccess:
         data = self._read(k, offset, frame)
         # a frame of a length seen before: its 12 header bytes (length and length CRC) are the ones checked then
         header = self._headers.get(frame)
-        if header is not None and data[:12] == header and len(data) == frame and \
-                tfrecord.masked_crc(data[12:-4]) == int.from_bytes(data[-4:], "little"):
+        if (
+            header is not None
+            and data[:12] == header
+            and len(data) == frame
+            and tfrecord.masked_crc(data[12:-4]) == int.from_bytes(data[-4:], "little")
+        ):
             return data[12:-4]
         record = tfrecord.unframe(data, self._paths[k], j, offset)  # every check, the exact error
         self._headers[frame] = data[:12]
         return record
 
     def _decode_error(self, e: RecordError, k: int, j: int) -> RecordError:
-        return RecordError(f"Cannot decode example: {e.message}", hint=e.hint, file=self._paths[k], record=j,
-                           offset=int(self._frames(k)[0][j]), payload_offset=e.context.get("offset"))
+        return RecordError(
+            f"Cannot decode example: {e.message}",
+            hint=e.hint,
+            file=self._paths[k],
+            record=j,
+            offset=int(self._frames(k)[0][j]),
+            payload_offset=e.context.get("offset"),
+        )
 
     def __getitem__(self, i) -> dict[str, np.ndarray]:
         """Example ``i`` as :func:`reader.iter_numpy` yields it, except scalar strings: Python ``bytes`` (``S``,
@@ -253,21 +281,31 @@ class RandomAccess:
         big = np.flatnonzero(frames - 16 > self._limit)
         if big.size:
             r = int(big[0])
-            tfrecord.check_record_size(int(frames[r]) - 16, self._limit, file=self._paths[int(shards[r])],
-                                       record=int(within[r]), offset=int(offsets[r]))
+            tfrecord.check_record_size(
+                int(frames[r]) - 16,
+                self._limit,
+                file=self._paths[int(shards[r])],
+                record=int(within[r]),
+                offset=int(offsets[r]),
+            )
         fds = {k: (self._fd(k) if self._local[k] else None) for k in np.unique(shards).tolist()}
         pread = os.pread
-        data = [pread(fds[k], n, o) if fds[k] is not None else self._read(k, o, n)
-                for k, o, n in zip(shards.tolist(), offsets.tolist(), frames.tolist())]
-        groups = [np.arange(count)] if count and (frames == frames[0]).all() else \
-            [np.flatnonzero(frames == n) for n in np.unique(frames)]
+        data = [
+            pread(fds[k], n, o) if fds[k] is not None else self._read(k, o, n)
+            for k, o, n in zip(shards.tolist(), offsets.tolist(), frames.tolist())
+        ]
+        groups = (
+            [np.arange(count)]
+            if count and (frames == frames[0]).all()
+            else [np.flatnonzero(frames == n) for n in np.unique(frames)]
+        )
         out: dict[str, np.ndarray] = {}
         for rows in groups:
             frame = int(frames[rows[0]])
             part = data if len(groups) == 1 else [data[r] for r in rows.tolist()]
             block = self._checked_frames(part, frame, shards[rows], within[rows], offsets[rows])
             try:
-                decoded = self._decoder.decode(block[:, 12:frame - 4])
+                decoded = self._decoder.decode(block[:, 12 : frame - 4])
             except RecordError as e:
                 r = int(rows[e.context.get("record", 0)])
                 raise self._decode_error(e, int(shards[r]), int(within[r])) from None
@@ -281,6 +319,7 @@ class RandomAccess:
                 out[spec.name][rows] = value
         if not out:
             from tfrecord_etl.transforms.codec.block import stack
+
             return {s.name: stack(s, []) for s in self._specs}
         return out
 
@@ -290,8 +329,12 @@ class RandomAccess:
         block = np.frombuffer(b"".join(part), np.uint8)
         if len(block) != frame * len(part):
             r = next(r for r, d in enumerate(part) if len(d) != frame)
-            raise RecordError(f"Truncated record: {len(part[r])} bytes at the indexed offset",
-                              file=self._paths[int(shards[r])], record=int(within[r]), offset=int(offsets[r]))
+            raise RecordError(
+                f"Truncated record: {len(part[r])} bytes at the indexed offset",
+                file=self._paths[int(shards[r])],
+                record=int(within[r]),
+                offset=int(offsets[r]),
+            )
         block = block.reshape(len(part), frame)
         header = part[0][:12]
         same = block[:, 0] == block[0, 0]
@@ -299,14 +342,16 @@ class RandomAccess:
             same &= block[:, c] == block[0, c]
         bad = np.flatnonzero(~same)
         first = int(bad[0]) if bad.size else None
-        if first is None and (tfrecord.masked_crc(header[:8]) != int.from_bytes(header[8:], "little")
-                              or int.from_bytes(header[:8], "little") != frame - 16):
+        if first is None and (
+            tfrecord.masked_crc(header[:8]) != int.from_bytes(header[8:], "little")
+            or int.from_bytes(header[:8], "little") != frame - 16
+        ):
             first = 0
         if first is None:
             value = google_crc32c.value
-            crcs = np.fromiter((value(d[12:frame - 4]) for d in part), np.uint64, len(part))
+            crcs = np.fromiter((value(d[12 : frame - 4]) for d in part), np.uint64, len(part))
             masked = (((crcs >> 15) | (crcs << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-            wrong = np.flatnonzero(masked != np.ascontiguousarray(block[:, frame - 4:]).view("<u4")[:, 0])
+            wrong = np.flatnonzero(masked != np.ascontiguousarray(block[:, frame - 4 :]).view("<u4")[:, 0])
             first = int(wrong[0]) if wrong.size else None
         if first is not None:  # the exact error, from the one-record check
             tfrecord.unframe(part[first], self._paths[int(shards[first])], int(within[first]), int(offsets[first]))
@@ -323,13 +368,17 @@ class RandomAccess:
                 columns.append((spec.name, list(arr)))
             elif arr.ndim == 1 and arr.dtype.kind in "SUO":  # 0-d strings: Python bytes/str (python_scalars)
                 values = arr.tolist()
-                columns.append((spec.name, [v if isinstance(v, (bytes, str)) else arr[r, ...]
-                                            for r, v in enumerate(values)]))
+                columns.append(
+                    (spec.name, [v if isinstance(v, (bytes, str)) else arr[r, ...] for r, v in enumerate(values)])
+                )
             else:
                 columns.append((spec.name, [arr[r, ...] for r in range(len(arr))]))
         names = [name for name, _ in columns]
-        return [dict(zip(names, row)) for row in zip(*(values for _, values in columns))] if columns else \
-            [{} for _ in range(len(indices))]
+        return (
+            [dict(zip(names, row)) for row in zip(*(values for _, values in columns))]
+            if columns
+            else [{} for _ in range(len(indices))]
+        )
 
 
 def _version(path: str) -> tuple | None:

@@ -14,29 +14,31 @@ reads a collection directory (``collection.json`` + ``span-N/``): ``spans=`` sel
 list or range, ``"latest"``, ``"latest:N"``), read in span order, each at its latest version, their features checked
 to agree first (:mod:`transforms.collection_reader`).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from tfrecord_etl.transforms import collection_reader, fileio, metadata, numpy_reader, schemacheck, tfdata, tfrecord
+from tfrecord_etl.transforms.codec import FeatureSpec, encoding_of, spec_from_json
 from tfrecord_etl.transforms.collection_reader import select_features
-from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, encoding_of, spec_from_json
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # re-exported
 from tfrecord_etl.transforms.random_access import RandomAccess  # re-exported
-from tfrecord_etl.transforms.shardcheck import CRC_CHUNK, check_shard, file_crc32c  # re-exported
+from tfrecord_etl.transforms.shardcheck import file_crc32c  # re-exported
 from tfrecord_etl.transforms.tfdata import decode_tf, parse_spec, refuse_varying_dtypes  # re-exported
 from tfrecord_etl.transforms.torch_io import collate_varlen, python_scalars, torch_description  # noqa: F401
 
 _TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 
 
-def iter_records(path: str, compression: str | None = None, max_record_bytes: int | None = None
-                 ) -> Iterator[tuple[int, int, bytes]]:
+def iter_records(
+    path: str, compression: str | None = None, max_record_bytes: int | None = None
+) -> Iterator[tuple[int, int, bytes]]:
     """``(record index, byte offset, serialized record)`` of one TFRecord file, streamed, CRCs checked.
 
     ``compression``: ``none``, ``gzip`` or ``zlib``; None guesses from the suffix, then the first bytes.
@@ -51,8 +53,9 @@ def iter_records(path: str, compression: str | None = None, max_record_bytes: in
     if compression is None:
         compression = file_compression(path)
     with fileio.open_read(path) as raw:
-        yield from tfrecord.iter_records(tfrecord.open_decompressed(raw, compression), path,
-                                         max_record_bytes=max_record_bytes)
+        yield from tfrecord.iter_records(
+            tfrecord.open_decompressed(raw, compression), path, max_record_bytes=max_record_bytes
+        )
 
 
 def file_compression(path: str) -> str:
@@ -65,9 +68,17 @@ def file_compression(path: str) -> str:
     return compression
 
 
-def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_record_bytes: int | None = None,
-               max_features: int | None = None, split: str | None = None, spans=None, batch_size: int | None = None,
-               check_checksums: bool = True, trust_spans: bool = False) -> Iterator[dict[str, np.ndarray]]:
+def iter_numpy(
+    output_dir: str,
+    features: Sequence[str] | None = None,
+    max_record_bytes: int | None = None,
+    max_features: int | None = None,
+    split: str | None = None,
+    spans=None,
+    batch_size: int | None = None,
+    check_checksums: bool = True,
+    trust_spans: bool = False,
+) -> Iterator[dict[str, np.ndarray]]:
     """Yields one ``{name: np.ndarray}`` per example, or with ``batch_size`` one ``{name: array of batch_size
     rows}`` per batch (the last one holds the rest; batches run across shards and spans), in shard order, without
     importing TensorFlow. ``split``: only that split's shards (``--splits`` / ``--split`` outputs); default every
@@ -95,9 +106,11 @@ def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_recor
       ConfigError: ``batch_size`` not a positive integer; ``spans`` (see :func:`collection_reader.parts`).
       SchemaError: ``schema.pbtxt`` disagrees with ``metadata.json``; ``spans`` (see :func:`collection_reader.parts`).
     """
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
-                                   or batch_size < 1):
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1
+    ):
         from tfrecord_etl.transforms.errors import ConfigError
+
         raise ConfigError(f"batch_size={batch_size!r}: expected a positive integer, or None for one example at a time")
     specs, shards = numpy_reader.shards_of(output_dir, features, split, spans, trust_spans)
     pieces = numpy_reader.iter_pieces(specs, shards, max_record_bytes, max_features, check_checksums, batch_size or 1)
@@ -107,8 +120,9 @@ def iter_numpy(output_dir: str, features: Sequence[str] | None = None, max_recor
         yield from numpy_reader.rows(specs, pieces)
 
 
-def tf_feature_spec(output_dir: str, features: Sequence[str] | None = None, spans=None, trust_spans: bool = False
-                    ) -> dict:
+def tf_feature_spec(
+    output_dir: str, features: Sequence[str] | None = None, spans=None, trust_spans: bool = False
+) -> dict:
     """TensorFlow's feature spec (the ``tf.io.parse_example`` dict) of the output's Example features, in their
     encoded form. Not to be confused with ``codec.FeatureSpec``, this project's record of one feature (name, dtype,
     shape, encoding) as kept in the metadata.
@@ -120,13 +134,26 @@ def tf_feature_spec(output_dir: str, features: Sequence[str] | None = None, span
     spans ``spans`` selects, checked to agree.
     """
     import tensorflow as tf
+
     return parse_spec(tf, collection_reader.parts(output_dir, spans, None, features, trust_spans)[0])
 
 
-def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequence[str] | None = None,
-                  split: str | None = None, spans=None, *, shuffle_files: bool = False, seed: int | None = None,
-                  deterministic: bool = True, input_context=None, num_workers: int | None = None,
-                  worker_index: int | None = None, check_checksums: bool = True, trust_spans: bool = False):
+def to_tf_dataset(
+    output_dir: str,
+    batch_size: int | None = None,
+    features: Sequence[str] | None = None,
+    split: str | None = None,
+    spans=None,
+    *,
+    shuffle_files: bool = False,
+    seed: int | None = None,
+    deterministic: bool = True,
+    input_context=None,
+    num_workers: int | None = None,
+    worker_index: int | None = None,
+    check_checksums: bool = True,
+    trust_spans: bool = False,
+):
     """A ``tf.data.Dataset`` of ``{name: tensor}`` with the original dtypes and shapes, in shard order
     (``split``: only that split's shards). A collection directory: the shards of the spans ``spans`` selects, in
     span order. ``S``/``U``/``V`` features become ``tf.string`` (str as UTF-8), datetimes ``tf.int64``.
@@ -160,25 +187,43 @@ def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequ
     While iterating, a shard whose record count differs from the metadata's (changed after the checks) fails
     with ``tf.errors.FailedPreconditionError``.
     """
-    return tfdata.to_tf_dataset(output_dir, batch_size, features, split, spans, shuffle_files=shuffle_files,
-                                seed=seed, deterministic=deterministic, input_context=input_context,
-                                num_workers=num_workers, worker_index=worker_index, check_checksums=check_checksums,
-                                trust_spans=trust_spans)
+    return tfdata.to_tf_dataset(
+        output_dir,
+        batch_size,
+        features,
+        split,
+        spans,
+        shuffle_files=shuffle_files,
+        seed=seed,
+        deterministic=deterministic,
+        input_context=input_context,
+        num_workers=num_workers,
+        worker_index=worker_index,
+        check_checksums=check_checksums,
+        trust_spans=trust_spans,
+    )
 
 
-def get(output_dir: str, i: int, features: Sequence[str] | None = None, split: str | None = None,
-        check_checksums: bool = True, spans=None, trust_spans: bool = False) -> dict[str, np.ndarray]:
+def get(
+    output_dir: str,
+    i: int,
+    features: Sequence[str] | None = None,
+    split: str | None = None,
+    check_checksums: bool = True,
+    spans=None,
+    trust_spans: bool = False,
+) -> dict[str, np.ndarray]:
     """Example ``i`` (global index, in shard order; of ``split`` when given; across the ``spans`` of a collection)
     of an output directory as ``{name: np.ndarray}``: one seek and one read (see :class:`RandomAccess`; keep one
     of those for many reads, it caches the offsets), after the shard's identity check (:func:`check_shard`)."""
-    return RandomAccess(output_dir, features, split=split, check_checksums=check_checksums, spans=spans,
-                        trust_spans=trust_spans)[i]
+    return RandomAccess(
+        output_dir, features, split=split, check_checksums=check_checksums, spans=spans, trust_spans=trust_spans
+    )[i]
 
 
 # ----------------------------------------------------------------------------------------------
 # Sidecar collections (``tfrecord-etl augment --mode sidecar``): original + sidecar, merged
 # ----------------------------------------------------------------------------------------------
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,19 +263,30 @@ def load_manifest(sidecar_dir: str) -> dict:
       SchemaError: the file is not a valid manifest.
     """
     import json
+
     path = fileio.join(sidecar_dir, MANIFEST_FILE)
     if not fileio.exists(path):
         from tfrecord_etl.transforms.errors import IncompleteOutputError
-        raise IncompleteOutputError("No manifest.json: not a sidecar collection, or an incomplete one",
-                                    file=sidecar_dir, hint="write it with tfrecord-etl augment --mode sidecar")
+
+        raise IncompleteOutputError(
+            "No manifest.json: not a sidecar collection, or an incomplete one",
+            file=sidecar_dir,
+            hint="write it with tfrecord-etl augment --mode sidecar",
+        )
     try:
         manifest = json.loads(fileio.read_bytes(path))
         if manifest.get("format") != SIDECAR_FORMAT:
             raise ValueError(f"format {manifest.get('format')!r}, expected {SIDECAR_FORMAT!r}")
         manifest["features"] = tuple(spec_from_json(f) for f in manifest["features"])
         for entry in manifest["shards"]:
-            for key, kind in (("input", str), ("sidecar", str), ("records", int), ("bytes", int), ("crc32c", str),
-                              ("compression", str)):
+            for key, kind in (
+                ("input", str),
+                ("sidecar", str),
+                ("records", int),
+                ("bytes", int),
+                ("crc32c", str),
+                ("compression", str),
+            ):
                 if not isinstance(entry[key], kind):
                     raise ValueError(f"shard entry {entry!r}: '{key}' is not a {kind.__name__}")
     except SchemaError:
@@ -279,28 +335,52 @@ def open_sidecar(original: str, sidecar_dir: str, check_checksums: bool = True) 
         name = fileio.basename(entry["input"])
         path = originals.pop(name, None)
         if path is None:
-            raise SchemaError(f"Original shard '{name}' of the sidecar collection is not in the original collection",
-                              file=original, shard=name, hint="pass the collection the sidecar was written for")
+            raise SchemaError(
+                f"Original shard '{name}' of the sidecar collection is not in the original collection",
+                file=original,
+                shard=name,
+                hint="pass the collection the sidecar was written for",
+            )
         side_path = fileio.join(sidecar_dir, entry["sidecar"])
         if side_counts.get(entry["sidecar"]) != entry["records"]:
-            raise RecordError(f"Sidecar shard holds {side_counts.get(entry['sidecar'])} records but its original "
-                              f"'{name}' holds {entry['records']}: misaligned pair", file=side_path, shard=name)
+            raise RecordError(
+                f"Sidecar shard holds {side_counts.get(entry['sidecar'])} records but its original "
+                f"'{name}' holds {entry['records']}: misaligned pair",
+                file=side_path,
+                shard=name,
+            )
         size = fileio.size(path)
         if size != entry["bytes"] or (check_checksums and file_crc32c(path) != (entry["bytes"], entry["crc32c"])):
-            what = f"{size} bytes, the manifest says {entry['bytes']}" if size != entry["bytes"] else \
-                "its CRC32C differs from the manifest's"
-            raise RecordError(f"Original shard changed after its sidecar was written ({what}): misaligned pair",
-                              file=path, shard=name, hint="re-run tfrecord-etl augment --mode sidecar on it")
+            what = (
+                f"{size} bytes, the manifest says {entry['bytes']}"
+                if size != entry["bytes"]
+                else "its CRC32C differs from the manifest's"
+            )
+            raise RecordError(
+                f"Original shard changed after its sidecar was written ({what}): misaligned pair",
+                file=path,
+                shard=name,
+                hint="re-run tfrecord-etl augment --mode sidecar on it",
+            )
         pairs.append(SidecarPair(path, entry["compression"], side_path, entry["records"]))
     if originals:
-        raise SchemaError(f"Original shards without a sidecar shard: {sorted(originals)[:5]}", file=original,
-                          hint="pass only the shards the sidecar was written for (a narrower pattern)")
-    return SidecarCollection(tuple(pairs), manifest["features"], tuple(meta["features"]), meta["compression"],
-                             bool(manifest.get("inferred", False)))
+        raise SchemaError(
+            f"Original shards without a sidecar shard: {sorted(originals)[:5]}",
+            file=original,
+            hint="pass only the shards the sidecar was written for (a narrower pattern)",
+        )
+    return SidecarCollection(
+        tuple(pairs),
+        manifest["features"],
+        tuple(meta["features"]),
+        meta["compression"],
+        bool(manifest.get("inferred", False)),
+    )
 
 
-def iter_numpy_merged(original: str, sidecar_dir: str, features: Sequence[str] | None = None,
-                      check_checksums: bool = True) -> Iterator[dict[str, np.ndarray]]:
+def iter_numpy_merged(
+    original: str, sidecar_dir: str, features: Sequence[str] | None = None, check_checksums: bool = True
+) -> Iterator[dict[str, np.ndarray]]:
     """Yields one merged ``{name: np.ndarray}`` per example: the original's features and the sidecar's.
 
     The pairing is verified first (see :func:`open_sidecar`); record i of an original shard is merged
@@ -313,6 +393,7 @@ def iter_numpy_merged(original: str, sidecar_dir: str, features: Sequence[str] |
         pair of shards turns out to hold different record counts while reading (naming both files).
     """
     from tfrecord_etl.transforms.codec.block import BlockDecoder
+
     coll = open_sidecar(original, sidecar_dir, check_checksums)
     specs = select_features(coll.specs, features)
     decoder = BlockDecoder(specs)  # one record at a time, each merged pair of one layout decoded from its offsets
@@ -322,18 +403,28 @@ def iter_numpy_merged(original: str, sidecar_dir: str, features: Sequence[str] |
         for left, right in itertools.zip_longest(originals, sidecars):
             if left is None or right is None:
                 index = (right if left is None else left)[0]
-                raise RecordError(f"{'Original' if left is None else 'Sidecar'} shard ended at record {index}: "
-                                  "misaligned pair", file=pair.original, sidecar=pair.sidecar, record=index)
+                raise RecordError(
+                    f"{'Original' if left is None else 'Sidecar'} shard ended at record {index}: misaligned pair",
+                    file=pair.original,
+                    sidecar=pair.sidecar,
+                    record=index,
+                )
             try:  # not around the yield (see iter_numpy)
                 example = decoder.decode_one(left[2] + right[2])
             except RecordError as e:
-                raise RecordError(f"Cannot decode merged example: {e}", file=pair.original, sidecar=pair.sidecar,
-                                  record=left[0]) from None
+                raise RecordError(
+                    f"Cannot decode merged example: {e}", file=pair.original, sidecar=pair.sidecar, record=left[0]
+                ) from None
             yield example
 
 
-def to_tf_dataset_merged(original: str, sidecar_dir: str, batch_size: int | None = None,
-                         features: Sequence[str] | None = None, check_checksums: bool = True):
+def to_tf_dataset_merged(
+    original: str,
+    sidecar_dir: str,
+    batch_size: int | None = None,
+    features: Sequence[str] | None = None,
+    check_checksums: bool = True,
+):
     """A ``tf.data.Dataset`` of merged ``{name: tensor}`` examples: the original's features and the sidecar's.
 
     The pairing is verified first (see :func:`open_sidecar`). Then, as plain tf.data::
@@ -349,6 +440,7 @@ def to_tf_dataset_merged(original: str, sidecar_dir: str, batch_size: int | None
       SchemaError: a feature whose dtype varies between examples (read it with :func:`iter_numpy_merged`).
     """
     import tensorflow as tf
+
     coll = open_sidecar(original, sidecar_dir, check_checksums)
     specs = select_features(coll.specs, features)
     refuse_varying_dtypes(specs, sidecar_dir, "iter_numpy_merged")
@@ -369,12 +461,15 @@ def to_tf_dataset_merged(original: str, sidecar_dir: str, batch_size: int | None
     ds = None
     for compression, pairs in groups:
         run = list(pairs)
-        part = tf.data.Dataset.zip((
-            tf.data.TFRecordDataset([p.original for p in run], compression_type=_TF_COMPRESSION[compression]),
-            tf.data.TFRecordDataset([p.sidecar for p in run], compression_type=side_comp)))
+        part = tf.data.Dataset.zip(
+            (
+                tf.data.TFRecordDataset([p.original for p in run], compression_type=_TF_COMPRESSION[compression]),
+                tf.data.TFRecordDataset([p.sidecar for p in run], compression_type=side_comp),
+            )
+        )
         ds = part if ds is None else ds.concatenate(part)
     ds = ds.map(lambda a, b: tf.strings.join([a, b]))
     if not native:  # batched parsing (transforms.tfdata)
-            return tfdata.dataset(tf, ds, regular, batch_size)
+        return tfdata.dataset(tf, ds, regular, batch_size)
     ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.batch(batch_size) if batch_size else ds

@@ -4,6 +4,7 @@ argument, and its first use in a process prints one deprecation line on stderr.
 ``--hdf5_group`` and ``--hdf5_mode`` became ``--row_group`` and ``--container_mode``: they choose the row group and
 the mode of every container format (HDF5, NetCDF-3, MATLAB, Zarr), not of HDF5 alone.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,11 @@ def renamed_keys(data):
         data[new] = data.pop(old)
         if old not in _WARNED_RENAMED:
             _WARNED_RENAMED.add(old)
-            print(f"tfrecord-etl: --{old} (config key {old}) is deprecated: use --{new} ({new}), which works the "
-                  f"same", file=sys.stderr, flush=True)
+            print(
+                f"tfrecord-etl: --{old} (config key {old}) is deprecated: use --{new} ({new}), which works the same",
+                file=sys.stderr,
+                flush=True,
+            )
     return data
 
 
@@ -52,5 +56,4 @@ def add_renamed_flags(parser, model, flag_type_of) -> None:
         field = model.model_fields[new]
         flag_type = flag_type_of(new, field.annotation)
         choices = list(typing.get_args(field.annotation)) if typing.get_origin(field.annotation) is Literal else None
-        parser.add_argument(f"--{old}", dest=old, default=None, type=flag_type,
-                            choices=choices, help=argparse.SUPPRESS)
+        parser.add_argument(f"--{old}", dest=old, default=None, type=flag_type, choices=choices, help=argparse.SUPPRESS)

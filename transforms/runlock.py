@@ -12,6 +12,7 @@ releasing it (deleting only the version the run holds, never a lock another run 
 disk: ``O_EXCL``; HDFS) a take-over and a release are a read followed by a delete: two launchers taking over the
 same stale lock at the same moment can both pass the read, which is the window left there.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -46,6 +47,7 @@ def failpoint(stage: str) -> None:
     wanted = os.environ.get(FAILPOINT_ENV)
     if wanted and wanted.split(":")[0] == stage:
         import signal
+
         parts = wanted.split(":")[1:]
         if "once" in parts:
             try:
@@ -68,9 +70,8 @@ def read_json(path: str) -> dict | None:
     """The JSON object in the file ``path`` (a lock, a run marker, ``metadata.json``), or None when it is missing,
     larger than 64 MiB (local), unreadable, not JSON or not an object: such a file is not one of ours."""
     try:
-        if fileio.is_local(path):
-            if not os.path.isfile(path) or os.path.getsize(path) > _MAX_JSON_BYTES:
-                return None
+        if fileio.is_local(path) and (not os.path.isfile(path) or os.path.getsize(path) > _MAX_JSON_BYTES):
+            return None
         data = json.loads(fileio.read_bytes(path))
     except Exception:  # noqa: BLE001 - unreadable: not ours
         return None
@@ -78,6 +79,7 @@ def read_json(path: str) -> dict | None:
 
 
 # ---------------------------------------------------------------- the lock
+
 
 def process_start(pid: int) -> str | None:
     """The start time of process ``pid`` (Linux ``/proc/<pid>/stat`` field 22), None when it is gone."""
@@ -97,19 +99,19 @@ def process_start(pid: int) -> str | None:
 
 def _lock_record(run_id: str) -> dict:
     pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "start": process_start(pid), "run_id": run_id,
-            "since": utc_now()}
+    return {"host": socket.gethostname(), "pid": pid, "start": process_start(pid), "run_id": run_id, "since": utc_now()}
 
 
 def utc_now() -> str:
     """The current UTC time as ``YYYY-MM-DDTHH:MM:SSZ`` (what locks and run markers record)."""
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _is_stale(record: dict | None, path: str) -> bool:
     if record is None:  # empty or torn (a launcher killed between create and write): stale after a minute
         if fileio.is_local(path):
             import time
+
             try:
                 return time.time() - os.path.getmtime(path) > 60
             except OSError:
@@ -186,7 +188,7 @@ class Lock:
         self.discard = None  # set by prepare: removes what a failed run wrote and did not commit
         self.output_state = None  # after a failed run: what the directory holds (outdir.discard_uncommitted)
 
-    def acquire(self) -> "Lock":
+    def acquire(self) -> Lock:
         """Raises ConfigError when another live run holds the lock (this version's or, under its older name, an
         earlier version's)."""
         legacy = fileio.join(fileio.dirname(self.path), LEGACY_LOCK_FILE)
@@ -200,9 +202,12 @@ class Lock:
                 except conditional.VersionConflict:  # written again since it was read: a live run's
                     taken, other = False, _read_lock(legacy)[0] or other
             if not taken:
-                raise ConfigError(f"Another run ({_describe(other)}) is writing this output directory", file=legacy,
-                                  hint="wait for it to finish or choose another --output_dir; if no such run "
-                                       f"exists, delete {LEGACY_LOCK_FILE}")
+                raise ConfigError(
+                    f"Another run ({_describe(other)}) is writing this output directory",
+                    file=legacy,
+                    hint="wait for it to finish or choose another --output_dir; if no such run "
+                    f"exists, delete {LEGACY_LOCK_FILE}",
+                )
         record = _lock_record(self.run_id)
         data = json.dumps(record).encode()
         for attempt in range(2):
@@ -234,9 +239,11 @@ class Lock:
                 else:
                     self.held = True
                     return self
-            raise ConfigError(f"Another run ({_describe(other)}) is writing this output directory", file=self.path,
-                              hint="wait for it to finish or choose another --output_dir; if no such run exists, "
-                                   f"delete {LOCK_FILE}")
+            raise ConfigError(
+                f"Another run ({_describe(other)}) is writing this output directory",
+                file=self.path,
+                hint=f"wait for it to finish or choose another --output_dir; if no such run exists, delete {LOCK_FILE}",
+            )
         raise AssertionError("unreachable")
 
     def release(self) -> None:
@@ -314,6 +321,7 @@ class _interrupts_deferred:
     def __enter__(self):
         import signal
         import threading
+
         if threading.current_thread() is threading.main_thread():
             self._saved = signal.signal(signal.SIGINT, self._hold)
             self._installed = True
@@ -324,6 +332,7 @@ class _interrupts_deferred:
 
     def __exit__(self, *exc):
         import signal
+
         if self._installed:  # (None: a handler not set from Python; Python's own default then)
             signal.signal(signal.SIGINT, self._saved if self._saved is not None else signal.default_int_handler)
         if self._pending and self._raise_after and exc[0] is None:
@@ -376,8 +385,11 @@ def check_commit(final: str) -> None:
         why = f"its launcher (pid {record.get('pid')}) is no longer running"
     else:
         return
-    raise OutputError(f"Not committing {fileio.basename(final)}: this run no longer owns the output directory: {why}",
-                      file=fileio.dirname(final), hint="nothing of this run is committed; run the command again")
+    raise OutputError(
+        f"Not committing {fileio.basename(final)}: this run no longer owns the output directory: {why}",
+        file=fileio.dirname(final),
+        hint="nothing of this run is committed; run the command again",
+    )
 
 
 def lock_temp(lock_path: str, pid: int | None = None) -> str:

@@ -32,12 +32,13 @@ formatting) is parsed. The result is remembered by the SHA-256 of both files, so
 collection read again compares nothing. Measured on a loaded 2-core machine, against ``metadata.load`` alone in the
 same run: 3.6x (100 features) and 4.6x (1,000) the first time, 1.3x after.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 from tfrecord_etl.transforms import fileio, metadata
 from tfrecord_etl.transforms.codec import FeatureSpec
@@ -45,27 +46,71 @@ from tfrecord_etl.transforms.errors import SchemaError
 from tfrecord_etl.transforms.textproto import TextFormatError, parse_text
 
 SCHEMA_MAX_BYTES = 64 << 20  # a schema.pbtxt larger than this is refused before it is read
-HINT = ("one of them was edited, replaced or damaged after the output was written: check it with tfrecord-etl "
-        "verify DIR (with --source to compare the values with the input) and convert it again")
+HINT = (
+    "one of them was edited, replaced or damaged after the output was written: check it with tfrecord-etl "
+    "verify DIR (with --source to compare the values with the input) and convert it again"
+)
 
 # The fields of tensorflow_metadata's Schema and Feature messages (schema.proto, 1.17); a test compares them
 # with schema_pb2's descriptors.
-SCHEMA_FIELDS = frozenset({
-    "feature", "sparse_feature", "weighted_feature", "string_domain", "float_domain", "int_domain",
-    "default_environment", "represent_variable_length_as_ragged", "annotation", "dataset_constraints",
-    "tensor_representation_group"})
-FEATURE_FIELDS = frozenset({
-    "name", "deprecated", "presence", "group_presence", "shape", "value_count", "value_counts", "type", "domain",
-    "int_domain", "float_domain", "string_domain", "bool_domain", "struct_domain", "natural_language_domain",
-    "image_domain", "audio_domain", "video_domain", "content_chunk_domain", "mid_domain", "url_domain",
-    "time_domain", "time_of_day_domain", "distribution_constraints", "annotation", "skew_comparator",
-    "drift_comparator", "in_environment", "not_in_environment", "lifecycle_stage", "unique_constraints",
-    "validation_derived_source", "sequence_metadata"})
+SCHEMA_FIELDS = frozenset(
+    {
+        "feature",
+        "sparse_feature",
+        "weighted_feature",
+        "string_domain",
+        "float_domain",
+        "int_domain",
+        "default_environment",
+        "represent_variable_length_as_ragged",
+        "annotation",
+        "dataset_constraints",
+        "tensor_representation_group",
+    }
+)
+FEATURE_FIELDS = frozenset(
+    {
+        "name",
+        "deprecated",
+        "presence",
+        "group_presence",
+        "shape",
+        "value_count",
+        "value_counts",
+        "type",
+        "domain",
+        "int_domain",
+        "float_domain",
+        "string_domain",
+        "bool_domain",
+        "struct_domain",
+        "natural_language_domain",
+        "image_domain",
+        "audio_domain",
+        "video_domain",
+        "content_chunk_domain",
+        "mid_domain",
+        "url_domain",
+        "time_domain",
+        "time_of_day_domain",
+        "distribution_constraints",
+        "annotation",
+        "skew_comparator",
+        "drift_comparator",
+        "in_environment",
+        "not_in_environment",
+        "lifecycle_stage",
+        "unique_constraints",
+        "validation_derived_source",
+        "sequence_metadata",
+    }
+)
 _TYPES = {"bytes": "BYTES", "int64": "INT", "float": "FLOAT"}
 _TAG_PREFIX = "tfrecord_etl."
 
 
 # -- what a feature of the schema says --------------------------------------------------------------------------
+
 
 @dataclasses.dataclass(frozen=True)
 class SchemaFeature:
@@ -89,14 +134,18 @@ class SchemaFeature:
             return "absent" if value is None else json.dumps(list(value))
         if value is None:
             return "absent"
-        return str(value) if not isinstance(value, tuple) else "(" + ", ".join(
-            "unset" if v is None else str(v) for v in value) + ")"
+        return (
+            str(value)
+            if not isinstance(value, tuple)
+            else "(" + ", ".join("unset" if v is None else str(v) for v in value) + ")"
+        )
 
 
 def expected_features(specs: Sequence[FeatureSpec]) -> list[tuple[str, SchemaFeature]]:
     """``[(Example feature name, what schema.pbtxt says of it)]`` for ``metadata.json``'s features, in the order
     :func:`metadata.schema_text` writes them."""
     from tfrecord_etl.transforms.codec import encoding_of
+
     out = []
     for spec in specs:
         for name, kind, shape in metadata.example_features(spec):
@@ -118,7 +167,7 @@ def _tag_items(tags: Sequence[str]) -> tuple:
     items = []
     for tag in tags:
         if tag.startswith(_TAG_PREFIX) and ":" in tag:
-            key, _, value = tag[len(_TAG_PREFIX):].partition(":")
+            key, _, value = tag[len(_TAG_PREFIX) :].partition(":")
             items.append((key, value))
     return tuple(sorted(items))
 
@@ -175,11 +224,13 @@ def schema_features(text: str) -> list[tuple[str, SchemaFeature]]:
                     bounds = {k: _number(b, int, f"{where}.{k}") for k, b in v if k in ("min", "max")}
                     info["value_count"] = (bounds.get("min"), bounds.get("max"))
                 elif key == "presence":
-                    fraction = {k: b for k, b in v}
+                    fraction = dict(v)
                     info["presence"] = (
                         _number(fraction["min_fraction"], float, f"{where}.min_fraction")
-                        if "min_fraction" in fraction else None,
-                        _number(fraction["min_count"], int, f"{where}.min_count") if "min_count" in fraction else None)
+                        if "min_fraction" in fraction
+                        else None,
+                        _number(fraction["min_count"], int, f"{where}.min_count") if "min_count" in fraction else None,
+                    )
                 elif key == "bool_domain":
                     info["bool_domain"] = True
                 else:
@@ -191,8 +242,13 @@ def schema_features(text: str) -> list[tuple[str, SchemaFeature]]:
 
 # -- the comparison ------------------------------------------------------------------------------------------------
 
-_FIELDS = (("type", "the type"), ("shape", "the shape"), ("value_count", "value_count (min, max)"),
-           ("presence", "presence (min_fraction, min_count)"), ("bool_domain", "bool_domain"))
+_FIELDS = (
+    ("type", "the type"),
+    ("shape", "the shape"),
+    ("value_count", "value_count (min, max)"),
+    ("presence", "presence (min_fraction, min_count)"),
+    ("bool_domain", "bool_domain"),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,6 +283,7 @@ def expected_text(specs: Sequence[FeatureSpec]) -> str | None:
         if not text.isprintable():  # control characters: the writer's octal escapes are left to the parser
             return None
         return '"' + text.replace("\\", "\\\\").replace("'", "\\'").replace('"', '\\"') + '"'
+
     for name, feature in expected_features(specs):
         q = quoted(name)
         if q is None:
@@ -238,8 +295,12 @@ def expected_text(specs: Sequence[FeatureSpec]) -> str | None:
         if feature.bool_domain:
             lines += ["  bool_domain {", "  }"]
         if feature.presence is not None:
-            lines += ["  presence {", f"    min_fraction: {float(feature.presence[0])!r}",
-                      f"    min_count: {feature.presence[1]}", "  }"]
+            lines += [
+                "  presence {",
+                f"    min_fraction: {float(feature.presence[0])!r}",
+                f"    min_count: {feature.presence[1]}",
+                "  }",
+            ]
         if feature.tags:
             spec = next(s for s in specs if s.name == name)
             _, tags, comment = metadata.schema_types(spec, "bytes")
@@ -277,8 +338,11 @@ def disagreements(schema_text: str, specs: Sequence[FeatureSpec]) -> list[Disagr
         for key in sorted({k for k, _ in got.tags + expected.tags}):
             theirs, ours = ([v for k, v in f.tags if k == key] for f in (got, expected))
             if theirs != ours:
-                out.append(Disagreement(name, f"its tfrecord_etl.{key} tag", ", ".join(theirs) or "absent",
-                                        ", ".join(ours) or "absent"))
+                out.append(
+                    Disagreement(
+                        name, f"its tfrecord_etl.{key} tag", ", ".join(theirs) or "absent", ", ".join(ours) or "absent"
+                    )
+                )
     for name, got in have.items():
         out.append(Disagreement(name, "the feature", f"a feature of type {got.type}", "absent"))
     if not out and [n for n, _ in found] != [n for n, _ in want]:
@@ -303,9 +367,12 @@ def proto_error(schema_text: str) -> str | None:
 
 def proto_available() -> bool:
     import importlib.util
+
     try:
-        return importlib.util.find_spec("tensorflow_metadata") is not None and \
-            importlib.util.find_spec("google.protobuf") is not None
+        return (
+            importlib.util.find_spec("tensorflow_metadata") is not None
+            and importlib.util.find_spec("google.protobuf") is not None
+        )
     except (ImportError, ValueError):
         return False
 
@@ -324,12 +391,18 @@ def read_schema(output_dir: str) -> bytes:
     """
     path = fileio.join(output_dir, metadata.SCHEMA_FILE)
     if not fileio.exists(path):
-        raise SchemaError("schema.pbtxt is missing beside metadata.json: the output is damaged (both are written "
-                          "with it)", file=path, hint="convert it again")
+        raise SchemaError(
+            "schema.pbtxt is missing beside metadata.json: the output is damaged (both are written with it)",
+            file=path,
+            hint="convert it again",
+        )
     size = fileio.size(path)
     if size > SCHEMA_MAX_BYTES:
-        raise SchemaError(f"schema.pbtxt is {size:,} bytes, over {SCHEMA_MAX_BYTES:,}: not the schema of this "
-                          "output", file=path, hint=HINT.replace("DIR", output_dir))
+        raise SchemaError(
+            f"schema.pbtxt is {size:,} bytes, over {SCHEMA_MAX_BYTES:,}: not the schema of this output",
+            file=path,
+            hint=HINT.replace("DIR", output_dir),
+        )
     return fileio.read_bytes(path)
 
 
@@ -351,16 +424,24 @@ def check(output_dir: str, meta: dict, meta_digest: str) -> None:
     except UnicodeDecodeError:
         text = None
     fast = text is not None and text == expected_text(meta["features"])
-    found = [] if fast else disagreements(text, meta["features"]) if text is not None else [
-        Disagreement(None, "is not a TensorFlow Metadata Schema in text format: not UTF-8 text", "", "")]
+    found = (
+        []
+        if fast
+        else disagreements(text, meta["features"])
+        if text is not None
+        else [Disagreement(None, "is not a TensorFlow Metadata Schema in text format: not UTF-8 text", "", "")]
+    )
     if found and pending(output_dir, meta):
         return  # schema.pbtxt is a replacing run's, written before its metadata.json: metadata.json is the output
     if found:
         first = found[0]
         more = f" ({len(found) - 1} more difference{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
-        raise SchemaError(f"schema.pbtxt and metadata.json disagree: {first.message()}{more}",
-                          file=fileio.join(output_dir, metadata.SCHEMA_FILE), feature=first.feature,
-                          hint=HINT.replace("DIR", output_dir))
+        raise SchemaError(
+            f"schema.pbtxt and metadata.json disagree: {first.message()}{more}",
+            file=fileio.join(output_dir, metadata.SCHEMA_FILE),
+            feature=first.feature,
+            hint=HINT.replace("DIR", output_dir),
+        )
     if len(_AGREED) >= _AGREED_MAX:
         _AGREED.clear()
     _AGREED.add(key)
@@ -374,6 +455,7 @@ def pending(output_dir: str, meta: dict) -> bool:
     the new output's while ``metadata.json``, the commit point, is still the old one's: the old output is what the
     directory holds and is read (the crash-safety promise: the old output or the new one)."""
     from tfrecord_etl.transforms import outdir
+
     try:
         marker = outdir.read_json(fileio.join(output_dir, outdir.MARKER_FILE))
     except Exception:  # noqa: BLE001 - an unreadable marker is not a run of ours

@@ -2,6 +2,7 @@
 entry, the CRC32C read once per process and local file version. Shared by every reader (``reader``,
 ``numpy_reader``, ``random_access``, ``tfdata``).
 """
+
 from __future__ import annotations
 
 import os
@@ -11,7 +12,6 @@ import numpy as np
 
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import RecordError
-
 
 #: bytes read at a time for a local shard's CRC32C (unbuffered reads into one buffer: about twice the rate of new
 #: 4 MiB bytes objects read through fileio)
@@ -68,12 +68,15 @@ def check_shard(shard: dict, path: str, size: int | None = None, check_checksum:
     Raises:
       RecordError: naming the shard, what differs, and what to do.
     """
-    hint = "the output was changed after it was written: check it with tfrecord-etl verify DIR, and " \
-           "convert it again"
+    hint = "the output was changed after it was written: check it with tfrecord-etl verify DIR, and convert it again"
     size = fileio.size(path) if size is None else size
     if isinstance(shard.get("bytes"), int) and size != shard["bytes"]:
-        raise RecordError(f"Shard holds {size} bytes, metadata.json says {shard['bytes']}: it was truncated, "
-                          "replaced or swapped with another after it was written", file=path, hint=hint)
+        raise RecordError(
+            f"Shard holds {size} bytes, metadata.json says {shard['bytes']}: it was truncated, "
+            "replaced or swapped with another after it was written",
+            file=path,
+            hint=hint,
+        )
     expected = shard.get("crc32c")
     if not check_checksum or not isinstance(expected, str):
         return
@@ -82,7 +85,11 @@ def check_shard(shard: dict, path: str, size: int | None = None, check_checksum:
         return
     got_size, got = file_crc32c(path)
     if (got_size, got) != (size, expected):
-        raise RecordError(f"Shard's CRC32C is {got}, metadata.json says {expected}: it was replaced by another "
-                          "file or swapped with another shard after it was written", file=path, hint=hint)
+        raise RecordError(
+            f"Shard's CRC32C is {got}, metadata.json says {expected}: it was replaced by another "
+            "file or swapped with another shard after it was written",
+            file=path,
+            hint=hint,
+        )
     if version is not None and version == file_version(path):
         CHECKED.add(version)

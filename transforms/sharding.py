@@ -5,10 +5,11 @@ the writer needs no shuffle: each shard is written by one worker straight to a t
 rerun on the same input and config gives byte-identical shards (the idea of TFDS's deterministic
 writer, without its shuffle).
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -31,11 +32,16 @@ def check_num_shards(num_shards: int, num_rows: int) -> int:
     if num_shards < 1:
         raise ConfigError(f"--num_shards {num_shards} must be at least 1")
     if num_shards > MAX_SHARDS:
-        raise ConfigError(f"--num_shards {num_shards} is more than {MAX_SHARDS}, the most the shard file names "
-                          f"(PREFIX-NNNNN-of-NNNNN) can count", hint="write fewer, larger shards")
+        raise ConfigError(
+            f"--num_shards {num_shards} is more than {MAX_SHARDS}, the most the shard file names "
+            f"(PREFIX-NNNNN-of-NNNNN) can count",
+            hint="write fewer, larger shards",
+        )
     if num_shards > max(1, num_rows):
-        raise ConfigError(f"--num_shards {num_shards} is more than the {num_rows} rows of the input (at most one "
-                          f"shard per row)", hint=f"pass --num_shards {max(1, num_rows)} or fewer")
+        raise ConfigError(
+            f"--num_shards {num_shards} is more than the {num_rows} rows of the input (at most one shard per row)",
+            hint=f"pass --num_shards {max(1, num_rows)} or fewer",
+        )
     return num_shards
 
 
@@ -59,7 +65,7 @@ class ShardPlan:
 def range_bytes(rr: RowRange, index: FileIndex) -> int:
     """Estimated bytes of a row range (array bytes, before encoding)."""
     if index.sizes:
-        return sum(index.sizes[rr.start:rr.stop])
+        return sum(index.sizes[rr.start : rr.stop])
     return rr.num_rows * index.row_bytes
 
 
@@ -78,12 +84,14 @@ def plan_shards(ranges: Sequence[RowRange], sizes: Sequence[int], num_shards: in
             k = i * num_shards // max(1, len(sizes))
         groups[k].append(i)
         acc += size
-    return [ShardPlan(k, num_shards, tuple(ranges[i] for i in g), sum(sizes[i] for i in g))
-            for k, g in enumerate(groups)]
+    return [
+        ShardPlan(k, num_shards, tuple(ranges[i] for i in g), sum(sizes[i] for i in g)) for k, g in enumerate(groups)
+    ]
 
 
-
-def plan_balanced_shards(indexes: Sequence[FileIndex], num_shards: int, target_range_bytes: int) -> list[ShardPlan] | None:
+def plan_balanced_shards(
+    indexes: Sequence[FileIndex], num_shards: int, target_range_bytes: int
+) -> list[ShardPlan] | None:
     """Splits the rows of ``indexes`` (in order) into ``num_shards`` contiguous shards of equal bytes,
     cutting at shard boundaries first and only then into row ranges of about ``target_range_bytes``,
     so shards differ by at most a chunk of rows (whole ranges per shard, as :func:`plan_shards` does,
@@ -139,8 +147,14 @@ def group_sequential(shards: Sequence[ShardPlan], sequential: Iterable[str]) -> 
     last: RowRange | None = None
     for shard in shards:
         first = shard.ranges[0] if shard.ranges else None
-        if (groups and last is not None and first is not None and first.path == last.path
-                and first.path in sequential and first.start > 0):
+        if (
+            groups
+            and last is not None
+            and first is not None
+            and first.path == last.path
+            and first.path in sequential
+            and first.start > 0
+        ):
             groups[-1].append(shard)
         else:
             groups.append([shard])

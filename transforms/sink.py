@@ -14,6 +14,7 @@ Users: convert's planned shard writer (``beam_io.WriteShardFn``), augment's shar
 (``augment.beam.AugmentShardFn``), dead letters, ``schema.pbtxt`` + ``metadata.json``, augment's
 ``manifest.json`` and the run marker.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,7 +22,8 @@ import hashlib
 import json
 import logging
 import uuid
-from typing import BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import BinaryIO
 
 from tfrecord_etl.transforms import fileio, tfrecord
 from tfrecord_etl.transforms.runlock import check_commit, failpoint
@@ -85,8 +87,9 @@ def write_json_lines(final: str, rows) -> str:
 
 
 @contextlib.contextmanager
-def shard_writer(final: str, compression: str, index: bool = False,
-                 codec: dict | None = None) -> Iterator[tfrecord.ShardWriter]:
+def shard_writer(
+    final: str, compression: str, index: bool = False, codec: dict | None = None
+) -> Iterator[tfrecord.ShardWriter]:
     """Yields a :class:`tfrecord.ShardWriter` (framing, CRCs, ``compression`` through the backend ``codec``
     names, ``compression.settings``' ``{"name", "level"}``; None: the default backend) on a temporary file that becomes
     the TFRecord shard ``final`` when the block ends without an error. The caller checks its counts inside the
@@ -95,8 +98,9 @@ def shard_writer(final: str, compression: str, index: bool = False,
     block, ``writer.bytes_out`` and ``writer.crc32c`` are the committed file's size and CRC32C (computed as it was
     written), what its ``metadata.json`` entry records."""
     with committed_file(final) as raw:
-        writer = tfrecord.ShardWriter(raw, compression, index=index, level=(codec or {}).get("level"),
-                                      backend=(codec or {}).get("name"))
+        writer = tfrecord.ShardWriter(
+            raw, compression, index=index, level=(codec or {}).get("level"), backend=(codec or {}).get("name")
+        )
         failpoint("shard-opened")
         yield writer
         writer.close()
@@ -107,5 +111,4 @@ def shard_writer(final: str, compression: str, index: bool = False,
 
 def write_index(shard_path: str, text: bytes) -> str:
     """Commits ``text`` as the index file of the shard at ``shard_path`` (beside it); returns the index path."""
-    return write_file(fileio.join(fileio.dirname(shard_path), tfrecord.index_name(fileio.basename(shard_path))),
-                      text)
+    return write_file(fileio.join(fileio.dirname(shard_path), tfrecord.index_name(fileio.basename(shard_path))), text)

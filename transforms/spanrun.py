@@ -13,10 +13,10 @@ replacement), then listed in ``collection.json`` (:func:`commit`, ``collection.a
 once that commit is done. Planning an incremental run reads the collection once and lists the pattern once (one
 ``stat`` per file, from the walk): a dict lookup per matched file, no file opened but the new ones.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 from tfrecord_etl.transforms import collection, conditional, fileio, matching, metadata, outdir, spans
 from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, printable
@@ -25,8 +25,13 @@ from tfrecord_etl.transforms.runlock import failpoint, say
 _SHOWN = 5  # files named in a message
 # the flags that choose the span: recorded in collection.json, not in the span's own options (so a re-run of a
 # span with --span 7 after one with --span latest is the same run)
-_RUN_FLAGS = {"span": None, "version": None, "incremental": False, "reconvert_changed": False,
-              "allow_schema_change": False}
+_RUN_FLAGS = {
+    "span": None,
+    "version": None,
+    "incremental": False,
+    "reconvert_changed": False,
+    "allow_schema_change": False,
+}
 
 
 @dataclasses.dataclass
@@ -41,11 +46,12 @@ class CollectionRun:
         the new files, ``(path, span)`` of changed ones, paths of spans' files that no longer match.
         nothing_new: the line to print when there is nothing to convert (then nothing is written).
     """
+
     collection_dir: str
     pattern: str
     span: int
-    version: Optional[int]
-    date: Optional[str]
+    version: int | None
+    date: str | None
     files: list
     cfg: object
     coll: dict
@@ -53,7 +59,7 @@ class CollectionRun:
     changed: list = dataclasses.field(default_factory=list)
     deleted: list = dataclasses.field(default_factory=list)
     reconvert: bool = False
-    nothing_new: Optional[str] = None
+    nothing_new: str | None = None
     allow_schema_change: bool = False
 
     @property
@@ -80,15 +86,20 @@ def plan_run(cfg) -> CollectionRun | None:
     out = cfg.output_dir
     if not (cfg.incremental or spans.has_placeholders(cfg.input)):
         if collection.is_collection(out):
-            raise ConfigError("--output_dir is a collection (it holds collection.json): a conversion without span "
-                              "placeholders would write over its spans", file=out,
-                              hint="add {SPAN} or {YYYY}{MM}{DD} to --input, pass --incremental, or choose "
-                                   "another --output_dir")
+            raise ConfigError(
+                "--output_dir is a collection (it holds collection.json): a conversion without span "
+                "placeholders would write over its spans",
+                file=out,
+                hint="add {SPAN} or {YYYY}{MM}{DD} to --input, pass --incremental, or choose another --output_dir",
+            )
         return None
     if fileio.exists(fileio.join(out, outdir.METADATA_FILE)):
-        raise ConfigError("--output_dir is the output directory of one conversion (it holds metadata.json), not a "
-                          "collection of spans", file=out,
-                          hint="choose a new or empty --output_dir for the collection")
+        raise ConfigError(
+            "--output_dir is the output directory of one conversion (it holds metadata.json), not a "
+            "collection of spans",
+            file=out,
+            hint="choose a new or empty --output_dir for the collection",
+        )
     coll = collection.load_versioned(out)[0]
     run = _plan_incremental(cfg, coll) if cfg.incremental else _plan_span(cfg, coll)
     run.allow_schema_change = cfg.allow_schema_change
@@ -97,20 +108,30 @@ def plan_run(cfg) -> CollectionRun | None:
         name = collection.span_dir_name(run.span, run.version)
         matching.check_output_unmatched(glob, out, [collection.COLLECTION_FILE, f"{name}/{outdir.METADATA_FILE}"])
         from tfrecord_etl.transforms.convert import one_per_directory
+
         outdir.check_inputs_outside(out, one_per_directory(p for p, _ in run.files))
     return run
 
 
 def _span_cfg(cfg, span: int, version: int | None, pattern: str):
     name = collection.span_dir_name(span, version)
-    return cfg.model_copy(update={**_RUN_FLAGS, "input": pattern,
-                                  "output_dir": fileio.join(cfg.output_dir, *name.split("/"))})
+    return cfg.model_copy(
+        update={**_RUN_FLAGS, "input": pattern, "output_dir": fileio.join(cfg.output_dir, *name.split("/"))}
+    )
 
 
 def _plan_span(cfg, coll: dict) -> CollectionRun:
     found = spans.resolve(cfg.input, cfg.span, cfg.version, cfg.follow_symlinks)
-    return CollectionRun(cfg.output_dir, cfg.input, found.span, found.version, found.date, list(found.files),
-                         _span_cfg(cfg, found.span, found.version, found.pattern), coll)
+    return CollectionRun(
+        cfg.output_dir,
+        cfg.input,
+        found.span,
+        found.version,
+        found.date,
+        list(found.files),
+        _span_cfg(cfg, found.span, found.version, found.pattern),
+        coll,
+    )
 
 
 def _plan_incremental(cfg, coll: dict) -> CollectionRun:
@@ -130,23 +151,31 @@ def _plan_incremental(cfg, coll: dict) -> CollectionRun:
             new.append((path, size))
             continue
         span, row = held
-        if row.get("size") != size or (mtimes.get(path, row.get("mtime_ns")) != row.get("mtime_ns")) or \
-                (path in versions and row.get("version") not in (None, versions[path])):
+        if (
+            row.get("size") != size
+            or (mtimes.get(path, row.get("mtime_ns")) != row.get("mtime_ns"))
+            or (path in versions and row.get("version") not in (None, versions[path]))
+        ):
             changed.append((path, span))
     matched = {p for p, _ in listed} if len(ledger) > len(listed) - len(new) else None
     deleted = [p for p in ledger if p not in matched] if matched is not None else []
     if deleted:
-        say(f"{len(deleted):,} file(s) held by committed spans no longer match the pattern (deleted or moved; "
-            f"their spans are kept as converted): {_names(sorted(deleted))}")
+        say(
+            f"{len(deleted):,} file(s) held by committed spans no longer match the pattern (deleted or moved; "
+            f"their spans are kept as converted): {_names(sorted(deleted))}"
+        )
     spans_now = [s["span"] for s in coll["spans"]]
     if changed and not cfg.reconvert_changed:
         path, span = changed[0]
-        raise InputChangedError(f"{len(changed):,} input file(s) changed since their span was converted (size or "
-                                f"modification time, or ETag / generation, differ from collection.json): "
-                                f"{printable(path)} in span {span}"
-                                + (f", and {_names(p for p, _ in changed[1:])}" if len(changed) > 1 else ""),
-                                file=path, hint=f"pass --reconvert_changed to convert span {span} again from its "
-                                                f"files as they are now, or restore the file")
+        raise InputChangedError(
+            f"{len(changed):,} input file(s) changed since their span was converted (size or "
+            f"modification time, or ETag / generation, differ from collection.json): "
+            f"{printable(path)} in span {span}"
+            + (f", and {_names(p for p, _ in changed[1:])}" if len(changed) > 1 else ""),
+            file=path,
+            hint=f"pass --reconvert_changed to convert span {span} again from its "
+            f"files as they are now, or restore the file",
+        )
     if changed:
         span = min(s for _, s in changed)
         entry = max((s for s in coll["spans"] if s["span"] == span), key=lambda s: s["version"] or -1)
@@ -154,22 +183,42 @@ def _plan_incremental(cfg, coll: dict) -> CollectionRun:
         files = [(r["path"], sizes[r["path"]]) for r in entry["inputs"] if r["path"] in sizes]
         later = sorted({s for _, s in changed} - {span})
         if later or new:
-            say(f"re-converting span {span} only; " + (f"spans {later} changed too, " if later else "")
-                + (f"{len(new):,} new file(s) wait, " if new else "") + "for the next run")
-        return CollectionRun(cfg.output_dir, cfg.input, span, entry["version"], entry.get("date"), files,
-                             _span_cfg(cfg, span, entry["version"], cfg.input), coll, [], changed, deleted, True)
+            say(
+                f"re-converting span {span} only; "
+                + (f"spans {later} changed too, " if later else "")
+                + (f"{len(new):,} new file(s) wait, " if new else "")
+                + "for the next run"
+            )
+        return CollectionRun(
+            cfg.output_dir,
+            cfg.input,
+            span,
+            entry["version"],
+            entry.get("date"),
+            files,
+            _span_cfg(cfg, span, entry["version"], cfg.input),
+            coll,
+            [],
+            changed,
+            deleted,
+            True,
+        )
     span = max(spans_now) + 1 if spans_now else 0
-    run = CollectionRun(cfg.output_dir, cfg.input, span, None, None, new, _span_cfg(cfg, span, None, cfg.input),
-                        coll, new, [], deleted)
+    run = CollectionRun(
+        cfg.output_dir, cfg.input, span, None, None, new, _span_cfg(cfg, span, None, cfg.input), coll, new, [], deleted
+    )
     if not new:
-        run.nothing_new = (f"nothing new: {len(listed):,} files matched, all in committed spans ("
-                           f"{len(coll['spans'])} spans in {printable(cfg.output_dir)}); nothing written")
+        run.nothing_new = (
+            f"nothing new: {len(listed):,} files matched, all in committed spans ("
+            f"{len(coll['spans'])} spans in {printable(cfg.output_dir)}); nothing written"
+        )
     return run
 
 
 def _versions(paths: list[str]) -> list[str | None]:
     """The current versions (ETag / generation) of remote files: one request each, a bounded pool in flight."""
     from tfrecord_etl.transforms.planning import map_concurrently
+
     return map_concurrently(conditional.version, paths) if paths else []
 
 
@@ -182,8 +231,14 @@ def ledger_rows(run: CollectionRun, plan) -> list[dict]:
     rows = []
     for path in plan.inputs.paths:
         size, mtime = pins.get(path, (sizes.get(path), None))
-        rows.append({"path": path, "size": size, "mtime_ns": mtime,
-                     "version": None if fileio.is_local(path) else conditional.read_version(path)})
+        rows.append(
+            {
+                "path": path,
+                "size": size,
+                "mtime_ns": mtime,
+                "version": None if fileio.is_local(path) else conditional.read_version(path),
+            }
+        )
     return rows
 
 
@@ -208,28 +263,37 @@ def commit(run: CollectionRun, plan, run_id: str) -> dict:
       SchemaError, OutputError: as ``collection.add_span`` / ``collection.commit``.
     """
     failpoint("before-collection-commit")
-    entry = collection.span_entry(run.collection_dir, run.span, run.version, ledger_rows(run, plan),
-                                  date=run.date, run_id=run_id)
+    entry = collection.span_entry(
+        run.collection_dir, run.span, run.version, ledger_rows(run, plan), date=run.date, run_id=run_id
+    )
     add = collection.add_span(entry, run.allow_schema_change, run.collection_dir)
 
     def update(coll: dict) -> dict:
         coll = add(coll)
         coll["input_pattern"] = coll.get("input_pattern") or run.pattern
         return coll
+
     return collection.commit(run.collection_dir, update)
 
 
 def describe(run: CollectionRun) -> list[str]:
     """The lines ``convert --dry_run`` adds for a collection run."""
-    what = f"span {run.span}" + (f" version {run.version}" if run.version is not None else "") + \
-        (f" ({run.date})" if run.date else "")
-    lines = [f"collection: {printable(run.collection_dir)} ({len(run.coll['spans'])} committed spans)",
-             f"{what} -> {printable(run.dir)}" + (" (re-converted: files changed)" if run.reconvert else ""),
-             f"files of the span: {len(run.files):,}: {_names(p for p, _ in run.files)}"]
+    what = (
+        f"span {run.span}"
+        + (f" version {run.version}" if run.version is not None else "")
+        + (f" ({run.date})" if run.date else "")
+    )
+    lines = [
+        f"collection: {printable(run.collection_dir)} ({len(run.coll['spans'])} committed spans)",
+        f"{what} -> {printable(run.dir)}" + (" (re-converted: files changed)" if run.reconvert else ""),
+        f"files of the span: {len(run.files):,}: {_names(p for p, _ in run.files)}",
+    ]
     if run.new or run.changed or run.deleted:
-        lines.append(f"incremental: {len(run.new):,} new, {len(run.changed):,} changed"
-                     + (f" ({_names(f'{p} (span {s})' for p, s in run.changed)})" if run.changed else "")
-                     + f", {len(run.deleted):,} gone")
+        lines.append(
+            f"incremental: {len(run.new):,} new, {len(run.changed):,} changed"
+            + (f" ({_names(f'{p} (span {s})' for p, s in run.changed)})" if run.changed else "")
+            + f", {len(run.deleted):,} gone"
+        )
     return lines
 
 
@@ -237,8 +301,12 @@ def summary(run: CollectionRun, coll: dict) -> dict:
     """The summary lines of a committed span: the span and its collection."""
     latest = collection.latest_versions(coll)
     numbers = [s["span"] for s in latest]
-    return {"span": f"{run.span}" + (f" version {run.version}" if run.version is not None else "")
-                    + (f" ({run.date})" if run.date else "") + f" in {printable(run.dir)}",
-            "collection": f"{printable(run.collection_dir)}: {len(latest)} spans"
-                          + (f" ({numbers[0]}-{numbers[-1]})" if numbers else "")
-                          + f", {sum(s['num_records'] for s in latest):,} records"}
+    return {
+        "span": f"{run.span}"
+        + (f" version {run.version}" if run.version is not None else "")
+        + (f" ({run.date})" if run.date else "")
+        + f" in {printable(run.dir)}",
+        "collection": f"{printable(run.collection_dir)}: {len(latest)} spans"
+        + (f" ({numbers[0]}-{numbers[-1]})" if numbers else "")
+        + f", {sum(s['num_records'] for s in latest):,} records",
+    }

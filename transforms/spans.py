@@ -10,12 +10,12 @@ repeated for a width) to list the files, and a regex with a named group per plac
 path's span (and version) back; ``--span latest`` (the default) is the largest span found, and the version of a
 span defaults to its largest. Listing goes through ``matching.match_inputs`` (local walk, gs://, s3://).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import datetime
 import re
-from typing import Optional
 
 from tfrecord_etl.transforms import matching
 from tfrecord_etl.transforms.errors import ConfigError, SourceError, printable
@@ -53,8 +53,11 @@ def _width(match: re.Match, pattern: str) -> int | None:
     if text is None:
         return None
     if not text.isdigit() or int(text) <= 0:
-        raise ConfigError(f"The width in {match.group(0)} is not a positive integer", file=pattern,
-                          hint="write {SPAN} (any number of digits) or {SPAN:N} (exactly N digits, zero-padded)")
+        raise ConfigError(
+            f"The width in {match.group(0)} is not a positive integer",
+            file=pattern,
+            hint="write {SPAN} (any number of digits) or {SPAN:N} (exactly N digits, zero-padded)",
+        )
     return int(text)
 
 
@@ -67,13 +70,14 @@ class SpanPattern:
       glob: the pattern with each placeholder a glob (what is listed). regex: a compiled regex of the whole path
         with the groups ``span`` or ``year``/``month``/``day``, and ``version``.
     """
+
     pattern: str
     kind: str
     has_version: bool
     glob: str
     regex: re.Pattern
 
-    def span_of(self, path: str) -> tuple[int, Optional[int], str] | None:
+    def span_of(self, path: str) -> tuple[int, int | None, str] | None:
         """``(span, version or None, the span's text in the path)`` of a listed path; None when the path does not
         have the placeholders' form (e.g. ``{SPAN}`` matched letters).
 
@@ -90,14 +94,18 @@ class SpanPattern:
         try:
             return date_to_span(y, mo, d), version, f"{y:04d}-{mo:02d}-{d:02d}"
         except ValueError:
-            raise ConfigError(f"The date placeholders match {m.group('year')}-{m.group('month')}-{m.group('day')},"
-                              f" which is no calendar date", file=path,
-                              hint="rename the directory or narrow the pattern") from None
+            raise ConfigError(
+                f"The date placeholders match {m.group('year')}-{m.group('month')}-{m.group('day')},"
+                f" which is no calendar date",
+                file=path,
+                hint="rename the directory or narrow the pattern",
+            ) from None
 
 
 def _glob_regex(pattern: str) -> str:
     """The regex of Beam's glob ``pattern`` (``FileSystem.translate_pattern``) without its end anchor."""
     from apache_beam.io.filesystem import FileSystem
+
     return FileSystem.translate_pattern(pattern).removeprefix("(?ms)").removesuffix("\\Z")
 
 
@@ -114,32 +122,48 @@ def parse(pattern: str) -> SpanPattern:
     known = {m.group(0) for m in spans + versions} | set(dates)
     unknown = [m.group(0) for m in _ANY.finditer(pattern) if m.group(0) not in known]
     if unknown:
-        raise ConfigError(f"Unknown placeholder {printable(unknown[0])} in the input pattern", file=pattern,
-                          hint="the placeholders are {SPAN}, {SPAN:N}, {VERSION}, {VERSION:N}, {YYYY}, {MM}, {DD}")
+        raise ConfigError(
+            f"Unknown placeholder {printable(unknown[0])} in the input pattern",
+            file=pattern,
+            hint="the placeholders are {SPAN}, {SPAN:N}, {VERSION}, {VERSION:N}, {YYYY}, {MM}, {DD}",
+        )
     if spans and dates:
-        raise ConfigError("The input pattern holds both {SPAN} and date placeholders: a span is either a number or "
-                          "a date", file=pattern, hint="keep {SPAN} or {YYYY}{MM}{DD}, not both")
+        raise ConfigError(
+            "The input pattern holds both {SPAN} and date placeholders: a span is either a number or a date",
+            file=pattern,
+            hint="keep {SPAN} or {YYYY}{MM}{DD}, not both",
+        )
     if len(spans) > 1 or len(versions) > 1:
-        raise ConfigError(f"Only one {'{SPAN}' if len(spans) > 1 else '{VERSION}'} is allowed in the input pattern",
-                          file=pattern)
+        raise ConfigError(
+            f"Only one {'{SPAN}' if len(spans) > 1 else '{VERSION}'} is allowed in the input pattern", file=pattern
+        )
     if dates and not all(pattern.count(d) == 1 for d in _DATES):
-        raise ConfigError("A date needs each of {YYYY}, {MM} and {DD} exactly once in the input pattern",
-                          file=pattern, hint="e.g. raw/{YYYY}-{MM}-{DD}/*.h5")
+        raise ConfigError(
+            "A date needs each of {YYYY}, {MM} and {DD} exactly once in the input pattern",
+            file=pattern,
+            hint="e.g. raw/{YYYY}-{MM}-{DD}/*.h5",
+        )
     if versions and not (spans or dates):
-        raise ConfigError("{VERSION} needs a span placeholder ({SPAN} or {YYYY}{MM}{DD}) in the input pattern",
-                          file=pattern, hint="a version is a version of a span: add {SPAN} or a date")
+        raise ConfigError(
+            "{VERSION} needs a span placeholder ({SPAN} or {YYYY}{MM}{DD}) in the input pattern",
+            file=pattern,
+            hint="a version is a version of a span: add {SPAN} or a date",
+        )
     if not (spans or dates):
-        raise ConfigError("The input pattern has no span placeholder", file=pattern,
-                          hint="add {SPAN} or {YYYY}{MM}{DD}, or convert it as one output (no --span/--version)")
+        raise ConfigError(
+            "The input pattern has no span placeholder",
+            file=pattern,
+            hint="add {SPAN} or {YYYY}{MM}{DD}, or convert it as one output (no --span/--version)",
+        )
     # split the pattern at its placeholders: the literal parts keep their glob meaning, each placeholder a group
     tokens = re.compile(r"\{SPAN(?::[^}]*)?\}|\{VERSION(?::[^}]*)?\}|" + "|".join(re.escape(d) for d in _DATES))
     glob, regex, pos = "", "", 0  # Beam's translation of each literal part, then one group per placeholder
     for m in tokens.finditer(pattern):
-        literal = pattern[pos:m.start()]
+        literal = pattern[pos : m.start()]
         glob += literal
         regex += _glob_regex(literal) if literal else ""
         text = m.group(0)
-        if text.startswith("{SPAN") or text.startswith("{VERSION"):
+        if text.startswith(("{SPAN", "{VERSION")):
             name = "span" if text.startswith("{SPAN") else "version"
             width = _width(_SPAN.fullmatch(text) or _VERSION.fullmatch(text), pattern)
             glob += "*" if width is None else "?" * width
@@ -179,8 +203,10 @@ def parse_span_flag(text: SpanFlag) -> tuple[int | None, bool]:
             raise ConfigError(f"--span {text}: not a calendar date", hint="YYYY-MM-DD, e.g. 2025-11-24") from None
     if text.isdigit():
         return int(text), False
-    raise ConfigError(f"Cannot read --span {printable(text)!r}", hint="a span number (7), latest, or a date "
-                                                                      "(YYYY-MM-DD) for a date pattern")
+    raise ConfigError(
+        f"Cannot read --span {printable(text)!r}",
+        hint="a span number (7), latest, or a date (YYYY-MM-DD) for a date pattern",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,9 +218,10 @@ class SpanFiles:
         None. files: ``(path, size in bytes)`` sorted by path. pattern: the input pattern with the span's (and
         version's) text in place of the placeholders. spans: every span number the pattern matched, sorted.
     """
+
     span: int
-    version: Optional[int]
-    date: Optional[str]
+    version: int | None
+    date: str | None
     files: tuple[tuple[str, int], ...]
     pattern: str
     spans: tuple[int, ...]
@@ -205,8 +232,9 @@ def _listing(spans) -> str:
     return (", ".join(map(str, spans[:_SHOWN])) + (f" ... {spans[-1]}" if len(spans) > _SHOWN else "")) or "none"
 
 
-def resolve(pattern: str, span: SpanFlag = None, version: Optional[int] = None,
-            follow_symlinks: bool = False) -> SpanFiles:
+def resolve(
+    pattern: str, span: SpanFlag = None, version: int | None = None, follow_symlinks: bool = False
+) -> SpanFiles:
     """The files of span ``span`` (``--span``: a number, ``latest``/None = the largest matched, or a date
     ``YYYY-MM-DD`` for a date pattern) at version ``version`` (None: the span's largest) of ``pattern``.
 
@@ -219,20 +247,29 @@ def resolve(pattern: str, span: SpanFlag = None, version: Optional[int] = None,
     sp = parse(pattern)
     wanted, as_date = parse_span_flag(span)
     if as_date and sp.kind != "date":
-        raise ConfigError(f"--span {span} is a date, but the input pattern has {{SPAN}}, not {{YYYY}}{{MM}}{{DD}}",
-                          file=pattern, hint="give the span number, or put the date placeholders in --input")
+        raise ConfigError(
+            f"--span {span} is a date, but the input pattern has {{SPAN}}, not {{YYYY}}{{MM}}{{DD}}",
+            file=pattern,
+            hint="give the span number, or put the date placeholders in --input",
+        )
     if version is not None and not sp.has_version:
-        raise ConfigError(f"--version {version}: the input pattern has no {{VERSION}}", file=pattern,
-                          hint="add {VERSION} to --input, or leave --version out")
+        raise ConfigError(
+            f"--version {version}: the input pattern has no {{VERSION}}",
+            file=pattern,
+            hint="add {VERSION} to --input, or leave --version out",
+        )
     try:
         listed = matching.match_inputs(sp.glob, follow_symlinks)
     except SourceError as e:
         if e.message != matching.NO_MATCH:  # a file matched twice, a link outside the base, ...: said as it is
             raise
-        raise SourceError("No input file matches the pattern (with its placeholders as globs)",
-                          file=pattern, hint=f"listed {sp.glob}; " + (e.hint or "")) from None
-    found: dict[tuple[int, Optional[int]], list[tuple[str, int]]] = {}
-    texts: dict[tuple[int, Optional[int]], str] = {}
+        raise SourceError(
+            "No input file matches the pattern (with its placeholders as globs)",
+            file=pattern,
+            hint=f"listed {sp.glob}; " + (e.hint or ""),
+        ) from None
+    found: dict[tuple[int, int | None], list[tuple[str, int]]] = {}
+    texts: dict[tuple[int, int | None], str] = {}
     for path, size in listed:
         got = sp.span_of(path)
         if got is None:
@@ -240,21 +277,28 @@ def resolve(pattern: str, span: SpanFlag = None, version: Optional[int] = None,
         found.setdefault(got[:2], []).append((path, size))
         texts[got[:2]] = got[2]
     if not found:
-        raise ConfigError("No matched file has the form of the pattern's placeholders (digits where {SPAN}, a date "
-                          "or {VERSION} stand)", file=pattern,
-                          hint=f"listed {len(listed):,} file(s) with {sp.glob}, e.g. {printable(listed[0][0])}")
+        raise ConfigError(
+            "No matched file has the form of the pattern's placeholders (digits where {SPAN}, a date "
+            "or {VERSION} stand)",
+            file=pattern,
+            hint=f"listed {len(listed):,} file(s) with {sp.glob}, e.g. {printable(listed[0][0])}",
+        )
     spans = sorted({s for s, _ in found})
     target = spans[-1] if wanted is None else wanted
     versions = sorted(v for s, v in found if s == target and v is not None)
     if not any(s == target for s, _ in found):
         shown = f"{target} ({span_to_date(target)})" if sp.kind == "date" else str(target)
-        raise ConfigError(f"No input file of span {shown} matches the pattern", file=pattern,
-                          hint=f"spans found: {_listing(spans)}")
+        raise ConfigError(
+            f"No input file of span {shown} matches the pattern", file=pattern, hint=f"spans found: {_listing(spans)}"
+        )
     if sp.has_version:
         chosen = versions[-1] if version is None else version
         if chosen not in versions:
-            raise ConfigError(f"No input file of span {target} version {version} matches the pattern",
-                              file=pattern, hint=f"versions of span {target}: {_listing(versions)}")
+            raise ConfigError(
+                f"No input file of span {target} version {version} matches the pattern",
+                file=pattern,
+                hint=f"versions of span {target}: {_listing(versions)}",
+            )
     else:
         chosen = None
     files = tuple(sorted(found[(target, chosen)]))
@@ -268,5 +312,6 @@ def resolve(pattern: str, span: SpanFlag = None, version: Optional[int] = None,
     if chosen is not None:
         m = sp.regex.fullmatch(files[0][0])
         concrete = _VERSION.sub(m.group("version"), concrete)
-    return SpanFiles(target, chosen, str(span_to_date(target)) if sp.kind == "date" else None, files, concrete,
-                     tuple(spans))
+    return SpanFiles(
+        target, chosen, str(span_to_date(target)) if sp.kind == "date" else None, files, concrete, tuple(spans)
+    )

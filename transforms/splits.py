@@ -19,6 +19,7 @@ deterministic serialization, so these bytes are ``Feature.SerializeToString(dete
 
 ``--split NAME`` puts every row in one named split (a TFDS directory gets one split per run).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -26,7 +27,8 @@ import dataclasses
 import hashlib
 import itertools
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -43,8 +45,10 @@ def check_split_name(name: str, flag: str = "--splits") -> str:
       ConfigError: naming the flag and the name.
     """
     if not isinstance(name, str) or not SPLIT_NAME.match(name):
-        raise ConfigError(f"{flag}: split name {name!r} must be 1-64 letters, digits or underscores",
-                          hint="e.g. --splits train=8,validation=1,test=1")
+        raise ConfigError(
+            f"{flag}: split name {name!r} must be 1-64 letters, digits or underscores",
+            hint="e.g. --splits train=8,validation=1,test=1",
+        )
     return name
 
 
@@ -70,7 +74,7 @@ class SplitPlan:
     def hashed(self) -> bool:
         return len(self.names) > 1
 
-    def with_offsets(self, rows_per_file: Sequence[tuple[str, int]]) -> "SplitPlan":
+    def with_offsets(self, rows_per_file: Sequence[tuple[str, int]]) -> SplitPlan:
         """The plan with the global row offset of each file (``[(path, rows)]`` in input order)."""
         out, acc = [], 0
         for path, rows in rows_per_file:
@@ -84,11 +88,11 @@ class SplitPlan:
             return np.zeros(len(keys), np.int64)
         bounds = list(itertools.accumulate(self.weights))  # Python ints: the sha256 value has 256 bits
         total = bounds[-1]
-        return np.array([bisect.bisect(bounds, int(hashlib.sha256(k).hexdigest(), 16) % total) for k in keys],
-                        np.int64)
+        return np.array([bisect.bisect(bounds, int(hashlib.sha256(k).hexdigest(), 16) % total) for k in keys], np.int64)
 
-    def assign(self, path: str, start: int, num_rows: int, columns: Mapping[str, object],
-               global_start: int | None = None) -> np.ndarray:
+    def assign(
+        self, path: str, start: int, num_rows: int, columns: Mapping[str, object], global_start: int | None = None
+    ) -> np.ndarray:
         """The split number of each row of a row range (``path`` rows ``start`` to ``start + num_rows``; ``columns``
         its values). ``global_start``: the range's first global row when known (files modes), else from
         :attr:`offsets`.
@@ -137,7 +141,7 @@ class SplitPlan:
         ids, start = [], 0
         for part in parts:  # each part of a joined batch is a layout of its own
             fixed = part.parts is None and part.padded is None and part.tails is None
-            ids.append(self.assign_records(views[start:start + part.num_rows], fixed))
+            ids.append(self.assign_records(views[start : start + part.num_rows], fixed))
             start += part.num_rows
         ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
         out = []
@@ -161,15 +165,24 @@ def record_feature_span(record: bytes, name: str, row: int = 0) -> tuple[int, in
       RecordError: no such feature, a Feature with no value kind, or a ``float_list`` one (naming ``batch_row``).
     """
     from tfrecord_etl.transforms.codec import split_features
+
     spans = split_features(record)
     if name not in spans:
-        raise RecordError(f"Partition feature '{name}' is not in the record", feature=name, batch_row=row,
-                          hint=f"the record's features are {sorted(spans)}")
+        raise RecordError(
+            f"Partition feature '{name}' is not in the record",
+            feature=name,
+            batch_row=row,
+            hint=f"the record's features are {sorted(spans)}",
+        )
     start, stop = spans[name]
     kind = _FEATURE_KINDS.get(record[start]) if stop > start else None
     if kind not in ("bytes_list", "int64_list"):
-        raise RecordError(f"Partition feature '{name}' must be a bytes_list or int64_list with a value, not "
-                          f"{kind or 'a Feature with no value'}", feature=name, batch_row=row)
+        raise RecordError(
+            f"Partition feature '{name}' must be a bytes_list or int64_list with a value, not "
+            f"{kind or 'a Feature with no value'}",
+            feature=name,
+            batch_row=row,
+        )
     return start, stop
 
 
@@ -186,9 +199,14 @@ def feature_key(value) -> bytes:
     (``Feature{int64_list{value: [v]}}`` for an integer, ``Feature{bytes_list{value: [b]}}`` for bytes), built
     here without TensorFlow."""
     from tfrecord_etl.transforms.codec import encode_varint, length_delimited_field
+
     if isinstance(value, bytes):
-        return length_delimited_field(1, length_delimited_field(1, value))  # Feature.bytes_list (1) { BytesList.value (1) }
-    return length_delimited_field(3, length_delimited_field(1, encode_varint(int(value) & 0xFFFFFFFFFFFFFFFF)))  # int64_list (3), packed
+        return length_delimited_field(
+            1, length_delimited_field(1, value)
+        )  # Feature.bytes_list (1) { BytesList.value (1) }
+    return length_delimited_field(
+        3, length_delimited_field(1, encode_varint(int(value) & 0xFFFFFFFFFFFFFFFF))
+    )  # int64_list (3), packed
 
 
 def key_bytes(name: str, column, num_rows: int) -> list[bytes]:
@@ -205,12 +223,18 @@ def key_bytes(name: str, column, num_rows: int) -> list[bytes]:
         values = list(column)
     else:
         values = None
-    if values is not None and len(values) == num_rows and all(
-            isinstance(v, (bytes, str)) or (isinstance(v, int) and v < 2**63) for v in values):
+    if (
+        values is not None
+        and len(values) == num_rows
+        and all(isinstance(v, (bytes, str)) or (isinstance(v, int) and v < 2**63) for v in values)
+    ):
         return [feature_key(v.encode("utf-8") if isinstance(v, str) else v) for v in values]
-    raise SchemaError(f"--split_key {name}: the key must be one integer or one string per row, not "
-                      f"{getattr(column, 'dtype', type(column).__name__)} {getattr(column, 'shape', '')}",
-                      feature=name, hint="choose an integer or string feature with one value per example")
+    raise SchemaError(
+        f"--split_key {name}: the key must be one integer or one string per row, not "
+        f"{getattr(column, 'dtype', type(column).__name__)} {getattr(column, 'shape', '')}",
+        feature=name,
+        hint="choose an integer or string feature with one value per example",
+    )
 
 
 def parse_splits(splits: Mapping[str, object]) -> tuple[tuple[str, ...], tuple[int, ...]]:
@@ -222,8 +246,10 @@ def parse_splits(splits: Mapping[str, object]) -> tuple[tuple[str, ...], tuple[i
         positive integer.
     """
     if len(splits) < 2:
-        raise ConfigError(f"--splits needs at least two splits, got {dict(splits)}",
-                          hint="e.g. --splits train=8,validation=1,test=1; one split for all rows is --split NAME")
+        raise ConfigError(
+            f"--splits needs at least two splits, got {dict(splits)}",
+            hint="e.g. --splits train=8,validation=1,test=1; one split for all rows is --split NAME",
+        )
     if len(splits) > MAX_SPLITS:
         raise ConfigError(f"--splits: at most {MAX_SPLITS} splits")
     names, weights = [], []
@@ -234,8 +260,10 @@ def parse_splits(splits: Mapping[str, object]) -> tuple[tuple[str, ...], tuple[i
         except ValueError:
             w = 0
         if w < 1 or str(weight).strip() not in (str(w), f"{w}.0"):
-            raise ConfigError(f"--splits: the weight of {name!r} must be a positive integer (hash buckets), "
-                              f"not {weight!r}", hint="e.g. --splits train=8,validation=1,test=1")
+            raise ConfigError(
+                f"--splits: the weight of {name!r} must be a positive integer (hash buckets), not {weight!r}",
+                hint="e.g. --splits train=8,validation=1,test=1",
+            )
         names.append(name)
         weights.append(w)
     return tuple(names), tuple(weights)

@@ -8,17 +8,31 @@ Grammar (protobuf's "Text Format Language Specification"): a message is a sequen
 ``\\U``, the simple ones) and adjacent literals concatenate; ``#`` starts a comment. Extensions (``[ext.name]``)
 and ``Any`` expansions are not read (a schema.pbtxt of ours has none): they are syntax errors here.
 """
+
 from __future__ import annotations
 
 import re
 
 MAX_DEPTH = 32  # nesting of messages (a schema.pbtxt of ours nests 3 deep)
 
-_TOKEN = re.compile(r"""[ \t\r\n\f\v]+|\#[^\n]*|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|'[^'\\\n]*(?:\\.[^'\\\n]*)*'"""
-                    r"""|[-+]?[0-9.][0-9A-Za-z.+-]*|-?[A-Za-z_][A-Za-z0-9_]*|[{}<>\[\]:,;]""")
+_TOKEN = re.compile(
+    r"""[ \t\r\n\f\v]+|\#[^\n]*|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|'[^'\\\n]*(?:\\.[^'\\\n]*)*'"""
+    r"""|[-+]?[0-9.][0-9A-Za-z.+-]*|-?[A-Za-z_][A-Za-z0-9_]*|[{}<>\[\]:,;]"""
+)
 _ESCAPE = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9a-fA-F]{1,2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|(.))", re.DOTALL)
-_SIMPLE = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b'"': b'"', b"'": b"'", b"\\": b"\\", b"a": b"\a", b"b": b"\b",
-           b"f": b"\f", b"v": b"\v", b"?": b"?"}
+_SIMPLE = {
+    b"n": b"\n",
+    b"r": b"\r",
+    b"t": b"\t",
+    b'"': b'"',
+    b"'": b"'",
+    b"\\": b"\\",
+    b"a": b"\a",
+    b"b": b"\b",
+    b"f": b"\f",
+    b"v": b"\v",
+    b"?": b"?",
+}
 
 
 class TextFormatError(ValueError):
@@ -27,6 +41,7 @@ class TextFormatError(ValueError):
 
 def _unescape(body: str) -> str:
     """A text-format string literal's body (C escapes: protobuf writes non-ASCII UTF-8 as octal) -> str."""
+
     def one(m):
         octal, hexa, u4, u8, char = m.groups()
         if octal or hexa:
@@ -36,6 +51,7 @@ def _unescape(body: str) -> str:
         if char in _SIMPLE:
             return _SIMPLE[char]
         raise TextFormatError(f"invalid escape \\{char.decode('latin-1')}")
+
     try:
         return _ESCAPE.sub(one, body.encode("utf-8", "surrogatepass")).decode("utf-8")
     except UnicodeDecodeError as e:
@@ -53,11 +69,18 @@ def _tokens(text: str) -> list[tuple[str, str, int]]:
         first = token[0]
         if first in " \t\r\n\f\v#":
             continue
-        kind = ("string" if first in "\"'" else "ident" if first.isalpha() or first == "_" else
-                "number" if first in "0123456789.+-" else "punct")
+        kind = (
+            "string"
+            if first in "\"'"
+            else "ident"
+            if first.isalpha() or first == "_"
+            else "number"
+            if first in "0123456789.+-"
+            else "punct"
+        )
         out.append((kind, token, m.start()))
     if pos != len(text):
-        raise TextFormatError(f"line {text.count(chr(10), 0, pos) + 1}: unexpected {text[pos:pos + 10]!r}")
+        raise TextFormatError(f"line {text.count(chr(10), 0, pos) + 1}: unexpected {text[pos : pos + 10]!r}")
     return out
 
 
@@ -118,7 +141,9 @@ def parse_text(text: str) -> list[tuple[str, object]]:
                     if peek()[1] == ",":
                         take()
                     elif peek()[1] != "]":
-                        raise TextFormatError(f"line {line(peek())}: expected ',' or ']', found {peek()[1] or 'the end'!r}")
+                        raise TextFormatError(
+                            f"line {line(peek())}: expected ',' or ']', found {peek()[1] or 'the end'!r}"
+                        )
                 take()
             else:
                 values.append(value(colon, depth))

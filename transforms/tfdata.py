@@ -18,10 +18,11 @@ Features whose shape varies between examples cannot be parsed as one dense batch
 selection holding one is parsed one example at a time, as before (still with the shard checks and parallel
 reads).
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from tfrecord_etl.transforms import collection_reader, metadata
 from tfrecord_etl.transforms.codec import FeatureSpec, encoding_of
@@ -53,8 +54,9 @@ def parse_spec(tf, specs: Sequence[FeatureSpec]) -> dict:
     return out
 
 
-def refuse_varying_dtypes(specs: Sequence[FeatureSpec], where: str | None = None, numpy_reader: str = "iter_numpy"
-                          ) -> None:
+def refuse_varying_dtypes(
+    specs: Sequence[FeatureSpec], where: str | None = None, numpy_reader: str = "iter_numpy"
+) -> None:
     """Refuses features whose dtype varies between examples (``dtype`` None: npz ``arrays`` / npy ``files`` modes
     over arrays of several dtypes): a ``tf.data`` element spec holds one dtype per feature (tf.data's
     ``Dataset.element_spec``), so no dataset can yield each example's own dtype. ``numpy_reader``: the reader
@@ -66,10 +68,14 @@ def refuse_varying_dtypes(specs: Sequence[FeatureSpec], where: str | None = None
     varying = [s.name for s in specs if s.dtype is None]
     if varying:
         others = [s.name for s in specs if s.dtype is not None]
-        raise SchemaError(f"The dtype of {varying} varies between examples: a tf.data dataset holds one dtype per "
-                          "feature, so it cannot yield them with their own dtypes", file=where, feature=varying[0],
-                          hint=f"read them with reader.{numpy_reader} (each example's own dtype and shape), or "
-                               f"leave them out with features={others!r}")
+        raise SchemaError(
+            f"The dtype of {varying} varies between examples: a tf.data dataset holds one dtype per "
+            "feature, so it cannot yield them with their own dtypes",
+            file=where,
+            feature=varying[0],
+            hint=f"read them with reader.{numpy_reader} (each example's own dtype and shape), or "
+            f"leave them out with features={others!r}",
+        )
 
 
 def decode_tf(tf, parsed: dict, specs: Sequence[FeatureSpec]) -> dict:
@@ -105,12 +111,20 @@ class Shard:
 
 def shards_of(parts: Sequence[collection_reader.Part]) -> list[Shard]:
     """Every shard of ``parts``, in order (span order, then shard order)."""
-    return [Shard(path, part.meta["compression"], int(entry["records"]), entry) for part in parts
-            for entry, path in zip(part.meta["shards"], metadata.shard_paths(part.dir, part.meta))]
+    return [
+        Shard(path, part.meta["compression"], int(entry["records"]), entry)
+        for part in parts
+        for entry, path in zip(part.meta["shards"], metadata.shard_paths(part.dir, part.meta))
+    ]
 
 
-def worker_shards(shards: list[Shard], input_context=None, num_workers: int | None = None,
-                  worker_index: int | None = None, where: str | None = None) -> list[Shard]:
+def worker_shards(
+    shards: list[Shard],
+    input_context=None,
+    num_workers: int | None = None,
+    worker_index: int | None = None,
+    where: str | None = None,
+) -> list[Shard]:
     """The shards worker ``worker_index`` of ``num_workers`` reads: every ``num_workers``-th shard, starting at its
     index (``tf.data.Dataset.shard`` over the file list, as TFDS's ``as_dataset`` does with an input context), so
     the workers read disjoint sets of shards that together are all of them. ``input_context``: a
@@ -127,15 +141,26 @@ def worker_shards(shards: list[Shard], input_context=None, num_workers: int | No
         num_workers, worker_index = input_context.num_input_pipelines, input_context.input_pipeline_id
     if num_workers is None and worker_index is None:
         return shards
-    if num_workers is None or worker_index is None or not isinstance(num_workers, int) or \
-            not isinstance(worker_index, int) or num_workers < 1 or not 0 <= worker_index < num_workers:
-        raise ConfigError(f"num_workers={num_workers!r}, worker_index={worker_index!r}: need both, with "
-                          "0 <= worker_index < num_workers", file=where)
+    if (
+        num_workers is None
+        or worker_index is None
+        or not isinstance(num_workers, int)
+        or not isinstance(worker_index, int)
+        or num_workers < 1
+        or not 0 <= worker_index < num_workers
+    ):
+        raise ConfigError(
+            f"num_workers={num_workers!r}, worker_index={worker_index!r}: need both, with "
+            "0 <= worker_index < num_workers",
+            file=where,
+        )
     if len(shards) < num_workers:
-        raise ConfigError(f"Cannot give each of {num_workers} workers its own shards: the output has "
-                          f"{len(shards)}", file=where,
-                          hint="convert with --num_shards at least the number of workers, or read every shard on "
-                               "each worker and split the examples with ds.shard(num_workers, worker_index)")
+        raise ConfigError(
+            f"Cannot give each of {num_workers} workers its own shards: the output has {len(shards)}",
+            file=where,
+            hint="convert with --num_shards at least the number of workers, or read every shard on "
+            "each worker and split the examples with ds.shard(num_workers, worker_index)",
+        )
     return shards[worker_index::num_workers]
 
 
@@ -175,8 +200,14 @@ def read_ahead(shards: Sequence[Shard]) -> int:
     return max(16, READ_AHEAD // (total // count))
 
 
-def records(tf, shards: Sequence[Shard], shuffle_files: bool = False, seed: int | None = None,
-            deterministic: bool = True, parallel_reads: int = PARALLEL_READS):
+def records(
+    tf,
+    shards: Sequence[Shard],
+    shuffle_files: bool = False,
+    seed: int | None = None,
+    deterministic: bool = True,
+    parallel_reads: int = PARALLEL_READS,
+):
     """A dataset of the serialized records of ``shards``: with ``deterministic``, shard after shard (in the order
     given, or shuffled with ``seed``, again each epoch); else ``parallel_reads`` shards read at once by tf.data's
     parallel interleave, records taken from whichever is ready. Large records are read ahead by a thread of their
@@ -186,9 +217,13 @@ def records(tf, shards: Sequence[Shard], shuffle_files: bool = False, seed: int 
 
     Why not a parallel interleave in shard order (``block_length`` = a shard's records): tf.data's interleave
     buffers up to ``block_length`` elements per open shard, i.e. the whole next shard in memory."""
-    files = tf.data.Dataset.from_tensor_slices((tf.constant([s.path for s in shards], tf.string),
-                                                tf.constant([TF_COMPRESSION[s.compression] for s in shards], tf.string),
-                                                tf.constant([s.records for s in shards], tf.int64)))
+    files = tf.data.Dataset.from_tensor_slices(
+        (
+            tf.constant([s.path for s in shards], tf.string),
+            tf.constant([TF_COMPRESSION[s.compression] for s in shards], tf.string),
+            tf.constant([s.records for s in shards], tf.int64),
+        )
+    )
     if shuffle_files and len(shards) > 1:  # a shuffle buffer must hold at least one element
         files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True)
 
@@ -201,8 +236,13 @@ def records(tf, shards: Sequence[Shard], shuffle_files: bool = False, seed: int 
 
     if deterministic or len(shards) < 2 or parallel_reads < 2:
         return files.flat_map(read)
-    return files.interleave(read, cycle_length=min(parallel_reads, len(shards)), block_length=1,
-                            num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
+    return files.interleave(
+        read,
+        cycle_length=min(parallel_reads, len(shards)),
+        block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=False,
+    )
 
 
 def dataset(tf, serialized, specs: Sequence[FeatureSpec], batch_size: int | None, deterministic: bool = True):
@@ -211,37 +251,60 @@ def dataset(tf, serialized, specs: Sequence[FeatureSpec], batch_size: int | None
     a fixed shape, else one example at a time (``reader.decode_tf``)."""
     parsing = parse_spec(tf, specs)
     if all(s.is_fixed for s in specs):
+
         @tf.autograph.experimental.do_not_convert  # plain ops, no Python control flow on tensors: no tracing rewrite
         def parse(batch):
             return decode_batch(tf, tf.io.parse_example(batch, parsing), specs)
-        ds = serialized.batch(batch_size or PARSE_BATCH).map(parse, num_parallel_calls=tf.data.AUTOTUNE,
-                                                             deterministic=deterministic)
+
+        ds = serialized.batch(batch_size or PARSE_BATCH).map(
+            parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic
+        )
         if not batch_size:
             ds = ds.unbatch()
     else:  # a feature whose shape varies: no dense batch to parse into (batch_size is refused for it)
-        ds = serialized.map(lambda r: decode_tf(tf, tf.io.parse_single_example(r, parsing), specs),
-                            num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+        ds = serialized.map(
+            lambda r: decode_tf(tf, tf.io.parse_single_example(r, parsing), specs),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=deterministic,
+        )
         if batch_size:
             ds = ds.batch(batch_size)
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def to_tf_dataset(output_dir: str, batch_size: int | None = None, features: Sequence[str] | None = None,
-                  split: str | None = None, spans=None, *, shuffle_files: bool = False, seed: int | None = None,
-                  deterministic: bool = True, input_context=None, num_workers: int | None = None,
-                  worker_index: int | None = None, check_checksums: bool = True, trust_spans: bool = False):
+def to_tf_dataset(
+    output_dir: str,
+    batch_size: int | None = None,
+    features: Sequence[str] | None = None,
+    split: str | None = None,
+    spans=None,
+    *,
+    shuffle_files: bool = False,
+    seed: int | None = None,
+    deterministic: bool = True,
+    input_context=None,
+    num_workers: int | None = None,
+    worker_index: int | None = None,
+    check_checksums: bool = True,
+    trust_spans: bool = False,
+):
     """See :func:`transforms.reader.to_tf_dataset` (the public entry point)."""
     import tensorflow as tf
+
     specs, parts = collection_reader.parts(output_dir, spans, split, features, trust_spans)
     refuse_varying_dtypes(specs, output_dir)
     varying = [s.name for s in specs if not s.is_fixed]
     if batch_size and varying:
-        raise SchemaError(f"Cannot batch: the shape of {varying} varies between examples",
-                          file=output_dir, hint="pass batch_size=None (and batch them yourself, e.g. with "
-                          "ds.ragged_batch), or select fixed features with features=[...]")
+        raise SchemaError(
+            f"Cannot batch: the shape of {varying} varies between examples",
+            file=output_dir,
+            hint="pass batch_size=None (and batch them yourself, e.g. with "
+            "ds.ragged_batch), or select fixed features with features=[...]",
+        )
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 0):
-        raise ConfigError(f"batch_size={batch_size!r}: need a positive int, or None for one example per element",
-                          file=output_dir)
+        raise ConfigError(
+            f"batch_size={batch_size!r}: need a positive int, or None for one example per element", file=output_dir
+        )
     shards = worker_shards(shards_of(parts), input_context, num_workers, worker_index, output_dir)
     check_shards(shards, check_checksums)
     serialized = records(tf, shards, shuffle_files, seed, deterministic)

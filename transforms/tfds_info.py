@@ -16,12 +16,13 @@ The split infos (shard lengths, bytes, the ``{DATASET}-{SPLIT}.{FILEFORMAT}-{SHA
 the counts the writers report; nothing is re-read. TensorFlow Datasets (the ``tfds`` extra) is imported only here
 and only when writing; :func:`check_features` is pure and runs at planning.
 """
+
 from __future__ import annotations
 
 import os
 import re
 import tempfile
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -60,15 +61,19 @@ def check_features(specs: Sequence[FeatureSpec]) -> None:
     for spec in specs:
         why = _problem(spec)
         if why:
-            raise SchemaError(f"--tfds_name: feature '{spec.name}' cannot be described to TFDS: {why}",
-                              feature=spec.name)
+            raise SchemaError(
+                f"--tfds_name: feature '{spec.name}' cannot be described to TFDS: {why}", feature=spec.name
+            )
     names = {s.name for s in specs}
     for name in names:
         parts = name.split("/")
         for i in range(1, len(parts)):
             if "/".join(parts[:i]) in names:
-                raise SchemaError(f"--tfds_name: feature '{name}' lies under feature '{'/'.join(parts[:i])}' (TFDS "
-                                  "nests features by '/')", feature=name)
+                raise SchemaError(
+                    f"--tfds_name: feature '{name}' lies under feature '{'/'.join(parts[:i])}' (TFDS "
+                    "nests features by '/')",
+                    feature=name,
+                )
         if any(p == "" for p in parts):
             raise SchemaError(f"--tfds_name: feature name '{name}' has an empty part between '/'", feature=name)
 
@@ -93,6 +98,7 @@ def default_refusal(compression: str, specs: Sequence[FeatureSpec]) -> str | Non
     except SchemaError as e:
         return e.message.replace("--tfds_name: ", "")
     import importlib.util
+
     if importlib.util.find_spec("tensorflow_datasets") is None:  # not imported at planning: it imports TensorFlow
         return f"TensorFlow Datasets is not installed ({pip_install('tfds')})"
     return None
@@ -108,6 +114,7 @@ def require_tfds() -> None:
 
 def _feature(spec: FeatureSpec):
     from tensorflow_datasets.core import features as tfds_features
+
     if spec.dtype == VLEN_BYTES or np.dtype(spec.dtype).kind in "SU":
         if spec.dtype != VLEN_BYTES and np.dtype(spec.dtype).kind == "U" and spec.shape == ():
             return tfds_features.Text()
@@ -120,6 +127,7 @@ def _feature(spec: FeatureSpec):
 def features_dict(specs: Sequence[FeatureSpec]):
     """The ``tfds.features.FeaturesDict`` of ``specs`` (names with ``/`` nested)."""
     from tensorflow_datasets.core import features as tfds_features
+
     tree: dict = {}
     for spec in specs:
         *groups, leaf = spec.name.split("/")
@@ -130,6 +138,7 @@ def features_dict(specs: Sequence[FeatureSpec]):
 
     def build(node):
         return tfds_features.FeaturesDict({k: build(v) if isinstance(v, dict) else v for k, v in node.items()})
+
     return build(tree)
 
 
@@ -140,7 +149,9 @@ def _template(name: str, split: str, first_file: str) -> str:
     dataset's name (``--splits`` without ``--tfds_name``: ``data-train.tfrecord-...``), that prefix in place of
     ``{DATASET}``."""
     from tensorflow_datasets.core import naming
+
     from tfrecord_etl.transforms import outdir
+
     if first_file.startswith(f"{outdir.generation_prefix(name, 1)}-{split}."):
         return naming.DEFAULT_FILENAME_TEMPLATE.replace("{DATASET}", "{DATASET}" + outdir.GENERATION_TAG)
     prefix = first_file.rpartition(f"-{split}.tfrecord-")[0]
@@ -149,8 +160,9 @@ def _template(name: str, split: str, first_file: str) -> str:
     return naming.DEFAULT_FILENAME_TEMPLATE
 
 
-def write(output_dir: str, name: str, specs: Sequence[FeatureSpec], shards: Sequence[dict],
-          description: str = "") -> list[str]:
+def write(
+    output_dir: str, name: str, specs: Sequence[FeatureSpec], shards: Sequence[dict], description: str = ""
+) -> list[str]:
     """Writes TFDS's metadata files of ``output_dir`` (``dataset_info.json``, ``features.json``) for the TFDS dataset
     ``name`` whose shards (``[{"file", "records", "bytes", "split"}]``, in file order) are already final; each file
     is committed with ``sink.write_file`` (a rename), ``dataset_info.json`` last. Returns the names written.
@@ -161,20 +173,33 @@ def write(output_dir: str, name: str, specs: Sequence[FeatureSpec], shards: Sequ
     require_tfds()
     from etils import epath
     from tensorflow_datasets.core import dataset_info, naming, splits as split_lib, utils
+
     from tfrecord_etl.transforms import sink
+
     by_split: dict[str, list[dict]] = {}
     for shard in shards:
         by_split.setdefault(shard["split"], []).append(shard)
-    infos = [split_lib.SplitInfo(name=split, shard_lengths=[s["records"] for s in items],
-                                 num_bytes=sum(s["bytes"] for s in items),
-                                 filename_template=naming.ShardedFileTemplate(
-                                     data_dir=epath.Path(output_dir), dataset_name=name, filetype_suffix="tfrecord",
-                                     template=_template(name, split, items[0]["file"]), split=split))
-             for split, items in by_split.items()]
-    identity = dataset_info.DatasetIdentity(name=name, version=utils.Version(VERSION), data_dir=output_dir,
-                                            module_name="")
-    info = dataset_info.DatasetInfo(builder=identity, features=features_dict(specs),
-                                    description=description or f"{name}: converted by tfrecord-etl")
+    infos = [
+        split_lib.SplitInfo(
+            name=split,
+            shard_lengths=[s["records"] for s in items],
+            num_bytes=sum(s["bytes"] for s in items),
+            filename_template=naming.ShardedFileTemplate(
+                data_dir=epath.Path(output_dir),
+                dataset_name=name,
+                filetype_suffix="tfrecord",
+                template=_template(name, split, items[0]["file"]),
+                split=split,
+            ),
+        )
+        for split, items in by_split.items()
+    ]
+    identity = dataset_info.DatasetIdentity(
+        name=name, version=utils.Version(VERSION), data_dir=output_dir, module_name=""
+    )
+    info = dataset_info.DatasetInfo(
+        builder=identity, features=features_dict(specs), description=description or f"{name}: converted by tfrecord-etl"
+    )
     info.set_file_format("tfrecord")
     info.set_splits(split_lib.SplitDict(infos))
     with tempfile.TemporaryDirectory() as tmp:

@@ -8,18 +8,19 @@ with ``masked = ((crc >> 15) | (crc << 17)) + 0xa282ead8 (mod 2**32)``. A whole 
 in a GZIP or ZLIB stream. CRCs come from google-crc32c's C implementation; Beam's pure-Python crcmod
 fallback is far too slow (apache/beam#33407), so :func:`require_fast_crc32c` refuses to start without it.
 """
+
 from __future__ import annotations
 
 import os
 import stat
 import struct
-from typing import BinaryIO, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO
 
 import google_crc32c
 import numpy as np
 
-from tfrecord_etl.transforms import checksum
-from tfrecord_etl.transforms import compression as backends
+from tfrecord_etl.transforms import checksum, compression as backends
 from tfrecord_etl.transforms.errors import RecordError, SourceError
 
 COMPRESSIONS = ("none", "gzip", "zlib")
@@ -38,9 +39,11 @@ _CRC = struct.Struct("<I")
 def require_fast_crc32c() -> None:
     """Raises RuntimeError when google-crc32c has no C implementation (framing would be 50x slower)."""
     if google_crc32c.implementation != "c":
-        raise RuntimeError("google-crc32c is installed without its C extension (implementation="
-                           f"{google_crc32c.implementation!r}); reinstall it with a wheel for this platform: "
-                           "pip install --force-reinstall google-crc32c")
+        raise RuntimeError(
+            "google-crc32c is installed without its C extension (implementation="
+            f"{google_crc32c.implementation!r}); reinstall it with a wheel for this platform: "
+            "pip install --force-reinstall google-crc32c"
+        )
 
 
 def masked_crc(data) -> int:
@@ -84,12 +87,12 @@ def _framed(num_rows: int, width: int, fill) -> tuple[np.ndarray, np.ndarray, np
     length = struct.pack("<Q", width)
     out[:, :8] = np.frombuffer(length, np.uint8)
     out[:, 8:12] = np.frombuffer(_CRC.pack(masked_crc(length)), np.uint8)
-    data = out[:, 12:12 + width]
+    data = out[:, 12 : 12 + width]
     fill(data)
     value = google_crc32c.value
     crcs = np.fromiter((value(row) for row in data), dtype=np.uint64, count=num_rows)
     masked = (((crcs >> 15) | (crcs << 17)) + _MASK_DELTA) & 0xFFFFFFFF
-    out[:, 12 + width:] = masked.astype("<u4").view(np.uint8).reshape(num_rows, 4)
+    out[:, 12 + width :] = masked.astype("<u4").view(np.uint8).reshape(num_rows, 4)
     return out, crcs, masked
 
 
@@ -99,6 +102,7 @@ def frame_block(block: np.ndarray) -> np.ndarray:
 
     def fill(view):
         view[...] = block
+
     return frame_fixed(rows, width, fill)
 
 
@@ -126,12 +130,12 @@ def frame_padded(block: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         crcs = np.empty(rows, np.uint64)
         for k, n in enumerate(distinct.tolist()):
             same = np.flatnonzero(which == k)
-            part = block[:, 12:12 + n] if len(same) == rows else block[same, 12:12 + n]
+            part = block[:, 12 : 12 + n] if len(same) == rows else block[same, 12 : 12 + n]
             crcs[same] = np.fromiter(map(value, part), np.uint64, len(same))
     else:
         view = block.reshape(-1)  # google-crc32c refuses memoryviews; a NumPy slice is one view per record
         starts = (np.arange(rows, dtype=np.int64) * width + 12).tolist()
-        crcs = np.fromiter((value(view[s:s + n]) for s, n in zip(starts, lengths.tolist())), np.uint64, rows)
+        crcs = np.fromiter((value(view[s : s + n]) for s, n in zip(starts, lengths.tolist())), np.uint64, rows)
     masked = ((((crcs >> 15) | (crcs << 17)) + _MASK_DELTA) & 0xFFFFFFFF).astype("<u4")
     ends = np.arange(rows, dtype=np.int64) * width + 12 + lengths
     block.reshape(-1)[ends[:, None] + np.arange(4)] = masked.view(np.uint8).reshape(rows, 4)
@@ -149,7 +153,7 @@ def _packed_frames(block: np.ndarray, frames: np.ndarray) -> np.ndarray:
     pos = 0
     for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), rows]):
         n = int(frames[a])
-        out[pos:pos + (b - a) * n].reshape(b - a, n)[...] = block[a:b, :n]
+        out[pos : pos + (b - a) * n].reshape(b - a, n)[...] = block[a:b, :n]
         pos += (b - a) * n
     return out
 
@@ -166,7 +170,7 @@ def compression_from_path(path: str) -> str:
 def detect_compression(head: bytes) -> str:
     """Guesses the compression from a file's first bytes: a valid frame header wins over magic bytes."""
     if len(head) >= 12:
-        length, crc = _HEADER.unpack_from(head)
+        _length, crc = _HEADER.unpack_from(head)
         if masked_crc(head[:8]) == crc:
             return "none"
     if head[:2] == b"\x1f\x8b":
@@ -222,14 +226,21 @@ def parse_index(data: bytes, path: str = "<index>") -> tuple[np.ndarray, np.ndar
     for i, line in enumerate(lines or ()):
         parts = line.split()
         if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise RecordError(f"Index line {i + 1} is not 'offset length': {line[:80]!r}", file=path,
-                              hint="rewrite the output with --index")
+            raise RecordError(
+                f"Index line {i + 1} is not 'offset length': {line[:80]!r}",
+                file=path,
+                hint="rewrite the output with --index",
+            )
         values[i] = int(parts[0]), int(parts[1])
     offsets, frames = values[:, 0], values[:, 1]
     bad = np.flatnonzero((frames < 16) | (offsets != np.cumsum(frames) - frames))
     if bad.size:
-        raise RecordError(f"Index line {bad[0] + 1}: record at byte {offsets[bad[0]]} of {frames[bad[0]]} bytes "
-                          "does not follow the record before it", file=path, hint="rewrite the output with --index")
+        raise RecordError(
+            f"Index line {bad[0] + 1}: record at byte {offsets[bad[0]]} of {frames[bad[0]]} bytes "
+            "does not follow the record before it",
+            file=path,
+            hint="rewrite the output with --index",
+        )
     return offsets, frames
 
 
@@ -262,15 +273,24 @@ def scan_frames(stream: BinaryIO, size: int, path: str = "<stream>") -> tuple[np
         stream.seek(offset)
         header = stream.read(12)
         if len(header) < 12:
-            raise RecordError(f"Truncated record header ({len(header)} of 12 bytes)", file=path,
-                              record=len(offsets), offset=offset)
+            raise RecordError(
+                f"Truncated record header ({len(header)} of 12 bytes)", file=path, record=len(offsets), offset=offset
+            )
         length, crc = _HEADER.unpack(header)
         if masked_crc(header[:8]) != crc:
-            raise RecordError("Length CRC mismatch: corrupt data or not an uncompressed TFRecord file", file=path,
-                              record=len(offsets), offset=offset)
+            raise RecordError(
+                "Length CRC mismatch: corrupt data or not an uncompressed TFRecord file",
+                file=path,
+                record=len(offsets),
+                offset=offset,
+            )
         if offset + 16 + length > size:
-            raise RecordError(f"Truncated record: {length} data bytes announced, the file ends first", file=path,
-                              record=len(offsets), offset=offset)
+            raise RecordError(
+                f"Truncated record: {length} data bytes announced, the file ends first",
+                file=path,
+                record=len(offsets),
+                offset=offset,
+            )
         offsets.append(offset)
         frames.append(16 + length)
         offset += 16 + length
@@ -284,14 +304,19 @@ def unframe(frame: bytes, path: str = "<stream>", record: int = 0, offset: int =
       RecordError: a short frame, a length that differs from the frame's size, or a CRC mismatch.
     """
     if len(frame) < 16:
-        raise RecordError(f"Truncated record: {len(frame)} bytes at the indexed offset", file=path, record=record,
-                          offset=offset)
+        raise RecordError(
+            f"Truncated record: {len(frame)} bytes at the indexed offset", file=path, record=record, offset=offset
+        )
     length, length_crc = _HEADER.unpack_from(frame)
     if masked_crc(frame[:8]) != length_crc or length != len(frame) - 16:
-        raise RecordError(f"The frame at the indexed offset is not a record of {len(frame) - 16} bytes", file=path,
-                          record=record, offset=offset, hint="the index does not match the shard: rewrite the "
-                                                             "output with --index")
-    data = frame[12:12 + length]
+        raise RecordError(
+            f"The frame at the indexed offset is not a record of {len(frame) - 16} bytes",
+            file=path,
+            record=record,
+            offset=offset,
+            hint="the index does not match the shard: rewrite the output with --index",
+        )
+    data = frame[12 : 12 + length]
     if masked_crc(data) != _CRC.unpack_from(frame, 12 + length)[0]:
         raise RecordError("Data CRC mismatch: the record is corrupt", file=path, record=record, offset=offset)
     return data
@@ -352,7 +377,7 @@ class ChecksumReader:
     def readinto(self, b) -> int:
         """Reads into the buffer ``b`` (what ISA-L's and zlib-ng's gzip readers call); returns the count."""
         data = self.read(len(b))
-        b[:len(data)] = data
+        b[: len(data)] = data
         return len(data)
 
     def readable(self) -> bool:
@@ -378,8 +403,14 @@ class ShardWriter:
     :class:`ChecksumWriter`: the shard's size and CRC32C in metadata.json without a second pass over the file.
     """
 
-    def __init__(self, raw: BinaryIO, compression: str = "none", index: bool = False, level: int | None = None,
-                 backend: str | None = None):
+    def __init__(
+        self,
+        raw: BinaryIO,
+        compression: str = "none",
+        index: bool = False,
+        level: int | None = None,
+        backend: str | None = None,
+    ):
         if compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, not {compression!r}")
         raw = self._out = ChecksumWriter(raw)
@@ -387,8 +418,9 @@ class ShardWriter:
         self._lengths: list[np.ndarray] | None = [] if index else None
         # gzip/zlib through the backend (compression.StreamCompressor): the gzip header has no file name and
         # mtime 0, so the same records, level and backend give byte-identical files.
-        self._z = (backends.StreamCompressor(raw, compression, backends.get(backend), level)
-                   if compression != "none" else None)
+        self._z = (
+            backends.StreamCompressor(raw, compression, backends.get(backend), level) if compression != "none" else None
+        )
         self.records = 0
         self.bytes_in = 0
 
@@ -469,20 +501,33 @@ def check_regular(path: str) -> None:
     except OSError:
         return  # a missing file is reported by whoever opens it
     if not stat.S_ISREG(mode):
-        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode) else
-                "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else
-                "a directory" if stat.S_ISDIR(mode) else "not a regular file")
-        raise SourceError(f"Not a regular file ({kind}): not read", file=path,
-                          hint="TFRecord inputs must be regular files")
+        kind = (
+            "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a character device"
+            if stat.S_ISCHR(mode)
+            else "a block device"
+            if stat.S_ISBLK(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "a directory"
+            if stat.S_ISDIR(mode)
+            else "not a regular file"
+        )
+        raise SourceError(
+            f"Not a regular file ({kind}): not read", file=path, hint="TFRecord inputs must be regular files"
+        )
 
 
 def check_record_size(size: int, limit: int, **context) -> None:
     """Raises RecordError when a record of ``size`` bytes is over ``limit`` bytes (``context``: file, record...)."""
     if size > limit:
-        raise RecordError(f"Record of {size} bytes ({size / 2**20:.1f} MB) is over the record size limit of "
-                          f"{limit} bytes (--max_record_mb {limit / 2**20:g})",
-                          hint="raise --max_record_mb if the file is trusted (protobuf's own limit is 2 GB)",
-                          **context)
+        raise RecordError(
+            f"Record of {size} bytes ({size / 2**20:.1f} MB) is over the record size limit of "
+            f"{limit} bytes (--max_record_mb {limit / 2**20:g})",
+            hint="raise --max_record_mb if the file is trusted (protobuf's own limit is 2 GB)",
+            **context,
+        )
 
 
 # files that are no array source (the sources' own magic bytes are theirs: transforms.sources.content_format)
@@ -494,6 +539,7 @@ def foreign_format(head: bytes) -> str | None:
     NetCDF-3, MATLAB, by the source registry's ``magic``), a PNG, JPEG or JSON file, or None. Used only after its
     first frame header failed its CRC, so a TFRecord is never misnamed."""
     from tfrecord_etl.transforms import sources
+
     fmt = sources.content_format(head)
     if fmt is not None:
         return sources.REGISTRY[fmt].content_label
@@ -503,8 +549,13 @@ def foreign_format(head: bytes) -> str | None:
     return None
 
 
-def iter_records(stream: BinaryIO, path: str = "<stream>", check_crc: bool = True,
-                 chunk: int = READ_CHUNK, max_record_bytes: int | None = None) -> Iterator[tuple[int, int, bytes]]:
+def iter_records(
+    stream: BinaryIO,
+    path: str = "<stream>",
+    check_crc: bool = True,
+    chunk: int = READ_CHUNK,
+    max_record_bytes: int | None = None,
+) -> Iterator[tuple[int, int, bytes]]:
     """Yields ``(record index, byte offset, record bytes)`` for each frame of an uncompressed stream.
 
     Offsets count bytes of the decompressed stream. The stream is read ``chunk`` bytes at a time (a
@@ -543,25 +594,42 @@ def iter_records(stream: BinaryIO, path: str = "<stream>", check_crc: bool = Tru
             try:
                 fill(12)
             except _READ_ERRORS as e:
-                raise RecordError(f"Cannot decompress: {e}", file=path, record=index, offset=offset,
-                                  hint="check the compression (gzip/zlib/none) of this file") from None
+                raise RecordError(
+                    f"Cannot decompress: {e}",
+                    file=path,
+                    record=index,
+                    offset=offset,
+                    hint="check the compression (gzip/zlib/none) of this file",
+                ) from None
             if len(buf) == pos:
                 return
             if len(buf) - pos < 12:
-                raise RecordError(f"Truncated record header ({len(buf) - pos} of 12 bytes)", file=path,
-                                  record=index, offset=offset, hint="the file was cut short; rewrite it")
+                raise RecordError(
+                    f"Truncated record header ({len(buf) - pos} of 12 bytes)",
+                    file=path,
+                    record=index,
+                    offset=offset,
+                    hint="the file was cut short; rewrite it",
+                )
         length, length_crc = unpack_header(buf, pos)
-        header = buf[pos:pos + 12]
+        header = buf[pos : pos + 12]
         if check_crc and header != checked_header:
             if masked_crc(header[:8]) != length_crc:
-                known = foreign_format(bytes(buf[pos:pos + 2056])) if offset == 0 else None
+                known = foreign_format(bytes(buf[pos : pos + 2056])) if offset == 0 else None
                 if known:
-                    raise RecordError(f"Not a TFRecord file: it starts like {known}", file=path,
-                                      hint="convert arrays with tfrecord-etl convert --input FILE; inspect "
-                                           "and verify read TFRecord outputs")
-                raise RecordError("Length CRC mismatch: corrupt data or wrong compression", file=path,
-                                  record=index, offset=offset,
-                                  hint="check the compression (gzip/zlib/none) of this file")
+                    raise RecordError(
+                        f"Not a TFRecord file: it starts like {known}",
+                        file=path,
+                        hint="convert arrays with tfrecord-etl convert --input FILE; inspect "
+                        "and verify read TFRecord outputs",
+                    )
+                raise RecordError(
+                    "Length CRC mismatch: corrupt data or wrong compression",
+                    file=path,
+                    record=index,
+                    offset=offset,
+                    hint="check the compression (gzip/zlib/none) of this file",
+                )
             checked_header = header
         if length > limit:
             check_record_size(length, limit, file=path, record=index, offset=offset)
@@ -570,19 +638,24 @@ def iter_records(stream: BinaryIO, path: str = "<stream>", check_crc: bool = Tru
             try:
                 fill(16 + length)
             except _READ_ERRORS as e:
-                raise RecordError(f"Cannot read record of {length} bytes: {e}", file=path, record=index,
-                                  offset=offset) from None
+                raise RecordError(
+                    f"Cannot read record of {length} bytes: {e}", file=path, record=index, offset=offset
+                ) from None
             end = pos + 12 + length
             if len(buf) < end + 4:
                 got = min(length, max(0, len(buf) - pos - 12))
-                raise RecordError(f"Truncated record: {got} of {length} data bytes", file=path,
-                                  record=index, offset=offset, hint="the file was cut short; rewrite it")
-        data = buf[pos + 12:end]
+                raise RecordError(
+                    f"Truncated record: {got} of {length} data bytes",
+                    file=path,
+                    record=index,
+                    offset=offset,
+                    hint="the file was cut short; rewrite it",
+                )
+        data = buf[pos + 12 : end]
         if check_crc:
             crc = value(data)
             if (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF != unpack_crc(buf, end)[0]:
-                raise RecordError("Data CRC mismatch: the record is corrupt", file=path, record=index,
-                                  offset=offset)
+                raise RecordError("Data CRC mismatch: the record is corrupt", file=path, record=index, offset=offset)
         yield index, offset, data
         index += 1
         offset += 16 + length

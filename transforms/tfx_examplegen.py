@@ -63,27 +63,27 @@ Needs TFX (``pip install '.[tfx]'``, tfx 1.21 with our TensorFlow / Beam / tfx-b
 ideas: TFX's ``custom_executors/avro_executor.py`` and ``parquet_executor.py`` (the ptransform_fn shape) and
 ``example_gen/component.py`` (``FileBasedExampleGen(custom_executor_spec=...)``).
 """
+
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import apache_beam as beam
 import numpy as np
+from tfx.components.example_gen import base_example_gen_executor, utils as example_gen_utils, write_split
+from tfx.components.example_gen.component import FileBasedExampleGen
+from tfx.components.util import examples_utils
+from tfx.dsl.components.base import executor_spec
+from tfx.proto import example_gen_pb2
+from tfx.types import artifact_utils, standard_component_specs
+from tfx.utils import proto_utils
 
 from tfrecord_etl.transforms import beam_io, convert, fileio, metadata, planning, sink, tfx_write
 from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, spec_from_json
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
-
-from tfx.components.example_gen import base_example_gen_executor, write_split
-from tfx.components.example_gen import utils as example_gen_utils
-from tfx.components.util import examples_utils
-from tfx.components.example_gen.component import FileBasedExampleGen
-from tfx.dsl.components.base import executor_spec
-from tfx.proto import example_gen_pb2
-from tfx.types import artifact_utils, standard_component_specs
-from tfx.utils import proto_utils
 
 SCHEMA_FILE = "schema.pbtxt"  # our inferred Schema, beside Split-* in the examples artifact
 INFO_FILE = tfx_write.INFO_FILE
@@ -92,10 +92,32 @@ SCHEMA_PROPERTY = "tfrecord_etl_schema"  # the examples artifact's custom proper
 OPTIONS_KEY = "tfrecord_etl_source_options"  # the JSON of the source options, in custom_config's Struct
 
 # ConvertConfig fields that TFX decides inside an ExampleGen (output URI, gzip, splits, spans, file names): refused.
-TFX_OWNED = frozenset({
-    "input", "output_dir", "compression", "index", "splits", "split_key", "split",
-    "shuffle_seed", "tfds_name", "writer", "prefix", "span", "version", "incremental", "reconvert_changed",
-    "allow_schema_change", "overwrite", "dry_run", "pipeline_options", "max_local_workers", "progress", "verbose"})
+TFX_OWNED = frozenset(
+    {
+        "input",
+        "output_dir",
+        "compression",
+        "index",
+        "splits",
+        "split_key",
+        "split",
+        "shuffle_seed",
+        "tfds_name",
+        "writer",
+        "prefix",
+        "span",
+        "version",
+        "incremental",
+        "reconvert_changed",
+        "allow_schema_change",
+        "overwrite",
+        "dry_run",
+        "pipeline_options",
+        "max_local_workers",
+        "progress",
+        "verbose",
+    }
+)
 
 
 def check_source_options(options: Mapping[str, Any] | None) -> dict:
@@ -109,10 +131,12 @@ def check_source_options(options: Mapping[str, Any] | None) -> dict:
     options = dict(options or {})
     owned = sorted(set(options) & TFX_OWNED)
     if owned:
-        raise ConfigError(f"ArraysExampleGen source_options {owned}: TFX decides these inside an ExampleGen",
-                          hint="splits: output_config hash buckets or input_config patterns; spans: {SPAN} in the "
-                               "split pattern and range_config; files: Split-NAME/data_tfrecord-*.gz, gzip (the "
-                               "shards: num_shards, target_shard_mb, compression_level)")
+        raise ConfigError(
+            f"ArraysExampleGen source_options {owned}: TFX decides these inside an ExampleGen",
+            hint="splits: output_config hash buckets or input_config patterns; spans: {SPAN} in the "
+            "split pattern and range_config; files: Split-NAME/data_tfrecord-*.gz, gzip (the "
+            "shards: num_shards, target_shard_mb, compression_level)",
+        )
     _config("<check>", "<check>", options)
     return options
 
@@ -131,6 +155,7 @@ def _options_from(exec_properties: Mapping[str, Any]) -> dict:
     if not text:
         return {}
     from google.protobuf import json_format, struct_pb2
+
     custom = example_gen_pb2.CustomConfig()
     proto_utils.json_to_proto(text, custom)
     struct = struct_pb2.Struct()
@@ -172,10 +197,17 @@ class Executor(base_example_gen_executor.BaseExampleGenExecutor):
             plan = planning.plan_convert(cfg)
             plans[name] = (pattern, cfg, plan)
             _agreed_specs(plans)  # input splits of another layout fail here, before the pipeline runs
-            records, _ = convert.read_and_encode_ranges(pipeline, plan, cfg, beam_io.ReadAndEncodeFn(
-                plan.inputs.source, plan.specs, cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir is not None))
+            records, _ = convert.read_and_encode_ranges(
+                pipeline,
+                plan,
+                cfg,
+                beam_io.ReadAndEncodeFn(
+                    plan.inputs.source, plan.specs, cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir is not None
+                ),
+            )
             if _partitions_by_feature(exec_properties):
                 import tensorflow as tf
+
                 records = records | "ParseForPartition" >> beam.Map(tf.train.Example.FromString)
             return records
 
@@ -188,26 +220,40 @@ class Executor(base_example_gen_executor.BaseExampleGenExecutor):
         proto_utils.json_to_proto(exec_properties[standard_component_specs.OUTPUT_CONFIG_KEY], output_config)
         payload = exec_properties.get(standard_component_specs.OUTPUT_DATA_FORMAT_KEY)
         if payload and payload != example_gen_pb2.FORMAT_TF_EXAMPLE:
-            raise ConfigError(f"ArraysExampleGen writes tf.train.Example records, not output_data_format "
-                              f"{example_gen_pb2.PayloadFormat.Name(payload)}",
-                              hint="leave output_data_format at FORMAT_TF_EXAMPLE")
-        file_format = exec_properties.get(standard_component_specs.OUTPUT_FILE_FORMAT_KEY,
-                                          example_gen_pb2.FILE_FORMAT_UNSPECIFIED)
+            raise ConfigError(
+                f"ArraysExampleGen writes tf.train.Example records, not output_data_format "
+                f"{example_gen_pb2.PayloadFormat.Name(payload)}",
+                hint="leave output_data_format at FORMAT_TF_EXAMPLE",
+            )
+        file_format = exec_properties.get(
+            standard_component_specs.OUTPUT_FILE_FORMAT_KEY, example_gen_pb2.FILE_FORMAT_UNSPECIFIED
+        )
         file_format_name = write_split.to_file_format_str(file_format)  # TFX's ValueError for another format
         examples = artifact_utils.get_single_instance(output_dict[standard_component_specs.EXAMPLES_KEY])
         examples.split_names = artifact_utils.encode_split_names(
-            example_gen_utils.generate_output_split_names(input_config, output_config))
+            example_gen_utils.generate_output_split_names(input_config, output_config)
+        )
         jobs = self._plan_jobs(exec_properties, input_config, output_config, examples.uri)
         specs = _agreed_specs({job.name: (job.pattern, job.cfg, job.plan) for job in jobs})
         codec = convert.codec_of(jobs[0].cfg)
-        info = {"format": INFO_FORMAT, "tool_version": metadata.VERSION, "features": [s.to_json() for s in specs],
-                "compression": codec, "num_shards": {job.name: job.plan.num_shards for job in jobs},
-                "inputs": {job.name: {"pattern": job.pattern, "rows": job.plan.inputs.num_rows,
-                                      "files": [{"path": i.path, "rows": i.num_rows}
-                                                for i in job.plan.inputs.indexes],
-                                      "source": job.plan.inputs.source.describe(),
-                                      "outputs": list(job.outputs)} for job in jobs},
-                "options": _options_from(exec_properties)}
+        info = {
+            "format": INFO_FORMAT,
+            "tool_version": metadata.VERSION,
+            "features": [s.to_json() for s in specs],
+            "compression": codec,
+            "num_shards": {job.name: job.plan.num_shards for job in jobs},
+            "inputs": {
+                job.name: {
+                    "pattern": job.pattern,
+                    "rows": job.plan.inputs.num_rows,
+                    "files": [{"path": i.path, "rows": i.num_rows} for i in job.plan.inputs.indexes],
+                    "source": job.plan.inputs.source.describe(),
+                    "outputs": list(job.outputs),
+                }
+                for job in jobs
+            },
+            "options": _options_from(exec_properties),
+        }
         with self._make_beam_pipeline() as pipeline:
             _ = pipeline | "WriteExampleSplits" >> tfx_write.WriteExampleSplits(examples.uri, jobs, info, codec)
         sink.write_file(fileio.join(examples.uri, SCHEMA_FILE), metadata.schema_text(specs).encode())
@@ -221,6 +267,7 @@ class Executor(base_example_gen_executor.BaseExampleGenExecutor):
     def _plan_jobs(self, exec_properties, input_config, output_config, uri: str) -> list[tfx_write.SplitJob]:
         """Every input split planned (``tfx_write.plan_job``), with the output splits of ``output_config``."""
         from apache_beam.options.pipeline_options import PipelineOptions
+
         workers = planning.parallel_units(PipelineOptions(self._beam_pipeline_args or []))
         split_config = output_config.split_config
         outputs = [(s.name, s.hash_buckets) for s in split_config.splits]
@@ -258,10 +305,12 @@ def _agreed_specs(plans: Mapping[str, tuple]) -> tuple[FeatureSpec, ...]:
     first_name, (first_pattern, _, first) = items[0]
     for name, (pattern, _, plan) in items[1:]:
         if plan.specs != first.specs:
-            raise SchemaError(f"Input splits '{first_name}' and '{name}' have different features: "
-                              f"{[s.to_json() for s in first.specs]} vs {[s.to_json() for s in plan.specs]}",
-                              file=pattern, hint=f"the split patterns must match inputs of one layout "
-                                                 f"('{first_pattern}' and '{pattern}')")
+            raise SchemaError(
+                f"Input splits '{first_name}' and '{name}' have different features: "
+                f"{[s.to_json() for s in first.specs]} vs {[s.to_json() for s in plan.specs]}",
+                file=pattern,
+                hint=f"the split patterns must match inputs of one layout ('{first_pattern}' and '{pattern}')",
+            )
     return first.specs
 
 
@@ -283,21 +332,36 @@ class ArraysExampleGen(FileBasedExampleGen):
 
     EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(Executor)
 
-    def __init__(self, input_base: str | None = None, input_config=None, output_config=None, range_config=None,
-                 source_options: Mapping[str, Any] | None = None, **kwargs):
+    def __init__(
+        self,
+        input_base: str | None = None,
+        input_config=None,
+        output_config=None,
+        range_config=None,
+        source_options: Mapping[str, Any] | None = None,
+        **kwargs,
+    ):
         from google.protobuf import any_pb2, struct_pb2
+
         options = check_source_options(source_options)
         payload = kwargs.get("output_data_format", example_gen_pb2.FORMAT_TF_EXAMPLE)
         if payload != example_gen_pb2.FORMAT_TF_EXAMPLE:
-            raise ConfigError(f"ArraysExampleGen writes tf.train.Example records, not output_data_format {payload}",
-                              hint="leave output_data_format at FORMAT_TF_EXAMPLE")
+            raise ConfigError(
+                f"ArraysExampleGen writes tf.train.Example records, not output_data_format {payload}",
+                hint="leave output_data_format at FORMAT_TF_EXAMPLE",
+            )
         struct = struct_pb2.Struct()
         struct.update({OPTIONS_KEY: json.dumps(options, sort_keys=True)})
         packed = any_pb2.Any()
         packed.Pack(struct)
-        super().__init__(input_base=input_base, input_config=input_config, output_config=output_config,
-                         range_config=range_config, custom_config=example_gen_pb2.CustomConfig(custom_config=packed),
-                         **kwargs)
+        super().__init__(
+            input_base=input_base,
+            input_config=input_config,
+            output_config=output_config,
+            range_config=range_config,
+            custom_config=example_gen_pb2.CustomConfig(custom_config=packed),
+            **kwargs,
+        )
 
 
 def load_info(examples_uri: str) -> dict:
@@ -337,19 +401,20 @@ def read_split(examples_uri: str, split: str) -> Iterator[dict[str, np.ndarray]]
         byte offset).
     """
     from tfrecord_etl.transforms.reader import iter_records
+
     specs = load_info(examples_uri)["features"]
     for path in split_files(examples_uri, split):
         for index, offset, record in iter_records(path, "gzip"):
             try:
                 example = decode_example_lenient(record, specs)
             except RecordError as e:
-                raise RecordError(f"Cannot decode example: {e.message}", hint=e.hint, file=path, record=index,
-                                  offset=offset) from None
+                raise RecordError(
+                    f"Cannot decode example: {e.message}", hint=e.hint, file=path, record=index, offset=offset
+                ) from None
             yield example
 
 
-def infer_schema(input_pattern: str, source_options: Mapping[str, Any] | None = None,
-                 path: str | None = None) -> str:
+def infer_schema(input_pattern: str, source_options: Mapping[str, Any] | None = None, path: str | None = None) -> str:
     """The tensorflow_metadata Schema (text) that :class:`ArraysExampleGen` will infer for ``input_pattern``, planned
     now (inputs indexed, encodings chosen, nothing read); written to ``path`` when given, e.g. for TFX's
     ``ImportSchemaGen(schema_file=path)`` in place of SchemaGen's guess.
@@ -365,5 +430,14 @@ def infer_schema(input_pattern: str, source_options: Mapping[str, Any] | None = 
     return text
 
 
-__all__ = ["ArraysExampleGen", "Executor", "check_source_options", "infer_schema", "load_info", "read_split",
-           "split_files", "SCHEMA_FILE", "INFO_FILE"]
+__all__ = [
+    "ArraysExampleGen",
+    "Executor",
+    "check_source_options",
+    "infer_schema",
+    "load_info",
+    "read_split",
+    "split_files",
+    "SCHEMA_FILE",
+    "INFO_FILE",
+]

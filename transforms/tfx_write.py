@@ -21,10 +21,11 @@ last, with the records of every output split and the rows dead-lettered of every
 No TFX import: the executor (``transforms.tfx_examplegen``) passes plain values, and the main suite tests this
 module.
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import apache_beam as beam
 
@@ -61,8 +62,13 @@ class SplitJob:
         return self.plan.split_plan.names
 
 
-def plan_job(name: str, cfg: ConvertConfig, output_splits: Sequence[tuple[str, int]] = (),
-             partition_feature: str | None = None, local_workers: int = 1) -> SplitJob:
+def plan_job(
+    name: str,
+    cfg: ConvertConfig,
+    output_splits: Sequence[tuple[str, int]] = (),
+    partition_feature: str | None = None,
+    local_workers: int = 1,
+) -> SplitJob:
     """Plans input split ``name`` (``cfg.input`` its files, ``cfg.output_dir`` the examples artifact's URI,
     ``cfg.compression`` gzip): ``output_splits`` ``[(name, hash_buckets)]`` of ``output_config`` (the rows hashed
     as TFX does, on the record or on ``partition_feature``), or none (every row to the output split ``name``).
@@ -91,12 +97,18 @@ def check_partition_feature(name: str, plan: ConvertPlan, pattern: str) -> None:
     writes (its features and their companions, e.g. ``x/shape``), naming them."""
     kinds = {feature: kind for spec in plan.specs for feature, kind, _ in encoding_of(spec).features(spec)}
     if name not in kinds:
-        raise ConfigError(f"output_config partition_feature_name '{name}' is not a feature of the examples",
-                          file=pattern, hint=f"features are {sorted(kinds)}")
+        raise ConfigError(
+            f"output_config partition_feature_name '{name}' is not a feature of the examples",
+            file=pattern,
+            hint=f"features are {sorted(kinds)}",
+        )
     if kinds[name] not in ("bytes", "int64"):
-        raise ConfigError(f"output_config partition_feature_name '{name}' is a {kinds[name]} feature; TFX "
-                          f"partitions by bytes_list and int64_list features only", file=pattern,
-                          hint="choose an integer or string feature, or encode this one as tensor")
+        raise ConfigError(
+            f"output_config partition_feature_name '{name}' is a {kinds[name]} feature; TFX "
+            f"partitions by bytes_list and int64_list features only",
+            file=pattern,
+            hint="choose an integer or string feature, or encode this one as tensor",
+        )
 
 
 class WriteSplitShardFn(beam_io.WriteShardFn):
@@ -126,18 +138,40 @@ class WriteExampleSplits(beam.PTransform):
         written = []
         for job in self._jobs:
             cfg, plan = job.cfg, job.plan
-            fn = WriteSplitShardFn(plan.inputs.source, plan.specs, self._uri, FILE_PREFIX, "gzip", cfg.allow_lossy,
-                                   cfg.provenance, cfg.dead_letter_dir, False, False, plan.split_plan, self._codec)
+            fn = WriteSplitShardFn(
+                plan.inputs.source,
+                plan.specs,
+                self._uri,
+                FILE_PREFIX,
+                "gzip",
+                cfg.allow_lossy,
+                cfg.provenance,
+                cfg.dead_letter_dir,
+                False,
+                False,
+                plan.split_plan,
+                self._codec,
+            )
             sequential = [i.path for i in plan.inputs.indexes if i.sequential]
-            written.append(pbegin
-                           | f"WriteShards[{job.name}]" >> beam_io.WritePlannedShards(plan.shards, fn, sequential)
-                           | f"OfInput[{job.name}]" >> beam.Map(lambda entry, name: (name, entry), job.name))
-        expected = {job.name: {"rows": job.plan.inputs.num_rows, "files": len(job.plan.output_files),
-                               "outputs": list(job.outputs)} for job in self._jobs}
-        return (written
-                | "AllShards" >> beam.Flatten()
-                | "CollectShards" >> beam.combiners.ToList()
-                | "WriteInfo" >> beam.Map(write_info, self._uri, self._info, expected))
+            written.append(
+                pbegin
+                | f"WriteShards[{job.name}]" >> beam_io.WritePlannedShards(plan.shards, fn, sequential)
+                | f"OfInput[{job.name}]" >> beam.Map(lambda entry, name: (name, entry), job.name)
+            )
+        expected = {
+            job.name: {
+                "rows": job.plan.inputs.num_rows,
+                "files": len(job.plan.output_files),
+                "outputs": list(job.outputs),
+            }
+            for job in self._jobs
+        }
+        return (
+            written
+            | "AllShards" >> beam.Flatten()
+            | "CollectShards" >> beam.combiners.ToList()
+            | "WriteInfo" >> beam.Map(write_info, self._uri, self._info, expected)
+        )
 
 
 def write_info(entries: list[tuple[str, dict]], uri: str, info: Mapping, expected: Mapping[str, dict]) -> dict:
@@ -151,21 +185,34 @@ def write_info(entries: list[tuple[str, dict]], uri: str, info: Mapping, expecte
       RecordError: an input split whose files are not all there, or whose records plus rows dead-lettered differ
         from its rows: nothing is committed and the ExampleGen fails.
     """
-    out = {**info, "inputs": {name: dict(entry) for name, entry in info.get("inputs", {}).items()},
-           "splits": {split: {"records": 0, "bytes": 0, "files": []} for want in expected.values()
-                      for split in want["outputs"]}}
+    out = {
+        **info,
+        "inputs": {name: dict(entry) for name, entry in info.get("inputs", {}).items()},
+        "splits": {
+            split: {"records": 0, "bytes": 0, "files": []} for want in expected.values() for split in want["outputs"]
+        },
+    }
     for name, want in expected.items():
         mine = [e for n, e in entries if n == name]
         records = sum(e["records"] for e in mine)
         dead = sum(e.get("dead_rows", 0) for e in mine)
-        if len(mine) != want["files"] or len({e["file"] for e in mine}) != want["files"] or \
-                records + dead != want["rows"]:
-            raise RecordError(f"Input split '{name}': {want['rows']} rows planned in {want['files']} files, but "
-                              f"{len(mine)} files hold {records} records and {dead} rows were dead-lettered",
-                              file=uri, hint="nothing was committed; run the pipeline again")
+        if (
+            len(mine) != want["files"]
+            or len({e["file"] for e in mine}) != want["files"]
+            or records + dead != want["rows"]
+        ):
+            raise RecordError(
+                f"Input split '{name}': {want['rows']} rows planned in {want['files']} files, but "
+                f"{len(mine)} files hold {records} records and {dead} rows were dead-lettered",
+                file=uri,
+                hint="nothing was committed; run the pipeline again",
+            )
         letters = [d for e in mine for d in e.get("dead_letters", [])]
-        out["inputs"].setdefault(name, {}).update(records=records, rows_dead_lettered=dead, dead_letters=sorted(
-            letters, key=lambda d: (d["file"], d["start"])))
+        out["inputs"].setdefault(name, {}).update(
+            records=records,
+            rows_dead_lettered=dead,
+            dead_letters=sorted(letters, key=lambda d: (d["file"], d["start"])),
+        )
         for e in sorted(mine, key=lambda e: e["file"]):
             split = out["splits"][e["split"]]
             split["records"] += e["records"]

@@ -12,9 +12,10 @@ list of them. A scalar string feature therefore reaches a map-style dataset's us
 features) or ``str`` (``<U`` features); strings with a shape stay NumPy arrays (collate them with
 :func:`collate_varlen`, which keeps them as lists of arrays).
 """
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -66,6 +67,7 @@ def torch_description(output_dir: str, features: Sequence[str] | None = None) ->
       IncompleteOutputError: no metadata.json. SchemaError: an unknown name in ``features``.
     """
     from tfrecord_etl.transforms import schemacheck
+
     meta = schemacheck.load_output(output_dir)[0]  # schema.pbtxt agrees with metadata.json
     specs = meta["features"]
     if features is not None:

@@ -15,6 +15,7 @@ command, with ``AIRFLOW_HOME`` and the dags folder already set up by the shell s
   arrays.
 Exits 1 with the failing run's task log on the first problem.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,12 +61,12 @@ def span_number(day: str) -> int:
 # Inputs
 # ------------------------------------------------------------------------------------------------------------
 
+
 def day_arrays(i: int, part: str) -> dict[str, np.ndarray]:
     """The arrays of file ``part`` (a or b) of day ``i``: ids unique over all days, big-endian floats."""
     rows = {"a": 40 + 7 * i, "b": 25 + 3 * i}[part]
     ids = np.arange(rows, dtype="<i8") + 10_000 * i + (0 if part == "a" else 1000)
-    return {"id": ids, "x": np.stack([ids, ids / 2, -ids], axis=1).astype(">f4"),
-            "label": (ids % 11 - 5).astype("<i4")}
+    return {"id": ids, "x": np.stack([ids, ids / 2, -ids], axis=1).astype(">f4"), "label": (ids % 11 - 5).astype("<i4")}
 
 
 def expected(days: list[int]) -> dict[str, np.ndarray]:
@@ -90,6 +91,7 @@ def write_day(i: int, folder: str, prefix: str = "") -> list[str]:
 # Airflow
 # ------------------------------------------------------------------------------------------------------------
 
+
 class Airflow:
     def __init__(self, command: str, work: str):
         self.command, self.work, self.count = command, work, 0
@@ -113,22 +115,31 @@ class Airflow:
         started = time.monotonic()
         env = dict(os.environ, AIRFLOW__LOGGING__LOGGING_LEVEL="INFO")
         with open(log_path, "w") as out:
-            code = subprocess.run([self.command, "dags", "test", dag_id, logical_date, "--conf", json.dumps(conf)],
-                                  stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+            code = subprocess.run(
+                [self.command, "dags", "test", dag_id, logical_date, "--conf", json.dumps(conf)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+            ).returncode
         seconds = time.monotonic() - started
         TIMINGS.append((f"{dag_id} {logical_date} ({what})", seconds))
         log = open(log_path).read()
         runs = self.json_cli("dags", "list-runs", dag_id)
         when = dt.datetime.fromisoformat(logical_date)
-        run = next((r for r in runs if r.get("logical_date") and
-                    dt.datetime.fromisoformat(r["logical_date"]) == when), None)
+        run = next(
+            (r for r in runs if r.get("logical_date") and dt.datetime.fromisoformat(r["logical_date"]) == when), None
+        )
         states = {}
         if run is not None:
-            states = {t["task_id"]: t["state"] for t in self.json_cli("tasks", "states-for-dag-run", dag_id,
-                                                                       run["run_id"])}
+            states = {
+                t["task_id"]: t["state"] for t in self.json_cli("tasks", "states-for-dag-run", dag_id, run["run_id"])
+            }
         if code != 0 or run is None or run["state"] != "success" or any(states.get(t) != "success" for t in TASKS):
-            fail(f"airflow dags test {dag_id} {logical_date} exited {code}; run: {run}; task states: {states} "
-                 f"(log: {log_path})", log)
+            fail(
+                f"airflow dags test {dag_id} {logical_date} exited {code}; run: {run}; task states: {states} "
+                f"(log: {log_path})",
+                log,
+            )
         for line in re.findall(r"Running command: (.*)", log):
             say(f"  ran: {line[:300]}")
         say(f"  ok in {seconds:.0f} s")
@@ -138,6 +149,7 @@ class Airflow:
 # ------------------------------------------------------------------------------------------------------------
 # What is on disk
 # ------------------------------------------------------------------------------------------------------------
+
 
 def snapshot(root: str) -> dict[str, tuple]:
     """Every file and folder under ``root``: relative path -> (sha256, size, mtime_ns) or ("dir",)."""
@@ -155,8 +167,11 @@ def snapshot(root: str) -> dict[str, tuple]:
 
 
 def differences(before: dict, after: dict) -> list[str]:
-    return [f"{p}: {before.get(p)} -> {after.get(p)}" for p in sorted(set(before) | set(after))
-            if before.get(p) != after.get(p)]
+    return [
+        f"{p}: {before.get(p)} -> {after.get(p)}"
+        for p in sorted(set(before) | set(after))
+        if before.get(p) != after.get(p)
+    ]
 
 
 def is_shard(path: str) -> bool:
@@ -167,13 +182,18 @@ def check_rerun(before: dict, after: dict, span_dir: str) -> None:
     """The re-run of one day: its span's shards have the same bytes (a replacing run names them with a new
     generation, ``data-gN-...``: compared by shard, generation left out), and nothing outside its span changed
     except the collection files (which record the run)."""
+
     def shards(tree: dict) -> dict[str, str]:
-        return {re.sub(r"-g\d+-", "-", p): v[0] for p, v in tree.items()
-                if p.split(os.sep)[1:2] == [span_dir] and is_shard(p)}
+        return {
+            re.sub(r"-g\d+-", "-", p): v[0]
+            for p, v in tree.items()
+            if p.split(os.sep)[1:2] == [span_dir] and is_shard(p)
+        }
 
     def outside(tree: dict) -> dict:
-        return {p: v for p, v in tree.items()
-                if p.split(os.sep)[1:2] != [span_dir] and not p.endswith("collection.json")}
+        return {
+            p: v for p, v in tree.items() if p.split(os.sep)[1:2] != [span_dir] and not p.endswith("collection.json")
+        }
 
     old, new = shards(before), shards(after)
     if not old or old != new:
@@ -181,15 +201,18 @@ def check_rerun(before: dict, after: dict, span_dir: str) -> None:
     changed = differences(outside(before), outside(after))
     if changed:
         fail("re-running a day changed files outside its span:\n  " + "\n  ".join(changed))
-    say(f"  re-run: {len(new)} shards of {span_dir} byte-identical, {len(outside(before))} other paths untouched "
-        f"(sha256 and mtime)")
+    say(
+        f"  re-run: {len(new)} shards of {span_dir} byte-identical, {len(outside(before))} other paths untouched "
+        f"(sha256 and mtime)"
+    )
 
 
 def check_collection(coll_dir: str, spans: list[int], inputs: list[list[str]] | None, rows: list[int]) -> None:
     """collection.json lists ``spans`` with ``rows`` records each and, given ``inputs``, these input files."""
     coll = json.load(open(os.path.join(coll_dir, "collection.json")))
-    got = [(s["span"], s["num_records"], sorted(i["path"] for i in s["inputs"]) if inputs else None)
-           for s in coll["spans"]]
+    got = [
+        (s["span"], s["num_records"], sorted(i["path"] for i in s["inputs"]) if inputs else None) for s in coll["spans"]
+    ]
     want = [(s, n, sorted(i) if inputs else None) for s, n, i in zip(spans, rows, inputs or [None] * len(spans))]
     if got != want:
         fail(f"{coll_dir}/collection.json lists {got}, expected {want}")
@@ -200,6 +223,7 @@ def check_reads(coll_dir: str, spans: list[int], span_days: list[list[int]], aug
     """Every span read back exactly: all spans with our reader, one span alone, each span with plain TF."""
     from tfrecord_etl.pipelines.common import preload_tensorflow
     from tfrecord_etl.transforms import reader
+
     preload_tensorflow()  # without TensorFlow's start-up lines on stderr
     want_all = expected([d for days in span_days for d in days])
     rows = list(reader.iter_numpy(coll_dir))
@@ -223,13 +247,20 @@ def compare(what: str, rows: list[dict], want: dict, augmented: bool) -> None:
 def compare_tf(span_dir: str, want: dict, augmented: bool) -> None:
     """A span's shards read with plain TensorFlow (tf.data, tf.io.parse_example), in shard-name order."""
     import tensorflow as tf  # preloaded quietly by check_reads
+
     shards = sorted(f for f in glob.glob(os.path.join(span_dir, "*")) if is_shard(f))
-    spec = {"id": tf.io.FixedLenFeature([], tf.int64), "label": tf.io.FixedLenFeature([], tf.int64),
-            "x": tf.io.FixedLenFeature([3], tf.float32)}
+    spec = {
+        "id": tf.io.FixedLenFeature([], tf.int64),
+        "label": tf.io.FixedLenFeature([], tf.int64),
+        "x": tf.io.FixedLenFeature([3], tf.float32),
+    }
     if augmented:
         spec["etl_source"] = tf.io.FixedLenFeature([], tf.string)
-    ds = tf.data.TFRecordDataset(shards, compression_type="GZIP").batch(10_000).map(
-        lambda b: tf.io.parse_example(b, spec))
+    ds = (
+        tf.data.TFRecordDataset(shards, compression_type="GZIP")
+        .batch(10_000)
+        .map(lambda b: tf.io.parse_example(b, spec))
+    )
     parsed = {k: np.concatenate([batch[k].numpy() for batch in ds]) for k in spec}
     for k in ("id", "label", "x"):
         if not np.array_equal(parsed[k], want[k]):
@@ -247,34 +278,55 @@ def verified(log: str, target: str, records: int) -> None:
 # Stages
 # ------------------------------------------------------------------------------------------------------------
 
+
 def conf(work: str, name: str, input_pattern: str, **more) -> dict:
-    return {"input": input_pattern, "output_dir": f"{work}/collections/{name}",
-            "augmented_dir": f"{work}/collections/{name}-augmented",
-            "runner": "DirectRunner", "beam_options": {},  # convert's default --direct_running_mode auto
-            "convert_options": {"compression": "gzip", "num_shards": 2},
-            "augment_options": {"constants": "etl_source=airflow"}, **more}
+    return {
+        "input": input_pattern,
+        "output_dir": f"{work}/collections/{name}",
+        "augmented_dir": f"{work}/collections/{name}-augmented",
+        "runner": "DirectRunner",
+        "beam_options": {},  # convert's default --direct_running_mode auto
+        "convert_options": {"compression": "gzip", "num_shards": 2},
+        "augment_options": {"constants": "etl_source=airflow"},
+        **more,
+    }
 
 
 def manual(af: Airflow, work: str, root: str) -> None:
     """The manual DAG on one file, with a join of labels: the outputs read back."""
     from tfrecord_etl.transforms import reader
+
     ids = np.arange(500, dtype="<i8")
     os.makedirs(f"{work}/data", exist_ok=True)
     with h5py.File(f"{work}/data/in.h5", "w") as f:
         f.create_dataset("id", data=ids, chunks=(100,))
-        f.create_dataset("x", data=np.stack([ids, ids / 2, -ids], axis=1).astype(">f4"), chunks=(100, 3),
-                         compression="gzip")
+        f.create_dataset(
+            "x", data=np.stack([ids, ids / 2, -ids], axis=1).astype(">f4"), chunks=(100, 3), compression="gzip"
+        )
     np.save(f"{work}/data/labels.npy", (ids * 10).astype("<i4"))
-    log = af.dags_test("tfrecord_etl", "2026-11-25T00:00:00+00:00", "one file, a join", conf(
-        work, "manual", f"{work}/data/in.h5", beam_options=BEAM,
-        convert_options={"compression": "gzip", "num_shards": 2, "config": f"{root}/configs/local.yaml"},
-        augment_options={"join_input": f"{work}/data/labels.npy", "join_fields": "array=label",
-                         "constants": "etl_source=airflow"}))
+    log = af.dags_test(
+        "tfrecord_etl",
+        "2026-11-25T00:00:00+00:00",
+        "one file, a join",
+        conf(
+            work,
+            "manual",
+            f"{work}/data/in.h5",
+            beam_options=BEAM,
+            convert_options={"compression": "gzip", "num_shards": 2, "config": f"{root}/configs/local.yaml"},
+            augment_options={
+                "join_input": f"{work}/data/labels.npy",
+                "join_fields": "array=label",
+                "constants": "etl_source=airflow",
+            },
+        ),
+    )
     aug = list(reader.iter_numpy(f"{work}/collections/manual-augmented"))
     if [int(e["id"]) for e in aug] != list(range(500)) or [int(e["label"]) for e in aug] != list(range(0, 5000, 10)):
         fail("tfrecord_etl: the augmented output does not read back as written")
-    if not re.search(rf"wrote 500 examples in 2 shards, \d+ bytes \(gzip[^)]*\) to {re.escape(work)}/collections/manual\b",
-                     log):
+    if not re.search(
+        rf"wrote 500 examples in 2 shards, \d+ bytes \(gzip[^)]*\) to {re.escape(work)}/collections/manual\b", log
+    ):
         fail("tfrecord_etl: no convert summary in the task log", log)
     verified(log, f"{work}/collections/manual-augmented", 500)
     say("  tfrecord_etl: 500 records converted, joined, verified")
@@ -285,11 +337,22 @@ def schedule(af: Airflow) -> None:
     three days creates (a dry run: one run per data interval, its logical date the interval's start)."""
     details = af.json_cli("dags", "details", "tfrecord_etl_daily")[0]
     if details["timetable_summary"] != "0 0 * * *" or str(details["max_active_runs"]) != "1":
-        fail(f"tfrecord_etl_daily: timetable {details['timetable_summary']!r}, max_active_runs "
-             f"{details['max_active_runs']!r}; expected '0 0 * * *' and 1")
+        fail(
+            f"tfrecord_etl_daily: timetable {details['timetable_summary']!r}, max_active_runs "
+            f"{details['max_active_runs']!r}; expected '0 0 * * *' and 1"
+        )
     days = ["2026-11-02", "2026-11-03", "2026-11-04"]  # days without runs of this test
-    plan = af.cli("backfill", "create", "--dag-id", "tfrecord_etl_daily", "--from-date", days[0], "--to-date",
-                  days[-1], "--dry-run")
+    plan = af.cli(
+        "backfill",
+        "create",
+        "--dag-id",
+        "tfrecord_etl_daily",
+        "--from-date",
+        days[0],
+        "--to-date",
+        days[-1],
+        "--dry-run",
+    )
     dates = re.findall(r"(\d{4}-\d\d-\d\d) 00:00:00\+00:00", plan.split("Runs to be attempted")[-1])
     if dates != days:
         fail(f"airflow backfill create --dry-run of {days[0]}..{days[-1]} plans runs {dates}", plan)
@@ -332,8 +395,12 @@ def incremental(af: Airflow, work: str) -> None:
     log = af.dags_test("tfrecord_etl_incremental", "2026-11-22T02:00:00+00:00", "a fourth day's files", run_conf)
     verified(log, f"{work}/collections/incremental-augmented", len(expected([3])["id"]))
     after = snapshot(work + "/collections")
-    changed = [d for d in differences({p: v for p, v in before.items() if p.split(os.sep)[1:2] == ["span-0"]},
-                                      {p: v for p, v in after.items() if p.split(os.sep)[1:2] == ["span-0"]})]
+    changed = list(
+        differences(
+            {p: v for p, v in before.items() if p.split(os.sep)[1:2] == ["span-0"]},
+            {p: v for p, v in after.items() if p.split(os.sep)[1:2] == ["span-0"]},
+        )
+    )
     if changed:
         fail("the run with new files changed span 0:\n  " + "\n  ".join(changed))
     log = af.dags_test("tfrecord_etl_incremental", "2026-11-22T03:00:00+00:00", "nothing new", run_conf)
@@ -358,8 +425,11 @@ def main() -> int:
     args = parser.parse_args()
     sys.path.insert(0, args.root)  # this checkout's tfrecord_etl, wherever .venv installed it from
     af = Airflow(args.airflow, args.work)
-    stages = {"manual": lambda: manual(af, args.work, args.root), "daily": lambda: daily(af, args.work),
-              "incremental": lambda: incremental(af, args.work)}
+    stages = {
+        "manual": lambda: manual(af, args.work, args.root),
+        "daily": lambda: daily(af, args.work),
+        "incremental": lambda: incremental(af, args.work),
+    }
     for name in args.only.split(","):
         stages[name]()
     for what, seconds in TIMINGS:

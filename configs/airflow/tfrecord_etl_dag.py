@@ -15,6 +15,7 @@ Retries are safe: re-running convert or augment with the same options replaces t
 or completed attempt (see docs/reliability.md). configs/airflow/run_airflow_test.sh runs this
 DAG end to end with ``airflow dags test`` on small data.
 """
+
 from __future__ import annotations
 
 import tfrecord_etl_tasks as tasks
@@ -24,7 +25,6 @@ with tasks.etl_dag(
     "NumPy arrays (HDF5/.npz/.npy) -> TFRecord shards -> new fields -> verified",
     schedule=None,
     catchup=False,
-    dag_params=tasks.params("input file pattern (local, gs://, s3://)", "data/*.h5", "out/converted",
-                            "out/augmented"),
+    dag_params=tasks.params("input file pattern (local, gs://, s3://)", "data/*.h5", "out/converted", "out/augmented"),
 ) as dag:
     tasks.convert_augment_verify()

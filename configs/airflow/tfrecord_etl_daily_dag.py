@@ -18,13 +18,13 @@ of D are complete at midnight after D): the timetable is ``CronDataIntervalTimet
 A day without files fails its convert task (nothing matches the pattern for that span), so a missing delivery is
 seen; the other days are not affected. The settings and what needs installing: ``tfrecord_etl_tasks.py``.
 """
+
 from __future__ import annotations
 
 import os
 
-from airflow.sdk import CronDataIntervalTimetable
-
 import tfrecord_etl_tasks as tasks
+from airflow.sdk import CronDataIntervalTimetable
 
 SCHEDULE = os.environ.get("TFRECORD_ETL_SCHEDULE", "@daily")
 
@@ -33,9 +33,15 @@ with tasks.etl_dag(
     "Each day's arrays -> one span of a TFRecord collection -> new fields -> verified",
     schedule=CronDataIntervalTimetable(SCHEDULE, timezone="UTC"),
     catchup=True,
-    dag_params=tasks.params("input file pattern with {YYYY} {MM} {DD} (TFX's placeholders)",
-                            "raw/{YYYY}-{MM}-{DD}/*.h5", "out/daily", "out/daily-augmented"),
+    dag_params=tasks.params(
+        "input file pattern with {YYYY} {MM} {DD} (TFX's placeholders)",
+        "raw/{YYYY}-{MM}-{DD}/*.h5",
+        "out/daily",
+        "out/daily-augmented",
+    ),
 ) as dag:
-    tasks.convert_augment_verify(convert_flags="span=data_interval_start | ds",
-                                 augment_flags="spans=span_number(data_interval_start | ds)",
-                                 verify_flags="spans=span_number(data_interval_start | ds)")
+    tasks.convert_augment_verify(
+        convert_flags="span=data_interval_start | ds",
+        augment_flags="spans=span_number(data_interval_start | ds)",
+        verify_flags="spans=span_number(data_interval_start | ds)",
+    )

@@ -11,6 +11,7 @@ converted fails the run, naming it (``convert_options`` ``{"reconvert_changed": 
 - ``catchup=False``: a run takes every new file, so missed intervals need no run of their own;
 - ``TFRECORD_ETL_MAX_ACTIVE_RUNS`` (default 1) and the retries as in ``tfrecord_etl_tasks.py``.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,13 @@ with tasks.etl_dag(
     "New arrays in a growing directory -> the next span of a TFRecord collection -> new fields -> verified",
     schedule=SCHEDULE,
     catchup=False,
-    dag_params=tasks.params("input file pattern over one growing directory (no placeholders)", "incoming/*.h5",
-                            "out/incremental", "out/incremental-augmented"),
+    dag_params=tasks.params(
+        "input file pattern over one growing directory (no placeholders)",
+        "incoming/*.h5",
+        "out/incremental",
+        "out/incremental-augmented",
+    ),
 ) as dag:
-    tasks.convert_augment_verify(convert_flags="incremental=True", augment_flags="spans='new'",
-                                 verify_flags="spans='latest'")
+    tasks.convert_augment_verify(
+        convert_flags="incremental=True", augment_flags="spans='new'", verify_flags="spans='latest'"
+    )

@@ -21,6 +21,7 @@ Settings read from the environment of the DAG processor and the workers when the
 - ``TFRECORD_ETL_START_DATE`` (default 2026-11-01, UTC): the first data interval a catch-up schedules;
 - the schedules: ``TFRECORD_ETL_SCHEDULE`` and ``TFRECORD_ETL_INCREMENTAL_SCHEDULE`` (see the DAG files).
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -29,14 +30,14 @@ import os
 from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
 from airflow.sdk import DAG, Param
 
-PROJECT_ROOT = os.environ.get("TFRECORD_ETL_ROOT",
-                              os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+PROJECT_ROOT = os.environ.get(
+    "TFRECORD_ETL_ROOT", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+)
 PYTHON = os.environ.get("TFRECORD_ETL_PYTHON", os.path.join(PROJECT_ROOT, ".venv", "bin", "python"))
 RETRIES = int(os.environ.get("TFRECORD_ETL_RETRIES", "2"))
 RETRY_DELAY = dt.timedelta(seconds=float(os.environ.get("TFRECORD_ETL_RETRY_DELAY_S", "300")))
 MAX_ACTIVE_RUNS = int(os.environ.get("TFRECORD_ETL_MAX_ACTIVE_RUNS", "1"))
-START_DATE = dt.datetime.fromisoformat(os.environ.get("TFRECORD_ETL_START_DATE", "2026-11-01")).replace(
-    tzinfo=dt.timezone.utc)
+START_DATE = dt.datetime.fromisoformat(os.environ.get("TFRECORD_ETL_START_DATE", "2026-11-01")).replace(tzinfo=dt.UTC)
 EPOCH = dt.date(1970, 1, 1)
 
 
@@ -61,16 +62,28 @@ def params(input_help: str, input_default: str, output_default: str, augmented_d
         "input": Param(input_default, type="string", description=input_help),
         "output_dir": Param(output_default, type="string", description="convert output directory"),
         "augmented_dir": Param(augmented_default, type="string", description="augment output directory"),
-        "runner": Param("DirectRunner", type="string",
-                        description="Beam runner: DirectRunner, DataflowRunner, FlinkRunner, PortableRunner, ..."),
-        "beam_options": Param({}, type="object", description="Beam flags for every task, e.g. "
-                              "{'project': 'P', 'region': 'R', 'temp_location': 'gs://b/tmp'} or "
-                              "{'direct_running_mode': 'multi_processing', 'direct_num_workers': 2}"),
-        "convert_options": Param({"compression": "gzip"}, type="object",
-                                 description="more convert flags, e.g. {'config': '/abs/configs/dataflow.yaml'}"),
-        "augment_options": Param({"constants": "etl_source=airflow"}, type="object",
-                                 description="augment flags, e.g. {'join_input': 'labels.npy', "
-                                             "'join_fields': 'array=label'}"),
+        "runner": Param(
+            "DirectRunner",
+            type="string",
+            description="Beam runner: DirectRunner, DataflowRunner, FlinkRunner, PortableRunner, ...",
+        ),
+        "beam_options": Param(
+            {},
+            type="object",
+            description="Beam flags for every task, e.g. "
+            "{'project': 'P', 'region': 'R', 'temp_location': 'gs://b/tmp'} or "
+            "{'direct_running_mode': 'multi_processing', 'direct_num_workers': 2}",
+        ),
+        "convert_options": Param(
+            {"compression": "gzip"},
+            type="object",
+            description="more convert flags, e.g. {'config': '/abs/configs/dataflow.yaml'}",
+        ),
+        "augment_options": Param(
+            {"constants": "etl_source=airflow"},
+            type="object",
+            description="augment flags, e.g. {'join_input': 'labels.npy', 'join_fields': 'array=label'}",
+        ),
     }
 
 
@@ -93,8 +106,9 @@ def etl_dag(dag_id: str, description: str, schedule, catchup: bool, dag_params: 
     )
 
 
-def pipeline_task(task_id: str, module: str, pipeline_options: str, runner: str = "{{ params.runner }}"
-                  ) -> BeamRunPythonPipelineOperator:
+def pipeline_task(
+    task_id: str, module: str, pipeline_options: str, runner: str = "{{ params.runner }}"
+) -> BeamRunPythonPipelineOperator:
     """A task running ``python -m MODULE`` (a command of this project) with ``runner``, the shared
     ``beam_options`` and its own flags (``pipeline_options``: a template rendering to a dict; the operator adds
     ``--labels``)."""
@@ -118,14 +132,25 @@ def convert_augment_verify(convert_flags: str = "", augment_flags: str = "", ver
     it ignores the Beam flags it is given (``beam_options``, ``--labels``), which still configure its file
     systems.
     """
+
     def options(base: str, flags: str) -> str:  # a template rendering to a dict: Jinja's dict(BASE, FLAGS)
         return "{{ dict(" + base + (", " + flags if flags else "") + ") }}"
 
-    convert = pipeline_task("convert", "tfrecord_etl.pipelines.convert", options(
-        "params.convert_options, input=params.input, output_dir=params.output_dir", convert_flags))
-    augment = pipeline_task("augment", "tfrecord_etl.pipelines.augment", options(
-        "params.augment_options, input=params.output_dir, output_dir=params.augmented_dir", augment_flags))
-    verify = pipeline_task("verify", "tfrecord_etl.pipelines.verify",
-                           options("target=params.augmented_dir", verify_flags), runner="DirectRunner")
+    convert = pipeline_task(
+        "convert",
+        "tfrecord_etl.pipelines.convert",
+        options("params.convert_options, input=params.input, output_dir=params.output_dir", convert_flags),
+    )
+    augment = pipeline_task(
+        "augment",
+        "tfrecord_etl.pipelines.augment",
+        options("params.augment_options, input=params.output_dir, output_dir=params.augmented_dir", augment_flags),
+    )
+    verify = pipeline_task(
+        "verify",
+        "tfrecord_etl.pipelines.verify",
+        options("target=params.augmented_dir", verify_flags),
+        runner="DirectRunner",
+    )
     convert >> augment >> verify
     return convert, augment, verify

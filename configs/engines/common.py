@@ -1,5 +1,6 @@
 """What the engine tests share: running a command against an engine (a subprocess, with a time limit), the
 DirectRunner reference run of the same command, and the byte-for-byte comparison of two outputs."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,14 @@ def run(module: str, args, engine_flags, timeout: float = 420, env: dict | None 
     """``python -m pipelines.<module> ARGS ENGINE_FLAGS`` from the checkout; returns the CompletedProcess (text)."""
     full_env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
     full_env.pop("TFRECORD_ETL_FAILPOINT", None)
-    return subprocess.run([PYTHON, "-m", f"pipelines.{module}", *map(str, args), *engine_flags], cwd=ROOT,
-                          env=full_env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [PYTHON, "-m", f"pipelines.{module}", *map(str, args), *engine_flags],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def start(module: str, args, engine_flags, log: pathlib.Path):
@@ -34,8 +41,14 @@ def start(module: str, args, engine_flags, log: pathlib.Path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("TFRECORD_ETL_FAILPOINT", None)
     with open(log, "wb") as f:
-        return subprocess.Popen([PYTHON, "-m", f"pipelines.{module}", *map(str, args), *engine_flags], cwd=ROOT,
-                                env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [PYTHON, "-m", f"pipelines.{module}", *map(str, args), *engine_flags],
+            cwd=ROOT,
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def ok(proc) -> str:
@@ -46,8 +59,11 @@ def ok(proc) -> str:
 def files(out) -> dict[str, bytes]:
     """Every file of an output directory (recursively) except the run marker and metadata.json (compared apart)."""
     out = pathlib.Path(out)
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
-            if p.is_file() and p.name not in (".tf-etl-run.json", "metadata.json", "manifest.json")}
+    return {
+        str(p.relative_to(out)): p.read_bytes()
+        for p in sorted(out.rglob("*"))
+        if p.is_file() and p.name not in (".tf-etl-run.json", "metadata.json", "manifest.json")
+    }
 
 
 def metadata(out, name="metadata.json") -> dict:
@@ -73,13 +89,17 @@ def assert_same_output(got, want) -> None:
 
 def leftovers(out) -> list[str]:
     """Temporaries, Beam temp dirs and the lock: none may remain once a run has ended."""
-    return sorted(p.name for p in pathlib.Path(out).iterdir()
-                  if p.name.startswith((".tmp-", "beam-temp-", ".tf-etl.lock")) or p.name.endswith(".tmp"))
+    return sorted(
+        p.name
+        for p in pathlib.Path(out).iterdir()
+        if p.name.startswith((".tmp-", "beam-temp-", ".tf-etl.lock")) or p.name.endswith(".tmp")
+    )
 
 
 def tf_read(out, compression="GZIP") -> list[bytes]:
     """Every record of the output's shards, read with plain TensorFlow."""
     import tensorflow as tf
+
     shards = sorted(str(p) for p in pathlib.Path(out).glob("*.tfrecord*"))
     return [r.numpy() for r in tf.data.TFRecordDataset(shards, compression_type=compression)]
 

@@ -5,6 +5,7 @@ references of the commands they run.
 TFRECORD_ETL_ENGINES_FULL=1 runs the whole set (more parallelism, inputs and failure variants: the tests marked
 with ``common.full_only``); by default the stage runs one test per deliverable. TFRECORD_ETL_ENGINES_BIG=1 makes
 the lost-worker input >= 500 MB (the manual run)."""
+
 from __future__ import annotations
 
 import os
@@ -42,6 +43,7 @@ def reference(tmp_path_factory):
             common.ok(common.run(module, [out if a == "OUT" else a for a in args], common.DIRECT, timeout=1800))
             done[key] = out
         return done[key]
+
     return get
 
 
@@ -50,6 +52,7 @@ def big_input(tmp_path_factory):
     """HDF5 rows of 12,808 bytes (bench.datagen's ``large`` layout): 600 MB with TFRECORD_ETL_ENGINES_BIG=1,
     else 40 MB (CI)."""
     from bench import datagen
+
     path = tmp_path_factory.mktemp("big") / "large.h5"
     datagen.generate("large", str(path), rows=48_000 if BIG else 3_200)
     return path

@@ -7,6 +7,7 @@ Every process is started in a process group of its own (``start_new_session``), 
 ``finally`` and which ``atexit`` calls again if the interpreter exits another way. ``setup_flink.sh`` /
 ``setup_spark.sh`` fetch what these start into ``.engines/`` (git-ignored).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -28,12 +29,38 @@ SPARK_HOME = ENGINES / "spark" / "py" / "pyspark"
 SPARK_JOB_SERVER_JARS = ENGINES / "spark" / "jobserver" / "jars"
 PYTHON = os.environ.get("TFRECORD_ETL_ENGINE_PYTHON", str(ROOT / ".venv" / "bin" / "python"))
 # Java 17 needs these for Flink 1.16 and Spark 3.3 (both written for Java 8/11) to reach JDK internals.
-ADD_OPENS = " ".join(f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in (
-    "java.lang", "java.lang.invoke", "java.lang.reflect", "java.io", "java.net", "java.nio", "java.util",
-    "java.util.concurrent", "java.util.concurrent.atomic", "sun.nio.ch", "sun.nio.cs", "sun.security.action",
-    "sun.util.calendar", "java.text", "java.time")) + " " + " ".join(
-    f"--add-exports={m}=ALL-UNNAMED" for m in ("java.base/sun.net.util", "java.rmi/sun.rmi.registry",
-                                               "java.security.jgss/sun.security.krb5", "java.base/sun.nio.ch"))
+ADD_OPENS = (
+    " ".join(
+        f"--add-opens=java.base/{p}=ALL-UNNAMED"
+        for p in (
+            "java.lang",
+            "java.lang.invoke",
+            "java.lang.reflect",
+            "java.io",
+            "java.net",
+            "java.nio",
+            "java.util",
+            "java.util.concurrent",
+            "java.util.concurrent.atomic",
+            "sun.nio.ch",
+            "sun.nio.cs",
+            "sun.security.action",
+            "sun.util.calendar",
+            "java.text",
+            "java.time",
+        )
+    )
+    + " "
+    + " ".join(
+        f"--add-exports={m}=ALL-UNNAMED"
+        for m in (
+            "java.base/sun.net.util",
+            "java.rmi/sun.rmi.registry",
+            "java.security.jgss/sun.security.krb5",
+            "java.base/sun.nio.ch",
+        )
+    )
+)
 
 
 class EngineError(RuntimeError):
@@ -56,11 +83,14 @@ def wait_for(condition, timeout: float, what: str, procs=()):
             return value
         for p in procs:
             if p.popen.poll() is not None:
-                raise EngineError(f"{p.name} exited with {p.popen.returncode} while waiting for {what}: "
-                                  f"{p.command}\n{p.log_tail()}")
+                raise EngineError(
+                    f"{p.name} exited with {p.popen.returncode} while waiting for {what}: {p.command}\n{p.log_tail()}"
+                )
         if time.monotonic() > deadline:
-            raise EngineError(f"timed out after {timeout:.0f} s waiting for {what}\n" +
-                              "\n".join(f"--- {p.name}: {p.command}\n{p.log_tail()}" for p in procs))
+            raise EngineError(
+                f"timed out after {timeout:.0f} s waiting for {what}\n"
+                + "\n".join(f"--- {p.name}: {p.command}\n{p.log_tail()}" for p in procs)
+            )
         time.sleep(0.2)
 
 
@@ -131,8 +161,15 @@ class Processes:
     def start(self, name: str, command: list, env: dict | None = None, cwd=None) -> Proc:
         log = self.log_dir / f"{name}.log"
         with open(log, "ab") as f:
-            popen = subprocess.Popen([str(c) for c in command], stdin=subprocess.DEVNULL, stdout=f,
-                                     stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+            popen = subprocess.Popen(
+                [str(c) for c in command],
+                stdin=subprocess.DEVNULL,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+            )
         proc = Proc(name, command, popen, log)
         self.procs.append(proc)
         return proc
@@ -175,12 +212,16 @@ def worker_pool(procs: Processes, name: str = "worker-pool", failpoint: str | No
     TaskManagers, stops one TaskManager's harness when the other closes a worker of the same id)."""
     port = free_port()
     # the pool starts each harness as ``python -c ...``: the first python on PATH must be this environment's
-    env = java_env({"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3",
-                    "PATH": f"{pathlib.Path(PYTHON).parent}{os.pathsep}{os.environ.get('PATH', '')}"})
+    env = java_env(
+        {
+            "PYTHONPATH": str(ROOT),
+            "TF_CPP_MIN_LOG_LEVEL": "3",
+            "PATH": f"{pathlib.Path(PYTHON).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+    )
     if failpoint:
         env["TFRECORD_ETL_FAILPOINT"] = failpoint
-    proc = procs.start(name, [PYTHON, "-m", "configs.engines.worker_pool",
-                              f"--service_port={port}"], env=env, cwd=ROOT)
+    proc = procs.start(name, [PYTHON, "-m", "configs.engines.worker_pool", f"--service_port={port}"], env=env, cwd=ROOT)
     wait_for(lambda: port_open(port), 120, f"the worker pool on port {port}", [proc])
     return proc, port
 
@@ -193,6 +234,7 @@ def harness_pids(pool: Proc) -> list[int]:
 # ----------------------------------------------------------------------------------------------------------------
 # Flink
 # ----------------------------------------------------------------------------------------------------------------
+
 
 class FlinkCluster:
     """A Flink session cluster (one JobManager, ``taskmanagers`` TaskManagers with ``slots`` slots each, every one a
@@ -213,23 +255,38 @@ class FlinkCluster:
             (conf / name).write_bytes((FLINK_HOME / "conf" / name).read_bytes())
         self.rest_port, self.rpc_port = free_port(), free_port()
         lines = {
-            "jobmanager.rpc.address": "127.0.0.1", "jobmanager.rpc.port": self.rpc_port,
-            "jobmanager.bind-host": "127.0.0.1", "taskmanager.bind-host": "127.0.0.1",
-            "taskmanager.host": "127.0.0.1", "rest.address": "127.0.0.1", "rest.bind-address": "127.0.0.1",
-            "rest.port": self.rest_port, "blob.server.port": "0", "taskmanager.rpc.port": "0",
-            "taskmanager.data.port": "0", "jobmanager.memory.process.size": "768m",
-            "taskmanager.memory.process.size": "1024m", "taskmanager.numberOfTaskSlots": self.slots,
-            "env.java.opts": ADD_OPENS, "io.tmp.dirs": str(self.workdir / "tmp"),
+            "jobmanager.rpc.address": "127.0.0.1",
+            "jobmanager.rpc.port": self.rpc_port,
+            "jobmanager.bind-host": "127.0.0.1",
+            "taskmanager.bind-host": "127.0.0.1",
+            "taskmanager.host": "127.0.0.1",
+            "rest.address": "127.0.0.1",
+            "rest.bind-address": "127.0.0.1",
+            "rest.port": self.rest_port,
+            "blob.server.port": "0",
+            "taskmanager.rpc.port": "0",
+            "taskmanager.data.port": "0",
+            "jobmanager.memory.process.size": "768m",
+            "taskmanager.memory.process.size": "1024m",
+            "taskmanager.numberOfTaskSlots": self.slots,
+            "env.java.opts": ADD_OPENS,
+            "io.tmp.dirs": str(self.workdir / "tmp"),
             # a lost TaskManager is noticed in seconds, not the default 50 s
-            "heartbeat.interval": "2000", "heartbeat.timeout": "8000",
+            "heartbeat.interval": "2000",
+            "heartbeat.timeout": "8000",
             "execution.checkpointing.interval": "0",
             # a job's slots spread over the TaskManagers (else a job of parallelism 2 may run in the two slots of
             # one TaskManager, and killing the other one misses it)
             "cluster.evenly-spread-out-slots": "true",
         }
         if self.restarts:
-            lines.update({"restart-strategy": "fixed-delay", "restart-strategy.fixed-delay.attempts": self.restarts[0],
-                          "restart-strategy.fixed-delay.delay": f"{self.restarts[1]} s"})
+            lines.update(
+                {
+                    "restart-strategy": "fixed-delay",
+                    "restart-strategy.fixed-delay.attempts": self.restarts[0],
+                    "restart-strategy.fixed-delay.delay": f"{self.restarts[1]} s",
+                }
+            )
         else:
             lines["restart-strategy"] = "none"
         (self.workdir / "tmp").mkdir(exist_ok=True)
@@ -237,27 +294,47 @@ class FlinkCluster:
         return conf
 
     def _env(self) -> dict:
-        return java_env({"FLINK_CONF_DIR": str(self.conf), "FLINK_LOG_DIR": str(self.workdir / "logs"),
-                         "FLINK_PID_DIR": str(self.workdir), "FLINK_HOME": str(FLINK_HOME)})
+        return java_env(
+            {
+                "FLINK_CONF_DIR": str(self.conf),
+                "FLINK_LOG_DIR": str(self.workdir / "logs"),
+                "FLINK_PID_DIR": str(self.workdir),
+                "FLINK_HOME": str(FLINK_HOME),
+            }
+        )
 
-    def start(self) -> "FlinkCluster":
+    def start(self) -> FlinkCluster:
         if not (FLINK_HOME / "bin" / "jobmanager.sh").exists() or not FLINK_JOB_SERVER_JARS.is_dir():
             raise EngineError(f"{FLINK_HOME} is missing: run bash configs/engines/setup_flink.sh")
         self.conf = self._conf()
         try:
-            self.jobmanager = self.procs.start("jobmanager", ["bash", FLINK_HOME / "bin" / "jobmanager.sh",
-                                                              "start-foreground"], env=self._env())
-            wait_for(lambda: http_json(f"{self.rest_url}/overview"), 180, "the JobManager's REST API",
-                     [self.jobmanager])
+            self.jobmanager = self.procs.start(
+                "jobmanager", ["bash", FLINK_HOME / "bin" / "jobmanager.sh", "start-foreground"], env=self._env()
+            )
+            wait_for(
+                lambda: http_json(f"{self.rest_url}/overview"), 180, "the JobManager's REST API", [self.jobmanager]
+            )
             for _ in range(self.taskmanagers):
                 self.add_taskmanager()
             self.pool, self.pool_port = worker_pool(self.procs)
             self.job_port = free_port()
             jars = f"{FLINK_JOB_SERVER_JARS}/*"
-            self.job_server = self.procs.start("flink-job-server", [
-                "java", "-cp", jars, "org.apache.beam.runners.flink.FlinkJobServerDriver",
-                f"--flink-master=127.0.0.1:{self.rest_port}", "--job-host=127.0.0.1", f"--job-port={self.job_port}",
-                "--artifact-port=0", "--expansion-port=0", f"--flink-conf-dir={self.conf}"], env=java_env())
+            self.job_server = self.procs.start(
+                "flink-job-server",
+                [
+                    "java",
+                    "-cp",
+                    jars,
+                    "org.apache.beam.runners.flink.FlinkJobServerDriver",
+                    f"--flink-master=127.0.0.1:{self.rest_port}",
+                    "--job-host=127.0.0.1",
+                    f"--job-port={self.job_port}",
+                    "--artifact-port=0",
+                    "--expansion-port=0",
+                    f"--flink-conf-dir={self.conf}",
+                ],
+                env=java_env(),
+            )
             wait_for(lambda: port_open(self.job_port), 180, "the Flink job server", [self.job_server])
         except BaseException:
             self.stop()
@@ -273,8 +350,11 @@ class FlinkCluster:
 
     def add_taskmanager(self) -> Proc:
         before = self.registered_taskmanagers()
-        tm = self.procs.start(f"taskmanager-{len(self.tms)}", ["bash", FLINK_HOME / "bin" / "taskmanager.sh",
-                                                               "start-foreground"], env=self._env())
+        tm = self.procs.start(
+            f"taskmanager-{len(self.tms)}",
+            ["bash", FLINK_HOME / "bin" / "taskmanager.sh", "start-foreground"],
+            env=self._env(),
+        )
         self.tms.append(tm)
         wait_for(lambda: self.registered_taskmanagers() > before, 180, f"{tm.name} to register", [tm])
         return tm
@@ -289,8 +369,11 @@ class FlinkCluster:
 
     def restarts_logged(self) -> int:
         """How many times the JobManager logged a job switching to RESTARTING (a lost task being retried)."""
-        return sum(p.read_text(errors="replace").count("to RESTARTING") for p in (self.workdir / "logs").glob("*.log")
-                   if "jobmanager" in p.name or "standalonesession" in p.name)
+        return sum(
+            p.read_text(errors="replace").count("to RESTARTING")
+            for p in (self.workdir / "logs").glob("*.log")
+            if "jobmanager" in p.name or "standalonesession" in p.name
+        )
 
     def running_jobs(self) -> list[str]:
         jobs = (http_json(f"{self.rest_url}/jobs") or {}).get("jobs", [])
@@ -298,8 +381,13 @@ class FlinkCluster:
 
     def flags(self, parallelism: int = 2) -> list[str]:
         """The command's flags for this cluster: configs/flink-local.yaml with this cluster's ports."""
-        return ["--config", str(ROOT / "configs" / "flink-local.yaml"), f"--job_endpoint=127.0.0.1:{self.job_port}",
-                f"--environment_config=127.0.0.1:{self.pool_port}", f"--parallelism={parallelism}"]
+        return [
+            "--config",
+            str(ROOT / "configs" / "flink-local.yaml"),
+            f"--job_endpoint=127.0.0.1:{self.job_port}",
+            f"--environment_config=127.0.0.1:{self.pool_port}",
+            f"--parallelism={parallelism}",
+        ]
 
     def stop(self) -> None:
         self.procs.stop_all()
@@ -308,6 +396,7 @@ class FlinkCluster:
 # ----------------------------------------------------------------------------------------------------------------
 # Spark
 # ----------------------------------------------------------------------------------------------------------------
+
 
 class SparkCluster:
     """A standalone Spark master and ``workers`` workers (one JVM each, from the pyspark wheel's distribution),
@@ -324,13 +413,21 @@ class SparkCluster:
         self.workers: list[Proc] = []
 
     def _env(self) -> dict:
-        return java_env({"SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
-                         "SPARK_LOCAL_DIRS": str(self.workdir / "local"), "SPARK_LOG_DIR": str(self.workdir / "logs"),
-                         "SPARK_WORKER_DIR": str(self.workdir / "work"), "SPARK_NO_DAEMONIZE": "1",
-                         "SPARK_MASTER_OPTS": ADD_OPENS, "SPARK_WORKER_OPTS": ADD_OPENS,
-                         "PYSPARK_PYTHON": PYTHON})
+        return java_env(
+            {
+                "SPARK_HOME": str(SPARK_HOME),
+                "SPARK_LOCAL_IP": "127.0.0.1",
+                "SPARK_LOCAL_DIRS": str(self.workdir / "local"),
+                "SPARK_LOG_DIR": str(self.workdir / "logs"),
+                "SPARK_WORKER_DIR": str(self.workdir / "work"),
+                "SPARK_NO_DAEMONIZE": "1",
+                "SPARK_MASTER_OPTS": ADD_OPENS,
+                "SPARK_WORKER_OPTS": ADD_OPENS,
+                "PYSPARK_PYTHON": PYTHON,
+            }
+        )
 
-    def start(self) -> "SparkCluster":
+    def start(self) -> SparkCluster:
         if not (SPARK_HOME / "bin" / "spark-class").exists() or not SPARK_JOB_SERVER_JARS.is_dir():
             raise EngineError(f"{SPARK_HOME} is missing: run bash configs/engines/setup_spark.sh")
         for d in ("local", "work"):
@@ -339,24 +436,48 @@ class SparkCluster:
         self.events = self.workdir / "events"
         self.events.mkdir(parents=True, exist_ok=True)
         try:
-            self.master = self.procs.start("spark-master", [
-                SPARK_HOME / "bin" / "spark-class", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                "--port", self.master_port, "--webui-port", self.master_ui], env=self._env())
-            wait_for(lambda: http_json(f"http://127.0.0.1:{self.master_ui}/json/"), 180, "the Spark master",
-                     [self.master])
+            self.master = self.procs.start(
+                "spark-master",
+                [
+                    SPARK_HOME / "bin" / "spark-class",
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    self.master_port,
+                    "--webui-port",
+                    self.master_ui,
+                ],
+                env=self._env(),
+            )
+            wait_for(
+                lambda: http_json(f"http://127.0.0.1:{self.master_ui}/json/"), 180, "the Spark master", [self.master]
+            )
             for _ in range(self.n_workers):
                 self.add_worker()
             self.pool, self.pool_port = worker_pool(self.procs)
             self.job_port = free_port()
-            self.job_server = self.procs.start("spark-job-server", [
-                # each job's SparkContext reads spark.* system properties: its UI port and an event log per job
-                "java", *ADD_OPENS.split(), f"-Dspark.ui.port={self.ui_port}",
-                "-Dspark.eventLog.enabled=true", f"-Dspark.eventLog.dir={self.events.as_uri()}",
-                "-cp", f"{SPARK_HOME}/jars/*:{SPARK_JOB_SERVER_JARS}/*",  # Spark's own jars first: its
-                # jackson-module-scala refuses the newer jackson-databind Beam brings
-                "org.apache.beam.runners.spark.SparkJobServerDriver", f"--spark-master-url={self.master_url}",
-                "--job-host=127.0.0.1", f"--job-port={self.job_port}", "--artifact-port=0", "--expansion-port=0"],
-                env=self._env())
+            self.job_server = self.procs.start(
+                "spark-job-server",
+                [
+                    # each job's SparkContext reads spark.* system properties: its UI port and an event log per job
+                    "java",
+                    *ADD_OPENS.split(),
+                    f"-Dspark.ui.port={self.ui_port}",
+                    "-Dspark.eventLog.enabled=true",
+                    f"-Dspark.eventLog.dir={self.events.as_uri()}",
+                    "-cp",
+                    f"{SPARK_HOME}/jars/*:{SPARK_JOB_SERVER_JARS}/*",  # Spark's own jars first: its
+                    # jackson-module-scala refuses the newer jackson-databind Beam brings
+                    "org.apache.beam.runners.spark.SparkJobServerDriver",
+                    f"--spark-master-url={self.master_url}",
+                    "--job-host=127.0.0.1",
+                    f"--job-port={self.job_port}",
+                    "--artifact-port=0",
+                    "--expansion-port=0",
+                ],
+                env=self._env(),
+            )
             wait_for(lambda: port_open(self.job_port), 180, "the Spark job server", [self.job_server])
         except BaseException:
             self.stop()
@@ -373,9 +494,23 @@ class SparkCluster:
 
     def add_worker(self) -> Proc:
         before = self.alive_workers()
-        w = self.procs.start(f"spark-worker-{len(self.workers)}", [
-            SPARK_HOME / "bin" / "spark-class", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-            "--cores", self.cores, "--memory", "1g", "--webui-port", free_port(), self.master_url], env=self._env())
+        w = self.procs.start(
+            f"spark-worker-{len(self.workers)}",
+            [
+                SPARK_HOME / "bin" / "spark-class",
+                "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                self.cores,
+                "--memory",
+                "1g",
+                "--webui-port",
+                free_port(),
+                self.master_url,
+            ],
+            env=self._env(),
+        )
         self.workers.append(w)
         wait_for(lambda: self.alive_workers() > before, 180, f"{w.name} to register", [w])
         return w
@@ -426,11 +561,17 @@ class SparkCluster:
         ``ExecutorLostFailure`` (tasks that were running on it when it was lost; Spark re-runs them) and whether the
         executor was removed."""
         events = self.events_of(app_id)
-        lost = sum(1 for e in events if e.get("Event") == "SparkListenerTaskEnd"
-                   and (e.get("Task End Reason") or {}).get("Reason") == "ExecutorLostFailure"
-                   and str((e.get("Task Info") or {}).get("Executor ID")) == executor_id)
-        removed = any(e.get("Event") == "SparkListenerExecutorRemoved" and str(e.get("Executor ID")) == executor_id
-                      for e in events)
+        lost = sum(
+            1
+            for e in events
+            if e.get("Event") == "SparkListenerTaskEnd"
+            and (e.get("Task End Reason") or {}).get("Reason") == "ExecutorLostFailure"
+            and str((e.get("Task Info") or {}).get("Executor ID")) == executor_id
+        )
+        removed = any(
+            e.get("Event") == "SparkListenerExecutorRemoved" and str(e.get("Executor ID")) == executor_id
+            for e in events
+        )
         return lost, removed
 
     def kill_worker(self, worker: Proc) -> None:
@@ -442,8 +583,12 @@ class SparkCluster:
 
     def flags(self) -> list[str]:
         """The command's flags for this cluster: configs/spark-local.yaml with this cluster's ports."""
-        return ["--config", str(ROOT / "configs" / "spark-local.yaml"), f"--job_endpoint=127.0.0.1:{self.job_port}",
-                f"--environment_config=127.0.0.1:{self.pool_port}"]
+        return [
+            "--config",
+            str(ROOT / "configs" / "spark-local.yaml"),
+            f"--job_endpoint=127.0.0.1:{self.job_port}",
+            f"--environment_config=127.0.0.1:{self.pool_port}",
+        ]
 
     def stop(self) -> None:
         self.procs.stop_all()
@@ -451,6 +596,7 @@ class SparkCluster:
 
 if __name__ == "__main__":  # by hand: python -m configs.engines.engines flink|spark  (Ctrl-C stops it)
     import tempfile
+
     cls = {"flink": FlinkCluster, "spark": SparkCluster}[sys.argv[1]]
     c = cls(tempfile.mkdtemp(prefix=f"{sys.argv[1]}-")).start()
     print("pipeline flags:", " ".join(c.flags()), flush=True)

@@ -10,6 +10,7 @@ TFRECORD_ETL_FLINK=0 skips the module; TFRECORD_ETL_ENGINES_FULL=1 adds the vari
 a sidecar augment, a two-span incremental collection, a killed SDK harness, a lost TaskManager without restarts);
 TFRECORD_ETL_ENGINES_BIG=1 makes the killed-worker input >= 500 MB (the manual/benchmark run; CI uses a small one).
 """
+
 from __future__ import annotations
 
 import json
@@ -54,11 +55,18 @@ def same_on_flink(module, args, flink, tmp_path, reference, parallelism=2, name=
 
 @pytest.mark.parametrize("parallelism", [2, pytest.param(4, marks=full_only)])
 def test_convert_hdf5_is_byte_identical(flink, inputs, reference, tmp_path, parallelism):
-    directory, data = inputs
-    out, stdout = same_on_flink("convert", ["--input", directory / "in.h5", "--output_dir", "OUT", *CONVERT_FLAGS],
-                                flink, tmp_path, reference, parallelism)
+    directory, _data = inputs
+    out, stdout = same_on_flink(
+        "convert",
+        ["--input", directory / "in.h5", "--output_dir", "OUT", *CONVERT_FLAGS],
+        flink,
+        tmp_path,
+        reference,
+        parallelism,
+    )
     assert "wrote 240 examples in 3 shards" in stdout
     import tensorflow as tf
+
     records = common.tf_read(out)
     assert len(records) == 240
     ids = [tf.train.Example.FromString(r).features.feature["id"].int64_list.value[0] for r in records]
@@ -71,8 +79,13 @@ def test_convert_npy_folder_is_byte_identical(flink, reference, tmp_path):
     src.mkdir()
     for i in range(4):
         np.save(src / f"part{i}.npy", np.arange(i * 500, (i + 1) * 500, dtype="<f4").reshape(250, 2))
-    out, _ = same_on_flink("convert", ["--input", src / "*.npy", "--output_dir", "OUT", "--num_shards", "2",
-                                       "--target_range_mb", "0.002"], flink, tmp_path, reference)
+    out, _ = same_on_flink(
+        "convert",
+        ["--input", src / "*.npy", "--output_dir", "OUT", "--num_shards", "2", "--target_range_mb", "0.002"],
+        flink,
+        tmp_path,
+        reference,
+    )
     assert len(common.tf_read(out, "")) == 1000
 
 
@@ -80,13 +93,28 @@ def test_image_folder_with_a_dead_letter_is_byte_identical(flink, collection, tm
     base, files = collection
     (base / "icons" / "notes.png").write_bytes(b"not an image at all")
     dead_direct, dead_flink = tmp_path / "dead-direct", tmp_path / "dead-flink"
-    args = ["--input", base / "*" / "*", "--output_dir", "OUT", "--format", "files", "--decode_check",
-            "--num_shards", "2"]
+    args = [
+        "--input",
+        base / "*" / "*",
+        "--output_dir",
+        "OUT",
+        "--format",
+        "files",
+        "--decode_check",
+        "--num_shards",
+        "2",
+    ]
     want, got = tmp_path / "img-direct", tmp_path / "img-flink"
-    common.ok(common.run("convert", [want if a == "OUT" else a for a in args] + ["--dead_letter_dir", dead_direct],
-                         common.DIRECT))
-    common.ok(common.run("convert", [got if a == "OUT" else a for a in args] + ["--dead_letter_dir", dead_flink],
-                         flink.flags(2)))
+    common.ok(
+        common.run(
+            "convert", [want if a == "OUT" else a for a in args] + ["--dead_letter_dir", dead_direct], common.DIRECT
+        )
+    )
+    common.ok(
+        common.run(
+            "convert", [got if a == "OUT" else a for a in args] + ["--dead_letter_dir", dead_flink], flink.flags(2)
+        )
+    )
     common.assert_same_output(got, want)
     assert common.metadata(got)["rows_dead_lettered"] == 1
     assert common.files(dead_flink) == common.files(dead_direct) and common.files(dead_flink)
@@ -102,17 +130,50 @@ def converted(inputs, reference):
 
 def test_augment_rewrite_is_byte_identical(flink, inputs, converted, reference, tmp_path):
     directory, _ = inputs
-    same_on_flink("augment", ["--input", converted, "--output_dir", "OUT", "--fn", "tests.augment_fns:add_one",
-                              "--fn_inputs", "id", "--join_input", directory / "labels.npy",
-                              "--join_fields", "array=label", "--constants", "w=0.5:float32"], flink, tmp_path,
-                  reference)
+    same_on_flink(
+        "augment",
+        [
+            "--input",
+            converted,
+            "--output_dir",
+            "OUT",
+            "--fn",
+            "tests.augment_fns:add_one",
+            "--fn_inputs",
+            "id",
+            "--join_input",
+            directory / "labels.npy",
+            "--join_fields",
+            "array=label",
+            "--constants",
+            "w=0.5:float32",
+        ],
+        flink,
+        tmp_path,
+        reference,
+    )
 
 
 @full_only
 def test_augment_sidecar_is_byte_identical(flink, converted, reference, tmp_path):
-    out, _ = same_on_flink("augment", ["--input", converted, "--output_dir", "OUT", "--mode", "sidecar",
-                                       "--fn", "tests.augment_fns:add_one", "--fn_inputs", "id"], flink, tmp_path,
-                           reference)
+    out, _ = same_on_flink(
+        "augment",
+        [
+            "--input",
+            converted,
+            "--output_dir",
+            "OUT",
+            "--mode",
+            "sidecar",
+            "--fn",
+            "tests.augment_fns:add_one",
+            "--fn_inputs",
+            "id",
+        ],
+        flink,
+        tmp_path,
+        reference,
+    )
     assert len(common.tf_read(out)) == 240
 
 
@@ -144,15 +205,23 @@ def test_two_span_incremental_collection_is_byte_identical(flink, tmp_path):
 # A worker lost mid-job
 # ------------------------------------------------------------------------------------------------------------------
 
+
 def run_and_kill(flink, args, out, kill, tmp_path, engine_flags=None, wait=900, module="convert"):
     """Starts the command on Flink, waits until its first shard is being written (a shard temporary or a final
     shard file in ``out``; not a sleep), calls ``kill()``, and returns (exit code, log text)."""
     before = common.committed_shards(out)
     proc = common.start(module, args, engine_flags or flink.flags(2), tmp_path / "launcher.log")
     try:
-        common.wait_until(lambda: common.committed_shards(out) > before or any(
-            p.name.startswith(".tmp-") for p in out.iterdir()) if out.exists() else False, 600,
-            "the first shard temporary", proc)
+        common.wait_until(
+            lambda: (
+                common.committed_shards(out) > before or any(p.name.startswith(".tmp-") for p in out.iterdir())
+                if out.exists()
+                else False
+            ),
+            600,
+            "the first shard temporary",
+            proc,
+        )
         kill()
         code = proc.wait(wait)
     finally:
@@ -162,12 +231,18 @@ def run_and_kill(flink, args, out, kill, tmp_path, engine_flags=None, wait=900, 
     return code, (tmp_path / "launcher.log").read_text(errors="replace")
 
 
-def test_a_taskmanager_killed_mid_job_is_restarted_and_the_output_is_identical(flink, big_input, big_reference,
-                                                                                 tmp_path):
+def test_a_taskmanager_killed_mid_job_is_restarted_and_the_output_is_identical(
+    flink, big_input, big_reference, tmp_path
+):
     out = tmp_path / "out"
     victim, restarts = flink.tms[0], flink.restarts_logged()
-    code, log = run_and_kill(flink, ["--input", big_input, "--output_dir", out, *KILL_FLAGS], out,
-                             lambda: flink.kill_taskmanager(victim), tmp_path)
+    code, log = run_and_kill(
+        flink,
+        ["--input", big_input, "--output_dir", out, *KILL_FLAGS],
+        out,
+        lambda: flink.kill_taskmanager(victim),
+        tmp_path,
+    )
     flink.add_taskmanager()  # the cluster back at two
     assert code == 0, log[-4000:]
     assert flink.restarts_logged() > restarts  # the kill hit the running job: Flink restarted it
@@ -176,11 +251,18 @@ def test_a_taskmanager_killed_mid_job_is_restarted_and_the_output_is_identical(f
 
 
 def test_augment_with_a_taskmanager_killed_mid_job_is_restarted_and_the_output_is_identical(
-        flink, big_reference, big_augment_reference, tmp_path):
+    flink, big_reference, big_augment_reference, tmp_path
+):
     out = tmp_path / "out"
     victim, restarts = flink.tms[0], flink.restarts_logged()
-    code, log = run_and_kill(flink, ["--input", big_reference, "--output_dir", out, *KILL_AUGMENT], out,
-                             lambda: flink.kill_taskmanager(victim), tmp_path, module="augment")
+    code, log = run_and_kill(
+        flink,
+        ["--input", big_reference, "--output_dir", out, *KILL_AUGMENT],
+        out,
+        lambda: flink.kill_taskmanager(victim),
+        tmp_path,
+        module="augment",
+    )
     flink.add_taskmanager()
     assert code == 0, log[-4000:]
     assert flink.restarts_logged() > restarts
@@ -189,8 +271,9 @@ def test_augment_with_a_taskmanager_killed_mid_job_is_restarted_and_the_output_i
 
 
 @full_only
-def test_an_sdk_harness_killed_mid_job_is_restarted_and_the_output_is_identical(flink, big_input, big_reference,
-                                                                                 tmp_path):
+def test_an_sdk_harness_killed_mid_job_is_restarted_and_the_output_is_identical(
+    flink, big_input, big_reference, tmp_path
+):
     out = tmp_path / "out"
 
     def kill_one_harness():
@@ -198,8 +281,9 @@ def test_an_sdk_harness_killed_mid_job_is_restarted_and_the_output_is_identical(
         assert pids, "no SDK harness process is running"
         os.kill(pids[0], signal.SIGKILL)
 
-    code, log = run_and_kill(flink, ["--input", big_input, "--output_dir", out, *KILL_FLAGS], out, kill_one_harness,
-                             tmp_path)
+    code, log = run_and_kill(
+        flink, ["--input", big_input, "--output_dir", out, *KILL_FLAGS], out, kill_one_harness, tmp_path
+    )
     assert code == 0, log[-4000:]
     common.assert_same_output(out, big_reference)
     assert common.leftovers(out) == []
@@ -236,9 +320,11 @@ def assert_job_failed_line(line, holds_previous: bool):
     else:
         holds = "its commit ran before the failure: this run's output was committed and is complete"
         hint = "check it with tfrecord-etl verify"
-    want = (f"error: OutputError: The runner's job {job.group(1)} ended in state FAILED: {job.group(2)}; {holds}. "
-            f"Hint: {hint}; on a cluster, give the runner a restart strategy (Flink: restart-strategy: fixed-delay) "
-            f"so that a lost worker is retried")
+    want = (
+        f"error: OutputError: The runner's job {job.group(1)} ended in state FAILED: {job.group(2)}; {holds}. "
+        f"Hint: {hint}; on a cluster, give the runner a restart strategy (Flink: restart-strategy: fixed-delay) "
+        f"so that a lost worker is retried"
+    )
     # (then where the runner's log went, as on every error line of a run)
     assert re.fullmatch(re.escape(want) + r"( \[runner log: \S+; --verbose shows it live\])?", line), line
 
@@ -253,21 +339,29 @@ def assert_failed_cleanly(code, log, out, previous):
 
 @full_only
 def test_without_restarts_a_lost_taskmanager_fails_in_one_line_and_the_previous_output_stays(
-        flink, flink_no_restarts, converted, big_input, big_reference, tmp_path):
+    flink, flink_no_restarts, converted, big_input, big_reference, tmp_path
+):
     out = tmp_path / "out"
     previous = previous_output(converted, out)
     victim = flink_no_restarts.tms[0]
     args = ["--input", big_input, "--output_dir", out, *KILL_FLAGS, "--overwrite"]
-    code, log = run_and_kill(flink_no_restarts, args, out, lambda: flink_no_restarts.kill_taskmanager(victim),
-                             tmp_path, flink_no_restarts.flags(2))
+    code, log = run_and_kill(
+        flink_no_restarts,
+        args,
+        out,
+        lambda: flink_no_restarts.kill_taskmanager(victim),
+        tmp_path,
+        flink_no_restarts.flags(2),
+    )
     flink_no_restarts.add_taskmanager()
     assert_failed_cleanly(code, log, out, previous)
     common.ok(common.run("convert", args, flink.flags(2)))  # the re-run
     common.assert_same_output(out, big_reference)
 
 
-def test_a_killed_jobmanager_fails_in_one_line_and_a_rerun_works(flink, flink_no_restarts, converted, big_input,
-                                                                  big_reference, tmp_path):
+def test_a_killed_jobmanager_fails_in_one_line_and_a_rerun_works(
+    flink, flink_no_restarts, converted, big_input, big_reference, tmp_path
+):
     out = tmp_path / "out"
     previous = previous_output(converted, out)
     args = ["--input", big_input, "--output_dir", out, *KILL_FLAGS, "--overwrite"]
@@ -275,8 +369,9 @@ def test_a_killed_jobmanager_fails_in_one_line_and_a_rerun_works(flink, flink_no
     def kill_jobmanager():
         os.killpg(flink_no_restarts.jobmanager.pid, signal.SIGKILL)
 
-    code, log = run_and_kill(flink_no_restarts, args, out, kill_jobmanager, tmp_path, flink_no_restarts.flags(2),
-                             wait=420)
+    code, log = run_and_kill(
+        flink_no_restarts, args, out, kill_jobmanager, tmp_path, flink_no_restarts.flags(2), wait=420
+    )
     assert code == 2, log[-4000:]
     assert len(error_lines(log)) == 1 and "Traceback" not in log, log[-4000:]
     # Never less than one whole output, and the line says which. The TaskManagers go on with their tasks until they
@@ -300,5 +395,6 @@ def test_a_killed_jobmanager_fails_in_one_line_and_a_rerun_works(flink, flink_no
     shards = [str(out / shard["file"]) for shard in meta["shards"]]
     assert sorted(set(common.files(out)) - {"schema.pbtxt"}) == sorted(shard["file"] for shard in meta["shards"])
     import tensorflow as tf
+
     got = [r.numpy() for r in tf.data.TFRecordDataset(shards, compression_type="GZIP")]
     assert got == common.tf_read(big_reference)

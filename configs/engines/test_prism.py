@@ -16,6 +16,7 @@ and that the commands still run the FnApiRunner (pipelines.common.local_runner) 
 
 Part of the engines stage (configs/engines/run_engines_test.sh; TFRECORD_ETL_PRISM=0 skips it).
 """
+
 from __future__ import annotations
 
 import json
@@ -37,10 +38,28 @@ from tfrecord_etl.transforms import reader
 
 SETUP = ROOT / "configs" / "engines" / "setup_prism.sh"
 AUGMENT_FLAGS = {
-    "rewrite": ["--fn", "tests.augment_fns:add_one", "--fn_inputs", "id", "--join_input", "LABELS",
-                "--join_fields", "array=label", "--constants", "w=0.5:float32"],
-    "sidecar": ["--mode", "sidecar", "--fn", "tests.augment_fns:add_one", "--fn_inputs", "id",
-                "--constants", "w=0.5:float32"],
+    "rewrite": [
+        "--fn",
+        "tests.augment_fns:add_one",
+        "--fn_inputs",
+        "id",
+        "--join_input",
+        "LABELS",
+        "--join_fields",
+        "array=label",
+        "--constants",
+        "w=0.5:float32",
+    ],
+    "sidecar": [
+        "--mode",
+        "sidecar",
+        "--fn",
+        "tests.augment_fns:add_one",
+        "--fn_inputs",
+        "id",
+        "--constants",
+        "w=0.5:float32",
+    ],
 }
 
 
@@ -58,17 +77,26 @@ def prism_bin() -> str:
 def worker_pool():
     """Beam's SDK worker pool in its own process on 127.0.0.1: each SDK harness Prism asks for is a new process."""
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     # the pool starts each harness as `python -c ...` from PATH: this interpreter's
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3",
-           "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
-                             f"--service_port={port}"], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # in pytest's process group: the stage's trap stops it too
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main", f"--service_port={port}"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # in pytest's process group: the stage's trap stops it too
     try:
         import time
+
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             assert proc.poll() is None, "the worker pool exited at start-up"
@@ -106,15 +134,18 @@ def inputs(tmp_path_factory):
 def reference(inputs, tmp_path_factory):
     """convert, then augment (rewrite and sidecar), on the FnApiRunner: what --runner DirectRunner runs."""
     from tfrecord_etl.pipelines import augment, convert
+
     directory, _ = inputs
     out = tmp_path_factory.mktemp("reference")
-    code, _, _ = run_command(convert.main, ["--input", directory / "in.h5", "--output_dir", out / "convert",
-                                            *CONVERT_FLAGS, *BEAM_FLAGS])
+    code, _, _ = run_command(
+        convert.main, ["--input", directory / "in.h5", "--output_dir", out / "convert", *CONVERT_FLAGS, *BEAM_FLAGS]
+    )
     assert code == 0
     for mode, flags in AUGMENT_FLAGS.items():
         flags = [str(directory / "labels.npy") if f == "LABELS" else f for f in flags]
-        code, _, _ = run_command(augment.main, ["--input", out / "convert", "--output_dir", out / mode, *flags,
-                                                *BEAM_FLAGS])
+        code, _, _ = run_command(
+            augment.main, ["--input", out / "convert", "--output_dir", out / mode, *flags, *BEAM_FLAGS]
+        )
         assert code == 0, mode
     return out
 
@@ -128,11 +159,21 @@ def assert_same_output(out, expected):
 @pytest.mark.parametrize("environment", ["loopback", "external"])
 def test_convert_on_prism_is_byte_identical(prism_bin, environment, inputs, reference, tmp_path, request, capsys):
     from tfrecord_etl.pipelines import convert
+
     directory, data = inputs
     out = tmp_path / "out"
-    code, stdout, err = run_command(convert.main, ["--input", directory / "in.h5", "--output_dir", out,
-                                                   *CONVERT_FLAGS, *prism_flags(prism_bin, environment, request)],
-                                    capsys)
+    code, stdout, err = run_command(
+        convert.main,
+        [
+            "--input",
+            directory / "in.h5",
+            "--output_dir",
+            out,
+            *CONVERT_FLAGS,
+            *prism_flags(prism_bin, environment, request),
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert f"wrote {ROWS} examples in 3 shards" in stdout
     assert "examples_written" in stdout  # Prism reports our Beam metrics
@@ -157,11 +198,14 @@ def test_convert_on_prism_is_byte_identical(prism_bin, environment, inputs, refe
 @pytest.mark.parametrize("mode", ["rewrite", pytest.param("sidecar", marks=full_only)])
 def test_augment_on_prism_is_byte_identical(prism_bin, mode, inputs, reference, tmp_path, request):
     from tfrecord_etl.pipelines import augment
+
     directory, data = inputs
     out = tmp_path / mode
     flags = [str(directory / "labels.npy") if f == "LABELS" else f for f in AUGMENT_FLAGS[mode]]
-    code, _, _ = run_command(augment.main, ["--input", reference / "convert", "--output_dir", out, *flags,
-                                            *prism_flags(prism_bin, "loopback", request)])
+    code, _, _ = run_command(
+        augment.main,
+        ["--input", reference / "convert", "--output_dir", out, *flags, *prism_flags(prism_bin, "loopback", request)],
+    )
     assert code == 0
     assert_same_output(out, reference / mode)
     if mode == "sidecar":
@@ -180,10 +224,12 @@ def test_augment_on_prism_is_byte_identical(prism_bin, mode, inputs, reference, 
 # What plain DirectRunner does when Beam's Prism binary is cached (a connected laptop that ran Beam once)
 # ----------------------------------------------------------------------------------------------
 
+
 def beam_cached_prism(home, prism_bin) -> str:
     """The binary where Beam 2.77's PrismJobServer looks before downloading it: the release zip's name under
     ~/.apache_beam/cache/prism/bin (PrismJobServer.BIN_CACHE; the URL's basename, _download_to_local_path)."""
     from apache_beam.version import __version__
+
     arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine().lower(), platform.machine().lower())
     name = f"apache_beam-v{__version__}-prism-{platform.system().lower()}-{arch}"
     cache = home / ".apache_beam" / "cache" / "prism" / "bin"
@@ -205,8 +251,9 @@ with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
 """
 
 
-def test_a_user_pipeline_on_direct_runner_runs_on_a_cached_prism_byte_identically(prism_bin, inputs, reference,
-                                                                                   tmp_path):
+def test_a_user_pipeline_on_direct_runner_runs_on_a_cached_prism_byte_identically(
+    prism_bin, inputs, reference, tmp_path
+):
     """Beam 2.77's DirectRunner picks Prism whenever it finds (or can download) the binary: a pipeline of the
     user's own with ConvertToTFRecord then runs there, not on the FnApiRunner, and must write the same bytes."""
     directory, _ = inputs
@@ -214,8 +261,14 @@ def test_a_user_pipeline_on_direct_runner_runs_on_a_cached_prism_byte_identicall
     zipped = beam_cached_prism(home, prism_bin)
     env = {**os.environ, "HOME": str(home), "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-c", USER_PIPELINE, str(directory / "in.h5"), str(out)], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", USER_PIPELINE, str(directory / "in.h5"), str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Running pipeline with PrismRunner." in proc.stderr
     assert f"Using cached prism binary/zip from {zipped}" in proc.stderr  # nothing downloaded
@@ -224,9 +277,25 @@ def test_a_user_pipeline_on_direct_runner_runs_on_a_cached_prism_byte_identicall
     assert_same_output(out, reference / "convert")
 
     # the command, with the same cache: the FnApiRunner (pipelines.common.local_runner), no Prism
-    proc = subprocess.run([sys.executable, "-m", "pipelines.convert", "--input", str(directory / "in.h5"),
-                           "--output_dir", str(tmp_path / "c"), *CONVERT_FLAGS, "--verbose", "--runner=DirectRunner"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.convert",
+            "--input",
+            str(directory / "in.h5"),
+            "--output_dir",
+            str(tmp_path / "c"),
+            *CONVERT_FLAGS,
+            "--verbose",
+            "--runner=DirectRunner",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "prism" not in proc.stderr.lower(), proc.stderr[-2000:]
     assert_same_output(tmp_path / "c", reference / "convert")

@@ -9,6 +9,7 @@ task of the job (Spark's event log must show that task lost with its executor).
 TFRECORD_ETL_SPARK=0 skips the module; TFRECORD_ETL_ENGINES_FULL=1 adds augment (covered on Flink and Prism by
 default).
 """
+
 from __future__ import annotations
 
 import os
@@ -52,8 +53,20 @@ def test_convert_is_byte_identical(spark, inputs, reference, tmp_path):
 def test_augment_is_byte_identical(spark, inputs, reference, tmp_path):
     directory, _ = inputs
     src = reference("convert", ["--input", directory / "in.h5", *CONVERT_FLAGS, "--output_dir", "OUT"])
-    aug = ["--input", src, "--fn", "tests.augment_fns:add_one", "--fn_inputs", "id", "--join_input",
-           directory / "labels.npy", "--join_fields", "array=label", "--constants", "w=0.5:float32"]
+    aug = [
+        "--input",
+        src,
+        "--fn",
+        "tests.augment_fns:add_one",
+        "--fn_inputs",
+        "id",
+        "--join_input",
+        directory / "labels.npy",
+        "--join_fields",
+        "array=label",
+        "--constants",
+        "w=0.5:float32",
+    ]
     want = reference("augment", [*aug, "--output_dir", "OUT"])
     common.ok(common.run("augment", [*aug, "--output_dir", tmp_path / "a-spark"], spark.flags(), timeout=1400))
     common.assert_same_output(tmp_path / "a-spark", want)
@@ -77,11 +90,11 @@ def test_a_worker_killed_mid_job_the_output_is_identical(spark, big_input, big_r
                 return True
         return False
 
-    proc = common.start("convert", ["--input", big_input, "--output_dir", out, *KILL_FLAGS], spark.flags(),
-                        tmp_path / "launcher.log")
+    proc = common.start(
+        "convert", ["--input", big_input, "--output_dir", out, *KILL_FLAGS], spark.flags(), tmp_path / "launcher.log"
+    )
     try:
-        common.wait_until(executor_at_work, 600, "an executor running the job's tasks while a shard is written",
-                          proc)
+        common.wait_until(executor_at_work, 600, "an executor running the job's tasks while a shard is written", proc)
         spark.kill_worker(hit["worker"])  # the worker JVM and its executor (same process group)
         code = proc.wait(900)
     finally:

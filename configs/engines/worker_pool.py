@@ -18,6 +18,7 @@ does just before StopWorker).
 
     python -m configs.engines.worker_pool --service_port=PORT
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,8 +63,13 @@ class PeerKeyedWorkerPool(BeamFnExternalWorkerPoolServicer):
                 if len(same_id) == 1:
                     proc = self._by_peer.pop(same_id[0])
                 elif same_id:
-                    _LOGGER.warning("StopWorker(%s) from %s: %d harnesses have that id, none from this peer: "
-                                    "each exits when its control stream closes", worker_id, peer, len(same_id))
+                    _LOGGER.warning(
+                        "StopWorker(%s) from %s: %d harnesses have that id, none from this peer: "
+                        "each exits when its control stream closes",
+                        worker_id,
+                        peer,
+                        len(same_id),
+                    )
             if proc is None:
                 return super().StopWorker(stop_worker_request, unused_context)
             self._worker_processes[worker_id] = proc
@@ -82,8 +88,10 @@ def main(argv=None) -> None:
     parser.add_argument("--service_port", type=int, required=True)
     args = parser.parse_args(argv)
     # what BeamFnExternalWorkerPoolServicer.start does, with this class and its own exit hook
-    server = grpc.server(thread_pool_executor.shared_unbounded_instance(),
-                         options=[("grpc.http2.max_pings_without_data", 0), ("grpc.http2.max_ping_strikes", 0)])
+    server = grpc.server(
+        thread_pool_executor.shared_unbounded_instance(),
+        options=[("grpc.http2.max_pings_without_data", 0), ("grpc.http2.max_ping_strikes", 0)],
+    )
     port = server.add_insecure_port(f"[::]:{args.service_port}")
     pool = PeerKeyedWorkerPool(use_process=True, state_cache_size=0, data_buffer_time_limit_ms=-1)
     beam_fn_api_pb2_grpc.add_BeamFnExternalWorkerPoolServicer_to_server(pool, server)

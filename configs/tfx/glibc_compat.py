@@ -19,6 +19,7 @@ landing pad for an exception leaving a ``noexcept`` function: catch it, ``std::t
 Only the separate TFX venv is touched; the project's own environment never is. Plain ELF64 little-endian parsing
 (the System V gABI's ``Elf64_Shdr`` and GNU's ``Elf64_Verneed`` / ``Elf64_Vernaux`` layouts).
 """
+
 from __future__ import annotations
 
 import os
@@ -55,13 +56,13 @@ void ios_base_library_init() { static ios_base::Init init; }
 def _sections(data: bytes):
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise ValueError("not a little-endian ELF64 file")
-    shoff, = struct.unpack_from("<Q", data, 0x28)
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum = struct.unpack_from("<HH", data, 0x3A)
     return [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
 
 
 def _cstr(data: bytes, offset: int) -> bytes:
-    return data[offset:data.index(b"\0", offset)]
+    return data[offset : data.index(b"\0", offset)]
 
 
 def patch(path: str) -> list[str]:

@@ -10,6 +10,7 @@ latest span (2); every example read back exactly against that span's source (pla
 statistics count every example of each split and SchemaGen typed the features. Then a run over a broken file: the
 task fails with our one-line SourceError, the tasks after it are upstream_failed and ``dags test`` exits 1.
 """
+
 import json
 import os
 import sqlite3
@@ -23,6 +24,7 @@ pytest.importorskip("tfx")
 pytest.importorskip("airflow")
 
 from test_tfx_pipeline import make_span, plain_tf_read  # (configs/tfx is on sys.path under pytest)
+
 from tfrecord_etl.tfx import read_split, split_files
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,17 +46,23 @@ def _airflow(args, env, log, status=0, timeout=600) -> subprocess.CompletedProce
 
 
 def test_arrays_example_gen_under_tfx_airflow_dag_runner(tmp_path):
+    from google.protobuf import text_format
     from ml_metadata.metadata_store import metadata_store
     from ml_metadata.proto import metadata_store_pb2
     from tensorflow_metadata.proto.v0 import schema_pb2, statistics_pb2
-    from google.protobuf import text_format
 
     input_base = str(tmp_path / "data")
     sources = {span: make_span(input_base, span) for span in (1, 2)}
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow_home"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-           "AIRFLOW__CORE__DAGS_FOLDER": os.path.dirname(DAG_FILE), "TFRECORD_ETL_TFX_INPUT": input_base,
-           "TFRECORD_ETL_TFX_ROOT": str(tmp_path / "tfx"), "TF_CPP_MIN_LOG_LEVEL": "3",
-           "PYTHONPATH": os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path / "airflow_home"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": os.path.dirname(DAG_FILE),
+        "TFRECORD_ETL_TFX_INPUT": input_base,
+        "TFRECORD_ETL_TFX_ROOT": str(tmp_path / "tfx"),
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "PYTHONPATH": os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])),
+    }
     log = str(tmp_path / "airflow.log")
     _airflow(["db", "migrate"], env, log)
     listed = _airflow(["tasks", "list", DAG_ID, "-S", DAG_FILE], env, log)
@@ -103,25 +111,34 @@ def test_arrays_example_gen_under_tfx_airflow_dag_runner(tmp_path):
         assert statistics_pb2.DatasetFeatureStatisticsList.FromString(raw).datasets[0].num_examples == count
     (schema_artifact,) = store.get_artifacts_by_type("Schema")
     schema = text_format.Parse(open(os.path.join(schema_artifact.uri, "schema.pbtxt")).read(), schema_pb2.Schema())
-    assert {f.name: f.type for f in schema.feature} == {"image": schema_pb2.BYTES, "x": schema_pb2.FLOAT,
-                                                        "id": schema_pb2.INT}
+    assert {f.name: f.type for f in schema.feature} == {
+        "image": schema_pb2.BYTES,
+        "x": schema_pb2.FLOAT,
+        "id": schema_pb2.INT,
+    }
 
     # a bad input: `dags test` of another logical date exits 1, the ExampleGen task fails with our one-line error
     # naming the file, the tasks after it are upstream_failed
     bad = tmp_path / "bad"
     (bad / "span-1").mkdir(parents=True)
     (bad / "span-1" / "broken.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)  # an HDF5 signature, no file
-    failed = _airflow(["dags", "test", DAG_ID, "2026-11-28", "-S", DAG_FILE],
-                      {**env, "TFRECORD_ETL_TFX_INPUT": str(bad), "TFRECORD_ETL_TFX_ROOT": str(bad / "tfx")}, log,
-                      status=1)
+    failed = _airflow(
+        ["dags", "test", DAG_ID, "2026-11-28", "-S", DAG_FILE],
+        {**env, "TFRECORD_ETL_TFX_INPUT": str(bad), "TFRECORD_ETL_TFX_ROOT": str(bad / "tfx")},
+        log,
+        status=1,
+    )
     assert "SourceError: Not a readable HDF5 file: " in failed.stdout + failed.stderr
     assert f"[file='{bad / 'span-1' / 'broken.h5'}']" in failed.stdout + failed.stderr
     with sqlite3.connect(str(tmp_path / "airflow_home" / "airflow.db")) as db:
         states = db.execute("SELECT state FROM dag_run ORDER BY execution_date").fetchall()
         assert states == [("success",), ("failed",)]
         tasks = db.execute("SELECT task_id, state FROM task_instance WHERE run_id != ?", (run_id,)).fetchall()
-    assert sorted(tasks) == [("ArraysExampleGen", "failed"), ("SchemaGen", "upstream_failed"),
-                             ("StatisticsGen", "upstream_failed")]
+    assert sorted(tasks) == [
+        ("ArraysExampleGen", "failed"),
+        ("SchemaGen", "upstream_failed"),
+        ("StatisticsGen", "upstream_failed"),
+    ]
     # TFX's legacy launcher registers the execution and its output artifact before the executor runs and records no
     # failure: the execution stays "new" (RUNNING), the artifact is never marked LIVE and its directory stays empty
     connection.sqlite.filename_uri = str(bad / "tfx" / "mlmd.sqlite")

@@ -13,6 +13,7 @@ against TFX's base Do over the same records: the same records in every split, an
 record we wrote its split, with and without ``partition_feature_name``; dead letters inside the component (records +
 rows dead-lettered = rows), and a read error without them failing the component with nothing published.
 """
+
 from __future__ import annotations
 
 import glob
@@ -25,13 +26,13 @@ import numpy as np
 import pytest
 
 tfx = pytest.importorskip("tfx")
+import apache_beam as beam  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tfx import v1 as tfx_v1  # noqa: E402
 from tfx.orchestration import metadata as tfx_metadata, pipeline as tfx_pipeline  # noqa: E402
 from tfx.orchestration.local.local_dag_runner import LocalDagRunner  # noqa: E402
 from tfx.proto import example_gen_pb2, range_config_pb2  # noqa: E402
 
-import apache_beam as beam  # noqa: E402
 from tfrecord_etl import ConvertToTFRecord, iter_numpy  # noqa: E402
 from tfrecord_etl.tfx import ArraysExampleGen, read_split  # noqa: E402
 from tfrecord_etl.transforms import splits as splits_lib  # noqa: E402
@@ -39,7 +40,7 @@ from tfrecord_etl.transforms.errors import SchemaError, SourceError  # noqa: E40
 from tfrecord_etl.transforms.verify import verify  # noqa: E402
 
 ROWS = 120
-PREPROCESSING = textwrap.dedent('''
+PREPROCESSING = textwrap.dedent("""
     import tensorflow as tf
     import tensorflow_transform as tft
 
@@ -49,14 +50,16 @@ PREPROCESSING = textwrap.dedent('''
         return {"x_scaled": tft.scale_to_z_score(tf.reshape(inputs["x"], [-1])),
                 "image_sum": tf.reduce_sum(tf.cast(image, tf.int64), axis=[1, 2, 3]),
                 "id": tf.reshape(inputs["id"], [-1])}
-''')
+""")
 
 
 def make_span(base, span: int) -> dict:
     rng = np.random.default_rng(span)
-    data = {"image": rng.integers(0, 256, (ROWS, 8, 8, 3), dtype=np.uint8),
-            "x": rng.normal(10.0, 3.0, ROWS).astype(np.float32),
-            "id": np.arange(span * 1000, span * 1000 + ROWS, dtype=np.int64)}
+    data = {
+        "image": rng.integers(0, 256, (ROWS, 8, 8, 3), dtype=np.uint8),
+        "x": rng.normal(10.0, 3.0, ROWS).astype(np.float32),
+        "id": np.arange(span * 1000, span * 1000 + ROWS, dtype=np.int64),
+    }
     os.makedirs(os.path.join(base, f"span-{span}"))
     with h5py.File(os.path.join(base, f"span-{span}", "data.h5"), "w") as f:
         for name, value in data.items():
@@ -67,30 +70,47 @@ def make_span(base, span: int) -> dict:
 def build(root, input_base, span: int, module_file: str) -> tfx_pipeline.Pipeline:
     example_gen = ArraysExampleGen(
         input_base=input_base,
-        input_config=example_gen_pb2.Input(splits=[
-            example_gen_pb2.Input.Split(name="all", pattern="span-{SPAN}/*.h5")]),
-        output_config=example_gen_pb2.Output(split_config=example_gen_pb2.SplitConfig(splits=[
-            example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=3),
-            example_gen_pb2.SplitConfig.Split(name="eval", hash_buckets=1)], partition_feature_name="id")),
-        range_config=range_config_pb2.RangeConfig(static_range=range_config_pb2.StaticRange(
-            start_span_number=span, end_span_number=span)),
-        source_options={"feature_encodings": {"image": "tensor", "x": "list", "id": "list"}})
+        input_config=example_gen_pb2.Input(
+            splits=[example_gen_pb2.Input.Split(name="all", pattern="span-{SPAN}/*.h5")]
+        ),
+        output_config=example_gen_pb2.Output(
+            split_config=example_gen_pb2.SplitConfig(
+                splits=[
+                    example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=3),
+                    example_gen_pb2.SplitConfig.Split(name="eval", hash_buckets=1),
+                ],
+                partition_feature_name="id",
+            )
+        ),
+        range_config=range_config_pb2.RangeConfig(
+            static_range=range_config_pb2.StaticRange(start_span_number=span, end_span_number=span)
+        ),
+        source_options={"feature_encodings": {"image": "tensor", "x": "list", "id": "list"}},
+    )
     stats = tfx_v1.components.StatisticsGen(examples=example_gen.outputs["examples"])
     schema = tfx_v1.components.SchemaGen(statistics=stats.outputs["statistics"], infer_feature_shape=True)
-    validator = tfx_v1.components.ExampleValidator(statistics=stats.outputs["statistics"],
-                                                   schema=schema.outputs["schema"])
-    transform = tfx_v1.components.Transform(examples=example_gen.outputs["examples"],
-                                            schema=schema.outputs["schema"], module_file=module_file)
+    validator = tfx_v1.components.ExampleValidator(
+        statistics=stats.outputs["statistics"], schema=schema.outputs["schema"]
+    )
+    transform = tfx_v1.components.Transform(
+        examples=example_gen.outputs["examples"], schema=schema.outputs["schema"], module_file=module_file
+    )
     return tfx_pipeline.Pipeline(
-        pipeline_name="arrays", pipeline_root=os.path.join(root, "pipeline_root"),
-        components=[example_gen, stats, schema, validator, transform], enable_cache=True,
+        pipeline_name="arrays",
+        pipeline_root=os.path.join(root, "pipeline_root"),
+        components=[example_gen, stats, schema, validator, transform],
+        enable_cache=True,
         metadata_connection_config=tfx_metadata.sqlite_metadata_connection_config(os.path.join(root, "mlmd.sqlite")),
-        beam_pipeline_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"])
+        beam_pipeline_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"],
+    )
 
 
 def plain_tf_read(files) -> dict:
-    spec = {"image": tf.io.FixedLenFeature([], tf.string), "x": tf.io.FixedLenFeature([], tf.float32),
-            "id": tf.io.FixedLenFeature([], tf.int64)}
+    spec = {
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "x": tf.io.FixedLenFeature([], tf.float32),
+        "id": tf.io.FixedLenFeature([], tf.int64),
+    }
     out = {}
     for record in tf.data.TFRecordDataset(files, compression_type="GZIP"):
         ex = tf.io.parse_single_example(record, spec)
@@ -120,14 +140,26 @@ def test_arrays_example_gen_in_a_tfx_pipeline(tmp_path):
     config.sqlite.filename_uri = str(tmp_path / "mlmd.sqlite")
     store = metadata_store.MetadataStore(config)
     examples = latest(store, "Examples")
-    gen_examples = [a for a in examples if "span" in a.custom_properties and "Split-" not in a.uri
-                    and os.path.exists(os.path.join(a.uri, "tfrecord_etl.json"))]
+    gen_examples = [
+        a
+        for a in examples
+        if "span" in a.custom_properties
+        and "Split-" not in a.uri
+        and os.path.exists(os.path.join(a.uri, "tfrecord_etl.json"))
+    ]
     assert [a.custom_properties["span"].int_value for a in gen_examples] == [1, 2]  # two spans, no third artifact
     executions = sorted(store.get_executions(), key=lambda e: e.id)
-    gen_runs = [e for e in executions if e.type_id == store.get_execution_types_by_id(
-        [executions[0].type_id])[0].id and "ArraysExampleGen" in store.get_execution_types_by_id([e.type_id])[0].name]
+    gen_runs = [
+        e
+        for e in executions
+        if e.type_id == store.get_execution_types_by_id([executions[0].type_id])[0].id
+        and "ArraysExampleGen" in store.get_execution_types_by_id([e.type_id])[0].name
+    ]
     assert [metadata_store_pb2.Execution.State.Name(e.last_known_state) for e in gen_runs] == [
-        "COMPLETE", "COMPLETE", "CACHED"]
+        "COMPLETE",
+        "COMPLETE",
+        "CACHED",
+    ]
 
     for artifact, span in zip(gen_examples, (1, 2)):
         src = sources[span]
@@ -160,16 +192,25 @@ def test_arrays_example_gen_in_a_tfx_pipeline(tmp_path):
         # ... and the convert command's own output with those flags holds the same ids in each split
         out = str(tmp_path / f"convert-{span}")
         with beam.Pipeline() as p:
-            p | ConvertToTFRecord(glob.glob(os.path.join(input_base, f"span-{span}", "*.h5"))[0], out,
-                                  splits={"train": 3, "eval": 1}, split_key="id", num_shards=2)
+            p | ConvertToTFRecord(
+                glob.glob(os.path.join(input_base, f"span-{span}", "*.h5"))[0],
+                out,
+                splits={"train": 3, "eval": 1},
+                split_key="id",
+                num_shards=2,
+            )
         for split in ("train", "eval"):
             assert sorted(int(e["id"][()]) for e in iter_numpy(out, split=split)) == sorted(by_split[split])
         # our schema beside the examples, and the artifact's property naming it
         ours_schema = schema_pb2.Schema()
         from google.protobuf import text_format
+
         text_format.Parse(open(os.path.join(uri, "schema.pbtxt")).read(), ours_schema)
         assert {f.name: f.type for f in ours_schema.feature} == {
-            "image": schema_pb2.BYTES, "x": schema_pb2.FLOAT, "id": schema_pb2.INT}
+            "image": schema_pb2.BYTES,
+            "x": schema_pb2.FLOAT,
+            "id": schema_pb2.INT,
+        }
         assert artifact.custom_properties["tfrecord_etl_schema"].string_value == os.path.join(uri, "schema.pbtxt")
 
     stats = latest(store, "ExampleStatistics")[0]
@@ -184,27 +225,37 @@ def test_arrays_example_gen_in_a_tfx_pipeline(tmp_path):
     assert lst.datasets[0].num_examples == sum(1 for _ in read_split(gen_examples[0].uri, "train"))
     schema = schema_pb2.Schema()
     from google.protobuf import text_format
+
     text_format.Parse(open(os.path.join(latest(store, "Schema")[0].uri, "schema.pbtxt")).read(), schema)
-    assert {f.name: f.type for f in schema.feature} == {"image": schema_pb2.BYTES, "x": schema_pb2.FLOAT,
-                                                        "id": schema_pb2.INT}
+    assert {f.name: f.type for f in schema.feature} == {
+        "image": schema_pb2.BYTES,
+        "x": schema_pb2.FLOAT,
+        "id": schema_pb2.INT,
+    }
     anomalies_artifact = latest(store, "ExampleAnomalies")[0]
     for split in ("train", "eval"):
         path = os.path.join(anomalies_artifact.uri, f"Split-{split}", "SchemaDiff.pb")
         anomalies = anomalies_pb2.Anomalies.FromString(open(path, "rb").read())
         assert not anomalies.anomaly_info, anomalies
 
-    transformed = [a for a in examples if a not in gen_examples and glob.glob(
-        os.path.join(a.uri, "Split-train", "*.gz"))][0]  # Transform's transformed_examples of span 1
+    transformed = [
+        a for a in examples if a not in gen_examples and glob.glob(os.path.join(a.uri, "Split-train", "*.gz"))
+    ][0]  # Transform's transformed_examples of span 1
     src = sources[1]
-    train_ids = sorted(by_split_first := plain_tf_read(sorted(glob.glob(os.path.join(
-        gen_examples[0].uri, "Split-train", "*.gz")))))
+    train_ids = sorted(
+        by_split_first := plain_tf_read(sorted(glob.glob(os.path.join(gen_examples[0].uri, "Split-train", "*.gz"))))
+    )
     xs = np.array([by_split_first[i][1] for i in train_ids], np.float64)
     mean, std = xs.mean(), xs.std()
-    spec = {"x_scaled": tf.io.FixedLenFeature([], tf.float32), "image_sum": tf.io.FixedLenFeature([], tf.int64),
-            "id": tf.io.FixedLenFeature([], tf.int64)}
+    spec = {
+        "x_scaled": tf.io.FixedLenFeature([], tf.float32),
+        "image_sum": tf.io.FixedLenFeature([], tf.int64),
+        "id": tf.io.FixedLenFeature([], tf.int64),
+    }
     seen = 0
-    for record in tf.data.TFRecordDataset(sorted(glob.glob(os.path.join(transformed.uri, "Split-train", "*.gz"))),
-                                          compression_type="GZIP"):
+    for record in tf.data.TFRecordDataset(
+        sorted(glob.glob(os.path.join(transformed.uri, "Split-train", "*.gz"))), compression_type="GZIP"
+    ):
         ex = tf.io.parse_single_example(record, spec)
         i = int(ex["id"]) - 1000
         assert int(ex["image_sum"]) == int(src["image"][i].astype(np.int64).sum())
@@ -217,11 +268,18 @@ def test_a_bad_input_fails_the_component_with_our_error(tmp_path):
     base = tmp_path / "data"
     (base / "span-1").mkdir(parents=True)
     (base / "span-1" / "broken.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 64)  # an HDF5 signature, no file
-    gen = ArraysExampleGen(input_base=str(base), input_config=example_gen_pb2.Input(splits=[
-        example_gen_pb2.Input.Split(name="all", pattern="span-{SPAN}/*.h5")]))
-    p = tfx_pipeline.Pipeline(pipeline_name="bad", pipeline_root=str(tmp_path / "root"), components=[gen],
-                              metadata_connection_config=tfx_metadata.sqlite_metadata_connection_config(
-                                  str(tmp_path / "mlmd.sqlite")))
+    gen = ArraysExampleGen(
+        input_base=str(base),
+        input_config=example_gen_pb2.Input(
+            splits=[example_gen_pb2.Input.Split(name="all", pattern="span-{SPAN}/*.h5")]
+        ),
+    )
+    p = tfx_pipeline.Pipeline(
+        pipeline_name="bad",
+        pipeline_root=str(tmp_path / "root"),
+        components=[gen],
+        metadata_connection_config=tfx_metadata.sqlite_metadata_connection_config(str(tmp_path / "mlmd.sqlite")),
+    )
     with pytest.raises(SourceError) as e:
         LocalDagRunner().run(p)
     assert "broken.h5" in str(e.value) and "\n" not in str(e.value)
@@ -229,6 +287,7 @@ def test_a_bad_input_fails_the_component_with_our_error(tmp_path):
 
 def test_options_tfx_owns_are_refused_when_the_component_is_built():
     from tfrecord_etl.transforms.errors import ConfigError
+
     with pytest.raises(ConfigError, match=r"source_options \['compression', 'index'\]: TFX decides"):
         ArraysExampleGen(input_base="/x", source_options={"index": True, "compression": "gzip"})
     ArraysExampleGen(input_base="/x", source_options={"num_shards": 4, "compression_level": 1})  # our shards'
@@ -241,21 +300,35 @@ def test_options_tfx_owns_are_refused_when_the_component_is_built():
 
 def test_input_config_splits_from_npz_files_and_the_schema_known_ahead(tmp_path):
     from tfrecord_etl.tfx import infer_schema, load_info
+
     rng = np.random.default_rng(7)
     data = {}
     for split, rows in (("train", 50), ("eval", 20)):
         (tmp_path / "data" / split).mkdir(parents=True)
-        data[split] = {"x": rng.normal(size=(rows, 4)).astype(np.float32),
-                       "key": np.arange(rows, dtype=np.int64) + (0 if split == "train" else 100)}
+        data[split] = {
+            "x": rng.normal(size=(rows, 4)).astype(np.float32),
+            "key": np.arange(rows, dtype=np.int64) + (0 if split == "train" else 100),
+        }
         np.savez(tmp_path / "data" / split / "part.npz", **data[split])
     options = {"encoding": "list"}
-    gen = ArraysExampleGen(input_base=str(tmp_path / "data"), source_options=options,
-                           input_config=example_gen_pb2.Input(splits=[
-                               example_gen_pb2.Input.Split(name="train", pattern="train/*.npz"),
-                               example_gen_pb2.Input.Split(name="eval", pattern="eval/*.npz")]))
-    LocalDagRunner().run(tfx_pipeline.Pipeline(
-        pipeline_name="npz", pipeline_root=str(tmp_path / "root"), components=[gen],
-        metadata_connection_config=tfx_metadata.sqlite_metadata_connection_config(str(tmp_path / "mlmd.sqlite"))))
+    gen = ArraysExampleGen(
+        input_base=str(tmp_path / "data"),
+        source_options=options,
+        input_config=example_gen_pb2.Input(
+            splits=[
+                example_gen_pb2.Input.Split(name="train", pattern="train/*.npz"),
+                example_gen_pb2.Input.Split(name="eval", pattern="eval/*.npz"),
+            ]
+        ),
+    )
+    LocalDagRunner().run(
+        tfx_pipeline.Pipeline(
+            pipeline_name="npz",
+            pipeline_root=str(tmp_path / "root"),
+            components=[gen],
+            metadata_connection_config=tfx_metadata.sqlite_metadata_connection_config(str(tmp_path / "mlmd.sqlite")),
+        )
+    )
     uri = glob.glob(str(tmp_path / "root" / "ArraysExampleGen" / "examples" / "*"))[0]
     for split in ("train", "eval"):
         got = sorted(read_split(uri, split), key=lambda e: int(e["key"][()]))
@@ -266,20 +339,31 @@ def test_input_config_splits_from_npz_files_and_the_schema_known_ahead(tmp_path)
     assert info["options"] == options
     ahead = infer_schema(str(tmp_path / "data" / "train" / "*.npz"), options, str(tmp_path / "ahead.pbtxt"))
     assert open(os.path.join(uri, "schema.pbtxt")).read() == ahead == open(tmp_path / "ahead.pbtxt").read()
-    assert "name: \"x\"" in ahead and "type: FLOAT" in ahead and "type: INT" in ahead
+    assert 'name: "x"' in ahead and "type: FLOAT" in ahead and "type: INT" in ahead
 
 
 def test_input_splits_of_different_layouts_fail_while_the_pipeline_is_built(tmp_path):
     for split, width in (("train", 4), ("eval", 5)):
         (tmp_path / "data" / split).mkdir(parents=True)
         np.savez(tmp_path / "data" / split / "part.npz", x=np.zeros((10, width), np.float32))
-    gen = ArraysExampleGen(input_base=str(tmp_path / "data"), input_config=example_gen_pb2.Input(splits=[
-        example_gen_pb2.Input.Split(name="train", pattern="train/*.npz"),
-        example_gen_pb2.Input.Split(name="eval", pattern="eval/*.npz")]))
+    gen = ArraysExampleGen(
+        input_base=str(tmp_path / "data"),
+        input_config=example_gen_pb2.Input(
+            splits=[
+                example_gen_pb2.Input.Split(name="train", pattern="train/*.npz"),
+                example_gen_pb2.Input.Split(name="eval", pattern="eval/*.npz"),
+            ]
+        ),
+    )
     with pytest.raises(SchemaError, match="Input splits 'train' and 'eval' have different features") as e:
-        LocalDagRunner().run(tfx_pipeline.Pipeline(
-            pipeline_name="mixed", pipeline_root=str(tmp_path / "root"), components=[gen],
-            metadata_connection_config=tfx_metadata.sqlite_metadata_connection_config(str(tmp_path / "m.sqlite"))))
+        LocalDagRunner().run(
+            tfx_pipeline.Pipeline(
+                pipeline_name="mixed",
+                pipeline_root=str(tmp_path / "root"),
+                components=[gen],
+                metadata_connection_config=tfx_metadata.sqlite_metadata_connection_config(str(tmp_path / "m.sqlite")),
+            )
+        )
     assert "eval/*.npz" in str(e.value) and "\n" not in str(e.value)
     # raised while the executor plans its input splits, before its Beam pipeline is built
     assert e.traceback[-2].name == "_plan_jobs", [entry.name for entry in e.traceback]
@@ -290,6 +374,7 @@ def run_executor(executor_cls, input_base, uri, **component_args):
     """``executor_cls().Do`` on the exec properties of ``ArraysExampleGen(input_base, **component_args)`` with
     its examples artifact at ``uri``: the executor alone, as TFX's launcher calls it (no ML Metadata)."""
     from tfx.types import standard_artifacts
+
     gen = ArraysExampleGen(input_base=str(input_base), **component_args)
     examples = standard_artifacts.Examples()
     examples.uri = str(uri)
@@ -309,6 +394,7 @@ def test_splits_are_tfxs_partition_fn_and_tfxs_own_executor_example_by_example(t
     """Our Do against TFX's: the same records in each split (TFX's base Do over our records), and TFX's own
     _PartitionFn giving every record we wrote the split it is in."""
     from tfx.components.example_gen import base_example_gen_executor as base
+
     from tfrecord_etl.tfx import Executor, load_info
 
     class TfxWrites(Executor):  # TFX's base Do (Reshuffle, Beam's WriteToTFRecord) over our records
@@ -316,18 +402,30 @@ def test_splits_are_tfxs_partition_fn_and_tfxs_own_executor_example_by_example(t
 
     (tmp_path / "data").mkdir()
     rng = np.random.default_rng(5)
-    src = {"image": rng.integers(0, 256, (ROWS, 8, 8, 3), dtype=np.uint8), "id": np.arange(ROWS, dtype=np.int64) * 7,
-           "name": np.array([f"row-{i}".encode() for i in range(ROWS)]), "x": rng.normal(size=ROWS).astype(np.float32)}
+    src = {
+        "image": rng.integers(0, 256, (ROWS, 8, 8, 3), dtype=np.uint8),
+        "id": np.arange(ROWS, dtype=np.int64) * 7,
+        "name": np.array([f"row-{i}".encode() for i in range(ROWS)]),
+        "x": rng.normal(size=ROWS).astype(np.float32),
+    }
     with h5py.File(tmp_path / "data" / "part.h5", "w") as f:
         for name, value in src.items():
             f.create_dataset(name, data=value)
-    split_config = example_gen_pb2.SplitConfig(splits=[
-        example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=5),
-        example_gen_pb2.SplitConfig.Split(name="eval", hash_buckets=2),
-        example_gen_pb2.SplitConfig.Split(name="test", hash_buckets=1)], partition_feature_name=feature)
-    args = dict(output_config=example_gen_pb2.Output(split_config=split_config),
-                source_options={"feature_encodings": {"image": "tensor", "id": "list", "name": "list", "x": "list"},
-                                "num_shards": 2})
+    split_config = example_gen_pb2.SplitConfig(
+        splits=[
+            example_gen_pb2.SplitConfig.Split(name="train", hash_buckets=5),
+            example_gen_pb2.SplitConfig.Split(name="eval", hash_buckets=2),
+            example_gen_pb2.SplitConfig.Split(name="test", hash_buckets=1),
+        ],
+        partition_feature_name=feature,
+    )
+    args = {
+        "output_config": example_gen_pb2.Output(split_config=split_config),
+        "source_options": {
+            "feature_encodings": {"image": "tensor", "id": "list", "name": "list", "x": "list"},
+            "num_shards": 2,
+        },
+    }
     ours = run_executor(Executor, tmp_path / "data", tmp_path / "ours", **args)
     theirs = run_executor(TfxWrites, tmp_path / "data", tmp_path / "theirs", **args)
     assert ours.split_names == theirs.split_names == '["train", "eval", "test"]'
@@ -341,9 +439,10 @@ def test_splits_are_tfxs_partition_fn_and_tfxs_own_executor_example_by_example(t
         for record in mine:  # TFX's partitioner, record by record
             given = record if feature is None else tf.train.Example.FromString(record)
             assert base._PartitionFn(given, 3, [5, 7, 8], split_config) == k
-        assert 0 < len(mine) and load_info(ours.uri)["splits"][split]["records"] == len(mine)
+        assert len(mine) > 0 and load_info(ours.uri)["splits"][split]["records"] == len(mine)
         assert sorted(int(e["id"][()]) for e in read_split(ours.uri, split)) == sorted(
-            int(tf.train.Example.FromString(r).features.feature["id"].int64_list.value[0]) for r in mine)
+            int(tf.train.Example.FromString(r).features.feature["id"].int64_list.value[0]) for r in mine
+        )
         assert verify(os.path.join(ours.uri, f"Split-{split}", "*.gz")).ok
         every += mine
     assert len(every) == ROWS and len(glob.glob(os.path.join(ours.uri, "Split-train", "*.gz"))) == 2
@@ -358,22 +457,29 @@ def corrupt_hdf5(path, rows=1000, bad_chunk=3):
     with h5py.File(path) as f:
         info = f["x"].id.get_chunk_info(bad_chunk)
     raw = bytearray(open(path, "rb").read())
-    raw[info.byte_offset + 10: info.byte_offset + 40] = b"\x00" * 30
+    raw[info.byte_offset + 10 : info.byte_offset + 40] = b"\x00" * 30
     open(path, "wb").write(bytes(raw))
     return data
 
 
 def test_dead_letters_inside_the_component_and_counts_that_add_up(tmp_path):
     from tfrecord_etl.tfx import Executor, load_info
+
     (tmp_path / "data").mkdir()
     data = corrupt_hdf5(tmp_path / "data" / "in.h5")
     dead = tmp_path / "dead"
-    examples = run_executor(Executor, tmp_path / "data", tmp_path / "out", source_options={
-        "dead_letter_dir": str(dead), "target_range_mb": 0.05, "num_shards": 3})
-    letters = [json.loads(line) for f in sorted((dead / "single_split").glob("*.jsonl"))
-               for line in f.read_text().splitlines()]
+    examples = run_executor(
+        Executor,
+        tmp_path / "data",
+        tmp_path / "out",
+        source_options={"dead_letter_dir": str(dead), "target_range_mb": 0.05, "num_shards": 3},
+    )
+    letters = [
+        json.loads(line) for f in sorted((dead / "single_split").glob("*.jsonl")) for line in f.read_text().splitlines()
+    ]
     assert [(d["file"], d["start"], d["stop"], d["error"]) for d in letters] == [
-        (str(tmp_path / "data" / "in.h5"), 300, 400, "SourceError")]
+        (str(tmp_path / "data" / "in.h5"), 300, 400, "SourceError")
+    ]
     info = load_info(examples.uri)
     entry = info["inputs"]["single_split"]
     assert (entry["rows"], entry["records"], entry["rows_dead_lettered"]) == (1000, 900, 100)  # in = out + dead
@@ -391,13 +497,19 @@ def test_dead_letters_inside_the_component_and_counts_that_add_up(tmp_path):
 def test_a_read_error_without_dead_letters_fails_the_component_and_publishes_nothing(tmp_path):
     from ml_metadata.metadata_store import metadata_store
     from ml_metadata.proto import metadata_store_pb2
+
     (tmp_path / "data").mkdir()
     corrupt_hdf5(tmp_path / "data" / "in.h5")
     gen = ArraysExampleGen(input_base=str(tmp_path / "data"), source_options={"target_range_mb": 0.05})
     with pytest.raises(SourceError, match="Cannot read rows 300-399"):
-        LocalDagRunner().run(tfx_pipeline.Pipeline(
-            pipeline_name="bad_rows", pipeline_root=str(tmp_path / "root"), components=[gen],
-            metadata_connection_config=tfx_metadata.sqlite_metadata_connection_config(str(tmp_path / "m.sqlite"))))
+        LocalDagRunner().run(
+            tfx_pipeline.Pipeline(
+                pipeline_name="bad_rows",
+                pipeline_root=str(tmp_path / "root"),
+                components=[gen],
+                metadata_connection_config=tfx_metadata.sqlite_metadata_connection_config(str(tmp_path / "m.sqlite")),
+            )
+        )
     assert not glob.glob(str(tmp_path / "root" / "ArraysExampleGen" / "examples" / "*"))  # TFX removed the URI
     config = metadata_store_pb2.ConnectionConfig()
     config.sqlite.filename_uri = str(tmp_path / "m.sqlite")

@@ -19,6 +19,7 @@ that span and version (plain TensorFlow over the split files and our decoder), t
 MLMD and the ids the downstream component read. Also TFX's limit of one span per ExampleGen run: a
 ``RollingRange`` of two spans or a ``StaticRange`` of 1 to 2 fails the run (more spans are the resolver's job).
 """
+
 import datetime
 import glob
 import json
@@ -30,6 +31,7 @@ import numpy as np
 import pytest
 
 tfx = pytest.importorskip("tfx")
+from test_tfx_pipeline import latest, plain_tf_read  # noqa: E402  (configs/tfx is on sys.path under pytest)
 from tfx import v1 as tfx_v1  # noqa: E402
 from tfx.dsl.component.experimental.annotations import InputArtifact  # noqa: E402
 from tfx.dsl.component.experimental.decorators import component  # noqa: E402
@@ -38,7 +40,6 @@ from tfx.orchestration.local.local_dag_runner import LocalDagRunner  # noqa: E40
 from tfx.proto import example_gen_pb2, range_config_pb2  # noqa: E402
 from tfx.types import standard_artifacts  # noqa: E402
 
-from test_tfx_pipeline import latest, plain_tf_read  # noqa: E402  (configs/tfx is on sys.path under pytest)
 from tfrecord_etl.tfx import ArraysExampleGen, load_info, read_split, split_files  # noqa: E402
 
 ROWS = 40
@@ -54,9 +55,11 @@ def epoch_days(day: str) -> int:
 def write_h5(folder: str, block: int) -> dict:
     """``folder/data.h5``: ROWS rows of an (8, 8, 3) uint8 image, a float32 x and int64 ids block*1000 + row."""
     rng = np.random.default_rng(block)
-    data = {"image": rng.integers(0, 256, (ROWS, 8, 8, 3), dtype=np.uint8),
-            "x": rng.normal(0.0, 1.0, ROWS).astype(np.float32),
-            "id": np.arange(block * 1000, block * 1000 + ROWS, dtype=np.int64)}
+    data = {
+        "image": rng.integers(0, 256, (ROWS, 8, 8, 3), dtype=np.uint8),
+        "x": rng.normal(0.0, 1.0, ROWS).astype(np.float32),
+        "id": np.arange(block * 1000, block * 1000 + ROWS, dtype=np.int64),
+    }
     os.makedirs(folder)
     with h5py.File(os.path.join(folder, "data.h5"), "w") as f:
         for name, value in data.items():
@@ -80,13 +83,17 @@ def ReadResolvedExamples(examples: InputArtifact[List[standard_artifacts.Example
 
 def _gen(input_base: str, pattern: str, range_config=None) -> ArraysExampleGen:
     return ArraysExampleGen(
-        input_base=input_base, source_options=ENCODINGS, range_config=range_config,
-        input_config=example_gen_pb2.Input(splits=[example_gen_pb2.Input.Split(name="all", pattern=pattern)]))
+        input_base=input_base,
+        source_options=ENCODINGS,
+        range_config=range_config,
+        input_config=example_gen_pb2.Input(splits=[example_gen_pb2.Input.Split(name="all", pattern=pattern)]),
+    )
 
 
 def _static(span: int) -> range_config_pb2.RangeConfig:
-    return range_config_pb2.RangeConfig(static_range=range_config_pb2.StaticRange(
-        start_span_number=span, end_span_number=span))
+    return range_config_pb2.RangeConfig(
+        static_range=range_config_pb2.StaticRange(start_span_number=span, end_span_number=span)
+    )
 
 
 def _rolling(n: int) -> range_config_pb2.RangeConfig:
@@ -95,9 +102,13 @@ def _rolling(n: int) -> range_config_pb2.RangeConfig:
 
 def _pipeline(root, name: str, components) -> tfx_pipeline.Pipeline:
     return tfx_pipeline.Pipeline(
-        pipeline_name=name, pipeline_root=str(root / "pipeline_root"), components=components, enable_cache=False,
+        pipeline_name=name,
+        pipeline_root=str(root / "pipeline_root"),
+        components=components,
+        enable_cache=False,
         metadata_connection_config=tfx_metadata.sqlite_metadata_connection_config(str(root / "mlmd.sqlite")),
-        beam_pipeline_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"])
+        beam_pipeline_args=["--direct_running_mode=in_memory", "--direct_num_workers=1"],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +119,7 @@ def runs(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("placeholders")
     spans_base, days_base = str(root / "spans"), str(root / "days")
-    sources = {key: write_h5(os.path.join(spans_base, folder), key[0] * 10 + key[1])
-               for key, folder in SPANS.items()}
+    sources = {key: write_h5(os.path.join(spans_base, folder), key[0] * 10 + key[1]) for key, folder in SPANS.items()}
     days = {day: write_h5(os.path.join(days_base, day), block) for day, block in DAYS.items()}
     pattern = "span-{SPAN}/v-{VERSION}/*.h5"
 
@@ -119,9 +129,12 @@ def runs(tmp_path_factory):
     # a Channel by producer (TFX's documented form): every run's artifacts of that node, not only this run's as
     # gen.outputs["examples"] would give; the explicit edge makes the resolver see this run's span too
     resolver = tfx_v1.dsl.Resolver(
-        strategy_class=tfx_v1.dsl.experimental.SpanRangeStrategy, config={"range_config": _rolling(2)},
-        examples=tfx_v1.dsl.Channel(type=standard_artifacts.Examples, producer_component_id=gen.id,
-                                    output_key="examples")).with_id("latest_two_spans")
+        strategy_class=tfx_v1.dsl.experimental.SpanRangeStrategy,
+        config={"range_config": _rolling(2)},
+        examples=tfx_v1.dsl.Channel(
+            type=standard_artifacts.Examples, producer_component_id=gen.id, output_key="examples"
+        ),
+    ).with_id("latest_two_spans")
     resolver.add_upstream_node(gen)
     reader = ReadResolvedExamples(examples=resolver.outputs["examples"])
     latest_day = _gen(days_base, "{YYYY}-{MM}-{DD}/*.h5").with_id("latest_day")
@@ -172,7 +185,10 @@ def test_span_and_version_placeholders_take_the_latest_version(runs):
     # run 1: StaticRange(2, 2) -> span 2 at its latest version; run 2: span 1; run 3: RollingRange(1) -> span 3
     assert [_props(a) for a in artifacts] == [(2, 2), (1, 1), (3, 1)]
     assert [_files_read(a, str(root / "spans")) for a in artifacts] == [
-        ["span-2/v-2/data.h5"], ["span-1/v-1/data.h5"], ["span-3/v-1/data.h5"]]
+        ["span-2/v-2/data.h5"],
+        ["span-1/v-1/data.h5"],
+        ["span-3/v-1/data.h5"],
+    ]
     for artifact in artifacts:
         _assert_exact(artifact.uri, sources[_props(artifact)])
     assert not set(sources[(2, 1)]["id"]) & {int(e["id"][()]) for e in read_split(artifacts[0].uri, "train")}
@@ -180,11 +196,15 @@ def test_span_and_version_placeholders_take_the_latest_version(runs):
 
 def test_a_rolling_range_resolver_hands_the_latest_spans_downstream(runs):
     _, sources, _, store = runs
-    resolver_runs = [e for e in store.get_executions_by_context(store.get_context_by_type_and_name(
-        "node", "spans.latest_two_spans").id)]
+    resolver_runs = list(
+        store.get_executions_by_context(store.get_context_by_type_and_name("node", "spans.latest_two_spans").id)
+    )
     assert len(resolver_runs) == 1
-    outputs = [e.artifact_id for e in store.get_events_by_execution_ids([resolver_runs[0].id])
-               if e.type == e.INTERNAL_OUTPUT or e.type == e.OUTPUT]
+    outputs = [
+        e.artifact_id
+        for e in store.get_events_by_execution_ids([resolver_runs[0].id])
+        if e.type == e.INTERNAL_OUTPUT or e.type == e.OUTPUT
+    ]
     resolved = store.get_artifacts_by_id(outputs)
     # spans 2 and 3 (the two highest span numbers, span 2 at version 2), not span 1 that was ingested last
     assert sorted(_props(a) for a in resolved) == [(2, 2), (3, 1)]
@@ -207,11 +227,13 @@ def test_date_placeholders_make_the_span_the_days_since_the_epoch(runs):
 def test_an_example_gen_takes_one_span_a_run_tfx_s_limit(tmp_path):
     for span in (1, 2):
         write_h5(str(tmp_path / "data" / f"span-{span}"), span)
-    two_spans = range_config_pb2.RangeConfig(static_range=range_config_pb2.StaticRange(
-        start_span_number=1, end_span_number=2))
+    two_spans = range_config_pb2.RangeConfig(
+        static_range=range_config_pb2.StaticRange(start_span_number=1, end_span_number=2)
+    )
     for name, range_config, message in (
-            ("rolling2", _rolling(2), "ExampleGen only support single span for RangeConfig.RollingRange"),
-            ("static12", two_spans, "start and end span numbers for RangeConfig.StaticRange must be equal")):
+        ("rolling2", _rolling(2), "ExampleGen only support single span for RangeConfig.RollingRange"),
+        ("static12", two_spans, "start and end span numbers for RangeConfig.StaticRange must be equal"),
+    ):
         gen = _gen(str(tmp_path / "data"), "span-{SPAN}/*.h5", range_config)
         with pytest.raises(ValueError, match=message):
             LocalDagRunner().run(_pipeline(tmp_path / name, name, [gen]))

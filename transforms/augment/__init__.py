@@ -30,30 +30,100 @@ Modules (one job each): ``collection`` (input shards, compression, features, rec
 step), ``readers`` (index and TFDS files of the output), ``beam`` (DoFns and PTransforms), ``common`` (constants,
 error helpers).
 """
+
 from __future__ import annotations
 
-from tfrecord_etl.transforms.augment.common import (
-    BATCH_MB, frame_error, INFER_RECORDS, MODES, NAMESPACE, PROBE_RECORDS, RESERVED_NAMES)
-from tfrecord_etl.transforms.augment.collection import (
-    batches, InputCollection, InputShard, iter_shard, output_name, read_sample, resolve_input)
-from tfrecord_etl.transforms.augment.values import (
-    check_new_size, decode_inputs, decode_record, fn_columns, load_function, parse_constant, parse_scalar,
-    spec_of, value_bytes)
-from tfrecord_etl.transforms.augment.join import (
-    default_value, JoinPlan, key_of, plan_join, read_source_rows)
-from tfrecord_etl.transforms.augment.plan import (
-    AugmentPlan, BatchAugmenter, plan_augment)
-from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
 from tfrecord_etl.transforms.augment.beam import (
-    AugmentShardFn, AugmentShards, AugmentTFRecord, count_records, ExtractKeysFn, FinalizeAugment, FinalizeAugmentFn, manifest,
-    match_keys, plan_offsets, prepare_output_dir, ReadJoinRowsFn)
+    AugmentShardFn,
+    AugmentShards,
+    AugmentTFRecord,
+    ExtractKeysFn,
+    FinalizeAugment,
+    FinalizeAugmentFn,
+    ReadJoinRowsFn,
+    count_records,
+    manifest,
+    match_keys,
+    plan_offsets,
+    prepare_output_dir,
+)
+from tfrecord_etl.transforms.augment.collection import (
+    InputCollection,
+    InputShard,
+    batches,
+    iter_shard,
+    output_name,
+    read_sample,
+    resolve_input,
+)
+from tfrecord_etl.transforms.augment.common import (
+    BATCH_MB,
+    INFER_RECORDS,
+    MODES,
+    NAMESPACE,
+    PROBE_RECORDS,
+    RESERVED_NAMES,
+    frame_error,
+)
+from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
+from tfrecord_etl.transforms.augment.join import JoinPlan, default_value, key_of, plan_join, read_source_rows
+from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter, plan_augment
+from tfrecord_etl.transforms.augment.values import (
+    check_new_size,
+    decode_inputs,
+    decode_record,
+    fn_columns,
+    load_function,
+    parse_constant,
+    parse_scalar,
+    spec_of,
+    value_bytes,
+)
 
 __all__ = [
-    "AugmentConfig", "AugmentOptions", "AugmentTFRecord", "AugmentPlan", "AugmentShardFn", "AugmentShards", "BATCH_MB", "BatchAugmenter", "batches", "check_new_size",
-    "count_records", "decode_inputs", "decode_record", "default_value", "ExtractKeysFn", "FinalizeAugment",
-    "FinalizeAugmentFn", "fn_columns", "frame_error", "INFER_RECORDS", "InputCollection", "InputShard",
-    "iter_shard", "JoinPlan", "key_of", "load_function", "manifest", "match_keys", "MODES", "NAMESPACE",
-    "output_name", "parse_constant", "parse_scalar", "plan_augment", "plan_join", "plan_offsets", "prepare_output_dir",
+    "AugmentConfig",
+    "AugmentOptions",
+    "AugmentTFRecord",
+    "AugmentPlan",
+    "AugmentShardFn",
+    "AugmentShards",
+    "BATCH_MB",
+    "BatchAugmenter",
+    "batches",
+    "check_new_size",
+    "count_records",
+    "decode_inputs",
+    "decode_record",
+    "default_value",
+    "ExtractKeysFn",
+    "FinalizeAugment",
+    "FinalizeAugmentFn",
+    "fn_columns",
+    "frame_error",
+    "INFER_RECORDS",
+    "InputCollection",
+    "InputShard",
+    "iter_shard",
+    "JoinPlan",
+    "key_of",
+    "load_function",
+    "manifest",
+    "match_keys",
+    "MODES",
+    "NAMESPACE",
+    "output_name",
+    "parse_constant",
+    "parse_scalar",
+    "plan_augment",
+    "plan_join",
+    "plan_offsets",
+    "prepare_output_dir",
     "PROBE_RECORDS",
-    "read_sample", "read_source_rows", "ReadJoinRowsFn", "RESERVED_NAMES", "resolve_input", "spec_of",
-    "value_bytes"]
+    "read_sample",
+    "read_source_rows",
+    "ReadJoinRowsFn",
+    "RESERVED_NAMES",
+    "resolve_input",
+    "spec_of",
+    "value_bytes",
+]

@@ -1,26 +1,27 @@
 """Beam: the augment DoFns and PTransforms."""
+
 from __future__ import annotations
 
 import datetime
 import os
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
 from tfrecord_etl.transforms import beam_io, fileio, metadata, outdir, sink, tfrecord
+from tfrecord_etl.transforms.augment.collection import InputShard, batches, check_collection, iter_shard
+from tfrecord_etl.transforms.augment.common import NAMESPACE, frame_error
+from tfrecord_etl.transforms.augment.join import JoinPlan, key_of, read_source_rows, stack_joined
+from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter, learned_specs, observe_batch
+from tfrecord_etl.transforms.augment.readers import write_tfds
+from tfrecord_etl.transforms.augment.values import decode_inputs, decode_record
 from tfrecord_etl.transforms.codec import FeatureSpec, FeatureStats, check_example_frame
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SourceError
 from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT
 from tfrecord_etl.transforms.runlock import CarriesRun
 from tfrecord_etl.transforms.sources import RowRange
-from tfrecord_etl.transforms.augment.common import frame_error, NAMESPACE
-from tfrecord_etl.transforms.augment.collection import batches, check_collection, InputShard, iter_shard
-from tfrecord_etl.transforms.augment.values import decode_inputs, decode_record
-from tfrecord_etl.transforms.augment.join import JoinPlan, key_of, read_source_rows, stack_joined
-from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter, learned_specs, observe_batch
-from tfrecord_etl.transforms.augment.readers import write_tfds
 
 
 def count_records(shard: InputShard, max_record_bytes: int | None = None) -> tuple[int, int]:
@@ -37,9 +38,12 @@ def plan_offsets(counts: Sequence[tuple[int, int]], num_rows: int, pattern: str,
     counts = sorted(counts)
     total = sum(n for _, n in counts)
     if total != num_rows:
-        raise SourceError(f"The join source has {num_rows} rows but the input has {total} records",
-                          file=join_pattern, input=pattern,
-                          hint="--join_by position needs one source row per record, in shard order")
+        raise SourceError(
+            f"The join source has {num_rows} rows but the input has {total} records",
+            file=join_pattern,
+            input=pattern,
+            hint="--join_by position needs one source row per record, in shard order",
+        )
     offsets = np.concatenate([[0], np.cumsum([n for _, n in counts])])
     return {index: int(o) for (index, _), o in zip(counts, offsets)}
 
@@ -47,8 +51,13 @@ def plan_offsets(counts: Sequence[tuple[int, int]], num_rows: int, pattern: str,
 class ExtractKeysFn(CarriesRun, beam.DoFn):
     """Streams one input shard: ``(key, (shard index, record index))`` per record (key join)."""
 
-    def __init__(self, key_spec: FeatureSpec, batch_size: int = 4096, max_record_bytes: int | None = None,
-                 max_features: int | None = None):
+    def __init__(
+        self,
+        key_spec: FeatureSpec,
+        batch_size: int = 4096,
+        max_record_bytes: int | None = None,
+        max_features: int | None = None,
+    ):
         self._spec, self._batch_size, self._max = key_spec, batch_size, max_record_bytes
         self._max_features = max_features
 
@@ -61,8 +70,11 @@ class ExtractKeysFn(CarriesRun, beam.DoFn):
                 except RecordError as e:
                     raise frame_error(e, shard.path, first + i) from None
             decoded = decode_inputs(specs, records, shard.path, first)
-            values = decoded[name] if decoded is not None else \
-                [decode_record(specs, r, shard.path, first + i)[name] for i, r in enumerate(records)]
+            values = (
+                decoded[name]
+                if decoded is not None
+                else [decode_record(specs, r, shard.path, first + i)[name] for i, r in enumerate(records)]
+            )
             for i, value in enumerate(values):
                 where = {"file": shard.path, "record": first + i, "feature": name}
                 yield key_of(value, where), (shard.index, first + i)
@@ -102,17 +114,25 @@ def match_keys(element, join: JoinPlan, shard_paths: Mapping[int, str]):
     if not refs:
         return
     if len(rows) > 1:
-        raise SourceError(f"Key {key!r} appears in {len(rows)} rows of the join source", file=join.pattern,
-                          hint="keys must be unique in the join source")
+        raise SourceError(
+            f"Key {key!r} appears in {len(rows)} rows of the join source",
+            file=join.pattern,
+            hint="keys must be unique in the join source",
+        )
     if rows:
         values = rows[0]
     elif join.defaults is not None:
         values = join.defaults
     else:
         shard, record = min(refs)
-        raise SourceError(f"No row of the join source has key {key!r} (held by {len(refs)} record(s))",
-                          file=join.pattern, shard=shard_paths[shard], record=record, feature=join.key_spec.name,
-                          hint="add the key to the join source, or pass --missing default --defaults NAME=VALUE,...")
+        raise SourceError(
+            f"No row of the join source has key {key!r} (held by {len(refs)} record(s))",
+            file=join.pattern,
+            shard=shard_paths[shard],
+            record=record,
+            feature=join.key_spec.name,
+            hint="add the key to the join source, or pass --missing default --defaults NAME=VALUE,...",
+        )
     for shard, record in refs:
         yield shard, (record, values)
 
@@ -164,8 +184,9 @@ class AugmentShardFn(CarriesRun, beam.DoFn):
         count = 0
         stats = FeatureStats() if plan.collection.observed else None
         try:
-            with sink.shard_writer(final, plan.output_compression, index=plan.readers.index,
-                                   codec=plan.codec) as writer:
+            with sink.shard_writer(
+                final, plan.output_compression, index=plan.readers.index, codec=plan.codec
+            ) as writer:
                 for first, records in batches(iter_shard(shard, tally, plan.max_record_bytes), plan.batch_size):
                     join_columns = self._join_columns(shard, first, len(records), offset, joined)
                     out = self._augmenter.augment(records, shard.path, first, join_columns)  # checks the framing
@@ -176,12 +197,18 @@ class AugmentShardFn(CarriesRun, beam.DoFn):
                     else:
                         writer.write_encoded(out)
                     count += len(records)
-                expected = [("records written", writer.records), ("metadata", shard.records),
-                            ("joined records", None if joined is None else len(joined))]
+                expected = [
+                    ("records written", writer.records),
+                    ("metadata", shard.records),
+                    ("joined records", None if joined is None else len(joined)),
+                ]
                 for what, n in expected:
                     if n is not None and n != count:
-                        raise RecordError(f"The shard holds {count} records but {what}: {n}", file=shard.path,
-                                          hint="the input changed during the run, or its metadata is wrong")
+                        raise RecordError(
+                            f"The shard holds {count} records but {what}: {n}",
+                            file=shard.path,
+                            hint="the input changed during the run, or its metadata is wrong",
+                        )
         finally:
             if plan.join is not None:
                 plan.join.source.close()  # the join source's files stay open for one shard
@@ -190,12 +217,21 @@ class AugmentShardFn(CarriesRun, beam.DoFn):
         self._written.inc(writer.records)
         self._shards.inc()
         self._clock.end()
-        yield {"index": shard.index, "input": shard.path, "file": shard.output_file, "records_in": count,
-               "records": writer.records, "bytes": size, "crc32c": writer.crc32c, "input_bytes": tally["bytes"],
-               "input_crc32c": tally["crc32c"],
-               "compression": shard.compression, "features": None if stats is None else stats.to_json(),
-               "split": shard.split,
-               "index_file": tfrecord.index_name(shard.output_file) if plan.readers.index else None}
+        yield {
+            "index": shard.index,
+            "input": shard.path,
+            "file": shard.output_file,
+            "records_in": count,
+            "records": writer.records,
+            "bytes": size,
+            "crc32c": writer.crc32c,
+            "input_bytes": tally["bytes"],
+            "input_crc32c": tally["crc32c"],
+            "compression": shard.compression,
+            "features": None if stats is None else stats.to_json(),
+            "split": shard.split,
+            "index_file": tfrecord.index_name(shard.output_file) if plan.readers.index else None,
+        }
 
     def _join_columns(self, shard: InputShard, first: int, n: int, offset, joined):
         join = self._plan.join
@@ -208,8 +244,9 @@ class AugmentShardFn(CarriesRun, beam.DoFn):
             try:
                 values = [joined[i][spec.name] for i in range(first, first + n)]
             except KeyError as e:
-                raise RecordError(f"Record {e.args[0]} has no joined values", file=shard.path,
-                                  hint="the input changed during the run") from None
+                raise RecordError(
+                    f"Record {e.args[0]} has no joined values", file=shard.path, hint="the input changed during the run"
+                ) from None
             columns[spec.name] = stack_joined(spec, values)
         return columns
 
@@ -238,25 +275,33 @@ class AugmentShards(beam.PTransform):
         augment = AugmentShardFn(plan)
         if join is not None and join.by == "key":
             paths = {s.index: s.path for s in plan.collection.shards}
-            keys = (shards
-                    | "ExtractKeys" >> beam.ParDo(ExtractKeysFn(join.key_spec, plan.batch_size, plan.max_record_bytes,
-                                                              plan.max_features)))
-            rows = (pbegin
-                    | "CreateJoinRanges" >> beam.Create(list(join.ranges), reshuffle=True)
-                    | "ReadJoinRows" >> beam.ParDo(ReadJoinRowsFn(join)))
-            matched = ({"records": keys, "rows": rows}
-                       | "JoinByKey" >> beam.CoGroupByKey()
-                       | "MatchKeys" >> beam.FlatMap(match_keys, join, paths))
-            return ({"shard": shards | "KeyShards" >> beam.Map(_keyed_by_index), "values": matched}
-                    | "GroupByShard" >> beam.CoGroupByKey()
-                    | "AugmentShard" >> beam.ParDo(augment))
+            keys = shards | "ExtractKeys" >> beam.ParDo(
+                ExtractKeysFn(join.key_spec, plan.batch_size, plan.max_record_bytes, plan.max_features)
+            )
+            rows = (
+                pbegin
+                | "CreateJoinRanges" >> beam.Create(list(join.ranges), reshuffle=True)
+                | "ReadJoinRows" >> beam.ParDo(ReadJoinRowsFn(join))
+            )
+            matched = (
+                {"records": keys, "rows": rows}
+                | "JoinByKey" >> beam.CoGroupByKey()
+                | "MatchKeys" >> beam.FlatMap(match_keys, join, paths)
+            )
+            return (
+                {"shard": shards | "KeyShards" >> beam.Map(_keyed_by_index), "values": matched}
+                | "GroupByShard" >> beam.CoGroupByKey()
+                | "AugmentShard" >> beam.ParDo(augment)
+            )
         spread = shards
         if join is None or all(s.offset is not None for s in plan.collection.shards):
             return spread | "AugmentShard" >> beam.ParDo(augment)
-        offsets = (spread
-                   | "CountRecords" >> beam.Map(count_records, plan.max_record_bytes)
-                   | "CollectCounts" >> beam.combiners.ToList()
-                   | "PlanOffsets" >> beam.Map(plan_offsets, join.num_rows, plan.collection.pattern, join.pattern))
+        offsets = (
+            spread
+            | "CountRecords" >> beam.Map(count_records, plan.max_record_bytes)
+            | "CollectCounts" >> beam.combiners.ToList()
+            | "PlanOffsets" >> beam.Map(plan_offsets, join.num_rows, plan.collection.pattern, join.pattern)
+        )
         return spread | "AugmentShard" >> beam.ParDo(augment, offsets=beam.pvalue.AsSingleton(offsets))
 
 
@@ -266,12 +311,21 @@ def manifest(plan: AugmentPlan, results: Sequence[dict]) -> dict:
     features (``inferred`` when they were inferred from a collection without metadata)."""
     return {
         "format": SIDECAR_FORMAT,
-        "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "input": plan.collection.pattern,
         "inferred": plan.collection.inferred,
         "features": [s.to_json() for s in plan.collection.specs],
-        "shards": [{"input": _absolute(r["input"]), "compression": r["compression"], "records": r["records_in"],
-                    "bytes": r["input_bytes"], "crc32c": r["input_crc32c"], "sidecar": r["file"]} for r in results],
+        "shards": [
+            {
+                "input": _absolute(r["input"]),
+                "compression": r["compression"],
+                "records": r["records_in"],
+                "bytes": r["input_bytes"],
+                "crc32c": r["input_crc32c"],
+                "sidecar": r["file"],
+            }
+            for r in results
+        ],
         "num_records": sum(r["records_in"] for r in results),
     }
 
@@ -299,14 +353,20 @@ class FinalizeAugmentFn(CarriesRun, beam.DoFn):
         plan = self._plan
         results = sorted(results, key=lambda r: r["index"])
         if [r["index"] for r in results] != list(range(len(plan.collection.shards))):
-            raise RecordError(f"{len(results)} shard results for {len(plan.collection.shards)} input shards",
-                              file=plan.output_dir, hint="re-run; report it if it happens again")
+            raise RecordError(
+                f"{len(results)} shard results for {len(plan.collection.shards)} input shards",
+                file=plan.output_dir,
+                hint="re-run; report it if it happens again",
+            )
         total_in, total_out = sum(r["records_in"] for r in results), sum(r["records"] for r in results)
         bad = [r["input"] for r in results if r["records_in"] != r["records"]]
         expected = plan.collection.num_records
         if bad or total_in != total_out or (expected is not None and expected != total_in):
-            raise RecordError(f"Records in ({total_in}) != records out ({total_out}) (metadata: {expected})",
-                              file=bad[0] if bad else plan.output_dir, hint="re-run; report it if it happens again")
+            raise RecordError(
+                f"Records in ({total_in}) != records out ({total_out}) (metadata: {expected})",
+                file=bad[0] if bad else plan.output_dir,
+                hint="re-run; report it if it happens again",
+            )
         check_collection(plan.collection)
         corrections: list = []
         if plan.collection.observed:  # the features every record satisfies, not the sample's guess
@@ -319,19 +379,33 @@ class FinalizeAugmentFn(CarriesRun, beam.DoFn):
         if plan.mode == "sidecar":
             sink.write_json(fileio.join(plan.output_dir, MANIFEST_FILE), manifest(plan, results))
         specs = plan.output_specs
-        shards = [{"file": r["file"], "records": r["records"], "bytes": r["bytes"], "crc32c": r["crc32c"],
-                   **({"index": r["index_file"]} if r.get("index_file") else {}),
-                   **({"split": r["split"]} if r.get("split") else {})} for r in results]
+        shards = [
+            {
+                "file": r["file"],
+                "records": r["records"],
+                "bytes": r["bytes"],
+                "crc32c": r["crc32c"],
+                **({"index": r["index_file"]} if r.get("index_file") else {}),
+                **({"split": r["split"]} if r.get("split") else {}),
+            }
+            for r in results
+        ]
         sources = [{"path": r["input"], "records": r["records_in"]} for r in results]
         meta = metadata.build(specs, shards, plan.output_compression, sources, "augment", plan.options)
         if plan.codec:
             meta["compression_backend"] = dict(plan.codec)
         meta["augment"] = {
-            "mode": plan.mode, "input": plan.collection.pattern, "input_features_inferred": plan.collection.inferred,
-            "input_schema": plan.collection.schema_file, "input_features_corrected": corrections,
-            "records_in": total_in, "new_features": [s.name for s in plan.new_specs], "replaced": list(plan.replace),
-            "join": None if plan.join is None else {"input": plan.join.pattern, "by": plan.join.by,
-                                                    "files": [i.path for i in plan.join.indexes]},
+            "mode": plan.mode,
+            "input": plan.collection.pattern,
+            "input_features_inferred": plan.collection.inferred,
+            "input_schema": plan.collection.schema_file,
+            "input_features_corrected": corrections,
+            "records_in": total_in,
+            "new_features": [s.name for s in plan.new_specs],
+            "replaced": list(plan.replace),
+            "join": None
+            if plan.join is None
+            else {"input": plan.join.pattern, "by": plan.join.by, "files": [i.path for i in plan.join.indexes]},
         }
         tfds = write_tfds(plan.readers, plan.output_dir, plan.mode, plan.collection.pattern, specs, shards)
         if tfds is not None:
@@ -349,18 +423,23 @@ class FinalizeAugment(beam.PTransform):
         self._plan = plan
 
     def expand(self, results):
-        return (results
-                | "CollectShards" >> beam.combiners.ToList()
-                | "WriteMetadata" >> beam.ParDo(FinalizeAugmentFn(self._plan)))
-
-
+        return (
+            results
+            | "CollectShards" >> beam.combiners.ToList()
+            | "WriteMetadata" >> beam.ParDo(FinalizeAugmentFn(self._plan))
+        )
 
 
 def prepare_output_dir(plan: AugmentPlan) -> tuple[outdir.Lock, AugmentPlan]:
     """Prepares the output directory of ``plan`` (``outdir.prepare``); returns the held lock and the plan writing
     the generation of names the lock chose, replacing the committed files it names at the commit."""
-    lock = outdir.prepare(plan.output_dir, command="augment", options=plan.options, files=plan.output_files(),
-                          overwrite=bool(plan.options.get("overwrite")))
+    lock = outdir.prepare(
+        plan.output_dir,
+        command="augment",
+        options=plan.options,
+        files=plan.output_files(),
+        overwrite=bool(plan.options.get("overwrite")),
+    )
     return lock, plan.with_output(lock.generation, lock.replacement)
 
 
@@ -389,11 +468,20 @@ class AugmentTFRecord(beam.PTransform):
       ConfigError, SourceError, SchemaError, RecordError: as the command's flags and inputs.
     """
 
-    def __init__(self, input_pattern: str | None = None, output_dir: str | None = None, *, config=None,
-                 plan: AugmentPlan | None = None, prepare_output: bool = True, **options):
+    def __init__(
+        self,
+        input_pattern: str | None = None,
+        output_dir: str | None = None,
+        *,
+        config=None,
+        plan: AugmentPlan | None = None,
+        prepare_output: bool = True,
+        **options,
+    ):
         super().__init__()
         from tfrecord_etl.transforms.augment.config import AugmentConfig
         from tfrecord_etl.transforms.augment.plan import plan_augment
+
         if plan is None:
             if config is None:
                 try:
@@ -407,6 +495,4 @@ class AugmentTFRecord(beam.PTransform):
             lock.release()
 
     def expand(self, pbegin):
-        return (pbegin
-                | "AugmentShards" >> AugmentShards(self.plan)
-                | "FinalizeAugment" >> FinalizeAugment(self.plan))
+        return pbegin | "AugmentShards" >> AugmentShards(self.plan) | "FinalizeAugment" >> FinalizeAugment(self.plan)

@@ -1,15 +1,15 @@
 """The input collection: shards, their compression and features, and reading their records."""
+
 from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 
 from tfrecord_etl.transforms import fileio, metadata, schemacheck, tfrecord
+from tfrecord_etl.transforms.augment.common import INFER_RECORDS, PROBE_RECORDS, amend_error
 from tfrecord_etl.transforms.codec import FeatureSpec, infer_feature_specs
 from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, RecordError, SchemaError
-from tfrecord_etl.transforms.augment.common import INFER_RECORDS, PROBE_RECORDS, amend_error
-
 
 SCHEMA_MAX_BYTES = 64 << 20  # a --schema file larger than this is refused before it is read
 
@@ -78,7 +78,7 @@ def output_name(path: str, compression: str, output_compression: str) -> str:
     name = fileio.basename(path)
     for suffix in {"gzip": (".gz",), "zlib": tfrecord.ZLIB_SUFFIXES}.get(compression, ()):
         if name.endswith(suffix):
-            name = name[:-len(suffix)]
+            name = name[: -len(suffix)]
             break
     return name + tfrecord.SUFFIXES[output_compression]
 
@@ -88,6 +88,7 @@ def suggest_pattern(directory: str) -> str:
     its files share (TFX names shards ``data_tfrecord-00000-of-00001.gz``, so ``*.tfrecord*`` would match nothing),
     else ``DIR/*``."""
     import collections
+
     try:
         names = [fileio.basename(p) for p, _ in fileio.match(fileio.join(directory, "*"))]
     except Exception:  # noqa: BLE001 - an empty or unreadable directory: the generic pattern
@@ -99,9 +100,14 @@ def suggest_pattern(directory: str) -> str:
     return fileio.join(directory, "*")
 
 
-def resolve_input(pattern: str, compression: str = "auto", sample_size: int | None = None,
-                  max_record_bytes: int | None = None, max_features: int | None = None, schema: str | None = None
-                  ) -> tuple[InputCollection, list[bytes]]:
+def resolve_input(
+    pattern: str,
+    compression: str = "auto",
+    sample_size: int | None = None,
+    max_record_bytes: int | None = None,
+    max_features: int | None = None,
+    schema: str | None = None,
+) -> tuple[InputCollection, list[bytes]]:
     """Finds the input shards, their compression and features; returns them and a sample of records.
 
     ``pattern`` is an output directory of tfrecord-etl (its ``metadata.json`` gives the shards, the
@@ -128,15 +134,17 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
     meta, counts, sizes, digest, meta_dir = None, {}, {}, None, None
     if fileio.is_dir(pattern):
         if not fileio.exists(fileio.join(pattern, metadata.METADATA_FILE)):
-            raise ConfigError("--input is a directory without metadata.json (not a complete tfrecord-etl output)",
-                              file=pattern, hint="pass a file pattern of its TFRecord shards, e.g. "
-                                                 f"'{suggest_pattern(pattern)}'")
+            raise ConfigError(
+                "--input is a directory without metadata.json (not a complete tfrecord-etl output)",
+                file=pattern,
+                hint=f"pass a file pattern of its TFRecord shards, e.g. '{suggest_pattern(pattern)}'",
+            )
         (meta, digest), meta_dir = schemacheck.load_output(pattern), pattern
         paths = metadata.shard_paths(pattern, meta)
     else:
         matched = fileio.match(pattern)
         paths, sizes = [p for p, _ in matched], dict(matched)
-        parents = {p[:len(p) - len(fileio.basename(p))] for p in paths}
+        parents = {p[: len(p) - len(fileio.basename(p))] for p in paths}
         if len(parents) == 1:
             parent = parents.pop()
             if fileio.exists(fileio.join(parent, metadata.METADATA_FILE)):
@@ -151,29 +159,49 @@ def resolve_input(pattern: str, compression: str = "auto", sample_size: int | No
     for path in paths:
         tfrecord.check_regular(path)  # a FIFO or device among the shards is never opened
     comps = _compressions(paths, compression, meta)
-    shards = tuple(InputShard(i, p, c, fileio.basename(p), counts.get(fileio.basename(p)),
-                              split=split_of.get(fileio.basename(p)),
-                              **_identity(p, recorded.get(fileio.basename(p)), sizes.get(p)))
-                   for i, (p, c) in enumerate(zip(paths, comps)))
-    pinned = {"metadata_path": fileio.join(meta_dir, metadata.METADATA_FILE), "metadata_digest": digest} \
-        if meta is not None else {}
-    sample = read_sample(shards, (sample_size or INFER_RECORDS) if meta is None else PROBE_RECORDS,
-                         max_record_bytes)
+    shards = tuple(
+        InputShard(
+            i,
+            p,
+            c,
+            fileio.basename(p),
+            counts.get(fileio.basename(p)),
+            split=split_of.get(fileio.basename(p)),
+            **_identity(p, recorded.get(fileio.basename(p)), sizes.get(p)),
+        )
+        for i, (p, c) in enumerate(zip(paths, comps))
+    )
+    pinned = (
+        {"metadata_path": fileio.join(meta_dir, metadata.METADATA_FILE), "metadata_digest": digest}
+        if meta is not None
+        else {}
+    )
+    sample = read_sample(shards, (sample_size or INFER_RECORDS) if meta is None else PROBE_RECORDS, max_record_bytes)
     if meta is not None:
         if schema:
-            raise ConfigError("--schema is for collections without metadata.json; this one has it", file=pattern,
-                              hint="drop --schema: the metadata's features are used")
+            raise ConfigError(
+                "--schema is for collections without metadata.json; this one has it",
+                file=pattern,
+                hint="drop --schema: the metadata's features are used",
+            )
         tfds_name = (meta.get("tfds") or {}).get("name") if isinstance(meta.get("tfds"), dict) else None
         indexed = bool(shards) and all("index" in recorded.get(fileio.basename(s.path), {}) for s in shards)
-        return InputCollection(pattern, shards, tuple(meta["features"]), False, **pinned,
-                               tfds_name=tfds_name if isinstance(tfds_name, str) else None,
-                               indexed=indexed), sample
+        return InputCollection(
+            pattern,
+            shards,
+            tuple(meta["features"]),
+            False,
+            **pinned,
+            tfds_name=tfds_name if isinstance(tfds_name, str) else None,
+            indexed=indexed,
+        ), sample
     if schema:
         if not fileio.exists(schema) or fileio.is_dir(schema):
             raise ConfigError("--schema names no file", file=schema, hint="pass the path of a schema.pbtxt")
         if fileio.size(schema) > SCHEMA_MAX_BYTES:
-            raise ConfigError(f"--schema is {fileio.size(schema):,} bytes, over {SCHEMA_MAX_BYTES:,}: not a "
-                              "schema.pbtxt", file=schema)
+            raise ConfigError(
+                f"--schema is {fileio.size(schema):,} bytes, over {SCHEMA_MAX_BYTES:,}: not a schema.pbtxt", file=schema
+            )
         specs = metadata.specs_from_schema(fileio.read_bytes(schema).decode("utf-8", "replace"), schema)
         return InputCollection(pattern, shards, specs, False, schema), sample
     try:
@@ -197,15 +225,21 @@ def _identity(path: str, entry: dict | None, listed_size: int | None) -> dict:
     size = entry.get("bytes") if type(entry.get("bytes")) is int else listed_size
     found = fileio.pin(path, size)
     if "bytes" in entry and found[1] is not None and found[0] != size:
-        raise RecordError(f"Input shard holds {found[0]} bytes, its metadata.json says {size}: it was truncated, "
-                          "corrupted or replaced after it was written", file=path, hint=_differs_hint(path))
+        raise RecordError(
+            f"Input shard holds {found[0]} bytes, its metadata.json says {size}: it was truncated, "
+            "corrupted or replaced after it was written",
+            file=path,
+            hint=_differs_hint(path),
+        )
     return {"pin": (found[0] if size is None else size, found[1]), "crc32c": entry.get("crc32c")}
 
 
 def _differs_hint(path: str) -> str:
-    where = path[:len(path) - len(fileio.basename(path))].rstrip("/") or "."
-    return (f"check the input with tfrecord-etl verify {where}, then restore the shard or convert the input "
-            "again; running augment again reads the same bytes")
+    where = path[: len(path) - len(fileio.basename(path))].rstrip("/") or "."
+    return (
+        f"check the input with tfrecord-etl verify {where}, then restore the shard or convert the input "
+        "again; running augment again reads the same bytes"
+    )
 
 
 def check_collection(collection: InputCollection) -> None:
@@ -222,10 +256,12 @@ def check_collection(collection: InputCollection) -> None:
         except Exception:  # noqa: BLE001 - gone or unreadable: not the metadata planned
             now = None
         if now != collection.metadata_digest:
-            raise InputChangedError("The input collection changed while it was read (its metadata.json is "
-                                    f"{'gone' if now is None else 'not the one planned'}): run again",
-                                    file=collection.metadata_path, hint="wait until the run writing the input "
-                                    "collection has finished, then run the command again")
+            raise InputChangedError(
+                "The input collection changed while it was read (its metadata.json is "
+                f"{'gone' if now is None else 'not the one planned'}): run again",
+                file=collection.metadata_path,
+                hint="wait until the run writing the input collection has finished, then run the command again",
+            )
     for shard in collection.shards:
         if shard.pin is not None and shard.pin[1] is not None:
             fileio.check_pin(shard.path, shard.pin, "Input shard")
@@ -240,6 +276,7 @@ def _compressions(paths: Sequence[str], compression: str, meta: dict | None) -> 
     unsuffixed = [p for p, c in zip(paths, comps) if c == "none"]
     if unsuffixed:
         from tfrecord_etl.transforms.reader import file_compression
+
         detected = file_compression(unsuffixed[0])
         comps = [detected if p in set(unsuffixed) else c for p, c in zip(paths, comps)]
     return comps
@@ -259,8 +296,9 @@ def read_sample(shards: Sequence[InputShard], size: int, max_record_bytes: int |
     return sample
 
 
-def iter_shard(shard: InputShard, tally: dict | None = None, max_record_bytes: int | None = None
-               ) -> Generator[tuple[int, bytes], None, None]:
+def iter_shard(
+    shard: InputShard, tally: dict | None = None, max_record_bytes: int | None = None
+) -> Generator[tuple[int, bytes], None, None]:
     """``(record index, record bytes)`` of one input shard, streamed a record at a time, CRCs checked.
 
     The shard is checked against what planning recorded (``shard.pin``, ``shard.crc32c``): its size (and a local
@@ -283,8 +321,9 @@ def iter_shard(shard: InputShard, tally: dict | None = None, max_record_bytes: i
         fileio.check_pin(shard.path, shard.pin, "Input shard")
     with fileio.open_read(shard.path) as raw:
         stream = tfrecord.ChecksumReader(raw)
-        for index, _, record in tfrecord.iter_records(tfrecord.open_decompressed(stream, shard.compression),
-                                                      shard.path, max_record_bytes=max_record_bytes):
+        for index, _, record in tfrecord.iter_records(
+            tfrecord.open_decompressed(stream, shard.compression), shard.path, max_record_bytes=max_record_bytes
+        ):
             yield index, record
         stream.drain()
     planned = shard.pin[0] if shard.pin is not None else stream.bytes
@@ -292,11 +331,17 @@ def iter_shard(shard: InputShard, tally: dict | None = None, max_record_bytes: i
         local = shard.pin is not None and shard.pin[1] is not None
         if local:  # rewritten during this run (size or modification time moved): InputChangedError, run again
             fileio.check_pin(shard.path, shard.pin, "Input shard")
-        raise RecordError(f"Input shard differs from its metadata.json ({stream.bytes} bytes with CRC32C "
-                          f"{stream.crc32c}; metadata.json says {planned} bytes, {shard.crc32c})"
-                          + (" and did not change during this run: it was corrupted or replaced after it was written"
-                             if local else ": it was corrupted or replaced after it was written, or rewritten "
-                                           "since this run planned"), file=shard.path, hint=_differs_hint(shard.path))
+        raise RecordError(
+            f"Input shard differs from its metadata.json ({stream.bytes} bytes with CRC32C "
+            f"{stream.crc32c}; metadata.json says {planned} bytes, {shard.crc32c})"
+            + (
+                " and did not change during this run: it was corrupted or replaced after it was written"
+                if local
+                else ": it was corrupted or replaced after it was written, or rewritten since this run planned"
+            ),
+            file=shard.path,
+            hint=_differs_hint(shard.path),
+        )
     if shard.pin is not None:
         fileio.check_pin(shard.path, shard.pin, "Input shard")
     if tally is not None:
@@ -311,5 +356,3 @@ def batches(records: Iterable[tuple[int, bytes]], size: int) -> Iterator[tuple[i
         if not chunk:
             return
         yield chunk[0][0], [r for _, r in chunk]
-
-

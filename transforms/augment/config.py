@@ -1,15 +1,21 @@
 """The options of the augment pipeline (``tfrecord-etl augment``, ``AugmentTFRecord``): the pydantic model
 that validates flags and YAML keys, and the Beam ``PipelineOptions`` subclass that declares the flags."""
+
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from apache_beam.options.pipeline_options import PipelineOptions
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tfrecord_etl.transforms.codec.encodings import AUTO
-from tfrecord_etl.transforms.config import (DEFAULT_MAX_LOCAL_WORKERS, ConvertConfig, DefaultEncodingName, EncodingName,
-                                          add_model_flags)
+from tfrecord_etl.transforms.config import (
+    DEFAULT_MAX_LOCAL_WORKERS,
+    ConvertConfig,
+    DefaultEncodingName,
+    EncodingName,
+    add_model_flags,
+)
 
 
 def _split(value):
@@ -40,75 +46,131 @@ class AugmentConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    input: str = Field(description="TFRecord shards of tf.train.Example: a file pattern, or an output directory of "
-                                   "the convert pipeline (its metadata.json is used)")
+    input: str = Field(
+        description="TFRecord shards of tf.train.Example: a file pattern, or an output directory of "
+        "the convert pipeline (its metadata.json is used)"
+    )
     output_dir: str = Field(description="output directory; an existing non-empty one is refused unless --overwrite")
-    spans: Optional[str] = Field(None, description="a collection --input's spans to augment, each IN/span-N -> "
-                                 "OUTPUT_DIR/span-N, committed in OUTPUT_DIR/collection.json: 7, 3,5,9, 3-9, "
-                                 "latest, latest:N, all, or new (spans not augmented yet, or whose input changed)")
-    mode: Literal["rewrite", "sidecar"] = Field("rewrite", description="rewrite: each record = old bytes + new "
-                                                "features; sidecar: only the new features, aligned per record")
+    spans: str | None = Field(
+        None,
+        description="a collection --input's spans to augment, each IN/span-N -> "
+        "OUTPUT_DIR/span-N, committed in OUTPUT_DIR/collection.json: 7, 3,5,9, 3-9, "
+        "latest, latest:N, all, or new (spans not augmented yet, or whose input changed)",
+    )
+    mode: Literal["rewrite", "sidecar"] = Field(
+        "rewrite",
+        description="rewrite: each record = old bytes + new "
+        "features; sidecar: only the new features, aligned per record",
+    )
     compression: Literal["auto", "none", "gzip", "zlib"] = Field(
-        "auto", description="compression of the input: auto = from the metadata, else the suffix, else the first bytes")
-    output_compression: Optional[Literal["none", "gzip", "zlib"]] = Field(
-        None, description="compression of the output shards; default: the input's")
-    compression_level: Optional[int] = Field(None, ge=0, le=9, description="gzip/zlib level of the output's "
-                                             "compression backend: isal 0-3 (default 3), zlib-ng 0-9 (default 3), "
-                                             "zlib 0-9 (default 6); default: the backend's")
-    input_schema: Optional[str] = Field(
-        None, alias="schema", description="a tensorflow_metadata schema.pbtxt (e.g. from TFX SchemaGen) declaring the "
+        "auto", description="compression of the input: auto = from the metadata, else the suffix, else the first bytes"
+    )
+    output_compression: Literal["none", "gzip", "zlib"] | None = Field(
+        None, description="compression of the output shards; default: the input's"
+    )
+    compression_level: int | None = Field(
+        None,
+        ge=0,
+        le=9,
+        description="gzip/zlib level of the output's "
+        "compression backend: isal 0-3 (default 3), zlib-ng 0-9 (default 3), "
+        "zlib 0-9 (default 6); default: the backend's",
+    )
+    input_schema: str | None = Field(
+        None,
+        alias="schema",
+        description="a tensorflow_metadata schema.pbtxt (e.g. from TFX SchemaGen) declaring the "
         "input's features, for a collection without metadata.json; every record is checked against it (default: learn "
-        "the features from every record)")
-    fn: Optional[str] = Field(None, description="user function module:function returning {new name: array}")
-    fn_inputs: list[str] = Field(default_factory=list, description="existing features decoded for --fn, "
-                                 "comma-separated")
-    fn_batch: bool = Field(False, description="call --fn once per batch with arrays stacked along a new leading "
-                           "axis, instead of once per example")
-    constants: dict[str, str] = Field(default_factory=dict, description="constant new features, "
-                                      "NAME=VALUE[:DTYPE],... (int -> int64, decimal -> float32, else bytes)")
-    join_input: Optional[str] = Field(None, description="HDF5/.npz/.npy file pattern (or a Zarr store) whose rows "
-                                      "are joined to the records")
-    join_by: Literal["position", "key"] = Field("position", description="position: source row n -> record n in "
-                                                "shard order; key: --key_feature = --join_key")
-    key_feature: Optional[str] = Field(None, description="the input's key feature (int64 or bytes) for --join_by key")
-    join_key: Optional[str] = Field(None, description="the join source's key feature for --join_by key")
-    join_fields: dict[str, str] = Field(default_factory=dict, description="source features to add, SOURCE[=NEW],...; "
-                                        "default: all but the key")
-    join_datasets: Optional[list[str]] = Field(None, description="HDF5 dataset paths of the join source to read, "
-                                               "comma-separated; default: all")
-    missing: Literal["error", "default"] = Field("error", description="a key with no source row: error, or "
-                                                 "--defaults values")
+        "the features from every record)",
+    )
+    fn: str | None = Field(None, description="user function module:function returning {new name: array}")
+    fn_inputs: list[str] = Field(
+        default_factory=list, description="existing features decoded for --fn, comma-separated"
+    )
+    fn_batch: bool = Field(
+        False,
+        description="call --fn once per batch with arrays stacked along a new leading "
+        "axis, instead of once per example",
+    )
+    constants: dict[str, str] = Field(
+        default_factory=dict,
+        description="constant new features, NAME=VALUE[:DTYPE],... (int -> int64, decimal -> float32, else bytes)",
+    )
+    join_input: str | None = Field(
+        None, description="HDF5/.npz/.npy file pattern (or a Zarr store) whose rows are joined to the records"
+    )
+    join_by: Literal["position", "key"] = Field(
+        "position", description="position: source row n -> record n in shard order; key: --key_feature = --join_key"
+    )
+    key_feature: str | None = Field(None, description="the input's key feature (int64 or bytes) for --join_by key")
+    join_key: str | None = Field(None, description="the join source's key feature for --join_by key")
+    join_fields: dict[str, str] = Field(
+        default_factory=dict, description="source features to add, SOURCE[=NEW],...; default: all but the key"
+    )
+    join_datasets: list[str] | None = Field(
+        None, description="HDF5 dataset paths of the join source to read, comma-separated; default: all"
+    )
+    missing: Literal["error", "default"] = Field(
+        "error", description="a key with no source row: error, or --defaults values"
+    )
     defaults: dict[str, str] = Field(default_factory=dict, description="values for unmatched keys, NAME=VALUE,...")
-    replace_fields: list[str] = Field(default_factory=list, description="new features that replace existing ones "
-                                      "(the old values are removed), comma-separated")
-    encoding: DefaultEncodingName = Field(AUTO, description="encoding of the new numeric features: auto = the "
-                                          "collection's style (tensor in a collection of tensor features, else "
-                                          "typed lists where exact and not much larger, as convert's auto), or one "
-                                          "of the encodings")
+    replace_fields: list[str] = Field(
+        default_factory=list,
+        description="new features that replace existing ones (the old values are removed), comma-separated",
+    )
+    encoding: DefaultEncodingName = Field(
+        AUTO,
+        description="encoding of the new numeric features: auto = the "
+        "collection's style (tensor in a collection of tensor features, else "
+        "typed lists where exact and not much larger, as convert's auto), or one "
+        "of the encodings",
+    )
     feature_encodings: dict[str, EncodingName] = Field(
-        default_factory=dict, description="per-new-feature encodings (e.g. mask=packbits), NAME=ENCODING,...")
-    allow_lossy: list[str] = Field(default_factory=list, description="new features whose lossy list cast "
-                                   "(float64->float32, uint64->int64) is allowed, comma-separated")
+        default_factory=dict, description="per-new-feature encodings (e.g. mask=packbits), NAME=ENCODING,..."
+    )
+    allow_lossy: list[str] = Field(
+        default_factory=list,
+        description="new features whose lossy list cast (float64->float32, uint64->int64) is allowed, comma-separated",
+    )
     batch_size: int = Field(4096, ge=1, description="records per batch (one encode call per batch)")
-    max_record_mb: float = Field(1024.0, gt=0, le=2047, description="limit on one record in MiB (2**20 bytes): input length "
-                                 "headers (checked before reading) and output records; protobuf's limit is 2 GB")
-    max_features: int = Field(10_000, ge=1, description="limit on the features of one input record, and on the "
-                              "distinct feature names inferred from a collection without metadata")
-    max_local_workers: int = Field(DEFAULT_MAX_LOCAL_WORKERS, ge=1, description="the largest "
-                                   "--direct_num_workers accepted (default: 4 per CPU, at least 16)")
-    overwrite: bool = Field(False, description="replace our files in an existing output directory (files we did "
-                            "not write are kept)")
+    max_record_mb: float = Field(
+        1024.0,
+        gt=0,
+        le=2047,
+        description="limit on one record in MiB (2**20 bytes): input length "
+        "headers (checked before reading) and output records; protobuf's limit is 2 GB",
+    )
+    max_features: int = Field(
+        10_000,
+        ge=1,
+        description="limit on the features of one input record, and on the "
+        "distinct feature names inferred from a collection without metadata",
+    )
+    max_local_workers: int = Field(
+        DEFAULT_MAX_LOCAL_WORKERS,
+        ge=1,
+        description="the largest --direct_num_workers accepted (default: 4 per CPU, at least 16)",
+    )
+    overwrite: bool = Field(
+        False, description="replace our files in an existing output directory (files we did not write are kept)"
+    )
     verbose: bool = Field(False, description="show TensorFlow and Beam logs")
-    progress: Optional[bool] = Field(None, description="a progress bar on stderr when it is a terminal (records "
-                                     "and bytes written of the planned total, rate, time left); default: on in a "
-                                     "terminal (--no-progress: off)")
-    pipeline_options: dict[str, Any] = Field(default_factory=dict, description="Beam pipeline options as a "
-                                             "mapping (YAML only), e.g. {runner: DirectRunner}; flags win")
+    progress: bool | None = Field(
+        None,
+        description="a progress bar on stderr when it is a terminal (records "
+        "and bytes written of the planned total, rate, time left); default: on in a "
+        "terminal (--no-progress: off)",
+    )
+    pipeline_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Beam pipeline options as a mapping (YAML only), e.g. {runner: DirectRunner}; flags win",
+    )
 
     beam_argv = ConvertConfig.beam_argv
 
     _lists = field_validator("fn_inputs", "replace_fields", "allow_lossy", "join_datasets", mode="before")(
-        classmethod(lambda cls, v: _split(v)))
+        classmethod(lambda cls, v: _split(v))
+    )
     _dicts = field_validator("constants", "defaults", mode="before")(classmethod(lambda cls, v: _pairs(v)))
     _fields = field_validator("join_fields", mode="before")(classmethod(lambda cls, v: _pairs(v, allow_bare=True)))
 

@@ -1,16 +1,17 @@
 """Joins with an array source (HDF5 / .npz / .npy, read with the convert pipeline's sources)."""
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from tfrecord_etl.transforms import planning
+from tfrecord_etl.transforms.augment.values import parse_scalar
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError
 from tfrecord_etl.transforms.sources import FileIndex, RowRange, Source, SourceOptions
-from tfrecord_etl.transforms.augment.values import parse_scalar
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,9 +80,20 @@ def default_value(spec: FeatureSpec, text: str):
     return np.full(spec.shape, value, dtype=spec.dtype)
 
 
-def plan_join(pattern: str, by: str, old_specs: Sequence[FeatureSpec], *, key_feature=None, join_key=None,
-              fields: Mapping[str, str] | None = None, datasets=None, missing="error", defaults=None,
-              encoding="tensor", allow_lossy=()) -> JoinPlan:
+def plan_join(
+    pattern: str,
+    by: str,
+    old_specs: Sequence[FeatureSpec],
+    *,
+    key_feature=None,
+    join_key=None,
+    fields: Mapping[str, str] | None = None,
+    datasets=None,
+    missing="error",
+    defaults=None,
+    encoding="tensor",
+    allow_lossy=(),
+) -> JoinPlan:
     """Indexes the join source (``planning.plan_inputs``) and checks the join options.
 
     Args:
@@ -101,25 +113,36 @@ def plan_join(pattern: str, by: str, old_specs: Sequence[FeatureSpec], *, key_fe
     if by == "key":
         old = {s.name: s for s in old_specs}
         if key_feature not in old:
-            raise ConfigError(f"--key_feature '{key_feature}' is not a feature of the input",
-                              hint=f"features are {sorted(old)}")
+            raise ConfigError(
+                f"--key_feature '{key_feature}' is not a feature of the input", hint=f"features are {sorted(old)}"
+            )
         if join_key not in by_name:
-            raise ConfigError(f"--join_key '{join_key}' is not a feature of the join source", file=pattern,
-                              hint=f"source features are {sorted(by_name)}")
+            raise ConfigError(
+                f"--join_key '{join_key}' is not a feature of the join source",
+                file=pattern,
+                hint=f"source features are {sorted(by_name)}",
+            )
         key_spec, src_key = old[key_feature], by_name[join_key]
         kinds = (_key_kind(key_spec), _key_kind(src_key))
         if None in kinds or kinds[0] != kinds[1]:
-            raise SchemaError(f"Cannot join key feature '{key_feature}' ({key_spec.dtype}) with source key "
-                              f"'{join_key}' ({src_key.dtype})", file=pattern,
-                              hint="both keys must be integers, or both strings")
+            raise SchemaError(
+                f"Cannot join key feature '{key_feature}' ({key_spec.dtype}) with source key "
+                f"'{join_key}' ({src_key.dtype})",
+                file=pattern,
+                hint="both keys must be integers, or both strings",
+            )
         if src_key.size != 1:
-            raise SchemaError(f"Source key '{join_key}' has shape {src_key.shape}; a key is one value per row",
-                              file=pattern)
+            raise SchemaError(
+                f"Source key '{join_key}' has shape {src_key.shape}; a key is one value per row", file=pattern
+            )
     fields = dict(fields) if fields else {n: n for n in by_name if n != join_key}
     unknown = sorted(set(fields) - set(by_name))
     if unknown:
-        raise ConfigError(f"--join_fields names {unknown}, which the join source does not have", file=pattern,
-                          hint=f"source features are {sorted(by_name)}")
+        raise ConfigError(
+            f"--join_fields names {unknown}, which the join source does not have",
+            file=pattern,
+            hint=f"source features are {sorted(by_name)}",
+        )
     specs = tuple(dataclasses.replace(by_name[src], name=new) for src, new in fields.items())
     parsed_defaults = None
     if missing == "default":
@@ -127,12 +150,24 @@ def plan_join(pattern: str, by: str, old_specs: Sequence[FeatureSpec], *, key_fe
         names = [s.name for s in specs]
         lacking, extra = [n for n in names if n not in defaults], sorted(set(defaults) - set(names))
         if lacking or extra:
-            raise ConfigError(f"--missing default needs one --defaults value per joined feature: "
-                              f"{'missing ' + str(lacking) if lacking else 'unknown ' + str(extra)}",
-                              hint=f"joined features are {names}")
+            raise ConfigError(
+                f"--missing default needs one --defaults value per joined feature: "
+                f"{'missing ' + str(lacking) if lacking else 'unknown ' + str(extra)}",
+                hint=f"joined features are {names}",
+            )
         parsed_defaults = {s.name: default_value(s, defaults[s.name]) for s in specs}
-    return JoinPlan(pattern, by, plan.source, plan.indexes, plan.ranges, tuple(fields.items()), specs, key_spec,
-                    join_key, parsed_defaults)
+    return JoinPlan(
+        pattern,
+        by,
+        plan.source,
+        plan.indexes,
+        plan.ranges,
+        tuple(fields.items()),
+        specs,
+        key_spec,
+        join_key,
+        parsed_defaults,
+    )
 
 
 def _concat(parts: list):
@@ -157,8 +192,11 @@ def read_source_rows(join: JoinPlan, start: int, stop: int) -> dict:
             parts.append(join.source.read_pinned(RowRange(index.path, lo - base, hi - base, index.items)))
         base += index.num_rows
     if stop > base:
-        raise SourceError(f"The join source has {base} rows, but record {stop - 1} needs row {stop - 1}",
-                          file=join.pattern, hint="--join_by position needs one source row per record")
+        raise SourceError(
+            f"The join source has {base} rows, but record {stop - 1} needs row {stop - 1}",
+            file=join.pattern,
+            hint="--join_by position needs one source row per record",
+        )
     return {new: _concat([p[src] for p in parts]) for src, new in join.fields}
 
 
@@ -168,5 +206,3 @@ def stack_joined(spec: FeatureSpec, values: list):
     if spec.dtype == VLEN_BYTES or not spec.is_fixed:
         return list(values)
     return np.stack([np.asarray(v) for v in values]).astype(np.dtype(spec.dtype), copy=False)
-
-

@@ -1,23 +1,43 @@
 """The augment plan and the batch step (pure: no Beam)."""
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from tfrecord_etl.transforms import compression, fileio, metadata, outdir, tfrecord
-from tfrecord_etl.transforms.codec import (MAX_FEATURES, FeatureSpec, FeatureStats, as_varlen, check_example_frame,
-                                           check_example_frames,
-                                           check_spec, drop_features, encode_columns, encoding_of,
-                              feature_key_pattern, split_features)
-from tfrecord_etl.transforms.codec.encodings import collection_style
-from tfrecord_etl.transforms.errors import ConfigError, EtlError, RecordError, SchemaError, SourceError
-from tfrecord_etl.transforms.augment.common import BATCH_MB, frame_error, log, MODES, PROBE_RECORDS, RESERVED_NAMES, amend_error
 from tfrecord_etl.transforms.augment.collection import InputCollection, output_name, resolve_input
-from tfrecord_etl.transforms.augment.values import fn_columns, load_function, parse_constant, spec_of, value_bytes
+from tfrecord_etl.transforms.augment.common import (
+    BATCH_MB,
+    MODES,
+    PROBE_RECORDS,
+    RESERVED_NAMES,
+    amend_error,
+    frame_error,
+    log,
+)
 from tfrecord_etl.transforms.augment.join import JoinPlan, plan_join
 from tfrecord_etl.transforms.augment.readers import ReaderFiles, file_names, plan_reader_files
+from tfrecord_etl.transforms.augment.values import fn_columns, load_function, parse_constant, spec_of, value_bytes
+from tfrecord_etl.transforms.codec import (
+    MAX_FEATURES,
+    FeatureSpec,
+    FeatureStats,
+    as_varlen,
+    check_example_frame,
+    check_example_frames,
+    check_spec,
+    drop_features,
+    encode_columns,
+    encoding_of,
+    feature_key_pattern,
+    split_features,
+)
+from tfrecord_etl.transforms.codec.encodings import collection_style
+from tfrecord_etl.transforms.errors import ConfigError, EtlError, RecordError, SchemaError, SourceError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +79,7 @@ class AugmentPlan:
     readers: ReaderFiles = ReaderFiles()
     codec: dict | None = None  # compression.settings(): the output's backend, version and level (gzip/zlib)
 
-    def with_input_specs(self, specs: Sequence[FeatureSpec]) -> "AugmentPlan":
+    def with_input_specs(self, specs: Sequence[FeatureSpec]) -> AugmentPlan:
         """This plan with the input features replaced (by those learned from every record, at finalize)."""
         return dataclasses.replace(self, collection=dataclasses.replace(self.collection, specs=tuple(specs)))
 
@@ -67,16 +87,20 @@ class AugmentPlan:
         """The names this plan writes in its output directory: the shards, ``manifest.json`` (sidecar), and the
         reader files (index files, TFDS's files: :attr:`readers`)."""
         shard_files = [s.output_file for s in self.collection.shards]
-        return shard_files + (["manifest.json"] if self.mode == "sidecar" else []) + file_names(self.readers,
-                                                                                                  shard_files)
+        return (
+            shard_files + (["manifest.json"] if self.mode == "sidecar" else []) + file_names(self.readers, shard_files)
+        )
 
-    def with_output(self, generation: int, replaced: outdir.Replacement = outdir.Replacement()) -> "AugmentPlan":
+    def with_output(self, generation: int, replaced: outdir.Replacement = outdir.Replacement()) -> AugmentPlan:
         """This plan writing output generation ``generation`` (``outdir.generation_name`` of each shard's name),
         its commit replacing ``replaced`` (both from ``outdir.prepare``'s lock)."""
-        shards = tuple(dataclasses.replace(s, output_file=outdir.generation_name(s.output_file, generation))
-                       for s in self.collection.shards)
-        return dataclasses.replace(self, collection=dataclasses.replace(self.collection, shards=shards),
-                                   replaced=replaced)
+        shards = tuple(
+            dataclasses.replace(s, output_file=outdir.generation_name(s.output_file, generation))
+            for s in self.collection.shards
+        )
+        return dataclasses.replace(
+            self, collection=dataclasses.replace(self.collection, shards=shards), replaced=replaced
+        )
 
     @property
     def output_specs(self) -> tuple[FeatureSpec, ...]:
@@ -99,8 +123,9 @@ class BatchAugmenter:
         self.plan = plan
         self._fn: Callable[..., Any] | None = None
         self._new_keys = {k for s in plan.new_specs for k, _, _ in metadata.example_features(s)}
-        self._allowed = set(plan.drop_keys) | {k for s in plan.new_specs if s.name in plan.replace
-                                               for k, _, _ in metadata.example_features(s)}
+        self._allowed = set(plan.drop_keys) | {
+            k for s in plan.new_specs if s.name in plan.replace for k, _, _ in metadata.example_features(s)
+        }
         self._drop = frozenset(plan.drop_keys)
         self._patterns = tuple(feature_key_pattern(k) for k in sorted(self._new_keys | self._drop))
 
@@ -126,9 +151,13 @@ class BatchAugmenter:
             raise e.with_context(file=file, record=index) from None
         clash = sorted((present & self._new_keys) - self._allowed)
         if clash:
-            raise SchemaError(f"New feature '{clash[0]}' already exists in the record", file=file, record=index,
-                              feature=clash[0], hint=f"pass --replace_fields {clash[0]} to replace it (rewrite "
-                              "mode), or choose another name")
+            raise SchemaError(
+                f"New feature '{clash[0]}' already exists in the record",
+                file=file,
+                record=index,
+                feature=clash[0],
+                hint=f"pass --replace_fields {clash[0]} to replace it (rewrite mode), or choose another name",
+            )
         return drop_features(record, self._drop) if present & self._drop else record
 
     def new_columns(self, records: Sequence[bytes], file: str, first: int, join_columns: dict | None = None) -> dict:
@@ -138,8 +167,9 @@ class BatchAugmenter:
         if plan.fn:
             if self._fn is None:
                 self._fn = load_function(plan.fn)
-            columns.update(fn_columns(self._fn, plan.fn, plan.fn_specs, records, plan.fn_batch, file, first,
-                                      plan.max_record_bytes))
+            columns.update(
+                fn_columns(self._fn, plan.fn, plan.fn_specs, records, plan.fn_batch, file, first, plan.max_record_bytes)
+            )
         columns.update(join_columns or {})
         for name, value in plan.constants:
             if isinstance(value, bytes):
@@ -167,19 +197,30 @@ class BatchAugmenter:
         columns = self.new_columns(records, file, first, join_columns)
         names = [s.name for s in plan.new_specs]
         if sorted(columns) != sorted(names):
-            raise SchemaError(f"The new features of this batch are {sorted(columns)}, but the first records gave "
-                              f"{sorted(names)}", file=file, record=f"{first}-{first + n - 1}",
-                              hint="--fn must return the same keys for every record")
+            raise SchemaError(
+                f"The new features of this batch are {sorted(columns)}, but the first records gave {sorted(names)}",
+                file=file,
+                record=f"{first}-{first + n - 1}",
+                hint="--fn must return the same keys for every record",
+            )
         for spec in plan.new_specs:
             col = columns[spec.name]
             if isinstance(col, np.ndarray) and spec.is_fixed and col.shape[1:] != spec.shape:
-                raise SchemaError(f"New feature '{spec.name}' has shape {col.shape[1:]} here but {spec.shape} in "
-                                  "the first records", file=file, record=f"{first}-{first + n - 1}", feature=spec.name)
+                raise SchemaError(
+                    f"New feature '{spec.name}' has shape {col.shape[1:]} here but {spec.shape} in the first records",
+                    file=file,
+                    record=f"{first}-{first + n - 1}",
+                    feature=spec.name,
+                )
         try:
             encoded = encode_columns(columns, plan.new_specs, n, plan.allow_lossy)
         except EtlError as e:
-            raise amend_error(e, "a new feature keeps the dtype and shape of the first records (see the metadata)",
-                        file=file, record=f"{first}-{first + n - 1}") from None
+            raise amend_error(
+                e,
+                "a new feature keeps the dtype and shape of the first records (see the metadata)",
+                file=file,
+                record=f"{first}-{first + n - 1}",
+            ) from None
         self._check_sizes(encoded, prepared, file, first)
         if plan.mode == "sidecar":
             return encoded
@@ -192,9 +233,14 @@ class BatchAugmenter:
         for i, (new, rec) in enumerate(zip(encoded.lengths().tolist(), old)):
             size = new + len(rec)
             if size > limit:
-                raise RecordError(f"Output record of {size} bytes ({size / 2**20:.1f} MB) is over the record size "
-                                  f"limit of {limit} bytes (--max_record_mb {limit / 2**20:g})", file=file,
-                                  record=first + i, size=size, hint="raise --max_record_mb, or add smaller values")
+                raise RecordError(
+                    f"Output record of {size} bytes ({size / 2**20:.1f} MB) is over the record size "
+                    f"limit of {limit} bytes (--max_record_mb {limit / 2**20:g})",
+                    file=file,
+                    record=first + i,
+                    size=size,
+                    hint="raise --max_record_mb, or add smaller values",
+                )
 
 
 def observe_batch(plan: AugmentPlan, stats: FeatureStats, records: Sequence[bytes], file: str, first: int) -> None:
@@ -216,9 +262,12 @@ def observe_batch(plan: AugmentPlan, stats: FeatureStats, records: Sequence[byte
     if plan.collection.schema_file:
         problems = batch.contradictions(plan.collection.specs)
         if problems:
-            raise SchemaError(f"The records contradict --schema: {'; '.join(problems[:3])}", file=file, record=span,
-                              hint=f"fix {plan.collection.schema_file}, or drop --schema to learn the features from "
-                              "the records")
+            raise SchemaError(
+                f"The records contradict --schema: {'; '.join(problems[:3])}",
+                file=file,
+                record=span,
+                hint=f"fix {plan.collection.schema_file}, or drop --schema to learn the features from the records",
+            )
     stats.merge(batch)
 
 
@@ -243,10 +292,14 @@ def learned_specs(plan: AugmentPlan, stats: FeatureStats) -> tuple[tuple[Feature
             what = f"missing or empty in {stats.records - present:,} of {stats.records:,} records"
         else:
             what = f"{least}-{most} values per record"
-        before = "absent from the first records" if was is None else \
-            f"{was.encoding} {was.dtype} {list(was.shape)} in the first records"
-        corrections.append(f"'{spec.name}': {before}, but {what}: recorded as {spec.encoding} {spec.dtype} "
-                           f"{list(spec.shape)}")
+        before = (
+            "absent from the first records"
+            if was is None
+            else f"{was.encoding} {was.dtype} {list(was.shape)} in the first records"
+        )
+        corrections.append(
+            f"'{spec.name}': {before}, but {what}: recorded as {spec.encoding} {spec.dtype} {list(spec.shape)}"
+        )
         log.warning("input feature %s", corrections[-1])
     return learned, corrections
 
@@ -270,8 +323,9 @@ def _check_options(cfg) -> None:
     if cfg.defaults and cfg.missing != "default":
         problems.append("--defaults needs --missing default")
     if cfg.replace_fields and cfg.mode == "sidecar":
-        problems.append("--replace_fields needs --mode rewrite: a sidecar cannot remove a value from the "
-                        "original records")
+        problems.append(
+            "--replace_fields needs --mode rewrite: a sidecar cannot remove a value from the original records"
+        )
     if problems:
         raise ConfigError("; ".join(problems), hint="see tfrecord-etl augment --help")
 
@@ -289,34 +343,51 @@ def plan_augment(cfg) -> AugmentPlan:
     _check_options(cfg)
     max_record_bytes = tfrecord.record_limit(getattr(cfg, "max_record_mb", None))
     max_features = getattr(cfg, "max_features", None) or MAX_FEATURES
-    collection, sample = resolve_input(cfg.input, cfg.compression, None, max_record_bytes, max_features,
-                                       getattr(cfg, "input_schema", None))
+    collection, sample = resolve_input(
+        cfg.input, cfg.compression, None, max_record_bytes, max_features, getattr(cfg, "input_schema", None)
+    )
     comps = collection.compressions
     if cfg.output_compression is None and len(comps) > 1:
-        raise ConfigError(f"The input shards use several compressions {sorted(comps)}",
-                          hint="choose the output's with --output_compression")
+        raise ConfigError(
+            f"The input shards use several compressions {sorted(comps)}",
+            hint="choose the output's with --output_compression",
+        )
     out_comp = cfg.output_compression or comps.pop()
     codec = _codec(out_comp, getattr(cfg, "compression_level", None))
-    shards = tuple(dataclasses.replace(s, output_file=output_name(s.path, s.compression, out_comp))
-                   for s in collection.shards)
+    shards = tuple(
+        dataclasses.replace(s, output_file=output_name(s.path, s.compression, out_comp)) for s in collection.shards
+    )
     names = [s.output_file for s in shards]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise ConfigError(f"Two input shards would write the same output file '{dupes[0]}'", file=cfg.input,
-                          hint="input shards need distinct file names (augment one directory at a time)")
+        raise ConfigError(
+            f"Two input shards would write the same output file '{dupes[0]}'",
+            file=cfg.input,
+            hint="input shards need distinct file names (augment one directory at a time)",
+        )
     bad = [n for n in names if n in RESERVED_NAMES or n.startswith(outdir.TEMP_PREFIX)]
     if bad:
-        raise ConfigError(f"Input file '{bad[0]}' is not a shard name this pipeline can write", file=cfg.input,
-                          hint="narrow the --input pattern to the TFRecord shards")
-    outdir.check_inputs_outside(cfg.output_dir, [s.path for s in shards] +
-                                _join_paths(cfg.join_input))
+        raise ConfigError(
+            f"Input file '{bad[0]}' is not a shard name this pipeline can write",
+            file=cfg.input,
+            hint="narrow the --input pattern to the TFRecord shards",
+        )
+    outdir.check_inputs_outside(cfg.output_dir, [s.path for s in shards] + _join_paths(cfg.join_input))
     old = {s.name: s for s in collection.specs}
-    where = " (inferred from the first records)" if collection.inferred else \
-        f" (declared by --schema {collection.schema_file})" if collection.schema_file else ""
+    where = (
+        " (inferred from the first records)"
+        if collection.inferred
+        else f" (declared by --schema {collection.schema_file})"
+        if collection.schema_file
+        else ""
+    )
     missing = [n for n in cfg.fn_inputs if n not in old]
     if missing:
-        raise ConfigError(f"--fn_inputs names {missing}, which the input does not have{where}", file=cfg.input,
-                          hint=f"features are {sorted(old)}")
+        raise ConfigError(
+            f"--fn_inputs names {missing}, which the input does not have{where}",
+            file=cfg.input,
+            hint=f"features are {sorted(old)}",
+        )
     # a sample's guess is not a promise: --fn gets the features of a collection without metadata or --schema as
     # tf.io.VarLenFeature gives them (1-D, empty where a record has no value)
     fn_specs = tuple(as_varlen(old[n]) if collection.inferred else old[n] for n in cfg.fn_inputs)
@@ -331,17 +402,27 @@ def plan_augment(cfg) -> AugmentPlan:
                 check_example_frame(record, max_features)
             except RecordError as e:
                 raise frame_error(e, shards[0].path, i) from None
-        columns = fn_columns(load_function(cfg.fn), cfg.fn, fn_specs, probe, cfg.fn_batch, shards[0].path, 0,
-                             max_record_bytes)
+        columns = fn_columns(
+            load_function(cfg.fn), cfg.fn, fn_specs, probe, cfg.fn_batch, shards[0].path, 0, max_record_bytes
+        )
         if not columns:
             raise SchemaError(f"--fn {cfg.fn} returned no feature", hint="return {new name: array}")
         new_specs += [spec_of(n, c, encoding, cfg.allow_lossy) for n, c in columns.items()]
     join = None
     if cfg.join_input:
-        join = plan_join(cfg.join_input, cfg.join_by, collection.specs, key_feature=cfg.key_feature,
-                         join_key=cfg.join_key, fields=cfg.join_fields, datasets=cfg.join_datasets,
-                         missing=cfg.missing, defaults=cfg.defaults, encoding=encoding,
-                         allow_lossy=cfg.allow_lossy)
+        join = plan_join(
+            cfg.join_input,
+            cfg.join_by,
+            collection.specs,
+            key_feature=cfg.key_feature,
+            join_key=cfg.join_key,
+            fields=cfg.join_fields,
+            datasets=cfg.join_datasets,
+            missing=cfg.missing,
+            defaults=cfg.defaults,
+            encoding=encoding,
+            allow_lossy=cfg.allow_lossy,
+        )
         new_specs += join.specs
     constants = tuple((name, parse_constant(name, text)) for name, text in cfg.constants.items())
     for name, value in constants:
@@ -354,30 +435,47 @@ def plan_augment(cfg) -> AugmentPlan:
         seen[s.name] = seen.get(s.name, 0) + 1
     twice = sorted(n for n, c in seen.items() if c > 1)
     if twice:
-        raise ConfigError(f"New feature '{twice[0]}' comes from two places (--fn, --join_fields, --constants)",
-                          hint="rename one of them")
+        raise ConfigError(
+            f"New feature '{twice[0]}' comes from two places (--fn, --join_fields, --constants)",
+            hint="rename one of them",
+        )
     not_new = sorted(set(cfg.feature_encodings) - set(seen))
     if not_new:
-        raise ConfigError(f"--feature_encodings names {not_new}, which are not new features",
-                          hint=f"new features are {sorted(seen)}")
-    new_specs = [_encoded_as(s, cfg.feature_encodings[s.name], cfg.allow_lossy)
-                 if s.name in cfg.feature_encodings else s for s in new_specs]
+        raise ConfigError(
+            f"--feature_encodings names {not_new}, which are not new features", hint=f"new features are {sorted(seen)}"
+        )
+    new_specs = [
+        _encoded_as(s, cfg.feature_encodings[s.name], cfg.allow_lossy) if s.name in cfg.feature_encodings else s
+        for s in new_specs
+    ]
     not_new = sorted(set(cfg.replace_fields) - set(seen))
     if not_new:
-        raise ConfigError(f"--replace_fields names {not_new}, which are not new features", hint=f"new features are "
-                          f"{sorted(seen)}; --replace_fields lets a new feature replace an existing one")
+        raise ConfigError(
+            f"--replace_fields names {not_new}, which are not new features",
+            hint=f"new features are {sorted(seen)}; --replace_fields lets a new feature replace an existing one",
+        )
     clash = sorted(n for n in seen if n in old and n not in cfg.replace_fields)
     if clash:
-        raise SchemaError(f"New feature '{clash[0]}' already exists in the input{where}", file=cfg.input,
-                          feature=clash[0], hint=f"pass --replace_fields {clash[0]} to replace it (rewrite mode), "
-                          "or choose another name")
-    drop_keys = sorted({k for n in cfg.replace_fields
-                        for k in ([e[0] for e in metadata.example_features(old[n])] if n in old else [n])})
+        raise SchemaError(
+            f"New feature '{clash[0]}' already exists in the input{where}",
+            file=cfg.input,
+            feature=clash[0],
+            hint=f"pass --replace_fields {clash[0]} to replace it (rewrite mode), or choose another name",
+        )
+    drop_keys = sorted(
+        {
+            k
+            for n in cfg.replace_fields
+            for k in ([e[0] for e in metadata.example_features(old[n])] if n in old else [n])
+        }
+    )
     if join is not None and join.by == "position" and collection.num_records is not None:
         if join.num_rows != collection.num_records:
-            raise SourceError(f"The join source has {join.num_rows} rows but the input has {collection.num_records} "
-                              "records", file=cfg.join_input, hint="--join_by position needs one source row per "
-                              "record, in shard order")
+            raise SourceError(
+                f"The join source has {join.num_rows} rows but the input has {collection.num_records} records",
+                file=cfg.join_input,
+                hint="--join_by position needs one source row per record, in shard order",
+            )
         offsets = np.concatenate([[0], np.cumsum([s.records for s in shards])])
         shards = tuple(dataclasses.replace(s, offset=int(o)) for s, o in zip(shards, offsets))
     batch_size = cfg.batch_size
@@ -386,21 +484,38 @@ def plan_augment(cfg) -> AugmentPlan:
         batch_size = max(1, min(batch_size, (BATCH_MB << 20) // per_record))
         if batch_size < cfg.batch_size:
             log.info("--fn returns about %d bytes per record: batches of %d records", per_record, batch_size)
-    plan = AugmentPlan(dataclasses.replace(collection, shards=shards), cfg.output_dir, cfg.mode, out_comp,
-                       tuple(new_specs), cfg.fn, fn_specs, cfg.fn_batch, constants, join, tuple(cfg.replace_fields),
-                       tuple(drop_keys), tuple(cfg.allow_lossy), batch_size, cfg.model_dump(), max_record_bytes,
-                       max_features, codec=codec)
+    plan = AugmentPlan(
+        dataclasses.replace(collection, shards=shards),
+        cfg.output_dir,
+        cfg.mode,
+        out_comp,
+        tuple(new_specs),
+        cfg.fn,
+        fn_specs,
+        cfg.fn_batch,
+        constants,
+        join,
+        tuple(cfg.replace_fields),
+        tuple(drop_keys),
+        tuple(cfg.allow_lossy),
+        batch_size,
+        cfg.model_dump(),
+        max_record_bytes,
+        max_features,
+        codec=codec,
+    )
     metadata.check_unique(plan.output_specs)
-    return dataclasses.replace(plan, readers=plan_reader_files(plan.collection, plan.mode, out_comp,
-                                                               plan.output_specs))
+    return dataclasses.replace(plan, readers=plan_reader_files(plan.collection, plan.mode, out_comp, plan.output_specs))
 
 
 def _codec(out_comp: str, level: int | None) -> dict | None:
     """The output's compression backend (``compression.settings``), chosen here once for every worker.
     Raises ConfigError for a level without compression or out of the backend's range."""
     if level is not None and out_comp == "none":
-        raise ConfigError("--compression_level sets the level of gzip or zlib output shards, but the output is "
-                          "uncompressed", hint="pass --output_compression gzip (or zlib), or leave the level out")
+        raise ConfigError(
+            "--compression_level sets the level of gzip or zlib output shards, but the output is uncompressed",
+            hint="pass --output_compression gzip (or zlib), or leave the level out",
+        )
     try:
         return compression.settings(out_comp, level)
     except (ValueError, compression.BackendUnavailable) as e:
@@ -418,8 +533,9 @@ def _join_paths(join_input: str | None) -> list[str]:
     """The paths ``--join_input`` reads: its matched files, or a Zarr store's root (``planning.store_input``)."""
     if not join_input:
         return []
-    from tfrecord_etl.transforms.sources import SourceOptions
     from tfrecord_etl.transforms import planning
+    from tfrecord_etl.transforms.sources import SourceOptions
+
     if planning.store_input(join_input, SourceOptions()):
         return [join_input]
     return [p for p, _ in fileio.match(join_input)]

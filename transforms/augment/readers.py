@@ -23,10 +23,11 @@ each shard, the output's features), in both modes:
 The decision (:func:`plan_reader_files`) is pure and made at planning; the files are written by the workers (index
 files, committed just before their shard) and at the commit (TFDS's files, just before ``metadata.json``).
 """
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from tfrecord_etl.transforms import tfrecord
 from tfrecord_etl.transforms.errors import printable
@@ -66,9 +67,11 @@ def split_layout_problem(splits: Sequence[str | None], names: Sequence[str]) -> 
         for i, name in enumerate(files):
             tail = f"-{split}.tfrecord-{i:05d}-of-{n:05d}"
             if not name.endswith(tail):
-                return (f"the input holds {n} shard{'s' if n != 1 else ''} of split '{split}' and '{name}' is not "
-                        f"shard {i} of {n} (augment the whole directory)")
-            prefixes.add(name[:-len(tail)])
+                return (
+                    f"the input holds {n} shard{'s' if n != 1 else ''} of split '{split}' and '{name}' is not "
+                    f"shard {i} of {n} (augment the whole directory)"
+                )
+            prefixes.add(name[: -len(tail)])
         if len(prefixes) > 1:
             return f"the shards of split '{split}' have several prefixes {sorted(prefixes)}"
     return None
@@ -83,21 +86,26 @@ def plan_reader_files(collection, mode: str, output_compression: str, output_spe
         if output_compression == "none":
             index = True
         else:
-            index_note = (f"the output is {output_compression} and index files give byte offsets into uncompressed "
-                          "shards (--output_compression none keeps them)")
+            index_note = (
+                f"the output is {output_compression} and index files give byte offsets into uncompressed "
+                "shards (--output_compression none keeps them)"
+            )
     tfds_name, tfds_note = None, None
     if collection.tfds_name:
         from tfrecord_etl.transforms import tfds_info
+
         tfds_note = tfds_info.default_refusal(output_compression, output_specs) or split_layout_problem(
-            [s.split for s in collection.shards], [s.output_file for s in collection.shards])
+            [s.split for s in collection.shards], [s.output_file for s in collection.shards]
+        )
         tfds_name = None if tfds_note else collection.tfds_name
     return ReaderFiles(index, index_note, tfds_name, tfds_note)
 
 
 def file_names(readers: ReaderFiles, shard_files: Sequence[str]) -> list[str]:
     """The names of the reader files written beside ``shard_files`` (output generation 0)."""
-    return ([tfrecord.index_name(f) for f in shard_files] if readers.index else []) + \
-        (list(TFDS_FILES) if readers.tfds_name else [])
+    return ([tfrecord.index_name(f) for f in shard_files] if readers.index else []) + (
+        list(TFDS_FILES) if readers.tfds_name else []
+    )
 
 
 def write_tfds(readers: ReaderFiles, output_dir: str, mode: str, input_pattern: str, specs, shards) -> dict | None:
@@ -111,21 +119,29 @@ def write_tfds(readers: ReaderFiles, output_dir: str, mode: str, input_pattern: 
     if not readers.tfds_name:
         return None
     from tfrecord_etl.transforms import tfds_info
+
     what = "the input's features and" if mode == "rewrite" else "only"
-    description = (f"{readers.tfds_name}: {input_pattern} augmented by tfrecord-etl ({mode}: {what} the features "
-                   "added)")
-    return {"name": readers.tfds_name, "version": tfds_info.VERSION,
-            "files": tfds_info.write(output_dir, readers.tfds_name, specs, shards, description)}
+    description = f"{readers.tfds_name}: {input_pattern} augmented by tfrecord-etl ({mode}: {what} the features added)"
+    return {
+        "name": readers.tfds_name,
+        "version": tfds_info.VERSION,
+        "files": tfds_info.write(output_dir, readers.tfds_name, specs, shards, description),
+    }
 
 
 def summary(readers: ReaderFiles, output_dir: str, mode: str, num_shards: int) -> dict[str, str]:
     """The summary lines of the reader files (``{label: text}``): said only when the input had them."""
     lines = {}
     if readers.tfds_name:
-        what = "the input's features and the new ones" if mode == "rewrite" else \
-            "the new features only, record by record as the input's splits"
-        lines["tfds"] = (f"tfds.builder_from_directory({printable(output_dir)!r}) loads {readers.tfds_name} "
-                         f"({what}; dataset_info.json, features.json)")
+        what = (
+            "the input's features and the new ones"
+            if mode == "rewrite"
+            else "the new features only, record by record as the input's splits"
+        )
+        lines["tfds"] = (
+            f"tfds.builder_from_directory({printable(output_dir)!r}) loads {readers.tfds_name} "
+            f"({what}; dataset_info.json, features.json)"
+        )
     elif readers.tfds_note:
         lines["tfds"] = f"no dataset_info.json: {readers.tfds_note}"
     if readers.index:

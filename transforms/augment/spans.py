@@ -18,11 +18,12 @@ scheduled run needs after each conversion, and a catch-up after several.
 The schemas of the augmented spans follow those of the input spans: a change the input collection recorded
 (``schema_changes``) is allowed, and recorded, in ``AUG/collection.json``.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from tfrecord_etl.transforms import collection, collection_reader, fileio, metadata
 from tfrecord_etl.transforms.errors import ConfigError, EtlError
@@ -54,8 +55,11 @@ def is_collection_input(cfg) -> bool:
     if collection.is_collection(cfg.input):
         return True
     if getattr(cfg, "spans", None) is not None:
-        raise ConfigError("--spans needs a collection --input (a directory holding collection.json)", file=cfg.input,
-                          hint="leave --spans out to augment this input, or name the collection directory")
+        raise ConfigError(
+            "--spans needs a collection --input (a directory holding collection.json)",
+            file=cfg.input,
+            hint="leave --spans out to augment this input, or name the collection directory",
+        )
     return False
 
 
@@ -70,18 +74,26 @@ def plan_spans(cfg) -> list[SpanJob]:
         lists (:func:`collection_reader.check_span`: run the convert of that span again).
     """
     if cfg.join_input and cfg.join_by == "position":
-        raise ConfigError("--join_by position cannot augment a collection: one source's rows cannot be the records "
-                          "of every span", file=cfg.input, hint="join by key (--join_by key), or augment one span "
-                          "directory at a time with its own --join_input")
+        raise ConfigError(
+            "--join_by position cannot augment a collection: one source's rows cannot be the records of every span",
+            file=cfg.input,
+            hint="join by key (--join_by key), or augment one span directory at a time with its own --join_input",
+        )
     if fileio.exists(fileio.join(cfg.output_dir, metadata.METADATA_FILE)):
-        raise ConfigError("The output directory is an output directory, not a collection: the spans of a collection "
-                          "go to a collection directory", file=cfg.output_dir,
-                          hint="choose a new --output_dir (or an earlier augmented collection of this input)")
+        raise ConfigError(
+            "The output directory is an output directory, not a collection: the spans of a collection "
+            "go to a collection directory",
+            file=cfg.output_dir,
+            hint="choose a new --output_dir (or an earlier augmented collection of this input)",
+        )
     source = collection.load(cfg.input)
     new = (cfg.spans or "").strip() == NEW
     entries = collection.select(source, None if new else cfg.spans, cfg.input)
-    done = {(s["span"], s["version"]): s for s in collection.load_versioned(cfg.output_dir)[0]["spans"]} \
-        if collection.is_collection(cfg.output_dir) else {}
+    done = (
+        {(s["span"], s["version"]): s for s in collection.load_versioned(cfg.output_dir)[0]["spans"]}
+        if collection.is_collection(cfg.output_dir)
+        else {}
+    )
     jobs = []
     for entry in entries:
         input_dir = collection_reader.span_dir(cfg.input, entry)
@@ -107,13 +119,20 @@ def commit_span(cfg, job: SpanJob, digest: str, allow_schema_change: bool, run_i
     Raises:
       SchemaError: a schema change the input collection did not record. OutputError: lost races too often.
     """
-    entry = collection.span_entry(cfg.output_dir, job.span, job.entry["version"], [input_row(job, digest)],
-                                  date=job.entry.get("date"), run_id=run_id)
+    entry = collection.span_entry(
+        cfg.output_dir,
+        job.span,
+        job.entry["version"],
+        [input_row(job, digest)],
+        date=job.entry.get("date"),
+        run_id=run_id,
+    )
     add = collection.add_span(entry, allow_schema_change, where=cfg.output_dir)
 
     def update(coll: dict) -> dict:
         coll["input_pattern"] = coll.get("input_pattern") or cfg.input
         return add(coll)
+
     collection.commit(cfg.output_dir, update)
     return entry
 
@@ -132,8 +151,10 @@ def augment_collection(cfg, augment_one: Callable[[object], str], say: Callable[
         return 0
     allow = bool(collection.load(cfg.input)["schema_changes"])
     run_id = uuid.uuid4().hex
-    say(f"augmenting {len(jobs)} span{'s' if len(jobs) != 1 else ''} of {cfg.input}: "
-        f"{', '.join(str(j.span) for j in jobs)}")
+    say(
+        f"augmenting {len(jobs)} span{'s' if len(jobs) != 1 else ''} of {cfg.input}: "
+        f"{', '.join(str(j.span) for j in jobs)}"
+    )
     for job in jobs:
         span_cfg = cfg.model_copy(update={"input": job.input_dir, "output_dir": job.output_dir, "spans": None})
         try:
@@ -141,6 +162,5 @@ def augment_collection(cfg, augment_one: Callable[[object], str], say: Callable[
             entry = commit_span(cfg, job, digest, allow, run_id)
         except EtlError as e:
             raise e.with_context(span=job.span) from None
-        say(f"span {job.span}: {entry['num_records']} records committed to "
-            f"{collection.path_of(cfg.output_dir)}")
+        say(f"span {job.span}: {entry['num_records']} records committed to {collection.path_of(cfg.output_dir)}")
     return len(jobs)

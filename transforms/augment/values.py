@@ -1,18 +1,26 @@
 """New values: constants, defaults and user functions (--fn), checked and encoded."""
+
 from __future__ import annotations
 
 import dataclasses
 import importlib
 import traceback
-from typing import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from tfrecord_etl.transforms.codec import (VLEN_BYTES, FeatureSpec, batch_decodable, check_spec, decode_batch,
-                              decode_example_lenient, normalize_dtype)
+from tfrecord_etl.transforms.augment.common import SCALAR_DTYPES, amend_error
+from tfrecord_etl.transforms.codec import (
+    VLEN_BYTES,
+    FeatureSpec,
+    batch_decodable,
+    check_spec,
+    decode_batch,
+    decode_example_lenient,
+    normalize_dtype,
+)
 from tfrecord_etl.transforms.codec.encodings import resolve_encoding
 from tfrecord_etl.transforms.errors import ConfigError, EtlError, RecordError, SchemaError
-from tfrecord_etl.transforms.augment.common import SCALAR_DTYPES, amend_error
 
 
 def parse_scalar(text: str, dtype: str, where: str = "") -> np.ndarray | bytes:
@@ -48,8 +56,9 @@ def parse_scalar(text: str, dtype: str, where: str = "") -> np.ndarray | bytes:
             return np.array(text, dt)
     except (ValueError, UnicodeEncodeError) as e:
         raise ConfigError(f"{at}cannot read {text!r} as {dt}: {e}") from None
-    raise ConfigError(f"{at}values of dtype {dt} cannot be given on the command line",
-                      hint=f"use one of {', '.join(SCALAR_DTYPES)}")
+    raise ConfigError(
+        f"{at}values of dtype {dt} cannot be given on the command line", hint=f"use one of {', '.join(SCALAR_DTYPES)}"
+    )
 
 
 def parse_constant(name: str, text: str) -> np.ndarray | bytes:
@@ -77,9 +86,11 @@ def _utf8(text: str, at: str) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise ConfigError(f"{at}{text!r} holds code point U+{ord(text[e.start]):04X} (a lone surrogate, e.g. from "
-                          "bytes that are not UTF-8 on the command line), which has no UTF-8 form",
-                          hint="give the value as valid UTF-8 text") from None
+        raise ConfigError(
+            f"{at}{text!r} holds code point U+{ord(text[e.start]):04X} (a lone surrogate, e.g. from "
+            "bytes that are not UTF-8 on the command line), which has no UTF-8 form",
+            hint="give the value as valid UTF-8 text",
+        ) from None
 
 
 def load_function(spec: str) -> Callable:
@@ -90,8 +101,9 @@ def load_function(spec: str) -> Callable:
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise ConfigError(f"--fn {spec!r} is not of the form module:function",
-                          hint="e.g. --fn mypkg.features:add_label")
+        raise ConfigError(
+            f"--fn {spec!r} is not of the form module:function", hint="e.g. --fn mypkg.features:add_label"
+        )
     hint = "make the module importable (PYTHONPATH, or install it on the workers, e.g. with Beam's --setup_file)"
     try:
         obj = importlib.import_module(module_name)
@@ -112,6 +124,7 @@ def _bytes_objects(arr: np.ndarray, name: str, batch: bool = False) -> np.ndarra
     out = np.empty(arr.shape, dtype=object)
     if arr.dtype.kind == "U":  # before NumPy makes str objects (it cannot for code points above U+10FFFF)
         from tfrecord_etl.transforms.codec import check_unicode
+
         try:
             check_unicode(name, arr if batch and arr.ndim else arr.reshape(1, -1))
         except RecordError as e:
@@ -123,14 +136,20 @@ def _bytes_objects(arr: np.ndarray, name: str, batch: bool = False) -> np.ndarra
             try:
                 out[idx] = v.encode("utf-8")
             except UnicodeEncodeError as e:
-                raise RecordError(f"New feature '{name}' holds code point U+{ord(v[e.start]):04X} (a lone "
-                                  "surrogate), which is not valid Unicode and has no UTF-8 form", feature=name,
-                                  hint="return valid str values, or bytes") from None
+                raise RecordError(
+                    f"New feature '{name}' holds code point U+{ord(v[e.start]):04X} (a lone "
+                    "surrogate), which is not valid Unicode and has no UTF-8 form",
+                    feature=name,
+                    hint="return valid str values, or bytes",
+                ) from None
         elif isinstance(v, (bytes, np.bytes_)):
             out[idx] = bytes(v)
         else:
-            raise SchemaError(f"New feature '{name}' holds a {type(v).__name__} in an object array; only bytes "
-                              "and str can be", feature=name, hint="return a numeric array, or bytes/str values")
+            raise SchemaError(
+                f"New feature '{name}' holds a {type(v).__name__} in an object array; only bytes and str can be",
+                feature=name,
+                hint="return a numeric array, or bytes/str values",
+            )
     return out
 
 
@@ -149,8 +168,9 @@ def spec_of(name: str, column: np.ndarray, encoding: str, allow_lossy: Iterable[
     if column.dtype == object:
         spec = FeatureSpec(name, VLEN_BYTES, tuple(column.shape[1:]), "list")
     else:
-        spec = FeatureSpec(name, normalize_dtype(column.dtype, f"new feature '{name}'"), tuple(column.shape[1:]),
-                           encoding)
+        spec = FeatureSpec(
+            name, normalize_dtype(column.dtype, f"new feature '{name}'"), tuple(column.shape[1:]), encoding
+        )
         spec = dataclasses.replace(spec, encoding=resolve_encoding(encoding, spec))
     check_spec(spec, allow_lossy)
     return spec
@@ -161,20 +181,32 @@ def _call(fn: Callable, fn_name: str, inputs: dict, file: str, record) -> Mappin
         out = fn(inputs)
     except Exception as e:  # the user's code: name the record and the line
         frame = traceback.extract_tb(e.__traceback__)[-1]
-        raise RecordError(f"--fn {fn_name} raised {type(e).__name__}: {e} (at {frame.filename}:{frame.lineno})",
-                          file=file, record=record, hint="fix the function; it gets {name: np.ndarray} of the "
-                          "--fn_inputs and returns {new name: array}") from e
+        raise RecordError(
+            f"--fn {fn_name} raised {type(e).__name__}: {e} (at {frame.filename}:{frame.lineno})",
+            file=file,
+            record=record,
+            hint="fix the function; it gets {name: np.ndarray} of the --fn_inputs and returns {new name: array}",
+        ) from e
     if not isinstance(out, Mapping):
-        raise SchemaError(f"--fn {fn_name} returned a {type(out).__name__}, expected a dict of arrays",
-                          file=file, record=record)
+        raise SchemaError(
+            f"--fn {fn_name} returned a {type(out).__name__}, expected a dict of arrays", file=file, record=record
+        )
     bad = [k for k in out if not isinstance(k, str)]
     if bad:
         key = bad[0]
         twin = [k for k in out if k is not key and str(k) == str(key)]
-        what = f"keys {key!r} and {twin[0]!r}, which name the same feature" if twin else \
-            f"key {key!r} ({type(key).__name__})"
-        raise SchemaError(f"--fn {fn_name} returned {what}; feature names must be str", file=file, record=record,
-                          feature=str(key), hint="return {str name: array} with distinct names")
+        what = (
+            f"keys {key!r} and {twin[0]!r}, which name the same feature"
+            if twin
+            else f"key {key!r} ({type(key).__name__})"
+        )
+        raise SchemaError(
+            f"--fn {fn_name} returned {what}; feature names must be str",
+            file=file,
+            record=record,
+            feature=str(key),
+            hint="return {str name: array} with distinct names",
+        )
     return out
 
 
@@ -191,9 +223,14 @@ def value_bytes(value) -> int:
 def check_new_size(size: int, limit: int | None, fn_name: str, file: str, record) -> None:
     """Raises RecordError when the new values of one record (``size`` bytes) are over ``limit``."""
     if limit is not None and size > limit:
-        raise RecordError(f"--fn {fn_name} returned {size} bytes ({size / 2**20:.1f} MB) for one record, over the "
-                          f"record size limit of {limit} bytes (--max_record_mb {limit / 2**20:g})", file=file,
-                          record=record, size=size, hint="return smaller values, or raise --max_record_mb")
+        raise RecordError(
+            f"--fn {fn_name} returned {size} bytes ({size / 2**20:.1f} MB) for one record, over the "
+            f"record size limit of {limit} bytes (--max_record_mb {limit / 2**20:g})",
+            file=file,
+            record=record,
+            size=size,
+            hint="return smaller values, or raise --max_record_mb",
+        )
 
 
 def decode_record(specs: Sequence[FeatureSpec], record: bytes, file: str, index: int) -> dict[str, np.ndarray]:
@@ -201,8 +238,9 @@ def decode_record(specs: Sequence[FeatureSpec], record: bytes, file: str, index:
     try:
         return decode_example_lenient(record, specs)
     except RecordError as e:
-        raise amend_error(e, "the --fn_inputs features must decode with the input's feature specs", file=file,
-                    record=index) from None
+        raise amend_error(
+            e, "the --fn_inputs features must decode with the input's feature specs", file=file, record=index
+        ) from None
 
 
 def decode_inputs(specs: Sequence[FeatureSpec], records: Sequence[bytes], file: str, first: int):
@@ -219,8 +257,16 @@ def decode_inputs(specs: Sequence[FeatureSpec], records: Sequence[bytes], file: 
         raise batch_error.with_context(file=file, record=f"{first}-{first + len(records) - 1}") from None
 
 
-def fn_columns(fn: Callable, fn_name: str, specs: Sequence[FeatureSpec], records: Sequence[bytes], batched: bool,
-               file: str, first: int, max_record_bytes: int | None = None) -> dict[str, np.ndarray]:
+def fn_columns(
+    fn: Callable,
+    fn_name: str,
+    specs: Sequence[FeatureSpec],
+    records: Sequence[bytes],
+    batched: bool,
+    file: str,
+    first: int,
+    max_record_bytes: int | None = None,
+) -> dict[str, np.ndarray]:
     """The new columns ``{name: (rows, *shape)}`` that ``fn`` computes for a batch of records.
 
     Only the features in ``specs`` are decoded (``codec.decode_example_lenient``). Per example
@@ -247,18 +293,30 @@ def fn_columns(fn: Callable, fn_name: str, specs: Sequence[FeatureSpec], records
                 try:
                     stacked[spec.name] = np.stack([x[spec.name] for x in inputs])
                 except ValueError:
-                    raise SchemaError(f"--fn_batch: feature '{spec.name}' varies in length between records, so "
-                                      "it cannot be stacked", file=file, record=f"{first}-{first + n - 1}",
-                                      hint="use a per-example --fn (without --fn_batch)") from None
+                    raise SchemaError(
+                        f"--fn_batch: feature '{spec.name}' varies in length between records, so it cannot be stacked",
+                        file=file,
+                        record=f"{first}-{first + n - 1}",
+                        hint="use a per-example --fn (without --fn_batch)",
+                    ) from None
         out = _call(fn, fn_name, stacked, file, f"{first}-{first + n - 1}")
-        check_new_size(sum(value_bytes(v) for v in out.values()) // max(n, 1), max_record_bytes, fn_name, file,
-                       f"{first}-{first + n - 1}")
+        check_new_size(
+            sum(value_bytes(v) for v in out.values()) // max(n, 1),
+            max_record_bytes,
+            fn_name,
+            file,
+            f"{first}-{first + n - 1}",
+        )
         columns = {}
         for name, value in out.items():
             arr = np.asarray(value)
             if arr.ndim == 0 or arr.shape[0] != n:
-                raise SchemaError(f"--fn_batch {fn_name}: '{name}' has shape {arr.shape}, expected a leading "
-                                  f"axis of {n} (one value per record)", file=file, record=f"{first}-{first + n - 1}")
+                raise SchemaError(
+                    f"--fn_batch {fn_name}: '{name}' has shape {arr.shape}, expected a leading "
+                    f"axis of {n} (one value per record)",
+                    file=file,
+                    record=f"{first}-{first + n - 1}",
+                )
             try:
                 columns[str(name)] = _column(name, arr)
             except EtlError as e:
@@ -274,9 +332,12 @@ def fn_columns(fn: Callable, fn_name: str, specs: Sequence[FeatureSpec], records
         values = []
         for i, out in enumerate(outs):
             if name not in out or len(out) != len(names):
-                raise SchemaError(f"--fn {fn_name} returned keys {sorted(out)} but {sorted(names)} for the first "
-                                  "record of the batch", file=file, record=first + i,
-                                  hint="return the same keys for every record")
+                raise SchemaError(
+                    f"--fn {fn_name} returned keys {sorted(out)} but {sorted(names)} for the first record of the batch",
+                    file=file,
+                    record=first + i,
+                    hint="return the same keys for every record",
+                )
             values.append(np.asarray(out[name]))
         kinds = {v.dtype.kind in "SUO" for v in values}
         if len(kinds) == 1 and kinds.pop():
@@ -290,9 +351,11 @@ def fn_columns(fn: Callable, fn_name: str, specs: Sequence[FeatureSpec], records
         shapes, dtypes = {v.shape for v in values}, {v.dtype for v in values}
         if len(shapes) > 1 or len(dtypes) > 1:
             what = f"shapes {sorted(map(str, shapes))}" if len(shapes) > 1 else f"dtypes {sorted(map(str, dtypes))}"
-            raise SchemaError(f"--fn {fn_name}: '{name}' has {what} in one batch; a new feature has one dtype "
-                              "and shape", file=file, record=f"{first}-{first + n - 1}", feature=name)
+            raise SchemaError(
+                f"--fn {fn_name}: '{name}' has {what} in one batch; a new feature has one dtype and shape",
+                file=file,
+                record=f"{first}-{first + n - 1}",
+                feature=name,
+            )
         columns[str(name)] = np.stack(values)
     return columns
-
-

@@ -15,26 +15,88 @@ Wire format: ``Example{1: Features{1: repeated MapEntry{1: key, 2: Feature}}}``,
 repeated field 1 (tensorflow/core/example/feature.proto). Concatenated Examples are one valid Example
 (protobuf merge), the basis of the byte-level field append.
 """
+
 from __future__ import annotations
 
-from tfrecord_etl.transforms.codec.spec import (
-    FeatureSpec, flatten_fields, MAX_FEATURES, MAX_RECORD_BYTES, normalize_dtype, to_little_endian, VLEN_BYTES)
-from tfrecord_etl.transforms.codec.encodings import (check_spec, check_unicode, Encoding, ENCODINGS, encoding_of,
-                                                     spec_from_json)
-from tfrecord_etl.transforms.codec.wire import (
-    check_example_frame, check_example_frames, decode_example, decode_feature, drop_features, entry_name, parse_example,
-    split_feature_entries, split_features, too_many_features)
-from tfrecord_etl.transforms.codec.encode import encode_batch, encode_columns, EncodedBatch, FixedLayout
-from tfrecord_etl.transforms.codec.foreign import (
-    as_varlen, batch_decodable, decode_batch, decode_example_lenient, feature_key_pattern, FeatureStats, infer_feature_specs)
+from tfrecord_etl.transforms.codec.encode import EncodedBatch, FixedLayout, encode_batch, encode_columns
 
 # used by verify and the tests: the wire-format primitives and the bytes conversion of a value
-from tfrecord_etl.transforms.codec.encodings import as_bytes  # noqa: F401
-from tfrecord_etl.transforms.codec.wire import encode_varint, iter_fields, length_delimited_field  # noqa: F401
+from tfrecord_etl.transforms.codec.encodings import (
+    ENCODINGS,
+    Encoding,
+    as_bytes,  # noqa: F401
+    check_spec,
+    check_unicode,
+    encoding_of,
+    spec_from_json,
+)
+from tfrecord_etl.transforms.codec.foreign import (
+    FeatureStats,
+    as_varlen,
+    batch_decodable,
+    decode_batch,
+    decode_example_lenient,
+    feature_key_pattern,
+    infer_feature_specs,
+)
+from tfrecord_etl.transforms.codec.spec import (
+    MAX_FEATURES,
+    MAX_RECORD_BYTES,
+    VLEN_BYTES,
+    FeatureSpec,
+    flatten_fields,
+    normalize_dtype,
+    to_little_endian,
+)
+from tfrecord_etl.transforms.codec.wire import (  # noqa: F401
+    check_example_frame,
+    check_example_frames,
+    decode_example,
+    decode_feature,
+    drop_features,
+    encode_varint,
+    entry_name,
+    iter_fields,
+    length_delimited_field,
+    parse_example,
+    split_feature_entries,
+    split_features,
+    too_many_features,
+)
 
 __all__ = [
-    "as_varlen", "batch_decodable", "check_example_frame", "check_example_frames", "check_spec", "check_unicode", "decode_batch", "decode_example",
-    "decode_example_lenient", "decode_feature", "drop_features", "encode_batch", "encode_columns", "EncodedBatch",
-    "Encoding", "ENCODINGS", "encoding_of", "entry_name", "feature_key_pattern", "FeatureSpec", "FeatureStats", "FixedLayout", "flatten_fields",
-    "infer_feature_specs", "MAX_FEATURES", "MAX_RECORD_BYTES", "normalize_dtype", "parse_example",
-    "spec_from_json", "split_feature_entries", "split_features", "to_little_endian", "too_many_features", "VLEN_BYTES"]
+    "as_varlen",
+    "batch_decodable",
+    "check_example_frame",
+    "check_example_frames",
+    "check_spec",
+    "check_unicode",
+    "decode_batch",
+    "decode_example",
+    "decode_example_lenient",
+    "decode_feature",
+    "drop_features",
+    "encode_batch",
+    "encode_columns",
+    "EncodedBatch",
+    "Encoding",
+    "ENCODINGS",
+    "encoding_of",
+    "entry_name",
+    "feature_key_pattern",
+    "FeatureSpec",
+    "FeatureStats",
+    "FixedLayout",
+    "flatten_fields",
+    "infer_feature_specs",
+    "MAX_FEATURES",
+    "MAX_RECORD_BYTES",
+    "normalize_dtype",
+    "parse_example",
+    "spec_from_json",
+    "split_feature_entries",
+    "split_features",
+    "to_little_endian",
+    "too_many_features",
+    "VLEN_BYTES",
+]

@@ -5,6 +5,7 @@ and the batch decoders read them; decoding one record (the reader: ``iter_numpy`
 checks) uses NumPy only. So the codec's modules write ``pa.array(...)`` as usual, and reading an output needs no
 pyarrow installed (the reader's install is NumPy and google-crc32c).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -24,8 +25,9 @@ class _LazyPyarrow:
         try:
             module = importlib.import_module("pyarrow")
         except ImportError:
-            raise ImportError(f"Encoding needs pyarrow: {pip_install('beam')} (reading needs only "
-                              "NumPy and google-crc32c)") from None
+            raise ImportError(
+                f"Encoding needs pyarrow: {pip_install('beam')} (reading needs only NumPy and google-crc32c)"
+            ) from None
         value = getattr(module, name)
         self.__dict__[name] = value  # later reads of this name skip __getattr__
         return value

@@ -14,6 +14,7 @@ complement, 10 bytes), and a length prefix before every nested message; :func:`a
 records are the bytes protobuf's own serializer writes. Source: the protobuf encoding guide
 (https://protobuf.dev/programming-guides/encoding/, "Base 128 Varints", "Packed Repeated Fields").
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,7 +38,7 @@ def varint_lengths(values: np.ndarray) -> np.ndarray:
     out = np.ones(values.shape, np.uint8)
     if values.size:
         top = varint_length(int(values.max()))
-        for limit in _LIMITS[:top - 1]:
+        for limit in _LIMITS[: top - 1]:
             out += values >= limit
     return out
 
@@ -181,11 +182,11 @@ def _write_columns(block: np.ndarray, col: np.ndarray, data: np.ndarray) -> None
         return
     lo, hi = int(col.min()), int(col.max())
     if lo == hi:
-        block[:, lo:lo + w] = data
+        block[:, lo : lo + w] = data
         return
     for c in np.flatnonzero(np.bincount(col - lo)).tolist():
         rows_c = np.flatnonzero(col == lo + c)
-        block[rows_c, lo + c:lo + c + w] = data if data.shape[0] == 1 else data[rows_c]
+        block[rows_c, lo + c : lo + c + w] = data if data.shape[0] == 1 else data[rows_c]
 
 
 def _write_ragged(flat: np.ndarray, pos: np.ndarray, data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
@@ -198,4 +199,4 @@ def _write_ragged(flat: np.ndarray, pos: np.ndarray, data: np.ndarray, starts: n
         flat[np.repeat(pos - before, lengths) + step] = data[np.repeat(starts - before, lengths) + step]
         return
     for p, s, k in zip(pos.tolist(), starts.tolist(), lengths.tolist()):
-        flat[p:p + k] = data[s:s + k]
+        flat[p : p + k] = data[s : s + k]

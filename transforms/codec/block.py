@@ -16,10 +16,12 @@ as columns of bytes). Every other feature of a record that matches the layout (s
 shapes or dtypes that vary, ``varlen``) is decoded per record from the same offsets with the per-record decoder's
 own functions. No Beam, TensorFlow or pyarrow import: NumPy only.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Sequence, cast
+from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -27,10 +29,9 @@ from tfrecord_etl.transforms.codec.encodings import encoding_of
 from tfrecord_etl.transforms.codec.encodings.lists import ListEncoding
 from tfrecord_etl.transforms.codec.encodings.packbits import PackbitsEncoding, packed_shape
 from tfrecord_etl.transforms.codec.encodings.tensor import TensorEncoding
-from tfrecord_etl.transforms.codec.encodings.zlib import ZlibEncoding
 from tfrecord_etl.transforms.codec.foreign import decode_example_lenient
-from tfrecord_etl.transforms.codec.spec import FeatureSpec, MAX_FEATURES, VLEN_BYTES
-from tfrecord_etl.transforms.codec.wire import decode_spec, decode_feature
+from tfrecord_etl.transforms.codec.spec import MAX_FEATURES, VLEN_BYTES, FeatureSpec
+from tfrecord_etl.transforms.codec.wire import decode_feature, decode_spec
 from tfrecord_etl.transforms.errors import RecordError
 
 _KIND_TAG = {"bytes": 0x0A, "float": 0x12, "int64": 0x1A}  # Feature's oneof fields, LEN wire type
@@ -108,7 +109,7 @@ class Layout:
         # the columns as runs of consecutive bytes: (first column in the gathered copy, start, stop in the record);
         # the padding columns are left zero (their mask is 0)
         self._copies: list[tuple[int, int, int]] = []
-        for col, i in enumerate(idx[:len(idx) - pad]):
+        for col, i in enumerate(idx[: len(idx) - pad]):
             last = self._copies[-1] if self._copies else None
             if last is not None and last[2] == i and col == last[0] + last[2] - last[1]:
                 self._copies[-1] = (last[0], last[1], i + 1)
@@ -125,7 +126,7 @@ class Layout:
         # would copy the whole block first)
         got = np.zeros((rows, len(self._idx)), np.uint8)
         for col, a, b in self._copies:
-            got[:, col:col + b - a] = block[:, a:b]
+            got[:, col : col + b - a] = block[:, a:b]
         if self._mask is not None:
             got &= self._mask
         words = got.view("<u8")
@@ -144,8 +145,13 @@ class Layout:
             ref = self._ref_bytes
             checks = self._one = (
                 tuple((a, b, ref[a:b]) for a, b in self.ranges),
-                tuple((start + i, i % width != width - 1) for start, nbytes, width in self.vector.values()
-                      if width and nbytes for i in range(nbytes)))
+                tuple(
+                    (start + i, i % width != width - 1)
+                    for start, nbytes, width in self.vector.values()
+                    if width and nbytes
+                    for i in range(nbytes)
+                ),
+            )
         for a, b, want in checks[0]:
             if record[a:b] != want:
                 return False
@@ -198,7 +204,7 @@ def layout_of(record: bytes, specs: Sequence[FeatureSpec], max_features: int | N
             if value is None or value[1] != entry[1]:
                 return None
             try:
-                name = record[key[0]:key[1]].decode("utf-8")
+                name = record[key[0] : key[1]].decode("utf-8")
             except UnicodeDecodeError:
                 return None
             spans[name] = value
@@ -261,7 +267,7 @@ def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def _gather(block: np.ndarray, start: int, nbytes: int) -> np.ndarray:
     """``(rows, nbytes)`` uint8, C-contiguous, a copy (never a view of the block's buffer)."""
-    return np.array(block[:, start:start + nbytes], order="C", copy=True)
+    return np.array(block[:, start : start + nbytes], order="C", copy=True)
 
 
 def _varints(cols: np.ndarray, width: int) -> np.ndarray:
@@ -292,8 +298,9 @@ class BlockDecoder:
         self._layouts: dict[int, Layout | None] = {}
         self._encodings = {s.name: encoding_of(s) for s in self.specs}
         # per feature: (how its values are gathered, its dtype), looked up once
-        self._how = {s.name: (_vector_kind(s), None if s.dtype in (None, VLEN_BYTES) else np.dtype(s.dtype))
-                     for s in self.specs}
+        self._how = {
+            s.name: (_vector_kind(s), None if s.dtype in (None, VLEN_BYTES) else np.dtype(s.dtype)) for s in self.specs
+        }
 
     # -- one record ------------------------------------------------------------------------------------
     def decode_one(self, record: bytes) -> dict[str, np.ndarray]:
@@ -332,7 +339,7 @@ class BlockDecoder:
             return values.astype(dt).reshape(spec.shape)
         if nbytes <= 64:
             ints, shift, value = [], 0, 0
-            for b in record[start:start + nbytes]:
+            for b in record[start : start + nbytes]:
                 value |= (b & 0x7F) << shift
                 shift += 7
                 if b < 0x80:
@@ -446,7 +453,7 @@ class BlockDecoder:
             if not nbytes:
                 return np.zeros((rows, *spec.shape), dt)
             if dt.itemsize == 1:  # bytes-wide values (images): a view of the block's buffer, no copy (rows strided)
-                return block[:, start:start + nbytes].view(dt).reshape(rows, *spec.shape)
+                return block[:, start : start + nbytes].view(dt).reshape(rows, *spec.shape)
             return _gather(block, start, nbytes).view(dt).reshape(rows, *spec.shape)
         if how == "packbits":
             packed = _gather(block, start, nbytes).reshape(rows, *packed_shape(spec.shape))

@@ -1,18 +1,20 @@
 """Encoding a batch of rows into serialized Examples: the fixed-layout block and the tfx_bsl path."""
+
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
-from tfrecord_etl.transforms.codec.arrow import pa
 
-from tfrecord_etl.transforms.errors import RecordError, SchemaError
 from tfrecord_etl.transforms.codec import assemble
+from tfrecord_etl.transforms.codec.arrow import pa
 from tfrecord_etl.transforms.codec.encodings import check_unicode, encoding_of
-from tfrecord_etl.transforms.codec.encodings.base import int_lists, bytes_lists
-from tfrecord_etl.transforms.codec.spec import FeatureSpec, MAX_RECORD_BYTES, normalize_dtype, VLEN_BYTES
+from tfrecord_etl.transforms.codec.encodings.base import bytes_lists, int_lists
+from tfrecord_etl.transforms.codec.spec import MAX_RECORD_BYTES, VLEN_BYTES, FeatureSpec, normalize_dtype
 from tfrecord_etl.transforms.codec.wire import encode_varint, length_delimited_field
+from tfrecord_etl.transforms.errors import RecordError, SchemaError
 
 _KIND_TAGS = {"bytes": 1, "float": 2, "int64": 3}  # Feature's oneof field numbers (feature.proto)
 FRAME_LEAD, FRAME_TRAIL = 12, 4  # a TFRecord frame's bytes before a record (length, its CRC) and after (data CRC)
@@ -43,12 +45,12 @@ class FixedLayout:
         strided, e.g. the data columns of a framed buffer, so no intermediate block is made)."""
         if not self.entries:
             return
-        out[:, :len(self.head)] = np.frombuffer(self.head, np.uint8)
+        out[:, : len(self.head)] = np.frombuffer(self.head, np.uint8)
         pos = len(self.head)
         for prefix, data in self.entries:
-            out[:, pos:pos + len(prefix)] = np.frombuffer(prefix, np.uint8)
+            out[:, pos : pos + len(prefix)] = np.frombuffer(prefix, np.uint8)
             pos += len(prefix)
-            out[:, pos:pos + data.shape[1]] = data
+            out[:, pos : pos + data.shape[1]] = data
             pos += data.shape[1]
 
 
@@ -75,10 +77,10 @@ class EncodedBatch:
     layout: FixedLayout
     tails: list[bytes] | None = None
     padded: tuple[np.ndarray, np.ndarray] | None = None
-    parts: list["EncodedBatch"] | None = None
+    parts: list[EncodedBatch] | None = None
 
     @classmethod
-    def joined(cls, parts: list["EncodedBatch"]) -> "EncodedBatch":
+    def joined(cls, parts: list[EncodedBatch]) -> EncodedBatch:
         """The batch of ``parts``' rows, in order (runs of rows of one layout each, see :func:`encode_columns`)."""
         return cls(FixedLayout(b"", [], sum(p.num_rows for p in parts)), parts=parts)
 
@@ -113,11 +115,11 @@ class EncodedBatch:
             return [r for p in self.parts for r in p.records()]
         if self.padded is not None:
             block, lengths = self.padded
-            return [row[FRAME_LEAD:FRAME_LEAD + n].tobytes() for row, n in zip(block, lengths.tolist())]
+            return [row[FRAME_LEAD : FRAME_LEAD + n].tobytes() for row, n in zip(block, lengths.tolist())]
         rows = [r.tobytes() for r in self.block] if self.width else [b""] * self.num_rows
         return rows if self.tails is None else [a + b for a, b in zip(rows, self.tails)]
 
-    def record_views(self) -> tuple["EncodedBatch", list]:
+    def record_views(self) -> tuple[EncodedBatch, list]:
         """The serialized Examples as buffers, without a copy per record where the batch allows it: ``(batch,
         views)``, ``views[i]`` row ``i``'s record (a C-contiguous uint8 row of an assembled block, or bytes) and
         ``batch`` the same rows in a form whose records are those views (a fixed-layout batch is assembled once
@@ -128,14 +130,14 @@ class EncodedBatch:
             return EncodedBatch.joined([b for b, _ in pairs]), [v for _, views in pairs for v in views]
         if self.padded is not None:
             block, lengths = self.padded
-            return self, [row[FRAME_LEAD:FRAME_LEAD + n] for row, n in zip(block, lengths.tolist())]
+            return self, [row[FRAME_LEAD : FRAME_LEAD + n] for row, n in zip(block, lengths.tolist())]
         if self.tails is None and self.width:
             block = self.block
             return EncodedBatch(FixedLayout(b"", [(b"", block)], self.num_rows)), list(block)
         records = self.records()
         return EncodedBatch(FixedLayout(b"", [], self.num_rows), tails=records), records
 
-    def take(self, rows: np.ndarray) -> "EncodedBatch":
+    def take(self, rows: np.ndarray) -> EncodedBatch:
         """The batch of rows ``rows`` (int64 positions, ascending), in that order; the data is copied."""
         rows = np.asarray(rows, np.int64)
         if self.parts is not None:
@@ -154,14 +156,16 @@ class EncodedBatch:
         return EncodedBatch(layout, tails)
 
 
-def encode_batch(columns: Mapping[str, Any], specs: Sequence[FeatureSpec], num_rows: int,
-                 allow_lossy: Iterable[str] = ()) -> list[bytes]:
+def encode_batch(
+    columns: Mapping[str, Any], specs: Sequence[FeatureSpec], num_rows: int, allow_lossy: Iterable[str] = ()
+) -> list[bytes]:
     """Encodes ``num_rows`` rows as serialized Examples; see :func:`encode_columns`."""
     return encode_columns(columns, specs, num_rows, allow_lossy).records()
 
 
-def encode_columns(columns: Mapping[str, Any], specs: Sequence[FeatureSpec], num_rows: int,
-                   allow_lossy: Iterable[str] = ()) -> EncodedBatch:
+def encode_columns(
+    columns: Mapping[str, Any], specs: Sequence[FeatureSpec], num_rows: int, allow_lossy: Iterable[str] = ()
+) -> EncodedBatch:
     """Encodes ``num_rows`` rows as serialized Examples, vectorized over the batch.
 
     Every record is the bytes of protobuf's own serializer, ``tf.train.Example.SerializeToString(
@@ -207,8 +211,9 @@ def encode_columns(columns: Mapping[str, Any], specs: Sequence[FeatureSpec], num
     entries.sort(key=lambda e: map_order(e[0]))
     runs = _uniform_runs(entries, num_rows)
     if runs is not None:  # a few runs of rows, each of one layout: the fixed-layout writer per run
-        return EncodedBatch.joined([encode_columns({s.name: columns[s.name][a:b] for s in specs}, specs, b - a,
-                                                   allow_lossy) for a, b in runs])
+        return EncodedBatch.joined(
+            [encode_columns({s.name: columns[s.name][a:b] for s in specs}, specs, b - a, allow_lossy) for a, b in runs]
+        )
     if all(isinstance(e, tuple) for _, e in entries):
         layout, padded = _fixed_layout([e for _, e in entries], num_rows), None
         largest = layout.width
@@ -402,7 +407,9 @@ def _encode_column(spec: FeatureSpec, encoding, column, num_rows: int):
 
 
 def _check_row(spec: FeatureSpec, row: np.ndarray) -> None:
-    if spec.shape is not None and len(row.shape) != len(spec.shape) or spec.shape is not None and any(d is not None and d != n for d, n in zip(spec.shape, row.shape)):
+    if (spec.shape is not None and len(row.shape) != len(spec.shape)) or (
+        spec.shape is not None and any(d is not None and d != n for d, n in zip(spec.shape, row.shape))
+    ):
         raise SchemaError(f"Feature '{spec.name}': row of shape {row.shape}, expected {spec.shape}")
     dt = normalize_dtype(row.dtype, spec.name)
     if spec.dtype is not None and dt != spec.dtype:

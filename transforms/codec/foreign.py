@@ -1,16 +1,23 @@
 """Examples written by anyone else (no metadata): inferred features, lenient decoding, key patterns."""
+
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from tfrecord_etl.transforms.errors import RecordError, SchemaError
 from tfrecord_etl.transforms.codec.encodings import encoding_of
-from tfrecord_etl.transforms.codec.spec import FeatureSpec, MAX_FEATURES, VLEN_BYTES
-from tfrecord_etl.transforms.codec.wire import (check_example_frames, decode_feature, decode_spec, encode_varint,
-                                                parse_example, split_features, too_many_features)
-
+from tfrecord_etl.transforms.codec.spec import MAX_FEATURES, VLEN_BYTES, FeatureSpec
+from tfrecord_etl.transforms.codec.wire import (
+    check_example_frames,
+    decode_feature,
+    decode_spec,
+    encode_varint,
+    parse_example,
+    split_features,
+    too_many_features,
+)
+from tfrecord_etl.transforms.errors import RecordError, SchemaError
 
 _KIND_DTYPES = {"int64": "<i8", "float": "<f4", "bytes": VLEN_BYTES}
 
@@ -56,8 +63,7 @@ class FeatureStats:
                 self._add(entry, kind, 1, len(values), len(values))
         self.records += 1
 
-    def observe_records(self, records: Sequence[bytes], max_features: int | None = None, framed: bool = False
-                        ) -> None:
+    def observe_records(self, records: Sequence[bytes], max_features: int | None = None, framed: bool = False) -> None:
         """Adds a batch of serialized Examples in one C++ call (tfx_bsl's ``ExamplesToRecordBatchDecoder`` without
         a schema: about 4.5 us per record of TFX's 18-feature taxi Examples in batches of 4,096, against ~230 us for
         the Python parse). A batch tfx_bsl refuses (a feature
@@ -104,8 +110,9 @@ class FeatureStats:
             if pa.types.is_null(column.type):
                 continue
             value_type = column.type.value_type
-            kind = "int64" if pa.types.is_integer(value_type) else "float" if pa.types.is_floating(value_type) \
-                else "bytes"
+            kind = (
+                "int64" if pa.types.is_integer(value_type) else "float" if pa.types.is_floating(value_type) else "bytes"
+            )
             present = len(column) - column.null_count
             if present:
                 lengths = pc.list_value_length(column)
@@ -117,10 +124,14 @@ class FeatureStats:
         """Raises SchemaError when a feature was seen with two kinds (naming ``record`` when given)."""
         for name, (kinds, _, _, _) in self.features.items():
             if len(kinds) > 1:
-                raise SchemaError(f"Feature '{name}' holds {' and '.join(sorted(kinds))} lists in different records",
-                                  feature=name, record=record, hint="one feature must have one kind in every record")
+                raise SchemaError(
+                    f"Feature '{name}' holds {' and '.join(sorted(kinds))} lists in different records",
+                    feature=name,
+                    record=record,
+                    hint="one feature must have one kind in every record",
+                )
 
-    def merge(self, other: "FeatureStats") -> "FeatureStats":
+    def merge(self, other: FeatureStats) -> FeatureStats:
         """Adds ``other`` (the stats of later records, e.g. the next shard); returns self."""
         for name, (kinds, present, least, most) in other.features.items():
             entry = self.features.setdefault(name, [set(), 0, None, None])
@@ -132,11 +143,13 @@ class FeatureStats:
         return self
 
     def to_json(self) -> dict:
-        return {"records": self.records,
-                "features": [[n, sorted(k), p, lo, hi] for n, (k, p, lo, hi) in self.features.items()]}
+        return {
+            "records": self.records,
+            "features": [[n, sorted(k), p, lo, hi] for n, (k, p, lo, hi) in self.features.items()],
+        }
 
     @classmethod
-    def from_json(cls, obj: dict) -> "FeatureStats":
+    def from_json(cls, obj: dict) -> FeatureStats:
         out = cls()
         out.records = int(obj["records"])
         out.features = {n: [set(k), int(p), lo, hi] for n, k, p, lo, hi in obj["features"]}
@@ -169,8 +182,10 @@ class FeatureStats:
             if want and kinds - {want}:
                 problems.append(f"'{spec.name}' holds {'/'.join(sorted(kinds))} values, the schema says {want}")
             elif not encoding.optional and present < self.records:
-                problems.append(f"'{spec.name}' is missing or empty in {self.records - present:,} of "
-                                f"{self.records:,} records, the schema requires it")
+                problems.append(
+                    f"'{spec.name}' is missing or empty in {self.records - present:,} of "
+                    f"{self.records:,} records, the schema requires it"
+                )
             elif spec.is_fixed and present and not (least == most == spec.size):
                 problems.append(f"'{spec.name}' holds {least}-{most} values per record, the schema says {spec.size}")
         return problems
@@ -210,15 +225,17 @@ def infer_feature_specs(records: Iterable[bytes], max_features: int | None = Non
         try:
             parsed = parse_example(record, limit)
         except RecordError as e:
-            raise RecordError(f"Cannot infer the features: {e.message}", hint=e.hint, record=i,
-                              payload_offset=e.context.get("offset")) from None
+            raise RecordError(
+                f"Cannot infer the features: {e.message}", hint=e.hint, record=i, payload_offset=e.context.get("offset")
+            ) from None
         stats.observe(parsed, limit, i)
     stats.check_kinds()
     return stats.specs()
 
 
-def decode_example_lenient(record: bytes, specs: Sequence[FeatureSpec], max_features: int | None = None
-                           ) -> dict[str, np.ndarray]:
+def decode_example_lenient(
+    record: bytes, specs: Sequence[FeatureSpec], max_features: int | None = None
+) -> dict[str, np.ndarray]:
     """Like :func:`decode_example`, but also decodes variable-length native lists of foreign Examples.
 
     A ``list`` spec of shape ``(None,)`` whose ``<name>/shape`` companion is absent (an Example written
@@ -278,8 +295,11 @@ def decode_batch(records: Sequence[bytes], specs: Sequence[FeatureSpec]) -> dict
     types = {"bytes": schema_pb2.BYTES, "int64": schema_pb2.INT, "float": schema_pb2.FLOAT}
     for spec in specs:
         if not batch_decodable(spec):
-            raise SchemaError(f"Feature '{spec.name}' ({spec.dtype} {spec.shape} {spec.encoding}) cannot be "
-                              "decoded as a batch", feature=spec.name, hint="decode it with decode_example")
+            raise SchemaError(
+                f"Feature '{spec.name}' ({spec.dtype} {spec.shape} {spec.encoding}) cannot be decoded as a batch",
+                feature=spec.name,
+                hint="decode it with decode_example",
+            )
         kinds[spec.name] = encoding_of(spec).kind(spec.dtype)
         schema.feature.add(name=spec.name, type=types[kinds[spec.name]])
     try:
@@ -298,9 +318,9 @@ def decode_batch(records: Sequence[bytes], specs: Sequence[FeatureSpec]) -> dict
         encoding = encoding_of(spec)
         want = encoding.batch_values(spec)
         if n and not (lengths == want).all():
-            raise RecordError(f"Feature '{spec.name}' holds {sorted(set(lengths.tolist()))} values in some "
-                              f"Examples, expected {want}", feature=spec.name)
+            raise RecordError(
+                f"Feature '{spec.name}' holds {sorted(set(lengths.tolist()))} values in some Examples, expected {want}",
+                feature=spec.name,
+            )
         out[spec.name] = encoding.decode_flat(spec, values, n)
     return out
-
-

@@ -1,14 +1,14 @@
 """Feature specs (the per-feature record of dtype, shape and encoding) and the dtype rules shared by every encoding."""
+
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
 from tfrecord_etl.transforms.errors import SchemaError
-
 
 VLEN_BYTES = "bytes"  # dtype marker of variable-length byte strings (h5py vlen strings, file keys)
 
@@ -16,7 +16,9 @@ VLEN_BYTES = "bytes"  # dtype marker of variable-length byte strings (h5py vlen 
 MAX_RECORD_BYTES = 2**31 - 1  # protobuf's hard limit on one message
 
 
-MAX_FEATURES = 10_000  # default limit on the features of one Example, and on the distinct names inferred (--max_features)
+MAX_FEATURES = (
+    10_000  # default limit on the features of one Example, and on the distinct names inferred (--max_features)
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,10 +52,15 @@ class FeatureSpec:
         return math.prod(self.shape) if self.shape is not None and None not in self.shape else None
 
     def to_json(self) -> dict:
-        return {"name": self.name, "dtype": self.dtype, "shape": None if self.shape is None else list(self.shape), "encoding": self.encoding}
+        return {
+            "name": self.name,
+            "dtype": self.dtype,
+            "shape": None if self.shape is None else list(self.shape),
+            "encoding": self.encoding,
+        }
 
     @classmethod
-    def from_json(cls, obj: Mapping) -> "FeatureSpec":
+    def from_json(cls, obj: Mapping) -> FeatureSpec:
         """The spec of a feature entry as :meth:`to_json` writes it, parsed only; ``codec.spec_from_json`` also
         checks it against its encoding (what reading a ``metadata.json`` does).
 
@@ -61,8 +68,12 @@ class FeatureSpec:
           SchemaError: a missing key or a value of the wrong type.
         """
         try:
-            spec = cls(str(obj["name"]), obj["dtype"],
-                       None if obj["shape"] is None else tuple(obj["shape"]), str(obj.get("encoding", "tensor")))
+            spec = cls(
+                str(obj["name"]),
+                obj["dtype"],
+                None if obj["shape"] is None else tuple(obj["shape"]),
+                str(obj.get("encoding", "tensor")),
+            )
         except (KeyError, TypeError) as e:
             raise SchemaError(f"Malformed feature entry {obj!r}: {e}") from None
         return spec
@@ -81,14 +92,23 @@ def normalize_dtype(dt: np.dtype, where: str = "") -> str:
     if dt.subdtype is not None:
         raise SchemaError(f"Subarray dtype {dt} must be expanded first{at}")
     kind, size = dt.kind, dt.itemsize
-    ok = (kind in "biu" and size in (1, 2, 4, 8)) or (kind == "f" and size in (2, 4, 8)) \
-        or (kind == "c" and size in (8, 16)) or (kind in "SUV" and size > 0) or kind in "Mm"
+    ok = (
+        (kind in "biu" and size in (1, 2, 4, 8))
+        or (kind == "f" and size in (2, 4, 8))
+        or (kind == "c" and size in (8, 16))
+        or (kind in "SUV" and size > 0)
+        or kind in "Mm"
+    )
     if not ok:
-        what = {"O": "object (Python objects; refused: input is never unpickled)",
-                "f": f"float{size * 8} (no portable form)"}.get(kind, str(dt))
-        raise SchemaError(f"Unsupported dtype {what}{at}",
-                          hint="convert the array to a supported dtype (bool, ints, floats up to 64 bits, "
-                               "complex64/128, fixed-width bytes/str) before converting")
+        what = {
+            "O": "object (Python objects; refused: input is never unpickled)",
+            "f": f"float{size * 8} (no portable form)",
+        }.get(kind, str(dt))
+        raise SchemaError(
+            f"Unsupported dtype {what}{at}",
+            hint="convert the array to a supported dtype (bool, ints, floats up to 64 bits, "
+            "complex64/128, fixed-width bytes/str) before converting",
+        )
     return dt.newbyteorder("<").str if size > 1 or kind in "Mm" else dt.str
 
 
@@ -115,5 +135,3 @@ def to_little_endian(array: np.ndarray) -> np.ndarray:
 
 
 _NATIVE_LE = np.little_endian
-
-

@@ -1,13 +1,15 @@
 """The protobuf wire format of tf.train.Example: field writers and a small reader (no TensorFlow)."""
+
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
-from tfrecord_etl.transforms.errors import RecordError
 from tfrecord_etl.transforms.codec.encodings import encoding_of
-from tfrecord_etl.transforms.codec.spec import FeatureSpec, MAX_FEATURES, normalize_dtype
+from tfrecord_etl.transforms.codec.spec import MAX_FEATURES, FeatureSpec, normalize_dtype
+from tfrecord_etl.transforms.errors import RecordError
 
 
 def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -63,7 +65,7 @@ def split_features(record: bytes, max_features: int | None = None) -> dict[str, 
         for field, wire, val in iter_fields(record, entry[0], entry[1]):
             if field == 1 and wire == 2:
                 try:
-                    key = bytes(record[val[0]:val[1]]).decode("utf-8")
+                    key = bytes(record[val[0] : val[1]]).decode("utf-8")
                 except UnicodeDecodeError:
                     raise RecordError("Feature name is not UTF-8: not a tf.train.Example", offset=val[0]) from None
             elif field == 2 and wire == 2:
@@ -99,8 +101,11 @@ def split_feature_entries(record: bytes, max_features: int | None = None) -> lis
 
 def too_many_features(limit: int, **context) -> RecordError:
     """The RecordError of an Example (or a collection) with more than ``limit`` features."""
-    return RecordError(f"More than {limit} features (the feature limit, --max_features {limit})",
-                       hint="raise --max_features if the data is trusted", **context)
+    return RecordError(
+        f"More than {limit} features (the feature limit, --max_features {limit})",
+        hint="raise --max_features if the data is trusted",
+        **context,
+    )
 
 
 def check_example_frame(record: bytes, max_features: int | None = None) -> int:
@@ -212,7 +217,7 @@ def entry_name(record: bytes, entry: tuple[int, int]) -> str:
     """The feature name of one map entry slice (see split_feature_entries)."""
     for field, wire, val in iter_fields(record, entry[0], entry[1]):
         if field == 1 and wire == 2:
-            return bytes(record[val[0]:val[1]]).decode("utf-8", errors="replace")
+            return bytes(record[val[0] : val[1]]).decode("utf-8", errors="replace")
     raise RecordError("Feature map entry without a name", offset=entry[0])
 
 
@@ -260,18 +265,17 @@ def decode_feature(record: bytes, span: tuple[int, int]):
 
 def _decode_list(buf: bytes, kind: str, span: tuple[int, int]):
     if kind == "bytes":
-        return [bytes(buf[v[0]:v[1]]) for f, w, v in iter_fields(buf, span[0], span[1]) if f == 1 and w == 2]
+        return [bytes(buf[v[0] : v[1]]) for f, w, v in iter_fields(buf, span[0], span[1]) if f == 1 and w == 2]
     parts = []
     for f, w, v in iter_fields(buf, span[0], span[1]):
         if f != 1:
             continue
         if kind == "float":
             if w not in (2, 5) or (v[1] - v[0]) % 4:
-                raise RecordError(f"FloatList value with wire type {w} or a length not a multiple of 4",
-                                  offset=span[0])
-            parts.append(np.frombuffer(bytes(buf[v[0]:v[1]]), dtype="<f4"))
+                raise RecordError(f"FloatList value with wire type {w} or a length not a multiple of 4", offset=span[0])
+            parts.append(np.frombuffer(bytes(buf[v[0] : v[1]]), dtype="<f4"))
         elif w == 2:
-            parts.append(_decode_varints(bytes(buf[v[0]:v[1]]), v[0]))
+            parts.append(_decode_varints(bytes(buf[v[0] : v[1]]), v[0]))
         elif w == 0:
             parts.append(np.array([v & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64).view(np.int64))  # 64 bits, as protobuf
         else:
@@ -304,8 +308,9 @@ def parse_example(record: bytes, max_features: int | None = None) -> dict[str, t
     return {name: decode_feature(record, span) for name, span in split_features(record, max_features).items()}
 
 
-def decode_example(record: bytes, specs: Sequence[FeatureSpec], max_features: int | None = None
-                   ) -> dict[str, np.ndarray]:
+def decode_example(
+    record: bytes, specs: Sequence[FeatureSpec], max_features: int | None = None
+) -> dict[str, np.ndarray]:
     """Decodes the features in ``specs`` to NumPy arrays with their recorded dtype and shape.
 
     Little-endian arrays come back for every dtype (values equal to the source's, whatever its byte
@@ -349,10 +354,14 @@ def decode_spec(record: bytes, spans, spec: FeatureSpec) -> np.ndarray:
     shape = spec.shape
     if encoding.shape_companion(spec):
         shape = tuple(int(v) for v in _get(record, spans, f"{spec.name}/shape", "int64"))
-        if any(d < 0 for d in shape) or spec.shape is not None and (
-                len(shape) != len(spec.shape) or any(d is not None and d != n for d, n in zip(spec.shape, shape))):
-            raise RecordError(f"Feature '{spec.name}/shape' holds {list(shape)}, which is not a shape of "
-                              f"{spec.shape}", feature=spec.name)
+        if any(d < 0 for d in shape) or (
+            spec.shape is not None
+            and (len(shape) != len(spec.shape) or any(d is not None and d != n for d, n in zip(spec.shape, shape)))
+        ):
+            raise RecordError(
+                f"Feature '{spec.name}/shape' holds {list(shape)}, which is not a shape of {spec.shape}",
+                feature=spec.name,
+            )
     dtype = spec.dtype
     if dtype is None:
         values = _get(record, spans, f"{spec.name}/dtype", "bytes")
@@ -360,8 +369,7 @@ def decode_spec(record: bytes, spans, spec: FeatureSpec) -> np.ndarray:
         try:
             normalize_dtype(np.dtype(dtype), spec.name)
         except (TypeError, ValueError, OverflowError):
-            raise RecordError(f"Feature '{spec.name}/dtype' holds {values!r}, not one NumPy dtype",
-                              feature=spec.name) from None
+            raise RecordError(
+                f"Feature '{spec.name}/dtype' holds {values!r}, not one NumPy dtype", feature=spec.name
+            ) from None
     return encoding.decode(spec, _get(record, spans, spec.name, encoding.kind(dtype)), shape, dtype)
-
-

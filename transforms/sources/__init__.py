@@ -25,29 +25,72 @@ the ``magic`` its files start with, added to ``REGISTRY`` below (``format_of``, 
 content, then its suffix, and ``FORMATS`` derive from it), plus its tests.
 The model is TFDS's ``file_adapters.ADAPTER_FOR_FORMAT``.
 """
+
 from __future__ import annotations
 
 from tfrecord_etl.transforms.errors import SourceError
-from tfrecord_etl.transforms.sources.base import (ARRAY, DEFAULT_MAX_COMPRESSION_RATIO, DEFAULT_MAX_EMPTY_ROWS,
-                                     DEFAULT_RANGE_BYTES, KEY, Columns, FileIndex, RowRange, Source,
-                                     SourceOptions, merge_specs, plan_row_ranges)
+from tfrecord_etl.transforms.sources.base import (
+    ARRAY,
+    DEFAULT_MAX_COMPRESSION_RATIO,
+    DEFAULT_MAX_EMPTY_ROWS,
+    DEFAULT_RANGE_BYTES,
+    KEY,
+    Columns,
+    FileIndex,
+    RowRange,
+    Source,
+    SourceOptions,
+    merge_specs,
+    plan_row_ranges,
+)
+from tfrecord_etl.transforms.sources.files import FilesSource
 from tfrecord_etl.transforms.sources.hdf5 import HDF5_CHUNK_CACHE_BYTES, HDF5_SUFFIXES, Hdf5Source
+from tfrecord_etl.transforms.sources.matlab import MatlabSource
+from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
 from tfrecord_etl.transforms.sources.npy import NpySource
 from tfrecord_etl.transforms.sources.npz import MAX_COLUMN_STREAMS, RATIO_CHECK_MIN_BYTES, NpzSource
-from tfrecord_etl.transforms.sources.files import FilesSource
 from tfrecord_etl.transforms.sources.raw import RawSource
-from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
-from tfrecord_etl.transforms.sources.matlab import MatlabSource
 from tfrecord_etl.transforms.sources.zarrsrc import ZarrSource
 
-__all__ = ["ARRAY", "DEFAULT_MAX_COMPRESSION_RATIO", "DEFAULT_MAX_EMPTY_ROWS", "DEFAULT_RANGE_BYTES", "FORMATS",
-           "HDF5_CHUNK_CACHE_BYTES", "HDF5_SUFFIXES", "KEY", "MAX_COLUMN_STREAMS", "MatlabSource", "RATIO_CHECK_MIN_BYTES",
-           "REGISTRY", "Columns", "FileIndex", "FilesSource", "Hdf5Source", "NetCdf3Source", "NpySource", "NpzSource", "RawSource", "RowRange", "Source", "ZarrSource",
-           "SNIFF_BYTES", "SourceOptions", "content_format", "files_mode", "format_of", "make_source", "merge_specs",
-           "other_format_hint", "plan_row_ranges"]
+__all__ = [
+    "ARRAY",
+    "DEFAULT_MAX_COMPRESSION_RATIO",
+    "DEFAULT_MAX_EMPTY_ROWS",
+    "DEFAULT_RANGE_BYTES",
+    "FORMATS",
+    "HDF5_CHUNK_CACHE_BYTES",
+    "HDF5_SUFFIXES",
+    "KEY",
+    "MAX_COLUMN_STREAMS",
+    "MatlabSource",
+    "RATIO_CHECK_MIN_BYTES",
+    "REGISTRY",
+    "Columns",
+    "FileIndex",
+    "FilesSource",
+    "Hdf5Source",
+    "NetCdf3Source",
+    "NpySource",
+    "NpzSource",
+    "RawSource",
+    "RowRange",
+    "Source",
+    "ZarrSource",
+    "SNIFF_BYTES",
+    "SourceOptions",
+    "content_format",
+    "files_mode",
+    "format_of",
+    "make_source",
+    "merge_specs",
+    "other_format_hint",
+    "plan_row_ranges",
+]
 
-REGISTRY: dict[str, type[Source]] = {cls.format_name: cls for cls in (Hdf5Source, NetCdf3Source, NpzSource, NpySource,
-                                                                           RawSource, FilesSource, MatlabSource, ZarrSource)}
+REGISTRY: dict[str, type[Source]] = {
+    cls.format_name: cls
+    for cls in (Hdf5Source, NetCdf3Source, NpzSource, NpySource, RawSource, FilesSource, MatlabSource, ZarrSource)
+}
 FORMATS = tuple(REGISTRY)
 
 
@@ -87,8 +130,11 @@ def format_of(path: str, options: SourceOptions) -> str:
     if found:
         return found
     suffixes = "/".join(s for cls in REGISTRY.values() for s in cls.suffixes[:1])
-    raise SourceError("Cannot tell the input format from the file's first bytes or its suffix", file=path,
-                      hint=f"name it {suffixes} or pass --format one of {FORMATS}")
+    raise SourceError(
+        "Cannot tell the input format from the file's first bytes or its suffix",
+        file=path,
+        hint=f"name it {suffixes} or pass --format one of {FORMATS}",
+    )
 
 
 def zarr_store_format(path: str) -> str | None:
@@ -98,6 +144,7 @@ def zarr_store_format(path: str) -> str | None:
     else None."""
     from tfrecord_etl.transforms import fileio
     from tfrecord_etl.transforms.sources import zarrstore
+
     if fileio.is_local(path):
         return "zarr" if zarrstore.store_kind(path) else None
     return "zarr" if path.lower().rstrip("/").endswith(".zarr") or path.endswith("/") else None
@@ -107,6 +154,7 @@ def _head(path: str, n: int = SNIFF_BYTES) -> bytes:
     """The first ``n`` bytes of ``path`` (b"" when it cannot be read: the source's own open reports why)."""
     from tfrecord_etl.transforms import fileio
     from tfrecord_etl.transforms.sources.base import _refuse_special_file
+
     try:
         _refuse_special_file(path)
         with fileio.open_read(path) as f:
@@ -120,6 +168,7 @@ def _deep_signature(path: str) -> str | None:
     (an HDF5 file behind a user block of 4096 bytes or more): one small read per offset before the file's end."""
     from tfrecord_etl.transforms import fileio
     from tfrecord_etl.transforms.sources.base import _refuse_special_file
+
     try:
         _refuse_special_file(path)  # (a FIFO is never opened)
         with fileio.open_read(path) as f:

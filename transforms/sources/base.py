@@ -1,19 +1,19 @@
 """What every source shares: options, row ranges, file indexes, the Source base class (with the open files a
 worker thread keeps between row ranges), row-range planning, feature specs of a row and the shared checks
 (no FIFO or device is opened; rows of zero bytes are capped)."""
+
 from __future__ import annotations
 
 import dataclasses
 import logging
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, normalize_dtype
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-
 
 log = logging.getLogger("tfrecord_etl.transforms.sources")
 
@@ -133,11 +133,13 @@ def plan_row_ranges(index: FileIndex, target_bytes: int, start: int = 0, stop: i
         rows -= rows % index.chunk_rows
     count = -(-(stop - start) // rows)
     if count > MAX_ROW_RANGES:
-        raise SourceError(f"The file declares {index.num_rows:,} rows of {index.row_bytes:,} bytes "
-                          f"({index.num_rows * index.row_bytes:,} bytes): {count:,} row ranges of "
-                          f"{rows * index.row_bytes:,} bytes, more than the {MAX_ROW_RANGES:,} one plan holds",
-                          file=index.path, hint="raise --target_range_mb (up to 64 GiB) for a file this large, or "
-                                                "check its declared shape")
+        raise SourceError(
+            f"The file declares {index.num_rows:,} rows of {index.row_bytes:,} bytes "
+            f"({index.num_rows * index.row_bytes:,} bytes): {count:,} row ranges of "
+            f"{rows * index.row_bytes:,} bytes, more than the {MAX_ROW_RANGES:,} one plan holds",
+            file=index.path,
+            hint="raise --target_range_mb (up to 64 GiB) for a file this large, or check its declared shape",
+        )
     return [RowRange(index.path, s, min(s + rows, stop), index.items) for s in range(start, stop, rows)]
 
 
@@ -152,15 +154,21 @@ def merge_specs(indexes: Sequence[FileIndex], loose: bool) -> tuple[FeatureSpec,
     for other in indexes[1:]:
         theirs = {s.name: s for s in other.specs}
         if set(theirs) != set(specs):
-            raise SchemaError(f"Files have different features: {sorted(specs)} in '{first.path}' but "
-                              f"{sorted(theirs)} in '{other.path}'", hint="convert them in separate runs")
+            raise SchemaError(
+                f"Files have different features: {sorted(specs)} in '{first.path}' but "
+                f"{sorted(theirs)} in '{other.path}'",
+                hint="convert them in separate runs",
+            )
         for name, spec in specs.items():
             o = theirs[name]
             if spec.dtype == o.dtype and spec.shape == o.shape:
                 continue
             if not loose:
-                raise SchemaError(f"Feature '{name}' is {spec.dtype} {spec.shape} in '{first.path}' but "
-                                  f"{o.dtype} {o.shape} in '{other.path}'", hint="convert them in separate runs")
+                raise SchemaError(
+                    f"Feature '{name}' is {spec.dtype} {spec.shape} in '{first.path}' but "
+                    f"{o.dtype} {o.shape} in '{other.path}'",
+                    hint="convert them in separate runs",
+                )
             specs[name] = _loosen(spec, o)
     return tuple(specs.values())
 
@@ -194,8 +202,11 @@ def _leaf_specs(name: str, dtype: np.dtype, row_shape: tuple, where: str, vlen_c
     if dtype.fields is not None:
         out = []
         for field in dtype.names:
-            out.extend(_leaf_specs(f"{name}/{field}", dtype.fields[field][0], row_shape,
-                                   f"{where}, field '{field}'", vlen_check))
+            out.extend(
+                _leaf_specs(
+                    f"{name}/{field}", dtype.fields[field][0], row_shape, f"{where}, field '{field}'", vlen_check
+                )
+            )
         return out
     if dtype.kind == "O" and vlen_check is not None:
         vlen_check(dtype, where)
@@ -222,18 +233,31 @@ def _refuse_special_file(path: str) -> None:
         return
     import os
     import stat
+
     try:
         mode = os.stat(path).st_mode
     except OSError as e:
         raise SourceError(f"Cannot open file: {e.strerror}", file=path) from None
     if not stat.S_ISREG(mode):
-        kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                else "a socket" if stat.S_ISSOCK(mode) else "a directory" if stat.S_ISDIR(mode) else "not a file")
-        raise SourceError(f"Not a regular file ({kind}): refused, never opened", file=path,
-                          hint="name regular .npy/.npz files as inputs")
+        kind = (
+            "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "a directory"
+            if stat.S_ISDIR(mode)
+            else "not a file"
+        )
+        raise SourceError(
+            f"Not a regular file ({kind}): refused, never opened",
+            file=path,
+            hint="name regular .npy/.npz files as inputs",
+        )
 
 
-def _check_empty_rows(num_rows: int, data_row_bytes: int, options: "SourceOptions", path: str) -> None:
+def _check_empty_rows(num_rows: int, data_row_bytes: int, options: SourceOptions, path: str) -> None:
     """Rows of zero bytes (shape ``(N, 0)``) are not bounded by the file size: ``N`` is capped by
     ``options.max_empty_rows`` (``--max_empty_rows``).
 
@@ -241,9 +265,12 @@ def _check_empty_rows(num_rows: int, data_row_bytes: int, options: "SourceOption
       SourceError: more such rows than the limit (naming the file, the rows and the flag).
     """
     if data_row_bytes == 0 and num_rows > options.max_empty_rows:
-        raise SourceError(f"Every row holds zero bytes and the header declares {num_rows} rows: more than "
-                          f"the limit of {options.max_empty_rows} empty rows", file=path,
-                          hint="raise --max_empty_rows if you really want that many empty Examples")
+        raise SourceError(
+            f"Every row holds zero bytes and the header declares {num_rows} rows: more than "
+            f"the limit of {options.max_empty_rows} empty rows",
+            file=path,
+            hint="raise --max_empty_rows if you really want that many empty Examples",
+        )
 
 
 class Source:
@@ -262,7 +289,7 @@ class Source:
     def sniff(cls, head: bytes) -> bool:
         """True when ``head`` (a file's first bytes, :data:`transforms.sources.SNIFF_BYTES` of them) shows one of
         this source's ``magic`` at one of its ``magic_offsets``."""
-        return any(head[o:o + len(m)] == m for o in cls.magic_offsets if o < len(head) for m in cls.magic)
+        return any(head[o : o + len(m)] == m for o in cls.magic_offsets if o < len(head) for m in cls.magic)
 
     def __init__(self, options: SourceOptions):
         self.options = options
@@ -337,4 +364,3 @@ def _check_names(specs: Sequence[FeatureSpec], path: str) -> None:
         if s.name in seen:
             raise SchemaError(f"Duplicate feature name '{s.name}'", file=path)
         seen.add(s.name)
-

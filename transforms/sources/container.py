@@ -10,22 +10,33 @@ arrays, of which those sharing a leading length form a row group.
 The flags are named for what they choose, not for one format: ``--row_group`` and ``--container_mode``
 (``--hdf5_group`` and ``--hdf5_mode`` are their old names, still accepted: :mod:`transforms.config`).
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError
 from tfrecord_etl.transforms.sources import conventions
-from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, SourceOptions, log,
-                                                  loosen_all)
+from tfrecord_etl.transforms.sources.base import (
+    ARRAY,
+    KEY,
+    Columns,
+    FileIndex,
+    RowRange,
+    Source,
+    SourceOptions,
+    log,
+    loosen_all,
+)
 
 GROUP_FLAG = "--row_group"  # the flag choosing a row group, as messages name it
 MODE_FLAG = "--container_mode"  # the flag choosing rows / datasets / auto
 
 
-def choose_group(entries, number: int | None, path: str, roles: conventions.Roles | None = None,
-                 note: str = "") -> list[str]:
+def choose_group(
+    entries, number: int | None, path: str, roles: conventions.Roles | None = None, note: str = ""
+) -> list[str]:
     """The datasets of row group ``number`` (1-based) of :func:`conventions.ranked_groups`, or of the default group
     (:func:`conventions.default_choice`; ``roles`` None: the largest in bytes). ``entries``: ``[(path, rows,
     dimension or None, nbytes)]`` (:func:`hdf5layout.group_rows`). A file with several groups logs one WARNING line
@@ -37,30 +48,47 @@ def choose_group(entries, number: int | None, path: str, roles: conventions.Role
     """
     groups = conventions.ranked_groups(entries, roles)
     if not groups:
-        raise SchemaError("The file holds no row group (no array with a leading axis)", file=path,
-                          hint=f"use {MODE_FLAG} datasets to convert each array as one Example")
+        raise SchemaError(
+            "The file holds no row group (no array with a leading axis)",
+            file=path,
+            hint=f"use {MODE_FLAG} datasets to convert each array as one Example",
+        )
     if number is None:
         number, why = conventions.default_choice(groups, roles)
         if number is None:
             best = [(i, g) for i, g in enumerate(groups, 1) if g.rank == groups[0].rank]
-            listing = "; ".join(f"{g.describe(i)} -> {GROUP_FLAG} {i}" for i, g in best[:6]) + \
-                (f"; and {len(best) - 6} more" if len(best) > 6 else "")
-            raise SchemaError(f"Which data to convert is not clear: {why}: {listing}", file=path,
-                              hint=f"choose one with {GROUP_FLAG} N or --datasets (tfrecord-etl inspect FILE "
-                                   "lists the groups with their --datasets flags)")
+            listing = "; ".join(f"{g.describe(i)} -> {GROUP_FLAG} {i}" for i, g in best[:6]) + (
+                f"; and {len(best) - 6} more" if len(best) > 6 else ""
+            )
+            raise SchemaError(
+                f"Which data to convert is not clear: {why}: {listing}",
+                file=path,
+                hint=f"choose one with {GROUP_FLAG} N or --datasets (tfrecord-etl inspect FILE "
+                "lists the groups with their --datasets flags)",
+            )
     else:
         why = GROUP_FLAG
     if number > len(groups):
-        raise SchemaError(f"{GROUP_FLAG} {number} asked, but the file holds {len(groups)} row group(s)",
-                          file=path, hint="tfrecord-etl inspect FILE lists them")
+        raise SchemaError(
+            f"{GROUP_FLAG} {number} asked, but the file holds {len(groups)} row group(s)",
+            file=path,
+            hint="tfrecord-etl inspect FILE lists them",
+        )
     if len(groups) > 1:
-        others = "; ".join(f"{g.describe(i)} -> {GROUP_FLAG} {i}" for i, g in enumerate(groups[:4], 1)
-                           if i != number)
+        others = "; ".join(f"{g.describe(i)} -> {GROUP_FLAG} {i}" for i, g in enumerate(groups[:4], 1) if i != number)
         more = f"; and {len(groups) - 4} more" if len(groups) > 4 else ""
         reason = f" ({why})" if roles is not None else ""
-        log.warning("'%s' holds %d row groups: converting %s%s. Others: %s%s (tfrecord-etl inspect FILE "
-                    "lists them with their --datasets flags).%s", path, len(groups),
-                    groups[number - 1].describe(number), reason, others, more, note)
+        log.warning(
+            "'%s' holds %d row groups: converting %s%s. Others: %s%s (tfrecord-etl inspect FILE "
+            "lists them with their --datasets flags).%s",
+            path,
+            len(groups),
+            groups[number - 1].describe(number),
+            reason,
+            others,
+            more,
+            note,
+        )
     return list(groups[number - 1].datasets)
 
 
@@ -76,16 +104,21 @@ def check_leading_lengths(lengths: dict[str, int], path: str, what: str = "datas
     """
     if len(set(lengths.values())) > 1:
         items = list(lengths.items())
-        listing = ", ".join(f"'{n}': {v}" for n, v in items[:6]) + \
-            (f" and {len(items) - 6} more" if len(items) > 6 else "")  # one short line, not 1,200 characters
-        raise SchemaError(f"{what.capitalize()} have different leading lengths ({listing})", file=path,
-                          hint=f"choose {what} of equal length with --datasets (or a row group with {GROUP_FLAG} N); "
-                               f"tfrecord-etl inspect {target} lists the row groups")
+        listing = ", ".join(f"'{n}': {v}" for n, v in items[:6]) + (
+            f" and {len(items) - 6} more" if len(items) > 6 else ""
+        )  # one short line, not 1,200 characters
+        raise SchemaError(
+            f"{what.capitalize()} have different leading lengths ({listing})",
+            file=path,
+            hint=f"choose {what} of equal length with --datasets (or a row group with {GROUP_FLAG} N); "
+            f"tfrecord-etl inspect {target} lists the row groups",
+        )
     return next(iter(lengths.values()))
 
 
-def datasets_index(path: str, items: list[str], specs: list[FeatureSpec], sizes: list[int], what: str,
-                   holder: str = "file", **extra) -> FileIndex:
+def datasets_index(
+    path: str, items: list[str], specs: list[FeatureSpec], sizes: list[int], what: str, holder: str = "file", **extra
+) -> FileIndex:
     """Datasets mode's :class:`FileIndex` of ``path``: one row per item (its name in ``items``), features ``key``
     (the name, bytes) and ``array`` (``specs`` merged: what differs between items becomes None); ``sizes`` the
     items' bytes; ``extra`` more FileIndex fields (``sequential``).
@@ -95,8 +128,16 @@ def datasets_index(path: str, items: list[str], specs: list[FeatureSpec], sizes:
     """
     if not items:
         raise SchemaError(f"The {holder} holds no {what} to convert", file=path)
-    return FileIndex(path, len(items), (FeatureSpec(KEY, VLEN_BYTES, (), "list"), loosen_all(specs)),
-                     max(sizes), 1, tuple(items), tuple(sizes), **extra)
+    return FileIndex(
+        path,
+        len(items),
+        (FeatureSpec(KEY, VLEN_BYTES, (), "list"), loosen_all(specs)),
+        max(sizes),
+        1,
+        tuple(items),
+        tuple(sizes),
+        **extra,
+    )
 
 
 class ContainerSource(Source):
@@ -124,10 +165,17 @@ class ContainerSource(Source):
         if self.options.container_mode != "auto":
             return False
         if getattr(self, "_rows_indexed", False):
-            raise SchemaError("The file holds no dataset with rows, but earlier files were converted row by row",
-                              file=path, hint=f"convert it in a separate run, or pass {MODE_FLAG} datasets for all")
-        log.warning("'%s' holds no dataset with rows (or is a Keras weights file): converting each dataset (and each "
-                    "MATLAB cell) as one Example, as %s datasets does", path, MODE_FLAG)
+            raise SchemaError(
+                "The file holds no dataset with rows, but earlier files were converted row by row",
+                file=path,
+                hint=f"convert it in a separate run, or pass {MODE_FLAG} datasets for all",
+            )
+        log.warning(
+            "'%s' holds no dataset with rows (or is a Keras weights file): converting each dataset (and each "
+            "MATLAB cell) as one Example, as %s datasets does",
+            path,
+            MODE_FLAG,
+        )
         self.loose = True
         return True
 

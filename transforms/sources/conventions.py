@@ -20,6 +20,7 @@ conventions before size: the rules, in order (``docs/converting/hdf5.md``, "Whic
 Then, among the groups of the best rank, the largest in bytes, as before. AnnData, Loom, MINC-2, MATLAB v7.3 and
 Keras files keep their own rules (``hdf5layout``): their layouts are conventions already.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,12 +29,22 @@ from tfrecord_etl.transforms.sources import hdf5layout as layout
 
 # attributes naming the variables that describe a data variable (CF 1.11, Appendix A); in the forms
 # "a b c" (names) or "key: a b key2: c" (cell_measures, formula_terms, grid_mapping's extended form)
-CF_REFERENCES = ("coordinates", "bounds", "climatology", "ancillary_variables", "grid_mapping", "cell_measures",
-                 "formula_terms")
+CF_REFERENCES = (
+    "coordinates",
+    "bounds",
+    "climatology",
+    "ancillary_variables",
+    "grid_mapping",
+    "cell_measures",
+    "formula_terms",
+)
 METADATA_GROUPS = ("header", "headers", "metadata")
 RECORD, DATA, DESCRIPTIVE = 0, 1, 2  # the ranks of a group: lower is taken first
-RANK_WHY = {RECORD: "data variables on the unlimited (record) dimension", DATA: "data variables",
-            DESCRIPTIVE: "coordinates, bounds or metadata only"}
+RANK_WHY = {
+    RECORD: "data variables on the unlimited (record) dimension",
+    DATA: "data variables",
+    DESCRIPTIVE: "coordinates, bounds or metadata only",
+}
 
 
 @dataclasses.dataclass
@@ -57,6 +68,7 @@ def _names(value, keys: bool = False) -> list[str]:
     or (``keys``: grid_mapping's extended form ``crs: lat lon``, whose keys are variables) kept without the
     colon."""
     import numpy as np
+
     if isinstance(value, np.ndarray):
         value = value.ravel()[0] if value.size == 1 else b""
     if isinstance(value, (bytes, np.bytes_)):
@@ -97,7 +109,12 @@ def own_rules(f) -> bool:
     enc = f.attrs.get("encoding-type")
     if isinstance(enc, (bytes, str)) and (enc.decode() if isinstance(enc, bytes) else enc) == "anndata":
         return True
-    return all(k in f for k in ("X", "obs", "var")) or ("row_attrs" in f and "col_attrs" in f) or "minc-2.0" in f or layout.is_keras(f)
+    return (
+        all(k in f for k in ("X", "obs", "var"))
+        or ("row_attrs" in f and "col_attrs" in f)
+        or "minc-2.0" in f
+        or layout.is_keras(f)
+    )
 
 
 class Hdf5Roles:
@@ -154,8 +171,11 @@ class Hdf5Roles:
                 descriptive.setdefault(target, f"{key} of {owner}")
         for p in paths:
             if p not in descriptive and _under_metadata_group(p):
-                descriptive[p] = "under a " + next(x for x in p.strip("/").split("/")[:-1]
-                                                   if x.lower() in METADATA_GROUPS) + " group"
+                descriptive[p] = (
+                    "under a "
+                    + next(x for x in p.strip("/").split("/")[:-1] if x.lower() in METADATA_GROUPS)
+                    + " group"
+                )
         tops = {top_level(p) for p in paths} - {"/"}
         return Roles(descriptive, self.unlimited, len(tops) > 1, self.scales)
 
@@ -205,10 +225,12 @@ def default_choice(groups: list[layout.RowGroup], roles: Roles | None) -> tuple[
     if roles is None:
         return 1, "the largest in bytes" if len(groups) > 1 else "the only row group"
     tops = {g.context for g in best}
-    if len(best) > 1 and (len(tops) > 1 or None in tops and roles.split_top):
+    if len(best) > 1 and (len(tops) > 1 or (None in tops and roles.split_top)):
         names = sorted(t or "several top-level groups" for t in tops)
-        return None, (f"the {RANK_WHY[groups[0].rank]} lie under {len(tops)} top-level groups that share no "
-                      f"dimension scale ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})")
+        return None, (
+            f"the {RANK_WHY[groups[0].rank]} lie under {len(tops)} top-level groups that share no "
+            f"dimension scale ({', '.join(names[:4])}{', ...' if len(names) > 4 else ''})"
+        )
     why = RANK_WHY[groups[0].rank] + (", the largest in bytes" if len(best) > 1 else "")
     if len(groups) == 1:
         return 1, "the only row group"
@@ -225,14 +247,22 @@ def tree_groups(entries, roles: Roles | None) -> tuple[list[dict], dict]:
     groups = ranked_groups(entries, roles)
     number, why = default_choice(groups, roles)
     said = roles is not None and any(g.rank != DATA for g in groups)  # (a plain file's groups are all data)
-    rows = [{"group": i, "rows": g.rows, "dimension": g.dimension, "datasets": list(g.datasets), "bytes": g.nbytes,
-             "flag": "--datasets " + ",".join(g.datasets), "top": g.context,
-             "role": RANK_WHY[g.rank] if said else None}
-            for i, g in enumerate(groups, 1)]
+    rows = [
+        {
+            "group": i,
+            "rows": g.rows,
+            "dimension": g.dimension,
+            "datasets": list(g.datasets),
+            "bytes": g.nbytes,
+            "flag": "--datasets " + ",".join(g.datasets),
+            "top": g.context,
+            "role": RANK_WHY[g.rank] if said else None,
+        }
+        for i, g in enumerate(groups, 1)
+    ]
     return rows, {"group": number, "why": why}
 
 
 def describe_role(roles: Roles | None, path: str) -> str | None:
     """Why ``path`` describes data (inspect's annotation of a dataset), or None."""
     return None if roles is None else roles.descriptive.get(path)
-

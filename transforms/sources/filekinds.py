@@ -1,11 +1,12 @@
 """What the files of a collection (``--format files``) are, decided at planning: images Pillow identifies from their
 header, or other files (kept as bytes and a name). Only each file's header is read (Pillow's ``Image.open`` reads
 what identification needs, no pixel data); remote files by a bounded pool of threads."""
+
 from __future__ import annotations
 
 import concurrent.futures
 import io
-from typing import Sequence
+from collections.abc import Sequence
 
 from tfrecord_etl.transforms import fileio
 
@@ -16,6 +17,7 @@ def image_kind(path: str) -> str | None:
     """The Pillow format name of ``path`` (``"PNG"``, ``"JPEG"``, ...), or None when Pillow cannot identify it (an
     empty file, a file of another kind, an unreadable one: the read names the latter's error)."""
     from PIL import Image, UnidentifiedImageError
+
     try:
         with fileio.open_read(path) as f:
             stream = f if hasattr(f, "seekable") and f.seekable() else io.BytesIO(f.read())

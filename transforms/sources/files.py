@@ -11,6 +11,7 @@ lists the files (sizes from the listing, no file opened) into row ranges of abou
 that fails is retried file by file (``beam_io.read_and_encode``), so an unreadable, empty or corrupt file is one
 dead letter naming it (``--dead_letter_dir``) while the others are written.
 """
+
 from __future__ import annotations
 
 import csv
@@ -45,7 +46,7 @@ def relative_name(path: str, base: str) -> str:
     base = base.rstrip("/")
     if base in ("", "."):
         return path
-    return path[len(base) + 1:] if path.startswith(base + "/") else path
+    return path[len(base) + 1 :] if path.startswith(base + "/") else path
 
 
 class FilesSource(Source):
@@ -83,15 +84,20 @@ class FilesSource(Source):
         if mode == "dir":
             flat = [n for n in names if "/" not in n]
             if flat and len(flat) == len(names):  # a flat folder: no class folders at all
-                log.warning("The %d files lie directly in '%s', in no class folder: converting them without labels "
-                            "(as --file_labels none; --file_labels labels.csv gives labels from a table)",
-                            len(names), self.base)
+                log.warning(
+                    "The %d files lie directly in '%s', in no class folder: converting them without labels "
+                    "(as --file_labels none; --file_labels labels.csv gives labels from a table)",
+                    len(names),
+                    self.base,
+                )
                 mode = self.labels_from = "none"
             elif flat:
-                raise SourceError(f"{len(flat)} files lie directly in {self.base!r}, not in a class folder, beside "
-                                  f"{len(names) - len(flat)} in class folders (e.g. {flat[0]!r})", file=pattern,
-                                  hint="arrange them as BASE/CLASS/FILE, or pass --file_labels labels.csv or "
-                                  "--file_labels none")
+                raise SourceError(
+                    f"{len(flat)} files lie directly in {self.base!r}, not in a class folder, beside "
+                    f"{len(names) - len(flat)} in class folders (e.g. {flat[0]!r})",
+                    file=pattern,
+                    hint="arrange them as BASE/CLASS/FILE, or pass --file_labels labels.csv or --file_labels none",
+                )
             else:
                 self.labels = {n: (n.split("/", 1)[0], {}) for n in names}
         elif mode != "none":
@@ -106,8 +112,11 @@ class FilesSource(Source):
             specs += [FeatureSpec(f"{self.feature}/format", VLEN_BYTES, (), "list")]
             specs += [FeatureSpec(f"{self.feature}/{k}", "<i8", (), "list") for k in ("height", "width", "channels")]
         sizes = tuple(max(1, s) for _, s in files)
-        return [FileIndex(pattern, len(files), tuple(specs), max(sizes), 1, tuple(p for p, _ in files), sizes,
-                          item_files=True)]
+        return [
+            FileIndex(
+                pattern, len(files), tuple(specs), max(sizes), 1, tuple(p for p, _ in files), sizes, item_files=True
+            )
+        ]
 
     def _decide_image_header(self, files: list[tuple[str, int]], pattern: str) -> bool:
         """Whether Examples get the image header features: ``--no-image_header`` opens nothing; otherwise every
@@ -125,16 +134,21 @@ class FilesSource(Source):
         kinds = filekinds.image_kinds(paths)
         others = [p for p, k in zip(paths, kinds) if k is None]
         if asked is None and len(others) == len(paths):
-            log.warning("No file of '%s' is an image Pillow can identify: each Example holds the file's bytes and "
-                        "name, no image header (as --no-image_header)", pattern)
+            log.warning(
+                "No file of '%s' is an image Pillow can identify: each Example holds the file's bytes and "
+                "name, no image header (as --no-image_header)",
+                pattern,
+            )
             return False
         if others and not self.options.files_dead_letters:
             images = len(paths) - len(others)
             what = "empty" if dict(files)[others[0]] == 0 else "not an image Pillow can identify"
-            raise SourceError(f"The file is {what} ({len(others)} of {len(paths)} files are not images; {images} "
-                              f"are)", file=others[0],
-                              hint="pass --no-image_header to convert every file as bytes, remove the files that "
-                                   "are not images, or pass --dead_letter_dir to write the rest")
+            raise SourceError(
+                f"The file is {what} ({len(others)} of {len(paths)} files are not images; {images} are)",
+                file=others[0],
+                hint="pass --no-image_header to convert every file as bytes, remove the files that "
+                "are not images, or pass --dead_letter_dir to write the rest",
+            )
         return True
 
     def _read_table(self, path: str, names: list[str], pattern: str) -> dict:
@@ -148,21 +162,27 @@ class FilesSource(Source):
         except (UnicodeDecodeError, csv.Error) as e:
             raise ConfigError(f"The labels table is not a UTF-8 CSV file: {e}", file=path) from None
         if not rows or [c.strip() for c in rows[0][:2]] != ["file", "label"]:
-            raise ConfigError("The labels table must start with a header row 'file,label[,more columns]'",
-                              file=path, hint="first line: file,label")
+            raise ConfigError(
+                "The labels table must start with a header row 'file,label[,more columns]'",
+                file=path,
+                hint="first line: file,label",
+            )
         self.columns = [c.strip() for c in rows[0][2:]]
         reserved = {"file", "label", "label/text", "filename", self.feature}
         bad = [c for c in self.columns if not c or c in reserved or c.startswith(self.feature + "/")]
         if bad or len(set(self.columns)) != len(self.columns):
-            raise ConfigError(f"The labels table has empty, repeated or reserved column names {bad or self.columns}",
-                              file=path)
+            raise ConfigError(
+                f"The labels table has empty, repeated or reserved column names {bad or self.columns}", file=path
+            )
         by_key: dict[str, tuple[str, dict]] = {}
         for line, row in enumerate(rows[1:], 2):
             if not any(c.strip() for c in row):
                 continue
             if len(row) != 2 + len(self.columns):
-                raise ConfigError(f"Line {line} of the labels table has {len(row)} columns, the header "
-                                  f"{2 + len(self.columns)}", file=path)
+                raise ConfigError(
+                    f"Line {line} of the labels table has {len(row)} columns, the header {2 + len(self.columns)}",
+                    file=path,
+                )
             key = row[0].strip()
             if key in by_key:
                 raise ConfigError(f"Line {line} of the labels table names {key!r} a second time", file=path)
@@ -170,23 +190,38 @@ class FilesSource(Source):
         bare = not any("/" in k for k in by_key)
         keys = [n.rsplit("/", 1)[-1] if bare else n for n in names]
         if bare and len(set(keys)) != len(keys):
-            raise ConfigError("The labels table names files without their folders, but two matched files share a "
-                              "name", file=path, hint="write the file column relative to " + self.base)
+            raise ConfigError(
+                "The labels table names files without their folders, but two matched files share a name",
+                file=path,
+                hint="write the file column relative to " + self.base,
+            )
         out = {n: by_key[k] for n, k in zip(names, keys) if k in by_key}
         missing = [n for n in names if n not in out]
         self.orphans = sorted(set(by_key) - set(keys))
         if not self.options.files_dead_letters and (missing or self.orphans):
-            what = (f"{len(missing)} files have no row in the labels table (e.g. {missing[0]!r})" if missing else
-                    f"{len(self.orphans)} rows of the labels table name no matched file (e.g. {self.orphans[0]!r})")
-            raise SourceError(what, file=path, hint="fix the table or the pattern, or pass --dead_letter_dir to "
-                              "write the rest and report these there")
+            what = (
+                f"{len(missing)} files have no row in the labels table (e.g. {missing[0]!r})"
+                if missing
+                else f"{len(self.orphans)} rows of the labels table name no matched file (e.g. {self.orphans[0]!r})"
+            )
+            raise SourceError(
+                what,
+                file=path,
+                hint="fix the table or the pattern, or pass --dead_letter_dir to write the rest and report these there",
+            )
         self.unlabelled = set(missing)
         return out
 
     def describe(self) -> dict:
         """What metadata.json records of the collection: the label names in label order, where labels came from."""
-        return {"files": {"base": self.base, "feature": self.feature, "labels_from": self.labels_from,
-                          "label_names": self.label_names}}
+        return {
+            "files": {
+                "base": self.base,
+                "feature": self.feature,
+                "labels_from": self.labels_from,
+                "label_names": self.label_names,
+            }
+        }
 
     # -- reading -------------------------------------------------------------------------------------------
     def read(self, rr: RowRange) -> Columns:
@@ -194,8 +229,10 @@ class FilesSource(Source):
         for path in rr.items:
             for key, value in self._read_one(path).items():
                 cols.setdefault(key, []).append(value)
-        return {k: np.array(v, dtype=np.int64) if k.endswith(("/height", "/width", "/channels")) or k == "label"
-                else v for k, v in cols.items()}
+        return {
+            k: np.array(v, dtype=np.int64) if k.endswith(("/height", "/width", "/channels")) or k == "label" else v
+            for k, v in cols.items()
+        }
 
     def _read_one(self, path: str) -> dict:
         """The features of one file. Raises SourceError naming it (unreadable, empty, not an image, corrupt)."""
@@ -229,19 +266,30 @@ class FilesSource(Source):
 
     def _image_header(self, data: bytes, path: str) -> dict:
         from PIL import Image, UnidentifiedImageError
+
         try:
             with Image.open(io.BytesIO(data)) as im:
                 fmt, (width, height), channels = im.format, im.size, len(im.getbands())
                 if self.options.files_decode_check:
                     im.load()
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
-            what = "not an image Pillow can identify" if isinstance(e, UnidentifiedImageError) else \
-                f"a corrupt image ({type(e).__name__}: {e})"
-            raise SourceError(f"The file is {what}", file=path,
-                              hint="remove it, pass --dead_letter_dir to go on without it, or --no-image_header "
-                                   "for files that are not images") from None
-        return {f"{self.feature}/format": (fmt or "").encode(), f"{self.feature}/height": height,
-                f"{self.feature}/width": width, f"{self.feature}/channels": channels}
+            what = (
+                "not an image Pillow can identify"
+                if isinstance(e, UnidentifiedImageError)
+                else f"a corrupt image ({type(e).__name__}: {e})"
+            )
+            raise SourceError(
+                f"The file is {what}",
+                file=path,
+                hint="remove it, pass --dead_letter_dir to go on without it, or --no-image_header "
+                "for files that are not images",
+            ) from None
+        return {
+            f"{self.feature}/format": (fmt or "").encode(),
+            f"{self.feature}/height": height,
+            f"{self.feature}/width": width,
+            f"{self.feature}/channels": channels,
+        }
 
 
 def _natural(text: str):

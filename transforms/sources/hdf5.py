@@ -1,5 +1,6 @@
 """HDF5 source: datasets through h5py; nothing outside the named file is read (external storage, virtual
 datasets), never-written storage is refused, and a chunk cache per worker thread reads each chunk once."""
+
 from __future__ import annotations
 
 import math
@@ -7,18 +8,38 @@ import math
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources import conventions
-from tfrecord_etl.transforms.sources.container import MODE_FLAG, ContainerSource, check_leading_lengths, choose_group, \
-    datasets_index
-from tfrecord_etl.transforms.sources import hdf5layout as layout
-from tfrecord_etl.transforms.sources import hdf5links as links
-from tfrecord_etl.transforms.sources.hdf5filters import (check_filters, ensure_filters, load_filter_plugins, plugins_loaded,
-                                                         read_error)
-from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, SourceOptions,
-                                                  _check_empty_rows, _check_names, _leaf_specs, loosen_all,
-                                                  _refuse_special_file, _row_bytes, _row_spec, log)
+from tfrecord_etl.transforms.sources import conventions, hdf5layout as layout, hdf5links as links
+from tfrecord_etl.transforms.sources.base import (
+    ARRAY,
+    KEY,
+    Columns,
+    FileIndex,
+    RowRange,
+    SourceOptions,
+    _check_empty_rows,
+    _check_names,
+    _leaf_specs,
+    _refuse_special_file,
+    _row_bytes,
+    _row_spec,
+    log,
+    loosen_all,
+)
+from tfrecord_etl.transforms.sources.container import (
+    MODE_FLAG,
+    ContainerSource,
+    check_leading_lengths,
+    choose_group,
+    datasets_index,
+)
+from tfrecord_etl.transforms.sources.hdf5filters import (
+    check_filters,
+    ensure_filters,
+    load_filter_plugins,
+    plugins_loaded,
+    read_error,
+)
 from tfrecord_etl.transforms.sources.hdf5layout import walk  # noqa: F401 - the tree's import name
-
 
 HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4", ".h5ad", ".loom", ".mnc")
 HDF5_CHUNK_CACHE_BYTES = 64 * 2**20  # per open file: a chunk spanning several row ranges is decompressed once
@@ -50,22 +71,28 @@ class Hdf5Source(ContainerSource):
         """``(h5py.File, remote stream or None)`` of ``path`` (hdf5plugin's filters are registered when a dataset
         needs them: ``hdf5filters.ensure_filters``)."""
         import h5py
+
         _refuse_special_file(path)
-        cache = dict(rdcc_nbytes=HDF5_CHUNK_CACHE_BYTES, rdcc_nslots=10007)
+        cache = {"rdcc_nbytes": HDF5_CHUNK_CACHE_BYTES, "rdcc_nslots": 10007}
         if fileio.is_local(path):
             try:
                 return h5py.File(path, "r", **cache), None
             except Exception as e:
                 from tfrecord_etl.transforms.sources import other_format_hint
-                raise SourceError(f"Not a readable HDF5 file: {e}", file=path, hint=other_format_hint(path, "hdf5")
-                                  or "check that the file is HDF5 and complete") from None
+
+                raise SourceError(
+                    f"Not a readable HDF5 file: {e}",
+                    file=path,
+                    hint=other_format_hint(path, "hdf5") or "check that the file is HDF5 and complete",
+                ) from None
         stream = fileio.open_read(path)
         try:
             return h5py.File(stream, "r", **cache), stream
         except Exception as e:
             stream.close()
-            raise SourceError(f"Not a readable HDF5 file: {e}", file=path,
-                              hint="check that the file is HDF5 and complete") from None
+            raise SourceError(
+                f"Not a readable HDF5 file: {e}", file=path, hint="check that the file is HDF5 and complete"
+            ) from None
 
     def index(self, path: str) -> FileIndex:
         """Learns rows and features of ``path``.
@@ -81,6 +108,7 @@ class Hdf5Source(ContainerSource):
           SchemaError: unsupported dtype, 0-d or cell datasets in rows mode, lengths that differ, no data.
         """
         import h5py
+
         f, stream = self._open(path)
         try:
             bound_metadata_cache(f)  # the walk visits every object
@@ -95,13 +123,19 @@ class Hdf5Source(ContainerSource):
                 dset = self._dataset(f, name, path)
                 kind = layout.kind_of(dset, name)
                 if kind == layout.CELL:
-                    raise SchemaError("The dataset holds object references (a MATLAB cell array?), not rows of "
-                                      "values", file=path, dataset=name,
-                                      hint=f"use {MODE_FLAG} datasets: each cell becomes one Example")
+                    raise SchemaError(
+                        "The dataset holds object references (a MATLAB cell array?), not rows of values",
+                        file=path,
+                        dataset=name,
+                        hint=f"use {MODE_FLAG} datasets: each cell becomes one Example",
+                    )
                 if dset.ndim == 0:
-                    raise SchemaError("Dataset is a scalar (0-d): it has no rows", file=path, dataset=name,
-                                      hint="choose datasets with a leading axis with --datasets, or use "
-                                           f"{MODE_FLAG} datasets")
+                    raise SchemaError(
+                        "Dataset is a scalar (0-d): it has no rows",
+                        file=path,
+                        dataset=name,
+                        hint=f"choose datasets with a leading axis with --datasets, or use {MODE_FLAG} datasets",
+                    )
                 check_filters(dset, path, name)
                 try:
                     dtype = layout.dtype_of(dset)
@@ -110,8 +144,9 @@ class Hdf5Source(ContainerSource):
                 _check_storage(dset, path, name, self.options)
                 rows, row_shape = layout.rows_and_shape(dset)
                 data_row_bytes += dtype.itemsize * math.prod(row_shape)
-                specs += _leaf_specs(name.strip("/"), dtype, row_shape, f"{path}, dataset '{name}'",
-                                     _hdf5_vlen_check(h5py))
+                specs += _leaf_specs(
+                    name.strip("/"), dtype, row_shape, f"{path}, dataset '{name}'", _hdf5_vlen_check(h5py)
+                )
                 lengths[name] = rows
                 chunk_rows = max(chunk_rows, layout.chunk_rows(dset))
         except SourceError as e:  # e.g. a MATLAB attribute of the wrong type (hdf5layout names only the dataset)
@@ -135,11 +170,16 @@ class Hdf5Source(ContainerSource):
           SourceError: more than ``options.max_datasets`` datasets (``--max_datasets``).
         """
         import h5py
+
         count = 0
         for full, link, obj in layout.walk(f):
             if isinstance(obj, Exception):
-                raise SchemaError(f"Cannot open HDF5 object: {obj}", file=path, dataset=full,
-                                  hint="choose other datasets with --datasets") from None
+                raise SchemaError(
+                    f"Cannot open HDF5 object: {obj}",
+                    file=path,
+                    dataset=full,
+                    hint="choose other datasets with --datasets",
+                ) from None
             if obj is None and isinstance(link, h5py.ExternalLink):
                 obj = self._external(f, full, link, path, skipped)
             if not isinstance(obj, h5py.Dataset):
@@ -159,6 +199,7 @@ class Hdf5Source(ContainerSource):
         and its file a regular file in the input's directory: :mod:`hdf5links`); else None, and the link is added to
         ``skipped`` under the reason (one warning line names it)."""
         import h5py
+
         why = links.link_status(link, path, self.options.allow_external_storage)
         target = None
         if why is None:
@@ -170,7 +211,8 @@ class Hdf5Source(ContainerSource):
             why = "to a group: name its datasets with --datasets"
         if why is not None:
             skipped.setdefault(f"external link not followed ({why})", []).append(
-                f"{full} -> {link.filename}:{link.path}")
+                f"{full} -> {link.filename}:{link.path}"
+            )
             return None
         return target
 
@@ -188,20 +230,30 @@ class Hdf5Source(ContainerSource):
             elif kind != layout.INTERNAL:
                 skipped.setdefault(kind, []).append(full)
         first_error = errors[0] if errors else None
-        if not entries and first_error is None and self.options.container_mode == "auto" and (
-                skipped.get(layout.SCALAR) or skipped.get(layout.CELL)):
+        if (
+            not entries
+            and first_error is None
+            and self.options.container_mode == "auto"
+            and (skipped.get(layout.SCALAR) or skipped.get(layout.CELL))
+        ):
             return []  # index() converts each dataset instead
         _log_skipped(skipped, path, "rows mode")
         if not entries:
             if first_error is not None:
                 raise first_error
-            raise SchemaError("The file holds no dataset with rows", file=path,
-                              hint=f"use {MODE_FLAG} datasets to convert each dataset (scalars, cells) as one "
-                                   "Example" if skipped else None)
-        keras = f" This is a Keras weights file: {MODE_FLAG} datasets converts one Example per weight." \
-            if layout.is_keras(f) else ""  # (reached with container mode rows: auto converts each weight)
-        return choose_group(entries, self.options.row_group or None, path, roles.roles([e[0] for e in entries]),
-                            keras)
+            raise SchemaError(
+                "The file holds no dataset with rows",
+                file=path,
+                hint=f"use {MODE_FLAG} datasets to convert each dataset (scalars, cells) as one Example"
+                if skipped
+                else None,
+            )
+        keras = (
+            f" This is a Keras weights file: {MODE_FLAG} datasets converts one Example per weight."
+            if layout.is_keras(f)
+            else ""
+        )  # (reached with container mode rows: auto converts each weight)
+        return choose_group(entries, self.options.row_group or None, path, roles.roles([e[0] for e in entries]), keras)
 
     def _index_datasets(self, f, path: str) -> FileIndex:
         """Datasets mode: one row per dataset (or per cell of a cell array), features ``key``/``array``."""
@@ -217,17 +269,23 @@ class Hdf5Source(ContainerSource):
                 if kind != layout.INTERNAL:
                     skipped.setdefault(kind, []).append(full)
                 continue
-            targets = [(full, dset)] if kind != layout.CELL else \
-                _cells(f, full, dset, path, None if names else skipped.setdefault("unconvertible cell", []))
+            targets = (
+                [(full, dset)]
+                if kind != layout.CELL
+                else _cells(f, full, dset, path, None if names else skipped.setdefault("unconvertible cell", []))
+            )
             for item, target in targets:
                 check_filters(target, path, item)
                 _check_storage(target, path, item, self.options)
                 dtype, shape = layout.array_spec(target)
                 if dtype.kind == "O" or dtype.fields is not None:
                     if names:
-                        raise SchemaError("Variable-length and compound datasets are not supported in datasets "
-                                          "mode", file=path, dataset=item, hint="convert them in rows mode "
-                                          "with --datasets")
+                        raise SchemaError(
+                            "Variable-length and compound datasets are not supported in datasets mode",
+                            file=path,
+                            dataset=item,
+                            hint="convert them in rows mode with --datasets",
+                        )
                     skipped.setdefault("variable-length or compound", []).append(item)
                     continue
                 row = _row_spec(ARRAY, dtype, shape, f"{path}, dataset '{item}'")
@@ -240,14 +298,22 @@ class Hdf5Source(ContainerSource):
 
     def _dataset(self, f, name: str, path: str):
         import h5py
+
         try:
-            obj = links.resolve(f, name, path, self.options.allow_external_storage) if links.has_links(f, name) \
+            obj = (
+                links.resolve(f, name, path, self.options.allow_external_storage)
+                if links.has_links(f, name)
                 else f[name]
+            )
         except SourceError:
             raise
         except KeyError:
-            raise SourceError("No such dataset", file=path, dataset=name,
-                              hint="tfrecord-etl inspect FILE lists its datasets; then pass --datasets") from None
+            raise SourceError(
+                "No such dataset",
+                file=path,
+                dataset=name,
+                hint="tfrecord-etl inspect FILE lists its datasets; then pass --datasets",
+            ) from None
         except Exception as e:
             raise SchemaError(f"Cannot open HDF5 object: {e}", file=path, dataset=name) from None
         if not isinstance(obj, h5py.Dataset):
@@ -337,6 +403,7 @@ def chunk_ranges(dset, start: int, stop: int) -> list[tuple[int, int]]:
     ``DatasetID.get_chunk_info_by_coord``; unallocated chunks skipped), or ``[]`` for a contiguous dataset (one
     read already), one with more than :data:`MAX_PREFETCH_CHUNKS` such chunks, or a layout h5py cannot list."""
     import itertools
+
     chunks = dset.chunks
     if not chunks or stop <= start or not dset.shape:
         return []
@@ -364,6 +431,7 @@ def _cells(f, name: str, dset, path: str, skipped: list | None = None):
       SchemaError: such a cell and ``skipped`` is None (naming the cell).
     """
     import h5py
+
     refs = dset[()].ravel()  # HDF5 stores MATLAB's dimensions reversed: C order here is MATLAB's column order
     for k, ref in enumerate(refs, 1):
         item = f"{name}{{{k}}}"
@@ -371,22 +439,37 @@ def _cells(f, name: str, dset, path: str, skipped: list | None = None):
             target = f[ref] if ref else None
         except Exception as e:  # noqa: BLE001
             target = e
-        if not isinstance(target, h5py.Dataset) or (h5py.check_ref_dtype(target.dtype) is not None
-                                                    and layout.string_cells(target) is None):
+        if not isinstance(target, h5py.Dataset) or (
+            h5py.check_ref_dtype(target.dtype) is not None and layout.string_cells(target) is None
+        ):
             if skipped is not None:
                 skipped.append(item)
                 continue
-            what = "a null reference" if target is None else ("a nested cell array" if isinstance(
-                target, h5py.Dataset) else f"an unreadable reference ({target})" if isinstance(
-                target, Exception) else "a struct or group")
-            raise SchemaError(f"Cell {item} holds {what}: only cells of arrays are converted", file=path,
-                              dataset=item, hint="store the cell's arrays as separate variables, or choose other "
-                                                 "datasets with --datasets")
+            what = (
+                "a null reference"
+                if target is None
+                else (
+                    "a nested cell array"
+                    if isinstance(target, h5py.Dataset)
+                    else f"an unreadable reference ({target})"
+                    if isinstance(target, Exception)
+                    else "a struct or group"
+                )
+            )
+            raise SchemaError(
+                f"Cell {item} holds {what}: only cells of arrays are converted",
+                file=path,
+                dataset=item,
+                hint="store the cell's arrays as separate variables, or choose other datasets with --datasets",
+            )
         if layout.is_empty(target):
             continue  # an empty MATLAB array stores its dimensions, not data
         if target.is_virtual or target.id.get_create_plist().get_external_count():
-            raise SchemaError(f"Cell {item} is stored outside the file (external or virtual storage): refused",
-                              file=path, dataset=item)
+            raise SchemaError(
+                f"Cell {item} is stored outside the file (external or virtual storage): refused",
+                file=path,
+                dataset=item,
+            )
         yield item, target  # one at a time: a cell array of 20,000 cells held them all open
 
 
@@ -404,18 +487,24 @@ def bound_metadata_cache(f, max_bytes: int = WALK_METADATA_CACHE_BYTES) -> None:
 def _check_dataset_count(count: int, path: str, options: SourceOptions) -> None:
     """Raises SourceError when ``count`` datasets (or datasets-mode items) exceed ``options.max_datasets``."""
     if count > options.max_datasets:
-        raise SourceError(f"The file holds more than {options.max_datasets:,} datasets (--max_datasets)", file=path,
-                          hint="raise the limit with --max_datasets N if the file is what you meant (each dataset "
-                               "is walked at planning, and in datasets mode becomes one Example), or name the "
-                               "datasets to convert with --datasets")
+        raise SourceError(
+            f"The file holds more than {options.max_datasets:,} datasets (--max_datasets)",
+            file=path,
+            hint="raise the limit with --max_datasets N if the file is what you meant (each dataset "
+            "is walked at planning, and in datasets mode becomes one Example), or name the "
+            "datasets to convert with --datasets",
+        )
 
 
 def _log_skipped(skipped: dict, path: str, mode: str) -> None:
     """One WARNING line per file for the datasets skipped, by reason (a NetCDF file has dozens)."""
     parts = [f"{len(v)} {k} ({', '.join(v[:3])}{', ...' if len(v) > 3 else ''})" for k, v in skipped.items() if v]
     if parts:
-        hint = f"; {MODE_FLAG} datasets converts each scalar and each cell as one Example" \
-            if mode == "rows mode" and (skipped.get(layout.CELL) or skipped.get(layout.SCALAR)) else ""
+        hint = (
+            f"; {MODE_FLAG} datasets converts each scalar and each cell as one Example"
+            if mode == "rows mode" and (skipped.get(layout.CELL) or skipped.get(layout.SCALAR))
+            else ""
+        )
         log.warning("Skipping %s datasets in '%s' (%s)%s", " and ".join(parts), path, mode, hint)
 
 
@@ -426,6 +515,7 @@ def _dataset_for_read(f, name: str, path: str):
     import os
 
     import h5py
+
     dset = links.resolve(f, name, path, True) if links.has_links(f, name) else f[name]  # (checked at planning)
     ensure_filters(dset)
     if not fileio.is_local(path) or not (dset.id.get_create_plist().get_external_count() or dset.is_virtual):
@@ -449,20 +539,29 @@ def _confined(name: str, path: str, what: str, dataset: str) -> str:
     """
     import os
     import stat
+
     base = os.path.dirname(os.path.realpath(path))
     real = os.path.realpath(os.path.join(base, name))
     if not real.startswith(base.rstrip(os.sep) + os.sep):
-        raise SourceError(f"The {what} '{name}' lies outside the input file's directory: refused, never read",
-                          file=path, dataset=dataset, hint="move it next to the HDF5 file (or use h5repack to "
-                                                           "copy its data into the file)")
+        raise SourceError(
+            f"The {what} '{name}' lies outside the input file's directory: refused, never read",
+            file=path,
+            dataset=dataset,
+            hint="move it next to the HDF5 file (or use h5repack to copy its data into the file)",
+        )
     try:
         mode = os.stat(real).st_mode
     except OSError as e:
-        raise SourceError(f"The {what} '{name}' cannot be opened: {e.strerror}", file=path, dataset=dataset,
-                          hint="without it the dataset would read as its fill value") from None
+        raise SourceError(
+            f"The {what} '{name}' cannot be opened: {e.strerror}",
+            file=path,
+            dataset=dataset,
+            hint="without it the dataset would read as its fill value",
+        ) from None
     if not stat.S_ISREG(mode):
-        raise SourceError(f"The {what} '{name}' is not a regular file: refused, never opened", file=path,
-                          dataset=dataset)
+        raise SourceError(
+            f"The {what} '{name}' is not a regular file: refused, never opened", file=path, dataset=dataset
+        )
     return real
 
 
@@ -482,28 +581,39 @@ def _check_storage(dset, path: str, name: str, options: SourceOptions) -> None:
     import os
 
     import h5py
+
     plist = dset.id.get_create_plist()
     n_external = plist.get_external_count()
     if n_external:
         names = [plist.get_external(i)[0].decode(errors="replace") for i in range(n_external)]
         if not options.allow_external_storage:
-            raise SourceError(f"The dataset's data is stored in external file(s) {names[:3]}, outside the HDF5 "
-                              f"file: refused", file=path, dataset=name,
-                              hint="pass --allow_external_storage to read external files that lie in the "
-                                   "input file's own directory")
+            raise SourceError(
+                f"The dataset's data is stored in external file(s) {names[:3]}, outside the HDF5 file: refused",
+                file=path,
+                dataset=name,
+                hint="pass --allow_external_storage to read external files that lie in the input file's own directory",
+            )
         if not fileio.is_local(path):
             raise SourceError("External storage of a remote HDF5 file is not read", file=path, dataset=name)
         for i, ext in enumerate(names):
             real = _confined(ext, path, "external file", name)
             _, offset, size = plist.get_external(i)
             if size != h5py.h5f.UNLIMITED and offset + size > os.path.getsize(real):
-                raise SourceError(f"The external file '{ext}' holds {os.path.getsize(real)} bytes, fewer than the "
-                                  f"{offset + size} the dataset declares", file=path, dataset=name)
+                raise SourceError(
+                    f"The external file '{ext}' holds {os.path.getsize(real)} bytes, fewer than the "
+                    f"{offset + size} the dataset declares",
+                    file=path,
+                    dataset=name,
+                )
         return
     if dset.is_virtual:
         if not fileio.is_local(path):
-            raise SourceError("Virtual datasets of a remote HDF5 file are not read", file=path, dataset=name,
-                              hint="copy the file and its source files to a local directory")
+            raise SourceError(
+                "Virtual datasets of a remote HDF5 file are not read",
+                file=path,
+                dataset=name,
+                hint="copy the file and its source files to a local directory",
+            )
         for vmap in dset.virtual_sources():
             if vmap.file_name != ".":
                 _confined(vmap.file_name, path, "virtual dataset source file", name)
@@ -524,14 +634,19 @@ def _check_storage(dset, path: str, name: str, options: SourceOptions) -> None:
 
 def _unallocated(path: str, name: str, what: str, options: SourceOptions) -> None:
     if not options.allow_fill_value:
-        raise SourceError(f"The dataset was never (fully) written: {what}, and they would read as the fill "
-                          "value", file=path, dataset=name,
-                          hint="pass --allow_fill_value if the fill value is the intended data")
+        raise SourceError(
+            f"The dataset was never (fully) written: {what}, and they would read as the fill value",
+            file=path,
+            dataset=name,
+            hint="pass --allow_fill_value if the fill value is the intended data",
+        )
 
 
 def _hdf5_vlen_check(h5py):
     def check(dtype, where):
         if h5py.check_string_dtype(dtype) is None:
-            raise SchemaError("Unsupported dtype: variable-length numeric data", file=where,
-                              hint="store it as a fixed-shape dataset")
+            raise SchemaError(
+                "Unsupported dtype: variable-length numeric data", file=where, hint="store it as a fixed-shape dataset"
+            )
+
     return check

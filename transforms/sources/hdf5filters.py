@@ -13,6 +13,7 @@ filter pipeline names a filter HDF5 cannot apply yet (:func:`ensure_filters`), o
 filters were registered (a virtual dataset's sources, an object reference's target: the reader registers them and
 reads once more): gzip, shuffle, szip and unfiltered files never pay it.
 """
+
 from __future__ import annotations
 
 from tfrecord_etl.transforms.errors import SourceError
@@ -35,6 +36,7 @@ def load_filter_plugins() -> dict:
     if _PLUGINS is None:
         try:
             import hdf5plugin
+
             _PLUGINS = dict(hdf5plugin.FILTERS)
         except ImportError:
             _PLUGINS = {}
@@ -58,6 +60,7 @@ def missing_filters(dset) -> list[tuple[int, str]]:
     cannot apply (``H5Zfilter_avail``, which also searches ``HDF5_PLUGIN_PATH``); ``[]`` when all are available
     or the dataset's creation properties cannot be read."""
     import h5py
+
     try:
         plist = dset.id.get_create_plist()
         filters = [plist.get_filter(i) for i in range(plist.get_nfilters())]
@@ -80,23 +83,31 @@ def missing_filter_error(code: int, name: str, path: str, dataset: str, message:
     label = name or "no name stored in the file"
     text = f"{message}HDF5 filter {code} ({label}) is not available in this process"
     if not plugins:
-        hint = ("install hdf5plugin, which registers Blosc, Blosc2, BZip2, LZ4, Zstd, Bitshuffle, SZ, ZFP and more "
-                "when the file is opened: pip install hdf5plugin (on every worker too; it is a dependency of "
-                "tfrecord-etl)")
+        hint = (
+            "install hdf5plugin, which registers Blosc, Blosc2, BZip2, LZ4, Zstd, Bitshuffle, SZ, ZFP and more "
+            "when the file is opened: pip install hdf5plugin (on every worker too; it is a dependency of "
+            "tfrecord-etl)"
+        )
     elif code in plugins.values():
         provider = next(k for k, v in plugins.items() if v == code)
-        hint = (f"hdf5plugin provides it ('{provider}') but could not register it in this process: reinstall it "
-                "(pip install --force-reinstall hdf5plugin)")
+        hint = (
+            f"hdf5plugin provides it ('{provider}') but could not register it in this process: reinstall it "
+            "(pip install --force-reinstall hdf5plugin)"
+        )
     elif code >= PRIVATE_FILTER_IDS:
-        hint = (f"no installed plugin provides it, and ids {PRIVATE_FILTER_IDS}-65535 are for private use (The HDF "
-                "Group registers none): ask whoever wrote the file which plugin it used, install it and set "
-                "HDF5_PLUGIN_PATH to its directory, or have the file rewritten where that plugin is installed "
-                "(h5repack -f GZIP=4 IN OUT)")
+        hint = (
+            f"no installed plugin provides it, and ids {PRIVATE_FILTER_IDS}-65535 are for private use (The HDF "
+            "Group registers none): ask whoever wrote the file which plugin it used, install it and set "
+            "HDF5_PLUGIN_PATH to its directory, or have the file rewritten where that plugin is installed "
+            "(h5repack -f GZIP=4 IN OUT)"
+        )
     else:
-        hint = (f"no installed plugin provides it (hdf5plugin does not): The HDF Group's list of registered filters "
-                f"names the plugin for id {code} ({REGISTERED_FILTERS_URL}); install it and set HDF5_PLUGIN_PATH "
-                "to its directory, or have the file rewritten where that plugin is installed (h5repack -f GZIP=4 "
-                "IN OUT)")
+        hint = (
+            f"no installed plugin provides it (hdf5plugin does not): The HDF Group's list of registered filters "
+            f"names the plugin for id {code} ({REGISTERED_FILTERS_URL}); install it and set HDF5_PLUGIN_PATH "
+            "to its directory, or have the file rewritten where that plugin is installed (h5repack -f GZIP=4 "
+            "IN OUT)"
+        )
     return SourceError(text, file=path, dataset=dataset, hint=hint)
 
 
@@ -123,6 +134,8 @@ def read_error(e: Exception, dset, path: str, name: str, what: str) -> SourceErr
         return missing_filter_error(*missing[0], path, name, f"{what}: ")
     hint = None
     if "filter returned failure" in str(e):
-        hint = ("a filter of the dataset failed to decode a chunk (a checksum or decompression error): the stored "
-                "data is corrupt or truncated; --dead_letter_dir sets such row ranges aside and converts the rest")
+        hint = (
+            "a filter of the dataset failed to decode a chunk (a checksum or decompression error): the stored "
+            "data is corrupt or truncated; --dead_letter_dir sets such row ranges aside and converts the rest"
+        )
     return SourceError(f"{what}: {e}", file=path, dataset=name, hint=hint)

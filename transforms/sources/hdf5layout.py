@@ -18,6 +18,7 @@ Container formats built on HDF5 and what this module knows of them:
   ``char``) become strings, one per row (:mod:`mattext`), and a cell of char row vectors inside a cell or a struct
   array one list of strings; logicals uint8: exact.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,8 +29,15 @@ NETCDF_DIMENSION_ONLY = b"This is a netCDF dimension but not a netCDF variable"
 
 # kinds of a dataset; rows mode converts DATA and SCALE (coordinate variables: real values on their dimension),
 # datasets mode also SCALAR and the cells of CELL; the others are listed and skipped
-DATA, SCALAR, SCALE, DIMENSION, CELL, EMPTY, INTERNAL = ("dataset", "scalar", "dimension-scale", "netcdf-dimension",
-                                                          "matlab-cell", "matlab-empty", "matlab-internal")
+DATA, SCALAR, SCALE, DIMENSION, CELL, EMPTY, INTERNAL = (
+    "dataset",
+    "scalar",
+    "dimension-scale",
+    "netcdf-dimension",
+    "matlab-cell",
+    "matlab-empty",
+    "matlab-internal",
+)
 
 
 def walk(f):
@@ -41,6 +49,7 @@ def walk(f):
     ``/#subsystem#``) are yielded but not entered: their datasets are reached through cell references.
     """
     import h5py
+
     seen = {hash(f.id)}  # h5py's identity of an object (ObjectID compares by it); holding the IDs kept groups open
     stack = [(iter(sorted(f.keys())), f, "")]
     while stack:
@@ -85,6 +94,7 @@ def is_keras(f) -> bool:
 def kind_of(dset, path: str) -> str:
     """The kind of dataset ``dset`` at ``path`` (one of DATA, SCALAR, SCALE, DIMENSION, CELL, EMPTY, INTERNAL)."""
     import h5py
+
     if path.startswith(tuple(p + "/" for p in MATLAB_INTERNAL)):
         return INTERNAL
     attrs = dset.attrs
@@ -113,14 +123,18 @@ def is_empty(dset, path: str | None = None) -> bool:
     if "MATLAB_class" not in attrs:
         return False
     return bool(_matlab_attr(dset, "MATLAB_empty", path)) or _matlab_attr(dset, "MATLAB_class", path) in (
-        b"canonical empty", "canonical empty")
+        b"canonical empty",
+        "canonical empty",
+    )
 
 
 def _matlab_attr(dset, name: str, path: str | None):
     """The attribute ``name`` of a MATLAB variable: a string (``MATLAB_class``) or one integer (``MATLAB_empty``,
     0 when absent); anything else is a SourceError naming the dataset, never a NumPy truth-value traceback."""
     import numpy as np
+
     from tfrecord_etl.transforms.errors import SourceError
+
     try:
         value = dset.attrs.get(name, 0)
     except Exception as e:  # noqa: BLE001 - an attribute of a type h5py cannot read
@@ -129,18 +143,25 @@ def _matlab_attr(dset, name: str, path: str | None):
         ok = isinstance(value, (bytes, str))
         want = "a class name string (double, char, cell, ...)"
     else:
-        ok = isinstance(value, (int, np.integer, np.bool_)) or (isinstance(value, np.ndarray) and value.size == 1
-                                                                 and value.dtype.kind in "iub")
+        ok = isinstance(value, (int, np.integer, np.bool_)) or (
+            isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iub"
+        )
         want = "one integer"
     if not ok:
         kind = getattr(value, "dtype", type(value).__name__)
-        what = f"unreadable ({type(value).__name__}: {value})" if isinstance(value, Exception) else \
-            f"the value {value!r} ({kind})" if np.ndim(value) == 0 else \
-            f"an array of {kind}, shape {list(np.shape(value))}"
-        raise SourceError(f"The dataset's {name} attribute is {what}, not {want}: the file is not a valid "
-                          "MATLAB v7.3 file", dataset=path or dset.name,
-                          hint=f"remove or fix the {name} attribute (h5py: del dset.attrs['{name}']), or "
-                               "choose other datasets with --datasets")
+        what = (
+            f"unreadable ({type(value).__name__}: {value})"
+            if isinstance(value, Exception)
+            else f"the value {value!r} ({kind})"
+            if np.ndim(value) == 0
+            else f"an array of {kind}, shape {list(np.shape(value))}"
+        )
+        raise SourceError(
+            f"The dataset's {name} attribute is {what}, not {want}: the file is not a valid MATLAB v7.3 file",
+            dataset=path or dset.name,
+            hint=f"remove or fix the {name} attribute (h5py: del dset.attrs['{name}']), or "
+            "choose other datasets with --datasets",
+        )
     return value.item() if isinstance(value, np.ndarray) else value
 
 
@@ -148,10 +169,18 @@ def _matlab_complex(dset):
     """The complex dtype of a MATLAB complex array (a compound of ``real`` and ``imag`` floats of one type), else
     None."""
     import numpy as np
+
     dtype = dset.dtype
-    if is_matlab(dset) and dtype.names == ("real", "imag") and dtype["real"] == dtype["imag"] \
-            and dtype["real"].kind == "f" and dtype["real"].itemsize in (4, 8):
-        return np.dtype(f"{dtype['real'].byteorder if dtype['real'].byteorder != '=' else ''}c{2 * dtype['real'].itemsize}")
+    if (
+        is_matlab(dset)
+        and dtype.names == ("real", "imag")
+        and dtype["real"] == dtype["imag"]
+        and dtype["real"].kind == "f"
+        and dtype["real"].itemsize in (4, 8)
+    ):
+        return np.dtype(
+            f"{dtype['real'].byteorder if dtype['real'].byteorder != '=' else ''}c{2 * dtype['real'].itemsize}"
+        )
     return None
 
 
@@ -166,6 +195,7 @@ def string_cells(dset):
     ``None`` for empty text, when every cell is a char row vector or empty text; else None. Such a cell converts
     to one list of strings (:mod:`mattext`), as a v4-v7 file's does."""
     import h5py
+
     try:
         if h5py.check_ref_dtype(dset.dtype) is None or dset.attrs.get("MATLAB_class") not in (b"cell", "cell"):
             return None
@@ -189,23 +219,29 @@ def string_cells(dset):
 
 def _string_list(dset, cells):
     import numpy as np
+
     from tfrecord_etl.transforms.sources import mattext
-    return mattext.strings_list([np.zeros((0,), "<u2") if c is None else _matlab_order(c, np.asarray(c[()]))
-                                 for c in cells], dset.name)
+
+    return mattext.strings_list(
+        [np.zeros((0,), "<u2") if c is None else _matlab_order(c, np.asarray(c[()])) for c in cells], dset.name
+    )
 
 
 def _list_spec(cells):
     from tfrecord_etl.transforms.sources import mattext
+
     return mattext.list_spec(0 if c is None else int(c.shape[0]) for c in cells)
 
 
 def _char_spec(dset):
     from tfrecord_etl.transforms.sources import mattext
+
     return mattext.char_spec(tuple(int(d) for d in dset.shape)[::-1])
 
 
 def _char_strings(dset, codes):
     from tfrecord_etl.transforms.sources import mattext
+
     return mattext.char_strings(codes, dset.name)
 
 
@@ -244,6 +280,7 @@ def _converted(dset, data):
     Decided from the dataset's own dtype, never by comparing it with ``data.dtype``: h5py returns a subarray
     dtype as its base dtype with extra axes, which is no conversion."""
     import numpy as np
+
     target = _matlab_complex(dset)
     if target is None:
         return data
@@ -256,6 +293,7 @@ def _matlab_order(dset, data):
     """``data`` read from a MATLAB variable with HDF5's axes reversed back (a subarray dtype's trailing axes stay
     last), C-contiguous; other datasets unchanged."""
     import numpy as np
+
     if not (is_matlab(dset) and dset.ndim > 1):
         return data
     axes = tuple(range(dset.ndim))[::-1] + tuple(range(dset.ndim, data.ndim))
@@ -296,6 +334,7 @@ def read_whole(dset):
     """The whole dataset as a NumPy array of :func:`array_spec`'s shape (MATLAB variables in MATLAB's
     orientation)."""
     import numpy as np
+
     if is_char(dset):
         return _char_strings(dset, _matlab_order(dset, np.asarray(dset[()])))
     cells = string_cells(dset)
@@ -353,7 +392,7 @@ def group_rows(entries, context=None, join_unnamed: bool = True) -> list[RowGrou
     for rows, dim, _ in by_key:
         if dim is not None:
             named.setdefault(rows, []).append(dim)
-    for (rows, dim, where) in list(by_key):
+    for rows, dim, where in list(by_key):
         if dim is None and join_unnamed and len(named.get(rows, ())) == 1:
             by_key.setdefault((rows, named[rows][0], None), []).extend(by_key.pop((rows, None, where)))
     order = {path: i for i, (path, *_) in enumerate(entries)}

@@ -9,6 +9,7 @@ checked before HDF5 opens anything outside the input.
 HDF5's own resolution of an external link's file name (``H5Lcreate_external``: the ``HDF5_EXT_PREFIX`` variable,
 the link-access prefix, the working directory) is never used: the checked file is opened by its real path.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,22 +34,36 @@ def external_target(link, path: str, allow: bool, dataset: str) -> str:
     if why is None:
         return os.path.realpath(os.path.join(os.path.dirname(os.path.realpath(path)), link.filename))
     if why.startswith("needs"):
-        raise SourceError(f"The name is an external link to {target!r}, in another file: refused, never read",
-                          file=path, dataset=dataset,
-                          hint=f"pass {FLAG} to follow external links to files in the input file's own directory "
-                               f"(or use h5repack to copy the data into the file)")
+        raise SourceError(
+            f"The name is an external link to {target!r}, in another file: refused, never read",
+            file=path,
+            dataset=dataset,
+            hint=f"pass {FLAG} to follow external links to files in the input file's own directory "
+            f"(or use h5repack to copy the data into the file)",
+        )
     if why == "remote input":
-        raise SourceError(f"External links of a remote HDF5 file are not followed (to {target!r})", file=path,
-                          dataset=dataset, hint="copy the file and the files it links to into one local directory")
+        raise SourceError(
+            f"External links of a remote HDF5 file are not followed (to {target!r})",
+            file=path,
+            dataset=dataset,
+            hint="copy the file and the files it links to into one local directory",
+        )
     if why.startswith("outside"):
-        raise SourceError(f"The name is an external link to {target!r}, whose file lies outside the input file's "
-                          f"directory: refused, never read", file=path, dataset=dataset,
-                          hint="move the linked file next to the HDF5 file (external links are followed, with "
-                               f"{FLAG}, only there), or use h5repack to copy the data into the file")
+        raise SourceError(
+            f"The name is an external link to {target!r}, whose file lies outside the input file's "
+            f"directory: refused, never read",
+            file=path,
+            dataset=dataset,
+            hint="move the linked file next to the HDF5 file (external links are followed, with "
+            f"{FLAG}, only there), or use h5repack to copy the data into the file",
+        )
     what = "missing (a dangling link)" if why.startswith("dangling") else why
-    raise SourceError(f"The name is an external link to {target!r}, whose file is {what}: refused",
-                      file=path, dataset=dataset, hint="put the linked file next to the HDF5 file, or choose other "
-                                                       "datasets with --datasets")
+    raise SourceError(
+        f"The name is an external link to {target!r}, whose file is {what}: refused",
+        file=path,
+        dataset=dataset,
+        hint="put the linked file next to the HDF5 file, or choose other datasets with --datasets",
+    )
 
 
 def link_status(link, path: str, allow: bool) -> str | None:
@@ -56,6 +71,7 @@ def link_status(link, path: str, allow: bool) -> str | None:
     ``dangling: its file is missing``, ``not a regular file``, ``remote input``, ``needs --allow_external_storage``),
     or None when it is followed (for the walk's warning and ``inspect``)."""
     import stat
+
     if not fileio.is_local(path):
         return "remote input"
     base = os.path.dirname(os.path.realpath(path))
@@ -86,6 +102,7 @@ def resolve(f, name: str, path: str, allow: bool, dataset: str | None = None):
         links followed (a loop).
     """
     import h5py
+
     dataset = dataset or name
     parts = [p for p in name.split("/") if p]
     group, hops = f, 0
@@ -103,8 +120,11 @@ def resolve(f, name: str, path: str, allow: bool, dataset: str | None = None):
             continue
         hops += 1
         if hops > MAX_LINK_HOPS:
-            raise SourceError(f"Resolving the name followed more than {MAX_LINK_HOPS} links (a loop of links?)",
-                              file=path, dataset=dataset)
+            raise SourceError(
+                f"Resolving the name followed more than {MAX_LINK_HOPS} links (a loop of links?)",
+                file=path,
+                dataset=dataset,
+            )
         if isinstance(link, h5py.SoftLink):
             target = link.path
             if target.startswith("/"):
@@ -116,8 +136,11 @@ def resolve(f, name: str, path: str, allow: bool, dataset: str | None = None):
             try:
                 other = h5py.File(real, "r")
             except Exception as e:  # noqa: BLE001 - not HDF5, damaged
-                raise SourceError(f"The external link's file {link.filename!r} is not a readable HDF5 file: {e}",
-                                  file=path, dataset=dataset) from None
+                raise SourceError(
+                    f"The external link's file {link.filename!r} is not a readable HDF5 file: {e}",
+                    file=path,
+                    dataset=dataset,
+                ) from None
             group = other
             parts = [p for p in link.path.split("/") if p] + parts
             continue
@@ -128,6 +151,7 @@ def resolve(f, name: str, path: str, allow: bool, dataset: str | None = None):
 def has_links(f, name: str) -> bool:
     """True when a component of ``name`` in ``f`` is not a hard link (so :func:`resolve` must open it)."""
     import h5py
+
     group = f
     for key in (p for p in name.split("/") if p):
         if not isinstance(group, h5py.Group):

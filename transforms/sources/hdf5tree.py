@@ -1,6 +1,7 @@
 """The dataset tree of an HDF5 file, for ``tfrecord-etl inspect FILE.h5`` (no external tool such as h5ls):
 every object with its dtype, shape, chunks and filters, and the row groups (datasets sharing a leading length,
 which convert reads together). Metadata only: no data is read, no link is followed."""
+
 from __future__ import annotations
 
 from tfrecord_etl.transforms.codec import normalize_dtype
@@ -24,11 +25,12 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
       SourceError: not a readable HDF5 file (naming it).
     """
     import h5py
-    from tfrecord_etl.transforms.sources import conventions
-    from tfrecord_etl.transforms.sources import hdf5layout as layout
-    from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source
+
+    from tfrecord_etl.transforms.sources import conventions, hdf5layout as layout
     from tfrecord_etl.transforms.sources.base import SourceOptions
+    from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source
     from tfrecord_etl.transforms.sources.hdf5links import link_status
+
     f, stream = Hdf5Source(SourceOptions())._open(path)
     objects, truncated, entries = [], False, []
     try:
@@ -42,16 +44,22 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
                 continue
             if isinstance(link, h5py.ExternalLink):
                 why = link_status(link, path, True)
-                objects.append({"path": full, "kind": "external link", "target": f"{link.filename}:{link.path}",
-                                "convert": f"convert refuses it: {why}" if why else
-                                "convert follows it with --allow_external_storage"})
+                objects.append(
+                    {
+                        "path": full,
+                        "kind": "external link",
+                        "target": f"{link.filename}:{link.path}",
+                        "convert": f"convert refuses it: {why}"
+                        if why
+                        else "convert follows it with --allow_external_storage",
+                    }
+                )
                 continue
             if isinstance(obj, Exception) or obj is None:  # a damaged or unsupported object: listed, not fatal
                 objects.append({"path": full, "kind": "unreadable", "target": str(obj)})
                 continue
             if isinstance(obj, h5py.Group):
-                objects.append({"path": full, "kind": "matlab-internal" if full in layout.MATLAB_INTERNAL
-                                else "group"})
+                objects.append({"path": full, "kind": "matlab-internal" if full in layout.MATLAB_INTERNAL else "group"})
                 continue
             try:
                 kind = layout.kind_of(obj, full)
@@ -60,20 +68,40 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
                 continue
             collector.observe(full, obj, kind)
             plist = obj.id.get_create_plist()
-            storage = "virtual" if obj.is_virtual else ("external" if plist.get_external_count() else
-                                                        {0: "compact", 1: "contiguous", 2: "chunked"}.get(
-                                                            plist.get_layout(), "other"))
-            filters = [str(plist.get_filter(i)[3].decode(errors="replace") or plist.get_filter(i)[0])
-                       for i in range(plist.get_nfilters())]
+            storage = (
+                "virtual"
+                if obj.is_virtual
+                else (
+                    "external"
+                    if plist.get_external_count()
+                    else {0: "compact", 1: "contiguous", 2: "chunked"}.get(plist.get_layout(), "other")
+                )
+            )
+            filters = [
+                str(plist.get_filter(i)[3].decode(errors="replace") or plist.get_filter(i)[0])
+                for i in range(plist.get_nfilters())
+            ]
             try:
                 dtype = str(obj.dtype)
                 if obj.dtype.fields is None and obj.dtype.subdtype is None and obj.dtype.kind != "O":
                     normalize_dtype(obj.dtype)  # e.g. float128: no portable form
             except (TypeError, ValueError, SchemaError) as e:  # HDF5 time types, float128...: convert refuses them
-                dtype, kind = (f"no NumPy dtype ({e})" if not isinstance(e, SchemaError) else dtype), "unsupported dtype"
-            objects.append({"path": full, "kind": kind, "dtype": dtype, "shape": list(obj.shape),
-                            "chunks": list(obj.chunks) if obj.chunks else None, "filters": filters,
-                            "storage": storage, "matlab": layout.is_matlab(obj)})
+                dtype, kind = (
+                    (f"no NumPy dtype ({e})" if not isinstance(e, SchemaError) else dtype),
+                    "unsupported dtype",
+                )
+            objects.append(
+                {
+                    "path": full,
+                    "kind": kind,
+                    "dtype": dtype,
+                    "shape": list(obj.shape),
+                    "chunks": list(obj.chunks) if obj.chunks else None,
+                    "filters": filters,
+                    "storage": storage,
+                    "matlab": layout.is_matlab(obj),
+                }
+            )
             if kind in (layout.DATA, layout.SCALE):
                 rows, _ = layout.rows_and_shape(obj)
                 entries.append((full, rows, layout.leading_dimension(obj), layout.data_bytes(obj)))
@@ -89,6 +117,7 @@ def _with_groups(tree: dict, entries, roles) -> dict:
     """``tree`` with its ``row_groups`` and ``default`` (:func:`conventions.tree_groups`) and each object's
     ``role`` (why a coordinate, bounds or metadata dataset describes the data), where the conventions say."""
     from tfrecord_etl.transforms.sources import conventions
+
     tree["row_groups"], tree["default"] = conventions.tree_groups(entries, roles)
     for o in tree["objects"]:
         role = conventions.describe_role(roles, o["path"])
@@ -107,6 +136,7 @@ def netcdf3_tree(path: str) -> dict:
     from tfrecord_etl.transforms.sources import conventions
     from tfrecord_etl.transforms.sources.base import SourceOptions
     from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
+
     source = NetCdf3Source(SourceOptions())
     f = source._open(path)
     objects, entries = [], []
@@ -114,9 +144,17 @@ def netcdf3_tree(path: str) -> dict:
         roles = conventions.netcdf3_roles(f)
         for name, var in f.variables.items():
             storage = "record variable" if var.isrec else "fixed-size"
-            objects.append({"path": name, "kind": "dataset" if var.shape else "scalar", "dtype": str(var.data.dtype),
-                            "shape": list(var.shape), "chunks": None, "filters": [f"dims {', '.join(var.dimensions)}"]
-                            if var.dimensions else [], "storage": storage})
+            objects.append(
+                {
+                    "path": name,
+                    "kind": "dataset" if var.shape else "scalar",
+                    "dtype": str(var.data.dtype),
+                    "shape": list(var.shape),
+                    "chunks": None,
+                    "filters": [f"dims {', '.join(var.dimensions)}"] if var.dimensions else [],
+                    "storage": storage,
+                }
+            )
             if var.shape:
                 entries.append((name, int(var.shape[0]), var.dimensions[0], int(var.data.nbytes)))
     finally:
@@ -136,6 +174,7 @@ def matlab_tree(path: str) -> dict:
     from tfrecord_etl.transforms.sources import hdf5layout as layout
     from tfrecord_etl.transforms.sources.base import SourceOptions
     from tfrecord_etl.transforms.sources.matlab import MatlabSource
+
     source = MatlabSource(SourceOptions())
     with source._stream(path) as f:
         table = source.variables(f, path)
@@ -145,58 +184,92 @@ def matlab_tree(path: str) -> dict:
     for leaf in leaves:
         if leaf.kind == layout.INTERNAL:
             continue
-        mclass, compressed = classes.get(leaf.path, ("struct field", classes.get(
-            "/" + leaf.path.strip("/").split("/")[0], ("", False))[1]))
-        objects.append({"path": leaf.path, "kind": "dataset" if leaf.kind == layout.DATA else leaf.kind,
-                        "dtype": str(leaf.dtype) if leaf.dtype is not None else leaf.what or "-",
-                        "shape": list(leaf.shape) if leaf.kind == layout.DATA else [], "chunks": None,
-                        "filters": [f"class {mclass}"], "storage": "compressed" if compressed else "uncompressed"})
+        mclass, compressed = classes.get(
+            leaf.path, ("struct field", classes.get("/" + leaf.path.strip("/").split("/")[0], ("", False))[1])
+        )
+        objects.append(
+            {
+                "path": leaf.path,
+                "kind": "dataset" if leaf.kind == layout.DATA else leaf.kind,
+                "dtype": str(leaf.dtype) if leaf.dtype is not None else leaf.what or "-",
+                "shape": list(leaf.shape) if leaf.kind == layout.DATA else [],
+                "chunks": None,
+                "filters": [f"class {mclass}"],
+                "storage": "compressed" if compressed else "uncompressed",
+            }
+        )
         if leaf.kind == layout.DATA:
             entries.append((leaf.path, leaf.shape[0], None, leaf.nbytes))
-    groups = [{"group": i, "rows": g.rows, "dimension": g.dimension, "datasets": list(g.datasets), "bytes": g.nbytes,
-               "flag": "--datasets " + ",".join(g.datasets)} for i, g in enumerate(layout.group_rows(entries), 1)]
+    groups = [
+        {
+            "group": i,
+            "rows": g.rows,
+            "dimension": g.dimension,
+            "datasets": list(g.datasets),
+            "bytes": g.nbytes,
+            "flag": "--datasets " + ",".join(g.datasets),
+        }
+        for i, g in enumerate(layout.group_rows(entries), 1)
+    ]
     return {"file": path, "format": "MATLAB v4-v7 .mat", "objects": objects, "row_groups": groups, "truncated": False}
 
 
 def render_tree(tree: dict) -> str:
     """The text form of :func:`hdf5_tree`: one line per object, then the row groups."""
-    lines = [f"{tree.get('format', 'HDF5')} file {tree['file']}: {len(tree['objects'])} objects"
-             + (f" (listing stopped at {MAX_OBJECTS})" if tree["truncated"] else "")]
+    lines = [
+        f"{tree.get('format', 'HDF5')} file {tree['file']}: {len(tree['objects'])} objects"
+        + (f" (listing stopped at {MAX_OBJECTS})" if tree["truncated"] else "")
+    ]
     for o in tree["objects"]:
         if o["kind"] in ("group", "matlab-internal"):
-            lines.append(f"  {o['path']}/" + ("  [MATLAB's own storage: read through cell references]"
-                                              if o["kind"] == "matlab-internal" else ""))
+            lines.append(
+                f"  {o['path']}/"
+                + ("  [MATLAB's own storage: read through cell references]" if o["kind"] == "matlab-internal" else "")
+            )
         elif "link" in o["kind"]:
-            lines.append(f"  {o['path']} -> {o['target']} ({o['kind']}, not followed"
-                         + (f"; {o['convert']})" if o.get("convert") else ")"))
+            lines.append(
+                f"  {o['path']} -> {o['target']} ({o['kind']}, not followed"
+                + (f"; {o['convert']})" if o.get("convert") else ")")
+            )
         elif o["kind"] == "unreadable":
             lines.append(f"  {o['path']}  [unreadable: {o['target']}]")
         else:
             extra = [o["storage"]] + ([f"chunks {o['chunks']}"] if o["chunks"] else []) + o["filters"]
-            skip = {"dataset": "", "dimension-scale": "  [coordinate variable]",
-                    "unsupported dtype": "  [unsupported dtype: convert refuses it]",
-                    "matlab-cell": "  [MATLAB cell: --container_mode datasets converts each cell]"}.get(
-                o["kind"], f"  [{o['kind']}: skipped by convert]")
+            skip = {
+                "dataset": "",
+                "dimension-scale": "  [coordinate variable]",
+                "unsupported dtype": "  [unsupported dtype: convert refuses it]",
+                "matlab-cell": "  [MATLAB cell: --container_mode datasets converts each cell]",
+            }.get(o["kind"], f"  [{o['kind']}: skipped by convert]")
             if o.get("matlab"):
                 extra.append("MATLAB column-major: rows on the last axis")
             if o.get("role"):
                 skip += f"  [{o['role']}]"
-            lines.append(f"  {o['path']:<40} {o['dtype']:<12} {str(o['shape']):<18} {', '.join(extra)}{skip}")
-    lines.append("row groups (datasets converted together share their leading dimension; convert reads the default "
-                 "below unless --row_group N or --datasets says otherwise):")
+            lines.append(f"  {o['path']:<40} {o['dtype']:<12} {o['shape']!s:<18} {', '.join(extra)}{skip}")
+    lines.append(
+        "row groups (datasets converted together share their leading dimension; convert reads the default "
+        "below unless --row_group N or --datasets says otherwise):"
+    )
     for g in tree["row_groups"]:
         shown = g["flag"] if len(g["flag"]) <= 200 else g["flag"][:200] + f"... ({len(g['datasets'])} datasets)"
         n = len(g["datasets"])
         dim = f" on '{g['dimension']}'" if g["dimension"] else ""
         top = f" under '{g['top']}'" if g.get("top") else ""
         role = f" ({g['role']})" if g.get("role") else ""
-        lines.append(f"  group {g['group']}: {g['rows']} rows{dim}{top}, {n} dataset{'s' if n > 1 else ''}, "
-                     f"{g['bytes']} bytes{role}  ->  --row_group {g['group']} or {shown}")
+        lines.append(
+            f"  group {g['group']}: {g['rows']} rows{dim}{top}, {n} dataset{'s' if n > 1 else ''}, "
+            f"{g['bytes']} bytes{role}  ->  --row_group {g['group']} or {shown}"
+        )
     default = tree.get("default")
     if default and tree["row_groups"]:
-        lines.append(f"default: convert takes group {default['group']}: {default['why']}" if default["group"] else
-                     f"default: none, convert refuses to choose: {default['why']}; pass --row_group N or --datasets")
+        lines.append(
+            f"default: convert takes group {default['group']}: {default['why']}"
+            if default["group"]
+            else f"default: none, convert refuses to choose: {default['why']}; pass --row_group N or --datasets"
+        )
     if not tree["row_groups"]:
-        lines.append("  none: no dataset with rows; convert (--container_mode auto) makes each dataset and MATLAB cell "
-                     "one Example")
+        lines.append(
+            "  none: no dataset with rows; convert (--container_mode auto) makes each dataset and MATLAB cell "
+            "one Example"
+        )
     return "\n".join(lines)

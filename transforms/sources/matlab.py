@@ -27,6 +27,7 @@ container its stored bytes (a compressed one inflated and counted, nothing kept)
 
 References: MathWorks, "MAT-File Format" (Level 4 and Level 5 MAT-files); ``scipy.io.loadmat``, ``scipy.io.whosmat``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,20 +39,46 @@ import numpy as np
 
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources import hdf5layout as layout
-from tfrecord_etl.transforms.sources import matnesting, mattext
+from tfrecord_etl.transforms.sources import hdf5layout as layout, matnesting, mattext
+from tfrecord_etl.transforms.sources.base import (
+    ARRAY,
+    Columns,
+    FileIndex,
+    RowRange,
+    _check_empty_rows,
+    _check_names,
+    _leaf_specs,
+    _refuse_special_file,
+    _row_bytes,
+    _row_spec,
+    log,
+)
+from tfrecord_etl.transforms.sources.container import (
+    MODE_FLAG,
+    ContainerSource,
+    check_leading_lengths,
+    choose_group,
+    datasets_index,
+)
 from tfrecord_etl.transforms.sources.mattext import as_codes, matlab_shape, string_cells
-from tfrecord_etl.transforms.sources.container import MODE_FLAG, ContainerSource, check_leading_lengths, choose_group, \
-    datasets_index
-from tfrecord_etl.transforms.sources.base import (ARRAY, Columns, FileIndex, RowRange, _check_empty_rows,
-                                                  _check_names, _leaf_specs, _refuse_special_file, _row_bytes,
-                                                  _row_spec, log)
 
 MATLAB5_MAGIC = b"MATLAB 5.0 MAT-file"  # the header text of v6 and v7 files (v7.3 says "MATLAB 7.3": HDF5)
 # the dtype each MATLAB class is stored as: the v7.3 file's HDF5 dtype (char: UTF-16 code units, converted to strings
 # by mattext; logical: uint8)
-CLASS_DTYPES = {"double": "<f8", "single": "<f4", "int8": "|i1", "uint8": "|u1", "int16": "<i2", "uint16": "<u2",
-                "int32": "<i4", "uint32": "<u4", "int64": "<i8", "uint64": "<u8", "char": "<u2", "logical": "|u1"}
+CLASS_DTYPES = {
+    "double": "<f8",
+    "single": "<f4",
+    "int8": "|i1",
+    "uint8": "|u1",
+    "int16": "<i2",
+    "uint16": "<u2",
+    "int32": "<i4",
+    "uint32": "<u4",
+    "int64": "<i8",
+    "uint64": "<u8",
+    "char": "<u2",
+    "logical": "|u1",
+}
 STRUCT, SPARSE, OTHER = "matlab-struct", "matlab-sparse", "unsupported MATLAB class"
 FUNCTION_WORKSPACE = "__function_workspace__"  # MATLAB's own storage behind function handles, never a variable
 
@@ -75,8 +102,11 @@ class MatVariable:
         """The converted dtype of a numeric, char or logical variable (None for other classes)."""
         if self.mclass not in CLASS_DTYPES:
             return None
-        return _complex_dtype(np.dtype(CLASS_DTYPES[self.mclass])) if self.is_complex else np.dtype(CLASS_DTYPES[
-            self.mclass])
+        return (
+            _complex_dtype(np.dtype(CLASS_DTYPES[self.mclass]))
+            if self.is_complex
+            else np.dtype(CLASS_DTYPES[self.mclass])
+        )
 
 
 @dataclasses.dataclass
@@ -148,6 +178,7 @@ def as_stored(value, where: str) -> np.ndarray:
 def _kind_of(value) -> str:
     """The kind of a loaded element (a struct field or a cell's content)."""
     import scipy.sparse
+
     if scipy.sparse.issparse(value):
         return SPARSE
     if type(value) is not np.ndarray:  # MatlabFunction, MatlabObject, MatlabOpaque (ndarray subclasses), others
@@ -211,10 +242,14 @@ def cell_items(leaf: Leaf, skipped: list | None, path: str) -> list[tuple[str, o
                 skipped.append(item)
                 continue
             what = {STRUCT: "a struct", layout.CELL: "a nested cell array", SPARSE: "a sparse matrix"}.get(
-                kind, f"a {type(value).__name__}")
-            raise SchemaError(f"Cell {item} holds {what}: only cells of arrays are converted", file=path, dataset=item,
-                              hint="store the cell's arrays as separate variables, or choose other variables with "
-                                   "--datasets")
+                kind, f"a {type(value).__name__}"
+            )
+            raise SchemaError(
+                f"Cell {item} holds {what}: only cells of arrays are converted",
+                file=path,
+                dataset=item,
+                hint="store the cell's arrays as separate variables, or choose other variables with --datasets",
+            )
         out.append((item, value))
     return out
 
@@ -222,18 +257,34 @@ def cell_items(leaf: Leaf, skipped: list | None, path: str) -> list[tuple[str, o
 def _refuse(leaf: Leaf, path: str, mode: str) -> None:
     """Refuses a leaf named in ``--datasets`` that ``mode`` cannot convert (SchemaError naming it and why)."""
     if leaf.kind == SPARSE:
-        raise SchemaError("A MATLAB sparse matrix is not converted (its stored form is not an array of rows)",
-                          file=path, dataset=leaf.path, hint="save it full (full(S)) or as its [i, j, v] = find(S) "
-                                                             "triplets, or choose other variables with --datasets")
+        raise SchemaError(
+            "A MATLAB sparse matrix is not converted (its stored form is not an array of rows)",
+            file=path,
+            dataset=leaf.path,
+            hint="save it full (full(S)) or as its [i, j, v] = find(S) "
+            "triplets, or choose other variables with --datasets",
+        )
     if leaf.kind == OTHER:
-        raise SchemaError(f"A MATLAB {leaf.what} (function handle, object or opaque class) holds no array",
-                          file=path, dataset=leaf.path, hint="choose other variables with --datasets")
+        raise SchemaError(
+            f"A MATLAB {leaf.what} (function handle, object or opaque class) holds no array",
+            file=path,
+            dataset=leaf.path,
+            hint="choose other variables with --datasets",
+        )
     if leaf.kind == layout.EMPTY:
-        raise SchemaError("The variable is an empty array (no elements)", file=path, dataset=leaf.path,
-                          hint="choose other variables with --datasets")
+        raise SchemaError(
+            "The variable is an empty array (no elements)",
+            file=path,
+            dataset=leaf.path,
+            hint="choose other variables with --datasets",
+        )
     if leaf.kind == layout.CELL and mode == "rows":
-        raise SchemaError("The variable is a MATLAB cell array (or a struct array's field), not rows of values",
-                          file=path, dataset=leaf.path, hint=f"use {MODE_FLAG} datasets: each cell becomes one Example")
+        raise SchemaError(
+            "The variable is a MATLAB cell array (or a struct array's field), not rows of values",
+            file=path,
+            dataset=leaf.path,
+            hint=f"use {MODE_FLAG} datasets: each cell becomes one Example",
+        )
 
 
 class MatlabSource(ContainerSource):
@@ -262,13 +313,18 @@ class MatlabSource(ContainerSource):
           SourceError: not a MATLAB v4-v7 file, or a damaged header (naming the file).
         """
         from scipy.io.matlab import _mio, _mio4, _mio5, _mio5_params
+
         from tfrecord_etl.transforms.sources import other_format_hint
+
         try:
             f.seek(0)
             reader, _ = _mio.mat_reader_factory(f, chars_as_strings=False, mat_dtype=True)
             v5 = isinstance(reader, _mio5.MatFile5Reader)
-            classes, sparse = ((_mio5_params.mclass_info, _mio5_params.mxSPARSE_CLASS) if v5 else
-                               (_mio4.mclass_info, _mio4.mxSPARSE_CLASS))
+            classes, sparse = (
+                (_mio5_params.mclass_info, _mio5_params.mxSPARSE_CLASS)
+                if v5
+                else (_mio4.mclass_info, _mio4.mxSPARSE_CLASS)
+            )
             f.seek(0)
             reader.initialize_read()
             if v5:
@@ -278,20 +334,37 @@ class MatlabSource(ContainerSource):
                 start = f.tell()
                 hdr, stop = reader.read_var_header()
                 name = hdr.name.decode("latin1") if hdr.name is not None else "None"
-                mclass = "sparse" if hdr.mclass == sparse else ("logical" if hdr.is_logical else
-                                                                classes.get(hdr.mclass, "unknown"))
+                mclass = (
+                    "sparse"
+                    if hdr.mclass == sparse
+                    else ("logical" if hdr.is_logical else classes.get(hdr.mclass, "unknown"))
+                )
                 shape = matlab_shape(reader._matrix_reader.shape_from_header(hdr))
-                compressed, is_complex = _array_flags(f, start, reader.byte_order) if v5 else (False, bool(hdr.is_complex))
-                out.append(MatVariable(name or FUNCTION_WORKSPACE, shape, mclass, is_complex, start, int(stop),
-                                       compressed, reader.byte_order if v5 else "<"))
+                compressed, is_complex = (
+                    _array_flags(f, start, reader.byte_order) if v5 else (False, bool(hdr.is_complex))
+                )
+                out.append(
+                    MatVariable(
+                        name or FUNCTION_WORKSPACE,
+                        shape,
+                        mclass,
+                        is_complex,
+                        start,
+                        int(stop),
+                        compressed,
+                        reader.byte_order if v5 else "<",
+                    )
+                )
                 f.seek(stop)
             return out
         except SourceError:
             raise
         except Exception as e:  # noqa: BLE001 - SciPy raises ValueError/TypeError/MatReadError on damaged headers
-            raise SourceError(f"Not a readable MATLAB v4-v7 .mat file: {e}", file=path,
-                              hint=other_format_hint(path, self.format_name) or "check that the file is complete"
-                              ) from None
+            raise SourceError(
+                f"Not a readable MATLAB v4-v7 .mat file: {e}",
+                file=path,
+                hint=other_format_hint(path, self.format_name) or "check that the file is complete",
+            ) from None
 
     def _check_size(self, f, var: MatVariable, path: str) -> None:
         """Refuses a variable over ``max_variable_bytes`` before it is loaded (see the module docstring)."""
@@ -302,16 +375,18 @@ class MatlabSource(ContainerSource):
             declared = _inflated_bytes(f, var, limit)
         else:
             declared = var.stop - var.start
-        if declared <= limit and var.dtype is None and var.mclass not in ("sparse", "char", "logical") and \
-                self._v5(f):
+        if declared <= limit and var.dtype is None and var.mclass not in ("sparse", "char", "logical") and self._v5(f):
             self._check_nesting(f, var, path)
         if declared > limit:
-            raise SourceError(f"The variable holds {declared:,} bytes ({declared / 2**20:,.1f} MiB), over the limit "
-                              f"of {limit / 2**20:g} MiB for one variable (SciPy's loadmat reads a variable whole)",
-                              file=path, dataset=f"/{var.name}",
-                              hint="raise --max_mat_variable_mb if the file is trusted and the memory is there (about "
-                                   "twice the variable at peak), choose other variables with --datasets, or save "
-                                   "the file with -v7.3 (HDF5, read row range by row range)")
+            raise SourceError(
+                f"The variable holds {declared:,} bytes ({declared / 2**20:,.1f} MiB), over the limit "
+                f"of {limit / 2**20:g} MiB for one variable (SciPy's loadmat reads a variable whole)",
+                file=path,
+                dataset=f"/{var.name}",
+                hint="raise --max_mat_variable_mb if the file is trusted and the memory is there (about "
+                "twice the variable at peak), choose other variables with --datasets, or save "
+                "the file with -v7.3 (HDF5, read row range by row range)",
+            )
 
     def _v5(self, f) -> bool:
         f.seek(124)
@@ -324,15 +399,22 @@ class MatlabSource(ContainerSource):
         try:
             depth = matnesting.nesting_depth(f, var.start, var.stop, var.compressed, var.byte_order, limit)
         except matnesting.Damaged as e:
-            raise SourceError(f"Cannot read the variable's arrays: {e}", file=path, dataset=f"/{var.name}",
-                              hint="the file may be truncated or damaged (scipy.io.loadmat could not read it either)"
-                              ) from None
+            raise SourceError(
+                f"Cannot read the variable's arrays: {e}",
+                file=path,
+                dataset=f"/{var.name}",
+                hint="the file may be truncated or damaged (scipy.io.loadmat could not read it either)",
+            ) from None
         if depth > limit:
-            raise SourceError(f"The variable's arrays nest more than {limit} deep (cells or structs inside cells or "
-                              f"structs), over the limit of --max_mat_nesting {limit}: refused before loading (SciPy "
-                              f"reads each level by recursion in C)", file=path, dataset=f"/{var.name}",
-                              hint="raise --max_mat_nesting if the file is trusted (SciPy and NumPy crash near "
-                                   "5,000 levels), or choose other variables with --datasets")
+            raise SourceError(
+                f"The variable's arrays nest more than {limit} deep (cells or structs inside cells or "
+                f"structs), over the limit of --max_mat_nesting {limit}: refused before loading (SciPy "
+                f"reads each level by recursion in C)",
+                file=path,
+                dataset=f"/{var.name}",
+                hint="raise --max_mat_nesting if the file is trusted (SciPy and NumPy crash near "
+                "5,000 levels), or choose other variables with --datasets",
+            )
 
     def _check_header_sizes(self, f, table: list[MatVariable], leaves: list[Leaf], path: str) -> None:
         """Checks the numeric, char and logical variables of ``leaves`` against the limit from their headers (a
@@ -348,6 +430,7 @@ class MatlabSource(ContainerSource):
         (SciPy's ``mat_dtype`` casts complex arrays to their real class, dropping the imaginary part) and its
         complex arrays take the class dtype from the first load."""
         from scipy.io import loadmat
+
         by_name = {v.name: v for v in table}
         names = sorted(set(names))
         for name in names:
@@ -362,8 +445,11 @@ class MatlabSource(ContainerSource):
                 kept = loadmat(f, chars_as_strings=False, variable_names=names)
                 typed = {k: _with_complex(typed[k], kept[k]) for k in names}
         except Exception as e:  # noqa: BLE001 - SciPy raises OSError/ValueError/zlib.error on damaged data
-            raise SourceError(f"Cannot read the variable(s) {', '.join(names)}: {e}", file=path,
-                              hint="the file may be truncated or damaged (scipy.io.loadmat cannot read it)") from None
+            raise SourceError(
+                f"Cannot read the variable(s) {', '.join(names)}: {e}",
+                file=path,
+                hint="the file may be truncated or damaged (scipy.io.loadmat cannot read it)",
+            ) from None
         for w in caught:
             if not issubclass(w.category, np.exceptions.ComplexWarning):
                 log.warning("'%s': SciPy says: %s", path, w.message)
@@ -373,7 +459,7 @@ class MatlabSource(ContainerSource):
         """Every leaf of the variables ``tops`` (default all) in walk order (sorted paths). Numeric, char and
         logical variables come from their header; structs (and, with ``cells``, cell arrays) are loaded."""
         chosen = sorted((v for v in table if tops is None or v.name in tops), key=lambda v: v.name)
-        load = [v.name for v in chosen if 0 not in v.shape and (v.mclass == "struct" or cells and v.mclass == "cell")]
+        load = [v.name for v in chosen if 0 not in v.shape and (v.mclass == "struct" or (cells and v.mclass == "cell"))]
         loaded = self._load(f, table, load, path) if load else {}
         out = []
         for var in chosen:
@@ -401,15 +487,23 @@ class MatlabSource(ContainerSource):
         tops = {n.strip("/").split("/")[0] for n in self.options.datasets}
         for name in self.options.datasets:
             if name.strip("/").split("/")[0] not in known:
-                raise SourceError("No such variable", file=path, dataset=name,
-                                  hint=f"variables: {sorted(known)[:10]}; tfrecord-etl inspect FILE lists them")
+                raise SourceError(
+                    "No such variable",
+                    file=path,
+                    dataset=name,
+                    hint=f"variables: {sorted(known)[:10]}; tfrecord-etl inspect FILE lists them",
+                )
         by_path = {leaf.path: leaf for leaf in self.leaves(f, table, path, tops, cells)}
         out = []
         for name in self.options.datasets:
             leaf = by_path.get("/" + name.strip("/"))
             if leaf is None:
-                raise SchemaError("Not a variable or struct field holding an array (a struct? name its fields)",
-                                  file=path, dataset=name, hint="tfrecord-etl inspect FILE lists them")
+                raise SchemaError(
+                    "Not a variable or struct field holding an array (a struct? name its fields)",
+                    file=path,
+                    dataset=name,
+                    hint="tfrecord-etl inspect FILE lists them",
+                )
             out.append(dataclasses.replace(leaf, path=name))
         return out
 
@@ -443,13 +537,15 @@ class MatlabSource(ContainerSource):
         _check_names(specs, path)
         rows = check_leading_lengths(lengths, path, "variables")
         _check_empty_rows(rows, data_row_bytes, self.options, path)
-        return FileIndex(path, rows, tuple(specs), _row_bytes(specs), 1, tuple(lf.path for lf in chosen),
-                         sequential=True)
+        return FileIndex(
+            path, rows, tuple(specs), _row_bytes(specs), 1, tuple(lf.path for lf in chosen), sequential=True
+        )
 
     def _default(self, f, table, path: str) -> list[Leaf]:
         """The leaves of the chosen row group (``--row_group``, largest first), skipped kinds logged in one line;
         [] when only cells and empty arrays are there (auto mode converts each cell then)."""
         from tfrecord_etl.transforms.sources.hdf5 import _log_skipped
+
         entries, skipped, by_path = [], {}, {}
         for leaf in self.leaves(f, table, path):
             if leaf.kind == layout.DATA:
@@ -462,14 +558,17 @@ class MatlabSource(ContainerSource):
         _log_skipped(skipped, path, "rows mode")
         if not entries:
             what = "; ".join(f"{kind}: {', '.join(paths[:3])}" for kind, paths in skipped.items())
-            raise SchemaError("The file holds no variable with rows" + (f" (skipped {what})" if what else ""),
-                              file=path, hint=f"{MODE_FLAG} datasets converts each cell as one Example"
-                              if skipped.get(layout.CELL) else None)
+            raise SchemaError(
+                "The file holds no variable with rows" + (f" (skipped {what})" if what else ""),
+                file=path,
+                hint=f"{MODE_FLAG} datasets converts each cell as one Example" if skipped.get(layout.CELL) else None,
+            )
         return [by_path[p] for p in choose_group(entries, self.options.row_group or None, path)]
 
     def _index_datasets(self, f, table, path: str) -> FileIndex:
         """Datasets mode: one row per variable, struct field or cell holding an array; features ``key``/``array``."""
         from tfrecord_etl.transforms.sources.hdf5 import _log_skipped
+
         named = bool(self.options.datasets)
         found = self._named(f, table, path, cells=True) if named else self.leaves(f, table, path, cells=True)
         items, sizes, specs, skipped = [], [], [], {}
@@ -488,8 +587,12 @@ class MatlabSource(ContainerSource):
             for item, dtype, shape in targets:
                 if dtype.fields is not None:
                     if named:
-                        raise SchemaError("Compound (complex integer) arrays are not supported in datasets mode",
-                                          file=path, dataset=item, hint="convert them in rows mode with --datasets")
+                        raise SchemaError(
+                            "Compound (complex integer) arrays are not supported in datasets mode",
+                            file=path,
+                            dataset=item,
+                            hint="convert them in rows mode with --datasets",
+                        )
                     skipped.setdefault("variable-length or compound", []).append(item)
                     continue
                 specs.append(_row_spec(ARRAY, dtype, shape, f"{path}, variable '{item}'"))
@@ -534,9 +637,12 @@ class MatlabSource(ContainerSource):
             raise
         except Exception as e:  # noqa: BLE001 - SciPy raises ValueError/zlib.error on damaged data
             self.close()
-            raise SourceError(f"Cannot read {rr.describe()}: {e}", file=rr.path,
-                              hint="the file may be damaged (scipy.io.loadmat cannot read it)") from None
-        return self.columns(rr, arrays.__getitem__, lambda n: arrays[n][rr.start:rr.stop])
+            raise SourceError(
+                f"Cannot read {rr.describe()}: {e}",
+                file=rr.path,
+                hint="the file may be damaged (scipy.io.loadmat cannot read it)",
+            ) from None
+        return self.columns(rr, arrays.__getitem__, lambda n: arrays[n][rr.start : rr.stop])
 
     def open_for_read(self, path: str):
         """``({variable: loaded value}, {item: array as stored})``, filled by :meth:`_arrays` (see :meth:`opened`)."""

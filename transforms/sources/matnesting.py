@@ -13,6 +13,7 @@ inflated in pieces of at most 1 MiB.
 Reference: MathWorks, "MAT-File Format" (Level 5 MAT-files: data element tags, the small data element format, the
 miMATRIX subelements of each array class).
 """
+
 from __future__ import annotations
 
 import zlib
@@ -73,12 +74,12 @@ class _Inflated:
             except zlib.error as e:
                 raise Damaged(f"the compressed variable is damaged ({e})") from None
             self.tail = self.inflater.unconsumed_tail
-            self.buffer, self.at = self.buffer[self.at:] + out, 0
+            self.buffer, self.at = self.buffer[self.at :] + out, 0
 
     def read(self, n: int) -> bytes:
         self._more(n)
         self.at += n
-        return self.buffer[self.at - n:self.at]
+        return self.buffer[self.at - n : self.at]
 
     def skip(self, n: int) -> None:
         while n > 0:
@@ -115,7 +116,7 @@ def nesting_depth(f, start: int, stop: int, compressed: bool, byte_order: str, l
 
 
 def _u32(data: bytes, at: int, order: str) -> int:
-    return int.from_bytes(data[at:at + 4], order)
+    return int.from_bytes(data[at : at + 4], order)
 
 
 def _element(stream, order: str) -> tuple[int, bytes]:
@@ -127,7 +128,7 @@ def _element(stream, order: str) -> tuple[int, bytes]:
         count = first >> 16
         if count > 4:
             raise Damaged("a small data element declares more than 4 bytes")
-        return count, tag[4:4 + count]
+        return count, tag[4 : 4 + count]
     count = _u32(tag, 4, order)
     data = stream.read(count) if count <= 4096 else (stream.skip(count) or b"")
     if count % 8:
@@ -160,7 +161,7 @@ def _matrix(stream, order: str) -> int:
         _skip_elements(stream, order, 3)
         return 1
     _, dims_data = _element(stream, order)
-    dims = [int.from_bytes(dims_data[i:i + 4], order, signed=True) for i in range(0, len(dims_data) - 3, 4)]
+    dims = [int.from_bytes(dims_data[i : i + 4], order, signed=True) for i in range(0, len(dims_data) - 3, 4)]
     _skip_elements(stream, order, 1)  # the name
     count = 1
     for d in dims:

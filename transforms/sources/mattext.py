@@ -12,6 +12,7 @@ Row groups and shard sizes count the stored bytes (2 per code unit) on both path
 References: MathWorks, "MAT-File Format" (miUTF16 / mxCHAR_CLASS); "Represent Text with Character and String
 Arrays" (char matrices pad rows).
 """
+
 from __future__ import annotations
 
 import math
@@ -39,11 +40,13 @@ def as_codes(value, where: str) -> np.ndarray:
     """
     a = np.asarray(value)
     a = a.reshape(matlab_shape(a.shape))
-    codes = np.ascontiguousarray(a).view(np.uint32).reshape(a.shape + (-1,))[..., 0] if a.size else \
-        np.zeros(a.shape, np.uint32)
+    codes = (
+        np.ascontiguousarray(a).view(np.uint32).reshape(a.shape + (-1,))[..., 0]
+        if a.size
+        else np.zeros(a.shape, np.uint32)
+    )
     if codes.size and int(codes.max()) > 0xFFFF:
-        raise SchemaError("A char array holds characters beyond U+FFFF, which MATLAB's UTF-16 chars cannot",
-                          file=where)
+        raise SchemaError("A char array holds characters beyond U+FFFF, which MATLAB's UTF-16 chars cannot", file=where)
     return codes.astype("<u2")
 
 
@@ -95,15 +98,21 @@ def char_strings(codes: np.ndarray, where: str) -> np.ndarray:
         codes = codes.reshape((1, -1) if codes.ndim == 1 else (1, 1))
     units = np.ascontiguousarray(np.moveaxis(codes, 1, -1), dtype="<u2").reshape(-1, codes.shape[1])
     if units.size and not units.all():
-        raise SchemaError("A char array holds U+0000, which a string cannot keep exactly", file=where,
-                          hint="save the text without NUL characters, or choose other variables with --datasets")
+        raise SchemaError(
+            "A char array holds U+0000, which a string cannot keep exactly",
+            file=where,
+            hint="save the text without NUL characters, or choose other variables with --datasets",
+        )
     out = []
     for row in units:
         try:
             out.append(row.tobytes().decode("utf-16-le"))
         except UnicodeDecodeError:
-            raise SchemaError("A char array holds an unpaired UTF-16 surrogate, which is no text", file=where,
-                              hint="choose other variables with --datasets") from None
+            raise SchemaError(
+                "A char array holds an unpaired UTF-16 surrogate, which is no text",
+                file=where,
+                hint="choose other variables with --datasets",
+            ) from None
     return np.array(out, dtype=dtype).reshape(shape)
 
 

@@ -1,9 +1,10 @@
 """Which members of an archive are converted: ``--datasets`` (only these) and ``--exclude_datasets`` (all but
 these), checked against the members present before any member is opened, so an excluded member (a pickled object
 array, say) is never read."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from tfrecord_etl.transforms.errors import SourceError
 
@@ -16,8 +17,13 @@ def _present(names: Sequence[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def select_members(entries: Sequence[str], include: Sequence[str] | None, exclude: Sequence[str] | None,
-                   path: str, suffix: str = ".npy") -> list[str]:
+def select_members(
+    entries: Sequence[str],
+    include: Sequence[str] | None,
+    exclude: Sequence[str] | None,
+    path: str,
+    suffix: str = ".npy",
+) -> list[str]:
     """The archive entries to read, in archive order.
 
     Args:
@@ -36,15 +42,18 @@ def select_members(entries: Sequence[str], include: Sequence[str] | None, exclud
     """
     if not include and not exclude:
         return list(entries)
-    by_name = {e[:-len(suffix)] if e.endswith(suffix) else e: e for e in entries}
+    by_name = {e[: -len(suffix)] if e.endswith(suffix) else e: e for e in entries}
 
     def resolve(names, flag):
         out = []
         for n in names or ():
-            key = n[:-len(suffix)] if n.endswith(suffix) and n not in by_name else n
+            key = n[: -len(suffix)] if n.endswith(suffix) and n not in by_name else n
             if key not in by_name:
-                raise SourceError(f"No member named '{n}' ({flag}); the archive's members: {_present(list(by_name))}",
-                                  file=path, hint=f"pass member names as listed, without {suffix}")
+                raise SourceError(
+                    f"No member named '{n}' ({flag}); the archive's members: {_present(list(by_name))}",
+                    file=path,
+                    hint=f"pass member names as listed, without {suffix}",
+                )
             out.append(by_name[key])
         return out
 
@@ -52,6 +61,9 @@ def select_members(entries: Sequence[str], include: Sequence[str] | None, exclud
     dropped = set(resolve(exclude, "--exclude_datasets"))
     selected = [e for e in entries if e in wanted and e not in dropped]
     if not selected:
-        raise SourceError("--datasets and --exclude_datasets leave no member to convert", file=path,
-                          hint=f"the archive's members: {_present(list(by_name))}")
+        raise SourceError(
+            "--datasets and --exclude_datasets leave no member to convert",
+            file=path,
+            hint=f"the archive's members: {_present(list(by_name))}",
+        )
     return selected

@@ -6,6 +6,7 @@ netCDF-4 files are HDF5 and go through :class:`Hdf5Source`; a ``.nc`` input is r
 are not applied (``maskandscale=False``), so the conversion is exact; the attributes stay in the file.
 Reference: Unidata, "The NetCDF Classic Format Specification"; ``scipy.io.netcdf_file``.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,11 +18,26 @@ import numpy as np
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import conventions
-from tfrecord_etl.transforms.sources.container import MODE_FLAG, ContainerSource, check_leading_lengths, choose_group, \
-    datasets_index
-from tfrecord_etl.transforms.sources.base import (ARRAY, Columns, FileIndex, RowRange, _check_empty_rows,
-                                                  _check_names, _leaf_specs, _refuse_special_file, _row_bytes,
-                                                  _row_spec, log)
+from tfrecord_etl.transforms.sources.base import (
+    ARRAY,
+    Columns,
+    FileIndex,
+    RowRange,
+    _check_empty_rows,
+    _check_names,
+    _leaf_specs,
+    _refuse_special_file,
+    _row_bytes,
+    _row_spec,
+    log,
+)
+from tfrecord_etl.transforms.sources.container import (
+    MODE_FLAG,
+    ContainerSource,
+    check_leading_lengths,
+    choose_group,
+    datasets_index,
+)
 
 NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02")
 
@@ -43,17 +59,24 @@ class NetCdf3Source(ContainerSource):
 
     def _open(self, path: str):
         from scipy.io import netcdf_file
+
         _refuse_special_file(path)
         if not fileio.is_local(path):
-            raise SourceError("NetCDF-3 files are read memory-mapped from local disk", file=path,
-                              hint="copy the file to a local directory first (or convert it to netCDF-4)")
+            raise SourceError(
+                "NetCDF-3 files are read memory-mapped from local disk",
+                file=path,
+                hint="copy the file to a local directory first (or convert it to netCDF-4)",
+            )
         try:
             return _streaming_aware(netcdf_file)(path, "r", mmap=True, maskandscale=False)
         except Exception as e:  # noqa: BLE001 - SciPy raises TypeError/ValueError/OSError on damaged headers
             from tfrecord_etl.transforms.sources import other_format_hint
-            raise SourceError(f"Not a readable NetCDF-3 file: {e}", file=path,
-                              hint=other_format_hint(path, self.format_name) or "check that the file is complete"
-                              ) from None
+
+            raise SourceError(
+                f"Not a readable NetCDF-3 file: {e}",
+                file=path,
+                hint=other_format_hint(path, self.format_name) or "check that the file is complete",
+            ) from None
 
     @staticmethod
     def _close(f) -> None:
@@ -64,9 +87,12 @@ class NetCdf3Source(ContainerSource):
     def _variable(self, f, name: str, path: str):
         key = name.lstrip("/")
         if key not in f.variables:
-            raise SourceError("No such variable", file=path, dataset=name,
-                              hint=f"variables: {sorted(f.variables)[:10]}; tfrecord-etl inspect FILE "
-                                   "lists them")
+            raise SourceError(
+                "No such variable",
+                file=path,
+                dataset=name,
+                hint=f"variables: {sorted(f.variables)[:10]}; tfrecord-etl inspect FILE lists them",
+            )
         return f.variables[key]
 
     def index(self, path: str) -> FileIndex:
@@ -88,8 +114,12 @@ class NetCdf3Source(ContainerSource):
             for name in names:
                 var = self._variable(f, name, path)
                 if not var.shape:
-                    raise SchemaError("Variable is a scalar (0-d): it has no rows", file=path, dataset=name,
-                                      hint=f"use {MODE_FLAG} datasets (each variable -> one Example)")
+                    raise SchemaError(
+                        "Variable is a scalar (0-d): it has no rows",
+                        file=path,
+                        dataset=name,
+                        hint=f"use {MODE_FLAG} datasets (each variable -> one Example)",
+                    )
                 dtype = var.data.dtype
                 data_row_bytes += dtype.itemsize * int(np.prod(var.shape[1:]))
                 specs += _leaf_specs(name.strip("/"), dtype, var.shape[1:], f"{path}, variable '{name}'")
@@ -109,13 +139,21 @@ class NetCdf3Source(ContainerSource):
                 continue
             entries.append((name, int(var.shape[0]), var.dimensions[0], int(var.data.nbytes)))
         if scalars:
-            log.warning("Skipping %d scalar (%s%s) variables in '%s' (rows mode)", len(scalars),
-                        ", ".join(scalars[:3]), ", ..." if len(scalars) > 3 else "", path)
+            log.warning(
+                "Skipping %d scalar (%s%s) variables in '%s' (rows mode)",
+                len(scalars),
+                ", ".join(scalars[:3]),
+                ", ..." if len(scalars) > 3 else "",
+                path,
+            )
         if not entries:
             if self.options.container_mode == "auto" and scalars:
                 return []  # index() converts each variable instead
-            raise SchemaError("The file holds no variable with rows", file=path,
-                              hint=f"use {MODE_FLAG} datasets (each variable -> one Example)")
+            raise SchemaError(
+                "The file holds no variable with rows",
+                file=path,
+                hint=f"use {MODE_FLAG} datasets (each variable -> one Example)",
+            )
         return choose_group(entries, self.options.row_group or None, path, conventions.netcdf3_roles(f))
 
     def _index_variables(self, f, path: str) -> FileIndex:
@@ -136,8 +174,11 @@ class NetCdf3Source(ContainerSource):
     def read(self, rr: RowRange) -> Columns:
         try:
             f = self.opened(rr.path)
-            return self.columns(rr, lambda n: np.array(self._variable(f, n, rr.path).data),  # copies: the map closes
-                                lambda n: np.array(self._variable(f, n, rr.path).data[rr.start:rr.stop]))
+            return self.columns(
+                rr,
+                lambda n: np.array(self._variable(f, n, rr.path).data),  # copies: the map closes
+                lambda n: np.array(self._variable(f, n, rr.path).data[rr.start : rr.stop]),
+            )
         except SourceError:
             raise
         except Exception as e:  # noqa: BLE001
@@ -159,6 +200,7 @@ def _streaming_aware(netcdf_file):
     the record variables' sizes, each padded to 4 bytes (unpadded when there is only one record variable, as the
     specification says); bytes of a trailing partial record are named in a warning. The rest is SciPy's."""
     if netcdf_file not in _SUBCLASSES:
+
         class StreamingAwareNetcdfFile(netcdf_file):
             def _read_numrecs(self):
                 super()._read_numrecs()
@@ -175,12 +217,21 @@ def _streaming_aware(netcdf_file):
 
             def _read_var_array(self):
                 super()._read_var_array()
-                if self._streaming and self._record_vars and self._records_in_file()[1] and \
-                        self.filename not in _WARNED:  # once per process, not again for each row range
+                if (
+                    self._streaming
+                    and self._record_vars
+                    and self._records_in_file()[1]
+                    and self.filename not in _WARNED
+                ):  # once per process, not again for each row range
                     _WARNED.add(self.filename)
                     count, rest = self._records_in_file()
-                    log.warning("'%s': numrecs is STREAMING: %d records counted from the file size; the %d bytes "
-                                "after them (a partial record) are ignored", self.filename, count, rest)
+                    log.warning(
+                        "'%s': numrecs is STREAMING: %d records counted from the file size; the %d bytes "
+                        "after them (a partial record) are ignored",
+                        self.filename,
+                        count,
+                        rest,
+                    )
 
             def _records_in_file(self) -> tuple[int, int]:
                 """(whole records, bytes left over) after the first record variable's begin."""

@@ -1,4 +1,5 @@
 """``.npy`` source: rows of one array (memory-mapped when local), or one Example per file."""
+
 from __future__ import annotations
 
 import math
@@ -8,10 +9,28 @@ import numpy as np
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, SourceOptions,
-                                      _check_empty_rows, _leaf_specs, _refuse_special_file, _row_bytes)
-from tfrecord_etl.transforms.sources.npyformat import (_check_declared, _data_bytes, _merged_array_specs, _NpyHeader,
-                                           _read_npy_header, _read_rows, _read_whole)
+from tfrecord_etl.transforms.sources.base import (
+    ARRAY,
+    KEY,
+    Columns,
+    FileIndex,
+    RowRange,
+    Source,
+    SourceOptions,
+    _check_empty_rows,
+    _leaf_specs,
+    _refuse_special_file,
+    _row_bytes,
+)
+from tfrecord_etl.transforms.sources.npyformat import (
+    _check_declared,
+    _data_bytes,
+    _merged_array_specs,
+    _NpyHeader,
+    _read_npy_header,
+    _read_rows,
+    _read_whole,
+)
 
 
 class NpySource(Source):
@@ -50,8 +69,11 @@ class NpySource(Source):
             specs = (FeatureSpec(KEY, VLEN_BYTES, (), "list"), *_merged_array_specs([h], path))
             return FileIndex(path, 1, specs, size, 1, (path,), (size,))
         if not h.shape:
-            raise SchemaError("Array is 0-d: rows mode needs a leading axis", file=path,
-                              hint="use --npy_mode files (each file -> one Example)")
+            raise SchemaError(
+                "Array is 0-d: rows mode needs a leading axis",
+                file=path,
+                hint="use --npy_mode files (each file -> one Example)",
+            )
         _check_empty_rows(h.shape[0], h.dtype.itemsize * math.prod(h.shape[1:]), self.options, path)
         name = ARRAY
         specs = tuple(_leaf_specs(name, h.dtype, h.shape[1:], path))
@@ -71,13 +93,16 @@ class NpySource(Source):
             try:
                 mm = np.load(rr.path, mmap_mode="r", allow_pickle=False)
             except (ValueError, OSError) as e:
-                raise SourceError(f"Cannot memory-map the array: {e}", file=rr.path,
-                                  rows=f"{rr.start}-{rr.stop - 1}", hint="the file may be truncated") from None
-            data = np.array(mm[rr.start:rr.stop], order="C")
+                raise SourceError(
+                    f"Cannot memory-map the array: {e}",
+                    file=rr.path,
+                    rows=f"{rr.start}-{rr.stop - 1}",
+                    hint="the file may be truncated",
+                ) from None
+            data = np.array(mm[rr.start : rr.stop], order="C")
             del mm
         else:
             h = self._header(rr.path)
             with fileio.open_read(rr.path) as f:
                 data = _read_rows(f, h, rr.start, rr.stop, rr.path)
         return dict(flatten_fields(ARRAY, data))
-

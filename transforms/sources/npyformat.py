@@ -1,5 +1,6 @@
 """The ``.npy`` format, shared by the .npy and .npz sources: header parsing, declared sizes checked against the
 bytes present, and strided row reads (C and Fortran order, any byte order)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +12,7 @@ import numpy as np
 
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources.base import ARRAY, loosen_all, _leaf_specs
+from tfrecord_etl.transforms.sources.base import ARRAY, _leaf_specs, loosen_all
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,16 +34,19 @@ def _read_npy_header(stream: BinaryIO, where: str) -> _NpyHeader:
         else:
             shape, fortran, dtype = fmt._read_array_header(stream, version)  # 3.0: utf-8 field names
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
-        raise SourceError(f"Not a readable .npy array: {e}", file=where,
-                          hint="the file is truncated or not written by numpy.save") from None
+        raise SourceError(
+            f"Not a readable .npy array: {e}", file=where, hint="the file is truncated or not written by numpy.save"
+        ) from None
     if dtype.hasobject:
-        raise SchemaError("Array holds Python objects (a pickled object array); refused: input is never "
-                          "unpickled", file=where, hint="save the data with a numeric or string dtype")
+        raise SchemaError(
+            "Array holds Python objects (a pickled object array); refused: input is never unpickled",
+            file=where,
+            hint="save the data with a numeric or string dtype",
+        )
     return _NpyHeader(tuple(shape), fortran, dtype, stream.tell())
 
 
-def _read_rows(stream: BinaryIO, h: _NpyHeader, start: int, stop: int, where: str,
-               column_stream=None) -> np.ndarray:
+def _read_rows(stream: BinaryIO, h: _NpyHeader, start: int, stop: int, where: str, column_stream=None) -> np.ndarray:
     """Rows ``[start, stop)`` of an array stored after ``h.data_offset``; reads only those bytes.
 
     C order: one seek and one read. Fortran order: a seek and a read per column of the rows (the
@@ -61,8 +65,12 @@ def _read_rows(stream: BinaryIO, h: _NpyHeader, start: int, stop: int, where: st
         f.seek(h.data_offset + offset)
         data = f.read(nbytes)
         if len(data) != nbytes:
-            raise SourceError(f"Truncated array data: {len(data)} of {nbytes} bytes at byte {offset}",
-                              file=where, rows=f"{start}-{stop - 1}", hint="the file was cut short")
+            raise SourceError(
+                f"Truncated array data: {len(data)} of {nbytes} bytes at byte {offset}",
+                file=where,
+                rows=f"{start}-{stop - 1}",
+                hint="the file was cut short",
+            )
         return data
 
     if not h.fortran or len(h.shape) <= 1:
@@ -90,10 +98,13 @@ def _check_declared(h: _NpyHeader, present: int, path: str, member: str | None =
     declared = h.data_offset + _data_bytes(h)
     if declared > present:
         what = "member" if member is not None else "file"
-        raise SourceError(f"Truncated array data: the .npy header declares shape {h.shape} of {h.dtype.str}, "
-                          f"{declared} bytes with the header, but the {what} holds {present} bytes",
-                          file=path, member=member,
-                          hint="the file is truncated or its header is corrupt; rewrite it with numpy.save")
+        raise SourceError(
+            f"Truncated array data: the .npy header declares shape {h.shape} of {h.dtype.str}, "
+            f"{declared} bytes with the header, but the {what} holds {present} bytes",
+            file=path,
+            member=member,
+            hint="the file is truncated or its header is corrupt; rewrite it with numpy.save",
+        )
 
 
 def _read_whole(stream: BinaryIO, h: _NpyHeader, where: str) -> np.ndarray:
@@ -119,10 +130,16 @@ def _merged_array_specs(headers, path, members=None) -> tuple[FeatureSpec, ...]:
         if first is None:
             first = (names, i)
         elif names != first[0]:
-            which = (f"members '{members[first[1]]}' ({', '.join(first[0])}) and '{members[i]}' "
-                     f"({', '.join(names)})") if members is not None else "files"
-            raise SchemaError(f"Arrays of different fields cannot share one schema: {which}", file=path,
-                              hint="convert them in separate runs (--datasets / --exclude_datasets choose members)")
+            which = (
+                (f"members '{members[first[1]]}' ({', '.join(first[0])}) and '{members[i]}' ({', '.join(names)})")
+                if members is not None
+                else "files"
+            )
+            raise SchemaError(
+                f"Arrays of different fields cannot share one schema: {which}",
+                file=path,
+                hint="convert them in separate runs (--datasets / --exclude_datasets choose members)",
+            )
         for s in leaves:
             by_name.setdefault(s.name, []).append(s)
     return tuple(loosen_all(specs) for specs in by_name.values())

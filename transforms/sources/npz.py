@@ -1,5 +1,6 @@
 """``.npz`` source (``np.savez``/``np.savez_compressed``): members checked against the zip directory (sizes,
 duplicates, compression ratio), streamed so that a shard's row ranges decompress each byte once."""
+
 from __future__ import annotations
 
 import copy
@@ -15,12 +16,29 @@ import numpy as np
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources.base import (ARRAY, KEY, Columns, FileIndex, RowRange, Source, SourceOptions,
-                                      _check_empty_rows, _check_names, _leaf_specs, _refuse_special_file, _row_bytes)
+from tfrecord_etl.transforms.sources.base import (
+    ARRAY,
+    KEY,
+    Columns,
+    FileIndex,
+    RowRange,
+    Source,
+    SourceOptions,
+    _check_empty_rows,
+    _check_names,
+    _leaf_specs,
+    _refuse_special_file,
+    _row_bytes,
+)
 from tfrecord_etl.transforms.sources.members import select_members
-from tfrecord_etl.transforms.sources.npyformat import (_check_declared, _data_bytes, _merged_array_specs, _NpyHeader,
-                                           _read_npy_header, _read_rows)
-
+from tfrecord_etl.transforms.sources.npyformat import (
+    _check_declared,
+    _data_bytes,
+    _merged_array_specs,
+    _NpyHeader,
+    _read_npy_header,
+    _read_rows,
+)
 
 RATIO_CHECK_MIN_BYTES = 2**20  # npz members of at most this many uncompressed bytes are never refused by ratio
 
@@ -70,7 +88,7 @@ class _Inflater:
         self._d = zlib.decompressobj(-zlib.MAX_WBITS)
         self._cpos, self._pos, self._tail, self._running = 0, 0, b"", 0
 
-    def fork(self) -> "_Inflater":
+    def fork(self) -> _Inflater:
         new = copy.copy(self)
         new._d = self._d.copy()
         return new
@@ -155,8 +173,12 @@ class NpzSource(Source):
         seen = set()
         for n in names:
             if n in seen:
-                raise SourceError(f"The archive holds two members named '{n}': one would hide the other", file=path,
-                                  member=n[:-4], hint="rewrite the archive with distinct member names")
+                raise SourceError(
+                    f"The archive holds two members named '{n}': one would hide the other",
+                    file=path,
+                    member=n[:-4],
+                    hint="rewrite the archive with distinct member names",
+                )
             seen.add(n)
         if not names:
             raise SchemaError("The archive holds no .npy member", file=path)
@@ -166,24 +188,35 @@ class NpzSource(Source):
         """Compressed size within the archive; compression ratio within ``max_compression_ratio``."""
         member = info.filename[:-4]
         if info.compress_size > archive_bytes:
-            raise SourceError(f"The zip directory declares {info.compress_size} compressed bytes, more than the "
-                              f"archive's {archive_bytes} bytes", file=path, member=member,
-                              hint="the archive is truncated or corrupt")
+            raise SourceError(
+                f"The zip directory declares {info.compress_size} compressed bytes, more than the "
+                f"archive's {archive_bytes} bytes",
+                file=path,
+                member=member,
+                hint="the archive is truncated or corrupt",
+            )
         if info.compress_type == zipfile.ZIP_STORED:
             if info.file_size != info.compress_size:
-                raise SourceError(f"Stored (uncompressed) member declares {info.file_size} bytes but "
-                                  f"{info.compress_size} stored bytes", file=path, member=member,
-                                  hint="the archive's zip directory is corrupt")
+                raise SourceError(
+                    f"Stored (uncompressed) member declares {info.file_size} bytes but "
+                    f"{info.compress_size} stored bytes",
+                    file=path,
+                    member=member,
+                    hint="the archive's zip directory is corrupt",
+                )
             return
         if info.file_size <= RATIO_CHECK_MIN_BYTES:
             return
         ratio = info.file_size / max(1, info.compress_size)
         limit = self.options.max_compression_ratio
         if ratio > limit:
-            raise SourceError(f"Member expands {ratio:.0f}x ({info.compress_size} compressed bytes to "
-                              f"{info.file_size}), more than --max_compression_ratio {limit:g} (a zip bomb?)",
-                              file=path, member=member,
-                              hint="if the data is genuine (e.g. mostly zeros), raise --max_compression_ratio")
+            raise SourceError(
+                f"Member expands {ratio:.0f}x ({info.compress_size} compressed bytes to "
+                f"{info.file_size}), more than --max_compression_ratio {limit:g} (a zip bomb?)",
+                file=path,
+                member=member,
+                hint="if the data is genuine (e.g. mostly zeros), raise --max_compression_ratio",
+            )
 
     def _check_total(self, zf, members, archive_bytes: int, path: str) -> None:
         """The members read, together, within ``max_compression_ratio`` (many members just under the 1 MiB
@@ -191,10 +224,12 @@ class NpzSource(Source):
         total = sum(zf.getinfo(m).file_size for m in members)
         limit = self.options.max_compression_ratio
         if total > RATIO_CHECK_MIN_BYTES and total > limit * max(1, archive_bytes):
-            raise SourceError(f"The archive expands {total / max(1, archive_bytes):.0f}x in total ({archive_bytes} "
-                              f"bytes to {total}), more than --max_compression_ratio {limit:g} (a zip bomb?)",
-                              file=path, hint="if the data is genuine (e.g. mostly zeros), raise "
-                              "--max_compression_ratio")
+            raise SourceError(
+                f"The archive expands {total / max(1, archive_bytes):.0f}x in total ({archive_bytes} "
+                f"bytes to {total}), more than --max_compression_ratio {limit:g} (a zip bomb?)",
+                file=path,
+                hint="if the data is genuine (e.g. mostly zeros), raise --max_compression_ratio",
+            )
 
     def _header(self, zf, member: str, path: str) -> _NpyHeader:
         where = f"{path}, member '{member[:-4]}'"
@@ -202,13 +237,21 @@ class NpzSource(Source):
             with zf.open(member) as m:
                 return _read_npy_header(m, where)
         except SchemaError as e:  # an object member: the others may still be converted without it
-            raise SchemaError(e.message, file=path, member=member[:-4],
-                              hint=f"{e.hint}, or leave the member out with --exclude_datasets {member[:-4]}") from None
+            raise SchemaError(
+                e.message,
+                file=path,
+                member=member[:-4],
+                hint=f"{e.hint}, or leave the member out with --exclude_datasets {member[:-4]}",
+            ) from None
         except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as e:
             raise SourceError(f"Cannot read member: {e}", file=path, member=member[:-4]) from None
         except (NotImplementedError, RuntimeError) as e:  # unknown compression method, encrypted member
-            raise SourceError(f"Cannot read member: {e}", file=path, member=member[:-4],
-                              hint="rewrite it with numpy.savez or numpy.savez_compressed") from None
+            raise SourceError(
+                f"Cannot read member: {e}",
+                file=path,
+                member=member[:-4],
+                hint="rewrite it with numpy.savez or numpy.savez_compressed",
+            ) from None
 
     def index(self, path: str) -> FileIndex:
         """Learns rows and features; checks names, declared sizes and ratios (see the class).
@@ -231,24 +274,34 @@ class NpzSource(Source):
                 _check_declared(headers[m], zf.getinfo(m).file_size, path, m[:-4])
         if self.loose:
             sizes = tuple(_data_bytes(h) for h in headers.values())
-            specs = (FeatureSpec(KEY, VLEN_BYTES, (), "list"),
-                     *_merged_array_specs(list(headers.values()), path, [m[:-4] for m in headers]))
+            specs = (
+                FeatureSpec(KEY, VLEN_BYTES, (), "list"),
+                *_merged_array_specs(list(headers.values()), path, [m[:-4] for m in headers]),
+            )
             return FileIndex(path, len(members), specs, max(sizes), 1, tuple(members), sizes)
         specs, lengths = [], {}
         for m, h in headers.items():
             if not h.shape:
-                raise SchemaError("Member is 0-d: rows mode needs a leading axis", file=path, member=m[:-4],
-                                  hint=f"use --npz_mode arrays (each member -> one Example), or leave it out "
-                                       f"with --exclude_datasets {m[:-4]}")
+                raise SchemaError(
+                    "Member is 0-d: rows mode needs a leading axis",
+                    file=path,
+                    member=m[:-4],
+                    hint=f"use --npz_mode arrays (each member -> one Example), or leave it out "
+                    f"with --exclude_datasets {m[:-4]}",
+                )
             lengths[m[:-4]] = h.shape[0]
             specs += _leaf_specs(m[:-4], h.dtype, h.shape[1:], f"{path}, member '{m[:-4]}'")
         _check_names(specs, path)
         if len(set(lengths.values())) > 1:
-            raise SchemaError(f"Members have different leading lengths ({lengths})", file=path,
-                              hint="use --npz_mode arrays (each member -> one Example)")
+            raise SchemaError(
+                f"Members have different leading lengths ({lengths})",
+                file=path,
+                hint="use --npz_mode arrays (each member -> one Example)",
+            )
         num_rows = next(iter(lengths.values()))
-        _check_empty_rows(num_rows, sum(_data_bytes(h) // max(1, h.shape[0]) for h in headers.values()),
-                          self.options, path)
+        _check_empty_rows(
+            num_rows, sum(_data_bytes(h) // max(1, h.shape[0]) for h in headers.values()), self.options, path
+        )
         compressed = any(zf.getinfo(m).compress_type != zipfile.ZIP_STORED for m in members)
         return FileIndex(path, num_rows, tuple(specs), _row_bytes(specs), 1, tuple(members), sequential=compressed)
 
@@ -287,8 +340,11 @@ class NpzSource(Source):
         if key not in arc.members:
             _, info, data_start = arc.headers[member]
             prev = arc.members.get((member, c - 1))
-            arc.members[key] = prev.fork() if isinstance(prev, _Inflater) else \
-                _Inflater(arc.stream, data_start, info.compress_size, info.file_size, info.CRC)
+            arc.members[key] = (
+                prev.fork()
+                if isinstance(prev, _Inflater)
+                else _Inflater(arc.stream, data_start, info.compress_size, info.file_size, info.CRC)
+            )
         return arc.members[key]
 
     def _member_stream(self, arc: _OpenArchive, member: str, slot: int = -1):
@@ -352,8 +408,12 @@ def _member_data_start(stream, info: zipfile.ZipInfo, path: str) -> int:
     stream.seek(info.header_offset)
     local = stream.read(30)
     if len(local) != 30 or local[:4] != b"PK\x03\x04":
-        raise SourceError("Bad local header of a member", file=path, member=info.filename[:-4],
-                          offset=info.header_offset, hint="the archive is corrupt")
+        raise SourceError(
+            "Bad local header of a member",
+            file=path,
+            member=info.filename[:-4],
+            offset=info.header_offset,
+            hint="the archive is corrupt",
+        )
     name_len, extra_len = struct.unpack("<HH", local[26:30])
     return info.header_offset + 30 + name_len + extra_len
-

@@ -1,5 +1,6 @@
 """The read-only Zarr store of :mod:`zarrstore` (its rules are described there): a ``zarr.abc.store.Store``, so this
 module imports ``zarr`` (the ``zarr`` extra) and is imported only when a Zarr store is read."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,8 +12,15 @@ from zarr.abc.store import Store
 
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SourceError
-from tfrecord_etl.transforms.sources.zarrstore import (MAX_METADATA_BYTES, METADATA_KEYS, ChunkBound,
-                                                       check_consolidated, check_key, declared_size, inner_chunks)
+from tfrecord_etl.transforms.sources.zarrstore import (
+    MAX_METADATA_BYTES,
+    METADATA_KEYS,
+    ChunkBound,
+    check_consolidated,
+    check_key,
+    declared_size,
+    inner_chunks,
+)
 
 
 class BoundedStore(Store):
@@ -74,9 +82,11 @@ class BoundedStore(Store):
                 return None
             real = os.path.realpath(full)
             if not self.follow_symlinks and not (real + os.sep).startswith(self.real_root.rstrip(os.sep) + os.sep):
-                raise SourceError(f"The Zarr key {key!r} is a symbolic link leading outside the store (to "
-                                  f"{real!r}): refused", file=self.path,
-                                  hint="pass --follow_symlinks to read it, or copy the data into the store")
+                raise SourceError(
+                    f"The Zarr key {key!r} is a symbolic link leading outside the store (to {real!r}): refused",
+                    file=self.path,
+                    hint="pass --follow_symlinks to read it, or copy the data into the store",
+                )
             try:
                 st = os.stat(real)
             except OSError:
@@ -84,8 +94,7 @@ class BoundedStore(Store):
             if not stat.S_ISREG(st.st_mode):
                 if stat.S_ISDIR(st.st_mode):
                     return None
-                raise SourceError(f"The Zarr key {key!r} is not a regular file: refused, never opened",
-                                  file=self.path)
+                raise SourceError(f"The Zarr key {key!r} is not a regular file: refused, never opened", file=self.path)
             self._check_size(key, st.st_size, limit)
             with open(real, "rb") as f:
                 return _ranged(f, st.st_size, byte_range)
@@ -117,9 +126,12 @@ class BoundedStore(Store):
 
     def _check_size(self, key: str, size: int, limit: int) -> None:
         if size > limit:
-            raise SourceError(f"The Zarr key {key!r} holds {size:,} bytes, more than any encoding of what its "
-                              f"metadata declares ({limit:,} bytes at most): refused", file=self.path,
-                              hint="the store is damaged or hostile; check its chunks against its metadata")
+            raise SourceError(
+                f"The Zarr key {key!r} holds {size:,} bytes, more than any encoding of what its "
+                f"metadata declares ({limit:,} bytes at most): refused",
+                file=self.path,
+                hint="the store is damaged or hostile; check its chunks against its metadata",
+            )
 
     def get_sync(self, key: str, byte_range=None) -> bytes | None:
         """The checked bytes of ``key`` (see the module docstring), None when absent (and allowed to be)."""
@@ -134,10 +146,12 @@ class BoundedStore(Store):
         if data is None:
             if bound is not None:
                 if not self.allow_fill_value:
-                    raise SourceError(f"The chunk {key!r} of {_label(array)} was never written: zarr would read it "
-                                      f"as the fill value", file=self.path,
-                                      hint="pass --allow_fill_value if the fill value is the intended data (zarr "
-                                           "skips chunks equal to the fill value unless write_empty_chunks=True)")
+                    raise SourceError(
+                        f"The chunk {key!r} of {_label(array)} was never written: zarr would read it as the fill value",
+                        file=self.path,
+                        hint="pass --allow_fill_value if the fill value is the intended data (zarr "
+                        "skips chunks equal to the fill value unless write_empty_chunks=True)",
+                    )
                 self.missing.append(key)
             return None
         if bound is not None and byte_range is None and bound.codec and bound.decoded is not None:
@@ -145,8 +159,14 @@ class BoundedStore(Store):
         if bound is not None and bound.inner_codec:  # a shard: each inner chunk as zarr's sharding codec reads it
             if byte_range is None:
                 for offset, length in inner_chunks(bound, data):
-                    self._check_decoded(key, array, bound.inner_codec, data[offset:offset + length],
-                                        bound.inner_decoded, "inner chunk")
+                    self._check_decoded(
+                        key,
+                        array,
+                        bound.inner_codec,
+                        data[offset : offset + length],
+                        bound.inner_decoded,
+                        "inner chunk",
+                    )
             elif not self._is_index(bound, byte_range):
                 self._check_decoded(key, array, bound.inner_codec, data, bound.inner_decoded, "inner chunk")
         return data
@@ -156,23 +176,32 @@ class BoundedStore(Store):
         at the bound) to more than the ``limit`` bytes its shape and dtype declare."""
         declared = declared_size(codec, data, limit)
         if declared is not None and declared > limit:
-            raise SourceError(f"The {what} {key!r} of {_label(array)} decompresses ({codec}) to more than the "
-                              f"{limit:,} bytes its shape and dtype declare ({declared:,} or more): refused before "
-                              f"it is decompressed (a codec bomb?)", file=self.path,
-                              hint="the store is damaged or hostile; rewrite the array with zarr")
+            raise SourceError(
+                f"The {what} {key!r} of {_label(array)} decompresses ({codec}) to more than the "
+                f"{limit:,} bytes its shape and dtype declare ({declared:,} or more): refused before "
+                f"it is decompressed (a codec bomb?)",
+                file=self.path,
+                hint="the store is damaged or hostile; rewrite the array with zarr",
+            )
 
     @staticmethod
     def _is_index(bound, byte_range) -> bool:
         """True when ``byte_range`` is the shard index's (a suffix, or the first bytes with the index at the start)."""
         from zarr.abc.store import RangeByteRequest, SuffixByteRequest
+
         if isinstance(byte_range, SuffixByteRequest):
             return True
-        return bound.index_at_start and isinstance(byte_range, RangeByteRequest) and byte_range.start == 0 and \
-            byte_range.end - byte_range.start == bound.index_bytes
+        return (
+            bound.index_at_start
+            and isinstance(byte_range, RangeByteRequest)
+            and byte_range.start == 0
+            and byte_range.end - byte_range.start == bound.index_bytes
+        )
 
     # --- the zarr Store API -----------------------------------------------------------------------------------
     async def get(self, key, prototype=None, byte_range=None):
         from zarr.core.buffer import default_buffer_prototype
+
         prototype = prototype or default_buffer_prototype()
         if self.kind == "remote":
             data = await asyncio.to_thread(self.get_sync, key, byte_range)
@@ -208,7 +237,7 @@ class BoundedStore(Store):
                     out.append(f if rel == "." else f"{rel.replace(os.sep, '/')}/{f}")
             return out
         root = self.root + "/"
-        return [p[len(root):] for p, _ in fileio.match(root + "**")]
+        return [p[len(root) :] for p, _ in fileio.match(root + "**")]
 
     def stored_keys(self, prefix: str) -> tuple[set[str] | None, int]:
         """``(keys, bytes)`` of the files stored under the array prefix ``prefix`` ("" for a root array), metadata
@@ -219,7 +248,7 @@ class BoundedStore(Store):
         if self.kind == "zip":
             for name, info in self._zip_infos.items():
                 if name.startswith(start) and not name.endswith("/") and name.rsplit("/", 1)[-1] not in METADATA_KEYS:
-                    keys.add(name[len(start):])
+                    keys.add(name[len(start) :])
                     total += info.file_size
             return keys, total
         if self.kind != "dir":
@@ -255,8 +284,13 @@ class BoundedStore(Store):
             except OSError:
                 return []
         start = f"{prefix}/" if prefix else ""
-        return sorted({k[len(start):].split("/", 1)[0] for k in self._all_keys()
-                       if k.startswith(start) and "/" in k[len(start):]})
+        return sorted(
+            {
+                k[len(start) :].split("/", 1)[0]
+                for k in self._all_keys()
+                if k.startswith(start) and "/" in k[len(start) :]
+            }
+        )
 
     async def list(self):
         for k in self._all_keys():
@@ -282,7 +316,7 @@ class BoundedStore(Store):
         start = f"{prefix}/" if prefix else ""
         for k in self._all_keys():
             if k.startswith(start):
-                child = k[len(start):].split("/", 1)[0]
+                child = k[len(start) :].split("/", 1)[0]
                 if child not in seen:
                     seen.add(child)
                     yield child
@@ -309,6 +343,7 @@ def _slice(data: bytes, byte_range) -> bytes:
 
 def _bounds(byte_range, size: int) -> tuple[int, int]:
     from zarr.abc.store import OffsetByteRequest, RangeByteRequest, SuffixByteRequest
+
     if isinstance(byte_range, RangeByteRequest):
         return byte_range.start, min(byte_range.end, size)
     if isinstance(byte_range, OffsetByteRequest):

@@ -11,6 +11,7 @@ the stored ones: no CF decoding (``scale_factor``, ``_FillValue``, time units st
 Planning reads metadata only (the consolidated metadata when the store has it: one read for the whole tree); row
 ranges are aligned to the arrays' chunks (to shards for sharded v3 arrays).
 """
+
 from __future__ import annotations
 
 import math
@@ -21,12 +22,26 @@ import numpy as np
 from tfrecord_etl._install import pip_install
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources import hdf5layout as layout
-from tfrecord_etl.transforms.sources import zarrstore
-from tfrecord_etl.transforms.sources.container import MODE_FLAG, ContainerSource, check_leading_lengths, choose_group, \
-    datasets_index
-from tfrecord_etl.transforms.sources.base import (ARRAY, Columns, FileIndex, RowRange, _check_empty_rows,
-                                                  _check_names, _leaf_specs, _row_bytes, _row_spec, log)
+from tfrecord_etl.transforms.sources import hdf5layout as layout, zarrstore
+from tfrecord_etl.transforms.sources.base import (
+    ARRAY,
+    Columns,
+    FileIndex,
+    RowRange,
+    _check_empty_rows,
+    _check_names,
+    _leaf_specs,
+    _row_bytes,
+    _row_spec,
+    log,
+)
+from tfrecord_etl.transforms.sources.container import (
+    MODE_FLAG,
+    ContainerSource,
+    check_leading_lengths,
+    choose_group,
+    datasets_index,
+)
 
 ZARR_SUFFIXES = (".zarr", ".zarr.zip", ".zarr/")
 MAX_CHUNK_ALIGN_ROWS = 2**20  # row ranges align to the arrays' common chunk rows up to this many rows
@@ -42,16 +57,20 @@ def open_store(path: str, options):
     """
     kind = zarrstore.store_kind(path, remote_probe=not fileio.is_local(path))
     if kind is None:
-        raise SourceError("Not a Zarr store: no zarr.json (v3) or .zgroup/.zarray/.zmetadata (v2) at its root",
-                          file=path, hint="name the store's root directory (or its .zip, or its gs:// / s3:// "
-                                          "prefix)")
+        raise SourceError(
+            "Not a Zarr store: no zarr.json (v3) or .zgroup/.zarray/.zmetadata (v2) at its root",
+            file=path,
+            hint="name the store's root directory (or its .zip, or its gs:// / s3:// prefix)",
+        )
     try:
         from tfrecord_etl.transforms.sources.zarrbounded import BoundedStore
     except ImportError as e:
-        raise SourceError(f"Reading a Zarr store needs the zarr package ({e})", file=path,
-                          hint=f"{pip_install('zarr')} (zarr 3.x)") from None
-    return BoundedStore(path, kind, getattr(options, "allow_fill_value", False),
-                                  getattr(options, "follow_symlinks", False))
+        raise SourceError(
+            f"Reading a Zarr store needs the zarr package ({e})", file=path, hint=f"{pip_install('zarr')} (zarr 3.x)"
+        ) from None
+    return BoundedStore(
+        path, kind, getattr(options, "allow_fill_value", False), getattr(options, "follow_symlinks", False)
+    )
 
 
 def open_node(store):
@@ -63,21 +82,28 @@ def open_node(store):
     import warnings
 
     import zarr
+
     try:
         try:
             with warnings.catch_warnings():  # "Consolidated metadata is currently not part in the Zarr format 3
                 warnings.filterwarnings("ignore", message="Consolidated metadata")  # specification": read as such
                 return zarr.open_group(store=store, mode="r")
         except (FileNotFoundError, KeyError, ValueError, TypeError) as e:
-            if "array" not in str(e).lower() and "not found" not in str(e).lower() and \
-                    not type(e).__name__.endswith("NotFoundError"):
+            if (
+                "array" not in str(e).lower()
+                and "not found" not in str(e).lower()
+                and not type(e).__name__.endswith("NotFoundError")
+            ):
                 raise
             return zarr.open_array(store=store, mode="r")
     except SourceError:
         raise
     except Exception as e:  # noqa: BLE001 - zarr raises many kinds for damaged metadata
-        raise SourceError(f"Cannot read the Zarr store's metadata: {type(e).__name__}: {e}", file=store.path,
-                          hint="check that the store is complete (tfrecord-etl inspect STORE)") from None
+        raise SourceError(
+            f"Cannot read the Zarr store's metadata: {type(e).__name__}: {e}",
+            file=store.path,
+            hint="check that the store is complete (tfrecord-etl inspect STORE)",
+        ) from None
 
 
 def walk(node, path: str, max_arrays: int, store=None, unreadable: dict | None = None) -> list[tuple[str, object]]:
@@ -90,6 +116,7 @@ def walk(node, path: str, max_arrays: int, store=None, unreadable: dict | None =
       SourceError: a name leading outside the store; more than ``max_arrays`` arrays (``--max_datasets``).
     """
     import zarr
+
     if isinstance(node, zarr.Array):
         return [(root_name(path), node)]
     members = _members(node, store, path, {} if unreadable is None else unreadable, max_arrays)
@@ -99,8 +126,11 @@ def walk(node, path: str, max_arrays: int, store=None, unreadable: dict | None =
         if isinstance(obj, zarr.Array):
             out.append((name, obj))
             if len(out) > max_arrays:
-                raise SourceError(f"The store holds more than {max_arrays:,} arrays", file=path,
-                                  hint="raise --max_datasets, or name the arrays with --datasets")
+                raise SourceError(
+                    f"The store holds more than {max_arrays:,} arrays",
+                    file=path,
+                    hint="raise --max_datasets, or name the arrays with --datasets",
+                )
     return sorted(out, key=lambda item: item[0])
 
 
@@ -115,6 +145,7 @@ def _members(group, store, path: str, unreadable: dict, limit: int) -> list:
 def _walk_nodes(store, prefix: str, path: str, unreadable: dict, limit: int) -> list:
     """``[(name, node)]`` below the group at ``prefix``, one node at a time (see :func:`walk`)."""
     import zarr
+
     out = []
     for child in store.children(prefix):
         name = f"{prefix}/{child}" if prefix else child
@@ -137,8 +168,13 @@ def _walk_nodes(store, prefix: str, path: str, unreadable: dict, limit: int) -> 
 def _log_unreadable(unreadable: dict, path: str) -> None:
     if unreadable:
         shown = "; ".join(f"{n} ({e[:120]})" for n, e in sorted(unreadable.items())[:3])
-        log.warning("Skipping %d node(s) of '%s' that zarr cannot read: %s%s", len(unreadable), path, shown,
-                    " and more" if len(unreadable) > 3 else "")
+        log.warning(
+            "Skipping %d node(s) of '%s' that zarr cannot read: %s%s",
+            len(unreadable),
+            path,
+            shown,
+            " and more" if len(unreadable) > 3 else "",
+        )
 
 
 def root_name(path: str) -> str:
@@ -146,15 +182,14 @@ def root_name(path: str) -> str:
     base = path.rstrip("/").rsplit("/", 1)[-1]
     for suffix in (".zip", ".zarr"):
         if base.lower().endswith(suffix):
-            base = base[:-len(suffix)]
+            base = base[: -len(suffix)]
     return base or "array"
 
 
 def dimension_names(array) -> tuple[str, ...] | None:
     """The dimension names of ``array``: v3 ``dimension_names``, v2 xarray's ``_ARRAY_DIMENSIONS``; None if absent."""
     meta = array.metadata
-    names = getattr(meta, "dimension_names", None) if meta.zarr_format == 3 else \
-        array.attrs.get("_ARRAY_DIMENSIONS")
+    names = getattr(meta, "dimension_names", None) if meta.zarr_format == 3 else array.attrs.get("_ARRAY_DIMENSIONS")
     if not names or any(n is None for n in names):
         return None
     return tuple(str(n) for n in names)
@@ -186,8 +221,11 @@ def array_dtype(array, where: str) -> np.dtype:
     if not isinstance(dt, np.dtype) or dt.kind in "OT":
         return np.dtype(object)
     if dt.kind in "mM" or dt.hasobject:
-        raise SchemaError(f"Unsupported Zarr dtype {dt}", file=where,
-                          hint="store it as integers (xarray writes datetimes as integers with units)")
+        raise SchemaError(
+            f"Unsupported Zarr dtype {dt}",
+            file=where,
+            hint="store it as integers (xarray writes datetimes as integers with units)",
+        )
     return dt
 
 
@@ -260,8 +298,12 @@ class ZarrSource(ContainerSource):
             for name in names:
                 arr = _array(arrays, name, path)
                 if not arr.shape:
-                    raise SchemaError("Array is a scalar (0-d): it has no rows", file=path, dataset=name,
-                                      hint=f"use {MODE_FLAG} datasets (each array -> one Example)")
+                    raise SchemaError(
+                        "Array is a scalar (0-d): it has no rows",
+                        file=path,
+                        dataset=name,
+                        hint=f"use {MODE_FLAG} datasets (each array -> one Example)",
+                    )
                 where = f"{path}, array '{name}'"
                 dtype = array_dtype(arr, where)
                 row_shape = tuple(arr.shape[1:])
@@ -289,8 +331,11 @@ class ZarrSource(ContainerSource):
         if not entries:
             if self.options.container_mode == "auto" and scalars:
                 return []
-            raise SchemaError("The store holds no array with rows", file=path,
-                              hint=f"use {MODE_FLAG} datasets (each array -> one Example)" if scalars else None)
+            raise SchemaError(
+                "The store holds no array with rows",
+                file=path,
+                hint=f"use {MODE_FLAG} datasets (each array -> one Example)" if scalars else None,
+            )
         return choose_group(entries, self.options.row_group or None, path)
 
     def _index_arrays(self, arrays: dict, path: str, store) -> FileIndex:
@@ -302,8 +347,12 @@ class ZarrSource(ContainerSource):
             dtype = array_dtype(arr, where)
             if dtype.kind == "O" or dtype.fields is not None:
                 if self.options.datasets:
-                    raise SchemaError("String and structured arrays are not supported in datasets mode", file=path,
-                                      dataset=name, hint="convert them in rows mode with --datasets")
+                    raise SchemaError(
+                        "String and structured arrays are not supported in datasets mode",
+                        file=path,
+                        dataset=name,
+                        hint="convert them in rows mode with --datasets",
+                    )
                 continue
             check_stored(store, name, arr, path, self.options.allow_fill_value)
             specs.append(_row_spec(ARRAY, dtype, arr.shape, where))
@@ -326,15 +375,21 @@ class ZarrSource(ContainerSource):
         """
         try:
             _, arrays = self.opened(rr.path)
-            return self.columns(rr, lambda n: np.asarray(_array(arrays, n, rr.path)[...]),
-                                lambda n: _as_numpy(_array(arrays, n, rr.path)[rr.start:rr.stop]))
+            return self.columns(
+                rr,
+                lambda n: np.asarray(_array(arrays, n, rr.path)[...]),
+                lambda n: _as_numpy(_array(arrays, n, rr.path)[rr.start : rr.stop]),
+            )
         except SourceError:
             self.close()
             raise
         except Exception as e:  # noqa: BLE001 - zarr and its codecs raise many kinds for damaged chunks
             self.close()
-            raise SourceError(f"Cannot read {rr.describe()}: {type(e).__name__}: {e}", file=rr.path,
-                              hint="check the store's chunks (tfrecord-etl inspect STORE)") from None
+            raise SourceError(
+                f"Cannot read {rr.describe()}: {type(e).__name__}: {e}",
+                file=rr.path,
+                hint="check the store's chunks (tfrecord-etl inspect STORE)",
+            ) from None
 
 
 def check_stored(store, name: str, array, path: str, allow_fill_value: bool) -> None:
@@ -369,11 +424,15 @@ def check_stored(store, name: str, array, path: str, allow_fill_value: bool) -> 
                 break
             coords[axis] = 0
     shape = "(" + ", ".join(f"{int(n):,}" for n in array.shape) + ")"
-    raise SourceError(f"The array declares shape {shape}, {array_bytes(array):,} bytes in {declared:,} chunks, but "
-                      f"the store holds {len(keys):,} of its chunk files ({present:,} bytes): the others (the first: "
-                      f"{first!r}) were never written and would read as the fill value", file=path, dataset=name,
-                      hint="pass --allow_fill_value if the fill value is the intended data (zarr skips chunks equal "
-                           "to the fill value unless write_empty_chunks=True)")
+    raise SourceError(
+        f"The array declares shape {shape}, {array_bytes(array):,} bytes in {declared:,} chunks, but "
+        f"the store holds {len(keys):,} of its chunk files ({present:,} bytes): the others (the first: "
+        f"{first!r}) were never written and would read as the fill value",
+        file=path,
+        dataset=name,
+        hint="pass --allow_fill_value if the fill value is the intended data (zarr skips chunks equal "
+        "to the fill value unless write_empty_chunks=True)",
+    )
 
 
 def _as_numpy(data) -> np.ndarray:
@@ -392,8 +451,9 @@ def _array(arrays: dict, name: str, path: str):
     arr = arrays.get(name.strip("/"))
     if arr is None:
         shown = ", ".join(sorted(arrays)[:10])
-        raise SourceError("No such array", file=path, dataset=name,
-                          hint=f"arrays: {shown}; tfrecord-etl inspect STORE lists them")
+        raise SourceError(
+            "No such array", file=path, dataset=name, hint=f"arrays: {shown}; tfrecord-etl inspect STORE lists them"
+        )
     return arr
 
 
@@ -423,7 +483,9 @@ def zarr_tree(path: str, max_objects: int = 10_000) -> dict:
       SourceError: not a Zarr store, or metadata zarr cannot read (naming the store).
     """
     import zarr
+
     from tfrecord_etl.transforms.sources.base import SourceOptions
+
     store = open_store(path, SourceOptions())
     try:
         node = open_node(store)
@@ -433,7 +495,7 @@ def zarr_tree(path: str, max_objects: int = 10_000) -> dict:
             members = [(root_name(path), node)]
         else:
             members = _members(node, store, path, unreadable, max_objects)
-        members += [(name, error) for name, error in unreadable.items()]
+        members += list(unreadable.items())
         members.sort(key=lambda m: m[0])
         fmt = node.metadata.zarr_format
         for name, obj in members[:max_objects]:
@@ -446,7 +508,8 @@ def zarr_tree(path: str, max_objects: int = 10_000) -> dict:
                 continue
             codecs = [type(c).__name__.replace("Codec", "").lower() for c in (*obj.filters, *obj.compressors)]
             extra = ([f"shards {list(obj.shards)}"] if obj.shards else []) + (
-                [f"codecs {'+'.join(codecs)}"] if codecs else ["uncompressed"])
+                [f"codecs {'+'.join(codecs)}"] if codecs else ["uncompressed"]
+            )
             dims = dimension_names(obj)
             if dims:
                 extra.append(f"dims {', '.join(dims)}")
@@ -454,14 +517,36 @@ def zarr_tree(path: str, max_objects: int = 10_000) -> dict:
             extra.append(f"fill {fill.item() if hasattr(fill, 'item') else fill!r}")
             if obj.metadata.zarr_format == 2 and obj.order == "F":
                 extra.append("order F")
-            objects.append({"path": name, "kind": "dataset" if obj.shape else "scalar", "dtype": str(obj.dtype),
-                            "shape": list(obj.shape), "chunks": list(obj.chunks), "filters": extra,
-                            "storage": f"zarr v{obj.metadata.zarr_format}"})
+            objects.append(
+                {
+                    "path": name,
+                    "kind": "dataset" if obj.shape else "scalar",
+                    "dtype": str(obj.dtype),
+                    "shape": list(obj.shape),
+                    "chunks": list(obj.chunks),
+                    "filters": extra,
+                    "storage": f"zarr v{obj.metadata.zarr_format}",
+                }
+            )
             if obj.shape:
                 entries.append((name, int(obj.shape[0]), leading_dimension(name, obj), array_bytes(obj)))
     finally:
         store.close()
-    groups = [{"group": i, "rows": g.rows, "dimension": g.dimension, "datasets": list(g.datasets), "bytes": g.nbytes,
-               "flag": "--datasets " + ",".join(g.datasets)} for i, g in enumerate(layout.group_rows(entries), 1)]
-    return {"file": path, "format": f"Zarr v{fmt}", "objects": objects, "row_groups": groups,
-            "truncated": len(members) > max_objects}
+    groups = [
+        {
+            "group": i,
+            "rows": g.rows,
+            "dimension": g.dimension,
+            "datasets": list(g.datasets),
+            "bytes": g.nbytes,
+            "flag": "--datasets " + ",".join(g.datasets),
+        }
+        for i, g in enumerate(layout.group_rows(entries), 1)
+    ]
+    return {
+        "file": path,
+        "format": f"Zarr v{fmt}",
+        "objects": objects,
+        "row_groups": groups,
+        "truncated": len(members) > max_objects,
+    }

@@ -17,6 +17,7 @@ prefix, that reads nothing it was not asked for and nothing it should not:
 
 Zarr specifications: v2 (https://zarr-specs.readthedocs.io/en/latest/v2/v2.0.html) and v3 (core, sharding codec).
 """
+
 from __future__ import annotations
 
 import bz2
@@ -49,9 +50,12 @@ def check_key(key: str, where: str) -> None:
     """
     parts = key.split("/")
     if key.startswith("/") or "\\" in key or "\0" in key or any(p in ("", ".", "..") for p in parts):
-        raise SourceError(f"The Zarr store names the key {key!r}, which leads outside the store (an empty, '.' or "
-                          f"'..' component, or an absolute path): refused", file=where,
-                          hint="the store's metadata is damaged or hostile; rewrite it with zarr")
+        raise SourceError(
+            f"The Zarr store names the key {key!r}, which leads outside the store (an empty, '.' or "
+            f"'..' component, or an absolute path): refused",
+            file=where,
+            hint="the store's metadata is damaged or hostile; rewrite it with zarr",
+        )
 
 
 def check_consolidated(data: bytes, key: str, where: str) -> None:
@@ -63,15 +67,20 @@ def check_consolidated(data: bytes, key: str, where: str) -> None:
       SourceError: a member name leading outside the store.
     """
     import json
+
     try:
         doc = json.loads(data)
     except ValueError:
         return
     if not isinstance(doc, dict):
         return
-    members = doc.get("metadata") if key.endswith(".zmetadata") else \
-        (doc.get("consolidated_metadata") or {}).get("metadata") if isinstance(doc.get("consolidated_metadata"),
-                                                                           dict) else None
+    members = (
+        doc.get("metadata")
+        if key.endswith(".zmetadata")
+        else (doc.get("consolidated_metadata") or {}).get("metadata")
+        if isinstance(doc.get("consolidated_metadata"), dict)
+        else None
+    )
     if not isinstance(members, dict):
         return
     prefix = key.rsplit("/", 1)[0] + "/" if "/" in key else ""
@@ -126,16 +135,26 @@ def chunk_bound(array) -> ChunkBound:
     codecs = [c.to_dict().get("name") for c in meta.codecs]
     if not array.shards:
         last = codecs[-1] if codecs else None
-        return ChunkBound(MAX_VLEN_DECODED_BYTES if decoded is None else decoded, stored_limit(decoded, inner),
-                          last if last in _PEEKS else None)
+        return ChunkBound(
+            MAX_VLEN_DECODED_BYTES if decoded is None else decoded,
+            stored_limit(decoded, inner),
+            last if last in _PEEKS else None,
+        )
     sharding = meta.codecs[0]
     inner_names = [c.to_dict().get("name") for c in sharding.codecs]
     inner_codec = inner_names[-1] if inner_names and inner_names[-1] in _PEEKS else None
     index_names = [c.to_dict().get("name") for c in sharding.index_codecs]
     at_start = str(getattr(sharding.index_location, "value", sharding.index_location)) == "start"
-    return ChunkBound(decoded, stored_limit(decoded, inner), None, inner_codec,
-                      MAX_VLEN_DECODED_BYTES if itemsize is None else math.prod(array.chunks) * itemsize, inner,
-                      16 * inner + (4 if "crc32c" in index_names else 0), at_start)
+    return ChunkBound(
+        decoded,
+        stored_limit(decoded, inner),
+        None,
+        inner_codec,
+        MAX_VLEN_DECODED_BYTES if itemsize is None else math.prod(array.chunks) * itemsize,
+        inner,
+        16 * inner + (4 if "crc32c" in index_names else 0),
+        at_start,
+    )
 
 
 def inner_chunks(bound: ChunkBound, shard: bytes) -> list[tuple[int, int]]:
@@ -143,7 +162,7 @@ def inner_chunks(bound: ChunkBound, shard: bytes) -> list[tuple[int, int]]:
     outside the shard too: zarr's decoder refuses those)."""
     if bound.index_bytes < 16 * bound.inner_count or len(shard) < bound.index_bytes:
         return []
-    index = shard[:bound.index_bytes] if bound.index_at_start else shard[len(shard) - bound.index_bytes:]
+    index = shard[: bound.index_bytes] if bound.index_at_start else shard[len(shard) - bound.index_bytes :]
     out = []
     for i in range(bound.inner_count):
         offset, length = struct.unpack_from("<QQ", index, 16 * i)
@@ -182,7 +201,7 @@ def _zstd(data: bytes, limit: int) -> int | None:
     size = (1 if single else 0, 2, 4, 8)[fcs_flag]
     if size == 0:
         return _streamed(data, limit, "zstd")
-    raw = data[pos:pos + size]
+    raw = data[pos : pos + size]
     if len(raw) < size:
         return None
     value = int.from_bytes(raw, "little")
@@ -194,6 +213,7 @@ def _streamed(data: bytes, limit: int, kind: str) -> int:
     stopped once it passes ``limit`` (memory stays at a piece whatever the stream holds)."""
     if kind == "zstd":
         import zstandard
+
         reader, total = zstandard.ZstdDecompressor().stream_reader(data), 0
         try:
             while total <= limit:
@@ -227,9 +247,15 @@ def _streamed(data: bytes, limit: int, kind: str) -> int:
     return total
 
 
-_PEEKS = {"blosc": _blosc, "lz4": _lz4, "zstd": _zstd,
-          "gzip": lambda d, n: _streamed(d, n, "gzip"), "zlib": lambda d, n: _streamed(d, n, "zlib"),
-          "bz2": lambda d, n: _streamed(d, n, "bz2"), "lzma": lambda d, n: _streamed(d, n, "lzma")}
+_PEEKS = {
+    "blosc": _blosc,
+    "lz4": _lz4,
+    "zstd": _zstd,
+    "gzip": lambda d, n: _streamed(d, n, "gzip"),
+    "zlib": lambda d, n: _streamed(d, n, "zlib"),
+    "bz2": lambda d, n: _streamed(d, n, "bz2"),
+    "lzma": lambda d, n: _streamed(d, n, "lzma"),
+}
 
 
 def store_kind(path: str, remote_probe: bool = False) -> str | None:

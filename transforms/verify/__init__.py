@@ -24,21 +24,61 @@ the function returns normally. It raises only when the target cannot be verified
 
 Byte offsets are those of a record's frame in the uncompressed stream (as TensorFlow counts them).
 """
+
 from __future__ import annotations
 
-from tfrecord_etl.transforms.verify.report import (
-    FileReport, MANIFEST_FILE, Problem, Progress, PROVENANCE_FILE, PROVENANCE_ROW, Report)
-from tfrecord_etl.transforms.verify.records import (
-    check_example, file_compression, file_size, infer_specs, list_record_files, not_example_reason)
 from tfrecord_etl.transforms.verify.compare import (
-    compare_value, expected_value, make_comparer, plan_sources, ProvenanceComparer, SequentialComparer)
-from tfrecord_etl.transforms.verify.targets import (
-    verify, verify_files, verify_output)
+    ProvenanceComparer,
+    SequentialComparer,
+    compare_value,
+    expected_value,
+    make_comparer,
+    plan_sources,
+)
+from tfrecord_etl.transforms.verify.records import (
+    check_example,
+    file_compression,
+    file_size,
+    infer_specs,
+    list_record_files,
+    not_example_reason,
+)
+from tfrecord_etl.transforms.verify.report import (
+    MANIFEST_FILE,
+    PROVENANCE_FILE,
+    PROVENANCE_ROW,
+    FileReport,
+    Problem,
+    Progress,
+    Report,
+)
 from tfrecord_etl.transforms.verify.spans import CollectionReport, SpanReport, verify_collection
+from tfrecord_etl.transforms.verify.targets import verify, verify_files, verify_output
 
 __all__ = [
-    "check_example", "compare_value", "expected_value", "file_compression", "file_size", "FileReport",
-    "infer_specs", "list_record_files", "make_comparer", "MANIFEST_FILE", "not_example_reason", "plan_sources",
-    "Problem", "Progress", "PROVENANCE_FILE", "PROVENANCE_ROW", "ProvenanceComparer", "Report",
-    "SequentialComparer", "verify", "verify_files", "verify_output", "CollectionReport", "SpanReport",
-    "verify_collection"]
+    "check_example",
+    "compare_value",
+    "expected_value",
+    "file_compression",
+    "file_size",
+    "FileReport",
+    "infer_specs",
+    "list_record_files",
+    "make_comparer",
+    "MANIFEST_FILE",
+    "not_example_reason",
+    "plan_sources",
+    "Problem",
+    "Progress",
+    "PROVENANCE_FILE",
+    "PROVENANCE_ROW",
+    "ProvenanceComparer",
+    "Report",
+    "SequentialComparer",
+    "verify",
+    "verify_files",
+    "verify_output",
+    "CollectionReport",
+    "SpanReport",
+    "verify_collection",
+]

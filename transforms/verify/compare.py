@@ -1,8 +1,9 @@
 """Expected values, exact comparison, and the comparers of an output against its convert source."""
+
 from __future__ import annotations
 
 import hashlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -10,7 +11,7 @@ from tfrecord_etl.transforms import codec, fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError, SourceError
 from tfrecord_etl.transforms.renamed_flags import current_names  # options recorded under a flag's old name
-from tfrecord_etl.transforms.verify.report import CHUNK_ROWS, Problem, Progress, PROVENANCE_FILE, PROVENANCE_ROW, Report
+from tfrecord_etl.transforms.verify.report import CHUNK_ROWS, PROVENANCE_FILE, PROVENANCE_ROW, Problem, Progress, Report
 
 
 def expected_value(spec: FeatureSpec, value, allow_lossy: Sequence[str] = ()) -> np.ndarray:
@@ -62,8 +63,10 @@ def compare_value(spec: FeatureSpec, expected: np.ndarray, got) -> str | None:
     if not bad.size:
         return None
     i = int(bad[0])
-    return (f"differs at index {_index(i, expected.shape)}: {got.reshape(-1)[i]} in the output, "
-            f"{expected.reshape(-1)[i]} in the source ({bad.size} of {expected.size} elements differ)")
+    return (
+        f"differs at index {_index(i, expected.shape)}: {got.reshape(-1)[i]} in the output, "
+        f"{expected.reshape(-1)[i]} in the source ({bad.size} of {expected.size} elements differ)"
+    )
 
 
 def _index(flat: int, shape: tuple) -> tuple:
@@ -108,17 +111,23 @@ def plan_sources(meta: dict, patterns: Sequence[str], where: str = ""):
 
     from tfrecord_etl.transforms import planning
     from tfrecord_etl.transforms.config import ConvertConfig
+
     opts = meta.get("options")
     if not isinstance(opts, dict) or not isinstance(opts.get("input"), str):
-        raise ConfigError("--source needs the convert options in metadata.json ('options.input' is missing): "
-                          "this output was not written by tfrecord-etl convert", file=where or None)
+        raise ConfigError(
+            "--source needs the convert options in metadata.json ('options.input' is missing): "
+            "this output was not written by tfrecord-etl convert",
+            file=where or None,
+        )
     try:  # the convert's own source options (planning.source_options is their one home)
-        cfg = ConvertConfig.model_validate({k: v for k, v in current_names(opts).items()
-                                            if k in ConvertConfig.model_fields})
+        cfg = ConvertConfig.model_validate(
+            {k: v for k, v in current_names(opts).items() if k in ConvertConfig.model_fields}
+        )
         options = planning.source_options(cfg)
     except (TypeError, ValueError, ValidationError) as e:
-        raise ConfigError(f"Invalid convert options in metadata.json: {str(e).splitlines()[0]}",
-                          file=where or None) from None
+        raise ConfigError(
+            f"Invalid convert options in metadata.json: {str(e).splitlines()[0]}", file=where or None
+        ) from None
     return [planning.plan_inputs(p, options) for p in patterns]
 
 
@@ -131,8 +140,15 @@ class _Comparer:
 
     mode = ""
 
-    def __init__(self, plans, specs: Sequence[FeatureSpec], allow_lossy: Sequence[str], report: Report,
-                 same_paths: bool, dead_letters: Sequence[dict] | None = None):
+    def __init__(
+        self,
+        plans,
+        specs: Sequence[FeatureSpec],
+        allow_lossy: Sequence[str],
+        report: Report,
+        same_paths: bool,
+        dead_letters: Sequence[dict] | None = None,
+    ):
         self.plans, self.report, self.lossy, self.same_paths = list(plans), report, tuple(allow_lossy), same_paths
         self.specs = list(specs)
         self.compared = 0
@@ -142,7 +158,7 @@ class _Comparer:
         self._by_path: dict[str, int] = {}
         names: dict[str, list[int]] = {}
         for k, (_, index) in enumerate(self._indexes):
-            for path in (index.items if index.item_files else (index.path,)):
+            for path in index.items if index.item_files else (index.path,):
                 self._by_path[path] = k
                 names.setdefault(fileio.basename(path), []).append(k)
         self._by_name = {n: ks[0] for n, ks in names.items() if len(set(ks)) == 1}
@@ -159,14 +175,24 @@ class _Comparer:
         masks = [np.zeros(index.num_rows, bool) for _, index in self._indexes]
         for d in letters:
             start, stop, files = d["start"], d["stop"], d.get("files") or ()
-            rows = [(self.locate(f), start + i, f) for i, f in enumerate(files)] or \
-                [(self.locate(d["file"]), r, None) for r in range(start, stop)]
+            rows = [(self.locate(f), start + i, f) for i, f in enumerate(files)] or [
+                (self.locate(d["file"]), r, None) for r in range(start, stop)
+            ]
             for k, row, f in rows:
                 index = None if k is None else self._indexes[k][1]
-                if index is None or row >= index.num_rows or (
-                        f is not None and fileio.basename(index.items[row]) != fileio.basename(f)):
-                    self.report.add(Problem("source", f"The output's dead letter for rows {start}-{stop - 1} of "
-                                            f"{d['file']!r} names no such row of the source", file=d["file"]))
+                if (
+                    index is None
+                    or row >= index.num_rows
+                    or (f is not None and fileio.basename(index.items[row]) != fileio.basename(f))
+                ):
+                    self.report.add(
+                        Problem(
+                            "source",
+                            f"The output's dead letter for rows {start}-{stop - 1} of "
+                            f"{d['file']!r} names no such row of the source",
+                            file=d["file"],
+                        )
+                    )
                     break
                 masks[k][row] = True
         return masks
@@ -179,19 +205,29 @@ class _Comparer:
     def live_ranges(self, plan, rr) -> list:
         """``rr`` without its dead-lettered rows: the row ranges of the rows that have records, in order."""
         from tfrecord_etl.transforms.sources import RowRange
+
         k = self._slots[(id(plan), rr.path)]
-        dead = None if self.dead is None else self.dead[k][rr.start:rr.stop]
+        dead = None if self.dead is None else self.dead[k][rr.start : rr.stop]
         if dead is None or not dead.any():
             return [rr]
         fi = self._indexes[k][1]
         live = np.flatnonzero(np.diff(np.concatenate(([0], (~dead).astype(np.int8), [0]))))
-        return [RowRange(rr.path, rr.start + a, rr.start + b, fi.items[rr.start + a:rr.start + b] if fi.sizes
-                         else rr.items, rr.item_files) for a, b in zip(live[::2], live[1::2])]
+        return [
+            RowRange(
+                rr.path,
+                rr.start + a,
+                rr.start + b,
+                fi.items[rr.start + a : rr.start + b] if fi.sizes else rr.items,
+                rr.item_files,
+            )
+            for a, b in zip(live[::2], live[1::2])
+        ]
 
     def expected_columns(self, plan, rr, specs: Sequence[FeatureSpec], report_errors: bool = True) -> dict | None:
         """``{name: array (rows, *shape) | list of per-row arrays}`` as decode_example returns them, or None
         when the range cannot be read (a problem when ``report_errors``; the error in ``self.read_error``)."""
         from tfrecord_etl.transforms import planning
+
         try:
             columns = planning.add_provenance(rr, plan.source.read(rr))
         except (SourceError, SchemaError) as e:
@@ -203,8 +239,14 @@ class _Comparer:
         for spec in specs:
             col = columns.get(spec.name)
             if col is None:
-                self.report.add(Problem("source", f"The source has no column '{spec.name}' ({rr.describe()})",
-                                        file=rr.path, feature=spec.name))
+                self.report.add(
+                    Problem(
+                        "source",
+                        f"The source has no column '{spec.name}' ({rr.describe()})",
+                        file=rr.path,
+                        feature=spec.name,
+                    )
+                )
                 return None
             if spec.is_fixed and spec.dtype != VLEN_BYTES and isinstance(col, np.ndarray) and col.dtype != object:
                 out[spec.name] = codec.encoding_of(spec).stored(spec, codec.to_little_endian(col), self.lossy)
@@ -218,8 +260,9 @@ class _Comparer:
             got = np.asarray(fileio.basename(np.asarray(got).item().decode(errors="replace")).encode(), object)
         message = compare_value(spec, expected, got)
         if message:
-            self.report.add(Problem("source", f"Value differs from the source: {message}", file, index, offset,
-                                    spec.name))
+            self.report.add(
+                Problem("source", f"Value differs from the source: {message}", file, index, offset, spec.name)
+            )
         return message is None
 
     def begin_shard(self, expected_records: int) -> None:
@@ -235,8 +278,13 @@ class _Comparer:
         pass
 
     def summary(self, patterns) -> dict:
-        return {"patterns": list(patterns), "mode": self.mode, "rows": self.rows, "compared": self.compared,
-                "dead_lettered": self.dead_rows}
+        return {
+            "patterns": list(patterns),
+            "mode": self.mode,
+            "rows": self.rows,
+            "compared": self.compared,
+            "dead_lettered": self.dead_rows,
+        }
 
 
 class SequentialComparer(_Comparer):
@@ -252,8 +300,9 @@ class SequentialComparer(_Comparer):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._ranges = ((plan, live) for plan in self.plans for rr in plan.ranges
-                        for live in self.live_ranges(plan, rr))
+        self._ranges = (
+            (plan, live) for plan in self.plans for rr in plan.ranges for live in self.live_ranges(plan, rr)
+        )
         self._cur = None  # (range, expected columns or None, next row position)
         self._pending: list = []  # (row position, file, index, offset, decoded)
         self._shard_left = None
@@ -355,8 +404,17 @@ class ProvenanceComparer(_Comparer):
 
     mode = "provenance"
 
-    def __init__(self, plans, specs, allow_lossy, report, same_paths, dead_count: int, progress: Progress,
-                 dead_letters: Sequence[dict] | None = None):
+    def __init__(
+        self,
+        plans,
+        specs,
+        allow_lossy,
+        report,
+        same_paths,
+        dead_count: int,
+        progress: Progress,
+        dead_letters: Sequence[dict] | None = None,
+    ):
         super().__init__(plans, specs, allow_lossy, report, same_paths, dead_letters)
         self.data_specs = [s for s in self.specs if s.name not in (PROVENANCE_FILE, PROVENANCE_ROW)]
         self.dead_count = dead_count
@@ -370,13 +428,13 @@ class ProvenanceComparer(_Comparer):
                 for live in self.live_ranges(plan, rr):
                     columns = self.expected_columns(plan, live, self.data_specs, report_errors=False)
                     if columns is None:  # a problem only if a record claims one of its rows
-                        mask, _ = self._unreadable.setdefault(k, (np.zeros(len(self._seen[k]), bool),
-                                                                  self.read_error))
-                        mask[live.start:live.stop] = True
+                        mask, _ = self._unreadable.setdefault(k, (np.zeros(len(self._seen[k]), bool), self.read_error))
+                        mask[live.start : live.stop] = True
                         continue
                     for i in range(live.num_rows):
                         self._digests[k][live.start + i] = np.frombuffer(
-                            _digest([_row(columns[s.name], i) for s in self.data_specs]), np.uint8)
+                            _digest([_row(columns[s.name], i) for s in self.data_specs]), np.uint8
+                        )
                 progress.update(rr.num_rows)
         progress.close()
 
@@ -387,17 +445,41 @@ class ProvenanceComparer(_Comparer):
         row = int(np.asarray(decoded[PROVENANCE_ROW]).reshape(-1)[0])
         k = self._by_path.get(source_file, self._by_name.get(fileio.basename(source_file)))
         if k is None or not 0 <= row < len(self._seen[k]):
-            self.report.add(Problem("source", f"The record's provenance ({source_file!r}, row {row}) is not a "
-                                    "row of the source", file, index, offset, PROVENANCE_FILE))
+            self.report.add(
+                Problem(
+                    "source",
+                    f"The record's provenance ({source_file!r}, row {row}) is not a row of the source",
+                    file,
+                    index,
+                    offset,
+                    PROVENANCE_FILE,
+                )
+            )
             return
         if self._seen[k][row]:
-            self.report.add(Problem("source", f"Row {row} of {source_file!r} appears in more than one record",
-                                    file, index, offset, PROVENANCE_ROW))
+            self.report.add(
+                Problem(
+                    "source",
+                    f"Row {row} of {source_file!r} appears in more than one record",
+                    file,
+                    index,
+                    offset,
+                    PROVENANCE_ROW,
+                )
+            )
             return
         self._seen[k][row] = True
         if self.dead is not None and self.dead[k][row]:
-            self.report.add(Problem("source", f"Row {row} of {source_file!r} has a record, but the output's "
-                                    "metadata lists it as dead-lettered", file, index, offset, PROVENANCE_ROW))
+            self.report.add(
+                Problem(
+                    "source",
+                    f"Row {row} of {source_file!r} has a record, but the output's metadata lists it as dead-lettered",
+                    file,
+                    index,
+                    offset,
+                    PROVENANCE_ROW,
+                )
+            )
             return
         if k in self._unreadable and self._unreadable[k][0][row]:
             self.report.add(Problem("source", f"Not compared: {self._unreadable[k][1]}", file, index, offset))
@@ -409,8 +491,9 @@ class ProvenanceComparer(_Comparer):
 
     def _compare_one(self, k, row, file, index, offset, decoded) -> None:
         from tfrecord_etl.transforms.sources import RowRange
+
         plan, fi = self._indexes[k]
-        items = fi.items[row:row + 1] if fi.sizes else fi.items
+        items = fi.items[row : row + 1] if fi.sizes else fi.items
         columns = self.expected_columns(plan, RowRange(fi.path, row, row + 1, items, fi.item_files), self.data_specs)
         if columns is None:
             return
@@ -419,16 +502,23 @@ class ProvenanceComparer(_Comparer):
 
     def finish(self) -> None:
         if self.dead_count:
-            self.report.warnings.append(f"{self.dead_count} source rows were dead-lettered when converting: they "
-                                        "have no record")
+            self.report.warnings.append(
+                f"{self.dead_count} source rows were dead-lettered when converting: they have no record"
+            )
         missing = [~s if self.dead is None else ~s & ~self.dead[k] for k, s in enumerate(self._seen)]
         unseen = int(sum(m.sum() for m in missing))
         if unseen != (self.dead_count if self.dead is None else 0):
-            first = next(((self._indexes[k][1], int(np.flatnonzero(m)[0])) for k, m in enumerate(missing)
-                          if m.any()), None)
+            first = next(
+                ((self._indexes[k][1], int(np.flatnonzero(m)[0])) for k, m in enumerate(missing) if m.any()), None
+            )
             where = f" (first: row {first[1]} of '{first[0].path}')" if first else ""
-            self.report.add(Problem("source", f"{unseen} source rows have no record in the output{where}, " + (
-                f"{self.dead_count} were dead-lettered" if self.dead is None else "and were not dead-lettered")))
+            self.report.add(
+                Problem(
+                    "source",
+                    f"{unseen} source rows have no record in the output{where}, "
+                    + (f"{self.dead_count} were dead-lettered" if self.dead is None else "and were not dead-lettered"),
+                )
+            )
 
 
 def dead_letters_of(meta: dict, where: str = "") -> list[dict] | None:
@@ -445,13 +535,21 @@ def dead_letters_of(meta: dict, where: str = "") -> list[dict] | None:
     if letters is None:
         return [] if not dead else None
     ok = isinstance(letters, list) and all(
-        isinstance(d, dict) and isinstance(d.get("file"), str) and type(d.get("start")) is int
-        and type(d.get("stop")) is int and 0 <= d["start"] < d["stop"]
-        and isinstance(d.get("files") or [], list) and len(d.get("files") or ()) in (0, d["stop"] - d["start"])
-        for d in letters)
+        isinstance(d, dict)
+        and isinstance(d.get("file"), str)
+        and type(d.get("start")) is int
+        and type(d.get("stop")) is int
+        and 0 <= d["start"] < d["stop"]
+        and isinstance(d.get("files") or [], list)
+        and len(d.get("files") or ()) in (0, d["stop"] - d["start"])
+        for d in letters
+    )
     if not ok:
-        raise ConfigError("Invalid 'dead_letters' in metadata.json: expected a list of {file, start, stop} row "
-                          "ranges", file=where or None, hint="re-convert the output")
+        raise ConfigError(
+            "Invalid 'dead_letters' in metadata.json: expected a list of {file, start, stop} row ranges",
+            file=where or None,
+            hint="re-convert the output",
+        )
     return letters if sum(d["stop"] - d["start"] for d in letters) == dead else None
 
 
@@ -471,14 +569,21 @@ def make_comparer(meta: dict, patterns: Sequence[str], report: Report, progress:
     split = len(meta.get("splits") or {}) > 1 or len(meta.get("runs") or ()) > 1
     sequential = meta.get("writer") == "planned" and letters is not None and not split
     if not sequential and not has_provenance:
-        why = f"{dead} rows were dead-lettered and metadata.json does not list them" if letters is None else \
-            "the rows are spread over splits" if split else \
-            f"the records are not in source row order (writer {meta.get('writer')!r})"
-        raise ConfigError(f"Exact comparison with the source needs the {PROVENANCE_FILE} and {PROVENANCE_ROW} "
-                          f"features: {why} and the output has no provenance", file=where or None,
-                          hint=("re-convert (with --dead_letter_dir, metadata.json lists the rows) or with "
-                                "--provenance") if letters is None else "re-convert with --provenance" + (
-                              "" if split else ", or with the planned writer (--writer planned)"))
+        why = (
+            f"{dead} rows were dead-lettered and metadata.json does not list them"
+            if letters is None
+            else "the rows are spread over splits"
+            if split
+            else f"the records are not in source row order (writer {meta.get('writer')!r})"
+        )
+        raise ConfigError(
+            f"Exact comparison with the source needs the {PROVENANCE_FILE} and {PROVENANCE_ROW} "
+            f"features: {why} and the output has no provenance",
+            file=where or None,
+            hint=("re-convert (with --dead_letter_dir, metadata.json lists the rows) or with --provenance")
+            if letters is None
+            else "re-convert with --provenance" + ("" if split else ", or with the planned writer (--writer planned)"),
+        )
     plans = plan_sources(meta, patterns, where)
     num_shards = len(meta.get("shards") or ())
     if meta.get("writer") == "planned" and len(plans) == 1 and num_shards:
@@ -490,18 +595,26 @@ def make_comparer(meta: dict, patterns: Sequence[str], report: Report, progress:
         if len(plan.specs) != len(data_specs) or not all(_same_spec(a, b) for a, b in zip(plan.specs, data_specs)):
             have = ", ".join(f"{s.name} {s.dtype} {s.shape}" for s in plan.specs)
             want = ", ".join(f"{s.name} {s.dtype} {s.shape}" for s in data_specs)
-            report.add(Problem("source", f"The source's features ({have}) differ from the output's ({want}): "
-                               "not compared", file=pattern))
+            report.add(
+                Problem(
+                    "source",
+                    f"The source's features ({have}) differ from the output's ({want}): not compared",
+                    file=pattern,
+                )
+            )
             return None
     total = sum(p.num_rows for p in plans)
     expected = int(meta.get("num_records") or 0) + dead
     if total != expected:
-        report.add(Problem("source", f"The source holds {total} rows, the output {meta.get('num_records')} records "
-                           f"and {dead} dead-lettered rows"))
+        report.add(
+            Problem(
+                "source",
+                f"The source holds {total} rows, the output {meta.get('num_records')} records "
+                f"and {dead} dead-lettered rows",
+            )
+        )
     same_paths = list(patterns) == [meta["options"].get("input")]
     lossy = tuple(meta["options"].get("allow_lossy") or ())
     if sequential:
         return SequentialComparer(plans, specs, lossy, report, same_paths, letters)
     return ProvenanceComparer(plans, specs, lossy, report, same_paths, dead, progress, letters)
-
-

@@ -1,14 +1,16 @@
 """Files, compression and records of a verify target (framing and CRCs checked as they are read)."""
+
 from __future__ import annotations
 
 import io
-from typing import BinaryIO, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import BinaryIO
 
 from tfrecord_etl.transforms import codec, fileio, tfrecord
-from tfrecord_etl.transforms.reader import file_compression  # noqa: F401 - one home: the reader
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import RecordError, SchemaError, SourceError
-from tfrecord_etl.transforms.verify.report import KNOWN_FILES, Progress, PROGRESS_STEP
+from tfrecord_etl.transforms.reader import file_compression  # noqa: F401 - one home: the reader
+from tfrecord_etl.transforms.verify.report import KNOWN_FILES, PROGRESS_STEP, Progress
 
 
 class _CountingReader(io.RawIOBase):
@@ -28,7 +30,7 @@ class _CountingReader(io.RawIOBase):
 
     def readinto(self, b) -> int:
         data = self._raw.read(len(b))
-        b[:len(data)] = data
+        b[: len(data)] = data
         self._count(data)
         return len(data)
 
@@ -73,18 +75,25 @@ def list_record_files(target: str) -> list[tuple[str, int]]:
         device is never opened).
     """
     pattern = fileio.join(target, "*") if fileio.is_dir(target) else target
-    files = [(p, s) for p, s in fileio.match(pattern)
-             if not fileio.basename(p).startswith(".") and fileio.basename(p) not in KNOWN_FILES]
+    files = [
+        (p, s)
+        for p, s in fileio.match(pattern)
+        if not fileio.basename(p).startswith(".") and fileio.basename(p) not in KNOWN_FILES
+    ]
     if not files:
-        raise SourceError("No TFRecord file matches (hidden files and metadata are left out)", file=target,
-                          hint="pass a file, a directory of TFRecord files, or a glob such as 'dir/*.gz'")
+        raise SourceError(
+            "No TFRecord file matches (hidden files and metadata are left out)",
+            file=target,
+            hint="pass a file, a directory of TFRecord files, or a glob such as 'dir/*.gz'",
+        )
     for path, _ in files:
         tfrecord.check_regular(path)
     return files
 
 
-def iter_file_records(path: str, compression: str, progress: Progress, checksum=None, max_record_bytes: int | None = None
-             ) -> Iterator[tuple[int, int, bytes]]:
+def iter_file_records(
+    path: str, compression: str, progress: Progress, checksum=None, max_record_bytes: int | None = None
+) -> Iterator[tuple[int, int, bytes]]:
     """``(index, offset, record)`` of one file, CRCs and record sizes checked (``max_record_bytes``, default
     ``tfrecord.record_limit()``); reports the stored bytes read to ``progress``. A file that is not regular
     raises SourceError before it is opened."""
@@ -92,8 +101,9 @@ def iter_file_records(path: str, compression: str, progress: Progress, checksum=
     with fileio.open_read(path) as raw:
         counting = _CountingReader(raw, progress, checksum)
         try:
-            yield from tfrecord.iter_records(tfrecord.open_decompressed(counting, compression), path,
-                                             max_record_bytes=max_record_bytes)
+            yield from tfrecord.iter_records(
+                tfrecord.open_decompressed(counting, compression), path, max_record_bytes=max_record_bytes
+            )
             if checksum is not None:
                 counting.drain()
         finally:
@@ -105,8 +115,7 @@ def not_example_reason(record: bytes) -> str | None:
     fields are ``1: Features`` and ``2: FeatureLists`` is a ``tf.train.SequenceExample``. Else None."""
     try:
         fields = list(codec.iter_fields(record, 0, len(record)))
-        if not fields or not any(f == 2 for f, _, _ in fields) or any(w != 2 or f not in (1, 2)
-                                                                       for f, w, _ in fields):
+        if not fields or not any(f == 2 for f, _, _ in fields) or any(w != 2 or f not in (1, 2) for f, w, _ in fields):
             return None
         for f, _, (start, stop) in fields:
             if f == 2:  # FeatureLists{1: repeated {1: key, 2: FeatureList}}
@@ -115,8 +124,9 @@ def not_example_reason(record: bytes) -> str | None:
                         return None
     except RecordError:
         return None
-    return ("it is a tf.train.SequenceExample (context and feature_lists); read it with "
-            "tf.io.parse_single_sequence_example")
+    return (
+        "it is a tf.train.SequenceExample (context and feature_lists); read it with tf.io.parse_single_sequence_example"
+    )
 
 
 def check_example(record: bytes, max_features: int | None = None) -> dict:
@@ -130,8 +140,7 @@ def check_example(record: bytes, max_features: int | None = None) -> dict:
         raise RecordError(f"Not a tf.train.Example: {reason}") from None
 
 
-def infer_specs(records: Sequence[bytes], path: str = "", max_features: int | None = None
-                ) -> tuple[FeatureSpec, ...]:
+def infer_specs(records: Sequence[bytes], path: str = "", max_features: int | None = None) -> tuple[FeatureSpec, ...]:
     """The features of serialized Examples without metadata (:func:`codec.infer_feature_specs`).
 
     Raises:
@@ -143,11 +152,14 @@ def infer_specs(records: Sequence[bytes], path: str = "", max_features: int | No
         try:
             check_example(record, max_features)
         except RecordError as e:
-            raise RecordError(f"Cannot infer the features: {e.message}", file=path or None, record=i,
-                              payload_offset=e.context.get("offset"), hint=e.hint) from None
+            raise RecordError(
+                f"Cannot infer the features: {e.message}",
+                file=path or None,
+                record=i,
+                payload_offset=e.context.get("offset"),
+                hint=e.hint,
+            ) from None
     try:
         return codec.infer_feature_specs(records, max_features)
     except (SchemaError, RecordError) as e:
         raise e.with_context(file=path or None) from None
-
-

@@ -1,4 +1,5 @@
 """The verify report: problems, per-file results, progress, and the constants the checks share."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -7,17 +8,21 @@ from tfrecord_etl.transforms import metadata, outdir
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import printable
 
-
 MANIFEST_FILE = "manifest.json"
 
 
 PROVENANCE_FILE, PROVENANCE_ROW = "_source/file", "_source/row"
 
 
-
-
-KNOWN_FILES = {metadata.METADATA_FILE, metadata.SCHEMA_FILE, MANIFEST_FILE, outdir.MARKER_FILE, outdir.LOCK_FILE,
-               outdir.LEGACY_MARKER_FILE, outdir.LEGACY_LOCK_FILE}
+KNOWN_FILES = {
+    metadata.METADATA_FILE,
+    metadata.SCHEMA_FILE,
+    MANIFEST_FILE,
+    outdir.MARKER_FILE,
+    outdir.LOCK_FILE,
+    outdir.LEGACY_MARKER_FILE,
+    outdir.LEGACY_LOCK_FILE,
+}
 
 
 CHUNK_ROWS = 4096  # rows compared with the source in one vectorized step
@@ -131,13 +136,23 @@ class Report:
 
     def to_json(self) -> dict:
         return {
-            "target": self.target, "kind": self.kind, "ok": self.ok, "num_records": self.num_records,
-            "expected_records": self.expected_records, "compression": self.compression,
-            "features": [s.to_json() for s in self.features], "inferred": self.inferred,
-            "files": [dataclasses.asdict(f) for f in self.files], "source": self.source, "manifest": self.manifest,
-            "checksums": self.checksums, "schema": self.schema,
-            "num_problems": self.num_problems, "problems": [p.to_json() for p in self.problems],
-            "warnings": list(self.warnings), "seconds": round(self.seconds, 3),
+            "target": self.target,
+            "kind": self.kind,
+            "ok": self.ok,
+            "num_records": self.num_records,
+            "expected_records": self.expected_records,
+            "compression": self.compression,
+            "features": [s.to_json() for s in self.features],
+            "inferred": self.inferred,
+            "files": [dataclasses.asdict(f) for f in self.files],
+            "source": self.source,
+            "manifest": self.manifest,
+            "checksums": self.checksums,
+            "schema": self.schema,
+            "num_problems": self.num_problems,
+            "problems": [p.to_json() for p in self.problems],
+            "warnings": list(self.warnings),
+            "seconds": round(self.seconds, 3),
         }
 
 
@@ -153,5 +168,3 @@ class Progress:
 
     def close(self) -> None:
         pass
-
-

@@ -17,13 +17,14 @@ Per selected span (:func:`collection.select`: span order, each at its latest ver
 Span directories present but not listed (a run that has not committed yet, or crashed before it did) are
 reported as uncommitted: a warning, not a problem (readers never read them).
 """
+
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import os
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from tfrecord_etl.transforms import collection, collection_reader, fileio, metadata
 from tfrecord_etl.transforms.errors import EtlError
@@ -46,9 +47,15 @@ class SpanReport:
         return not self.problems and self.report is not None and self.report.ok
 
     def to_json(self) -> dict:
-        return {"span": self.entry["span"], "version": self.entry["version"], "dir": self.dir, "ok": self.ok,
-                "listed_records": self.entry["num_records"], "problems": [p.to_json() for p in self.problems],
-                "report": None if self.report is None else self.report.to_json()}
+        return {
+            "span": self.entry["span"],
+            "version": self.entry["version"],
+            "dir": self.dir,
+            "ok": self.ok,
+            "listed_records": self.entry["num_records"],
+            "problems": [p.to_json() for p in self.problems],
+            "report": None if self.report is None else self.report.to_json(),
+        }
 
 
 @dataclasses.dataclass
@@ -75,15 +82,29 @@ class CollectionReport:
         return sum(len(s.problems) + (s.report.num_problems if s.report else 0) for s in self.spans)
 
     def to_json(self) -> dict:
-        return {"target": self.target, "kind": self.kind, "ok": self.ok, "num_records": self.num_records,
-                "num_spans": self.num_spans, "spans": [s.to_json() for s in self.spans],
-                "num_problems": self.num_problems, "uncommitted": list(self.uncommitted),
-                "seconds": round(self.seconds, 3)}
+        return {
+            "target": self.target,
+            "kind": self.kind,
+            "ok": self.ok,
+            "num_records": self.num_records,
+            "num_spans": self.num_spans,
+            "spans": [s.to_json() for s in self.spans],
+            "num_problems": self.num_problems,
+            "uncommitted": list(self.uncommitted),
+            "seconds": round(self.seconds, 3),
+        }
 
 
-def verify_collection(target: str, spans=None, sources: Sequence[str] = (), progress: Progress | None = None,
-                      max_problems: int = 100, *, max_record_bytes: int | None = None,
-                      max_features: int | None = None) -> CollectionReport:
+def verify_collection(
+    target: str,
+    spans=None,
+    sources: Sequence[str] = (),
+    progress: Progress | None = None,
+    max_problems: int = 100,
+    *,
+    max_record_bytes: int | None = None,
+    max_features: int | None = None,
+) -> CollectionReport:
     """Verifies the spans ``spans`` selects of the collection ``target`` (see the module docstring).
 
     Raises:
@@ -104,15 +125,22 @@ def verify_collection(target: str, spans=None, sources: Sequence[str] = (), prog
             meta, digest = metadata.load_with_digest(where)
         except EtlError as e:
             gone = "its directory is missing" if not fileio.is_dir(where) else f"its {e.message}"
-            span.problems.append(Problem("collection", f"Span {entry['span']} is listed in collection.json but "
-                                         f"{gone}", where))
+            span.problems.append(
+                Problem("collection", f"Span {entry['span']} is listed in collection.json but {gone}", where)
+            )
             continue
         span.problems += _entry_problems(entry, where, meta, digest)
         span_sources = _span_sources(span, named) if sources else ()
-        span.report = verify_output(where, span_sources, progress, max_problems, max_record_bytes=max_record_bytes,
-                                    max_features=max_features)
-    return CollectionReport(target, out, len(collection.latest_versions(coll)),
-                            collection.unlisted_span_dirs(target, coll), time.time() - started)
+        span.report = verify_output(
+            where, span_sources, progress, max_problems, max_record_bytes=max_record_bytes, max_features=max_features
+        )
+    return CollectionReport(
+        target,
+        out,
+        len(collection.latest_versions(coll)),
+        collection.unlisted_span_dirs(target, coll),
+        time.time() - started,
+    )
 
 
 def _entry_problems(entry: dict, where: str, meta: dict, digest: str) -> list[Problem]:
@@ -120,13 +148,24 @@ def _entry_problems(entry: dict, where: str, meta: dict, digest: str) -> list[Pr
     problems, span = [], entry["span"]
     meta_path = fileio.join(where, metadata.METADATA_FILE)
     if digest != entry["metadata"]:
-        problems.append(Problem("collection", f"Span {span}'s metadata.json is not the one collection.json lists "
-                                "(its digest differs): a re-run of the span committed its directory but not the "
-                                "collection (it is running, or crashed between the two commits); readers read the "
-                                "directory's metadata.json. Convert the span again to list it", meta_path))
+        problems.append(
+            Problem(
+                "collection",
+                f"Span {span}'s metadata.json is not the one collection.json lists "
+                "(its digest differs): a re-run of the span committed its directory but not the "
+                "collection (it is running, or crashed between the two commits); readers read the "
+                "directory's metadata.json. Convert the span again to list it",
+                meta_path,
+            )
+        )
     if meta["num_records"] != entry["num_records"]:
-        problems.append(Problem("collection", f"Span {span} holds {meta['num_records']} records, collection.json "
-                                f"says {entry['num_records']}", meta_path))
+        problems.append(
+            Problem(
+                "collection",
+                f"Span {span} holds {meta['num_records']} records, collection.json says {entry['num_records']}",
+                meta_path,
+            )
+        )
     schema_path = fileio.join(where, metadata.SCHEMA_FILE)
     schema = hashlib.sha256(fileio.read_bytes(schema_path)).hexdigest() if fileio.exists(schema_path) else None
     if schema != entry["schema"]:
@@ -150,10 +189,13 @@ def _span_sources(span: SpanReport, named: set[str]) -> list[str]:
     recorded = sorted(row["path"] for row in span.entry["inputs"])
     outside = [p for p in recorded if _local(p) not in named]
     if not recorded or outside:
-        why = "records no input files" if not recorded else \
-            f"has {len(outside)} of its {len(recorded)} input files outside the --source files (first: {outside[0]})"
-        span.problems.append(Problem("source", f"Span {span.entry['span']} {why}: not compared with its source",
-                                     span.dir))
+        why = (
+            "records no input files"
+            if not recorded
+            else f"has {len(outside)} of its {len(recorded)} input files outside the --source files (first: {outside[0]})"
+        )
+        span.problems.append(
+            Problem("source", f"Span {span.entry['span']} {why}: not compared with its source", span.dir)
+        )
         return []
     return recorded
-

@@ -13,25 +13,43 @@
 A new encoding is one :class:`Encoding` subclass in its own module, added to ``ENCODINGS`` below, plus its tests;
 the config choices, the metadata, the schema, both readers and verify take it from here.
 """
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
-from tfrecord_etl.transforms.codec.spec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.codec.encodings.base import Encoding, as_bytes, check_unicode
 from tfrecord_etl.transforms.codec.encodings.lists import ListEncoding
 from tfrecord_etl.transforms.codec.encodings.packbits import PackbitsEncoding
 from tfrecord_etl.transforms.codec.encodings.tensor import TensorEncoding
 from tfrecord_etl.transforms.codec.encodings.varlen import VarLenEncoding
 from tfrecord_etl.transforms.codec.encodings.zlib import ZlibEncoding
+from tfrecord_etl.transforms.codec.spec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.errors import SchemaError
 
-ENCODINGS: dict[str, Encoding] = {e.name: e for e in (TensorEncoding(), ListEncoding(), ZlibEncoding(),
-                                                      PackbitsEncoding(), VarLenEncoding())}
+ENCODINGS: dict[str, Encoding] = {
+    e.name: e for e in (TensorEncoding(), ListEncoding(), ZlibEncoding(), PackbitsEncoding(), VarLenEncoding())
+}
 
-__all__ = ["AUTO", "AUTO_LIST_DTYPES", "AUTO_SMALL_VALUES", "auto_encoding", "collection_style", "ENCODINGS",
-           "resolve_encoding", "Encoding", "ListEncoding", "PackbitsEncoding", "TensorEncoding", "VarLenEncoding", "ZlibEncoding",
-           "as_bytes", "check_spec", "check_unicode", "encoding_of"]
+__all__ = [
+    "AUTO",
+    "AUTO_LIST_DTYPES",
+    "AUTO_SMALL_VALUES",
+    "auto_encoding",
+    "collection_style",
+    "ENCODINGS",
+    "resolve_encoding",
+    "Encoding",
+    "ListEncoding",
+    "PackbitsEncoding",
+    "TensorEncoding",
+    "VarLenEncoding",
+    "ZlibEncoding",
+    "as_bytes",
+    "check_spec",
+    "check_unicode",
+    "encoding_of",
+]
 
 
 def encoding_of(spec: FeatureSpec) -> Encoding:
@@ -39,8 +57,9 @@ def encoding_of(spec: FeatureSpec) -> Encoding:
     try:
         return ENCODINGS[spec.encoding]
     except KeyError:
-        raise SchemaError(f"Unknown encoding {spec.encoding!r} for feature '{spec.name}'",
-                          hint=f"use one of {tuple(ENCODINGS)}") from None
+        raise SchemaError(
+            f"Unknown encoding {spec.encoding!r} for feature '{spec.name}'", hint=f"use one of {tuple(ENCODINGS)}"
+        ) from None
 
 
 def check_spec(spec: FeatureSpec, allow_lossy: Iterable[str] = ()) -> None:
@@ -84,6 +103,7 @@ def auto_encoding(spec: FeatureSpec) -> str:
       varies: ``tensor``.
     """
     import numpy as np
+
     if spec.dtype is None:
         return "tensor"
     if spec.dtype == VLEN_BYTES:
@@ -91,8 +111,7 @@ def auto_encoding(spec: FeatureSpec) -> str:
     dt = np.dtype(spec.dtype)
     if dt.kind in "SU" or dt.kind in "Mm" or dt.str in AUTO_LIST_DTYPES:
         return "list"
-    if dt.kind in "biuf" and dt.str not in ("<f8", "<u8") and spec.size is not None \
-            and spec.size <= AUTO_SMALL_VALUES:
+    if dt.kind in "biuf" and dt.str not in ("<f8", "<u8") and spec.size is not None and spec.size <= AUTO_SMALL_VALUES:
         return "list"
     return "tensor"
 

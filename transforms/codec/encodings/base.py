@@ -1,12 +1,13 @@
 """What every encoding shares: the :class:`Encoding` interface, the Arrow list builders of the tfx_bsl path, and
 the conversion of values to bytes (str as UTF-8, refusing code points with no UTF-8 form)."""
+
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
-from tfrecord_etl.transforms.codec.arrow import pa
 
+from tfrecord_etl.transforms.codec.arrow import pa
 from tfrecord_etl.transforms.codec.spec import VLEN_BYTES, FeatureSpec, to_little_endian
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 
@@ -43,8 +44,11 @@ class Encoding:
     def check(self, spec: FeatureSpec, allow_lossy: Iterable[str] = ()) -> None:
         """Raises SchemaError when this encoding cannot carry ``spec`` exactly (or as allowed)."""
         if spec.dtype is None and not self.varying_dtype:
-            raise SchemaError(f"Feature '{spec.name}' has a dtype that varies between examples; only the "
-                              "'tensor' encoding can carry it", hint="set its encoding to tensor")
+            raise SchemaError(
+                f"Feature '{spec.name}' has a dtype that varies between examples; only the "
+                "'tensor' encoding can carry it",
+                hint="set its encoding to tensor",
+            )
 
     def kind(self, dtype: str) -> str:
         """The kind of the main Example feature for ``dtype``: ``'bytes'``, ``'int64'`` or ``'float'``."""
@@ -149,6 +153,7 @@ class Encoding:
 
 # -- bytes of values ------------------------------------------------------------------------------------
 
+
 def as_bytes(v, name: str | None = None, row: int | None = None) -> bytes:
     """``v`` as bytes (str as UTF-8). Raises RecordError for a str with no UTF-8 form (a lone surrogate)."""
     if isinstance(v, str):
@@ -163,9 +168,12 @@ def _not_unicode(name: str | None, row: int | None, code: int) -> RecordError:
     """The error of a str value with no UTF-8 form; ``row`` is the row's index in its batch (the caller
     adds the batch's file and row range)."""
     what = "a lone surrogate" if 0xD800 <= code <= 0xDFFF else "above U+10FFFF"
-    return RecordError(f"Feature '{name}' holds code point U+{code:04X} ({what}), which is not valid Unicode and has "
-                       "no UTF-8 form", feature=name, batch_row=row,
-                       hint="clean the strings, or store them as bytes (an 'S' dtype)")
+    return RecordError(
+        f"Feature '{name}' holds code point U+{code:04X} ({what}), which is not valid Unicode and has no UTF-8 form",
+        feature=name,
+        batch_row=row,
+        hint="clean the strings, or store them as bytes (an 'S' dtype)",
+    )
 
 
 def check_unicode(name: str, values: np.ndarray, lengths: np.ndarray | None = None) -> None:
@@ -198,6 +206,7 @@ def le_bytes(arr: np.ndarray) -> np.ndarray:
 
 
 # -- Arrow list arrays (the input of tfx_bsl's RecordBatchToExamplesEncoder) -------------------------------
+
 
 def _offsets(lengths: np.ndarray) -> pa.Array:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
@@ -242,14 +251,18 @@ def one_bytes_value(spec: FeatureSpec, values, nbytes: int | None, shape: tuple,
     """The single bytes value of a ``bytes`` main feature holding a whole row, checked to be ``nbytes`` long
     (None: any length). Raises RecordError naming the feature."""
     raw = values[0] if len(values) == 1 else None
-    if raw is None or nbytes is not None and len(raw) != nbytes:
+    if raw is None or (nbytes is not None and len(raw) != nbytes):
         got = f"{len(raw)} bytes" if raw is not None else f"{len(values)} values (0 bytes)"
-        raise RecordError(f"Feature '{spec.name}' holds {got}, expected {nbytes} for {dtype} {shape}",
-                          feature=spec.name)
+        raise RecordError(
+            f"Feature '{spec.name}' holds {got}, expected {nbytes} for {dtype} {shape}", feature=spec.name
+        )
     return raw
 
 
 def check_vlen(spec: FeatureSpec, encoding: Encoding) -> None:
     if spec.dtype == VLEN_BYTES:
-        raise SchemaError(f"Feature '{spec.name}' holds variable-length strings: only the list encoding "
-                          f"can carry them, not '{encoding.name}'", hint="set its encoding to list")
+        raise SchemaError(
+            f"Feature '{spec.name}' holds variable-length strings: only the list encoding "
+            f"can carry them, not '{encoding.name}'",
+            hint="set its encoding to list",
+        )

@@ -4,17 +4,25 @@ bool and integers up to 64 bits -> ``int64_list``; float16/float32 -> ``float_li
 and variable-length bytes -> ``bytes_list`` (one value per element, str as UTF-8). Lossy casts (float64 ->
 float32, uint64 -> int64) are refused unless allowed by feature name; complex numbers have no list form.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
-from tfrecord_etl.transforms.codec.arrow import pa
 
-from tfrecord_etl.transforms.codec.spec import VLEN_BYTES, FeatureSpec, to_little_endian
+from tfrecord_etl.transforms.codec.arrow import pa
 from tfrecord_etl.transforms.codec.assemble import varint_block, varint_length
-from tfrecord_etl.transforms.codec.encodings.base import Encoding, as_bytes, bytes_lists, check_unicode, le_bytes, list_of
+from tfrecord_etl.transforms.codec.encodings.base import (
+    Encoding,
+    as_bytes,
+    bytes_lists,
+    check_unicode,
+    le_bytes,
+    list_of,
+)
+from tfrecord_etl.transforms.codec.spec import VLEN_BYTES, FeatureSpec, to_little_endian
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 
 _LOSSY_LIST_CASTS = {"<u8": "uint64 -> int64", "<f8": "float64 -> float32"}
@@ -33,13 +41,17 @@ class ListEncoding(Encoding):
             return
         dt = np.dtype(spec.dtype)
         if dt.kind == "c":
-            raise SchemaError(f"Feature '{spec.name}' is {dt}: complex numbers have no list form",
-                              hint="use the tensor encoding for it")
+            raise SchemaError(
+                f"Feature '{spec.name}' is {dt}: complex numbers have no list form",
+                hint="use the tensor encoding for it",
+            )
         lossy = _LOSSY_LIST_CASTS.get(dt.str)
         if lossy and spec.name not in set(allow_lossy):
-            raise SchemaError(f"Feature '{spec.name}': the list encoding would cast {lossy}, which is lossy",
-                              hint=f"use the tensor encoding, or allow it with --allow_lossy {spec.name} "
-                                   f"(YAML: allow_lossy: [{spec.name}])")
+            raise SchemaError(
+                f"Feature '{spec.name}': the list encoding would cast {lossy}, which is lossy",
+                hint=f"use the tensor encoding, or allow it with --allow_lossy {spec.name} "
+                f"(YAML: allow_lossy: [{spec.name}])",
+            )
 
     def kind(self, dtype: str) -> str:
         if dtype == VLEN_BYTES:
@@ -82,8 +94,9 @@ class ListEncoding(Encoding):
 
     def rows_column(self, spec: FeatureSpec, rows: Sequence) -> pa.Array:
         if spec.dtype == VLEN_BYTES:
-            return bytes_lists([[as_bytes(v, spec.name, i) for v in np.asarray(r, dtype=object).ravel()]
-                                for i, r in enumerate(rows)])
+            return bytes_lists(
+                [[as_bytes(v, spec.name, i) for v in np.asarray(r, dtype=object).ravel()] for i, r in enumerate(rows)]
+            )
         flat = [r.reshape(-1) for r in rows]
         lengths = np.array([f.size for f in flat], dtype=np.int64)
         values = np.concatenate(flat) if flat else np.zeros(0, dtype=spec.dtype)
@@ -93,8 +106,10 @@ class ListEncoding(Encoding):
     def decode(self, spec: FeatureSpec, values, shape: tuple, dtype: str) -> np.ndarray:
         count = math.prod(shape)
         if len(values) != count:
-            raise RecordError(f"Feature '{spec.name}' holds {len(values)} values, expected {count} for shape {shape}",
-                              feature=spec.name)
+            raise RecordError(
+                f"Feature '{spec.name}' holds {len(values)} values, expected {count} for shape {shape}",
+                feature=spec.name,
+            )
         if dtype == VLEN_BYTES:
             out = np.empty(count, dtype=object)
             out[:] = values
@@ -108,8 +123,9 @@ class ListEncoding(Encoding):
             try:
                 return np.array([v.decode("utf-8") for v in values], dtype=dt).reshape(shape)
             except UnicodeDecodeError as e:
-                raise RecordError(f"Feature '{spec.name}' holds a value that is not UTF-8: {e}",
-                                  feature=spec.name) from None
+                raise RecordError(
+                    f"Feature '{spec.name}' holds a value that is not UTF-8: {e}", feature=spec.name
+                ) from None
         if dt.kind in "Mm":
             return values.view(dt).reshape(shape)
         out = values.astype(dt)
@@ -146,8 +162,9 @@ class ListEncoding(Encoding):
         else:
             arr = raw.astype(dt)
             if dt.kind != "f" and not np.array_equal(arr.astype(raw.dtype), raw):
-                raise RecordError(f"Feature '{spec.name}' holds values out of range for {spec.dtype}",
-                                  feature=spec.name)
+                raise RecordError(
+                    f"Feature '{spec.name}' holds values out of range for {spec.dtype}", feature=spec.name
+                )
         return arr.reshape(n, *spec.shape)
 
     def to_tf(self, tf, spec: FeatureSpec, parsed, shape):

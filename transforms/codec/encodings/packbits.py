@@ -2,16 +2,17 @@
 ``np.packbits(row, axis=-1)`` (big bit order, the last axis padded with zero bits to whole bytes) in one
 ``bytes_list`` value; the original shape is in the metadata. For bool features, and for uint8 features of 0/1
 values when asked (any other value is refused, so the round trip stays exact)."""
+
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
-from tfrecord_etl.transforms.codec.arrow import pa
 
-from tfrecord_etl.transforms.codec.spec import FeatureSpec
+from tfrecord_etl.transforms.codec.arrow import pa
 from tfrecord_etl.transforms.codec.encodings.base import Encoding, bytes_lists, one_bytes_value, one_value_per_row
+from tfrecord_etl.transforms.codec.spec import FeatureSpec
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 
 DTYPES = ("|b1", "|u1")
@@ -31,11 +32,16 @@ class PackbitsEncoding(Encoding):
     def check(self, spec: FeatureSpec, allow_lossy: Iterable[str] = ()) -> None:
         super().check(spec, allow_lossy)
         if spec.dtype not in DTYPES:
-            raise SchemaError(f"Feature '{spec.name}' is {spec.dtype}: the packbits encoding stores booleans "
-                              "(bool, or uint8 holding only 0 and 1)", hint="use the tensor encoding for it")
+            raise SchemaError(
+                f"Feature '{spec.name}' is {spec.dtype}: the packbits encoding stores booleans "
+                "(bool, or uint8 holding only 0 and 1)",
+                hint="use the tensor encoding for it",
+            )
         if spec.shape is None:
-            raise SchemaError(f"Feature '{spec.name}': the packbits encoding needs a known rank",
-                              hint="use the tensor encoding for it")
+            raise SchemaError(
+                f"Feature '{spec.name}': the packbits encoding needs a known rank",
+                hint="use the tensor encoding for it",
+            )
 
     def fixed_layout(self, spec: FeatureSpec) -> bool:
         return True
@@ -46,9 +52,12 @@ class PackbitsEncoding(Encoding):
         if arr.dtype.kind == "u":
             bad = np.flatnonzero(arr.reshape(rows, -1).max(axis=1, initial=0) > 1)
             if bad.size:
-                raise RecordError(f"Feature '{spec.name}' holds a value other than 0 and 1, which packbits cannot "
-                                  "store", feature=spec.name, batch_row=first_row + int(bad[0]),
-                                  hint="use the tensor encoding for it, or store a bool mask")
+                raise RecordError(
+                    f"Feature '{spec.name}' holds a value other than 0 and 1, which packbits cannot store",
+                    feature=spec.name,
+                    batch_row=first_row + int(bad[0]),
+                    hint="use the tensor encoding for it, or store a bool mask",
+                )
         bits = arr.reshape(rows, *(arr.shape[1:] or (1,)))
         return np.packbits(bits, axis=-1).reshape(rows, -1)
 
@@ -65,7 +74,7 @@ class PackbitsEncoding(Encoding):
         """``(..., *packed_shape(shape))`` uint8 -> ``(..., *shape)`` of ``dtype``."""
         last = shape[-1] if shape else 1
         bits = np.unpackbits(packed, axis=-1, count=last)
-        lead = packed.shape[:packed.ndim - len(packed_shape(shape))]
+        lead = packed.shape[: packed.ndim - len(packed_shape(shape))]
         return bits.reshape(tuple(lead) + tuple(shape)).astype(dtype, copy=False)
 
     def decode(self, spec: FeatureSpec, values, shape: tuple, dtype: str) -> np.ndarray:
@@ -75,11 +84,15 @@ class PackbitsEncoding(Encoding):
 
     def decode_flat(self, spec: FeatureSpec, values: pa.Array, n: int) -> np.ndarray:
         import pyarrow.compute as pc
+
         ps = packed_shape(spec.shape)
         nbytes = math.prod(ps)
         if n and not (pc.binary_length(values).to_numpy() == nbytes).all():
-            raise RecordError(f"Feature '{spec.name}' holds a value of the wrong size, expected {nbytes} bytes "
-                              f"for packed {spec.dtype} {spec.shape}", feature=spec.name)
+            raise RecordError(
+                f"Feature '{spec.name}' holds a value of the wrong size, expected {nbytes} bytes "
+                f"for packed {spec.dtype} {spec.shape}",
+                feature=spec.name,
+            )
         packed = np.frombuffer(b"".join(values.to_pylist()), np.uint8).reshape(n, *ps)
         return self._unpack(packed, spec.shape, spec.dtype)
 

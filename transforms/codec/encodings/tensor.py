@@ -1,23 +1,43 @@
 """The ``tensor`` encoding (the default): one ``bytes_list`` value holding the row's raw bytes, C order,
 little-endian. Dtype and shape are recorded in the metadata, so it is exact for every supported dtype, and it is
 the only encoding that carries a dtype varying between examples (``<name>/dtype`` companion)."""
+
 from __future__ import annotations
 
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
-from tfrecord_etl.transforms.codec.arrow import pa
 
+from tfrecord_etl.transforms.codec.arrow import pa
+from tfrecord_etl.transforms.codec.encodings.base import (
+    Encoding,
+    bytes_lists,
+    check_vlen,
+    le_bytes,
+    one_bytes_value,
+    one_value_per_row,
+)
 from tfrecord_etl.transforms.codec.spec import FeatureSpec, to_little_endian
-from tfrecord_etl.transforms.codec.encodings.base import (Encoding, bytes_lists, check_vlen, le_bytes, one_bytes_value,
-                                                          one_value_per_row)
 from tfrecord_etl.transforms.errors import RecordError
 
 # tf.io.decode_raw's out_type per NumPy kind+itemsize (uint32/uint64 are decoded as int32/int64 and bitcast)
-_TF_RAW = {"b": "bool", "f2": "float16", "f4": "float32", "f8": "float64", "c8": "complex64",
-           "c16": "complex128", "i1": "int8", "i2": "int16", "i4": "int32", "i8": "int64", "u1": "uint8",
-           "u2": "uint16", "u4": "int32", "u8": "int64"}
+_TF_RAW = {
+    "b": "bool",
+    "f2": "float16",
+    "f4": "float32",
+    "f8": "float64",
+    "c8": "complex64",
+    "c16": "complex128",
+    "i1": "int8",
+    "i2": "int16",
+    "i4": "int32",
+    "i8": "int64",
+    "u1": "uint8",
+    "u2": "uint16",
+    "u4": "int32",
+    "u8": "int64",
+}
 
 
 class TensorEncoding(Encoding):
@@ -59,11 +79,15 @@ class TensorEncoding(Encoding):
 
     def decode_flat(self, spec: FeatureSpec, values: pa.Array, n: int) -> np.ndarray:
         import pyarrow.compute as pc
+
         dt = np.dtype(spec.dtype)
         nbytes = self.payload_bytes(spec.size, dt)
         if n and nbytes is not None and not (pc.binary_length(values).to_numpy() == nbytes).all():
-            raise RecordError(f"Feature '{spec.name}' holds a value of the wrong size, expected {nbytes} bytes "
-                              f"for {spec.dtype} {spec.shape}", feature=spec.name)
+            raise RecordError(
+                f"Feature '{spec.name}' holds a value of the wrong size, expected {nbytes} bytes "
+                f"for {spec.dtype} {spec.shape}",
+                feature=spec.name,
+            )
         raws = [self.payload(spec, v, spec.size, dt, spec.shape) for v in values.to_pylist()]
         return np.frombuffer(b"".join(raws), dtype=dt).reshape(n, *spec.shape)
 
@@ -101,7 +125,8 @@ class TensorEncoding(Encoding):
         if dt.kind == "S":
             parts = tf.strings.regex_replace(parts, "\x00+$", "")
         # every row's value holds exactly count elements (substr would silently cut a longer one)
-        check = tf.debugging.assert_equal(tf.strings.length(raw), count * n,
-                                          message=f"Feature '{spec.name}' holds a value of the wrong size")
+        check = tf.debugging.assert_equal(
+            tf.strings.length(raw), count * n, message=f"Feature '{spec.name}' holds a value of the wrong size"
+        )
         with tf.control_dependencies([check]):
             return tf.reshape(parts, tf.concat([tf.shape(raw)[:1], list(spec.shape)], 0))

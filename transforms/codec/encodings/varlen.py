@@ -9,12 +9,13 @@ not set, holds the empty list. TFMD marks it optional (``presence.min_fraction``
 Values are encoded and decoded as the ``list`` encoding does (``int64_list`` for bool/ints, ``float_list`` for
 float16/32, ``bytes_list`` for strings); only the shape rule differs.
 """
+
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
-from tfrecord_etl.transforms.codec.spec import FeatureSpec
 from tfrecord_etl.transforms.codec.encodings.lists import ListEncoding
+from tfrecord_etl.transforms.codec.spec import FeatureSpec
 from tfrecord_etl.transforms.errors import SchemaError
 
 
@@ -28,9 +29,12 @@ class VarLenEncoding(ListEncoding):
     def check(self, spec: FeatureSpec, allow_lossy: Iterable[str] = ()) -> None:
         super().check(spec, allow_lossy)
         if spec.shape != (None,):
-            raise SchemaError(f"Feature '{spec.name}' has shape {spec.shape}: the varlen encoding carries 1-D rows "
-                              "of varying length (shape (None,))", feature=spec.name,
-                              hint="use the list encoding for fixed or multi-dimensional shapes")
+            raise SchemaError(
+                f"Feature '{spec.name}' has shape {spec.shape}: the varlen encoding carries 1-D rows "
+                "of varying length (shape (None,))",
+                feature=spec.name,
+                hint="use the list encoding for fixed or multi-dimensional shapes",
+            )
 
     def shape_companion(self, spec: FeatureSpec) -> bool:
         return False

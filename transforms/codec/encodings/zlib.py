@@ -5,17 +5,18 @@ TFDS's ``Tensor(..., encoding=Encoding.ZLIB)`` decodes (``zlib.decompress``) for
 little-endian machine; with the ``zlib`` backend the values are byte-identical to TFDS's own encoder's
 (``zlib.compress(array.tobytes())``, level 6). Pays for sparse or repetitive arrays; decoded inside tf.data with
 ``tf.io.decode_compressed(..., 'ZLIB')``."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
-from tfrecord_etl.transforms.codec.arrow import pa
 
-from tfrecord_etl.transforms.codec.spec import FeatureSpec, to_little_endian
+from tfrecord_etl.transforms import compression
+from tfrecord_etl.transforms.codec.arrow import pa
 from tfrecord_etl.transforms.codec.encodings.base import bytes_lists, le_bytes
 from tfrecord_etl.transforms.codec.encodings.tensor import TensorEncoding
-from tfrecord_etl.transforms import compression
+from tfrecord_etl.transforms.codec.spec import FeatureSpec, to_little_endian
 from tfrecord_etl.transforms.errors import RecordError
 
 
@@ -52,12 +53,15 @@ class ZlibEncoding(TensorEncoding):
             out = d.decompress(raw, want or 1)  # max_length 0 would mean no limit
             extra = d.decompress(d.unconsumed_tail, 1) if not d.eof else b""  # never more than one byte past
         except backend.errors() as e:
-            raise RecordError(f"Feature '{spec.name}' holds a value that is not a zlib stream: {e}",
-                              feature=spec.name) from None
+            raise RecordError(
+                f"Feature '{spec.name}' holds a value that is not a zlib stream: {e}", feature=spec.name
+            ) from None
         if len(out) != want or extra or not d.eof or d.unused_data:
             got = f"{len(out)}{'+' if extra else ''} bytes" if d.eof or extra else "a truncated stream"
-            raise RecordError(f"Feature '{spec.name}' decompresses to {got}, expected {want} for {spec.dtype} "
-                              f"{tuple(shape)}", feature=spec.name)
+            raise RecordError(
+                f"Feature '{spec.name}' decompresses to {got}, expected {want} for {spec.dtype} {tuple(shape)}",
+                feature=spec.name,
+            )
         return out
 
     def tf_payload(self, tf, spec: FeatureSpec, raw):
