@@ -29,7 +29,7 @@ from tfrecord_etl.transforms.collection_reader import select_features
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # re-exported
 from tfrecord_etl.transforms.random_access import RandomAccess  # re-exported
-from tfrecord_etl.transforms.shardcheck import file_crc32c  # re-exported
+from tfrecord_etl.transforms.shardcheck import CRC_CHUNK, check_shard, file_crc32c  # noqa: F401 - re-exported (reader.check_shard is documented)
 from tfrecord_etl.transforms.tfdata import decode_tf, parse_spec, refuse_varying_dtypes  # re-exported
 from tfrecord_etl.transforms.torch_io import collate_varlen, python_scalars, torch_description  # noqa: F401
 
