@@ -144,9 +144,9 @@ class AugmentShardFn(CarriesRun, beam.DoFn):
     index, {name: value}), ...]})`` after a key join. Side input ``offsets`` (position join without
     known counts): shard index -> first record index in the collection.
 
-    The output is written to ``.tmp-<name>-<uuid4>`` in the output directory and renamed to ``<name>``
-    when complete (a retried attempt writes its own temporary file; the last rename wins, so exactly one
-    final file exists); on failure the temporary file is deleted. With ``plan.readers.index`` the shard's
+    The output is written by ``sink.shard_writer`` to ``.tmp-<32 hex of the attempt>-<8 hex key of the name>``
+    in the output directory and renamed to ``<name>`` when complete (a retried attempt writes its own temporary
+    file; the last rename wins, so exactly one final file exists); on failure the temporary file is deleted. With ``plan.readers.index`` the shard's
     ``tfrecord2idx`` index file (from the record lengths written) is committed just before it. Yields ``{"index",
     "input", "file", "records_in", "records", "bytes", "crc32c", "input_bytes", "input_crc32c", "compression",
     "index_file"}`` (``crc32c``: the output shard's, computed while it is written; ``input_*``: of the input
