@@ -242,7 +242,7 @@ class FlinkCluster:
 
     ``restarts``: the cluster's restart strategy, ``(attempts, delay_s)`` (fixed delay) or None (no restart)."""
 
-    def __init__(self, workdir, taskmanagers: int = 2, slots: int = 2, restarts: tuple | None = (3, 1)):
+    def __init__(self, workdir, taskmanagers: int = 2, slots: int = 2, restarts: tuple | None = (3, 10)):
         self.workdir = pathlib.Path(workdir)
         self.taskmanagers, self.slots, self.restarts = taskmanagers, slots, restarts
         self.procs = Processes(self.workdir / "logs")

@@ -37,7 +37,9 @@ pytestmark = pytest.mark.timeout(900)
 
 @pytest.fixture(scope="module")
 def flink(tmp_path_factory):
-    cluster = FlinkCluster(tmp_path_factory.mktemp("flink"), taskmanagers=2, slots=2, restarts=(3, 1))
+    # the restart delay (10 s) is longer than the heartbeat timeout (8 s): with 1 s, the restarts after a killed
+    # TaskManager were all deployed to its slots before Flink noticed it was gone and the 3 attempts ran out in 4 s
+    cluster = FlinkCluster(tmp_path_factory.mktemp("flink"), taskmanagers=2, slots=2, restarts=(3, 10))
     try:
         yield cluster.start()
     finally:
