@@ -16,14 +16,14 @@ from tfrecord_etl.transforms.sources.base import (
     FileIndex,
     RowRange,
     SourceOptions,
-    _check_empty_rows,
-    _check_names,
-    _leaf_specs,
-    _refuse_special_file,
-    _row_bytes,
-    _row_spec,
+    check_empty_rows,
+    check_names,
+    leaf_specs,
     log,
     loosen_all,
+    refuse_special_file,
+    row_bytes,
+    row_spec,
 )
 from tfrecord_etl.transforms.sources.container import (
     MODE_FLAG,
@@ -40,6 +40,7 @@ from tfrecord_etl.transforms.sources.hdf5filters import (
     read_error,
 )
 from tfrecord_etl.transforms.sources.hdf5layout import walk  # noqa: F401 - the tree's import name
+from tfrecord_etl.transforms.sources.signatures import other_format_hint
 
 HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4", ".h5ad", ".loom", ".mnc")
 HDF5_CHUNK_CACHE_BYTES = 64 * 2**20  # per open file: a chunk spanning several row ranges is decompressed once
@@ -67,19 +68,17 @@ class Hdf5Source(ContainerSource):
     magic_offsets = (0,) + tuple(2**k for k in range(9, 64))  # HDF5 spec: at 0 or after a user block of 512 * 2**n
     content_label = "an HDF5 file (.h5, netCDF-4, MATLAB v7.3)"
 
-    def _open(self, path: str):
+    def open_file(self, path: str):
         """``(h5py.File, remote stream or None)`` of ``path`` (hdf5plugin's filters are registered when a dataset
         needs them: ``hdf5filters.ensure_filters``)."""
         import h5py
 
-        _refuse_special_file(path)
+        refuse_special_file(path)
         cache = {"rdcc_nbytes": HDF5_CHUNK_CACHE_BYTES, "rdcc_nslots": 10007}
         if fileio.is_local(path):
             try:
                 return h5py.File(path, "r", **cache), None
             except Exception as e:
-                from tfrecord_etl.transforms.sources import other_format_hint
-
                 raise SourceError(
                     f"Not a readable HDF5 file: {e}",
                     file=path,
@@ -109,7 +108,7 @@ class Hdf5Source(ContainerSource):
         """
         import h5py
 
-        f, stream = self._open(path)
+        f, stream = self.open_file(path)
         try:
             bound_metadata_cache(f)  # the walk visits every object
             if self.loose:
@@ -144,7 +143,7 @@ class Hdf5Source(ContainerSource):
                 _check_storage(dset, path, name, self.options)
                 rows, row_shape = layout.rows_and_shape(dset)
                 data_row_bytes += dtype.itemsize * math.prod(row_shape)
-                specs += _leaf_specs(
+                specs += leaf_specs(
                     name.strip("/"), dtype, row_shape, f"{path}, dataset '{name}'", _hdf5_vlen_check(h5py)
                 )
                 lengths[name] = rows
@@ -155,10 +154,10 @@ class Hdf5Source(ContainerSource):
             f.close()
             if stream is not None:
                 stream.close()
-        _check_names(specs, path)
+        check_names(specs, path)
         rows = check_leading_lengths(lengths, path, "datasets")
-        _check_empty_rows(rows, data_row_bytes, self.options, path)
-        return FileIndex(path, rows, tuple(specs), _row_bytes(specs), chunk_rows, tuple(names))
+        check_empty_rows(rows, data_row_bytes, self.options, path)
+        return FileIndex(path, rows, tuple(specs), row_bytes(specs), chunk_rows, tuple(names))
 
     def _classified(self, f, path: str, skipped: dict, errors: list):
         """Yields ``(path, dataset, kind)`` of every dataset in walk order, one at a time (holding them all open
@@ -288,7 +287,7 @@ class Hdf5Source(ContainerSource):
                         )
                     skipped.setdefault("variable-length or compound", []).append(item)
                     continue
-                row = _row_spec(ARRAY, dtype, shape, f"{path}, dataset '{item}'")
+                row = row_spec(ARRAY, dtype, shape, f"{path}, dataset '{item}'")
                 spec = row if spec is None else loosen_all((spec, row))
                 items.append(item)
                 sizes.append(layout.data_bytes(target))
@@ -322,7 +321,7 @@ class Hdf5Source(ContainerSource):
 
     def open_for_read(self, path: str):
         """``[h5py.File, remote stream or None, {name: open dataset}]`` of ``path`` (see :meth:`opened`)."""
-        f, stream = self._open(path)
+        f, stream = self.open_file(path)
         if self.loose:  # datasets mode opens every dataset of the file in turn
             bound_metadata_cache(f)
         return f, stream, {}

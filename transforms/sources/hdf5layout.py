@@ -303,7 +303,7 @@ def _matlab_order(dset, data):
 def rows_and_shape(dset) -> tuple[int, tuple[int, ...]]:
     """``(rows, row shape)`` of a dataset of kind DATA as converted: MATLAB variables transposed (rows = MATLAB's
     first dimension, HDF5's last). The row shape holds the dataset's axes only: a subarray dtype's dimensions
-    follow them (:func:`~tfrecord_etl.transforms.sources.base._leaf_specs` appends them)."""
+    follow them (:func:`~tfrecord_etl.transforms.sources.base.leaf_specs` appends them)."""
     if is_char(dset):
         _, shape = _char_spec(dset)
         return shape[0], shape[1:]

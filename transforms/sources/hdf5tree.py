@@ -31,7 +31,7 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
     from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source
     from tfrecord_etl.transforms.sources.hdf5links import link_status
 
-    f, stream = Hdf5Source(SourceOptions())._open(path)
+    f, stream = Hdf5Source(SourceOptions()).open_file(path)
     objects, truncated, entries = [], False, []
     try:
         collector = conventions.Hdf5Roles(f)
@@ -138,7 +138,7 @@ def netcdf3_tree(path: str) -> dict:
     from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
 
     source = NetCdf3Source(SourceOptions())
-    f = source._open(path)
+    f = source.open_file(path)
     objects, entries = [], []
     try:
         roles = conventions.netcdf3_roles(f)
@@ -158,7 +158,7 @@ def netcdf3_tree(path: str) -> dict:
             if var.shape:
                 entries.append((name, int(var.shape[0]), var.dimensions[0], int(var.data.nbytes)))
     finally:
-        source._close(f)
+        source.close_file(f)
     return _with_groups({"file": path, "format": "NetCDF-3", "objects": objects, "truncated": False}, entries, roles)
 
 
@@ -176,7 +176,7 @@ def matlab_tree(path: str) -> dict:
     from tfrecord_etl.transforms.sources.matlab import MatlabSource
 
     source = MatlabSource(SourceOptions())
-    with source._stream(path) as f:
+    with source.open_stream(path) as f:
         table = source.variables(f, path)
         leaves = source.leaves(f, table, path)
     classes = {f"/{v.name}": (v.mclass + (" complex" if v.is_complex else ""), v.compressed) for v in table}

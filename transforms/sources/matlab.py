@@ -45,13 +45,13 @@ from tfrecord_etl.transforms.sources.base import (
     Columns,
     FileIndex,
     RowRange,
-    _check_empty_rows,
-    _check_names,
-    _leaf_specs,
-    _refuse_special_file,
-    _row_bytes,
-    _row_spec,
+    check_empty_rows,
+    check_names,
+    leaf_specs,
     log,
+    refuse_special_file,
+    row_bytes,
+    row_spec,
 )
 from tfrecord_etl.transforms.sources.container import (
     MODE_FLAG,
@@ -61,6 +61,7 @@ from tfrecord_etl.transforms.sources.container import (
     datasets_index,
 )
 from tfrecord_etl.transforms.sources.mattext import as_codes, matlab_shape, string_cells
+from tfrecord_etl.transforms.sources.signatures import other_format_hint
 
 MATLAB5_MAGIC = b"MATLAB 5.0 MAT-file"  # the header text of v6 and v7 files (v7.3 says "MATLAB 7.3": HDF5)
 # the dtype each MATLAB class is stored as: the v7.3 file's HDF5 dtype (char: UTF-16 code units, converted to strings
@@ -301,8 +302,8 @@ class MatlabSource(ContainerSource):
         """The header text, or (a writer with other text) the v5 version 0x0100 and endian indicator at 124."""
         return super().sniff(head) or head[124:128] in (b"\x00\x01IM", b"\x01\x00MI")
 
-    def _stream(self, path: str):
-        _refuse_special_file(path)
+    def open_stream(self, path: str):
+        refuse_special_file(path)
         return fileio.open_read(path)
 
     def variables(self, f, path: str) -> list[MatVariable]:
@@ -313,8 +314,6 @@ class MatlabSource(ContainerSource):
           SourceError: not a MATLAB v4-v7 file, or a damaged header (naming the file).
         """
         from scipy.io.matlab import _mio, _mio4, _mio5, _mio5_params
-
-        from tfrecord_etl.transforms.sources import other_format_hint
 
         try:
             f.seek(0)
@@ -515,7 +514,7 @@ class MatlabSource(ContainerSource):
           SchemaError: cells, empty, sparse or unsupported variables named in rows mode, lengths that differ, no
             variable with rows.
         """
-        with self._stream(path) as f:
+        with self.open_stream(path) as f:
             table = self.variables(f, path)
             if self.loose:
                 return self._index_datasets(f, table, path)
@@ -532,13 +531,13 @@ class MatlabSource(ContainerSource):
             if leaf.kind != layout.DATA:
                 _refuse(leaf, path, "rows")
             data_row_bytes += mattext.stored_nbytes(leaf.dtype, leaf.shape[1:])
-            specs += _leaf_specs(leaf.path.strip("/"), leaf.dtype, leaf.shape[1:], f"{path}, variable '{leaf.path}'")
+            specs += leaf_specs(leaf.path.strip("/"), leaf.dtype, leaf.shape[1:], f"{path}, variable '{leaf.path}'")
             lengths[leaf.path] = leaf.shape[0]
-        _check_names(specs, path)
+        check_names(specs, path)
         rows = check_leading_lengths(lengths, path, "variables")
-        _check_empty_rows(rows, data_row_bytes, self.options, path)
+        check_empty_rows(rows, data_row_bytes, self.options, path)
         return FileIndex(
-            path, rows, tuple(specs), _row_bytes(specs), 1, tuple(lf.path for lf in chosen), sequential=True
+            path, rows, tuple(specs), row_bytes(specs), 1, tuple(lf.path for lf in chosen), sequential=True
         )
 
     def _default(self, f, table, path: str) -> list[Leaf]:
@@ -595,7 +594,7 @@ class MatlabSource(ContainerSource):
                         )
                     skipped.setdefault("variable-length or compound", []).append(item)
                     continue
-                specs.append(_row_spec(ARRAY, dtype, shape, f"{path}, variable '{item}'"))
+                specs.append(row_spec(ARRAY, dtype, shape, f"{path}, variable '{item}'"))
                 items.append(item)
                 sizes.append(mattext.stored_nbytes(dtype, shape))
         _log_skipped(skipped, path, "datasets mode")
@@ -617,7 +616,7 @@ class MatlabSource(ContainerSource):
                 converted.clear()
             to_load = needed - set(tops)
             if to_load:
-                with self._stream(path) as f:
+                with self.open_stream(path) as f:
                     tops.update(self._load(f, self.variables(f, path), to_load, path))
             for item in missing:
                 converted[item] = as_stored(value_at(tops, item), f"{path}, variable '{item}'")

@@ -24,20 +24,20 @@ from tfrecord_etl.transforms.sources.base import (
     RowRange,
     Source,
     SourceOptions,
-    _check_empty_rows,
-    _check_names,
-    _leaf_specs,
-    _refuse_special_file,
-    _row_bytes,
+    check_empty_rows,
+    check_names,
+    leaf_specs,
+    refuse_special_file,
+    row_bytes,
 )
 from tfrecord_etl.transforms.sources.members import select_members
 from tfrecord_etl.transforms.sources.npyformat import (
-    _check_declared,
-    _data_bytes,
-    _merged_array_specs,
-    _NpyHeader,
-    _read_npy_header,
-    _read_rows,
+    NpyHeader,
+    check_declared,
+    data_bytes,
+    merged_array_specs,
+    read_npy_header,
+    read_rows,
 )
 
 RATIO_CHECK_MIN_BYTES = 2**20  # npz members of at most this many uncompressed bytes are never refused by ratio
@@ -54,7 +54,7 @@ class _OpenArchive:
     def __init__(self, path: str, stream, zf: zipfile.ZipFile):
         self.path, self.stream, self.zf = path, stream, zf
         self.members: dict = {}  # (member, column or -1) -> ZipExtFile
-        self.headers: dict = {}  # member -> (_NpyHeader, ZipInfo, archive offset of its data or None)
+        self.headers: dict = {}  # member -> (NpyHeader, ZipInfo, archive offset of its data or None)
 
     def close(self) -> None:
         for m in self.members.values():
@@ -160,7 +160,7 @@ class NpzSource(Source):
         self.loose = options.npz_mode == "arrays"
 
     def _zip(self, path: str):
-        _refuse_special_file(path)
+        refuse_special_file(path)
         stream = fileio.open_read(path)
         try:
             return zipfile.ZipFile(stream), stream
@@ -231,11 +231,11 @@ class NpzSource(Source):
                 hint="if the data is genuine (e.g. mostly zeros), raise --max_compression_ratio",
             )
 
-    def _header(self, zf, member: str, path: str) -> _NpyHeader:
+    def _header(self, zf, member: str, path: str) -> NpyHeader:
         where = f"{path}, member '{member[:-4]}'"
         try:
             with zf.open(member) as m:
-                return _read_npy_header(m, where)
+                return read_npy_header(m, where)
         except SchemaError as e:  # an object member: the others may still be converted without it
             raise SchemaError(
                 e.message,
@@ -271,12 +271,12 @@ class NpzSource(Source):
             headers = {}
             for m in members:
                 headers[m] = self._header(zf, m, path)
-                _check_declared(headers[m], zf.getinfo(m).file_size, path, m[:-4])
+                check_declared(headers[m], zf.getinfo(m).file_size, path, m[:-4])
         if self.loose:
-            sizes = tuple(_data_bytes(h) for h in headers.values())
+            sizes = tuple(data_bytes(h) for h in headers.values())
             specs = (
                 FeatureSpec(KEY, VLEN_BYTES, (), "list"),
-                *_merged_array_specs(list(headers.values()), path, [m[:-4] for m in headers]),
+                *merged_array_specs(list(headers.values()), path, [m[:-4] for m in headers]),
             )
             return FileIndex(path, len(members), specs, max(sizes), 1, tuple(members), sizes)
         specs, lengths = [], {}
@@ -290,8 +290,8 @@ class NpzSource(Source):
                     f"with --exclude_datasets {m[:-4]}",
                 )
             lengths[m[:-4]] = h.shape[0]
-            specs += _leaf_specs(m[:-4], h.dtype, h.shape[1:], f"{path}, member '{m[:-4]}'")
-        _check_names(specs, path)
+            specs += leaf_specs(m[:-4], h.dtype, h.shape[1:], f"{path}, member '{m[:-4]}'")
+        check_names(specs, path)
         if len(set(lengths.values())) > 1:
             raise SchemaError(
                 f"Members have different leading lengths ({lengths})",
@@ -299,11 +299,11 @@ class NpzSource(Source):
                 hint="use --npz_mode arrays (each member -> one Example)",
             )
         num_rows = next(iter(lengths.values()))
-        _check_empty_rows(
-            num_rows, sum(_data_bytes(h) // max(1, h.shape[0]) for h in headers.values()), self.options, path
+        check_empty_rows(
+            num_rows, sum(data_bytes(h) // max(1, h.shape[0]) for h in headers.values()), self.options, path
         )
         compressed = any(zf.getinfo(m).compress_type != zipfile.ZIP_STORED for m in members)
-        return FileIndex(path, num_rows, tuple(specs), _row_bytes(specs), 1, tuple(members), sequential=compressed)
+        return FileIndex(path, num_rows, tuple(specs), row_bytes(specs), 1, tuple(members), sequential=compressed)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -365,15 +365,15 @@ class NpzSource(Source):
         ncols = math.prod(h.shape[1:])
         if info.compress_type == zipfile.ZIP_STORED and data_start is not None:  # random access into the archive
             raw = dataclasses.replace(h, data_offset=data_start + h.data_offset)
-            data = _read_rows(arc.stream, raw, start, stop, where)
+            data = read_rows(arc.stream, raw, start, stop, where)
         elif h.fortran and len(h.shape) > 1 and 1 < ncols <= MAX_COLUMN_STREAMS and not whole:
             if info.compress_type == zipfile.ZIP_DEFLATED and data_start is not None:
                 column_stream = functools.partial(self._column_inflater, arc, member)
             else:  # bzip2/lzma: a fresh decompressor per column (each skips to its column once)
                 column_stream = functools.partial(self._member_stream, arc, member)
-            data = _read_rows(column_stream(0), h, start, stop, where, column_stream)
+            data = read_rows(column_stream(0), h, start, stop, where, column_stream)
         else:
-            data = _read_rows(self._member_stream(arc, member), h, start, stop, where)
+            data = read_rows(self._member_stream(arc, member), h, start, stop, where)
         return data.reshape(arc.headers[member][0].shape) if whole else data
 
     def read(self, rr: RowRange) -> Columns:

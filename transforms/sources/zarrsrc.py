@@ -28,12 +28,12 @@ from tfrecord_etl.transforms.sources.base import (
     Columns,
     FileIndex,
     RowRange,
-    _check_empty_rows,
-    _check_names,
-    _leaf_specs,
-    _row_bytes,
-    _row_spec,
+    check_empty_rows,
+    check_names,
+    leaf_specs,
     log,
+    row_bytes,
+    row_spec,
 )
 from tfrecord_etl.transforms.sources.container import (
     MODE_FLAG,
@@ -310,16 +310,16 @@ class ZarrSource(ContainerSource):
                 if dtype.kind != "O":
                     data_row_bytes += dtype.itemsize * math.prod(row_shape)
                 check_stored(store, name, arr, path, self.options.allow_fill_value)
-                specs += _leaf_specs(name.strip("/"), dtype, row_shape, where, _vlen_check)
+                specs += leaf_specs(name.strip("/"), dtype, row_shape, where, _vlen_check)
                 lengths[name] = int(arr.shape[0])
                 rows = chunk_rows(arr)
                 align = math.lcm(align, rows) if math.lcm(align, rows) <= MAX_CHUNK_ALIGN_ROWS else max(align, rows)
         finally:
             store.close()
-        _check_names(specs, path)
+        check_names(specs, path)
         rows = check_leading_lengths(lengths, path, "arrays", "STORE")
-        _check_empty_rows(rows, data_row_bytes, self.options, path)
-        return FileIndex(path, rows, tuple(specs), _row_bytes(specs), align, tuple(names))
+        check_empty_rows(rows, data_row_bytes, self.options, path)
+        return FileIndex(path, rows, tuple(specs), row_bytes(specs), align, tuple(names))
 
     def _default_arrays(self, arrays: dict, path: str) -> list[str]:
         entries, scalars = [], []
@@ -355,7 +355,7 @@ class ZarrSource(ContainerSource):
                     )
                 continue
             check_stored(store, name, arr, path, self.options.allow_fill_value)
-            specs.append(_row_spec(ARRAY, dtype, arr.shape, where))
+            specs.append(row_spec(ARRAY, dtype, arr.shape, where))
             sizes.append(array_bytes(arr))
             items.append(name)
         return datasets_index(path, items, specs, sizes, "array", "store")
