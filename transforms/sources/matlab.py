@@ -59,6 +59,7 @@ from tfrecord_etl.transforms.sources.container import (
     check_leading_lengths,
     choose_group,
     datasets_index,
+    log_skipped,
 )
 from tfrecord_etl.transforms.sources.mattext import as_codes, matlab_shape, string_cells
 from tfrecord_etl.transforms.sources.signatures import other_format_hint
@@ -543,8 +544,6 @@ class MatlabSource(ContainerSource):
     def _default(self, f, table, path: str) -> list[Leaf]:
         """The leaves of the chosen row group (``--row_group``, largest first), skipped kinds logged in one line;
         [] when only cells and empty arrays are there (auto mode converts each cell then)."""
-        from tfrecord_etl.transforms.sources.hdf5 import _log_skipped
-
         entries, skipped, by_path = [], {}, {}
         for leaf in self.leaves(f, table, path):
             if leaf.kind == layout.DATA:
@@ -554,7 +553,7 @@ class MatlabSource(ContainerSource):
                 skipped.setdefault(leaf.kind, []).append(leaf.path)
         if not entries and self.options.container_mode == "auto" and skipped.get(layout.CELL):
             return []
-        _log_skipped(skipped, path, "rows mode")
+        log_skipped(skipped, path, "rows mode")
         if not entries:
             what = "; ".join(f"{kind}: {', '.join(paths[:3])}" for kind, paths in skipped.items())
             raise SchemaError(
@@ -566,8 +565,6 @@ class MatlabSource(ContainerSource):
 
     def _index_datasets(self, f, table, path: str) -> FileIndex:
         """Datasets mode: one row per variable, struct field or cell holding an array; features ``key``/``array``."""
-        from tfrecord_etl.transforms.sources.hdf5 import _log_skipped
-
         named = bool(self.options.datasets)
         found = self._named(f, table, path, cells=True) if named else self.leaves(f, table, path, cells=True)
         items, sizes, specs, skipped = [], [], [], {}
@@ -597,7 +594,7 @@ class MatlabSource(ContainerSource):
                 specs.append(row_spec(ARRAY, dtype, shape, f"{path}, variable '{item}'"))
                 items.append(item)
                 sizes.append(mattext.stored_nbytes(dtype, shape))
-        _log_skipped(skipped, path, "datasets mode")
+        log_skipped(skipped, path, "datasets mode")
         if not items:
             raise SchemaError("The file holds no variable to convert", file=path)
         self._check_header_sizes(f, table, [leaf for leaf in found if leaf.kind == layout.DATA], path)
