@@ -9,7 +9,8 @@ Container formats built on HDF5 and what this module knows of them:
   variable`` (a placeholder, never data). Variables on the same leading dimension form one row group, as xarray
   groups variables by dimension; which group is the default follows the CF conventions (``conventions``).
 * AnnData ``.h5ad``: ``/X`` and the ``/obs`` columns share ``n_obs`` rows, ``/var`` columns ``n_vars``: two row groups.
-* MATLAB v7.3 ``.mat`` (an HDF5 file behind a 512-byte user block): every variable carries a ``MATLAB_class``
+* MATLAB v7.3 ``.mat`` (an HDF5 file behind a 512-byte user block; what such a variable is: :mod:`hdf5matlab`):
+  every variable carries a ``MATLAB_class``
   attribute and is stored column-major, so HDF5 sees its dimensions reversed (a MATLAB 1000x20 matrix is an HDF5
   (20, 1000) dataset). Such datasets are read transposed back: MATLAB's first dimension is the row axis. Cell
   arrays are datasets of object references into ``/#refs#``; ``/#refs#`` and ``/#subsystem#`` are MATLAB's own
