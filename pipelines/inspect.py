@@ -391,7 +391,7 @@ def main(argv: list[str]) -> int:
     kind = _container_kind(args.output_dir)
     if kind:  # the dataset tree and row groups, so no external tool (h5ls, ncdump) is needed
         from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, matlab_tree, netcdf3_tree, render_tree
-        from tfrecord_etl.transforms.sources.zarrsrc import zarr_tree
+        from tfrecord_etl.transforms.sources.zarrtree import zarr_tree
 
         tree = {"hdf5": hdf5_tree, "netcdf3": netcdf3_tree, "matlab": matlab_tree, "zarr": zarr_tree}[kind](
             args.output_dir

@@ -392,16 +392,16 @@ def test_ranges_in_order_decompress_each_byte_once(tmp_path, monkeypatch, order)
     assert len(plan.ranges) >= 100
     produced = _count_decompressed(monkeypatch)
     inflated = [0]  # bytes our forked column inflaters produce (Fortran order)
-    from tfrecord_etl.transforms.sources import npz
+    from tfrecord_etl.transforms.sources import zipmember
 
-    real_produce = npz._Inflater._produce
+    real_produce = zipmember.Inflater._produce
 
     def counting_produce(self, n):
         out = real_produce(self, n)
         inflated[0] += len(out)
         return out
 
-    monkeypatch.setattr(npz._Inflater, "_produce", counting_produce)
+    monkeypatch.setattr(zipmember.Inflater, "_produce", counting_produce)
     out = np.concatenate([plan.source.read(rr)["x"] for rr in plan.ranges])
     np.testing.assert_array_equal(out, x)
     passes = 1 if order == "C" else 2

@@ -242,9 +242,9 @@ def test_a_chunk_spanning_many_row_ranges_is_decompressed_once(tmp_path, monkeyp
         f.create_dataset("x", data=data, chunks=(4000, 16), compression="gzip")
     source = Hdf5Source(SourceOptions("hdf5"))
     opened, datasets = [], []
-    real_open, real_dataset = Hdf5Source._open, sources._dataset_for_read
-    monkeypatch.setattr(Hdf5Source, "_open", lambda self, p: opened.append(p) or real_open(self, p))
-    monkeypatch.setattr(sources, "_dataset_for_read", lambda *a: datasets.append(a[1]) or real_dataset(*a))
+    real_open, real_dataset = Hdf5Source.open_file, sources.dataset_for_read
+    monkeypatch.setattr(Hdf5Source, "open_file", lambda self, p: opened.append(p) or real_open(self, p))
+    monkeypatch.setattr(sources, "dataset_for_read", lambda *a: datasets.append(a[1]) or real_dataset(*a))
     got = np.concatenate([source.read(RowRange(str(path), s, s + 100, ("/x",)))["x"] for s in range(0, 4000, 100)])
     np.testing.assert_array_equal(got, data)
     assert opened == [str(path)] and datasets == ["/x"]  # one open file and dataset for all 40 ranges

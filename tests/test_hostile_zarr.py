@@ -164,7 +164,7 @@ def test_a_store_whose_chunks_are_all_present_converts_and_inspect_still_lists_t
     assert code == 0, err
     got = np.array([e["ok"] for e in reader.iter_numpy(str(tmp_path / "out"))])
     np.testing.assert_array_equal(got, np.arange(46).reshape(23, 2))
-    from tfrecord_etl.transforms.sources.zarrsrc import zarr_tree
+    from tfrecord_etl.transforms.sources.zarrtree import zarr_tree
 
     declared_huge(tmp_path / "big.zarr")
     tree = zarr_tree(str(tmp_path / "big.zarr"))

@@ -128,9 +128,9 @@ def test_strided_fortran_read_matches_numpy(tmp_path):
     path = tmp_path / "f.npy"
     np.save(path, arr)
     with open(path, "rb") as f:
-        h = npyformat._read_npy_header(f, str(path))
+        h = npyformat.read_npy_header(f, str(path))
         assert h.fortran
-        np.testing.assert_array_equal(npyformat._read_rows(f, h, 7, 19, str(path)), arr[7:19])
+        np.testing.assert_array_equal(npyformat.read_rows(f, h, 7, 19, str(path)), arr[7:19])
 
 
 def test_npy_files_mode(tmp_path):

@@ -10,13 +10,12 @@ import numpy as np
 
 from tfrecord_etl.transforms.codec import assemble
 from tfrecord_etl.transforms.codec.arrow import pa
-from tfrecord_etl.transforms.codec.encodings import check_unicode, encoding_of
-from tfrecord_etl.transforms.codec.encodings.base import bytes_lists, int_lists
-from tfrecord_etl.transforms.codec.spec import MAX_RECORD_BYTES, VLEN_BYTES, FeatureSpec, normalize_dtype
+from tfrecord_etl.transforms.codec.columns import arrow_columns, fixed_entry
+from tfrecord_etl.transforms.codec.encodings import encoding_of
+from tfrecord_etl.transforms.codec.spec import MAX_RECORD_BYTES, FeatureSpec
 from tfrecord_etl.transforms.codec.wire import encode_varint, length_delimited_field
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
 
-_KIND_TAGS = {"bytes": 1, "float": 2, "int64": 3}  # Feature's oneof field numbers (feature.proto)
 FRAME_LEAD, FRAME_TRAIL = 12, 4  # a TFRecord frame's bytes before a record (length, its CRC) and after (data CRC)
 
 
@@ -193,46 +192,58 @@ def encode_columns(
       RecordError: one record is over protobuf's 2 GB limit; a str value with no UTF-8 form (a lone
         surrogate, or a ``'U'`` code point above U+10FFFF), naming the feature and ``batch_row``.
     """
-    from tfx_bsl.coders import example_coder  # C++; no TensorFlow import
 
-    entries = []  # (name, FixedEntry | Packed values | per-row bytes of one-feature Examples), in map order
-    for spec in specs:
-        if spec.name not in columns:
-            raise SchemaError(f"Missing column for feature '{spec.name}'")
-        encoding = encoding_of(spec)
-        encoding.check(spec, allow_lossy)
-        entry = _fixed_entry(spec, encoding, columns[spec.name], num_rows)
-        if entry is not None:
-            entries.append((spec.name, entry))
-            continue
-        for name, arr in _encode_column(spec, encoding, columns[spec.name], num_rows):
-            part = example_coder.RecordBatchToExamplesEncoder().encode(pa.RecordBatch.from_arrays([arr], [name]))
-            entries.append((name, part))
-    entries.sort(key=lambda e: map_order(e[0]))
+    entries = _entries(columns, specs, num_rows, allow_lossy)
     runs = _uniform_runs(entries, num_rows)
     if runs is not None:  # a few runs of rows, each of one layout: the fixed-layout writer per run
         return EncodedBatch.joined(
             [encode_columns({s.name: columns[s.name][a:b] for s in specs}, specs, b - a, allow_lossy) for a, b in runs]
         )
-    if all(isinstance(e, tuple) for _, e in entries):
-        layout, padded = _fixed_layout([e for _, e in entries], num_rows), None
-        largest = layout.width
-    else:
-        pieces = _record_pieces(entries, num_rows)
-        layout, padded, tails = _fixed_layout([], num_rows), None, None
-        block_bytes, held = assemble.padded_bytes(pieces, num_rows)
-        if block_bytes <= 2 * held + (16 << 20):
-            padded = assemble.assemble(pieces, num_rows, FRAME_LEAD, FRAME_TRAIL)
-            largest = int(padded[1].max()) if num_rows else 0
-        else:  # rows of very different lengths (a few long strings): padding them all would waste memory
-            tails = _unpadded(pieces, num_rows)
-            largest = max(map(len, tails), default=0)
-        if largest > MAX_RECORD_BYTES:
-            raise RecordError("An Example is over protobuf's 2 GB limit", hint="split the array into smaller rows")
-        return EncodedBatch(layout, tails, padded)
-    if largest > MAX_RECORD_BYTES:
+    if not all(isinstance(e, tuple) for _, e in entries):
+        return _row_by_row(entries, num_rows)
+    layout = _fixed_layout([e for _, e in entries], num_rows)
+    if layout.width > MAX_RECORD_BYTES:
         raise RecordError("An Example is over protobuf's 2 GB limit", hint="split the array into smaller rows")
     return EncodedBatch(layout, None, None)
+
+
+def _entries(columns: Mapping[str, Any], specs: Sequence[FeatureSpec], num_rows: int, allow_lossy) -> list:
+    """``[(name, entry)]`` in map order (:func:`map_order`): a fixed-layout ``(prefix, data)``, packed int64
+    varints (:class:`.assemble.Packed`), or the per-row bytes of one-feature Examples from tfx_bsl's C++ encoder."""
+    from tfx_bsl.coders import example_coder  # C++; no TensorFlow import
+
+    entries = []
+    for spec in specs:
+        if spec.name not in columns:
+            raise SchemaError(f"Missing column for feature '{spec.name}'")
+        encoding = encoding_of(spec)
+        encoding.check(spec, allow_lossy)
+        entry = fixed_entry(spec, encoding, columns[spec.name], num_rows)
+        if entry is not None:
+            entries.append((spec.name, entry))
+            continue
+        for name, arr in arrow_columns(spec, encoding, columns[spec.name], num_rows):
+            part = example_coder.RecordBatchToExamplesEncoder().encode(pa.RecordBatch.from_arrays([arr], [name]))
+            entries.append((name, part))
+    entries.sort(key=lambda e: map_order(e[0]))
+    return entries
+
+
+def _row_by_row(entries: list, num_rows: int) -> EncodedBatch:
+    """The records of ``entries`` laid out row by row with NumPy (:mod:`.assemble`): one padded block with the
+    frames' room, or (rows of very different lengths) the records' bytes."""
+    pieces = _record_pieces(entries, num_rows)
+    layout, padded, tails = _fixed_layout([], num_rows), None, None
+    block_bytes, held = assemble.padded_bytes(pieces, num_rows)
+    if block_bytes <= 2 * held + (16 << 20):
+        padded = assemble.assemble(pieces, num_rows, FRAME_LEAD, FRAME_TRAIL)
+        largest = int(padded[1].max()) if num_rows else 0
+    else:  # rows of very different lengths (a few long strings): padding them all would waste memory
+        tails = _unpadded(pieces, num_rows)
+        largest = max(map(len, tails), default=0)
+    if largest > MAX_RECORD_BYTES:
+        raise RecordError("An Example is over protobuf's 2 GB limit", hint="split the array into smaller rows")
+    return EncodedBatch(layout, tails, padded)
 
 
 def _unpadded(pieces: list, num_rows: int) -> list[bytes]:
@@ -329,88 +340,8 @@ def _header_lengths(lengths: np.ndarray) -> np.ndarray:
     return head
 
 
-def _checked_array(spec: FeatureSpec, column, num_rows: int) -> np.ndarray:
-    """``column`` as a ``(num_rows, *spec.shape)`` array of ``spec.dtype``, else SchemaError."""
-    arr = np.asarray(column)
-    want = (num_rows, *spec.shape)
-    if arr.shape != want:
-        raise SchemaError(f"Feature '{spec.name}': rows of shape {arr.shape[1:]} (batch {arr.shape}), expected {want}")
-    if normalize_dtype(arr.dtype, spec.name) != spec.dtype:
-        raise SchemaError(f"Feature '{spec.name}': dtype {arr.dtype}, expected {spec.dtype}")
-    return arr
-
-
-def _fixed_entry(spec: FeatureSpec, encoding, column, num_rows: int):
-    """``(entry prefix bytes, (rows, n) uint8 data)`` of a fixed-layout feature, an :class:`.assemble.Packed` of
-    int64 list values whose varints differ in length, else None."""
-    if not spec.is_fixed or spec.dtype == VLEN_BYTES or not encoding.fixed_layout(spec):
-        return None
-    arr = _checked_array(spec, column, num_rows)
-    if arr.dtype.kind == "U":
-        check_unicode(spec.name, arr)
-    values = encoding.varint_values(spec, arr)
-    if values is not None and values.size:
-        low, high = assemble.varint_length(int(values.min())), assemble.varint_length(int(values.max()))
-        if low != high:  # protobuf writes each varint at its own length: rows differ in length
-            return assemble.Packed(values, assemble.varint_lengths(values))
-        data = assemble.varint_block(values, high)
-    else:
-        data = encoding.fixed_data(spec, arr)
-    n = data.shape[1]
-    kind = encoding.kind(spec.dtype)
-    if kind == "bytes":  # Feature{bytes_list: BytesList{value: [data]}}: one value per row
-        inner = encode_varint(1 << 3 | 2) + encode_varint(n)
-    else:  # Feature{float_list | int64_list: packed values}; an empty list is an empty message
-        inner = encode_varint(1 << 3 | 2) + encode_varint(n) if n else b""
-    feature_head = encode_varint(_KIND_TAGS[kind] << 3 | 2) + encode_varint(len(inner) + n) + inner
-    name = spec.name.encode("utf-8")
-    entry_head = length_delimited_field(1, name) + encode_varint(2 << 3 | 2) + encode_varint(len(feature_head) + n)
-    entry_len = len(entry_head) + len(feature_head) + n
-    prefix = encode_varint(1 << 3 | 2) + encode_varint(entry_len) + entry_head + feature_head
-    return prefix, data
-
-
 def _fixed_layout(entries, num_rows: int) -> FixedLayout:
     """One Example per row from fixed-layout entries, not yet assembled."""
     features_len = sum(len(p) + d.shape[1] for p, d in entries)
     head = encode_varint(1 << 3 | 2) + encode_varint(features_len) if entries else b""
     return FixedLayout(head, list(entries), num_rows)
-
-
-def _encode_column(spec: FeatureSpec, encoding, column, num_rows: int):
-    """Yields (feature name, pyarrow list array) pairs for one spec: its main feature (from its encoding) and
-    the ``<name>/shape`` / ``<name>/dtype`` companions when the shape / dtype varies."""
-    if spec.is_fixed and spec.dtype != VLEN_BYTES:
-        yield spec.name, encoding.fixed_column(spec, _checked_array(spec, column, num_rows))
-        return
-    rows = list(column)
-    if len(rows) != num_rows:
-        raise SchemaError(f"Feature '{spec.name}': {len(rows)} rows, expected {num_rows}")
-    if spec.dtype == VLEN_BYTES:
-        yield spec.name, encoding.rows_column(spec, rows)
-        if encoding.shape_companion(spec):
-            yield f"{spec.name}/shape", int_lists([np.shape(r) for r in rows])
-        return
-    arrs = [np.asarray(r) for r in rows]
-    for i, r in enumerate(arrs):
-        _check_row(spec, r)
-        if r.dtype.kind == "U":
-            try:
-                check_unicode(spec.name, r.reshape(1, -1))
-            except RecordError as e:
-                raise RecordError(e.message, hint=e.hint, feature=spec.name, batch_row=i) from None
-    yield spec.name, encoding.rows_column(spec, arrs)
-    if encoding.shape_companion(spec):
-        yield f"{spec.name}/shape", int_lists([r.shape for r in arrs])
-    if spec.dtype is None:
-        yield f"{spec.name}/dtype", bytes_lists([[normalize_dtype(r.dtype, spec.name).encode()] for r in arrs])
-
-
-def _check_row(spec: FeatureSpec, row: np.ndarray) -> None:
-    if (spec.shape is not None and len(row.shape) != len(spec.shape)) or (
-        spec.shape is not None and any(d is not None and d != n for d, n in zip(spec.shape, row.shape))
-    ):
-        raise SchemaError(f"Feature '{spec.name}': row of shape {row.shape}, expected {spec.shape}")
-    dt = normalize_dtype(row.dtype, spec.name)
-    if spec.dtype is not None and dt != spec.dtype:
-        raise SchemaError(f"Feature '{spec.name}': dtype {row.dtype}, expected {spec.dtype}")

@@ -50,6 +50,14 @@ from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
 from tfrecord_etl.transforms.sources.npy import NpySource
 from tfrecord_etl.transforms.sources.npz import MAX_COLUMN_STREAMS, RATIO_CHECK_MIN_BYTES, NpzSource
 from tfrecord_etl.transforms.sources.raw import RawSource
+from tfrecord_etl.transforms.sources.signatures import (
+    SNIFF_BYTES,
+    content_format,
+    deep_signature,
+    other_format_hint,
+    read_head,
+    register,
+)
 from tfrecord_etl.transforms.sources.zarrsrc import ZarrSource
 
 __all__ = [
@@ -92,17 +100,7 @@ REGISTRY: dict[str, type[Source]] = {
     for cls in (Hdf5Source, NetCdf3Source, NpzSource, NpySource, RawSource, FilesSource, MatlabSource, ZarrSource)
 }
 FORMATS = tuple(REGISTRY)
-
-
-SNIFF_BYTES = 2056  # the first bytes read to tell a file's format: up to an HDF5 signature after 2048 bytes
-
-
-def content_format(head: bytes) -> str | None:
-    """The registered format whose ``magic`` ``head`` (a file's first :data:`SNIFF_BYTES` bytes) shows, or None."""
-    for name, cls in REGISTRY.items():
-        if cls.sniff(head):
-            return name
-    return None
+register(REGISTRY)  # the formats a file's first bytes tell (sources/signatures.py)
 
 
 def format_of(path: str, options: SourceOptions) -> str:
@@ -123,10 +121,10 @@ def format_of(path: str, options: SourceOptions) -> str:
         return store
     lower = path.lower()
     candidates = [name for name, cls in REGISTRY.items() if lower.endswith(cls.suffixes)]
-    found = content_format(_head(path))
+    found = content_format(read_head(path))
     if found or candidates:
         return found or candidates[0]
-    found = _deep_signature(path)
+    found = deep_signature(path)
     if found:
         return found
     suffixes = "/".join(s for cls in REGISTRY.values() for s in cls.suffixes[:1])
@@ -148,50 +146,6 @@ def zarr_store_format(path: str) -> str | None:
     if fileio.is_local(path):
         return "zarr" if zarrstore.store_kind(path) else None
     return "zarr" if path.lower().rstrip("/").endswith(".zarr") or path.endswith("/") else None
-
-
-def _head(path: str, n: int = SNIFF_BYTES) -> bytes:
-    """The first ``n`` bytes of ``path`` (b"" when it cannot be read: the source's own open reports why)."""
-    from tfrecord_etl.transforms import fileio
-    from tfrecord_etl.transforms.sources.base import _refuse_special_file
-
-    try:
-        _refuse_special_file(path)
-        with fileio.open_read(path) as f:
-            return f.read(n)
-    except (OSError, SourceError):
-        return b""
-
-
-def _deep_signature(path: str) -> str | None:
-    """The format whose magic stands at one of its ``magic_offsets`` past the first :data:`SNIFF_BYTES` bytes
-    (an HDF5 file behind a user block of 4096 bytes or more): one small read per offset before the file's end."""
-    from tfrecord_etl.transforms import fileio
-    from tfrecord_etl.transforms.sources.base import _refuse_special_file
-
-    try:
-        _refuse_special_file(path)  # (a FIFO is never opened)
-        with fileio.open_read(path) as f:
-            for name, cls in REGISTRY.items():
-                for offset in (o for o in cls.magic_offsets if o >= SNIFF_BYTES):
-                    f.seek(offset)
-                    got = f.read(max(map(len, cls.magic)))
-                    if not got:
-                        break
-                    if got.startswith(cls.magic):
-                        return name
-    except (OSError, ValueError, SourceError):
-        return None
-    return None
-
-
-def other_format_hint(path: str, fmt: str) -> str | None:
-    """A hint for a file that ``fmt``'s reader cannot read but whose first bytes show another registered format
-    (``"it is a NetCDF-3 file: use --format netcdf3"``), else None."""
-    found = content_format(_head(path))
-    if found is None or found == fmt:
-        return None
-    return f"it is {REGISTRY[found].content_label}: use --format {found} (or leave --format out)"
 
 
 def make_source(fmt: str, options: SourceOptions) -> Source:

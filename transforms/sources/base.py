@@ -190,20 +190,20 @@ def _loosen(a: FeatureSpec, b: FeatureSpec) -> FeatureSpec:
     return dataclasses.replace(a, dtype=dtype, shape=shape)
 
 
-def _row_spec(name: str, dtype: np.dtype, row_shape: tuple, where: str) -> FeatureSpec:
+def row_spec(name: str, dtype: np.dtype, row_shape: tuple, where: str) -> FeatureSpec:
     return FeatureSpec(name, normalize_dtype(dtype, where), tuple(int(d) for d in row_shape))
 
 
-def _leaf_specs(name: str, dtype: np.dtype, row_shape: tuple, where: str, vlen_check=None) -> list[FeatureSpec]:
+def leaf_specs(name: str, dtype: np.dtype, row_shape: tuple, where: str, vlen_check=None) -> list[FeatureSpec]:
     """Feature specs of one array column: one per leaf field of a structured dtype."""
     if dtype.subdtype is not None:
         base, sub = dtype.subdtype
-        return _leaf_specs(name, base, tuple(row_shape) + tuple(sub), where, vlen_check)
+        return leaf_specs(name, base, tuple(row_shape) + tuple(sub), where, vlen_check)
     if dtype.fields is not None:
         out = []
         for field in dtype.names:
             out.extend(
-                _leaf_specs(
+                leaf_specs(
                     f"{name}/{field}", dtype.fields[field][0], row_shape, f"{where}, field '{field}'", vlen_check
                 )
             )
@@ -211,10 +211,10 @@ def _leaf_specs(name: str, dtype: np.dtype, row_shape: tuple, where: str, vlen_c
     if dtype.kind == "O" and vlen_check is not None:
         vlen_check(dtype, where)
         return [FeatureSpec(name, VLEN_BYTES, tuple(int(d) for d in row_shape), "list")]
-    return [_row_spec(name, dtype, row_shape, where)]
+    return [row_spec(name, dtype, row_shape, where)]
 
 
-def _row_bytes(specs: Sequence[FeatureSpec]) -> int:
+def row_bytes(specs: Sequence[FeatureSpec]) -> int:
     total = 0
     for s in specs:
         itemsize = 64 if s.dtype in (None, VLEN_BYTES) else np.dtype(s.dtype).itemsize
@@ -222,7 +222,7 @@ def _row_bytes(specs: Sequence[FeatureSpec]) -> int:
     return total
 
 
-def _refuse_special_file(path: str) -> None:
+def refuse_special_file(path: str) -> None:
     """Refuses a local input that is not a regular file (FIFO, device, socket) before opening it: opening a
     FIFO blocks forever and a device has no end. Remote paths are objects, always regular.
 
@@ -257,7 +257,7 @@ def _refuse_special_file(path: str) -> None:
         )
 
 
-def _check_empty_rows(num_rows: int, data_row_bytes: int, options: SourceOptions, path: str) -> None:
+def check_empty_rows(num_rows: int, data_row_bytes: int, options: SourceOptions, path: str) -> None:
     """Rows of zero bytes (shape ``(N, 0)``) are not bounded by the file size: ``N`` is capped by
     ``options.max_empty_rows`` (``--max_empty_rows``).
 
@@ -358,7 +358,7 @@ class Source:
         """Closes what this worker thread keeps open between row ranges (reading again reopens it)."""
 
 
-def _check_names(specs: Sequence[FeatureSpec], path: str) -> None:
+def check_names(specs: Sequence[FeatureSpec], path: str) -> None:
     seen = set()
     for s in specs:
         if s.name in seen:

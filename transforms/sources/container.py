@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
-from tfrecord_etl.transforms.errors import SchemaError
-from tfrecord_etl.transforms.sources import conventions
+from tfrecord_etl.transforms.errors import SchemaError, SourceError
+from tfrecord_etl.transforms.sources import conventions, hdf5layout
 from tfrecord_etl.transforms.sources.base import (
     ARRAY,
     KEY,
@@ -213,3 +213,27 @@ class ContainerSource(Source):
         self._local.open = None
         if current is not None:
             self.close_handle(current[1])
+
+
+def log_skipped(skipped: dict, path: str, mode: str) -> None:
+    """One WARNING line per file for the datasets skipped, by reason (a NetCDF file has dozens)."""
+    parts = [f"{len(v)} {k} ({', '.join(v[:3])}{', ...' if len(v) > 3 else ''})" for k, v in skipped.items() if v]
+    if parts:
+        hint = (
+            f"; {MODE_FLAG} datasets converts each scalar and each cell as one Example"
+            if mode == "rows mode" and (skipped.get(hdf5layout.CELL) or skipped.get(hdf5layout.SCALAR))
+            else ""
+        )
+        log.warning("Skipping %s datasets in '%s' (%s)%s", " and ".join(parts), path, mode, hint)
+
+
+def check_dataset_count(count: int, path: str, options: SourceOptions) -> None:
+    """Raises SourceError when ``count`` datasets (or datasets-mode items) exceed ``options.max_datasets``."""
+    if count > options.max_datasets:
+        raise SourceError(
+            f"The file holds more than {options.max_datasets:,} datasets (--max_datasets)",
+            file=path,
+            hint="raise the limit with --max_datasets N if the file is what you meant (each dataset "
+            "is walked at planning, and in datasets mode becomes one Example), or name the "
+            "datasets to convert with --datasets",
+        )

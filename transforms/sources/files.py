@@ -25,7 +25,7 @@ from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.errors import ConfigError, SourceError
 from tfrecord_etl.transforms.sources import filekinds
-from tfrecord_etl.transforms.sources.base import Columns, FileIndex, RowRange, Source, _refuse_special_file
+from tfrecord_etl.transforms.sources.base import Columns, FileIndex, RowRange, Source, refuse_special_file
 
 log = logging.getLogger(__name__)
 MAX_LABELS_BYTES = 64 * 2**20  # a labels table over this is refused (it is read into memory at planning)
@@ -152,7 +152,7 @@ class FilesSource(Source):
         return True
 
     def _read_table(self, path: str, names: list[str], pattern: str) -> dict:
-        _refuse_special_file(path)
+        refuse_special_file(path)
         with fileio.open_read(path) as f:
             raw = f.read(MAX_LABELS_BYTES + 1)
         if len(raw) > MAX_LABELS_BYTES:
@@ -236,7 +236,7 @@ class FilesSource(Source):
 
     def _read_one(self, path: str) -> dict:
         """The features of one file. Raises SourceError naming it (unreadable, empty, not an image, corrupt)."""
-        _refuse_special_file(path)
+        refuse_special_file(path)
         name = relative_name(path, self.base)
         try:
             with fileio.open_read(path) as f:

@@ -9,7 +9,8 @@ Container formats built on HDF5 and what this module knows of them:
   variable`` (a placeholder, never data). Variables on the same leading dimension form one row group, as xarray
   groups variables by dimension; which group is the default follows the CF conventions (``conventions``).
 * AnnData ``.h5ad``: ``/X`` and the ``/obs`` columns share ``n_obs`` rows, ``/var`` columns ``n_vars``: two row groups.
-* MATLAB v7.3 ``.mat`` (an HDF5 file behind a 512-byte user block): every variable carries a ``MATLAB_class``
+* MATLAB v7.3 ``.mat`` (an HDF5 file behind a 512-byte user block; what such a variable is: :mod:`hdf5matlab`):
+  every variable carries a ``MATLAB_class``
   attribute and is stored column-major, so HDF5 sees its dimensions reversed (a MATLAB 1000x20 matrix is an HDF5
   (20, 1000) dataset). Such datasets are read transposed back: MATLAB's first dimension is the row axis. Cell
   arrays are datasets of object references into ``/#refs#``; ``/#refs#`` and ``/#subsystem#`` are MATLAB's own
@@ -23,6 +24,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+
+from tfrecord_etl.transforms.sources.hdf5matlab import (
+    char_spec,
+    char_strings,
+    complex_dtype,
+    converted,
+    is_char,
+    is_empty,
+    is_matlab,
+    list_spec,
+    matlab_order,
+    string_cells,
+    string_list,
+)
 
 MATLAB_INTERNAL = ("/#refs#", "/#subsystem#")
 NETCDF_DIMENSION_ONLY = b"This is a netCDF dimension but not a netCDF variable"
@@ -77,11 +92,6 @@ def walk(f):
         yield full, link, obj
 
 
-def is_matlab(dset) -> bool:
-    """True for a MATLAB v7.3 variable (a ``MATLAB_class`` attribute): stored column-major, read transposed."""
-    return "MATLAB_class" in dset.attrs
-
-
 def is_keras(f) -> bool:
     """True for a Keras weights / model file (``keras_version`` or ``layer_names`` at the root or in
     ``/model_weights``, as ``save_weights`` and the legacy ``.h5`` model format write)."""
@@ -111,159 +121,25 @@ def kind_of(dset, path: str) -> str:
     return SCALAR if dset.ndim == 0 else DATA
 
 
-def is_empty(dset, path: str | None = None) -> bool:
-    """True for an empty MATLAB array (``MATLAB_empty``, or MATLAB's shared ``canonical empty``): its stored
-    values are its dimensions, not data.
-
-    Raises:
-      SourceError: a ``MATLAB_class`` that is not one string or a ``MATLAB_empty`` that is not one integer (MATLAB
-        writes a fixed-length ASCII string and a uint8), naming the dataset (``path``, default ``dset.name``).
-    """
-    attrs = dset.attrs
-    if "MATLAB_class" not in attrs:
-        return False
-    return bool(_matlab_attr(dset, "MATLAB_empty", path)) or _matlab_attr(dset, "MATLAB_class", path) in (
-        b"canonical empty",
-        "canonical empty",
-    )
-
-
-def _matlab_attr(dset, name: str, path: str | None):
-    """The attribute ``name`` of a MATLAB variable: a string (``MATLAB_class``) or one integer (``MATLAB_empty``,
-    0 when absent); anything else is a SourceError naming the dataset, never a NumPy truth-value traceback."""
-    import numpy as np
-
-    from tfrecord_etl.transforms.errors import SourceError
-
-    try:
-        value = dset.attrs.get(name, 0)
-    except Exception as e:  # noqa: BLE001 - an attribute of a type h5py cannot read
-        value = e
-    if name == "MATLAB_class":
-        ok = isinstance(value, (bytes, str))
-        want = "a class name string (double, char, cell, ...)"
-    else:
-        ok = isinstance(value, (int, np.integer, np.bool_)) or (
-            isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iub"
-        )
-        want = "one integer"
-    if not ok:
-        kind = getattr(value, "dtype", type(value).__name__)
-        what = (
-            f"unreadable ({type(value).__name__}: {value})"
-            if isinstance(value, Exception)
-            else f"the value {value!r} ({kind})"
-            if np.ndim(value) == 0
-            else f"an array of {kind}, shape {list(np.shape(value))}"
-        )
-        raise SourceError(
-            f"The dataset's {name} attribute is {what}, not {want}: the file is not a valid MATLAB v7.3 file",
-            dataset=path or dset.name,
-            hint=f"remove or fix the {name} attribute (h5py: del dset.attrs['{name}']), or "
-            "choose other datasets with --datasets",
-        )
-    return value.item() if isinstance(value, np.ndarray) else value
-
-
-def _matlab_complex(dset):
-    """The complex dtype of a MATLAB complex array (a compound of ``real`` and ``imag`` floats of one type), else
-    None."""
-    import numpy as np
-
-    dtype = dset.dtype
-    if (
-        is_matlab(dset)
-        and dtype.names == ("real", "imag")
-        and dtype["real"] == dtype["imag"]
-        and dtype["real"].kind == "f"
-        and dtype["real"].itemsize in (4, 8)
-    ):
-        return np.dtype(
-            f"{dtype['real'].byteorder if dtype['real'].byteorder != '=' else ''}c{2 * dtype['real'].itemsize}"
-        )
-    return None
-
-
-def is_char(dset) -> bool:
-    """True for a MATLAB v7.3 char array (``MATLAB_class`` ``char``): its uint16 code units convert to strings
-    (:mod:`mattext`)."""
-    return is_matlab(dset) and dset.attrs.get("MATLAB_class") in (b"char", "char") and dset.ndim >= 1
-
-
-def string_cells(dset):
-    """The char datasets of a MATLAB v7.3 cell array ``dset`` (object references) in MATLAB's linear order, each
-    ``None`` for empty text, when every cell is a char row vector or empty text; else None. Such a cell converts
-    to one list of strings (:mod:`mattext`), as a v4-v7 file's does."""
-    import h5py
-
-    try:
-        if h5py.check_ref_dtype(dset.dtype) is None or dset.attrs.get("MATLAB_class") not in (b"cell", "cell"):
-            return None
-        refs = dset[()].ravel()  # HDF5's reversed dimensions: C order is MATLAB's column order
-        out = []
-        for ref in refs:
-            target = dset.file[ref] if ref else None
-            if not isinstance(target, h5py.Dataset) or target.attrs.get("MATLAB_class") not in (b"char", "char"):
-                return None
-            if is_empty(target):
-                out.append(None)
-                continue
-            shape = tuple(int(d) for d in target.shape)[::-1]
-            if len(shape) != 2 or shape[0] != 1:
-                return None
-            out.append(target)
-        return out or None
-    except Exception:  # noqa: BLE001 - not a readable cell of text: the caller names it as skipped
-        return None
-
-
-def _string_list(dset, cells):
-    import numpy as np
-
-    from tfrecord_etl.transforms.sources import mattext
-
-    return mattext.strings_list(
-        [np.zeros((0,), "<u2") if c is None else _matlab_order(c, np.asarray(c[()])) for c in cells], dset.name
-    )
-
-
-def _list_spec(cells):
-    from tfrecord_etl.transforms.sources import mattext
-
-    return mattext.list_spec(0 if c is None else int(c.shape[0]) for c in cells)
-
-
-def _char_spec(dset):
-    from tfrecord_etl.transforms.sources import mattext
-
-    return mattext.char_spec(tuple(int(d) for d in dset.shape)[::-1])
-
-
-def _char_strings(dset, codes):
-    from tfrecord_etl.transforms.sources import mattext
-
-    return mattext.char_strings(codes, dset.name)
-
-
 def dtype_of(dset):
     """The NumPy dtype of a dataset's elements as converted: a MATLAB complex array (compound ``real``/``imag``) is
     complex, a MATLAB char array strings (``'<U{n}'``, :mod:`mattext`); any other dataset keeps its dtype, a
     subarray dtype (``('<f8', (3,))``, an HDF5 array type) included, which h5py reads as extra trailing axes (see
     :func:`array_spec`)."""
     if is_char(dset):
-        return _char_spec(dset)[0]
-    complex_dtype = _matlab_complex(dset)
-    return dset.dtype if complex_dtype is None else complex_dtype
+        return char_spec(dset)[0]
+    as_complex = complex_dtype(dset)
+    return dset.dtype if as_complex is None else as_complex
 
 
 def array_spec(dset):
     """``(dtype, shape)`` of the whole dataset as :func:`read_whole` returns it: MATLAB variables in MATLAB's
     orientation, a subarray dtype's dimensions appended after the dataset's (its base dtype, as h5py reads it)."""
     if is_char(dset):
-        return _char_spec(dset)
+        return char_spec(dset)
     cells = string_cells(dset)
     if cells is not None:
-        return _list_spec(cells)
+        return list_spec(cells)
     dtype = dtype_of(dset)
     shape = tuple(int(d) for d in dset.shape)
     if is_matlab(dset) and len(shape) > 1:
@@ -274,38 +150,12 @@ def array_spec(dset):
     return dtype, shape
 
 
-def _converted(dset, data):
-    """``data`` read from ``dset`` in the dtype of :func:`dtype_of` (MATLAB complex parts copied bit for bit).
-
-    Decided from the dataset's own dtype, never by comparing it with ``data.dtype``: h5py returns a subarray
-    dtype as its base dtype with extra axes, which is no conversion."""
-    import numpy as np
-
-    target = _matlab_complex(dset)
-    if target is None:
-        return data
-    out = np.empty(data.shape, target)
-    out.real, out.imag = data["real"], data["imag"]
-    return out
-
-
-def _matlab_order(dset, data):
-    """``data`` read from a MATLAB variable with HDF5's axes reversed back (a subarray dtype's trailing axes stay
-    last), C-contiguous; other datasets unchanged."""
-    import numpy as np
-
-    if not (is_matlab(dset) and dset.ndim > 1):
-        return data
-    axes = tuple(range(dset.ndim))[::-1] + tuple(range(dset.ndim, data.ndim))
-    return np.ascontiguousarray(data.transpose(axes))
-
-
 def rows_and_shape(dset) -> tuple[int, tuple[int, ...]]:
     """``(rows, row shape)`` of a dataset of kind DATA as converted: MATLAB variables transposed (rows = MATLAB's
     first dimension, HDF5's last). The row shape holds the dataset's axes only: a subarray dtype's dimensions
-    follow them (:func:`~tfrecord_etl.transforms.sources.base._leaf_specs` appends them)."""
+    follow them (:func:`~tfrecord_etl.transforms.sources.base.leaf_specs` appends them)."""
     if is_char(dset):
-        _, shape = _char_spec(dset)
+        _, shape = char_spec(dset)
         return shape[0], shape[1:]
     shape = tuple(int(d) for d in dset.shape)
     if is_matlab(dset) and len(shape) > 1:
@@ -324,10 +174,10 @@ def read_rows(dset, start: int, stop: int):
     """Rows ``[start, stop)`` of a DATA dataset as a C-contiguous NumPy array of shape ``(stop - start, *row
     shape, *subarray shape)``; MATLAB variables are sliced on HDF5's last axis and transposed back."""
     if is_char(dset):
-        return _char_strings(dset, _matlab_order(dset, dset[..., start:stop]))
+        return char_strings(dset, matlab_order(dset, dset[..., start:stop]))
     if is_matlab(dset) and dset.ndim > 1:
-        return _converted(dset, _matlab_order(dset, dset[..., start:stop]))
-    return _converted(dset, dset[start:stop])
+        return converted(dset, matlab_order(dset, dset[..., start:stop]))
+    return converted(dset, dset[start:stop])
 
 
 def read_whole(dset):
@@ -336,11 +186,11 @@ def read_whole(dset):
     import numpy as np
 
     if is_char(dset):
-        return _char_strings(dset, _matlab_order(dset, np.asarray(dset[()])))
+        return char_strings(dset, matlab_order(dset, np.asarray(dset[()])))
     cells = string_cells(dset)
     if cells is not None:
-        return _string_list(dset, cells)
-    return _converted(dset, _matlab_order(dset, np.asarray(dset[()])))
+        return string_list(dset, cells)
+    return converted(dset, matlab_order(dset, np.asarray(dset[()])))
 
 
 def leading_dimension(dset) -> str | None:
@@ -412,7 +262,7 @@ def data_bytes(dset) -> int:
     try:
         cells = string_cells(dset)
         if cells is not None:
-            dtype, shape = _list_spec(cells)
+            dtype, shape = list_spec(cells)
             return shape[0] * (dtype.itemsize // 4) * 2
         return int(math.prod(dset.shape)) * dset.dtype.itemsize
     except (TypeError, ValueError):

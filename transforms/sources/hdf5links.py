@@ -1,6 +1,6 @@
 """Links of an HDF5 file: soft links (a name for another object of the same file) and external links (a name for an
 object of another file, ``h5py.ExternalLink``). An external link is read under the rule of external raw storage
-(``hdf5._check_storage``): refused unless ``--allow_external_storage``, and then followed only when its file is a
+(``hdf5storage.check_storage``): refused unless ``--allow_external_storage``, and then followed only when its file is a
 regular file inside the input file's own directory (resolved there, never against the working directory, symlinks
 resolved). The name of a dataset (``--datasets``, or a name found by the walk) is resolved here one component at a
 time, so that an external link anywhere on the way (``/entry/data`` linking a group of another file) is seen and
@@ -163,3 +163,24 @@ def has_links(f, name: str) -> bool:
             return True
         group = group[key]
     return False
+
+
+def followed_dataset(f, full: str, link, path: str, allow: bool, skipped: dict):
+    """The dataset an external link found by the walk names, when it is followed (``allow``:
+    ``--allow_external_storage``, and its file a regular file in the input's directory); else None, and the link is
+    added to ``skipped`` under the reason (one warning line names it)."""
+    import h5py
+
+    why = link_status(link, path, allow)
+    target = None
+    if why is None:
+        try:
+            target = resolve(f, full, path, True)
+        except (KeyError, SourceError) as e:
+            why = f"unreadable: {e}"
+    if why is None and not isinstance(target, h5py.Dataset):
+        why = "to a group: name its datasets with --datasets"
+    if why is not None:
+        skipped.setdefault(f"external link not followed ({why})", []).append(f"{full} -> {link.filename}:{link.path}")
+        return None
+    return target

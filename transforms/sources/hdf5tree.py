@@ -6,6 +6,13 @@ from __future__ import annotations
 
 from tfrecord_etl.transforms.codec import normalize_dtype
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
+from tfrecord_etl.transforms.sources import conventions, hdf5layout as layout
+from tfrecord_etl.transforms.sources.base import SourceOptions
+from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source
+from tfrecord_etl.transforms.sources.hdf5links import link_status
+from tfrecord_etl.transforms.sources.hdf5matlab import is_matlab
+from tfrecord_etl.transforms.sources.matlab import MatlabSource
+from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
 
 MAX_OBJECTS = 10_000  # entries listed before the walk stops (the summary says so)
 
@@ -26,12 +33,7 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
     """
     import h5py
 
-    from tfrecord_etl.transforms.sources import conventions, hdf5layout as layout
-    from tfrecord_etl.transforms.sources.base import SourceOptions
-    from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source
-    from tfrecord_etl.transforms.sources.hdf5links import link_status
-
-    f, stream = Hdf5Source(SourceOptions())._open(path)
+    f, stream = Hdf5Source(SourceOptions()).open_file(path)
     objects, truncated, entries = [], False, []
     try:
         collector = conventions.Hdf5Roles(f)
@@ -39,21 +41,8 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
             if len(objects) >= max_objects:
                 truncated = True
                 break
-            if isinstance(link, h5py.SoftLink):
-                objects.append({"path": full, "kind": "soft link", "target": link.path})
-                continue
-            if isinstance(link, h5py.ExternalLink):
-                why = link_status(link, path, True)
-                objects.append(
-                    {
-                        "path": full,
-                        "kind": "external link",
-                        "target": f"{link.filename}:{link.path}",
-                        "convert": f"convert refuses it: {why}"
-                        if why
-                        else "convert follows it with --allow_external_storage",
-                    }
-                )
+            if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
+                objects.append(_link_entry(full, link, path))
                 continue
             if isinstance(obj, Exception) or obj is None:  # a damaged or unsupported object: listed, not fatal
                 objects.append({"path": full, "kind": "unreadable", "target": str(obj)})
@@ -67,42 +56,8 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
                 objects.append({"path": full, "kind": "unreadable", "target": e.message})
                 continue
             collector.observe(full, obj, kind)
-            plist = obj.id.get_create_plist()
-            storage = (
-                "virtual"
-                if obj.is_virtual
-                else (
-                    "external"
-                    if plist.get_external_count()
-                    else {0: "compact", 1: "contiguous", 2: "chunked"}.get(plist.get_layout(), "other")
-                )
-            )
-            filters = [
-                str(plist.get_filter(i)[3].decode(errors="replace") or plist.get_filter(i)[0])
-                for i in range(plist.get_nfilters())
-            ]
-            try:
-                dtype = str(obj.dtype)
-                if obj.dtype.fields is None and obj.dtype.subdtype is None and obj.dtype.kind != "O":
-                    normalize_dtype(obj.dtype)  # e.g. float128: no portable form
-            except (TypeError, ValueError, SchemaError) as e:  # HDF5 time types, float128...: convert refuses them
-                dtype, kind = (
-                    (f"no NumPy dtype ({e})" if not isinstance(e, SchemaError) else dtype),
-                    "unsupported dtype",
-                )
-            objects.append(
-                {
-                    "path": full,
-                    "kind": kind,
-                    "dtype": dtype,
-                    "shape": list(obj.shape),
-                    "chunks": list(obj.chunks) if obj.chunks else None,
-                    "filters": filters,
-                    "storage": storage,
-                    "matlab": layout.is_matlab(obj),
-                }
-            )
-            if kind in (layout.DATA, layout.SCALE):
+            objects.append(_dataset_entry(full, obj, kind))
+            if objects[-1]["kind"] in (layout.DATA, layout.SCALE):
                 rows, _ = layout.rows_and_shape(obj)
                 entries.append((full, rows, layout.leading_dimension(obj), layout.data_bytes(obj)))
         roles = collector.roles([e[0] for e in entries])
@@ -113,10 +68,62 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
     return _with_groups({"file": path, "objects": objects, "truncated": truncated}, entries, roles)
 
 
+def _link_entry(full: str, link, path: str) -> dict:
+    """The tree's entry of a soft link (its target) or an external link (its target and what convert does)."""
+    import h5py
+
+    if isinstance(link, h5py.SoftLink):
+        return {"path": full, "kind": "soft link", "target": link.path}
+    why = link_status(link, path, True)
+    return {
+        "path": full,
+        "kind": "external link",
+        "target": f"{link.filename}:{link.path}",
+        "convert": f"convert refuses it: {why}" if why else "convert follows it with --allow_external_storage",
+    }
+
+
+def _dataset_entry(full: str, obj, kind: str) -> dict:
+    """The tree's entry of a dataset of ``kind``: dtype (``unsupported dtype`` when convert refuses it), shape,
+    chunks, filters, storage (``contiguous``, ``chunked``, ``compact``, ``external``, ``virtual``), MATLAB or not."""
+    plist = obj.id.get_create_plist()
+    storage = (
+        "virtual"
+        if obj.is_virtual
+        else (
+            "external"
+            if plist.get_external_count()
+            else {0: "compact", 1: "contiguous", 2: "chunked"}.get(plist.get_layout(), "other")
+        )
+    )
+    filters = [
+        str(plist.get_filter(i)[3].decode(errors="replace") or plist.get_filter(i)[0])
+        for i in range(plist.get_nfilters())
+    ]
+    try:
+        dtype = str(obj.dtype)
+        if obj.dtype.fields is None and obj.dtype.subdtype is None and obj.dtype.kind != "O":
+            normalize_dtype(obj.dtype)  # e.g. float128: no portable form
+    except (TypeError, ValueError, SchemaError) as e:  # HDF5 time types, float128...: convert refuses them
+        dtype, kind = (
+            (f"no NumPy dtype ({e})" if not isinstance(e, SchemaError) else dtype),
+            "unsupported dtype",
+        )
+    return {
+        "path": full,
+        "kind": kind,
+        "dtype": dtype,
+        "shape": list(obj.shape),
+        "chunks": list(obj.chunks) if obj.chunks else None,
+        "filters": filters,
+        "storage": storage,
+        "matlab": is_matlab(obj),
+    }
+
+
 def _with_groups(tree: dict, entries, roles) -> dict:
     """``tree`` with its ``row_groups`` and ``default`` (:func:`conventions.tree_groups`) and each object's
     ``role`` (why a coordinate, bounds or metadata dataset describes the data), where the conventions say."""
-    from tfrecord_etl.transforms.sources import conventions
 
     tree["row_groups"], tree["default"] = conventions.tree_groups(entries, roles)
     for o in tree["objects"]:
@@ -133,12 +140,9 @@ def netcdf3_tree(path: str) -> dict:
     Raises:
       SourceError: not a readable NetCDF-3 file (naming it).
     """
-    from tfrecord_etl.transforms.sources import conventions
-    from tfrecord_etl.transforms.sources.base import SourceOptions
-    from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
 
     source = NetCdf3Source(SourceOptions())
-    f = source._open(path)
+    f = source.open_file(path)
     objects, entries = [], []
     try:
         roles = conventions.netcdf3_roles(f)
@@ -158,7 +162,7 @@ def netcdf3_tree(path: str) -> dict:
             if var.shape:
                 entries.append((name, int(var.shape[0]), var.dimensions[0], int(var.data.nbytes)))
     finally:
-        source._close(f)
+        source.close_file(f)
     return _with_groups({"file": path, "format": "NetCDF-3", "objects": objects, "truncated": False}, entries, roles)
 
 
@@ -171,12 +175,9 @@ def matlab_tree(path: str) -> dict:
     Raises:
       SourceError: not a readable MATLAB v4-v7 file, or a struct over the size limit (naming it).
     """
-    from tfrecord_etl.transforms.sources import hdf5layout as layout
-    from tfrecord_etl.transforms.sources.base import SourceOptions
-    from tfrecord_etl.transforms.sources.matlab import MatlabSource
 
     source = MatlabSource(SourceOptions())
-    with source._stream(path) as f:
+    with source.open_stream(path) as f:
         table = source.variables(f, path)
         leaves = source.leaves(f, table, path)
     classes = {f"/{v.name}": (v.mclass + (" complex" if v.is_complex else ""), v.compressed) for v in table}

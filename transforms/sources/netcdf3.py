@@ -23,13 +23,13 @@ from tfrecord_etl.transforms.sources.base import (
     Columns,
     FileIndex,
     RowRange,
-    _check_empty_rows,
-    _check_names,
-    _leaf_specs,
-    _refuse_special_file,
-    _row_bytes,
-    _row_spec,
+    check_empty_rows,
+    check_names,
+    leaf_specs,
     log,
+    refuse_special_file,
+    row_bytes,
+    row_spec,
 )
 from tfrecord_etl.transforms.sources.container import (
     MODE_FLAG,
@@ -38,6 +38,7 @@ from tfrecord_etl.transforms.sources.container import (
     choose_group,
     datasets_index,
 )
+from tfrecord_etl.transforms.sources.signatures import other_format_hint
 
 NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02")
 
@@ -57,10 +58,10 @@ class NetCdf3Source(ContainerSource):
     magic = NETCDF3_MAGIC
     content_label = "a NetCDF-3 file"
 
-    def _open(self, path: str):
+    def open_file(self, path: str):
         from scipy.io import netcdf_file
 
-        _refuse_special_file(path)
+        refuse_special_file(path)
         if not fileio.is_local(path):
             raise SourceError(
                 "NetCDF-3 files are read memory-mapped from local disk",
@@ -70,8 +71,6 @@ class NetCdf3Source(ContainerSource):
         try:
             return _streaming_aware(netcdf_file)(path, "r", mmap=True, maskandscale=False)
         except Exception as e:  # noqa: BLE001 - SciPy raises TypeError/ValueError/OSError on damaged headers
-            from tfrecord_etl.transforms.sources import other_format_hint
-
             raise SourceError(
                 f"Not a readable NetCDF-3 file: {e}",
                 file=path,
@@ -79,7 +78,7 @@ class NetCdf3Source(ContainerSource):
             ) from None
 
     @staticmethod
-    def _close(f) -> None:
+    def close_file(f) -> None:
         with warnings.catch_warnings():  # "Cannot close a netcdf_file opened with mmap=True ...": views are gone
             warnings.simplefilter("ignore")
             f.close()
@@ -102,7 +101,7 @@ class NetCdf3Source(ContainerSource):
           SourceError: unreadable or remote file, unknown variable.
           SchemaError: 0-d variables in rows mode, lengths that differ, no variable with rows.
         """
-        f = self._open(path)
+        f = self.open_file(path)
         try:
             if self.loose:
                 return self._index_variables(f, path)
@@ -122,14 +121,14 @@ class NetCdf3Source(ContainerSource):
                     )
                 dtype = var.data.dtype
                 data_row_bytes += dtype.itemsize * int(np.prod(var.shape[1:]))
-                specs += _leaf_specs(name.strip("/"), dtype, var.shape[1:], f"{path}, variable '{name}'")
+                specs += leaf_specs(name.strip("/"), dtype, var.shape[1:], f"{path}, variable '{name}'")
                 lengths[name] = int(var.shape[0])
         finally:
-            self._close(f)
-        _check_names(specs, path)
+            self.close_file(f)
+        check_names(specs, path)
         rows = check_leading_lengths(lengths, path, "variables")
-        _check_empty_rows(rows, data_row_bytes, self.options, path)
-        return FileIndex(path, rows, tuple(specs), _row_bytes(specs), 1, tuple(names))
+        check_empty_rows(rows, data_row_bytes, self.options, path)
+        return FileIndex(path, rows, tuple(specs), row_bytes(specs), 1, tuple(names))
 
     def _default_variables(self, f, path: str) -> list[str]:
         entries, scalars = [], []
@@ -161,15 +160,15 @@ class NetCdf3Source(ContainerSource):
         specs, sizes = [], []
         for name in names:
             var = self._variable(f, name, path)
-            specs.append(_row_spec(ARRAY, var.data.dtype, var.shape, f"{path}, variable '{name}'"))
+            specs.append(row_spec(ARRAY, var.data.dtype, var.shape, f"{path}, variable '{name}'"))
             sizes.append(int(var.data.nbytes))
         return datasets_index(path, names, specs, sizes, "variable")
 
     def open_for_read(self, path: str):
-        return self._open(path)
+        return self.open_file(path)
 
     def close_handle(self, handle) -> None:
-        self._close(handle)
+        self.close_file(handle)
 
     def read(self, rr: RowRange) -> Columns:
         try:

@@ -17,19 +17,19 @@ from tfrecord_etl.transforms.sources.base import (
     RowRange,
     Source,
     SourceOptions,
-    _check_empty_rows,
-    _leaf_specs,
-    _refuse_special_file,
-    _row_bytes,
+    check_empty_rows,
+    leaf_specs,
+    refuse_special_file,
+    row_bytes,
 )
 from tfrecord_etl.transforms.sources.npyformat import (
-    _check_declared,
-    _data_bytes,
-    _merged_array_specs,
-    _NpyHeader,
-    _read_npy_header,
-    _read_rows,
-    _read_whole,
+    NpyHeader,
+    check_declared,
+    data_bytes,
+    merged_array_specs,
+    read_npy_header,
+    read_rows,
+    read_whole,
 )
 
 
@@ -47,10 +47,10 @@ class NpySource(Source):
         super().__init__(options)
         self.loose = options.npy_mode == "files"
 
-    def _header(self, path: str) -> _NpyHeader:
-        _refuse_special_file(path)
+    def _header(self, path: str) -> NpyHeader:
+        refuse_special_file(path)
         with fileio.open_read(path) as f:
-            return _read_npy_header(f, path)
+            return read_npy_header(f, path)
 
     def index(self, path: str) -> FileIndex:
         """Learns rows and features from the header, checked against the file size.
@@ -60,13 +60,13 @@ class NpySource(Source):
             of zero bytes than ``max_empty_rows``.
           SchemaError: object arrays, 0-d arrays in rows mode.
         """
-        _refuse_special_file(path)
+        refuse_special_file(path)
         with fileio.open_read(path) as f:
-            h = _read_npy_header(f, path)
-            _check_declared(h, f.seek(0, 2), path)
+            h = read_npy_header(f, path)
+            check_declared(h, f.seek(0, 2), path)
         if self.loose:
-            size = _data_bytes(h)
-            specs = (FeatureSpec(KEY, VLEN_BYTES, (), "list"), *_merged_array_specs([h], path))
+            size = data_bytes(h)
+            specs = (FeatureSpec(KEY, VLEN_BYTES, (), "list"), *merged_array_specs([h], path))
             return FileIndex(path, 1, specs, size, 1, (path,), (size,))
         if not h.shape:
             raise SchemaError(
@@ -74,10 +74,10 @@ class NpySource(Source):
                 file=path,
                 hint="use --npy_mode files (each file -> one Example)",
             )
-        _check_empty_rows(h.shape[0], h.dtype.itemsize * math.prod(h.shape[1:]), self.options, path)
+        check_empty_rows(h.shape[0], h.dtype.itemsize * math.prod(h.shape[1:]), self.options, path)
         name = ARRAY
-        specs = tuple(_leaf_specs(name, h.dtype, h.shape[1:], path))
-        return FileIndex(path, h.shape[0], specs, _row_bytes(specs), 1, ())
+        specs = tuple(leaf_specs(name, h.dtype, h.shape[1:], path))
+        return FileIndex(path, h.shape[0], specs, row_bytes(specs), 1, ())
 
     def read(self, rr: RowRange) -> Columns:
         if self.loose:
@@ -85,11 +85,11 @@ class NpySource(Source):
             for p in rr.items:
                 h = self._header(p)
                 with fileio.open_read(p) as f:
-                    for name, leaf in flatten_fields(ARRAY, _read_whole(f, h, p)):
+                    for name, leaf in flatten_fields(ARRAY, read_whole(f, h, p)):
                         out.setdefault(name, []).append(leaf)
             return out
         if fileio.is_local(rr.path):
-            _refuse_special_file(rr.path)
+            refuse_special_file(rr.path)
             try:
                 mm = np.load(rr.path, mmap_mode="r", allow_pickle=False)
             except (ValueError, OSError) as e:
@@ -104,5 +104,5 @@ class NpySource(Source):
         else:
             h = self._header(rr.path)
             with fileio.open_read(rr.path) as f:
-                data = _read_rows(f, h, rr.start, rr.stop, rr.path)
+                data = read_rows(f, h, rr.start, rr.stop, rr.path)
         return dict(flatten_fields(ARRAY, data))

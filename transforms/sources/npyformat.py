@@ -12,18 +12,18 @@ import numpy as np
 
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources.base import ARRAY, _leaf_specs, loosen_all
+from tfrecord_etl.transforms.sources.base import ARRAY, leaf_specs, loosen_all
 
 
 @dataclasses.dataclass(frozen=True)
-class _NpyHeader:
+class NpyHeader:
     shape: tuple[int, ...]
     fortran: bool
     dtype: np.dtype
     data_offset: int
 
 
-def _read_npy_header(stream: BinaryIO, where: str) -> _NpyHeader:
+def read_npy_header(stream: BinaryIO, where: str) -> NpyHeader:
     fmt = np.lib.format
     try:
         version = fmt.read_magic(stream)
@@ -43,10 +43,10 @@ def _read_npy_header(stream: BinaryIO, where: str) -> _NpyHeader:
             file=where,
             hint="save the data with a numeric or string dtype",
         )
-    return _NpyHeader(tuple(shape), fortran, dtype, stream.tell())
+    return NpyHeader(tuple(shape), fortran, dtype, stream.tell())
 
 
-def _read_rows(stream: BinaryIO, h: _NpyHeader, start: int, stop: int, where: str, column_stream=None) -> np.ndarray:
+def read_rows(stream: BinaryIO, h: NpyHeader, start: int, stop: int, where: str, column_stream=None) -> np.ndarray:
     """Rows ``[start, stop)`` of an array stored after ``h.data_offset``; reads only those bytes.
 
     C order: one seek and one read. Fortran order: a seek and a read per column of the rows (the
@@ -82,12 +82,12 @@ def _read_rows(stream: BinaryIO, h: _NpyHeader, start: int, stop: int, where: st
     return np.ascontiguousarray(cols.T.reshape((k, *rest), order="F"))
 
 
-def _data_bytes(h: _NpyHeader) -> int:
+def data_bytes(h: NpyHeader) -> int:
     """Bytes of the array data the header declares (exact: Python ints, no overflow)."""
     return h.dtype.itemsize * math.prod(h.shape)
 
 
-def _check_declared(h: _NpyHeader, present: int, path: str, member: str | None = None) -> None:
+def check_declared(h: NpyHeader, present: int, path: str, member: str | None = None) -> None:
     """Refuses a header that declares more bytes (header + shape x itemsize) than are present.
 
     ``present``: the file size (.npy) or the member's uncompressed size in the zip directory (.npz).
@@ -95,7 +95,7 @@ def _check_declared(h: _NpyHeader, present: int, path: str, member: str | None =
     Raises:
       SourceError: naming the file (and member), the declared shape and dtype, declared and present bytes.
     """
-    declared = h.data_offset + _data_bytes(h)
+    declared = h.data_offset + data_bytes(h)
     if declared > present:
         what = "member" if member is not None else "file"
         raise SourceError(
@@ -107,13 +107,13 @@ def _check_declared(h: _NpyHeader, present: int, path: str, member: str | None =
         )
 
 
-def _read_whole(stream: BinaryIO, h: _NpyHeader, where: str) -> np.ndarray:
+def read_whole(stream: BinaryIO, h: NpyHeader, where: str) -> np.ndarray:
     """The whole array (a 0-d array too), in C order."""
     flat = dataclasses.replace(h, shape=h.shape or (1,))
-    return _read_rows(stream, flat, 0, flat.shape[0], where).reshape(h.shape)
+    return read_rows(stream, flat, 0, flat.shape[0], where).reshape(h.shape)
 
 
-def _merged_array_specs(headers, path, members=None) -> tuple[FeatureSpec, ...]:
+def merged_array_specs(headers, path, members=None) -> tuple[FeatureSpec, ...]:
     """The array features of arrays/files modes, loosened over ``headers`` (``members``: their npz member names,
     named in errors): ``array``, or ``array/FIELD`` per leaf field of a structured dtype (nested fields
     ``array/outer/inner``; a subarray field adds its dimensions after the array's, as ``flatten_fields`` reads it).
@@ -125,7 +125,7 @@ def _merged_array_specs(headers, path, members=None) -> tuple[FeatureSpec, ...]:
     by_name: dict[str, list[FeatureSpec]] = {}
     first = None
     for h, where, i in zip(headers, wheres, range(len(headers))):
-        leaves = _leaf_specs(ARRAY, h.dtype, h.shape, where)
+        leaves = leaf_specs(ARRAY, h.dtype, h.shape, where)
         names = [s.name for s in leaves]
         if first is None:
             first = (names, i)

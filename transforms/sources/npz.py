@@ -3,11 +3,9 @@ duplicates, compression ratio), streamed so that a shard's row ranges decompress
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import math
-import struct
 import zipfile
 import zlib
 
@@ -24,21 +22,22 @@ from tfrecord_etl.transforms.sources.base import (
     RowRange,
     Source,
     SourceOptions,
-    _check_empty_rows,
-    _check_names,
-    _leaf_specs,
-    _refuse_special_file,
-    _row_bytes,
+    check_empty_rows,
+    check_names,
+    leaf_specs,
+    refuse_special_file,
+    row_bytes,
 )
 from tfrecord_etl.transforms.sources.members import select_members
 from tfrecord_etl.transforms.sources.npyformat import (
-    _check_declared,
-    _data_bytes,
-    _merged_array_specs,
-    _NpyHeader,
-    _read_npy_header,
-    _read_rows,
+    NpyHeader,
+    check_declared,
+    data_bytes,
+    merged_array_specs,
+    read_npy_header,
+    read_rows,
 )
+from tfrecord_etl.transforms.sources.zipmember import Inflater, member_data_start
 
 RATIO_CHECK_MIN_BYTES = 2**20  # npz members of at most this many uncompressed bytes are never refused by ratio
 
@@ -54,7 +53,7 @@ class _OpenArchive:
     def __init__(self, path: str, stream, zf: zipfile.ZipFile):
         self.path, self.stream, self.zf = path, stream, zf
         self.members: dict = {}  # (member, column or -1) -> ZipExtFile
-        self.headers: dict = {}  # member -> (_NpyHeader, ZipInfo, archive offset of its data or None)
+        self.headers: dict = {}  # member -> (NpyHeader, ZipInfo, archive offset of its data or None)
 
     def close(self) -> None:
         for m in self.members.values():
@@ -64,80 +63,6 @@ class _OpenArchive:
 
 
 MAX_COLUMN_STREAMS = 256  # Fortran-order compressed members: one decompressor per column up to this many
-
-
-class _Inflater:
-    """A forward stream over a deflated zip member's bytes that can be forked (the zlib state is copied).
-
-    Fortran-order members keep one per column: the stream of column ``c`` is forked from column
-    ``c - 1``'s, so reading ranges in order decompresses the member at most twice (the fork chain passes
-    every column once, then each column's own stream) whatever the number of columns (a fresh
-    decompressor per column would skip ``c`` columns each: ``ncols / 2`` passes). A seek backwards
-    restarts from the member's start. The stream that reaches the member's end has passed every byte
-    and checks the zip CRC-32 (BadZipFile), as zipfile does. Memory: the zlib window (32 KB) and one
-    compressed chunk (64 KB) per stream.
-    """
-
-    CHUNK = 64 * 1024
-
-    def __init__(self, raw, start: int, compress_size: int, size: int, crc: int):
-        self._raw, self._start, self._csize, self._size, self._crc = raw, start, compress_size, size, crc
-        self._reset()
-
-    def _reset(self) -> None:
-        self._d = zlib.decompressobj(-zlib.MAX_WBITS)
-        self._cpos, self._pos, self._tail, self._running = 0, 0, b"", 0
-
-    def fork(self) -> _Inflater:
-        new = copy.copy(self)
-        new._d = self._d.copy()
-        return new
-
-    def tell(self) -> int:
-        return self._pos
-
-    def close(self) -> None:
-        self._tail = b""
-
-    def _produce(self, n: int) -> bytes:
-        """Up to ``n`` (> 0) more bytes; b"" at the member's end."""
-        while not self._d.eof:
-            if not self._tail:
-                if self._cpos >= self._csize:
-                    break
-                self._raw.seek(self._start + self._cpos)
-                self._tail = self._raw.read(min(self.CHUNK, self._csize - self._cpos))
-                if not self._tail:
-                    raise EOFError("the archive ends inside the member's compressed data")
-                self._cpos += len(self._tail)
-            out = self._d.decompress(self._tail, n)
-            self._tail = self._d.unconsumed_tail
-            if out:
-                self._pos += len(out)
-                self._running = zlib.crc32(out, self._running)
-                if self._pos >= self._size and self._running != self._crc:  # every byte passed this stream
-                    raise zipfile.BadZipFile("Bad CRC-32 of the member's data: the archive is corrupt")
-                return out
-        return b""
-
-    def read(self, n: int) -> bytes:
-        n = max(0, min(n, self._size - self._pos))
-        parts = []
-        while n > 0:
-            out = self._produce(n)
-            if not out:
-                break
-            parts.append(out)
-            n -= len(out)
-        return b"".join(parts)
-
-    def seek(self, target: int) -> int:
-        if target < self._pos:
-            self._reset()
-        while self._pos < min(target, self._size):
-            if not self._produce(min(target - self._pos, 2**20)):
-                break
-        return self._pos
 
 
 class NpzSource(Source):
@@ -160,7 +85,7 @@ class NpzSource(Source):
         self.loose = options.npz_mode == "arrays"
 
     def _zip(self, path: str):
-        _refuse_special_file(path)
+        refuse_special_file(path)
         stream = fileio.open_read(path)
         try:
             return zipfile.ZipFile(stream), stream
@@ -231,11 +156,11 @@ class NpzSource(Source):
                 hint="if the data is genuine (e.g. mostly zeros), raise --max_compression_ratio",
             )
 
-    def _header(self, zf, member: str, path: str) -> _NpyHeader:
+    def _header(self, zf, member: str, path: str) -> NpyHeader:
         where = f"{path}, member '{member[:-4]}'"
         try:
             with zf.open(member) as m:
-                return _read_npy_header(m, where)
+                return read_npy_header(m, where)
         except SchemaError as e:  # an object member: the others may still be converted without it
             raise SchemaError(
                 e.message,
@@ -271,12 +196,12 @@ class NpzSource(Source):
             headers = {}
             for m in members:
                 headers[m] = self._header(zf, m, path)
-                _check_declared(headers[m], zf.getinfo(m).file_size, path, m[:-4])
+                check_declared(headers[m], zf.getinfo(m).file_size, path, m[:-4])
         if self.loose:
-            sizes = tuple(_data_bytes(h) for h in headers.values())
+            sizes = tuple(data_bytes(h) for h in headers.values())
             specs = (
                 FeatureSpec(KEY, VLEN_BYTES, (), "list"),
-                *_merged_array_specs(list(headers.values()), path, [m[:-4] for m in headers]),
+                *merged_array_specs(list(headers.values()), path, [m[:-4] for m in headers]),
             )
             return FileIndex(path, len(members), specs, max(sizes), 1, tuple(members), sizes)
         specs, lengths = [], {}
@@ -290,8 +215,8 @@ class NpzSource(Source):
                     f"with --exclude_datasets {m[:-4]}",
                 )
             lengths[m[:-4]] = h.shape[0]
-            specs += _leaf_specs(m[:-4], h.dtype, h.shape[1:], f"{path}, member '{m[:-4]}'")
-        _check_names(specs, path)
+            specs += leaf_specs(m[:-4], h.dtype, h.shape[1:], f"{path}, member '{m[:-4]}'")
+        check_names(specs, path)
         if len(set(lengths.values())) > 1:
             raise SchemaError(
                 f"Members have different leading lengths ({lengths})",
@@ -299,11 +224,11 @@ class NpzSource(Source):
                 hint="use --npz_mode arrays (each member -> one Example)",
             )
         num_rows = next(iter(lengths.values()))
-        _check_empty_rows(
-            num_rows, sum(_data_bytes(h) // max(1, h.shape[0]) for h in headers.values()), self.options, path
+        check_empty_rows(
+            num_rows, sum(data_bytes(h) // max(1, h.shape[0]) for h in headers.values()), self.options, path
         )
         compressed = any(zf.getinfo(m).compress_type != zipfile.ZIP_STORED for m in members)
-        return FileIndex(path, num_rows, tuple(specs), _row_bytes(specs), 1, tuple(members), sequential=compressed)
+        return FileIndex(path, num_rows, tuple(specs), row_bytes(specs), 1, tuple(members), sequential=compressed)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -330,11 +255,11 @@ class NpzSource(Source):
             h = self._header(arc.zf, member, arc.path)
             start = None
             if info.compress_type in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) and not info.flag_bits & 1:
-                start = _member_data_start(arc.stream, info, arc.path)
+                start = member_data_start(arc.stream, info, arc.path)
             arc.headers[member] = (h, info, start)
         return arc.headers[member]
 
-    def _column_inflater(self, arc: _OpenArchive, member: str, c: int) -> _Inflater:
+    def _column_inflater(self, arc: _OpenArchive, member: str, c: int) -> Inflater:
         """Column ``c``'s stream of a deflated Fortran-order member, forked from column ``c - 1``'s."""
         key = (member, c)
         if key not in arc.members:
@@ -342,8 +267,8 @@ class NpzSource(Source):
             prev = arc.members.get((member, c - 1))
             arc.members[key] = (
                 prev.fork()
-                if isinstance(prev, _Inflater)
-                else _Inflater(arc.stream, data_start, info.compress_size, info.file_size, info.CRC)
+                if isinstance(prev, Inflater)
+                else Inflater(arc.stream, data_start, info.compress_size, info.file_size, info.CRC)
             )
         return arc.members[key]
 
@@ -365,15 +290,15 @@ class NpzSource(Source):
         ncols = math.prod(h.shape[1:])
         if info.compress_type == zipfile.ZIP_STORED and data_start is not None:  # random access into the archive
             raw = dataclasses.replace(h, data_offset=data_start + h.data_offset)
-            data = _read_rows(arc.stream, raw, start, stop, where)
+            data = read_rows(arc.stream, raw, start, stop, where)
         elif h.fortran and len(h.shape) > 1 and 1 < ncols <= MAX_COLUMN_STREAMS and not whole:
             if info.compress_type == zipfile.ZIP_DEFLATED and data_start is not None:
                 column_stream = functools.partial(self._column_inflater, arc, member)
             else:  # bzip2/lzma: a fresh decompressor per column (each skips to its column once)
                 column_stream = functools.partial(self._member_stream, arc, member)
-            data = _read_rows(column_stream(0), h, start, stop, where, column_stream)
+            data = read_rows(column_stream(0), h, start, stop, where, column_stream)
         else:
-            data = _read_rows(self._member_stream(arc, member), h, start, stop, where)
+            data = read_rows(self._member_stream(arc, member), h, start, stop, where)
         return data.reshape(arc.headers[member][0].shape) if whole else data
 
     def read(self, rr: RowRange) -> Columns:
@@ -401,19 +326,3 @@ class NpzSource(Source):
         except BaseException:
             self.close()  # a failed stream is never reused
             raise
-
-
-def _member_data_start(stream, info: zipfile.ZipInfo, path: str) -> int:
-    """Archive offset of a member's (stored or compressed) data: after its local header (30 bytes, name, extra)."""
-    stream.seek(info.header_offset)
-    local = stream.read(30)
-    if len(local) != 30 or local[:4] != b"PK\x03\x04":
-        raise SourceError(
-            "Bad local header of a member",
-            file=path,
-            member=info.filename[:-4],
-            offset=info.header_offset,
-            hint="the archive is corrupt",
-        )
-    name_len, extra_len = struct.unpack("<HH", local[26:30])
-    return info.header_offset + 30 + name_len + extra_len

@@ -20,12 +20,12 @@ from tfrecord_etl.transforms.sources.base import (
     FileIndex,
     RowRange,
     Source,
-    _check_empty_rows,
-    _leaf_specs,
-    _refuse_special_file,
-    _row_bytes,
+    check_empty_rows,
+    leaf_specs,
+    refuse_special_file,
+    row_bytes,
 )
-from tfrecord_etl.transforms.sources.npyformat import _NpyHeader, _read_rows
+from tfrecord_etl.transforms.sources.npyformat import NpyHeader, read_rows
 
 SIDECAR_SUFFIXES = (".json", ".yaml", ".yml")
 DIRECTORY_SIDECARS = tuple(f"raw{s}" for s in SIDECAR_SUFFIXES)  # one layout for every file of a directory
@@ -159,7 +159,7 @@ class RawSource(Source):
         for candidate in candidates:
             if not fileio.exists(candidate):
                 continue
-            _refuse_special_file(candidate)
+            refuse_special_file(candidate)
             with fileio.open_read(candidate) as f:
                 text = f.read(MAX_SIDECAR_BYTES + 1)
             if len(text) > MAX_SIDECAR_BYTES:
@@ -181,7 +181,7 @@ class RawSource(Source):
         sidecar = self._sidecar(path)
         return flags.merged(sidecar, path + " (sidecar)") if sidecar != RawLayout() else flags
 
-    def header(self, path: str, size: int) -> _NpyHeader:
+    def header(self, path: str, size: int) -> NpyHeader:
         """The file's array as a .npy header would declare it, its rows from ``size`` (the file's bytes).
 
         Raises:
@@ -235,7 +235,7 @@ class RawSource(Source):
                 else "check --dtype, --shape and --offset, or use -1 as the first dimension to take the "
                 "row count from the file size",
             )
-        return _NpyHeader(shape, layout.order == "F", dtype, layout.offset)
+        return NpyHeader(shape, layout.order == "F", dtype, layout.offset)
 
     def index(self, path: str) -> FileIndex:
         """Rows and features of one raw file from its size and layout; nothing is read but the sidecar.
@@ -243,14 +243,14 @@ class RawSource(Source):
         Raises:
           ConfigError, SourceError, SchemaError: see :meth:`header`; more rows of 0 bytes than --max_empty_rows.
         """
-        _refuse_special_file(path)
+        refuse_special_file(path)
         h = self.header(path, fileio.size(path))
-        _check_empty_rows(h.shape[0], h.dtype.itemsize * math.prod(h.shape[1:]), self.options, path)
-        specs = tuple(_leaf_specs(ARRAY, h.dtype, h.shape[1:], path))
-        return FileIndex(path, h.shape[0], specs, _row_bytes(specs), 1, ())
+        check_empty_rows(h.shape[0], h.dtype.itemsize * math.prod(h.shape[1:]), self.options, path)
+        specs = tuple(leaf_specs(ARRAY, h.dtype, h.shape[1:], path))
+        return FileIndex(path, h.shape[0], specs, row_bytes(specs), 1, ())
 
     def read(self, rr: RowRange) -> Columns:
-        _refuse_special_file(rr.path)
+        refuse_special_file(rr.path)
         h = self.header(rr.path, fileio.size(rr.path))
         if fileio.is_local(rr.path) and h.shape[0]:
             mm = np.memmap(
@@ -260,5 +260,5 @@ class RawSource(Source):
             del mm
         else:
             with fileio.open_read(rr.path) as f:
-                data = _read_rows(f, h, rr.start, rr.stop, rr.path)
+                data = read_rows(f, h, rr.start, rr.stop, rr.path)
         return dict(flatten_fields(ARRAY, data))

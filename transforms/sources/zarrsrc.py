@@ -19,21 +19,19 @@ import os
 
 import numpy as np
 
-from tfrecord_etl._install import pip_install
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources import hdf5layout as layout, zarrstore
+from tfrecord_etl.transforms.sources import zarrstore
 from tfrecord_etl.transforms.sources.base import (
     ARRAY,
     Columns,
     FileIndex,
     RowRange,
-    _check_empty_rows,
-    _check_names,
-    _leaf_specs,
-    _row_bytes,
-    _row_spec,
-    log,
+    check_empty_rows,
+    check_names,
+    leaf_specs,
+    row_bytes,
+    row_spec,
 )
 from tfrecord_etl.transforms.sources.container import (
     MODE_FLAG,
@@ -42,201 +40,20 @@ from tfrecord_etl.transforms.sources.container import (
     choose_group,
     datasets_index,
 )
+from tfrecord_etl.transforms.sources.zarrarrays import (
+    array_bytes,
+    array_dtype,
+    chunk_rows,
+    leading_dimension,
+    log_unreadable,
+    open_node,
+    open_store,
+    vlen_check,
+    walk,
+)
 
 ZARR_SUFFIXES = (".zarr", ".zarr.zip", ".zarr/")
 MAX_CHUNK_ALIGN_ROWS = 2**20  # row ranges align to the arrays' common chunk rows up to this many rows
-
-
-def open_store(path: str, options):
-    """A :class:`zarrbounded.BoundedStore` over the store ``path``.
-
-    Raises:
-      SourceError: the ``zarr`` package is not installed (the ``zarr`` extra: ``pip install '.[zarr]'``).
-      SourceError: ``path`` is not a Zarr store (no ``zarr.json``, ``.zgroup``, ``.zarray`` or ``.zmetadata`` at its
-        root).
-    """
-    kind = zarrstore.store_kind(path, remote_probe=not fileio.is_local(path))
-    if kind is None:
-        raise SourceError(
-            "Not a Zarr store: no zarr.json (v3) or .zgroup/.zarray/.zmetadata (v2) at its root",
-            file=path,
-            hint="name the store's root directory (or its .zip, or its gs:// / s3:// prefix)",
-        )
-    try:
-        from tfrecord_etl.transforms.sources.zarrbounded import BoundedStore
-    except ImportError as e:
-        raise SourceError(
-            f"Reading a Zarr store needs the zarr package ({e})", file=path, hint=f"{pip_install('zarr')} (zarr 3.x)"
-        ) from None
-    return BoundedStore(
-        path, kind, getattr(options, "allow_fill_value", False), getattr(options, "follow_symlinks", False)
-    )
-
-
-def open_node(store):
-    """The root of ``store``: a ``zarr.Group`` (consolidated metadata used when present) or a ``zarr.Array``.
-
-    Raises:
-      SourceError: metadata zarr cannot read (naming the store and zarr's error).
-    """
-    import warnings
-
-    import zarr
-
-    try:
-        try:
-            with warnings.catch_warnings():  # "Consolidated metadata is currently not part in the Zarr format 3
-                warnings.filterwarnings("ignore", message="Consolidated metadata")  # specification": read as such
-                return zarr.open_group(store=store, mode="r")
-        except (FileNotFoundError, KeyError, ValueError, TypeError) as e:
-            if (
-                "array" not in str(e).lower()
-                and "not found" not in str(e).lower()
-                and not type(e).__name__.endswith("NotFoundError")
-            ):
-                raise
-            return zarr.open_array(store=store, mode="r")
-    except SourceError:
-        raise
-    except Exception as e:  # noqa: BLE001 - zarr raises many kinds for damaged metadata
-        raise SourceError(
-            f"Cannot read the Zarr store's metadata: {type(e).__name__}: {e}",
-            file=store.path,
-            hint="check that the store is complete (tfrecord-etl inspect STORE)",
-        ) from None
-
-
-def walk(node, path: str, max_arrays: int, store=None, unreadable: dict | None = None) -> list[tuple[str, object]]:
-    """``[(name, zarr.Array)]`` of every array under ``node`` (a group or an array; a root array is named by the
-    store's base name), sorted by name; every name checked by :func:`zarrstore.check_key`. Without consolidated
-    metadata the tree is walked node by node through ``store``'s listing, and each node zarr cannot open (zarr 3.1
-    refuses the ``fill_value: 0`` of a zarr 2 ``|S1`` array) is added to ``unreadable`` (``{name: error}``).
-
-    Raises:
-      SourceError: a name leading outside the store; more than ``max_arrays`` arrays (``--max_datasets``).
-    """
-    import zarr
-
-    if isinstance(node, zarr.Array):
-        return [(root_name(path), node)]
-    members = _members(node, store, path, {} if unreadable is None else unreadable, max_arrays)
-    out = []
-    for name, obj in members:
-        zarrstore.check_key(name, path)
-        if isinstance(obj, zarr.Array):
-            out.append((name, obj))
-            if len(out) > max_arrays:
-                raise SourceError(
-                    f"The store holds more than {max_arrays:,} arrays",
-                    file=path,
-                    hint="raise --max_datasets, or name the arrays with --datasets",
-                )
-    return sorted(out, key=lambda item: item[0])
-
-
-def _members(group, store, path: str, unreadable: dict, limit: int) -> list:
-    """``[(name, node)]`` of every node below ``group``: from its consolidated metadata when it has some (no read),
-    else node by node (:func:`_walk_nodes`; zarr's own concurrent walk fails whole on one node it cannot read)."""
-    if store is None or getattr(group.metadata, "consolidated_metadata", None) is not None:
-        return list(group.members(max_depth=None))
-    return _walk_nodes(store, "", path, unreadable, limit)
-
-
-def _walk_nodes(store, prefix: str, path: str, unreadable: dict, limit: int) -> list:
-    """``[(name, node)]`` below the group at ``prefix``, one node at a time (see :func:`walk`)."""
-    import zarr
-
-    out = []
-    for child in store.children(prefix):
-        name = f"{prefix}/{child}" if prefix else child
-        zarrstore.check_key(name, path)
-        if not any(store.has(f"{name}/{m}") for m in ("zarr.json", ".zarray", ".zgroup")):
-            continue  # a chunk, or a directory of chunks
-        try:
-            node = zarr.open(store=store, path=name, mode="r")
-        except SourceError:
-            raise
-        except Exception as e:  # noqa: BLE001 - zarr raises many kinds for metadata it cannot read
-            unreadable[name] = f"{type(e).__name__}: {e}"
-            continue
-        out.append((name, node))
-        if isinstance(node, zarr.Group) and len(out) <= limit:
-            out.extend(_walk_nodes(store, name, path, unreadable, limit))
-    return out
-
-
-def _log_unreadable(unreadable: dict, path: str) -> None:
-    if unreadable:
-        shown = "; ".join(f"{n} ({e[:120]})" for n, e in sorted(unreadable.items())[:3])
-        log.warning(
-            "Skipping %d node(s) of '%s' that zarr cannot read: %s%s",
-            len(unreadable),
-            path,
-            shown,
-            " and more" if len(unreadable) > 3 else "",
-        )
-
-
-def root_name(path: str) -> str:
-    """The feature name of a store whose root is an array: its base name without ``.zarr``/``.zip``."""
-    base = path.rstrip("/").rsplit("/", 1)[-1]
-    for suffix in (".zip", ".zarr"):
-        if base.lower().endswith(suffix):
-            base = base[: -len(suffix)]
-    return base or "array"
-
-
-def dimension_names(array) -> tuple[str, ...] | None:
-    """The dimension names of ``array``: v3 ``dimension_names``, v2 xarray's ``_ARRAY_DIMENSIONS``; None if absent."""
-    meta = array.metadata
-    names = getattr(meta, "dimension_names", None) if meta.zarr_format == 3 else array.attrs.get("_ARRAY_DIMENSIONS")
-    if not names or any(n is None for n in names):
-        return None
-    return tuple(str(n) for n in names)
-
-
-def leading_dimension(name: str, array) -> str | None:
-    """The leading dimension of ``array`` qualified by its group (``group/time``), None when unnamed."""
-    dims = dimension_names(array)
-    if not dims or not array.shape:
-        return None
-    parent = name.rsplit("/", 1)[0] if "/" in name else ""
-    return f"{parent}/{dims[0]}" if parent else dims[0]
-
-
-def chunk_rows(array) -> int:
-    """The rows of one stored unit of ``array``: its shard's (v3 sharding: one read unit) or chunk's first dim."""
-    if not array.shape:
-        return 1
-    return int((array.shards or array.chunks)[0])
-
-
-def array_dtype(array, where: str) -> np.dtype:
-    """The NumPy dtype ``array`` reads as; variable-length strings (v2 object/vlen, v3 ``string``) are ``object``.
-
-    Raises:
-      SchemaError: a dtype NumPy and TFRecords cannot carry.
-    """
-    dt = array.dtype
-    if not isinstance(dt, np.dtype) or dt.kind in "OT":
-        return np.dtype(object)
-    if dt.kind in "mM" or dt.hasobject:
-        raise SchemaError(
-            f"Unsupported Zarr dtype {dt}",
-            file=where,
-            hint="store it as integers (xarray writes datetimes as integers with units)",
-        )
-    return dt
-
-
-def _vlen_check(dtype, where):
-    return None  # every object dtype here is a variable-length string (zarr refuses pickled objects)
-
-
-def array_bytes(array) -> int:
-    dt = array.dtype
-    itemsize = dt.itemsize if isinstance(dt, np.dtype) and dt.kind not in "OT" else 8
-    return int(math.prod(array.shape)) * itemsize
 
 
 class ZarrSource(ContainerSource):
@@ -274,7 +91,7 @@ class ZarrSource(ContainerSource):
             if name in unreadable:
                 raise SourceError(f"zarr cannot read the array: {unreadable[name]}", file=path, dataset=name)
         if not named and path not in self.__dict__.setdefault("_warned", set()):
-            _log_unreadable(unreadable, path)
+            log_unreadable(unreadable, path)
             self._warned.add(path)
         store.set_bounds({_key_of(name, arrays[name], path): zarrstore.chunk_bound(a) for name, a in arrays.items()})
         return store, arrays
@@ -310,16 +127,16 @@ class ZarrSource(ContainerSource):
                 if dtype.kind != "O":
                     data_row_bytes += dtype.itemsize * math.prod(row_shape)
                 check_stored(store, name, arr, path, self.options.allow_fill_value)
-                specs += _leaf_specs(name.strip("/"), dtype, row_shape, where, _vlen_check)
+                specs += leaf_specs(name.strip("/"), dtype, row_shape, where, vlen_check)
                 lengths[name] = int(arr.shape[0])
                 rows = chunk_rows(arr)
                 align = math.lcm(align, rows) if math.lcm(align, rows) <= MAX_CHUNK_ALIGN_ROWS else max(align, rows)
         finally:
             store.close()
-        _check_names(specs, path)
+        check_names(specs, path)
         rows = check_leading_lengths(lengths, path, "arrays", "STORE")
-        _check_empty_rows(rows, data_row_bytes, self.options, path)
-        return FileIndex(path, rows, tuple(specs), _row_bytes(specs), align, tuple(names))
+        check_empty_rows(rows, data_row_bytes, self.options, path)
+        return FileIndex(path, rows, tuple(specs), row_bytes(specs), align, tuple(names))
 
     def _default_arrays(self, arrays: dict, path: str) -> list[str]:
         entries, scalars = [], []
@@ -355,7 +172,7 @@ class ZarrSource(ContainerSource):
                     )
                 continue
             check_stored(store, name, arr, path, self.options.allow_fill_value)
-            specs.append(_row_spec(ARRAY, dtype, arr.shape, where))
+            specs.append(row_spec(ARRAY, dtype, arr.shape, where))
             sizes.append(array_bytes(arr))
             items.append(name)
         return datasets_index(path, items, specs, sizes, "array", "store")
@@ -472,81 +289,3 @@ def _pin_target(path: str) -> str | None:
         if os.path.isfile(candidate):
             return candidate
     return None
-
-
-def zarr_tree(path: str, max_objects: int = 10_000) -> dict:
-    """``hdf5tree.hdf5_tree``'s form for the Zarr store ``path`` (``tfrecord-etl inspect STORE``): every group
-    and array with its dtype, shape, chunks, and as ``filters`` its shards, codecs, dimension names and fill value;
-    then the row groups convert chooses from (largest first), each with its ``--datasets`` flag. Metadata only.
-
-    Raises:
-      SourceError: not a Zarr store, or metadata zarr cannot read (naming the store).
-    """
-    import zarr
-
-    from tfrecord_etl.transforms.sources.base import SourceOptions
-
-    store = open_store(path, SourceOptions())
-    try:
-        node = open_node(store)
-        objects, entries = [], []
-        unreadable = {}
-        if isinstance(node, zarr.Array):
-            members = [(root_name(path), node)]
-        else:
-            members = _members(node, store, path, unreadable, max_objects)
-        members += list(unreadable.items())
-        members.sort(key=lambda m: m[0])
-        fmt = node.metadata.zarr_format
-        for name, obj in members[:max_objects]:
-            zarrstore.check_key(name, path)
-            if isinstance(obj, str):
-                objects.append({"path": name, "kind": "unreadable", "target": f"zarr cannot read it: {obj}"})
-                continue
-            if not isinstance(obj, zarr.Array):
-                objects.append({"path": name, "kind": "group"})
-                continue
-            codecs = [type(c).__name__.replace("Codec", "").lower() for c in (*obj.filters, *obj.compressors)]
-            extra = ([f"shards {list(obj.shards)}"] if obj.shards else []) + (
-                [f"codecs {'+'.join(codecs)}"] if codecs else ["uncompressed"]
-            )
-            dims = dimension_names(obj)
-            if dims:
-                extra.append(f"dims {', '.join(dims)}")
-            fill = obj.fill_value
-            extra.append(f"fill {fill.item() if hasattr(fill, 'item') else fill!r}")
-            if obj.metadata.zarr_format == 2 and obj.order == "F":
-                extra.append("order F")
-            objects.append(
-                {
-                    "path": name,
-                    "kind": "dataset" if obj.shape else "scalar",
-                    "dtype": str(obj.dtype),
-                    "shape": list(obj.shape),
-                    "chunks": list(obj.chunks),
-                    "filters": extra,
-                    "storage": f"zarr v{obj.metadata.zarr_format}",
-                }
-            )
-            if obj.shape:
-                entries.append((name, int(obj.shape[0]), leading_dimension(name, obj), array_bytes(obj)))
-    finally:
-        store.close()
-    groups = [
-        {
-            "group": i,
-            "rows": g.rows,
-            "dimension": g.dimension,
-            "datasets": list(g.datasets),
-            "bytes": g.nbytes,
-            "flag": "--datasets " + ",".join(g.datasets),
-        }
-        for i, g in enumerate(layout.group_rows(entries), 1)
-    ]
-    return {
-        "file": path,
-        "format": f"Zarr v{fmt}",
-        "objects": objects,
-        "row_groups": groups,
-        "truncated": len(members) > max_objects,
-    }
