@@ -1,0 +1,395 @@
+"""The pydantic model of ``tfrecord-etl convert``'s options (:class:`ConvertConfig`) and its limits: what a YAML
+``--config`` file, the command line and Python callers are validated against."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tfrecord_etl.transforms.codec.encodings import AUTO, ENCODINGS
+from tfrecord_etl.transforms.renamed_flags import renamed_keys
+from tfrecord_etl.transforms.sources import REGISTRY as SOURCE_REGISTRY
+from tfrecord_etl.transforms.sources.base import DEFAULT_MAX_DATASETS, DEFAULT_MAX_MAT_NESTING
+
+if TYPE_CHECKING:  # the choices are the registries' keys, known when they are imported: strings to a type checker
+    EncodingName: TypeAlias = str
+    DefaultEncodingName: TypeAlias = str
+    FormatName: TypeAlias = str
+else:
+    EncodingName = Literal[tuple(ENCODINGS)]  # the registered encodings: tensor, list, zlib, packbits, varlen
+    DefaultEncodingName = Literal[(AUTO,) + tuple(ENCODINGS)]  # --encoding: the auto rule or one encoding for all
+    FormatName = Literal[tuple(SOURCE_REGISTRY)]  # the registered sources: hdf5, npz, npy, raw
+
+
+MAX_SHARDS = 99999  # shard file names are PREFIX-NNNNN-of-NNNNN (sharding.ShardPlan.file_name)
+MAX_TARGET_SHARD_MB = 1024 * 1024.0  # 1 TiB
+MAX_TARGET_RANGE_MB = 64 * 1024.0  # 64 GiB: a row range is held in memory by one worker
+DEFAULT_MAX_LOCAL_WORKERS = max(16, 4 * (os.cpu_count() or 1))
+MAX_CONFIG_BYTES = 1 << 20  # a config file larger than 1 MiB is refused before parsing
+
+
+def non_blank(value: str) -> str:
+    """``value`` unless empty or only whitespace (an empty --output_dir would mean the current directory).
+
+    Raises:
+      ValueError: (a pydantic validation error) for an empty or blank path.
+    """
+    if isinstance(value, str) and not value.strip():
+        raise ValueError("must not be empty or blank")
+    return value
+
+
+class ConvertConfig(BaseModel):
+    """Options of ``tfrecord-etl convert``; YAML keys and flags have these names."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: str = Field(min_length=1, description="file pattern of the inputs (local, gs://, s3://)")
+    output_dir: str = Field(min_length=1, description="output directory of the shards and metadata")
+    format: FormatName | None = Field(
+        None,
+        description="input format; default: told by each file's "
+        "content (its first bytes, a Zarr store by its metadata), else by its suffix; files "
+        "only when named",
+    )
+    datasets: list[str] | None = Field(
+        None,
+        description="HDF5 dataset paths or npz members (comma-separated); "
+        "default: the largest row group (datasets sharing their leading "
+        "dimension), every npz member",
+    )
+    exclude_datasets: list[str] | None = Field(
+        None, description="npz: members to leave out (comma-separated); they are never read"
+    )
+    row_group: int | None = Field(
+        None,
+        ge=1,
+        description="hdf5/netcdf3/matlab/zarr rows mode: convert row "
+        "group N (datasets sharing their leading length; 1 = the default, inspect FILE "
+        "lists them) instead of the default; old name --hdf5_group",
+    )
+    container_mode: Literal["auto", "rows", "datasets"] = Field(
+        "auto",
+        description="hdf5/netcdf3/matlab/zarr: row i of the datasets -> one Example (rows), each dataset / "
+        "MATLAB cell -> one Example (datasets), or auto: rows, and datasets for a file with no dataset with rows; "
+        "old name --hdf5_mode",
+    )
+    npz_mode: Literal["rows", "arrays"] = Field(
+        "rows", description="npz: row i of each member -> one Example (rows), or each member -> one Example (arrays)"
+    )
+    npy_mode: Literal["rows", "files"] = Field(
+        "rows", description="npy: rows of one array (rows), or each file -> one Example (files)"
+    )
+    dtype: str | None = Field(
+        None, description="raw: the array's NumPy dtype, any byte order (e.g. '>f4'); default: from a sidecar"
+    )
+    shape: list[int] | None = Field(
+        None,
+        description="raw: the array's shape, comma-separated; the first "
+        "dimension may be -1 (rows from the file size), e.g. -1,28,28",
+    )
+    offset: int = Field(0, ge=0, description="raw: bytes before the array data (a header to skip)")
+    order: Literal["C", "F"] = Field("C", description="raw: C (row-major) or F (Fortran, column-major) order")
+    count: int | None = Field(
+        None,
+        ge=0,
+        description="raw: read this many rows after --offset and leave the "
+        "bytes after them (e.g. a second array); default: to the end of the file",
+    )
+    file_labels: str = Field(
+        "dir",
+        min_length=1,
+        description="files: dir (label = the class folder under the "
+        "pattern's base), none, or the path of a CSV table file,label[,more columns]",
+    )
+    file_feature: str = Field(
+        "image", pattern=r"^[A-Za-z0-9_.-]+$", description="files: the feature holding each file's bytes"
+    )
+    image_header: bool | None = Field(
+        None,
+        description="files: record <feature>/format, /height, /width, "
+        "/channels from the image header (Pillow), a file that is not an image "
+        "failing at planning; default: when any file is an image (a folder of "
+        "other files converts as bytes and names)",
+    )
+    decode_check: bool = Field(
+        False, description="files: decode every image fully; corrupt ones fail (or are dead-lettered)"
+    )
+    encoding: DefaultEncodingName = Field(
+        AUTO,
+        description="default encoding of every feature: auto = typed "
+        "lists where exact and not much larger (float32, int64, strings, small "
+        "integer vectors), tensor elsewhere (float64, uint64, complex, images); "
+        "or one of the encodings for all",
+    )
+    feature_encodings: dict[str, EncodingName] = Field(
+        default_factory=dict, description="per-feature encodings, NAME=ENCODING,..."
+    )
+    allow_lossy: list[str] = Field(
+        default_factory=list,
+        description="features whose lossy list cast (float64->float32, uint64->int64) is allowed, comma-separated",
+    )
+    provenance: bool = Field(False, description="add features _source/file and _source/row")
+    compression: Literal["none", "gzip", "zlib"] = Field("none", description="compression of the shards")
+    compression_level: int | None = Field(
+        None,
+        ge=0,
+        le=9,
+        description="gzip/zlib level of the compression "
+        "backend: isal 0-3 (default 3), zlib-ng 0-9 (default 3), zlib 0-9 "
+        "(default 6); default: the backend's",
+    )
+    index: bool = Field(
+        False,
+        description="write a tfrecord2idx index file (byte offset and length of every "
+        "record) beside each shard, for PyTorch/DALI readers and reader.get; uncompressed shards only",
+    )
+    splits: dict[str, int] = Field(
+        default_factory=dict,
+        description="named splits by hash buckets, "
+        "NAME=WEIGHT,... (e.g. train=8,validation=1,test=1): each row goes to one split "
+        "by a hash of --split_key (or of its global row index), as TFX's hash_buckets",
+    )
+    split_key: str | None = Field(
+        None,
+        min_length=1,
+        description="--splits: the feature (one integer or string "
+        "per example) whose value decides the split; default: the global row index",
+    )
+    split: str | None = Field(
+        None,
+        description="put every row in this one named split (a TFDS directory gets a "
+        "split per run: --tfds_name NAME --split test adds test)",
+    )
+    shuffle_seed: int | None = Field(
+        None,
+        ge=0,
+        lt=2**64,
+        description="shuffle the record order within each "
+        "split (or the output) with this seed: every record may land anywhere, "
+        "byte-identical for a seed; moves the data through a Beam shuffle",
+    )
+    tfds_name: str | None = Field(
+        None,
+        pattern=r"^[a-z][a-z0-9_]{0,63}$",
+        description="write a TFDS-loadable "
+        "directory: shards NAME-SPLIT.tfrecord-XXXXX-of-YYYYY, dataset_info.json and "
+        "features.json (tfds.builder_from_directory); uncompressed; split default train",
+    )
+    num_shards: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_SHARDS,
+        description="number of shards (at most the number of rows); default: from the data size",
+    )
+    target_shard_mb: float = Field(
+        192.0,
+        gt=0,
+        le=MAX_TARGET_SHARD_MB,
+        allow_inf_nan=False,
+        description="target shard size in MiB (2**20 bytes) when num_shards is unset",
+    )
+    target_range_mb: float = Field(
+        8.0,
+        gt=0,
+        le=MAX_TARGET_RANGE_MB,
+        allow_inf_nan=False,
+        description="target size of one read row range in MiB (2**20 bytes)",
+    )
+    max_compression_ratio: float = Field(
+        500.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="npz: refuse a member (of more than 1 MiB) or an archive whose "
+        "uncompressed size exceeds this many times its compressed size (zip bombs)",
+    )
+    max_empty_rows: int = Field(
+        1000000,
+        ge=0,
+        description="rows mode: most rows allowed when every row "
+        "holds zero bytes (shape (N, 0)), whose count the file size cannot bound",
+    )
+    max_row_mb: float = Field(
+        1024.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="refuse at planning a row whose array "
+        "values exceed this many MiB (a row is held whole while it is read and encoded: "
+        "about twice its size at peak; one Example holds at most 2048 MiB, protobuf's limit)",
+    )
+    max_mat_variable_mb: float = Field(
+        2048.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="matlab (v4-v7 .mat): refuse "
+        "a variable over this many MiB before loading it (SciPy's loadmat reads a "
+        "variable whole: about twice this at peak)",
+    )
+    max_mat_nesting: int = Field(
+        DEFAULT_MAX_MAT_NESTING,
+        ge=1,
+        le=1000,
+        description="matlab (v5-v7 .mat): refuse "
+        "a variable whose arrays nest deeper than this (cells or structs inside cells or "
+        "structs), checked before SciPy loads it (its reader recurses in C)",
+    )
+    allow_external_storage: bool = Field(
+        False,
+        description="hdf5: read datasets stored in external raw files, and "
+        "follow external links, when those files lie in the input file's own "
+        "directory; default: refuse",
+    )
+    allow_fill_value: bool = Field(
+        False,
+        description="hdf5: read storage that was never written (unallocated chunks) as the fill value; default: refuse",
+    )
+    max_datasets: int = Field(
+        DEFAULT_MAX_DATASETS,
+        ge=1,
+        description="hdf5: most datasets walked in one file, and Examples of "
+        "one file in datasets mode (cells count); more is refused at planning",
+    )
+    follow_symlinks: bool = Field(
+        False,
+        description="read files and directories through symbolic links that lead "
+        "outside the input pattern's base directory; default: refuse them (links inside "
+        "it are followed)",
+    )
+    writer: Literal["planned", "beam"] = Field(
+        "planned",
+        description="planned: shards planned from the source "
+        "index, no shuffle, byte-identical reruns; beam: WriteToTFRecord",
+    )
+    prefix: str = Field("data", pattern=r"^[A-Za-z0-9_.-]+$", description="shard file name prefix")
+    dead_letter_dir: str | None = Field(
+        None,
+        description="write row ranges that cannot be read or encoded "
+        "there as JSON lines and go on; default: stop at the first",
+    )
+    span: str | None = Field(
+        None,
+        description="--input with {SPAN} or {YYYY}{MM}{DD}: the span to convert: a "
+        "number, latest (the largest matched), or a date YYYY-MM-DD for a date pattern; "
+        "default: latest",
+    )
+    version: int | None = Field(
+        None, ge=0, description="--input with {VERSION}: the version of the span to convert; default: its largest"
+    )
+    incremental: bool = Field(
+        False,
+        description="convert the files matching --input (no placeholders) that no "
+        "span of the collection in --output_dir holds yet, as its next span",
+    )
+    reconvert_changed: bool = Field(
+        False,
+        description="--incremental: re-convert the span holding a file that "
+        "changed since it was converted, instead of stopping",
+    )
+    allow_schema_change: bool = Field(
+        False,
+        description="collections: allow a span whose schema differs from "
+        "the previous span's (recorded in collection.json)",
+    )
+    overwrite: bool = Field(
+        False, description="replace our files in an existing output directory (files we did not write are kept)"
+    )
+    dry_run: bool = Field(
+        False,
+        description="plan and print the plan (files, rows, bytes, row ranges, shards, "
+        "reads, features) without writing anything",
+    )
+    verbose: bool = Field(False, description="show TensorFlow and Beam logs")
+    progress: bool | None = Field(
+        None,
+        description="a progress bar on stderr when it is a terminal (records "
+        "and bytes written of the planned total, rate, time left), else one line per "
+        "shard written; default: the bar in a terminal, nothing otherwise "
+        "(--no-progress: neither)",
+    )
+    pipeline_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Beam pipeline options as a mapping (YAML only), e.g. {runner: DirectRunner}; flags win",
+    )
+    max_local_workers: int = Field(
+        DEFAULT_MAX_LOCAL_WORKERS,
+        ge=1,
+        description="the largest --direct_num_workers accepted (default: 4 per CPU, at least 16)",
+    )
+
+    _paths = field_validator("input", "output_dir")(classmethod(lambda cls, v: non_blank(v)))
+    _span = field_validator("span", mode="before")(  # YAML: span: 7
+        classmethod(lambda cls, v: str(v) if isinstance(v, int) and not isinstance(v, bool) else v)
+    )
+    # YAML may use the flags' comma syntax too ("datasets: /X,/obs")
+    _lists = field_validator("datasets", "exclude_datasets", "allow_lossy", "shape", mode="before")(
+        classmethod(lambda cls, v: [p.strip() for p in v.split(",") if p.strip()] if isinstance(v, str) else v)
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data):
+        return renamed_keys(data)
+
+    @model_validator(mode="after")
+    def _one_container_choice(self):
+        if self.row_group is not None and (self.datasets or self.container_mode == "datasets"):
+            raise ValueError(
+                "row_group chooses a row group in rows mode: it cannot be combined with datasets or "
+                "container_mode datasets"
+            )
+        if self.splits and self.split is not None:
+            raise ValueError("--splits (rows by hash) and --split (every row in one split) cannot be combined")
+        if self.split_key is not None and not self.splits:
+            raise ValueError("--split_key decides between --splits: pass --splits too")
+        if self.tfds_name is not None and self.compression != "none":
+            raise ValueError(
+                f"TFDS reads TFRecord shards uncompressed (TFDS 4.9's TfRecordFileAdapter opens them "
+                f"with tf.data.TFRecordDataset without a compression type: {self.compression} shards "
+                f"fail with DataLossError): --tfds_name cannot be combined with --compression "
+                f"{self.compression} (convert without --compression)"
+            )
+        if (
+            self.splits or self.split is not None or self.tfds_name or self.shuffle_seed is not None
+        ) and self.writer != "planned":
+            raise ValueError(
+                "--splits, --split, --tfds_name and --shuffle_seed need --writer planned (the shards "
+                "are planned; the beam writer lets WriteToTFRecord choose them)"
+            )
+        from tfrecord_etl.transforms.spans import has_placeholders
+
+        if self.incremental and has_placeholders(self.input):
+            raise ValueError(
+                "--incremental takes a pattern without placeholders ({SPAN}, dates): placeholders name "
+                "the span already; leave --incremental out"
+            )
+        if (self.span is not None or self.version is not None) and not has_placeholders(self.input):
+            raise ValueError("--span and --version need an --input with {SPAN} or {YYYY}{MM}{DD} (and {VERSION})")
+        if self.reconvert_changed and not self.incremental:
+            raise ValueError("--reconvert_changed goes with --incremental")
+        if self.compression_level is not None and (self.compression == "none" or self.writer == "beam"):
+            raise ValueError(
+                "--compression_level sets the level of gzip or zlib shards written by the planned "
+                "writer: pass --compression gzip or zlib (and not --writer beam, which compresses with "
+                "Beam's own zlib at level 6)"
+            )
+        if self.index and self.compression != "none":
+            raise ValueError(
+                f"index files give byte offsets into uncompressed shards (what the tfrecord package, "
+                f"DALI and reader.get seek to): --index cannot be combined with --compression "
+                f"{self.compression}"
+            )
+        return self
+
+    def beam_argv(self, argv: list[str]) -> list[str]:
+        """``pipeline_options`` as Beam flags, followed by ``argv`` (so the command line wins)."""
+        out = []
+        for key, value in self.pipeline_options.items():
+            if isinstance(value, bool):
+                out.append(f"--{key}" if value else f"--no{key}")
+            elif isinstance(value, list):
+                out += [f"--{key}={v}" for v in value]
+            else:
+                out.append(f"--{key}={value}")
+        return out + list(argv)
