@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from typing import NamedTuple
+
+from tfrecord_etl.transforms.sources import FlagGroup, option_models
 
 # Where the documentation's pages are: the docs/ folder of the repository (docs/flags.md there is the source of
 # the site's Flag reference page). Change this one constant when the site is published at an address.
@@ -20,14 +21,10 @@ DOCS = "docs/"
 COMMANDS = ("convert", "augment", "verify", "inspect")
 
 
-class Group(NamedTuple):
-    """One topic of a command's flags: its title, a one-line description, the docs page (under :data:`DOCS`)
-    that explains the flags, and the flags (option strings, or a positional argument's name) in help order."""
-
-    title: str
-    description: str
-    page: str
-    flags: tuple[str, ...]
+# One topic of a command's flags: its title, a one-line description, the docs page (under DOCS) that explains the
+# flags, and the flags (option strings, or a positional argument's name) in help order. The formats declare theirs
+# with the same class (sources/options.py).
+Group = FlagGroup
 
 
 _HELP = Group(
@@ -38,99 +35,95 @@ _HELP = Group(
 )
 _RECORD_LIMITS = ("--max_record_mb", "--max_features")
 
-GROUPS: dict[str, tuple[Group, ...]] = {
-    "convert": (
-        Group(
-            "input",
-            "what to convert: the file pattern, its format, a YAML config of these flags",
-            "converting/index.md",
-            ("--input", "--format", "--config"),
-        ),
-        Group(
-            "HDF5 and containers",
-            "which arrays of an HDF5, netCDF, MATLAB or Zarr container become Examples",
-            "converting/hdf5.md",
-            ("--datasets", "--row_group", "--container_mode"),
-        ),
-        Group(
-            "NumPy files",
-            "rows or whole arrays of .npz and .npy files",
-            "converting/numpy.md",
-            ("--npz_mode", "--npy_mode", "--exclude_datasets"),
-        ),
-        Group(
-            "raw files",
-            "the layout of a headerless binary array",
-            "converting/raw.md",
-            ("--dtype", "--shape", "--offset", "--order", "--count"),
-        ),
-        Group(
-            "image and file collections",
-            "one Example per file: its bytes, label and image header",
-            "converting/files.md",
-            ("--file_labels", "--file_feature", "--image_header", "--decode_check"),
-        ),
-        Group(
-            "encoding",
-            "how each array is stored in its feature",
-            "encodings.md",
-            ("--encoding", "--feature_encodings", "--allow_lossy", "--provenance"),
-        ),
-        Group(
-            "output",
-            "the output directory, its shards and their compression",
-            "output.md",
-            (
-                "--output_dir",
-                "--compression",
-                "--compression_level",
-                "--num_shards",
-                "--target_shard_mb",
-                "--prefix",
-                "--index",
-                "--writer",
-                "--overwrite",
-            ),
-        ),
-        Group(
-            "splits and TFDS",
-            "named splits, shuffling, a directory TFDS loads",
-            "output.md",
-            ("--splits", "--split_key", "--split", "--shuffle_seed", "--tfds_name"),
-        ),
-        Group(
-            "spans and incremental runs",
-            "collections of spans: which span, only the new files",
-            "scheduled.md",
-            ("--span", "--version", "--incremental", "--reconvert_changed", "--allow_schema_change"),
-        ),
-        Group(
-            "runner",
-            "local workers and the size of the work units (Beam's own flags pass through)",
-            "scale.md",
-            ("--target_range_mb", "--max_local_workers"),
-        ),
-        Group(
-            "limits",
-            "bounds on what a hostile or broken input can make the command do",
-            "reliability.md",
-            (
-                "--max_compression_ratio",
-                "--max_empty_rows",
-                "--max_row_mb",
-                "--max_mat_variable_mb",
-                "--max_mat_nesting",
-                "--max_datasets",
-            ),
-        ),
-        Group(
-            "safety",
-            "what is read beyond the input and what happens to a row that fails",
-            "reliability.md",
-            ("--follow_symlinks", "--allow_external_storage", "--allow_fill_value", "--dead_letter_dir"),
-        ),
-        _HELP,
+# convert's groups of the flags every format shares: "input" first, then each registered format's own groups
+# (sources.option_models: the HDF5 and containers, NumPy, raw, file collections, ...), then these; a format's
+# group titled like one of these (limits, safety) adds its flags at the group's end (convert_groups)
+_CONVERT_INPUT = Group(
+    "input",
+    "what to convert: the file pattern, its format, a YAML config of these flags",
+    "converting/index.md",
+    ("--input", "--format", "--config"),
+)
+_CONVERT_SHARED = (
+    Group(
+        "encoding",
+        "how each array is stored in its feature",
+        "encodings.md",
+        ("--encoding", "--feature_encodings", "--allow_lossy", "--provenance"),
     ),
+    Group(
+        "output",
+        "the output directory, its shards and their compression",
+        "output.md",
+        (
+            "--output_dir",
+            "--compression",
+            "--compression_level",
+            "--num_shards",
+            "--target_shard_mb",
+            "--prefix",
+            "--index",
+            "--writer",
+            "--overwrite",
+        ),
+    ),
+    Group(
+        "splits and TFDS",
+        "named splits, shuffling, a directory TFDS loads",
+        "output.md",
+        ("--splits", "--split_key", "--split", "--shuffle_seed", "--tfds_name"),
+    ),
+    Group(
+        "spans and incremental runs",
+        "collections of spans: which span, only the new files",
+        "scheduled.md",
+        ("--span", "--version", "--incremental", "--reconvert_changed", "--allow_schema_change"),
+    ),
+    Group(
+        "runner",
+        "local workers and the size of the work units (Beam's own flags pass through)",
+        "scale.md",
+        ("--target_range_mb", "--max_local_workers"),
+    ),
+    Group(
+        "limits",
+        "bounds on what a hostile or broken input can make the command do",
+        "reliability.md",
+        ("--max_empty_rows", "--max_row_mb"),
+    ),
+    Group(
+        "safety",
+        "what is read beyond the input and what happens to a row that fails",
+        "reliability.md",
+        ("--follow_symlinks", "--dead_letter_dir"),
+    ),
+    _HELP,
+)
+
+
+def convert_groups() -> tuple[Group, ...]:
+    """convert's ``--help`` groups: ``input``, each registered format's groups (``FormatOptions.flag_groups``, in
+    registry order), then the shared ones, a format's flags for a shared group (``limits``, ``safety``) at its end.
+
+    Raises:
+      ValueError: two formats declaring groups of one title that is not a shared group's (a programming error).
+    """
+    shared = {g.title: g for g in _CONVERT_SHARED}
+    added: dict[str, tuple[str, ...]] = dict.fromkeys(shared, ())
+    own: list[Group] = []
+    for model in option_models():
+        for group in model.flag_groups:
+            if group.title in shared:
+                added[group.title] += group.flags
+            elif any(g.title == group.title for g in own) or group.title == _CONVERT_INPUT.title:
+                raise ValueError(f"{model.__name__}: a second flag group titled {group.title!r}")
+            else:
+                own.append(group)
+    return (_CONVERT_INPUT, *own, *(g._replace(flags=g.flags + added[g.title]) for g in _CONVERT_SHARED))
+
+
+GROUPS: dict[str, tuple[Group, ...]] = {
+    "convert": convert_groups(),
     "augment": (
         Group(
             "input",

@@ -21,7 +21,7 @@ from tfrecord_etl.transforms import fileio, matching, sharding, sources, splits,
 from tfrecord_etl.transforms.codec import FeatureSpec, check_spec
 from tfrecord_etl.transforms.codec.encodings import AUTO, resolve_encoding
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError, SourceError
-from tfrecord_etl.transforms.sources import FileIndex, RowRange, Source, SourceOptions
+from tfrecord_etl.transforms.sources import FileIndex, RowRange, Source, SourceOptions, option_models
 from tfrecord_etl.transforms.splits import SplitPlan
 
 log = logging.getLogger("tfrecord_etl.transforms.planning")
@@ -352,34 +352,27 @@ class ConvertPlan:
 
 
 def source_options(cfg) -> SourceOptions:
-    """The :class:`SourceOptions` of a ``ConvertConfig``."""
+    """The :class:`SourceOptions` of a ``ConvertConfig``: the options every format shares, then each registered
+    format's options model (``sources.option_models``) filled from ``cfg``'s fields of the same names, as the
+    ``SourceOptions`` fields it sets (``FormatOptions.source_fields``) or carried whole (``SourceOptions.formats``,
+    read by the source with ``options.of(Model)``)."""
+    fields: dict = {}
+    carried = []
+    for model in option_models():
+        values = model.model_construct(**{name: getattr(cfg, name) for name in model.model_fields})
+        named = values.source_fields()
+        if named is None:
+            carried.append(values)
+        else:
+            fields.update(named)
     return SourceOptions(
         cfg.format,
-        tuple(cfg.datasets) if cfg.datasets else None,
-        cfg.npz_mode,
-        cfg.npy_mode,
-        int(cfg.target_range_mb * 2**20),
-        max_compression_ratio=cfg.max_compression_ratio,
+        target_range_bytes=int(cfg.target_range_mb * 2**20),
         max_empty_rows=cfg.max_empty_rows,
-        allow_external_storage=cfg.allow_external_storage,
-        allow_fill_value=cfg.allow_fill_value,
-        container_mode=cfg.container_mode,
-        row_group=cfg.row_group,
-        max_variable_bytes=int(cfg.max_mat_variable_mb * 2**20),
-        max_mat_nesting=cfg.max_mat_nesting,
-        max_datasets=cfg.max_datasets,
-        raw_dtype=cfg.dtype,
-        exclude_datasets=tuple(cfg.exclude_datasets) if cfg.exclude_datasets else None,
-        raw_shape=tuple(cfg.shape) if cfg.shape else None,
-        raw_offset=cfg.offset,
-        raw_order=cfg.order,
-        raw_count=cfg.count,
-        files_labels=cfg.file_labels,
-        files_feature=cfg.file_feature,
-        files_image_header=cfg.image_header,
-        files_decode_check=cfg.decode_check,
-        files_dead_letters=cfg.dead_letter_dir is not None,
         follow_symlinks=cfg.follow_symlinks,
+        files_dead_letters=cfg.dead_letter_dir is not None,
+        formats=tuple(carried),
+        **fields,
     )
 
 

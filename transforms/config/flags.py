@@ -16,9 +16,12 @@ from tfrecord_etl.transforms.config.beamflags import check_beam_flags, check_loc
 from tfrecord_etl.transforms.config.model import DEFAULT_MAX_LOCAL_WORKERS, ConvertConfig
 from tfrecord_etl.transforms.config.yamlfile import load_yaml, validate
 from tfrecord_etl.transforms.renamed_flags import add_renamed_flags
+from tfrecord_etl.transforms.sources.options import LIST, NEGATIVE, flags_of
 
-_LIST_FIELDS = {"datasets", "exclude_datasets", "allow_lossy", "shape"}
-_NEGATIVE_VALUE_FLAGS = ("--shape",)  # values that may start with '-' (-1,28,28), which argparse takes for a flag
+# comma-separated flags: allow_lossy, and the formats' fields marked so (sources/options.py: LIST)
+_LIST_FIELDS = {"allow_lossy"} | flags_of(ConvertConfig, LIST)
+# values that may start with '-' (--shape -1,28,28), which argparse takes for a flag (sources/options.py: NEGATIVE)
+_NEGATIVE_VALUE_FLAGS = tuple(f"--{name}" for name in sorted(flags_of(ConvertConfig, NEGATIVE)))
 _DICT_FIELDS = {"feature_encodings", "splits"}
 _YAML_ONLY = {"pipeline_options"}
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from tfrecord_etl.transforms.codec.encodings import AUTO, ENCODINGS
 from tfrecord_etl.transforms.renamed_flags import renamed_keys
-from tfrecord_etl.transforms.sources import REGISTRY as SOURCE_REGISTRY
-from tfrecord_etl.transforms.sources.base import DEFAULT_MAX_DATASETS, DEFAULT_MAX_MAT_NESTING
+from tfrecord_etl.transforms.sources import REGISTRY as SOURCE_REGISTRY, option_models
+from tfrecord_etl.transforms.sources.options import comma_list
 
 if TYPE_CHECKING:  # the choices are the registries' keys, known when they are imported: strings to a type checker
     EncodingName: TypeAlias = str
@@ -41,8 +41,9 @@ def non_blank(value: str) -> str:
     return value
 
 
-class ConvertConfig(BaseModel):
-    """Options of ``tfrecord-etl convert``; YAML keys and flags have these names."""
+class ConvertCommon(BaseModel):
+    """The options of ``tfrecord-etl convert`` that every format shares; :data:`ConvertConfig` adds each registered
+    format's own (``sources.option_models``). YAML keys and flags have these names."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -53,69 +54,6 @@ class ConvertConfig(BaseModel):
         description="input format; default: told by each file's "
         "content (its first bytes, a Zarr store by its metadata), else by its suffix; files "
         "only when named",
-    )
-    datasets: list[str] | None = Field(
-        None,
-        description="HDF5 dataset paths or npz members (comma-separated); "
-        "default: the largest row group (datasets sharing their leading "
-        "dimension), every npz member",
-    )
-    exclude_datasets: list[str] | None = Field(
-        None, description="npz: members to leave out (comma-separated); they are never read"
-    )
-    row_group: int | None = Field(
-        None,
-        ge=1,
-        description="hdf5/netcdf3/matlab/zarr rows mode: convert row "
-        "group N (datasets sharing their leading length; 1 = the default, inspect FILE "
-        "lists them) instead of the default; old name --hdf5_group",
-    )
-    container_mode: Literal["auto", "rows", "datasets"] = Field(
-        "auto",
-        description="hdf5/netcdf3/matlab/zarr: row i of the datasets -> one Example (rows), each dataset / "
-        "MATLAB cell -> one Example (datasets), or auto: rows, and datasets for a file with no dataset with rows; "
-        "old name --hdf5_mode",
-    )
-    npz_mode: Literal["rows", "arrays"] = Field(
-        "rows", description="npz: row i of each member -> one Example (rows), or each member -> one Example (arrays)"
-    )
-    npy_mode: Literal["rows", "files"] = Field(
-        "rows", description="npy: rows of one array (rows), or each file -> one Example (files)"
-    )
-    dtype: str | None = Field(
-        None, description="raw: the array's NumPy dtype, any byte order (e.g. '>f4'); default: from a sidecar"
-    )
-    shape: list[int] | None = Field(
-        None,
-        description="raw: the array's shape, comma-separated; the first "
-        "dimension may be -1 (rows from the file size), e.g. -1,28,28",
-    )
-    offset: int = Field(0, ge=0, description="raw: bytes before the array data (a header to skip)")
-    order: Literal["C", "F"] = Field("C", description="raw: C (row-major) or F (Fortran, column-major) order")
-    count: int | None = Field(
-        None,
-        ge=0,
-        description="raw: read this many rows after --offset and leave the "
-        "bytes after them (e.g. a second array); default: to the end of the file",
-    )
-    file_labels: str = Field(
-        "dir",
-        min_length=1,
-        description="files: dir (label = the class folder under the "
-        "pattern's base), none, or the path of a CSV table file,label[,more columns]",
-    )
-    file_feature: str = Field(
-        "image", pattern=r"^[A-Za-z0-9_.-]+$", description="files: the feature holding each file's bytes"
-    )
-    image_header: bool | None = Field(
-        None,
-        description="files: record <feature>/format, /height, /width, "
-        "/channels from the image header (Pillow), a file that is not an image "
-        "failing at planning; default: when any file is an image (a folder of "
-        "other files converts as bytes and names)",
-    )
-    decode_check: bool = Field(
-        False, description="files: decode every image fully; corrupt ones fail (or are dead-lettered)"
     )
     encoding: DefaultEncodingName = Field(
         AUTO,
@@ -198,13 +136,6 @@ class ConvertConfig(BaseModel):
         allow_inf_nan=False,
         description="target size of one read row range in MiB (2**20 bytes)",
     )
-    max_compression_ratio: float = Field(
-        500.0,
-        gt=0,
-        allow_inf_nan=False,
-        description="npz: refuse a member (of more than 1 MiB) or an archive whose "
-        "uncompressed size exceeds this many times its compressed size (zip bombs)",
-    )
     max_empty_rows: int = Field(
         1000000,
         ge=0,
@@ -218,38 +149,6 @@ class ConvertConfig(BaseModel):
         description="refuse at planning a row whose array "
         "values exceed this many MiB (a row is held whole while it is read and encoded: "
         "about twice its size at peak; one Example holds at most 2048 MiB, protobuf's limit)",
-    )
-    max_mat_variable_mb: float = Field(
-        2048.0,
-        gt=0,
-        allow_inf_nan=False,
-        description="matlab (v4-v7 .mat): refuse "
-        "a variable over this many MiB before loading it (SciPy's loadmat reads a "
-        "variable whole: about twice this at peak)",
-    )
-    max_mat_nesting: int = Field(
-        DEFAULT_MAX_MAT_NESTING,
-        ge=1,
-        le=1000,
-        description="matlab (v5-v7 .mat): refuse "
-        "a variable whose arrays nest deeper than this (cells or structs inside cells or "
-        "structs), checked before SciPy loads it (its reader recurses in C)",
-    )
-    allow_external_storage: bool = Field(
-        False,
-        description="hdf5: read datasets stored in external raw files, and "
-        "follow external links, when those files lie in the input file's own "
-        "directory; default: refuse",
-    )
-    allow_fill_value: bool = Field(
-        False,
-        description="hdf5: read storage that was never written (unallocated chunks) as the fill value; default: refuse",
-    )
-    max_datasets: int = Field(
-        DEFAULT_MAX_DATASETS,
-        ge=1,
-        description="hdf5: most datasets walked in one file, and Examples of "
-        "one file in datasets mode (cells count); more is refused at planning",
     )
     follow_symlinks: bool = Field(
         False,
@@ -323,9 +222,7 @@ class ConvertConfig(BaseModel):
         classmethod(lambda cls, v: str(v) if isinstance(v, int) and not isinstance(v, bool) else v)
     )
     # YAML may use the flags' comma syntax too ("datasets: /X,/obs")
-    _lists = field_validator("datasets", "exclude_datasets", "allow_lossy", "shape", mode="before")(
-        classmethod(lambda cls, v: [p.strip() for p in v.split(",") if p.strip()] if isinstance(v, str) else v)
-    )
+    _lists = field_validator("allow_lossy", mode="before")(classmethod(lambda cls, v: comma_list(v)))
 
     @model_validator(mode="before")
     @classmethod
@@ -333,12 +230,7 @@ class ConvertConfig(BaseModel):
         return renamed_keys(data)
 
     @model_validator(mode="after")
-    def _one_container_choice(self):
-        if self.row_group is not None and (self.datasets or self.container_mode == "datasets"):
-            raise ValueError(
-                "row_group chooses a row group in rows mode: it cannot be combined with datasets or "
-                "container_mode datasets"
-            )
+    def _consistent(self):
         if self.splits and self.split is not None:
             raise ValueError("--splits (rows by hash) and --split (every row in one split) cannot be combined")
         if self.split_key is not None and not self.splits:
@@ -393,3 +285,25 @@ class ConvertConfig(BaseModel):
             else:
                 out.append(f"--{key}={value}")
         return out + list(argv)
+
+
+def build_config_model() -> type[ConvertCommon]:
+    """The convert command's config model: :class:`ConvertCommon`'s fields, then each registered format's options
+    (``sources.option_models()``, in registry order), with their checks; one class, frozen, unknown keys refused."""
+    bases = (*reversed(option_models()), ConvertCommon)  # pydantic lists the last base's fields first
+    return create_model(
+        "ConvertConfig",
+        __base__=bases,
+        __module__=__name__,
+        __doc__="Options of ``tfrecord-etl convert``: the shared ones (:class:`ConvertCommon`) and every registered "
+        "format's (``sources.option_models``); YAML keys and flags have these names.",
+    )
+
+
+if TYPE_CHECKING:  # the formats' fields are known when the registry is imported: Any to a type checker
+
+    class ConvertConfig(ConvertCommon):
+        def __getattr__(self, name: str) -> Any: ...
+
+else:
+    ConvertConfig = build_config_model()

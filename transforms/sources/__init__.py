@@ -20,8 +20,9 @@ Formats and modes (one module each, registered in :data:`REGISTRY`):
 * ``npy`` (``npy.py``) ``rows``: rows of one array (memory-mapped when local); ``files``: every file is one
   Example with features ``key`` (the file name without ``.npy``) and ``array``.
 
-A new source is one module with a :class:`Source` subclass declaring ``format_name``, ``suffixes``, ``modes`` and
-the ``magic`` its files start with, added to ``REGISTRY`` below (``format_of``, which tells a file's format by its
+A new source is one module with a :class:`Source` subclass declaring ``format_name``, ``suffixes``, ``modes``,
+the ``magic`` its files start with and its ``options_models`` (its flags, ``sources/options.py``), added to
+``REGISTRY`` below (``format_of``, which tells a file's format by its
 content, then its suffix, and ``FORMATS`` derive from it), plus its tests.
 The model is TFDS's ``file_adapters.ADAPTER_FOR_FORMAT``.
 """
@@ -49,6 +50,7 @@ from tfrecord_etl.transforms.sources.matlab import MatlabSource
 from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
 from tfrecord_etl.transforms.sources.npy import NpySource
 from tfrecord_etl.transforms.sources.npz import MAX_COLUMN_STREAMS, RATIO_CHECK_MIN_BYTES, NpzSource
+from tfrecord_etl.transforms.sources.options import FlagGroup, FormatOptions
 from tfrecord_etl.transforms.sources.raw import RawSource
 from tfrecord_etl.transforms.sources.zarrsrc import ZarrSource
 
@@ -68,6 +70,8 @@ __all__ = [
     "Columns",
     "FileIndex",
     "FilesSource",
+    "FlagGroup",
+    "FormatOptions",
     "Hdf5Source",
     "NetCdf3Source",
     "NpySource",
@@ -83,6 +87,7 @@ __all__ = [
     "format_of",
     "make_source",
     "merge_specs",
+    "option_models",
     "other_format_hint",
     "plan_row_ranges",
 ]
@@ -92,6 +97,16 @@ REGISTRY: dict[str, type[Source]] = {
     for cls in (Hdf5Source, NetCdf3Source, NpzSource, NpySource, RawSource, FilesSource, MatlabSource, ZarrSource)
 }
 FORMATS = tuple(REGISTRY)
+
+
+def option_models() -> tuple[type[FormatOptions], ...]:
+    """Every registered source's options models (``Source.options_models``), once each, in registry order: what
+    the convert command's config model, its flags and ``--help`` groups, and ``planning.source_options`` are
+    built from."""
+    out: dict[type, None] = {}
+    for cls in REGISTRY.values():
+        out.update(dict.fromkeys(cls.options_models))
+    return tuple(out)
 
 
 SNIFF_BYTES = 2056  # the first bytes read to tell a file's format: up to an HDF5 signature after 2048 bytes

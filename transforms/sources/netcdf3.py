@@ -38,6 +38,7 @@ from tfrecord_etl.transforms.sources.container import (
     choose_group,
     datasets_index,
 )
+from tfrecord_etl.transforms.sources.options_container import ContainerOptions
 
 NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02")
 
@@ -51,6 +52,8 @@ class NetCdf3Source(ContainerSource):
     variables on the record dimension, else the largest group of data variables (:mod:`conventions`); 0-d
     variables are skipped (one warning). Datasets mode: each variable is one Example (``key``, ``array``).
     """
+
+    options_models = (ContainerOptions,)  # its flags and config keys: sources/options_*.py
 
     format_name = "netcdf3"
     suffixes = (".nc", ".cdf", ".nc3", ".mnc")  # .mnc: MINC1 (MINC2 is HDF5: the first bytes decide)

@@ -39,6 +39,8 @@ from tfrecord_etl.transforms.sources.npyformat import (
     _read_npy_header,
     _read_rows,
 )
+from tfrecord_etl.transforms.sources.options_container import ContainerOptions
+from tfrecord_etl.transforms.sources.options_numpy import NumpyOptions
 
 RATIO_CHECK_MIN_BYTES = 2**20  # npz members of at most this many uncompressed bytes are never refused by ratio
 
@@ -148,6 +150,8 @@ class NpzSource(Source):
     archive per worker thread open with its member decompressors (see :class:`_OpenArchive`); stored
     (uncompressed) members are read straight from the archive at their offset.
     """
+
+    options_models = (ContainerOptions, NumpyOptions)  # its flags and config keys: sources/options_*.py
 
     format_name = "npz"
     suffixes = (".npz",)
