@@ -44,6 +44,7 @@ from tfrecord_etl.transforms.sources.base import (
     merge_specs,
     plan_row_ranges,
 )
+from tfrecord_etl.transforms.sources.envi import EnviSource
 from tfrecord_etl.transforms.sources.files import FilesSource
 from tfrecord_etl.transforms.sources.hdf5 import HDF5_CHUNK_CACHE_BYTES, HDF5_SUFFIXES, Hdf5Source
 from tfrecord_etl.transforms.sources.matlab import MatlabSource
@@ -94,7 +95,17 @@ __all__ = [
 
 REGISTRY: dict[str, type[Source]] = {
     cls.format_name: cls
-    for cls in (Hdf5Source, NetCdf3Source, NpzSource, NpySource, RawSource, FilesSource, MatlabSource, ZarrSource)
+    for cls in (
+        Hdf5Source,
+        NetCdf3Source,
+        NpzSource,
+        NpySource,
+        RawSource,
+        FilesSource,
+        MatlabSource,
+        ZarrSource,
+        EnviSource,
+    )
 }
 FORMATS = tuple(REGISTRY)
 
