@@ -2,7 +2,8 @@
 reference of the documentation (docs/flags.md, written by docs/hooks.py when the site is built).
 
 One table, :data:`GROUPS`, says for each command which flags form which group, in the order ``--help`` lists them,
-with a one-line description and the documentation page that explains them. :func:`group_flags` arranges a parser
+with a one-line description and the documentation page that explains them; convert's format groups come from the
+registered sources' options models (:func:`convert_groups`). :func:`group_flags` arranges a parser
 by it and refuses a flag that no group names (or a group naming a flag the parser lacks), so a new flag cannot be
 left out of ``--help``'s groups or out of the reference.
 """
