@@ -287,10 +287,11 @@ class ConvertCommon(BaseModel):
         return out + list(argv)
 
 
-def build_config_model() -> type[ConvertCommon]:
+def build_config_model() -> type[BaseModel]:
     """The convert command's config model: :class:`ConvertCommon`'s fields, then each registered format's options
     (``sources.option_models()``, in registry order), with their checks; one class, frozen, unknown keys refused."""
-    bases = (*reversed(option_models()), ConvertCommon)  # pydantic lists the last base's fields first
+    # pydantic lists the last base's fields first
+    bases: tuple[type[BaseModel], ...] = (*reversed(option_models()), ConvertCommon)
     return create_model(
         "ConvertConfig",
         __base__=bases,
