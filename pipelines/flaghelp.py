@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-
-from tfrecord_etl.transforms.sources import FlagGroup, option_models
+from collections.abc import Iterator, MutableMapping
+from typing import NamedTuple
 
 # Where the documentation's pages are: the docs/ folder of the repository (docs/flags.md there is the source of
 # the site's Flag reference page). Change this one constant when the site is published at an address.
@@ -22,10 +22,16 @@ DOCS = "docs/"
 COMMANDS = ("convert", "augment", "verify", "inspect")
 
 
-# One topic of a command's flags: its title, a one-line description, the docs page (under DOCS) that explains the
-# flags, and the flags (option strings, or a positional argument's name) in help order. The formats declare theirs
-# with the same class (sources/options.py).
-Group = FlagGroup
+class Group(NamedTuple):
+    """One topic of a command's flags: its title, a one-line description, the docs page (under :data:`DOCS`)
+    that explains the flags, and the flags (option strings, or a positional argument's name) in help order. The
+    formats declare theirs with ``sources.FlagGroup``, the same fields (that module needs pydantic, which verify
+    and inspect do not)."""
+
+    title: str
+    description: str
+    page: str
+    flags: tuple[str, ...]
 
 
 _HELP = Group(
@@ -109,6 +115,8 @@ def convert_groups() -> tuple[Group, ...]:
     Raises:
       ValueError: two formats declaring groups of one title that is not a shared group's (a programming error).
     """
+    from tfrecord_etl.transforms.sources import option_models  # the registry: pydantic, NumPy
+
     shared = {g.title: g for g in _CONVERT_SHARED}
     added: dict[str, tuple[str, ...]] = dict.fromkeys(shared, ())
     own: list[Group] = []
@@ -119,87 +127,123 @@ def convert_groups() -> tuple[Group, ...]:
             elif any(g.title == group.title for g in own) or group.title == _CONVERT_INPUT.title:
                 raise ValueError(f"{model.__name__}: a second flag group titled {group.title!r}")
             else:
-                own.append(group)
+                own.append(Group(*group))
     return (_CONVERT_INPUT, *own, *(g._replace(flags=g.flags + added[g.title]) for g in _CONVERT_SHARED))
 
 
-GROUPS: dict[str, tuple[Group, ...]] = {
-    "convert": convert_groups(),
-    "augment": (
-        Group(
-            "input",
-            "the collection to add fields to and how to read it",
-            "augment.md",
-            ("--input", "--spans", "--compression", "--schema", "--config"),
-        ),
-        Group(
-            "output",
-            "where the new collection goes, whole records or a sidecar",
-            "augment.md",
-            ("--output_dir", "--mode", "--output_compression", "--compression_level", "--overwrite"),
-        ),
-        Group(
-            "new fields",
-            "fields computed by a function of yours, or constants",
-            "augment.md",
-            ("--fn", "--fn_inputs", "--fn_batch", "--constants", "--replace_fields"),
-        ),
-        Group(
-            "join",
-            "fields from another file, matched by position or by key",
-            "augment.md",
-            (
-                "--join_input",
-                "--join_by",
-                "--key_feature",
-                "--join_key",
-                "--join_fields",
-                "--join_datasets",
-                "--missing",
-                "--defaults",
+class CommandGroups(MutableMapping):
+    """The commands' groups, :data:`GROUPS`: a mapping of command to its groups whose ``convert`` entry is built
+    from the source registry (:func:`convert_groups`) when first read, so that verify and inspect, which run
+    without the pipeline dependencies, never import the sources."""
+
+    def __init__(self, groups: dict[str, tuple[Group, ...]]):
+        self._groups = dict(groups)
+
+    def __getitem__(self, command: str) -> tuple[Group, ...]:
+        if command == "convert" and command not in self._groups:
+            self._groups[command] = convert_groups()
+        return self._groups[command]
+
+    def __setitem__(self, command: str, groups: tuple[Group, ...]) -> None:
+        self._groups[command] = groups
+
+    def __delitem__(self, command: str) -> None:
+        del self._groups[command]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys(["convert", *self._groups]))
+
+    def __len__(self) -> int:
+        return len(dict.fromkeys(["convert", *self._groups]))
+
+
+GROUPS = CommandGroups(
+    {
+        "augment": (
+            Group(
+                "input",
+                "the collection to add fields to and how to read it",
+                "augment.md",
+                ("--input", "--spans", "--compression", "--schema", "--config"),
             ),
+            Group(
+                "output",
+                "where the new collection goes, whole records or a sidecar",
+                "augment.md",
+                ("--output_dir", "--mode", "--output_compression", "--compression_level", "--overwrite"),
+            ),
+            Group(
+                "new fields",
+                "fields computed by a function of yours, or constants",
+                "augment.md",
+                ("--fn", "--fn_inputs", "--fn_batch", "--constants", "--replace_fields"),
+            ),
+            Group(
+                "join",
+                "fields from another file, matched by position or by key",
+                "augment.md",
+                (
+                    "--join_input",
+                    "--join_by",
+                    "--key_feature",
+                    "--join_key",
+                    "--join_fields",
+                    "--join_datasets",
+                    "--missing",
+                    "--defaults",
+                ),
+            ),
+            Group(
+                "encoding",
+                "how each new array is stored in its feature",
+                "encodings.md",
+                ("--encoding", "--feature_encodings", "--allow_lossy"),
+            ),
+            Group(
+                "runner",
+                "local workers and batch size (Beam's own flags pass through)",
+                "scale.md",
+                ("--batch_size", "--max_local_workers"),
+            ),
+            Group(
+                "limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS
+            ),
+            Group("general", "help, logs and progress", "augment.md", ("-h", "--verbose", "--progress")),
         ),
-        Group(
-            "encoding",
-            "how each new array is stored in its feature",
-            "encodings.md",
-            ("--encoding", "--feature_encodings", "--allow_lossy"),
+        "verify": (
+            Group(
+                "target",
+                "what to verify: an output, a collection, a sidecar or TFRecord files",
+                "verify.md",
+                ("target", "--target", "--spans"),
+            ),
+            Group(
+                "comparison",
+                "the inputs and originals to compare with, exactly",
+                "verify.md",
+                ("--source", "--original"),
+            ),
+            Group("report", "the report's form and length", "verify.md", ("--json", "--max_problems", "--verbose")),
+            Group(
+                "limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS
+            ),
+            Group("general", "help", "verify.md", ("-h",)),
         ),
-        Group(
-            "runner",
-            "local workers and batch size (Beam's own flags pass through)",
-            "scale.md",
-            ("--batch_size", "--max_local_workers"),
+        "inspect": (
+            Group(
+                "target",
+                "what to inspect: an output, a collection, TFRecord files or an HDF5/netCDF/MATLAB file",
+                "verify.md",
+                ("output_dir", "--spans"),
+            ),
+            Group("report", "what is read and how it is printed", "verify.md", ("--tf_read", "--json", "--verbose")),
+            Group(
+                "limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS
+            ),
+            Group("general", "help", "verify.md", ("-h",)),
         ),
-        Group("limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS),
-        Group("general", "help, logs and progress", "augment.md", ("-h", "--verbose", "--progress")),
-    ),
-    "verify": (
-        Group(
-            "target",
-            "what to verify: an output, a collection, a sidecar or TFRecord files",
-            "verify.md",
-            ("target", "--target", "--spans"),
-        ),
-        Group(
-            "comparison", "the inputs and originals to compare with, exactly", "verify.md", ("--source", "--original")
-        ),
-        Group("report", "the report's form and length", "verify.md", ("--json", "--max_problems", "--verbose")),
-        Group("limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS),
-        Group("general", "help", "verify.md", ("-h",)),
-    ),
-    "inspect": (
-        Group(
-            "target",
-            "what to inspect: an output, a collection, TFRecord files or an HDF5/netCDF/MATLAB file",
-            "verify.md",
-            ("output_dir", "--spans"),
-        ),
-        Group("report", "what is read and how it is printed", "verify.md", ("--tf_read", "--json", "--verbose")),
-        Group("limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS),
-        Group("general", "help", "verify.md", ("-h",)),
-    ),
-}
+    }
+)
 
 
 def _names(action: argparse.Action) -> tuple[str, ...]:
