@@ -288,23 +288,21 @@ class ConvertCommon(BaseModel):
 
 
 def build_config_model() -> type[BaseModel]:
-    """The convert command's config model: :class:`ConvertCommon`'s fields, then each registered format's options
-    (``sources.option_models()``, in registry order), with their checks; one class, frozen, unknown keys refused."""
-    # pydantic lists the last base's fields first
-    bases: tuple[type[BaseModel], ...] = (*reversed(option_models()), ConvertCommon)
-    return create_model(
-        "ConvertConfig",
-        __base__=bases,
-        __module__=__name__,
-        __doc__="Options of ``tfrecord-etl convert``: the shared ones (:class:`ConvertCommon`) and every registered "
-        "format's (``sources.option_models``); YAML keys and flags have these names.",
-    )
+    """A config model of the formats registered now: :class:`ConvertCommon`'s fields, then each registered format's
+    options (``sources.option_models()``, in registry order), with their checks; frozen, unknown keys refused.
+    :class:`ConvertConfig` is the one built when the registry is first imported."""
+    return create_model("ConvertConfig", __base__=_format_bases(), __module__=__name__, __doc__=ConvertConfig.__doc__)
 
 
-if TYPE_CHECKING:  # the formats' fields are known when the registry is imported: Any to a type checker
+def _format_bases() -> tuple[type[BaseModel], ...]:
+    return (*reversed(option_models()), ConvertCommon)  # pydantic lists the last base's fields first
 
-    class ConvertConfig(ConvertCommon):
+
+class ConvertConfig(*_format_bases()):  # type: ignore[misc]
+    """Options of ``tfrecord-etl convert``: the shared ones (:class:`ConvertCommon`) and every registered format's
+    (``sources.option_models()``: HDF5 and the containers, NumPy, raw, file collections, MATLAB, ENVI, ...); YAML
+    keys and flags have these names: see the flag reference."""
+
+    if TYPE_CHECKING:  # the formats' fields are known when the registry is imported: Any to a type checker
+
         def __getattr__(self, name: str) -> Any: ...
-
-else:
-    ConvertConfig = build_config_model()
