@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import convert
+from tests.conftest import convert, fixture_file
 from tfrecord_etl.transforms import reader
 from tfrecord_etl.transforms.errors import ConfigError, SourceError
 from tfrecord_etl.transforms.sources import RowRange, SourceOptions, make_source
@@ -166,3 +166,15 @@ def test_a_row_range_reads_only_its_rows(tmp_path):
     src = write_envi(tmp_path / "cube.bip", cube, "bip", big_endian=True)
     assert np.array_equal(source().read(RowRange(str(src), 3, 7))["array"], cube[3:7])
     assert np.array_equal(source("pixels").read(RowRange(str(src), 5, 11))["array"], cube.reshape(36, 2)[5:11])
+
+
+def test_an_analyze_pair_is_not_taken_for_envi(tmp_path):
+    """Analyze 7.5 and NIfTI-1 pairs also name their files .hdr/.img; their header is binary (nibabel's own test
+    file analyze.hdr here)."""
+    analyze = tmp_path / "brain.img"
+    analyze.write_bytes(b"\0" * 64)
+    (tmp_path / "brain.hdr").write_bytes(fixture_file("nibabel/tests/data/analyze.hdr").read_bytes())
+    with pytest.raises(SourceError) as e:
+        source().index(str(analyze))
+    assert f"The ENVI header is not text (byte offset 113) [file='{tmp_path / 'brain.hdr'}'" in str(e.value)
+    assert "an Analyze 7.5 or NIfTI-1 pair (.hdr/.img) has a binary header" in str(e.value)

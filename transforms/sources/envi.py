@@ -29,6 +29,11 @@ from tfrecord_etl.transforms.errors import ConfigError, SourceError
 from tfrecord_etl.transforms.sources.options import FlagGroup, FormatOptions
 from tfrecord_etl.transforms.sources.raw import RawLayout, RawSource
 
+# .hdr/.img pairs of another kind (a binary header of 348 bytes and more): not ENVI, said so in the error
+NOT_ENVI_HINT = (
+    "an Analyze 7.5 or NIfTI-1 pair (.hdr/.img) has a binary header: read its data with --format raw "
+    "(--dtype, --shape, --offset), or nibabel"
+)
 MAX_HEADER_BYTES = 64 * 1024  # a header names a few dozen keys; wavelength lists of a few hundred bands fit
 # IDL's type codes, as ENVI headers give them ("data type = 4"): the NumPy dtype without its byte order
 DATA_TYPES = {1: "u1", 2: "i2", 3: "i4", 4: "f4", 5: "f8", 6: "c8", 9: "c16", 12: "u2", 13: "u4", 14: "i8", 15: "u8"}
@@ -65,7 +70,7 @@ def parse_header(text: str, where: str) -> dict[str, str]:
     """
     lines = text.splitlines()
     if not lines or lines[0].strip() != "ENVI":
-        raise SourceError("Not an ENVI header: its first line is not 'ENVI'", file=where)
+        raise SourceError("Not an ENVI header: its first line is not 'ENVI'", file=where, hint=NOT_ENVI_HINT)
     out: dict[str, str] = {}
     i = 1
     while i < len(lines):
@@ -192,7 +197,9 @@ class EnviSource(RawSource):
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise SourceError(f"The ENVI header is not text (byte offset {e.start})", file=where) from None
+            raise SourceError(
+                f"The ENVI header is not text (byte offset {e.start})", file=where, hint=NOT_ENVI_HINT
+            ) from None
         rows = self.options.of(EnviOptions).envi_rows
         return header_layout(parse_header(text, where), where, rows)
 
