@@ -229,7 +229,7 @@ def test_unknown_suffix_names_the_registered_ones():
     with pytest.raises(
         SourceError,
         match=r"Cannot tell the input format.*name it \.h5/\.nc/\.npz/\.npy/\.raw/\.mat/"
-        r"\.zarr or pass --format one of \('hdf5', 'netcdf3', 'npz', 'npy', 'raw', "
-        r"'files', 'matlab', 'zarr'\)",
+        r"\.zarr/\.img or pass --format one of \('hdf5', 'netcdf3', 'npz', 'npy', 'raw', "
+        r"'files', 'matlab', 'zarr', 'envi'\)",
     ):
         sources.format_of("data.csv", SourceOptions())
