@@ -11,7 +11,8 @@ from tests.conftest import convert, fixture_file
 from tfrecord_etl.transforms import reader
 from tfrecord_etl.transforms.errors import ConfigError, SourceError
 from tfrecord_etl.transforms.sources import RowRange, SourceOptions, make_source
-from tfrecord_etl.transforms.sources.envi import EnviOptions, parse_header
+from tfrecord_etl.transforms.sources.envi import parse_header
+from tfrecord_etl.transforms.sources.envi_options import EnviOptions
 
 CODES = {"u1": 1, "i2": 2, "i4": 3, "f4": 4, "f8": 5, "c8": 6, "c16": 9, "u2": 12, "u4": 13, "i8": 14, "u8": 15}
 STORE = {"bsq": (2, 0, 1), "bil": (0, 2, 1), "bip": (0, 1, 2)}  # (lines, samples, bands) -> the file's axis order

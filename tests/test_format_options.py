@@ -4,6 +4,8 @@ are what the convert command's config model, its flags, ``--help``'s groups, the
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Literal
 
 import pytest
@@ -14,7 +16,7 @@ from tfrecord_etl.transforms import planning, sources
 from tfrecord_etl.transforms.config import ConvertConfig, parse_args
 from tfrecord_etl.transforms.config.flags import ConvertOptions
 from tfrecord_etl.transforms.config.model import build_config_model
-from tfrecord_etl.transforms.sources.envi import EnviOptions
+from tfrecord_etl.transforms.sources.envi_options import EnviOptions
 from tfrecord_etl.transforms.sources.options import FlagGroup, FormatOptions
 from tfrecord_etl.transforms.sources.raw import RawSource
 
@@ -24,7 +26,7 @@ def test_every_registered_sources_options_are_flags_in_their_groups_in_help_and_
     reference = flaghelp.reference_markdown(["convert"])
     titles = [g.title for g in flaghelp.GROUPS["convert"]]
     for cls in sources.REGISTRY.values():
-        for model in cls.options_models:
+        for model in sources.models_of(cls):
             grouped = [flag for group in model.flag_groups for flag in group.flags]
             assert sorted(grouped) == sorted(f"--{name}" for name in model.model_fields), model.__name__
             for name, field in model.model_fields.items():
@@ -82,11 +84,20 @@ class _TileOptions(FormatOptions):
 class _TileSource(RawSource):
     format_name = "tiles"
     suffixes = (".tiles",)
-    options_models = (_TileOptions,)
+    options_models = ("_tiles._TileOptions",)
+
+
+def register(monkeypatch, source, module: str, **models) -> None:
+    """``source`` in the registry, its options models in a module ``sources.<module>`` (for this test only)."""
+    fake = types.ModuleType(f"tfrecord_etl.transforms.sources.{module}")
+    for name, model in models.items():
+        setattr(fake, name, model)
+    monkeypatch.setitem(sys.modules, fake.__name__, fake)
+    monkeypatch.setitem(sources.REGISTRY, source.format_name, source)
 
 
 def test_a_newly_registered_format_gets_its_config_keys_groups_and_planning(monkeypatch):
-    monkeypatch.setitem(sources.REGISTRY, "tiles", _TileSource)
+    register(monkeypatch, _TileSource, "_tiles", _TileOptions=_TileOptions)
     model = build_config_model()
     cfg = model(input="a.tiles", output_dir="o", tile_size=64)
     assert cfg.tile_size == 64 and cfg.max_tiles == 1000
@@ -105,9 +116,9 @@ def test_two_formats_claiming_one_group_title_is_refused(monkeypatch):
 
     class ClashSource(RawSource):
         format_name = "clash"
-        options_models = (Clash,)
+        options_models = ("_clash.Clash",)
 
-    monkeypatch.setitem(sources.REGISTRY, "clash", ClashSource)
+    register(monkeypatch, ClashSource, "_clash", Clash=Clash)
     with pytest.raises(ValueError, match="Clash: a second flag group titled 'raw files'"):
         flaghelp.convert_groups()
 

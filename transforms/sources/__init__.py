@@ -29,6 +29,9 @@ The model is TFDS's ``file_adapters.ADAPTER_FOR_FORMAT``.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from tfrecord_etl.transforms.errors import SourceError
 from tfrecord_etl.transforms.sources.base import (
     ARRAY,
@@ -51,9 +54,11 @@ from tfrecord_etl.transforms.sources.matlab import MatlabSource
 from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
 from tfrecord_etl.transforms.sources.npy import NpySource
 from tfrecord_etl.transforms.sources.npz import MAX_COLUMN_STREAMS, RATIO_CHECK_MIN_BYTES, NpzSource
-from tfrecord_etl.transforms.sources.options import FlagGroup, FormatOptions
 from tfrecord_etl.transforms.sources.raw import RawSource
 from tfrecord_etl.transforms.sources.zarrsrc import ZarrSource
+
+if TYPE_CHECKING:
+    from tfrecord_etl.transforms.sources.options import FormatOptions
 
 __all__ = [
     "ARRAY",
@@ -71,8 +76,6 @@ __all__ = [
     "Columns",
     "FileIndex",
     "FilesSource",
-    "FlagGroup",
-    "FormatOptions",
     "Hdf5Source",
     "NetCdf3Source",
     "NpySource",
@@ -88,6 +91,7 @@ __all__ = [
     "format_of",
     "make_source",
     "merge_specs",
+    "models_of",
     "option_models",
     "other_format_hint",
     "plan_row_ranges",
@@ -110,13 +114,24 @@ REGISTRY: dict[str, type[Source]] = {
 FORMATS = tuple(REGISTRY)
 
 
+def models_of(cls: type[Source]) -> tuple[type[FormatOptions], ...]:
+    """The options models ``cls`` names in ``options_models`` (``"MODULE.CLASS"`` under this package), imported
+    now: they need pydantic, which the light reader's commands (verify, inspect) do without, though they read the
+    registry."""
+    out = []
+    for ref in cls.options_models:
+        module, name = ref.rsplit(".", 1)
+        out.append(getattr(importlib.import_module(f"{__name__}.{module}"), name))
+    return tuple(out)
+
+
 def option_models() -> tuple[type[FormatOptions], ...]:
-    """Every registered source's options models (``Source.options_models``), once each, in registry order: what
-    the convert command's config model, its flags and ``--help`` groups, and ``planning.source_options`` are
-    built from."""
-    out: dict[type, None] = {}
+    """Every registered source's options models (:func:`models_of`), once each, in registry order: what the
+    convert command's config model, its flags and ``--help`` groups, and ``planning.source_options`` are built
+    from."""
+    out: dict[type[FormatOptions], None] = {}
     for cls in REGISTRY.values():
-        out.update(dict.fromkeys(cls.options_models))
+        out.update(dict.fromkeys(models_of(cls)))
     return tuple(out)
 
 

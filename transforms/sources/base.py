@@ -8,7 +8,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 
@@ -296,9 +296,10 @@ class Source:
     modes: tuple[str, ...] = ("rows",)  # its modes; the first is the default
     takes_datasets = True  # --datasets names its arrays (datasets, variables, members); False: refused for it
     loose = False  # arrays/files modes: dtype and shape may vary between rows
-    # its options: FormatOptions subclasses (sources/options.py), the flags, config keys and --help groups they
+    # its options: FormatOptions subclasses (sources/options.py) as "MODULE.CLASS" under this package (imported
+    # when used: they need pydantic, the light reader does not), the flags, config keys and --help groups they
     # declare; the registry builds the config, the command line and planning's SourceOptions from them
-    options_models: ClassVar[tuple[type[Any], ...]] = ()
+    options_models: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:

@@ -19,14 +19,11 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal
 
 import numpy as np
-from pydantic import Field
 
 from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import ConfigError, SourceError
-from tfrecord_etl.transforms.sources.options import FlagGroup, FormatOptions
 from tfrecord_etl.transforms.sources.raw import RawLayout, RawSource
 
 # .hdr/.img pairs of another kind (a binary header of 348 bytes and more): not ENVI, said so in the error
@@ -39,25 +36,6 @@ MAX_HEADER_BYTES = 64 * 1024  # a header names a few dozen keys; wavelength list
 DATA_TYPES = {1: "u1", 2: "i2", 3: "i4", 4: "f4", 5: "f8", 6: "c8", 9: "c16", 12: "u2", 13: "u4", 14: "i8", 15: "u8"}
 INTERLEAVES = ("bsq", "bil", "bip")
 _KEY = re.compile(r"^\s*([A-Za-z][A-Za-z0-9 _./()-]*?)\s*=\s*(.*)$")
-
-
-class EnviOptions(FormatOptions):
-    """``--envi_rows``: what one Example holds."""
-
-    flag_groups = (
-        FlagGroup(
-            "ENVI files",
-            "what one Example of an ENVI image cube holds",
-            "converting/envi.md",
-            ("--envi_rows",),
-        ),
-    )
-
-    envi_rows: Literal["storage", "pixels"] = Field(
-        "storage",
-        description="envi: storage: one Example per band (bsq) or per image line (bil, bip), as the file stores "
-        "them; pixels: one Example per pixel, its spectrum of every band (bsq and bip files)",
-    )
 
 
 def parse_header(text: str, where: str) -> dict[str, str]:
@@ -157,7 +135,7 @@ class EnviSource(RawSource):
 
     format_name = "envi"
     suffixes = (".img", ".bsq", ".bil", ".bip")
-    options_models = (EnviOptions,)
+    options_models = ("envi_options.EnviOptions",)  # --envi_rows
 
     def is_sidecar(self, path: str) -> bool:
         """True for an ENVI header (``.hdr``): never read as data."""
@@ -200,6 +178,8 @@ class EnviSource(RawSource):
             raise SourceError(
                 f"The ENVI header is not text (byte offset {e.start})", file=where, hint=NOT_ENVI_HINT
             ) from None
+        from tfrecord_etl.transforms.sources.envi_options import EnviOptions
+
         rows = self.options.of(EnviOptions).envi_rows
         return header_layout(parse_header(text, where), where, rows)
 

@@ -26,7 +26,6 @@ from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.errors import ConfigError, SourceError
 from tfrecord_etl.transforms.sources import filekinds
 from tfrecord_etl.transforms.sources.base import Columns, FileIndex, RowRange, Source, _refuse_special_file
-from tfrecord_etl.transforms.sources.options_files import FilesOptions
 
 log = logging.getLogger(__name__)
 MAX_LABELS_BYTES = 64 * 2**20  # a labels table over this is refused (it is read into memory at planning)
@@ -53,7 +52,7 @@ def relative_name(path: str, base: str) -> str:
 class FilesSource(Source):
     """One Example per matched file: the file's bytes, its name and its label (see the module docstring)."""
 
-    options_models = (FilesOptions,)  # its flags and config keys: sources/options_*.py
+    options_models = ("options_files.FilesOptions",)  # its flags: sources/options_*.py
 
     format_name = "files"
     suffixes = ()  # never chosen from a suffix: pass --format files

@@ -40,8 +40,6 @@ from tfrecord_etl.transforms.sources.hdf5filters import (
     read_error,
 )
 from tfrecord_etl.transforms.sources.hdf5layout import walk  # noqa: F401 - the tree's import name
-from tfrecord_etl.transforms.sources.options_container import ContainerOptions
-from tfrecord_etl.transforms.sources.options_hdf5 import Hdf5Options
 
 HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4", ".h5ad", ".loom", ".mnc")
 HDF5_CHUNK_CACHE_BYTES = 64 * 2**20  # per open file: a chunk spanning several row ranges is decompressed once
@@ -63,7 +61,10 @@ class Hdf5Source(ContainerSource):
     ``HDF5_CHUNK_CACHE_BYTES``, so a chunk spanning several row ranges of a shard is decompressed once.
     """
 
-    options_models = (ContainerOptions, Hdf5Options)  # its flags and config keys: sources/options_*.py
+    options_models = (
+        "options_container.ContainerOptions",
+        "options_hdf5.Hdf5Options",
+    )  # its flags: sources/options_*.py
 
     format_name = "hdf5"
     suffixes = HDF5_SUFFIXES

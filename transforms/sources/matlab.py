@@ -61,8 +61,6 @@ from tfrecord_etl.transforms.sources.container import (
     datasets_index,
 )
 from tfrecord_etl.transforms.sources.mattext import as_codes, matlab_shape, string_cells
-from tfrecord_etl.transforms.sources.options_container import ContainerOptions
-from tfrecord_etl.transforms.sources.options_matlab import MatlabOptions
 
 MATLAB5_MAGIC = b"MATLAB 5.0 MAT-file"  # the header text of v6 and v7 files (v7.3 says "MATLAB 7.3": HDF5)
 # the dtype each MATLAB class is stored as: the v7.3 file's HDF5 dtype (char: UTF-16 code units, converted to strings
@@ -293,7 +291,10 @@ class MatlabSource(ContainerSource):
     """MATLAB v4-v7 ``.mat`` files through SciPy, with the modes, row groups and flags of :class:`Hdf5Source`
     (see the module docstring). Remote files are read through ``fileio`` streams (loadmat takes a file object)."""
 
-    options_models = (ContainerOptions, MatlabOptions)  # its flags and config keys: sources/options_*.py
+    options_models = (
+        "options_container.ContainerOptions",
+        "options_matlab.MatlabOptions",
+    )  # its flags: sources/options_*.py
 
     format_name = "matlab"
     suffixes = (".mat",)  # a v7.3 .mat is HDF5 by its first bytes; a v4 file has no magic: the suffix decides

@@ -38,7 +38,6 @@ from tfrecord_etl.transforms.sources.container import (
     choose_group,
     datasets_index,
 )
-from tfrecord_etl.transforms.sources.options_container import ContainerOptions
 
 NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02")
 
@@ -53,7 +52,7 @@ class NetCdf3Source(ContainerSource):
     variables are skipped (one warning). Datasets mode: each variable is one Example (``key``, ``array``).
     """
 
-    options_models = (ContainerOptions,)  # its flags and config keys: sources/options_*.py
+    options_models = ("options_container.ContainerOptions",)  # its flags: sources/options_*.py
 
     format_name = "netcdf3"
     suffixes = (".nc", ".cdf", ".nc3", ".mnc")  # .mnc: MINC1 (MINC2 is HDF5: the first bytes decide)

@@ -31,13 +31,12 @@ from tfrecord_etl.transforms.sources.npyformat import (
     _read_rows,
     _read_whole,
 )
-from tfrecord_etl.transforms.sources.options_numpy import NumpyOptions
 
 
 class NpySource(Source):
     """``.npy`` files: rows of one array (memory-mapped when local), or one Example per file."""
 
-    options_models = (NumpyOptions,)  # its flags and config keys: sources/options_*.py
+    options_models = ("options_numpy.NumpyOptions",)  # its flags: sources/options_*.py
 
     format_name = "npy"
     suffixes = (".npy",)

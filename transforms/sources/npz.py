@@ -39,8 +39,6 @@ from tfrecord_etl.transforms.sources.npyformat import (
     _read_npy_header,
     _read_rows,
 )
-from tfrecord_etl.transforms.sources.options_container import ContainerOptions
-from tfrecord_etl.transforms.sources.options_numpy import NumpyOptions
 
 RATIO_CHECK_MIN_BYTES = 2**20  # npz members of at most this many uncompressed bytes are never refused by ratio
 
@@ -151,7 +149,10 @@ class NpzSource(Source):
     (uncompressed) members are read straight from the archive at their offset.
     """
 
-    options_models = (ContainerOptions, NumpyOptions)  # its flags and config keys: sources/options_*.py
+    options_models = (
+        "options_container.ContainerOptions",
+        "options_numpy.NumpyOptions",
+    )  # its flags: sources/options_*.py
 
     format_name = "npz"
     suffixes = (".npz",)

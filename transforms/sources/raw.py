@@ -26,7 +26,6 @@ from tfrecord_etl.transforms.sources.base import (
     _row_bytes,
 )
 from tfrecord_etl.transforms.sources.npyformat import _NpyHeader, _read_rows
-from tfrecord_etl.transforms.sources.options_raw import RawOptions
 
 SIDECAR_SUFFIXES = (".json", ".yaml", ".yml")
 DIRECTORY_SIDECARS = tuple(f"raw{s}" for s in SIDECAR_SUFFIXES)  # one layout for every file of a directory
@@ -138,7 +137,7 @@ def check_layout(layout: RawLayout, path: str) -> tuple[np.dtype, tuple[int, ...
 class RawSource(Source):
     """Raw binary files of fixed-size rows (``np.memmap``'s view of a file), rows mode."""
 
-    options_models = (RawOptions,)  # its flags and config keys: sources/options_*.py
+    options_models = ("options_raw.RawOptions",)  # its flags: sources/options_*.py
 
     format_name = "raw"
     suffixes = (".raw", ".bin", ".dat")

@@ -42,8 +42,6 @@ from tfrecord_etl.transforms.sources.container import (
     choose_group,
     datasets_index,
 )
-from tfrecord_etl.transforms.sources.options_container import ContainerOptions
-from tfrecord_etl.transforms.sources.options_hdf5 import Hdf5Options
 
 ZARR_SUFFIXES = (".zarr", ".zarr.zip", ".zarr/")
 MAX_CHUNK_ALIGN_ROWS = 2**20  # row ranges align to the arrays' common chunk rows up to this many rows
@@ -244,7 +242,10 @@ def array_bytes(array) -> int:
 class ZarrSource(ContainerSource):
     """Zarr stores (see the module docstring). ``index``/``read`` take the store's root path as the "file"."""
 
-    options_models = (ContainerOptions, Hdf5Options)  # its flags and config keys: sources/options_*.py
+    options_models = (
+        "options_container.ContainerOptions",
+        "options_hdf5.Hdf5Options",
+    )  # its flags: sources/options_*.py
 
     format_name = "zarr"
     suffixes = ZARR_SUFFIXES
