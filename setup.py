@@ -121,6 +121,8 @@ setuptools.setup(
             # Zarr stores (zarr 3.1 is the last for Python 3.11) and the xarray that writes the test stores
             "zarr>=3.1.6,<4",
             "xarray>=2024.1",
+            # Spectral Python writes and reads ENVI image cubes: the ENVI source is checked against its files
+            "spectral==0.25",
         ],
         # --runner DaskRunner (apache-beam[dask] asks for the same ranges); see docs/scale.md.
         "dask": ["dask>=2024.4.2", "distributed>=2024.4.2"],

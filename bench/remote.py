@@ -335,7 +335,7 @@ def main(argv=None) -> int:
                         )
                     )
                 for threads in [int(t) for t in args.threads.split(",")]:
-                    planning.PLAN_THREADS = threads
+                    planning.inputs.PLAN_THREADS = threads  # where index_concurrently reads it
                     fileio._CLIENTS.clear()
                     proxy.reset()
                     t, c, o = time.perf_counter(), time.process_time(), cpu_seconds(others)

@@ -10,8 +10,8 @@ import sys
 import textwrap
 
 COMMANDS = {
-    "convert": "arrays in HDF5, netCDF, .npz, .npy, MATLAB .mat, Zarr and raw binary files, or folders of images "
-    "and other files -> sharded TFRecord files of tf.train.Example",
+    "convert": "arrays in HDF5, netCDF, .npz, .npy, MATLAB .mat, Zarr and raw binary files, ENVI image cubes, or "
+    "folders of images and other files -> sharded TFRecord files of tf.train.Example",
     "augment": "add features to an existing TFRecord collection (rewrite or sidecar)",
     "verify": "check an output directory, a sidecar collection or TFRecord files (framing, counts, values)",
     "inspect": "print the features, shards and one decoded example of an output",

@@ -2,7 +2,8 @@
 reference of the documentation (docs/flags.md, written by docs/hooks.py when the site is built).
 
 One table, :data:`GROUPS`, says for each command which flags form which group, in the order ``--help`` lists them,
-with a one-line description and the documentation page that explains them. :func:`group_flags` arranges a parser
+with a one-line description and the documentation page that explains them; convert's format groups come from the
+registered sources' options models (:func:`convert_groups`). :func:`group_flags` arranges a parser
 by it and refuses a flag that no group names (or a group naming a flag the parser lacks), so a new flag cannot be
 left out of ``--help``'s groups or out of the reference.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+from collections.abc import Iterator, MutableMapping
 from typing import NamedTuple
 
 # Where the documentation's pages are: the docs/ folder of the repository (docs/flags.md there is the source of
@@ -22,7 +24,9 @@ COMMANDS = ("convert", "augment", "verify", "inspect")
 
 class Group(NamedTuple):
     """One topic of a command's flags: its title, a one-line description, the docs page (under :data:`DOCS`)
-    that explains the flags, and the flags (option strings, or a positional argument's name) in help order."""
+    that explains the flags, and the flags (option strings, or a positional argument's name) in help order. The
+    formats declare theirs with ``sources.FlagGroup``, the same fields (that module needs pydantic, which verify
+    and inspect do not)."""
 
     title: str
     description: str
@@ -38,174 +42,208 @@ _HELP = Group(
 )
 _RECORD_LIMITS = ("--max_record_mb", "--max_features")
 
-GROUPS: dict[str, tuple[Group, ...]] = {
-    "convert": (
-        Group(
-            "input",
-            "what to convert: the file pattern, its format, a YAML config of these flags",
-            "converting/index.md",
-            ("--input", "--format", "--config"),
+# convert's groups of the flags every format shares: "input" first, then each registered format's own groups
+# (sources.option_models: the HDF5 and containers, NumPy, raw, file collections, ...), then these; a format's
+# group titled like one of these (limits, safety) adds its flags at the group's end (convert_groups)
+_CONVERT_INPUT = Group(
+    "input",
+    "what to convert: the file pattern, its format, a YAML config of these flags",
+    "converting/index.md",
+    ("--input", "--format", "--config"),
+)
+_CONVERT_SHARED = (
+    Group(
+        "encoding",
+        "how each array is stored in its feature",
+        "encodings.md",
+        ("--encoding", "--feature_encodings", "--allow_lossy", "--provenance"),
+    ),
+    Group(
+        "output",
+        "the output directory, its shards and their compression",
+        "output.md",
+        (
+            "--output_dir",
+            "--compression",
+            "--compression_level",
+            "--num_shards",
+            "--target_shard_mb",
+            "--prefix",
+            "--index",
+            "--writer",
+            "--overwrite",
         ),
-        Group(
-            "HDF5 and containers",
-            "which arrays of an HDF5, netCDF, MATLAB or Zarr container become Examples",
-            "converting/hdf5.md",
-            ("--datasets", "--row_group", "--container_mode"),
-        ),
-        Group(
-            "NumPy files",
-            "rows or whole arrays of .npz and .npy files",
-            "converting/numpy.md",
-            ("--npz_mode", "--npy_mode", "--exclude_datasets"),
-        ),
-        Group(
-            "raw files",
-            "the layout of a headerless binary array",
-            "converting/raw.md",
-            ("--dtype", "--shape", "--offset", "--order", "--count"),
-        ),
-        Group(
-            "image and file collections",
-            "one Example per file: its bytes, label and image header",
-            "converting/files.md",
-            ("--file_labels", "--file_feature", "--image_header", "--decode_check"),
-        ),
-        Group(
-            "encoding",
-            "how each array is stored in its feature",
-            "encodings.md",
-            ("--encoding", "--feature_encodings", "--allow_lossy", "--provenance"),
-        ),
-        Group(
-            "output",
-            "the output directory, its shards and their compression",
-            "output.md",
-            (
-                "--output_dir",
-                "--compression",
-                "--compression_level",
-                "--num_shards",
-                "--target_shard_mb",
-                "--prefix",
-                "--index",
-                "--writer",
-                "--overwrite",
+    ),
+    Group(
+        "splits and TFDS",
+        "named splits, shuffling, a directory TFDS loads",
+        "output.md",
+        ("--splits", "--split_key", "--split", "--shuffle_seed", "--tfds_name"),
+    ),
+    Group(
+        "spans and incremental runs",
+        "collections of spans: which span, only the new files",
+        "scheduled.md",
+        ("--span", "--version", "--incremental", "--reconvert_changed", "--allow_schema_change"),
+    ),
+    Group(
+        "runner",
+        "local workers and the size of the work units (Beam's own flags pass through)",
+        "scale.md",
+        ("--target_range_mb", "--max_local_workers"),
+    ),
+    Group(
+        "limits",
+        "bounds on what a hostile or broken input can make the command do",
+        "reliability.md",
+        ("--max_empty_rows", "--max_row_mb"),
+    ),
+    Group(
+        "safety",
+        "what is read beyond the input and what happens to a row that fails",
+        "reliability.md",
+        ("--follow_symlinks", "--dead_letter_dir"),
+    ),
+    _HELP,
+)
+
+
+def convert_groups() -> tuple[Group, ...]:
+    """convert's ``--help`` groups: ``input``, each registered format's groups (``FormatOptions.flag_groups``, in
+    registry order), then the shared ones, a format's flags for a shared group (``limits``, ``safety``) at its end.
+
+    Raises:
+      ValueError: two formats declaring groups of one title that is not a shared group's (a programming error).
+    """
+    from tfrecord_etl.transforms.sources import option_models  # the registry: pydantic, NumPy
+
+    shared = {g.title: g for g in _CONVERT_SHARED}
+    added: dict[str, tuple[str, ...]] = dict.fromkeys(shared, ())
+    own: list[Group] = []
+    for model in option_models():
+        for group in model.flag_groups:
+            if group.title in shared:
+                added[group.title] += group.flags
+            elif any(g.title == group.title for g in own) or group.title == _CONVERT_INPUT.title:
+                raise ValueError(f"{model.__name__}: a second flag group titled {group.title!r}")
+            else:
+                own.append(Group(*group))
+    return (_CONVERT_INPUT, *own, *(g._replace(flags=g.flags + added[g.title]) for g in _CONVERT_SHARED))
+
+
+class CommandGroups(MutableMapping):
+    """The commands' groups, :data:`GROUPS`: a mapping of command to its groups whose ``convert`` entry is built
+    from the source registry (:func:`convert_groups`) when first read, so that verify and inspect, which run
+    without the pipeline dependencies, never import the sources."""
+
+    def __init__(self, groups: dict[str, tuple[Group, ...]]):
+        self._groups = dict(groups)
+
+    def __getitem__(self, command: str) -> tuple[Group, ...]:
+        if command == "convert" and command not in self._groups:
+            self._groups[command] = convert_groups()
+        return self._groups[command]
+
+    def __setitem__(self, command: str, groups: tuple[Group, ...]) -> None:
+        self._groups[command] = groups
+
+    def __delitem__(self, command: str) -> None:
+        del self._groups[command]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(dict.fromkeys(["convert", *self._groups]))
+
+    def __len__(self) -> int:
+        return len(dict.fromkeys(["convert", *self._groups]))
+
+
+GROUPS = CommandGroups(
+    {
+        "augment": (
+            Group(
+                "input",
+                "the collection to add fields to and how to read it",
+                "augment.md",
+                ("--input", "--spans", "--compression", "--schema", "--config"),
             ),
-        ),
-        Group(
-            "splits and TFDS",
-            "named splits, shuffling, a directory TFDS loads",
-            "output.md",
-            ("--splits", "--split_key", "--split", "--shuffle_seed", "--tfds_name"),
-        ),
-        Group(
-            "spans and incremental runs",
-            "collections of spans: which span, only the new files",
-            "scheduled.md",
-            ("--span", "--version", "--incremental", "--reconvert_changed", "--allow_schema_change"),
-        ),
-        Group(
-            "runner",
-            "local workers and the size of the work units (Beam's own flags pass through)",
-            "scale.md",
-            ("--target_range_mb", "--max_local_workers"),
-        ),
-        Group(
-            "limits",
-            "bounds on what a hostile or broken input can make the command do",
-            "reliability.md",
-            (
-                "--max_compression_ratio",
-                "--max_empty_rows",
-                "--max_row_mb",
-                "--max_mat_variable_mb",
-                "--max_mat_nesting",
-                "--max_datasets",
+            Group(
+                "output",
+                "where the new collection goes, whole records or a sidecar",
+                "augment.md",
+                ("--output_dir", "--mode", "--output_compression", "--compression_level", "--overwrite"),
             ),
-        ),
-        Group(
-            "safety",
-            "what is read beyond the input and what happens to a row that fails",
-            "reliability.md",
-            ("--follow_symlinks", "--allow_external_storage", "--allow_fill_value", "--dead_letter_dir"),
-        ),
-        _HELP,
-    ),
-    "augment": (
-        Group(
-            "input",
-            "the collection to add fields to and how to read it",
-            "augment.md",
-            ("--input", "--spans", "--compression", "--schema", "--config"),
-        ),
-        Group(
-            "output",
-            "where the new collection goes, whole records or a sidecar",
-            "augment.md",
-            ("--output_dir", "--mode", "--output_compression", "--compression_level", "--overwrite"),
-        ),
-        Group(
-            "new fields",
-            "fields computed by a function of yours, or constants",
-            "augment.md",
-            ("--fn", "--fn_inputs", "--fn_batch", "--constants", "--replace_fields"),
-        ),
-        Group(
-            "join",
-            "fields from another file, matched by position or by key",
-            "augment.md",
-            (
-                "--join_input",
-                "--join_by",
-                "--key_feature",
-                "--join_key",
-                "--join_fields",
-                "--join_datasets",
-                "--missing",
-                "--defaults",
+            Group(
+                "new fields",
+                "fields computed by a function of yours, or constants",
+                "augment.md",
+                ("--fn", "--fn_inputs", "--fn_batch", "--constants", "--replace_fields"),
             ),
+            Group(
+                "join",
+                "fields from another file, matched by position or by key",
+                "augment.md",
+                (
+                    "--join_input",
+                    "--join_by",
+                    "--key_feature",
+                    "--join_key",
+                    "--join_fields",
+                    "--join_datasets",
+                    "--missing",
+                    "--defaults",
+                ),
+            ),
+            Group(
+                "encoding",
+                "how each new array is stored in its feature",
+                "encodings.md",
+                ("--encoding", "--feature_encodings", "--allow_lossy"),
+            ),
+            Group(
+                "runner",
+                "local workers and batch size (Beam's own flags pass through)",
+                "scale.md",
+                ("--batch_size", "--max_local_workers"),
+            ),
+            Group(
+                "limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS
+            ),
+            Group("general", "help, logs and progress", "augment.md", ("-h", "--verbose", "--progress")),
         ),
-        Group(
-            "encoding",
-            "how each new array is stored in its feature",
-            "encodings.md",
-            ("--encoding", "--feature_encodings", "--allow_lossy"),
+        "verify": (
+            Group(
+                "target",
+                "what to verify: an output, a collection, a sidecar or TFRecord files",
+                "verify.md",
+                ("target", "--target", "--spans"),
+            ),
+            Group(
+                "comparison",
+                "the inputs and originals to compare with, exactly",
+                "verify.md",
+                ("--source", "--original"),
+            ),
+            Group("report", "the report's form and length", "verify.md", ("--json", "--max_problems", "--verbose")),
+            Group(
+                "limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS
+            ),
+            Group("general", "help", "verify.md", ("-h",)),
         ),
-        Group(
-            "runner",
-            "local workers and batch size (Beam's own flags pass through)",
-            "scale.md",
-            ("--batch_size", "--max_local_workers"),
+        "inspect": (
+            Group(
+                "target",
+                "what to inspect: an output, a collection, TFRecord files or an HDF5/netCDF/MATLAB file",
+                "verify.md",
+                ("output_dir", "--spans"),
+            ),
+            Group("report", "what is read and how it is printed", "verify.md", ("--tf_read", "--json", "--verbose")),
+            Group(
+                "limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS
+            ),
+            Group("general", "help", "verify.md", ("-h",)),
         ),
-        Group("limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS),
-        Group("general", "help, logs and progress", "augment.md", ("-h", "--verbose", "--progress")),
-    ),
-    "verify": (
-        Group(
-            "target",
-            "what to verify: an output, a collection, a sidecar or TFRecord files",
-            "verify.md",
-            ("target", "--target", "--spans"),
-        ),
-        Group(
-            "comparison", "the inputs and originals to compare with, exactly", "verify.md", ("--source", "--original")
-        ),
-        Group("report", "the report's form and length", "verify.md", ("--json", "--max_problems", "--verbose")),
-        Group("limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS),
-        Group("general", "help", "verify.md", ("-h",)),
-    ),
-    "inspect": (
-        Group(
-            "target",
-            "what to inspect: an output, a collection, TFRecord files or an HDF5/netCDF/MATLAB file",
-            "verify.md",
-            ("output_dir", "--spans"),
-        ),
-        Group("report", "what is read and how it is printed", "verify.md", ("--tf_read", "--json", "--verbose")),
-        Group("limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS),
-        Group("general", "help", "verify.md", ("-h",)),
-    ),
-}
+    }
+)
 
 
 def _names(action: argparse.Action) -> tuple[str, ...]:

@@ -272,6 +272,7 @@ FORMAT_NAMES = {
     "files": "image",
     "matlab": "MATLAB",
     "zarr": "Zarr",
+    "envi": "ENVI",
 }
 
 

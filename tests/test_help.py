@@ -148,6 +148,7 @@ FORMAT_WORDS = {
     "files": "folders of images and other files",
     "matlab": "MATLAB",
     "zarr": "Zarr",
+    "envi": "ENVI image cubes",
 }
 
 
@@ -170,7 +171,7 @@ def test_format_help_says_the_content_decides(capsys):
     text = " ".join(command_help("convert", capsys).split())
     assert "from the suffix" not in text
     assert (
-        "--format {hdf5,netcdf3,npz,npy,raw,files,matlab,zarr} input format; default: told by each file's "
+        "--format {hdf5,netcdf3,npz,npy,raw,files,matlab,zarr,envi} input format; default: told by each file's "
         "content (its first bytes, a Zarr store by its metadata), else by its suffix; files only when named"
     ) in text
 

@@ -129,7 +129,7 @@ def test_remote_planning_is_concurrent_and_fails_on_the_first_bad_file_in_order(
     plan = planning.plan_inputs(f"s3://{BUCKET}/many/*.npy", SourceOptions("npy"))
     assert [i.num_rows for i in plan.indexes] == [5 * (i + 1) for i in range(24)]
     assert proxy.connections <= 24 + 2  # one GET per file (size from Content-Range) and the listing
-    monkeypatch.setattr(planning, "PLAN_THREADS", 1)
+    monkeypatch.setattr(planning.inputs, "PLAN_THREADS", 1)  # where index_concurrently reads it
     sequential = planning.plan_inputs(f"s3://{BUCKET}/many/*.npy", SourceOptions("npy"))
     assert (sequential.indexes, sequential.ranges, sequential.specs) == (plan.indexes, plan.ranges, plan.specs)
     monkeypatch.undo()

@@ -216,7 +216,7 @@ def test_formats_and_config_choices_come_from_the_registry():
 
     from tfrecord_etl.transforms.config import ConvertConfig
 
-    assert sources.FORMATS == ("hdf5", "netcdf3", "npz", "npy", "raw", "files", "matlab", "zarr")
+    assert sources.FORMATS == ("hdf5", "netcdf3", "npz", "npy", "raw", "files", "matlab", "zarr", "envi")
     choices = typing.get_args(typing.get_args(ConvertConfig.model_fields["format"].annotation)[0])
     assert set(choices) == set(sources.FORMATS)
     suffixes = [s for cls in sources.REGISTRY.values() for s in cls.suffixes]
@@ -229,7 +229,7 @@ def test_unknown_suffix_names_the_registered_ones():
     with pytest.raises(
         SourceError,
         match=r"Cannot tell the input format.*name it \.h5/\.nc/\.npz/\.npy/\.raw/\.mat/"
-        r"\.zarr or pass --format one of \('hdf5', 'netcdf3', 'npz', 'npy', 'raw', "
-        r"'files', 'matlab', 'zarr'\)",
+        r"\.zarr/\.img or pass --format one of \('hdf5', 'netcdf3', 'npz', 'npy', 'raw', "
+        r"'files', 'matlab', 'zarr', 'envi'\)",
     ):
         sources.format_of("data.csv", SourceOptions())

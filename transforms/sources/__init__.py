@@ -20,13 +20,17 @@ Formats and modes (one module each, registered in :data:`REGISTRY`):
 * ``npy`` (``npy.py``) ``rows``: rows of one array (memory-mapped when local); ``files``: every file is one
   Example with features ``key`` (the file name without ``.npy``) and ``array``.
 
-A new source is one module with a :class:`Source` subclass declaring ``format_name``, ``suffixes``, ``modes`` and
-the ``magic`` its files start with, added to ``REGISTRY`` below (``format_of``, which tells a file's format by its
+A new source is one module with a :class:`Source` subclass declaring ``format_name``, ``suffixes``, ``modes``,
+the ``magic`` its files start with and its ``options_models`` (its flags, ``sources/options.py``), added to
+``REGISTRY`` below (``format_of``, which tells a file's format by its
 content, then its suffix, and ``FORMATS`` derive from it), plus its tests.
 The model is TFDS's ``file_adapters.ADAPTER_FOR_FORMAT``.
 """
 
 from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
 
 from tfrecord_etl.transforms.errors import SourceError
 from tfrecord_etl.transforms.sources.base import (
@@ -43,6 +47,7 @@ from tfrecord_etl.transforms.sources.base import (
     merge_specs,
     plan_row_ranges,
 )
+from tfrecord_etl.transforms.sources.envi import EnviSource
 from tfrecord_etl.transforms.sources.files import FilesSource
 from tfrecord_etl.transforms.sources.hdf5 import HDF5_CHUNK_CACHE_BYTES, HDF5_SUFFIXES, Hdf5Source
 from tfrecord_etl.transforms.sources.matlab import MatlabSource
@@ -59,6 +64,9 @@ from tfrecord_etl.transforms.sources.signatures import (
     register,
 )
 from tfrecord_etl.transforms.sources.zarrsrc import ZarrSource
+
+if TYPE_CHECKING:
+    from tfrecord_etl.transforms.sources.options import FormatOptions
 
 __all__ = [
     "ARRAY",
@@ -91,16 +99,49 @@ __all__ = [
     "format_of",
     "make_source",
     "merge_specs",
+    "models_of",
+    "option_models",
     "other_format_hint",
     "plan_row_ranges",
 ]
 
 REGISTRY: dict[str, type[Source]] = {
     cls.format_name: cls
-    for cls in (Hdf5Source, NetCdf3Source, NpzSource, NpySource, RawSource, FilesSource, MatlabSource, ZarrSource)
+    for cls in (
+        Hdf5Source,
+        NetCdf3Source,
+        NpzSource,
+        NpySource,
+        RawSource,
+        FilesSource,
+        MatlabSource,
+        ZarrSource,
+        EnviSource,
+    )
 }
 FORMATS = tuple(REGISTRY)
 register(REGISTRY)  # the formats a file's first bytes tell (sources/signatures.py)
+
+
+def models_of(cls: type[Source]) -> tuple[type[FormatOptions], ...]:
+    """The options models ``cls`` names in ``options_models`` (``"MODULE.CLASS"`` under this package), imported
+    now: they need pydantic, which the light reader's commands (verify, inspect) do without, though they read the
+    registry."""
+    out = []
+    for ref in cls.options_models:
+        module, name = ref.rsplit(".", 1)
+        out.append(getattr(importlib.import_module(f"{__name__}.{module}"), name))
+    return tuple(out)
+
+
+def option_models() -> tuple[type[FormatOptions], ...]:
+    """Every registered source's options models (:func:`models_of`), once each, in registry order: what the
+    convert command's config model, its flags and ``--help`` groups, and ``planning.source_options`` are built
+    from."""
+    out: dict[type[FormatOptions], None] = {}
+    for cls in REGISTRY.values():
+        out.update(dict.fromkeys(models_of(cls)))
+    return tuple(out)
 
 
 def format_of(path: str, options: SourceOptions) -> str:

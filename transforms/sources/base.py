@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Sequence
+from typing import ClassVar, TypeVar
 
 import numpy as np
 
@@ -17,6 +18,7 @@ from tfrecord_etl.transforms.errors import SchemaError, SourceError
 
 log = logging.getLogger("tfrecord_etl.transforms.sources")
 
+T = TypeVar("T")
 DEFAULT_RANGE_BYTES = 8 * 2**20  # see docs/performance.md: 64 MB ranges cost 1-1.5 s more kernel time per GB
 
 
@@ -67,6 +69,16 @@ class SourceOptions:
     max_datasets: int = DEFAULT_MAX_DATASETS  # hdf5: datasets walked in one file (and datasets-mode Examples)
     follow_symlinks: bool = False  # every source: follow symlinks that lead outside the pattern's base directory
     exclude_datasets: tuple[str, ...] | None = None  # npz: members left out (never read)
+    # the options models of the formats that read their own (FormatOptions.source_fields None): see of()
+    formats: tuple = ()
+
+    def of(self, model: type[T]) -> T:
+        """The values of ``model`` (a format's ``FormatOptions`` subclass, ``sources/options.py``) these options
+        carry, else its defaults: how a source reads the options it declares in ``options_models``."""
+        for found in self.formats:
+            if type(found) is model:
+                return found
+        return model()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,6 +296,10 @@ class Source:
     modes: tuple[str, ...] = ("rows",)  # its modes; the first is the default
     takes_datasets = True  # --datasets names its arrays (datasets, variables, members); False: refused for it
     loose = False  # arrays/files modes: dtype and shape may vary between rows
+    # its options: FormatOptions subclasses (sources/options.py) as "MODULE.CLASS" under this package (imported
+    # when used: they need pydantic, the light reader does not), the flags, config keys and --help groups they
+    # declare; the registry builds the config, the command line and planning's SourceOptions from them
+    options_models: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def sniff(cls, head: bytes) -> bool:

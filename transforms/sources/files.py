@@ -52,6 +52,8 @@ def relative_name(path: str, base: str) -> str:
 class FilesSource(Source):
     """One Example per matched file: the file's bytes, its name and its label (see the module docstring)."""
 
+    options_models = ("options_files.FilesOptions",)  # its flags: sources/options_*.py
+
     format_name = "files"
     suffixes = ()  # never chosen from a suffix: pass --format files
     modes = ("files",)

@@ -63,6 +63,11 @@ class Hdf5Source(ContainerSource):
     ``HDF5_CHUNK_CACHE_BYTES``, so a chunk spanning several row ranges of a shard is decompressed once.
     """
 
+    options_models = (
+        "options_container.ContainerOptions",
+        "options_hdf5.Hdf5Options",
+    )  # its flags: sources/options_*.py
+
     format_name = "hdf5"
     suffixes = HDF5_SUFFIXES
     magic = (b"\x89HDF\r\n\x1a\n",)  # the superblock's signature (a MATLAB v7.3 .mat is found by it too)

@@ -82,6 +82,11 @@ class MatlabSource(ContainerSource):
     """MATLAB v4-v7 ``.mat`` files through SciPy, with the modes, row groups and flags of :class:`Hdf5Source`
     (see the module docstring). Remote files are read through ``fileio`` streams (loadmat takes a file object)."""
 
+    options_models = (
+        "options_container.ContainerOptions",
+        "options_matlab.MatlabOptions",
+    )  # its flags: sources/options_*.py
+
     format_name = "matlab"
     suffixes = (".mat",)  # a v7.3 .mat is HDF5 by its first bytes; a v4 file has no magic: the suffix decides
     magic = (MATLAB5_MAGIC,)

@@ -53,6 +53,8 @@ class NetCdf3Source(ContainerSource):
     variables are skipped (one warning). Datasets mode: each variable is one Example (``key``, ``array``).
     """
 
+    options_models = ("options_container.ContainerOptions",)  # its flags: sources/options_*.py
+
     format_name = "netcdf3"
     suffixes = (".nc", ".cdf", ".nc3", ".mnc")  # .mnc: MINC1 (MINC2 is HDF5: the first bytes decide)
     magic = NETCDF3_MAGIC

@@ -36,6 +36,8 @@ from tfrecord_etl.transforms.sources.npyformat import (
 class NpySource(Source):
     """``.npy`` files: rows of one array (memory-mapped when local), or one Example per file."""
 
+    options_models = ("options_numpy.NumpyOptions",)  # its flags: sources/options_*.py
+
     format_name = "npy"
     suffixes = (".npy",)
     magic = (b"\x93NUMPY",)  # NumPy's .npy format ("format.py": the magic string, then the version)

@@ -74,6 +74,11 @@ class NpzSource(Source):
     (uncompressed) members are read straight from the archive at their offset.
     """
 
+    options_models = (
+        "options_container.ContainerOptions",
+        "options_numpy.NumpyOptions",
+    )  # its flags: sources/options_*.py
+
     format_name = "npz"
     suffixes = (".npz",)
     magic = (b"PK\x03\x04", b"PK\x05\x06")  # a zip archive: its first member, or the end record of an empty one

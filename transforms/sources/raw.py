@@ -137,6 +137,8 @@ def check_layout(layout: RawLayout, path: str) -> tuple[np.dtype, tuple[int, ...
 class RawSource(Source):
     """Raw binary files of fixed-size rows (``np.memmap``'s view of a file), rows mode."""
 
+    options_models = ("options_raw.RawOptions",)  # its flags: sources/options_*.py
+
     format_name = "raw"
     suffixes = (".raw", ".bin", ".dat")
     takes_datasets = False  # one array per file

@@ -59,6 +59,11 @@ MAX_CHUNK_ALIGN_ROWS = 2**20  # row ranges align to the arrays' common chunk row
 class ZarrSource(ContainerSource):
     """Zarr stores (see the module docstring). ``index``/``read`` take the store's root path as the "file"."""
 
+    options_models = (
+        "options_container.ContainerOptions",
+        "options_hdf5.Hdf5Options",
+    )  # its flags: sources/options_*.py
+
     format_name = "zarr"
     suffixes = ZARR_SUFFIXES
     content_label = "a Zarr store"

@@ -1,0 +1,53 @@
+"""The options of the NumPy formats (``.npz``, ``.npy``): rows or whole arrays, members left out, the zip-bomb
+limit."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from tfrecord_etl.transforms.sources.options import FLAG_SYNTAX, LIST, FlagGroup, FormatOptions, comma_list
+
+
+class NumpyOptions(FormatOptions):
+    """``--npz_mode``, ``--npy_mode``, ``--exclude_datasets``; ``--max_compression_ratio`` (limits)."""
+
+    flag_groups = (
+        FlagGroup(
+            "NumPy files",
+            "rows or whole arrays of .npz and .npy files",
+            "converting/numpy.md",
+            ("--npz_mode", "--npy_mode", "--exclude_datasets"),
+        ),
+        FlagGroup("limits", flags=("--max_compression_ratio",)),
+    )
+
+    exclude_datasets: list[str] | None = Field(
+        None,
+        description="npz: members to leave out (comma-separated); they are never read",
+        json_schema_extra={FLAG_SYNTAX: LIST},
+    )
+    npz_mode: Literal["rows", "arrays"] = Field(
+        "rows", description="npz: row i of each member -> one Example (rows), or each member -> one Example (arrays)"
+    )
+    npy_mode: Literal["rows", "files"] = Field(
+        "rows", description="npy: rows of one array (rows), or each file -> one Example (files)"
+    )
+    max_compression_ratio: float = Field(
+        500.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="npz: refuse a member (of more than 1 MiB) or an archive whose "
+        "uncompressed size exceeds this many times its compressed size (zip bombs)",
+    )
+
+    _exclude_list = field_validator("exclude_datasets", mode="before")(classmethod(lambda cls, v: comma_list(v)))
+
+    def source_fields(self) -> dict:
+        return {
+            "exclude_datasets": tuple(self.exclude_datasets) if self.exclude_datasets else None,
+            "npz_mode": self.npz_mode,
+            "npy_mode": self.npy_mode,
+            "max_compression_ratio": self.max_compression_ratio,
+        }
