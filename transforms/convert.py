@@ -23,7 +23,13 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from tfrecord_etl.transforms import beam_io, compression, fileio, matching, metadata, outdir, planning
+from tfrecord_etl.transforms import compression, fileio, matching, metadata, outdir, planning
+from tfrecord_etl.transforms.beam import (
+    commit as beam_commit,
+    deadletters as beam_deadletters,
+    encode as beam_encode,
+    write as beam_write,
+)
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, SchemaError
 from tfrecord_etl.transforms.planning import ConvertPlan, plan_convert
@@ -32,7 +38,7 @@ from tfrecord_etl.transforms.planning import ConvertPlan, plan_convert
 class PlanWriter(beam.PTransform):
     """The base of the writers: built from the plan and the config; ``dead_letters`` is set by ``expand`` when
     the writer dead-letters rows outside its shard counts (a singleton PCollection of the list of
-    ``beam_io.dead_range`` entries), else None."""
+    ``beam_deadletters.dead_range`` entries), else None."""
 
     def __init__(self, plan: ConvertPlan, cfg: ConvertConfig, progress: bool = False):
         super().__init__()
@@ -42,35 +48,31 @@ class PlanWriter(beam.PTransform):
 
 class WritePlanned(PlanWriter):
     """The ``planned`` writer (default): every shard planned before the run (contiguous row ranges of equal
-    bytes) and written by one worker (``beam_io.WriteShardFn``) with no shuffle of the data; byte-identical
+    bytes) and written by one worker (``beam_write.WriteShardFn``) with no shuffle of the data; byte-identical
     output on every rerun."""
 
     def expand(self, pbegin):
         plan, cfg = self._plan, self._cfg
-        fn = beam_io.WriteShardFn(
-            plan.inputs.source,
-            plan.specs,
+        out = beam_write.ShardOutput(
             cfg.output_dir,
             plan.prefix,
             cfg.compression,
-            cfg.allow_lossy,
-            cfg.provenance,
-            cfg.dead_letter_dir,
-            self._progress,
-            cfg.index,
-            plan.split_plan,
-            codec_of(cfg),
+            index=cfg.index,
+            codec=codec_of(cfg),
+            dead_letter_dir=cfg.dead_letter_dir,
+            progress=self._progress,
         )
+        fn = beam_write.WriteShardFn(plan.inputs.source, beam_encode.EncodeSettings.of(plan, cfg), out)
         sequential = [i.path for i in plan.inputs.indexes if i.sequential]
-        return pbegin | "WritePlannedShards" >> beam_io.WritePlannedShards(plan.shards, fn, sequential)
+        return pbegin | "WritePlannedShards" >> beam_write.WritePlannedShards(plan.shards, fn, sequential)
 
 
 def _write_dead_letters(letters: list[dict], dead_letter_dir: str) -> list[dict]:
     """Writes the beam writer's dead letters (if any) and returns what metadata.json keeps of them
-    (``beam_io.dead_range``)."""
+    (``beam_deadletters.dead_range``)."""
     if letters:
-        beam_io.write_dead_letters(dead_letter_dir, "dead_letters", letters)
-    return [beam_io.dead_range(d) for d in letters]
+        beam_deadletters.write_dead_letters(dead_letter_dir, "dead_letters", letters)
+    return [beam_deadletters.dead_range(d) for d in letters]
 
 
 def read_and_encode_ranges(pbegin, plan: ConvertPlan, cfg: ConvertConfig, fn: beam.DoFn):
@@ -80,12 +82,12 @@ def read_and_encode_ranges(pbegin, plan: ConvertPlan, cfg: ConvertConfig, fn: be
     encoded = (
         pbegin
         | "CreateRowRanges" >> beam.Create(list(plan.inputs.ranges), reshuffle=True)
-        | "ReadAndEncode" >> beam.ParDo(fn).with_outputs(beam_io.DEAD_LETTERS, main="records")
+        | "ReadAndEncode" >> beam.ParDo(fn).with_outputs(beam_deadletters.DEAD_LETTERS, main="records")
     )
     dead_letters = None
     if cfg.dead_letter_dir is not None:  # one chain, so the pipeline keeps a single leaf (DaskRunner)
         dead_letters = (
-            encoded[beam_io.DEAD_LETTERS]
+            encoded[beam_deadletters.DEAD_LETTERS]
             | "CollectDeadLetters" >> beam.combiners.ToList()
             | "WriteDeadLetters" >> beam.Map(_write_dead_letters, cfg.dead_letter_dir)
         )
@@ -94,7 +96,7 @@ def read_and_encode_ranges(pbegin, plan: ConvertPlan, cfg: ConvertConfig, fn: be
 
 class WriteWithBeamSink(PlanWriter):
     """The ``beam`` writer: row ranges spread with a Reshuffle, read and encoded per range
-    (``beam_io.ReadAndEncodeFn``, failing ranges to dead letters), written by Beam's ``WriteToTFRecord``; the
+    (``beam_encode.ReadAndEncodeFn``, failing ranges to dead letters), written by Beam's ``WriteToTFRecord``; the
     written shards are counted by walking their frames. ``dead_letters`` (set by expand) is the singleton
     PCollection of the row ranges dead-lettered, or None."""
 
@@ -104,14 +106,12 @@ class WriteWithBeamSink(PlanWriter):
             pbegin,
             plan,
             cfg,
-            beam_io.ReadAndEncodeFn(
-                plan.inputs.source, plan.specs, cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir is not None
-            ),
+            beam_encode.ReadAndEncodeFn(plan.inputs.source, beam_encode.EncodeSettings.of(plan, cfg, splits=False)),
         )
         return (
             records
-            | "WriteToShards" >> beam_io.WriteToShards(cfg.output_dir, plan.prefix, plan.num_shards, cfg.compression)
-            | "CountShardRecords" >> beam.Map(beam_io.count_shard, cfg.compression, cfg.index)
+            | "WriteToShards" >> beam_write.WriteToShards(cfg.output_dir, plan.prefix, plan.num_shards, cfg.compression)
+            | "CountShardRecords" >> beam.Map(beam_write.count_shard, cfg.compression, cfg.index)
         )
 
 
@@ -119,7 +119,7 @@ class WriteShuffled(PlanWriter):
     """The writer of ``--shuffle_seed``: a seeded shuffle of record order within each split (or the whole
     output). Row ranges are read and encoded in parallel; each record is keyed by ``sharding.shuffle_keys(seed,
     global row)`` (distinct per row), goes to shard ``key % num_shards`` of its split through a Beam shuffle
-    (GroupByKey), and each shard is written in key order (``beam_io.WriteShuffledShardFn``), so every record may
+    (GroupByKey), and each shard is written in key order (``beam_write.WriteShuffledShardFn``), so every record may
     land anywhere in its split and the same seed gives byte-identical shards on any runner. The data moves
     through the shuffle (the cost is in docs/performance.md); a worker holds one shard in memory."""
 
@@ -133,16 +133,8 @@ class WriteShuffled(PlanWriter):
             pbegin,
             plan,
             cfg,
-            beam_io.KeyShuffledRecordsFn(
-                plan.inputs.source,
-                plan.specs,
-                offsets,
-                plan.num_shards,
-                cfg.shuffle_seed,
-                cfg.allow_lossy,
-                cfg.provenance,
-                cfg.dead_letter_dir is not None,
-                plan.split_plan,
+            beam_encode.KeyShuffledRecordsFn(
+                plan.inputs.source, beam_encode.EncodeSettings.of(plan, cfg), offsets, plan.num_shards, cfg.shuffle_seed
             ),
         )
         every_shard = pbegin | "CreateShardKeys" >> beam.Create(
@@ -154,8 +146,10 @@ class WriteShuffled(PlanWriter):
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShuffledShards"
             >> beam.ParDo(
-                beam_io.WriteShuffledShardFn(
-                    cfg.output_dir, plan.prefix, cfg.compression, plan.num_shards, names, cfg.index, codec_of(cfg)
+                beam_write.WriteShuffledShardFn(
+                    beam_write.ShardOutput(cfg.output_dir, plan.prefix, cfg.compression, cfg.index, codec_of(cfg)),
+                    plan.num_shards,
+                    names,
                 )
             )
         )
@@ -256,7 +250,7 @@ class ConvertToTFRecord(beam.PTransform):
         cfg, plan = self.config, self.plan
         writer = WRITERS[writer_name(cfg)](plan, cfg, self._progress)
         shards = pbegin | type(writer).__name__ >> writer
-        commit = beam_io.OutputCommit(
+        commit = beam_commit.OutputCommit(
             cfg.output_dir,
             plan.specs,
             cfg.compression,
@@ -271,7 +265,7 @@ class ConvertToTFRecord(beam.PTransform):
             self.replaced,
             codec_of(cfg),
         )
-        return shards | "FinalizeOutput" >> beam_io.FinalizeOutput(commit, writer.dead_letters)
+        return shards | "FinalizeOutput" >> beam_commit.FinalizeOutput(commit, writer.dead_letters)
 
 
 class PreparedOutput:
@@ -414,7 +408,7 @@ def report_orphan_labels(cfg: ConvertConfig, plan: ConvertPlan) -> None:
     go to ``labels_without_files.jsonl`` there (without the flag they stopped the planning)."""
     orphans = getattr(plan.inputs.source, "orphans", ())
     if orphans and cfg.dead_letter_dir is not None:
-        beam_io.write_dead_letters(
+        beam_deadletters.write_dead_letters(
             cfg.dead_letter_dir,
             "labels_without_files",
             [

@@ -10,13 +10,14 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from tfrecord_etl.transforms import beam_io, fileio, metadata, outdir, sink, tfrecord
+from tfrecord_etl.transforms import fileio, metadata, outdir, sink, tfrecord
 from tfrecord_etl.transforms.augment.collection import InputShard, batches, check_collection, iter_shard
 from tfrecord_etl.transforms.augment.common import NAMESPACE, frame_error
 from tfrecord_etl.transforms.augment.join import JoinPlan, key_of, read_source_rows, stack_joined
 from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter, learned_specs, observe_batch
 from tfrecord_etl.transforms.augment.readers import write_tfds
 from tfrecord_etl.transforms.augment.values import decode_inputs, decode_record
+from tfrecord_etl.transforms.beam import metrics as beam_metrics
 from tfrecord_etl.transforms.codec import FeatureSpec, FeatureStats, check_example_frame
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SourceError
 from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT
@@ -164,7 +165,7 @@ class AugmentShardFn(CarriesRun, beam.DoFn):
         self._read = Metrics.counter(NAMESPACE, "records_read")
         self._written = Metrics.counter(NAMESPACE, "records_written")
         self._shards = Metrics.counter(NAMESPACE, "shards_written")
-        self._clock = beam_io.ShardClock()
+        self._clock = beam_metrics.ShardClock()
 
     def setup(self):
         super().setup()
