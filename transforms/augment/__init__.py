@@ -67,7 +67,8 @@ from tfrecord_etl.transforms.augment.common import (
 )
 from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
 from tfrecord_etl.transforms.augment.join import JoinPlan, default_value, key_of, plan_join, read_source_rows
-from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter, plan_augment
+from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter
+from tfrecord_etl.transforms.augment.steps import plan_augment
 from tfrecord_etl.transforms.augment.values import (
     check_new_size,
     decode_inputs,

@@ -481,7 +481,7 @@ class AugmentTFRecord(beam.PTransform):
     ):
         super().__init__()
         from tfrecord_etl.transforms.augment.config import AugmentConfig
-        from tfrecord_etl.transforms.augment.plan import plan_augment
+        from tfrecord_etl.transforms.augment.steps import plan_augment
 
         if plan is None:
             if config is None:
