@@ -35,6 +35,7 @@ from tfrecord_etl.transforms.verify.compare import (
     make_comparer,
     plan_sources,
 )
+from tfrecord_etl.transforms.verify.files import verify_files
 from tfrecord_etl.transforms.verify.records import (
     check_example,
     file_compression,
@@ -53,7 +54,7 @@ from tfrecord_etl.transforms.verify.report import (
     Report,
 )
 from tfrecord_etl.transforms.verify.spans import CollectionReport, SpanReport, verify_collection
-from tfrecord_etl.transforms.verify.targets import verify, verify_files, verify_output
+from tfrecord_etl.transforms.verify.targets import verify, verify_output
 
 __all__ = [
     "check_example",
