@@ -243,7 +243,7 @@ def test_dofns_carry_the_run_to_workers_started_without_the_launchers_environmen
     import apache_beam as beam
     from apache_beam.internal import pickler
 
-    from tfrecord_etl.transforms.augment import beam as augment_beam
+    from tfrecord_etl.transforms.augment import beam as augment_beam, commit as augment_commit
     from tfrecord_etl.transforms.beam import (
         commit as beam_commit,
         encode as beam_encode,
@@ -257,6 +257,7 @@ def test_dofns_carry_the_run_to_workers_started_without_the_launchers_environmen
         beam_write,
         beam_commit,
         augment_beam,
+        augment_commit,
     ):  # every DoFn of ours that can commit a file carries the run
         for name, cls in inspect.getmembers(module, inspect.isclass):
             if issubclass(cls, beam.DoFn) and cls.__module__ == module.__name__:

@@ -38,11 +38,8 @@ from tfrecord_etl.transforms.augment.beam import (
     AugmentShards,
     AugmentTFRecord,
     ExtractKeysFn,
-    FinalizeAugment,
-    FinalizeAugmentFn,
     ReadJoinRowsFn,
     count_records,
-    manifest,
     match_keys,
     plan_offsets,
     prepare_output_dir,
@@ -56,6 +53,7 @@ from tfrecord_etl.transforms.augment.collection import (
     read_sample,
     resolve_input,
 )
+from tfrecord_etl.transforms.augment.commit import FinalizeAugment, FinalizeAugmentFn, manifest
 from tfrecord_etl.transforms.augment.common import (
     BATCH_MB,
     INFER_RECORDS,
