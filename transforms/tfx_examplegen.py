@@ -80,8 +80,8 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
-from tfrecord_etl.transforms import convert, fileio, metadata, planning, sink, tfx_write
-from tfrecord_etl.transforms.beam import encode as beam_encode
+from tfrecord_etl.transforms import fileio, metadata, planning, sink, tfx_write
+from tfrecord_etl.transforms.beam import encode as beam_encode, writers as beam_writers
 from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, spec_from_json
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
@@ -198,7 +198,7 @@ class Executor(base_example_gen_executor.BaseExampleGenExecutor):
             plan = planning.plan_convert(cfg)
             plans[name] = (pattern, cfg, plan)
             _agreed_specs(plans)  # input splits of another layout fail here, before the pipeline runs
-            records, _ = convert.read_and_encode_ranges(
+            records, _ = beam_writers.read_and_encode_ranges(
                 pipeline,
                 plan,
                 cfg,
@@ -234,7 +234,7 @@ class Executor(base_example_gen_executor.BaseExampleGenExecutor):
         )
         jobs = self._plan_jobs(exec_properties, input_config, output_config, examples.uri)
         specs = _agreed_specs({job.name: (job.pattern, job.cfg, job.plan) for job in jobs})
-        codec = convert.codec_of(jobs[0].cfg)
+        codec = beam_writers.codec_of(jobs[0].cfg)
         info = {
             "format": INFO_FORMAT,
             "tool_version": metadata.VERSION,

@@ -128,7 +128,7 @@ class WriteExampleSplits(beam.PTransform):
     Args:
       uri: the examples artifact's URI. jobs: the input splits, planned (:func:`plan_job`). info: JSON-able
         fields of ``tfrecord_etl.json`` (``inputs`` keyed by input split name). codec: the compression backend
-        (``convert.codec_of``).
+        (``beam.writers.codec_of``).
     """
 
     def __init__(self, uri: str, jobs: Sequence[SplitJob], info: Mapping, codec: dict | None):
