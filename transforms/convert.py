@@ -184,6 +184,21 @@ def carried_splits(cfg: ConvertConfig, plan: ConvertPlan) -> tuple[dict | None, 
             file=cfg.output_dir,
             hint="pass --overwrite to replace it (the other splits are kept), or choose another --split",
         )
+    runs = kept_runs(cfg, meta, names)
+    keep = {s[k] for s in others for k in ("file", "index") if k in s}
+    if not replaced:
+        keep |= {outdir.METADATA_FILE, outdir.SCHEMA_FILE, *meta["tfds"].get("files", [])}
+    return {"shards": others, "features": merged, "runs": runs}, keep
+
+
+def kept_runs(cfg: ConvertConfig, meta: dict, names: set[str]) -> list[dict]:
+    """The runs recorded in ``meta`` (an output of one run without ``runs``: that run) that wrote none of the
+    splits ``names`` this run writes.
+
+    Raises:
+      ConfigError: a run that wrote some of ``names`` together with other splits (replacing part of it would leave
+        its counts wrong).
+    """
     runs = meta.get("runs") or [
         {
             "splits": sorted(meta.get("splits") or {}),
@@ -200,10 +215,7 @@ def carried_splits(cfg: ConvertConfig, plan: ConvertPlan) -> tuple[dict | None, 
             file=cfg.output_dir,
             hint="replace them together (--splits), or choose another --split",
         )
-    keep = {s[k] for s in others for k in ("file", "index") if k in s}
-    if not replaced:
-        keep |= {outdir.METADATA_FILE, outdir.SCHEMA_FILE, *meta["tfds"].get("files", [])}
-    return {"shards": others, "features": merged, "runs": [r for r in runs if not set(r["splits"]) & names]}, keep
+    return [r for r in runs if not set(r["splits"]) & names]
 
 
 def merge_split_specs(theirs, ours) -> tuple | None:
