@@ -118,7 +118,7 @@ class ProvenanceComparer(Comparer):
         if columns is None:
             return
         for spec in self.data_specs:
-            self.comparerow_of(spec, np.asarray(row_of(columns[spec.name], 0)), decoded[spec.name], file, index, offset)
+            self.compare_row(spec, np.asarray(row_of(columns[spec.name], 0)), decoded[spec.name], file, index, offset)
 
     def finish(self) -> None:
         if self.dead_count:
