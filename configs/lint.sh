@@ -36,6 +36,7 @@ echo "mypy (the public API)"
 (cd "$WORK/src" && "$BIN/mypy" --config-file "$ROOT/pyproject.toml" --cache-dir "$WORK/mypy-cache" \
     -m tfrecord_etl \
     -m tfrecord_etl.transforms.convert -p tfrecord_etl.transforms.augment -p tfrecord_etl.transforms.config \
-    -p tfrecord_etl.transforms.planning -m tfrecord_etl.transforms.beam_io -m tfrecord_etl.transforms.reader \
+    -p tfrecord_etl.transforms.planning -m tfrecord_etl.transforms.beam_io -p tfrecord_etl.transforms.beam \
+    -m tfrecord_etl.transforms.reader \
     -p tfrecord_etl.transforms.codec -m tfrecord_etl.transforms.sources -m tfrecord_etl.transforms.errors) || status=1
 exit $status

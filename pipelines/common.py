@@ -533,7 +533,7 @@ def run_pipeline(p) -> dict[str, int]:
     try:
         from apache_beam.metrics.metric import MetricsFilter
 
-        from tfrecord_etl.transforms.beam_io import NAMESPACE
+        from tfrecord_etl.transforms.beam.metrics import NAMESPACE
 
         queried = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
     except Exception:  # noqa: BLE001 - e.g. DaskRunner implements no metrics
@@ -542,7 +542,7 @@ def run_pipeline(p) -> dict[str, int]:
     for c in queried["counters"]:
         value = c.committed if c.committed is not None else c.attempted
         out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(value or 0)
-    from tfrecord_etl.transforms.beam_io import SHARD_END_MS, SHARD_START_MS
+    from tfrecord_etl.transforms.beam.metrics import SHARD_END_MS, SHARD_START_MS
 
     starts, ends = [], []
     for d in queried.get("distributions", ()):

@@ -581,11 +581,11 @@ def test_constants_and_output_names():
 def test_batch_augmenter_clash_check_without_false_positives():
     coll = augment.InputCollection("in", (), (), True)
     plan = augment.AugmentPlan(
-        coll,
-        "out",
-        "rewrite",
-        "none",
-        (FeatureSpec("label", "<i8", (), "list"),),
+        collection=coll,
+        output_dir="out",
+        mode="rewrite",
+        output_compression="none",
+        new_specs=(FeatureSpec("label", "<i8", (), "list"),),
         constants=(("label", np.array(5, "<i8")),),
     )
     aug = augment.BatchAugmenter(plan)

@@ -363,7 +363,10 @@ def test_planned_writer_reruns_are_byte_identical(tmp_path):
 
 
 def test_planned_shard_retry_leaves_exactly_one_final_file_and_failure_leaves_none(tmp_path):
-    from tfrecord_etl.transforms import beam_io, planning
+    from tfrecord_etl.transforms import planning
+    from tfrecord_etl.transforms.beam import write as beam_write
+    from tfrecord_etl.transforms.beam.encode import EncodeSettings
+    from tfrecord_etl.transforms.beam.write import ShardOutput
     from tfrecord_etl.transforms.errors import SourceError
     from tfrecord_etl.transforms.sources import SourceOptions
 
@@ -373,7 +376,7 @@ def test_planned_shard_retry_leaves_exactly_one_final_file_and_failure_leaves_no
     (shard,) = plan.shards(1)
     assert len(shard.ranges) > 2
     out = tmp_path / "out"
-    fn = beam_io.WriteShardFn(plan.source, specs, str(out), "data", "gzip")
+    fn = beam_write.WriteShardFn(plan.source, EncodeSettings(specs), ShardOutput(str(out), "data", "gzip"))
     first = list(fn.process(shard))
     data = (out / first[0]["file"]).read_bytes()
     second = list(fn.process(shard))  # a retried attempt of the same work item
@@ -387,7 +390,9 @@ def test_planned_shard_retry_leaves_exactly_one_final_file_and_failure_leaves_no
             return super().read(rr)
 
     broken = tmp_path / "broken"
-    fn = beam_io.WriteShardFn(Failing(plan.source.options), specs, str(broken), "data", "none")
+    fn = beam_write.WriteShardFn(
+        Failing(plan.source.options), EncodeSettings(specs), ShardOutput(str(broken), "data", "none")
+    )
     with pytest.raises(SourceError, match="disk on fire"):
         list(fn.process(shard))
     assert list(broken.iterdir()) == []  # the temporary file is gone and nothing looks final

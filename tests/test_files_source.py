@@ -276,13 +276,13 @@ def test_a_folder_of_other_files_converts_as_bytes_and_names(tmp_path, capsys, c
 
 
 def test_a_file_that_is_not_an_image_among_images_is_named_at_planning(collection, tmp_path, capsys, monkeypatch):
-    from tfrecord_etl.transforms import beam_io
+    from tfrecord_etl.transforms.beam import encode as beam_encode
 
     base, _files = collection
     bad = base / "icons" / "move_broken.png"
     bad.write_bytes(b"not an image at all")
     started = []
-    monkeypatch.setattr(beam_io, "read_and_encode", lambda *a, **k: started.append(a))  # no row is ever read
+    monkeypatch.setattr(beam_encode, "read_and_encode", lambda *a, **k: started.append(a))  # no row is ever read
     code, _, err = convert(base / "*" / "*", tmp_path / "out", "--format", "files", capsys=capsys)
     assert code == 2 and not started
     line = err.strip().splitlines()[-1]

@@ -243,10 +243,22 @@ def test_dofns_carry_the_run_to_workers_started_without_the_launchers_environmen
     import apache_beam as beam
     from apache_beam.internal import pickler
 
-    from tfrecord_etl.transforms import beam_io
-    from tfrecord_etl.transforms.augment import beam as augment_beam
+    from tfrecord_etl.transforms.augment import beam as augment_beam, commit as augment_commit
+    from tfrecord_etl.transforms.beam import (
+        commit as beam_commit,
+        encode as beam_encode,
+        read as beam_read,
+        write as beam_write,
+    )
 
-    for module in (beam_io, augment_beam):  # every DoFn of ours that can commit a file carries the run
+    for module in (
+        beam_read,
+        beam_encode,
+        beam_write,
+        beam_commit,
+        augment_beam,
+        augment_commit,
+    ):  # every DoFn of ours that can commit a file carries the run
         for name, cls in inspect.getmembers(module, inspect.isclass):
             if issubclass(cls, beam.DoFn) and cls.__module__ == module.__name__:
                 assert issubclass(cls, runlock.CarriesRun), name
@@ -255,7 +267,7 @@ def test_dofns_carry_the_run_to_workers_started_without_the_launchers_environmen
     lock = out / runlock.LOCK_FILE
     run = json.dumps({"lock": str(lock), "run_id": "run-1"})
     monkeypatch.setenv(runlock.RUN_ENV, run)  # the launcher builds the pipeline inside `with lock:`
-    fn = beam_io.WriteMetadataFn.__new__(beam_io.WriteMetadataFn)
+    fn = beam_commit.WriteMetadataFn.__new__(beam_commit.WriteMetadataFn)
     monkeypatch.delenv(runlock.RUN_ENV)
     (tmp_path / "fn.pkl").write_bytes(pickler.dumps(fn))
     env = {k: v for k, v in os.environ.items() if k != runlock.RUN_ENV}

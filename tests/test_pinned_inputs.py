@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import BEAM_FLAGS, convert, run_command
 from tfrecord_etl.pipelines import augment as augment_main, convert as convert_main
 from tfrecord_etl.transforms import augment, fileio, reader
-from tfrecord_etl.transforms.augment import beam as augment_beam
+from tfrecord_etl.transforms.augment import beam as augment_beam, commit as augment_commit
 from tfrecord_etl.transforms.errors import IncompleteOutputError, InputChangedError
 
 ROWS = 3000
@@ -83,7 +83,7 @@ def test_augment_fails_when_its_input_collection_is_replaced_while_read(
 
 def test_augment_fails_at_commit_when_the_input_metadata_changed(collection, tmp_path, capsys, monkeypatch):
     coll, _ = collection
-    process = augment_beam.FinalizeAugmentFn.process
+    process = augment_commit.FinalizeAugmentFn.process
 
     def hooked(self, results):  # every shard was read; then the input's metadata.json is rewritten
         meta = json.loads((coll / "metadata.json").read_text())
@@ -91,7 +91,7 @@ def test_augment_fails_at_commit_when_the_input_metadata_changed(collection, tmp
         (coll / "metadata.json").write_text(json.dumps(meta))
         yield from process(self, results)
 
-    monkeypatch.setattr(augment_beam.FinalizeAugmentFn, "process", hooked)
+    monkeypatch.setattr(augment_commit.FinalizeAugmentFn, "process", hooked)
     out = tmp_path / "aug"
     code, _, err = run_augment(coll, out, "--constants", "tag=1", capsys=capsys)
     assert code == 2

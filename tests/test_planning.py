@@ -115,7 +115,9 @@ def test_shards_continuing_a_deflated_member_are_written_by_one_worker_in_order(
     """On object storage, a deflated .npz member cannot be entered in the middle, so the shards that continue it are
     grouped with the shard before them (one unit of work, one stream: every compressed byte decompressed once);
     a stored member and the other files stay one shard per unit. The shards are the same files either way."""
-    from tfrecord_etl.transforms import beam_io
+    from tfrecord_etl.transforms.beam import write as beam_write
+    from tfrecord_etl.transforms.beam.encode import EncodeSettings
+    from tfrecord_etl.transforms.beam.write import ShardOutput
     from tfrecord_etl.transforms.sources import npz
 
     x = np.arange(4000 * 8, dtype="<f4").reshape(4000, 8)
@@ -138,13 +140,17 @@ def test_shards_continuing_a_deflated_member_are_written_by_one_worker_in_order(
 
     monkeypatch.setattr(npz.NpzSource, "_member_stream", counting)
     specs = planning.choose_encodings(inputs.specs, "tensor", {})
-    fn = beam_io.WriteShardFn(inputs.source, specs, str(tmp_path / "out"), "data", "none")
+    fn = beam_write.WriteShardFn(
+        inputs.source, EncodeSettings(specs), ShardOutput(str(tmp_path / "out"), "data", "none")
+    )
     (tmp_path / "out").mkdir()
     written = [e for g in groups[:1] for e in fn.process(g)]
     assert [e["records"] for e in written] == [s.num_rows for s in groups[0]] and opened == ["x.npy"]
     # byte-identical to the same shards written one per call (each rereading the member from its start)
     (tmp_path / "one").mkdir()
-    alone = beam_io.WriteShardFn(inputs.source, specs, str(tmp_path / "one"), "data", "none")
+    alone = beam_write.WriteShardFn(
+        inputs.source, EncodeSettings(specs), ShardOutput(str(tmp_path / "one"), "data", "none")
+    )
     assert [e for s in groups[0] for e in alone.process(s)] == written
     for e in written:
         assert (tmp_path / "out" / e["file"]).read_bytes() == (tmp_path / "one" / e["file"]).read_bytes()

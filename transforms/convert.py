@@ -1,4 +1,4 @@
-"""The convert pipeline as one PTransform, ``ConvertToTFRecord``, and its writers, chosen from :data:`WRITERS`.
+"""The convert pipeline as one PTransform, ``ConvertToTFRecord``, with its writer chosen from ``beam.writers.WRITERS``.
 
     import apache_beam as beam
     from tfrecord_etl.transforms.convert import ConvertToTFRecord
@@ -15,180 +15,23 @@ no lock while it runs. The result is a PCollection holding the output directory 
 point, is written.
 
 A writer is a PTransform from the pipeline's start to per-shard counts ``{"file", "records", "bytes"
-[, "dead_rows", "dead_letters"]}``; adding one = a :class:`PlanWriter` subclass here and a line in
-:data:`WRITERS` (and the name in ``ConvertConfig.writer``).
+[, "dead_rows", "dead_letters"]}``; adding one = a ``PlanWriter`` subclass in ``transforms/beam/writers.py`` and a
+line in its ``WRITERS`` (and the name in ``ConvertConfig.writer``).
 """
 
 from __future__ import annotations
 
 import apache_beam as beam
 
-from tfrecord_etl.transforms import beam_io, compression, fileio, matching, metadata, outdir, planning
+from tfrecord_etl.transforms import fileio, matching, metadata, outdir, planning
+from tfrecord_etl.transforms.beam import (
+    commit as beam_commit,
+    deadletters as beam_deadletters,
+)
+from tfrecord_etl.transforms.beam.writers import WRITERS, codec_of, writer_name
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, SchemaError
 from tfrecord_etl.transforms.planning import ConvertPlan, plan_convert
-
-
-class PlanWriter(beam.PTransform):
-    """The base of the writers: built from the plan and the config; ``dead_letters`` is set by ``expand`` when
-    the writer dead-letters rows outside its shard counts (a singleton PCollection of the list of
-    ``beam_io.dead_range`` entries), else None."""
-
-    def __init__(self, plan: ConvertPlan, cfg: ConvertConfig, progress: bool = False):
-        super().__init__()
-        self._plan, self._cfg, self._progress = plan, cfg, progress
-        self.dead_letters = None
-
-
-class WritePlanned(PlanWriter):
-    """The ``planned`` writer (default): every shard planned before the run (contiguous row ranges of equal
-    bytes) and written by one worker (``beam_io.WriteShardFn``) with no shuffle of the data; byte-identical
-    output on every rerun."""
-
-    def expand(self, pbegin):
-        plan, cfg = self._plan, self._cfg
-        fn = beam_io.WriteShardFn(
-            plan.inputs.source,
-            plan.specs,
-            cfg.output_dir,
-            plan.prefix,
-            cfg.compression,
-            cfg.allow_lossy,
-            cfg.provenance,
-            cfg.dead_letter_dir,
-            self._progress,
-            cfg.index,
-            plan.split_plan,
-            codec_of(cfg),
-        )
-        sequential = [i.path for i in plan.inputs.indexes if i.sequential]
-        return pbegin | "WritePlannedShards" >> beam_io.WritePlannedShards(plan.shards, fn, sequential)
-
-
-def _write_dead_letters(letters: list[dict], dead_letter_dir: str) -> list[dict]:
-    """Writes the beam writer's dead letters (if any) and returns what metadata.json keeps of them
-    (``beam_io.dead_range``)."""
-    if letters:
-        beam_io.write_dead_letters(dead_letter_dir, "dead_letters", letters)
-    return [beam_io.dead_range(d) for d in letters]
-
-
-def read_and_encode_ranges(pbegin, plan: ConvertPlan, cfg: ConvertConfig, fn: beam.DoFn):
-    """The row ranges spread with a Reshuffle and read and encoded by ``fn`` (whose failing ranges go to the
-    ``dead_letters`` output): ``(records, dead_letters)``, ``dead_letters`` the singleton PCollection of the
-    list of row ranges dead-lettered (written to ``--dead_letter_dir``), or None without it."""
-    encoded = (
-        pbegin
-        | "CreateRowRanges" >> beam.Create(list(plan.inputs.ranges), reshuffle=True)
-        | "ReadAndEncode" >> beam.ParDo(fn).with_outputs(beam_io.DEAD_LETTERS, main="records")
-    )
-    dead_letters = None
-    if cfg.dead_letter_dir is not None:  # one chain, so the pipeline keeps a single leaf (DaskRunner)
-        dead_letters = (
-            encoded[beam_io.DEAD_LETTERS]
-            | "CollectDeadLetters" >> beam.combiners.ToList()
-            | "WriteDeadLetters" >> beam.Map(_write_dead_letters, cfg.dead_letter_dir)
-        )
-    return encoded.records, dead_letters
-
-
-class WriteWithBeamSink(PlanWriter):
-    """The ``beam`` writer: row ranges spread with a Reshuffle, read and encoded per range
-    (``beam_io.ReadAndEncodeFn``, failing ranges to dead letters), written by Beam's ``WriteToTFRecord``; the
-    written shards are counted by walking their frames. ``dead_letters`` (set by expand) is the singleton
-    PCollection of the row ranges dead-lettered, or None."""
-
-    def expand(self, pbegin):
-        plan, cfg = self._plan, self._cfg
-        records, self.dead_letters = read_and_encode_ranges(
-            pbegin,
-            plan,
-            cfg,
-            beam_io.ReadAndEncodeFn(
-                plan.inputs.source, plan.specs, cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir is not None
-            ),
-        )
-        return (
-            records
-            | "WriteToShards" >> beam_io.WriteToShards(cfg.output_dir, plan.prefix, plan.num_shards, cfg.compression)
-            | "CountShardRecords" >> beam.Map(beam_io.count_shard, cfg.compression, cfg.index)
-        )
-
-
-class WriteShuffled(PlanWriter):
-    """The writer of ``--shuffle_seed``: a seeded shuffle of record order within each split (or the whole
-    output). Row ranges are read and encoded in parallel; each record is keyed by ``sharding.shuffle_keys(seed,
-    global row)`` (distinct per row), goes to shard ``key % num_shards`` of its split through a Beam shuffle
-    (GroupByKey), and each shard is written in key order (``beam_io.WriteShuffledShardFn``), so every record may
-    land anywhere in its split and the same seed gives byte-identical shards on any runner. The data moves
-    through the shuffle (the cost is in docs/performance.md); a worker holds one shard in memory."""
-
-    def expand(self, pbegin):
-        plan, cfg = self._plan, self._cfg
-        names = plan.split_plan.names if plan.split_plan else ()
-        offsets, acc = {}, 0
-        for index in plan.inputs.indexes:
-            offsets[index.path], acc = acc, acc + index.num_rows
-        keyed, self.dead_letters = read_and_encode_ranges(
-            pbegin,
-            plan,
-            cfg,
-            beam_io.KeyShuffledRecordsFn(
-                plan.inputs.source,
-                plan.specs,
-                offsets,
-                plan.num_shards,
-                cfg.shuffle_seed,
-                cfg.allow_lossy,
-                cfg.provenance,
-                cfg.dead_letter_dir is not None,
-                plan.split_plan,
-            ),
-        )
-        every_shard = pbegin | "CreateShardKeys" >> beam.Create(
-            [((s, k), None) for s in range(max(1, len(names))) for k in range(plan.num_shards)]
-        )
-        return (
-            (keyed, every_shard)
-            | "AddEmptyShards" >> beam.Flatten()
-            | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShuffledShards"
-            >> beam.ParDo(
-                beam_io.WriteShuffledShardFn(
-                    cfg.output_dir, plan.prefix, cfg.compression, plan.num_shards, names, cfg.index, codec_of(cfg)
-                )
-            )
-        )
-
-
-WRITERS: dict[str, type[beam.PTransform]] = {
-    "planned": WritePlanned,
-    "beam": WriteWithBeamSink,
-    "shuffled": WriteShuffled,
-}
-
-
-def writer_name(cfg: ConvertConfig) -> str:
-    """The :data:`WRITERS` entry of a run: ``shuffled`` with ``--shuffle_seed``, else ``--writer``."""
-    return "shuffled" if cfg.shuffle_seed is not None else cfg.writer
-
-
-def codec_of(cfg: ConvertConfig) -> dict | None:
-    """The compression backend of a run's shards (``compression.settings``: name, version, level), resolved on
-    the launcher; the ``beam`` writer's is Beam's own (zlib, level 6). None for ``--compression none``.
-
-    Raises:
-      ConfigError: ``--compression_level`` out of the backend's range, or a backend forced by
-        ``TFRECORD_ETL_COMPRESSION_BACKEND`` that is not installed.
-    """
-    if cfg.compression == "none":
-        return None
-    if writer_name(cfg) == "beam":
-        return dict(compression.BEAM_WRITER)
-    try:
-        return compression.settings(cfg.compression, cfg.compression_level)
-    except (ValueError, compression.BackendUnavailable) as e:
-        raise ConfigError(str(e), hint="see the compression backends in the docs' output page") from None
 
 
 class ConvertToTFRecord(beam.PTransform):
@@ -256,7 +99,7 @@ class ConvertToTFRecord(beam.PTransform):
         cfg, plan = self.config, self.plan
         writer = WRITERS[writer_name(cfg)](plan, cfg, self._progress)
         shards = pbegin | type(writer).__name__ >> writer
-        commit = beam_io.OutputCommit(
+        commit = beam_commit.OutputCommit(
             cfg.output_dir,
             plan.specs,
             cfg.compression,
@@ -271,7 +114,7 @@ class ConvertToTFRecord(beam.PTransform):
             self.replaced,
             codec_of(cfg),
         )
-        return shards | "FinalizeOutput" >> beam_io.FinalizeOutput(commit, writer.dead_letters)
+        return shards | "FinalizeOutput" >> beam_commit.FinalizeOutput(commit, writer.dead_letters)
 
 
 class PreparedOutput:
@@ -341,6 +184,21 @@ def carried_splits(cfg: ConvertConfig, plan: ConvertPlan) -> tuple[dict | None, 
             file=cfg.output_dir,
             hint="pass --overwrite to replace it (the other splits are kept), or choose another --split",
         )
+    runs = kept_runs(cfg, meta, names)
+    keep = {s[k] for s in others for k in ("file", "index") if k in s}
+    if not replaced:
+        keep |= {outdir.METADATA_FILE, outdir.SCHEMA_FILE, *meta["tfds"].get("files", [])}
+    return {"shards": others, "features": merged, "runs": runs}, keep
+
+
+def kept_runs(cfg: ConvertConfig, meta: dict, names: set[str]) -> list[dict]:
+    """The runs recorded in ``meta`` (an output of one run without ``runs``: that run) that wrote none of the
+    splits ``names`` this run writes.
+
+    Raises:
+      ConfigError: a run that wrote some of ``names`` together with other splits (replacing part of it would leave
+        its counts wrong).
+    """
     runs = meta.get("runs") or [
         {
             "splits": sorted(meta.get("splits") or {}),
@@ -357,10 +215,7 @@ def carried_splits(cfg: ConvertConfig, plan: ConvertPlan) -> tuple[dict | None, 
             file=cfg.output_dir,
             hint="replace them together (--splits), or choose another --split",
         )
-    keep = {s[k] for s in others for k in ("file", "index") if k in s}
-    if not replaced:
-        keep |= {outdir.METADATA_FILE, outdir.SCHEMA_FILE, *meta["tfds"].get("files", [])}
-    return {"shards": others, "features": merged, "runs": [r for r in runs if not set(r["splits"]) & names]}, keep
+    return [r for r in runs if not set(r["splits"]) & names]
 
 
 def merge_split_specs(theirs, ours) -> tuple | None:
@@ -414,7 +269,7 @@ def report_orphan_labels(cfg: ConvertConfig, plan: ConvertPlan) -> None:
     go to ``labels_without_files.jsonl`` there (without the flag they stopped the planning)."""
     orphans = getattr(plan.inputs.source, "orphans", ())
     if orphans and cfg.dead_letter_dir is not None:
-        beam_io.write_dead_letters(
+        beam_deadletters.write_dead_letters(
             cfg.dead_letter_dir,
             "labels_without_files",
             [

@@ -10,7 +10,7 @@ attempts are removed by exact name when the run commits (``outdir.remove_tempora
 The models are TFDS's ``incomplete_file`` context manager (``tensorflow_datasets/core/utils/py_utils.py``) and
 Beam's ``FileBasedSink`` (``open_writer`` under a temp name, ``finalize_write`` renames).
 
-Users: convert's planned shard writer (``beam_io.WriteShardFn``), augment's shard writer
+Users: convert's planned shard writer (``beam.write.WriteShardFn``), augment's shard writer
 (``augment.beam.AugmentShardFn``), dead letters, ``schema.pbtxt`` + ``metadata.json``, augment's
 ``manifest.json`` and the run marker.
 """

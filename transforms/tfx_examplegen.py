@@ -80,7 +80,8 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
-from tfrecord_etl.transforms import beam_io, convert, fileio, metadata, planning, sink, tfx_write
+from tfrecord_etl.transforms import fileio, metadata, planning, sink, tfx_write
+from tfrecord_etl.transforms.beam import encode as beam_encode, writers as beam_writers
 from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, spec_from_json
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
@@ -175,7 +176,7 @@ class Executor(base_example_gen_executor.BaseExampleGenExecutor):
     here, before the Beam pipeline is built) and writes the examples artifact with our planned writer
     (``tfx_write.WriteExampleSplits``), then ``schema.pbtxt`` and the artifact's properties.
     ``GetInputSourceToExamplePTransform`` (TFX's extension point, used by TFX's own ``GenerateExamplesByBeam``, not
-    by ``Do``): one split pattern read and encoded per row range by ``beam_io.ReadAndEncodeFn`` into serialized
+    by ``Do``): one split pattern read and encoded per row range by ``beam_encode.ReadAndEncodeFn`` into serialized
     ``tf.train.Example`` records (bytes); parsed to ``tf.train.Example`` objects only when ``output_config``
     partitions by ``partition_feature_name`` (TFX's partitioner reads the feature from them).
 
@@ -197,13 +198,11 @@ class Executor(base_example_gen_executor.BaseExampleGenExecutor):
             plan = planning.plan_convert(cfg)
             plans[name] = (pattern, cfg, plan)
             _agreed_specs(plans)  # input splits of another layout fail here, before the pipeline runs
-            records, _ = convert.read_and_encode_ranges(
+            records, _ = beam_writers.read_and_encode_ranges(
                 pipeline,
                 plan,
                 cfg,
-                beam_io.ReadAndEncodeFn(
-                    plan.inputs.source, plan.specs, cfg.allow_lossy, cfg.provenance, cfg.dead_letter_dir is not None
-                ),
+                beam_encode.ReadAndEncodeFn(plan.inputs.source, beam_encode.EncodeSettings.of(plan, cfg, splits=False)),
             )
             if _partitions_by_feature(exec_properties):
                 import tensorflow as tf
@@ -235,7 +234,7 @@ class Executor(base_example_gen_executor.BaseExampleGenExecutor):
         )
         jobs = self._plan_jobs(exec_properties, input_config, output_config, examples.uri)
         specs = _agreed_specs({job.name: (job.pattern, job.cfg, job.plan) for job in jobs})
-        codec = convert.codec_of(jobs[0].cfg)
+        codec = beam_writers.codec_of(jobs[0].cfg)
         info = {
             "format": INFO_FORMAT,
             "tool_version": metadata.VERSION,

@@ -4,7 +4,7 @@ TFX's own ExampleGen executor (``tfx/components/example_gen/base_example_gen_exe
 ``write_split.WriteSplit``) sends every record through a ``Reshuffle`` and Beam's ``WriteToTFRecord`` (Python's zlib
 at level 6). Here each input split is planned as ``convert`` plans it (``planning.plan_convert``: shards of
 contiguous row ranges of equal bytes) and every shard plan is read, encoded and written by one worker
-(``beam_io.WriteShardFn``, gzip through the compression backend, ISA-L at level 3 by default): one file per output
+(``beam.write.WriteShardFn``, gzip through the compression backend, ISA-L at level 3 by default): one file per output
 split per shard plan, ``Split-NAME/data_tfrecord-SSSSS-of-NNNNN.gz`` (TFX's folder and file names), no shuffle of
 the data. TFX's split semantics are kept: ``input_config`` splits are written one output split each;
 ``output_config`` hash buckets assign each record by TFX's ``_PartitionFn`` (``splits.SplitPlan`` ``by_record``:
@@ -29,7 +29,8 @@ from collections.abc import Mapping, Sequence
 
 import apache_beam as beam
 
-from tfrecord_etl.transforms import beam_io, fileio, planning, sink
+from tfrecord_etl.transforms import fileio, planning, sink
+from tfrecord_etl.transforms.beam import encode as beam_encode, write as beam_write
 from tfrecord_etl.transforms.codec import encoding_of
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, RecordError
@@ -111,12 +112,12 @@ def check_partition_feature(name: str, plan: ConvertPlan, pattern: str) -> None:
         )
 
 
-class WriteSplitShardFn(beam_io.WriteShardFn):
-    """``beam_io.WriteShardFn`` writing a shard plan's rows to ``Split-NAME/data_tfrecord-SSSSS-of-NNNNN.gz``, one
+class WriteSplitShardFn(beam_write.WriteShardFn):
+    """``beam_write.WriteShardFn`` writing a shard plan's rows to ``Split-NAME/data_tfrecord-SSSSS-of-NNNNN.gz``, one
     file per output split of its ``split_plan`` (:func:`split_file`)."""
 
     def file_names(self, shard):
-        return [(split, split_file(split, shard.index, shard.num_shards)) for split in self._split_plan.names]
+        return [(split, split_file(split, shard.index, shard.num_shards)) for split in self._encode.split_plan.names]
 
 
 class WriteExampleSplits(beam.PTransform):
@@ -127,7 +128,7 @@ class WriteExampleSplits(beam.PTransform):
     Args:
       uri: the examples artifact's URI. jobs: the input splits, planned (:func:`plan_job`). info: JSON-able
         fields of ``tfrecord_etl.json`` (``inputs`` keyed by input split name). codec: the compression backend
-        (``convert.codec_of``).
+        (``beam.writers.codec_of``).
     """
 
     def __init__(self, uri: str, jobs: Sequence[SplitJob], info: Mapping, codec: dict | None):
@@ -138,24 +139,14 @@ class WriteExampleSplits(beam.PTransform):
         written = []
         for job in self._jobs:
             cfg, plan = job.cfg, job.plan
-            fn = WriteSplitShardFn(
-                plan.inputs.source,
-                plan.specs,
-                self._uri,
-                FILE_PREFIX,
-                "gzip",
-                cfg.allow_lossy,
-                cfg.provenance,
-                cfg.dead_letter_dir,
-                False,
-                False,
-                plan.split_plan,
-                self._codec,
+            out = beam_write.ShardOutput(
+                self._uri, FILE_PREFIX, "gzip", codec=self._codec, dead_letter_dir=cfg.dead_letter_dir
             )
+            fn = WriteSplitShardFn(plan.inputs.source, beam_encode.EncodeSettings.of(plan, cfg), out)
             sequential = [i.path for i in plan.inputs.indexes if i.sequential]
             written.append(
                 pbegin
-                | f"WriteShards[{job.name}]" >> beam_io.WritePlannedShards(plan.shards, fn, sequential)
+                | f"WriteShards[{job.name}]" >> beam_write.WritePlannedShards(plan.shards, fn, sequential)
                 | f"OfInput[{job.name}]" >> beam.Map(lambda entry, name: (name, entry), job.name)
             )
         expected = {
@@ -176,7 +167,7 @@ class WriteExampleSplits(beam.PTransform):
 
 def write_info(entries: list[tuple[str, dict]], uri: str, info: Mapping, expected: Mapping[str, dict]) -> dict:
     """Checks the shards written and commits ``tfrecord_etl.json`` in ``uri``: ``info`` with, per input split
-    (``inputs``), ``records`` and ``rows_dead_lettered`` / ``dead_letters`` (``beam_io.dead_range`` of each), and
+    (``inputs``), ``records`` and ``rows_dead_lettered`` / ``dead_letters`` (``beam_deadletters.dead_range`` of each), and
     per output split (``splits``) ``records``, ``bytes`` and its ``files`` (``file``, ``records``, ``bytes``,
     ``crc32c``), in file order. ``entries``: ``(input split, WriteShardFn entry)`` of every file written;
     ``expected``: per input split its ``rows``, the ``files`` planned and its ``outputs`` (output split names).

@@ -38,11 +38,8 @@ from tfrecord_etl.transforms.augment.beam import (
     AugmentShards,
     AugmentTFRecord,
     ExtractKeysFn,
-    FinalizeAugment,
-    FinalizeAugmentFn,
     ReadJoinRowsFn,
     count_records,
-    manifest,
     match_keys,
     plan_offsets,
     prepare_output_dir,
@@ -56,6 +53,7 @@ from tfrecord_etl.transforms.augment.collection import (
     read_sample,
     resolve_input,
 )
+from tfrecord_etl.transforms.augment.commit import FinalizeAugment, FinalizeAugmentFn, manifest
 from tfrecord_etl.transforms.augment.common import (
     BATCH_MB,
     INFER_RECORDS,
@@ -67,7 +65,8 @@ from tfrecord_etl.transforms.augment.common import (
 )
 from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
 from tfrecord_etl.transforms.augment.join import JoinPlan, default_value, key_of, plan_join, read_source_rows
-from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter, plan_augment
+from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter
+from tfrecord_etl.transforms.augment.steps import plan_augment
 from tfrecord_etl.transforms.augment.values import (
     check_new_size,
     decode_inputs,

@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import datetime
-import os
 from collections.abc import Mapping, Sequence
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from tfrecord_etl.transforms import beam_io, fileio, metadata, outdir, sink, tfrecord
-from tfrecord_etl.transforms.augment.collection import InputShard, batches, check_collection, iter_shard
+from tfrecord_etl.transforms import fileio, outdir, sink, tfrecord
+from tfrecord_etl.transforms.augment.collection import InputShard, batches, iter_shard
+from tfrecord_etl.transforms.augment.commit import FinalizeAugment
 from tfrecord_etl.transforms.augment.common import NAMESPACE, frame_error
 from tfrecord_etl.transforms.augment.join import JoinPlan, key_of, read_source_rows, stack_joined
-from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter, learned_specs, observe_batch
-from tfrecord_etl.transforms.augment.readers import write_tfds
+from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter, observe_batch
 from tfrecord_etl.transforms.augment.values import decode_inputs, decode_record
+from tfrecord_etl.transforms.beam import metrics as beam_metrics
 from tfrecord_etl.transforms.codec import FeatureSpec, FeatureStats, check_example_frame
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SourceError
-from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT
 from tfrecord_etl.transforms.runlock import CarriesRun
 from tfrecord_etl.transforms.sources import RowRange
 
@@ -164,7 +162,7 @@ class AugmentShardFn(CarriesRun, beam.DoFn):
         self._read = Metrics.counter(NAMESPACE, "records_read")
         self._written = Metrics.counter(NAMESPACE, "records_written")
         self._shards = Metrics.counter(NAMESPACE, "shards_written")
-        self._clock = beam_io.ShardClock()
+        self._clock = beam_metrics.ShardClock()
 
     def setup(self):
         super().setup()
@@ -181,43 +179,42 @@ class AugmentShardFn(CarriesRun, beam.DoFn):
         offset = shard.offset if shard.offset is not None else (offsets or {}).get(shard.index)
         final = fileio.join(plan.output_dir, shard.output_file)
         tally: dict = {}
-        count = 0
         stats = FeatureStats() if plan.collection.observed else None
         try:
             with sink.shard_writer(
                 final, plan.output_compression, index=plan.readers.index, codec=plan.codec
             ) as writer:
-                for first, records in batches(iter_shard(shard, tally, plan.max_record_bytes), plan.batch_size):
-                    join_columns = self._join_columns(shard, first, len(records), offset, joined)
-                    out = self._augmenter.augment(records, shard.path, first, join_columns)  # checks the framing
-                    if stats is not None:
-                        observe_batch(plan, stats, records, shard.path, first)
-                    if isinstance(out, list):
-                        writer.write_batch(out)
-                    else:
-                        writer.write_encoded(out)
-                    count += len(records)
-                expected = [
-                    ("records written", writer.records),
-                    ("metadata", shard.records),
-                    ("joined records", None if joined is None else len(joined)),
-                ]
-                for what, n in expected:
-                    if n is not None and n != count:
-                        raise RecordError(
-                            f"The shard holds {count} records but {what}: {n}",
-                            file=shard.path,
-                            hint="the input changed during the run, or its metadata is wrong",
-                        )
+                count = self._augment_shard(writer, shard, tally, offset, joined, stats)
+                _check_counts(shard, count, writer.records, joined)
         finally:
             if plan.join is not None:
                 plan.join.source.close()  # the join source's files stay open for one shard
+        yield self._result(shard, final, count, writer, tally, stats)
+
+    def _augment_shard(self, writer, shard: InputShard, tally: dict, offset, joined, stats) -> int:
+        """Streams the input shard a batch at a time into ``writer``; returns the records read."""
+        plan, count = self._plan, 0
+        for first, records in batches(iter_shard(shard, tally, plan.max_record_bytes), plan.batch_size):
+            join_columns = self._join_columns(shard, first, len(records), offset, joined)
+            out = self._augmenter.augment(records, shard.path, first, join_columns)  # checks the framing
+            if stats is not None:
+                observe_batch(plan, stats, records, shard.path, first)
+            if isinstance(out, list):
+                writer.write_batch(out)
+            else:
+                writer.write_encoded(out)
+            count += len(records)
+        return count
+
+    def _result(self, shard: InputShard, final: str, count: int, writer, tally: dict, stats) -> dict:
+        """The shard's result (see the class docstring), its counters and clock updated."""
+        plan = self._plan
         size = fileio.size(final)
         self._read.inc(count)
         self._written.inc(writer.records)
         self._shards.inc()
         self._clock.end()
-        yield {
+        return {
             "index": shard.index,
             "input": shard.path,
             "file": shard.output_file,
@@ -249,6 +246,26 @@ class AugmentShardFn(CarriesRun, beam.DoFn):
                 ) from None
             columns[spec.name] = stack_joined(spec, values)
         return columns
+
+
+def _check_counts(shard: InputShard, count: int, written: int, joined: dict | None) -> None:
+    """Records read from the shard = records written = its metadata's count = records joined (when known).
+
+    Raises:
+      RecordError: naming the shard and the count that differs.
+    """
+    expected = [
+        ("records written", written),
+        ("metadata", shard.records),
+        ("joined records", None if joined is None else len(joined)),
+    ]
+    for what, n in expected:
+        if n is not None and n != count:
+            raise RecordError(
+                f"The shard holds {count} records but {what}: {n}",
+                file=shard.path,
+                hint="the input changed during the run, or its metadata is wrong",
+            )
 
 
 def _keyed_by_index(shard: InputShard):
@@ -305,131 +322,6 @@ class AugmentShards(beam.PTransform):
         return spread | "AugmentShard" >> beam.ParDo(augment, offsets=beam.pvalue.AsSingleton(offsets))
 
 
-def manifest(plan: AugmentPlan, results: Sequence[dict]) -> dict:
-    """The ``manifest.json`` of a sidecar collection: each input shard's path, compression, record
-    count, size in bytes and CRC32C (of the stored bytes), with its sidecar shard, and the original
-    features (``inferred`` when they were inferred from a collection without metadata)."""
-    return {
-        "format": SIDECAR_FORMAT,
-        "created": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "input": plan.collection.pattern,
-        "inferred": plan.collection.inferred,
-        "features": [s.to_json() for s in plan.collection.specs],
-        "shards": [
-            {
-                "input": _absolute(r["input"]),
-                "compression": r["compression"],
-                "records": r["records_in"],
-                "bytes": r["input_bytes"],
-                "crc32c": r["input_crc32c"],
-                "sidecar": r["file"],
-            }
-            for r in results
-        ],
-        "num_records": sum(r["records_in"] for r in results),
-    }
-
-
-def _absolute(path: str) -> str:
-    return os.path.abspath(path) if fileio.is_local(path) else path
-
-
-class FinalizeAugmentFn(CarriesRun, beam.DoFn):
-    """Checks records in = records out (per shard and in total) and that the input is still the collection planned
-    (``collection.check_collection``: its metadata.json unchanged), writes ``manifest.json`` (sidecar), TFDS's
-    ``features.json`` + ``dataset_info.json`` (``plan.readers``) and, last, ``schema.pbtxt`` + ``metadata.json``;
-    removes temporaries of killed attempts.
-
-    Raises:
-      RecordError: a shard missing or duplicated, or records lost.
-      InputChangedError: the input collection changed while it was read; nothing is committed.
-    """
-
-    def __init__(self, plan: AugmentPlan):
-        self._plan = plan
-
-    def process(self, results):
-        outdir.failpoint("before-commit")
-        plan = self._plan
-        results = sorted(results, key=lambda r: r["index"])
-        if [r["index"] for r in results] != list(range(len(plan.collection.shards))):
-            raise RecordError(
-                f"{len(results)} shard results for {len(plan.collection.shards)} input shards",
-                file=plan.output_dir,
-                hint="re-run; report it if it happens again",
-            )
-        total_in, total_out = sum(r["records_in"] for r in results), sum(r["records"] for r in results)
-        bad = [r["input"] for r in results if r["records_in"] != r["records"]]
-        expected = plan.collection.num_records
-        if bad or total_in != total_out or (expected is not None and expected != total_in):
-            raise RecordError(
-                f"Records in ({total_in}) != records out ({total_out}) (metadata: {expected})",
-                file=bad[0] if bad else plan.output_dir,
-                hint="re-run; report it if it happens again",
-            )
-        check_collection(plan.collection)
-        corrections: list = []
-        if plan.collection.observed:  # the features every record satisfies, not the sample's guess
-            stats = FeatureStats()
-            for r in results:
-                stats.merge(FeatureStats.from_json(r["features"]))
-            specs, corrections = learned_specs(plan, stats)
-            plan = plan.with_input_specs(specs)
-        outdir.remove_temporaries(plan.output_dir, [r["file"] for r in results])
-        if plan.mode == "sidecar":
-            sink.write_json(fileio.join(plan.output_dir, MANIFEST_FILE), manifest(plan, results))
-        specs = plan.output_specs
-        shards = [
-            {
-                "file": r["file"],
-                "records": r["records"],
-                "bytes": r["bytes"],
-                "crc32c": r["crc32c"],
-                **({"index": r["index_file"]} if r.get("index_file") else {}),
-                **({"split": r["split"]} if r.get("split") else {}),
-            }
-            for r in results
-        ]
-        sources = [{"path": r["input"], "records": r["records_in"]} for r in results]
-        meta = metadata.build(specs, shards, plan.output_compression, sources, "augment", plan.options)
-        if plan.codec:
-            meta["compression_backend"] = dict(plan.codec)
-        meta["augment"] = {
-            "mode": plan.mode,
-            "input": plan.collection.pattern,
-            "input_features_inferred": plan.collection.inferred,
-            "input_schema": plan.collection.schema_file,
-            "input_features_corrected": corrections,
-            "records_in": total_in,
-            "new_features": [s.name for s in plan.new_specs],
-            "replaced": list(plan.replace),
-            "join": None
-            if plan.join is None
-            else {"input": plan.join.pattern, "by": plan.join.by, "files": [i.path for i in plan.join.indexes]},
-        }
-        tfds = write_tfds(plan.readers, plan.output_dir, plan.mode, plan.collection.pattern, specs, shards)
-        if tfds is not None:
-            meta["tfds"] = tfds
-        metadata.write(plan.output_dir, meta, specs, plan.replaced.metadata_version)
-        outdir.finish_replacement(plan.output_dir, plan.replaced)
-        yield plan.output_dir
-
-
-class FinalizeAugment(beam.PTransform):
-    """Per-shard results -> ``manifest.json`` (sidecar) and ``metadata.json``, after every shard is final."""
-
-    def __init__(self, plan: AugmentPlan):
-        super().__init__()
-        self._plan = plan
-
-    def expand(self, results):
-        return (
-            results
-            | "CollectShards" >> beam.combiners.ToList()
-            | "WriteMetadata" >> beam.ParDo(FinalizeAugmentFn(self._plan))
-        )
-
-
 def prepare_output_dir(plan: AugmentPlan) -> tuple[outdir.Lock, AugmentPlan]:
     """Prepares the output directory of ``plan`` (``outdir.prepare``); returns the held lock and the plan writing
     the generation of names the lock chose, replacing the committed files it names at the commit."""
@@ -480,7 +372,7 @@ class AugmentTFRecord(beam.PTransform):
     ):
         super().__init__()
         from tfrecord_etl.transforms.augment.config import AugmentConfig
-        from tfrecord_etl.transforms.augment.plan import plan_augment
+        from tfrecord_etl.transforms.augment.steps import plan_augment
 
         if plan is None:
             if config is None:

@@ -131,7 +131,33 @@ def resolve_input(
         (default ``tfrecord.record_limit()``), more than ``max_features`` features (default
         ``codec.MAX_FEATURES``) in a record or in the sample.
     """
-    meta, counts, sizes, digest, meta_dir = None, {}, {}, None, None
+    paths, sizes, meta, digest, meta_dir = find_shards(pattern)
+    shards, recorded = input_shards(paths, sizes, compression, meta)
+    sample = read_sample(shards, (sample_size or INFER_RECORDS) if meta is None else PROBE_RECORDS, max_record_bytes)
+    if meta is not None:
+        pinned = {"metadata_path": fileio.join(meta_dir, metadata.METADATA_FILE), "metadata_digest": digest}
+        return described_collection(pattern, shards, meta, recorded, pinned, schema), sample
+    if schema:
+        return InputCollection(pattern, shards, schema_specs(schema), False, schema), sample
+    try:
+        specs = infer_feature_specs(sample, max_features)
+    except RecordError as e:
+        raise amend_error(e, "the input must hold tf.train.Example records", file=shards[0].path) from None
+    except SchemaError as e:
+        raise e.with_context(file=pattern) from None
+    return InputCollection(pattern, shards, specs, True), sample
+
+
+def find_shards(pattern: str) -> tuple[list[str], dict, dict | None, str | None, str | None]:
+    """``(paths, sizes, meta, digest, meta_dir)``: the input's shard paths (an output directory's, from its
+    ``metadata.json``; else the files ``pattern`` matches, with their sizes), and the metadata that describes them
+    (with its digest and directory), or None: matched files are described by the metadata of the one directory they
+    sit in when it lists every one of them.
+
+    Raises:
+      ConfigError: a directory without metadata.json. SourceError: nothing matches.
+      SchemaError: the input's ``schema.pbtxt`` disagrees with its ``metadata.json``.
+    """
     if fileio.is_dir(pattern):
         if not fileio.exists(fileio.join(pattern, metadata.METADATA_FILE)):
             raise ConfigError(
@@ -139,25 +165,33 @@ def resolve_input(
                 file=pattern,
                 hint=f"pass a file pattern of its TFRecord shards, e.g. '{suggest_pattern(pattern)}'",
             )
-        (meta, digest), meta_dir = schemacheck.load_output(pattern), pattern
-        paths = metadata.shard_paths(pattern, meta)
-    else:
-        matched = fileio.match(pattern)
-        paths, sizes = [p for p, _ in matched], dict(matched)
-        parents = {p[: len(p) - len(fileio.basename(p))] for p in paths}
-        if len(parents) == 1:
-            parent = parents.pop()
-            if fileio.exists(fileio.join(parent, metadata.METADATA_FILE)):
-                candidate, candidate_digest = schemacheck.load_output(parent)
-                if {fileio.basename(p) for p in paths} <= {s["file"] for s in candidate["shards"]}:
-                    meta, digest, meta_dir = candidate, candidate_digest, parent
-    split_of, recorded = {}, {}
+        meta, digest = schemacheck.load_output(pattern)
+        return metadata.shard_paths(pattern, meta), {}, meta, digest, pattern
+    matched = fileio.match(pattern)
+    paths, sizes = [p for p, _ in matched], dict(matched)
+    parents = {p[: len(p) - len(fileio.basename(p))] for p in paths}
+    if len(parents) == 1:
+        parent = parents.pop()
+        if fileio.exists(fileio.join(parent, metadata.METADATA_FILE)):
+            candidate, candidate_digest = schemacheck.load_output(parent)
+            if {fileio.basename(p) for p in paths} <= {s["file"] for s in candidate["shards"]}:
+                return paths, sizes, candidate, candidate_digest, parent
+    return paths, sizes, None, None, None
+
+
+def input_shards(
+    paths: list[str], sizes: dict, compression: str, meta: dict | None
+) -> tuple[tuple[InputShard, ...], dict]:
+    """``(shards, recorded)``: an :class:`InputShard` per path (regular files only: a FIFO or device among them is
+    never opened), with its compression, recorded count, split and identity; ``recorded``: the metadata's entry of
+    each shard by file name (empty without metadata)."""
+    counts, split_of, recorded = {}, {}, {}
     if meta is not None:
         counts = {s["file"]: s["records"] for s in meta["shards"]}
         split_of = {s["file"]: s["split"] for s in meta["shards"] if "split" in s}
         recorded = {s["file"]: s for s in meta["shards"]}
     for path in paths:
-        tfrecord.check_regular(path)  # a FIFO or device among the shards is never opened
+        tfrecord.check_regular(path)
     comps = _compressions(paths, compression, meta)
     shards = tuple(
         InputShard(
@@ -171,46 +205,50 @@ def resolve_input(
         )
         for i, (p, c) in enumerate(zip(paths, comps))
     )
-    pinned = (
-        {"metadata_path": fileio.join(meta_dir, metadata.METADATA_FILE), "metadata_digest": digest}
-        if meta is not None
-        else {}
-    )
-    sample = read_sample(shards, (sample_size or INFER_RECORDS) if meta is None else PROBE_RECORDS, max_record_bytes)
-    if meta is not None:
-        if schema:
-            raise ConfigError(
-                "--schema is for collections without metadata.json; this one has it",
-                file=pattern,
-                hint="drop --schema: the metadata's features are used",
-            )
-        tfds_name = (meta.get("tfds") or {}).get("name") if isinstance(meta.get("tfds"), dict) else None
-        indexed = bool(shards) and all("index" in recorded.get(fileio.basename(s.path), {}) for s in shards)
-        return InputCollection(
-            pattern,
-            shards,
-            tuple(meta["features"]),
-            False,
-            **pinned,
-            tfds_name=tfds_name if isinstance(tfds_name, str) else None,
-            indexed=indexed,
-        ), sample
+    return shards, recorded
+
+
+def described_collection(
+    pattern: str, shards: tuple[InputShard, ...], meta: dict, recorded: dict, pinned: dict, schema: str | None
+) -> InputCollection:
+    """The collection of an input described by its ``metadata.json``: its features, TFDS name and whether every
+    shard has an index file.
+
+    Raises:
+      ConfigError: ``schema`` given too (the metadata's features are used).
+    """
     if schema:
-        if not fileio.exists(schema) or fileio.is_dir(schema):
-            raise ConfigError("--schema names no file", file=schema, hint="pass the path of a schema.pbtxt")
-        if fileio.size(schema) > SCHEMA_MAX_BYTES:
-            raise ConfigError(
-                f"--schema is {fileio.size(schema):,} bytes, over {SCHEMA_MAX_BYTES:,}: not a schema.pbtxt", file=schema
-            )
-        specs = metadata.specs_from_schema(fileio.read_bytes(schema).decode("utf-8", "replace"), schema)
-        return InputCollection(pattern, shards, specs, False, schema), sample
-    try:
-        specs = infer_feature_specs(sample, max_features)
-    except RecordError as e:
-        raise amend_error(e, "the input must hold tf.train.Example records", file=shards[0].path) from None
-    except SchemaError as e:
-        raise e.with_context(file=pattern) from None
-    return InputCollection(pattern, shards, specs, True), sample
+        raise ConfigError(
+            "--schema is for collections without metadata.json; this one has it",
+            file=pattern,
+            hint="drop --schema: the metadata's features are used",
+        )
+    tfds_name = (meta.get("tfds") or {}).get("name") if isinstance(meta.get("tfds"), dict) else None
+    indexed = bool(shards) and all("index" in recorded.get(fileio.basename(s.path), {}) for s in shards)
+    return InputCollection(
+        pattern,
+        shards,
+        tuple(meta["features"]),
+        False,
+        **pinned,
+        tfds_name=tfds_name if isinstance(tfds_name, str) else None,
+        indexed=indexed,
+    )
+
+
+def schema_specs(schema: str) -> tuple:
+    """The features ``--schema`` (a ``schema.pbtxt``) declares (``metadata.specs_from_schema``).
+
+    Raises:
+      ConfigError: no such file, or one over ``SCHEMA_MAX_BYTES``. SchemaError: not a schema we can read.
+    """
+    if not fileio.exists(schema) or fileio.is_dir(schema):
+        raise ConfigError("--schema names no file", file=schema, hint="pass the path of a schema.pbtxt")
+    if fileio.size(schema) > SCHEMA_MAX_BYTES:
+        raise ConfigError(
+            f"--schema is {fileio.size(schema):,} bytes, over {SCHEMA_MAX_BYTES:,}: not a schema.pbtxt", file=schema
+        )
+    return metadata.specs_from_schema(fileio.read_bytes(schema).decode("utf-8", "replace"), schema)
 
 
 def _identity(path: str, entry: dict | None, listed_size: int | None) -> dict:

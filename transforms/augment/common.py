@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 
-from tfrecord_etl.transforms import beam_io, metadata
+from tfrecord_etl.transforms import metadata
+from tfrecord_etl.transforms.beam import metrics as beam_metrics
 from tfrecord_etl.transforms.errors import EtlError, RecordError
 from tfrecord_etl.transforms.reader import MANIFEST_FILE
 
 log = logging.getLogger(__name__)
 
-NAMESPACE = beam_io.NAMESPACE
+NAMESPACE = beam_metrics.NAMESPACE
 
 MODES = ("rewrite", "sidecar")
 

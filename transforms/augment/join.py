@@ -80,6 +80,62 @@ def default_value(spec: FeatureSpec, text: str):
     return np.full(spec.shape, value, dtype=spec.dtype)
 
 
+def join_key_spec(
+    pattern: str, old_specs: Sequence[FeatureSpec], by_name: dict, key_feature: str | None, join_key: str | None
+) -> FeatureSpec:
+    """A key join's input key feature (``--key_feature``), checked against the source's key (``--join_key``):
+    both present, of kinds that can match (integers or strings), the source's one value per row.
+
+    Raises:
+      ConfigError: a key that is not a feature. SchemaError: key kinds that cannot match, or a source key of
+        several values per row.
+    """
+    old = {s.name: s for s in old_specs}
+    if key_feature not in old:
+        raise ConfigError(
+            f"--key_feature '{key_feature}' is not a feature of the input", hint=f"features are {sorted(old)}"
+        )
+    if join_key not in by_name:
+        raise ConfigError(
+            f"--join_key '{join_key}' is not a feature of the join source",
+            file=pattern,
+            hint=f"source features are {sorted(by_name)}",
+        )
+    key_spec, src_key = old[key_feature], by_name[join_key]
+    kinds = (_key_kind(key_spec), _key_kind(src_key))
+    if None in kinds or kinds[0] != kinds[1]:
+        raise SchemaError(
+            f"Cannot join key feature '{key_feature}' ({key_spec.dtype}) with source key "
+            f"'{join_key}' ({src_key.dtype})",
+            file=pattern,
+            hint="both keys must be integers, or both strings",
+        )
+    if src_key.size != 1:
+        raise SchemaError(
+            f"Source key '{join_key}' has shape {src_key.shape}; a key is one value per row", file=pattern
+        )
+    return key_spec
+
+
+def parse_defaults(specs: tuple[FeatureSpec, ...], defaults) -> dict:
+    """``--missing default``: one parsed ``--defaults`` value per joined feature (``default_value``).
+
+    Raises:
+      ConfigError: a joined feature without a default, or a default for no joined feature.
+    """
+    defaults = dict(defaults or {})
+    names = [s.name for s in specs]
+    lacking, extra = [n for n in names if n not in defaults], sorted(set(defaults) - set(names))
+    if lacking or extra:
+        raise ConfigError(
+            f"--missing default needs one --defaults value per joined feature: "
+            f"{'missing ' + str(lacking) if lacking else 'unknown ' + str(extra)}",
+            hint=f"joined features are {names}",
+        )
+    parsed_defaults = {s.name: default_value(s, defaults[s.name]) for s in specs}
+    return parsed_defaults
+
+
 def plan_join(
     pattern: str,
     by: str,
@@ -109,32 +165,7 @@ def plan_join(
     plan = planning.plan_inputs(pattern, SourceOptions(datasets=tuple(datasets) if datasets else None))
     src_specs = planning.choose_encodings(plan.specs, encoding, {}, allow_lossy)
     by_name = {s.name: s for s in src_specs}
-    key_spec = None
-    if by == "key":
-        old = {s.name: s for s in old_specs}
-        if key_feature not in old:
-            raise ConfigError(
-                f"--key_feature '{key_feature}' is not a feature of the input", hint=f"features are {sorted(old)}"
-            )
-        if join_key not in by_name:
-            raise ConfigError(
-                f"--join_key '{join_key}' is not a feature of the join source",
-                file=pattern,
-                hint=f"source features are {sorted(by_name)}",
-            )
-        key_spec, src_key = old[key_feature], by_name[join_key]
-        kinds = (_key_kind(key_spec), _key_kind(src_key))
-        if None in kinds or kinds[0] != kinds[1]:
-            raise SchemaError(
-                f"Cannot join key feature '{key_feature}' ({key_spec.dtype}) with source key "
-                f"'{join_key}' ({src_key.dtype})",
-                file=pattern,
-                hint="both keys must be integers, or both strings",
-            )
-        if src_key.size != 1:
-            raise SchemaError(
-                f"Source key '{join_key}' has shape {src_key.shape}; a key is one value per row", file=pattern
-            )
+    key_spec = join_key_spec(pattern, old_specs, by_name, key_feature, join_key) if by == "key" else None
     fields = dict(fields) if fields else {n: n for n in by_name if n != join_key}
     unknown = sorted(set(fields) - set(by_name))
     if unknown:
@@ -144,18 +175,7 @@ def plan_join(
             hint=f"source features are {sorted(by_name)}",
         )
     specs = tuple(dataclasses.replace(by_name[src], name=new) for src, new in fields.items())
-    parsed_defaults = None
-    if missing == "default":
-        defaults = dict(defaults or {})
-        names = [s.name for s in specs]
-        lacking, extra = [n for n in names if n not in defaults], sorted(set(defaults) - set(names))
-        if lacking or extra:
-            raise ConfigError(
-                f"--missing default needs one --defaults value per joined feature: "
-                f"{'missing ' + str(lacking) if lacking else 'unknown ' + str(extra)}",
-                hint=f"joined features are {names}",
-            )
-        parsed_defaults = {s.name: default_value(s, defaults[s.name]) for s in specs}
+    parsed_defaults = parse_defaults(specs, defaults) if missing == "default" else None
     return JoinPlan(
         pattern,
         by,

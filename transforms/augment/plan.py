@@ -1,4 +1,4 @@
-"""The augment plan and the batch step (pure: no Beam)."""
+"""The augment plan and the batch step (pure: no Beam); the plan is made by ``steps.plan_augment``."""
 
 from __future__ import annotations
 
@@ -8,41 +8,37 @@ from typing import Any
 
 import numpy as np
 
-from tfrecord_etl.transforms import compression, fileio, metadata, outdir, tfrecord
-from tfrecord_etl.transforms.augment.collection import InputCollection, output_name, resolve_input
+from tfrecord_etl.transforms import metadata, outdir, tfrecord
+from tfrecord_etl.transforms.augment.collection import InputCollection
 from tfrecord_etl.transforms.augment.common import (
-    BATCH_MB,
     MODES,
-    PROBE_RECORDS,
-    RESERVED_NAMES,
     amend_error,
     frame_error,
     log,
 )
-from tfrecord_etl.transforms.augment.join import JoinPlan, plan_join
-from tfrecord_etl.transforms.augment.readers import ReaderFiles, file_names, plan_reader_files
-from tfrecord_etl.transforms.augment.values import fn_columns, load_function, parse_constant, spec_of, value_bytes
+from tfrecord_etl.transforms.augment.join import JoinPlan
+from tfrecord_etl.transforms.augment.readers import ReaderFiles, file_names
+from tfrecord_etl.transforms.augment.values import fn_columns, load_function
 from tfrecord_etl.transforms.codec import (
     MAX_FEATURES,
     FeatureSpec,
     FeatureStats,
-    as_varlen,
     check_example_frame,
     check_example_frames,
-    check_spec,
     drop_features,
     encode_columns,
     encoding_of,
     feature_key_pattern,
     split_features,
 )
-from tfrecord_etl.transforms.codec.encodings import collection_style
-from tfrecord_etl.transforms.errors import ConfigError, EtlError, RecordError, SchemaError, SourceError
+from tfrecord_etl.transforms.errors import EtlError, RecordError, SchemaError
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class AugmentPlan:
-    """Everything the workers need, decided in the launcher.
+    """Everything the workers need, decided in the launcher (``steps.plan_augment``); built by keyword only, and
+    checked at construction, so a plan built by hand (``AugmentTFRecord(plan=...)``) fails in the launcher, not on a
+    worker. Pickled with the DoFns that use it.
 
     Attributes:
       collection: the input shards (``output_file`` set) and old features.
@@ -56,6 +52,10 @@ class AugmentPlan:
       options: the validated config, recorded in the metadata.
       readers: the index files and TFDS files written beside the shards (``readers.plan_reader_files``: those the
         input had, written again for the output's shards when they can be).
+
+    Raises:
+      ValueError: an unknown ``mode`` or ``output_compression``, ``batch_size`` < 1, ``fn_specs`` or ``fn_batch``
+        without ``fn``, ``replace`` naming a feature that is not new, or ``drop_keys`` in ``sidecar`` mode.
     """
 
     collection: InputCollection
@@ -78,6 +78,24 @@ class AugmentPlan:
     replaced: outdir.Replacement = outdir.Replacement()  # what the commit replaces (outdir.prepare)
     readers: ReaderFiles = ReaderFiles()
     codec: dict | None = None  # compression.settings(): the output's backend, version and level (gzip/zlib)
+
+    def __post_init__(self):
+        problems = []
+        if self.mode not in MODES:
+            problems.append(f"mode {self.mode!r} is not one of {MODES}")
+        if self.output_compression not in tfrecord.COMPRESSIONS:
+            problems.append(f"output_compression {self.output_compression!r} is not one of {tfrecord.COMPRESSIONS}")
+        if self.batch_size < 1:
+            problems.append(f"batch_size {self.batch_size} is not a positive number of records")
+        if (self.fn_specs or self.fn_batch) and not self.fn:
+            problems.append("fn_specs and fn_batch need fn")
+        not_new = sorted(set(self.replace) - {s.name for s in self.new_specs})
+        if not_new:
+            problems.append(f"replace names {not_new}, which are not new features")
+        if self.drop_keys and self.mode == "sidecar":
+            problems.append("drop_keys need mode 'rewrite': a sidecar cannot remove a value from the records")
+        if problems:
+            raise ValueError(f"Invalid AugmentPlan: {'; '.join(problems)}")
 
     def with_input_specs(self, specs: Sequence[FeatureSpec]) -> AugmentPlan:
         """This plan with the input features replaced (by those learned from every record, at finalize)."""
@@ -302,240 +320,3 @@ def learned_specs(plan: AugmentPlan, stats: FeatureStats) -> tuple[tuple[Feature
         )
         log.warning("input feature %s", corrections[-1])
     return learned, corrections
-
-
-def _check_options(cfg) -> None:
-    problems = []
-    if cfg.mode not in MODES:
-        problems.append(f"--mode must be one of {MODES}")
-    if not (cfg.fn or cfg.join_input or cfg.constants):
-        problems.append("nothing to add: give --fn, --join_input or --constants")
-    if (cfg.fn_inputs or cfg.fn_batch) and not cfg.fn:
-        problems.append("--fn_inputs and --fn_batch need --fn")
-    if cfg.join_input and cfg.join_by == "key" and not (cfg.key_feature and cfg.join_key):
-        problems.append("--join_by key needs --key_feature (the input's key) and --join_key (the source's)")
-    if (cfg.key_feature or cfg.join_key) and not (cfg.join_input and cfg.join_by == "key"):
-        problems.append("--key_feature and --join_key need --join_input and --join_by key")
-    if (cfg.join_fields or cfg.join_datasets) and not cfg.join_input:
-        problems.append("--join_fields and --join_datasets need --join_input")
-    if cfg.missing == "default" and not (cfg.join_input and cfg.join_by == "key"):
-        problems.append("--missing default needs --join_by key")
-    if cfg.defaults and cfg.missing != "default":
-        problems.append("--defaults needs --missing default")
-    if cfg.replace_fields and cfg.mode == "sidecar":
-        problems.append(
-            "--replace_fields needs --mode rewrite: a sidecar cannot remove a value from the original records"
-        )
-    if problems:
-        raise ConfigError("; ".join(problems), hint="see tfrecord-etl augment --help")
-
-
-def plan_augment(cfg) -> AugmentPlan:
-    """Plans a run from a validated config (``tfrecord_etl.transforms.augment.config.AugmentConfig`` or any object with its fields).
-
-    Every user error surfaces here, before any output exists: options, inputs, the join source, the
-    new fields' dtypes and shapes (``--fn`` is called once on the first records), name clashes with
-    the known features, and a position join's row count when the record counts are known.
-
-    Raises:
-      ConfigError, SourceError, SchemaError, RecordError.
-    """
-    _check_options(cfg)
-    max_record_bytes = tfrecord.record_limit(getattr(cfg, "max_record_mb", None))
-    max_features = getattr(cfg, "max_features", None) or MAX_FEATURES
-    collection, sample = resolve_input(
-        cfg.input, cfg.compression, None, max_record_bytes, max_features, getattr(cfg, "input_schema", None)
-    )
-    comps = collection.compressions
-    if cfg.output_compression is None and len(comps) > 1:
-        raise ConfigError(
-            f"The input shards use several compressions {sorted(comps)}",
-            hint="choose the output's with --output_compression",
-        )
-    out_comp = cfg.output_compression or comps.pop()
-    codec = _codec(out_comp, getattr(cfg, "compression_level", None))
-    shards = tuple(
-        dataclasses.replace(s, output_file=output_name(s.path, s.compression, out_comp)) for s in collection.shards
-    )
-    names = [s.output_file for s in shards]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise ConfigError(
-            f"Two input shards would write the same output file '{dupes[0]}'",
-            file=cfg.input,
-            hint="input shards need distinct file names (augment one directory at a time)",
-        )
-    bad = [n for n in names if n in RESERVED_NAMES or n.startswith(outdir.TEMP_PREFIX)]
-    if bad:
-        raise ConfigError(
-            f"Input file '{bad[0]}' is not a shard name this pipeline can write",
-            file=cfg.input,
-            hint="narrow the --input pattern to the TFRecord shards",
-        )
-    outdir.check_inputs_outside(cfg.output_dir, [s.path for s in shards] + _join_paths(cfg.join_input))
-    old = {s.name: s for s in collection.specs}
-    where = (
-        " (inferred from the first records)"
-        if collection.inferred
-        else f" (declared by --schema {collection.schema_file})"
-        if collection.schema_file
-        else ""
-    )
-    missing = [n for n in cfg.fn_inputs if n not in old]
-    if missing:
-        raise ConfigError(
-            f"--fn_inputs names {missing}, which the input does not have{where}",
-            file=cfg.input,
-            hint=f"features are {sorted(old)}",
-        )
-    # a sample's guess is not a promise: --fn gets the features of a collection without metadata or --schema as
-    # tf.io.VarLenFeature gives them (1-D, empty where a record has no value)
-    fn_specs = tuple(as_varlen(old[n]) if collection.inferred else old[n] for n in cfg.fn_inputs)
-    encoding = collection_style(cfg.encoding, collection.specs)
-    new_specs: list[FeatureSpec] = []
-    if cfg.fn:
-        if not sample:
-            raise ConfigError("The input holds no record, so --fn cannot be probed for its outputs", file=cfg.input)
-        probe = sample[:PROBE_RECORDS]
-        for i, record in enumerate(probe):
-            try:
-                check_example_frame(record, max_features)
-            except RecordError as e:
-                raise frame_error(e, shards[0].path, i) from None
-        columns = fn_columns(
-            load_function(cfg.fn), cfg.fn, fn_specs, probe, cfg.fn_batch, shards[0].path, 0, max_record_bytes
-        )
-        if not columns:
-            raise SchemaError(f"--fn {cfg.fn} returned no feature", hint="return {new name: array}")
-        new_specs += [spec_of(n, c, encoding, cfg.allow_lossy) for n, c in columns.items()]
-    join = None
-    if cfg.join_input:
-        join = plan_join(
-            cfg.join_input,
-            cfg.join_by,
-            collection.specs,
-            key_feature=cfg.key_feature,
-            join_key=cfg.join_key,
-            fields=cfg.join_fields,
-            datasets=cfg.join_datasets,
-            missing=cfg.missing,
-            defaults=cfg.defaults,
-            encoding=encoding,
-            allow_lossy=cfg.allow_lossy,
-        )
-        new_specs += join.specs
-    constants = tuple((name, parse_constant(name, text)) for name, text in cfg.constants.items())
-    for name, value in constants:
-        col = np.empty(1, object) if isinstance(value, bytes) else np.full(1, value, dtype=value.dtype)
-        if isinstance(value, bytes):
-            col[0] = value
-        new_specs.append(spec_of(name, col, encoding, cfg.allow_lossy))
-    seen: dict[str, int] = {}
-    for s in new_specs:
-        seen[s.name] = seen.get(s.name, 0) + 1
-    twice = sorted(n for n, c in seen.items() if c > 1)
-    if twice:
-        raise ConfigError(
-            f"New feature '{twice[0]}' comes from two places (--fn, --join_fields, --constants)",
-            hint="rename one of them",
-        )
-    not_new = sorted(set(cfg.feature_encodings) - set(seen))
-    if not_new:
-        raise ConfigError(
-            f"--feature_encodings names {not_new}, which are not new features", hint=f"new features are {sorted(seen)}"
-        )
-    new_specs = [
-        _encoded_as(s, cfg.feature_encodings[s.name], cfg.allow_lossy) if s.name in cfg.feature_encodings else s
-        for s in new_specs
-    ]
-    not_new = sorted(set(cfg.replace_fields) - set(seen))
-    if not_new:
-        raise ConfigError(
-            f"--replace_fields names {not_new}, which are not new features",
-            hint=f"new features are {sorted(seen)}; --replace_fields lets a new feature replace an existing one",
-        )
-    clash = sorted(n for n in seen if n in old and n not in cfg.replace_fields)
-    if clash:
-        raise SchemaError(
-            f"New feature '{clash[0]}' already exists in the input{where}",
-            file=cfg.input,
-            feature=clash[0],
-            hint=f"pass --replace_fields {clash[0]} to replace it (rewrite mode), or choose another name",
-        )
-    drop_keys = sorted(
-        {
-            k
-            for n in cfg.replace_fields
-            for k in ([e[0] for e in metadata.example_features(old[n])] if n in old else [n])
-        }
-    )
-    if join is not None and join.by == "position" and collection.num_records is not None:
-        if join.num_rows != collection.num_records:
-            raise SourceError(
-                f"The join source has {join.num_rows} rows but the input has {collection.num_records} records",
-                file=cfg.join_input,
-                hint="--join_by position needs one source row per record, in shard order",
-            )
-        offsets = np.concatenate([[0], np.cumsum([s.records for s in shards])])
-        shards = tuple(dataclasses.replace(s, offset=int(o)) for s, o in zip(shards, offsets))
-    batch_size = cfg.batch_size
-    if cfg.fn and columns:  # big new values: fewer records per batch, so a batch's values stay under BATCH_MB
-        per_record = max(1, sum(value_bytes(c) for c in columns.values()) // max(1, len(probe)))
-        batch_size = max(1, min(batch_size, (BATCH_MB << 20) // per_record))
-        if batch_size < cfg.batch_size:
-            log.info("--fn returns about %d bytes per record: batches of %d records", per_record, batch_size)
-    plan = AugmentPlan(
-        dataclasses.replace(collection, shards=shards),
-        cfg.output_dir,
-        cfg.mode,
-        out_comp,
-        tuple(new_specs),
-        cfg.fn,
-        fn_specs,
-        cfg.fn_batch,
-        constants,
-        join,
-        tuple(cfg.replace_fields),
-        tuple(drop_keys),
-        tuple(cfg.allow_lossy),
-        batch_size,
-        cfg.model_dump(),
-        max_record_bytes,
-        max_features,
-        codec=codec,
-    )
-    metadata.check_unique(plan.output_specs)
-    return dataclasses.replace(plan, readers=plan_reader_files(plan.collection, plan.mode, out_comp, plan.output_specs))
-
-
-def _codec(out_comp: str, level: int | None) -> dict | None:
-    """The output's compression backend (``compression.settings``), chosen here once for every worker.
-    Raises ConfigError for a level without compression or out of the backend's range."""
-    if level is not None and out_comp == "none":
-        raise ConfigError(
-            "--compression_level sets the level of gzip or zlib output shards, but the output is uncompressed",
-            hint="pass --output_compression gzip (or zlib), or leave the level out",
-        )
-    try:
-        return compression.settings(out_comp, level)
-    except (ValueError, compression.BackendUnavailable) as e:
-        raise ConfigError(str(e), hint="see the compression backends in the docs' output page") from None
-
-
-def _encoded_as(spec: FeatureSpec, encoding: str, allow_lossy) -> FeatureSpec:
-    """``spec`` with the encoding asked by ``--feature_encodings``, checked (SchemaError when it cannot carry it)."""
-    spec = dataclasses.replace(spec, encoding=encoding)
-    check_spec(spec, allow_lossy)
-    return spec
-
-
-def _join_paths(join_input: str | None) -> list[str]:
-    """The paths ``--join_input`` reads: its matched files, or a Zarr store's root (``planning.store_input``)."""
-    if not join_input:
-        return []
-    from tfrecord_etl.transforms import planning
-    from tfrecord_etl.transforms.sources import SourceOptions
-
-    if planning.store_input(join_input, SourceOptions()):
-        return [join_input]
-    return [p for p, _ in fileio.match(join_input)]

@@ -288,74 +288,102 @@ def fn_columns(
         inputs = [{name: arr[i] for name, arr in stacked.items()} for i in range(n)] if not batched else []
     if batched:
         if stacked is None:
-            stacked = {}
-            for spec in specs:
-                try:
-                    stacked[spec.name] = np.stack([x[spec.name] for x in inputs])
-                except ValueError:
-                    raise SchemaError(
-                        f"--fn_batch: feature '{spec.name}' varies in length between records, so it cannot be stacked",
-                        file=file,
-                        record=f"{first}-{first + n - 1}",
-                        hint="use a per-example --fn (without --fn_batch)",
-                    ) from None
-        out = _call(fn, fn_name, stacked, file, f"{first}-{first + n - 1}")
-        check_new_size(
-            sum(value_bytes(v) for v in out.values()) // max(n, 1),
-            max_record_bytes,
-            fn_name,
-            file,
-            f"{first}-{first + n - 1}",
-        )
-        columns = {}
-        for name, value in out.items():
-            arr = np.asarray(value)
-            if arr.ndim == 0 or arr.shape[0] != n:
-                raise SchemaError(
-                    f"--fn_batch {fn_name}: '{name}' has shape {arr.shape}, expected a leading "
-                    f"axis of {n} (one value per record)",
-                    file=file,
-                    record=f"{first}-{first + n - 1}",
-                )
-            try:
-                columns[str(name)] = _column(name, arr)
-            except EtlError as e:
-                raise e.with_context(file=file, record=f"{first}-{first + n - 1}") from None
-        return columns
+            stacked = _stacked(specs, inputs, file, first)
+        return _batch_columns(fn, fn_name, stacked, n, file, first, max_record_bytes)
     outs = []
     for i, x in enumerate(inputs):
         outs.append(_call(fn, fn_name, x, file, first + i))
         check_new_size(sum(value_bytes(v) for v in outs[-1].values()), max_record_bytes, fn_name, file, first + i)
     names = list(outs[0])
-    columns = {}
-    for name in names:
-        values = []
-        for i, out in enumerate(outs):
-            if name not in out or len(out) != len(names):
-                raise SchemaError(
-                    f"--fn {fn_name} returned keys {sorted(out)} but {sorted(names)} for the first record of the batch",
-                    file=file,
-                    record=first + i,
-                    hint="return the same keys for every record",
-                )
-            values.append(np.asarray(out[name]))
-        kinds = {v.dtype.kind in "SUO" for v in values}
-        if len(kinds) == 1 and kinds.pop():
-            converted = []
-            for i, v in enumerate(values):
-                try:
-                    converted.append(_bytes_objects(v, name))
-                except EtlError as e:
-                    raise e.with_context(file=file, record=first + i) from None
-            values = converted
-        shapes, dtypes = {v.shape for v in values}, {v.dtype for v in values}
-        if len(shapes) > 1 or len(dtypes) > 1:
-            what = f"shapes {sorted(map(str, shapes))}" if len(shapes) > 1 else f"dtypes {sorted(map(str, dtypes))}"
+    return {str(name): _stacked_outputs(fn_name, name, names, outs, file, first) for name in names}
+
+
+def _stacked(specs: Sequence[FeatureSpec], inputs: list[dict], file: str, first: int) -> dict[str, np.ndarray]:
+    """``--fn_batch``: each input feature of the records stacked along a new leading axis.
+
+    Raises:
+      SchemaError: a feature whose length varies between records (it cannot be stacked).
+    """
+    n, stacked = len(inputs), {}
+    for spec in specs:
+        try:
+            stacked[spec.name] = np.stack([x[spec.name] for x in inputs])
+        except ValueError:
             raise SchemaError(
-                f"--fn {fn_name}: '{name}' has {what} in one batch; a new feature has one dtype and shape",
+                f"--fn_batch: feature '{spec.name}' varies in length between records, so it cannot be stacked",
                 file=file,
                 record=f"{first}-{first + n - 1}",
-                feature=name,
+                hint="use a per-example --fn (without --fn_batch)",
+            ) from None
+    return stacked
+
+
+def _batch_columns(
+    fn: Callable, fn_name: str, stacked: dict, n: int, file: str, first: int, max_record_bytes: int | None
+) -> dict[str, np.ndarray]:
+    """``--fn_batch``: ``fn`` called once on the stacked inputs; each output checked to hold one value per record.
+
+    Raises:
+      RecordError: ``fn`` raised, or its values are over ``max_record_bytes`` per record. SchemaError: an output
+        without a leading axis of ``n``, or a key that is not a str.
+    """
+    out = _call(fn, fn_name, stacked, file, f"{first}-{first + n - 1}")
+    check_new_size(
+        sum(value_bytes(v) for v in out.values()) // max(n, 1),
+        max_record_bytes,
+        fn_name,
+        file,
+        f"{first}-{first + n - 1}",
+    )
+    columns = {}
+    for name, value in out.items():
+        arr = np.asarray(value)
+        if arr.ndim == 0 or arr.shape[0] != n:
+            raise SchemaError(
+                f"--fn_batch {fn_name}: '{name}' has shape {arr.shape}, expected a leading "
+                f"axis of {n} (one value per record)",
+                file=file,
+                record=f"{first}-{first + n - 1}",
             )
-        columns[str(name)] = np.stack(values)
+        try:
+            columns[str(name)] = _column(name, arr)
+        except EtlError as e:
+            raise e.with_context(file=file, record=f"{first}-{first + n - 1}") from None
     return columns
+
+
+def _stacked_outputs(fn_name: str, name, names: list, outs: Sequence[Mapping], file: str, first: int) -> np.ndarray:
+    """Per-example ``--fn``: the values of output ``name`` of every record, stacked (strings as bytes objects).
+
+    Raises:
+      SchemaError: a record whose outputs have other keys than the first's, or values of another shape or dtype.
+    """
+    n, values = len(outs), []
+    for i, out in enumerate(outs):
+        if name not in out or len(out) != len(names):
+            raise SchemaError(
+                f"--fn {fn_name} returned keys {sorted(out)} but {sorted(names)} for the first record of the batch",
+                file=file,
+                record=first + i,
+                hint="return the same keys for every record",
+            )
+        values.append(np.asarray(out[name]))
+    kinds = {v.dtype.kind in "SUO" for v in values}
+    if len(kinds) == 1 and kinds.pop():
+        converted = []
+        for i, v in enumerate(values):
+            try:
+                converted.append(_bytes_objects(v, name))
+            except EtlError as e:
+                raise e.with_context(file=file, record=first + i) from None
+        values = converted
+    shapes, dtypes = {v.shape for v in values}, {v.dtype for v in values}
+    if len(shapes) > 1 or len(dtypes) > 1:
+        what = f"shapes {sorted(map(str, shapes))}" if len(shapes) > 1 else f"dtypes {sorted(map(str, dtypes))}"
+        raise SchemaError(
+            f"--fn {fn_name}: '{name}' has {what} in one batch; a new feature has one dtype and shape",
+            file=file,
+            record=f"{first}-{first + n - 1}",
+            feature=name,
+        )
+    return np.stack(values)

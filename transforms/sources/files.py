@@ -8,7 +8,7 @@ columns ``file,label[,more]``, joined on the file name relative to the base, or 
 holds no ``/``), or not at all (``--file_labels none``). Images get ``<feature>/format``, ``/height``, ``/width`` and
 ``/channels`` from the header (Pillow reads only the header; ``--decode_check`` decodes every image). Planning
 lists the files (sizes from the listing, no file opened) into row ranges of about ``--target_range_mb``; a range
-that fails is retried file by file (``beam_io.read_and_encode``), so an unreadable, empty or corrupt file is one
+that fails is retried file by file (``beam.encode.read_and_encode``), so an unreadable, empty or corrupt file is one
 dead letter naming it (``--dead_letter_dir``) while the others are written.
 """
 

@@ -27,14 +27,9 @@ Byte offsets are those of a record's frame in the uncompressed stream (as Tensor
 
 from __future__ import annotations
 
-from tfrecord_etl.transforms.verify.compare import (
-    ProvenanceComparer,
-    SequentialComparer,
-    compare_value,
-    expected_value,
-    make_comparer,
-    plan_sources,
-)
+from tfrecord_etl.transforms.verify.compare import make_comparer, plan_sources
+from tfrecord_etl.transforms.verify.files import verify_files
+from tfrecord_etl.transforms.verify.provenance import ProvenanceComparer
 from tfrecord_etl.transforms.verify.records import (
     check_example,
     file_compression,
@@ -52,8 +47,10 @@ from tfrecord_etl.transforms.verify.report import (
     Progress,
     Report,
 )
+from tfrecord_etl.transforms.verify.sequential import SequentialComparer
 from tfrecord_etl.transforms.verify.spans import CollectionReport, SpanReport, verify_collection
-from tfrecord_etl.transforms.verify.targets import verify, verify_files, verify_output
+from tfrecord_etl.transforms.verify.targets import verify, verify_output
+from tfrecord_etl.transforms.verify.values import compare_value, expected_value
 
 __all__ = [
     "check_example",

@@ -10,7 +10,7 @@ from tfrecord_etl.transforms import codec, fileio, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import RecordError, SchemaError, SourceError
 from tfrecord_etl.transforms.reader import file_compression  # noqa: F401 - one home: the reader
-from tfrecord_etl.transforms.verify.report import KNOWN_FILES, PROGRESS_STEP, Progress
+from tfrecord_etl.transforms.verify.report import KNOWN_FILES, PROGRESS_STEP, Problem, Progress, Report
 
 
 class _CountingReader(io.RawIOBase):
@@ -163,3 +163,30 @@ def infer_specs(records: Sequence[bytes], path: str = "", max_features: int | No
         return codec.infer_feature_specs(records, max_features)
     except (SchemaError, RecordError) as e:
         raise e.with_context(file=path or None) from None
+
+
+def framing_problem(report: Report, e: RecordError, path: str, compression: str) -> None:
+    """A ``framing`` problem for ``e``, raised while reading ``path`` with ``compression``; at the first record, it
+    says so when the file's first bytes look like another compression."""
+    message = e.message
+    if e.context.get("record") == 0:
+        try:
+            with fileio.open_read(path) as raw:
+                looks = tfrecord.detect_compression(raw.read(12))
+        except SourceError:
+            looks = compression
+        if looks != compression:
+            looks = "uncompressed" if looks == "none" else f"{looks}-compressed"
+            message += f" (the file looks {looks}, but is read with compression {compression})"
+    if e.hint:
+        message += f"; {e.hint}"
+    report.add(Problem("framing", message, path, e.context.get("record"), e.context.get("offset")))
+
+
+def decode_problem(kind: str, e, path: str, index: int, offset: int) -> Problem:
+    """A ``kind`` problem for the record ``index`` at byte ``offset`` of ``path`` that ``e`` refused (the byte in
+    the record's payload where it says)."""
+    message = e.message
+    if e.context.get("offset") is not None:
+        message += f" (at byte {e.context['offset']} of the record's payload)"
+    return Problem(kind, message, path, index, offset, e.context.get("feature"))
