@@ -175,8 +175,9 @@ def main(argv=None) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from tfrecord_etl.pipelines import common, convert as convert_module
-    from tfrecord_etl.transforms import fileio, planning
+    from tfrecord_etl.transforms import planning
     from tfrecord_etl.transforms.sources import SourceOptions
+    from tfrecord_etl.transforms.storage import fileio
 
     if args.beam_stream:
         fileio._range_reader = lambda path: None

@@ -1,4 +1,4 @@
-"""What every command shares: quiet logs, one-line errors, the summary (the output directory: transforms.outdir)."""
+"""What every command shares: quiet logs, one-line errors, the summary (the output directory: transforms.output.outdir)."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def _runner_job_failed_line(e: BaseException) -> str | None:
     if match is None:
         return None
     why = " ".join(match.group(3).split()).rstrip(".") or "no reason given"
-    from tfrecord_etl.transforms.runlock import OUTPUT_STATE
+    from tfrecord_etl.transforms.output.runlock import OUTPUT_STATE
 
     holds, hint = _JOB_FAILED_HOLDS.get(getattr(e, OUTPUT_STATE, None), _JOB_FAILED_HOLDS[None])
     return JOB_FAILED_LINE.format(job=match.group(1), state=match.group(2), why=why[:300], holds=holds, hint=hint)
@@ -231,7 +231,7 @@ def _stdout_closed() -> int:
 
 def _have_beam() -> bool:
     """Whether Apache Beam is installed (not with the reader's install alone: no Beam flags to drop then)."""
-    from tfrecord_etl.transforms import fileio
+    from tfrecord_etl.transforms.storage import fileio
 
     return fileio._beam_filesystems() is not None
 
@@ -272,7 +272,8 @@ class CommandParser(argparse.ArgumentParser):
 
 def add_record_limit_flags(parser: argparse.ArgumentParser) -> None:
     """``--max_record_mb`` and ``--max_features``: the limits on hostile TFRecord files (verify, inspect)."""
-    from tfrecord_etl.transforms import codec, tfrecord
+    from tfrecord_etl.transforms import codec
+    from tfrecord_etl.transforms.output import tfrecord
 
     parser.add_argument(
         "--max_record_mb",
@@ -296,7 +297,7 @@ def record_limits(args) -> tuple[int, int]:
     Raises:
       ConfigError: ``--max_record_mb`` outside (0, 2047] or ``--max_features`` below 1.
     """
-    from tfrecord_etl.transforms import tfrecord
+    from tfrecord_etl.transforms.output import tfrecord
 
     if not 0 < args.max_record_mb <= 2047 or args.max_features < 1:
         raise ConfigError(
@@ -327,7 +328,7 @@ def configure_filesystems(beam_argv: list[str], paths=()) -> None:
     try:
         from apache_beam.io.filesystems import FileSystems
         from apache_beam.options.pipeline_options import PipelineOptions
-    except ImportError:  # the reader's install (verify, inspect): no Beam options; see transforms/lightfs.py
+    except ImportError:  # the reader's install (verify, inspect): no Beam options; see transforms/storage/lightfs.py
         return
     FileSystems.set_options(PipelineOptions(argv))
     if os.environ.get("STORAGE_EMULATOR_HOST") or "--no_auth" in argv:

@@ -24,10 +24,11 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrecord_etl.pipelines import common, flaghelp, progress
-from tfrecord_etl.transforms import localmode, metadata, planning, spanrun, tfrecord
+from tfrecord_etl.transforms import localmode, planning, spanrun
 from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, build_parser as build_flags, parse_args
 from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output, prepare_output_dir
 from tfrecord_etl.transforms.errors import printable
+from tfrecord_etl.transforms.output import metadata, tfrecord
 from tfrecord_etl.transforms.planning import parallel_units
 
 ZLIB_WARNING = (

@@ -35,8 +35,12 @@ import json
 import numpy as np
 
 from tfrecord_etl.pipelines import common, flaghelp
-from tfrecord_etl.transforms import codec, collection, collection_reader, fileio, metadata, outdir, reader
+from tfrecord_etl.transforms import codec
+from tfrecord_etl.transforms.collections import collection
 from tfrecord_etl.transforms.errors import EtlError, RecordError, printable
+from tfrecord_etl.transforms.output import metadata, outdir
+from tfrecord_etl.transforms.reading import collection_reader, reader
+from tfrecord_etl.transforms.storage import fileio
 
 
 def summarize(
@@ -351,7 +355,8 @@ def _container_kind(target: str) -> str | None:
         return "zarr"
     if fileio.is_dir(target) or any(c in target for c in "*?[") or not fileio.exists(target):
         return None
-    from tfrecord_etl.transforms import sources, tfrecord
+    from tfrecord_etl.transforms import sources
+    from tfrecord_etl.transforms.output import tfrecord
 
     tfrecord.check_regular(target)
     with fileio.open_read(target) as f:

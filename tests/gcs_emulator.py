@@ -182,7 +182,7 @@ def emulator_host(url: str) -> Iterator[str]:
     """``STORAGE_EMULATOR_HOST=url`` while the block runs (google-cloud-storage, so Beam's GCS filesystem and our
     reads, go there), the clients our ``fileio`` cached dropped before and after; the old value restored."""
     from tfrecord_etl.pipelines import common
-    from tfrecord_etl.transforms import fileio
+    from tfrecord_etl.transforms.storage import fileio
 
     saved = os.environ.get("STORAGE_EMULATOR_HOST")
     os.environ["STORAGE_EMULATOR_HOST"] = url

@@ -282,7 +282,8 @@ def test_a_file_symlink_out_of_the_tree_is_not_followed_without_the_flag(tmp_pat
 
 
 def test_a_symlink_loop_ends_the_walk_with_a_warning(tmp_path, capsys, caplog):
-    from tfrecord_etl.transforms import fileio, matching
+    from tfrecord_etl.transforms.collections import matching
+    from tfrecord_etl.transforms.storage import fileio
 
     tree = image_tree(tmp_path / "tree", {"cat": 2})
     (tree / "cat" / "up").symlink_to("..")

@@ -14,7 +14,7 @@ import pytest
 from bench.remote import egress_inputs
 from bench.s3proxy import CountingProxy
 from tests.test_s3 import BUCKET, CREDENTIALS, convert, s3  # noqa: F401 - the moto server fixture
-from tfrecord_etl.transforms import fileio
+from tfrecord_etl.transforms.storage import fileio
 
 ROWS = 1024  # x 4096 bytes: 4 MiB of images per file
 

@@ -16,9 +16,11 @@ import pytest
 
 from tests.conftest import BEAM_FLAGS, convert, run_command
 from tfrecord_etl.pipelines import augment as augment_main, verify as verify_module
-from tfrecord_etl.transforms import checksum, metadata, outdir, reader, shardcheck, tfrecord
+from tfrecord_etl.transforms import checksum, reader
 from tfrecord_etl.transforms.codec import FeatureSpec, encode_columns
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
+from tfrecord_etl.transforms.output import metadata, outdir, tfrecord
+from tfrecord_etl.transforms.reading import shardcheck
 
 ROWS = 3000  # 3 shards of 1,000 rows
 

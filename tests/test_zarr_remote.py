@@ -14,7 +14,7 @@ zarr = pytest.importorskip("zarr")
 
 from bench.s3proxy import CountingProxy  # noqa: E402
 from tests.test_s3 import BUCKET, convert, s3  # noqa: E402,F401 - the moto server fixture
-from tfrecord_etl.transforms import fileio  # noqa: E402
+from tfrecord_etl.transforms.storage import fileio  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 Reading: ``ReadFromArrays`` (and ``ReadFromHdf5`` / ``ReadFromNpz`` / ``ReadFromNpy``) -> ``(RowRange, columns)``
 batches; ``EncodeExamples`` -> serialized records. Writing: ``WriteShardFn`` (the planned writer: one shard plan
-read, encoded and written per element, committed through ``transforms.sink``), ``WriteToShards`` (Beam's
+read, encoded and written per element, committed through ``transforms.output.sink``), ``WriteToShards`` (Beam's
 ``WriteToTFRecord``) and ``WriteMetadataFn`` (the count check and ``metadata.json``, the commit point). Planning
 lives in ``transforms.planning``; ``transforms.convert`` composes these into ``ConvertToTFRecord``.
 """
@@ -22,13 +22,16 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.metrics import Metrics
 
-from tfrecord_etl.transforms import fileio, metadata, outdir, sharding, sink, sources, splits, tfds_info, tfrecord
+from tfrecord_etl.transforms import sources
 from tfrecord_etl.transforms.codec import EncodedBatch, FeatureSpec, encode_columns
+from tfrecord_etl.transforms.collections import sharding, splits
+from tfrecord_etl.transforms.collections.splits import SplitPlan
 from tfrecord_etl.transforms.errors import InputChangedError, RecordError, SchemaError
+from tfrecord_etl.transforms.output import metadata, outdir, sink, tfds_info, tfrecord
+from tfrecord_etl.transforms.output.runlock import CarriesRun
 from tfrecord_etl.transforms.planning import InputPlan, add_provenance, plan_inputs, shard_suffix
-from tfrecord_etl.transforms.runlock import CarriesRun
 from tfrecord_etl.transforms.sources import RowRange, Source, SourceOptions
-from tfrecord_etl.transforms.splits import SplitPlan
+from tfrecord_etl.transforms.storage import fileio
 
 log = logging.getLogger(__name__)
 NAMESPACE = "tfrecord_etl"

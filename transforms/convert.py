@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from tfrecord_etl.transforms import beam_io, compression, fileio, matching, metadata, outdir, planning
+from tfrecord_etl.transforms import beam_io, compression, planning
+from tfrecord_etl.transforms.collections import matching
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, SchemaError
+from tfrecord_etl.transforms.output import metadata, outdir
 from tfrecord_etl.transforms.planning import ConvertPlan, plan_convert
+from tfrecord_etl.transforms.storage import fileio
 
 
 class PlanWriter(beam.PTransform):
@@ -231,7 +234,7 @@ class ConvertToTFRecord(beam.PTransform):
                 raise ConfigError(f"Invalid ConvertToTFRecord options: {e}") from None
         elif file_pattern is not None or output_dir is not None or options:
             raise ConfigError("Pass either config= or file_pattern, output_dir and options, not both")
-        from tfrecord_etl.transforms.spans import has_placeholders
+        from tfrecord_etl.transforms.collections.spans import has_placeholders
 
         if config.incremental or has_placeholders(config.input):
             raise ConfigError(

@@ -1,6 +1,6 @@
-"""A convert run into a collection (:mod:`transforms.collection`): which span it writes and from which files.
+"""A convert run into a collection (:mod:`transforms.collections.collection`): which span it writes and from which files.
 
-- **Placeholders** (``--input 'raw/{YYYY}-{MM}-{DD}/*.h5'``, :mod:`transforms.spans`): the files of the span
+- **Placeholders** (``--input 'raw/{YYYY}-{MM}-{DD}/*.h5'``, :mod:`transforms.collections.spans`): the files of the span
   ``--span`` names (default the latest) at ``--version`` (default the latest).
 - **--incremental** (a pattern without placeholders over one growing directory): the files no committed span holds
   (the collection's ledger: path, size and ``mtime_ns`` locally, ETag / generation on gs:// and s3://) become the
@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from tfrecord_etl.transforms import collection, conditional, fileio, matching, metadata, outdir, spans
+from tfrecord_etl.transforms.collections import collection, matching, spans
 from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, printable
-from tfrecord_etl.transforms.runlock import failpoint, say
+from tfrecord_etl.transforms.output import metadata, outdir
+from tfrecord_etl.transforms.output.runlock import failpoint, say
+from tfrecord_etl.transforms.storage import conditional, fileio
 
 _SHOWN = 5  # files named in a message
 # the flags that choose the span: recorded in collection.json, not in the span's own options (so a re-run of a

@@ -1,5 +1,5 @@
 """A reader of protobuf's text format (``google.protobuf.text_format``'s grammar) without protobuf: what the
-reader-only install reads ``schema.pbtxt`` with (:mod:`transforms.schemacheck`). It gives the fields as written,
+reader-only install reads ``schema.pbtxt`` with (:mod:`transforms.collections.schemacheck`). It gives the fields as written,
 without a message descriptor: checking names and types is the caller's.
 
 Grammar (protobuf's "Text Format Language Specification"): a message is a sequence of fields ``name: value`` or

@@ -10,7 +10,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from tfrecord_etl.transforms import beam_io, fileio, metadata, outdir, sink, tfrecord
+from tfrecord_etl.transforms import beam_io
 from tfrecord_etl.transforms.augment.collection import InputShard, batches, check_collection, iter_shard
 from tfrecord_etl.transforms.augment.common import NAMESPACE, frame_error
 from tfrecord_etl.transforms.augment.join import JoinPlan, key_of, read_source_rows, stack_joined
@@ -19,9 +19,11 @@ from tfrecord_etl.transforms.augment.readers import write_tfds
 from tfrecord_etl.transforms.augment.values import decode_inputs, decode_record
 from tfrecord_etl.transforms.codec import FeatureSpec, FeatureStats, check_example_frame
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SourceError
-from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT
-from tfrecord_etl.transforms.runlock import CarriesRun
+from tfrecord_etl.transforms.output import metadata, outdir, sink, tfrecord
+from tfrecord_etl.transforms.output.outdir import MANIFEST_FILE, SIDECAR_FORMAT
+from tfrecord_etl.transforms.output.runlock import CarriesRun
 from tfrecord_etl.transforms.sources import RowRange
+from tfrecord_etl.transforms.storage import fileio
 
 
 def count_records(shard: InputShard, max_record_bytes: int | None = None) -> tuple[int, int]:

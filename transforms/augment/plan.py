@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from tfrecord_etl.transforms import compression, fileio, metadata, outdir, tfrecord
+from tfrecord_etl.transforms import compression
 from tfrecord_etl.transforms.augment.collection import InputCollection, output_name, resolve_input
 from tfrecord_etl.transforms.augment.common import (
     BATCH_MB,
@@ -38,6 +38,8 @@ from tfrecord_etl.transforms.codec import (
 )
 from tfrecord_etl.transforms.codec.encodings import collection_style
 from tfrecord_etl.transforms.errors import ConfigError, EtlError, RecordError, SchemaError, SourceError
+from tfrecord_etl.transforms.output import metadata, outdir, tfrecord
+from tfrecord_etl.transforms.storage import fileio
 
 
 @dataclasses.dataclass(frozen=True)

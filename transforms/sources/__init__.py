@@ -1,7 +1,7 @@
 """Array sources: index a file (rows, features), plan row ranges, read one row range.
 
 Sources know files and row ranges; the PTransforms in ``transforms/beam_io.py`` only wire them into
-Beam. Files are opened through Beam's ``FileSystems`` (``transforms/fileio.py``), so gs:// and s3://
+Beam. Files are opened through Beam's ``FileSystems`` (``transforms/storage/fileio.py``), so gs:// and s3://
 paths take the same code path as local ones. Input is never unpickled: object arrays are refused.
 
 Formats and modes (one module each, registered in :data:`REGISTRY`):
@@ -142,8 +142,8 @@ def zarr_store_format(path: str) -> str | None:
     or ``.zgroup``/``.zarray``/``.zmetadata`` at its root: ``zarrstore.store_kind``) or, remote, by its name (a
     gs:// / s3:// prefix ending in ``.zarr`` or ``/``: probing every remote input for a store would cost requests);
     else None."""
-    from tfrecord_etl.transforms import fileio
     from tfrecord_etl.transforms.sources import zarrstore
+    from tfrecord_etl.transforms.storage import fileio
 
     if fileio.is_local(path):
         return "zarr" if zarrstore.store_kind(path) else None
@@ -152,8 +152,8 @@ def zarr_store_format(path: str) -> str | None:
 
 def _head(path: str, n: int = SNIFF_BYTES) -> bytes:
     """The first ``n`` bytes of ``path`` (b"" when it cannot be read: the source's own open reports why)."""
-    from tfrecord_etl.transforms import fileio
     from tfrecord_etl.transforms.sources.base import _refuse_special_file
+    from tfrecord_etl.transforms.storage import fileio
 
     try:
         _refuse_special_file(path)
@@ -166,8 +166,8 @@ def _head(path: str, n: int = SNIFF_BYTES) -> bytes:
 def _deep_signature(path: str) -> str | None:
     """The format whose magic stands at one of its ``magic_offsets`` past the first :data:`SNIFF_BYTES` bytes
     (an HDF5 file behind a user block of 4096 bytes or more): one small read per offset before the file's end."""
-    from tfrecord_etl.transforms import fileio
     from tfrecord_etl.transforms.sources.base import _refuse_special_file
+    from tfrecord_etl.transforms.storage import fileio
 
     try:
         _refuse_special_file(path)  # (a FIFO is never opened)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import conventions, hdf5layout as layout, hdf5links as links
@@ -40,6 +39,7 @@ from tfrecord_etl.transforms.sources.hdf5filters import (
     read_error,
 )
 from tfrecord_etl.transforms.sources.hdf5layout import walk  # noqa: F401 - the tree's import name
+from tfrecord_etl.transforms.storage import fileio
 
 HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4", ".h5ad", ".loom", ".mnc")
 HDF5_CHUNK_CACHE_BYTES = 64 * 2**20  # per open file: a chunk spanning several row ranges is decompressed once

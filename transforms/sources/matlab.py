@@ -37,7 +37,6 @@ import zlib
 
 import numpy as np
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import hdf5layout as layout, matnesting, mattext
 from tfrecord_etl.transforms.sources.base import (
@@ -61,6 +60,7 @@ from tfrecord_etl.transforms.sources.container import (
     datasets_index,
 )
 from tfrecord_etl.transforms.sources.mattext import as_codes, matlab_shape, string_cells
+from tfrecord_etl.transforms.storage import fileio
 
 MATLAB5_MAGIC = b"MATLAB 5.0 MAT-file"  # the header text of v6 and v7 files (v7.3 says "MATLAB 7.3": HDF5)
 # the dtype each MATLAB class is stored as: the v7.3 file's HDF5 dtype (char: UTF-16 code units, converted to strings

@@ -20,7 +20,6 @@ import os
 import numpy as np
 
 from tfrecord_etl._install import pip_install
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import hdf5layout as layout, zarrstore
 from tfrecord_etl.transforms.sources.base import (
@@ -42,6 +41,7 @@ from tfrecord_etl.transforms.sources.container import (
     choose_group,
     datasets_index,
 )
+from tfrecord_etl.transforms.storage import fileio
 
 ZARR_SUFFIXES = (".zarr", ".zarr.zip", ".zarr/")
 MAX_CHUNK_ALIGN_ROWS = 2**20  # row ranges align to the arrays' common chunk rows up to this many rows

@@ -7,10 +7,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tfrecord_etl.transforms import codec, fileio
+from tfrecord_etl.transforms import codec
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError, SourceError
 from tfrecord_etl.transforms.renamed_flags import current_names  # options recorded under a flag's old name
+from tfrecord_etl.transforms.storage import fileio
 from tfrecord_etl.transforms.verify.report import CHUNK_ROWS, PROVENANCE_FILE, PROVENANCE_ROW, Problem, Progress, Report
 
 

@@ -8,8 +8,10 @@ from collections.abc import Sequence
 import google_crc32c
 import numpy as np
 
-from tfrecord_etl.transforms import codec, fileio, metadata, outdir, tfrecord
+from tfrecord_etl.transforms import codec
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError, printable
+from tfrecord_etl.transforms.output import metadata, outdir, tfrecord
+from tfrecord_etl.transforms.storage import fileio
 from tfrecord_etl.transforms.verify.compare import make_comparer
 from tfrecord_etl.transforms.verify.records import (
     check_example,
@@ -228,11 +230,11 @@ def verify_output(
 
 
 def _check_schema(report: Report, output_dir: str, meta: dict) -> None:
-    """``schema.pbtxt`` against ``metadata.json`` (:mod:`transforms.schemacheck`): a ``schema`` problem per
+    """``schema.pbtxt`` against ``metadata.json`` (:mod:`transforms.collections.schemacheck`): a ``schema`` problem per
     difference, naming the feature and both values. With tensorflow_metadata installed the text is also parsed
     into ``schema_pb2.Schema`` (every field and enum checked); the reader-only install compares the fields we
     write (``report.schema``: which)."""
-    from tfrecord_etl.transforms import schemacheck
+    from tfrecord_etl.transforms.collections import schemacheck
 
     path = fileio.join(output_dir, metadata.SCHEMA_FILE)
     todo = "; one of the two files was edited or replaced after the output was written: convert it again"
@@ -363,7 +365,7 @@ def _check_manifest(
     The manifest's ``input`` paths are never opened: an original is the file of the same name among the
     files ``originals`` names (regular files only; a FIFO or device is never opened).
     """
-    from tfrecord_etl.transforms.reader import _original_files, load_manifest
+    from tfrecord_etl.transforms.reading.reader import _original_files, load_manifest
 
     try:
         manifest = load_manifest(sidecar_dir)

@@ -40,9 +40,10 @@ import hashlib
 import json
 from collections.abc import Sequence
 
-from tfrecord_etl.transforms import fileio, metadata
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import SchemaError
+from tfrecord_etl.transforms.output import metadata
+from tfrecord_etl.transforms.storage import fileio
 from tfrecord_etl.transforms.textproto import TextFormatError, parse_text
 
 SCHEMA_MAX_BYTES = 64 << 20  # a schema.pbtxt larger than this is refused before it is read
@@ -454,7 +455,7 @@ def pending(output_dir: str, meta: dict) -> bool:
     (:func:`metadata.write`), so until it commits, or until the next run cleans up after it, ``schema.pbtxt`` may be
     the new output's while ``metadata.json``, the commit point, is still the old one's: the old output is what the
     directory holds and is read (the crash-safety promise: the old output or the new one)."""
-    from tfrecord_etl.transforms import outdir
+    from tfrecord_etl.transforms.output import outdir
 
     try:
         marker = outdir.read_json(fileio.join(output_dir, outdir.MARKER_FILE))

@@ -1,11 +1,11 @@
 """The lock of an output directory and the checks that tie every commit to the run holding it (see
-:mod:`transforms.outdir` for the rest of the protocol): one run at a time (``.tf-etl.lock``, created with
+:mod:`transforms.output.outdir` for the rest of the protocol): one run at a time (``.tf-etl.lock``, created with
 ``O_CREAT|O_EXCL``, holding the launcher's host, pid and process start time; a lock whose process is gone on the
 same host is stale and taken over), commits refused once the run no longer holds it (:func:`check_commit`), and the
 failpoints the tests crash a run at.
 
 On S3 and GCS every change of the lock is a conditional request on the version of the lock object the run read
-(:mod:`transforms.conditional`: S3 ``If-None-Match: *`` / ``If-Match: <ETag>`` on ``PutObject`` and ``If-Match`` on
+(:mod:`transforms.storage.conditional`: S3 ``If-None-Match: *`` / ``If-Match: <ETag>`` on ``PutObject`` and ``If-Match`` on
 ``DeleteObject``, GCS ``ifGenerationMatch``): creating it (absent), taking a stale one over (replacing exactly the
 stale version read: of two launchers taking over the same stale lock one wins), closing it when a run fails, and
 releasing it (deleting only the version the run holds, never a lock another run took meanwhile). Elsewhere (local
@@ -22,8 +22,8 @@ import re
 import socket
 import sys
 
-from tfrecord_etl.transforms import conditional, fileio
 from tfrecord_etl.transforms.errors import ConfigError, OutputError
+from tfrecord_etl.transforms.storage import conditional, fileio
 
 LOCK_FILE = ".tf-etl.lock"
 LEGACY_LOCK_FILE = ".tfrecord-etl.lock"  # the lock's name in earlier versions (a run of one may be going on)

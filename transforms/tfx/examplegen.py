@@ -17,7 +17,7 @@ TFX's documented way to add an input format (``tfx/components/example_gen/base_e
 ``FileBasedExampleGen`` that uses it. Each input split pattern (``{SPAN}`` / ``{VERSION}`` / date placeholders already
 resolved by TFX's ``FileBasedDriver`` under ``range_config``) is planned as ``tfrecord-etl convert`` plans
 it (``planning.plan_convert``: the same sources, encodings and codec, the same bytes), and the executor's ``Do``
-writes the examples artifact itself with our planned writer (``transforms.tfx_write``): every shard plan read,
+writes the examples artifact itself with our planned writer (``transforms.tfx.write``): every shard plan read,
 encoded and written by one worker, gzip through the compression backend (ISA-L, level 3 by default), one file per
 output split per shard plan, ``Split-NAME/data_tfrecord-SSSSS-of-NNNNN.gz``, with no shuffle of the data (TFX's
 base ``Do`` sends every record through a ``Reshuffle`` and Beam's zlib ``WriteToTFRecord``). TFX's semantics are
@@ -55,7 +55,7 @@ decoder, and ``tfrecord-etl verify 'URI/Split-train/*.gz'`` checks its frames an
 
 Split assignment: TFX hashes ``sha256(key) % sum(hash_buckets)``. With ``partition_feature_name`` the key is the
 serialized ``tf.train.Feature``, exactly what ``convert --splits ... --split_key FEATURE`` hashes
-(``transforms.splits``): both put every example in the same split. Without it TFX (and this ExampleGen) hashes the
+(``transforms.collections.splits``): both put every example in the same split. Without it TFX (and this ExampleGen) hashes the
 whole serialized record while ``--splits`` hashes the global row index, so those two assignments differ (both are
 deterministic).
 
@@ -80,10 +80,13 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
-from tfrecord_etl.transforms import beam_io, convert, fileio, metadata, planning, sink, tfx_write
+from tfrecord_etl.transforms import beam_io, convert, planning
 from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, spec_from_json
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
+from tfrecord_etl.transforms.output import metadata, sink
+from tfrecord_etl.transforms.storage import fileio
+from tfrecord_etl.transforms.tfx import write as tfx_write
 
 SCHEMA_FILE = "schema.pbtxt"  # our inferred Schema, beside Split-* in the examples artifact
 INFO_FILE = tfx_write.INFO_FILE
@@ -400,7 +403,7 @@ def read_split(examples_uri: str, split: str) -> Iterator[dict[str, np.ndarray]]
       SchemaError: not an ArraysExampleGen output or an empty split. RecordError: a corrupt record (file, index,
         byte offset).
     """
-    from tfrecord_etl.transforms.reader import iter_records
+    from tfrecord_etl.transforms.reading.reader import iter_records
 
     specs = load_info(examples_uri)["features"]
     for path in split_files(examples_uri, split):

@@ -26,10 +26,12 @@ from collections.abc import Iterator, Sequence
 import google_crc32c
 import numpy as np
 
-from tfrecord_etl.transforms import collection_reader, fileio, metadata, shardcheck, tfrecord
 from tfrecord_etl.transforms.codec.block import MIN_BLOCK, BlockDecoder, ragged
 from tfrecord_etl.transforms.codec.spec import FeatureSpec
 from tfrecord_etl.transforms.errors import RecordError
+from tfrecord_etl.transforms.output import metadata, tfrecord
+from tfrecord_etl.transforms.reading import collection_reader, shardcheck
+from tfrecord_etl.transforms.storage import fileio
 
 CHUNK = 16 << 20  # bytes read at a time (a record longer than that: one read of its own size)
 _MASK_DELTA = 0xA282EAD8

@@ -17,7 +17,7 @@ import dataclasses
 import datetime
 import re
 
-from tfrecord_etl.transforms import matching
+from tfrecord_etl.transforms.collections import matching
 from tfrecord_etl.transforms.errors import ConfigError, SourceError, printable
 
 EPOCH = datetime.date(1970, 1, 1)  # TFX's UNIX_EPOCH_DATE: span number 0

@@ -1,7 +1,7 @@
 """File access through Beam's ``FileSystems``, so local, gs:// and s3:// paths take one code path.
 
 Without Apache Beam installed (the reader's install, ``pip install .``) the reads go through
-:mod:`tfrecord_etl.transforms.lightfs` instead (local files, and s3:// and gs:// objects with the same bounded
+:mod:`tfrecord_etl.transforms.storage.lightfs` instead (local files, and s3:// and gs:// objects with the same bounded
 reads as below); writing needs Beam."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import weakref
 from typing import BinaryIO
 
 from tfrecord_etl._install import pip_install
-from tfrecord_etl.transforms import lightfs
 from tfrecord_etl.transforms.errors import InputChangedError, SourceError
+from tfrecord_etl.transforms.storage import lightfs
 
 _RAW = "uncompressed"  # Beam's CompressionTypes.UNCOMPRESSED
 _GLOB_CHARS = re.compile(r"([*?\[\]])")

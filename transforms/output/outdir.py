@@ -21,7 +21,7 @@ The guarantees:
   pattern): local directories are listed with ``os.scandir``, remote ones with the glob characters of
   the directory escaped.
 - **Inputs are never inside the output directory** (checked with ``os.path.realpath``: symlinks too).
-- **One run at a time**, and no commit by a run that no longer holds the lock (:mod:`transforms.runlock`).
+- **One run at a time**, and no commit by a run that no longer holds the lock (:mod:`transforms.output.runlock`).
 - **Every deletion is printed** on stderr at the default log level.
 
 The model is TFDS's ``incomplete_file`` and Beam's ``FileBasedSink.finalize_write``: temporaries under
@@ -38,10 +38,9 @@ import socket
 import uuid
 from collections.abc import Iterable
 
-from tfrecord_etl.transforms import conditional, fileio, sink
 from tfrecord_etl.transforms.errors import ConfigError, printable
-from tfrecord_etl.transforms.renamed_flags import current_names  # options recorded under a flag's old name
-from tfrecord_etl.transforms.runlock import (  # noqa: F401
+from tfrecord_etl.transforms.output import sink
+from tfrecord_etl.transforms.output.runlock import (  # noqa: F401
     FAILPOINT_ENV,
     LEGACY_LOCK_FILE,
     LOCK_FILE,
@@ -55,7 +54,9 @@ from tfrecord_etl.transforms.runlock import (  # noqa: F401
     say,
     utc_now,
 )
-from tfrecord_etl.transforms.sink import TEMP_PREFIX, name_key  # noqa: F401 - the temporaries' names, sink's
+from tfrecord_etl.transforms.output.sink import TEMP_PREFIX, name_key  # noqa: F401 - the temporaries' names, sink's
+from tfrecord_etl.transforms.renamed_flags import current_names  # options recorded under a flag's old name
+from tfrecord_etl.transforms.storage import conditional, fileio
 
 METADATA_FILE = "metadata.json"
 SCHEMA_FILE = "schema.pbtxt"

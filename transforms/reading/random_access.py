@@ -12,10 +12,12 @@ from collections.abc import Sequence
 import google_crc32c
 import numpy as np
 
-from tfrecord_etl.transforms import collection_reader, fileio, metadata, shardcheck, tfrecord
 from tfrecord_etl.transforms.codec.block import BlockDecoder, ragged
 from tfrecord_etl.transforms.errors import ConfigError, RecordError
-from tfrecord_etl.transforms.torch_io import python_scalars
+from tfrecord_etl.transforms.output import metadata, tfrecord
+from tfrecord_etl.transforms.reading import collection_reader, shardcheck
+from tfrecord_etl.transforms.reading.torch_io import python_scalars
+from tfrecord_etl.transforms.storage import fileio
 
 
 def _stat_version(st: os.stat_result) -> tuple:

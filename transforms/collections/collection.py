@@ -7,7 +7,7 @@ Layout (``OUT`` is the collection directory)::
     OUT/span-8/version-2/        span 8, version 2 (inputs whose pattern has ``{VERSION}``)
 
 A span is visible only once ``collection.json`` lists it: a run writes ``OUT/span-N/`` with the output-directory
-protocol of :mod:`transforms.outdir` (staged replacement, lock, run marker) and then commits the collection file
+protocol of :mod:`transforms.output.outdir` (staged replacement, lock, run marker) and then commits the collection file
 with a compare-and-swap: on S3 and GCS one conditional request (S3 ``If-Match`` / ``If-None-Match``, GCS
 ``ifGenerationMatch``, :func:`conditional.write_if_version`); on local disk a rename under an ``flock`` after checking
 that the file is still the one the run read. Of two runs racing to commit, the second re-reads the file and adds
@@ -39,8 +39,8 @@ import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 
-from tfrecord_etl.transforms import conditional, fileio
 from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, OutputError, SchemaError, SourceError
+from tfrecord_etl.transforms.storage import conditional, fileio
 
 COLLECTION_FILE = "collection.json"
 FORMAT = "tfrecord-etl-collection/1"
@@ -283,7 +283,7 @@ def _write(collection_dir: str, coll: dict, expected: str) -> None:
     Raises:
       conditional.VersionConflict: another run committed it since.
     """
-    from tfrecord_etl.transforms import sink
+    from tfrecord_etl.transforms.output import sink
 
     path = path_of(collection_dir)
     data = dumps(coll)
@@ -375,8 +375,8 @@ def span_entry(
     Raises:
       IncompleteOutputError: the span's directory has no committed ``metadata.json``.
     """
-    from tfrecord_etl.transforms import metadata
-    from tfrecord_etl.transforms.runlock import utc_now
+    from tfrecord_etl.transforms.output import metadata
+    from tfrecord_etl.transforms.output.runlock import utc_now
 
     name = span_dir_name(span, version)
     out = fileio.join(collection_dir, *name.split("/"))
@@ -465,7 +465,7 @@ def unlisted_span_dirs(collection_dir: str, coll: dict) -> list[str]:
     """The span directories (``span-N``, ``span-N/version-V``) present in ``collection_dir`` that ``coll`` does not
     list: spans of a run that has not committed the collection yet, or crashed before it did (readers never read
     them). Sorted by span and version; the direct children are listed, never globbed."""
-    from tfrecord_etl.transforms import outdir
+    from tfrecord_etl.transforms.output import outdir
 
     listed = {s["dir"] for s in coll["spans"]}
     found = []
