@@ -179,7 +179,7 @@ def test_hdf5_row_range_is_read_from_s3_without_downloading_the_file(s3, tmp_pat
 
     from tfrecord_etl.pipelines import common
     from tfrecord_etl.transforms.sources import Hdf5Source, RowRange, SourceOptions
-    from tfrecord_etl.transforms.storage import fileio
+    from tfrecord_etl.transforms.storage import fileio, remote
 
     client, s3_flags = s3
     rows, width = 32_000, 1024  # 32000 x 1024 float32: 125 MB in chunks of 256 rows (1 MB)
@@ -191,14 +191,14 @@ def test_hdf5_row_range_is_read_from_s3_without_downloading_the_file(s3, tmp_pat
     client.upload_file(str(path), BUCKET, "big/big.h5")
 
     fetched = {"bytes": 0, "gets": 0}
-    original = fileio._RangeReader._get
+    original = remote.RangeReader._get
 
     def counting_get(self, start, n):
         fetched["bytes"] += n
         fetched["gets"] += 1
         return original(self, start, n)
 
-    monkeypatch.setattr(fileio._RangeReader, "_get", counting_get)
+    monkeypatch.setattr(remote.RangeReader, "_get", counting_get)
     common.configure_filesystems(s3_flags)
     start, stop = 16_000, 16_512  # 2 MB in the middle of the file
     columns = Hdf5Source(SourceOptions()).read(RowRange(f"s3://{BUCKET}/big/big.h5", start, stop, ("/x", "/y")))

@@ -8,7 +8,7 @@ reads, writes and deletes (:mod:`transforms.storage.fileio`).
 
 from __future__ import annotations
 
-from tfrecord_etl.transforms.storage import fileio, lightfs
+from tfrecord_etl.transforms.storage import fileio, lightfs, remote
 
 ABSENT = "absent"  # the version of an object that does not exist: a conditional write that creates it
 
@@ -80,7 +80,7 @@ def read_versioned(path: str) -> tuple[bytes | None, str | None]:
                 return stream.read(), stream.raw._obj.version or None
         except FileNotFoundError:  # GCS
             return None, ABSENT
-        except (OSError, fileio._ObjectChanged):  # replaced between two of its requests: read the new version
+        except (OSError, remote.ObjectChanged):  # replaced between two of its requests: read the new version
             fileio.forget_objects()
             if attempt == 2:
                 raise
