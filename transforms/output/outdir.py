@@ -30,16 +30,35 @@ names of their own, renamed when complete, and only a list of known names cleane
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
-import re
 import socket
 import uuid
 from collections.abc import Iterable
 
 from tfrecord_etl.transforms.errors import ConfigError, printable
-from tfrecord_etl.transforms.output import sink
+from tfrecord_etl.transforms.output import listing, sink
+from tfrecord_etl.transforms.output.listing import (  # noqa: F401 - the names of an output, used here and by others
+    GENERATION_TAG,
+    LEGACY_MARKER_FILE,
+    MANIFEST_FILE,
+    MARKER_FILE,
+    MARKER_FORMAT,
+    METADATA_FILE,
+    SCHEMA_FILE,
+    SIDECAR_FORMAT,
+    Replacement,
+    check_inputs_outside,
+    check_output_path,
+    check_space,
+    delete_names,
+    generation_name,
+    generation_prefix,
+    list_names,
+    nested_outputs,
+    owned,
+    temp_of,
+)
 from tfrecord_etl.transforms.output.runlock import (  # noqa: F401
     FAILPOINT_ENV,
     LEGACY_LOCK_FILE,
@@ -57,228 +76,6 @@ from tfrecord_etl.transforms.output.runlock import (  # noqa: F401
 from tfrecord_etl.transforms.output.sink import TEMP_PREFIX, name_key  # noqa: F401 - the temporaries' names, sink's
 from tfrecord_etl.transforms.renamed_flags import current_names  # options recorded under a flag's old name
 from tfrecord_etl.transforms.storage import conditional, fileio
-
-METADATA_FILE = "metadata.json"
-SCHEMA_FILE = "schema.pbtxt"
-MANIFEST_FILE = "manifest.json"
-SIDECAR_FORMAT = "tfrecord-etl-sidecar/1"  # the "format" of a sidecar collection's manifest.json
-# The run marker, the lock and temporaries have names that no common shard pattern matches (``*.tfrecord*``,
-# ``*tfrecord*``, ``data-*``, ``*-of-*``, ``*.gz``, ``*.deflate``): Beam's ``FileSystems.match`` and
-# ``tf.io.gfile.glob`` both match names that start with a dot, so a reader globbing an output during a run (or
-# after one) must never meet them. Outputs written before keep working: the older names are still read.
-MARKER_FILE = ".tf-etl-run.json"
-LEGACY_MARKER_FILE = ".tfrecord-etl-run.json"  # the marker's name in outputs written by earlier versions
-MARKER_FORMAT = "tfrecord-etl-run/1"
-# a temporary: .tmp-<32 hex of the attempt>-<8 hex: name_key of the final name>
-_TEMP = re.compile(r"^\.tmp-[0-9a-f]{32}-(?P<key>[0-9a-f]{8})$")
-_LEGACY_TEMP = re.compile(r"^\.tmp-(?P<name>.+)-[0-9a-f]{32}$")  # .tmp-<final name>-<32 hex>, earlier versions
-_BEAM_TEMP = re.compile(r"^beam-temp-(?P<prefix>.+)-[0-9a-f]{32}$")
-
-
-def temp_of(name: str, files) -> bool:
-    """True when ``name`` is a temporary (this version's or an earlier one's) of one of ``files``."""
-    m = _TEMP.match(name)
-    if m:
-        return m.group("key") in {name_key(f) for f in files}
-    m = _LEGACY_TEMP.match(name)
-    return bool(m and m.group("name") in files)
-
-
-# ---------------------------------------------------------------- literal paths
-
-
-def list_names(directory: str) -> dict[str, str]:
-    """``{name: path}`` of the direct children of ``directory`` (files and directories), never globbed.
-
-    Local: ``os.scandir``. Remote: :func:`fileio.find` of the escaped directory + ``*``; children of
-    sub-directories are folded into the sub-directory's name.
-    """
-    if fileio.is_local(directory):
-        if not os.path.isdir(directory):
-            return {}
-        with os.scandir(directory) as it:
-            return {e.name: e.path for e in it}
-    try:
-        found = fileio.find(fileio.join(fileio.escape_glob(directory), "*"))
-    except ImportError:
-        raise
-    except Exception:  # noqa: BLE001 - an empty prefix is "no match" on some filesystems
-        return {}
-    base = directory.rstrip("/") + "/"
-    out = {}
-    for path, _ in found:
-        rest = path[len(base) :] if path.startswith(base) else fileio.basename(path)
-        name = rest.split("/", 1)[0]
-        if name:
-            out[name] = fileio.join(directory, name)
-    return out
-
-
-MAX_NESTED_CHECKS = 1000  # sub-directories looked into for a metadata.json (a limit, not a walk)
-
-
-def nested_outputs(directory: str) -> list[str]:
-    """Names of the direct sub-directories of ``directory`` that are complete outputs (hold ``metadata.json``),
-    sorted; at most :data:`MAX_NESTED_CHECKS` children are looked into."""
-    names = sorted(list_names(directory).items())[:MAX_NESTED_CHECKS]
-    return [n for n, path in names if fileio.exists(fileio.join(path, METADATA_FILE))]
-
-
-def delete_names(directory: str, names: Iterable[str]) -> None:
-    """Deletes the children ``names`` of ``directory`` (directories recursively), each by its exact path."""
-    import shutil
-
-    for name in names:
-        path = fileio.join(directory, name)
-        if fileio.is_local(directory):
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path)
-            elif os.path.lexists(path):
-                os.unlink(path)
-        elif fileio.exists(path):
-            fileio.FileSystems.delete([path])
-
-
-# ---------------------------------------------------------------- checks
-
-
-def check_output_path(output_dir: str) -> None:
-    """Refuses an output directory that cannot be one: empty, a file, a dangling symlink, not writable.
-
-    Raises:
-      ConfigError: naming the path and what to do.
-    """
-    if not output_dir or not output_dir.strip():
-        raise ConfigError("--output_dir is empty", hint="name a directory, e.g. --output_dir out/")
-    if not fileio.is_local(output_dir):
-        return
-    if os.path.islink(output_dir) and not os.path.exists(output_dir):
-        raise ConfigError(
-            "--output_dir is a symbolic link to nothing (dangling)",
-            file=output_dir,
-            hint="remove the link or point --output_dir at a directory",
-        )
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise ConfigError("--output_dir exists and is not a directory", file=output_dir, hint="choose a directory path")
-    parent = output_dir if os.path.isdir(output_dir) else _existing_parent(output_dir)
-    if parent is not None and not os.path.isdir(parent):
-        raise ConfigError(f"A parent of --output_dir is not a directory: {parent}", file=output_dir)
-    if parent is not None and not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(
-            "The output directory is not writable (read-only file system or no permission)",
-            file=parent,
-            hint="choose a writable --output_dir",
-        )
-
-
-def _existing_parent(path: str) -> str | None:
-    path = os.path.abspath(path)
-    while path and not os.path.lexists(path):
-        parent = os.path.dirname(path)
-        if parent == path:
-            return None
-        path = parent
-    return path
-
-
-def check_inputs_outside(output_dir: str, paths: Iterable[str], what: str = "An input file") -> None:
-    """Refuses any of ``paths`` that lies inside ``output_dir`` (after resolving symlinks), since a run
-    may delete our files there and its inputs must never be touched.
-
-    Raises:
-      ConfigError: naming the first such path.
-    """
-    if fileio.is_local(output_dir):
-        root = os.path.realpath(output_dir)
-        for p in paths:
-            if fileio.is_local(p):
-                real = os.path.realpath(p)
-                if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
-                    raise ConfigError(
-                        f"{what} is inside --output_dir (resolved: {real})",
-                        file=p,
-                        hint="write the output to another directory; inputs are never modified",
-                    )
-        return
-    root = output_dir.rstrip("/") + "/"
-    for p in paths:
-        if p.rstrip("/") + "/" == root or p.startswith(root):
-            raise ConfigError(
-                f"{what} is inside --output_dir",
-                file=p,
-                hint="write the output to another directory; inputs are never modified",
-            )
-
-
-# ---------------------------------------------------------------- what is ours
-
-
-def _plain_names(values) -> set[str]:
-    out = set()
-    for v in values if isinstance(values, list) else ():
-        if isinstance(v, str) and v and "/" not in v and "\\" not in v and v not in (".", ".."):
-            out.add(v)
-    return out
-
-
-@dataclasses.dataclass(frozen=True)
-class Owned:
-    """What an output directory's marker and metadata say about it.
-
-    Attributes:
-      files: names of files ours (listed by the marker or metadata.json).
-      beam_prefixes: shard prefixes whose ``beam-temp-<prefix>-<hex>`` dirs are ours.
-      complete: metadata.json is there and parses.
-      options: the options recorded by metadata.json (or the marker) of the last run.
-      committed: the files of the complete output (listed by metadata.json, with it and schema.pbtxt).
-    """
-
-    files: frozenset
-    beam_prefixes: frozenset
-    complete: bool
-    options: dict | None
-    committed: frozenset = frozenset()  # the files metadata.json lists (with itself and schema.pbtxt): the output
-
-    def is_ours(self, name: str) -> bool:
-        if name in self.files:
-            return True
-        if temp_of(name, self.files):
-            return True
-        m = _BEAM_TEMP.match(name)
-        return bool(m and m.group("prefix") in self.beam_prefixes)
-
-
-def owned(output_dir: str, names: Iterable[str]) -> Owned:
-    """Reads the marker and ``metadata.json`` of ``output_dir`` (whose children are ``names``)."""
-    names = set(names)
-    files: set[str] = set()
-    prefixes: set[str] = set()
-    options = None
-    for marker_name in (LEGACY_MARKER_FILE, MARKER_FILE):  # the current marker last: its options win
-        marker = read_json(fileio.join(output_dir, marker_name)) if marker_name in names else None
-        if marker is not None and marker.get("format") == MARKER_FORMAT:
-            files |= _plain_names(marker.get("files")) | {marker_name}
-            prefixes |= _plain_names(marker.get("beam_temp_prefixes"))
-            options = marker.get("options") if isinstance(marker.get("options"), dict) else options
-    meta = read_json(fileio.join(output_dir, METADATA_FILE)) if METADATA_FILE in names else None
-    complete = False
-    committed: set[str] = set()
-    if meta is not None and isinstance(meta.get("format"), str) and meta["format"].startswith("tfrecord-etl/"):
-        shards = meta.get("shards") if isinstance(meta.get("shards"), list) else []
-        committed |= _plain_names([s.get(key) for s in shards if isinstance(s, dict) for key in ("file", "index")])
-        if isinstance(meta.get("tfds"), dict):  # TFDS's dataset_info.json, features.json (--tfds_name)
-            committed |= _plain_names(meta["tfds"].get("files"))
-        committed |= {METADATA_FILE, SCHEMA_FILE} | (
-            {MANIFEST_FILE}
-            if isinstance(meta.get("augment"), dict) and meta["augment"].get("mode") == "sidecar"
-            else set()
-        )
-        files |= committed
-        complete = True
-        options = meta.get("options") if isinstance(meta.get("options"), dict) else options
-    files |= {f".{name}.tmp" for name in (METADATA_FILE, MANIFEST_FILE) if name in files}
-    return Owned(frozenset(files), frozenset(prefixes), complete, options, frozenset(committed))
-
 
 # ---------------------------------------------------------------- prepare
 
@@ -312,41 +109,6 @@ def _names_list(names: Iterable[str], n: int = 3) -> str:
     names = sorted(names)
     shown = ", ".join(printable(x) for x in names[:n])
     return shown + (f" and {len(names) - n} more" if len(names) > n else "")
-
-
-@dataclasses.dataclass(frozen=True)
-class Replacement:
-    """What a run's commit replaces (``lock.replacement`` of :func:`prepare`): ``files``, the committed files to
-    delete after the commit (:func:`finish_replacement`), and, on S3 and GCS, ``metadata_version``, the version
-    of ``metadata.json`` the run started from (``conditional.version``): the commit is a conditional write on it
-    (``metadata.write``), so a run whose directory another run committed meanwhile commits nothing."""
-
-    files: tuple[str, ...] = ()
-    metadata_version: str | None = None
-
-
-GENERATION_TAG = "-g1"  # what the other generation's names carry (see generation_name)
-
-
-def generation_name(name: str, generation: int) -> str:
-    """The name of file ``name`` in output generation ``generation`` (0 or 1). A run that replaces an output
-    writes its files beside the committed ones, so when its names would be those of the committed output it
-    writes the other generation's: ``GENERATION_TAG`` inserted before the name's first ``-`` (else its first
-    ``.``): ``data-00000-of-00004.tfrecord.gz`` <-> ``data-g1-00000-of-00004.tfrecord.gz``,
-    ``mnist-train.tfrecord-00000-of-00001`` <-> ``mnist-g1-train.tfrecord-00000-of-00001``. The usual shard
-    patterns (``*.tfrecord*``, ``data-*``, ``*-of-*``, ``*.gz``) match both."""
-    if not generation:
-        return name
-    cut = next((i for i in (name.find("-"), name.find(".")) if i >= 0), len(name))
-    return name[:cut] + GENERATION_TAG + name[cut:]
-
-
-def generation_prefix(prefix: str, generation: int) -> str:
-    """The shard prefix whose names are :func:`generation_name` of ``prefix``'s (``data`` -> ``data-g1``)."""
-    if not generation:
-        return prefix
-    cut = prefix.find("-")
-    return prefix + GENERATION_TAG if cut < 0 else prefix[:cut] + GENERATION_TAG + prefix[cut:]
 
 
 def prepare(
@@ -388,6 +150,49 @@ def prepare(
     check_output_path(output_dir)
     files = set(files) | {METADATA_FILE, SCHEMA_FILE}
     run_id = uuid.uuid4().hex
+    lock = _locked(output_dir, run_id)
+    try:
+        lock.generation, lock.replaced, written = _clear(
+            output_dir, options, files, overwrite, set(keep), planned_bytes
+        )
+        lock.files = frozenset(written)
+        metadata_version = (
+            None if fileio.is_local(output_dir) else conditional.version(fileio.join(output_dir, METADATA_FILE))
+        )
+        lock.replacement = Replacement(tuple(sorted(lock.replaced)), metadata_version)
+        lock.discard = functools.partial(
+            discard_uncommitted, output_dir, frozenset(written - _REWRITTEN), lock.replaced
+        )
+        marker = _marker(run_id, command, options, written, lock, metadata_version, beam_temp_prefixes)
+        sink.write_json(fileio.join(output_dir, MARKER_FILE), marker, default=str)
+    except BaseException:
+        lock.release()
+        raise
+    failpoint("prepared")
+    return lock
+
+
+def _marker(run_id: str, command: str, options: dict, written: set, lock: Lock, metadata_version, prefixes) -> dict:
+    """The run marker's content (``.tf-etl-run.json``): the run, and every file it writes or replaces."""
+    return {
+        "format": MARKER_FORMAT,
+        "run_id": run_id,
+        "command": command,
+        "created": utc_now(),
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "files": sorted(written | lock.replaced),
+        "replaces": sorted(lock.replaced),
+        "generation": lock.generation,
+        "metadata_version": metadata_version,
+        "beam_temp_prefixes": sorted({generation_prefix(p, lock.generation) for p in prefixes}),
+        "options": options,
+    }
+
+
+def _locked(output_dir: str, run_id: str) -> Lock:
+    """The run's :class:`Lock` of ``output_dir``, held (a local directory created first); ConfigError when the
+    directory cannot be created or written."""
     if fileio.is_local(output_dir):
         try:
             os.makedirs(output_dir, exist_ok=True)
@@ -402,65 +207,11 @@ def prepare(
             file=output_dir,
             hint="choose a writable --output_dir",
         ) from None
-    try:
-        lock.generation, lock.replaced, written = _clear(
-            output_dir, options, files, overwrite, set(keep), planned_bytes
-        )
-        lock.files = frozenset(written)
-        metadata_version = (
-            None if fileio.is_local(output_dir) else conditional.version(fileio.join(output_dir, METADATA_FILE))
-        )
-        lock.replacement = Replacement(tuple(sorted(lock.replaced)), metadata_version)
-        lock.discard = functools.partial(
-            discard_uncommitted, output_dir, frozenset(written - _REWRITTEN), lock.replaced
-        )
-        marker = {
-            "format": MARKER_FORMAT,
-            "run_id": run_id,
-            "command": command,
-            "created": utc_now(),
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "files": sorted(written | lock.replaced),
-            "replaces": sorted(lock.replaced),
-            "generation": lock.generation,
-            "metadata_version": metadata_version,
-            "beam_temp_prefixes": sorted({generation_prefix(p, lock.generation) for p in beam_temp_prefixes}),
-            "options": options,
-        }
-        sink.write_json(fileio.join(output_dir, MARKER_FILE), marker, default=str)
-    except BaseException:
-        lock.release()
-        raise
-    failpoint("prepared")
     return lock
 
 
 # files every output has under one name, replaced in place (each by a rename) when the run commits
 _REWRITTEN = frozenset({METADATA_FILE, SCHEMA_FILE, MANIFEST_FILE, "dataset_info.json", "features.json"})
-
-
-def _size(n: int) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n:,} bytes"
-
-
-def _check_space(output_dir: str, planned_bytes: int | None, beside: bool) -> None:
-    if not planned_bytes or not fileio.is_local(output_dir):
-        return
-    import shutil
-
-    try:
-        free = shutil.disk_usage(output_dir).free
-    except OSError:
-        return
-    if free < planned_bytes:
-        also = " beside the current output (kept until the new one is complete)" if beside else ""
-        raise ConfigError(
-            f"Not enough free space: the run writes at least {_size(planned_bytes)}{also}, and "
-            f"the file system has {_size(free)} free",
-            file=output_dir,
-            hint="free some space or choose another --output_dir",
-        )
 
 
 def _clear(
@@ -473,17 +224,9 @@ def _clear(
 ) -> tuple[int, frozenset, set]:
     """The checks and cleanup of :func:`prepare`; returns ``(generation, committed files replaced, names the run
     writes)``."""
-    names = set(list_names(output_dir)) - {LOCK_FILE, LEGACY_LOCK_FILE}
-    lock_temps = {n for n in names if LOCK_TEMP.match(n)}
-    if lock_temps:  # this run holds the lock: a temporary of it is a failed or killed earlier run's
-        names -= lock_temps
-        say(
-            f"removing {_count(lock_temps, 'lock temporary')} of an earlier run that is gone in {output_dir}: "
-            f"{_names_list(lock_temps, 5)}"
-        )
-        delete_names(output_dir, sorted(lock_temps))
+    names = _without_lock_temps(output_dir, set(list_names(output_dir)) - {LOCK_FILE, LEGACY_LOCK_FILE})
     if not names:
-        _check_space(output_dir, planned_bytes, False)
+        check_space(output_dir, planned_bytes, False)
         return 0, frozenset(), set(files)
     own = owned(output_dir, names)
     ours = {n for n in names if own.is_ours(n)}
@@ -498,6 +241,40 @@ def _clear(
         if {generation_name(n, 1) for n in shards} & committed:
             generation, committed = 0, set()  # both generations listed (not written by this version): no staging
     written = {generation_name(n, generation) if n not in _REWRITTEN else n for n in files}
+    _refuse(output_dir, strangers, written, overwrite, own.complete and not kept and not overwrite, own, options)
+    check_space(output_dir, planned_bytes, bool(committed))
+    _remove_debris(output_dir, ours, committed)
+    if committed:
+        say(
+            f"keeping the complete output in {output_dir} until this run commits ({_count(committed, 'file')}; "
+            f"its shards are replaced then)"
+        )
+    if kept:
+        say(f"keeping {_count(kept, 'file')} of the splits already in {output_dir}: {_names_list(kept, 5)}")
+    if strangers:
+        say(
+            f"keeping {_count(strangers, 'file')} tfrecord-etl did not write in {output_dir}: "
+            f"{_names_list(strangers, 5)}"
+        )
+    return generation, frozenset(committed - written), written
+
+
+def _without_lock_temps(output_dir: str, names: set[str]) -> set[str]:
+    """``names`` without the lock's temporaries, which are deleted: the run calling this holds the lock, so a
+    temporary of it is a failed or killed earlier run's."""
+    lock_temps = {n for n in names if LOCK_TEMP.match(n)}
+    if lock_temps:
+        say(
+            f"removing {_count(lock_temps, 'lock temporary')} of an earlier run that is gone in {output_dir}: "
+            f"{_names_list(lock_temps, 5)}"
+        )
+        delete_names(output_dir, sorted(lock_temps))
+    return names - lock_temps
+
+
+def _refuse(output_dir, strangers: set, written: set, overwrite: bool, compare: bool, own, options: dict) -> None:
+    """ConfigError when :func:`prepare` must refuse: files not ours with the names this run writes (always),
+    files not ours (unless ``overwrite``), a complete output of other options (when ``compare``)."""
     clashes = strangers & (written | {MARKER_FILE})
     if clashes:
         raise ConfigError(
@@ -513,13 +290,17 @@ def _clear(
             hint="pass --overwrite to replace tfrecord-etl's files there (the others "
             "are kept), or choose another --output_dir",
         )
-    if own.complete and not overwrite and not kept and _comparable(own.options) != _comparable(options):
+    if compare and _comparable(own.options) != _comparable(options):
         raise ConfigError(
             "The output directory holds a complete output of another run",
             file=output_dir,
             hint="pass --overwrite to replace it, or choose another --output_dir",
         )
-    _check_space(output_dir, planned_bytes, bool(committed))
+
+
+def _remove_debris(output_dir: str, ours: set[str], committed: set[str]) -> None:
+    """Deletes our files that are not part of the complete output (a crashed run's), ``metadata.json`` first and the
+    run markers last, so a crash during the cleanup leaves the rest ours."""
     markers = {MARKER_FILE, LEGACY_MARKER_FILE}
     # the run marker is not debris: this run's replaces it (a rename) once the rest is removed, so a crash meanwhile
     # leaves the rest listed; beside a complete output it is the marker of the run that wrote that output
@@ -530,19 +311,6 @@ def _clear(
         what = "of an earlier run that did not complete" if committed and debris - markers else "of an earlier run"
         say(f"removing {_count(debris, 'file')} {what} in {output_dir}: {_names_list(order, 5)}")
         delete_names(output_dir, order)
-    if committed:
-        say(
-            f"keeping the complete output in {output_dir} until this run commits ({_count(committed, 'file')}; "
-            f"its shards are replaced then)"
-        )
-    if kept:
-        say(f"keeping {_count(kept, 'file')} of the splits already in {output_dir}: {_names_list(kept, 5)}")
-    if strangers:
-        say(
-            f"keeping {_count(strangers, 'file')} tfrecord-etl did not write in {output_dir}: "
-            f"{_names_list(strangers, 5)}"
-        )
-    return generation, frozenset(committed - written), written
 
 
 def finish_replacement(output_dir: str, replacement: Replacement) -> None:
@@ -608,7 +376,7 @@ def record_shards(output_dir: str, shards: Iterable[dict]) -> None:
     marker = read_json(path)
     if marker is None or marker.get("format") != MARKER_FORMAT:
         return
-    listed = _plain_names(marker.get("files"))
+    listed = listing.plain_names(marker.get("files"))
     entries = [
         {k: s[k] for k in ("file", "records", "bytes", "crc32c", "index", "split") if k in s}
         for s in shards
