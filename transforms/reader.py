@@ -16,7 +16,7 @@ list or range, ``"latest"``, ``"latest:N"``), read in span order, each at its la
 to agree first.
 
 This module is the documented import path; the implementation lives in the reading layer,
-``tfrecord_etl.transforms.reading`` (``reading.reader`` and the modules it draws on).
+``tfrecord_etl.transforms.reading`` (``reading.reader``, ``reading.sidecar`` and the modules they draw on).
 """
 
 from tfrecord_etl.transforms.reading.reader import (
@@ -24,8 +24,6 @@ from tfrecord_etl.transforms.reading.reader import (
     MANIFEST_FILE,
     SIDECAR_FORMAT,
     RandomAccess,
-    SidecarCollection,
-    SidecarPair,
     check_shard,
     collate_varlen,
     decode_tf,
@@ -33,18 +31,22 @@ from tfrecord_etl.transforms.reading.reader import (
     file_crc32c,
     get,
     iter_numpy,
-    iter_numpy_merged,
     iter_records,
-    load_manifest,
-    open_sidecar,
     parse_spec,
     python_scalars,
     refuse_varying_dtypes,
     select_features,
     tf_feature_spec,
     to_tf_dataset,
-    to_tf_dataset_merged,
     torch_description,
+)
+from tfrecord_etl.transforms.reading.sidecar import (
+    SidecarCollection,
+    SidecarPair,
+    iter_numpy_merged,
+    load_manifest,
+    open_sidecar,
+    to_tf_dataset_merged,
 )
 
 __all__ = [

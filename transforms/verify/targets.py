@@ -365,7 +365,7 @@ def _check_manifest(
     The manifest's ``input`` paths are never opened: an original is the file of the same name among the
     files ``originals`` names (regular files only; a FIFO or device is never opened).
     """
-    from tfrecord_etl.transforms.reading.reader import _original_files, load_manifest
+    from tfrecord_etl.transforms.reading.sidecar import load_manifest, original_files
 
     try:
         manifest = load_manifest(sidecar_dir)
@@ -375,7 +375,7 @@ def _check_manifest(
     named: dict[str, str] = {}
     for pattern in originals:
         try:
-            named.update(_original_files(pattern))
+            named.update(original_files(pattern))
         except SourceError as e:
             report.add(Problem("manifest", f"--original {pattern}: {e.message}", e.context.get("file", pattern)))
     checked, unreachable, not_named = 0, [], 0
