@@ -237,7 +237,7 @@ class ShardWriter:
         return crc32c_hex(self._out.crc)
 
 
-_READ_ERRORS = (OSError, EOFError, MemoryError, OverflowError, *backends.all_errors())
+READ_ERRORS = (OSError, EOFError, MemoryError, OverflowError, *backends.all_errors())
 READ_CHUNK = 1 << 22  # bytes read at a time by iter_records (4 MiB)
 MAX_RECORD_MB = 1024.0  # default limit on one record's length header (--max_record_mb); protobuf's own is 2 GB
 
@@ -287,13 +287,18 @@ def check_record_size(size: int, limit: int, **context) -> None:
         )
 
 
-_COMPRESSION_HINT = "check the compression (gzip/zlib/none) of this file"
-_CUT = "the file was cut short; rewrite it"
+COMPRESSION_HINT = "check the compression (gzip/zlib/none) of this file"
+CUT_HINT = "the file was cut short; rewrite it"
 
 
 def _read_error(message: str, path: str, index: int, offset: int, hint: str | None = None) -> RecordError:
     """The RecordError of :func:`iter_records` for the record ``index`` at byte ``offset`` of ``path``."""
     return RecordError(message, file=path, record=index, offset=offset, hint=hint)
+
+
+def _cut_short(message: str, path: str, index: int, offset: int) -> RecordError:
+    """The RecordError of :func:`iter_records` for a stream that ends inside a frame."""
+    return RecordError(message, file=path, record=index, offset=offset, hint=CUT_HINT)
 
 
 def _length_crc_error(head, path: str, index: int, offset: int) -> RecordError:
@@ -306,7 +311,7 @@ def _length_crc_error(head, path: str, index: int, offset: int) -> RecordError:
             file=path,
             hint="convert arrays with tfrecord-etl convert --input FILE; inspect and verify read TFRecord outputs",
         )
-    return _read_error("Length CRC mismatch: corrupt data or wrong compression", path, index, offset, _COMPRESSION_HINT)
+    return _read_error("Length CRC mismatch: corrupt data or wrong compression", path, index, offset, COMPRESSION_HINT)
 
 
 def _fill(stream: BinaryIO, buf: bytes, pos: int, need: int, chunk: int, eof: bool) -> tuple[bytes, int, bool]:
@@ -350,12 +355,12 @@ def iter_records(
         if len(buf) - pos < 12:
             try:
                 buf, pos, eof = _fill(stream, buf, pos, 12, chunk, eof)
-            except _READ_ERRORS as e:
-                raise _read_error(f"Cannot decompress: {e}", path, index, offset, _COMPRESSION_HINT) from None
+            except READ_ERRORS as e:
+                raise _read_error(f"Cannot decompress: {e}", path, index, offset, COMPRESSION_HINT) from None
             if len(buf) == pos:
                 return
             if len(buf) - pos < 12:
-                raise _read_error(f"Truncated record header ({len(buf) - pos} of 12 bytes)", path, index, offset, _CUT)
+                raise _cut_short(f"Truncated record header ({len(buf) - pos} of 12 bytes)", path, index, offset)
         length, length_crc = unpack_header(buf, pos)
         header = buf[pos : pos + 12]
         if check_crc and header != checked_header:
@@ -368,12 +373,12 @@ def iter_records(
         if len(buf) < end + 4:
             try:
                 buf, pos, eof = _fill(stream, buf, pos, 16 + length, chunk, eof)
-            except _READ_ERRORS as e:
+            except READ_ERRORS as e:
                 raise _read_error(f"Cannot read record of {length} bytes: {e}", path, index, offset) from None
             end = pos + 12 + length
             if len(buf) < end + 4:
                 got = min(length, max(0, len(buf) - pos - 12))
-                raise _read_error(f"Truncated record: {got} of {length} data bytes", path, index, offset, _CUT)
+                raise _cut_short(f"Truncated record: {got} of {length} data bytes", path, index, offset)
         data = buf[pos + 12 : end]
         if check_crc:
             crc = value(data)
