@@ -470,9 +470,9 @@ def test_memory_error_is_one_line(npy10, tmp_path, capsys, monkeypatch):
 )
 def test_worker_output_errors_in_beam_text_are_one_line(text, expected):
     """Hostile group 16: Beam's multi-process runners re-raise a worker's OSError as text in a RuntimeError."""
-    from tfrecord_etl.pipelines import common
+    from tfrecord_etl.pipelines import errorlines
 
-    assert common._output_error_line(RuntimeError(text), "o") == expected
+    assert errorlines.output_error_line(RuntimeError(text), "o") == expected
 
 
 def test_worker_disk_full_through_run_main(tmp_path, capsys):
