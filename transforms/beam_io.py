@@ -10,7 +10,6 @@ lives in ``transforms.planning``; ``transforms.convert`` composes these into ``C
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import sys
 import time
@@ -28,6 +27,7 @@ from tfrecord_etl.transforms.collections import sharding, splits
 from tfrecord_etl.transforms.collections.splits import SplitPlan
 from tfrecord_etl.transforms.errors import InputChangedError, RecordError, SchemaError
 from tfrecord_etl.transforms.output import metadata, outdir, sink, tfds_info, tfrecord
+from tfrecord_etl.transforms.output.commit import OutputCommit  # its home: the output and its commit
 from tfrecord_etl.transforms.output.runlock import CarriesRun
 from tfrecord_etl.transforms.planning import InputPlan, add_provenance, plan_inputs, shard_suffix
 from tfrecord_etl.transforms.sources import RowRange, Source, SourceOptions
@@ -619,27 +619,6 @@ def count_shard(path: str, compression: str, index: bool = False) -> dict:
     if index:
         out["index"] = fileio.basename(sink.write_index(path, tfrecord.index_text(np.array(lengths, np.int64))))
     return out
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputCommit:
-    """What the commit of an output directory needs: where, the features, the shard compression, the rows
-    planned (``expected_rows``), the inputs (``sources``: ``[{"path", "rows"}]``), the writer's name and the
-    run's options (recorded in ``metadata.json``)."""
-
-    output_dir: str
-    specs: tuple[FeatureSpec, ...]
-    compression: str
-    expected_rows: int
-    sources: tuple[dict, ...]
-    writer: str
-    options: dict
-    described: dict = dataclasses.field(default_factory=dict)  # Source.describe(): e.g. the label names
-    tfds_name: str | None = None  # write TFDS's dataset_info.json + features.json too (--tfds_name)
-    carried: dict | None = None  # the metadata.json of the splits this run adds a split to (kept as they are)
-    split_names: tuple[str, ...] = ()  # this run's splits, in the order given (the order of metadata's shards)
-    replaced: outdir.Replacement = outdir.Replacement()  # what this commit replaces (outdir.prepare)
-    codec: dict | None = None  # compression.settings(): the backend, its version and level (gzip/zlib shards)
 
 
 class WriteMetadataFn(CarriesRun, beam.DoFn):

@@ -260,19 +260,19 @@ class ConvertToTFRecord(beam.PTransform):
         writer = WRITERS[writer_name(cfg)](plan, cfg, self._progress)
         shards = pbegin | type(writer).__name__ >> writer
         commit = beam_io.OutputCommit(
-            cfg.output_dir,
-            plan.specs,
-            cfg.compression,
-            plan.inputs.num_rows,
-            tuple({"path": i.path, "rows": i.num_rows} for i in plan.inputs.indexes),
-            writer_name(cfg),
-            cfg.model_dump(),
-            plan.inputs.source.describe(),
-            plan.tfds_name,
-            self.carried,
-            plan.split_plan.names if plan.split_plan else (),
-            self.replaced,
-            codec_of(cfg),
+            output_dir=cfg.output_dir,
+            specs=plan.specs,
+            compression=cfg.compression,
+            expected_rows=plan.inputs.num_rows,
+            sources=tuple({"path": i.path, "rows": i.num_rows} for i in plan.inputs.indexes),
+            writer=writer_name(cfg),
+            options=cfg.model_dump(),
+            described=plan.inputs.source.describe(),
+            tfds_name=plan.tfds_name,
+            carried=self.carried,
+            split_names=plan.split_plan.names if plan.split_plan else (),
+            replaced=self.replaced,
+            codec=codec_of(cfg),
         )
         return shards | "FinalizeOutput" >> beam_io.FinalizeOutput(commit, writer.dead_letters)
 
