@@ -291,7 +291,7 @@ COMPRESSION_HINT = "check the compression (gzip/zlib/none) of this file"
 CUT_HINT = "the file was cut short; rewrite it"
 
 
-def _read_error(message: str, path: str, index: int, offset: int, hint: str | None = None) -> RecordError:
+def read_error(message: str, path: str, index: int, offset: int, hint: str | None = None) -> RecordError:
     """The RecordError of :func:`iter_records` for the record ``index`` at byte ``offset`` of ``path``."""
     return RecordError(message, file=path, record=index, offset=offset, hint=hint)
 
@@ -311,7 +311,7 @@ def _length_crc_error(head, path: str, index: int, offset: int) -> RecordError:
             file=path,
             hint="convert arrays with tfrecord-etl convert --input FILE; inspect and verify read TFRecord outputs",
         )
-    return _read_error("Length CRC mismatch: corrupt data or wrong compression", path, index, offset, COMPRESSION_HINT)
+    return read_error("Length CRC mismatch: corrupt data or wrong compression", path, index, offset, COMPRESSION_HINT)
 
 
 def _fill(stream: BinaryIO, buf: bytes, pos: int, need: int, chunk: int, eof: bool) -> tuple[bytes, int, bool]:
@@ -356,7 +356,7 @@ def iter_records(
             try:
                 buf, pos, eof = _fill(stream, buf, pos, 12, chunk, eof)
             except READ_ERRORS as e:
-                raise _read_error(f"Cannot decompress: {e}", path, index, offset, COMPRESSION_HINT) from None
+                raise read_error(f"Cannot decompress: {e}", path, index, offset, COMPRESSION_HINT) from None
             if len(buf) == pos:
                 return
             if len(buf) - pos < 12:
@@ -374,7 +374,7 @@ def iter_records(
             try:
                 buf, pos, eof = _fill(stream, buf, pos, 16 + length, chunk, eof)
             except READ_ERRORS as e:
-                raise _read_error(f"Cannot read record of {length} bytes: {e}", path, index, offset) from None
+                raise read_error(f"Cannot read record of {length} bytes: {e}", path, index, offset) from None
             end = pos + 12 + length
             if len(buf) < end + 4:
                 got = min(length, max(0, len(buf) - pos - 12))

@@ -269,13 +269,10 @@ def _stream_pieces(decoder, stream, path: str, limit: int, record_crcs: bool, cr
                 try:
                     buf, filled = future.result()
                 except tfrecord.READ_ERRORS as e:
-                    raise RecordError(
-                        f"Cannot decompress: {e}",
-                        file=path,
-                        record=index,
-                        offset=offset,
-                        hint=tfrecord.COMPRESSION_HINT,
-                    ) from None
+                    error = tfrecord.read_error(
+                        f"Cannot decompress: {e}", path, index, offset, tfrecord.COMPRESSION_HINT
+                    )
+                    raise error from None
                 eof, pos = filled - left < need, 0
             arr = np.frombuffer(buf, np.uint8, filled)
             runs, end, checked = _runs(buf, filled, arr, pos, limit, checked, path, index, offset)
