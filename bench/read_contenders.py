@@ -128,7 +128,8 @@ def _reader(a):
     """Our reader module, its first-use imports done (not timed): with Beam installed (the project's .venv),
     ``fileio`` reads local files through Beam's FileSystems, imported on first use; without Beam (the reader-only
     environment) through ``lightfs``."""
-    from tfrecord_etl.transforms import fileio, reader
+    from tfrecord_etl.transforms import reader
+    from tfrecord_etl.transforms.storage import fileio
 
     started = time.perf_counter()
     fileio.exists(os.path.join(a.output_dir, "metadata.json"))

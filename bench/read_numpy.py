@@ -39,8 +39,8 @@ def _total(out: str) -> int:
 
 def _reference(out: str, indices) -> dict[int, dict]:
     """The per-record decoder's values of the records at ``indices`` (a few hundred)."""
-    from tfrecord_etl.transforms import metadata, tfrecord
     from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient
+    from tfrecord_etl.transforms.output import metadata, tfrecord
 
     meta = metadata.load(out)
     specs = [FeatureSpec.from_json(f) if isinstance(f, dict) else f for f in meta["features"]]
@@ -157,7 +157,8 @@ def iter_numpy_unchecked(out: str, batch_size: int = BATCH) -> float:
 def iter_numpy_first_epoch(out: str, batch_size: int = BATCH) -> float:
     """As :func:`iter_numpy_batched`, with the per-process memory of checked shards cleared first: the first epoch
     of a process, which reads each shard's CRC32C before its rows."""
-    from tfrecord_etl.transforms import reader, shardcheck
+    from tfrecord_etl.transforms import reader
+    from tfrecord_etl.transforms.reading import shardcheck
 
     check = Checker(out)
     next(reader.iter_numpy(out, batch_size=1))
@@ -190,7 +191,7 @@ def tf_numpy_iterator(out: str, batch_size: int = BATCH) -> float:
     [+ decode_raw], AUTOTUNE).prefetch(2).as_numpy_iterator(), deterministic order."""
     import tensorflow as tf
 
-    from tfrecord_etl.transforms import metadata
+    from tfrecord_etl.transforms.output import metadata
 
     meta = metadata.load(out)
     features = {f.name: f for f in meta["features"]}

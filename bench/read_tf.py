@@ -136,7 +136,7 @@ def run(out: str, expected: dict, names: list[str], repeats: int, say=print) -> 
     for r in range(repeats):
         for name in names[r % len(names) :] + names[: r % len(names)]:  # rotate who goes first
             if name.startswith("reader_"):
-                from tfrecord_etl.transforms import shardcheck
+                from tfrecord_etl.transforms.reading import shardcheck
 
                 shardcheck.CHECKED.clear()  # every round a first read: the shard checks are paid each time
             got = CONTENDERS[name](out, expected)

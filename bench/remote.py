@@ -175,8 +175,9 @@ def main(argv=None) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from tfrecord_etl.pipelines import common, convert as convert_module
-    from tfrecord_etl.transforms import fileio, planning
+    from tfrecord_etl.transforms import planning
     from tfrecord_etl.transforms.sources import SourceOptions
+    from tfrecord_etl.transforms.storage import fileio, remote
 
     if args.beam_stream:
         fileio._range_reader = lambda path: None
@@ -336,7 +337,7 @@ def main(argv=None) -> int:
                     )
                 for threads in [int(t) for t in args.threads.split(",")]:
                     planning.inputs.PLAN_THREADS = threads  # where index_concurrently reads it
-                    fileio._CLIENTS.clear()
+                    remote.CLIENTS.clear()
                     proxy.reset()
                     t, c, o = time.perf_counter(), time.process_time(), cpu_seconds(others)
                     plan = planning.plan_inputs(

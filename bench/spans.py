@@ -45,7 +45,7 @@ def _npy_bytes(array: np.ndarray) -> bytes:
 def make_collection(root: str, old: int, new: int, new_rows: int) -> tuple[str, str]:
     """``root/raw`` with ``old`` small .npy files held by committed spans (``root/out/collection.json``) and
     ``new`` larger ones (``new-*.npy``) no span holds; returns ``(pattern, collection dir)``."""
-    from tfrecord_etl.transforms import collection
+    from tfrecord_etl.transforms.collections import collection
 
     raw, out = os.path.join(root, "raw"), os.path.join(root, "out")
     os.makedirs(raw)
@@ -81,8 +81,9 @@ def make_collection(root: str, old: int, new: int, new_rows: int) -> tuple[str, 
         with open(path, "wb") as f:
             f.write(_npy_bytes(rng.standard_normal((new_rows, 32), dtype="<f4")))
         os.link(path, os.path.join(raw, f"new-{i:04d}.npy"))
-    from tfrecord_etl.transforms import metadata, planning
+    from tfrecord_etl.transforms import planning
     from tfrecord_etl.transforms.config import ConvertConfig
+    from tfrecord_etl.transforms.output import metadata
 
     plan = planning.plan_convert(ConvertConfig(input=os.path.join(root, "dated", "7", "new-0000.npy"), output_dir=out))
     for entry in spans:  # the new span's schema (as a span converted from these files would have)

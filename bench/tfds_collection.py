@@ -22,7 +22,7 @@ import numpy as np
 def build(directory: str, spans: int, records: int) -> str:
     """The collection ``directory/coll`` (written when it lacks ``collection.json``)."""
     from tfrecord_etl.pipelines import common, convert
-    from tfrecord_etl.transforms import collection
+    from tfrecord_etl.transforms.collections import collection
 
     coll = os.path.join(directory, "coll")
     if collection.is_collection(coll):
@@ -78,7 +78,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     coll = build(args.dir, args.spans, args.records)
     from tfrecord_etl.pipelines import common
-    from tfrecord_etl.transforms import collection, collection_reader
+    from tfrecord_etl.transforms.collections import collection
+    from tfrecord_etl.transforms.reading import collection_reader
 
     common.preload_tensorflow()
     import tensorflow_datasets as tfds

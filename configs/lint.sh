@@ -38,5 +38,6 @@ echo "mypy (the public API)"
     -m tfrecord_etl.transforms.convert -p tfrecord_etl.transforms.augment -p tfrecord_etl.transforms.config \
     -p tfrecord_etl.transforms.planning -m tfrecord_etl.transforms.beam_io -p tfrecord_etl.transforms.beam \
     -m tfrecord_etl.transforms.reader \
+    -m tfrecord_etl.transforms.reading.reader \
     -p tfrecord_etl.transforms.codec -m tfrecord_etl.transforms.sources -m tfrecord_etl.transforms.errors) || status=1
 exit $status

@@ -1,9 +1,8 @@
-"""What every command shares: quiet logs, one-line errors, the summary (the output directory: transforms.outdir)."""
+"""What every command shares: quiet logs, one-line errors, the summary (the output directory: transforms.output.outdir)."""
 
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import os
 import re
@@ -12,8 +11,10 @@ import warnings
 from collections.abc import Callable
 
 from tfrecord_etl._install import pip_install
-from tfrecord_etl.pipelines import gcsaccess, resume_gc
+from tfrecord_etl.pipelines import errorlines, gcsaccess, resume_gc, running
+from tfrecord_etl.pipelines.errorlines import MEMORY_ERROR_LINE
 from tfrecord_etl.pipelines.gcsaccess import connect_to_gcs_anonymously  # re-exported
+from tfrecord_etl.pipelines.running import local_runner, print_metrics, run_pipeline  # noqa: F401 - the commands call them through common
 from tfrecord_etl.pipelines.workers import (  # noqa: F401
     WORKER_DIED_LINE,
     dead_worker_signals,
@@ -74,8 +75,7 @@ WORKER_SDIST_ENV = "TFRECORD_ETL_WORKER_SDIST"
 
 def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) -> int:
     """Runs ``main`` and turns our errors (raised directly or from inside a Beam worker) into one line."""
-    global LAST_RUN_LOG
-    LAST_RUN_LOG = None  # an earlier in-process run's log must not be named on this run's error line
+    running.LAST_RUN_LOG = None  # an earlier in-process run's log must not be named on this run's error line
     argv = sys.argv[1:] if argv is None else argv
     resume_gc()  # the command's imports are done (see pipelines/__init__.py)
     os.environ.setdefault(WORKER_SDIST_ENV, "1")  # an sdist Beam builds from setup.py here is for the workers
@@ -107,21 +107,21 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
             if line is not None:
                 print(f"error: {line}", file=sys.stderr)
                 return 2
-        inner = _find_etl_error(e)
-        line = f"{type(inner).__name__}: {inner}" if inner is not None else _etl_error_line(str(e))
+        inner = errorlines.find_etl_error(e)
+        line = f"{type(inner).__name__}: {inner}" if inner is not None else errorlines.etl_error_line(str(e))
         if line is None:
-            line = _output_error_line(e, _flag_value(argv, "--output_dir"))
-        if line is None and _worker_died(e):
+            line = errorlines.output_error_line(e, errorlines.flag_value(argv, "--output_dir"))
+        if line is None and errorlines.worker_died(e):
             signals = dead_worker_signals()
             line = died_line(signals[0] if signals else None)
             mark_stopping()
             _quiet_worker_threads()
             stop_worker_processes()
         if line is None:
-            line = _runner_job_failed_line(e)
+            line = errorlines.runner_job_failed_line(e)
         if line is None:
             raise
-        log = f" [runner log: {LAST_RUN_LOG}; --verbose shows it live]" if LAST_RUN_LOG else ""
+        log = f" [runner log: {running.LAST_RUN_LOG}; --verbose shows it live]" if running.LAST_RUN_LOG else ""
         print(f"error: {line}{log}", file=sys.stderr)
         return 2
 
@@ -131,47 +131,6 @@ INTERRUPTED_LINE = (
     "OutputError: Interrupted: the run stopped before its commit, so the output directory holds "
     "what it held before (an output being replaced is still complete). Hint: run the command again"
 )
-# what Beam's runners raise when a worker process (DirectRunner multi_processing, a portable worker) went away
-_WORKER_GONE = ("Channel closed prematurely",)
-
-
-# what Beam's PortableRunner raises when the job fails in the runner itself (a Flink or Spark job server): a lost
-# TaskManager or executor with no restart left, a killed JobManager
-_JOB_FAILED = re.compile(r"^Pipeline (\S+) failed in state (FAILED|CANCELLED|UNKNOWN): ?(.*)", re.S)
-JOB_FAILED_LINE = "OutputError: The runner's job {job} ended in state {state}: {why}; {holds}. Hint: {hint}"
-_RESTART_HINT = (
-    "on a cluster, give the runner a restart strategy (Flink: restart-strategy: fixed-delay) so that a "
-    "lost worker is retried"
-)
-# what the output directory holds after the failed job (the lock's cleanup checks the commit point first:
-# runlock.OUTPUT_STATE); a runner may report a job failed after its workers finished it, commit included
-_JOB_FAILED_HOLDS = {
-    "this run": (
-        "its commit ran before the failure: this run's output was committed and is complete",
-        f"check it with tfrecord-etl verify; {_RESTART_HINT}",
-    ),
-    "previous": ("nothing was committed: the previous output is complete", f"run again; {_RESTART_HINT}"),
-    "none": ("nothing was committed: the output directory holds no output", f"run again; {_RESTART_HINT}"),
-    None: ("nothing was committed, so the output directory holds what it held before", f"run again; {_RESTART_HINT}"),
-}
-
-
-def _runner_job_failed_line(e: BaseException) -> str | None:
-    """One line for a job the runner failed (``Pipeline NAME failed in state FAILED: <the runner's message>``),
-    saying which output the directory holds (``runlock.OUTPUT_STATE``, set by the run's cleanup)."""
-    match = _JOB_FAILED.match(str(e).strip())
-    if match is None:
-        return None
-    why = " ".join(match.group(3).split()).rstrip(".") or "no reason given"
-    from tfrecord_etl.transforms.runlock import OUTPUT_STATE
-
-    holds, hint = _JOB_FAILED_HOLDS.get(getattr(e, OUTPUT_STATE, None), _JOB_FAILED_HOLDS[None])
-    return JOB_FAILED_LINE.format(job=match.group(1), state=match.group(2), why=why[:300], holds=holds, hint=hint)
-
-
-def _worker_died(e: BaseException) -> bool:
-    text = "".join(str(x) for x in (e, e.__cause__, e.__context__) if x is not None)
-    return any(marker in text for marker in _WORKER_GONE)
 
 
 def exit_process(code: int):
@@ -231,7 +190,7 @@ def _stdout_closed() -> int:
 
 def _have_beam() -> bool:
     """Whether Apache Beam is installed (not with the reader's install alone: no Beam flags to drop then)."""
-    from tfrecord_etl.transforms import fileio
+    from tfrecord_etl.transforms.storage import fileio
 
     return fileio._beam_filesystems() is not None
 
@@ -260,7 +219,6 @@ class CommandParser(argparse.ArgumentParser):
 
     def error(self, message):
         import difflib
-        import re
 
         m = re.search(r"unrecognized arguments: (--[\w-]+)", message)
         if m:
@@ -272,7 +230,8 @@ class CommandParser(argparse.ArgumentParser):
 
 def add_record_limit_flags(parser: argparse.ArgumentParser) -> None:
     """``--max_record_mb`` and ``--max_features``: the limits on hostile TFRecord files (verify, inspect)."""
-    from tfrecord_etl.transforms import codec, tfrecord
+    from tfrecord_etl.transforms import codec
+    from tfrecord_etl.transforms.output import tfrecord
 
     parser.add_argument(
         "--max_record_mb",
@@ -296,7 +255,7 @@ def record_limits(args) -> tuple[int, int]:
     Raises:
       ConfigError: ``--max_record_mb`` outside (0, 2047] or ``--max_features`` below 1.
     """
-    from tfrecord_etl.transforms import tfrecord
+    from tfrecord_etl.transforms.output import tfrecord
 
     if not 0 < args.max_record_mb <= 2047 or args.max_features < 1:
         raise ConfigError(
@@ -327,119 +286,13 @@ def configure_filesystems(beam_argv: list[str], paths=()) -> None:
     try:
         from apache_beam.io.filesystems import FileSystems
         from apache_beam.options.pipeline_options import PipelineOptions
-    except ImportError:  # the reader's install (verify, inspect): no Beam options; see transforms/lightfs.py
+    except ImportError:  # the reader's install (verify, inspect): no Beam options; see transforms/storage/lightfs.py
         return
     FileSystems.set_options(PipelineOptions(argv))
     if os.environ.get("STORAGE_EMULATOR_HOST") or "--no_auth" in argv:
         connect_to_gcs_anonymously()
     elif remote:
         gcsaccess.search_credentials(remote, argv)
-
-
-_ERROR_NAMES = (
-    "ConfigError",
-    "InputChangedError",
-    "SourceError",
-    "SchemaError",
-    "RecordError",
-    "IncompleteOutputError",
-    "OutputError",
-)
-
-
-def _etl_error_line(text: str) -> str | None:
-    """Our error's ``Name: message`` line from a remote traceback's text (Beam's multi_processing and
-    portable runners re-raise a worker's error as a RuntimeError holding only the traceback text)."""
-    import re
-
-    found = None
-    for line in text.splitlines():
-        m = re.match(rf"^\s*(?:[\w.]+\.)?({'|'.join(_ERROR_NAMES)}): (.*)$", line)
-        if m:
-            found = f"{m.group(1)}: {m.group(2)}"
-    return found
-
-
-# errno of an output that cannot be written -> what to do about it
-_OUTPUT_ERRNOS = {
-    errno.ENOSPC: "free space on that file system or choose another --output_dir",
-    errno.EDQUOT: "free space within your quota or choose another --output_dir",
-    errno.EROFS: "the file system is read-only: choose another --output_dir",
-    errno.EACCES: "you may not write there: fix its permissions or choose another --output_dir",
-    errno.EPERM: "you may not write there: fix its permissions or choose another --output_dir",
-    errno.ENOTDIR: "a part of the path is a file, not a directory: choose another --output_dir",
-    errno.EISDIR: "a directory stands where a file is written: choose another --output_dir",
-}
-MEMORY_ERROR_LINE = (
-    "OutputError: Out of memory while reading, encoding or writing. Hint: pass a smaller "
-    "--target_range_mb (rows read at once per worker) or fewer --direct_num_workers"
-)
-
-
-def _flag_value(argv: list[str], flag: str) -> str | None:
-    """The last value of ``flag`` in ``argv`` (``--flag value`` or ``--flag=value``), else None."""
-    found = None
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            found = argv[i + 1]
-        elif arg.startswith(flag + "="):
-            found = arg[len(flag) + 1 :]
-    return found
-
-
-def _output_error_line(e: BaseException, output_dir: str | None = None) -> str | None:
-    """``OutputError: <strerror> writing '<path>'. Hint: ...`` for an OSError of an unwritable output
-    (disk full, quota, read-only, permission, a file where a directory should be), raised directly, in the
-    exception chain, or in the text of a Beam-wrapped worker error (``OSError: [Errno 28] No space left on
-    device: '/path'``); a MemoryError likewise. None for anything else. When the error names no file,
-    the line names ``output_dir`` (the command's ``--output_dir``) instead."""
-    import re
-
-    seen, cur = set(), e
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, MemoryError):
-            return MEMORY_ERROR_LINE
-        if isinstance(cur, OSError) and cur.errno in _OUTPUT_ERRNOS:
-            path = cur.filename if cur.filename is not None else "?"
-            return _output_line(cur.errno, cur.strerror or os.strerror(cur.errno), str(path), output_dir)
-        cur = cur.__cause__ or cur.__context__
-    text = str(e)
-    found = None
-    for m in re.finditer(
-        r"(?:OSError|IOError|PermissionError|FileNotFoundError|NotADirectoryError|"
-        r"IsADirectoryError|[\w.]*Error): \[Errno (\d+)\] ([^:\n\[\]]+)(?:: '([^'\n]*)')?",
-        text,
-    ):
-        code = int(m.group(1))
-        if code in _OUTPUT_ERRNOS:
-            found = _output_line(code, m.group(2).strip(), m.group(3) or "?", output_dir)
-    if found is None and re.search(r"^\s*MemoryError\b", text, re.M):
-        return MEMORY_ERROR_LINE
-    if found is None and re.search(r"No space left on device", text):
-        found = _output_line(errno.ENOSPC, os.strerror(errno.ENOSPC), "?", output_dir)
-    return found
-
-
-def _output_line(code: int, strerror: str, path: str, output_dir: str | None = None) -> str:
-    where = (
-        f" writing {path!r}"
-        if path != "?"
-        else f" writing into --output_dir {output_dir!r}"
-        if output_dir
-        else " writing the output"
-    )
-    return f"OutputError: {strerror}{where} (errno {errno.errorcode.get(code, code)}). Hint: {_OUTPUT_ERRNOS[code]}"
-
-
-def _find_etl_error(e: BaseException | None):
-    seen = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, EtlError):
-            return e
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return None
 
 
 def print_summary(output_dir: str, meta: dict, seconds: float, extra: dict | None = None) -> None:
@@ -478,160 +331,3 @@ def preload_tensorflow() -> None:
 def show_progress(setting: bool | None) -> bool:
     """Progress lines on stderr: as configured, else when stderr is a terminal."""
     return sys.stderr.isatty() if setting is None else setting
-
-
-WORK_SPAN_MS = "work_span_ms"
-from tfrecord_etl.transforms.localmode import DIRECT_NAMES  # noqa: E402 - the one list of DirectRunner's names
-
-
-def local_runner(options):
-    """The runner a command builds its pipeline with: for DirectRunner (named or by default), Beam's FnApiRunner
-    itself, given the pipeline options as DirectRunner gives them; None (the runner named in ``options``) else.
-
-    Why: in Beam 2.77 DirectRunner first tries the Prism runner, which downloads a binary at run time; offline
-    (CI, this project's tests and benchmark) that fails and DirectRunner falls back to the FnApiRunner with
-    ``--direct_running_mode`` / ``--direct_num_workers``, but on a connected laptop the download succeeds and the
-    pipeline would run on Prism instead, untested and with other parallelism. Running the FnApiRunner directly
-    makes the local runner the one that is tested (apache_beam/runners/direct/direct_runner.py,
-    ``SwitchingDirectRunner.run_pipeline``).
-    """
-    from apache_beam.options.pipeline_options import StandardOptions
-
-    if options.view_as(StandardOptions).runner not in DIRECT_NAMES:
-        return None
-    from apache_beam.portability.api import beam_provision_api_pb2
-    from apache_beam.runners.portability.fn_api_runner import fn_runner
-    from apache_beam.runners.portability.portable_runner import JobServiceHandle
-
-    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    return fn_runner.FnApiRunner(
-        provision_info=fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
-    )
-
-
-def run_pipeline(p) -> dict[str, int]:
-    """Runs ``p`` to completion and returns our Beam metrics counters ({} where the runner has none),
-    plus ``work_span_ms``: from the first shard writer's start to the last one's end, in ms (the run's
-    work without start-up, planning and tear-down), when the runner reports distributions.
-
-    Unless ``--verbose``, the stderr of the run (Beam's worker processes log their tracebacks there)
-    goes to a log file; our progress lines are echoed live, and a failure ends as one line naming it.
-    """
-    from tfrecord_etl.pipelines import workers
-
-    workers.install()  # a worker process that dies fails the run at once
-    workers.forget_deaths()
-    workers.quiet_worker_threads()  # Beam's threads' reports of workers we stop stay off stderr
-    with _worker_stderr_to_log(), workers.interrupts_mark_stopping():
-        try:
-            result = p.run()
-            result.wait_until_finish()
-        except BaseException:  # an error, a dead worker, Ctrl-C: no worker process outlives the failed run
-            workers.mark_stopping()
-            workers.stop_worker_processes()
-            raise
-    try:
-        from apache_beam.metrics.metric import MetricsFilter
-
-        from tfrecord_etl.transforms.beam.metrics import NAMESPACE
-
-        queried = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
-    except Exception:  # noqa: BLE001 - e.g. DaskRunner implements no metrics
-        return {}
-    out: dict[str, int] = {}
-    for c in queried["counters"]:
-        value = c.committed if c.committed is not None else c.attempted
-        out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(value or 0)
-    from tfrecord_etl.transforms.beam.metrics import SHARD_END_MS, SHARD_START_MS
-
-    starts, ends = [], []
-    for d in queried.get("distributions", ()):
-        value = d.committed if d.committed is not None else d.attempted
-        if value is None or not value.count:
-            continue
-        if d.key.metric.name == SHARD_START_MS:
-            starts.append(value.min)
-        elif d.key.metric.name == SHARD_END_MS:
-            ends.append(value.max)
-    if starts and ends:
-        out[WORK_SPAN_MS] = max(0, max(ends) - min(starts))
-    return out
-
-
-def print_metrics(counters: dict[str, int], records: int | None = None) -> None:
-    """A table of the run's Beam metrics counters (nothing where the runner reports none), then the work
-    span (first shard started to last shard written) and ``records`` per second of it."""
-    counters = dict(counters)
-    span_ms = counters.pop(WORK_SPAN_MS, None)
-    if not counters:
-        return
-    print("Beam metrics:")
-    width = max(len(k) for k in counters)
-    for name in sorted(counters):
-        print(f"  {name:<{width}}  {counters[name]:>14,}")
-    if span_ms is not None:
-        rate = f", {records / (span_ms / 1000):,.0f} records/s" if records and span_ms else ""
-        print(f"work span: {span_ms / 1000:.3f} s (first shard started to last shard written{rate})")
-
-
-class _worker_stderr_to_log:
-    """Sends file descriptor 2 (inherited by Beam's worker processes) to a temporary log file and echoes
-    our ``[tfrecord-etl]`` progress lines from it to the real stderr while the pipeline runs."""
-
-    def __enter__(self):
-        import tempfile
-        import threading
-
-        self.active = not os.environ.get("TFRECORD_ETL_VERBOSE")
-        if not self.active:
-            return self
-        sys.stderr.flush()
-        self.log = tempfile.NamedTemporaryFile(prefix="tfrecord-etl-", suffix=".log", delete=False)
-        self.saved = os.dup(2)
-        os.dup2(self.log.fileno(), 2)
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._echo, daemon=True)
-        self.thread.start()
-        return self
-
-    def _echo(self):
-        with open(self.log.name, "rb") as f:
-            pending = b""
-            while True:
-                chunk = f.read()
-                if chunk:
-                    pending += chunk
-                    *lines, pending = pending.split(b"\n")
-                    for line in lines:
-                        if line.startswith(b"[tfrecord-etl]"):
-                            os.write(self.saved, line + b"\n")
-                elif self.done.is_set():
-                    return
-                else:
-                    self.done.wait(0.2)
-
-    def __exit__(self, *exc):
-        if not self.active:
-            return False
-        sys.stderr.flush()
-        self.done.set()
-        self.thread.join(timeout=5)
-        os.dup2(self.saved, 2)
-        os.close(self.saved)
-        self.log.close()
-        global LAST_RUN_LOG
-        if exc[0] is None or not _more_than_progress(self.log.name):  # nothing to show: no file left in /tmp
-            os.unlink(self.log.name)
-        else:
-            LAST_RUN_LOG = self.log.name
-        return False
-
-
-def _more_than_progress(path: str) -> bool:
-    """True when the runner log ``path`` holds a line besides our ``[tfrecord-etl]`` lines (already echoed to
-    stderr): a worker's traceback or a library's warning. Reads up to the first such line."""
-    with open(path, "rb") as f:
-        return any(line.strip() and not line.startswith(b"[tfrecord-etl]") for line in f)
-
-
-LAST_RUN_LOG: str | None = None  # the runner log of a failed run, named on the error line

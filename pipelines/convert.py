@@ -24,10 +24,11 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tfrecord_etl.pipelines import common, flaghelp, progress
-from tfrecord_etl.transforms import localmode, metadata, planning, spanrun, tfrecord
+from tfrecord_etl.transforms import localmode, planning, spanrun
 from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, build_parser as build_flags, parse_args
 from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output, prepare_output_dir
 from tfrecord_etl.transforms.errors import printable
+from tfrecord_etl.transforms.output import metadata, tfrecord
 from tfrecord_etl.transforms.planning import parallel_units
 
 ZLIB_WARNING = (
@@ -78,6 +79,68 @@ def build_parser():
     return flaghelp.group_flags(parser, "convert")
 
 
+def _split_lines(cfg: ConvertConfig, plan, meta: dict) -> tuple[dict, dict]:
+    """``(meta, lines)``: the metadata counted for this run's splits only (the headline counts this run's files),
+    and the summary's lines of every split there and of the TFDS files."""
+    splits_line = {}
+    if plan.split_plan is not None:  # the headline counts this run's files; the line gives every split there
+        mine = set(plan.split_plan.names)
+        splits_line = {
+            "splits": ", ".join(
+                f"{name} {info['num_records']:,} records in {info['num_shards']} shards"
+                + ("" if name in mine else " (kept)")
+                for name, info in meta["splits"].items()
+            )
+            + (
+                f" (hash buckets {dict(cfg.splits)} of "
+                f"{'--split_key ' + cfg.split_key if cfg.split_key else 'the global row index'})"
+                if cfg.splits
+                else ""
+            )
+        }
+        meta = {**meta, "shards": [s for s in meta["shards"] if s.get("split") in mine]}
+        meta["num_records"] = sum(s["records"] for s in meta["shards"])
+    if plan.tfds_name or plan.tfds_refusal:
+        splits_line["tfds"] = (
+            f"tfds.builder_from_directory({printable(cfg.output_dir)!r}) loads {plan.tfds_name} "
+            f"(dataset_info.json, features.json)"
+            if plan.tfds_name
+            else f"no dataset_info.json: {plan.tfds_refusal}"
+        )
+    return meta, splits_line
+
+
+def _print_summary(cfg: ConvertConfig, plan, meta: dict, splits_line: dict, run, coll, mode, started: float) -> None:
+    """The summary of a finished conversion (``common.print_summary``): the output, the rows read, the local runner,
+    the splits, the span of a collection, the index files and the features."""
+    inputs = plan.inputs
+    common.print_summary(
+        cfg.output_dir,
+        meta,
+        time.time() - started,
+        {
+            "rows read": inputs.num_rows,
+            "rows dead-lettered": meta["rows_dead_lettered"],
+            "row ranges": len(inputs.ranges) if plan.shards is None else sum(len(s.ranges) for s in plan.shards),
+            **({"local runner": mode.describe()} if mode else {}),
+            **splits_line,
+            **(spanrun.summary(run, coll) if run is not None else {}),
+            **(
+                {
+                    "index files": f"{len(meta['shards'])} (tfrecord2idx: byte offset and length of "
+                    f"every record, beside each shard)"
+                }
+                if cfg.index
+                else {}
+            ),
+            "features": ", ".join(
+                f"{printable(s.name)} {s.dtype} {list(s.shape) if s.shape is not None else '*'} {s.encoding}"
+                for s in plan.specs
+            ),
+        },
+    )
+
+
 def main(argv: list[str]) -> int:
     cfg, beam_argv = parse_args(argv, ConvertConfig, ConvertOptions, PROG, __doc__, build_parser())
     if cfg.compression == "zlib":
@@ -118,57 +181,7 @@ def main(argv: list[str]) -> int:
         ):
             counters = common.run_pipeline(p)
         coll = spanrun.commit(run, plan, prepared.lock.run_id) if run is not None else None
-    meta = metadata.load(cfg.output_dir)
-    inputs = plan.inputs
-    splits_line = {}
-    if plan.split_plan is not None:  # the headline counts this run's files; the line gives every split there
-        mine = set(plan.split_plan.names)
-        splits_line = {
-            "splits": ", ".join(
-                f"{name} {info['num_records']:,} records in {info['num_shards']} shards"
-                + ("" if name in mine else " (kept)")
-                for name, info in meta["splits"].items()
-            )
-            + (
-                f" (hash buckets {dict(cfg.splits)} of "
-                f"{'--split_key ' + cfg.split_key if cfg.split_key else 'the global row index'})"
-                if cfg.splits
-                else ""
-            )
-        }
-        meta = {**meta, "shards": [s for s in meta["shards"] if s.get("split") in mine]}
-        meta["num_records"] = sum(s["records"] for s in meta["shards"])
-    if plan.tfds_name or plan.tfds_refusal:
-        splits_line["tfds"] = (
-            f"tfds.builder_from_directory({printable(cfg.output_dir)!r}) loads {plan.tfds_name} "
-            f"(dataset_info.json, features.json)"
-            if plan.tfds_name
-            else f"no dataset_info.json: {plan.tfds_refusal}"
-        )
-    common.print_summary(
-        cfg.output_dir,
-        meta,
-        time.time() - started,
-        {
-            "rows read": inputs.num_rows,
-            "rows dead-lettered": meta["rows_dead_lettered"],
-            "row ranges": len(inputs.ranges) if plan.shards is None else sum(len(s.ranges) for s in plan.shards),
-            **({"local runner": mode.describe()} if mode else {}),
-            **splits_line,
-            **(spanrun.summary(run, coll) if run is not None else {}),
-            **(
-                {
-                    "index files": f"{len(meta['shards'])} (tfrecord2idx: byte offset and length of "
-                    f"every record, beside each shard)"
-                }
-                if cfg.index
-                else {}
-            ),
-            "features": ", ".join(
-                f"{printable(s.name)} {s.dtype} {list(s.shape) if s.shape is not None else '*'} {s.encoding}"
-                for s in plan.specs
-            ),
-        },
-    )
+    meta, splits_line = _split_lines(cfg, plan, metadata.load(cfg.output_dir))
+    _print_summary(cfg, plan, meta, splits_line, run, coll, mode, started)
     common.print_metrics(counters, meta["num_records"])
     return 0

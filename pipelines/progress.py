@@ -4,7 +4,7 @@ The launcher knows the plan (each shard's file name and, where planned, its reco
 workers are doing; what any runner leaves where the launcher can list it is the output directory. A background
 thread (:class:`Watcher`) lists it every :data:`LOCAL_INTERVAL` seconds (:data:`REMOTE_INTERVAL` for gs:// and
 s3://): a committed shard counts its planned records, a temporary being written (``.tmp-<32 hex>-<name key>``, see
-``transforms/outdir.py``) its bytes at the bytes per record seen so far (the plan's estimate before the first
+``transforms/output/outdir.py``) its bytes at the bytes per record seen so far (the plan's estimate before the first
 shard is committed), never more than its shard's records. The bar is drawn by tqdm (a dependency of the
 pipelines) on the terminal the command started with (a copy of its stderr: the runner's own stderr goes to a log
 file meanwhile, ``common.run_pipeline``).
@@ -26,12 +26,12 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from tfrecord_etl.transforms import fileio
-from tfrecord_etl.transforms.sink import name_key
+from tfrecord_etl.transforms.output.sink import name_key
+from tfrecord_etl.transforms.storage import fileio
 
 LOCAL_INTERVAL = 0.5  # seconds between two listings of a local output directory
 REMOTE_INTERVAL = 2.0  # of a gs:// or s3:// one (one LIST request each)
-_TEMP = re.compile(r"^\.tmp-[0-9a-f]{32}-(?P<key>[0-9a-f]{8})$")  # transforms/sink.py's temporaries
+_TEMP = re.compile(r"^\.tmp-[0-9a-f]{32}-(?P<key>[0-9a-f]{8})$")  # transforms/output/sink.py's temporaries
 
 
 def mode(setting: bool | None, stream=None) -> str | None:
@@ -274,7 +274,7 @@ def watch(output_dir: str, planned: Planned, label: str, enabled: bool, stream=N
 def convert_planned(plan) -> Planned:
     """The :class:`Planned` of a ``planning.ConvertPlan``: its shard files (``--index`` files aside), each with its
     planned rows where the planned writer writes one file per shard plan."""
-    from tfrecord_etl.transforms import tfrecord
+    from tfrecord_etl.transforms.output import tfrecord
 
     index_names = {tfrecord.index_name(f) for f in plan.output_files}
     shards = [f for f in plan.output_files if f not in index_names]

@@ -38,8 +38,10 @@ import json
 import sys
 
 from tfrecord_etl.pipelines import common, flaghelp
-from tfrecord_etl.transforms import collection, collection_reader, verify as verify_lib
+from tfrecord_etl.transforms import verify as verify_lib
+from tfrecord_etl.transforms.collections import collection
 from tfrecord_etl.transforms.errors import ConfigError, EtlError, printable
+from tfrecord_etl.transforms.reading import collection_reader
 
 
 class TqdmProgress(verify_lib.Progress):

@@ -182,16 +182,16 @@ def emulator_host(url: str) -> Iterator[str]:
     """``STORAGE_EMULATOR_HOST=url`` while the block runs (google-cloud-storage, so Beam's GCS filesystem and our
     reads, go there), the clients our ``fileio`` cached dropped before and after; the old value restored."""
     from tfrecord_etl.pipelines import common
-    from tfrecord_etl.transforms import fileio
+    from tfrecord_etl.transforms.storage import remote
 
     saved = os.environ.get("STORAGE_EMULATOR_HOST")
     os.environ["STORAGE_EMULATOR_HOST"] = url
     common.connect_to_gcs_anonymously()  # the emulator takes no credentials: no 20 s search for them
-    fileio._CLIENTS.clear()
+    remote.CLIENTS.clear()
     try:
         yield url
     finally:
-        fileio._CLIENTS.clear()
+        remote.CLIENTS.clear()
         if saved is None:
             os.environ.pop("STORAGE_EMULATOR_HOST", None)
         else:

@@ -18,8 +18,8 @@ def _configure(environ: dict, flags: list) -> None:
 
 
 def _lock(name: str, directory: str, payload) -> tuple[str, object]:
-    from tfrecord_etl.transforms import runlock
     from tfrecord_etl.transforms.errors import ConfigError
+    from tfrecord_etl.transforms.output import runlock
 
     lock = runlock.Lock(directory, payload)
     try:
@@ -30,9 +30,9 @@ def _lock(name: str, directory: str, payload) -> tuple[str, object]:
 
 
 def _metadata(name: str, directory: str, payload) -> tuple[str, None]:
-    from tfrecord_etl.transforms import metadata
     from tfrecord_etl.transforms.codec import FeatureSpec
     from tfrecord_etl.transforms.errors import OutputError
+    from tfrecord_etl.transforms.output import metadata
 
     expected, meta = payload
     specs = [FeatureSpec.from_json(s) for s in SPECS_JSON]
@@ -44,7 +44,7 @@ def _metadata(name: str, directory: str, payload) -> tuple[str, None]:
 
 
 def _collection(name: str, directory: str, payload) -> tuple[str, None]:
-    from tfrecord_etl.transforms import collection
+    from tfrecord_etl.transforms.collections import collection
     from tfrecord_etl.transforms.errors import OutputError, SchemaError
 
     try:
@@ -62,7 +62,7 @@ def side(kind: str, name: str, environ: dict, flags: list, jobs: list, barrier, 
     makes the request, puts ``(directory, name, outcome)`` on ``results``, waits for the other side to have
     done the same, reads what the store holds (``lock``: the lock's run id, then releases a lock it holds)."""
     _configure(environ, flags)
-    from tfrecord_etl.transforms import runlock
+    from tfrecord_etl.transforms.output import runlock
 
     for directory, payload in jobs:
         barrier.wait(120)

@@ -15,7 +15,8 @@ from tests.test_augment import run_augment, tf  # noqa: F401 - the shared TF fix
 from tests.test_index import in_tfrecord_package, tfrecord2idx
 from tests.test_splits_tfds import check_tfds_values, in_order, make_npz
 from tfrecord_etl.pipelines import verify as verify_module
-from tfrecord_etl.transforms import metadata, reader
+from tfrecord_etl.transforms import reader
+from tfrecord_etl.transforms.output import metadata
 
 ROWS = 120
 FN = ["--fn", "tests.augment_fns:label_times_two", "--fn_inputs", "label", "--constants", "year=2026,src=tfx"]

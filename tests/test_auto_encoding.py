@@ -10,9 +10,10 @@ import pytest
 from tests.conftest import convert
 from tests.test_augment import run_augment, tf  # noqa: F401 - the shared command helper and TF fixture
 from tests.test_foreign import TAXI_RECORDS, taxi_pattern
-from tfrecord_etl.transforms import metadata, reader
+from tfrecord_etl.transforms import reader
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.codec.encodings import auto_encoding
+from tfrecord_etl.transforms.output import metadata
 
 ROWS = 64
 # name: (values, the encoding the rule gives, the tf.io.FixedLenFeature dtype TFX sees (None: opaque bytes))

@@ -8,10 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tfrecord_etl.transforms import numpy_reader, tfrecord
 from tfrecord_etl.transforms.codec import FeatureSpec, encode_batch
 from tfrecord_etl.transforms.codec.block import layout_of
 from tfrecord_etl.transforms.errors import RecordError
+from tfrecord_etl.transforms.output import tfrecord
+from tfrecord_etl.transforms.reading import numpy_reader
 
 ROWS = 12
 

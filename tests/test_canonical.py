@@ -14,7 +14,6 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tests.conftest import convert
-from tfrecord_etl.transforms import tfrecord
 from tfrecord_etl.transforms.codec import (
     VLEN_BYTES,
     FeatureSpec,
@@ -26,6 +25,7 @@ from tfrecord_etl.transforms.codec import (
 )
 from tfrecord_etl.transforms.codec.assemble import varint_lengths
 from tfrecord_etl.transforms.codec.encodings import auto_encoding
+from tfrecord_etl.transforms.output import tfrecord
 
 example_pb2 = pytest.importorskip("tensorflow.core.example.example_pb2")
 

@@ -12,7 +12,9 @@ import pytest
 from tests.conftest import BEAM_FLAGS, run_command
 from tests.test_collection_read import add_span, span_arrays
 from tfrecord_etl.pipelines import augment as augment_main, common, verify as verify_main
-from tfrecord_etl.transforms import collection, metadata, reader
+from tfrecord_etl.transforms import reader
+from tfrecord_etl.transforms.collections import collection
+from tfrecord_etl.transforms.output import metadata
 
 ROWS = {3: 40, 4: 25, 7: 31}
 FN = ["--fn", "tests.augment_fns:label_times_two", "--fn_inputs", "label"]

@@ -18,7 +18,9 @@ import numpy as np
 from tests.conftest import BEAM_FLAGS, ROOT
 from tests.test_s3 import s3  # noqa: F401
 from tests.test_store_races import gcs_server, store  # noqa: F401 - the object-store fixtures
-from tfrecord_etl.transforms import collection, metadata, reader, runlock
+from tfrecord_etl.transforms import reader
+from tfrecord_etl.transforms.collections import collection
+from tfrecord_etl.transforms.output import metadata, runlock
 
 ROWS = {"a.npy": 0, "b.npy": 1000}  # file -> the first id of its 30 rows
 LOST_LOCK = "is writing this output directory"  # the loser of the lock: "Another run (host, pid, since) ..."

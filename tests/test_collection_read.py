@@ -13,8 +13,11 @@ import pytest
 
 from tests.conftest import convert, run_command
 from tfrecord_etl.pipelines import common, inspect as inspect_main, verify as verify_main
-from tfrecord_etl.transforms import collection, fileio, metadata, reader
+from tfrecord_etl.transforms import reader
+from tfrecord_etl.transforms.collections import collection
 from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, RecordError, SchemaError
+from tfrecord_etl.transforms.output import metadata
+from tfrecord_etl.transforms.storage import fileio
 
 ROWS = {3: 40, 4: 25, 7: 31}  # span -> rows: spans need not be contiguous
 
@@ -328,7 +331,7 @@ def test_tfds_per_span_and_as_one_dataset(tmp_path):
     common.preload_tensorflow()
     import tensorflow_datasets as tfds
 
-    from tfrecord_etl.transforms import collection_reader
+    from tfrecord_etl.transforms.reading import collection_reader
 
     coll = tmp_path / "coll"
     data = {span: span_arrays(span, rows) for span, rows in ((1, 12), (2, 7), (5, 9))}

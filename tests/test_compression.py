@@ -16,7 +16,8 @@ import pytest
 
 from tests import consumers_table
 from tests.conftest import BEAM_FLAGS, convert, run_command
-from tfrecord_etl.transforms import compression, tfrecord
+from tfrecord_etl.transforms import compression
+from tfrecord_etl.transforms.output import tfrecord
 
 BACKENDS = compression.available()
 RECORDS = [bytes([i % 251]) * (i % 300) + b"r%05d" % i for i in range(2000)]

@@ -285,7 +285,7 @@ def test_convert_with_zlib_and_packbits_round_trips_through_every_reader_and_ver
     flipped = mask[0].copy()
     flipped[5, 5] = not flipped[5, 5]
     new = codec.drop_features(records[0], {"mask"}) + codec.encode_batch({"mask": flipped[None]}, [spec], 1)[0]
-    from tfrecord_etl.transforms import tfrecord
+    from tfrecord_etl.transforms.output import tfrecord
 
     shard.write_bytes(tfrecord.frame_records([new] + records[1:]))
     code, stdout, _ = run_command(verify_module.main, [str(out), "--source", str(tmp_path / "in.h5")], capsys)

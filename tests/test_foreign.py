@@ -15,9 +15,10 @@ from hypothesis import given, settings, strategies as st
 from tests.conftest import fixture_file, run_command
 from tests.test_augment import run_augment, tf  # noqa: F401 - the shared command helper and TF fixture
 from tfrecord_etl.pipelines import inspect as inspect_main, verify as verify_main
-from tfrecord_etl.transforms import codec, metadata, reader
+from tfrecord_etl.transforms import codec, reader
 from tfrecord_etl.transforms.codec import FeatureSpec, FeatureStats
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
+from tfrecord_etl.transforms.output import metadata
 
 TAXI = "tfx/components/testdata/csv_example_gen/Split-train"  # TFX's Chicago taxi ExampleGen output: 9,909 records
 TAXI_SCHEMA = "tfx/examples/chicago_taxi_pipeline/data/user_provided_schema/schema.pbtxt"  # TFX's own schema of it

@@ -25,9 +25,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from tfrecord_etl.transforms import codec, metadata, tfrecord
+from tfrecord_etl.transforms import codec
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import IncompleteOutputError, RecordError, SchemaError
+from tfrecord_etl.transforms.output import metadata, tfrecord
 
 EXAMPLES = int(os.environ.get("TFRECORD_ETL_FUZZ_EXAMPLES", "150"))
 LONG_RUN = "TFRECORD_ETL_FUZZ_EXAMPLES" in os.environ

@@ -15,7 +15,7 @@ from bench.remote import egress_inputs
 from bench.s3proxy import CountingProxy
 from tests import gcs_emulator
 from tests.conftest import run_command
-from tfrecord_etl.transforms import fileio
+from tfrecord_etl.transforms.storage import fileio
 
 pytest.importorskip("gcp_storage_emulator", reason="pip install -e .[test]")
 

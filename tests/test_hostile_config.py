@@ -252,7 +252,7 @@ def test_more_shards_than_rows_are_refused(npy10, tmp_path, capsys):
 
 def test_num_shards_limits_in_one_place():
     """Hostile group 14: sharding.check_num_shards holds the shard-count limits (rows and file-name digits)."""
-    from tfrecord_etl.transforms import sharding
+    from tfrecord_etl.transforms.collections import sharding
 
     assert sharding.check_num_shards(10, 10) == 10
     assert sharding.check_num_shards(1, 0) == 1
@@ -406,7 +406,7 @@ def test_unwritable_output_directory_is_one_line(incompressible, tmp_path, capsy
 def test_output_oserror_raised_directly_is_one_line(npy10, tmp_path, capsys, monkeypatch):
     """Hostile group 16: an OSError of the output raised in the launcher itself (not in a worker), e.g. the
     output directory being a file (ENOTDIR), is one line naming the path."""
-    from tfrecord_etl.transforms import outdir
+    from tfrecord_etl.transforms.output import outdir
 
     target = tmp_path / "file" / "out"
 
@@ -470,9 +470,9 @@ def test_memory_error_is_one_line(npy10, tmp_path, capsys, monkeypatch):
 )
 def test_worker_output_errors_in_beam_text_are_one_line(text, expected):
     """Hostile group 16: Beam's multi-process runners re-raise a worker's OSError as text in a RuntimeError."""
-    from tfrecord_etl.pipelines import common
+    from tfrecord_etl.pipelines import errorlines
 
-    assert common._output_error_line(RuntimeError(text), "o") == expected
+    assert errorlines.output_error_line(RuntimeError(text), "o") == expected
 
 
 def test_worker_disk_full_through_run_main(tmp_path, capsys):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import convert
-from tfrecord_etl.pipelines import common
+from tfrecord_etl.pipelines import common, running
 
 
 def image_tree(base, classes: dict[str, int]):
@@ -45,15 +45,15 @@ def test_a_failed_run_leaves_no_empty_runner_log(tmp_path, capsys, monkeypatch):
     assert code == 0, err
     assert sorted(p.name for p in logs.iterdir()) == []
     for written, kept in ((b"[tfrecord-etl] shards 1/2\n", False), (b"Traceback (most recent call last):\n", True)):
-        common.LAST_RUN_LOG = None
+        running.LAST_RUN_LOG = None
         with pytest.raises(RuntimeError):
-            with common._worker_stderr_to_log():
+            with running._worker_stderr_to_log():
                 os.write(2, written)
                 raise RuntimeError("a worker failed")
         left = list(logs.glob("tfrecord-etl-*.log"))
-        assert (len(left), common.LAST_RUN_LOG is not None) == ((1, True) if kept else (0, False)), written
+        assert (len(left), running.LAST_RUN_LOG is not None) == ((1, True) if kept else (0, False)), written
         if kept:
-            assert left[0].read_bytes() == written and str(left[0]) == common.LAST_RUN_LOG
+            assert left[0].read_bytes() == written and str(left[0]) == running.LAST_RUN_LOG
             left[0].unlink()
     capsys.readouterr()
 
@@ -282,7 +282,8 @@ def test_a_file_symlink_out_of_the_tree_is_not_followed_without_the_flag(tmp_pat
 
 
 def test_a_symlink_loop_ends_the_walk_with_a_warning(tmp_path, capsys, caplog):
-    from tfrecord_etl.transforms import fileio, matching
+    from tfrecord_etl.transforms.collections import matching
+    from tfrecord_etl.transforms.storage import fileio
 
     tree = image_tree(tmp_path / "tree", {"cat": 2})
     (tree / "cat" / "up").symlink_to("..")

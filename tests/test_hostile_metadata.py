@@ -17,9 +17,11 @@ import pytest
 
 from tests.conftest import BEAM_FLAGS, convert, run_command
 from tfrecord_etl.pipelines import augment as augment_main, common, verify as verify_main
-from tfrecord_etl.transforms import collection, metadata, reader, schemacheck
+from tfrecord_etl.transforms import reader
 from tfrecord_etl.transforms.codec import FeatureSpec
+from tfrecord_etl.transforms.collections import collection, schemacheck
 from tfrecord_etl.transforms.errors import IncompleteOutputError, SchemaError
+from tfrecord_etl.transforms.output import metadata
 
 X = np.arange(300, dtype=np.float64).reshape(100, 3) / 7  # float64: a tensor feature, tagged <f8 in schema.pbtxt
 Y = np.arange(100, dtype=np.int32)

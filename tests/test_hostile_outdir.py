@@ -1,5 +1,5 @@
 """Hostile groups 1-8 (and the output-directory items of 16): a run deletes or replaces only files of
-ours, refuses everything else, takes paths literally, and holds an exclusive lock (transforms/outdir.py)."""
+ours, refuses everything else, takes paths literally, and holds an exclusive lock (transforms/output/outdir.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.conftest import BEAM_FLAGS, ROOT, convert, run_command
-from tfrecord_etl.transforms import outdir, reader
+from tfrecord_etl.transforms import reader
 from tfrecord_etl.transforms.errors import ConfigError
+from tfrecord_etl.transforms.output import outdir
 
 ROWS = 40
 

@@ -19,8 +19,10 @@ import pytest
 from tests.conftest import BEAM_FLAGS, convert, run_command
 from tfrecord_etl.pipelines import augment as augment_main, inspect as inspect_main, verify as verify_main
 from tfrecord_etl.pipelines.augment import AugmentConfig
-from tfrecord_etl.transforms import augment, codec, fileio, metadata, reader, tfrecord, verify as verify_lib
+from tfrecord_etl.transforms import augment, codec, reader, verify as verify_lib
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError, printable
+from tfrecord_etl.transforms.output import metadata, tfrecord
+from tfrecord_etl.transforms.storage import fileio
 
 HUGE = 3 * 2**29  # 1.5 GiB: the length a lying header declares
 

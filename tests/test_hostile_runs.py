@@ -15,7 +15,8 @@ import pytest
 from tests.conftest import convert
 from tests.test_hostile_config import tiny_tmpfs
 from tests.test_spans import DATES, make_h5
-from tfrecord_etl.transforms import collection, outdir, runlock
+from tfrecord_etl.transforms.collections import collection
+from tfrecord_etl.transforms.output import outdir, runlock
 
 
 def tree_bytes(root):

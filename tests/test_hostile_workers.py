@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.test_killed_runs import MULTI, ROWS, convert, error_lines, files_of, ids, make_h5, orphans
-from tfrecord_etl.transforms import outdir
+from tfrecord_etl.transforms.output import outdir
 
 
 @pytest.fixture(scope="module")

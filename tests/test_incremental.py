@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import convert
 from tests.test_spans import make_h5, our_ids, tf_ids
-from tfrecord_etl.transforms import collection
+from tfrecord_etl.transforms.collections import collection
 
 
 def everything(root):

@@ -13,8 +13,9 @@ import pytest
 from tests.conftest import convert
 from tests.test_convert import assert_same, make_h5
 from tfrecord_etl.pipelines import verify as verify_module
-from tfrecord_etl.transforms import reader, tfrecord
+from tfrecord_etl.transforms import reader
 from tfrecord_etl.transforms.errors import ConfigError, RecordError
+from tfrecord_etl.transforms.output import tfrecord
 
 
 @pytest.fixture(scope="module", params=["planned", "beam"])

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from tfrecord_etl.transforms import outdir, reader, runlock
+from tfrecord_etl.transforms import reader
+from tfrecord_etl.transforms.output import outdir, runlock
 
 MULTI = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
 ROWS = 4000
@@ -158,8 +159,8 @@ def test_ctrl_c_stops_the_workers_and_is_one_line_with_status_130(inputs, tmp_pa
 
 def test_a_run_whose_lock_was_taken_over_commits_nothing(tmp_path, monkeypatch):
     """``sink.committed_file`` inside a held lock refuses to rename once another run's id is in the lock."""
-    from tfrecord_etl.transforms import sink
     from tfrecord_etl.transforms.errors import OutputError
+    from tfrecord_etl.transforms.output import sink
 
     lock = outdir.prepare(str(tmp_path), command="convert", options={}, files=["a.tfrecord"], overwrite=False)
     with lock:
@@ -179,7 +180,7 @@ def test_a_run_whose_lock_was_taken_over_commits_nothing(tmp_path, monkeypatch):
 def test_a_second_ctrl_c_during_the_cleanup_of_an_interrupted_run_still_releases_the_lock(tmp_path):
     """Each worker that commits a shard after a Ctrl-C, or the user pressing it twice, interrupts the launcher
     again while it removes what it wrote: the cleanup finishes and the lock is released all the same."""
-    from tfrecord_etl.transforms import runlock
+    from tfrecord_etl.transforms.output import runlock
 
     lock = runlock.Lock(str(tmp_path), "a" * 32).acquire()
     done = []
@@ -198,7 +199,7 @@ def test_a_second_ctrl_c_during_the_cleanup_of_an_interrupted_run_still_releases
 
 
 def test_a_ctrl_c_during_the_release_of_a_successful_run_is_raised_after_it(tmp_path, monkeypatch):
-    from tfrecord_etl.transforms import runlock
+    from tfrecord_etl.transforms.output import runlock
 
     lock = runlock.Lock(str(tmp_path), "b" * 32).acquire()
     remove = runlock._remove
@@ -217,7 +218,7 @@ def test_a_ctrl_c_during_the_release_of_a_successful_run_is_raised_after_it(tmp_
 WORKER_SCRIPT = r"""
 import os, sys
 from apache_beam.internal import pickler
-from tfrecord_etl.transforms import runlock
+from tfrecord_etl.transforms.output import runlock
 from tfrecord_etl.transforms.errors import OutputError
 fn = pickler.loads(open(sys.argv[1]).read())
 target = sys.argv[2]

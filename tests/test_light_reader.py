@@ -260,7 +260,7 @@ def test_lightfs_paths_follow_beams_filesystems(tmp_path):
     """join, split and pattern matching as Beam's LocalFileSystem / GCSFileSystem / S3FileSystem do them."""
     from apache_beam.io.filesystems import FileSystems
 
-    from tfrecord_etl.transforms import lightfs
+    from tfrecord_etl.transforms.storage import lightfs
 
     for path in ("gs://b/a/c.txt", "s3://b/x", "gs://b/", "s3://b/dir/", str(tmp_path / "f"), "rel/f", "f"):
         assert lightfs.split(path) == FileSystems.split(path), path

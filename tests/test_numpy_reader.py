@@ -15,9 +15,12 @@ import pytest
 
 from tests.conftest import convert
 from tests.test_collection_read import coll, expected  # noqa: F401 - the collection fixture (3 spans)
-from tfrecord_etl.transforms import fileio, metadata, reader, shardcheck, tfrecord
+from tfrecord_etl.transforms import reader
 from tfrecord_etl.transforms.codec import decode_example_lenient
 from tfrecord_etl.transforms.errors import ConfigError, RecordError
+from tfrecord_etl.transforms.output import metadata, tfrecord
+from tfrecord_etl.transforms.reading import shardcheck
+from tfrecord_etl.transforms.storage import fileio
 
 ROWS = 300  # two shards of 150: ids 0..127 are one varint byte, 128.. two, so records differ in length
 

@@ -42,7 +42,7 @@ for name in names:
             raise
         skipped[name] = e.name
 refused = {}
-for bare in ("transforms", "transforms.fileio", "pipelines", "pipelines.common"):
+for bare in ("transforms", "transforms.storage.fileio", "pipelines", "pipelines.common"):
     try:
         importlib.import_module(bare)
     except ImportError as e:
@@ -69,16 +69,16 @@ def test_every_module_of_the_library_loads_under_one_name():
     got = json.loads(done.stdout)
     assert len(got["names"]) > 80 and set(got["skipped"]) <= {
         "tfrecord_etl.tfx",
-        "tfrecord_etl.transforms.tfx_examplegen",
+        "tfrecord_etl.transforms.tfx.examplegen",
     }, got["skipped"]
     twice = {path: names for path, names in got["files"].items() if len(names) > 1}
     assert twice == {}, twice  # no file loaded as two modules
     assert all(names[0].split(".")[0] == "tfrecord_etl" for names in got["files"].values()), got["files"]
     loaded = {name for names in got["files"].values() for name in names}
     assert set(got["names"]) - set(got["skipped"]) <= loaded
-    # the bare names are refused with the name to use (before: transforms.fileio was a second module object)
-    assert set(got["refused"]) == {"transforms", "transforms.fileio", "pipelines", "pipelines.common"}
-    assert "import tfrecord_etl.transforms.X, not transforms.X" in got["refused"]["transforms.fileio"]
+    # the bare names are refused with the name to use (before: transforms.storage.fileio was a second module object)
+    assert set(got["refused"]) == {"transforms", "transforms.storage.fileio", "pipelines", "pipelines.common"}
+    assert "import tfrecord_etl.transforms.X, not transforms.X" in got["refused"]["transforms.storage.fileio"]
     assert "import tfrecord_etl.pipelines.X, not pipelines.X" in got["refused"]["pipelines.common"]
 
 

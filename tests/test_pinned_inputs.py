@@ -14,9 +14,10 @@ import pytest
 
 from tests.conftest import BEAM_FLAGS, convert, run_command
 from tfrecord_etl.pipelines import augment as augment_main, convert as convert_main
-from tfrecord_etl.transforms import augment, fileio, reader
+from tfrecord_etl.transforms import augment, reader
 from tfrecord_etl.transforms.augment import beam as augment_beam, commit as augment_commit
 from tfrecord_etl.transforms.errors import IncompleteOutputError, InputChangedError
+from tfrecord_etl.transforms.storage import fileio
 
 ROWS = 3000
 

@@ -1,4 +1,4 @@
-"""transforms.planning (the plan of a conversion, no pipeline) and transforms.sink (the commit protocol), unit by
+"""transforms.planning (the plan of a conversion, no pipeline) and transforms.output.sink (the commit protocol), unit by
 unit; and ConvertToTFRecord applied in a pipeline a user writes."""
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ import h5py
 import numpy as np
 import pytest
 
-from tfrecord_etl.transforms import outdir, planning, reader, sharding, sink, tfrecord
+from tfrecord_etl.transforms import planning, reader
+from tfrecord_etl.transforms.collections import sharding
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError
+from tfrecord_etl.transforms.output import outdir, sink, tfrecord
 from tfrecord_etl.transforms.sources import SourceOptions
 
 # -- the shard-count policy --------------------------------------------------------------------------------

@@ -19,13 +19,13 @@ import pytest
 
 from tests.conftest import ROOT, convert
 from tfrecord_etl.pipelines import progress
-from tfrecord_etl.transforms.outdir import name_key
+from tfrecord_etl.transforms.output.outdir import name_key
 
 NAMES = [f"data-{i:05d}-of-00004.tfrecord" for i in range(4)]
 
 
 def temp(final: str, attempt: int = 0) -> str:
-    """A temporary of ``final`` as transforms/sink.py names it."""
+    """A temporary of ``final`` as transforms/output/sink.py names it."""
     return f".tmp-{attempt:032x}-{name_key(final)}"
 
 

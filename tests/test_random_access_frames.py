@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import convert
-from tfrecord_etl.transforms import metadata, reader
+from tfrecord_etl.transforms import reader
 from tfrecord_etl.transforms.codec.block import BlockDecoder
 from tfrecord_etl.transforms.errors import RecordError
+from tfrecord_etl.transforms.output import metadata
 
 ROWS = 200  # ids 0..127 one varint byte, 128.. two: two record lengths
 

@@ -281,8 +281,8 @@ def test_count_with_the_ranged_reads_of_remote_files(tmp_path, monkeypatch):
     --count, the columns are count rows long and the bytes after them are never read."""
     import types
 
-    from tfrecord_etl.transforms import fileio
     from tfrecord_etl.transforms.sources import RowRange, SourceOptions, raw as raw_module
+    from tfrecord_etl.transforms.storage import fileio
 
     triangles = (np.arange(36).reshape(12, 3) * 7 - 100).astype(">i4")
     path = tmp_path / "surf.gii.dat"

@@ -15,7 +15,8 @@ import pytest
 
 from tests.conftest import BEAM_FLAGS, run_command
 from tests.test_convert import make_h5
-from tfrecord_etl.transforms import outdir, reader
+from tfrecord_etl.transforms import reader
+from tfrecord_etl.transforms.output import outdir
 
 boto3 = pytest.importorskip("boto3", reason="pip install -e .[s3]")
 moto_server = pytest.importorskip("moto.server", reason="pip install -e .[s3]")
@@ -171,14 +172,14 @@ def test_s3_input_and_output_equal_a_local_run(s3, tmp_path, fmt, runner):
 
 
 def test_hdf5_row_range_is_read_from_s3_without_downloading_the_file(s3, tmp_path, monkeypatch):
-    """h5py reads an s3:// file through Beam's seekable stream (transforms.fileio.open_read): a row range
+    """h5py reads an s3:// file through Beam's seekable stream (transforms.storage.fileio.open_read): a row range
     costs the superblock/B-tree reads plus the range's chunks, in Beam's 16 MB read-buffer steps, not
     the whole object. Counted on the client: the bytes Beam's boto3 client returns from ranged GETs."""
     import h5py
 
     from tfrecord_etl.pipelines import common
-    from tfrecord_etl.transforms import fileio
     from tfrecord_etl.transforms.sources import Hdf5Source, RowRange, SourceOptions
+    from tfrecord_etl.transforms.storage import fileio, remote
 
     client, s3_flags = s3
     rows, width = 32_000, 1024  # 32000 x 1024 float32: 125 MB in chunks of 256 rows (1 MB)
@@ -190,14 +191,14 @@ def test_hdf5_row_range_is_read_from_s3_without_downloading_the_file(s3, tmp_pat
     client.upload_file(str(path), BUCKET, "big/big.h5")
 
     fetched = {"bytes": 0, "gets": 0}
-    original = fileio._RangeReader._get
+    original = remote.RangeReader._get
 
     def counting_get(self, start, n):
         fetched["bytes"] += n
         fetched["gets"] += 1
         return original(self, start, n)
 
-    monkeypatch.setattr(fileio._RangeReader, "_get", counting_get)
+    monkeypatch.setattr(remote.RangeReader, "_get", counting_get)
     common.configure_filesystems(s3_flags)
     start, stop = 16_000, 16_512  # 2 MB in the middle of the file
     columns = Hdf5Source(SourceOptions()).read(RowRange(f"s3://{BUCKET}/big/big.h5", start, stop, ("/x", "/y")))

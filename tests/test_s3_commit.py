@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 from tests.test_s3 import BUCKET, convert, keys, s3  # noqa: F401 - the moto server fixture
-from tfrecord_etl.transforms import conditional, metadata, outdir, reader, runlock
+from tfrecord_etl.transforms import reader
 from tfrecord_etl.transforms.errors import ConfigError
+from tfrecord_etl.transforms.output import metadata, outdir, runlock
+from tfrecord_etl.transforms.storage import conditional
 
 
 def make_h5(path, start, rows=300):

@@ -14,7 +14,7 @@ import pytest
 from bench.remote import egress_inputs
 from bench.s3proxy import CountingProxy
 from tests.test_s3 import BUCKET, CREDENTIALS, convert, s3  # noqa: F401 - the moto server fixture
-from tfrecord_etl.transforms import fileio
+from tfrecord_etl.transforms.storage import fileio, remote
 
 ROWS = 1024  # x 4096 bytes: 4 MiB of images per file
 
@@ -31,9 +31,9 @@ def proxied(s3):
     flags = [f for f in flags if not f.startswith("--s3_endpoint_url=")] + [
         f"--s3_endpoint_url=http://127.0.0.1:{proxy.port}"
     ]
-    fileio._CLIENTS.clear()
+    remote.CLIENTS.clear()
     yield proxy, flags, files
-    fileio._CLIENTS.clear()
+    remote.CLIENTS.clear()
     proxy.close()
 
 
@@ -197,9 +197,9 @@ def test_prefetch_coalesces_ranges_and_serves_reads_without_requests(proxied, mo
     FileSystems.set_options(PipelineOptions(flags))
     data = files["img.npy"]
     gets = []
-    original = fileio._RangeReader._get
+    original = remote.RangeReader._get
     monkeypatch.setattr(
-        fileio._RangeReader, "_get", lambda self, start, n: gets.append((start, n)) or original(self, start, n)
+        remote.RangeReader, "_get", lambda self, start, n: gets.append((start, n)) or original(self, start, n)
     )
     with fileio.open_read(f"s3://{BUCKET}/egress/img.npy") as f:
         assert fileio.prefetch(f, [(200_000, 100), (200_150, 50_000), (3_000_000, 10), (0, 0)])

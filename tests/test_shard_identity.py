@@ -16,9 +16,11 @@ import pytest
 
 from tests.conftest import BEAM_FLAGS, convert, run_command
 from tfrecord_etl.pipelines import augment as augment_main, verify as verify_module
-from tfrecord_etl.transforms import checksum, metadata, outdir, reader, shardcheck, tfrecord
+from tfrecord_etl.transforms import checksum, reader
 from tfrecord_etl.transforms.codec import FeatureSpec, encode_columns
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
+from tfrecord_etl.transforms.output import framing, metadata, outdir, tfrecord
+from tfrecord_etl.transforms.reading import shardcheck
 
 ROWS = 3000  # 3 shards of 1,000 rows
 
@@ -148,7 +150,7 @@ def test_frames_crc32c_is_the_crc32c_of_the_framed_bytes(width, rows):
     """The CRC32C combined from the record CRCs equals google-crc32c over the framed bytes (frame positions grown by
     doubling past 1, 2, 4, ... 4096)."""
     block = np.random.default_rng(width + rows).integers(0, 256, (rows, width), dtype=np.uint8)
-    framed, crcs, masked = tfrecord._framed(rows, width, lambda view: view.__setitem__(Ellipsis, block))
+    framed, crcs, masked = framing.framed(rows, width, lambda view: view.__setitem__(Ellipsis, block))
     assert checksum.frames_crc32c(width, crcs, masked) == google_crc32c.value(framed.tobytes())
     assert checksum.frames_crc32c(width, crcs[:2], masked[:2]) == google_crc32c.value(framed[:2].tobytes())
     assert checksum.frames_crc32c(100, crcs, masked) is None  # narrow records: extend is as cheap

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT, convert
-from tfrecord_etl.transforms import outdir, sink
+from tfrecord_etl.transforms.output import outdir, sink
 
 PATTERNS = ["*.tfrecord*", "*tfrecord*", "data-*", "*-of-*", "*.gz", "*.deflate"]
 ROWS = 600

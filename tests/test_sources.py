@@ -161,7 +161,7 @@ def test_row_ranges_cover_every_row_once():
 
 
 def test_balanced_shard_plans_cut_at_chunk_aligned_boundaries_and_cover_every_row_once():
-    from tfrecord_etl.transforms.sharding import plan_balanced_shards
+    from tfrecord_etl.transforms.collections.sharding import plan_balanced_shards
 
     files = [
         sources.FileIndex("a.h5", 1001, (), row_bytes=10, chunk_rows=7),
@@ -185,7 +185,7 @@ def test_balanced_shard_plans_cut_at_chunk_aligned_boundaries_and_cover_every_ro
 
 
 def test_shard_plans_are_contiguous_and_balanced():
-    from tfrecord_etl.transforms.sharding import plan_shards
+    from tfrecord_etl.transforms.collections.sharding import plan_shards
 
     ranges = [sources.RowRange("f", i * 10, i * 10 + 10) for i in range(10)]
     shards = plan_shards(ranges, [100] * 10, 3)

@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import BEAM_FLAGS, ROOT, convert
-from tfrecord_etl.transforms import collection, reader, runlock, spans
+from tfrecord_etl.transforms import reader
+from tfrecord_etl.transforms.collections import collection, spans
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError
+from tfrecord_etl.transforms.output import runlock
 
 DATES = ["2025-11-23", "2025-11-24", "2025-11-25"]
 

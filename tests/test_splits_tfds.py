@@ -13,8 +13,9 @@ import pytest
 from tests.conftest import convert, run_command
 from tests.test_augment import tf  # noqa: F401 - the shared TF fixture
 from tfrecord_etl.pipelines import verify as verify_module
-from tfrecord_etl.transforms import metadata, reader
+from tfrecord_etl.transforms import reader
 from tfrecord_etl.transforms.errors import SchemaError
+from tfrecord_etl.transforms.output import metadata
 
 ROWS = 600
 

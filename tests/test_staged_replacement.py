@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import BEAM_FLAGS, ROOT, convert
-from tfrecord_etl.transforms import outdir, reader
+from tfrecord_etl.transforms import reader
+from tfrecord_etl.transforms.output import outdir
 
 
 def make_h5(path, rows, start):

@@ -27,8 +27,10 @@ from tests.test_s3 import (
     BUCKET as S3_BUCKET,
     s3,  # noqa: F401 - the moto server fixture
 )
-from tfrecord_etl.transforms import collection, conditional, fileio, metadata, runlock
+from tfrecord_etl.transforms.collections import collection
 from tfrecord_etl.transforms.errors import ConfigError, OutputError
+from tfrecord_etl.transforms.output import metadata, runlock
+from tfrecord_etl.transforms.storage import conditional, fileio
 
 pytest.importorskip("gcp_storage_emulator", reason="pip install -e .[test]")
 GCS_BUCKET = "etl-races"

@@ -1,4 +1,4 @@
-"""reader.to_tf_dataset's pipeline (transforms.tfdata): batched parsing exact for every encoding and dtype, batched
+"""reader.to_tf_dataset's pipeline (transforms.reading.tfdata): batched parsing exact for every encoding and dtype, batched
 and unbatched, equal to the per-example decoder and to iter_numpy; shard order, shuffled shards reproducible with a
 seed, workers' shards disjoint and complete; shards tampered with at rest refused before any record is read."""
 
@@ -13,9 +13,11 @@ import pytest
 
 from tests.conftest import convert
 from tests.test_codec import NUMERIC, TEXT, TIME, sample
-from tfrecord_etl.transforms import codec, metadata, reader, shardcheck, tfdata, tfrecord
+from tfrecord_etl.transforms import codec, reader
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
+from tfrecord_etl.transforms.output import metadata, tfrecord
+from tfrecord_etl.transforms.reading import shardcheck, tfdata
 
 ROWS = 400  # 4 shards of 100 rows
 
@@ -330,7 +332,7 @@ def large(tmp_path_factory):
 
 @pytest.mark.parametrize("compression", ["none", "gzip"])
 def test_large_records_read_ahead_in_shard_order_as_plain_tensorflow_reads_them(large, tf, compression):
-    from tfrecord_etl.transforms import collection_reader
+    from tfrecord_etl.transforms.reading import collection_reader
 
     out = str(large[compression])
     shards = tfdata.shards_of(collection_reader.parts(out, None, None, None, False)[1])
@@ -354,7 +356,7 @@ def test_large_records_read_ahead_in_shard_order_as_plain_tensorflow_reads_them(
 
 
 def test_small_records_are_not_read_ahead(outputs):
-    from tfrecord_etl.transforms import collection_reader
+    from tfrecord_etl.transforms.reading import collection_reader
 
     shards = tfdata.shards_of(collection_reader.parts(str(outputs["none"]), None, None, None, False)[1])
     assert tfdata.read_ahead(shards) == 0

@@ -7,8 +7,8 @@ import io
 import pytest
 
 from tfrecord_etl.pipelines import common
-from tfrecord_etl.transforms import tfrecord
 from tfrecord_etl.transforms.errors import RecordError
+from tfrecord_etl.transforms.output import tfrecord
 
 RECORDS = [b"", b"a", b"hello world" * 100, bytes(range(256)) * 40]
 

@@ -1,4 +1,4 @@
-"""The planned writer of ArraysExampleGen's examples artifact (transforms.tfx_write) and TFX's record-hash split
+"""The planned writer of ArraysExampleGen's examples artifact (transforms.tfx.write) and TFX's record-hash split
 assignment (splits.SplitPlan by_record), without TFX: the assignment against TFX's ``_PartitionFn`` formula
 (transcribed, as test_splits_tfds does; configs/tfx/test_tfx_pipeline.py checks it against TFX's own function), the
 batches split by record, and the Split-NAME files read back with plain TensorFlow, with dead letters."""
@@ -17,11 +17,12 @@ import pytest
 from tests.test_augment import tf  # noqa: F401 - the shared TF fixture
 from tests.test_reliability import corrupt_h5
 from tests.test_splits_tfds import tfx_split
-from tfrecord_etl.transforms import reader, tfx_write
+from tfrecord_etl.transforms import reader
 from tfrecord_etl.transforms.codec import FeatureSpec, encode_columns
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, RecordError
 from tfrecord_etl.transforms.splits import SplitPlan
+from tfrecord_etl.transforms.tfx import write as tfx_write
 from tfrecord_etl.transforms.verify import verify
 
 N = 300

@@ -12,8 +12,8 @@ from google.protobuf import text_format
 from tensorflow_metadata.proto.v0 import schema_pb2
 
 from tests.conftest import convert
-from tfrecord_etl.transforms import metadata
 from tfrecord_etl.transforms.codec import FeatureSpec
+from tfrecord_etl.transforms.output import metadata
 
 ROWS = 40
 

@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import ROOT, convert, run_command
 from tfrecord_etl.transforms import reader
 from tfrecord_etl.transforms.errors import SchemaError
+from tfrecord_etl.transforms.output import metadata
 
 
 def inspect(*args, capsys):
@@ -140,7 +141,7 @@ def test_yaml_takes_the_flags_comma_syntax_and_a_typo_key_gets_a_suggestion(tmp_
         capsys,
     )
     assert code == 0, err
-    assert [s.name for s in reader.metadata.load(str(tmp_path / "o"))["features"]] == ["X", "obs"]
+    assert [s.name for s in metadata.load(str(tmp_path / "o"))["features"]] == ["X", "obs"]
     (tmp_path / "b.yaml").write_text(f"input: {tmp_path / 'in.h5'}\noutput_dir: {tmp_path / 'p'}\ndataset: /X\n")
     code, _, err = run_command(convert_module.main, ["--config", tmp_path / "b.yaml"], capsys)
     assert code == 2 and "unknown key 'dataset' (did you mean 'datasets'?)" in err
@@ -185,10 +186,7 @@ def test_inspect_an_hdf5_file_lists_its_tree_and_row_groups(tmp_path, capsys, ca
     assert code == 0, err
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "holds 3 row groups: converting group 1: 50 rows, 10 dataset(s)" in said and "--row_group 3" in said
-    assert (
-        reader.metadata.load(str(tmp_path / "default"))["features"]
-        == reader.metadata.load(str(tmp_path / "out"))["features"]
-    )
+    assert metadata.load(str(tmp_path / "default"))["features"] == metadata.load(str(tmp_path / "out"))["features"]
 
 
 @pytest.mark.timeout(60)

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import convert, fixture_file, run_command
-from tfrecord_etl.transforms import codec, metadata, reader, tfrecord
+from tfrecord_etl.transforms import codec, reader
 from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, RecordError, SchemaError
+from tfrecord_etl.transforms.output import metadata, tfrecord
 
 ROWS = 240
 PENGUIN = "tfx/components/testdata/penguin/data/Split-train/data_tfrecord-00000-of-00001.gz"

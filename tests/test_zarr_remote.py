@@ -14,7 +14,7 @@ zarr = pytest.importorskip("zarr")
 
 from bench.s3proxy import CountingProxy  # noqa: E402
 from tests.test_s3 import BUCKET, convert, s3  # noqa: E402,F401 - the moto server fixture
-from tfrecord_etl.transforms import fileio  # noqa: E402
+from tfrecord_etl.transforms.storage import remote  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +26,9 @@ def proxied(s3):
     flags = [f for f in flags if not f.startswith("--s3_endpoint_url=")] + [
         f"--s3_endpoint_url=http://127.0.0.1:{proxy.port}"
     ]
-    fileio._CLIENTS.clear()
+    remote.CLIENTS.clear()
     yield client, proxy, flags
-    fileio._CLIENTS.clear()
+    remote.CLIENTS.clear()
     proxy.close()
 
 

@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from tfrecord_etl.transforms import fileio, matching, metadata, outdir, planning
+from tfrecord_etl.transforms import planning
 from tfrecord_etl.transforms.beam import (
     commit as beam_commit,
     deadletters as beam_deadletters,
 )
 from tfrecord_etl.transforms.beam.writers import WRITERS, codec_of, writer_name
+from tfrecord_etl.transforms.collections import matching
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, SchemaError
+from tfrecord_etl.transforms.output import metadata, outdir
 from tfrecord_etl.transforms.planning import ConvertPlan, plan_convert
+from tfrecord_etl.transforms.storage import fileio
 
 
 class ConvertToTFRecord(beam.PTransform):
@@ -74,7 +77,7 @@ class ConvertToTFRecord(beam.PTransform):
                 raise ConfigError(f"Invalid ConvertToTFRecord options: {e}") from None
         elif file_pattern is not None or output_dir is not None or options:
             raise ConfigError("Pass either config= or file_pattern, output_dir and options, not both")
-        from tfrecord_etl.transforms.spans import has_placeholders
+        from tfrecord_etl.transforms.collections.spans import has_placeholders
 
         if config.incremental or has_placeholders(config.input):
             raise ConfigError(
@@ -100,19 +103,19 @@ class ConvertToTFRecord(beam.PTransform):
         writer = WRITERS[writer_name(cfg)](plan, cfg, self._progress)
         shards = pbegin | type(writer).__name__ >> writer
         commit = beam_commit.OutputCommit(
-            cfg.output_dir,
-            plan.specs,
-            cfg.compression,
-            plan.inputs.num_rows,
-            tuple({"path": i.path, "rows": i.num_rows} for i in plan.inputs.indexes),
-            writer_name(cfg),
-            cfg.model_dump(),
-            plan.inputs.source.describe(),
-            plan.tfds_name,
-            self.carried,
-            plan.split_plan.names if plan.split_plan else (),
-            self.replaced,
-            codec_of(cfg),
+            output_dir=cfg.output_dir,
+            specs=plan.specs,
+            compression=cfg.compression,
+            expected_rows=plan.inputs.num_rows,
+            sources=tuple({"path": i.path, "rows": i.num_rows} for i in plan.inputs.indexes),
+            writer=writer_name(cfg),
+            options=cfg.model_dump(),
+            described=plan.inputs.source.describe(),
+            tfds_name=plan.tfds_name,
+            carried=self.carried,
+            split_names=plan.split_plan.names if plan.split_plan else (),
+            replaced=self.replaced,
+            codec=codec_of(cfg),
         )
         return shards | "FinalizeOutput" >> beam_commit.FinalizeOutput(commit, writer.dead_letters)
 

@@ -1,4 +1,5 @@
-"""Read an output directory of tfrecord-etl back: as NumPy (no TensorFlow import) or as tf.data.
+"""The reader's public API: read an output directory (or a collection of spans) of tfrecord-etl back, as NumPy
+(no TensorFlow import), tf.data, PyTorch or by position.
 
     from tfrecord_etl.transforms import reader
     for example in reader.iter_numpy("out/"):            # dicts of numpy arrays, in shard order
@@ -12,464 +13,66 @@
 Every function refuses an output directory without ``metadata.json`` (IncompleteOutputError). Every function also
 reads a collection directory (``collection.json`` + ``span-N/``): ``spans=`` selects spans (None = all, an int, a
 list or range, ``"latest"``, ``"latest:N"``), read in span order, each at its latest version, their features checked
-to agree first (:mod:`transforms.collection_reader`).
+to agree first.
+
+This module is the documented import path; the implementation lives in the reading layer,
+``tfrecord_etl.transforms.reading`` (``reading.reader``, ``reading.sidecar`` and the modules they draw on).
 """
 
-from __future__ import annotations
-
-import dataclasses
-import itertools
-from collections.abc import Iterator, Sequence
-
-import numpy as np
-
-from tfrecord_etl.transforms import collection_reader, fileio, metadata, numpy_reader, schemacheck, tfdata, tfrecord
-from tfrecord_etl.transforms.codec import FeatureSpec, encoding_of, spec_from_json
-from tfrecord_etl.transforms.collection_reader import select_features
-from tfrecord_etl.transforms.errors import RecordError, SchemaError
-from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # re-exported
-from tfrecord_etl.transforms.random_access import RandomAccess  # re-exported
-from tfrecord_etl.transforms.shardcheck import CRC_CHUNK, check_shard, file_crc32c  # noqa: F401 - re-exported (reader.check_shard is documented)
-from tfrecord_etl.transforms.tfdata import decode_tf, parse_spec, refuse_varying_dtypes  # re-exported
-from tfrecord_etl.transforms.torch_io import collate_varlen, python_scalars, torch_description  # noqa: F401
-
-_TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
-
-
-def iter_records(
-    path: str, compression: str | None = None, max_record_bytes: int | None = None
-) -> Iterator[tuple[int, int, bytes]]:
-    """``(record index, byte offset, serialized record)`` of one TFRecord file, streamed, CRCs checked.
-
-    ``compression``: ``none``, ``gzip`` or ``zlib``; None guesses from the suffix, then the first bytes.
-    ``max_record_bytes``: limit on a record's length header, checked before the record is read (default
-    ``tfrecord.record_limit()``, 1024 MB).
-
-    Raises:
-      RecordError: a corrupt frame or a record over the limit.
-      SourceError: not a regular file (a FIFO or device is never opened).
-    """
-    tfrecord.check_regular(path)
-    if compression is None:
-        compression = file_compression(path)
-    with fileio.open_read(path) as raw:
-        yield from tfrecord.iter_records(
-            tfrecord.open_decompressed(raw, compression), path, max_record_bytes=max_record_bytes
-        )
-
-
-def file_compression(path: str) -> str:
-    """The compression of a TFRecord file: from its suffix (``.gz``, ``.deflate``/``.zlib``/``.zz``), else its
-    first bytes (``tfrecord.detect_compression``)."""
-    compression = tfrecord.compression_from_path(path)
-    if compression == "none":
-        with fileio.open_read(path) as raw:
-            compression = tfrecord.detect_compression(raw.read(12))
-    return compression
-
-
-def iter_numpy(
-    output_dir: str,
-    features: Sequence[str] | None = None,
-    max_record_bytes: int | None = None,
-    max_features: int | None = None,
-    split: str | None = None,
-    spans=None,
-    batch_size: int | None = None,
-    check_checksums: bool = True,
-    trust_spans: bool = False,
-) -> Iterator[dict[str, np.ndarray]]:
-    """Yields one ``{name: np.ndarray}`` per example, or with ``batch_size`` one ``{name: array of batch_size
-    rows}`` per batch (the last one holds the rest; batches run across shards and spans), in shard order, without
-    importing TensorFlow. ``split``: only that split's shards (``--splits`` / ``--split`` outputs); default every
-    shard. ``output_dir`` may be a collection directory: ``spans`` selects its spans, read in span order (see the
-    module); ``trust_spans`` reads a span whose ``metadata.json`` is not the one ``collection.json`` lists (see
-    :func:`collection_reader.check_span`).
-
-    Arrays have the recorded dtype (little-endian) and shape; ``bytes`` features are object arrays. In a batch, a
-    fixed feature is one ``(rows, *shape)`` array; a feature whose shape or dtype varies between examples is a 1-D
-    object array holding each row's array. Records are decoded a block at a time with NumPy
-    (:mod:`transforms.numpy_reader`), with values equal to the per-record decoder's.
-
-    ``max_record_bytes`` / ``max_features``: limits on one record's size and feature count (defaults
-    ``tfrecord.record_limit()`` and ``codec.MAX_FEATURES``).
-
-    Each shard is checked: its size against metadata.json before it is read, its record count at its end, and with
-    ``check_checksums`` (default) its CRC32C: a local shard's before its first row (once per process and file
-    version, :func:`check_shard`), and the bytes as read, at its end. ``check_checksums=False`` skips the CRC32C of
-    the shard (every record's own CRCs are still checked).
-
-    Raises:
-      IncompleteOutputError: no metadata.json; a span not the one collection.json lists (unless ``trust_spans``).
-      RecordError: a corrupt record (file, index, offset), a record over a limit, a shard whose size, record count
-        or CRC32C differs from the metadata (naming the shard).
-      ConfigError: ``batch_size`` not a positive integer; ``spans`` (see :func:`collection_reader.parts`).
-      SchemaError: ``schema.pbtxt`` disagrees with ``metadata.json``; ``spans`` (see :func:`collection_reader.parts`).
-    """
-    if batch_size is not None and (
-        isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1
-    ):
-        from tfrecord_etl.transforms.errors import ConfigError
-
-        raise ConfigError(f"batch_size={batch_size!r}: expected a positive integer, or None for one example at a time")
-    specs, shards = numpy_reader.shards_of(output_dir, features, split, spans, trust_spans)
-    pieces = numpy_reader.iter_pieces(specs, shards, max_record_bytes, max_features, check_checksums, batch_size or 1)
-    if batch_size:
-        yield from numpy_reader.batches(pieces, int(batch_size))
-    else:
-        yield from numpy_reader.rows(specs, pieces)
-
-
-def tf_feature_spec(
-    output_dir: str, features: Sequence[str] | None = None, spans=None, trust_spans: bool = False
-) -> dict:
-    """TensorFlow's feature spec (the ``tf.io.parse_example`` dict) of the output's Example features, in their
-    encoded form. Not to be confused with ``codec.FeatureSpec``, this project's record of one feature (name, dtype,
-    shape, encoding) as kept in the metadata.
-
-    ``tensor`` features parse as ``FixedLenFeature([], tf.string)``; fixed ``list`` features as
-    ``FixedLenFeature(shape, tf.int64 | tf.float32 | tf.string)``; variable-length ones as
-    ``VarLenFeature``, with their ``<name>/shape`` (and ``<name>/dtype``) companions.
-    Use :func:`to_tf_dataset` to get the original dtypes and shapes. A collection directory: the features of the
-    spans ``spans`` selects, checked to agree.
-    """
-    import tensorflow as tf
-
-    return parse_spec(tf, collection_reader.parts(output_dir, spans, None, features, trust_spans)[0])
-
-
-def to_tf_dataset(
-    output_dir: str,
-    batch_size: int | None = None,
-    features: Sequence[str] | None = None,
-    split: str | None = None,
-    spans=None,
-    *,
-    shuffle_files: bool = False,
-    seed: int | None = None,
-    deterministic: bool = True,
-    input_context=None,
-    num_workers: int | None = None,
-    worker_index: int | None = None,
-    check_checksums: bool = True,
-    trust_spans: bool = False,
-):
-    """A ``tf.data.Dataset`` of ``{name: tensor}`` with the original dtypes and shapes, in shard order
-    (``split``: only that split's shards). A collection directory: the shards of the spans ``spans`` selects, in
-    span order. ``S``/``U``/``V`` features become ``tf.string`` (str as UTF-8), datetimes ``tf.int64``.
-
-    Args:
-      batch_size: examples per element (``[batch, *shape]`` tensors, the last batch may be smaller); every
-        selected feature must then have a fixed shape. None: one example per element.
-      shuffle_files: read the shards in a random order, another each epoch (``seed``: the same orders every run).
-        The records of a shard stay in order: shuffle examples with ``ds.shuffle(buffer)`` as well.
-      deterministic: False reads 2 shards at once and takes records from whichever is ready (faster when one
-        stalls, e.g. on an object store, or for gzip shards); the order then varies from run to run.
-      input_context: a ``tf.distribute.InputContext`` (``strategy.distribute_datasets_from_function``): this
-        worker reads every ``num_input_pipelines``-th shard from ``input_pipeline_id``, so the workers read
-        disjoint sets of shards that together are the whole output. Or ``num_workers`` / ``worker_index``.
-      check_checksums: before reading, each shard's CRC32C is checked against metadata.json (once per process
-        and file version; its size always). False: size only (plus each shard's record count while reading).
-
-    How (:mod:`transforms.tfdata`): shards read one after the other (2 at a time with ``deterministic=False``;
-    records of 4 kB or more read ahead by a thread of their own, in order), records batched before parsing (one ``tf.io.parse_example`` and one ``decode_raw`` per batch; with
-    ``batch_size=None``, batches of 256 unbatched after decoding), prefetch.
-
-    Raises:
-      IncompleteOutputError: no metadata.json (``trust_spans``: see :func:`iter_numpy`). SchemaError:
-        ``schema.pbtxt`` disagrees with ``metadata.json``; a feature whose dtype varies between examples
-        (npz ``arrays`` mode over members of several dtypes: read it with :func:`iter_numpy`, or leave it out
-        with ``features``); ``batch_size`` with features whose shape varies between examples (tf.data could
-        not stack them: batch those yourself, e.g. with ``ds.ragged_batch``, or pass ``features``).
-      RecordError: a shard whose size or CRC32C is not the one metadata.json lists (naming the shard).
-      ConfigError: worker options that do not fit (more workers than shards, an index out of range).
-
-    While iterating, a shard whose record count differs from the metadata's (changed after the checks) fails
-    with ``tf.errors.FailedPreconditionError``.
-    """
-    return tfdata.to_tf_dataset(
-        output_dir,
-        batch_size,
-        features,
-        split,
-        spans,
-        shuffle_files=shuffle_files,
-        seed=seed,
-        deterministic=deterministic,
-        input_context=input_context,
-        num_workers=num_workers,
-        worker_index=worker_index,
-        check_checksums=check_checksums,
-        trust_spans=trust_spans,
-    )
-
-
-def get(
-    output_dir: str,
-    i: int,
-    features: Sequence[str] | None = None,
-    split: str | None = None,
-    check_checksums: bool = True,
-    spans=None,
-    trust_spans: bool = False,
-) -> dict[str, np.ndarray]:
-    """Example ``i`` (global index, in shard order; of ``split`` when given; across the ``spans`` of a collection)
-    of an output directory as ``{name: np.ndarray}``: one seek and one read (see :class:`RandomAccess`; keep one
-    of those for many reads, it caches the offsets), after the shard's identity check (:func:`check_shard`)."""
-    return RandomAccess(
-        output_dir, features, split=split, check_checksums=check_checksums, spans=spans, trust_spans=trust_spans
-    )[i]
-
-
-# ----------------------------------------------------------------------------------------------
-# Sidecar collections (``tfrecord-etl augment --mode sidecar``): original + sidecar, merged
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class SidecarPair:
-    """One original shard and its sidecar shard: record i of one belongs with record i of the other."""
-
-    original: str
-    original_compression: str
-    sidecar: str
-    records: int
-
-
-@dataclasses.dataclass(frozen=True)
-class SidecarCollection:
-    """A verified pairing of original shards with sidecar shards (see :func:`open_sidecar`).
-
-    ``original_inferred``: the original features were inferred (a collection without metadata), so a
-    ``list`` feature of shape ``(None,)`` has no ``<name>/shape`` companion.
-    """
-
-    pairs: tuple[SidecarPair, ...]
-    original_specs: tuple[FeatureSpec, ...]
-    sidecar_specs: tuple[FeatureSpec, ...]
-    sidecar_compression: str
-    original_inferred: bool
-
-    @property
-    def specs(self) -> tuple[FeatureSpec, ...]:
-        return self.original_specs + self.sidecar_specs
-
-
-def load_manifest(sidecar_dir: str) -> dict:
-    """The ``manifest.json`` of a sidecar collection.
-
-    Raises:
-      IncompleteOutputError: no manifest (not a sidecar collection, or an incomplete one).
-      SchemaError: the file is not a valid manifest.
-    """
-    import json
-
-    path = fileio.join(sidecar_dir, MANIFEST_FILE)
-    if not fileio.exists(path):
-        from tfrecord_etl.transforms.errors import IncompleteOutputError
-
-        raise IncompleteOutputError(
-            "No manifest.json: not a sidecar collection, or an incomplete one",
-            file=sidecar_dir,
-            hint="write it with tfrecord-etl augment --mode sidecar",
-        )
-    try:
-        manifest = json.loads(fileio.read_bytes(path))
-        if manifest.get("format") != SIDECAR_FORMAT:
-            raise ValueError(f"format {manifest.get('format')!r}, expected {SIDECAR_FORMAT!r}")
-        manifest["features"] = tuple(spec_from_json(f) for f in manifest["features"])
-        for entry in manifest["shards"]:
-            for key, kind in (
-                ("input", str),
-                ("sidecar", str),
-                ("records", int),
-                ("bytes", int),
-                ("crc32c", str),
-                ("compression", str),
-            ):
-                if not isinstance(entry[key], kind):
-                    raise ValueError(f"shard entry {entry!r}: '{key}' is not a {kind.__name__}")
-    except SchemaError:
-        raise
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise SchemaError(f"Invalid manifest.json: {e}", file=path) from None
-    return manifest
-
-
-def _original_files(original: str) -> dict[str, str]:
-    """File name -> path of an original collection: its metadata's shards, a directory's files, or a pattern."""
-    if fileio.is_dir(original):
-        if fileio.exists(fileio.join(original, metadata.METADATA_FILE)):
-            return {fileio.basename(p): p for p in metadata.shard_paths(original, metadata.load(original))}
-        paths = [p for p, _ in fileio.match(fileio.join(original, "*"))]
-    else:
-        paths = [p for p, _ in fileio.match(original)]
-    out = {fileio.basename(p): p for p in paths if not fileio.basename(p).startswith(".")}
-    for p in out.values():
-        tfrecord.check_regular(p)  # a FIFO or device among the originals is never opened
-    return out
-
-
-def open_sidecar(original: str, sidecar_dir: str, check_checksums: bool = True) -> SidecarCollection:
-    """Pairs the shards of ``original`` with the sidecar shards of ``sidecar_dir`` and verifies the pairing.
-
-    Args:
-      original: the original collection: an output directory of tfrecord-etl, a directory of shards, or a
-        file pattern of its shards (file names must be those recorded in the manifest).
-      sidecar_dir: an output directory of ``tfrecord-etl augment --mode sidecar``.
-      check_checksums: also compare each original shard's CRC32C with the manifest (reads every
-        original byte once; sizes and record counts are always compared).
-
-    Raises:
-      IncompleteOutputError: no metadata.json or manifest.json in ``sidecar_dir``.
-      SchemaError: the sidecar's ``schema.pbtxt`` disagrees with its ``metadata.json``; an original shard of the manifest is missing, or an original shard has no sidecar.
-      RecordError: an original shard changed since the sidecar was written (size or checksum), or a
-        sidecar shard's record count differs from its original's (naming the shard).
-    """
-    meta = schemacheck.load_output(sidecar_dir)[0]  # schema.pbtxt agrees with metadata.json
-    manifest = load_manifest(sidecar_dir)
-    originals = _original_files(original)
-    side_counts = {s["file"]: s["records"] for s in meta["shards"]}
-    pairs = []
-    for entry in manifest["shards"]:
-        name = fileio.basename(entry["input"])
-        path = originals.pop(name, None)
-        if path is None:
-            raise SchemaError(
-                f"Original shard '{name}' of the sidecar collection is not in the original collection",
-                file=original,
-                shard=name,
-                hint="pass the collection the sidecar was written for",
-            )
-        side_path = fileio.join(sidecar_dir, entry["sidecar"])
-        if side_counts.get(entry["sidecar"]) != entry["records"]:
-            raise RecordError(
-                f"Sidecar shard holds {side_counts.get(entry['sidecar'])} records but its original "
-                f"'{name}' holds {entry['records']}: misaligned pair",
-                file=side_path,
-                shard=name,
-            )
-        size = fileio.size(path)
-        if size != entry["bytes"] or (check_checksums and file_crc32c(path) != (entry["bytes"], entry["crc32c"])):
-            what = (
-                f"{size} bytes, the manifest says {entry['bytes']}"
-                if size != entry["bytes"]
-                else "its CRC32C differs from the manifest's"
-            )
-            raise RecordError(
-                f"Original shard changed after its sidecar was written ({what}): misaligned pair",
-                file=path,
-                shard=name,
-                hint="re-run tfrecord-etl augment --mode sidecar on it",
-            )
-        pairs.append(SidecarPair(path, entry["compression"], side_path, entry["records"]))
-    if originals:
-        raise SchemaError(
-            f"Original shards without a sidecar shard: {sorted(originals)[:5]}",
-            file=original,
-            hint="pass only the shards the sidecar was written for (a narrower pattern)",
-        )
-    return SidecarCollection(
-        tuple(pairs),
-        manifest["features"],
-        tuple(meta["features"]),
-        meta["compression"],
-        bool(manifest.get("inferred", False)),
-    )
-
-
-def iter_numpy_merged(
-    original: str, sidecar_dir: str, features: Sequence[str] | None = None, check_checksums: bool = True
-) -> Iterator[dict[str, np.ndarray]]:
-    """Yields one merged ``{name: np.ndarray}`` per example: the original's features and the sidecar's.
-
-    The pairing is verified first (see :func:`open_sidecar`); record i of an original shard is merged
-    with record i of its sidecar shard by concatenating the two serialized Examples (one valid Example).
-    Arrays are as in :func:`iter_numpy`; features inferred from a collection without metadata decode as
-    their native lists (``int64``, ``float32``, object arrays of bytes). No TensorFlow import.
-
-    Raises:
-      IncompleteOutputError, SchemaError, RecordError: see :func:`open_sidecar`; also RecordError when a
-        pair of shards turns out to hold different record counts while reading (naming both files).
-    """
-    from tfrecord_etl.transforms.codec.block import BlockDecoder
-
-    coll = open_sidecar(original, sidecar_dir, check_checksums)
-    specs = select_features(coll.specs, features)
-    decoder = BlockDecoder(specs)  # one record at a time, each merged pair of one layout decoded from its offsets
-    for pair in coll.pairs:
-        originals = iter_records(pair.original, pair.original_compression)
-        sidecars = iter_records(pair.sidecar, coll.sidecar_compression)
-        for left, right in itertools.zip_longest(originals, sidecars):
-            if left is None or right is None:
-                index = (right if left is None else left)[0]
-                raise RecordError(
-                    f"{'Original' if left is None else 'Sidecar'} shard ended at record {index}: misaligned pair",
-                    file=pair.original,
-                    sidecar=pair.sidecar,
-                    record=index,
-                )
-            try:  # not around the yield (see iter_numpy)
-                example = decoder.decode_one(left[2] + right[2])
-            except RecordError as e:
-                raise RecordError(
-                    f"Cannot decode merged example: {e}", file=pair.original, sidecar=pair.sidecar, record=left[0]
-                ) from None
-            yield example
-
-
-def to_tf_dataset_merged(
-    original: str,
-    sidecar_dir: str,
-    batch_size: int | None = None,
-    features: Sequence[str] | None = None,
-    check_checksums: bool = True,
-):
-    """A ``tf.data.Dataset`` of merged ``{name: tensor}`` examples: the original's features and the sidecar's.
-
-    The pairing is verified first (see :func:`open_sidecar`). Then, as plain tf.data::
-
-        tf.data.Dataset.zip((TFRecordDataset(originals), TFRecordDataset(sidecars)))
-            .map(lambda a, b: tf.strings.join([a, b]))      # concatenated Examples = one merged Example
-            .map(parse + decode)                             # as to_tf_dataset
-
-    Dtypes and shapes as :func:`to_tf_dataset`; features inferred from a collection without metadata
-    keep their native list types (a varying-length one is a 1-D dense tensor).
-
-    Raises:
-      SchemaError: a feature whose dtype varies between examples (read it with :func:`iter_numpy_merged`).
-    """
-    import tensorflow as tf
-
-    coll = open_sidecar(original, sidecar_dir, check_checksums)
-    specs = select_features(coll.specs, features)
-    refuse_varying_dtypes(specs, sidecar_dir, "iter_numpy_merged")
-    native = [s for s in specs if coll.original_inferred and s in coll.original_specs and s.shape == (None,)]
-    regular = [s for s in specs if s not in native]
-    parsing = parse_spec(tf, regular)
-    kinds = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}
-    parsing.update({s.name: tf.io.VarLenFeature(kinds[encoding_of(s).kind(s.dtype)]) for s in native})
-
-    def decode(serialized):
-        parsed = tf.io.parse_single_example(serialized, parsing)
-        out = decode_tf(tf, parsed, regular)
-        out.update({s.name: tf.sparse.to_dense(parsed[s.name]) for s in native})
-        return out
-
-    side_comp = _TF_COMPRESSION[coll.sidecar_compression]
-    groups = itertools.groupby(coll.pairs, key=lambda p: p.original_compression)  # one zip per run of shards
-    ds = None
-    for compression, pairs in groups:
-        run = list(pairs)
-        part = tf.data.Dataset.zip(
-            (
-                tf.data.TFRecordDataset([p.original for p in run], compression_type=_TF_COMPRESSION[compression]),
-                tf.data.TFRecordDataset([p.sidecar for p in run], compression_type=side_comp),
-            )
-        )
-        ds = part if ds is None else ds.concatenate(part)
-    ds = ds.map(lambda a, b: tf.strings.join([a, b]))
-    if not native:  # batched parsing (transforms.tfdata)
-        return tfdata.dataset(tf, ds, regular, batch_size)
-    ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return ds.batch(batch_size) if batch_size else ds
+from tfrecord_etl.transforms.reading.reader import (
+    CRC_CHUNK,
+    MANIFEST_FILE,
+    SIDECAR_FORMAT,
+    RandomAccess,
+    check_shard,
+    collate_varlen,
+    decode_tf,
+    file_compression,
+    file_crc32c,
+    get,
+    iter_numpy,
+    iter_records,
+    parse_spec,
+    python_scalars,
+    refuse_varying_dtypes,
+    select_features,
+    tf_feature_spec,
+    to_tf_dataset,
+    torch_description,
+)
+from tfrecord_etl.transforms.reading.sidecar import (
+    SidecarCollection,
+    SidecarPair,
+    iter_numpy_merged,
+    load_manifest,
+    open_sidecar,
+    to_tf_dataset_merged,
+)
+
+__all__ = [
+    "CRC_CHUNK",
+    "MANIFEST_FILE",
+    "SIDECAR_FORMAT",
+    "RandomAccess",
+    "SidecarCollection",
+    "SidecarPair",
+    "check_shard",
+    "collate_varlen",
+    "decode_tf",
+    "file_compression",
+    "file_crc32c",
+    "get",
+    "iter_numpy",
+    "iter_numpy_merged",
+    "iter_records",
+    "load_manifest",
+    "open_sidecar",
+    "parse_spec",
+    "python_scalars",
+    "refuse_varying_dtypes",
+    "select_features",
+    "tf_feature_spec",
+    "to_tf_dataset",
+    "to_tf_dataset_merged",
+    "torch_description",
+]

@@ -1,6 +1,6 @@
-"""A convert run into a collection (:mod:`transforms.collection`): which span it writes and from which files.
+"""A convert run into a collection (:mod:`transforms.collections.collection`): which span it writes and from which files.
 
-- **Placeholders** (``--input 'raw/{YYYY}-{MM}-{DD}/*.h5'``, :mod:`transforms.spans`): the files of the span
+- **Placeholders** (``--input 'raw/{YYYY}-{MM}-{DD}/*.h5'``, :mod:`transforms.collections.spans`): the files of the span
   ``--span`` names (default the latest) at ``--version`` (default the latest).
 - **--incremental** (a pattern without placeholders over one growing directory): the files no committed span holds
   (the collection's ledger: path, size and ``mtime_ns`` locally, ETag / generation on gs:// and s3://) become the
@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from tfrecord_etl.transforms import collection, conditional, fileio, matching, metadata, outdir, spans
+from tfrecord_etl.transforms.collections import collection, matching, spans
 from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, printable
-from tfrecord_etl.transforms.runlock import failpoint, say
+from tfrecord_etl.transforms.output import metadata, outdir
+from tfrecord_etl.transforms.output.runlock import failpoint, say
+from tfrecord_etl.transforms.storage import conditional, fileio
 
 _SHOWN = 5  # files named in a message
 # the flags that choose the span: recorded in collection.json, not in the span's own options (so a re-run of a
@@ -134,13 +136,9 @@ def _plan_span(cfg, coll: dict) -> CollectionRun:
     )
 
 
-def _plan_incremental(cfg, coll: dict) -> CollectionRun:
-    mtimes: dict = {}
-    listed = matching.match_inputs(cfg.input, cfg.follow_symlinks, mtimes)
-    ledger = collection.ledger(coll)
-    local = fileio.is_local(cfg.input)
-    remote_old = [p for p, _ in listed if p in ledger] if not local else []
-    versions = dict(zip(remote_old, _versions(remote_old)))
+def _classify(listed, ledger: dict, mtimes: dict, versions: dict, local: bool) -> tuple[list, list]:
+    """``(new files [(path, size)], changed files [(path, span)])`` of the files ``listed`` against the collection's
+    ``ledger`` (size, modification time, or the object's version differ from ``collection.json``)."""
     new, changed = [], []
     for path, _ in listed if local and not mtimes else ():  # a literal path (no glob): not walked
         if path in ledger:
@@ -157,15 +155,13 @@ def _plan_incremental(cfg, coll: dict) -> CollectionRun:
             or (path in versions and row.get("version") not in (None, versions[path]))
         ):
             changed.append((path, span))
-    matched = {p for p, _ in listed} if len(ledger) > len(listed) - len(new) else None
-    deleted = [p for p in ledger if p not in matched] if matched is not None else []
-    if deleted:
-        say(
-            f"{len(deleted):,} file(s) held by committed spans no longer match the pattern (deleted or moved; "
-            f"their spans are kept as converted): {_names(sorted(deleted))}"
-        )
-    spans_now = [s["span"] for s in coll["spans"]]
-    if changed and not cfg.reconvert_changed:
+    return new, changed
+
+
+def _reconvert(cfg, coll: dict, listed, new: list, changed: list, deleted: list) -> CollectionRun:
+    """The run of an incremental conversion when files of committed spans ``changed``: InputChangedError without
+    ``--reconvert_changed``, else the earliest changed span converted again from its files as they are now."""
+    if not cfg.reconvert_changed:
         path, span = changed[0]
         raise InputChangedError(
             f"{len(changed):,} input file(s) changed since their span was converted (size or "
@@ -176,33 +172,52 @@ def _plan_incremental(cfg, coll: dict) -> CollectionRun:
             hint=f"pass --reconvert_changed to convert span {span} again from its "
             f"files as they are now, or restore the file",
         )
-    if changed:
-        span = min(s for _, s in changed)
-        entry = max((s for s in coll["spans"] if s["span"] == span), key=lambda s: s["version"] or -1)
-        sizes = dict(listed)
-        files = [(r["path"], sizes[r["path"]]) for r in entry["inputs"] if r["path"] in sizes]
-        later = sorted({s for _, s in changed} - {span})
-        if later or new:
-            say(
-                f"re-converting span {span} only; "
-                + (f"spans {later} changed too, " if later else "")
-                + (f"{len(new):,} new file(s) wait, " if new else "")
-                + "for the next run"
-            )
-        return CollectionRun(
-            cfg.output_dir,
-            cfg.input,
-            span,
-            entry["version"],
-            entry.get("date"),
-            files,
-            _span_cfg(cfg, span, entry["version"], cfg.input),
-            coll,
-            [],
-            changed,
-            deleted,
-            True,
+    span = min(s for _, s in changed)
+    entry = max((s for s in coll["spans"] if s["span"] == span), key=lambda s: s["version"] or -1)
+    sizes = dict(listed)
+    files = [(r["path"], sizes[r["path"]]) for r in entry["inputs"] if r["path"] in sizes]
+    later = sorted({s for _, s in changed} - {span})
+    if later or new:
+        say(
+            f"re-converting span {span} only; "
+            + (f"spans {later} changed too, " if later else "")
+            + (f"{len(new):,} new file(s) wait, " if new else "")
+            + "for the next run"
         )
+    return CollectionRun(
+        cfg.output_dir,
+        cfg.input,
+        span,
+        entry["version"],
+        entry.get("date"),
+        files,
+        _span_cfg(cfg, span, entry["version"], cfg.input),
+        coll,
+        [],
+        changed,
+        deleted,
+        True,
+    )
+
+
+def _plan_incremental(cfg, coll: dict) -> CollectionRun:
+    mtimes: dict = {}
+    listed = matching.match_inputs(cfg.input, cfg.follow_symlinks, mtimes)
+    ledger = collection.ledger(coll)
+    local = fileio.is_local(cfg.input)
+    remote_old = [p for p, _ in listed if p in ledger] if not local else []
+    versions = dict(zip(remote_old, _versions(remote_old)))
+    new, changed = _classify(listed, ledger, mtimes, versions, local)
+    matched = {p for p, _ in listed} if len(ledger) > len(listed) - len(new) else None
+    deleted = [p for p in ledger if p not in matched] if matched is not None else []
+    if deleted:
+        say(
+            f"{len(deleted):,} file(s) held by committed spans no longer match the pattern (deleted or moved; "
+            f"their spans are kept as converted): {_names(sorted(deleted))}"
+        )
+    spans_now = [s["span"] for s in coll["spans"]]
+    if changed:
+        return _reconvert(cfg, coll, listed, new, changed, deleted)
     span = max(spans_now) + 1 if spans_now else 0
     run = CollectionRun(
         cfg.output_dir, cfg.input, span, None, None, new, _span_cfg(cfg, span, None, cfg.input), coll, new, [], deleted

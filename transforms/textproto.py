@@ -1,5 +1,5 @@
 """A reader of protobuf's text format (``google.protobuf.text_format``'s grammar) without protobuf: what the
-reader-only install reads ``schema.pbtxt`` with (:mod:`transforms.schemacheck`). It gives the fields as written,
+reader-only install reads ``schema.pbtxt`` with (:mod:`transforms.collections.schemacheck`). It gives the fields as written,
 without a message descriptor: checking names and types is the caller's.
 
 Grammar (protobuf's "Text Format Language Specification"): a message is a sequence of fields ``name: value`` or
@@ -84,6 +84,83 @@ def _tokens(text: str) -> list[tuple[str, str, int]]:
     return out
 
 
+class _Parser:
+    """The recursive-descent parser of :func:`parse_text` over the tokens of ``text``."""
+
+    def __init__(self, text: str):
+        self.text, self.tokens, self.pos = text, list(_tokens(text)), 0
+
+    def peek(self):
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else ("end", "", len(self.text))
+
+    def line(self, tok) -> int:
+        return self.text.count("\n", 0, tok[2]) + 1
+
+    def take(self, kind=None, value=None):
+        tok = self.peek()
+        if (kind and tok[0] != kind) or (value and tok[1] != value):
+            want = value or kind
+            raise TextFormatError(f"line {self.line(tok)}: expected {want}, found {tok[1] or 'the end'!r}")
+        self.pos += 1
+        return tok
+
+    def scalar(self):
+        tok = self.peek()
+        if tok[0] == "string":
+            parts = []
+            while self.peek()[0] == "string":  # adjacent literals concatenate
+                parts.append(_unescape(self.take()[1][1:-1]))
+            return "".join(parts)
+        if tok[0] in ("number", "ident"):
+            return ("id", self.take()[1])
+        raise TextFormatError(f"line {self.line(tok)}: expected a value, found {tok[1] or 'the end'!r}")
+
+    def message(self, close: str, depth: int) -> list:
+        if depth > MAX_DEPTH:
+            raise TextFormatError(f"line {self.line(self.peek())}: messages nested deeper than {MAX_DEPTH}")
+        fields = []
+        while self.peek()[1] != close:
+            if self.peek()[0] == "end":
+                raise TextFormatError(f"line {self.line(self.peek())}: expected {close!r}, found the end")
+            name = self.take("ident")[1]
+            colon = self.peek()[1] == ":"
+            if colon:
+                self.take()
+            fields += [(name, v) for v in self.values(colon, depth)]
+            if self.peek()[1] in (",", ";"):
+                self.take()
+        return fields
+
+    def values(self, colon: bool, depth: int) -> list:
+        """The values of one field: one, or the elements of ``[a, b]``."""
+        if self.peek()[1] != "[":
+            return [self.value(colon, depth)]
+        self.take()
+        values = []
+        while self.peek()[1] != "]":
+            values.append(self.value(colon, depth))
+            if self.peek()[1] == ",":
+                self.take()
+            elif self.peek()[1] != "]":
+                raise TextFormatError(
+                    f"line {self.line(self.peek())}: expected ',' or ']', found {self.peek()[1] or 'the end'!r}"
+                )
+        self.take()
+        return values
+
+    def value(self, colon: bool, depth: int):
+        if self.peek()[1] in ("{", "<"):
+            close = "}" if self.take()[1] == "{" else ">"
+            inner = self.message(close, depth + 1)
+            self.take(value=close)
+            return inner
+        if not colon:
+            raise TextFormatError(
+                f"line {self.line(self.peek())}: expected ':' or '{{', found {self.peek()[1] or 'the end'!r}"
+            )
+        return self.scalar()
+
+
 def parse_text(text: str) -> list[tuple[str, object]]:
     """A message in protobuf's text format as ``[(field name, value), ...]`` in file order: a value is a ``str``
     (a string literal, unescaped), ``("id", token)`` (an enum name, number or bool as written) or a nested message
@@ -93,74 +170,4 @@ def parse_text(text: str) -> list[tuple[str, object]]:
       ValueError: not text format (the line and what was found), or messages nested deeper than
         :data:`MAX_DEPTH`.
     """
-    tokens = list(_tokens(text))
-    pos = 0
-
-    def peek():
-        return tokens[pos] if pos < len(tokens) else ("end", "", len(text))
-
-    def line(tok):
-        return text.count("\n", 0, tok[2]) + 1
-
-    def take(kind=None, value=None):
-        nonlocal pos
-        tok = peek()
-        if (kind and tok[0] != kind) or (value and tok[1] != value):
-            want = value or kind
-            raise TextFormatError(f"line {line(tok)}: expected {want}, found {tok[1] or 'the end'!r}")
-        pos += 1
-        return tok
-
-    def scalar():
-        tok = peek()
-        if tok[0] == "string":
-            parts = []
-            while peek()[0] == "string":  # adjacent literals concatenate
-                parts.append(_unescape(take()[1][1:-1]))
-            return "".join(parts)
-        if tok[0] in ("number", "ident"):
-            return ("id", take()[1])
-        raise TextFormatError(f"line {line(tok)}: expected a value, found {tok[1] or 'the end'!r}")
-
-    def message(close, depth):
-        if depth > MAX_DEPTH:
-            raise TextFormatError(f"line {line(peek())}: messages nested deeper than {MAX_DEPTH}")
-        fields = []
-        while peek()[1] != close:
-            if peek()[0] == "end":
-                raise TextFormatError(f"line {line(peek())}: expected {close!r}, found the end")
-            name = take("ident")[1]
-            colon = peek()[1] == ":"
-            if colon:
-                take()
-            values = []
-            if peek()[1] == "[":
-                take()
-                while peek()[1] != "]":
-                    values.append(value(colon, depth))
-                    if peek()[1] == ",":
-                        take()
-                    elif peek()[1] != "]":
-                        raise TextFormatError(
-                            f"line {line(peek())}: expected ',' or ']', found {peek()[1] or 'the end'!r}"
-                        )
-                take()
-            else:
-                values.append(value(colon, depth))
-            fields += [(name, v) for v in values]
-            if peek()[1] in (",", ";"):
-                take()
-        return fields
-
-    def value(colon, depth):
-        if peek()[1] in ("{", "<"):
-            close = "}" if take()[1] == "{" else ">"
-            inner = message(close, depth + 1)
-            take(value=close)
-            return inner
-        if not colon:
-            raise TextFormatError(f"line {line(peek())}: expected ':' or '{{', found {peek()[1] or 'the end'!r}")
-        return scalar()
-
-    fields = message("", 0)
-    return fields
+    return _Parser(text).message("", 0)

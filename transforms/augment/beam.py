@@ -8,7 +8,6 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from tfrecord_etl.transforms import fileio, outdir, sink, tfrecord
 from tfrecord_etl.transforms.augment.collection import InputShard, batches, iter_shard
 from tfrecord_etl.transforms.augment.commit import FinalizeAugment
 from tfrecord_etl.transforms.augment.common import NAMESPACE, frame_error
@@ -18,8 +17,10 @@ from tfrecord_etl.transforms.augment.values import decode_inputs, decode_record
 from tfrecord_etl.transforms.beam import metrics as beam_metrics
 from tfrecord_etl.transforms.codec import FeatureSpec, FeatureStats, check_example_frame
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SourceError
-from tfrecord_etl.transforms.runlock import CarriesRun
+from tfrecord_etl.transforms.output import outdir, sink, tfrecord
+from tfrecord_etl.transforms.output.runlock import CarriesRun
 from tfrecord_etl.transforms.sources import RowRange
+from tfrecord_etl.transforms.storage import fileio
 
 
 def count_records(shard: InputShard, max_record_bytes: int | None = None) -> tuple[int, int]:

@@ -6,10 +6,12 @@ import dataclasses
 import itertools
 from collections.abc import Generator, Iterable, Iterator, Sequence
 
-from tfrecord_etl.transforms import fileio, metadata, schemacheck, tfrecord
 from tfrecord_etl.transforms.augment.common import INFER_RECORDS, PROBE_RECORDS, amend_error
 from tfrecord_etl.transforms.codec import FeatureSpec, infer_feature_specs
+from tfrecord_etl.transforms.collections import schemacheck
 from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, RecordError, SchemaError
+from tfrecord_etl.transforms.output import metadata, tfrecord
+from tfrecord_etl.transforms.storage import fileio
 
 SCHEMA_MAX_BYTES = 64 << 20  # a --schema file larger than this is refused before it is read
 
@@ -126,7 +128,7 @@ def resolve_input(
     Raises:
       ConfigError: a directory without metadata.json; ``schema`` for a collection with metadata.json.
         SourceError: nothing matches, or a match is not a regular file (FIFO, device).
-      SchemaError: the input's ``schema.pbtxt`` disagrees with its ``metadata.json`` (:mod:`transforms.schemacheck`).
+      SchemaError: the input's ``schema.pbtxt`` disagrees with its ``metadata.json`` (:mod:`transforms.collections.schemacheck`).
       SchemaError, RecordError: records that are not tf.train.Example, a record over ``max_record_bytes``
         (default ``tfrecord.record_limit()``), more than ``max_features`` features (default
         ``codec.MAX_FEATURES``) in a record or in the sample.
@@ -313,7 +315,7 @@ def _compressions(paths: Sequence[str], compression: str, meta: dict | None) -> 
     comps = [tfrecord.compression_from_path(p) for p in paths]
     unsuffixed = [p for p, c in zip(paths, comps) if c == "none"]
     if unsuffixed:
-        from tfrecord_etl.transforms.reader import file_compression
+        from tfrecord_etl.transforms.reading.reader import file_compression
 
         detected = file_compression(unsuffixed[0])
         comps = [detected if p in set(unsuffixed) else c for p, c in zip(paths, comps)]

@@ -9,14 +9,15 @@ from collections.abc import Sequence
 
 import apache_beam as beam
 
-from tfrecord_etl.transforms import fileio, metadata, outdir, sink
 from tfrecord_etl.transforms.augment.collection import check_collection
 from tfrecord_etl.transforms.augment.plan import AugmentPlan, learned_specs
 from tfrecord_etl.transforms.augment.readers import write_tfds
 from tfrecord_etl.transforms.codec import FeatureStats
 from tfrecord_etl.transforms.errors import RecordError
-from tfrecord_etl.transforms.outdir import MANIFEST_FILE, SIDECAR_FORMAT
-from tfrecord_etl.transforms.runlock import CarriesRun
+from tfrecord_etl.transforms.output import metadata, outdir, sink
+from tfrecord_etl.transforms.output.outdir import MANIFEST_FILE, SIDECAR_FORMAT
+from tfrecord_etl.transforms.output.runlock import CarriesRun
+from tfrecord_etl.transforms.storage import fileio
 
 
 def manifest(plan: AugmentPlan, results: Sequence[dict]) -> dict:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from tfrecord_etl.transforms import metadata
 from tfrecord_etl.transforms.beam import metrics as beam_metrics
 from tfrecord_etl.transforms.errors import EtlError, RecordError
-from tfrecord_etl.transforms.reader import MANIFEST_FILE
+from tfrecord_etl.transforms.output import metadata
+from tfrecord_etl.transforms.reading.reader import MANIFEST_FILE
 
 log = logging.getLogger(__name__)
 

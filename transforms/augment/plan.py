@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from tfrecord_etl.transforms import metadata, outdir, tfrecord
 from tfrecord_etl.transforms.augment.collection import InputCollection
 from tfrecord_etl.transforms.augment.common import (
     MODES,
@@ -32,6 +31,7 @@ from tfrecord_etl.transforms.codec import (
     split_features,
 )
 from tfrecord_etl.transforms.errors import EtlError, RecordError, SchemaError
+from tfrecord_etl.transforms.output import metadata, outdir, tfrecord
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

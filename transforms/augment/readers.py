@@ -15,7 +15,7 @@ each shard, the output's features), in both modes:
 * index files, when every input shard had one and the output is uncompressed (offsets index the uncompressed
   stream; a compressed output gets none, and the summary says why);
 * TFDS's files, when the input had them, under the input's dataset name, with the same splits and shard lengths
-  (``transforms.tfds_info.write``), when TFDS can read the output: uncompressed shards, features TFDS can describe,
+  (``transforms.output.tfds_info.write``), when TFDS can read the output: uncompressed shards, features TFDS can describe,
   each split's whole set of ``{DATASET}-{SPLIT}.tfrecord-{SHARD_X_OF_Y}`` files, TensorFlow Datasets installed.
   Otherwise none, and the summary says why. In sidecar mode the directory's features are the new ones only: TFDS
   loads them, split by split, aligned record by record with the input's (zip the two datasets).
@@ -29,8 +29,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from tfrecord_etl.transforms import tfrecord
 from tfrecord_etl.transforms.errors import printable
+from tfrecord_etl.transforms.output import tfrecord
 
 TFDS_FILES = ("dataset_info.json", "features.json")
 
@@ -92,7 +92,7 @@ def plan_reader_files(collection, mode: str, output_compression: str, output_spe
             )
     tfds_name, tfds_note = None, None
     if collection.tfds_name:
-        from tfrecord_etl.transforms import tfds_info
+        from tfrecord_etl.transforms.output import tfds_info
 
         tfds_note = tfds_info.default_refusal(output_compression, output_specs) or split_layout_problem(
             [s.split for s in collection.shards], [s.output_file for s in collection.shards]
@@ -118,7 +118,7 @@ def write_tfds(readers: ReaderFiles, output_dir: str, mode: str, input_pattern: 
     """
     if not readers.tfds_name:
         return None
-    from tfrecord_etl.transforms import tfds_info
+    from tfrecord_etl.transforms.output import tfds_info
 
     what = "the input's features and" if mode == "rewrite" else "only"
     description = f"{readers.tfds_name}: {input_pattern} augmented by tfrecord-etl ({mode}: {what} the features added)"

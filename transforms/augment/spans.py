@@ -1,4 +1,4 @@
-"""Augmenting a collection (``collection.json`` + ``span-N/``, see :mod:`transforms.collection`) span by span.
+"""Augmenting a collection (``collection.json`` + ``span-N/``, see :mod:`transforms.collections.collection`) span by span.
 
 ``--input IN`` a collection directory: each span ``--spans`` selects, ``IN/span-N[/version-V]``, is augmented into
 ``AUG/span-N[/version-V]`` (same span numbers and versions) by the augment of one output directory, and then listed
@@ -25,8 +25,11 @@ import dataclasses
 import uuid
 from collections.abc import Callable
 
-from tfrecord_etl.transforms import collection, collection_reader, fileio, metadata
+from tfrecord_etl.transforms.collections import collection
 from tfrecord_etl.transforms.errors import ConfigError, EtlError
+from tfrecord_etl.transforms.output import metadata
+from tfrecord_etl.transforms.reading import collection_reader
+from tfrecord_etl.transforms.storage import fileio
 
 NEW = "new"  # --spans new: the input spans not augmented yet (or augmented from another version of them)
 

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tfrecord_etl.transforms import compression, fileio, metadata, outdir, tfrecord
+from tfrecord_etl.transforms import compression
 from tfrecord_etl.transforms.augment.collection import InputCollection, InputShard, output_name, resolve_input
 from tfrecord_etl.transforms.augment.common import BATCH_MB, MODES, PROBE_RECORDS, RESERVED_NAMES, frame_error, log
 from tfrecord_etl.transforms.augment.join import JoinPlan, plan_join
@@ -21,6 +21,8 @@ from tfrecord_etl.transforms.augment.values import fn_columns, load_function, pa
 from tfrecord_etl.transforms.codec import MAX_FEATURES, FeatureSpec, as_varlen, check_example_frame, check_spec
 from tfrecord_etl.transforms.codec.encodings import collection_style
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError
+from tfrecord_etl.transforms.output import metadata, outdir, tfrecord
+from tfrecord_etl.transforms.storage import fileio
 
 
 class RecordLimits(NamedTuple):

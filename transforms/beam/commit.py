@@ -2,35 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import apache_beam as beam
 
-from tfrecord_etl.transforms import metadata, outdir, tfds_info
-from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import RecordError
-from tfrecord_etl.transforms.runlock import CarriesRun
-
-
-@dataclasses.dataclass(frozen=True)
-class OutputCommit:
-    """What the commit of an output directory needs: where, the features, the shard compression, the rows
-    planned (``expected_rows``), the inputs (``sources``: ``[{"path", "rows"}]``), the writer's name and the
-    run's options (recorded in ``metadata.json``)."""
-
-    output_dir: str
-    specs: tuple[FeatureSpec, ...]
-    compression: str
-    expected_rows: int
-    sources: tuple[dict, ...]
-    writer: str
-    options: dict
-    described: dict = dataclasses.field(default_factory=dict)  # Source.describe(): e.g. the label names
-    tfds_name: str | None = None  # write TFDS's dataset_info.json + features.json too (--tfds_name)
-    carried: dict | None = None  # the metadata.json of the splits this run adds a split to (kept as they are)
-    split_names: tuple[str, ...] = ()  # this run's splits, in the order given (the order of metadata's shards)
-    replaced: outdir.Replacement = outdir.Replacement()  # what this commit replaces (outdir.prepare)
-    codec: dict | None = None  # compression.settings(): the backend, its version and level (gzip/zlib shards)
+from tfrecord_etl.transforms.output import metadata, outdir, tfds_info
+from tfrecord_etl.transforms.output.commit import OutputCommit  # its home: the output and its commit
+from tfrecord_etl.transforms.output.runlock import CarriesRun
 
 
 class WriteMetadataFn(CarriesRun, beam.DoFn):

@@ -3,8 +3,9 @@ keeps of it, and the ``.jsonl`` files they are written to."""
 
 from __future__ import annotations
 
-from tfrecord_etl.transforms import fileio, sink
+from tfrecord_etl.transforms.output import sink
 from tfrecord_etl.transforms.sources import RowRange
+from tfrecord_etl.transforms.storage import fileio
 
 DEAD_LETTERS = "dead_letters"
 

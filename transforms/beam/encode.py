@@ -10,15 +10,15 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from tfrecord_etl.transforms import sharding
 from tfrecord_etl.transforms.beam.deadletters import DEAD_LETTERS, dead_letter
 from tfrecord_etl.transforms.beam.metrics import NAMESPACE
 from tfrecord_etl.transforms.codec import EncodedBatch, FeatureSpec, encode_columns
+from tfrecord_etl.transforms.collections import sharding
+from tfrecord_etl.transforms.collections.splits import SplitPlan
 from tfrecord_etl.transforms.errors import InputChangedError, RecordError, SchemaError
+from tfrecord_etl.transforms.output.runlock import CarriesRun
 from tfrecord_etl.transforms.planning import add_provenance
-from tfrecord_etl.transforms.runlock import CarriesRun
 from tfrecord_etl.transforms.sources import RowRange, Source
-from tfrecord_etl.transforms.splits import SplitPlan
 
 log = logging.getLogger(__name__)
 

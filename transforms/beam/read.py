@@ -8,8 +8,8 @@ from apache_beam.metrics import Metrics
 
 from tfrecord_etl.transforms import sources
 from tfrecord_etl.transforms.beam.metrics import NAMESPACE
+from tfrecord_etl.transforms.output.runlock import CarriesRun
 from tfrecord_etl.transforms.planning import InputPlan, plan_inputs
-from tfrecord_etl.transforms.runlock import CarriesRun
 from tfrecord_etl.transforms.sources import RowRange, Source, SourceOptions
 
 

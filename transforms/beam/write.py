@@ -1,4 +1,4 @@
-"""Writing: shard files, committed each through ``transforms.sink`` (the planned writer, the shuffled writer),
+"""Writing: shard files, committed each through ``transforms.output.sink`` (the planned writer, the shuffled writer),
 or by Beam's ``WriteToTFRecord`` and counted after; the settings of the files written (:class:`ShardOutput`)."""
 
 from __future__ import annotations
@@ -14,15 +14,17 @@ import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.metrics import Metrics
 
-from tfrecord_etl.transforms import fileio, sharding, sink, splits, tfrecord
 from tfrecord_etl.transforms.beam import encode as beam_encode
 from tfrecord_etl.transforms.beam.deadletters import dead_range, write_dead_letters
 from tfrecord_etl.transforms.beam.metrics import NAMESPACE, ShardClock
 from tfrecord_etl.transforms.codec import EncodedBatch
+from tfrecord_etl.transforms.collections import sharding, splits
 from tfrecord_etl.transforms.errors import RecordError
+from tfrecord_etl.transforms.output import sink, tfrecord
+from tfrecord_etl.transforms.output.runlock import CarriesRun
 from tfrecord_etl.transforms.planning import shard_suffix
-from tfrecord_etl.transforms.runlock import CarriesRun
 from tfrecord_etl.transforms.sources import RowRange, Source
+from tfrecord_etl.transforms.storage import fileio
 
 
 @dataclasses.dataclass(frozen=True)

@@ -249,7 +249,7 @@ class ConvertCommon(BaseModel):
                 "--splits, --split, --tfds_name and --shuffle_seed need --writer planned (the shards "
                 "are planned; the beam writer lets WriteToTFRecord choose them)"
             )
-        from tfrecord_etl.transforms.spans import has_placeholders
+        from tfrecord_etl.transforms.collections.spans import has_placeholders
 
         if self.incremental and has_placeholders(self.input):
             raise ValueError(

@@ -1,6 +1,6 @@
 """Planning a conversion, before any data moves: match and index the inputs, choose the encodings, count and
 plan the shards, name the output files. Plain Python (no Beam pipeline construct; files through
-``transforms.fileio``), unit-tested on its own (tests/test_planning.py); ``transforms.convert`` turns a plan into
+``transforms.storage.fileio``), unit-tested on its own (tests/test_planning.py); ``transforms.convert`` turns a plan into
 PTransforms. The split follows xarray-beam's ``rechunker_algorithm.py`` beside ``rechunk.py``: the algorithm pure,
 the wiring separate. The shard-count policy is :func:`num_shards`, the only place that decides it.
 

@@ -9,10 +9,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tfrecord_etl.transforms import fileio, matching, sharding, sources
+from tfrecord_etl.transforms import sources
 from tfrecord_etl.transforms.codec import FeatureSpec
+from tfrecord_etl.transforms.collections import matching, sharding
 from tfrecord_etl.transforms.errors import ConfigError, SourceError
 from tfrecord_etl.transforms.sources import FileIndex, RowRange, Source, SourceOptions
+from tfrecord_etl.transforms.storage import fileio
 
 log = logging.getLogger("tfrecord_etl.transforms.planning")
 

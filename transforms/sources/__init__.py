@@ -1,7 +1,7 @@
 """Array sources: index a file (rows, features), plan row ranges, read one row range.
 
 Sources know files and row ranges; the PTransforms in ``transforms/beam_io.py`` only wire them into
-Beam. Files are opened through Beam's ``FileSystems`` (``transforms/fileio.py``), so gs:// and s3://
+Beam. Files are opened through Beam's ``FileSystems`` (``transforms/storage/fileio.py``), so gs:// and s3://
 paths take the same code path as local ones. Input is never unpickled: object arrays are refused.
 
 Formats and modes (one module each, registered in :data:`REGISTRY`):
@@ -181,8 +181,8 @@ def zarr_store_format(path: str) -> str | None:
     or ``.zgroup``/``.zarray``/``.zmetadata`` at its root: ``zarrstore.store_kind``) or, remote, by its name (a
     gs:// / s3:// prefix ending in ``.zarr`` or ``/``: probing every remote input for a store would cost requests);
     else None."""
-    from tfrecord_etl.transforms import fileio
     from tfrecord_etl.transforms.sources import zarrstore
+    from tfrecord_etl.transforms.storage import fileio
 
     if fileio.is_local(path):
         return "zarr" if zarrstore.store_kind(path) else None

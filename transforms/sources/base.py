@@ -12,9 +12,9 @@ from typing import ClassVar, TypeVar
 
 import numpy as np
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, normalize_dtype
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
+from tfrecord_etl.transforms.storage import fileio
 
 log = logging.getLogger("tfrecord_etl.transforms.sources")
 

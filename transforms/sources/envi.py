@@ -22,9 +22,9 @@ import re
 
 import numpy as np
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import ConfigError, SourceError
 from tfrecord_etl.transforms.sources.raw import RawLayout, RawSource
+from tfrecord_etl.transforms.storage import fileio
 
 # .hdr/.img pairs of another kind (a binary header of 348 bytes and more): not ENVI, said so in the error
 NOT_ENVI_HINT = (

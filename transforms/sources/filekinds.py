@@ -8,7 +8,7 @@ import concurrent.futures
 import io
 from collections.abc import Sequence
 
-from tfrecord_etl.transforms import fileio
+from tfrecord_etl.transforms.storage import fileio
 
 SNIFF_THREADS = 16  # remote files identified at once (one ranged read each)
 

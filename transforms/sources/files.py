@@ -21,11 +21,11 @@ import re
 
 import numpy as np
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.errors import ConfigError, SourceError
 from tfrecord_etl.transforms.sources import filekinds
 from tfrecord_etl.transforms.sources.base import Columns, FileIndex, RowRange, Source, refuse_special_file
+from tfrecord_etl.transforms.storage import fileio
 
 log = logging.getLogger(__name__)
 MAX_LABELS_BYTES = 64 * 2**20  # a labels table over this is refused (it is read into memory at planning)

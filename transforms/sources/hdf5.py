@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import conventions, hdf5layout as layout, hdf5links as links, hdf5matlab
@@ -47,6 +46,7 @@ from tfrecord_etl.transforms.sources.hdf5storage import (
     dataset_for_read,
 )
 from tfrecord_etl.transforms.sources.signatures import other_format_hint
+from tfrecord_etl.transforms.storage import fileio
 
 HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5", ".nc", ".nc4", ".h5ad", ".loom", ".mnc")
 

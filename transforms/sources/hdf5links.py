@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SourceError
+from tfrecord_etl.transforms.storage import fileio
 
 MAX_LINK_HOPS = 40  # soft and external links followed while resolving one name (a loop of links ends here)
 FLAG = "--allow_external_storage"

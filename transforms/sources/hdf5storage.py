@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SourceError
 from tfrecord_etl.transforms.sources import hdf5links as links
 from tfrecord_etl.transforms.sources.base import SourceOptions
 from tfrecord_etl.transforms.sources.hdf5filters import ensure_filters
+from tfrecord_etl.transforms.storage import fileio
 
 HDF5_CHUNK_CACHE_BYTES = 64 * 2**20  # per open file: a chunk spanning several row ranges is decompressed once
 # HDF5's metadata cache of a file whose objects are all visited (planning's walk, datasets mode): parsed object

@@ -36,7 +36,6 @@ import warnings
 
 import numpy as np
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import hdf5layout as layout, matheader, matnesting, mattext
 from tfrecord_etl.transforms.sources.base import (
@@ -74,6 +73,7 @@ from tfrecord_etl.transforms.sources.matvalues import (
     value_leaves,
     with_complex,
 )
+from tfrecord_etl.transforms.storage import fileio
 
 MATLAB5_MAGIC = b"MATLAB 5.0 MAT-file"  # the header text of v6 and v7 files (v7.3 says "MATLAB 7.3": HDF5)
 

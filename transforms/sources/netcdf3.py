@@ -15,7 +15,6 @@ import warnings
 
 import numpy as np
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import conventions
 from tfrecord_etl.transforms.sources.base import (
@@ -39,6 +38,7 @@ from tfrecord_etl.transforms.sources.container import (
     datasets_index,
 )
 from tfrecord_etl.transforms.sources.signatures import other_format_hint
+from tfrecord_etl.transforms.storage import fileio
 
 NETCDF3_MAGIC = (b"CDF\x01", b"CDF\x02")
 

@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources.base import (
@@ -31,6 +30,7 @@ from tfrecord_etl.transforms.sources.npyformat import (
     read_rows,
     read_whole,
 )
+from tfrecord_etl.transforms.storage import fileio
 
 
 class NpySource(Source):

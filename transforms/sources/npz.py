@@ -11,7 +11,6 @@ import zlib
 
 import numpy as np
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources.base import (
@@ -38,6 +37,7 @@ from tfrecord_etl.transforms.sources.npyformat import (
     read_rows,
 )
 from tfrecord_etl.transforms.sources.zipmember import Inflater, member_data_start
+from tfrecord_etl.transforms.storage import fileio
 
 RATIO_CHECK_MIN_BYTES = 2**20  # npz members of at most this many uncompressed bytes are never refused by ratio
 

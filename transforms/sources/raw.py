@@ -11,7 +11,6 @@ import math
 
 import numpy as np
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.codec import flatten_fields
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError, SourceError
 from tfrecord_etl.transforms.sources.base import (
@@ -26,6 +25,7 @@ from tfrecord_etl.transforms.sources.base import (
     row_bytes,
 )
 from tfrecord_etl.transforms.sources.npyformat import NpyHeader, read_rows
+from tfrecord_etl.transforms.storage import fileio
 
 SIDECAR_SUFFIXES = (".json", ".yaml", ".yml")
 DIRECTORY_SIDECARS = tuple(f"raw{s}" for s in SIDECAR_SUFFIXES)  # one layout for every file of a directory

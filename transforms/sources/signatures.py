@@ -9,9 +9,9 @@ them and below the registry, so neither imports the other.
 
 from __future__ import annotations
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SourceError
 from tfrecord_etl.transforms.sources.base import Source, refuse_special_file
+from tfrecord_etl.transforms.storage import fileio
 
 SNIFF_BYTES = 2056  # the first bytes read to tell a file's format: up to an HDF5 signature after 2048 bytes
 

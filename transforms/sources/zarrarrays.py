@@ -13,10 +13,10 @@ import math
 import numpy as np
 
 from tfrecord_etl._install import pip_install
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import zarrstore
 from tfrecord_etl.transforms.sources.base import log
+from tfrecord_etl.transforms.storage import fileio
 
 
 def open_store(path: str, options):

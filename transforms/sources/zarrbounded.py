@@ -10,7 +10,6 @@ import zipfile
 
 from zarr.abc.store import Store
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SourceError
 from tfrecord_etl.transforms.sources.zarrstore import (
     MAX_METADATA_BYTES,
@@ -21,6 +20,7 @@ from tfrecord_etl.transforms.sources.zarrstore import (
     declared_size,
     inner_chunks,
 )
+from tfrecord_etl.transforms.storage import fileio
 
 
 class BoundedStore(Store):

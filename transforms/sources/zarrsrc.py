@@ -19,7 +19,6 @@ import os
 
 import numpy as np
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import zarrstore
 from tfrecord_etl.transforms.sources.base import (
@@ -51,6 +50,7 @@ from tfrecord_etl.transforms.sources.zarrarrays import (
     vlen_check,
     walk,
 )
+from tfrecord_etl.transforms.storage import fileio
 
 ZARR_SUFFIXES = (".zarr", ".zarr.zip", ".zarr/")
 MAX_CHUNK_ALIGN_ROWS = 2**20  # row ranges align to the arrays' common chunk rows up to this many rows

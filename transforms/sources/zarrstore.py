@@ -12,7 +12,7 @@ prefix, that reads nothing it was not asked for and nothing it should not:
   bz2, lzma: a bounded streaming decompression) more bytes than the chunk's declared shape holds is refused before
   zarr decompresses it;
 - **never-written chunks** (zarr reads them as the fill value) are refused unless ``allow_fill_value``;
-- **remote** keys are objects read through :func:`transforms.fileio.open_read` (one bounded ranged GET each read,
+- **remote** keys are objects read through :func:`transforms.storage.fileio.open_read` (one bounded ranged GET each read,
   pinned to the version first seen), several at a time (zarr asks for a range's chunks concurrently).
 
 Zarr specifications: v2 (https://zarr-specs.readthedocs.io/en/latest/v2/v2.0.html) and v3 (core, sharding codec).
@@ -29,8 +29,8 @@ import struct
 import zipfile
 import zlib
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import SourceError
+from tfrecord_etl.transforms.storage import fileio
 
 METADATA_KEYS = ("zarr.json", ".zgroup", ".zarray", ".zattrs", ".zmetadata")
 ROOT_MARKERS = ("zarr.json", ".zmetadata", ".zgroup", ".zarray")  # what a store's root holds (detection)

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tfrecord_etl.transforms import codec, fileio
+from tfrecord_etl.transforms import codec
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
+from tfrecord_etl.transforms.storage import fileio
 from tfrecord_etl.transforms.verify.report import PROVENANCE_FILE, Problem, Report
 from tfrecord_etl.transforms.verify.values import compare_value, expected_value
 

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 import google_crc32c
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import RecordError, SchemaError, SourceError, printable
-from tfrecord_etl.transforms.reader import _original_files, load_manifest
+from tfrecord_etl.transforms.reading.sidecar import load_manifest, original_files
+from tfrecord_etl.transforms.storage import fileio
 from tfrecord_etl.transforms.verify.records import file_size, iter_file_records
 from tfrecord_etl.transforms.verify.report import MANIFEST_FILE, Problem, Progress, Report
 
@@ -23,7 +23,7 @@ def named_originals(report: Report, originals: Sequence[str]) -> dict[str, str]:
     named: dict[str, str] = {}
     for pattern in originals:
         try:
-            named.update(_original_files(pattern))
+            named.update(original_files(pattern))
         except SourceError as e:
             report.add(Problem("manifest", f"--original {pattern}: {e.message}", e.context.get("file", pattern)))
     return named

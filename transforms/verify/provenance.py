@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tfrecord_etl.transforms import fileio
+from tfrecord_etl.transforms.storage import fileio
 from tfrecord_etl.transforms.verify.comparer import Comparer
 from tfrecord_etl.transforms.verify.report import PROVENANCE_FILE, PROVENANCE_ROW, Problem, Progress
 from tfrecord_etl.transforms.verify.values import digest, row_of

@@ -6,10 +6,12 @@ import io
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
-from tfrecord_etl.transforms import codec, fileio, tfrecord
+from tfrecord_etl.transforms import codec
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import RecordError, SchemaError, SourceError
-from tfrecord_etl.transforms.reader import file_compression  # noqa: F401 - one home: the reader
+from tfrecord_etl.transforms.output import tfrecord
+from tfrecord_etl.transforms.reading.reader import file_compression  # noqa: F401 - one home: the reader
+from tfrecord_etl.transforms.storage import fileio
 from tfrecord_etl.transforms.verify.report import KNOWN_FILES, PROGRESS_STEP, Problem, Progress, Report
 
 

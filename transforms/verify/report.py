@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from tfrecord_etl.transforms import metadata, outdir
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import printable
+from tfrecord_etl.transforms.output import metadata, outdir
 
 MANIFEST_FILE = "manifest.json"
 

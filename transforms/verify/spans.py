@@ -26,8 +26,11 @@ import os
 import time
 from collections.abc import Sequence
 
-from tfrecord_etl.transforms import collection, collection_reader, fileio, metadata
+from tfrecord_etl.transforms.collections import collection
 from tfrecord_etl.transforms.errors import EtlError
+from tfrecord_etl.transforms.output import metadata
+from tfrecord_etl.transforms.reading import collection_reader
+from tfrecord_etl.transforms.storage import fileio
 from tfrecord_etl.transforms.verify.report import Problem, Progress, Report
 from tfrecord_etl.transforms.verify.targets import verify_output
 

@@ -9,8 +9,10 @@ from collections.abc import Sequence
 import google_crc32c
 import numpy as np
 
-from tfrecord_etl.transforms import codec, fileio, metadata, outdir, tfrecord
+from tfrecord_etl.transforms import codec
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError
+from tfrecord_etl.transforms.output import metadata, outdir, tfrecord
+from tfrecord_etl.transforms.storage import fileio
 from tfrecord_etl.transforms.verify.compare import make_comparer
 from tfrecord_etl.transforms.verify.files import verify_files
 from tfrecord_etl.transforms.verify.manifest import check_manifest
@@ -243,11 +245,11 @@ def warn_output(report: Report, output_dir: str, meta: dict, shards: list) -> No
 
 
 def check_schema(report: Report, output_dir: str, meta: dict) -> None:
-    """Step 2: ``schema.pbtxt`` against ``metadata.json`` (:mod:`transforms.schemacheck`): a ``schema`` problem per
+    """Step 2: ``schema.pbtxt`` against ``metadata.json`` (:mod:`transforms.collections.schemacheck`): a ``schema`` problem per
     difference, naming the feature and both values. With tensorflow_metadata installed the text is also parsed
     into ``schema_pb2.Schema`` (every field and enum checked); the reader-only install compares the fields we
     write (``report.schema``: which)."""
-    from tfrecord_etl.transforms import schemacheck
+    from tfrecord_etl.transforms.collections import schemacheck
 
     path = fileio.join(output_dir, metadata.SCHEMA_FILE)
     todo = "; one of the two files was edited or replaced after the output was written: convert it again"

@@ -10,8 +10,8 @@ import os
 import google_crc32c
 import numpy as np
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import RecordError
+from tfrecord_etl.transforms.storage import fileio
 
 #: bytes read at a time for a local shard's CRC32C (unbuffered reads into one buffer: about twice the rate of new
 #: 4 MiB bytes objects read through fileio)

@@ -17,7 +17,7 @@ import dataclasses
 import datetime
 import re
 
-from tfrecord_etl.transforms import matching
+from tfrecord_etl.transforms.collections import matching
 from tfrecord_etl.transforms.errors import ConfigError, SourceError, printable
 
 EPOCH = datetime.date(1970, 1, 1)  # TFX's UNIX_EPOCH_DATE: span number 0
@@ -109,16 +109,8 @@ def _glob_regex(pattern: str) -> str:
     return FileSystem.translate_pattern(pattern).removeprefix("(?ms)").removesuffix("\\Z")
 
 
-def parse(pattern: str) -> SpanPattern:
-    """Checks an input pattern with placeholders as TFX does and builds its glob and regex.
-
-    Raises:
-      ConfigError: {SPAN} together with date placeholders, a placeholder given twice, a date without all of
-        {YYYY} {MM} {DD}, {VERSION} without a span or date placeholder, an unknown placeholder ({DAY}, {span}),
-        a width that is not a positive integer.
-    """
-    spans, versions = list(_SPAN.finditer(pattern)), list(_VERSION.finditer(pattern))
-    dates = [d for d in _DATES if d in pattern]
+def _check_placeholders(pattern: str, spans: list, versions: list, dates: list[str]) -> None:
+    """The refusals of :func:`parse` (ConfigError), given the pattern's span, version and date placeholders."""
     known = {m.group(0) for m in spans + versions} | set(dates)
     unknown = [m.group(0) for m in _ANY.finditer(pattern) if m.group(0) not in known]
     if unknown:
@@ -155,6 +147,19 @@ def parse(pattern: str) -> SpanPattern:
             file=pattern,
             hint="add {SPAN} or {YYYY}{MM}{DD}, or convert it as one output (no --span/--version)",
         )
+
+
+def parse(pattern: str) -> SpanPattern:
+    """Checks an input pattern with placeholders as TFX does and builds its glob and regex.
+
+    Raises:
+      ConfigError: {SPAN} together with date placeholders, a placeholder given twice, a date without all of
+        {YYYY} {MM} {DD}, {VERSION} without a span or date placeholder, an unknown placeholder ({DAY}, {span}),
+        a width that is not a positive integer.
+    """
+    spans, versions = list(_SPAN.finditer(pattern)), list(_VERSION.finditer(pattern))
+    dates = [d for d in _DATES if d in pattern]
+    _check_placeholders(pattern, spans, versions, dates)
     # split the pattern at its placeholders: the literal parts keep their glob meaning, each placeholder a group
     tokens = re.compile(r"\{SPAN(?::[^}]*)?\}|\{VERSION(?::[^}]*)?\}|" + "|".join(re.escape(d) for d in _DATES))
     glob, regex, pos = "", "", 0  # Beam's translation of each literal part, then one group per placeholder
@@ -232,6 +237,51 @@ def _listing(spans) -> str:
     return (", ".join(map(str, spans[:_SHOWN])) + (f" ... {spans[-1]}" if len(spans) > _SHOWN else "")) or "none"
 
 
+def _matched(sp: SpanPattern, pattern: str, follow_symlinks: bool) -> tuple[dict, dict]:
+    """The files ``sp``'s glob matches, by ``(span, version)``, and each span's text as matched; the errors of
+    :func:`resolve` when nothing matches, or nothing has the placeholders' form."""
+    try:
+        listed = matching.match_inputs(sp.glob, follow_symlinks)
+    except SourceError as e:
+        if e.message != matching.NO_MATCH:  # a file matched twice, a link outside the base, ...: said as it is
+            raise
+        raise SourceError(
+            "No input file matches the pattern (with its placeholders as globs)",
+            file=pattern,
+            hint=f"listed {sp.glob}; " + (e.hint or ""),
+        ) from None
+    found: dict[tuple[int, int | None], list[tuple[str, int]]] = {}
+    texts: dict[tuple[int, int | None], str] = {}
+    for path, size in listed:
+        got = sp.span_of(path)
+        if got is None:
+            continue  # the glob is wider than the placeholders' form (e.g. {SPAN} over letters)
+        found.setdefault(got[:2], []).append((path, size))
+        texts[got[:2]] = got[2]
+    if not found:
+        raise ConfigError(
+            "No matched file has the form of the pattern's placeholders (digits where {SPAN}, a date "
+            "or {VERSION} stand)",
+            file=pattern,
+            hint=f"listed {len(listed):,} file(s) with {sp.glob}, e.g. {printable(listed[0][0])}",
+        )
+    return found, texts
+
+
+def _concrete(sp: SpanPattern, token: str, chosen: int | None, files: tuple) -> str:
+    """``sp``'s pattern with its placeholders replaced by the span ``token`` and the version of ``files``."""
+    concrete = sp.pattern
+    if sp.kind == "span":
+        concrete = _SPAN.sub(token, concrete)
+    else:
+        for d, part in zip(_DATES, token.split("-")):
+            concrete = concrete.replace(d, part)
+    if chosen is not None:
+        m = sp.regex.fullmatch(files[0][0])
+        concrete = _VERSION.sub(m.group("version"), concrete)
+    return concrete
+
+
 def resolve(
     pattern: str, span: SpanFlag = None, version: int | None = None, follow_symlinks: bool = False
 ) -> SpanFiles:
@@ -258,31 +308,7 @@ def resolve(
             file=pattern,
             hint="add {VERSION} to --input, or leave --version out",
         )
-    try:
-        listed = matching.match_inputs(sp.glob, follow_symlinks)
-    except SourceError as e:
-        if e.message != matching.NO_MATCH:  # a file matched twice, a link outside the base, ...: said as it is
-            raise
-        raise SourceError(
-            "No input file matches the pattern (with its placeholders as globs)",
-            file=pattern,
-            hint=f"listed {sp.glob}; " + (e.hint or ""),
-        ) from None
-    found: dict[tuple[int, int | None], list[tuple[str, int]]] = {}
-    texts: dict[tuple[int, int | None], str] = {}
-    for path, size in listed:
-        got = sp.span_of(path)
-        if got is None:
-            continue  # the glob is wider than the placeholders' form (e.g. {SPAN} over letters)
-        found.setdefault(got[:2], []).append((path, size))
-        texts[got[:2]] = got[2]
-    if not found:
-        raise ConfigError(
-            "No matched file has the form of the pattern's placeholders (digits where {SPAN}, a date "
-            "or {VERSION} stand)",
-            file=pattern,
-            hint=f"listed {len(listed):,} file(s) with {sp.glob}, e.g. {printable(listed[0][0])}",
-        )
+    found, texts = _matched(sp, pattern, follow_symlinks)
     spans = sorted({s for s, _ in found})
     target = spans[-1] if wanted is None else wanted
     versions = sorted(v for s, v in found if s == target and v is not None)
@@ -302,16 +328,7 @@ def resolve(
     else:
         chosen = None
     files = tuple(sorted(found[(target, chosen)]))
-    concrete = sp.pattern
-    token = texts[(target, chosen)]
-    if sp.kind == "span":
-        concrete = _SPAN.sub(token, concrete)
-    else:
-        for d, part in zip(_DATES, token.split("-")):
-            concrete = concrete.replace(d, part)
-    if chosen is not None:
-        m = sp.regex.fullmatch(files[0][0])
-        concrete = _VERSION.sub(m.group("version"), concrete)
+    concrete = _concrete(sp, texts[(target, chosen)], chosen, files)
     return SpanFiles(
         target, chosen, str(span_to_date(target)) if sp.kind == "date" else None, files, concrete, tuple(spans)
     )

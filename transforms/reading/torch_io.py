@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from tfrecord_etl.transforms import metadata
 from tfrecord_etl.transforms.errors import SchemaError
+from tfrecord_etl.transforms.output import metadata
 
 _TFRECORD_KINDS = {"bytes": "byte", "int64": "int", "float": "float"}  # the tfrecord package's names of the lists
 
@@ -66,7 +66,7 @@ def torch_description(output_dir: str, features: Sequence[str] | None = None) ->
     Raises:
       IncompleteOutputError: no metadata.json. SchemaError: an unknown name in ``features``.
     """
-    from tfrecord_etl.transforms import schemacheck
+    from tfrecord_etl.transforms.collections import schemacheck
 
     meta = schemacheck.load_output(output_dir)[0]  # schema.pbtxt agrees with metadata.json
     specs = meta["features"]

@@ -18,7 +18,7 @@ dead-lettered equal its rows (``WriteShardFn``); once every shard is in, :func:`
 split again (all shard files there, records + dead-lettered rows = rows planned) and writes ``tfrecord_etl.json``
 last, with the records of every output split and the rows dead-lettered of every input split.
 
-No TFX import: the executor (``transforms.tfx_examplegen``) passes plain values, and the main suite tests this
+No TFX import: the executor (``transforms.tfx.examplegen``) passes plain values, and the main suite tests this
 module.
 """
 
@@ -29,13 +29,15 @@ from collections.abc import Mapping, Sequence
 
 import apache_beam as beam
 
-from tfrecord_etl.transforms import fileio, planning, sink
+from tfrecord_etl.transforms import planning
 from tfrecord_etl.transforms.beam import encode as beam_encode, write as beam_write
 from tfrecord_etl.transforms.codec import encoding_of
+from tfrecord_etl.transforms.collections.splits import SplitPlan
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, RecordError
+from tfrecord_etl.transforms.output import sink
 from tfrecord_etl.transforms.planning import ConvertPlan
-from tfrecord_etl.transforms.splits import SplitPlan
+from tfrecord_etl.transforms.storage import fileio
 
 FILE_PREFIX = "data_tfrecord"  # TFX's write_split.DEFAULT_TF_RECORD_FILE_NAME
 INFO_FILE = "tfrecord_etl.json"

@@ -25,10 +25,10 @@ import logging
 import os
 import re
 
-from tfrecord_etl.transforms import fileio
 from tfrecord_etl.transforms.errors import ConfigError, SourceError, printable
+from tfrecord_etl.transforms.storage import fileio
 
-log = logging.getLogger("tfrecord_etl.transforms.matching")
+log = logging.getLogger("tfrecord_etl.transforms.collections.matching")
 
 _GLOB = re.compile(r"[*?\[]")
 _SHOWN = 3  # examples named in an error

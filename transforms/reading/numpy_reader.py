@@ -26,10 +26,12 @@ from collections.abc import Iterator, Sequence
 import google_crc32c
 import numpy as np
 
-from tfrecord_etl.transforms import collection_reader, fileio, metadata, shardcheck, tfrecord
 from tfrecord_etl.transforms.codec.block import MIN_BLOCK, BlockDecoder, ragged
 from tfrecord_etl.transforms.codec.spec import FeatureSpec
 from tfrecord_etl.transforms.errors import RecordError
+from tfrecord_etl.transforms.output import metadata, tfrecord
+from tfrecord_etl.transforms.reading import collection_reader, shardcheck
+from tfrecord_etl.transforms.storage import fileio
 
 CHUNK = 16 << 20  # bytes read at a time (a record longer than that: one read of its own size)
 _MASK_DELTA = 0xA282EAD8
@@ -136,7 +138,7 @@ def _shard_pieces(
         if counted is not None:
             try:
                 counted.drain()  # bytes after the last frame (a gzip trailer) are part of the file
-            except tfrecord._READ_ERRORS as e:
+            except tfrecord.READ_ERRORS as e:
                 raise RecordError(f"Cannot read the shard to its end: {e}", file=path) from None
             crc = counted
         if same and _fstat_version(path, raw) != checked:
@@ -200,6 +202,54 @@ def _fill(stream, left: bytes | bytearray, need: int, crc: _Crc | None) -> tuple
     return buf, have
 
 
+def _next_read(buf, end: int, left: int, filled: int, align: int) -> int:
+    """Bytes to read next so the buffer ends at a frame boundary: the first read of a stream takes one header, the
+    others chunks of about :data:`CHUNK` sized by the frame length there (a multiple of ``align`` frames)."""
+    if left < 12:
+        return 12 - left if not filled else CHUNK
+    frame = int.from_bytes(buf[end : end + 8], "little") + 16
+    step = frame * align if frame * align <= CHUNK else frame
+    return max(frame, -(-CHUNK // step) * step) - left
+
+
+def _truncated(buf, pos: int, left: int, path: str, index: int, offset: int) -> RecordError:
+    """The error for a stream that ends ``left`` bytes into a frame (its header or its data)."""
+    where = {"file": path, "record": index, "offset": offset, "hint": tfrecord.CUT_HINT}
+    if left < 12:
+        return RecordError(f"Truncated record header ({left} of 12 bytes)", **where)
+    length = int.from_bytes(buf[pos : pos + 8], "little")
+    return RecordError(f"Truncated record: {max(0, min(length, left - 12))} of {length} data bytes", **where)
+
+
+def _decode_runs(decoder, buf, arr: np.ndarray, runs, path: str, index: int, base: int, record_crcs: bool):
+    """Yields ``(piece, records)`` for the runs of one buffer (``(start, data length, frames)`` each, from
+    :func:`_runs`): long runs decoded as blocks, short ones gathered and decoded one record at a time
+    (:func:`_mixed`). ``index``: the first record's index; ``base``: the stream offset of ``buf[0]``."""
+    mixed: list[tuple[int, int]] = []  # (frame start, data length) of short runs, decoded one by one
+    for start, length, k in runs:
+        if k < MIN_BLOCK:
+            mixed += [(start + j * (length + 16), length) for j in range(k)]
+            continue
+        if mixed:
+            yield _mixed(decoder, buf, mixed, path, index, base, record_crcs)
+            index += len(mixed)
+            mixed = []
+        frames = arr[start : start + k * (length + 16)].reshape(k, length + 16)
+        data = frames[:, 12 : 12 + length]
+        first = base + start
+        if record_crcs:
+            _check_crcs(frames, length, path, index, first)
+        try:
+            piece = decoder.decode(data)
+        except RecordError as e:
+            j = e.context.get("record", 0)
+            raise _decode_error(e, path, index + j, first + j * (length + 16)) from None
+        yield piece, k
+        index += k
+    if mixed:
+        yield _mixed(decoder, buf, mixed, path, index, base, record_crcs)
+
+
 def _stream_pieces(decoder, stream, path: str, limit: int, record_crcs: bool, crc: _Crc | None, align: int = 1):
     """Yields the pieces of one decompressed stream; returns its record count. Reads are sized to end at a frame
     boundary when frames have one length (and hold a multiple of ``align`` of them), so runs are not cut. The next
@@ -218,70 +268,26 @@ def _stream_pieces(decoder, stream, path: str, limit: int, record_crcs: bool, cr
                 pending = None
                 try:
                     buf, filled = future.result()
-                except tfrecord._READ_ERRORS as e:
-                    raise RecordError(
-                        f"Cannot decompress: {e}",
-                        file=path,
-                        record=index,
-                        offset=offset,
-                        hint="check the compression (gzip/zlib/none) of this file",
-                    ) from None
+                except tfrecord.READ_ERRORS as e:
+                    error = tfrecord.read_error(
+                        f"Cannot decompress: {e}", path, index, offset, tfrecord.COMPRESSION_HINT
+                    )
+                    raise error from None
                 eof, pos = filled - left < need, 0
             arr = np.frombuffer(buf, np.uint8, filled)
             runs, end, checked = _runs(buf, filled, arr, pos, limit, checked, path, index, offset)
             left = filled - end
             if not eof:  # read the next chunk while this one is decoded
-                if left < 12:  # the first read of a stream: one header, then chunks sized by its frame length
-                    need = 12 - left if not filled else CHUNK
-                else:
-                    frame = int.from_bytes(buf[end : end + 8], "little") + 16
-                    step = frame * align if frame * align <= CHUNK else frame
-                    need = max(frame, -(-CHUNK // step) * step) - left
+                need = _next_read(buf, end, left, filled, align)
                 pending = reader_thread.submit(_fill, stream, bytes(buf[end:filled]), need, crc), left, need
-            mixed: list[tuple[int, int]] = []  # (frame start, data length) of short runs, decoded one by one
-            for start, length, k in runs:
-                if k < MIN_BLOCK:
-                    mixed += [(start + j * (length + 16), length) for j in range(k)]
-                    continue
-                if mixed:
-                    yield _mixed(decoder, buf, mixed, path, index, offset - pos, record_crcs)
-                    index += len(mixed)
-                    mixed = []
-                frames = arr[start : start + k * (length + 16)].reshape(k, length + 16)
-                data = frames[:, 12 : 12 + length]
-                first = offset + start - pos
-                if record_crcs:
-                    _check_crcs(frames, length, path, index, first)
-                try:
-                    piece = decoder.decode(data)
-                except RecordError as e:
-                    j = e.context.get("record", 0)
-                    raise _decode_error(e, path, index + j, first + j * (length + 16)) from None
-                yield piece, k
-                index += k
-            if mixed:
-                yield _mixed(decoder, buf, mixed, path, index, offset - pos, record_crcs)
-                index += len(mixed)
+            for piece in _decode_runs(decoder, buf, arr, runs, path, index, offset - pos, record_crcs):
+                yield piece
+                index += piece[1]
             offset += end - pos
             pos = end
             if eof:
                 if left:
-                    if left < 12:
-                        raise RecordError(
-                            f"Truncated record header ({left} of 12 bytes)",
-                            file=path,
-                            record=index,
-                            offset=offset,
-                            hint="the file was cut short; rewrite it",
-                        )
-                    length = int.from_bytes(buf[pos : pos + 8], "little")
-                    raise RecordError(
-                        f"Truncated record: {max(0, min(length, left - 12))} of {length} data bytes",
-                        file=path,
-                        record=index,
-                        offset=offset,
-                        hint="the file was cut short; rewrite it",
-                    )
+                    raise _truncated(buf, pos, left, path, index, offset)
                 return index
     finally:  # the stream is closed after this: no read may still be running on it
         reader_thread.shutdown(wait=True)

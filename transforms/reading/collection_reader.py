@@ -1,6 +1,6 @@
-"""What the readers of :mod:`transforms.reader` read: one output directory, or the selected spans of a collection.
+"""What the readers of :mod:`transforms.reading.reader` read: one output directory, or the selected spans of a collection.
 
-A collection directory (``collection.json`` + ``span-N/``, see :mod:`transforms.collection`) is read span by span,
+A collection directory (``collection.json`` + ``span-N/``, see :mod:`transforms.collections.collection`) is read span by span,
 in span order, each span at its latest version; each span directory is a complete output directory, read with its
 own ``metadata.json`` (its shards, their sizes and CRC32Cs, its splits). Before any record is read, the selected
 spans are checked to agree: the schema fingerprints ``collection.json`` records (:func:`collection.check_same_schema`)
@@ -16,7 +16,7 @@ lists the span: the documented recovery of a crash between the two commits), or 
 ``trust_spans=True`` (every reader takes it) or by naming the span's directory itself; ``verify`` shows what
 differs.
 
-    from tfrecord_etl.transforms import reader
+    from tfrecord_etl.transforms.reading import reader
     for example in reader.iter_numpy("coll/", spans="latest:30"):   # the newest 30 spans, in span order
         ...
 """
@@ -26,9 +26,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from tfrecord_etl.transforms import collection, fileio, metadata, schemacheck
 from tfrecord_etl.transforms.codec import FeatureSpec
+from tfrecord_etl.transforms.collections import collection, schemacheck
 from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, SchemaError
+from tfrecord_etl.transforms.output import metadata
+from tfrecord_etl.transforms.storage import fileio
 
 
 def select_features(specs: Sequence[FeatureSpec], features: Sequence[str] | None) -> list[FeatureSpec]:

@@ -3,12 +3,12 @@ its version is still the one read, in one request the store evaluates atomically
 ``If-None-Match`` on ``PutObject``, ``If-Match`` on ``DeleteObject``; GCS: ``ifGenerationMatch``). How two runs
 racing on one gs:// or s3:// output or collection cannot both commit (``metadata.json``, ``collection.json``, the
 output directory's lock). Local files take other means (``O_EXCL``, ``flock``, ``rename``): here they get plain
-reads, writes and deletes (:mod:`transforms.fileio`).
+reads, writes and deletes (:mod:`transforms.storage.fileio`).
 """
 
 from __future__ import annotations
 
-from tfrecord_etl.transforms import fileio, lightfs
+from tfrecord_etl.transforms.storage import fileio, lightfs, remote
 
 ABSENT = "absent"  # the version of an object that does not exist: a conditional write that creates it
 
@@ -80,7 +80,7 @@ def read_versioned(path: str) -> tuple[bytes | None, str | None]:
                 return stream.read(), stream.raw._obj.version or None
         except FileNotFoundError:  # GCS
             return None, ABSENT
-        except (OSError, fileio._ObjectChanged):  # replaced between two of its requests: read the new version
+        except (OSError, remote.ObjectChanged):  # replaced between two of its requests: read the new version
             fileio.forget_objects()
             if attempt == 2:
                 raise

@@ -7,7 +7,7 @@ Layout (``OUT`` is the collection directory)::
     OUT/span-8/version-2/        span 8, version 2 (inputs whose pattern has ``{VERSION}``)
 
 A span is visible only once ``collection.json`` lists it: a run writes ``OUT/span-N/`` with the output-directory
-protocol of :mod:`transforms.outdir` (staged replacement, lock, run marker) and then commits the collection file
+protocol of :mod:`transforms.output.outdir` (staged replacement, lock, run marker) and then commits the collection file
 with a compare-and-swap: on S3 and GCS one conditional request (S3 ``If-Match`` / ``If-None-Match``, GCS
 ``ifGenerationMatch``, :func:`conditional.write_if_version`); on local disk a rename under an ``flock`` after checking
 that the file is still the one the run read. Of two runs racing to commit, the second re-reads the file and adds
@@ -37,17 +37,16 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 
-from tfrecord_etl.transforms import conditional, fileio
-from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, OutputError, SchemaError, SourceError
+from tfrecord_etl.transforms.collections.selection import SpanSelector, check_same_schema, latest_versions, select  # noqa: F401 - selection's names, used here and by others
+from tfrecord_etl.transforms.errors import IncompleteOutputError, OutputError, SchemaError, SourceError
+from tfrecord_etl.transforms.storage import conditional, fileio
 
 COLLECTION_FILE = "collection.json"
 FORMAT = "tfrecord-etl-collection/1"
 LOCAL_LOCK_FILE = ".tf-etl-collection.lock"  # flock'ed while a local commit compares and renames
 MAX_COMMIT_ATTEMPTS = 8  # a commit that keeps losing races to other runs gives up after this many tries
-
-SpanSelector = None | int | str | Sequence[int] | range
 
 
 def span_dir_name(span: int, version: int | None = None) -> str:
@@ -149,110 +148,10 @@ def load(collection_dir: str) -> dict:
     return load_versioned(collection_dir)[0]
 
 
-def latest_versions(coll: dict) -> list[dict]:
-    """The committed spans in span order, each at its latest version (TFX: a span's newest version wins)."""
-    best: dict[int, dict] = {}
-    for s in coll["spans"]:
-        cur = best.get(s["span"])
-        if cur is None or (s["version"] or -1) > (cur["version"] or -1):
-            best[s["span"]] = s
-    return [best[k] for k in sorted(best)]
-
-
-_LATEST = re.compile(r"^latest(?::(\d+))?$")
-_RANGE = re.compile(r"^(\d+)-(\d+)$")
-
-
-def parse_spans(text: str) -> SpanSelector:
-    """A ``--spans`` flag's value as a selector for :func:`select`: ``7``, ``3,5,9``, ``3-9`` (inclusive),
-    ``latest``, ``latest:30`` (the newest 30 committed spans), ``all``.
-
-    Raises:
-      ConfigError: anything else.
-    """
-    text = text.strip()
-    if text in ("", "all"):
-        return None
-    if _LATEST.match(text):
-        return text
-    m = _RANGE.match(text)
-    if m:
-        return range(int(m.group(1)), int(m.group(2)) + 1)
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        raise ConfigError(
-            f"Cannot read --spans {text!r}", hint="one span (7), a list (3,5,9), a range (3-9), latest, latest:N or all"
-        ) from None
-    return values[0] if len(values) == 1 else values
-
-
-def select(coll: dict, spans: SpanSelector = None, where: str = "") -> list[dict]:
-    """The span entries ``spans`` names, in span order, each at its latest version.
-
-    ``spans``: None (every span), an int, a list or range of ints, ``"latest"``, ``"latest:N"`` (the newest N
-    committed spans; fewer when there are fewer), or a ``--spans`` string (:func:`parse_spans`).
-
-    Raises:
-      ConfigError: a span that is not committed (names it and the committed ones), an empty selection.
-    """
-    if isinstance(spans, str) and not _LATEST.match(spans.strip()):
-        spans = parse_spans(spans)
-    entries = latest_versions(coll)
-    if spans is None:
-        chosen = entries
-    elif isinstance(spans, str):
-        n = _LATEST.match(spans.strip()).group(1)
-        chosen = entries[-int(n) :] if n is not None else entries[-1:]
-        if n is not None and int(n) == 0:
-            chosen = []
-    else:
-        wanted = [spans] if isinstance(spans, int) else list(spans)
-        by_span = {s["span"]: s for s in entries}
-        missing = [w for w in wanted if w not in by_span]
-        if missing:
-            have = [s["span"] for s in entries]
-            shown = (", ".join(map(str, have[:10])) + (f" ... {have[-1]}" if len(have) > 10 else "")) or "none"
-            raise ConfigError(
-                f"Span {missing[0]} is not in the collection"
-                if len(missing) == 1
-                else f"Spans {missing[:10]} are not in the collection",
-                file=where or None,
-                hint=f"committed spans: {shown}",
-            )
-        chosen = [by_span[w] for w in sorted(set(wanted))]
-    if not chosen:
-        raise ConfigError(
-            "No spans selected",
-            file=where or None,
-            hint="the collection has no committed span" if not entries else "select at least one",
-        )
-    return chosen
-
-
 def span_dirs(collection_dir: str, spans: SpanSelector = None) -> list[str]:
     """The output directories of the selected spans (:func:`select`), in span order."""
     coll = load(collection_dir)
     return [fileio.join(collection_dir, *s["dir"].split("/")) for s in select(coll, spans, collection_dir)]
-
-
-def check_same_schema(entries: Iterable[dict], where: str = "") -> None:
-    """Refuses spans whose schemas differ (a collection that recorded a schema change, read across it).
-
-    Raises:
-      SchemaError: names the first two spans whose schemas differ.
-    """
-    first = None
-    for s in entries:
-        if first is None:
-            first = s
-        elif s["schema"] != first["schema"]:
-            raise SchemaError(
-                f"Spans {first['span']} and {s['span']} have different schemas (the collection "
-                f"recorded a schema change)",
-                file=where or None,
-                hint="read the spans on either side of the change separately (spans=...)",
-            )
 
 
 @contextlib.contextmanager
@@ -283,7 +182,7 @@ def _write(collection_dir: str, coll: dict, expected: str) -> None:
     Raises:
       conditional.VersionConflict: another run committed it since.
     """
-    from tfrecord_etl.transforms import sink
+    from tfrecord_etl.transforms.output import sink
 
     path = path_of(collection_dir)
     data = dumps(coll)
@@ -375,8 +274,8 @@ def span_entry(
     Raises:
       IncompleteOutputError: the span's directory has no committed ``metadata.json``.
     """
-    from tfrecord_etl.transforms import metadata
-    from tfrecord_etl.transforms.runlock import utc_now
+    from tfrecord_etl.transforms.output import metadata
+    from tfrecord_etl.transforms.output.runlock import utc_now
 
     name = span_dir_name(span, version)
     out = fileio.join(collection_dir, *name.split("/"))
@@ -465,7 +364,7 @@ def unlisted_span_dirs(collection_dir: str, coll: dict) -> list[str]:
     """The span directories (``span-N``, ``span-N/version-V``) present in ``collection_dir`` that ``coll`` does not
     list: spans of a run that has not committed the collection yet, or crashed before it did (readers never read
     them). Sorted by span and version; the direct children are listed, never globbed."""
-    from tfrecord_etl.transforms import outdir
+    from tfrecord_etl.transforms.output import outdir
 
     listed = {s["dir"] for s in coll["spans"]}
     found = []

@@ -45,10 +45,10 @@ import json
 import re
 from collections.abc import Sequence
 
-from tfrecord_etl.transforms import conditional, fileio
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, encoding_of, normalize_dtype, spec_from_json
 from tfrecord_etl.transforms.errors import IncompleteOutputError, OutputError, SchemaError
-from tfrecord_etl.transforms.outdir import METADATA_FILE, SCHEMA_FILE  # the output directory's names
+from tfrecord_etl.transforms.output.outdir import METADATA_FILE, SCHEMA_FILE  # the output directory's names
+from tfrecord_etl.transforms.storage import conditional, fileio
 
 FORMAT = "tfrecord-etl/1"
 VERSION = "0.1.0"
@@ -117,7 +117,7 @@ def schema_types(spec: FeatureSpec, kind: str) -> tuple[bool, list[str], str | N
     """What ``schema.pbtxt`` adds to the Example feature ``spec.name`` of kind ``kind`` (see the module docstring):
     ``(bool_domain, annotation tags, annotation comment)``; ``(False, [], None)`` for a feature with neither. The
     one source of both the writer (:func:`schema_text`) and the check that a schema agrees with its metadata
-    (:mod:`transforms.schemacheck`)."""
+    (:mod:`transforms.collections.schemacheck`)."""
     encoding = encoding_of(spec)
     if kind == "int64" and spec.dtype == "|b1":
         return True, [], None
@@ -245,7 +245,7 @@ def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec], expected_ve
     Raises:
       OutputError: another run committed ``output_dir`` since this run started.
     """
-    from tfrecord_etl.transforms import outdir, sink
+    from tfrecord_etl.transforms.output import outdir, sink
 
     sink.write_file(fileio.join(output_dir, SCHEMA_FILE), schema_text(specs).encode())
     outdir.failpoint("schema-written")  # the old metadata.json beside the new schema.pbtxt (schemacheck.pending)
@@ -254,7 +254,7 @@ def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec], expected_ve
     if expected_version is None or fileio.is_local(output_dir):
         sink.write_json(path, meta)
         return
-    from tfrecord_etl.transforms.runlock import check_commit
+    from tfrecord_etl.transforms.output.runlock import check_commit
 
     check_commit(path)
     try:
@@ -295,7 +295,7 @@ def load_with_digest(output_dir: str) -> tuple[dict, str]:
     """
     path = fileio.join(output_dir, METADATA_FILE)
     if not fileio.exists(path):
-        from tfrecord_etl.transforms import outdir
+        from tfrecord_etl.transforms.output import outdir
 
         nested = outdir.nested_outputs(output_dir) if fileio.is_dir(output_dir) else []
         if nested:

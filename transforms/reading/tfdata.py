@@ -1,4 +1,4 @@
-"""The ``tf.data`` pipeline of :func:`transforms.reader.to_tf_dataset`: checked shards, batched parsing.
+"""The ``tf.data`` pipeline of :func:`transforms.reading.reader.to_tf_dataset`: checked shards, batched parsing.
 
     shards (this worker's, optionally shuffled)                 each checked first: size, CRC32C (once per version)
       -> TFRecordDataset per shard, its record count asserted   shard order (deterministic=False: 2 at once);
@@ -24,10 +24,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from tfrecord_etl.transforms import collection_reader, metadata
 from tfrecord_etl.transforms.codec import FeatureSpec, encoding_of
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError
-from tfrecord_etl.transforms.shardcheck import check_shard
+from tfrecord_etl.transforms.output import metadata
+from tfrecord_etl.transforms.reading import collection_reader
+from tfrecord_etl.transforms.reading.shardcheck import check_shard
 
 TF_COMPRESSION = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}
 #: examples parsed together when the dataset is not batched (batch_size=None): parsed and decoded as one batch,
@@ -288,7 +289,7 @@ def to_tf_dataset(
     check_checksums: bool = True,
     trust_spans: bool = False,
 ):
-    """See :func:`transforms.reader.to_tf_dataset` (the public entry point)."""
+    """See :func:`transforms.reading.reader.to_tf_dataset` (the public entry point)."""
     import tensorflow as tf
 
     specs, parts = collection_reader.parts(output_dir, spans, split, features, trust_spans)

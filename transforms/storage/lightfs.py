@@ -1,6 +1,6 @@
 """The file operations of reading an output without Apache Beam: the light reader's filesystem.
 
-:mod:`tfrecord_etl.transforms.fileio` goes through Beam's ``FileSystems`` when Beam is installed (the pipelines,
+:mod:`tfrecord_etl.transforms.storage.fileio` goes through Beam's ``FileSystems`` when Beam is installed (the pipelines,
 the launcher, the workers: one code path for local, gs:// and s3:// paths, configured by the pipeline options).
 Without Beam (``pip install .``, the reader's install: NumPy and google-crc32c only), ``fileio`` takes
 these instead, for what reading needs: match a pattern, a file's size, whether it exists, join and split paths.

@@ -1,11 +1,11 @@
 """The lock of an output directory and the checks that tie every commit to the run holding it (see
-:mod:`transforms.outdir` for the rest of the protocol): one run at a time (``.tf-etl.lock``, created with
+:mod:`transforms.output.outdir` for the rest of the protocol): one run at a time (``.tf-etl.lock``, created with
 ``O_CREAT|O_EXCL``, holding the launcher's host, pid and process start time; a lock whose process is gone on the
 same host is stale and taken over), commits refused once the run no longer holds it (:func:`check_commit`), and the
 failpoints the tests crash a run at.
 
 On S3 and GCS every change of the lock is a conditional request on the version of the lock object the run read
-(:mod:`transforms.conditional`: S3 ``If-None-Match: *`` / ``If-Match: <ETag>`` on ``PutObject`` and ``If-Match`` on
+(:mod:`transforms.storage.conditional`: S3 ``If-None-Match: *`` / ``If-Match: <ETag>`` on ``PutObject`` and ``If-Match`` on
 ``DeleteObject``, GCS ``ifGenerationMatch``): creating it (absent), taking a stale one over (replacing exactly the
 stale version read: of two launchers taking over the same stale lock one wins), closing it when a run fails, and
 releasing it (deleting only the version the run holds, never a lock another run took meanwhile). Elsewhere (local
@@ -15,96 +15,32 @@ same stale lock at the same moment can both pass the read, which is the window l
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import re
 import socket
-import sys
 
-from tfrecord_etl.transforms import conditional, fileio
 from tfrecord_etl.transforms.errors import ConfigError, OutputError
+from tfrecord_etl.transforms.output import runtime
+from tfrecord_etl.transforms.output.runtime import (  # noqa: F401 - runtime's names, used here and by others
+    FAILPOINT_ENV,
+    FAILPOINT_ONCE_ENV,
+    RUN_ENV,
+    failpoint,
+    process_start,
+    read_json,
+    say,
+    utc_now,
+)
+from tfrecord_etl.transforms.storage import conditional, fileio
 
 LOCK_FILE = ".tf-etl.lock"
 LEGACY_LOCK_FILE = ".tfrecord-etl.lock"  # the lock's name in earlier versions (a run of one may be going on)
-_MAX_JSON_BYTES = 64 * 2**20  # a marker, lock or metadata.json larger than this is not ours
-
-FAILPOINT_ENV = "TFRECORD_ETL_FAILPOINT"
-FAILPOINT_ONCE_ENV = "TFRECORD_ETL_FAILPOINT_ONCE"  # the file a ":once" failpoint creates when it fires
-
-
-def failpoint(stage: str) -> None:
-    """Kills this process with SIGKILL at ``stage`` when the environment variable ``TFRECORD_ETL_FAILPOINT`` names
-    it (``STAGE:launcher`` kills the launcher holding the run's lock instead, from a worker process; ``:INT`` sends
-    SIGINT, a Ctrl-C, instead of SIGKILL): how the tests crash a run at a chosen moment (``prepared``: lock and
-    marker written; ``shard-opened``: a shard's temporary file created, nothing written to it yet, in the process
-    that writes it; ``shard-committed``: a shard renamed into place, in the process that wrote it;
-    ``before-commit``: every shard final, no metadata yet; ``committed``: ``metadata.json`` written, the replaced
-    files not yet deleted; ``before-collection-commit``: a span's output committed, ``collection.json`` not yet)
-    instead of after a sleep. ``:once`` fires in the first process that reaches the stage only (it creates the file
-    ``TFRECORD_ETL_FAILPOINT_ONCE`` names, ``O_EXCL``): one of several worker processes. Unset, it costs one
-    dictionary lookup."""
-    wanted = os.environ.get(FAILPOINT_ENV)
-    if wanted and wanted.split(":")[0] == stage:
-        import signal
-
-        parts = wanted.split(":")[1:]
-        if "once" in parts:
-            try:
-                os.close(os.open(os.environ[FAILPOINT_ONCE_ENV], os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-            except (FileExistsError, KeyError):
-                return
-        sig = next((getattr(signal, f"SIG{p}") for p in parts if hasattr(signal, f"SIG{p}")), signal.SIGKILL)
-        pid = os.getpid()
-        if "launcher" in parts:  # the launcher holding the run's lock (Beam starts workers through a shell)
-            pid = (read_json(json.loads(os.environ.get(RUN_ENV, "{}")).get("lock", "")) or {}).get("pid", pid)
-        os.kill(pid, sig)
-
-
-def say(message: str) -> None:
-    """One line on stderr, shown at the default log level (deletions, kept files, stale locks)."""
-    print(f"[tfrecord-etl] {message}", file=sys.stderr, flush=True)
-
-
-def read_json(path: str) -> dict | None:
-    """The JSON object in the file ``path`` (a lock, a run marker, ``metadata.json``), or None when it is missing,
-    larger than 64 MiB (local), unreadable, not JSON or not an object: such a file is not one of ours."""
-    try:
-        if fileio.is_local(path) and (not os.path.isfile(path) or os.path.getsize(path) > _MAX_JSON_BYTES):
-            return None
-        data = json.loads(fileio.read_bytes(path))
-    except Exception:  # noqa: BLE001 - unreadable: not ours
-        return None
-    return data if isinstance(data, dict) else None
-
-
-# ---------------------------------------------------------------- the lock
-
-
-def process_start(pid: int) -> str | None:
-    """The start time of process ``pid`` (Linux ``/proc/<pid>/stat`` field 22), None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode("ascii", "replace")
-        return stat.rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            return "?"
-        return "?"
 
 
 def _lock_record(run_id: str) -> dict:
     pid = os.getpid()
     return {"host": socket.gethostname(), "pid": pid, "start": process_start(pid), "run_id": run_id, "since": utc_now()}
-
-
-def utc_now() -> str:
-    """The current UTC time as ``YYYY-MM-DDTHH:MM:SSZ`` (what locks and run markers record)."""
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _is_stale(record: dict | None, path: str) -> bool:
@@ -133,7 +69,7 @@ def _read_lock(path: str) -> tuple[dict | None, str | None]:
         data, version = conditional.read_versioned(path)  # version None: HDFS, no conditional requests
     except Exception:  # noqa: BLE001 - unreadable: not ours
         return None, None
-    if data is None or len(data) > _MAX_JSON_BYTES:
+    if data is None or len(data) > runtime.MAX_JSON_BYTES:
         return None, version
     try:
         record = json.loads(data)
@@ -338,9 +274,6 @@ class _interrupts_deferred:
         if self._pending and self._raise_after and exc[0] is None:
             raise KeyboardInterrupt
         return False
-
-
-RUN_ENV = "TFRECORD_ETL_RUN"  # the lock path and run id of the run this process (or its launcher) holds
 
 
 class CarriesRun:

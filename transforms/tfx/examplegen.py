@@ -17,7 +17,7 @@ TFX's documented way to add an input format (``tfx/components/example_gen/base_e
 ``FileBasedExampleGen`` that uses it. Each input split pattern (``{SPAN}`` / ``{VERSION}`` / date placeholders already
 resolved by TFX's ``FileBasedDriver`` under ``range_config``) is planned as ``tfrecord-etl convert`` plans
 it (``planning.plan_convert``: the same sources, encodings and codec, the same bytes), and the executor's ``Do``
-writes the examples artifact itself with our planned writer (``transforms.tfx_write``): every shard plan read,
+writes the examples artifact itself with our planned writer (``transforms.tfx.write``): every shard plan read,
 encoded and written by one worker, gzip through the compression backend (ISA-L, level 3 by default), one file per
 output split per shard plan, ``Split-NAME/data_tfrecord-SSSSS-of-NNNNN.gz``, with no shuffle of the data (TFX's
 base ``Do`` sends every record through a ``Reshuffle`` and Beam's zlib ``WriteToTFRecord``). TFX's semantics are
@@ -55,7 +55,7 @@ decoder, and ``tfrecord-etl verify 'URI/Split-train/*.gz'`` checks its frames an
 
 Split assignment: TFX hashes ``sha256(key) % sum(hash_buckets)``. With ``partition_feature_name`` the key is the
 serialized ``tf.train.Feature``, exactly what ``convert --splits ... --split_key FEATURE`` hashes
-(``transforms.splits``): both put every example in the same split. Without it TFX (and this ExampleGen) hashes the
+(``transforms.collections.splits``): both put every example in the same split. Without it TFX (and this ExampleGen) hashes the
 whole serialized record while ``--splits`` hashes the global row index, so those two assignments differ (both are
 deterministic).
 
@@ -67,11 +67,10 @@ ideas: TFX's ``custom_executors/avro_executor.py`` and ``parquet_executor.py`` (
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import apache_beam as beam
-import numpy as np
 from tfx.components.example_gen import base_example_gen_executor, utils as example_gen_utils, write_split
 from tfx.components.example_gen.component import FileBasedExampleGen
 from tfx.components.util import examples_utils
@@ -80,74 +79,25 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import proto_utils
 
-from tfrecord_etl.transforms import fileio, metadata, planning, sink, tfx_write
+from tfrecord_etl.transforms import planning
 from tfrecord_etl.transforms.beam import encode as beam_encode, writers as beam_writers
-from tfrecord_etl.transforms.codec import FeatureSpec, decode_example_lenient, spec_from_json
-from tfrecord_etl.transforms.config import ConvertConfig
-from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
-
-SCHEMA_FILE = "schema.pbtxt"  # our inferred Schema, beside Split-* in the examples artifact
-INFO_FILE = tfx_write.INFO_FILE
-INFO_FORMAT = "tfrecord-etl-tfx/1"
-SCHEMA_PROPERTY = "tfrecord_etl_schema"  # the examples artifact's custom property: the schema file's URI
-OPTIONS_KEY = "tfrecord_etl_source_options"  # the JSON of the source options, in custom_config's Struct
-
-# ConvertConfig fields that TFX decides inside an ExampleGen (output URI, gzip, splits, spans, file names): refused.
-TFX_OWNED = frozenset(
-    {
-        "input",
-        "output_dir",
-        "compression",
-        "index",
-        "splits",
-        "split_key",
-        "split",
-        "shuffle_seed",
-        "tfds_name",
-        "writer",
-        "prefix",
-        "span",
-        "version",
-        "incremental",
-        "reconvert_changed",
-        "allow_schema_change",
-        "overwrite",
-        "dry_run",
-        "pipeline_options",
-        "max_local_workers",
-        "progress",
-        "verbose",
-    }
+from tfrecord_etl.transforms.codec import FeatureSpec
+from tfrecord_etl.transforms.errors import ConfigError, SchemaError
+from tfrecord_etl.transforms.output import metadata, sink
+from tfrecord_etl.transforms.storage import fileio
+from tfrecord_etl.transforms.tfx import artifacts, write as tfx_write
+from tfrecord_etl.transforms.tfx.artifacts import (  # used here; re-exported through tfrecord_etl.tfx
+    INFO_FILE,
+    INFO_FORMAT,
+    OPTIONS_KEY,
+    SCHEMA_FILE,
+    SCHEMA_PROPERTY,
+    check_source_options,
+    infer_schema,
+    load_info,
+    read_split,
+    split_files,
 )
-
-
-def check_source_options(options: Mapping[str, Any] | None) -> dict:
-    """The source options of an :class:`ArraysExampleGen` checked as the convert command checks its flags: a dict
-    of ``ConvertConfig`` fields (the input's format and reading options, encodings, limits, dead letters).
-
-    Raises:
-      ConfigError: an unknown option, a bad value (pydantic's message, one line), or an option TFX owns here
-        (:data:`TFX_OWNED`: compression, splits, spans, the output directory, index files), naming it.
-    """
-    options = dict(options or {})
-    owned = sorted(set(options) & TFX_OWNED)
-    if owned:
-        raise ConfigError(
-            f"ArraysExampleGen source_options {owned}: TFX decides these inside an ExampleGen",
-            hint="splits: output_config hash buckets or input_config patterns; spans: {SPAN} in the "
-            "split pattern and range_config; files: Split-NAME/data_tfrecord-*.gz, gzip (the "
-            "shards: num_shards, target_shard_mb, compression_level)",
-        )
-    _config("<check>", "<check>", options)
-    return options
-
-
-def _config(pattern: str, output_dir: str, options: Mapping[str, Any]) -> ConvertConfig:
-    try:
-        return ConvertConfig(input=pattern, output_dir=output_dir, writer="planned", compression="gzip", **options)
-    except Exception as e:  # pydantic's ValidationError, made one line as the command's flags
-        text = " ".join(str(e).split())
-        raise ConfigError(f"Invalid ArraysExampleGen source_options: {text}") from None
 
 
 def _options_from(exec_properties: Mapping[str, Any]) -> dict:
@@ -194,7 +144,7 @@ class Executor(base_example_gen_executor.BaseExampleGenExecutor):
         def ArraysToExample(pipeline, exec_properties: dict, split_pattern: str):  # noqa: N802 - TFX's style
             name = _split_name(exec_properties, split_pattern)
             pattern = fileio.join(exec_properties[standard_component_specs.INPUT_BASE_KEY], split_pattern)
-            cfg = _config(pattern, "<tfx>", _split_options(exec_properties, name))
+            cfg = artifacts.config_of(pattern, "<tfx>", _split_options(exec_properties, name))
             plan = planning.plan_convert(cfg)
             plans[name] = (pattern, cfg, plan)
             _agreed_specs(plans)  # input splits of another layout fail here, before the pipeline runs
@@ -274,7 +224,7 @@ class Executor(base_example_gen_executor.BaseExampleGenExecutor):
         jobs = []
         for split in input_config.splits:
             pattern = fileio.join(exec_properties[standard_component_specs.INPUT_BASE_KEY], split.pattern)
-            cfg = _config(pattern, uri, _split_options(exec_properties, split.name))
+            cfg = artifacts.config_of(pattern, uri, _split_options(exec_properties, split.name))
             jobs.append(tfx_write.plan_job(split.name, cfg, outputs, feature, workers))
             _agreed_specs({job.name: (job.pattern, job.cfg, job.plan) for job in jobs})  # fail at the first misfit
         return jobs
@@ -361,72 +311,6 @@ class ArraysExampleGen(FileBasedExampleGen):
             custom_config=example_gen_pb2.CustomConfig(custom_config=packed),
             **kwargs,
         )
-
-
-def load_info(examples_uri: str) -> dict:
-    """``tfrecord_etl.json`` of an examples artifact written by :class:`Executor`, features as FeatureSpecs.
-
-    Raises:
-      SchemaError: no such file (not an ArraysExampleGen output) or not ours.
-    """
-    path = fileio.join(examples_uri, INFO_FILE)
-    if not fileio.exists(path):
-        raise SchemaError("No tfrecord_etl.json: these examples were not written by ArraysExampleGen", file=path)
-    info = json.loads(fileio.read_bytes(path))
-    if info.get("format") != INFO_FORMAT:
-        raise SchemaError(f"Not an ArraysExampleGen info file (format {info.get('format')!r})", file=path)
-    info["features"] = [spec_from_json(f) for f in info["features"]]
-    return info
-
-
-def split_files(examples_uri: str, split: str) -> list[str]:
-    """The record files of one split of an examples artifact (``Split-NAME/data_tfrecord-*.gz``), sorted.
-
-    Raises:
-      SchemaError: no file in that split.
-    """
-    files = sorted(path for path, _ in fileio.match(fileio.join(examples_uri, f"Split-{split}", "*.gz")))
-    if not files:
-        raise SchemaError(f"No record files in split {split!r}", file=fileio.join(examples_uri, f"Split-{split}"))
-    return files
-
-
-def read_split(examples_uri: str, split: str) -> Iterator[dict[str, np.ndarray]]:
-    """Yields each Example of one split of an ArraysExampleGen output as ``{name: np.ndarray}`` (recorded dtypes and
-    shapes, as ``reader.iter_numpy``), file by file in name order; the order within the split is TFX's (shuffled).
-
-    Raises:
-      SchemaError: not an ArraysExampleGen output or an empty split. RecordError: a corrupt record (file, index,
-        byte offset).
-    """
-    from tfrecord_etl.transforms.reader import iter_records
-
-    specs = load_info(examples_uri)["features"]
-    for path in split_files(examples_uri, split):
-        for index, offset, record in iter_records(path, "gzip"):
-            try:
-                example = decode_example_lenient(record, specs)
-            except RecordError as e:
-                raise RecordError(
-                    f"Cannot decode example: {e.message}", hint=e.hint, file=path, record=index, offset=offset
-                ) from None
-            yield example
-
-
-def infer_schema(input_pattern: str, source_options: Mapping[str, Any] | None = None, path: str | None = None) -> str:
-    """The tensorflow_metadata Schema (text) that :class:`ArraysExampleGen` will infer for ``input_pattern``, planned
-    now (inputs indexed, encodings chosen, nothing read); written to ``path`` when given, e.g. for TFX's
-    ``ImportSchemaGen(schema_file=path)`` in place of SchemaGen's guess.
-
-    Raises:
-      SourceError, SchemaError, ConfigError: as the component would, at planning.
-    """
-    options = check_source_options(source_options)
-    cfg = _config(input_pattern, "<schema>", options)
-    text = metadata.schema_text(planning.plan_convert(cfg).specs)
-    if path is not None:
-        sink.write_file(path, text.encode())
-    return text
 
 
 __all__ = [

@@ -12,10 +12,12 @@ from collections.abc import Sequence
 import google_crc32c
 import numpy as np
 
-from tfrecord_etl.transforms import collection_reader, fileio, metadata, shardcheck, tfrecord
 from tfrecord_etl.transforms.codec.block import BlockDecoder, ragged
 from tfrecord_etl.transforms.errors import ConfigError, RecordError
-from tfrecord_etl.transforms.torch_io import python_scalars
+from tfrecord_etl.transforms.output import metadata, tfrecord
+from tfrecord_etl.transforms.reading import collection_reader, shardcheck
+from tfrecord_etl.transforms.reading.torch_io import python_scalars
+from tfrecord_etl.transforms.storage import fileio
 
 
 def _stat_version(st: os.stat_result) -> tuple:
@@ -272,22 +274,7 @@ class RandomAccess:
         """
         shards, within = self._locate_all(indices)
         count = len(shards)
-        offsets = np.empty(count, np.int64)
-        frames = np.empty(count, np.int64)
-        for k in np.unique(shards).tolist():
-            mine = shards == k
-            o, f = self._frames(k)
-            offsets[mine], frames[mine] = o[within[mine]], f[within[mine]]
-        big = np.flatnonzero(frames - 16 > self._limit)
-        if big.size:
-            r = int(big[0])
-            tfrecord.check_record_size(
-                int(frames[r]) - 16,
-                self._limit,
-                file=self._paths[int(shards[r])],
-                record=int(within[r]),
-                offset=int(offsets[r]),
-            )
+        offsets, frames = self._frames_at(shards, within)
         fds = {k: (self._fd(k) if self._local[k] else None) for k in np.unique(shards).tolist()}
         pread = os.pread
         data = [
@@ -322,6 +309,27 @@ class RandomAccess:
 
             return {s.name: stack(s, []) for s in self._specs}
         return out
+
+    def _frames_at(self, shards: np.ndarray, within: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(offsets, frame lengths)`` of the records ``within`` their ``shards``; RecordError for a record over
+        the size limit (before anything is read)."""
+        offsets = np.empty(len(shards), np.int64)
+        frames = np.empty(len(shards), np.int64)
+        for k in np.unique(shards).tolist():
+            mine = shards == k
+            o, f = self._frames(k)
+            offsets[mine], frames[mine] = o[within[mine]], f[within[mine]]
+        big = np.flatnonzero(frames - 16 > self._limit)
+        if big.size:
+            r = int(big[0])
+            tfrecord.check_record_size(
+                int(frames[r]) - 16,
+                self._limit,
+                file=self._paths[int(shards[r])],
+                record=int(within[r]),
+                offset=int(offsets[r]),
+            )
+        return offsets, frames
 
     def _checked_frames(self, part: list[bytes], frame: int, shards, within, offsets) -> np.ndarray:
         """``(rows, frame)`` uint8 of frames read (each ``frame`` bytes long), their length headers and data CRCs

@@ -1,7 +1,7 @@
 """The commit protocol of every file the project writes into an output or dead-letter directory, written once.
 
 A file is written under a temporary name of its own beside its final name (``.tmp-<32 hex>-<8 hex key of the
-final name>``, the name :mod:`transforms.outdir` recognizes as ours), and renamed to the final name only when it
+final name>``, the name :mod:`transforms.output.outdir` recognizes as ours), and renamed to the final name only when it
 is complete; on any failure (an exception, a count that does not match) the temporary is deleted and the error goes on. A
 retried or duplicated attempt (Beam retries bundles; a runner may run one twice) writes its own temporary; the
 last rename wins, and since the bytes are the same exactly one complete final file exists. Temporaries of killed
@@ -25,8 +25,9 @@ import uuid
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from tfrecord_etl.transforms import fileio, tfrecord
-from tfrecord_etl.transforms.runlock import check_commit, failpoint
+from tfrecord_etl.transforms.output import tfrecord
+from tfrecord_etl.transforms.output.runlock import check_commit, failpoint
+from tfrecord_etl.transforms.storage import fileio
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,169 @@
+"""The one line a command prints when it fails, from the exception: our errors (``ConfigError: ... Hint: ...``), an
+output that cannot be written (disk full, read-only, no permission), out of memory, a worker process that went away
+and a runner's job that failed (Flink, Spark); none of them a traceback. :mod:`common`'s ``run_main`` prints them.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+
+from tfrecord_etl.pipelines.workers import (  # noqa: F401
+    WORKER_DIED_LINE,
+    dead_worker_signals,
+    died_line,
+    mark_stopping,
+    quiet_worker_threads as _quiet_worker_threads,
+    stop_worker_processes,
+    stopped_count,
+)
+from tfrecord_etl.transforms.errors import EtlError
+
+# what Beam's runners raise when a worker process (DirectRunner multi_processing, a portable worker) went away
+WORKER_GONE = ("Channel closed prematurely",)
+
+
+# what Beam's PortableRunner raises when the job fails in the runner itself (a Flink or Spark job server): a lost
+# TaskManager or executor with no restart left, a killed JobManager
+JOB_FAILED = re.compile(r"^Pipeline (\S+) failed in state (FAILED|CANCELLED|UNKNOWN): ?(.*)", re.S)
+JOB_FAILED_LINE = "OutputError: The runner's job {job} ended in state {state}: {why}; {holds}. Hint: {hint}"
+RESTART_HINT = (
+    "on a cluster, give the runner a restart strategy (Flink: restart-strategy: fixed-delay) so that a "
+    "lost worker is retried"
+)
+# what the output directory holds after the failed job (the lock's cleanup checks the commit point first:
+# runlock.OUTPUT_STATE); a runner may report a job failed after its workers finished it, commit included
+JOB_FAILED_HOLDS = {
+    "this run": (
+        "its commit ran before the failure: this run's output was committed and is complete",
+        f"check it with tfrecord-etl verify; {RESTART_HINT}",
+    ),
+    "previous": ("nothing was committed: the previous output is complete", f"run again; {RESTART_HINT}"),
+    "none": ("nothing was committed: the output directory holds no output", f"run again; {RESTART_HINT}"),
+    None: ("nothing was committed, so the output directory holds what it held before", f"run again; {RESTART_HINT}"),
+}
+
+
+def runner_job_failed_line(e: BaseException) -> str | None:
+    """One line for a job the runner failed (``Pipeline NAME failed in state FAILED: <the runner's message>``),
+    saying which output the directory holds (``runlock.OUTPUT_STATE``, set by the run's cleanup)."""
+    match = JOB_FAILED.match(str(e).strip())
+    if match is None:
+        return None
+    why = " ".join(match.group(3).split()).rstrip(".") or "no reason given"
+    from tfrecord_etl.transforms.output.runlock import OUTPUT_STATE
+
+    holds, hint = JOB_FAILED_HOLDS.get(getattr(e, OUTPUT_STATE, None), JOB_FAILED_HOLDS[None])
+    return JOB_FAILED_LINE.format(job=match.group(1), state=match.group(2), why=why[:300], holds=holds, hint=hint)
+
+
+def worker_died(e: BaseException) -> bool:
+    text = "".join(str(x) for x in (e, e.__cause__, e.__context__) if x is not None)
+    return any(marker in text for marker in WORKER_GONE)
+
+
+ERROR_NAMES = (
+    "ConfigError",
+    "InputChangedError",
+    "SourceError",
+    "SchemaError",
+    "RecordError",
+    "IncompleteOutputError",
+    "OutputError",
+)
+
+
+def etl_error_line(text: str) -> str | None:
+    """Our error's ``Name: message`` line from a remote traceback's text (Beam's multi_processing and
+    portable runners re-raise a worker's error as a RuntimeError holding only the traceback text)."""
+    import re
+
+    found = None
+    for line in text.splitlines():
+        m = re.match(rf"^\s*(?:[\w.]+\.)?({'|'.join(ERROR_NAMES)}): (.*)$", line)
+        if m:
+            found = f"{m.group(1)}: {m.group(2)}"
+    return found
+
+
+# errno of an output that cannot be written -> what to do about it
+OUTPUT_ERRNOS = {
+    errno.ENOSPC: "free space on that file system or choose another --output_dir",
+    errno.EDQUOT: "free space within your quota or choose another --output_dir",
+    errno.EROFS: "the file system is read-only: choose another --output_dir",
+    errno.EACCES: "you may not write there: fix its permissions or choose another --output_dir",
+    errno.EPERM: "you may not write there: fix its permissions or choose another --output_dir",
+    errno.ENOTDIR: "a part of the path is a file, not a directory: choose another --output_dir",
+    errno.EISDIR: "a directory stands where a file is written: choose another --output_dir",
+}
+MEMORY_ERROR_LINE = (
+    "OutputError: Out of memory while reading, encoding or writing. Hint: pass a smaller "
+    "--target_range_mb (rows read at once per worker) or fewer --direct_num_workers"
+)
+
+
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The last value of ``flag`` in ``argv`` (``--flag value`` or ``--flag=value``), else None."""
+    found = None
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg[len(flag) + 1 :]
+    return found
+
+
+def output_error_line(e: BaseException, output_dir: str | None = None) -> str | None:
+    """``OutputError: <strerror> writing '<path>'. Hint: ...`` for an OSError of an unwritable output
+    (disk full, quota, read-only, permission, a file where a directory should be), raised directly, in the
+    exception chain, or in the text of a Beam-wrapped worker error (``OSError: [Errno 28] No space left on
+    device: '/path'``); a MemoryError likewise. None for anything else. When the error names no file,
+    the line names ``output_dir`` (the command's ``--output_dir``) instead."""
+    import re
+
+    seen, cur = set(), e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, MemoryError):
+            return MEMORY_ERROR_LINE
+        if isinstance(cur, OSError) and cur.errno in OUTPUT_ERRNOS:
+            path = cur.filename if cur.filename is not None else "?"
+            return output_line(cur.errno, cur.strerror or os.strerror(cur.errno), str(path), output_dir)
+        cur = cur.__cause__ or cur.__context__
+    text = str(e)
+    found = None
+    for m in re.finditer(
+        r"(?:OSError|IOError|PermissionError|FileNotFoundError|NotADirectoryError|"
+        r"IsADirectoryError|[\w.]*Error): \[Errno (\d+)\] ([^:\n\[\]]+)(?:: '([^'\n]*)')?",
+        text,
+    ):
+        code = int(m.group(1))
+        if code in OUTPUT_ERRNOS:
+            found = output_line(code, m.group(2).strip(), m.group(3) or "?", output_dir)
+    if found is None and re.search(r"^\s*MemoryError\b", text, re.M):
+        return MEMORY_ERROR_LINE
+    if found is None and re.search(r"No space left on device", text):
+        found = output_line(errno.ENOSPC, os.strerror(errno.ENOSPC), "?", output_dir)
+    return found
+
+
+def output_line(code: int, strerror: str, path: str, output_dir: str | None = None) -> str:
+    where = (
+        f" writing {path!r}"
+        if path != "?"
+        else f" writing into --output_dir {output_dir!r}"
+        if output_dir
+        else " writing the output"
+    )
+    return f"OutputError: {strerror}{where} (errno {errno.errorcode.get(code, code)}). Hint: {OUTPUT_ERRNOS[code]}"
+
+
+def find_etl_error(e: BaseException | None):
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, EtlError):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return None
