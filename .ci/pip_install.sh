@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs packages into a venv with the stages' installer: `.ci/pip_install.sh VENV_PYTHON PIP_ARGS...`, the
 # arguments as `pip install` takes them. The installer is uv (PyPI's `uv`, pinned below; `uv pip install`: the same
-# requirements, resolved like pip (the Airflow venv: the same 274 packages at the same versions), downloaded in parallel and linked from uv's cache
-# at ~/.cache/uv), itself installed with pip the first time into
+# requirements, resolved like pip (the Airflow venv: the same 274 packages at the same versions), downloaded in
+# parallel and linked from uv's cache at ~/.cache/uv), itself installed with pip the first time into
 # ${TFRECORD_ETL_CACHE:-~/.cache/tfrecord-etl}/uv-<version> (a few seconds), then reused by every clone on the machine.
 # TFRECORD_ETL_INSTALLER=pip installs with the venv's own pip instead (upgraded first), as the stages did before.
 set -euo pipefail
