@@ -100,6 +100,8 @@ setuptools.setup(
             "pytest>=8",
             "hypothesis>=6.100",
             "pytest-timeout>=2.3",
+            # ./run_tests.sh runs the suite on two workers (-n 2 --dist loadgroup; tests/conftest.py groups them)
+            "pytest-xdist==3.8.0",
             # configs/lint.sh (types over the public API) and the import layers' contracts (.importlinter)
             "mypy==2.4.1",
             "import-linter==2.16",

@@ -2,8 +2,8 @@
 # End-to-end test of the Airflow DAGs in configs/airflow/ with a real Airflow, offline:
 #   1. builds .venv-airflow (a separate venv: Airflow's pins clash with the project's; AIRFLOW_VENV=DIR uses
 #      another) with apache-airflow 3.3.2, apache-airflow-providers-apache-beam 6.3.1 and
-#      apache-airflow-providers-google (the Beam operator imports it even for DirectRunner); first time about
-#      3.5 minutes and 2.2 GB, then reused;
+#      apache-airflow-providers-google (the Beam operator imports it even for DirectRunner), installed by
+#      .ci/pip_install.sh (uv); first time about a minute (2-3 with an empty uv cache), 1.6 GB, then reused;
 #   2. AIRFLOW_HOME in a temp dir: `airflow db migrate` (sqlite), the DAG files and tfrecord_etl_tasks.py copied
 #      into its dags folder; every DAG must import;
 #   3. check_dags.py: `airflow dags test` of tfrecord_etl (one file), tfrecord_etl_daily (three logical dates, one
@@ -29,9 +29,9 @@ if [ ! -f "$stamp" ]; then
   echo "[airflow-test] building $AVENV ($AIRFLOW_PACKAGES; first time: minutes, ~2 GB)" >&2
   "${PYTHON:-python3}" -m venv "$AVENV"
   log="$(mktemp)"
+  # (.ci/pip_install.sh: uv, or pip with TFRECORD_ETL_INSTALLER=pip)
   # shellcheck disable=SC2086
-  if ! { "$AVENV/bin/python" -m pip install -q --upgrade pip && "$AVENV/bin/python" -m pip install -q $AIRFLOW_PACKAGES; } \
-      > "$log" 2>&1; then
+  if ! bash "$ROOT/.ci/pip_install.sh" "$AVENV/bin/python" -q $AIRFLOW_PACKAGES > "$log" 2>&1; then
     grep -v "^WARNING: Location" "$log" | tail -40 >&2
     rm -f "$log"
     exit 1
