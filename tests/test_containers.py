@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import convert, run_command
 from tfrecord_etl.transforms import reader
+from tfrecord_etl.transforms.output import metadata
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +202,7 @@ def test_datasets_mode_takes_every_dataset_including_scalars_and_coordinates(tmp
     np.testing.assert_array_equal(got["/X"], np.arange(12).reshape(4, 3))
     assert got["/s"].shape == () and got["/s"] == 2.5
     np.testing.assert_array_equal(got["/lat"], np.linspace(0, 1, 3))
-    meta = reader.metadata.load(str(tmp_path / "out"))
+    meta = metadata.load(str(tmp_path / "out"))
     assert [(s.name, s.dtype, s.shape) for s in meta["features"]] == [("key", "bytes", ()), ("array", None, None)]
 
 
@@ -276,7 +277,7 @@ def test_netcdf3_by_magic_bytes_row_groups_by_dimension(tmp_path, caplog, versio
     examples = list(reader.iter_numpy(str(tmp_path / "out")))
     np.testing.assert_array_equal(np.stack([e["temp"] for e in examples]), temp)
     np.testing.assert_array_equal([e["time"] for e in examples], np.arange(5.0) * 1.5)
-    assert reader.metadata.load(str(tmp_path / "out"))["options"]["input"] == str(path)
+    assert metadata.load(str(tmp_path / "out"))["options"]["input"] == str(path)
     rows = plain_tf_records(tmp_path / "out", tf)
     assert np.frombuffer(rows[4]["temp"], "<f4").tolist() == temp[4].ravel().tolist()
     # the lat group: lat and station share the dimension 'lat'
@@ -365,7 +366,7 @@ def test_list_encoding_with_a_varying_dtype_says_it_stays_tensor(tmp_path, caplo
     assert code == 0, err
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "--encoding list: feature(s) array keep the tensor encoding, their dtype varies" in said
-    features = {f.name: f.encoding for f in reader.metadata.load(str(tmp_path / "out"))["features"]}
+    features = {f.name: f.encoding for f in metadata.load(str(tmp_path / "out"))["features"]}
     assert features == {"key": "list", "array": "tensor"}
 
 

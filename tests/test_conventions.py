@@ -18,6 +18,7 @@ from scipy.io import netcdf_file
 
 from tests.conftest import convert, run_command
 from tfrecord_etl.transforms import reader
+from tfrecord_etl.transforms.output import metadata
 
 
 def nc4(path, dims: dict, variables: dict, attrs: dict | None = None):
@@ -65,7 +66,7 @@ def converted(tmp_path, path, *flags, name="out", capsys=None):
 
 
 def features(tmp_path, name="out") -> list[str]:
-    return sorted(s.name for s in reader.metadata.load(str(tmp_path / name))["features"])
+    return sorted(s.name for s in metadata.load(str(tmp_path / name))["features"])
 
 
 def inspect_text(path, capsys) -> str:

@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import convert, fixture_file
 from tfrecord_etl.pipelines import common
 from tfrecord_etl.transforms import reader
+from tfrecord_etl.transforms.output import metadata
 
 
 @pytest.fixture(scope="module")
@@ -244,7 +245,7 @@ def test_a_feature_whose_dtype_varies_is_refused_by_tf_data_and_read_exactly_by_
     out = tmp_path / "out"
     code, _, err = convert(path, out, "--npz_mode", "arrays")
     assert code == 0, err
-    (array,) = [s for s in reader.metadata.load(str(out))["features"] if s.name == "array"]
+    (array,) = [s for s in metadata.load(str(out))["features"] if s.name == "array"]
     assert array.dtype is None
     for call in (
         lambda: reader.to_tf_dataset(str(out)),

@@ -17,6 +17,7 @@ from tests.test_codec import NUMERIC, TEXT, TIME, assert_exact, sample
 from tfrecord_etl.transforms import codec, compression, reader
 from tfrecord_etl.transforms.codec import ENCODINGS, FeatureSpec
 from tfrecord_etl.transforms.errors import RecordError, SchemaError
+from tfrecord_etl.transforms.output import metadata
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -277,7 +278,7 @@ def test_convert_with_zlib_and_packbits_round_trips_through_every_reader_and_ver
     code, stdout, _ = run_command(verify_module.main, [str(out), "--source", str(tmp_path / "in.h5")], capsys)
     assert code == 0, stdout
     # a flipped bit in a mask (valid CRC) is caught by the source comparison
-    meta = reader.metadata.load(str(out))
+    meta = metadata.load(str(out))
     assert {f.name: f.encoding for f in meta["features"]} == {"image": "zlib", "mask": "packbits", "label": "list"}
     shard = sorted(out.glob("*.tfrecord"))[0]
     records = [rec for _, _, rec in reader.iter_records(str(shard))]

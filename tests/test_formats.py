@@ -16,6 +16,7 @@ from scipy.io import netcdf_file, savemat
 from tests.conftest import convert, fixture_file, run_command
 from tfrecord_etl.transforms import reader, sources
 from tfrecord_etl.transforms.errors import SourceError
+from tfrecord_etl.transforms.output import metadata
 from tfrecord_etl.transforms.sources import SourceOptions
 
 SCIPY_MAT = os.path.join(os.path.dirname(scipy.__file__), "io", "matlab", "tests", "data")
@@ -154,7 +155,7 @@ def test_real_mnc_and_cdf_files_convert_by_content_exactly(tmp_path, relative, f
     code, _, err = convert(path, out)
     assert code == 0, err
     examples = list(reader.iter_numpy(str(out)))
-    names = [s.name for s in reader.metadata.load(str(out))["features"]]
+    names = [s.name for s in metadata.load(str(out))["features"]]
     assert examples and names
     for name in names:
         if fmt == "hdf5":

@@ -17,6 +17,7 @@ from scipy.io import loadmat, savemat
 
 from tests.conftest import convert, fixture_file, run_command
 from tfrecord_etl.transforms import reader
+from tfrecord_etl.transforms.output import metadata
 
 SCIPY_MAT = os.path.join(os.path.dirname(scipy.__file__), "io", "matlab", "tests", "data")
 MATLAB = "pymatreader-tests/"
@@ -31,7 +32,7 @@ def converted(tmp_path, source, *flags, name="out", capsys=None):
 
 def assert_same_records(a, b):
     """Both outputs hold the same shard files, byte for byte, and the same schema."""
-    meta = [reader.metadata.load(str(d)) for d in (a, b)]
+    meta = [metadata.load(str(d)) for d in (a, b)]
     names = [s["file"] for s in meta[0]["shards"]]
     assert names and names == [s["file"] for s in meta[1]["shards"]]
     for name in names + ["schema.pbtxt"]:

@@ -19,6 +19,7 @@ from scipy.io import loadmat, netcdf_file
 
 from tests.conftest import convert, fixture_file, run_command
 from tfrecord_etl.transforms import reader
+from tfrecord_etl.transforms.output import metadata
 
 H5AD = "scanpy/datasets/10x_pbmc68k_reduced.h5ad"
 NETCDF4 = "arviz/data/example_data/data/centered_eight.nc"
@@ -121,7 +122,7 @@ def test_cf_netcdf4_converts_its_data_variable_not_the_grid(tmp_path, caplog, ca
     with h5py.File(path) as f:
         expected = {k: f[k][()] for k in ("tos", "time_counter", "time_centered", "time_centered_bounds")}
         assert f["tos"].attrs["coordinates"] == b"time_centered nav_lat nav_lon"
-    assert len(examples) == 1 and sorted(s.name for s in reader.metadata.load(str(out))["features"]) == sorted(expected)
+    assert len(examples) == 1 and sorted(s.name for s in metadata.load(str(out))["features"]) == sorted(expected)
     for name, values in expected.items():
         assert examples[0][name].dtype == values.dtype and examples[0][name].tobytes() == values[0].tobytes(), name
     verified(out, path)
@@ -147,7 +148,7 @@ def test_netcdf3_files_convert_exactly(tmp_path, relative):
     out, examples = converted(tmp_path, path)
     with netcdf_file(path, "r", mmap=False, maskandscale=False) as f:
         variables = {k: (v.dimensions, v.data.copy()) for k, v in f.variables.items()}
-    meta = reader.metadata.load(str(out))
+    meta = metadata.load(str(out))
     names = [s.name for s in meta["features"]]
     dims = {variables[n][0][0] for n in names}
     assert len(dims) == 1  # one row group: one leading dimension
