@@ -34,6 +34,8 @@ def quiet_logs(verbose: bool) -> None:
         os.environ["TFRECORD_ETL_VERBOSE"] = "1"
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         return
+    # an earlier --verbose run in this process (the API, a test) must not make this one verbose
+    os.environ.pop("TFRECORD_ETL_VERBOSE", None)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     for name in ("apache_beam", "absl", "tensorflow"):  # a worker's failure comes back as our one line

@@ -35,6 +35,8 @@ def test_a_failed_run_leaves_no_empty_runner_log(tmp_path, capsys, monkeypatch):
     logs = tmp_path / "tmp"
     logs.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(logs))
+    # as after an earlier --verbose run in this process: a run without --verbose is quiet again
+    monkeypatch.setenv("TFRECORD_ETL_VERBOSE", "1")
     tree = image_tree(tmp_path / "tree", {"cat": 2})
     (tree / "cat" / "notes.png").write_bytes(b"not an image")  # fails in the pipeline, not at planning
     code, _, err = convert(tree / "*" / "*", tmp_path / "out", "--format", "files", capsys=capsys)
