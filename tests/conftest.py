@@ -71,6 +71,7 @@ def xdist_group(nodeid: str) -> str:
     return POOLS_GROUP if pools == "*" or function in pools else nodeid.split("[", 1)[0].rsplit("::", 1)[0]
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: the reader stage's venv runs these tests without pytest-xdist
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadgroup`` with the groups of :func:`xdist_group`, the ``processes`` group sent out first (it is
     the longest). pytest-xdist 3.8's own loadgroup cannot group under pytest 9.2 (it renames the tests' node ids,
