@@ -9,6 +9,8 @@ import importlib
 import sys
 import textwrap
 
+from tfrecord_etl.pipelines import common, flaghelp, pause_gc
+
 COMMANDS = {
     "convert": "arrays in HDF5, netCDF, .npz, .npy, MATLAB .mat, Zarr and raw binary files, ENVI image cubes, or "
     "folders of images and other files -> sharded TFRecord files of tf.train.Example",
@@ -24,8 +26,6 @@ PAGES = {"convert": "converting/index.md", "augment": "augment.md", "verify": "v
 
 def help_text() -> str:
     """``tfrecord-etl --help``: the commands, each with its documentation page, and where the flags are listed."""
-    from tfrecord_etl.pipelines import flaghelp
-
     lines = [USAGE, "", "commands:"]
     for name, text in COMMANDS.items():
         lines += textwrap.wrap(text, 100, initial_indent=f"  {name:<8} ", subsequent_indent=" " * 11)
@@ -52,7 +52,6 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"error: unknown command {command!r}. Hint: {USAGE}", file=sys.stderr)
         return 2
-    from tfrecord_etl.pipelines import common
 
     try:
         module = importlib.import_module(f"tfrecord_etl.pipelines.{command}")
@@ -68,8 +67,6 @@ def main(argv: list[str] | None = None) -> int:
 def console(argv: list[str] | None = None) -> None:
     """The ``tfrecord-etl`` console script: :func:`main`, then the process ends by ``common.exit_process`` (no
     interpreter teardown after Beam's import)."""
-    from tfrecord_etl.pipelines import common, pause_gc
-
     pause_gc()  # resumed by common.run_main once the command's imports are done
     common.exit_process(main(argv))
 

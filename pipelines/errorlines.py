@@ -19,6 +19,7 @@ from tfrecord_etl.pipelines.workers import (  # noqa: F401
     stopped_count,
 )
 from tfrecord_etl.transforms.errors import EtlError
+from tfrecord_etl.transforms.output.runlock import OUTPUT_STATE
 
 # what Beam's runners raise when a worker process (DirectRunner multi_processing, a portable worker) went away
 WORKER_GONE = ("Channel closed prematurely",)
@@ -52,7 +53,6 @@ def runner_job_failed_line(e: BaseException) -> str | None:
     if match is None:
         return None
     why = " ".join(match.group(3).split()).rstrip(".") or "no reason given"
-    from tfrecord_etl.transforms.output.runlock import OUTPUT_STATE
 
     holds, hint = JOB_FAILED_HOLDS.get(getattr(e, OUTPUT_STATE, None), JOB_FAILED_HOLDS[None])
     return JOB_FAILED_LINE.format(job=match.group(1), state=match.group(2), why=why[:300], holds=holds, hint=hint)

@@ -11,6 +11,7 @@ from tfrecord_etl.transforms.codec import FeatureSpec, infer_feature_specs
 from tfrecord_etl.transforms.collections import schemacheck
 from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, RecordError, SchemaError
 from tfrecord_etl.transforms.output import metadata, tfrecord
+from tfrecord_etl.transforms.reading.reader import file_compression
 from tfrecord_etl.transforms.storage import fileio
 
 SCHEMA_MAX_BYTES = 64 << 20  # a --schema file larger than this is refused before it is read
@@ -315,8 +316,6 @@ def _compressions(paths: Sequence[str], compression: str, meta: dict | None) -> 
     comps = [tfrecord.compression_from_path(p) for p in paths]
     unsuffixed = [p for p, c in zip(paths, comps) if c == "none"]
     if unsuffixed:
-        from tfrecord_etl.transforms.reading.reader import file_compression
-
         detected = file_compression(unsuffixed[0])
         comps = [detected if p in set(unsuffixed) else c for p, c in zip(paths, comps)]
     return comps

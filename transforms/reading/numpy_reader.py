@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 import google_crc32c
 import numpy as np
 
-from tfrecord_etl.transforms.codec.block import MIN_BLOCK, BlockDecoder, ragged
+from tfrecord_etl.transforms.codec.block import MIN_BLOCK, BlockDecoder, ragged, stack
 from tfrecord_etl.transforms.codec.spec import FeatureSpec
 from tfrecord_etl.transforms.errors import RecordError
 from tfrecord_etl.transforms.output import metadata, tfrecord
@@ -383,7 +383,6 @@ def _mixed(
             out.append(decoder.decode_one(record))
         except RecordError as e:
             raise _decode_error(e, path, index + j, base + start) from None
-    from tfrecord_etl.transforms.codec.block import stack
 
     return {s.name: stack(s, [row[s.name] for row in out]) for s in decoder.specs}, len(out)
 

@@ -178,6 +178,7 @@ class EnviSource(RawSource):
             raise SourceError(
                 f"The ENVI header is not text (byte offset {e.start})", file=where, hint=NOT_ENVI_HINT
             ) from None
+        # deferred: pydantic (the options model); verify and inspect read the registry without it
         from tfrecord_etl.transforms.sources.envi_options import EnviOptions
 
         rows = self.options.of(EnviOptions).envi_rows

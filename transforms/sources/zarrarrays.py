@@ -34,7 +34,7 @@ def open_store(path: str, options):
             file=path,
             hint="name the store's root directory (or its .zip, or its gs:// / s3:// prefix)",
         )
-    try:
+    try:  # deferred: zarr (optional), which zarrbounded imports
         from tfrecord_etl.transforms.sources.zarrbounded import BoundedStore
     except ImportError as e:
         raise SourceError(
