@@ -15,8 +15,6 @@ import importlib
 from collections.abc import Iterator, MutableMapping
 from typing import NamedTuple
 
-from tfrecord_etl.transforms.sources import option_models
-
 # Where the documentation's pages are: the docs/ folder of the repository (docs/flags.md there is the source of
 # the site's Flag reference page). Change this one constant when the site is published at an address.
 DOCS = "docs/"
@@ -117,6 +115,10 @@ def convert_groups() -> tuple[Group, ...]:
     Raises:
       ValueError: two formats declaring groups of one title that is not a shared group's (a programming error).
     """
+    # deferred: the source registry (every format's module) and, through option_models, pydantic: verify and
+    # inspect use this module without them
+    from tfrecord_etl.transforms.sources import option_models
+
     shared = {g.title: g for g in _CONVERT_SHARED}
     added: dict[str, tuple[str, ...]] = dict.fromkeys(shared, ())
     own: list[Group] = []

@@ -36,13 +36,11 @@ import numpy as np
 
 from tfrecord_etl.pipelines import common, flaghelp, inspect_text
 from tfrecord_etl.pipelines.inspect_text import render, render_collection
-from tfrecord_etl.transforms import codec, sources, verify
+from tfrecord_etl.transforms import codec, verify
 from tfrecord_etl.transforms.collections import collection
 from tfrecord_etl.transforms.errors import EtlError, RecordError
 from tfrecord_etl.transforms.output import metadata, outdir, tfrecord
 from tfrecord_etl.transforms.reading import collection_reader, reader
-from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, matlab_tree, netcdf3_tree, render_tree
-from tfrecord_etl.transforms.sources.zarrtree import zarr_tree
 from tfrecord_etl.transforms.storage import fileio
 
 
@@ -267,6 +265,8 @@ def _observe(stats, records, path: str, first: int, max_features: int | None) ->
 
 def sources_zarr(target: str) -> bool:
     """True when ``target`` is a Zarr store (a local directory or zip by its content, a remote prefix by its name)."""
+    from tfrecord_etl.transforms import sources  # deferred: the source registry (every format's module)
+
     return sources.zarr_store_format(target) is not None
 
 
@@ -278,6 +278,7 @@ def _container_kind(target: str) -> str | None:
         return "zarr"
     if fileio.is_dir(target) or any(c in target for c in "*?[") or not fileio.exists(target):
         return None
+    from tfrecord_etl.transforms import sources  # deferred: the source registry, for a container's tree only
 
     tfrecord.check_regular(target)
     with fileio.open_read(target) as f:
@@ -316,6 +317,10 @@ def main(argv: list[str]) -> int:
     collection_reader.refuse_spans(args.output_dir, args.spans)
     kind = _container_kind(args.output_dir)
     if kind:  # the dataset tree and row groups, so no external tool (h5ls, ncdump) is needed
+        # deferred: the source registry (sources/__init__.py, run by any sources.X import)
+        from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, matlab_tree, netcdf3_tree, render_tree
+        from tfrecord_etl.transforms.sources.zarrtree import zarr_tree
+
         tree = {"hdf5": hdf5_tree, "netcdf3": netcdf3_tree, "matlab": matlab_tree, "zarr": zarr_tree}[kind](
             args.output_dir
         )
