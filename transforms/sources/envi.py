@@ -134,6 +134,7 @@ class EnviSource(RawSource):
     """ENVI raster files: the raw bytes its header (``<file>.hdr`` or ``<stem>.hdr``) describes, rows mode."""
 
     format_name = "envi"
+    help_label = "ENVI image cubes"
     suffixes = (".img", ".bsq", ".bil", ".bip")
     options_models = ("envi_options.EnviOptions",)  # --envi_rows
 
