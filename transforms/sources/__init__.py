@@ -20,8 +20,8 @@ Formats and modes (one module each, registered in :data:`REGISTRY`):
 * ``npy`` (``npy.py``) ``rows``: rows of one array (memory-mapped when local); ``files``: every file is one
   Example with features ``key`` (the file name without ``.npy``) and ``array``.
 
-A new source is one module with a :class:`Source` subclass declaring ``format_name``, ``suffixes``, ``modes``,
-the ``magic`` its files start with and its ``options_models`` (its flags, ``sources/options.py``), added to
+A new source is one module with a :class:`Source` subclass declaring ``format_name``, ``help_label`` (what
+``--help`` calls its inputs), ``suffixes``, ``modes``, the ``magic`` its files start with and its ``options_models`` (its flags, ``sources/options.py``), added to
 ``REGISTRY`` below (``format_of``, which tells a file's format by its
 content, then its suffix, and ``FORMATS`` derive from it), plus its tests.
 The model is TFDS's ``file_adapters.ADAPTER_FOR_FORMAT``.
