@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import difflib
 import logging
 import os
 import re
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 
@@ -151,9 +154,6 @@ def exit_process(code: int):
     the interrupted pipeline's threads would never end. Only for the ``__main__`` of a command and the console
     script: ``run_main`` and the commands' ``main`` return their code for callers in the same process.
     """
-    import atexit
-    import threading
-
     if code == INTERRUPTED:  # the interrupted pipeline's threads would never end: no join, no clean-ups
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -219,8 +219,6 @@ class CommandParser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message):
-        import difflib
-
         m = re.search(r"unrecognized arguments: (--[\w-]+)", message)
         if m:
             known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]

@@ -77,8 +77,6 @@ ERROR_NAMES = (
 def etl_error_line(text: str) -> str | None:
     """Our error's ``Name: message`` line from a remote traceback's text (Beam's multi_processing and
     portable runners re-raise a worker's error as a RuntimeError holding only the traceback text)."""
-    import re
-
     found = None
     for line in text.splitlines():
         m = re.match(rf"^\s*(?:[\w.]+\.)?({'|'.join(ERROR_NAMES)}): (.*)$", line)
@@ -120,8 +118,6 @@ def output_error_line(e: BaseException, output_dir: str | None = None) -> str | 
     exception chain, or in the text of a Beam-wrapped worker error (``OSError: [Errno 28] No space left on
     device: '/path'``); a MemoryError likewise. None for anything else. When the error names no file,
     the line names ``output_dir`` (the command's ``--output_dir``) instead."""
-    import re
-
     seen, cur = set(), e
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
+import threading
 
 from tfrecord_etl.pipelines import workers
 from tfrecord_etl.pipelines.workers import (  # noqa: F401
@@ -116,9 +118,6 @@ class _worker_stderr_to_log:
     our ``[tfrecord-etl]`` progress lines from it to the real stderr while the pipeline runs."""
 
     def __enter__(self):
-        import tempfile
-        import threading
-
         self.active = not os.environ.get("TFRECORD_ETL_VERBOSE")
         if not self.active:
             return self

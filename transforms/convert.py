@@ -21,7 +21,10 @@ line in its ``WRITERS`` (and the name in ``ConvertConfig.writer``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import apache_beam as beam
+import numpy as np
 
 from tfrecord_etl.transforms import planning
 from tfrecord_etl.transforms.beam import (
@@ -225,10 +228,6 @@ def merge_split_specs(theirs, ours) -> tuple | None:
     """The features of a directory whose splits were written with ``theirs`` and ``ours``: equal specs, where a
     fixed-width string (``S``/``U``, ``list``-encoded: one value per string on the wire, whatever the width) may
     differ in width (the wider one is recorded, so no reader truncates); None when they differ otherwise."""
-    import dataclasses
-
-    import numpy as np
-
     if [s.name for s in theirs] != [s.name for s in ours]:
         return None
     out = []

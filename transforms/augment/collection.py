@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 from collections.abc import Generator, Iterable, Iterator, Sequence
@@ -90,8 +91,6 @@ def suggest_pattern(directory: str) -> str:
     """A file pattern for the shards in ``directory`` that matches them: ``DIR/*<suffix>`` with the suffix most of
     its files share (TFX names shards ``data_tfrecord-00000-of-00001.gz``, so ``*.tfrecord*`` would match nothing),
     else ``DIR/*``."""
-    import collections
-
     try:
         names = [fileio.basename(p) for p, _ in fileio.match(fileio.join(directory, "*"))]
     except Exception:  # noqa: BLE001 - an empty or unreadable directory: the generic pattern

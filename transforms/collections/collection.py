@@ -158,7 +158,7 @@ def span_dirs(collection_dir: str, spans: SpanSelector = None) -> list[str]:
 
 @contextlib.contextmanager
 def _local_commit_lock(collection_dir: str):
-    import fcntl
+    import fcntl  # deferred: fcntl, POSIX only (the reader imports this module on any platform)
 
     os.makedirs(collection_dir, exist_ok=True)
     fd = os.open(os.path.join(collection_dir, LOCAL_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)

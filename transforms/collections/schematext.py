@@ -7,6 +7,7 @@ text-format reader) and the ones a list of feature specs implies, and their :cla
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 from collections.abc import Sequence
 
@@ -327,8 +328,6 @@ def proto_error(schema_text: str) -> str | None:
 
 
 def proto_available() -> bool:
-    import importlib.util
-
     try:
         return (
             importlib.util.find_spec("tensorflow_metadata") is not None

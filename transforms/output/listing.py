@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
 from collections.abc import Iterable
 
 from tfrecord_etl.transforms.errors import ConfigError
@@ -84,8 +85,6 @@ def nested_outputs(directory: str) -> list[str]:
 
 def delete_names(directory: str, names: Iterable[str]) -> None:
     """Deletes the children ``names`` of ``directory`` (directories recursively), each by its exact path."""
-    import shutil
-
     for name in names:
         path = fileio.join(directory, name)
         if fileio.is_local(directory):
@@ -295,7 +294,6 @@ def check_space(output_dir: str, planned_bytes: int | None, beside: bool) -> Non
     run writes beside a complete output, kept until the new one commits)."""
     if not planned_bytes or not fileio.is_local(output_dir):
         return
-    import shutil
 
     try:
         free = shutil.disk_usage(output_dir).free

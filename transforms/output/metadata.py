@@ -41,9 +41,12 @@ TFDV's statistics stay INT and BYTES.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import re
 from collections.abc import Sequence
+
+import numpy as np
 
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, encoding_of, normalize_dtype, spec_from_json
 from tfrecord_etl.transforms.codec.encodings import ENCODINGS
@@ -279,8 +282,6 @@ def load(output_dir: str) -> dict:
 
 def digest(data: bytes) -> str:
     """The identity of one version of a ``metadata.json``: the SHA-256 of its bytes, in hex."""
-    import hashlib
-
     return hashlib.sha256(data).hexdigest()
 
 
@@ -345,7 +346,6 @@ def _checked(spec: FeatureSpec) -> FeatureSpec:
     if spec.dtype is not None and spec.dtype != VLEN_BYTES:
         if not isinstance(spec.dtype, str):
             raise ValueError(f"feature {spec.name!r} has a bad dtype {spec.dtype!r}")
-        import numpy as np
 
         normalize_dtype(np.dtype(spec.dtype), spec.name)  # SchemaError: object, structured, float128...
     return spec

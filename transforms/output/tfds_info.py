@@ -19,6 +19,7 @@ and only when writing; :func:`check_features` is pure and runs at planning.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import tempfile
@@ -98,7 +99,6 @@ def default_refusal(compression: str, specs: Sequence[FeatureSpec]) -> str | Non
         check_features(specs)
     except SchemaError as e:
         return e.message.replace("--tfds_name: ", "")
-    import importlib.util
 
     if importlib.util.find_spec("tensorflow_datasets") is None:  # not imported at planning: it imports TensorFlow
         return f"TensorFlow Datasets is not installed ({pip_install('tfds')})"

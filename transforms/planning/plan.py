@@ -249,8 +249,6 @@ def output_files(cfg, shards, num_shards: int, split_plan: SplitPlan | None, pre
 def with_generation(plan: ConvertPlan, cfg, generation: int) -> ConvertPlan:
     """``plan`` writing output generation ``generation`` (``outdir.generation_prefix`` of its prefix): the names a
     run that replaces an output writes beside the committed files (``outdir.prepare``)."""
-    import dataclasses
-
     if not generation:
         return plan
     prefix = outdir.generation_prefix(plan.prefix, generation)

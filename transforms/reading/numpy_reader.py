@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import google_crc32c
 import numpy as np
@@ -255,8 +256,6 @@ def _stream_pieces(decoder, stream, path: str, limit: int, record_crcs: bool, cr
     boundary when frames have one length (and hold a multiple of ``align`` of them), so runs are not cut. The next
     chunk is read (and decompressed) by a thread while this one is decoded: file reads, decompression and NumPy's
     copies release the GIL, as tf.data's parallel reads overlap its parsing."""
-    from concurrent.futures import ThreadPoolExecutor
-
     buf, filled, pos, index, offset, eof = bytearray(), 0, 0, 0, 0, False
     checked = None  # the last length header whose CRC matched
     pending = None  # (future of the next _fill, bytes kept from this buffer, bytes asked)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -60,8 +61,6 @@ def load_manifest(sidecar_dir: str) -> dict:
       IncompleteOutputError: no manifest (not a sidecar collection, or an incomplete one).
       SchemaError: the file is not a valid manifest.
     """
-    import json
-
     path = fileio.join(sidecar_dir, MANIFEST_FILE)
     if not fileio.exists(path):
         raise IncompleteOutputError(

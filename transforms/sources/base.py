@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import stat
 import threading
 from collections.abc import Sequence
 from typing import ClassVar, TypeVar
@@ -243,8 +245,6 @@ def refuse_special_file(path: str) -> None:
     """
     if not fileio.is_local(path):
         return
-    import os
-    import stat
 
     try:
         mode = os.stat(path).st_mode

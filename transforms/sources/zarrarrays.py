@@ -9,6 +9,7 @@ References: the Zarr v2 and v3 specifications (zarr-specs); ``zarr`` 3.x (``open
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -51,8 +52,6 @@ def open_node(store):
     Raises:
       SourceError: metadata zarr cannot read (naming the store and zarr's error).
     """
-    import warnings
-
     import zarr
 
     try:
