@@ -247,7 +247,7 @@ def test_the_commands_without_the_pipeline_dependencies(output, tmp_path):
 
 def test_writing_without_beam_says_what_to_install(tmp_path):
     result = run_light(
-        "from tfrecord_etl.transforms import fileio\nfileio.write_bytes(sys.argv[1], b'x')\n", tmp_path / "f"
+        "from tfrecord_etl.transforms.storage import fileio\nfileio.write_bytes(sys.argv[1], b'x')\n", tmp_path / "f"
     )
     assert result.returncode == 1 and not (tmp_path / "f").exists()
     assert result.stderr.strip().splitlines()[-1] == (
