@@ -39,6 +39,7 @@ def _checkout_alias() -> None:
     at once (``cli.run_command``). When that name leads to another checkout's folder (a venv's editable install made
     from another checkout), the command would mix two versions: it stops with one line instead. Any other
     import of the bare name is refused: it would load a second copy of every module."""
+    # deferred: the package's namespace holds what it exports (and _gc, _sys); only this alias needs them
     import importlib
     import os
 

@@ -28,6 +28,7 @@ from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
 from tfrecord_etl.transforms.config import build_parser as build_flags, parse_args
 from tfrecord_etl.transforms.errors import printable
 from tfrecord_etl.transforms.output import metadata, tfrecord
+from tfrecord_etl.transforms.storage import fileio
 
 __all__ = ["AugmentConfig", "AugmentOptions", "build_parser", "build_pipeline", "main"]
 
@@ -40,8 +41,6 @@ def build_pipeline(p: beam.Pipeline, plan: augment.AugmentPlan):
 def augment_size(plan) -> tuple[int, int]:
     """``(records, bytes)`` of the input collection for the local mode: the recorded count, else the file bytes
     over ~100-byte records (a guess that errs to fewer records, i.e. to staying in-process)."""
-    from tfrecord_etl.transforms.storage import fileio
-
     for s in plan.collection.shards:  # the shards planned, still as planned (a replaced collection fails here)
         if s.pin is not None:
             fileio.check_pin(s.path, s.pin, "Input shard")

@@ -9,9 +9,11 @@ import importlib
 import sys
 import textwrap
 
+from tfrecord_etl.pipelines import common, flaghelp, pause_gc
+
+# each command's summary; {formats}: the registered input formats (flaghelp.input_formats, when --help is asked)
 COMMANDS = {
-    "convert": "arrays in HDF5, netCDF, .npz, .npy, MATLAB .mat, Zarr and raw binary files, ENVI image cubes, or "
-    "folders of images and other files -> sharded TFRecord files of tf.train.Example",
+    "convert": "arrays in {formats} -> sharded TFRecord files of tf.train.Example",
     "augment": "add features to an existing TFRecord collection (rewrite or sidecar)",
     "verify": "check an output directory, a sidecar collection or TFRecord files (framing, counts, values)",
     "inspect": "print the features, shards and one decoded example of an output",
@@ -22,13 +24,17 @@ USAGE = "usage: tfrecord-etl {" + ",".join(COMMANDS) + "} [flags]   (tfrecord-et
 PAGES = {"convert": "converting/index.md", "augment": "augment.md", "verify": "verify.md", "inspect": "verify.md"}
 
 
+def summary(command: str) -> str:
+    """``command``'s one-line summary in ``tfrecord-etl --help`` (convert's names the registered input formats)."""
+    text = COMMANDS[command]
+    return text.format(formats=flaghelp.input_formats()) if "{formats}" in text else text
+
+
 def help_text() -> str:
     """``tfrecord-etl --help``: the commands, each with its documentation page, and where the flags are listed."""
-    from tfrecord_etl.pipelines import flaghelp
-
     lines = [USAGE, "", "commands:"]
-    for name, text in COMMANDS.items():
-        lines += textwrap.wrap(text, 100, initial_indent=f"  {name:<8} ", subsequent_indent=" " * 11)
+    for name in COMMANDS:
+        lines += textwrap.wrap(summary(name), 100, initial_indent=f"  {name:<8} ", subsequent_indent=" " * 11)
         lines.append(f"  {'':<8} see {flaghelp.DOCS}{PAGES[name]}")
     lines += ["", "flags: tfrecord-etl COMMAND --help lists them by topic, each topic with its documentation page:"]
     for name in COMMANDS:
@@ -52,7 +58,6 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"error: unknown command {command!r}. Hint: {USAGE}", file=sys.stderr)
         return 2
-    from tfrecord_etl.pipelines import common
 
     try:
         module = importlib.import_module(f"tfrecord_etl.pipelines.{command}")
@@ -68,8 +73,6 @@ def main(argv: list[str] | None = None) -> int:
 def console(argv: list[str] | None = None) -> None:
     """The ``tfrecord-etl`` console script: :func:`main`, then the process ends by ``common.exit_process`` (no
     interpreter teardown after Beam's import)."""
-    from tfrecord_etl.pipelines import common, pause_gc
-
     pause_gc()  # resumed by common.run_main once the command's imports are done
     common.exit_process(main(argv))
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import difflib
 import logging
 import os
 import re
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 
@@ -24,8 +27,10 @@ from tfrecord_etl.pipelines.workers import (  # noqa: F401
     stop_worker_processes,
     stopped_count,
 )
-from tfrecord_etl.transforms import compression
+from tfrecord_etl.transforms import codec, compression
 from tfrecord_etl.transforms.errors import ConfigError, EtlError, printable
+from tfrecord_etl.transforms.output import tfrecord
+from tfrecord_etl.transforms.storage import fileio
 
 
 def quiet_logs(verbose: bool) -> None:
@@ -151,9 +156,6 @@ def exit_process(code: int):
     the interrupted pipeline's threads would never end. Only for the ``__main__`` of a command and the console
     script: ``run_main`` and the commands' ``main`` return their code for callers in the same process.
     """
-    import atexit
-    import threading
-
     if code == INTERRUPTED:  # the interrupted pipeline's threads would never end: no join, no clean-ups
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -192,8 +194,6 @@ def _stdout_closed() -> int:
 
 def _have_beam() -> bool:
     """Whether Apache Beam is installed (not with the reader's install alone: no Beam flags to drop then)."""
-    from tfrecord_etl.transforms.storage import fileio
-
     return fileio._beam_filesystems() is not None
 
 
@@ -212,6 +212,7 @@ class CommandParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         if self.ignore_beam_flags and _have_beam():
+            # deferred: Beam and pydantic (config); verify and inspect parse their flags without them
             from tfrecord_etl.transforms.config import split_beam_flags
 
             args, _ = split_beam_flags(
@@ -220,8 +221,6 @@ class CommandParser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
     def error(self, message):
-        import difflib
-
         m = re.search(r"unrecognized arguments: (--[\w-]+)", message)
         if m:
             known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
@@ -232,9 +231,6 @@ class CommandParser(argparse.ArgumentParser):
 
 def add_record_limit_flags(parser: argparse.ArgumentParser) -> None:
     """``--max_record_mb`` and ``--max_features``: the limits on hostile TFRecord files (verify, inspect)."""
-    from tfrecord_etl.transforms import codec
-    from tfrecord_etl.transforms.output import tfrecord
-
     parser.add_argument(
         "--max_record_mb",
         type=float,
@@ -257,8 +253,6 @@ def record_limits(args) -> tuple[int, int]:
     Raises:
       ConfigError: ``--max_record_mb`` outside (0, 2047] or ``--max_features`` below 1.
     """
-    from tfrecord_etl.transforms.output import tfrecord
-
     if not 0 < args.max_record_mb <= 2047 or args.max_features < 1:
         raise ConfigError(
             "--max_record_mb must be in (0, 2047] and --max_features at least 1",

@@ -1,4 +1,4 @@
-"""Convert array files and folders (HDF5, netCDF, .npz, .npy, MATLAB, Zarr, raw; images) to TFRecords of tf.train.Example.
+"""Convert array files and folders to TFRecords of tf.train.Example.
 
     tfrecord-etl convert --input 'data/*.h5' --output_dir out/ [--config configs/local.yaml] \\
         [--datasets /images,/labels] [--compression gzip] [--runner DirectRunner ...]
@@ -18,6 +18,7 @@ if __name__ == "__main__":  # python -m: hand over to tfrecord_etl.pipelines.con
     run_command("convert")
 
 import sys
+import textwrap
 import time
 
 import apache_beam as beam
@@ -70,10 +71,18 @@ def build_pipeline(
 PROG = "tfrecord-etl convert"
 
 
+def description() -> str:
+    """``--help``'s description: this module's docstring, the registered input formats after its first line
+    (``flaghelp.input_formats``: a new source is named there without a change here)."""
+    first, _, rest = (__doc__ or "").partition("\n")
+    formats = textwrap.fill(f"Input formats: {flaghelp.input_formats()}.", 100)
+    return f"{first}\n{formats}\n{rest}"
+
+
 def build_parser():
     """The command's argument parser, its flags in the argument groups of ``flaghelp.GROUPS`` (``--help``, the
     docs' flag reference)."""
-    parser = build_flags(ConvertConfig, ConvertOptions, PROG, __doc__)
+    parser = build_flags(ConvertConfig, ConvertOptions, PROG, description())
     # the usage line names the two required flags; the groups of --help list every flag
     parser.usage = f"{PROG} --input PATTERN --output_dir DIR [flags] [Beam flags]"
     return flaghelp.group_flags(parser, "convert")
@@ -142,7 +151,7 @@ def _print_summary(cfg: ConvertConfig, plan, meta: dict, splits_line: dict, run,
 
 
 def main(argv: list[str]) -> int:
-    cfg, beam_argv = parse_args(argv, ConvertConfig, ConvertOptions, PROG, __doc__, build_parser())
+    cfg, beam_argv = parse_args(argv, ConvertConfig, ConvertOptions, PROG, description(), build_parser())
     if cfg.compression == "zlib":
         print(ZLIB_WARNING, file=sys.stderr)
     # pipeline_options from the YAML config too; its gs:// paths reachable

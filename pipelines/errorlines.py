@@ -19,6 +19,7 @@ from tfrecord_etl.pipelines.workers import (  # noqa: F401
     stopped_count,
 )
 from tfrecord_etl.transforms.errors import EtlError
+from tfrecord_etl.transforms.output.runlock import OUTPUT_STATE
 
 # what Beam's runners raise when a worker process (DirectRunner multi_processing, a portable worker) went away
 WORKER_GONE = ("Channel closed prematurely",)
@@ -52,7 +53,6 @@ def runner_job_failed_line(e: BaseException) -> str | None:
     if match is None:
         return None
     why = " ".join(match.group(3).split()).rstrip(".") or "no reason given"
-    from tfrecord_etl.transforms.output.runlock import OUTPUT_STATE
 
     holds, hint = JOB_FAILED_HOLDS.get(getattr(e, OUTPUT_STATE, None), JOB_FAILED_HOLDS[None])
     return JOB_FAILED_LINE.format(job=match.group(1), state=match.group(2), why=why[:300], holds=holds, hint=hint)
@@ -77,8 +77,6 @@ ERROR_NAMES = (
 def etl_error_line(text: str) -> str | None:
     """Our error's ``Name: message`` line from a remote traceback's text (Beam's multi_processing and
     portable runners re-raise a worker's error as a RuntimeError holding only the traceback text)."""
-    import re
-
     found = None
     for line in text.splitlines():
         m = re.match(rf"^\s*(?:[\w.]+\.)?({'|'.join(ERROR_NAMES)}): (.*)$", line)
@@ -120,8 +118,6 @@ def output_error_line(e: BaseException, output_dir: str | None = None) -> str | 
     exception chain, or in the text of a Beam-wrapped worker error (``OSError: [Errno 28] No space left on
     device: '/path'``); a MemoryError likewise. None for anything else. When the error names no file,
     the line names ``output_dir`` (the command's ``--output_dir``) instead."""
-    import re
-
     seen, cur = set(), e
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))

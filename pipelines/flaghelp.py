@@ -108,6 +108,16 @@ _CONVERT_SHARED = (
 )
 
 
+def input_formats() -> str:
+    """The input formats as ``tfrecord-etl --help`` and ``convert --help`` name them: each registered source's
+    ``help_label`` (its ``format_name`` when it declares none), in registry order, e.g. ``"HDF5, netCDF, ... or ENVI
+    image cubes"``; a new source in ``sources.REGISTRY`` is listed with no other change."""
+    from tfrecord_etl.transforms.sources import REGISTRY  # deferred: the source registry (see convert_groups)
+
+    labels = [cls.help_label or cls.format_name for cls in REGISTRY.values()]
+    return " or ".join(filter(None, [", ".join(labels[:-1]), labels[-1]])) if labels else ""
+
+
 def convert_groups() -> tuple[Group, ...]:
     """convert's ``--help`` groups: ``input``, each registered format's groups (``FormatOptions.flag_groups``, in
     registry order), then the shared ones, a format's flags for a shared group (``limits``, ``safety``) at its end.
@@ -115,7 +125,9 @@ def convert_groups() -> tuple[Group, ...]:
     Raises:
       ValueError: two formats declaring groups of one title that is not a shared group's (a programming error).
     """
-    from tfrecord_etl.transforms.sources import option_models  # the registry: pydantic, NumPy
+    # deferred: the source registry (every format's module) and, through option_models, pydantic: verify and
+    # inspect use this module without them
+    from tfrecord_etl.transforms.sources import option_models
 
     shared = {g.title: g for g in _CONVERT_SHARED}
     added: dict[str, tuple[str, ...]] = dict.fromkeys(shared, ())

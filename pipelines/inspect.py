@@ -36,10 +36,10 @@ import numpy as np
 
 from tfrecord_etl.pipelines import common, flaghelp, inspect_text
 from tfrecord_etl.pipelines.inspect_text import render, render_collection
-from tfrecord_etl.transforms import codec
+from tfrecord_etl.transforms import codec, verify
 from tfrecord_etl.transforms.collections import collection
 from tfrecord_etl.transforms.errors import EtlError, RecordError
-from tfrecord_etl.transforms.output import metadata, outdir
+from tfrecord_etl.transforms.output import metadata, outdir, tfrecord
 from tfrecord_etl.transforms.reading import collection_reader, reader
 from tfrecord_etl.transforms.storage import fileio
 
@@ -179,8 +179,6 @@ def summarize_files(
       tf.train.Example or has more than ``max_features`` features (file, record index, byte offset).
       SchemaError: a feature with two list kinds (file, record).
     """
-    from tfrecord_etl.transforms import verify
-
     shards, first = [], None
     stats = codec.FeatureStats()
     for path, size in verify.list_record_files(pattern):
@@ -267,7 +265,7 @@ def _observe(stats, records, path: str, first: int, max_features: int | None) ->
 
 def sources_zarr(target: str) -> bool:
     """True when ``target`` is a Zarr store (a local directory or zip by its content, a remote prefix by its name)."""
-    from tfrecord_etl.transforms import sources
+    from tfrecord_etl.transforms import sources  # deferred: the source registry (every format's module)
 
     return sources.zarr_store_format(target) is not None
 
@@ -280,8 +278,7 @@ def _container_kind(target: str) -> str | None:
         return "zarr"
     if fileio.is_dir(target) or any(c in target for c in "*?[") or not fileio.exists(target):
         return None
-    from tfrecord_etl.transforms import sources
-    from tfrecord_etl.transforms.output import tfrecord
+    from tfrecord_etl.transforms import sources  # deferred: the source registry, for a container's tree only
 
     tfrecord.check_regular(target)
     with fileio.open_read(target) as f:
@@ -320,6 +317,7 @@ def main(argv: list[str]) -> int:
     collection_reader.refuse_spans(args.output_dir, args.spans)
     kind = _container_kind(args.output_dir)
     if kind:  # the dataset tree and row groups, so no external tool (h5ls, ncdump) is needed
+        # deferred: the source registry (sources/__init__.py, run by any sources.X import)
         from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, matlab_tree, netcdf3_tree, render_tree
         from tfrecord_etl.transforms.sources.zarrtree import zarr_tree
 

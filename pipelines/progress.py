@@ -26,6 +26,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from tfrecord_etl.transforms.output import tfrecord
 from tfrecord_etl.transforms.output.sink import name_key
 from tfrecord_etl.transforms.storage import fileio
 
@@ -274,8 +275,6 @@ def watch(output_dir: str, planned: Planned, label: str, enabled: bool, stream=N
 def convert_planned(plan) -> Planned:
     """The :class:`Planned` of a ``planning.ConvertPlan``: its shard files (``--index`` files aside), each with its
     planned rows where the planned writer writes one file per shard plan."""
-    from tfrecord_etl.transforms.output import tfrecord
-
     index_names = {tfrecord.index_name(f) for f in plan.output_files}
     shards = [f for f in plan.output_files if f not in index_names]
     if plan.shards is not None and plan.split_plan is None and len(plan.shards) == len(shards):

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
+import threading
 
+from tfrecord_etl.pipelines import workers
 from tfrecord_etl.pipelines.workers import (  # noqa: F401
     WORKER_DIED_LINE,
     dead_worker_signals,
@@ -56,8 +59,6 @@ def run_pipeline(p) -> dict[str, int]:
     Unless ``--verbose``, the stderr of the run (Beam's worker processes log their tracebacks there)
     goes to a log file; our progress lines are echoed live, and a failure ends as one line naming it.
     """
-    from tfrecord_etl.pipelines import workers
-
     workers.install()  # a worker process that dies fails the run at once
     workers.forget_deaths()
     workers.quiet_worker_threads()  # Beam's threads' reports of workers we stop stay off stderr
@@ -72,7 +73,8 @@ def run_pipeline(p) -> dict[str, int]:
     try:
         from apache_beam.metrics.metric import MetricsFilter
 
-        from tfrecord_etl.transforms.beam.metrics import NAMESPACE
+        # deferred: Beam (beam.metrics); common, which the reader's commands import, imports this module
+        from tfrecord_etl.transforms.beam.metrics import NAMESPACE, SHARD_END_MS, SHARD_START_MS
 
         queried = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
     except Exception:  # noqa: BLE001 - e.g. DaskRunner implements no metrics
@@ -81,8 +83,6 @@ def run_pipeline(p) -> dict[str, int]:
     for c in queried["counters"]:
         value = c.committed if c.committed is not None else c.attempted
         out[c.key.metric.name] = out.get(c.key.metric.name, 0) + int(value or 0)
-    from tfrecord_etl.transforms.beam.metrics import SHARD_END_MS, SHARD_START_MS
-
     starts, ends = [], []
     for d in queried.get("distributions", ()):
         value = d.committed if d.committed is not None else d.attempted
@@ -118,9 +118,6 @@ class _worker_stderr_to_log:
     our ``[tfrecord-etl]`` progress lines from it to the real stderr while the pipeline runs."""
 
     def __enter__(self):
-        import tempfile
-        import threading
-
         self.active = not os.environ.get("TFRECORD_ETL_VERBOSE")
         if not self.active:
             return self

@@ -24,8 +24,10 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sysconfig
 import threading
 import time
+import traceback
 import weakref
 
 WORKER_DIED_LINE = (
@@ -224,9 +226,6 @@ def mark_stopping() -> None:
 def _raised_in_beam_threads(tb) -> bool:
     """True when every frame of ``tb`` is in Beam, gRPC or the standard library (a thread of Beam's runner failing
     on a closed stream), so no code of ours, and no user code, is being silenced."""
-    import sysconfig
-    import traceback
-
     stdlib = sysconfig.get_paths()["stdlib"]
     frames = traceback.extract_tb(tb) if tb is not None else []
     marks = (f"{os.sep}apache_beam{os.sep}", f"{os.sep}grpc{os.sep}")

@@ -11,6 +11,7 @@ import yaml
 
 from tests.conftest import ROOT
 from tfrecord_etl.pipelines import cli, common, flaghelp
+from tfrecord_etl.transforms import sources
 
 
 def nav_pages() -> set[str]:
@@ -125,8 +126,8 @@ def test_grouped_parsers_parse_as_before():
 def test_tfrecord_etl_help_lists_commands_with_their_pages_and_topics(capsys):
     assert cli.main(["--help"]) == 0
     text = capsys.readouterr().out
-    for name, summary in cli.COMMANDS.items():  # wrapped at 100 columns under the command's name
-        assert f"  {name:<8} {' '.join(summary.split())} see {flaghelp.DOCS}{cli.PAGES[name]} " in " ".join(
+    for name in cli.COMMANDS:  # wrapped at 100 columns under the command's name
+        assert f"  {name:<8} {' '.join(cli.summary(name).split())} see {flaghelp.DOCS}{cli.PAGES[name]} " in " ".join(
             text.split(" \n")
         ).replace("\n" + " " * 11, " ").replace("\n", " ")
     assert max(map(len, text.splitlines()[2:])) <= 100
@@ -138,33 +139,39 @@ def test_tfrecord_etl_help_lists_commands_with_their_pages_and_topics(capsys):
     assert "commands:" in capsys.readouterr().err
 
 
-# every --format choice and the words convert's summary names it by
-FORMAT_WORDS = {
-    "hdf5": "HDF5",
-    "netcdf3": "netCDF",
-    "npz": ".npz",
-    "npy": ".npy",
-    "raw": "raw binary files",
-    "files": "folders of images and other files",
-    "matlab": "MATLAB",
-    "zarr": "Zarr",
-    "envi": "ENVI image cubes",
-}
+def formats_phrase(labels) -> str:
+    return f"{', '.join(labels[:-1])} or {labels[-1]}"
 
 
-def test_convert_summary_names_every_input_format(capsys):
-    """``tfrecord-etl --help`` and ``convert --help`` name every format --format takes, not three of them."""
+def test_help_names_every_registered_input_format(capsys):
+    """``tfrecord-etl --help`` and ``convert --help`` name every format of the source registry, in its order, by the
+    name a reader knows (``help_label``), and ``--format`` takes exactly these formats."""
+    labels = [cls.help_label for cls in sources.REGISTRY.values()]
+    assert all(labels) and len(set(labels)) == len(labels), labels  # each source its own (EnviSource(RawSource) too)
     fmt = next(a for a in flaghelp.command_parser("convert")._actions if "--format" in a.option_strings)
-    assert set(fmt.choices) == set(FORMAT_WORDS)  # a new format: name it in cli.COMMANDS and here
+    assert list(fmt.choices) == list(sources.REGISTRY)
     assert cli.main(["--help"]) == 0
     top = " ".join(capsys.readouterr().out.split())
-    summary = " ".join(cli.COMMANDS["convert"].split())
-    assert summary in top and "HDF5 / .npz / .npy" not in top
-    for word in FORMAT_WORDS.values():
-        assert word in summary, word
-    first = command_help("convert", capsys).split("\n\n")[1]  # the description's first paragraph
-    for word in ("HDF5", "netCDF", ".npz", ".npy", "MATLAB", "Zarr", "raw", "images"):
+    assert f"convert arrays in {formats_phrase(labels)} -> sharded TFRecord files of tf.train.Example" in top
+    first = " ".join(command_help("convert", capsys).split("\n\n")[1].split())  # the description's first paragraph
+    assert first.startswith("Convert array files and folders to TFRecords of tf.train.Example.")
+    assert first.endswith(f"Input formats: {formats_phrase(labels)}.")
+    for word in ("HDF5", "netCDF", ".npz", ".npy", "MATLAB", "Zarr", "raw binary", "images", "ENVI"):
         assert word in first, word
+
+
+def test_a_new_source_is_named_in_help_with_no_other_change(capsys, monkeypatch):
+    """A source added to the registry is listed by both helps: neither names the formats by hand."""
+
+    class CubeSource(sources.Source):
+        format_name = "cube"
+        help_label = "toy cubes"
+
+    monkeypatch.setitem(sources.REGISTRY, "cube", CubeSource)
+    assert cli.main(["--help"]) == 0
+    assert "ENVI image cubes or toy cubes -> sharded" in " ".join(capsys.readouterr().out.split())
+    first = " ".join(command_help("convert", capsys).split("\n\n")[1].split())
+    assert first.endswith("MATLAB .mat, Zarr, ENVI image cubes or toy cubes.")
 
 
 def test_format_help_says_the_content_decides(capsys):

@@ -29,6 +29,7 @@ import io
 import os
 import struct
 import zlib
+from importlib.metadata import version as dist_version
 from typing import Any, BinaryIO
 
 ENV = "TFRECORD_ETL_COMPRESSION_BACKEND"
@@ -108,12 +109,7 @@ def _load(name: str) -> Backend:
             f"The {name} compression backend is not installed ({e}): pip install "
             f"{'zlib-ng' if name == 'zlib-ng' else name}"
         ) from None
-    if dist is None:
-        version = zlib.ZLIB_RUNTIME_VERSION
-    else:
-        from importlib.metadata import version as dist_version
-
-        version = dist_version("isal" if name == "isal" else "zlib-ng")
+    version = zlib.ZLIB_RUNTIME_VERSION if dist is None else dist_version("isal" if name == "isal" else "zlib-ng")
     return Backend(name, version, z, g)
 
 

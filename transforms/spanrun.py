@@ -22,6 +22,7 @@ from tfrecord_etl.transforms.collections import collection, matching, spans
 from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, printable
 from tfrecord_etl.transforms.output import metadata, outdir
 from tfrecord_etl.transforms.output.runlock import failpoint, say
+from tfrecord_etl.transforms.planning import map_concurrently
 from tfrecord_etl.transforms.storage import conditional, fileio
 
 _SHOWN = 5  # files named in a message
@@ -109,9 +110,7 @@ def plan_run(cfg) -> CollectionRun | None:
         glob = spans.parse(cfg.input).glob if spans.has_placeholders(cfg.input) else cfg.input
         name = collection.span_dir_name(run.span, run.version)
         matching.check_output_unmatched(glob, out, [collection.COLLECTION_FILE, f"{name}/{outdir.METADATA_FILE}"])
-        from tfrecord_etl.transforms.convert import one_per_directory
-
-        outdir.check_inputs_outside(out, one_per_directory(p for p, _ in run.files))
+        outdir.check_inputs_outside(out, outdir.one_per_directory(p for p, _ in run.files))
     return run
 
 
@@ -232,8 +231,6 @@ def _plan_incremental(cfg, coll: dict) -> CollectionRun:
 
 def _versions(paths: list[str]) -> list[str | None]:
     """The current versions (ETag / generation) of remote files: one request each, a bounded pool in flight."""
-    from tfrecord_etl.transforms.planning import map_concurrently
-
     return map_concurrently(conditional.version, paths) if paths else []
 
 

@@ -11,8 +11,10 @@ from apache_beam.metrics import Metrics
 from tfrecord_etl.transforms.augment.collection import InputShard, batches, iter_shard
 from tfrecord_etl.transforms.augment.commit import FinalizeAugment
 from tfrecord_etl.transforms.augment.common import NAMESPACE, frame_error
+from tfrecord_etl.transforms.augment.config import AugmentConfig
 from tfrecord_etl.transforms.augment.join import JoinPlan, key_of, read_source_rows, stack_joined
 from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter, observe_batch
+from tfrecord_etl.transforms.augment.steps import plan_augment
 from tfrecord_etl.transforms.augment.values import decode_inputs, decode_record
 from tfrecord_etl.transforms.beam import metrics as beam_metrics
 from tfrecord_etl.transforms.codec import FeatureSpec, FeatureStats, check_example_frame
@@ -372,8 +374,6 @@ class AugmentTFRecord(beam.PTransform):
         **options,
     ):
         super().__init__()
-        from tfrecord_etl.transforms.augment.config import AugmentConfig
-        from tfrecord_etl.transforms.augment.steps import plan_augment
 
         if plan is None:
             if config is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 from collections.abc import Generator, Iterable, Iterator, Sequence
@@ -11,6 +12,7 @@ from tfrecord_etl.transforms.codec import FeatureSpec, infer_feature_specs
 from tfrecord_etl.transforms.collections import schemacheck
 from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, RecordError, SchemaError
 from tfrecord_etl.transforms.output import metadata, tfrecord
+from tfrecord_etl.transforms.reading.reader import file_compression
 from tfrecord_etl.transforms.storage import fileio
 
 SCHEMA_MAX_BYTES = 64 << 20  # a --schema file larger than this is refused before it is read
@@ -89,8 +91,6 @@ def suggest_pattern(directory: str) -> str:
     """A file pattern for the shards in ``directory`` that matches them: ``DIR/*<suffix>`` with the suffix most of
     its files share (TFX names shards ``data_tfrecord-00000-of-00001.gz``, so ``*.tfrecord*`` would match nothing),
     else ``DIR/*``."""
-    import collections
-
     try:
         names = [fileio.basename(p) for p, _ in fileio.match(fileio.join(directory, "*"))]
     except Exception:  # noqa: BLE001 - an empty or unreadable directory: the generic pattern
@@ -315,8 +315,6 @@ def _compressions(paths: Sequence[str], compression: str, meta: dict | None) -> 
     comps = [tfrecord.compression_from_path(p) for p in paths]
     unsuffixed = [p for p, c in zip(paths, comps) if c == "none"]
     if unsuffixed:
-        from tfrecord_etl.transforms.reading.reader import file_compression
-
         detected = file_compression(unsuffixed[0])
         comps = [detected if p in set(unsuffixed) else c for p, c in zip(paths, comps)]
     return comps

@@ -30,7 +30,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from tfrecord_etl.transforms.errors import printable
-from tfrecord_etl.transforms.output import tfrecord
+from tfrecord_etl.transforms.output import tfds_info, tfrecord
 
 TFDS_FILES = ("dataset_info.json", "features.json")
 
@@ -92,8 +92,6 @@ def plan_reader_files(collection, mode: str, output_compression: str, output_spe
             )
     tfds_name, tfds_note = None, None
     if collection.tfds_name:
-        from tfrecord_etl.transforms.output import tfds_info
-
         tfds_note = tfds_info.default_refusal(output_compression, output_specs) or split_layout_problem(
             [s.split for s in collection.shards], [s.output_file for s in collection.shards]
         )
@@ -118,7 +116,6 @@ def write_tfds(readers: ReaderFiles, output_dir: str, mode: str, input_pattern: 
     """
     if not readers.tfds_name:
         return None
-    from tfrecord_etl.transforms.output import tfds_info
 
     what = "the input's features and" if mode == "rewrite" else "only"
     description = f"{readers.tfds_name}: {input_pattern} augmented by tfrecord-etl ({mode}: {what} the features added)"

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from tfrecord_etl.transforms import compression
+from tfrecord_etl.transforms import compression, planning
 from tfrecord_etl.transforms.augment.collection import InputCollection, InputShard, output_name, resolve_input
 from tfrecord_etl.transforms.augment.common import BATCH_MB, MODES, PROBE_RECORDS, RESERVED_NAMES, frame_error, log
 from tfrecord_etl.transforms.augment.join import JoinPlan, plan_join
@@ -22,6 +22,7 @@ from tfrecord_etl.transforms.codec import MAX_FEATURES, FeatureSpec, as_varlen, 
 from tfrecord_etl.transforms.codec.encodings import collection_style
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError
 from tfrecord_etl.transforms.output import metadata, outdir, tfrecord
+from tfrecord_etl.transforms.sources import SourceOptions
 from tfrecord_etl.transforms.storage import fileio
 
 
@@ -376,8 +377,6 @@ def _join_paths(join_input: str | None) -> list[str]:
     """The paths ``--join_input`` reads: its matched files, or a Zarr store's root (``planning.store_input``)."""
     if not join_input:
         return []
-    from tfrecord_etl.transforms import planning
-    from tfrecord_etl.transforms.sources import SourceOptions
 
     if planning.store_input(join_input, SourceOptions()):
         return [join_input]

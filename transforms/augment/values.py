@@ -15,6 +15,7 @@ from tfrecord_etl.transforms.codec import (
     FeatureSpec,
     batch_decodable,
     check_spec,
+    check_unicode,
     decode_batch,
     decode_example_lenient,
     normalize_dtype,
@@ -123,8 +124,6 @@ def _bytes_objects(arr: np.ndarray, name: str, batch: bool = False) -> np.ndarra
     (errors then name the ``batch_row``). Raises RecordError for a str with no UTF-8 form."""
     out = np.empty(arr.shape, dtype=object)
     if arr.dtype.kind == "U":  # before NumPy makes str objects (it cannot for code points above U+10FFFF)
-        from tfrecord_etl.transforms.codec import check_unicode
-
         try:
             check_unicode(name, arr if batch and arr.ndim else arr.reshape(1, -1))
         except RecordError as e:

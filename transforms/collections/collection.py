@@ -41,6 +41,8 @@ from collections.abc import Callable
 
 from tfrecord_etl.transforms.collections.selection import SpanSelector, check_same_schema, latest_versions, select  # noqa: F401 - selection's names, used here and by others
 from tfrecord_etl.transforms.errors import IncompleteOutputError, OutputError, SchemaError, SourceError
+from tfrecord_etl.transforms.output import metadata, outdir, sink
+from tfrecord_etl.transforms.output.runlock import utc_now
 from tfrecord_etl.transforms.storage import conditional, fileio
 
 COLLECTION_FILE = "collection.json"
@@ -156,7 +158,7 @@ def span_dirs(collection_dir: str, spans: SpanSelector = None) -> list[str]:
 
 @contextlib.contextmanager
 def _local_commit_lock(collection_dir: str):
-    import fcntl
+    import fcntl  # deferred: fcntl, POSIX only (the reader imports this module on any platform)
 
     os.makedirs(collection_dir, exist_ok=True)
     fd = os.open(os.path.join(collection_dir, LOCAL_LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
@@ -182,8 +184,6 @@ def _write(collection_dir: str, coll: dict, expected: str) -> None:
     Raises:
       conditional.VersionConflict: another run committed it since.
     """
-    from tfrecord_etl.transforms.output import sink
-
     path = path_of(collection_dir)
     data = dumps(coll)
     if not fileio.is_local(path):
@@ -274,9 +274,6 @@ def span_entry(
     Raises:
       IncompleteOutputError: the span's directory has no committed ``metadata.json``.
     """
-    from tfrecord_etl.transforms.output import metadata
-    from tfrecord_etl.transforms.output.runlock import utc_now
-
     name = span_dir_name(span, version)
     out = fileio.join(collection_dir, *name.split("/"))
     meta, digest = metadata.load_with_digest(out)
@@ -364,8 +361,6 @@ def unlisted_span_dirs(collection_dir: str, coll: dict) -> list[str]:
     """The span directories (``span-N``, ``span-N/version-V``) present in ``collection_dir`` that ``coll`` does not
     list: spans of a run that has not committed the collection yet, or crashed before it did (readers never read
     them). Sorted by span and version; the direct children are listed, never globbed."""
-    from tfrecord_etl.transforms.output import outdir
-
     listed = {s["dir"] for s in coll["spans"]}
     found = []
     for name, path in outdir.list_names(collection_dir).items():

@@ -48,7 +48,7 @@ from tfrecord_etl.transforms.collections.schematext import (  # noqa: F401 - sch
     proto_error,
 )
 from tfrecord_etl.transforms.errors import SchemaError
-from tfrecord_etl.transforms.output import metadata
+from tfrecord_etl.transforms.output import metadata, outdir
 from tfrecord_etl.transforms.storage import fileio
 
 SCHEMA_MAX_BYTES = 64 << 20  # a schema.pbtxt larger than this is refused before it is read
@@ -132,8 +132,6 @@ def pending(output_dir: str, meta: dict) -> bool:
     (:func:`metadata.write`), so until it commits, or until the next run cleans up after it, ``schema.pbtxt`` may be
     the new output's while ``metadata.json``, the commit point, is still the old one's: the old output is what the
     directory holds and is read (the crash-safety promise: the old output or the new one)."""
-    from tfrecord_etl.transforms.output import outdir
-
     try:
         marker = outdir.read_json(fileio.join(output_dir, outdir.MARKER_FILE))
     except Exception:  # noqa: BLE001 - an unreadable marker is not a run of ours

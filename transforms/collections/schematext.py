@@ -7,10 +7,11 @@ text-format reader) and the ones a list of feature specs implies, and their :cla
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 from collections.abc import Sequence
 
-from tfrecord_etl.transforms.codec import FeatureSpec
+from tfrecord_etl.transforms.codec import FeatureSpec, encoding_of
 from tfrecord_etl.transforms.output import metadata
 from tfrecord_etl.transforms.textproto import TextFormatError, parse_text
 
@@ -107,8 +108,6 @@ class SchemaFeature:
 def expected_features(specs: Sequence[FeatureSpec]) -> list[tuple[str, SchemaFeature]]:
     """``[(Example feature name, what schema.pbtxt says of it)]`` for ``metadata.json``'s features, in the order
     :func:`metadata.schema_text` writes them."""
-    from tfrecord_etl.transforms.codec import encoding_of
-
     out = []
     for spec in specs:
         for name, kind, shape in metadata.example_features(spec):
@@ -329,8 +328,6 @@ def proto_error(schema_text: str) -> str | None:
 
 
 def proto_available() -> bool:
-    import importlib.util
-
     try:
         return (
             importlib.util.find_spec("tensorflow_metadata") is not None

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from tfrecord_etl.transforms.codec import encode_varint, length_delimited_field, split_features
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
 
 SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]{1,64}$")  # TFDS split names: letters, digits, underscores
@@ -164,8 +165,6 @@ def record_feature_span(record: bytes, name: str, row: int = 0) -> tuple[int, in
     Raises:
       RecordError: no such feature, a Feature with no value kind, or a ``float_list`` one (naming ``batch_row``).
     """
-    from tfrecord_etl.transforms.codec import split_features
-
     spans = split_features(record)
     if name not in spans:
         raise RecordError(
@@ -198,8 +197,6 @@ def feature_key(value) -> bytes:
     """TFX's partition key of a one-value feature: the deterministic serialization of its ``tf.train.Feature``
     (``Feature{int64_list{value: [v]}}`` for an integer, ``Feature{bytes_list{value: [b]}}`` for bytes), built
     here without TensorFlow."""
-    from tfrecord_etl.transforms.codec import encode_varint, length_delimited_field
-
     if isinstance(value, bytes):
         return length_delimited_field(
             1, length_delimited_field(1, value)

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from tfrecord_etl.transforms.config.beamflags import check_beam_flags, check_local_workers, check_not_a_template
 from tfrecord_etl.transforms.config.model import DEFAULT_MAX_LOCAL_WORKERS, ConvertConfig
 from tfrecord_etl.transforms.config.yamlfile import load_yaml, validate
+from tfrecord_etl.transforms.localmode import without_auto
 from tfrecord_etl.transforms.renamed_flags import add_renamed_flags
 from tfrecord_etl.transforms.sources.options import LIST, NEGATIVE, flags_of
 
@@ -157,7 +158,6 @@ def parse_args(
             values[key] = value
     cfg = validate(model, values, f"config ({known.config})" if known.config else "flags")
     beam_argv = cfg.beam_argv(beam_argv) if hasattr(cfg, "beam_argv") else beam_argv
-    from tfrecord_etl.transforms.localmode import without_auto
 
     beam_argv = without_auto(beam_argv)  # --direct_running_mode auto: ours, resolved after planning
     check_beam_flags(beam_argv, [o for a in parser._actions for o in a.option_strings])

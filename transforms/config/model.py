@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from tfrecord_etl.transforms.codec.encodings import AUTO, ENCODINGS
+from tfrecord_etl.transforms.collections.spans import has_placeholders
 from tfrecord_etl.transforms.renamed_flags import renamed_keys
 from tfrecord_etl.transforms.sources import REGISTRY as SOURCE_REGISTRY, option_models
 from tfrecord_etl.transforms.sources.options import comma_list
@@ -249,7 +250,6 @@ class ConvertCommon(BaseModel):
                 "--splits, --split, --tfds_name and --shuffle_seed need --writer planned (the shards "
                 "are planned; the beam writer lets WriteToTFRecord choose them)"
             )
-        from tfrecord_etl.transforms.collections.spans import has_placeholders
 
         if self.incremental and has_placeholders(self.input):
             raise ValueError(

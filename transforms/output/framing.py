@@ -283,6 +283,8 @@ def foreign_format(head: bytes) -> str | None:
     """What a file that is not TFRecord looks like from its first bytes: an array source's file (HDF5, .npy, zip,
     NetCDF-3, MATLAB, by the source registry's ``magic``), a PNG, JPEG or JSON file, or None. Used only after its
     first frame header failed its CRC, so a TFRecord is never misnamed."""
+    # deferred: the source registry (every format's module, 29 of them), which the reader needs for this message
+    # only; at the top it would add about a quarter to `import tfrecord_etl.transforms.reader`
     from tfrecord_etl.transforms import sources
 
     fmt = sources.content_format(head)

@@ -41,13 +41,19 @@ TFDV's statistics stay INT and BYTES.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import re
 from collections.abc import Sequence
 
+import numpy as np
+
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, encoding_of, normalize_dtype, spec_from_json
+from tfrecord_etl.transforms.codec.encodings import ENCODINGS
 from tfrecord_etl.transforms.errors import IncompleteOutputError, OutputError, SchemaError
+from tfrecord_etl.transforms.output import outdir, sink
 from tfrecord_etl.transforms.output.outdir import METADATA_FILE, SCHEMA_FILE  # the output directory's names
+from tfrecord_etl.transforms.output.runlock import check_commit
 from tfrecord_etl.transforms.storage import conditional, fileio
 
 FORMAT = "tfrecord-etl/1"
@@ -199,8 +205,6 @@ def specs_from_schema(text: str, path: str = "") -> tuple[FeatureSpec, ...]:
 def build(specs, shards, compression, sources, writer, options) -> dict:
     """The ``metadata.json`` document. A feature whose list values went through an allowed lossy cast
     (``--allow_lossy``) records the dtype on the wire as ``stored_dtype`` (float64 features hold float32 values)."""
-    from tfrecord_etl.transforms.codec.encodings import ENCODINGS
-
     lossy = tuple((options or {}).get("allow_lossy") or ()) if isinstance(options, dict) else ()
     features = []
     for s in specs:
@@ -245,8 +249,6 @@ def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec], expected_ve
     Raises:
       OutputError: another run committed ``output_dir`` since this run started.
     """
-    from tfrecord_etl.transforms.output import outdir, sink
-
     sink.write_file(fileio.join(output_dir, SCHEMA_FILE), schema_text(specs).encode())
     outdir.failpoint("schema-written")  # the old metadata.json beside the new schema.pbtxt (schemacheck.pending)
     outdir.record_shards(output_dir, meta["shards"])
@@ -254,7 +256,6 @@ def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec], expected_ve
     if expected_version is None or fileio.is_local(output_dir):
         sink.write_json(path, meta)
         return
-    from tfrecord_etl.transforms.output.runlock import check_commit
 
     check_commit(path)
     try:
@@ -281,8 +282,6 @@ def load(output_dir: str) -> dict:
 
 def digest(data: bytes) -> str:
     """The identity of one version of a ``metadata.json``: the SHA-256 of its bytes, in hex."""
-    import hashlib
-
     return hashlib.sha256(data).hexdigest()
 
 
@@ -295,8 +294,6 @@ def load_with_digest(output_dir: str) -> tuple[dict, str]:
     """
     path = fileio.join(output_dir, METADATA_FILE)
     if not fileio.exists(path):
-        from tfrecord_etl.transforms.output import outdir
-
         nested = outdir.nested_outputs(output_dir) if fileio.is_dir(output_dir) else []
         if nested:
             shown = ", ".join(nested[:5]) + (f" and {len(nested) - 5} more" if len(nested) > 5 else "")
@@ -349,7 +346,6 @@ def _checked(spec: FeatureSpec) -> FeatureSpec:
     if spec.dtype is not None and spec.dtype != VLEN_BYTES:
         if not isinstance(spec.dtype, str):
             raise ValueError(f"feature {spec.name!r} has a bad dtype {spec.dtype!r}")
-        import numpy as np
 
         normalize_dtype(np.dtype(spec.dtype), spec.name)  # SchemaError: object, structured, float128...
     return spec

@@ -56,6 +56,7 @@ from tfrecord_etl.transforms.output.listing import (  # noqa: F401 - the names o
     generation_prefix,
     list_names,
     nested_outputs,
+    one_per_directory,
     owned,
     temp_of,
 )

@@ -18,7 +18,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
+import threading
+import time
 
 from tfrecord_etl.transforms.errors import ConfigError, OutputError
 from tfrecord_etl.transforms.output import runtime
@@ -46,8 +49,6 @@ def _lock_record(run_id: str) -> dict:
 def _is_stale(record: dict | None, path: str) -> bool:
     if record is None:  # empty or torn (a launcher killed between create and write): stale after a minute
         if fileio.is_local(path):
-            import time
-
             try:
                 return time.time() - os.path.getmtime(path) > 60
             except OSError:
@@ -255,9 +256,6 @@ class _interrupts_deferred:
         self._raise_after, self._pending, self._installed, self._saved = raise_after, False, False, None
 
     def __enter__(self):
-        import signal
-        import threading
-
         if threading.current_thread() is threading.main_thread():
             self._saved = signal.signal(signal.SIGINT, self._hold)
             self._installed = True
@@ -267,8 +265,6 @@ class _interrupts_deferred:
         self._pending = True
 
     def __exit__(self, *exc):
-        import signal
-
         if self._installed:  # (None: a handler not set from Python; Python's own default then)
             signal.signal(signal.SIGINT, self._saved if self._saved is not None else signal.default_int_handler)
         if self._pending and self._raise_after and exc[0] is None:

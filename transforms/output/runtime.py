@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import signal
 import sys
 
 from tfrecord_etl.transforms.storage import fileio
@@ -32,8 +33,6 @@ def failpoint(stage: str) -> None:
     dictionary lookup."""
     wanted = os.environ.get(FAILPOINT_ENV)
     if wanted and wanted.split(":")[0] == stage:
-        import signal
-
         parts = wanted.split(":")[1:]
         if "once" in parts:
             try:

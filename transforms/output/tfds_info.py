@@ -19,6 +19,7 @@ and only when writing; :func:`check_features` is pure and runs at planning.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import tempfile
@@ -29,6 +30,7 @@ import numpy as np
 from tfrecord_etl._install import pip_install
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec, encoding_of
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError
+from tfrecord_etl.transforms.output import outdir, sink
 from tfrecord_etl.transforms.storage import fileio
 
 VERSION = "1.0.0"  # the dataset version written (TFDS needs one; builder_from_directory reads it back)
@@ -97,7 +99,6 @@ def default_refusal(compression: str, specs: Sequence[FeatureSpec]) -> str | Non
         check_features(specs)
     except SchemaError as e:
         return e.message.replace("--tfds_name: ", "")
-    import importlib.util
 
     if importlib.util.find_spec("tensorflow_datasets") is None:  # not imported at planning: it imports TensorFlow
         return f"TensorFlow Datasets is not installed ({pip_install('tfds')})"
@@ -150,8 +151,6 @@ def _template(name: str, split: str, first_file: str) -> str:
     ``{DATASET}``."""
     from tensorflow_datasets.core import naming
 
-    from tfrecord_etl.transforms.output import outdir
-
     if first_file.startswith(f"{outdir.generation_prefix(name, 1)}-{split}."):
         return naming.DEFAULT_FILENAME_TEMPLATE.replace("{DATASET}", "{DATASET}" + outdir.GENERATION_TAG)
     prefix = first_file.rpartition(f"-{split}.tfrecord-")[0]
@@ -173,8 +172,6 @@ def write(
     require_tfds()
     from etils import epath
     from tensorflow_datasets.core import dataset_info, naming, splits as split_lib, utils
-
-    from tfrecord_etl.transforms.output import sink
 
     by_split: dict[str, list[dict]] = {}
     for shard in shards:

@@ -3,6 +3,7 @@ once), the row ranges, and the provenance features of a row."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
 from collections.abc import Sequence
@@ -95,7 +96,6 @@ def map_concurrently(fn, paths: Sequence[str], threads: int | None = None) -> li
     """``[fn(path) for path in paths]``, remote paths by a bounded pool (see :func:`index_concurrently`)."""
     if len(paths) < 2 or all(fileio.is_local(p) for p in paths):
         return [fn(p) for p in paths]
-    import concurrent.futures
 
     with concurrent.futures.ThreadPoolExecutor(min(threads or PLAN_THREADS, len(paths)), "plan-index") as pool:
         futures = [pool.submit(fn, p) for p in paths]

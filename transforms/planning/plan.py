@@ -15,7 +15,7 @@ from tfrecord_etl.transforms.codec.encodings import AUTO, resolve_encoding
 from tfrecord_etl.transforms.collections import sharding, splits
 from tfrecord_etl.transforms.collections.splits import SplitPlan
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError, SourceError
-from tfrecord_etl.transforms.output import tfrecord
+from tfrecord_etl.transforms.output import metadata, outdir, tfds_info, tfrecord
 from tfrecord_etl.transforms.planning.inputs import PROVENANCE, InputPlan, plan_inputs
 from tfrecord_etl.transforms.sources import SourceOptions, option_models
 from tfrecord_etl.transforms.storage import fileio
@@ -169,8 +169,6 @@ def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -
       SourceError, SchemaError: unreadable or unsupported inputs, encodings that cannot carry a feature.
       ConfigError: unknown feature names, a shard count that cannot be written, duplicate feature keys.
     """
-    from tfrecord_etl.transforms.output import metadata
-
     inputs = inputs or plan_inputs(cfg.input, source_options(cfg))
     specs = choose_encodings(inputs.specs, cfg.encoding, cfg.feature_encodings, cfg.allow_lossy, cfg.input)
     if cfg.provenance:
@@ -186,8 +184,6 @@ def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -
     )
     split_plan = plan_splits(cfg, inputs, specs)
     if cfg.tfds_name is not None:
-        from tfrecord_etl.transforms.output import tfds_info
-
         try:
             tfds_info.check_features(specs)
         except SchemaError as e:
@@ -198,8 +194,6 @@ def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -
     files = output_files(cfg, shards, n, split_plan, prefix)
     tfds_name, refusal = cfg.tfds_name, None
     if cfg.splits and tfds_name is None:  # TFDS-loadable by default when TFDS can read it
-        from tfrecord_etl.transforms.output import tfds_info
-
         refusal = tfds_info.default_refusal(cfg.compression, specs)
         tfds_name = None if refusal else tfds_info.default_name(cfg.output_dir)
     return ConvertPlan(inputs, tuple(specs), n, shards, files, split_plan, prefix, tfds_name, refusal)
@@ -255,10 +249,6 @@ def output_files(cfg, shards, num_shards: int, split_plan: SplitPlan | None, pre
 def with_generation(plan: ConvertPlan, cfg, generation: int) -> ConvertPlan:
     """``plan`` writing output generation ``generation`` (``outdir.generation_prefix`` of its prefix): the names a
     run that replaces an output writes beside the committed files (``outdir.prepare``)."""
-    import dataclasses
-
-    from tfrecord_etl.transforms.output import outdir
-
     if not generation:
         return plan
     prefix = outdir.generation_prefix(plan.prefix, generation)

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import google_crc32c
 import numpy as np
 
-from tfrecord_etl.transforms.codec.block import MIN_BLOCK, BlockDecoder, ragged
+from tfrecord_etl.transforms.codec.block import MIN_BLOCK, BlockDecoder, ragged, stack
 from tfrecord_etl.transforms.codec.spec import FeatureSpec
 from tfrecord_etl.transforms.errors import RecordError
 from tfrecord_etl.transforms.output import metadata, tfrecord
@@ -255,8 +256,6 @@ def _stream_pieces(decoder, stream, path: str, limit: int, record_crcs: bool, cr
     boundary when frames have one length (and hold a multiple of ``align`` of them), so runs are not cut. The next
     chunk is read (and decompressed) by a thread while this one is decoded: file reads, decompression and NumPy's
     copies release the GIL, as tf.data's parallel reads overlap its parsing."""
-    from concurrent.futures import ThreadPoolExecutor
-
     buf, filled, pos, index, offset, eof = bytearray(), 0, 0, 0, 0, False
     checked = None  # the last length header whose CRC matched
     pending = None  # (future of the next _fill, bytes kept from this buffer, bytes asked)
@@ -383,7 +382,6 @@ def _mixed(
             out.append(decoder.decode_one(record))
         except RecordError as e:
             raise _decode_error(e, path, index + j, base + start) from None
-    from tfrecord_etl.transforms.codec.block import stack
 
     return {s.name: stack(s, [row[s.name] for row in out]) for s in decoder.specs}, len(out)
 

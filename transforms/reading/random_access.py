@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import google_crc32c
 import numpy as np
 
-from tfrecord_etl.transforms.codec.block import BlockDecoder, ragged
+from tfrecord_etl.transforms.codec.block import BlockDecoder, ragged, stack
 from tfrecord_etl.transforms.errors import ConfigError, RecordError
 from tfrecord_etl.transforms.output import metadata, tfrecord
 from tfrecord_etl.transforms.reading import collection_reader, shardcheck
@@ -305,8 +305,6 @@ class RandomAccess:
                     out[spec.name] = np.empty(shape, value.dtype)
                 out[spec.name][rows] = value
         if not out:
-            from tfrecord_etl.transforms.codec.block import stack
-
             return {s.name: stack(s, []) for s in self._specs}
         return out
 

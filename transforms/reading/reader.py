@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from tfrecord_etl.transforms.errors import ConfigError
 from tfrecord_etl.transforms.output import tfrecord
 from tfrecord_etl.transforms.output.outdir import MANIFEST_FILE, SIDECAR_FORMAT  # noqa: F401 - re-exported
 from tfrecord_etl.transforms.reading import collection_reader, numpy_reader, tfdata
@@ -108,8 +109,6 @@ def iter_numpy(
     if batch_size is not None and (
         isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1
     ):
-        from tfrecord_etl.transforms.errors import ConfigError
-
         raise ConfigError(f"batch_size={batch_size!r}: expected a positive integer, or None for one example at a time")
     specs, shards = numpy_reader.shards_of(output_dir, features, split, spans, trust_spans)
     pieces = numpy_reader.iter_pieces(specs, shards, max_record_bytes, max_features, check_checksums, batch_size or 1)

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 
 from tfrecord_etl.transforms.codec import FeatureSpec, encoding_of, spec_from_json
+from tfrecord_etl.transforms.codec.block import BlockDecoder
 from tfrecord_etl.transforms.collections import schemacheck
-from tfrecord_etl.transforms.errors import RecordError, SchemaError
+from tfrecord_etl.transforms.errors import IncompleteOutputError, RecordError, SchemaError
 from tfrecord_etl.transforms.output import metadata, tfrecord
 from tfrecord_etl.transforms.output.outdir import MANIFEST_FILE, SIDECAR_FORMAT
 from tfrecord_etl.transforms.reading import reader, tfdata
@@ -59,12 +61,8 @@ def load_manifest(sidecar_dir: str) -> dict:
       IncompleteOutputError: no manifest (not a sidecar collection, or an incomplete one).
       SchemaError: the file is not a valid manifest.
     """
-    import json
-
     path = fileio.join(sidecar_dir, MANIFEST_FILE)
     if not fileio.exists(path):
-        from tfrecord_etl.transforms.errors import IncompleteOutputError
-
         raise IncompleteOutputError(
             "No manifest.json: not a sidecar collection, or an incomplete one",
             file=sidecar_dir,
@@ -195,8 +193,6 @@ def iter_numpy_merged(
       IncompleteOutputError, SchemaError, RecordError: see :func:`open_sidecar`; also RecordError when a
         pair of shards turns out to hold different record counts while reading (naming both files).
     """
-    from tfrecord_etl.transforms.codec.block import BlockDecoder
-
     coll = open_sidecar(original, sidecar_dir, check_checksums)
     specs = select_features(coll.specs, features)
     decoder = BlockDecoder(specs)  # one record at a time, each merged pair of one layout decoded from its offsets

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from tfrecord_etl.transforms.collections import schemacheck
 from tfrecord_etl.transforms.errors import SchemaError
 from tfrecord_etl.transforms.output import metadata
 
@@ -66,8 +67,6 @@ def torch_description(output_dir: str, features: Sequence[str] | None = None) ->
     Raises:
       IncompleteOutputError: no metadata.json. SchemaError: an unknown name in ``features``.
     """
-    from tfrecord_etl.transforms.collections import schemacheck
-
     meta = schemacheck.load_output(output_dir)[0]  # schema.pbtxt agrees with metadata.json
     specs = meta["features"]
     if features is not None:

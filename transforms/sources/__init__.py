@@ -20,8 +20,8 @@ Formats and modes (one module each, registered in :data:`REGISTRY`):
 * ``npy`` (``npy.py``) ``rows``: rows of one array (memory-mapped when local); ``files``: every file is one
   Example with features ``key`` (the file name without ``.npy``) and ``array``.
 
-A new source is one module with a :class:`Source` subclass declaring ``format_name``, ``suffixes``, ``modes``,
-the ``magic`` its files start with and its ``options_models`` (its flags, ``sources/options.py``), added to
+A new source is one module with a :class:`Source` subclass declaring ``format_name``, ``help_label`` (what
+``--help`` calls its inputs), ``suffixes``, ``modes``, the ``magic`` its files start with and its ``options_models`` (its flags, ``sources/options.py``), added to
 ``REGISTRY`` below (``format_of``, which tells a file's format by its
 content, then its suffix, and ``FORMATS`` derive from it), plus its tests.
 The model is TFDS's ``file_adapters.ADAPTER_FOR_FORMAT``.
@@ -33,6 +33,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from tfrecord_etl.transforms.errors import SourceError
+from tfrecord_etl.transforms.sources import zarrstore
 from tfrecord_etl.transforms.sources.base import (
     ARRAY,
     DEFAULT_MAX_COMPRESSION_RATIO,
@@ -64,6 +65,7 @@ from tfrecord_etl.transforms.sources.signatures import (
     register,
 )
 from tfrecord_etl.transforms.sources.zarrsrc import ZarrSource
+from tfrecord_etl.transforms.storage import fileio
 
 if TYPE_CHECKING:
     from tfrecord_etl.transforms.sources.options import FormatOptions
@@ -181,9 +183,6 @@ def zarr_store_format(path: str) -> str | None:
     or ``.zgroup``/``.zarray``/``.zmetadata`` at its root: ``zarrstore.store_kind``) or, remote, by its name (a
     gs:// / s3:// prefix ending in ``.zarr`` or ``/``: probing every remote input for a store would cost requests);
     else None."""
-    from tfrecord_etl.transforms.sources import zarrstore
-    from tfrecord_etl.transforms.storage import fileio
-
     if fileio.is_local(path):
         return "zarr" if zarrstore.store_kind(path) else None
     return "zarr" if path.lower().rstrip("/").endswith(".zarr") or path.endswith("/") else None

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import stat
 import threading
 from collections.abc import Sequence
 from typing import ClassVar, TypeVar
@@ -243,8 +245,6 @@ def refuse_special_file(path: str) -> None:
     """
     if not fileio.is_local(path):
         return
-    import os
-    import stat
 
     try:
         mode = os.stat(path).st_mode
@@ -293,6 +293,9 @@ class Source:
     magic: tuple[bytes, ...] = ()  # how its files start: the file's content decides its source (format_of)
     magic_offsets: tuple[int, ...] = (0,)  # where a magic may stand (HDF5: after a user block, see Hdf5Source)
     content_label: str = ""  # what a file with this magic is, for messages about foreign files
+    # what --help calls its inputs, in the list of formats of `tfrecord-etl --help` and `convert --help` (registry
+    # order; flaghelp.input_formats); a registered source declares its own (the format's name otherwise)
+    help_label: str = ""
     modes: tuple[str, ...] = ("rows",)  # its modes; the first is the default
     takes_datasets = True  # --datasets names its arrays (datasets, variables, members); False: refused for it
     loose = False  # arrays/files modes: dtype and shape may vary between rows

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from tfrecord_etl.transforms.sources import hdf5layout as layout
 
 # attributes naming the variables that describe a data variable (CF 1.11, Appendix A); in the forms
@@ -67,8 +69,6 @@ def _names(value, keys: bool = False) -> list[str]:
     """The variable names of a CF reference attribute (bytes, str or a 1-element array): ``key:`` words dropped,
     or (``keys``: grid_mapping's extended form ``crs: lat lon``, whose keys are variables) kept without the
     colon."""
-    import numpy as np
-
     if isinstance(value, np.ndarray):
         value = value.ravel()[0] if value.size == 1 else b""
     if isinstance(value, (bytes, np.bytes_)):

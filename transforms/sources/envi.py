@@ -134,6 +134,7 @@ class EnviSource(RawSource):
     """ENVI raster files: the raw bytes its header (``<file>.hdr`` or ``<stem>.hdr``) describes, rows mode."""
 
     format_name = "envi"
+    help_label = "ENVI image cubes"
     suffixes = (".img", ".bsq", ".bil", ".bip")
     options_models = ("envi_options.EnviOptions",)  # --envi_rows
 
@@ -178,6 +179,7 @@ class EnviSource(RawSource):
             raise SourceError(
                 f"The ENVI header is not text (byte offset {e.start})", file=where, hint=NOT_ENVI_HINT
             ) from None
+        # deferred: pydantic (the options model); verify and inspect read the registry without it
         from tfrecord_etl.transforms.sources.envi_options import EnviOptions
 
         rows = self.options.of(EnviOptions).envi_rows

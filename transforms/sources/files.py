@@ -55,6 +55,7 @@ class FilesSource(Source):
     options_models = ("options_files.FilesOptions",)  # its flags: sources/options_*.py
 
     format_name = "files"
+    help_label = "folders of images and other files"
     suffixes = ()  # never chosen from a suffix: pass --format files
     modes = ("files",)
     takes_datasets = False  # a file is one Example

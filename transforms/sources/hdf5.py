@@ -69,6 +69,7 @@ class Hdf5Source(ContainerSource):
     )  # its flags: sources/options_*.py
 
     format_name = "hdf5"
+    help_label = "HDF5"
     suffixes = HDF5_SUFFIXES
     magic = (b"\x89HDF\r\n\x1a\n",)  # the superblock's signature (a MATLAB v7.3 .mat is found by it too)
     magic_offsets = (0,) + tuple(2**k for k in range(9, 64))  # HDF5 spec: at 0 or after a user block of 512 * 2**n

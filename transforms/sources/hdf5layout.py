@@ -25,6 +25,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 from tfrecord_etl.transforms.sources.hdf5matlab import (
     char_spec,
     char_strings,
@@ -183,8 +185,6 @@ def read_rows(dset, start: int, stop: int):
 def read_whole(dset):
     """The whole dataset as a NumPy array of :func:`array_spec`'s shape (MATLAB variables in MATLAB's
     orientation)."""
-    import numpy as np
-
     if is_char(dset):
         return char_strings(dset, matlab_order(dset, np.asarray(dset[()])))
     cells = string_cells(dset)

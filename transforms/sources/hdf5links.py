@@ -13,6 +13,7 @@ the link-access prefix, the working directory) is never used: the checked file i
 from __future__ import annotations
 
 import os
+import stat
 
 from tfrecord_etl.transforms.errors import SourceError
 from tfrecord_etl.transforms.storage import fileio
@@ -70,8 +71,6 @@ def link_status(link, path: str, allow: bool) -> str | None:
     """Why the external link ``link`` of the input ``path`` is not followed (``outside the input's directory``,
     ``dangling: its file is missing``, ``not a regular file``, ``remote input``, ``needs --allow_external_storage``),
     or None when it is followed (for the walk's warning and ``inspect``)."""
-    import stat
-
     if not fileio.is_local(path):
         return "remote input"
     base = os.path.dirname(os.path.realpath(path))

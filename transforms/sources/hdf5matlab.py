@@ -11,6 +11,8 @@ attribute and is stored column-major, so HDF5 sees its dimensions reversed (a MA
 
 from __future__ import annotations
 
+import numpy as np
+
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.sources import mattext
 
@@ -40,8 +42,6 @@ def is_empty(dset, path: str | None = None) -> bool:
 def _matlab_attr(dset, name: str, path: str | None):
     """The attribute ``name`` of a MATLAB variable: a string (``MATLAB_class``) or one integer (``MATLAB_empty``,
     0 when absent); anything else is a SourceError naming the dataset, never a NumPy truth-value traceback."""
-    import numpy as np
-
     try:
         value = dset.attrs.get(name, 0)
     except Exception as e:  # noqa: BLE001 - an attribute of a type h5py cannot read
@@ -75,8 +75,6 @@ def _matlab_attr(dset, name: str, path: str | None):
 def complex_dtype(dset):
     """The complex dtype of a MATLAB complex array (a compound of ``real`` and ``imag`` floats of one type), else
     None."""
-    import numpy as np
-
     dtype = dset.dtype
     if (
         is_matlab(dset)
@@ -125,8 +123,6 @@ def string_cells(dset):
 
 
 def string_list(dset, cells):
-    import numpy as np
-
     return mattext.strings_list(
         [np.zeros((0,), "<u2") if c is None else matlab_order(c, np.asarray(c[()])) for c in cells], dset.name
     )
@@ -152,8 +148,6 @@ def converted(dset, data):
 
     Decided from the dataset's own dtype, never by comparing it with ``data.dtype``: h5py returns a subarray
     dtype as its base dtype with extra axes, which is no conversion."""
-    import numpy as np
-
     target = complex_dtype(dset)
     if target is None:
         return data
@@ -165,8 +159,6 @@ def converted(dset, data):
 def matlab_order(dset, data):
     """``data`` read from a MATLAB variable with HDF5's axes reversed back (a subarray dtype's trailing axes stay
     last), C-contiguous; other datasets unchanged."""
-    import numpy as np
-
     if not (is_matlab(dset) and dset.ndim > 1):
         return data
     axes = tuple(range(dset.ndim))[::-1] + tuple(range(dset.ndim, data.ndim))

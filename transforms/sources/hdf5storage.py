@@ -9,7 +9,10 @@ h5py's low-level API (``h5p`` dataset access properties, ``DatasetID.get_chunk_i
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
+import stat
 
 from tfrecord_etl.transforms.errors import SourceError
 from tfrecord_etl.transforms.sources import hdf5links as links
@@ -29,8 +32,6 @@ def chunk_ranges(dset, start: int, stop: int) -> list[tuple[int, int]]:
     """``[(byte offset, stored size)]`` of the chunks of ``dset`` holding rows ``start`` to ``stop`` (h5py's
     ``DatasetID.get_chunk_info_by_coord``; unallocated chunks skipped), or ``[]`` for a contiguous dataset (one
     read already), one with more than :data:`MAX_PREFETCH_CHUNKS` such chunks, or a layout h5py cannot list."""
-    import itertools
-
     chunks = dset.chunks
     if not chunks or stop <= start or not dset.shape:
         return []
@@ -64,8 +65,6 @@ def dataset_for_read(f, name: str, path: str):
     """``f[name]``, opened (local files) with the input's directory as the prefix of external and virtual
     source files (HDF5 resolves relative external names against the working directory otherwise). HDF5
     refuses a second prefix for a dataset already open, so readers close their files after each shard."""
-    import os
-
     import h5py
 
     dset = links.resolve(f, name, path, True) if links.has_links(f, name) else f[name]  # (checked at planning)
@@ -89,9 +88,6 @@ def confined(name: str, path: str, what: str, dataset: str) -> str:
     Raises:
       SourceError: outside the directory, missing, or not a regular file (a FIFO or device is never opened).
     """
-    import os
-    import stat
-
     base = os.path.dirname(os.path.realpath(path))
     real = os.path.realpath(os.path.join(base, name))
     if not real.startswith(base.rstrip(os.sep) + os.sep):
@@ -141,8 +137,6 @@ def check_storage(dset, path: str, name: str, options: SourceOptions) -> None:
 
 def _check_external(plist, path: str, name: str, options: SourceOptions) -> None:
     """External raw storage: refused unless ``allow_external_storage``; then each file confined and big enough."""
-    import os
-
     import h5py
 
     names = [plist.get_external(i)[0].decode(errors="replace") for i in range(plist.get_external_count())]

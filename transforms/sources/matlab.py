@@ -88,6 +88,7 @@ class MatlabSource(ContainerSource):
     )  # its flags: sources/options_*.py
 
     format_name = "matlab"
+    help_label = "MATLAB .mat"
     suffixes = (".mat",)  # a v7.3 .mat is HDF5 by its first bytes; a v4 file has no magic: the suffix decides
     magic = (MATLAB5_MAGIC,)
     content_label = "a MATLAB v5/v7 .mat file"

@@ -56,6 +56,7 @@ class NetCdf3Source(ContainerSource):
     options_models = ("options_container.ContainerOptions",)  # its flags: sources/options_*.py
 
     format_name = "netcdf3"
+    help_label = "netCDF"
     suffixes = (".nc", ".cdf", ".nc3", ".mnc")  # .mnc: MINC1 (MINC2 is HDF5: the first bytes decide)
     magic = NETCDF3_MAGIC
     content_label = "a NetCDF-3 file"

@@ -39,6 +39,7 @@ class NpySource(Source):
     options_models = ("options_numpy.NumpyOptions",)  # its flags: sources/options_*.py
 
     format_name = "npy"
+    help_label = ".npy"
     suffixes = (".npy",)
     magic = (b"\x93NUMPY",)  # NumPy's .npy format ("format.py": the magic string, then the version)
     content_label = "a .npy array"

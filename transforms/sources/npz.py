@@ -80,6 +80,7 @@ class NpzSource(Source):
     )  # its flags: sources/options_*.py
 
     format_name = "npz"
+    help_label = ".npz"
     suffixes = (".npz",)
     magic = (b"PK\x03\x04", b"PK\x05\x06")  # a zip archive: its first member, or the end record of an empty one
     content_label = "a zip archive (.npz)"

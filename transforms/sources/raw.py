@@ -140,6 +140,7 @@ class RawSource(Source):
     options_models = ("options_raw.RawOptions",)  # its flags: sources/options_*.py
 
     format_name = "raw"
+    help_label = "raw binary files"
     suffixes = (".raw", ".bin", ".dat")
     takes_datasets = False  # one array per file
     modes = ("rows",)

@@ -9,6 +9,7 @@ References: the Zarr v2 and v3 specifications (zarr-specs); ``zarr`` 3.x (``open
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -34,7 +35,7 @@ def open_store(path: str, options):
             file=path,
             hint="name the store's root directory (or its .zip, or its gs:// / s3:// prefix)",
         )
-    try:
+    try:  # deferred: zarr (optional), which zarrbounded imports
         from tfrecord_etl.transforms.sources.zarrbounded import BoundedStore
     except ImportError as e:
         raise SourceError(
@@ -51,8 +52,6 @@ def open_node(store):
     Raises:
       SourceError: metadata zarr cannot read (naming the store and zarr's error).
     """
-    import warnings
-
     import zarr
 
     try:

@@ -65,6 +65,7 @@ class ZarrSource(ContainerSource):
     )  # its flags: sources/options_*.py
 
     format_name = "zarr"
+    help_label = "Zarr"
     suffixes = ZARR_SUFFIXES
     content_label = "a Zarr store"
 

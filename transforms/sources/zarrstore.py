@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bz2
 import dataclasses
+import json
 import lzma
 import math
 import os
@@ -66,8 +67,6 @@ def check_consolidated(data: bytes, key: str, where: str) -> None:
     Raises:
       SourceError: a member name leading outside the store.
     """
-    import json
-
     try:
         doc = json.loads(data)
     except ValueError:

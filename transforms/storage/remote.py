@@ -6,6 +6,7 @@ are the light reader's (:mod:`lightfs`)."""
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import io
 import threading
@@ -141,8 +142,6 @@ class RangeReader(io.RawIOBase):
         if len(merged) == 1:
             fetched = [(merged[0][0], self._get(merged[0][0], merged[0][1] - merged[0][0]))]
         elif merged:
-            import concurrent.futures
-
             with concurrent.futures.ThreadPoolExecutor(min(threads, len(merged))) as pool:
                 datas = list(pool.map(lambda r: self._get(r[0], r[1] - r[0]), merged))
             fetched = [(r[0], d) for r, d in zip(merged, datas)]

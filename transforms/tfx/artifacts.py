@@ -17,6 +17,7 @@ from tfrecord_etl.transforms.codec import decode_example_lenient, spec_from_json
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
 from tfrecord_etl.transforms.output import metadata, sink
+from tfrecord_etl.transforms.reading.reader import iter_records
 from tfrecord_etl.transforms.storage import fileio
 from tfrecord_etl.transforms.tfx import write as tfx_write
 
@@ -120,8 +121,6 @@ def read_split(examples_uri: str, split: str) -> Iterator[dict[str, np.ndarray]]
       SchemaError: not an ArraysExampleGen output or an empty split. RecordError: a corrupt record (file, index,
         byte offset).
     """
-    from tfrecord_etl.transforms.reading.reader import iter_records
-
     specs = load_info(examples_uri)["features"]
     for path in split_files(examples_uri, split):
         for index, offset, record in iter_records(path, "gzip"):

@@ -26,6 +26,8 @@ def plan_sources(meta: dict, patterns: Sequence[str], where: str = ""):
       ConfigError: the metadata holds no convert options (not written by tfrecord-etl convert).
       SourceError, SchemaError: a pattern matches nothing or a source file cannot be indexed.
     """
+    # deferred: pydantic and Beam (config), and planning with the source registry: verify without --source,
+    # in the reader's install too, does without them
     from pydantic import ValidationError
 
     from tfrecord_etl.transforms import planning

@@ -110,7 +110,7 @@ class ProvenanceComparer(Comparer):
             self._compare_one(k, row, file, index, offset, decoded)
 
     def _compare_one(self, k, row, file, index, offset, decoded) -> None:
-        from tfrecord_etl.transforms.sources import RowRange
+        from tfrecord_etl.transforms.sources import RowRange  # deferred: the source registry (verify --source)
 
         plan, fi = self._indexes[k]
         items = fi.items[row : row + 1] if fi.sizes else fi.items

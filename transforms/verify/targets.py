@@ -10,6 +10,7 @@ import google_crc32c
 import numpy as np
 
 from tfrecord_etl.transforms import codec
+from tfrecord_etl.transforms.collections import schemacheck
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError
 from tfrecord_etl.transforms.output import metadata, outdir, tfrecord
 from tfrecord_etl.transforms.storage import fileio
@@ -249,8 +250,6 @@ def check_schema(report: Report, output_dir: str, meta: dict) -> None:
     difference, naming the feature and both values. With tensorflow_metadata installed the text is also parsed
     into ``schema_pb2.Schema`` (every field and enum checked); the reader-only install compares the fields we
     write (``report.schema``: which)."""
-    from tfrecord_etl.transforms.collections import schemacheck
-
     path = fileio.join(output_dir, metadata.SCHEMA_FILE)
     todo = "; one of the two files was edited or replaced after the output was written: convert it again"
     try:

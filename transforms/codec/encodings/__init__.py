@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
+
 from tfrecord_etl.transforms.codec.encodings.base import Encoding, as_bytes, check_unicode
 from tfrecord_etl.transforms.codec.encodings.lists import ListEncoding
 from tfrecord_etl.transforms.codec.encodings.packbits import PackbitsEncoding
@@ -102,8 +104,6 @@ def auto_encoding(spec: FeatureSpec) -> str:
     - float64, uint64 (a list would cast them, lossy), complex (no list form), void, and features whose dtype
       varies: ``tensor``.
     """
-    import numpy as np
-
     if spec.dtype is None:
         return "tensor"
     if spec.dtype == VLEN_BYTES:
