@@ -7,7 +7,9 @@ runs alternated base/head so that page-cache and machine drift hit both alike.
 
 Cases: convert of the benchmark's small-row and large-row HDF5 inputs (2 worker processes, uncompressed shards,
 ``--overwrite`` into the same directory every time, as a scheduled re-run does; ``--fresh``: into an empty one),
-and ``augment --mode rewrite`` of the small-row collection. Prints, per case, each side's median and best span and head/base of the medians.
+``augment --mode rewrite`` of the small-row collection, and reading each side's small-row output back with that
+side's reader (``--read``, the default: ``iter_numpy`` unbatched, and ``to_tf_dataset(batch_size=256)``, the time
+from the call to the last record, the record count checked). Prints, per case, each side's median and best span and head/base of the medians.
 Both sides run with this interpreter (the same dependencies); each command runs in its checkout's folder, so
 ``python -m pipelines.convert`` imports that checkout's code.
 """
@@ -28,7 +30,25 @@ from bench.common import AUGMENT_CONSTANT, LAYOUTS, convert_encoding_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEAM = ["--runner=DirectRunner", "--direct_running_mode=multi_processing", "--direct_num_workers=2"]
-_SPAN = re.compile(r"^work span: ([0-9.]+) s", re.M)
+_SPAN = re.compile(r"^(?:work|read) span: ([0-9.]+) s", re.M)
+# A read pass over OUTPUT_DIR with the reader of the checkout it runs in: prints "read span: S s (N records)".
+READ = """
+import sys, time
+from tfrecord_etl.transforms import reader
+how, output_dir, expected = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if how == "to_tf_dataset":
+    import tensorflow  # noqa: F401 - its import (seconds) is not part of the read
+started, n = time.perf_counter(), 0
+if how == "iter_numpy":
+    for _ in reader.iter_numpy(output_dir):
+        n += 1
+else:
+    for batch in reader.to_tf_dataset(output_dir, batch_size=256):
+        n += int(next(iter(batch.values())).shape[0])
+seconds = time.perf_counter() - started
+assert n == expected, f"{n} records read, {expected} written"
+print(f"read span: {seconds:.3f} s ({n} records)")
+"""
 
 
 def span(cmd: list[str], cwd: str, sync: bool = True) -> float:
@@ -63,6 +83,7 @@ def main(argv=None) -> int:
         "keep until the commit), which measures the code alone; without it each run replaces the "
         "previous output, as a scheduled re-run does",
     )
+    ap.add_argument("--no_read", action="store_true", help="leave out the read cases")
     args = ap.parse_args(argv)
     work = args.workdir or tempfile.mkdtemp(prefix="tfrecord-etl-ab-")
     py = sys.executable
@@ -120,6 +141,16 @@ def main(argv=None) -> int:
         "list",
         *BEAM,
     ]
+    if not args.no_read:
+        for how in ("iter_numpy", "to_tf_dataset"):
+            cases[f"read {how} (small rows)"] = lambda side, h=how: [
+                py,
+                "-c",
+                READ,
+                h,
+                os.path.join(work, f"out_{side}_small"),
+                str(args.small_rows),
+            ]
     sides = {"base": os.path.abspath(args.base), "head": ROOT}
     print(f"A/B: base {sides['base']} vs head {ROOT}, {args.repeat} alternated runs per side; inputs in {work}")
     for name, make in cases.items():
@@ -127,7 +158,7 @@ def main(argv=None) -> int:
         for i in range(args.repeat):
             for side in ("base", "head") if i % 2 == 0 else ("head", "base"):
                 cmd = make(side)
-                if args.fresh:
+                if args.fresh and not name.startswith("read"):
                     shutil.rmtree(cmd[cmd.index("--output_dir") + 1], ignore_errors=True)
                 spans[side].append(span(cmd, sides[side], not args.no_sync))
         med = {s: statistics.median(v) for s, v in spans.items()}
