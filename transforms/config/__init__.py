@@ -25,6 +25,7 @@ from tfrecord_etl.transforms.config.flags import (
     add_model_flags,
     build_parser,
     flag_help,
+    flag_type,
     parse_args,
 )
 from tfrecord_etl.transforms.config.model import (
@@ -60,6 +61,7 @@ __all__ = [
     "check_local_workers",
     "check_not_a_template",
     "flag_help",
+    "flag_type",
     "load_yaml",
     "non_blank",
     "parse_args",
