@@ -116,6 +116,8 @@ def test_yaml_keys_and_old_names_reach_the_join_source(capsys, monkeypatch):
     from tfrecord_etl.transforms.augment import join_source_options
     from tfrecord_etl.transforms.augment.config import AugmentConfig
     from tfrecord_etl.transforms.sources.envi_options import EnviOptions
+    from tfrecord_etl.transforms.sources.options_numpy import NumpyOptions
+    from tfrecord_etl.transforms.sources.options_raw import RawOptions
 
     monkeypatch.setattr(renamed_flags, "_WARNED_RENAMED", set())  # the deprecation line is printed once a process
     cfg = AugmentConfig(
@@ -123,7 +125,8 @@ def test_yaml_keys_and_old_names_reach_the_join_source(capsys, monkeypatch):
     )
     options = join_source_options(cfg)
     assert options.of(EnviOptions).envi_rows == "pixels" and options.container_mode == "rows"
-    assert options.datasets == ("/a", "/b") and options.raw_dtype is None and options.npz_mode == "rows"
+    assert options.datasets == ("/a", "/b") and options.of(RawOptions).dtype is None
+    assert options.of(NumpyOptions).npz_mode == "rows"
     assert "--hdf5_mode" in capsys.readouterr().err  # the deprecation line, as convert prints it
 
 
