@@ -41,6 +41,10 @@ _HELP = Group(
     ("-h", "--verbose", "--progress", "--dry_run"),
 )
 _RECORD_LIMITS = ("--max_record_mb", "--max_features")
+# the limits of augment, verify and inspect: the bounds on one record they read
+_RECORD_LIMITS_GROUP = Group(
+    "limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS
+)
 
 # convert's groups of the flags every format shares: "input" first, then each registered format's own groups
 # (sources.option_models: the HDF5 and containers, NumPy, raw, file collections, ...), then these; a format's
@@ -241,7 +245,7 @@ _AUGMENT = (
         "scale.md",
         ("--batch_size", "--max_local_workers"),
     ),
-    Group("limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS),
+    _RECORD_LIMITS_GROUP,
     Group("general", "help, logs and progress", "augment.md", ("-h", "--verbose", "--progress")),
 )
 _AUGMENT_SAFETY = Group("safety", "what the join source may read beyond its files", "reliability.md", ())
@@ -264,9 +268,7 @@ GROUPS = CommandGroups(
                 ("--source", "--original"),
             ),
             Group("report", "the report's form and length", "verify.md", ("--json", "--max_problems", "--verbose")),
-            Group(
-                "limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS
-            ),
+            _RECORD_LIMITS_GROUP,
             Group("general", "help", "verify.md", ("-h",)),
         ),
         "inspect": (
@@ -277,9 +279,7 @@ GROUPS = CommandGroups(
                 ("output_dir", "--spans"),
             ),
             Group("report", "what is read and how it is printed", "verify.md", ("--tf_read", "--json", "--verbose")),
-            Group(
-                "limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS
-            ),
+            _RECORD_LIMITS_GROUP,
             Group("general", "help", "verify.md", ("-h",)),
         ),
     }
