@@ -17,11 +17,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tfrecord_etl.transforms.codec.encodings import AUTO
 from tfrecord_etl.transforms.config import (
-    DEFAULT_MAX_LOCAL_WORKERS,
     ConvertConfig,
     DefaultEncodingName,
     EncodingName,
     add_model_flags,
+    command_field,
     flag_type,
 )
 from tfrecord_etl.transforms.renamed_flags import add_renamed_flags, renamed_keys
@@ -163,25 +163,16 @@ class AugmentCommon(BaseModel):
         description="limit on the features of one input record, and on the "
         "distinct feature names inferred from a collection without metadata",
     )
-    max_local_workers: int = Field(
-        DEFAULT_MAX_LOCAL_WORKERS,
-        ge=1,
-        description="the largest --direct_num_workers accepted (default: 4 per CPU, at least 16)",
-    )
-    overwrite: bool = Field(
-        False, description="replace our files in an existing output directory (files we did not write are kept)"
-    )
-    verbose: bool = Field(False, description="show TensorFlow and Beam logs")
+    max_local_workers: int = command_field("max_local_workers")
+    overwrite: bool = command_field("overwrite")
+    verbose: bool = command_field("verbose")
     progress: bool | None = Field(
         None,
         description="a progress bar on stderr when it is a terminal (records "
         "and bytes written of the planned total, rate, time left); default: on in a "
         "terminal (--no-progress: off)",
     )
-    pipeline_options: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Beam pipeline options as a mapping (YAML only), e.g. {runner: DirectRunner}; flags win",
-    )
+    pipeline_options: dict[str, Any] = command_field("pipeline_options")
 
     beam_argv = ConvertConfig.beam_argv
 

@@ -38,6 +38,7 @@ from tfrecord_etl.transforms.config.model import (
     DefaultEncodingName,
     EncodingName,
     FormatName,
+    command_field,
     non_blank,
 )
 from tfrecord_etl.transforms.config.yamlfile import load_yaml, validate
@@ -62,6 +63,7 @@ __all__ = [
     "check_not_a_template",
     "flag_help",
     "flag_type",
+    "command_field",
     "load_yaml",
     "non_blank",
     "parse_args",
