@@ -9,15 +9,6 @@ import errno
 import os
 import re
 
-from tfrecord_etl.pipelines.workers import (  # noqa: F401
-    WORKER_DIED_LINE,
-    dead_worker_signals,
-    died_line,
-    mark_stopping,
-    quiet_worker_threads as _quiet_worker_threads,
-    stop_worker_processes,
-    stopped_count,
-)
 from tfrecord_etl.transforms.errors import EtlError
 from tfrecord_etl.transforms.output.runlock import OUTPUT_STATE
 

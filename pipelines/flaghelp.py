@@ -41,6 +41,10 @@ _HELP = Group(
     ("-h", "--verbose", "--progress", "--dry_run"),
 )
 _RECORD_LIMITS = ("--max_record_mb", "--max_features")
+# the limits of augment, verify and inspect: the bounds on one record they read
+_RECORD_LIMITS_GROUP = Group(
+    "limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS
+)
 
 # convert's groups of the flags every format shares: "input" first, then each registered format's own groups
 # (sources.option_models: the HDF5 and containers, NumPy, raw, file collections, ...), then these; a format's
@@ -129,31 +133,56 @@ def convert_groups() -> tuple[Group, ...]:
     # inspect use this module without them
     from tfrecord_etl.transforms.sources import option_models
 
-    shared = {g.title: g for g in _CONVERT_SHARED}
-    added: dict[str, tuple[str, ...]] = dict.fromkeys(shared, ())
+    return with_format_groups((_CONVERT_INPUT,), _CONVERT_SHARED, option_models())
+
+
+def augment_groups() -> tuple[Group, ...]:
+    """augment's ``--help`` groups: its own up to ``join``, then the groups of the join source's format options
+    (the formats a join can read, ``sources.join_option_models``; the options it refuses, ``--datasets`` among
+    them, are not shown), then the shared ones (``limits``, and ``safety`` when a format adds to it)."""
+    # deferred: the source registry and pydantic (see convert_groups)
+    from tfrecord_etl.transforms.sources import join_option_models, join_refused_options
+
+    join = next(i for i, g in enumerate(_AUGMENT) if g.title == "join") + 1
+    shared = (*_AUGMENT[join:-1], _AUGMENT_SAFETY, _AUGMENT[-1])  # safety before general
+    groups = with_format_groups(_AUGMENT[:join], shared, join_option_models())
+    refused = {f"--{name}" for name in join_refused_options()}
+    shown = (g._replace(flags=tuple(f for f in g.flags if f not in refused)) for g in groups)
+    return tuple(g for g in shown if g.flags)
+
+
+def with_format_groups(head: tuple[Group, ...], shared: tuple[Group, ...], models) -> tuple[Group, ...]:
+    """``head``, each of ``models``' groups (``FormatOptions.flag_groups``, in their order), then ``shared``, a
+    format's flags for a shared group (a group of the same title: ``limits``, ``safety``) at its end.
+
+    Raises:
+      ValueError: two formats declaring groups of one title that is not a shared group's (a programming error).
+    """
+    by_title = {g.title: g for g in shared}
+    added: dict[str, tuple[str, ...]] = dict.fromkeys(by_title, ())
     own: list[Group] = []
-    for model in option_models():
+    for model in models:
         for group in model.flag_groups:
-            if group.title in shared:
+            if group.title in by_title:
                 added[group.title] += group.flags
-            elif any(g.title == group.title for g in own) or group.title == _CONVERT_INPUT.title:
+            elif any(g.title == group.title for g in (*own, *head)):
                 raise ValueError(f"{model.__name__}: a second flag group titled {group.title!r}")
             else:
                 own.append(Group(*group))
-    return (_CONVERT_INPUT, *own, *(g._replace(flags=g.flags + added[g.title]) for g in _CONVERT_SHARED))
+    return (*head, *own, *(g._replace(flags=g.flags + added[g.title]) for g in shared))
 
 
 class CommandGroups(MutableMapping):
-    """The commands' groups, :data:`GROUPS`: a mapping of command to its groups whose ``convert`` entry is built
-    from the source registry (:func:`convert_groups`) when first read, so that verify and inspect, which run
-    without the pipeline dependencies, never import the sources."""
+    """The commands' groups, :data:`GROUPS`: a mapping of command to its groups whose ``convert`` and ``augment``
+    entries are built from the source registry (:func:`convert_groups`, :func:`augment_groups`) when first read, so
+    that verify and inspect, which run without the pipeline dependencies, never import the sources."""
 
     def __init__(self, groups: dict[str, tuple[Group, ...]]):
         self._groups = dict(groups)
 
     def __getitem__(self, command: str) -> tuple[Group, ...]:
-        if command == "convert" and command not in self._groups:
-            self._groups[command] = convert_groups()
+        if command in _BUILT and command not in self._groups:
+            self._groups[command] = _BUILT[command]()
         return self._groups[command]
 
     def __setitem__(self, command: str, groups: tuple[Group, ...]) -> None:
@@ -163,65 +192,68 @@ class CommandGroups(MutableMapping):
         del self._groups[command]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(dict.fromkeys(["convert", *self._groups]))
+        return iter(dict.fromkeys([*_BUILT, *self._groups]))
 
     def __len__(self) -> int:
-        return len(dict.fromkeys(["convert", *self._groups]))
+        return len(dict.fromkeys([*_BUILT, *self._groups]))
 
+
+# augment's own groups; the join source's format groups follow "join" (augment_groups)
+_AUGMENT = (
+    Group(
+        "input",
+        "the collection to add fields to and how to read it",
+        "augment.md",
+        ("--input", "--spans", "--compression", "--schema", "--config"),
+    ),
+    Group(
+        "output",
+        "where the new collection goes, whole records or a sidecar",
+        "augment.md",
+        ("--output_dir", "--mode", "--output_compression", "--compression_level", "--overwrite"),
+    ),
+    Group(
+        "new fields",
+        "fields computed by a function of yours, or constants",
+        "augment.md",
+        ("--fn", "--fn_inputs", "--fn_batch", "--constants", "--replace_fields"),
+    ),
+    Group(
+        "join",
+        "fields from another file, matched by position or by key",
+        "augment.md",
+        (
+            "--join_input",
+            "--join_by",
+            "--key_feature",
+            "--join_key",
+            "--join_fields",
+            "--join_datasets",
+            "--missing",
+            "--defaults",
+        ),
+    ),
+    Group(
+        "encoding",
+        "how each new array is stored in its feature",
+        "encodings.md",
+        ("--encoding", "--feature_encodings", "--allow_lossy"),
+    ),
+    Group(
+        "runner",
+        "local workers and batch size (Beam's own flags pass through)",
+        "scale.md",
+        ("--batch_size", "--max_local_workers"),
+    ),
+    _RECORD_LIMITS_GROUP,
+    Group("general", "help, logs and progress", "augment.md", ("-h", "--verbose", "--progress")),
+)
+_AUGMENT_SAFETY = Group("safety", "what the join source may read beyond its files", "reliability.md", ())
+# the commands whose groups are built from the source registry when first read
+_BUILT = {"convert": convert_groups, "augment": augment_groups}
 
 GROUPS = CommandGroups(
     {
-        "augment": (
-            Group(
-                "input",
-                "the collection to add fields to and how to read it",
-                "augment.md",
-                ("--input", "--spans", "--compression", "--schema", "--config"),
-            ),
-            Group(
-                "output",
-                "where the new collection goes, whole records or a sidecar",
-                "augment.md",
-                ("--output_dir", "--mode", "--output_compression", "--compression_level", "--overwrite"),
-            ),
-            Group(
-                "new fields",
-                "fields computed by a function of yours, or constants",
-                "augment.md",
-                ("--fn", "--fn_inputs", "--fn_batch", "--constants", "--replace_fields"),
-            ),
-            Group(
-                "join",
-                "fields from another file, matched by position or by key",
-                "augment.md",
-                (
-                    "--join_input",
-                    "--join_by",
-                    "--key_feature",
-                    "--join_key",
-                    "--join_fields",
-                    "--join_datasets",
-                    "--missing",
-                    "--defaults",
-                ),
-            ),
-            Group(
-                "encoding",
-                "how each new array is stored in its feature",
-                "encodings.md",
-                ("--encoding", "--feature_encodings", "--allow_lossy"),
-            ),
-            Group(
-                "runner",
-                "local workers and batch size (Beam's own flags pass through)",
-                "scale.md",
-                ("--batch_size", "--max_local_workers"),
-            ),
-            Group(
-                "limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS
-            ),
-            Group("general", "help, logs and progress", "augment.md", ("-h", "--verbose", "--progress")),
-        ),
         "verify": (
             Group(
                 "target",
@@ -236,9 +268,7 @@ GROUPS = CommandGroups(
                 ("--source", "--original"),
             ),
             Group("report", "the report's form and length", "verify.md", ("--json", "--max_problems", "--verbose")),
-            Group(
-                "limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS
-            ),
+            _RECORD_LIMITS_GROUP,
             Group("general", "help", "verify.md", ("-h",)),
         ),
         "inspect": (
@@ -249,9 +279,7 @@ GROUPS = CommandGroups(
                 ("output_dir", "--spans"),
             ),
             Group("report", "what is read and how it is printed", "verify.md", ("--tf_read", "--json", "--verbose")),
-            Group(
-                "limits", "bounds on what a hostile record can make the command do", "reliability.md", _RECORD_LIMITS
-            ),
+            _RECORD_LIMITS_GROUP,
             Group("general", "help", "verify.md", ("-h",)),
         ),
     }

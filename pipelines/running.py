@@ -12,15 +12,6 @@ import tempfile
 import threading
 
 from tfrecord_etl.pipelines import workers
-from tfrecord_etl.pipelines.workers import (  # noqa: F401
-    WORKER_DIED_LINE,
-    dead_worker_signals,
-    died_line,
-    mark_stopping,
-    quiet_worker_threads as _quiet_worker_threads,
-    stop_worker_processes,
-    stopped_count,
-)
 from tfrecord_etl.transforms.localmode import DIRECT_NAMES  # the one list of DirectRunner's names
 
 WORK_SPAN_MS = "work_span_ms"

@@ -18,6 +18,7 @@ from tfrecord_etl.transforms.config.flags import ConvertOptions
 from tfrecord_etl.transforms.config.model import build_config_model
 from tfrecord_etl.transforms.sources.envi_options import EnviOptions
 from tfrecord_etl.transforms.sources.options import FlagGroup, FormatOptions
+from tfrecord_etl.transforms.sources.options_raw import RawOptions
 from tfrecord_etl.transforms.sources.raw import RawSource
 
 
@@ -66,7 +67,7 @@ def test_a_formats_option_reaches_its_source_through_planning(tmp_path):
     options = planning.source_options(cfg)
     assert options.of(EnviOptions) == EnviOptions(envi_rows="pixels")  # carried whole: the new format's way
     assert sources.make_source("envi", options).options.of(EnviOptions).envi_rows == "pixels"
-    assert options.raw_shape == (-1, 2)  # set as a named field: the existing formats' way
+    assert options.of(RawOptions).shape == [-1, 2]  # raw's options reach it the same way
     default = planning.source_options(ConvertConfig(input="x", output_dir="o"))
     assert default.of(EnviOptions).envi_rows == "storage"
 

@@ -54,8 +54,14 @@ def test_every_flag_is_in_exactly_one_group_and_listed_under_it(command, capsys)
     grouped = [a for _, actions in flaghelp.flag_groups(parser) for a in actions]
     shown = [a for a in parser._actions if a.help != argparse.SUPPRESS]
     assert sorted(map(id, grouped)) == sorted(map(id, shown))
-    hidden = [a.option_strings[0] for a in parser._actions if a.help == argparse.SUPPRESS]  # old names only
-    assert hidden == (["--hdf5_group", "--hdf5_mode"] if command == "convert" else []), hidden
+    # old names only, and augment's refused join source options (their use gets the refusal's message)
+    hidden = [a.option_strings[0] for a in parser._actions if a.help == argparse.SUPPRESS]
+    expected = {"--hdf5_group", "--hdf5_mode"} if command in ("convert", "augment") else set()
+    if command == "augment":
+        from tfrecord_etl.transforms.sources import join_refused_options
+
+        expected |= {f"--{name}" for name in join_refused_options()}
+    assert sorted(hidden) == sorted(expected), hidden
     assert len(grouped) == len(set(map(id, grouped)))
     text = command_help(command, capsys)
     sections = re.split(r"\n(?=\S[^\n]*:\n)", text)  # "title:" lines start the groups

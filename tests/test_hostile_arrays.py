@@ -18,6 +18,7 @@ from tests.conftest import convert, run_command
 from tfrecord_etl.transforms.errors import SourceError
 from tfrecord_etl.transforms.planning import plan_inputs
 from tfrecord_etl.transforms.sources import NpzSource, RowRange, SourceOptions
+from tfrecord_etl.transforms.sources.options_numpy import NumpyOptions
 
 
 def npy_header(shape, dtype="<f8", fortran=False) -> bytes:
@@ -181,7 +182,11 @@ def test_fifo_input_is_refused_without_opening(tmp_path, suffix, mode):
 
     path = tmp_path / f"pipe{suffix}"
     os.mkfifo(path)
-    options = SourceOptions(npy_mode=mode) if suffix == ".npy" else SourceOptions(npz_mode=mode)
+    options = (
+        SourceOptions(formats=(NumpyOptions(npy_mode=mode),))
+        if suffix == ".npy"
+        else SourceOptions(formats=(NumpyOptions(npz_mode=mode),))
+    )
     with pytest.raises(SourceError, match=r"Not a regular file \(a FIFO\): refused, never opened.*pipe"):
         plan_inputs(str(path), options)
 
@@ -221,7 +226,7 @@ def test_zip_bomb_member_is_refused_by_ratio(tmp_path, mode):
     path = tmp_path / "bomb.npz"
     bomb_npz(path, 64 * MB)
     assert path.stat().st_size < MB // 4
-    err, peak = peak_bytes(lambda: plan_inputs(str(path), SourceOptions(npz_mode=mode)))
+    err, peak = peak_bytes(lambda: plan_inputs(str(path), SourceOptions(formats=(NumpyOptions(npz_mode=mode),))))
     assert isinstance(err, SourceError), err
     text = str(err)
     assert "bomb.npz" in text and "member='a'" in text and "--max_compression_ratio 500" in text
@@ -247,7 +252,9 @@ def test_raised_ratio_streams_a_highly_compressed_member_in_bounded_memory(tmp_p
     bomb_npz(path, 32 * MB)
     with pytest.raises(SourceError, match="Member expands"):
         plan_inputs(str(path), SourceOptions())
-    plan = plan_inputs(str(path), SourceOptions(max_compression_ratio=5000, target_range_bytes=MB))
+    plan = plan_inputs(
+        str(path), SourceOptions(target_range_bytes=MB, formats=(NumpyOptions(max_compression_ratio=5000),))
+    )
     assert len(plan.ranges) == 32
 
     def read_all():
@@ -276,8 +283,13 @@ def test_many_small_bomb_members_are_refused_by_the_archive_ratio(tmp_path):
         match=r"The archive expands \d+x in total .* --max_compression_ratio 500.*"
         r"many\.npz",
     ):
-        plan_inputs(str(path), SourceOptions(npz_mode="arrays"))
-    assert plan_inputs(str(path), SourceOptions(npz_mode="arrays", max_compression_ratio=2000)).num_rows == 64
+        plan_inputs(str(path), SourceOptions(formats=(NumpyOptions(npz_mode="arrays"),)))
+    assert (
+        plan_inputs(
+            str(path), SourceOptions(formats=(NumpyOptions(npz_mode="arrays", max_compression_ratio=2000),))
+        ).num_rows
+        == 64
+    )
 
 
 def test_ratio_flag_reaches_convert(tmp_path, capsys):
@@ -311,7 +323,7 @@ def test_duplicate_npz_member_names_are_refused(tmp_path, mode):
             z.writestr("a.npy", npy_bytes(np.arange(4.0)))
             z.writestr("a.npy", npy_bytes(np.arange(4.0) + 10))
     with pytest.raises(SourceError, match=r"two members named 'a\.npy'.*file='.*dup\.npz'.*member='a'"):
-        plan_inputs(str(path), SourceOptions(npz_mode=mode))
+        plan_inputs(str(path), SourceOptions(formats=(NumpyOptions(npz_mode=mode),)))
 
 
 # ---------------------------------------------------------------- 15: streaming decompression
@@ -419,7 +431,7 @@ def test_arrays_mode_reads_members_exactly(tmp_path):
     }
     path = tmp_path / "m.npz"
     np.savez_compressed(path, **members)
-    plan = plan_inputs(str(path), SourceOptions(npz_mode="arrays", target_range_bytes=1))
+    plan = plan_inputs(str(path), SourceOptions(target_range_bytes=1, formats=(NumpyOptions(npz_mode="arrays"),)))
     keys, arrays = [], []
     for rr in reversed(plan.ranges):
         cols = plan.source.read(rr)

@@ -13,6 +13,7 @@ from tfrecord_etl.transforms import reader
 from tfrecord_etl.transforms.errors import SchemaError
 from tfrecord_etl.transforms.planning import plan_inputs
 from tfrecord_etl.transforms.sources import SourceOptions
+from tfrecord_etl.transforms.sources.options_numpy import NumpyOptions
 
 # a structured dtype with a nested compound, a big-endian field, bytes and a subarray field
 STRUCT = np.dtype([("a", "<f4"), ("b", [("c", ">i2"), ("d", "S3")]), ("e", "<f8", (2, 3))])
@@ -130,9 +131,9 @@ def test_an_unselected_pickled_member_is_never_opened(tmp_path, monkeypatch):
         )[1],
     )
     for options in (
-        SourceOptions(exclude_datasets=("obj",)),
+        SourceOptions(formats=(NumpyOptions(exclude_datasets=("obj",)),)),
         SourceOptions(datasets=("m2", "m4")),
-        SourceOptions(npz_mode="arrays", exclude_datasets=("obj",)),
+        SourceOptions(formats=(NumpyOptions(npz_mode="arrays", exclude_datasets=("obj",)),)),
     ):
         plan = plan_inputs(str(src), options)
         source = plan.source
@@ -211,5 +212,5 @@ def test_members_of_different_fields_in_arrays_mode_are_refused_naming_both(tmp_
         match=r"members 's' \(array/a, array/b/c, array/b/d, array/e\) and 'x' "
         r"\(array\).*--exclude_datasets",
     ) as e:
-        plan_inputs(str(tmp_path / "in.npz"), SourceOptions(npz_mode="arrays"))
+        plan_inputs(str(tmp_path / "in.npz"), SourceOptions(formats=(NumpyOptions(npz_mode="arrays"),)))
     assert "in.npz" in str(e.value)

@@ -16,6 +16,7 @@ from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError
 from tfrecord_etl.transforms.output import outdir, sink, tfrecord
 from tfrecord_etl.transforms.sources import SourceOptions
+from tfrecord_etl.transforms.sources.options_numpy import NumpyOptions
 
 # -- the shard-count policy --------------------------------------------------------------------------------
 
@@ -106,7 +107,7 @@ def test_plan_convert_refuses_before_anything_is_written(h5, tmp_path):
 def test_files_of_per_row_sizes_are_split_finer_when_fewer_ranges_than_shards(tmp_path):
     for i in range(3):
         np.save(tmp_path / f"a{i}.npy", np.zeros((10 + i, 2), np.int16))
-    inputs = planning.plan_inputs(str(tmp_path / "*.npy"), SourceOptions(npy_mode="files"))
+    inputs = planning.plan_inputs(str(tmp_path / "*.npy"), SourceOptions(formats=(NumpyOptions(npy_mode="files"),)))
     assert len(inputs.ranges) == 1
     shards = inputs.shards(3)
     assert [s.num_rows for s in shards] == [1, 1, 1]

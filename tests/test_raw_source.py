@@ -13,6 +13,7 @@ import pytest
 
 from tests.conftest import BEAM_FLAGS, convert, fixture_file, run_command
 from tfrecord_etl.transforms import reader
+from tfrecord_etl.transforms.sources.options_raw import RawOptions
 
 SAMPLE = "matplotlib/mpl-data/sample_data"
 
@@ -289,7 +290,7 @@ def test_count_with_the_ranged_reads_of_remote_files(tmp_path, monkeypatch):
     path.write_bytes(b"\1" * 96 + triangles.tobytes(order="F") + b"\2" * 40)
     monkeypatch.setattr(raw_module, "fileio", types.SimpleNamespace(**{**vars(fileio), "is_local": lambda p: False}))
     source = raw_module.RawSource(
-        SourceOptions("raw", raw_dtype=">i4", raw_shape=(-1, 3), raw_offset=96, raw_order="F", raw_count=12)
+        SourceOptions("raw", formats=(RawOptions(dtype=">i4", shape=(-1, 3), offset=96, order="F", count=12),))
     )
     assert source.index(str(path)).num_rows == 12
     for start, stop in ((0, 12), (5, 9), (11, 12)):

@@ -10,6 +10,7 @@ from tfrecord_etl.transforms import sources
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
 from tfrecord_etl.transforms.planning import plan_inputs
 from tfrecord_etl.transforms.sources import SourceOptions, npyformat
+from tfrecord_etl.transforms.sources.options_numpy import NumpyOptions
 
 
 def read_all(plan) -> dict:
@@ -88,12 +89,12 @@ def test_npz_rows_and_arrays(tmp_path, save):
     a = np.arange(40, dtype=">i8").reshape(20, 2)
     b = np.asfortranarray(np.arange(20 * 6, dtype="<f4").reshape(20, 3, 2))
     save(path, a=a, b=b)
-    plan = plan_inputs(str(path), SourceOptions(npz_mode="rows", target_range_bytes=100))
+    plan = plan_inputs(str(path), SourceOptions(target_range_bytes=100, formats=(NumpyOptions(npz_mode="rows"),)))
     assert len(plan.ranges) > 1
     got = read_all(plan)
     np.testing.assert_array_equal(got["a"], a)
     np.testing.assert_array_equal(got["b"], b)
-    plan = plan_inputs(str(path), SourceOptions(npz_mode="arrays"))
+    plan = plan_inputs(str(path), SourceOptions(formats=(NumpyOptions(npz_mode="arrays"),)))
     got = read_all(plan)
     assert got["key"] == [b"a", b"b"]
     np.testing.assert_array_equal(got["array"][1], b)
@@ -137,7 +138,7 @@ def test_npy_files_mode(tmp_path):
     arrays = {"one": np.arange(3, dtype="<f4"), "two": np.arange(6, dtype="<f4").reshape(2, 3)}
     for k, v in arrays.items():
         np.save(tmp_path / f"{k}.npy", v)
-    plan = plan_inputs(str(tmp_path / "*.npy"), SourceOptions(npy_mode="files"))
+    plan = plan_inputs(str(tmp_path / "*.npy"), SourceOptions(formats=(NumpyOptions(npy_mode="files"),)))
     got = read_all(plan)
     assert got["key"] == [b"one", b"two"]
     np.testing.assert_array_equal(got["array"][1], arrays["two"])

@@ -64,7 +64,14 @@ from tfrecord_etl.transforms.augment.common import (
     frame_error,
 )
 from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
-from tfrecord_etl.transforms.augment.join import JoinPlan, default_value, key_of, plan_join, read_source_rows
+from tfrecord_etl.transforms.augment.join import (
+    JoinPlan,
+    default_value,
+    join_source_options,
+    key_of,
+    plan_join,
+    read_source_rows,
+)
 from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter
 from tfrecord_etl.transforms.augment.steps import plan_augment
 from tfrecord_etl.transforms.augment.values import (
@@ -114,6 +121,7 @@ __all__ = [
     "parse_constant",
     "parse_scalar",
     "plan_augment",
+    "join_source_options",
     "plan_join",
     "plan_offsets",
     "prepare_output_dir",

@@ -1,21 +1,31 @@
 """The options of the augment pipeline (``tfrecord-etl augment``, ``AugmentTFRecord``): the pydantic model
-that validates flags and YAML keys, and the Beam ``PipelineOptions`` subclass that declares the flags."""
+that validates flags and YAML keys, and the Beam ``PipelineOptions`` subclass that declares the flags.
+
+The join source (``--join_input``) takes convert's format options (``--envi_rows``, ``--dtype``/``--shape``,
+``--npz_mode``, ``--container_mode``, ...): :class:`AugmentConfig` is :class:`AugmentCommon` plus every registered
+format's options model (``sources.option_models``), with the same names, checks and ``--help`` groups. Two kinds are
+refused (:data:`NOT_FOR_JOIN`): ``--datasets`` (the join names its datasets with ``--join_datasets``) and the
+options of formats that a join source cannot be (chosen only by ``--format``, which the join does not take: file
+collections)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from apache_beam.options.pipeline_options import PipelineOptions
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tfrecord_etl.transforms.codec.encodings import AUTO
 from tfrecord_etl.transforms.config import (
-    DEFAULT_MAX_LOCAL_WORKERS,
     ConvertConfig,
     DefaultEncodingName,
     EncodingName,
     add_model_flags,
+    command_field,
+    flag_type,
 )
+from tfrecord_etl.transforms.renamed_flags import add_renamed_flags, renamed_keys
+from tfrecord_etl.transforms.sources import join_option_models, join_refused_options, option_models
 
 
 def _split(value):
@@ -41,8 +51,13 @@ def _pairs(value, allow_bare=False):
     return value
 
 
-class AugmentConfig(BaseModel):
-    """Options of ``tfrecord-etl augment``; YAML keys and flags have these names."""
+# option name -> why a join refuses it (datasets, and the options of formats a join cannot read: file collections)
+NOT_FOR_JOIN = join_refused_options()
+
+
+class AugmentCommon(BaseModel):
+    """The options of ``tfrecord-etl augment`` of its own; :data:`AugmentConfig` adds the join source's format
+    options (every registered format's options model). YAML keys and flags have these names."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -97,7 +112,9 @@ class AugmentConfig(BaseModel):
         description="constant new features, NAME=VALUE[:DTYPE],... (int -> int64, decimal -> float32, else bytes)",
     )
     join_input: str | None = Field(
-        None, description="HDF5/.npz/.npy file pattern (or a Zarr store) whose rows are joined to the records"
+        None,
+        description="file pattern (HDF5, .npz, .npy, raw, ENVI, ...: a format told by content or suffix) or a Zarr "
+        "store whose rows are joined to the records; its format options are convert's flags (groups below)",
     )
     join_by: Literal["position", "key"] = Field(
         "position", description="position: source row n -> record n in shard order; key: --key_feature = --join_key"
@@ -146,25 +163,16 @@ class AugmentConfig(BaseModel):
         description="limit on the features of one input record, and on the "
         "distinct feature names inferred from a collection without metadata",
     )
-    max_local_workers: int = Field(
-        DEFAULT_MAX_LOCAL_WORKERS,
-        ge=1,
-        description="the largest --direct_num_workers accepted (default: 4 per CPU, at least 16)",
-    )
-    overwrite: bool = Field(
-        False, description="replace our files in an existing output directory (files we did not write are kept)"
-    )
-    verbose: bool = Field(False, description="show TensorFlow and Beam logs")
+    max_local_workers: int = command_field("max_local_workers")
+    overwrite: bool = command_field("overwrite")
+    verbose: bool = command_field("verbose")
     progress: bool | None = Field(
         None,
         description="a progress bar on stderr when it is a terminal (records "
         "and bytes written of the planned total, rate, time left); default: on in a "
         "terminal (--no-progress: off)",
     )
-    pipeline_options: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Beam pipeline options as a mapping (YAML only), e.g. {runner: DirectRunner}; flags win",
-    )
+    pipeline_options: dict[str, Any] = command_field("pipeline_options")
 
     beam_argv = ConvertConfig.beam_argv
 
@@ -173,6 +181,39 @@ class AugmentConfig(BaseModel):
     )
     _dicts = field_validator("constants", "defaults", mode="before")(classmethod(lambda cls, v: _pairs(v)))
     _fields = field_validator("join_fields", mode="before")(classmethod(lambda cls, v: _pairs(v, allow_bare=True)))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data):  # the join source's --hdf5_group and --hdf5_mode, as convert takes them
+        return renamed_keys(data)
+
+    @model_validator(mode="after")
+    def _join_source_options(self):
+        """Refuses the format options a join cannot use, then checks the join source's options together as
+        convert checks them (each format model's validators), with ``--join_datasets`` as the datasets."""
+        refused = [name for name in NOT_FOR_JOIN if name in self.model_fields_set]
+        if refused:
+            raise ValueError("; ".join(f"--{name} does not apply to augment: {NOT_FOR_JOIN[name]}" for name in refused))
+        for model in join_option_models():
+            values = {n: getattr(self, n) for n in model.model_fields if n not in NOT_FOR_JOIN}
+            if "datasets" in model.model_fields:
+                values["datasets"] = self.join_datasets
+            try:
+                model.model_validate(values)
+            except ValidationError as e:
+                problems = "; ".join(str(err.get("ctx", {}).get("error", err["msg"])) for err in e.errors())
+                raise ValueError(f"the join source's options (--join_datasets as its datasets): {problems}") from None
+        return self
+
+
+class AugmentConfig(*reversed(option_models()), AugmentCommon):  # type: ignore[misc]
+    """Options of ``tfrecord-etl augment``: its own (:class:`AugmentCommon`) and the join source's format options,
+    every registered format's (``sources.option_models()``), as convert takes them; YAML keys and flags have these
+    names. The options in :data:`NOT_FOR_JOIN` are refused."""
+
+    if TYPE_CHECKING:  # the formats' fields are known when the registry is imported: Any to a type checker
+
+        def __getattr__(self, name: str) -> Any: ...
 
 
 class AugmentOptions(PipelineOptions):
@@ -183,5 +224,6 @@ class AugmentOptions(PipelineOptions):
         # Beam adds every PipelineOptions subclass to one parser, and ConvertOptions declares --input,
         # --output_dir, --compression, ... too: let ours replace those instead of raising a conflict.
         group = parser.add_argument_group("augment options", conflict_handler="resolve")
-        add_model_flags(group, AugmentConfig)
+        add_model_flags(group, AugmentConfig, hidden=frozenset(NOT_FOR_JOIN))
+        add_renamed_flags(group, AugmentConfig, flag_type)
         group.add_argument("--config", default=None, help="YAML config file (keys as the flags)")

@@ -1,4 +1,5 @@
-"""Joins with an array source (HDF5 / .npz / .npy, read with the convert pipeline's sources)."""
+"""Joins with an array source (HDF5 / .npz / .npy / Zarr / raw / ENVI / ..., read with the convert pipeline's sources
+and its format options)."""
 
 from __future__ import annotations
 
@@ -145,6 +146,7 @@ def plan_join(
     join_key=None,
     fields: Mapping[str, str] | None = None,
     datasets=None,
+    options: SourceOptions | None = None,
     missing="error",
     defaults=None,
     encoding="tensor",
@@ -156,13 +158,18 @@ def plan_join(
       pattern: file pattern of HDF5 / .npz / .npy files (rows mode). by: ``position`` or ``key``.
       old_specs: the collection's features (the key feature is looked up there).
       fields: source feature -> new name (default: every source feature but the key, same name).
-      datasets: HDF5 dataset paths to read (default all). missing/defaults: see :class:`JoinPlan`.
+      datasets: HDF5 dataset paths to read (default all). options: the source's format options
+        (:func:`join_source_options`; default: every format's defaults), ``datasets`` replacing theirs when given.
+      missing/defaults: see :class:`JoinPlan`.
 
     Raises:
       ConfigError: unknown features or defaults. SchemaError: key kinds that cannot match.
       SourceError: unreadable source files.
     """
-    plan = planning.plan_inputs(pattern, SourceOptions(datasets=tuple(datasets) if datasets else None))
+    options = options or SourceOptions()
+    if datasets:
+        options = dataclasses.replace(options, datasets=tuple(datasets))
+    plan = planning.plan_inputs(pattern, options)
     src_specs = planning.choose_encodings(plan.specs, encoding, {}, allow_lossy)
     by_name = {s.name: s for s in src_specs}
     key_spec = join_key_spec(pattern, old_specs, by_name, key_feature, join_key) if by == "key" else None
@@ -188,6 +195,14 @@ def plan_join(
         join_key,
         parsed_defaults,
     )
+
+
+def join_source_options(cfg) -> SourceOptions:
+    """The :class:`SourceOptions` of augment's join source: the format options of ``cfg`` (an ``AugmentConfig``:
+    ``--envi_rows``, ``--dtype``, ``--npz_mode``, ``--container_mode``, ...), built as convert builds its own
+    (``planning.format_source_options``), with ``--join_datasets`` as the datasets; the shared options (range size,
+    symlinks, empty rows) keep their defaults."""
+    return SourceOptions(**planning.format_source_options(cfg, datasets=getattr(cfg, "join_datasets", None)))
 
 
 def _concat(parts: list):

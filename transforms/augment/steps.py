@@ -14,7 +14,7 @@ import numpy as np
 from tfrecord_etl.transforms import compression, planning
 from tfrecord_etl.transforms.augment.collection import InputCollection, InputShard, output_name, resolve_input
 from tfrecord_etl.transforms.augment.common import BATCH_MB, MODES, PROBE_RECORDS, RESERVED_NAMES, frame_error, log
-from tfrecord_etl.transforms.augment.join import JoinPlan, plan_join
+from tfrecord_etl.transforms.augment.join import JoinPlan, join_source_options, plan_join
 from tfrecord_etl.transforms.augment.plan import AugmentPlan
 from tfrecord_etl.transforms.augment.readers import plan_reader_files
 from tfrecord_etl.transforms.augment.values import fn_columns, load_function, parse_constant, spec_of, value_bytes
@@ -22,7 +22,7 @@ from tfrecord_etl.transforms.codec import MAX_FEATURES, FeatureSpec, as_varlen, 
 from tfrecord_etl.transforms.codec.encodings import collection_style
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError
 from tfrecord_etl.transforms.output import metadata, outdir, tfrecord
-from tfrecord_etl.transforms.sources import SourceOptions
+from tfrecord_etl.transforms.sources import SourceOptions, option_models
 from tfrecord_etl.transforms.storage import fileio
 
 
@@ -106,6 +106,11 @@ def check_options(cfg) -> None:
         problems.append("--key_feature and --join_key need --join_input and --join_by key")
     if (cfg.join_fields or cfg.join_datasets) and not cfg.join_input:
         problems.append("--join_fields and --join_datasets need --join_input")
+    source_flags = sorted(
+        set(getattr(cfg, "model_fields_set", ())) & {n for m in option_models() for n in m.model_fields}
+    )
+    if source_flags and not cfg.join_input:
+        problems.append(f"{', '.join('--' + n for n in source_flags)} describe the join source: they need --join_input")
     if cfg.missing == "default" and not (cfg.join_input and cfg.join_by == "key"):
         problems.append("--missing default needs --join_by key")
     if cfg.defaults and cfg.missing != "default":
@@ -237,7 +242,7 @@ def plan_join_source(cfg, collection: InputCollection, encoding: str) -> JoinPla
         key_feature=cfg.key_feature,
         join_key=cfg.join_key,
         fields=cfg.join_fields,
-        datasets=cfg.join_datasets,
+        options=join_source_options(cfg),
         missing=cfg.missing,
         defaults=cfg.defaults,
         encoding=encoding,

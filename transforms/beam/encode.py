@@ -172,50 +172,58 @@ def read_and_encode(
     return batches, letters
 
 
-class ReadAndEncodeFn(CarriesRun, beam.DoFn):
-    """Reads and encodes one RowRange, yielding serialized records (one per element, for
-    WriteToTFRecord); a failing range goes to the ``dead_letters`` output when ``settings.dead_letters``."""
+class RangeEncodeFn(CarriesRun, beam.DoFn):
+    """What the beam writer's DoFns share: a row range read and encoded (:func:`read_and_encode`) with the counters
+    ``rows_read``, ``examples_encoded`` and ``rows_dead_lettered``, its dead letters yielded to the
+    ``dead_letters`` output (:meth:`read_range`), and the source's open files closed after each bundle."""
 
     def __init__(self, source: Source, settings: EncodeSettings):
         self._source, self._settings = source, settings
         self._rows = Metrics.counter(NAMESPACE, "rows_read")
-        self._bytes = Metrics.counter(NAMESPACE, "bytes_read")
         self._examples = Metrics.counter(NAMESPACE, "examples_encoded")
         self._dead = Metrics.counter(NAMESPACE, "rows_dead_lettered")
 
-    def process(self, rr: RowRange):
+    def read_range(self, rr: RowRange):
+        """Reads and encodes ``rr``: yields its dead letters (``TaggedOutput(DEAD_LETTERS, letter)``) and returns
+        its ``(split, rows, EncodedBatch)`` batches (``batches = yield from self.read_range(rr)``)."""
         batches, letters = read_and_encode(self._source, rr, self._settings)
         self._rows.inc(rr.num_rows)
         for letter in letters:
             self._dead.inc(letter["rows"])
             yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
-        for _, _, batch in batches:
-            self._examples.inc(batch.num_rows)
-            yield from batch.records()
+        return batches
 
     def finish_bundle(self):
         self._source.close()  # files stay open between the ranges of a bundle, not after it
 
 
-class KeyShuffledRecordsFn(CarriesRun, beam.DoFn):
+class ReadAndEncodeFn(RangeEncodeFn):
+    """Reads and encodes one RowRange, yielding serialized records (one per element, for
+    WriteToTFRecord); a failing range goes to the ``dead_letters`` output when ``settings.dead_letters``."""
+
+    def __init__(self, source: Source, settings: EncodeSettings):
+        super().__init__(source, settings)
+        self._bytes = Metrics.counter(NAMESPACE, "bytes_read")
+
+    def process(self, rr: RowRange):
+        batches = yield from self.read_range(rr)
+        for _, _, batch in batches:
+            self._examples.inc(batch.num_rows)
+            yield from batch.records()
+
+
+class KeyShuffledRecordsFn(RangeEncodeFn):
     """``--shuffle_seed``: reads and encodes one row range and yields each record as ``((split, shard), (key,
     record))``, ``key`` = ``sharding.shuffle_keys(seed, global row)`` and ``shard = key % num_shards``; a failing
     range goes to the ``dead_letters`` output when ``settings.dead_letters``. ``row_offsets``: each input
     file's first global row."""
 
     def __init__(self, source: Source, settings: EncodeSettings, row_offsets: dict, num_shards: int, seed: int):
-        self._source, self._settings = source, settings
+        super().__init__(source, settings)
         self._offsets, self._n, self._seed = dict(row_offsets), num_shards, seed
-        self._rows = Metrics.counter(NAMESPACE, "rows_read")
-        self._examples = Metrics.counter(NAMESPACE, "examples_encoded")
-        self._dead = Metrics.counter(NAMESPACE, "rows_dead_lettered")
 
     def process(self, rr: RowRange):
-        batches, letters = read_and_encode(self._source, rr, self._settings)
-        self._rows.inc(rr.num_rows)
-        for letter in letters:
-            self._dead.inc(letter["rows"])
-            yield beam.pvalue.TaggedOutput(DEAD_LETTERS, letter)
+        batches = yield from self.read_range(rr)
         start = self._offsets[rr.path] + rr.start
         for split, rows, batch in batches:
             self._examples.inc(batch.num_rows)
@@ -224,6 +232,3 @@ class KeyShuffledRecordsFn(CarriesRun, beam.DoFn):
             shards = sharding.shuffled_shards(keys, self._n)
             for key, shard, record in zip(keys.tolist(), shards.tolist(), batch.records()):
                 yield (split, shard), (key, record)
-
-    def finish_bundle(self):
-        self._source.close()

@@ -11,6 +11,8 @@ from tfrecord_etl.transforms.beam.metrics import NAMESPACE
 from tfrecord_etl.transforms.output.runlock import CarriesRun
 from tfrecord_etl.transforms.planning import InputPlan, plan_inputs
 from tfrecord_etl.transforms.sources import RowRange, Source, SourceOptions
+from tfrecord_etl.transforms.sources.options_numpy import NumpyOptions
+from tfrecord_etl.transforms.sources.options_raw import RawOptions
 
 
 class ReadRowRangesFn(CarriesRun, beam.DoFn):
@@ -63,14 +65,16 @@ class ReadFromNpz(ReadFromArrays):
     """ReadFromArrays for .npz archives (``mode``: ``rows`` or ``arrays``)."""
 
     def __init__(self, pattern: str, mode="rows", target_range_bytes=sources.DEFAULT_RANGE_BYTES):
-        super().__init__(pattern, SourceOptions("npz", npz_mode=mode, target_range_bytes=target_range_bytes))
+        numpy = NumpyOptions.model_construct(npz_mode=mode)  # unchecked, as before: an unknown mode reads rows
+        super().__init__(pattern, SourceOptions("npz", target_range_bytes=target_range_bytes, formats=(numpy,)))
 
 
 class ReadFromNpy(ReadFromArrays):
     """ReadFromArrays for .npy files (``mode``: ``rows`` or ``files``)."""
 
     def __init__(self, pattern: str, mode="rows", target_range_bytes=sources.DEFAULT_RANGE_BYTES):
-        super().__init__(pattern, SourceOptions("npy", npy_mode=mode, target_range_bytes=target_range_bytes))
+        numpy = NumpyOptions.model_construct(npy_mode=mode)  # unchecked, as before: an unknown mode reads rows
+        super().__init__(pattern, SourceOptions("npy", target_range_bytes=target_range_bytes, formats=(numpy,)))
 
 
 class ReadFromRaw(ReadFromArrays):
@@ -88,15 +92,6 @@ class ReadFromRaw(ReadFromArrays):
         count=None,
         target_range_bytes=sources.DEFAULT_RANGE_BYTES,
     ):
-        super().__init__(
-            pattern,
-            SourceOptions(
-                "raw",
-                target_range_bytes=target_range_bytes,
-                raw_dtype=dtype,
-                raw_shape=tuple(shape) if shape else None,
-                raw_offset=offset,
-                raw_order=order,
-                raw_count=count,
-            ),
-        )
+        # unchecked, as before: the source checks the layout (check_layout) when it plans
+        layout = RawOptions.model_construct(dtype=dtype, shape=shape, offset=offset, order=order, count=count)
+        super().__init__(pattern, SourceOptions("raw", target_range_bytes=target_range_bytes, formats=(layout,)))

@@ -25,6 +25,7 @@ from tfrecord_etl.transforms.config.flags import (
     add_model_flags,
     build_parser,
     flag_help,
+    flag_type,
     parse_args,
 )
 from tfrecord_etl.transforms.config.model import (
@@ -37,6 +38,7 @@ from tfrecord_etl.transforms.config.model import (
     DefaultEncodingName,
     EncodingName,
     FormatName,
+    command_field,
     non_blank,
 )
 from tfrecord_etl.transforms.config.yamlfile import load_yaml, validate
@@ -60,6 +62,8 @@ __all__ = [
     "check_local_workers",
     "check_not_a_template",
     "flag_help",
+    "flag_type",
+    "command_field",
     "load_yaml",
     "non_blank",
     "parse_args",

@@ -27,7 +27,9 @@ _DICT_FIELDS = {"feature_encodings", "splits"}
 _YAML_ONLY = {"pipeline_options"}
 
 
-def _flag_type(name: str, annotation):
+def flag_type(name: str, annotation):
+    """The argparse ``type`` of the flag of field ``name`` (its ``annotation``): a comma list, a NAME=VALUE mapping,
+    an int or float, else the string (the model converts and checks it)."""
     if name in _LIST_FIELDS:
         return lambda s: [v.strip() for v in s.split(",") if v.strip()]
     if name in _DICT_FIELDS:
@@ -57,7 +59,7 @@ class ConvertOptions(PipelineOptions):
     def _add_argparse_args(cls, parser):
         add_model_flags(parser, ConvertConfig, skip=BEAM_CLASHES)
         parser.add_argument("--config", default=None, help="YAML config file (keys as the flags)")
-        add_renamed_flags(parser, ConvertConfig, _flag_type)
+        add_renamed_flags(parser, ConvertConfig, flag_type)
 
 
 # Our flags that a Beam PipelineOptions class declares too (TestOptions' --dry_run): Beam builds one parser of every
@@ -81,15 +83,16 @@ def flag_help(field) -> str:
     return f"{field.description} (default: {default!r})"
 
 
-def add_model_flags(parser, model: type[BaseModel], skip=frozenset()) -> None:
+def add_model_flags(parser, model: type[BaseModel], skip=frozenset(), hidden=frozenset()) -> None:
     """Adds ``--NAME`` for every field of ``model`` but those in ``skip`` (``--ALIAS`` for a field with an alias,
     e.g. augment's ``--schema``, whose field cannot be named ``schema`` in a pydantic model; help text with the
-    default)."""
+    default). The fields in ``hidden`` are parsed but not shown in ``--help`` (e.g. augment's refused options, so
+    that their use gets the model's message)."""
     for name, field in model.model_fields.items():
         flag = f"--{field.alias or name}"
         if name in _YAML_ONLY or name in skip:
             continue
-        help_text = flag_help(field)
+        help_text = argparse.SUPPRESS if name in hidden else flag_help(field)
         choices = None
         if typing.get_origin(field.annotation) is Literal:
             choices = list(typing.get_args(field.annotation))
@@ -100,7 +103,7 @@ def add_model_flags(parser, model: type[BaseModel], skip=frozenset()) -> None:
             parser.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction, help=help_text)
         else:
             parser.add_argument(
-                flag, dest=name, default=None, type=_flag_type(name, field.annotation), choices=choices, help=help_text
+                flag, dest=name, default=None, type=flag_type(name, field.annotation), choices=choices, help=help_text
             )
 
 

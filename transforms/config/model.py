@@ -31,6 +31,31 @@ DEFAULT_MAX_LOCAL_WORKERS = max(16, 4 * (os.cpu_count() or 1))
 MAX_CONFIG_BYTES = 1 << 20  # a config file larger than 1 MiB is refused before parsing
 
 
+# the fields convert and augment both declare, alike: their defaults, checks and help written once (command_field)
+_COMMAND_FIELDS: dict[str, dict[str, Any]] = {
+    "overwrite": {
+        "default": False,
+        "description": "replace our files in an existing output directory (files we did not write are kept)",
+    },
+    "verbose": {"default": False, "description": "show TensorFlow and Beam logs"},
+    "pipeline_options": {
+        "default_factory": dict,
+        "description": "Beam pipeline options as a mapping (YAML only), e.g. {runner: DirectRunner}; flags win",
+    },
+    "max_local_workers": {
+        "default": DEFAULT_MAX_LOCAL_WORKERS,
+        "ge": 1,
+        "description": "the largest --direct_num_workers accepted (default: 4 per CPU, at least 16)",
+    },
+}
+
+
+def command_field(name: str) -> Any:
+    """A new pydantic ``Field`` of the option ``name`` that convert and augment share (``overwrite``, ``verbose``,
+    ``pipeline_options``, ``max_local_workers``): its default, checks and help, the same in both models."""
+    return Field(**_COMMAND_FIELDS[name])
+
+
 def non_blank(value: str) -> str:
     """``value`` unless empty or only whitespace (an empty --output_dir would mean the current directory).
 
@@ -192,15 +217,13 @@ class ConvertCommon(BaseModel):
         description="collections: allow a span whose schema differs from "
         "the previous span's (recorded in collection.json)",
     )
-    overwrite: bool = Field(
-        False, description="replace our files in an existing output directory (files we did not write are kept)"
-    )
+    overwrite: bool = command_field("overwrite")
     dry_run: bool = Field(
         False,
         description="plan and print the plan (files, rows, bytes, row ranges, shards, "
         "reads, features) without writing anything",
     )
-    verbose: bool = Field(False, description="show TensorFlow and Beam logs")
+    verbose: bool = command_field("verbose")
     progress: bool | None = Field(
         None,
         description="a progress bar on stderr when it is a terminal (records "
@@ -208,15 +231,8 @@ class ConvertCommon(BaseModel):
         "shard written; default: the bar in a terminal, nothing otherwise "
         "(--no-progress: neither)",
     )
-    pipeline_options: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Beam pipeline options as a mapping (YAML only), e.g. {runner: DirectRunner}; flags win",
-    )
-    max_local_workers: int = Field(
-        DEFAULT_MAX_LOCAL_WORKERS,
-        ge=1,
-        description="the largest --direct_num_workers accepted (default: 4 per CPU, at least 16)",
-    )
+    pipeline_options: dict[str, Any] = command_field("pipeline_options")
+    max_local_workers: int = command_field("max_local_workers")
 
     _paths = field_validator("input", "output_dir")(classmethod(lambda cls, v: non_blank(v)))
     _span = field_validator("span", mode="before")(  # YAML: span: 7

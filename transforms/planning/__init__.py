@@ -30,6 +30,7 @@ from tfrecord_etl.transforms.planning.plan import (
     check_row_size,
     choose_encodings,
     describe_plan,
+    format_source_options,
     num_shards,
     output_files,
     parallel_units,
@@ -63,6 +64,7 @@ __all__ = [
     "row_bytes",
     "shard_suffix",
     "source_options",
+    "format_source_options",
     "store_input",
     "with_generation",
 ]

@@ -120,7 +120,7 @@ def _check_exclusion(fmt: str, options: SourceOptions, pattern: str) -> None:
             file=pattern,
             hint="drop --datasets (narrow --input to choose files)",
         )
-    if options.exclude_datasets and fmt != "npz":
+    if fmt != "npz" and any(getattr(m, "exclude_datasets", None) for m in options.formats):  # NumpyOptions
         raise ConfigError(
             f"--exclude_datasets leaves out members of .npz archives; the input is {fmt}",
             file=pattern,

@@ -136,27 +136,38 @@ class ConvertPlan:
 
 def source_options(cfg) -> SourceOptions:
     """The :class:`SourceOptions` of a ``ConvertConfig``: the options every format shares, then each registered
-    format's options model (``sources.option_models``) filled from ``cfg``'s fields of the same names, as the
-    ``SourceOptions`` fields it sets (``FormatOptions.source_fields``) or carried whole (``SourceOptions.formats``,
-    read by the source with ``options.of(Model)``)."""
-    fields: dict = {}
-    carried = []
-    for model in option_models():
-        values = model.model_construct(**{name: getattr(cfg, name) for name in model.model_fields})
-        named = values.source_fields()
-        if named is None:
-            carried.append(values)
-        else:
-            fields.update(named)
+    format's options (:func:`format_source_options`)."""
     return SourceOptions(
         cfg.format,
         target_range_bytes=int(cfg.target_range_mb * 2**20),
         max_empty_rows=cfg.max_empty_rows,
         follow_symlinks=cfg.follow_symlinks,
         files_dead_letters=cfg.dead_letter_dir is not None,
-        formats=tuple(carried),
-        **fields,
+        **format_source_options(cfg),
     )
+
+
+def format_source_options(cfg, **values) -> dict:
+    """The :class:`SourceOptions` keyword arguments of every registered format's options model
+    (``sources.option_models``) filled from ``cfg``'s fields of the same names (``values`` win; a field ``cfg``
+    lacks keeps the model's default): the ``SourceOptions`` fields it sets (``FormatOptions.source_fields``) or the
+    model carried whole (``formats``, read by the source with ``options.of(Model)``). What convert
+    (:func:`source_options`) and augment's join source (``augment.join_source_options``) both build theirs from."""
+    fields: dict = {}
+    carried = []
+    for model in option_models():
+        given = {
+            n: values[n] if n in values else getattr(cfg, n)
+            for n in model.model_fields
+            if n in values or hasattr(cfg, n)
+        }
+        filled = model.model_construct(**given)
+        named = filled.source_fields()
+        if named is None:
+            carried.append(filled)
+        else:
+            fields.update(named)
+    return {"formats": tuple(carried), **fields}
 
 
 def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -> ConvertPlan:

@@ -102,6 +102,8 @@ __all__ = [
     "make_source",
     "merge_specs",
     "models_of",
+    "join_option_models",
+    "join_refused_options",
     "option_models",
     "other_format_hint",
     "plan_row_ranges",
@@ -144,6 +146,33 @@ def option_models() -> tuple[type[FormatOptions], ...]:
     for cls in REGISTRY.values():
         out.update(dict.fromkeys(models_of(cls)))
     return tuple(out)
+
+
+def join_option_models() -> tuple[type[FormatOptions], ...]:
+    """The options models of the registered sources that augment's join source (``--join_input``) can be: those
+    told by a file's content or suffix (``magic``, ``suffixes``), since the join takes no ``--format``; a source
+    chosen only by ``--format`` (file collections) is not among them."""
+    out: dict[type[FormatOptions], None] = {}
+    for cls in REGISTRY.values():
+        if cls.magic or cls.suffixes:
+            out.update(dict.fromkeys(models_of(cls)))
+    return tuple(out)
+
+
+def join_refused_options() -> dict[str, str]:
+    """The format options augment's join source refuses, each with the reason its error gives: ``datasets`` (the
+    join names its datasets with ``--join_datasets``) and the options of formats it cannot be (those of no model of
+    :func:`join_option_models`: file collections)."""
+    joinable = {name for model in join_option_models() for name in model.model_fields}
+    out = {"datasets": "the join source's datasets are --join_datasets"}
+    for model in option_models():
+        for name in model.model_fields:
+            if name not in joinable:
+                out[name] = (
+                    f"an option of a format that a join source cannot be ({model.__name__}: chosen only by "
+                    f"convert's --format, while the join source's format is told by each file's content or suffix)"
+                )
+    return out
 
 
 def format_of(path: str, options: SourceOptions) -> str:

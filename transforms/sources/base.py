@@ -40,37 +40,26 @@ MAX_ROW_RANGES = 2**20
 
 @dataclasses.dataclass(frozen=True)
 class SourceOptions:
-    """How to read the inputs. ``target_range_bytes``: the size of one row range, in bytes."""
+    """How to read the inputs. ``target_range_bytes``: the size of one row range, in bytes.
+
+    A format's own options travel in ``formats`` (its ``FormatOptions`` model, read with :meth:`of`: raw, file
+    collections, NumPy, MATLAB's limits, ENVI); the named fields below are the options every format or several formats share
+    (containers' datasets, row group and mode; HDF5 and Zarr's storage flags)."""
 
     format: str | None = None  # None: from the file suffix
     datasets: tuple[str, ...] | None = None
-    npz_mode: str = "rows"
-    npy_mode: str = "rows"
     target_range_bytes: int = DEFAULT_RANGE_BYTES
-    max_compression_ratio: float = DEFAULT_MAX_COMPRESSION_RATIO  # npz members (uncompressed / compressed)
     max_empty_rows: int = DEFAULT_MAX_EMPTY_ROWS  # rows mode, rows of zero bytes
     allow_external_storage: bool = False  # hdf5: read external raw files confined to the input's directory
     allow_fill_value: bool = False  # hdf5: read unallocated storage as the fill value
-    raw_dtype: str | None = None  # raw: the array layout of the flags (a sidecar may give the rest)
-    raw_shape: tuple[int, ...] | None = None
-    raw_offset: int = 0
-    raw_order: str = "C"
-    raw_count: int | None = None  # raw: rows after raw_offset (None: to the end of the file)
-    files_labels: str = "dir"  # files: dir (the class folder), none, or the path of a labels CSV
-    files_feature: str = "image"  # files: the feature holding each file's bytes
-    files_image_header: bool | None = None  # files: record format/height/width/channels from the image header
-    # (None: when any file is an image, decided at planning)
-    files_decode_check: bool = False  # files: decode every image (corrupt ones fail)
-    files_dead_letters: bool = False  # files: unlabelled files / orphan label rows are reported, not fatal
+    # files: unlabelled files / orphan label rows are reported, not fatal (from --dead_letter_dir, not a format flag)
+    files_dead_letters: bool = False
     container_mode: str = "auto"  # containers (hdf5, netcdf3, matlab, zarr): rows: row i of the chosen datasets
     # -> one Example; datasets: each dataset -> one; auto: rows, or datasets for a file holding no dataset with rows
     # (container.ContainerSource.switch_to_datasets)
     row_group: int | None = None  # containers, rows mode without datasets: the row group (1 = largest, the default)
-    max_variable_bytes: int = DEFAULT_MAX_VARIABLE_BYTES  # matlab (v4-v7): the largest variable loaded whole
-    max_mat_nesting: int = DEFAULT_MAX_MAT_NESTING  # matlab (v5-v7): deepest nesting of a variable's arrays
     max_datasets: int = DEFAULT_MAX_DATASETS  # hdf5: datasets walked in one file (and datasets-mode Examples)
     follow_symlinks: bool = False  # every source: follow symlinks that lead outside the pattern's base directory
-    exclude_datasets: tuple[str, ...] | None = None  # npz: members left out (never read)
     # the options models of the formats that read their own (FormatOptions.source_fields None): see of()
     formats: tuple = ()
 

@@ -62,15 +62,19 @@ class FilesSource(Source):
 
     def __init__(self, options):
         super().__init__(options)
-        self.feature = options.files_feature
+        # deferred: pydantic (the options model); verify and inspect read the registry without it
+        from tfrecord_etl.transforms.sources.options_files import FilesOptions
+
+        self.files = options.of(FilesOptions)  # --file_labels, --file_feature, --image_header, --decode_check
+        self.feature = self.files.file_feature
         self.labels: dict[str, tuple[str, dict]] = {}  # relative name -> (label text, more columns)
         self.label_names: list[str] = []
         self.columns: list[str] = []
         self.base = "."
         self.unlabelled: set[str] = set()
         self.orphans: list[str] = []
-        self.labels_from = options.files_labels  # "none" for a flat folder under the default "dir"
-        self.image_header = bool(options.files_image_header)  # decided at planning when None (auto)
+        self.labels_from = self.files.file_labels  # "none" for a flat folder under the default "dir"
+        self.image_header = bool(self.files.image_header)  # decided at planning when None (auto)
 
     # -- planning ------------------------------------------------------------------------------------------
     def index_files(self, pattern: str, files: list[tuple[str, int]]) -> list[FileIndex]:
@@ -83,7 +87,7 @@ class FilesSource(Source):
         """
         self.base = pattern_base(pattern)
         names = [relative_name(p, self.base) for p, _ in files]
-        mode = self.options.files_labels
+        mode = self.files.file_labels
         if mode == "dir":
             flat = [n for n in names if "/" not in n]
             if flat and len(flat) == len(names):  # a flat folder: no class folders at all
@@ -130,7 +134,7 @@ class FilesSource(Source):
         Raises:
           SourceError: a file that is not an image among images, or with ``--image_header`` any such file.
         """
-        asked = self.options.files_image_header
+        asked = self.files.image_header
         if asked is False:
             return False
         paths = [p for p, _ in files]
@@ -273,7 +277,7 @@ class FilesSource(Source):
         try:
             with Image.open(io.BytesIO(data)) as im:
                 fmt, (width, height), channels = im.format, im.size, len(im.getbands())
-                if self.options.files_decode_check:
+                if self.files.decode_check:
                     im.load()
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
             what = (

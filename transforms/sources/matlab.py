@@ -21,7 +21,7 @@ Memory: ``loadmat`` reads a variable whole (a compressed v7 variable cannot be r
 holds the variables it converts, about twice their bytes at peak (SciPy's array and the C-order copy written
 from); one worker reads all row ranges of a file, in order (``FileIndex.sequential``), loading it once. Structs
 (rows mode) and cells (datasets mode) are loaded at planning too: their fields and cells are not in the header.
-Before anything is loaded, each variable's size is checked against ``SourceOptions.max_variable_bytes``
+Before anything is loaded, each variable's size is checked against ``MatlabOptions.max_variable_bytes``
 (``--max_mat_variable_mb``): the bytes its header declares (dimensions x class), or for a cell, struct or other
 container its stored bytes (a compressed one inflated and counted, nothing kept).
 
@@ -106,9 +106,16 @@ class MatlabSource(ContainerSource):
         """The variable headers of the open file ``f`` (:func:`matheader.variables`)."""
         return matheader.variables(f, path, self.format_name)
 
+    def limits(self):
+        """This source's ``MatlabOptions`` (``--max_mat_variable_mb``, ``--max_mat_nesting``)."""
+        # deferred: pydantic (the options model); verify and inspect read the registry without it
+        from tfrecord_etl.transforms.sources.options_matlab import MatlabOptions
+
+        return self.options.of(MatlabOptions)
+
     def _check_size(self, f, var: MatVariable, path: str) -> None:
         """Refuses a variable over ``max_variable_bytes`` before it is loaded (see the module docstring)."""
-        limit = self.options.max_variable_bytes
+        limit = self.limits().max_variable_bytes
         if var.dtype is not None:
             declared = math.prod(var.shape) * (4 if var.mclass == "char" else var.dtype.itemsize)  # char: '<U1'
         elif var.compressed:
@@ -136,7 +143,7 @@ class MatlabSource(ContainerSource):
     def _check_nesting(self, f, var: MatVariable, path: str) -> None:
         """Refuses a cell, struct, object or function handle whose arrays nest deeper than ``max_mat_nesting``
         (``--max_mat_nesting``) before SciPy loads it (see :mod:`matnesting`: deep nesting crashed the process)."""
-        limit = self.options.max_mat_nesting
+        limit = self.limits().max_mat_nesting
         try:
             depth = matnesting.nesting_depth(f, var.start, var.stop, var.compressed, var.byte_order, limit)
         except matnesting.Damaged as e:

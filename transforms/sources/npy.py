@@ -48,7 +48,10 @@ class NpySource(Source):
 
     def __init__(self, options: SourceOptions):
         super().__init__(options)
-        self.loose = options.npy_mode == "files"
+        # deferred: pydantic (the options model); verify and inspect read the registry without it
+        from tfrecord_etl.transforms.sources.options_numpy import NumpyOptions
+
+        self.loose = options.of(NumpyOptions).npy_mode == "files"
 
     def _header(self, path: str) -> NpyHeader:
         refuse_special_file(path)

@@ -88,7 +88,12 @@ class NpzSource(Source):
 
     def __init__(self, options: SourceOptions):
         super().__init__(options)
-        self.loose = options.npz_mode == "arrays"
+        # deferred: pydantic (the options model); verify and inspect read the registry without it
+        from tfrecord_etl.transforms.sources.options_numpy import NumpyOptions
+
+        self.numpy = options.of(NumpyOptions)  # --npz_mode, --exclude_datasets, --max_compression_ratio
+        self.loose = self.numpy.npz_mode == "arrays"
+        self.excluded = tuple(self.numpy.exclude_datasets) if self.numpy.exclude_datasets else None
 
     def _zip(self, path: str):
         refuse_special_file(path)
@@ -113,7 +118,7 @@ class NpzSource(Source):
             seen.add(n)
         if not names:
             raise SchemaError("The archive holds no .npy member", file=path)
-        return select_members(names, self.options.datasets, self.options.exclude_datasets, path)
+        return select_members(names, self.options.datasets, self.excluded, path)
 
     def _check_member(self, info: zipfile.ZipInfo, archive_bytes: int, path: str) -> None:
         """Compressed size within the archive; compression ratio within ``max_compression_ratio``."""
@@ -139,7 +144,7 @@ class NpzSource(Source):
         if info.file_size <= RATIO_CHECK_MIN_BYTES:
             return
         ratio = info.file_size / max(1, info.compress_size)
-        limit = self.options.max_compression_ratio
+        limit = self.numpy.max_compression_ratio
         if ratio > limit:
             raise SourceError(
                 f"Member expands {ratio:.0f}x ({info.compress_size} compressed bytes to "
@@ -153,7 +158,7 @@ class NpzSource(Source):
         """The members read, together, within ``max_compression_ratio`` (many members just under the 1 MiB
         floor of the per-member check would otherwise add up to any size)."""
         total = sum(zf.getinfo(m).file_size for m in members)
-        limit = self.options.max_compression_ratio
+        limit = self.numpy.max_compression_ratio
         if total > RATIO_CHECK_MIN_BYTES and total > limit * max(1, archive_bytes):
             raise SourceError(
                 f"The archive expands {total / max(1, archive_bytes):.0f}x in total ({archive_bytes} "

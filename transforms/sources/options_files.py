@@ -38,11 +38,3 @@ class FilesOptions(FormatOptions):
     decode_check: bool = Field(
         False, description="files: decode every image fully; corrupt ones fail (or are dead-lettered)"
     )
-
-    def source_fields(self) -> dict:
-        return {
-            "files_labels": self.file_labels,
-            "files_feature": self.file_feature,
-            "files_image_header": self.image_header,
-            "files_decode_check": self.decode_check,
-        }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from tfrecord_etl.transforms.sources.base import DEFAULT_MAX_MAT_NESTING
+from tfrecord_etl.transforms.sources.base import DEFAULT_MAX_MAT_NESTING, DEFAULT_MAX_VARIABLE_BYTES
 from tfrecord_etl.transforms.sources.options import FlagGroup, FormatOptions
 
 
@@ -14,7 +14,7 @@ class MatlabOptions(FormatOptions):
     flag_groups = (FlagGroup("limits", flags=("--max_mat_variable_mb", "--max_mat_nesting")),)
 
     max_mat_variable_mb: float = Field(
-        2048.0,
+        DEFAULT_MAX_VARIABLE_BYTES / 2**20,
         gt=0,
         allow_inf_nan=False,
         description="matlab (v4-v7 .mat): refuse "
@@ -30,5 +30,7 @@ class MatlabOptions(FormatOptions):
         "structs), checked before SciPy loads it (its reader recurses in C)",
     )
 
-    def source_fields(self) -> dict:
-        return {"max_variable_bytes": int(self.max_mat_variable_mb * 2**20), "max_mat_nesting": self.max_mat_nesting}
+    @property
+    def max_variable_bytes(self) -> int:
+        """``--max_mat_variable_mb`` in bytes: the largest variable loaded whole."""
+        return int(self.max_mat_variable_mb * 2**20)

@@ -43,11 +43,3 @@ class NumpyOptions(FormatOptions):
     )
 
     _exclude_list = field_validator("exclude_datasets", mode="before")(classmethod(lambda cls, v: comma_list(v)))
-
-    def source_fields(self) -> dict:
-        return {
-            "exclude_datasets": tuple(self.exclude_datasets) if self.exclude_datasets else None,
-            "npz_mode": self.npz_mode,
-            "npy_mode": self.npy_mode,
-            "max_compression_ratio": self.max_compression_ratio,
-        }

@@ -41,12 +41,3 @@ class RawOptions(FormatOptions):
     )
 
     _shape_list = field_validator("shape", mode="before")(classmethod(lambda cls, v: comma_list(v)))
-
-    def source_fields(self) -> dict:
-        return {
-            "raw_dtype": self.dtype,
-            "raw_shape": tuple(self.shape) if self.shape else None,
-            "raw_offset": self.offset,
-            "raw_order": self.order,
-            "raw_count": self.count,
-        }

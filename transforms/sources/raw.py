@@ -179,8 +179,11 @@ class RawSource(Source):
 
     def layout(self, path: str) -> RawLayout:
         """The flags' layout completed by the file's sidecar, if any."""
-        o = self.options
-        flags = RawLayout(o.raw_dtype, o.raw_shape, o.raw_offset, o.raw_order, o.raw_count)
+        # deferred: pydantic (the options model); verify and inspect read the registry without it
+        from tfrecord_etl.transforms.sources.options_raw import RawOptions
+
+        o = self.options.of(RawOptions)
+        flags = RawLayout(o.dtype, tuple(o.shape) if o.shape else None, o.offset, o.order, o.count)
         sidecar = self._sidecar(path)
         return flags.merged(sidecar, path + " (sidecar)") if sidecar != RawLayout() else flags
 
