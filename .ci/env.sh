@@ -24,8 +24,11 @@ fi
 stamp="$VENV/.installed-$(cat "$ROOT/setup.py" | sha1sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
   echo "[setup] installing tfrecord-etl and its dependencies into .venv (first time: 2-3 minutes, ~3 GB)" >&2
+  # pip upgraded in the venv (the packaging tests run `python -m pip`), the project installed with the stages'
+  # installer (.ci/pip_install.sh: uv, downloads in parallel and links from its cache; TFRECORD_ETL_INSTALLER=pip
+  # installs with pip as before)
   "$PY" -m pip install -q --upgrade pip
-  "$PY" -m pip install -q -e "$ROOT[test]"
+  bash "$ROOT/.ci/pip_install.sh" "$PY" -q -e "$ROOT[test]"
   rm -f "$VENV"/.installed-*
   touch "$stamp"
 fi
