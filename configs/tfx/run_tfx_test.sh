@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end test of tfrecord_etl.tfx (ArraysExampleGen) in a real TFX 1.21 pipeline, offline:
 #   1. builds .venv-tfx (a separate venv: TFX's pins, e.g. pyarrow<19, clash with the project's .venv; TFX_VENV=DIR
-#      uses another) with tfx==1.21.0 and this checkout with its pipelines (pip install -e .[beam], so the test runs
-#      the code it checks out);
+#      uses another) with tfx==1.21.0 and this checkout with its pipelines (install -e .[beam], so the test runs
+#      the code it checks out), installed with uv (.ci/pip_install.sh);
 #      the first time minutes and several GB, then reused while the stamp (packages + setup.py) is unchanged.
 #      TFX 1.21's ml-metadata and tensorflow-data-validation publish Linux wheels only as manylinux_2_39: on an older
 #      glibc (Debian 12 has 2.36) pip refuses them, so they are downloaded for that tag and installed with
@@ -41,8 +41,23 @@ if [ ! -f "$stamp" ]; then
             $NEW_GLIBC_WHEELS &&
           ls "$wheels"/*.whl | xargs -n1 "$PY" -m installer &&
           rm -rf "$wheels"; }; } &&
-      "$PY" -m pip install -q $TFX_PACKAGES &&
-      "$PY" -m pip install -q -e "$ROOT[beam]"
+      # TFX and this checkout with the stages' installer (.ci/pip_install.sh: uv; TFRECORD_ETL_INSTALLER=pip: pip).
+      # uv resolves every package against the index for this machine's platform, so it would refuse the two wheels
+      # above: they are left out of its resolution (--excludes) and their own requirements passed instead (read
+      # from their installed metadata), which installs the same packages at the same versions as pip (the freezes
+      # compared: 206 packages). pip sees the installed wheels and needs neither.
+      printf '%s\n' $NEW_GLIBC_WHEELS | sed 's/==.*//' > "$TVENV/new-glibc-wheels.txt" &&
+      "$PY" -c 'import importlib.metadata as m, sys
+for name in sys.argv[1:]:
+    print("\n".join(r for r in m.requires(name) or [] if "extra ==" not in r))' \
+        $(cat "$TVENV/new-glibc-wheels.txt") > "$TVENV/new-glibc-requirements.txt" &&
+      if [ "${TFRECORD_ETL_INSTALLER:-uv}" = pip ]; then
+        "$PY" -m pip install -q $TFX_PACKAGES
+      else
+        bash "$ROOT/.ci/pip_install.sh" "$PY" -q --excludes "$TVENV/new-glibc-wheels.txt" \
+          -r "$TVENV/new-glibc-requirements.txt" $TFX_PACKAGES
+      fi &&
+      bash "$ROOT/.ci/pip_install.sh" "$PY" -q -e "$ROOT[beam]"
     } > "$log" 2>&1; then
     grep -v "^WARNING: Location" "$log" | tail -40 >&2
     rm -f "$log"
