@@ -84,6 +84,12 @@ def main(argv=None) -> int:
         "previous output, as a scheduled re-run does",
     )
     ap.add_argument("--no_read", action="store_true", help="leave out the read cases")
+    ap.add_argument(
+        "--only",
+        default=None,
+        help="run the cases whose name starts with this (e.g. read, convert); the read "
+        "cases read the small-row convert's outputs, which a convert run of each side writes first if missing",
+    )
     args = ap.parse_args(argv)
     work = args.workdir or tempfile.mkdtemp(prefix="tfrecord-etl-ab-")
     py = sys.executable
@@ -152,6 +158,13 @@ def main(argv=None) -> int:
                 str(args.small_rows),
             ]
     sides = {"base": os.path.abspath(args.base), "head": ROOT}
+    if args.only:
+        for side in sides:  # the read cases' inputs
+            if not args.only.startswith("convert small") and not os.path.exists(
+                os.path.join(work, f"out_{side}_small", "metadata.json")
+            ):
+                span(cases["convert small rows"](side), sides[side])
+        cases = {name: make for name, make in cases.items() if name.startswith(args.only)}
     print(f"A/B: base {sides['base']} vs head {ROOT}, {args.repeat} alternated runs per side; inputs in {work}")
     for name, make in cases.items():
         spans = {"base": [], "head": []}
