@@ -23,7 +23,7 @@ if [ ! -x "$PY" ]; then
 fi
 stamp="$VENV/.installed-$(cat "$ROOT/setup.py" | sha1sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
-  echo "[setup] installing tfrecord-etl and its dependencies into .venv (first time: 2-3 minutes, ~3 GB)" >&2
+  echo "[setup] installing tfrecord-etl and its dependencies into .venv (first time: under a minute with uv's cache warm, a few minutes downloading; ~3 GB)" >&2
   # pip upgraded in the venv (the packaging tests run `python -m pip`), the project installed with the stages'
   # installer (.ci/pip_install.sh: uv, downloads in parallel and links from its cache; TFRECORD_ETL_INSTALLER=pip
   # installs with pip as before)
