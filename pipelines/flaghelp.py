@@ -15,6 +15,8 @@ import importlib
 from collections.abc import Iterator, MutableMapping
 from typing import NamedTuple
 
+from tfrecord_etl.transforms import sources
+
 # Where the documentation's pages are: the docs/ folder of the repository (docs/flags.md there is the source of
 # the site's Flag reference page). Change this one constant when the site is published at an address.
 DOCS = "docs/"
@@ -116,9 +118,7 @@ def input_formats() -> str:
     """The input formats as ``tfrecord-etl --help`` and ``convert --help`` name them: each registered source's
     ``help_label`` (its ``format_name`` when it declares none), in registry order, e.g. ``"HDF5, netCDF, ... or ENVI
     image cubes"``; a new source in ``sources.REGISTRY`` is listed with no other change."""
-    from tfrecord_etl.transforms.sources import REGISTRY  # deferred: the source registry (see convert_groups)
-
-    labels = [cls.help_label or cls.format_name for cls in REGISTRY.values()]
+    labels = [cls.help_label or cls.format_name for cls in sources.REGISTRY.values()]
     return " or ".join(filter(None, [", ".join(labels[:-1]), labels[-1]])) if labels else ""
 
 
@@ -129,24 +129,17 @@ def convert_groups() -> tuple[Group, ...]:
     Raises:
       ValueError: two formats declaring groups of one title that is not a shared group's (a programming error).
     """
-    # deferred: the source registry (every format's module) and, through option_models, pydantic: verify and
-    # inspect use this module without them
-    from tfrecord_etl.transforms.sources import option_models
-
-    return with_format_groups((_CONVERT_INPUT,), _CONVERT_SHARED, option_models())
+    return with_format_groups((_CONVERT_INPUT,), _CONVERT_SHARED, sources.option_models())
 
 
 def augment_groups() -> tuple[Group, ...]:
     """augment's ``--help`` groups: its own up to ``join``, then the groups of the join source's format options
     (the formats a join can read, ``sources.join_option_models``; the options it refuses, ``--datasets`` among
     them, are not shown), then the shared ones (``limits``, and ``safety`` when a format adds to it)."""
-    # deferred: the source registry and pydantic (see convert_groups)
-    from tfrecord_etl.transforms.sources import join_option_models, join_refused_options
-
     join = next(i for i, g in enumerate(_AUGMENT) if g.title == "join") + 1
     shared = (*_AUGMENT[join:-1], _AUGMENT_SAFETY, _AUGMENT[-1])  # safety before general
-    groups = with_format_groups(_AUGMENT[:join], shared, join_option_models())
-    refused = {f"--{name}" for name in join_refused_options()}
+    groups = with_format_groups(_AUGMENT[:join], shared, sources.join_option_models())
+    refused = {f"--{name}" for name in sources.join_refused_options()}
     shown = (g._replace(flags=tuple(f for f in g.flags if f not in refused)) for g in groups)
     return tuple(g for g in shown if g.flags)
 

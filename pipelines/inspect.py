@@ -265,8 +265,6 @@ def _observe(stats, records, path: str, first: int, max_features: int | None) ->
 
 def sources_zarr(target: str) -> bool:
     """True when ``target`` is a Zarr store (a local directory or zip by its content, a remote prefix by its name)."""
-    from tfrecord_etl.transforms import sources  # deferred: the source registry (every format's module)
-
     return sources.zarr_store_format(target) is not None
 
 
@@ -278,8 +276,6 @@ def _container_kind(target: str) -> str | None:
         return "zarr"
     if fileio.is_dir(target) or any(c in target for c in "*?[") or not fileio.exists(target):
         return None
-    from tfrecord_etl.transforms import sources  # deferred: the source registry, for a container's tree only
-
     tfrecord.check_regular(target)
     with fileio.open_read(target) as f:
         fmt = sources.content_format(f.read(sources.SNIFF_BYTES))
@@ -317,7 +313,7 @@ def main(argv: list[str]) -> int:
     collection_reader.refuse_spans(args.output_dir, args.spans)
     kind = _container_kind(args.output_dir)
     if kind:  # the dataset tree and row groups, so no external tool (h5ls, ncdump) is needed
-        # deferred: the source registry (sources/__init__.py, run by any sources.X import)
+        # deferred: the container formats' modules (HDF5, NetCDF-3, MATLAB, Zarr), for a container's tree only
         from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, matlab_tree, netcdf3_tree, render_tree
         from tfrecord_etl.transforms.sources.zarrtree import zarr_tree
 

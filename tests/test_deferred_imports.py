@@ -8,6 +8,7 @@ NumPy are imported where they are used."""
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 
 from tests.conftest import ROOT
@@ -82,3 +83,40 @@ def test_the_check_finds_an_import_that_does_not_say_why():
     lines = source.splitlines()
     found = {n.lineno: says_why(lines, n) for n in light_imports_in_functions(ast.parse(source))}
     assert found == {3: False, 6: True, 8: True, 11: True, 15: False, 17: False}
+
+
+FORMAT_MODULES = ("hdf5", "netcdf3", "npz", "npy", "raw", "files", "matlab", "zarrsrc", "envi", "registry")
+
+
+def test_the_source_registry_loads_on_first_use():
+    """``import tfrecord_etl.transforms.sources`` (and the reader, verify, inspect and planning, which import it at
+    their top) loads ``base`` and ``signatures`` only; the first use of ``sources.REGISTRY`` or a format's class
+    loads the registry and every format's module. Before, any import of the package loaded all of them."""
+    code = (
+        "import sys\n"
+        "import tfrecord_etl.transforms.reader, tfrecord_etl.pipelines.verify, tfrecord_etl.pipelines.inspect\n"
+        "import tfrecord_etl.transforms.planning\n"
+        "from tfrecord_etl.transforms import sources\n"
+        "from tfrecord_etl.transforms.sources import RowRange, SourceOptions\n"
+        f"formats = {FORMAT_MODULES!r}\n"
+        "def loaded():\n"
+        "    return sorted(m.rsplit('.', 1)[1] for m in sys.modules\n"
+        "                  if m.startswith('tfrecord_etl.transforms.sources.') and m.rsplit('.', 1)[1] in formats)\n"
+        "print(loaded())\n"
+        "print(sources.REGISTRY['hdf5'] is sources.Hdf5Source, sources.FORMATS[0], len(loaded()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert out.splitlines() == ["[]", f"True hdf5 {len(FORMAT_MODULES)}"]
+
+
+def test_a_format_module_imported_alone_still_tells_other_formats():
+    """A format's module imported on its own (not through the registry) names another format in its hints: the
+    signatures' lookup loads the registry first."""
+    code = (
+        "from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source\n"
+        "from tfrecord_etl.transforms.sources import signatures\n"
+        "print(signatures.SIGNED == {})\n"
+        "print(signatures.content_format(b'CDF\\x01' + bytes(100)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert out.splitlines() == ["True", "netcdf3"]

@@ -13,6 +13,7 @@ from typing import BinaryIO
 import google_crc32c
 import numpy as np
 
+from tfrecord_etl.transforms import sources
 from tfrecord_etl.transforms.errors import RecordError
 
 INDEX_SUFFIX = ".idx"  # the index file of a shard (--index): data-00000-of-00004.tfrecord -> data-00000-of-00004.idx
@@ -283,11 +284,7 @@ def foreign_format(head: bytes) -> str | None:
     """What a file that is not TFRecord looks like from its first bytes: an array source's file (HDF5, .npy, zip,
     NetCDF-3, MATLAB, by the source registry's ``magic``), a PNG, JPEG or JSON file, or None. Used only after its
     first frame header failed its CRC, so a TFRecord is never misnamed."""
-    # deferred: the source registry (every format's module, 29 of them), which the reader needs for this message
-    # only; at the top it would add about a quarter to `import tfrecord_etl.transforms.reader`
-    from tfrecord_etl.transforms import sources
-
-    fmt = sources.content_format(head)
+    fmt = sources.content_format(head)  # (the registry, every format's module, loads here on first use)
     if fmt is not None:
         return sources.REGISTRY[fmt].content_label
     for magic, what in MAGIC:

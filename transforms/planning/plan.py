@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tfrecord_etl.transforms import sources
 from tfrecord_etl.transforms.codec import FeatureSpec, check_spec
 from tfrecord_etl.transforms.codec.encodings import AUTO, resolve_encoding
 from tfrecord_etl.transforms.collections import sharding, splits
@@ -17,7 +18,7 @@ from tfrecord_etl.transforms.collections.splits import SplitPlan
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError, SourceError
 from tfrecord_etl.transforms.output import metadata, outdir, tfds_info, tfrecord
 from tfrecord_etl.transforms.planning.inputs import PROVENANCE, InputPlan, plan_inputs
-from tfrecord_etl.transforms.sources import SourceOptions, option_models
+from tfrecord_etl.transforms.sources import SourceOptions
 from tfrecord_etl.transforms.storage import fileio
 
 log = logging.getLogger("tfrecord_etl.transforms.planning")
@@ -155,7 +156,7 @@ def format_source_options(cfg, **values) -> dict:
     (:func:`source_options`) and augment's join source (``augment.join_source_options``) both build theirs from."""
     fields: dict = {}
     carried = []
-    for model in option_models():
+    for model in sources.option_models():
         given = {
             n: values[n] if n in values else getattr(cfg, n)
             for n in model.model_fields

@@ -22,18 +22,21 @@ Formats and modes (one module each, registered in :data:`REGISTRY`):
 
 A new source is one module with a :class:`Source` subclass declaring ``format_name``, ``help_label`` (what
 ``--help`` calls its inputs), ``suffixes``, ``modes``, the ``magic`` its files start with and its ``options_models`` (its flags, ``sources/options.py``), added to
-``REGISTRY`` below (``format_of``, which tells a file's format by its
+``REGISTRY`` in ``registry.py`` (``format_of``, which tells a file's format by its
 content, then its suffix, and ``FORMATS`` derive from it), plus its tests.
 The model is TFDS's ``file_adapters.ADAPTER_FOR_FORMAT``.
+
+This package's names load lazily (PEP 562's module ``__getattr__``): ``RowRange``, ``SourceOptions`` and the other
+names of ``base.py`` at import; the registry (``registry.py``, which imports every format's module) and a format's
+class on their first use, so ``import tfrecord_etl.transforms.sources`` (and any ``sources.X`` import) costs
+``base.py`` only, and the reader, verify and inspect import it at the top of their modules.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from tfrecord_etl.transforms.errors import SourceError
-from tfrecord_etl.transforms.sources import zarrstore
 from tfrecord_etl.transforms.sources.base import (
     ARRAY,
     DEFAULT_MAX_COMPRESSION_RATIO,
@@ -48,27 +51,30 @@ from tfrecord_etl.transforms.sources.base import (
     merge_specs,
     plan_row_ranges,
 )
-from tfrecord_etl.transforms.sources.envi import EnviSource
-from tfrecord_etl.transforms.sources.files import FilesSource
-from tfrecord_etl.transforms.sources.hdf5 import HDF5_CHUNK_CACHE_BYTES, HDF5_SUFFIXES, Hdf5Source
-from tfrecord_etl.transforms.sources.matlab import MatlabSource
-from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
-from tfrecord_etl.transforms.sources.npy import NpySource
-from tfrecord_etl.transforms.sources.npz import MAX_COLUMN_STREAMS, RATIO_CHECK_MIN_BYTES, NpzSource
-from tfrecord_etl.transforms.sources.raw import RawSource
-from tfrecord_etl.transforms.sources.signatures import (
-    SNIFF_BYTES,
-    content_format,
-    deep_signature,
-    other_format_hint,
-    read_head,
-    register,
-)
-from tfrecord_etl.transforms.sources.zarrsrc import ZarrSource
-from tfrecord_etl.transforms.storage import fileio
+from tfrecord_etl.transforms.sources.signatures import SNIFF_BYTES, content_format, other_format_hint
 
 if TYPE_CHECKING:
-    from tfrecord_etl.transforms.sources.options import FormatOptions
+    from tfrecord_etl.transforms.sources.envi import EnviSource
+    from tfrecord_etl.transforms.sources.files import FilesSource
+    from tfrecord_etl.transforms.sources.hdf5 import HDF5_CHUNK_CACHE_BYTES, HDF5_SUFFIXES, Hdf5Source
+    from tfrecord_etl.transforms.sources.matlab import MatlabSource
+    from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
+    from tfrecord_etl.transforms.sources.npy import NpySource
+    from tfrecord_etl.transforms.sources.npz import MAX_COLUMN_STREAMS, RATIO_CHECK_MIN_BYTES, NpzSource
+    from tfrecord_etl.transforms.sources.raw import RawSource
+    from tfrecord_etl.transforms.sources.registry import (
+        FORMATS,
+        REGISTRY,
+        files_mode,
+        format_of,
+        join_option_models,
+        join_refused_options,
+        make_source,
+        models_of,
+        option_models,
+        zarr_store_format,
+    )
+    from tfrecord_etl.transforms.sources.zarrsrc import ZarrSource
 
 __all__ = [
     "ARRAY",
@@ -84,6 +90,7 @@ __all__ = [
     "RATIO_CHECK_MIN_BYTES",
     "REGISTRY",
     "Columns",
+    "EnviSource",
     "FileIndex",
     "FilesSource",
     "Hdf5Source",
@@ -107,121 +114,53 @@ __all__ = [
     "option_models",
     "other_format_hint",
     "plan_row_ranges",
+    "zarr_store_format",
 ]
 
-REGISTRY: dict[str, type[Source]] = {
-    cls.format_name: cls
-    for cls in (
-        Hdf5Source,
-        NetCdf3Source,
-        NpzSource,
-        NpySource,
-        RawSource,
-        FilesSource,
-        MatlabSource,
-        ZarrSource,
-        EnviSource,
-    )
+# name -> the module of this package that defines it, imported on the name's first use (see the docstring)
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "FORMATS",
+            "REGISTRY",
+            "files_mode",
+            "format_of",
+            "join_option_models",
+            "join_refused_options",
+            "make_source",
+            "models_of",
+            "option_models",
+            "zarr_store_format",
+        ),
+        "registry",
+    ),
+    "EnviSource": "envi",
+    "FilesSource": "files",
+    "HDF5_CHUNK_CACHE_BYTES": "hdf5",
+    "HDF5_SUFFIXES": "hdf5",
+    "Hdf5Source": "hdf5",
+    "MatlabSource": "matlab",
+    "NetCdf3Source": "netcdf3",
+    "NpySource": "npy",
+    "MAX_COLUMN_STREAMS": "npz",
+    "RATIO_CHECK_MIN_BYTES": "npz",
+    "NpzSource": "npz",
+    "RawSource": "raw",
+    "ZarrSource": "zarrsrc",
 }
-FORMATS = tuple(REGISTRY)
-register(REGISTRY)  # the formats a file's first bytes tell (sources/signatures.py)
 
 
-def models_of(cls: type[Source]) -> tuple[type[FormatOptions], ...]:
-    """The options models ``cls`` names in ``options_models`` (``"MODULE.CLASS"`` under this package), imported
-    now: they need pydantic, which the light reader's commands (verify, inspect) do without, though they read the
-    registry."""
-    out = []
-    for ref in cls.options_models:
-        module, name = ref.rsplit(".", 1)
-        out.append(getattr(importlib.import_module(f"{__name__}.{module}"), name))
-    return tuple(out)
+def __getattr__(name: str) -> Any:
+    """The registry's names and the formats' classes and constants, imported on first use (PEP 562); later uses
+    find them in this module's namespace. Any other unknown name raises AttributeError, so ``from
+    tfrecord_etl.transforms.sources import SUBMODULE`` still imports the submodule."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
 
-def option_models() -> tuple[type[FormatOptions], ...]:
-    """Every registered source's options models (:func:`models_of`), once each, in registry order: what the
-    convert command's config model, its flags and ``--help`` groups, and ``planning.source_options`` are built
-    from."""
-    out: dict[type[FormatOptions], None] = {}
-    for cls in REGISTRY.values():
-        out.update(dict.fromkeys(models_of(cls)))
-    return tuple(out)
-
-
-def join_option_models() -> tuple[type[FormatOptions], ...]:
-    """The options models of the registered sources that augment's join source (``--join_input``) can be: those
-    told by a file's content or suffix (``magic``, ``suffixes``), since the join takes no ``--format``; a source
-    chosen only by ``--format`` (file collections) is not among them."""
-    out: dict[type[FormatOptions], None] = {}
-    for cls in REGISTRY.values():
-        if cls.magic or cls.suffixes:
-            out.update(dict.fromkeys(models_of(cls)))
-    return tuple(out)
-
-
-def join_refused_options() -> dict[str, str]:
-    """The format options augment's join source refuses, each with the reason its error gives: ``datasets`` (the
-    join names its datasets with ``--join_datasets``) and the options of formats it cannot be (those of no model of
-    :func:`join_option_models`: file collections)."""
-    joinable = {name for model in join_option_models() for name in model.model_fields}
-    out = {"datasets": "the join source's datasets are --join_datasets"}
-    for model in option_models():
-        for name in model.model_fields:
-            if name not in joinable:
-                out[name] = (
-                    f"an option of a format that a join source cannot be ({model.__name__}: chosen only by "
-                    f"convert's --format, while the join source's format is told by each file's content or suffix)"
-                )
-    return out
-
-
-def format_of(path: str, options: SourceOptions) -> str:
-    """The source format of ``path``: ``options.format`` (``--format`` always wins); else the file's content, as
-    each source's ``magic`` tells it from the first :data:`SNIFF_BYTES` bytes (a netCDF-4 ``.cdf``, a MINC2 ``.mnc``
-    and a MATLAB v7.3 ``.mat`` are HDF5, a MINC1 ``.mnc`` NetCDF-3, a MATLAB v5 ``.mat`` matlab), so the content
-    wins over a suffix that disagrees; else the first registered format whose suffix ``path`` ends with (a
-    MATLAB v4 ``.mat`` has no magic); else an HDF5 signature after a user block of 4096 bytes or more (the HDF5
-    spec's 512 * 2**n offsets, read one by one up to the file's end).
-
-    Raises:
-      SourceError: neither the content nor the suffix tells a format (naming the file and the suffixes).
-    """
-    if options.format:
-        return options.format
-    store = zarr_store_format(path)
-    if store:
-        return store
-    lower = path.lower()
-    candidates = [name for name, cls in REGISTRY.items() if lower.endswith(cls.suffixes)]
-    found = content_format(read_head(path))
-    if found or candidates:
-        return found or candidates[0]
-    found = deep_signature(path)
-    if found:
-        return found
-    suffixes = "/".join(s for cls in REGISTRY.values() for s in cls.suffixes[:1])
-    raise SourceError(
-        "Cannot tell the input format from the file's first bytes or its suffix",
-        file=path,
-        hint=f"name it {suffixes} or pass --format one of {FORMATS}",
-    )
-
-
-def zarr_store_format(path: str) -> str | None:
-    """``"zarr"`` when ``path`` is a Zarr store by its content (a local directory or zip file holding ``zarr.json``
-    or ``.zgroup``/``.zarray``/``.zmetadata`` at its root: ``zarrstore.store_kind``) or, remote, by its name (a
-    gs:// / s3:// prefix ending in ``.zarr`` or ``/``: probing every remote input for a store would cost requests);
-    else None."""
-    if fileio.is_local(path):
-        return "zarr" if zarrstore.store_kind(path) else None
-    return "zarr" if path.lower().rstrip("/").endswith(".zarr") or path.endswith("/") else None
-
-
-def make_source(fmt: str, options: SourceOptions) -> Source:
-    """A new source of the registered format ``fmt``."""
-    return REGISTRY[fmt](options)
-
-
-def files_mode(source: Source) -> bool:
-    """True for ``npy_mode=files``, where all matched files together form one row sequence."""
-    return isinstance(source, NpySource) and source.loose
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -2,12 +2,15 @@
 source that cannot read a file of another format (``other_format_hint``).
 
 Each source declares its own signature (``Source.magic``, ``magic_offsets``, ``content_label``, ``sniff``); the
-registry (``sources/__init__.py``) hands its classes, in its order, to :func:`register` once, at import. The
+registry (``sources/registry.py``) hands its classes, in its order, to :func:`register` once, at import; a lookup
+before that (a format's module imported on its own) loads the registry first (:func:`signed`). The
 sources that name another format in their errors (HDF5, NetCDF-3, MATLAB) import this module, which sits below
 them and below the registry, so neither imports the other.
 """
 
 from __future__ import annotations
+
+import importlib
 
 from tfrecord_etl.transforms.errors import SourceError
 from tfrecord_etl.transforms.sources.base import Source, refuse_special_file
@@ -19,6 +22,15 @@ SNIFF_BYTES = 2056  # the first bytes read to tell a file's format: up to an HDF
 SIGNED: dict[str, type[Source]] = {}
 
 
+def signed() -> dict[str, type[Source]]:
+    """:data:`SIGNED`, after loading the registry (``sources/registry.py``, which calls :func:`register` at its
+    import) when nothing has loaded it yet: the registry imports the format modules, which import this module, so
+    it is imported by name here rather than at the top."""
+    if not SIGNED:
+        importlib.import_module("tfrecord_etl.transforms.sources.registry")
+    return SIGNED
+
+
 def register(classes: dict[str, type[Source]]) -> None:
     """Makes the registry's source classes (format name -> class, in its order) the formats told by content."""
     SIGNED.clear()
@@ -27,7 +39,7 @@ def register(classes: dict[str, type[Source]]) -> None:
 
 def content_format(head: bytes) -> str | None:
     """The registered format whose ``magic`` ``head`` (a file's first :data:`SNIFF_BYTES` bytes) shows, or None."""
-    for name, cls in SIGNED.items():
+    for name, cls in signed().items():
         if cls.sniff(head):
             return name
     return None
@@ -49,7 +61,7 @@ def deep_signature(path: str) -> str | None:
     try:
         refuse_special_file(path)  # (a FIFO is never opened)
         with fileio.open_read(path) as f:
-            for name, cls in SIGNED.items():
+            for name, cls in signed().items():
                 for offset in (o for o in cls.magic_offsets if o >= SNIFF_BYTES):
                     f.seek(offset)
                     got = f.read(max(map(len, cls.magic)))
@@ -68,4 +80,4 @@ def other_format_hint(path: str, fmt: str) -> str | None:
     found = content_format(read_head(path))
     if found is None or found == fmt:
         return None
-    return f"it is {SIGNED[found].content_label}: use --format {found} (or leave --format out)"
+    return f"it is {signed()[found].content_label}: use --format {found} (or leave --format out)"

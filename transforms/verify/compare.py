@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tfrecord_etl.transforms import planning
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import ConfigError
 from tfrecord_etl.transforms.renamed_flags import current_names  # options recorded under a flag's old name
@@ -26,11 +27,9 @@ def plan_sources(meta: dict, patterns: Sequence[str], where: str = ""):
       ConfigError: the metadata holds no convert options (not written by tfrecord-etl convert).
       SourceError, SchemaError: a pattern matches nothing or a source file cannot be indexed.
     """
-    # deferred: pydantic and Beam (config), and planning with the source registry: verify without --source,
-    # in the reader's install too, does without them
+    # deferred: pydantic and Beam (config): verify without --source, in the reader's install too, does without them
     from pydantic import ValidationError
 
-    from tfrecord_etl.transforms import planning
     from tfrecord_etl.transforms.config import ConvertConfig
 
     opts = meta.get("options")

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tfrecord_etl.transforms import codec
+from tfrecord_etl.transforms import codec, planning
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
+from tfrecord_etl.transforms.sources import RowRange
 from tfrecord_etl.transforms.storage import fileio
 from tfrecord_etl.transforms.verify.report import PROVENANCE_FILE, Problem, Report
 from tfrecord_etl.transforms.verify.values import compare_value, expected_value
@@ -88,8 +89,6 @@ class Comparer:
 
     def live_ranges(self, plan, rr) -> list:
         """``rr`` without its dead-lettered rows: the row ranges of the rows that have records, in order."""
-        from tfrecord_etl.transforms.sources import RowRange  # deferred: the source registry (verify --source only)
-
         k = self._slots[(id(plan), rr.path)]
         dead = None if self.dead is None else self.dead[k][rr.start : rr.stop]
         if dead is None or not dead.any():
@@ -110,8 +109,6 @@ class Comparer:
     def expected_columns(self, plan, rr, specs: Sequence[FeatureSpec], report_errors: bool = True) -> dict | None:
         """``{name: array (rows, *shape) | list of per-row arrays}`` as decode_example returns them, or None
         when the range cannot be read (a problem when ``report_errors``; the error in ``self.read_error``)."""
-        from tfrecord_etl.transforms import planning  # deferred: planning and the source registry (verify --source)
-
         try:
             columns = planning.add_provenance(rr, plan.source.read(rr))
         except (SourceError, SchemaError) as e:

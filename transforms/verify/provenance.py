@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tfrecord_etl.transforms.sources import RowRange
 from tfrecord_etl.transforms.storage import fileio
 from tfrecord_etl.transforms.verify.comparer import Comparer
 from tfrecord_etl.transforms.verify.report import PROVENANCE_FILE, PROVENANCE_ROW, Problem, Progress
@@ -110,8 +111,6 @@ class ProvenanceComparer(Comparer):
             self._compare_one(k, row, file, index, offset, decoded)
 
     def _compare_one(self, k, row, file, index, offset, decoded) -> None:
-        from tfrecord_etl.transforms.sources import RowRange  # deferred: the source registry (verify --source)
-
         plan, fi = self._indexes[k]
         items = fi.items[row : row + 1] if fi.sizes else fi.items
         columns = self.expected_columns(plan, RowRange(fi.path, row, row + 1, items, fi.item_files), self.data_specs)
