@@ -36,6 +36,7 @@ WORKER_DIED_LINE = (
     "--direct_num_workers or a smaller --target_range_mb"
 )
 
+STOP_WAIT_SECONDS = 10.0  # how long stopping a worker waits for its process to exit before killing it
 _deaths: list[int] = []  # the signal (or exit status) of each worker process that died while its run went on
 _deaths_lock = threading.Lock()
 _SHELL_SYNTAX = re.compile(rb"[;&|<>()$`\\\n*?\[\]{}~#'\"]")
@@ -161,7 +162,18 @@ def _handler_class():
                 self.control_conn.fail(died_line(sig))
 
         def stop_worker(self):
+            """Beam's ``stop_worker`` joins the thread that waits for the worker process, with no bound: a worker
+            that never finishes exiting (seen under load: an h5py object freed at interpreter shutdown waiting for
+            h5py's lock, held by a thread the shutdown had stopped) hung the launcher after its run had ended or
+            failed. Here the wait is bounded (:data:`STOP_WAIT_SECONDS`), then the worker process is killed."""
             self._stopping = True
+            self.worker_thread.join(STOP_WAIT_SECONDS)
+            if self.worker_thread.is_alive():
+                for pid in worker_pids(self.worker_id):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
             super().stop_worker()
 
     return WatchedSubprocessWorkerHandler
@@ -275,6 +287,20 @@ def children() -> list[tuple[int, str, int]]:
         if len(fields) > 1 and fields[1] == str(me) and (fields[0] == "Z" or is_beam_worker(pid)):
             exit_code = int(fields[49]) if len(fields) > 49 and fields[49].isdigit() else 0
             out.append((pid, fields[0], exit_code & 0x7F))
+    return out
+
+
+def worker_pids(worker_id: str) -> list[int]:
+    """The live worker processes of this launcher that Beam started as ``worker_id`` (their ``WORKER_ID``
+    environment variable, Linux's ``/proc/<pid>/environ``); [] without ``/proc``."""
+    wanted, out = f"WORKER_ID={worker_id}".encode(), []
+    for pid, state, _ in children():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if state != "Z" and wanted in f.read().split(b"\0"):
+                    out.append(pid)
+        except OSError:
+            continue
     return out
 
 

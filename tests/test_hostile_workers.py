@@ -77,6 +77,24 @@ def test_a_worker_killed_while_it_writes_a_shard_ends_the_run_in_one_line(inputs
 
 
 @pytest.mark.timeout(900)
+def test_a_worker_that_never_finishes_exiting_does_not_hang_the_launcher(wide, tmp_path):
+    """A worker process whose exit never finishes (the failpoint's exit handler waits forever; seen under load as an
+    h5py object freed at interpreter shutdown waiting for h5py's lock, held by a thread the shutdown had stopped):
+    Beam's stop of a worker waited for its process without a bound, so the launcher hung after the run had ended.
+    Now it waits ``workers.STOP_WAIT_SECONDS`` and kills that worker: the run ends complete (status 0, one worker
+    per stop), byte-identical to an in-process run, and no worker process is left."""
+    out, clean = tmp_path / "out", tmp_path / "clean"
+    code, err = convert(
+        wide, out, "--num_shards", "6", failpoint="shard-opened:hang-at-exit:once", once=tmp_path / "fired"
+    )
+    assert (tmp_path / "fired").exists()  # the exit handler is in one worker
+    assert code == 0 and "Traceback" not in err and not error_lines(err), err[-3000:]
+    assert not orphans(out)
+    assert convert(wide, clean, "--num_shards", "6", multi=False)[0] == 0
+    assert shard_bytes(out) == shard_bytes(clean) and ids(out) == list(range(BIG))
+
+
+@pytest.mark.timeout(900)
 def test_ctrl_c_while_workers_write_stops_every_worker_before_the_launcher_exits(inputs, tmp_path):
     """Hostile group 17: Ctrl-C (SIGINT to the launcher) while the workers hold shard temporaries: the worker processes
     (not only the shells Beam starts them through) are gone when the launcher has exited."""

@@ -5,11 +5,13 @@ lock holder alive) and UTC timestamps.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import json
 import os
 import signal
 import sys
+import threading
 
 from tfrecord_etl.transforms.storage import fileio
 
@@ -29,8 +31,9 @@ def failpoint(stage: str) -> None:
     ``before-commit``: every shard final, no metadata yet; ``committed``: ``metadata.json`` written, the replaced
     files not yet deleted; ``before-collection-commit``: a span's output committed, ``collection.json`` not yet)
     instead of after a sleep. ``:once`` fires in the first process that reaches the stage only (it creates the file
-    ``TFRECORD_ETL_FAILPOINT_ONCE`` names, ``O_EXCL``): one of several worker processes. Unset, it costs one
-    dictionary lookup."""
+    ``TFRECORD_ETL_FAILPOINT_ONCE`` names, ``O_EXCL``): one of several worker processes. ``:hang-at-exit`` kills
+    nothing: the process goes on, and when it exits it never finishes (an exit handler that waits forever), as a
+    worker stuck in its interpreter's shutdown is. Unset, it costs one dictionary lookup."""
     wanted = os.environ.get(FAILPOINT_ENV)
     if wanted and wanted.split(":")[0] == stage:
         parts = wanted.split(":")[1:]
@@ -39,6 +42,9 @@ def failpoint(stage: str) -> None:
                 os.close(os.open(os.environ[FAILPOINT_ONCE_ENV], os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
             except (FileExistsError, KeyError):
                 return
+        if "hang-at-exit" in parts:
+            atexit.register(threading.Event().wait)
+            return
         sig = next((getattr(signal, f"SIG{p}") for p in parts if hasattr(signal, f"SIG{p}")), signal.SIGKILL)
         pid = os.getpid()
         if "launcher" in parts:  # the launcher holding the run's lock (Beam starts workers through a shell)
