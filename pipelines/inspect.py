@@ -36,7 +36,7 @@ import numpy as np
 
 from tfrecord_etl.pipelines import common, flaghelp, inspect_text
 from tfrecord_etl.pipelines.inspect_text import render, render_collection
-from tfrecord_etl.transforms import codec, verify
+from tfrecord_etl.transforms import codec, sources, verify
 from tfrecord_etl.transforms.collections import collection
 from tfrecord_etl.transforms.errors import EtlError, RecordError
 from tfrecord_etl.transforms.output import metadata, outdir, tfrecord
