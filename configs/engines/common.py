@@ -87,6 +87,34 @@ def assert_same_output(got, want) -> None:
             assert metadata(got, name) == metadata(want, name), f"{name} differs"
 
 
+def metadata_mapped(out, name: str, paths: dict[str, str]) -> dict:
+    """:func:`metadata` of ``out/name`` with each key of ``paths`` (an input location, e.g. ``s3://b/inputs``)
+    replaced by its value (the same inputs' local folder) in the text: an output of remote inputs compared with
+    the output of the same inputs as local files."""
+    text = (pathlib.Path(out) / name).read_text()
+    for remote, local in paths.items():
+        text = text.replace(remote, local)
+    tmp = pathlib.Path(out) / f".mapped-{name}"
+    tmp.write_text(text)
+    try:
+        return metadata(out, tmp.name)
+    finally:
+        tmp.unlink()
+
+
+def assert_same_output_mapped(got, want, paths: dict[str, str]) -> None:
+    """:func:`assert_same_output` where ``got`` was written from the remote copies of ``want``'s inputs
+    (``paths``: remote location -> local folder, for the metadata)."""
+    got_files, want_files = files(got), files(want)
+    got_files = {k: v for k, v in got_files.items() if not k.startswith(".mapped-")}
+    assert sorted(got_files) == sorted(want_files), f"files differ: {sorted(got_files)} != {sorted(want_files)}"
+    for name in want_files:
+        assert got_files[name] == want_files[name], f"{name} differs from the DirectRunner's"
+    for name in ("metadata.json", "manifest.json"):
+        if (pathlib.Path(want) / name).exists():
+            assert metadata_mapped(got, name, paths) == metadata(want, name), f"{name} differs"
+
+
 def leftovers(out) -> list[str]:
     """Temporaries, Beam temp dirs and the lock: none may remain once a run has ended."""
     return sorted(

@@ -17,7 +17,6 @@ import pathlib
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 
@@ -152,14 +151,19 @@ class Proc:
 class Processes:
     """The processes one fixture started; :meth:`stop_all` stops every one of them (and their groups)."""
 
-    def __init__(self, log_dir: pathlib.Path):
+    def __init__(self, log_dir: pathlib.Path, wrap=None):
         self.log_dir = pathlib.Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.procs: list[Proc] = []
+        # ``wrap(command) -> command``: how every process is started (stores.Isolation.wrap: in a private mount
+        # namespace); None: as it is
+        self.wrap = wrap
         atexit.register(self.stop_all)
 
     def start(self, name: str, command: list, env: dict | None = None, cwd=None) -> Proc:
         log = self.log_dir / f"{name}.log"
+        if self.wrap is not None:
+            command = self.wrap(command)
         with open(log, "ab") as f:
             popen = subprocess.Popen(
                 [str(c) for c in command],
@@ -193,9 +197,22 @@ class Processes:
         if proc in self.procs:
             self.procs.remove(proc)
 
-    def stop_all(self) -> None:
+    def kill(self, proc: Proc) -> None:
+        """SIGKILL to ``proc``'s process group (no shutdown hook runs), waited for, forgotten."""
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.popen.wait(30)
+        if proc in self.procs:
+            self.procs.remove(proc)
+
+    def stop_all(self, grace: float = 10.0) -> None:
         for proc in reversed(list(self.procs)):
-            self.stop(proc, grace=10.0)
+            if grace > 0:
+                self.stop(proc, grace=grace)
+            else:
+                self.kill(proc)
 
 
 def java_env(extra: dict | None = None) -> dict:
@@ -205,11 +222,15 @@ def java_env(extra: dict | None = None) -> dict:
     return env
 
 
-def worker_pool(procs: Processes, name: str = "worker-pool", failpoint: str | None = None) -> tuple[Proc, int]:
+def worker_pool(
+    procs: Processes, name: str = "worker-pool", failpoint: str | None = None, env: dict | None = None
+) -> tuple[Proc, int]:
     """Beam's Python worker pool: the EXTERNAL environment that starts one SDK harness process per worker the runner
     asks for; it imports this project (PYTHONPATH is the checkout). It is ``worker_pool_main`` with each harness
     keyed by the runner's connection too (configs/engines/worker_pool.py: the stock pool, shared by two
-    TaskManagers, stops one TaskManager's harness when the other closes a worker of the same id)."""
+    TaskManagers, stops one TaskManager's harness when the other closes a worker of the same id). ``env``: more
+    of the pool's environment, which its harnesses inherit (an object store's endpoint and credentials, as a
+    cluster's worker pool gets them)."""
     port = free_port()
     # the pool starts each harness as ``python -c ...``: the first python on PATH must be this environment's
     env = java_env(
@@ -217,6 +238,7 @@ def worker_pool(procs: Processes, name: str = "worker-pool", failpoint: str | No
             "PYTHONPATH": str(ROOT),
             "TF_CPP_MIN_LOG_LEVEL": "3",
             "PATH": f"{pathlib.Path(PYTHON).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            **(env or {}),
         }
     )
     if failpoint:
@@ -242,10 +264,19 @@ class FlinkCluster:
 
     ``restarts``: the cluster's restart strategy, ``(attempts, delay_s)`` (fixed delay) or None (no restart)."""
 
-    def __init__(self, workdir, taskmanagers: int = 2, slots: int = 2, restarts: tuple | None = (3, 10)):
+    def __init__(
+        self,
+        workdir,
+        taskmanagers: int = 2,
+        slots: int = 2,
+        restarts: tuple | None = (3, 10),
+        pool_env: dict | None = None,
+        wrap=None,
+    ):
         self.workdir = pathlib.Path(workdir)
         self.taskmanagers, self.slots, self.restarts = taskmanagers, slots, restarts
-        self.procs = Processes(self.workdir / "logs")
+        self.pool_env = pool_env
+        self.procs = Processes(self.workdir / "logs", wrap=wrap)
         self.tms: list[Proc] = []
 
     def _conf(self) -> pathlib.Path:
@@ -316,7 +347,7 @@ class FlinkCluster:
             )
             for _ in range(self.taskmanagers):
                 self.add_taskmanager()
-            self.pool, self.pool_port = worker_pool(self.procs)
+            self.pool, self.pool_port = worker_pool(self.procs, env=self.pool_env)
             self.job_port = free_port()
             jars = f"{FLINK_JOB_SERVER_JARS}/*"
             self.job_server = self.procs.start(
@@ -406,10 +437,11 @@ class SparkCluster:
     ``ui_port`` (loopback; Spark's REST API under ``/api/v1``, which :meth:`busy_executors` reads while a job runs)
     and it writes each application's event log under ``workdir/events`` (what :meth:`lost_tasks` reads after it)."""
 
-    def __init__(self, workdir, workers: int = 2, cores: int = 1):
+    def __init__(self, workdir, workers: int = 2, cores: int = 1, pool_env: dict | None = None, wrap=None):
         self.workdir = pathlib.Path(workdir)
         self.n_workers, self.cores = workers, cores
-        self.procs = Processes(self.workdir / "logs")
+        self.pool_env = pool_env
+        self.procs = Processes(self.workdir / "logs", wrap=wrap)
         self.workers: list[Proc] = []
 
     def _env(self) -> dict:
@@ -455,7 +487,7 @@ class SparkCluster:
             )
             for _ in range(self.n_workers):
                 self.add_worker()
-            self.pool, self.pool_port = worker_pool(self.procs)
+            self.pool, self.pool_port = worker_pool(self.procs, env=self.pool_env)
             self.job_port = free_port()
             self.job_server = self.procs.start(
                 "spark-job-server",
@@ -594,14 +626,44 @@ class SparkCluster:
         self.procs.stop_all()
 
 
-if __name__ == "__main__":  # by hand: python -m configs.engines.engines flink|spark  (Ctrl-C stops it)
+def main(argv=None) -> None:
+    """``python -m configs.engines.engines flink|spark|s3|gcs``: starts one engine or store on loopback, prints what a
+    user passes to reach it (the command's flags, the environment), then waits; Ctrl-C (SIGINT) or SIGTERM stops
+    every process it started and exits 0."""
+    import argparse
     import tempfile
 
-    cls = {"flink": FlinkCluster, "spark": SparkCluster}[sys.argv[1]]
-    c = cls(tempfile.mkdtemp(prefix=f"{sys.argv[1]}-")).start()
-    print("pipeline flags:", " ".join(c.flags()), flush=True)
+    from configs.engines import stores
+
+    parser = argparse.ArgumentParser(prog="python -m configs.engines.engines", description=main.__doc__)
+    parser.add_argument("what", choices=["flink", "spark", "s3", "gcs"])
+    args = parser.parse_args(argv)
+    cls = {"flink": FlinkCluster, "spark": SparkCluster, "s3": stores.SeaweedFS, "gcs": stores.FakeGCS}[args.what]
+    # SIGTERM (kill, a service manager, a CI stage) stops it like Ctrl-C; SIGINT restored in case a parent that
+    # started it in the background set it to be ignored
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    thing = cls(tempfile.mkdtemp(prefix=f"tfrecord-etl-{args.what}-"))
     try:
+        thing.start()
+        if args.what in ("s3", "gcs"):
+            print(f"{args.what} endpoint: {thing.endpoint}", flush=True)
+            print("environment (launcher and workers):", flush=True)
+            for key, value in thing.env().items():
+                print(f"  export {key}={value}", flush=True)
+            if thing.flags():
+                print("pipeline flags:", " ".join(thing.flags()), flush=True)
+            print(f"make a bucket: {args.what}://NAME (python: stores.{cls.__name__}.bucket)", flush=True)
+        else:
+            print("pipeline flags:", " ".join(thing.flags()), flush=True)
+        print("running: Ctrl-C or SIGTERM (kill PID) stops every process", flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
-        c.stop()
+        pass
+    finally:
+        thing.stop()
+
+
+if __name__ == "__main__":
+    main()

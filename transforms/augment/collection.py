@@ -160,7 +160,13 @@ def find_shards(pattern: str) -> tuple[list[str], dict, dict | None, str | None,
       ConfigError: a directory without metadata.json. SourceError: nothing matches.
       SchemaError: the input's ``schema.pbtxt`` disagrees with its ``metadata.json``.
     """
-    if fileio.is_dir(pattern):
+    # an object store has no directories: s3://b/out (no trailing slash) is an output when it holds metadata.json
+    remote_output = (
+        not fileio.is_local(pattern)
+        and not any(c in pattern for c in "*?[")
+        and fileio.exists(fileio.join(pattern, metadata.METADATA_FILE))
+    )
+    if fileio.is_dir(pattern) or remote_output:
         if not fileio.exists(fileio.join(pattern, metadata.METADATA_FILE)):
             raise ConfigError(
                 "--input is a directory without metadata.json (not a complete tfrecord-etl output)",

@@ -92,8 +92,8 @@ def delete_names(directory: str, names: Iterable[str]) -> None:
                 shutil.rmtree(path)
             elif os.path.lexists(path):
                 os.unlink(path)
-        elif fileio.exists(path):
-            fileio.FileSystems.delete([path])
+        else:
+            fileio.delete([path])  # an object that exists; gs:// one object's request (not Beam's batch API)
 
 
 # ---------------------------------------------------------------- checks

@@ -20,6 +20,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import threading
 import time
 
@@ -279,16 +280,47 @@ class CarriesRun:
     worker. DirectRunner's worker processes inherit the launcher's environment; an SDK harness started by a Flink or
     Spark worker pool (or a Dataflow worker) never sees it, and without this a job that outlived a killed launcher
     could go on renaming shards into a directory a re-run is writing. A DoFn with its own ``setup`` calls
-    ``super().setup()``."""
+    ``super().setup()``.
+
+    It carries the launcher's filesystem options too (Beam's ``FileSystems`` options: ``--s3_endpoint_url``,
+    ``--s3_region_name``, GCS project options, ...: the flags given, not the defaults) and gives them to a worker
+    whose ``FileSystems`` has none. Beam sets them in an SDK harness started by its boot program (Dataflow, the
+    Docker SDK image) from the provisioned pipeline options, but a harness started by Beam's Python worker pool
+    (``python -m apache_beam.runners.worker.worker_pool_main``, the sidecar of docs/scale.md) never gets them, so
+    every s3:// write there failed with S3IO's "Must provide one of client or options" (found on Prism, Flink and
+    Spark workers that reach their data through object storage only). A worker whose harness set its own options
+    keeps them."""
 
     def __new__(cls, *args, **kwargs):
         self = super().__new__(cls)
         self._carried_run = os.environ.get(RUN_ENV)  # unpickling restores the launcher's value over the worker's
+        self._carried_filesystem_options = _filesystem_options()
         return self
 
     def setup(self):
         if self._carried_run and os.environ.get(RUN_ENV) != self._carried_run:
             os.environ[RUN_ENV] = self._carried_run
+        carried = getattr(self, "_carried_filesystem_options", None)  # (a DoFn pickled by an older version)
+        if carried is not None:
+            _give_filesystem_options(carried)
+
+
+def _filesystem_options() -> dict | None:
+    """The flags Beam's ``FileSystems`` was given in this process (``Pipeline`` or ``configure_filesystems``
+    sets them), as ``{name: value}`` without the defaults; None when Beam is not loaded or none were set."""
+    beam_fs = sys.modules.get("apache_beam.io.filesystems")
+    options = getattr(getattr(beam_fs, "FileSystems", None), "_pipeline_options", None)
+    return None if options is None else options.get_all_options(drop_default=True)
+
+
+def _give_filesystem_options(flags: dict) -> None:
+    """Sets ``flags`` (from :func:`_filesystem_options`) as this worker's ``FileSystems`` options, unless it has
+    options already."""
+    from apache_beam.io.filesystems import FileSystems  # deferred: Beam (a DoFn's setup runs where Beam is)
+    from apache_beam.options.pipeline_options import PipelineOptions  # deferred: Beam
+
+    if FileSystems._pipeline_options is None:
+        FileSystems.set_options(PipelineOptions.from_dictionary(flags))
 
 
 def check_commit(final: str) -> None:

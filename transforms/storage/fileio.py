@@ -31,7 +31,17 @@ def _beam_filesystems():
         except ImportError:
             FileSystems = None
         _BEAM.append(FileSystems)
-    return _BEAM[0]
+    fs = _BEAM[0]
+    if fs is not None and fs._pipeline_options is None:
+        # a process that never built a pipeline nor ran a command (the reader, verify or inspect from Python, a
+        # notebook): Beam's S3 filesystem refuses to work without options ("Must provide one of client or
+        # options"), so it gets the defaults, which leave endpoint, region and credentials to boto3's own chain
+        # (AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ~/.aws), as the light reader's client does
+        from apache_beam.options.pipeline_options import PipelineOptions  # deferred: Beam, loaded above
+
+        # (a GCS emulator named by STORAGE_EMULATOR_HOST takes no credentials: the commands connect to it so too)
+        fs.set_options(PipelineOptions(["--no_auth"] if os.environ.get("STORAGE_EMULATOR_HOST") else []))
+    return fs
 
 
 def __getattr__(name: str):
@@ -188,10 +198,49 @@ def rename(src: str, dst: str) -> None:
     if is_local(src) and is_local(dst):
         os.replace(src, dst)
         return
+    if _gcs_rename(src, dst):
+        return
     fs = _needs_beam(f"Renaming {src}")
     if exists(dst):
         fs.delete([dst])
     fs.rename([src], [dst])
+
+
+def _gcs_blob(path: str):
+    """The google-cloud-storage ``Blob`` of the gs:// ``path`` (the client Beam's filesystem is configured with),
+    or None for other filesystems."""
+    found = _opener(path)
+    if found is None or found[0] != "GCSFileSystem":
+        return None
+    bucket, key = lightfs.bucket_key(path)
+    return found[1].bucket(bucket).blob(key)
+
+
+def _gcs_rename(src: str, dst: str) -> bool:
+    """Moves the gs:// object ``src`` to ``dst`` with one object's requests (``rewriteTo``, repeated while the
+    store asks to continue a large copy, then a delete), not Beam's GCS batch API (``copy_batch`` and
+    ``delete_batch`` post multipart batches, which fake-gcs-server and other emulators answer with a response
+    google-cloud-storage refuses: "Bad response: not multi-part"); the copy replaces ``dst`` in place, so there
+    is no moment without a ``dst``. False (nothing done) when either path is not on gs://."""
+    source, target = _gcs_blob(src), _gcs_blob(dst)
+    if source is None or target is None:
+        return False
+    token = None
+    while True:
+        token, _, _ = target.rewrite(source, token=token)
+        if token is None:
+            break
+    _gcs_delete(source)
+    return True
+
+
+def _gcs_delete(blob) -> None:
+    from google.api_core.exceptions import NotFound  # deferred: google-cloud-storage, a gs:// path's only
+
+    try:
+        blob.delete()
+    except NotFound:
+        pass
 
 
 def size(path: str) -> int:
@@ -267,6 +316,8 @@ def delete(paths: list[str]) -> None:
         if is_local(p):
             if os.path.lexists(p):
                 os.unlink(p)
+        elif (blob := _gcs_blob(p)) is not None:
+            _gcs_delete(blob)  # one request, not Beam's batch API (see _gcs_rename)
         elif exists(p):
             remote.append(p)
     if remote:
