@@ -243,6 +243,30 @@ def test_a_collection_span_written_before_the_list_tags_has_the_same_schema_as_a
     assert code == 0, text
 
 
+def test_a_big_endian_source_reads_back_little_endian_with_its_exact_values(tmp_path, capsys):
+    """Byte order: a '>f8' .npy (and '>i8' beside it) is recorded and read back as '<f8' by every reader, with the
+    same values, and verify --source finds them equal; nothing promises the source's byte order back."""
+    big = (np.arange(40, dtype=np.float64).reshape(20, 2) / 3).astype(">f8")
+    np.save(tmp_path / "big.npy", big)
+    assert convert(tmp_path / "big.npy", tmp_path / "out", "--index")[0] == 0
+    out = str(tmp_path / "out")
+    ((name, dtype),) = [
+        (f["name"], f["dtype"]) for f in json.loads((tmp_path / "out" / "metadata.json").read_text())["features"]
+    ]
+    assert dtype == "<f8"
+    rows = np.stack([e[name] for e in reader.iter_numpy(out)])
+    assert rows.dtype.str == "<f8" and np.array_equal(rows, big)
+    assert reader.RandomAccess(out)[7][name].dtype.str == "<f8" and np.array_equal(
+        reader.RandomAccess(out)[7][name], big[7]
+    )
+    common.preload_tensorflow()
+    batch = next(iter(reader.to_tf_dataset(out, batch_size=20)))[name].numpy()
+    assert batch.dtype.str == "<f8" and np.array_equal(batch, big)
+    capsys.readouterr()
+    code, text, _ = run_verify(tmp_path / "out", capsys, "--source", tmp_path / "big.npy")
+    assert code == 0 and text.startswith("OK") and "(20 of 20 rows compared" in text, text
+
+
 def test_a_shard_listed_twice_is_refused_by_verify_and_every_reader(made, out, capsys):
     """metadata.json listing one shard file twice (in place of another one). Before: the readers read its records
     twice and the other shard's never, and verify said OK."""
