@@ -14,6 +14,8 @@ and every reader refuses it. Format (``"format": "tfrecord-etl/1"``)::
 A convert run adds ``rows_read`` and ``rows_dead_lettered``, and with ``--dead_letter_dir`` the rows that have no
 record: ``"dead_letters": [{"file": "in.h5", "start": 300, "stop": 400, "rows": 100, "error": "SourceError"}]``
 (``beam.deadletters.dead_range``; files modes add ``"files"``), which ``verify --source`` expects to be absent.
+The counts add up and each shard file is listed once: :func:`load` refuses a ``metadata.json`` that breaks either
+(:func:`count_problems`; ``verify`` reports the counts as problems instead).
 
 gzip and zlib outputs (convert and augment) add the library that compressed them, its version and level
 (``transforms.compression.settings``): ``"compression_backend": {"name": "isal", "version": "1.9.1", "level": 3}``
