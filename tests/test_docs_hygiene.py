@@ -91,3 +91,20 @@ def test_hostile_group_numbers_in_test_docstrings_are_defined():
         used |= {int(n) for n in re.findall(r"[Hh]ostile groups? (\d+)", path.read_text(encoding="utf-8"))}
     assert used, "no hostile group named in tests/test_hostile_*.py"
     assert used <= set(HOSTILE_GROUPS), sorted(used - set(HOSTILE_GROUPS))
+
+
+BYTE_ORDER = "values exact, dtype and shape kept, byte order normalised to little-endian"
+
+
+def test_the_byte_order_promise_is_one_sentence_everywhere():
+    """The README promised "exactly (dtype, shape, byte order)" while the converting page said the output is always
+    little-endian (a ``>f8`` source reads back ``<f8``): every page and reader docstring that states it says the same
+    words, and no page promises the source's byte order."""
+    pages = ["README.md", "docs/index.md", "docs/converting/index.md", "docs/output.md", "docs/reading.md"]
+    code = ["transforms/reading/reader.py", "transforms/reading/random_access.py", "transforms/codec/spec.py"]
+    for name in pages + code:
+        text = " ".join((ROOT / name).read_text().split())  # across line breaks and docstring indents
+        assert BYTE_ORDER in text, name
+    for path in checked_files(ROOT):
+        if path.suffix == ".md" or path.name == "README.md":
+            assert "exactly (dtype, shape, byte order)" not in path.read_text(), path

@@ -139,6 +139,182 @@ def test_a_missing_schema_pbtxt_is_refused(out, capsys):
     assert code == 1 and "[schema]" in text and "schema.pbtxt is missing" in text
 
 
+# list features: a dtype edited inside its schema type (FLOAT, BYTES, INT)
+F = np.arange(60, dtype=np.float32).reshape(20, 3) * 1e5  # 1e5..: inf as float16
+S = np.array([b"abcd%d" % (i % 10) for i in range(20)], "S5")
+N = np.arange(20, dtype=np.int64) * 1000  # wraps as uint8
+
+
+@pytest.fixture(scope="module")
+def listed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("listed")
+    np.savez(tmp / "in.npz", f=F, s=S, i=N)
+    flags = ("--num_shards", "2", "--index", "--feature_encodings", "f=list,s=list,i=list")
+    assert convert(tmp / "in.npz", tmp / "out", *flags)[0] == 0
+    return tmp / "out"
+
+
+def edit_meta(out, edit):
+    meta = json.loads((out / "metadata.json").read_text())
+    edit(meta)
+    (out / "metadata.json").write_text(json.dumps(meta, indent=1))
+
+
+def set_dtype(meta, name, dtype):
+    (feature,) = [f for f in meta["features"] if f["name"] == name]
+    feature["dtype"] = dtype
+
+
+@pytest.mark.parametrize(
+    "name, was, edited",
+    [("f", "<f4", "<f2"), ("s", "|S5", "|S2"), ("i", "<i8", "|u1")],
+    ids=["f4-f2", "S5-S2", "i8-u1"],
+)
+def test_a_dtype_edited_inside_its_schema_type_is_refused_by_verify_and_every_reader(
+    listed, tmp_path, capsys, name, was, edited
+):
+    """A list feature's dtype edited in metadata.json to another of the same schema type (FLOAT, BYTES, INT).
+    Before: schema.pbtxt said only the type, so the cross-check passed, verify said OK and the readers read inf,
+    truncated strings or wrapped integers (each reader its own way)."""
+    out = tmp_path / "out"
+    shutil.copytree(listed, out)
+    assert f"tfrecord_etl.dtype:{was}" in (out / "schema.pbtxt").read_text()
+    edit_meta(out, lambda meta: set_dtype(meta, name, edited))
+    found = f"feature '{name}': its tfrecord_etl.dtype tag is {was} in schema.pbtxt, {edited} in metadata.json"
+    for what, read in every_reader(out).items():
+        with pytest.raises(SchemaError, match="schema.pbtxt and metadata.json disagree: " + found) as e:
+            read()
+        assert e.value.context["file"] == str(out / "schema.pbtxt") and "\n" not in str(e.value), what
+    code, text, _ = run_verify(out, capsys)
+    assert code == 1 and f"[schema] {out}/schema.pbtxt, {found}; one of the two files was edited" in text
+
+
+def strip_new_fields(out):
+    """``out`` as an earlier version wrote it: schema.pbtxt without the list features' annotations, metadata.json
+    without rows_read and rows_dead_lettered."""
+    meta = metadata.load(str(out))
+    (out / "schema.pbtxt").write_text(metadata.schema_text(meta["features"], native_tags=False))
+    edit_meta(out, lambda m: [m.pop("rows_read"), m.pop("rows_dead_lettered")])
+
+
+def test_an_output_written_before_the_list_tags_and_row_counts_reads_and_verifies_as_before(listed, tmp_path, capsys):
+    """Compatibility: an output without the new fields (no annotation on its list features, no rows_read) is read
+    by every reader and verified as before; its list features' other fields are still compared."""
+    out = tmp_path / "out"
+    shutil.copytree(listed, out)
+    strip_new_fields(out)
+    assert "annotation" not in (out / "schema.pbtxt").read_text()
+    got = list(reader.iter_numpy(str(out)))
+    np.testing.assert_array_equal(np.stack([e["f"] for e in got]), F)
+    assert [e["s"].item() for e in got] == list(S) and [e["i"].item() for e in got] == list(N)
+    assert reader.RandomAccess(str(out))[19]["i"] == N[19]
+    common.preload_tensorflow()
+    batch = next(iter(reader.to_tf_dataset(str(out), batch_size=20)))
+    np.testing.assert_array_equal(batch["f"].numpy(), F)
+    code, text, _ = run_verify(out, capsys)
+    assert code == 0 and text.startswith("OK"), text
+    schema = out / "schema.pbtxt"
+    schema.write_text(schema.read_text().replace("type: FLOAT", "type: INT"))  # still compared: the type
+    with pytest.raises(SchemaError, match="feature 'f': the type is INT in schema.pbtxt, FLOAT in metadata.json"):
+        next(reader.iter_numpy(str(out)))
+
+
+def test_a_collection_span_written_before_the_list_tags_has_the_same_schema_as_a_new_one(tmp_path, capsys):
+    """Compatibility: in a collection whose span 1 was written before list features carried their annotation
+    (its schema.pbtxt and collection.json fingerprint without them), span 2 written now is not a schema change:
+    no --allow_schema_change needed, and the spans read together."""
+    for span in (1, 2):
+        (tmp_path / "raw" / f"span-{span}").mkdir(parents=True)
+        np.savez(tmp_path / "raw" / f"span-{span}" / "a.npz", y=Y[:10] + span)
+    pattern = str(tmp_path / "raw" / "span-{SPAN}" / "*.npz")
+    coll = tmp_path / "coll"
+    assert convert(pattern, coll, "--span", "1")[0] == 0
+    strip_new_fields(coll / "span-1")
+    committed = json.loads((coll / "collection.json").read_text())
+    (entry,) = committed["spans"]
+    entry.pop("schema_untagged")
+    entry["schema"] = collection.schema_fingerprint((coll / "span-1" / "schema.pbtxt").read_text())
+    entry["metadata"] = metadata.digest((coll / "span-1" / "metadata.json").read_bytes())
+    (coll / "collection.json").write_bytes(collection.dumps(committed))
+    assert convert(pattern, coll, "--span", "2")[0] == 0
+    assert not collection.load(str(coll))["schema_changes"]
+    assert [int(e["y"]) for e in reader.iter_numpy(str(coll))] == list(Y[:10] + 1) + list(Y[:10] + 2)
+    code, text, _ = run_verify(coll, capsys)
+    assert code == 0, text
+
+
+def test_a_big_endian_source_reads_back_little_endian_with_its_exact_values(tmp_path, capsys):
+    """Byte order: a '>f8' .npy (and '>i8' beside it) is recorded and read back as '<f8' by every reader, with the
+    same values, and verify --source finds them equal; nothing promises the source's byte order back."""
+    big = (np.arange(40, dtype=np.float64).reshape(20, 2) / 3).astype(">f8")
+    np.save(tmp_path / "big.npy", big)
+    assert convert(tmp_path / "big.npy", tmp_path / "out", "--index")[0] == 0
+    out = str(tmp_path / "out")
+    ((name, dtype),) = [
+        (f["name"], f["dtype"]) for f in json.loads((tmp_path / "out" / "metadata.json").read_text())["features"]
+    ]
+    assert dtype == "<f8"
+    rows = np.stack([e[name] for e in reader.iter_numpy(out)])
+    assert rows.dtype.str == "<f8" and np.array_equal(rows, big)
+    assert reader.RandomAccess(out)[7][name].dtype.str == "<f8" and np.array_equal(
+        reader.RandomAccess(out)[7][name], big[7]
+    )
+    common.preload_tensorflow()
+    batch = next(iter(reader.to_tf_dataset(out, batch_size=20)))[name].numpy()
+    assert batch.dtype.str == "<f8" and np.array_equal(batch, big)
+    capsys.readouterr()
+    code, text, _ = run_verify(tmp_path / "out", capsys, "--source", tmp_path / "big.npy")
+    assert code == 0 and text.startswith("OK") and "(20 of 20 rows compared" in text, text
+
+
+def test_a_shard_listed_twice_is_refused_by_verify_and_every_reader(made, out, capsys):
+    """metadata.json listing one shard file twice (in place of another one). Before: the readers read its records
+    twice and the other shard's never, and verify said OK."""
+    edit_meta(out, lambda meta: meta["shards"].__setitem__(1, dict(meta["shards"][0])))
+    line = (
+        "Invalid metadata.json: the file 'data-00000-of-00002.tfrecord' is listed twice (shards 0 and 1): every "
+        "record of it would be read twice, and the shard it replaced never"
+    )
+    for what, read in every_reader(out).items():
+        with pytest.raises(SchemaError, match=line.replace("(", r"\(").replace(")", r"\)")) as e:
+            read()
+        assert e.value.context["file"] == str(out / "metadata.json") and "\n" not in str(e.value), what
+    code, _, err = run_verify(out, capsys)
+    assert code == 2 and [x for x in err.splitlines() if x.startswith("error:")] == [
+        f"error: SchemaError: {line} [file='{out}/metadata.json'] Hint: metadata.json was edited or damaged after "
+        f"the output was written: {metadata.REDO}"
+    ]
+
+
+@pytest.mark.parametrize(
+    "edit, wrong",
+    [
+        (
+            lambda m: m.update(rows_read=101),
+            "rows_read is 101 but the records written (100) and the rows dead-lettered (0) add up to 100",
+        ),
+        (
+            lambda m: m.update(rows_dead_lettered=7),
+            "rows_read is 100 but the records written (100) and the rows dead-lettered (7) add up to 107",
+        ),
+        (lambda m: m.update(num_records=90), "num_records is 90 but its shards hold 100 records"),
+        (lambda m: m["shards"][0].update(records=40), "num_records is 100 but its shards hold 90 records"),
+    ],
+    ids=["rows_read", "rows_dead_lettered", "num_records", "shard-records"],
+)
+def test_counts_that_do_not_add_up_are_refused_by_verify_and_every_reader(out, capsys, edit, wrong):
+    """metadata.json's counts edited so that records written + rows dead-lettered != rows read (or num_records
+    != the records its shards list). Before: nothing compared rows_read and rows_dead_lettered with the records,
+    and the readers read on."""
+    edit_meta(out, edit)
+    for what, read in every_reader(out).items():
+        with pytest.raises(SchemaError, match="Invalid metadata.json: its counts do not add up: ") as e:
+            read()
+        assert wrong in str(e.value) and e.value.context["file"] == str(out / "metadata.json"), what
+    code, text, _ = run_verify(out, capsys)
+    assert code == 1 and f"[count] {out}/metadata.json: metadata.json's counts do not add up: {wrong}" in text
+
+
 def test_a_replacing_run_killed_between_its_schema_and_its_commit_leaves_the_old_output_readable(
     made, out, tmp_path, capsys
 ):
@@ -154,7 +330,7 @@ def test_a_replacing_run_killed_between_its_schema_and_its_commit_leaves_the_old
     killed = run_process(str(tmp_path / "new.npz"), str(out), *flags, failpoint="schema-written")
     assert killed.returncode == -9, killed.stderr[-3000:]
     before = (made / "schema.pbtxt").read_text()
-    assert "tfrecord_etl.dtype:<f8" in before and "tfrecord_etl.dtype" not in (out / "schema.pbtxt").read_text()
+    assert "tfrecord_etl.dtype:<f8" in before and "tfrecord_etl.dtype:<f4" in (out / "schema.pbtxt").read_text()
     assert json.loads((out / "metadata.json").read_text())["features"][0]["dtype"] == "<f8"
     np.testing.assert_array_equal(np.stack([e["x"] for e in reader.iter_numpy(str(out))]), X)
     assert reader.RandomAccess(str(out))[99]["y"] == 99

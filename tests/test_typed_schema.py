@@ -1,5 +1,5 @@
-"""schema.pbtxt's typed additions: bool_domain for bools carried as int64, and the dtype and shape of features
-carried as opaque bytes (tensor, zlib, packbits) in the feature's annotation; read with tensorflow_metadata and by
+"""schema.pbtxt's typed additions: bool_domain for bools carried as int64, and the encoding, dtype and shape of
+every feature (carried as opaque bytes or as lists) in the feature's annotation; read with tensorflow_metadata and by
 TFXIO, and ignored by specs_from_schema (so schemas of earlier versions and ours read alike)."""
 
 from __future__ import annotations
@@ -66,7 +66,21 @@ def test_opaque_byte_features_carry_dtype_and_shape_in_their_annotation(typed):
         "tfrecord_etl.dtype": "<f8",
         "tfrecord_etl.shape": "[]",
     }
-    assert not features["x"].HasField("annotation") and not features["code"].HasField("annotation")
+
+
+def test_list_features_carry_their_dtype_and_shape_in_their_annotation_too(typed):
+    """A FLOAT, INT or BYTES list feature says its dtype too (float16 and float32 are both FLOAT), so schema.pbtxt
+    pins every field of metadata.json's features."""
+    _, _, _, features = typed
+    assert tags(features["x"]) == {
+        "tfrecord_etl.encoding": "list",
+        "tfrecord_etl.dtype": "<f4",
+        "tfrecord_etl.shape": "[]",
+    }
+    assert (
+        tags(features["code"])["tfrecord_etl.dtype"] == "|S3" and tags(features["flag"])["tfrecord_etl.dtype"] == "|b1"
+    )
+    assert features["x"].type == schema_pb2.FLOAT and len(features["x"].annotation.comment) == 1
 
 
 def test_tfxio_reads_the_typed_schema_and_the_annotation_decodes_the_bytes(typed):
@@ -106,14 +120,17 @@ def test_specs_from_schema_reads_our_schema_as_before(typed):
     )
 
 
-def test_schema_text_is_unchanged_for_features_without_bools_or_opaque_bytes():
+def test_schema_text_without_the_list_annotations_is_the_earlier_versions():
+    """``native_tags=False``: the text earlier versions wrote (the fingerprint a collection's older spans have)."""
     specs = [
         FeatureSpec("x", "<f4", (3,), "list"),
         FeatureSpec("n", "<i2", (), "list"),
         FeatureSpec("s", "bytes", (), "list"),
         FeatureSpec("v", "<i8", (None,), "varlen"),
     ]
-    assert metadata.schema_text(specs) == (
+    tagged = text_format.Parse(metadata.schema_text(specs), schema_pb2.Schema())
+    assert [tags(f)["tfrecord_etl.dtype"] for f in tagged.feature] == ["<f4", "<i2", "bytes", "<i8"]
+    assert metadata.schema_text(specs, native_tags=False) == (
         'feature {\n  name: "x"\n  type: FLOAT\n  presence {\n    min_fraction: 1.0\n    min_count: 1\n  }\n'
         "  shape {\n    dim {\n      size: 3\n    }\n  }\n}\n"
         'feature {\n  name: "n"\n  type: INT\n  presence {\n    min_fraction: 1.0\n    min_count: 1\n  }\n'

@@ -208,7 +208,7 @@ def kept_runs(cfg: ConvertConfig, meta: dict, names: set[str]) -> list[dict]:
     runs = meta.get("runs") or [
         {
             "splits": sorted(meta.get("splits") or {}),
-            "rows_read": meta.get("rows_read", 0),
+            "rows_read": meta.get("rows_read", meta["num_records"] + meta.get("rows_dead_lettered", 0)),
             "rows_dead_lettered": meta.get("rows_dead_lettered", 0),
             "sources": meta.get("sources", []),
         }

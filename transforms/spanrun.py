@@ -262,8 +262,9 @@ def check_before_writing(run: CollectionRun, plan) -> None:
       SchemaError, OutputError: as ``collection.add_span``.
     """
     schema = collection.schema_fingerprint(metadata.schema_text(plan.specs))
+    untagged = collection.schema_fingerprint(metadata.schema_text(plan.specs, native_tags=False))
     rows = [{"path": p} for p in plan.inputs.paths]
-    entry = {"span": run.span, "version": run.version, "inputs": rows, "schema": schema}
+    entry = {"span": run.span, "version": run.version, "inputs": rows, "schema": schema, "schema_untagged": untagged}
     collection.add_span(entry, run.allow_schema_change, run.collection_dir)(dict(run.coll))  # (replaces lists)
 
 

@@ -28,7 +28,7 @@ class FeatureSpec:
     Attributes:
       name: feature key in the Example.
       dtype: NumPy dtype string in little-endian form (``'<f8'``, ``'|u1'``, ``'|S6'``, ``'<U4'``,
-        ``'<M8[D]'``), ``'bytes'`` for variable-length byte strings, or None when it varies per example
+        ``'<M8[D]'``; values exact, dtype and shape kept, byte order normalised to little-endian: a ``>f8`` source is ``'<f8'``), ``'bytes'`` for variable-length byte strings, or None when it varies per example
         (tensor encoding only).
       shape: per-example shape; None for a dimension that varies between examples, or None for the
         whole shape when even the rank varies (the ``np.savez(**arrays)`` case).

@@ -21,6 +21,7 @@ its span to what the first committed, or fails if the first committed the same s
        {"span": 20416, "version": null, "dir": "span-20416", "date": "2025-11-24",
         "inputs": [{"path": ".../a.h5", "size": 123, "mtime_ns": 1, "version": null}],   # the ledger
         "num_records": 500, "schema": "<sha256 of schema.pbtxt>", "metadata": "<sha256 of metadata.json>",
+        "schema_untagged": "<sha256 of that schema without the list features' annotations>",
         "run_id": "...", "committed": "2026-11-25T20:00:00Z"}],
      "schema_changes": [{"span": 20417, "version": null, "schema": "<new>", "previous": "<old>"}]}
 
@@ -39,7 +40,13 @@ import os
 import re
 from collections.abc import Callable
 
-from tfrecord_etl.transforms.collections.selection import SpanSelector, check_same_schema, latest_versions, select  # noqa: F401 - selection's names, used here and by others
+from tfrecord_etl.transforms.collections.selection import (  # noqa: F401 - selection's names, used here and by others
+    SpanSelector,
+    check_same_schema,
+    latest_versions,
+    same_schema,
+    select,
+)
 from tfrecord_etl.transforms.errors import IncompleteOutputError, OutputError, SchemaError, SourceError
 from tfrecord_etl.transforms.output import metadata, outdir, sink
 from tfrecord_etl.transforms.output.runlock import utc_now
@@ -286,6 +293,7 @@ def span_entry(
         "inputs": list(inputs),
         "num_records": int(meta["num_records"]),
         "schema": hashlib.sha256(schema).hexdigest(),
+        "schema_untagged": schema_fingerprint(metadata.schema_text(meta["features"], native_tags=False)),
         "metadata": digest,
         "run_id": run_id,
         "committed": utc_now(),
@@ -319,7 +327,7 @@ def add_span(entry: dict, allow_schema_change: bool = False, where: str = "") ->
                 )
         before = [s for s in others if (s["span"], s["version"] or -1) < (entry["span"], entry["version"] or -1)]
         reference = (before or others)[-1:] if others else []
-        if reference and reference[0]["schema"] != entry["schema"]:
+        if reference and not same_schema(reference[0], entry):
             ref = reference[0]
             if not allow_schema_change:
                 raise SchemaError(

@@ -13,6 +13,11 @@ companions), in order: the name, ``type`` (``BYTES``/``INT``/``FLOAT``), ``shape
 ``tfrecord_etl.dtype:``, ``tfrecord_etl.shape:``), against what ``metadata.json``'s features make
 (:func:`expected_features`, from the same code that writes the schema, :func:`metadata.schema_types`). Annotation
 comments, other tags and other Schema fields (domains a user added for TFDV, environments) are not compared.
+The tags pin every field of a feature of ``metadata.json`` (name, dtype, shape, encoding): a dtype edited within
+one schema type (``<f4`` to ``<f2``, ``|S5`` to ``|S2``, ``<i8`` to ``|u1``) differs in ``tfrecord_etl.dtype``.
+Native list features (``list``, ``varlen``) carry the tags since a later version than opaque bytes features: in an
+output written before (a ``list`` or ``varlen`` feature without any tag in ``schema.pbtxt``) they are not compared
+for that feature (its other fields are), so such outputs read as before.
 
 How, without TensorFlow: the reader-only install (``pip install .``: NumPy and google-crc32c) has
 neither protobuf nor tensorflow_metadata, so the schema is read by :func:`parse_text`, a parser of protobuf's text

@@ -265,7 +265,8 @@ def expected_text(specs: Sequence[FeatureSpec]) -> str | None:
             ]
         if feature.tags:
             spec = next(s for s in specs if s.name == name)
-            _, tags, comment = metadata.schema_types(spec, "bytes")
+            kind = next(k for n, k, _ in metadata.example_features(spec) if n == name)
+            _, tags, comment = metadata.schema_types(spec, kind)
             comment = quoted(comment)
             if comment is None:
                 return None
@@ -285,6 +286,7 @@ def disagreements(schema_text: str, specs: Sequence[FeatureSpec]) -> list[Disagr
         return [Disagreement(None, f"is not a TensorFlow Metadata Schema in text format: {str(e)[:300]}", "", "")]
     want = expected_features(specs)
     have = dict(found)
+    untagged = {s.name for s in specs if encoding_of(s).native}  # tagged since: none in earlier versions' schemas
     out = []
     if len(have) != len(found):
         twice = next(n for i, (n, _) in enumerate(found) if n in dict(found[:i]))
@@ -294,6 +296,8 @@ def disagreements(schema_text: str, specs: Sequence[FeatureSpec]) -> list[Disagr
         if got is None:
             out.append(Disagreement(name, "the feature", "absent", f"a feature of type {expected.type}"))
             continue
+        if not got.tags and name in untagged:
+            expected = dataclasses.replace(expected, tags=())  # an output written before list features had tags
         for field, label in FIELDS:
             if getattr(got, field) != getattr(expected, field):
                 out.append(Disagreement(name, label, got.show(field), expected.show(field)))

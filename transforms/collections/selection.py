@@ -94,6 +94,18 @@ def select(coll: dict, spans: SpanSelector = None, where: str = "") -> list[dict
     return chosen
 
 
+def same_schema(a: dict, b: dict) -> bool:
+    """True when the spans of the ``collection.json`` entries ``a`` and ``b`` have the same schema: the same
+    fingerprint (``schema``), or, when one of them was written before native list features carried their
+    annotation in ``schema.pbtxt`` (it has no ``schema_untagged``), its fingerprint equal to the other's
+    ``schema_untagged`` (the fingerprint of the schema without those annotations, as that version wrote it)."""
+    if a["schema"] == b["schema"]:
+        return True
+    return ("schema_untagged" not in a and a["schema"] == b.get("schema_untagged")) or (
+        "schema_untagged" not in b and b["schema"] == a.get("schema_untagged")
+    )
+
+
 def check_same_schema(entries: Iterable[dict], where: str = "") -> None:
     """Refuses spans whose schemas differ (a collection that recorded a schema change, read across it).
 
@@ -104,7 +116,7 @@ def check_same_schema(entries: Iterable[dict], where: str = "") -> None:
     for s in entries:
         if first is None:
             first = s
-        elif s["schema"] != first["schema"]:
+        elif not same_schema(s, first):
             raise SchemaError(
                 f"Spans {first['span']} and {s['span']} have different schemas (the collection "
                 f"recorded a schema change)",

@@ -14,6 +14,8 @@ and every reader refuses it. Format (``"format": "tfrecord-etl/1"``)::
 A convert run adds ``rows_read`` and ``rows_dead_lettered``, and with ``--dead_letter_dir`` the rows that have no
 record: ``"dead_letters": [{"file": "in.h5", "start": 300, "stop": 400, "rows": 100, "error": "SourceError"}]``
 (``beam.deadletters.dead_range``; files modes add ``"files"``), which ``verify --source`` expects to be absent.
+The counts add up and each shard file is listed once: :func:`load` refuses a ``metadata.json`` that breaks either
+(:func:`count_problems`; ``verify`` reports the counts as problems instead).
 
 gzip and zlib outputs (convert and augment) add the library that compressed them, its version and level
 (``transforms.compression.settings``): ``"compression_backend": {"name": "isal", "version": "1.9.1", "level": 3}``
@@ -34,8 +36,10 @@ TFMD's ``schema.proto`` has a place for them: a bool feature carried as ``int64_
 (``tensor``, ``zlib``, ``packbits``) gets an ``annotation`` (``Feature.annotation``, ``Annotation.tag`` and
 ``Annotation.comment``) with tags ``tfrecord_etl.encoding:tensor``, ``tfrecord_etl.dtype:<f8`` (absent when the
 dtype varies) and ``tfrecord_etl.shape:[64, 64, 3]`` (``null`` for a varying dimension) and a comment saying how
-to decode it. Readers of the schema (TFXIO, TFDV, :func:`specs_from_schema`) ignore both: TFXIO's tensors and
-TFDV's statistics stay INT and BYTES.
+to decode it. Features carried as native lists (``list``, ``varlen``) get the same tags (``tfrecord_etl.dtype:<f2``
+on a FLOAT feature), so the two files pin every field of each other's features; their schema of an earlier
+version has no annotation and is read as before (:mod:`transforms.collections.schemacheck`). Readers of the schema
+(TFXIO, TFDV, :func:`specs_from_schema`) ignore both: TFXIO's tensors and TFDV's statistics stay INT and BYTES.
 """
 
 from __future__ import annotations
@@ -82,8 +86,10 @@ def check_unique(specs: Sequence[FeatureSpec]) -> None:
             seen[name] = spec.name
 
 
-def schema_text(specs: Sequence[FeatureSpec]) -> str:
-    """The tensorflow_metadata Schema of ``specs`` in text format."""
+def schema_text(specs: Sequence[FeatureSpec], native_tags: bool = True) -> str:
+    """The tensorflow_metadata Schema of ``specs`` in text format. ``native_tags=False``: without the annotation
+    of the native list features, the text earlier versions wrote (a collection's span written before them has
+    that schema's fingerprint: ``collection.same_schema``)."""
     from google.protobuf import text_format
     from tensorflow_metadata.proto.v0 import schema_pb2
 
@@ -104,31 +110,29 @@ def schema_text(specs: Sequence[FeatureSpec]) -> str:
                     f.presence.min_fraction = 0.0
                     f.presence.min_count = 0
             if name == spec.name:
-                _add_types(f, spec, kind)
+                _add_types(f, spec, kind, native_tags)
     return text_format.MessageToString(schema)
 
 
-def _add_types(f, spec: FeatureSpec, kind: str) -> None:
-    """``bool_domain`` for a bool carried as int64, an ``annotation`` with the dtype and shape of a feature carried
-    as opaque bytes (see the module docstring); nothing for any other feature, whose schema text stays as before."""
+def _add_types(f, spec: FeatureSpec, kind: str, native_tags: bool = True) -> None:
+    """``bool_domain`` for a bool carried as int64, an ``annotation`` with the encoding, dtype and shape of the
+    feature (see the module docstring)."""
     bool_domain, tags, comment = schema_types(spec, kind)
     if bool_domain:
         f.bool_domain.SetInParent()
-    if tags:
+    if tags and (native_tags or not encoding_of(spec).native):
         f.annotation.tag.extend(tags)
         f.annotation.comment.append(comment)
 
 
 def schema_types(spec: FeatureSpec, kind: str) -> tuple[bool, list[str], str | None]:
     """What ``schema.pbtxt`` adds to the Example feature ``spec.name`` of kind ``kind`` (see the module docstring):
-    ``(bool_domain, annotation tags, annotation comment)``; ``(False, [], None)`` for a feature with neither. The
-    one source of both the writer (:func:`schema_text`) and the check that a schema agrees with its metadata
-    (:mod:`transforms.collections.schemacheck`)."""
+    ``(bool_domain, annotation tags, annotation comment)``: every feature gets its tags (encoding, dtype unless it
+    varies, shape), so ``schema.pbtxt`` pins every field of ``metadata.json``'s feature, the dtype of a ``list``
+    feature too (``<f4`` and ``<f2`` are both FLOAT). The one source of both the writer (:func:`schema_text`) and
+    the check that a schema agrees with its metadata (:mod:`transforms.collections.schemacheck`)."""
     encoding = encoding_of(spec)
-    if kind == "int64" and spec.dtype == "|b1":
-        return True, [], None
-    if kind != "bytes" or encoding.native:
-        return False, [], None
+    bool_domain = kind == "int64" and spec.dtype == "|b1"
     shape = json.dumps(list(spec.shape)) if spec.shape is not None else "null"
     tags = [f"tfrecord_etl.encoding:{spec.encoding}"]
     if spec.dtype is not None:
@@ -136,11 +140,17 @@ def schema_types(spec: FeatureSpec, kind: str) -> tuple[bool, list[str], str | N
     tags.append(f"tfrecord_etl.shape:{shape}")
     what = f"a {spec.dtype} array" if spec.dtype is not None else f"an array (dtype in '{spec.name}/dtype')"
     varies = f" (null: varies, see '{spec.name}/shape')" if not spec.is_fixed else ""
+    if encoding.native:
+        comment = (
+            f"{spec.encoding} encoding: {what} of shape {shape}{varies} as the {kind}_list of its values in C order "
+            f"(tf.io.parse_example reads it); tfrecord_etl's readers cast it to {spec.dtype}"
+        )
+        return bool_domain, tags, comment
     comment = (
         f"{spec.encoding} encoding: one bytes value holding {what} of shape {shape}{varies}, "
         f"{_HOW.get(spec.encoding, 'see metadata.json')}; tfrecord_etl's reader.to_tf_dataset decodes it"
     )
-    return False, tags, comment
+    return bool_domain, tags, comment
 
 
 _HOW = {
@@ -270,14 +280,15 @@ def write(output_dir: str, meta: dict, specs: Sequence[FeatureSpec], expected_ve
         ) from None
 
 
-def load(output_dir: str) -> dict:
-    """The metadata of a complete output directory.
+def load(output_dir: str, counts: bool = True) -> dict:
+    """The metadata of a complete output directory. ``counts``: as :func:`load_with_digest`.
 
     Raises:
       IncompleteOutputError: no ``metadata.json`` (a run in progress, crashed, or not our output).
-      SchemaError: the file is not valid metadata.
+      SchemaError: the file is not valid metadata: among others a file listed as two shards, or counts that do not
+        add up (:func:`count_problems`).
     """
-    return load_with_digest(output_dir)[0]
+    return load_with_digest(output_dir, counts)[0]
 
 
 def digest(data: bytes) -> str:
@@ -285,9 +296,10 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def load_with_digest(output_dir: str) -> tuple[dict, str]:
+def load_with_digest(output_dir: str, counts: bool = True) -> tuple[dict, str]:
     """``(metadata, digest of the bytes it was parsed from)`` of a complete output directory (:func:`load`): a run
     that reads the output as its input keeps the digest and compares it again when it commits (augment).
+    ``counts``: refuse counts that do not add up (:func:`count_problems`); ``verify`` passes False and reports them.
 
     Raises:
       IncompleteOutputError, SchemaError: as :func:`load`.
@@ -314,11 +326,19 @@ def load_with_digest(output_dir: str) -> tuple[dict, str]:
         if meta.get("format") != FORMAT:
             raise ValueError(f"format {meta.get('format')!r}, expected {FORMAT!r}")
         meta["features"] = [_checked(spec_from_json(f)) for f in meta["features"]]
-        for shard in meta["shards"]:
+        listed: dict[str, int] = {}
+        for i, shard in enumerate(meta["shards"]):
             name = shard["file"]
             for key in ("file", "index") if "index" in shard else ("file",):
                 if not _plain_name(shard[key]):
                     raise ValueError(f"shard {key} {shard[key]!r} is not a plain file name")
+                if shard[key] in listed:
+                    raise SchemaError(
+                        f"Invalid metadata.json: the file {shard[key]!r} is listed twice (shards {listed[shard[key]]} "
+                        f"and {i}): every record of it would be read twice, and the shard it replaced never",
+                        hint=f"metadata.json was edited or damaged after the output was written: {REDO}",
+                    )
+                listed[shard[key]] = i
             if "split" in shard and not (
                 isinstance(shard["split"], str) and shard["split"] in (meta.get("splits") or {})
             ):
@@ -327,11 +347,67 @@ def load_with_digest(output_dir: str) -> tuple[dict, str]:
                 raise ValueError(f"shard {name!r} has a bad record count {shard['records']!r}")
             if "crc32c" in shard and not (isinstance(shard["crc32c"], str) and _CRC32C.fullmatch(shard["crc32c"])):
                 raise ValueError(f"shard {name!r} has a bad crc32c {shard['crc32c']!r} (8 hex digits expected)")
+        wrong = count_problems(meta) if counts else []
     except SchemaError as e:
         raise e.with_context(file=path) from None
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:  # RecursionError: deep JSON
         raise SchemaError(f"Invalid metadata.json: {str(e)[:300]}", file=path) from None
+    if wrong:
+        raise SchemaError(
+            f"Invalid metadata.json: its counts do not add up: {wrong[0]}"
+            + (f" ({len(wrong) - 1} more)" if len(wrong) > 1 else ""),
+            file=path,
+            hint=f"metadata.json was edited or damaged after the output was written: {REDO}",
+        )
     return meta, digest(data)
+
+
+REDO = (
+    "check the output with tfrecord-etl verify (with --source to compare the values with the input) and "
+    "convert it again"
+)
+
+
+def count_problems(meta: dict) -> list[str]:
+    """What does not add up among the counts ``meta`` (a loaded ``metadata.json``) records, one sentence each:
+    ``num_records`` against the records its shards list (and each split's ``num_records`` against its shards'),
+    ``rows_read`` against ``num_records + rows_dead_lettered`` (convert: every row read is a record or a dead
+    letter; a directory of several runs' splits sums both sides over its runs) and augment's ``records_in``
+    against ``num_records``. A count that is absent (outputs of earlier versions; augment outputs have no
+    ``rows_read``) is not compared; one that is not an integer >= 0 is a problem. ``[]`` when they add up. Every
+    reader refuses an output whose counts do not add up (:func:`load_with_digest`); ``verify`` reports each as a
+    ``count`` problem."""
+    out: list[str] = []
+
+    def count(where: dict, key: str, label: str) -> int | None:
+        value = where.get(key)
+        if value is not None and (type(value) is not int or value < 0):
+            out.append(f"{label} is {value!r}, not a count")
+            return None
+        return value
+
+    held = sum(s["records"] for s in meta["shards"])
+    num_records = count(meta, "num_records", "num_records")
+    if num_records is not None and num_records != held:
+        out.append(f"num_records is {num_records} but its shards hold {held} records")
+    splits = meta.get("splits") or {}
+    for name, info in splits.items() if isinstance(splits, dict) else ():
+        split_held = sum(s["records"] for s in meta["shards"] if s.get("split") == name)
+        said = info.get("num_records") if isinstance(info, dict) else info
+        if said != split_held:
+            out.append(f"split {name!r} has num_records {said} but its shards hold {split_held} records")
+    rows_read = count(meta, "rows_read", "rows_read")
+    dead = count(meta, "rows_dead_lettered", "rows_dead_lettered") or 0
+    if rows_read is not None and rows_read != held + dead:
+        out.append(
+            f"rows_read is {rows_read} but the records written ({held}) and the rows dead-lettered ({dead}) add up "
+            f"to {held + dead}"
+        )
+    augment = meta.get("augment")
+    records_in = count(augment, "records_in", "augment's records_in") if isinstance(augment, dict) else None
+    if records_in is not None and records_in != held:
+        out.append(f"augment's records_in is {records_in} but its shards hold {held} records")
+    return out
 
 
 def _plain_name(name) -> bool:

@@ -29,8 +29,9 @@ class RandomAccess:
     over the records before it: the offsets come from the shards' ``tfrecord2idx`` index files (``--index``),
     or, for a shard written without one, from one pass over its 12-byte frame headers on first access.
     A map-style dataset for PyTorch or Grain (``grain.sources.RandomAccessDataSource``: ``__len__`` and
-    ``__getitem__``): ``len(ra)``, ``ra[i]`` (``{name: np.ndarray}`` as :func:`reader.iter_numpy` yields, scalar
-    strings as Python values, see :meth:`__getitem__`), ``ra.__getitems__(indices)`` (PyTorch 2.x's batched fetch:
+    ``__getitem__``): ``len(ra)``, ``ra[i]`` (``{name: np.ndarray}`` as :func:`reader.iter_numpy` yields:
+    values exact, dtype and shape kept, byte order normalised to little-endian; scalar strings as Python values,
+    see :meth:`__getitem__`), ``ra.__getitems__(indices)`` (PyTorch 2.x's batched fetch:
     the ``DataLoader`` calls it with the list of a batch's indices; the records are decoded together),
     ``ra.batch(indices)`` (``{name: array of len(indices) rows}``), ``ra.record(i)`` (the serialized Example).
     Over a collection directory, one global index across the spans ``spans`` selects, in span order (``len`` is

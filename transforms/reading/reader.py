@@ -86,7 +86,8 @@ def iter_numpy(
     module); ``trust_spans`` reads a span whose ``metadata.json`` is not the one ``collection.json`` lists (see
     :func:`collection_reader.check_span`).
 
-    Arrays have the recorded dtype (little-endian) and shape; ``bytes`` features are object arrays. In a batch, a
+    Arrays have the recorded dtype and shape (values exact, dtype and shape kept, byte order normalised to
+    little-endian: a ``>f8`` source reads as ``<f8``); ``bytes`` features are object arrays. In a batch, a
     fixed feature is one ``(rows, *shape)`` array; a feature whose shape or dtype varies between examples is a 1-D
     object array holding each row's array. Records are decoded a block at a time with NumPy
     (:mod:`transforms.reading.numpy_reader`), with values equal to the per-record decoder's.
@@ -152,7 +153,8 @@ def to_tf_dataset(
     check_checksums: bool = True,
     trust_spans: bool = False,
 ):
-    """A ``tf.data.Dataset`` of ``{name: tensor}`` with the original dtypes and shapes, in shard order
+    """A ``tf.data.Dataset`` of ``{name: tensor}`` with the original dtypes and shapes (values exact, dtype and
+    shape kept, byte order normalised to little-endian), in shard order
     (``split``: only that split's shards). A collection directory: the shards of the spans ``spans`` selects, in
     span order. ``S``/``U``/``V`` features become ``tf.string`` (str as UTF-8), datetimes ``tf.int64``.
 

@@ -135,7 +135,7 @@ def load_metadata(output_dir: str) -> dict:
     Raises:
       IncompleteOutputError: no ``metadata.json``. SchemaError: an invalid one.
     """
-    meta = metadata.load(output_dir)
+    meta = metadata.load(output_dir, counts=False)  # counts that do not add up: problems of check_counts
     if meta.get("compression") not in tfrecord.COMPRESSIONS:
         raise SchemaError(
             f"Invalid metadata.json: compression {meta.get('compression')!r}",
@@ -199,26 +199,19 @@ def check_checksum(report: Report, shard: dict, path: str, checksum) -> None:
 
 
 def check_counts(report: Report, output_dir: str, meta: dict, shards: list) -> None:
-    """Step 4: each split's ``num_records`` and the output's against the records its shards list."""
-    for name, info in (meta.get("splits") or {}).items():
-        held = sum(s["records"] for s, _ in shards if s.get("split") == name)
-        if not isinstance(info, dict) or info.get("num_records") != held:
-            report.add(
-                Problem(
-                    "count",
-                    f"metadata.json says split {name!r} holds "
-                    f"{info.get('num_records') if isinstance(info, dict) else info} records but its "
-                    f"shards hold {held}",
-                    fileio.join(output_dir, metadata.METADATA_FILE),
-                )
-            )
-    listed = sum(s["records"] for s, _ in shards)
-    if meta.get("num_records") != listed:
+    """Step 4: the counts ``metadata.json`` records add up (``metadata.count_problems``: ``num_records`` and each
+    split's against the records its shards list, ``rows_read`` against the records written plus the rows
+    dead-lettered, augment's ``records_in``): a ``count`` problem each."""
+    path = fileio.join(output_dir, metadata.METADATA_FILE)
+    if "num_records" not in meta:
+        report.add(Problem("count", "metadata.json has no num_records", path))
+    for wrong in metadata.count_problems(meta):
         report.add(
             Problem(
                 "count",
-                f"metadata.json says num_records {meta.get('num_records')} but its shards hold {listed}",
-                fileio.join(output_dir, metadata.METADATA_FILE),
+                f"metadata.json's counts do not add up: {wrong}; it was edited or damaged after the "
+                "output was written: convert it again",
+                path,
             )
         )
 
