@@ -2,7 +2,12 @@
 
 Without Apache Beam installed (the reader's install, ``pip install .``) the reads go through
 :mod:`tfrecord_etl.transforms.storage.lightfs` instead (local files, and s3:// and gs:// objects with the same bounded
-reads as below); writing needs Beam."""
+reads as below); writing needs Beam.
+
+A gs:// path is checked before this process's first request to Google Cloud Storage
+(:func:`gcsaccess.check`: one TCP connection, a few seconds at most): an endpoint that cannot be reached is one
+:class:`ConfigError` line at once, not two minutes of the client's retries ending in a ``RetryError``, or a
+connection error read as a missing file."""
 
 from __future__ import annotations
 
@@ -12,8 +17,8 @@ import re
 from typing import BinaryIO
 
 from tfrecord_etl._install import pip_install
-from tfrecord_etl.transforms.errors import InputChangedError, SourceError
-from tfrecord_etl.transforms.storage import lightfs, remote
+from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, SourceError
+from tfrecord_etl.transforms.storage import gcsaccess, lightfs, remote
 from tfrecord_etl.transforms.storage.remote import READ_AHEAD, forget_objects  # noqa: F401 - fileio's names
 
 _RAW = "uncompressed"  # Beam's CompressionTypes.UNCOMPRESSED
@@ -52,6 +57,18 @@ def _needs_beam(what: str):
     return fs
 
 
+def check_reachable(path: str) -> None:
+    """For a gs:// ``path``: that Google Cloud Storage (its emulator, its proxy) can be reached, checked once per
+    process and endpoint (:func:`gcsaccess.check`); nothing for other paths.
+
+    Raises:
+      ConfigError: it cannot be reached, or ``STORAGE_EMULATOR_HOST`` (or the variable naming the endpoint or
+        its proxy) holds no address; one line naming the host, the reason and what to set.
+    """
+    if lightfs.scheme(path).lower() == "gs":
+        gcsaccess.check([path])
+
+
 def escape_glob(path: str) -> str:
     """``path`` with ``*``, ``?``, ``[`` and ``]`` made literal for Beam's ``FileSystems.match``."""
     return _GLOB_CHARS.sub(r"[\1]", path)
@@ -65,7 +82,7 @@ def match(pattern: str) -> list[tuple[str, int]]:
     """
     try:
         results = find(pattern)
-    except ImportError:
+    except (ImportError, ConfigError):
         raise
     except Exception as e:  # Beam raises BeamIOError for an unmatched pattern on some filesystems
         raise SourceError(
@@ -87,7 +104,9 @@ def match(pattern: str) -> list[tuple[str, int]]:
 def find(pattern: str) -> list[tuple[str, int]]:
     """``(path, size in bytes)`` of what ``pattern`` matches, as the filesystem lists it (unsorted; ``[]`` when
     nothing matches). Errors of the filesystem propagate (Beam's ``BeamIOError`` for an unmatched pattern on some
-    filesystems); :func:`match` is the checked form."""
+    filesystems); :func:`match` is the checked form. ConfigError: a gs:// endpoint that cannot be reached
+    (:func:`check_reachable`)."""
+    check_reachable(pattern)
     fs = _beam_filesystems()
     if fs is None:
         return lightfs.match(pattern)
@@ -142,7 +161,13 @@ def _range_reader(path: str):
 
 
 def open_read(path: str) -> BinaryIO:
-    """A seekable binary stream over ``path``, uncompressed whatever its suffix."""
+    """A seekable binary stream over ``path``, uncompressed whatever its suffix.
+
+    Raises:
+      SourceError: it cannot be opened. ConfigError: a gs:// endpoint that cannot be reached
+        (:func:`check_reachable`).
+    """
+    check_reachable(path)
     try:
         stream = _range_reader(path)
         if stream is None and is_local(path):
@@ -156,6 +181,7 @@ def open_read(path: str) -> BinaryIO:
 
 def open_write(path: str) -> BinaryIO:
     """A binary stream that creates (or truncates) ``path``; local parent directories are created."""
+    check_reachable(path)
     return _needs_beam(f"Writing {path}").create(path, compression_type=_RAW)
 
 
@@ -167,6 +193,7 @@ def _path_fs(path: str):
 
 
 def exists(path: str) -> bool:
+    check_reachable(path)  # an unreachable endpoint is not a missing file
     return _path_fs(path).exists(path)
 
 
@@ -198,8 +225,10 @@ def size(path: str) -> int:
     """Size in bytes of the file ``path``, taken literally (a ``[`` in the path is not a glob).
 
     Raises:
-      SourceError: the file does not exist.
+      SourceError: the file does not exist. ConfigError: a gs:// endpoint that cannot be reached
+        (:func:`check_reachable`).
     """
+    check_reachable(path)
     try:
         if is_local(path):
             return os.path.getsize(path)
