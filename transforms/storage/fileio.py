@@ -125,6 +125,17 @@ def is_local(path: str) -> bool:
     return not lightfs.scheme(path)
 
 
+def absolute(path: str) -> str:
+    """``path`` made absolute against the working directory when it is local and relative (``data/*.h5`` ->
+    ``/home/me/data/*.h5``; ``..`` and ``.`` resolved lexically, a trailing ``/`` kept, glob characters and span
+    placeholders left as they are); an absolute path, an empty one and a ``scheme://`` URL as given. What the
+    launcher does to the paths it is given, so that a worker running in another directory names the same files."""
+    if not path or not is_local(path) or os.path.isabs(path):
+        return path
+    resolved = os.path.normpath(os.path.join(os.getcwd(), path))
+    return resolved + "/" if path.endswith(("/", os.sep)) and not resolved.endswith("/") else resolved
+
+
 def _opener(path: str):
     """``(filesystem name, client, opener)`` of the s3:// or gs:// ``path``: the client Beam's filesystem for it
     is configured with (its pipeline options), or without Beam the light reader's (:mod:`lightfs`); None for
@@ -262,8 +273,12 @@ def pin(path: str, known_size: int | None = None) -> tuple[int, int | None]:
 
 def check_pin(path: str, pinned: tuple[int, int | None], what: str = "Input file") -> None:
     """Raises InputChangedError (``<what> changed while it was read (...): run again``, naming the file) when
-    ``path`` is gone or differs from ``pinned`` (:func:`pin`): in size, or for a local file in its modification
-    time (``st_mtime_ns``: a rewrite of the same size). A remote object is compared by size only."""
+    ``path`` differs from ``pinned`` (:func:`pin`): in size, or for a local file in its modification time
+    (``st_mtime_ns``: a rewrite of the same size), or is gone. A remote object is compared by size only.
+
+    A local file that is not there names both causes: a worker that does not reach the launcher's files (another
+    machine, container or mount) or a file deleted or moved since the run was planned; every worker must reach the
+    same path (s3://, gs://, a shared mount)."""
     planned_size, planned_mtime = pinned
     try:
         if planned_mtime is not None:
@@ -275,6 +290,15 @@ def check_pin(path: str, pinned: tuple[int, int | None], what: str = "Input file
         now = None
     if now == (planned_size, planned_mtime):
         return
+    if now is None and planned_mtime is not None:
+        raise InputChangedError(
+            f"{what} not found on the worker that reads it, though the run planned it ({planned_size} bytes): "
+            "the worker does not reach the launcher's files (another machine, container or mount), or the file "
+            "was deleted or moved since",
+            file=path,
+            hint="every worker must reach the same path: use s3:// or gs://, or a mount every worker shares at "
+            "that path; if the file was deleted or moved, restore it, then run the command again",
+        )
     detail = (
         "it is gone"
         if now is None
