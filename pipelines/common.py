@@ -14,9 +14,8 @@ import warnings
 from collections.abc import Callable
 
 from tfrecord_etl._install import pip_install
-from tfrecord_etl.pipelines import errorlines, gcsaccess, resume_gc, running
+from tfrecord_etl.pipelines import errorlines, resume_gc, running
 from tfrecord_etl.pipelines.errorlines import MEMORY_ERROR_LINE
-from tfrecord_etl.pipelines.gcsaccess import connect_to_gcs_anonymously  # re-exported
 from tfrecord_etl.pipelines.running import local_runner, print_metrics, run_pipeline  # noqa: F401 - the commands call them through common
 from tfrecord_etl.pipelines.workers import (  # noqa: F401
     WORKER_DIED_LINE,
@@ -30,7 +29,8 @@ from tfrecord_etl.pipelines.workers import (  # noqa: F401
 from tfrecord_etl.transforms import codec, compression
 from tfrecord_etl.transforms.errors import ConfigError, EtlError, printable
 from tfrecord_etl.transforms.output import tfrecord
-from tfrecord_etl.transforms.storage import fileio
+from tfrecord_etl.transforms.storage import fileio, gcsaccess
+from tfrecord_etl.transforms.storage.gcsaccess import connect_to_gcs_anonymously  # re-exported
 
 
 def quiet_logs(verbose: bool) -> None:
@@ -265,7 +265,7 @@ def configure_filesystems(beam_argv: list[str], paths=()) -> None:
     """Gives Beam's ``FileSystems`` the pipeline options (``--s3_endpoint_url``, ``--s3_access_key_id``,
     ``--s3_region_name``, GCS project/credentials options, ...) before any file is touched, and checks that the
     gs:// paths among ``beam_argv`` and ``paths`` (a config file's ``input``, ``output_dir``, ...) can be reached
-    (:func:`tfrecord_etl.pipelines.gcsaccess.check`: a few seconds at most, not a 2-minute hang).
+    (:func:`tfrecord_etl.transforms.storage.gcsaccess.check`: a few seconds at most, not a 2-minute hang).
 
     Beam only does this when a ``Pipeline`` is constructed, but the launcher matches, indexes and cleans
     inputs and outputs before that: without it an ``s3://`` path fails with "Must provide one of client or

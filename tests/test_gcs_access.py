@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from tests.conftest import ROOT
-from tfrecord_etl.pipelines import gcsaccess
 from tfrecord_etl.transforms.errors import ConfigError
+from tfrecord_etl.transforms.storage import gcsaccess
 
 HANG_GUARD = 60  # seconds; the command used to take over 120 s here
 
@@ -190,7 +190,7 @@ def test_a_reachable_emulator_passes_and_is_checked_once(monkeypatch):
 def test_beams_own_path_options_are_not_checked():
     """``--temp_location gs://...`` and the like are the runner's (verify and inspect ignore them, the commands never
     read or write them): an offline run that names one must not be refused for it."""
-    from tfrecord_etl.pipelines.gcsaccess import gcs_paths
+    from tfrecord_etl.transforms.storage.gcsaccess import gcs_paths
 
     argv = [
         "--temp_location=gs://b/tmp",
@@ -204,3 +204,63 @@ def test_beams_own_path_options_are_not_checked():
         "--source=gs://b/src",
     ]
     assert gcs_paths(argv) == ["gs://b/x", "gs://b/out", "gs://b/positional", "gs://b/src"]
+
+
+@pytest.mark.parametrize(
+    "value,reason",
+    [("http://[::1", "Invalid IPv6 URL"), ("http://127.0.0.1:70000", "Port out of range 0-65535")],
+    ids=["bracket-unclosed", "port-above-65535"],
+)
+def test_a_malformed_emulator_variable_is_one_line_naming_it(tmp_path, value, reason):
+    """A ValueError traceback of urllib before: the variable and its value, and what to set."""
+    for argv in (["verify", "gs://bucket/out"], ["convert", "--input", "gs://b/x.npy", "--output_dir", "out"]):
+        ran = run(tmp_path, argv, STORAGE_EMULATOR_HOST=value)
+        assert ran.returncode == 2
+        assert error_line(ran) == (
+            f"error: ConfigError: STORAGE_EMULATOR_HOST={value} is not an address for gs:// requests: {reason} "
+            "Hint: set STORAGE_EMULATOR_HOST to http://HOST:PORT (a port of 1-65535; an IPv6 host in brackets, "
+            "http://[::1]:PORT), or unset it"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # HOME is tmp_path: nothing written there either
+
+
+# The reader called from Python, in a fresh process (no probe done yet); the `socket` lines, when given, make every
+# TCP connection of the process fail as an unroutable address does (EHOSTUNREACH), with no packet sent anywhere.
+READ_GS = """
+import errno, socket, sys
+if sys.argv[1] == "unroutable":
+    def no_route(self, address):
+        raise OSError(errno.EHOSTUNREACH, "No route to host")
+    socket.socket.connect = no_route
+from tfrecord_etl import reader
+try:
+    next(iter(reader.iter_numpy("gs://bucket/out")))
+except Exception as e:
+    print(f"{type(e).__name__}: {e}")
+"""
+
+
+@pytest.mark.parametrize("case", ["stopped", "unroutable"])
+def test_the_reader_fails_at_once_when_the_emulator_cannot_be_reached(tmp_path, case):
+    """``reader.iter_numpy("gs://...")`` retried for over two minutes, then a raw RetryError (a stopped emulator),
+    or took the endpoint for a missing bucket (an unroutable one): now the commands' one line, from the same probe."""
+    port = closed_port()
+    env = {k: v for k, v in os.environ.items() if k.upper() not in {"HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY"}}
+    env.update(HOME=str(tmp_path), PYTHONPATH=str(ROOT), STORAGE_EMULATOR_HOST=f"http://127.0.0.1:{port}")
+    ran = subprocess.run(
+        [sys.executable, "-c", READ_GS, case],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+    )
+    reason = {
+        "stopped": "the connection is refused (nothing listens there)",
+        "unroutable": "No route to host",
+    }[case]
+    assert ran.stdout.strip() == (
+        f"ConfigError: Cannot reach the GCS emulator STORAGE_EMULATOR_HOST=http://127.0.0.1:{port} for "
+        f"gs://bucket/out/collection.json: 127.0.0.1:{port}: {reason} Hint: start the emulator there, or set "
+        "STORAGE_EMULATOR_HOST to its address (unset it to use Google Cloud Storage)"
+    ), ran.stdout + ran.stderr[-3000:]

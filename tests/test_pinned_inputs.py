@@ -76,8 +76,9 @@ def test_augment_fails_when_its_input_collection_is_replaced_while_read(
     out = tmp_path / "aug"
     code, _, err = run_augment(coll, out, "--constants", "tag=1", capsys=capsys)
     assert replaced and code == 2
-    assert "InputChangedError: Input shard changed while it was read (" in err and "): run again" in err
-    assert f"file='{coll}/data-0000" in err
+    # the replaced generation's shards are deleted: gone, which the line says (and that a worker may not reach them)
+    assert "InputChangedError: Input shard not found on the worker that reads it, though the run planned it (" in err
+    assert "or the file was deleted or moved since" in err and f"file='{coll}/data-0000" in err
     with pytest.raises(IncompleteOutputError, match="No metadata.json"):  # not committed: no mix of old and new
         reader.iter_numpy(str(out)).__next__()
 
@@ -208,9 +209,15 @@ def test_check_pin_names_what_changed(tmp_path):
         r"was planned\): run again",
     ):
         fileio.check_pin(str(path), pinned)
-    path.unlink()
-    with pytest.raises(InputChangedError, match=r"Input file changed while it was read \(it is gone\)"):
+    path.unlink()  # a worker that does not reach the launcher's files sees the same: both causes are named
+    with pytest.raises(InputChangedError) as e:
         fileio.check_pin(str(path), pinned)
+    assert str(e.value) == (
+        "Input file not found on the worker that reads it, though the run planned it (10 bytes): the worker does "
+        "not reach the launcher's files (another machine, container or mount), or the file was deleted or moved "
+        f"since [file='{path}'] Hint: every worker must reach the same path: use s3:// or gs://, or a mount every "
+        "worker shares at that path; if the file was deleted or moved, restore it, then run the command again"
+    )
 
 
 def test_a_change_seen_by_a_worker_process_is_one_line(tmp_path, capsys, monkeypatch):

@@ -58,8 +58,9 @@ class SourceError(EtlError):
 
 
 class InputChangedError(SourceError):
-    """An input file changed between the run's planning and its read (size, modification time or checksum):
-    the run stops, never dead-letters it, and nothing is committed; running again reads the new version."""
+    """An input file changed between the run's planning and its read (size, modification time or checksum), or a
+    worker does not find it (not on storage every worker reaches, or deleted since): the run stops, never
+    dead-letters it, and nothing is committed; running again reads the new version."""
 
 
 class SchemaError(EtlError):

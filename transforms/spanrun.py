@@ -174,7 +174,8 @@ def _reconvert(cfg, coll: dict, listed, new: list, changed: list, deleted: list)
     span = min(s for _, s in changed)
     entry = max((s for s in coll["spans"] if s["span"] == span), key=lambda s: s["version"] or -1)
     sizes = dict(listed)
-    files = [(r["path"], sizes[r["path"]]) for r in entry["inputs"] if r["path"] in sizes]
+    paths = [fileio.absolute(r["path"]) for r in entry["inputs"]]  # relative in a collection of an earlier version
+    files = [(p, sizes[p]) for p in paths if p in sizes]
     later = sorted({s for _, s in changed} - {span})
     if later or new:
         say(
@@ -202,7 +203,8 @@ def _reconvert(cfg, coll: dict, listed, new: list, changed: list, deleted: list)
 def _plan_incremental(cfg, coll: dict) -> CollectionRun:
     mtimes: dict = {}
     listed = matching.match_inputs(cfg.input, cfg.follow_symlinks, mtimes)
-    ledger = collection.ledger(coll)
+    # a collection converted from a relative --input recorded relative paths: the launcher's paths are absolute now
+    ledger = {fileio.absolute(p): held for p, held in collection.ledger(coll).items()}
     local = fileio.is_local(cfg.input)
     remote_old = [p for p, _ in listed if p in ledger] if not local else []
     versions = dict(zip(remote_old, _versions(remote_old)))

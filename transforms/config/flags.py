@@ -13,6 +13,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pydantic import BaseModel
 
 from tfrecord_etl.transforms.config.beamflags import check_beam_flags, check_local_workers, check_not_a_template
+from tfrecord_etl.transforms.config.localpaths import absolute_paths
 from tfrecord_etl.transforms.config.model import DEFAULT_MAX_LOCAL_WORKERS, ConvertConfig
 from tfrecord_etl.transforms.config.yamlfile import load_yaml, validate
 from tfrecord_etl.transforms.localmode import without_auto
@@ -140,7 +141,9 @@ def parse_args(
     parser: argparse.ArgumentParser | None = None,
 ):
     """Parses our flags and the config file; returns ``(config, beam_argv)``. ``parser``: the command's parser
-    (its flags grouped for ``--help``), else :func:`build_parser`'s.
+    (its flags grouped for ``--help``), else :func:`build_parser`'s. The config's local paths (``--input``,
+    ``--output_dir``, ``--dead_letter_dir``, ``--join_input``, ...) are made absolute against the working directory
+    (:func:`localpaths.absolute_paths`), so a worker that runs elsewhere names the same files.
 
     Every flag that is neither ours nor a registered Beam pipeline option (on the command line or in the
     YAML ``pipeline_options``) is refused, since Beam silently drops what it does not know.
@@ -160,6 +163,7 @@ def parse_args(
         if key != "config" and value is not None:
             values[key] = value
     cfg = validate(model, values, f"config ({known.config})" if known.config else "flags")
+    cfg = absolute_paths(cfg)  # the workers' working directory is not the launcher's
     beam_argv = cfg.beam_argv(beam_argv) if hasattr(cfg, "beam_argv") else beam_argv
 
     beam_argv = without_auto(beam_argv)  # --direct_running_mode auto: ours, resolved after planning

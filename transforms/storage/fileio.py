@@ -2,7 +2,12 @@
 
 Without Apache Beam installed (the reader's install, ``pip install .``) the reads go through
 :mod:`tfrecord_etl.transforms.storage.lightfs` instead (local files, and s3:// and gs:// objects with the same bounded
-reads as below); writing needs Beam."""
+reads as below); writing needs Beam.
+
+A gs:// path is checked before this process's first request to Google Cloud Storage
+(:func:`gcsaccess.check`: one TCP connection, a few seconds at most): an endpoint that cannot be reached is one
+:class:`ConfigError` line at once, not two minutes of the client's retries ending in a ``RetryError``, or a
+connection error read as a missing file."""
 
 from __future__ import annotations
 
@@ -12,8 +17,8 @@ import re
 from typing import BinaryIO
 
 from tfrecord_etl._install import pip_install
-from tfrecord_etl.transforms.errors import InputChangedError, SourceError
-from tfrecord_etl.transforms.storage import lightfs, remote
+from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, SourceError
+from tfrecord_etl.transforms.storage import gcsaccess, lightfs, remote
 from tfrecord_etl.transforms.storage.remote import READ_AHEAD, forget_objects  # noqa: F401 - fileio's names
 
 _RAW = "uncompressed"  # Beam's CompressionTypes.UNCOMPRESSED
@@ -62,6 +67,18 @@ def _needs_beam(what: str):
     return fs
 
 
+def check_reachable(path: str) -> None:
+    """For a gs:// ``path``: that Google Cloud Storage (its emulator, its proxy) can be reached, checked once per
+    process and endpoint (:func:`gcsaccess.check`); nothing for other paths.
+
+    Raises:
+      ConfigError: it cannot be reached, or ``STORAGE_EMULATOR_HOST`` (or the variable naming the endpoint or
+        its proxy) holds no address; one line naming the host, the reason and what to set.
+    """
+    if lightfs.scheme(path).lower() == "gs":
+        gcsaccess.check([path])
+
+
 def escape_glob(path: str) -> str:
     """``path`` with ``*``, ``?``, ``[`` and ``]`` made literal for Beam's ``FileSystems.match``."""
     return _GLOB_CHARS.sub(r"[\1]", path)
@@ -75,7 +92,7 @@ def match(pattern: str) -> list[tuple[str, int]]:
     """
     try:
         results = find(pattern)
-    except ImportError:
+    except (ImportError, ConfigError):
         raise
     except Exception as e:  # Beam raises BeamIOError for an unmatched pattern on some filesystems
         raise SourceError(
@@ -97,7 +114,9 @@ def match(pattern: str) -> list[tuple[str, int]]:
 def find(pattern: str) -> list[tuple[str, int]]:
     """``(path, size in bytes)`` of what ``pattern`` matches, as the filesystem lists it (unsorted; ``[]`` when
     nothing matches). Errors of the filesystem propagate (Beam's ``BeamIOError`` for an unmatched pattern on some
-    filesystems); :func:`match` is the checked form."""
+    filesystems); :func:`match` is the checked form. ConfigError: a gs:// endpoint that cannot be reached
+    (:func:`check_reachable`)."""
+    check_reachable(pattern)
     fs = _beam_filesystems()
     if fs is None:
         return lightfs.match(pattern)
@@ -114,6 +133,17 @@ def is_dir(path: str) -> bool:
 def is_local(path: str) -> bool:
     """Whether ``path`` is a local path: no ``scheme://`` prefix (Beam's ``LocalFileSystem`` takes those)."""
     return not lightfs.scheme(path)
+
+
+def absolute(path: str) -> str:
+    """``path`` made absolute against the working directory when it is local and relative (``data/*.h5`` ->
+    ``/home/me/data/*.h5``; ``..`` and ``.`` resolved lexically, a trailing ``/`` kept, glob characters and span
+    placeholders left as they are); an absolute path, an empty one and a ``scheme://`` URL as given. What the
+    launcher does to the paths it is given, so that a worker running in another directory names the same files."""
+    if not path or not is_local(path) or os.path.isabs(path):
+        return path
+    resolved = os.path.normpath(os.path.join(os.getcwd(), path))
+    return resolved + "/" if path.endswith(("/", os.sep)) and not resolved.endswith("/") else resolved
 
 
 def _opener(path: str):
@@ -152,7 +182,13 @@ def _range_reader(path: str):
 
 
 def open_read(path: str) -> BinaryIO:
-    """A seekable binary stream over ``path``, uncompressed whatever its suffix."""
+    """A seekable binary stream over ``path``, uncompressed whatever its suffix.
+
+    Raises:
+      SourceError: it cannot be opened. ConfigError: a gs:// endpoint that cannot be reached
+        (:func:`check_reachable`).
+    """
+    check_reachable(path)
     try:
         stream = _range_reader(path)
         if stream is None and is_local(path):
@@ -166,6 +202,7 @@ def open_read(path: str) -> BinaryIO:
 
 def open_write(path: str) -> BinaryIO:
     """A binary stream that creates (or truncates) ``path``; local parent directories are created."""
+    check_reachable(path)
     return _needs_beam(f"Writing {path}").create(path, compression_type=_RAW)
 
 
@@ -177,6 +214,7 @@ def _path_fs(path: str):
 
 
 def exists(path: str) -> bool:
+    check_reachable(path)  # an unreachable endpoint is not a missing file
     return _path_fs(path).exists(path)
 
 
@@ -247,8 +285,10 @@ def size(path: str) -> int:
     """Size in bytes of the file ``path``, taken literally (a ``[`` in the path is not a glob).
 
     Raises:
-      SourceError: the file does not exist.
+      SourceError: the file does not exist. ConfigError: a gs:// endpoint that cannot be reached
+        (:func:`check_reachable`).
     """
+    check_reachable(path)
     try:
         if is_local(path):
             return os.path.getsize(path)
@@ -282,8 +322,12 @@ def pin(path: str, known_size: int | None = None) -> tuple[int, int | None]:
 
 def check_pin(path: str, pinned: tuple[int, int | None], what: str = "Input file") -> None:
     """Raises InputChangedError (``<what> changed while it was read (...): run again``, naming the file) when
-    ``path`` is gone or differs from ``pinned`` (:func:`pin`): in size, or for a local file in its modification
-    time (``st_mtime_ns``: a rewrite of the same size). A remote object is compared by size only."""
+    ``path`` differs from ``pinned`` (:func:`pin`): in size, or for a local file in its modification time
+    (``st_mtime_ns``: a rewrite of the same size), or is gone. A remote object is compared by size only.
+
+    A local file that is not there names both causes: a worker that does not reach the launcher's files (another
+    machine, container or mount) or a file deleted or moved since the run was planned; every worker must reach the
+    same path (s3://, gs://, a shared mount)."""
     planned_size, planned_mtime = pinned
     try:
         if planned_mtime is not None:
@@ -295,6 +339,15 @@ def check_pin(path: str, pinned: tuple[int, int | None], what: str = "Input file
         now = None
     if now == (planned_size, planned_mtime):
         return
+    if now is None and planned_mtime is not None:
+        raise InputChangedError(
+            f"{what} not found on the worker that reads it, though the run planned it ({planned_size} bytes): "
+            "the worker does not reach the launcher's files (another machine, container or mount), or the file "
+            "was deleted or moved since",
+            file=path,
+            hint="every worker must reach the same path: use s3:// or gs://, or a mount every worker shares at "
+            "that path; if the file was deleted or moved, restore it, then run the command again",
+        )
     detail = (
         "it is gone"
         if now is None

@@ -1,4 +1,4 @@
-"""Before a command touches ``gs://``: can this machine reach Google Cloud Storage, and with which credentials.
+"""Before anything touches ``gs://``: can this machine reach Google Cloud Storage, and with which credentials.
 
 Without this check a ``gs://`` path on a machine with no network (or a stopped emulator) hangs for over two minutes
 before any message: Beam's search for Application Default Credentials retries for about 20 s
@@ -8,10 +8,17 @@ connection to the first hop (the endpoint google-cloud-storage will use, or the 
 by :data:`CONNECT_TIMEOUT`, decide it before any request: unreachable is a one-line :class:`ConfigError` naming the
 host, the reason, whether credentials were found, and the variable or flag to set.
 
+Who asks: the commands, for every gs:// path of their flags and config file, before they plan
+(``common.configure_filesystems``), and :mod:`fileio` before its first request to a gs:// path in any process (the
+reader called from Python, a worker), so a library call fails as fast, and as plainly, as a command. A first hop
+is checked once per process.
+
 The endpoint, as google-cloud-storage chooses it (``google/cloud/storage/client.py``): ``API_ENDPOINT_OVERRIDE``,
 else ``STORAGE_EMULATOR_HOST`` (an emulator; no credentials), else ``https://storage.googleapis.com``; the proxy as
-requests chooses it (``HTTPS_PROXY`` / ``HTTP_PROXY`` unless ``NO_PROXY`` names the host). Standard library only
-(the reader's install runs verify and inspect through this too).
+requests chooses it (``HTTPS_PROXY`` / ``HTTP_PROXY`` unless ``NO_PROXY`` names the host). A variable whose value is
+no address (``http://[::1``, a port above 65535) is a one-line :class:`ConfigError` naming it, where it was a
+``ValueError`` traceback of whichever library parsed it first. Standard library only (the reader's install runs
+verify and inspect through this too).
 """
 
 from __future__ import annotations
@@ -86,16 +93,47 @@ def endpoint() -> tuple[str, str | None]:
     return DEFAULT_ENDPOINT, None
 
 
-def first_hop(url: str) -> tuple[str, int, str | None]:
+def address(url: str, variable: str | None = None) -> tuple[str, str, int | None]:
+    """``(scheme, host, port or None)`` of ``url``; ``variable``: the environment variable it came from, named in
+    the error.
+
+    Raises:
+      ConfigError: ``url`` is no address (``http://[::1``, a port above 65535, no host), naming the variable and
+        its value.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+        if not parts.hostname:
+            raise ValueError("no host name")
+    except ValueError as e:
+        where = f"{variable}={os.environ.get(variable, url)}" if variable else url
+        raise ConfigError(
+            f"{where} is not an address for gs:// requests: {e}",
+            hint=f"set {variable or 'it'} to http://HOST:PORT (a port of 1-65535; an IPv6 host in brackets, "
+            f"http://[::1]:PORT)" + (", or unset it" if variable else ""),
+        ) from None
+    return parts.scheme or "https", parts.hostname, port
+
+
+def first_hop(url: str, variable: str | None = None) -> tuple[str, int, str | None]:
     """``(host, port, proxy variable)`` of the first TCP connection a request to ``url`` makes: the proxy's when
-    the environment sets one for its scheme and does not exempt the host, else the endpoint's own."""
-    parts = urllib.parse.urlsplit(url)
-    host, scheme = parts.hostname or "", parts.scheme or "https"
-    port = parts.port or (443 if scheme == "https" else 80)
+    the environment sets one for its scheme and does not exempt the host, else the endpoint's own. ``variable``:
+    the environment variable that named ``url`` (for the error).
+
+    Raises:
+      ConfigError: ``url`` or the proxy's address is malformed (:func:`address`).
+    """
+    scheme, host, port = address(url, variable)
+    port = port or (443 if scheme == "https" else 80)
     proxy = urllib.request.getproxies().get(scheme)
     if proxy and not urllib.request.proxy_bypass(host):
-        p = urllib.parse.urlsplit(proxy if "://" in proxy else "http://" + proxy)
-        return p.hostname or "", p.port or 80, f"{scheme.upper()}_PROXY={proxy}"
+        name = next(
+            (v for v in (f"{scheme.upper()}_PROXY", f"{scheme}_proxy", "ALL_PROXY", "all_proxy") if os.environ.get(v)),
+            f"{scheme.upper()}_PROXY",
+        )
+        _, proxy_host, proxy_port = address(proxy if "://" in proxy else "http://" + proxy, name)
+        return proxy_host, proxy_port or 80, f"{scheme.upper()}_PROXY={proxy}"
     return host, port, None
 
 
@@ -153,15 +191,17 @@ def check(paths, argv=()) -> None:
     any); ``argv``: the command's flags (``--no_auth``).
 
     Raises:
-      ConfigError: the endpoint (or its proxy) cannot be connected to within :data:`CONNECT_TIMEOUT` seconds;
-        the line names the first path, the host and the reason, whether credentials were found, and what to set
-        (``STORAGE_EMULATOR_HOST``, ``HTTPS_PROXY``, ``GOOGLE_APPLICATION_CREDENTIALS``, ``--no_auth``).
+      ConfigError: the endpoint (or its proxy) cannot be connected to within :data:`CONNECT_TIMEOUT` seconds
+        (refused, no answer, no route, a name that does not resolve); the line names the first path, the host and
+        the reason, whether credentials were found, and what to set (``STORAGE_EMULATOR_HOST``, ``HTTPS_PROXY``,
+        ``GOOGLE_APPLICATION_CREDENTIALS``, ``--no_auth``). Or the variable naming the endpoint or the proxy holds
+        no address (:func:`address`).
     """
     paths = list(paths)
     if not paths:
         return
     url, var = endpoint()
-    host, port, proxy = first_hop(url)
+    host, port, proxy = first_hop(url, var)
     if (host, port) in _REACHED:
         return
     reason = unreachable(host, port)
