@@ -202,7 +202,9 @@ def get(
 ) -> dict[str, np.ndarray]:
     """Example ``i`` (global index, in shard order; of ``split`` when given; across the ``spans`` of a collection)
     of an output directory as ``{name: np.ndarray}``: one seek and one read (see :class:`RandomAccess`; keep one
-    of those for many reads, it caches the offsets), after the shard's identity check (:func:`check_shard`)."""
+    of those for many reads, it caches the offsets), after the shard's identity check (:func:`check_shard`).
+    ``i``: an ``int`` or a NumPy integer, negative from the end; TypeError for anything else (a float is never
+    truncated), IndexError outside ``[-len, len)``, as ``RandomAccess.__getitem__``."""
     return RandomAccess(
         output_dir, features, split=split, check_checksums=check_checksums, spans=spans, trust_spans=trust_spans
     )[i]
