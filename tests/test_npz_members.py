@@ -214,3 +214,50 @@ def test_members_of_different_fields_in_arrays_mode_are_refused_naming_both(tmp_
     ) as e:
         plan_inputs(str(tmp_path / "in.npz"), SourceOptions(formats=(NumpyOptions(npz_mode="arrays"),)))
     assert "in.npz" in str(e.value)
+
+ARRAYS_READERS = (
+    "read with reader.iter_numpy or reader.RandomAccess (each member's own shape and dtype); "
+    "reader.to_tf_dataset needs one dtype per feature, and fixed shapes to batch"
+)
+
+
+def test_members_of_different_shapes_hint_arrays_mode_and_the_readers_that_read_it(tmp_path, tf):
+    src = tmp_path / "in.npz"
+    a, b = np.arange(6, dtype=np.float32).reshape(3, 2), np.arange(5, dtype=np.float32) + 0.5
+    np.savez(src, a=a, b=b)
+    with pytest.raises(SchemaError) as e:
+        plan_inputs(str(src), SourceOptions())
+    assert str(e.value) == (
+        f"Members have different leading lengths ({{'a': 3, 'b': 5}}): rows mode takes row i of every member "
+        f"[file='{src}'] Hint: use --npz_mode arrays (each member -> one Example), {ARRAYS_READERS}"
+    )
+    ok(src, tmp_path / "out", "--npz_mode", "arrays")
+    out = str(tmp_path / "out")
+    for rows in (list(reader.iter_numpy(out)), reader.RandomAccess(out).__getitems__([0, 1])):
+        assert [np.asarray(r["key"]).item() for r in rows] == [b"a", b"b"]
+        assert all(r["array"].dtype == np.float32 for r in rows)
+        np.testing.assert_array_equal(rows[0]["array"], a)
+        np.testing.assert_array_equal(rows[1]["array"], b)
+    with pytest.raises(SchemaError) as e:
+        reader.to_tf_dataset(out, batch_size=2)
+    assert str(e.value) == (
+        f"Cannot batch: the shape of ['array'] varies between examples (tf.data batches fixed shapes only) "
+        f"[file='{out}'] Hint: read batches with reader.iter_numpy(batch_size=N) or reader.RandomAccess (each "
+        "example's array in an object array), pass batch_size=None (and batch them yourself, e.g. with "
+        "ds.ragged_batch), or select fixed features with features=[...]"
+    )
+
+
+def test_members_of_different_dtypes_in_arrays_mode_name_both_numpy_readers(tmp_path):
+    src = tmp_path / "in.npz"
+    np.savez(src, a=np.arange(4, dtype=np.int16), b=np.arange(3.0))
+    ok(src, tmp_path / "out", "--npz_mode", "arrays")
+    out = str(tmp_path / "out")
+    batch = reader.RandomAccess(out).batch([1, 0])
+    assert [v.dtype.name for v in batch["array"]] == ["float64", "int16"]
+    with pytest.raises(SchemaError) as e:
+        reader.to_tf_dataset(out)
+    assert e.value.hint == (
+        "read them with reader.iter_numpy or reader.RandomAccess (each example's own dtype and shape), or leave "
+        "them out with features=['key']"
+    )

@@ -177,9 +177,10 @@ def to_tf_dataset(
     Raises:
       IncompleteOutputError: no metadata.json (``trust_spans``: see :func:`iter_numpy`). SchemaError:
         ``schema.pbtxt`` disagrees with ``metadata.json``; a feature whose dtype varies between examples
-        (npz ``arrays`` mode over members of several dtypes: read it with :func:`iter_numpy`, or leave it out
-        with ``features``); ``batch_size`` with features whose shape varies between examples (tf.data could
-        not stack them: batch those yourself, e.g. with ``ds.ragged_batch``, or pass ``features``).
+        (npz ``arrays`` mode over members of several dtypes: read it with :func:`iter_numpy` or
+        :class:`RandomAccess`, or leave it out with ``features``); ``batch_size`` with features whose shape varies
+        between examples (tf.data could not stack them: read batches with ``iter_numpy(batch_size=N)`` or
+        :class:`RandomAccess`, batch those yourself, e.g. with ``ds.ragged_batch``, or pass ``features``).
       RecordError: a shard whose size or CRC32C is not the one metadata.json lists (naming the shard). While
         iterating, a shard whose record count differs from the metadata's (changed after the checks) fails with
         ``tf.errors.FailedPreconditionError``.

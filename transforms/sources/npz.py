@@ -62,6 +62,12 @@ class _OpenArchive:
         self.stream.close()
 
 
+#: who reads an ``--npz_mode arrays`` output of members of different shapes or dtypes (said in the hint that
+#: proposes it)
+ARRAYS_READERS = (
+    "read with reader.iter_numpy or reader.RandomAccess (each member's own shape and dtype); "
+    "reader.to_tf_dataset needs one dtype per feature, and fixed shapes to batch"
+)
 MAX_COLUMN_STREAMS = 256  # Fortran-order compressed members: one decompressor per column up to this many
 
 
@@ -230,9 +236,9 @@ class NpzSource(Source):
         check_names(specs, path)
         if len(set(lengths.values())) > 1:
             raise SchemaError(
-                f"Members have different leading lengths ({lengths})",
+                f"Members have different leading lengths ({lengths}): rows mode takes row i of every member",
                 file=path,
-                hint="use --npz_mode arrays (each member -> one Example)",
+                hint=f"use --npz_mode arrays (each member -> one Example), {ARRAYS_READERS}",
             )
         num_rows = next(iter(lengths.values()))
         check_empty_rows(
