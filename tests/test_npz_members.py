@@ -215,6 +215,39 @@ def test_members_of_different_fields_in_arrays_mode_are_refused_naming_both(tmp_
         plan_inputs(str(tmp_path / "in.npz"), SourceOptions(formats=(NumpyOptions(npz_mode="arrays"),)))
     assert "in.npz" in str(e.value)
 
+def npy_bytes(a: np.ndarray) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("order", [("x.npy", "x"), ("x", "x.npy")])
+def test_members_x_npy_and_x_are_refused_naming_both_by_convert_and_verify(tmp_path, capsys, order):
+    """np.load names both 'x' (and reads 'x'): converting 'x.npy' would drop 'x' without a word."""
+    from tfrecord_etl.pipelines import verify
+
+    src = tmp_path / "twin.npz"
+    values = {"x.npy": np.arange(3), "x": np.arange(3) * 10}
+    with zipfile.ZipFile(src, "w") as z:
+        for name in order:
+            z.writestr(name, npy_bytes(values[name]))
+    assert np.load(src).files == ["x", "x"]
+    line = (
+        "SourceError: The archive holds members 'x.npy' and 'x', both 'x' to np.load (which reads 'x'): "
+        f"converting 'x.npy' would hide 'x' [file='{src}', member='x'] Hint: rewrite the archive with distinct "
+        "member names (np.savez writes 'x.npy' for x=...)"
+    )
+    code, _, err = convert(src, tmp_path / "out", capsys=capsys)
+    assert code == 2 and err.strip() == f"error: {line}"
+    assert not (tmp_path / "out" / "metadata.json").exists()
+    np.savez(tmp_path / "x.npz", x=np.arange(3))  # an output of the values convert took from 'x.npy'
+    ok(tmp_path / "x.npz", tmp_path / "x_out")
+    code, out, err = run_command(verify.main, [str(tmp_path / "x_out"), "--source", str(src)], capsys)
+    assert code != 0 and line in out + err and "OK" not in out
+
+
 ARRAYS_READERS = (
     "read with reader.iter_numpy or reader.RandomAccess (each member's own shape and dtype); "
     "reader.to_tf_dataset needs one dtype per feature, and fixed shapes to batch"

@@ -111,7 +111,20 @@ class NpzSource(Source):
             raise SourceError(f"Not a valid .npz (zip) archive: {e}", file=path) from None
 
     def _members(self, zf, path) -> list[str]:
-        names = [n for n in zf.namelist() if n.endswith(".npy")]
+        """The ``.npy`` members to read (``--datasets``, ``--exclude_datasets``); SourceError for two members that
+        are one name to ``np.load``: a repeated name, or ``x.npy`` beside ``x``."""
+        everything = zf.namelist()
+        names = [n for n in everything if n.endswith(".npy")]
+        twins = sorted({n[:-4] for n in names} & set(everything))
+        if twins:
+            x = twins[0]
+            raise SourceError(
+                f"The archive holds members '{x}.npy' and '{x}', both '{x}' to np.load (which reads '{x}'): "
+                f"converting '{x}.npy' would hide '{x}'",
+                file=path,
+                member=x,
+                hint=f"rewrite the archive with distinct member names (np.savez writes '{x}.npy' for {x}=...)",
+            )
         seen = set()
         for n in names:
             if n in seen:
