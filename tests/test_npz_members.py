@@ -215,6 +215,42 @@ def test_members_of_different_fields_in_arrays_mode_are_refused_naming_both(tmp_
         plan_inputs(str(tmp_path / "in.npz"), SourceOptions(formats=(NumpyOptions(npz_mode="arrays"),)))
     assert "in.npz" in str(e.value)
 
+
+def comma_archive(path) -> None:
+    np.savez(path, **{"a,b": np.arange(3) * 10, "c": np.arange(3)})
+
+
+@pytest.mark.parametrize("flag", ["--datasets", "--exclude_datasets"])
+def test_a_member_name_with_a_comma_is_refused_saying_why_and_named_in_a_yaml_list(tmp_path, capsys, flag):
+    src = tmp_path / "in.npz"
+    comma_archive(src)
+    code, _, err = convert(src, tmp_path / "out", flag, "a,b", capsys=capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    key = flag[2:]
+    assert err.strip() == (
+        f"error: SourceError: No member named 'a' ({flag}); the archive's members: 'a,b', c; 'a' is part of the "
+        f"member 'a,b', whose name holds a comma, and {flag} splits its value at commas [file='{src}'] "
+        f"Hint: name it in a YAML file passed with --config, as a list, which is not split: {key}: ['a,b']"
+    )
+    (tmp_path / "run.yaml").write_text(f"{key}: ['a,b']\n")  # the way the hint gives
+    ok(src, tmp_path / "yaml", "--config", tmp_path / "run.yaml")
+    got = list(reader.iter_numpy(str(tmp_path / "yaml")))
+    kept = "a,b" if flag == "--datasets" else "c"
+    assert [sorted(r) for r in got] == [[kept]] * 3
+    assert [int(r[kept]) for r in got] == ([0, 10, 20] if kept == "a,b" else [0, 1, 2])
+    verified(tmp_path / "yaml", src)
+
+
+def test_a_typo_beside_a_member_with_a_comma_keeps_the_plain_message(tmp_path, capsys):
+    src = tmp_path / "in.npz"
+    comma_archive(src)
+    code, _, err = convert(src, tmp_path / "out", "--datasets", "nope", capsys=capsys)
+    assert code == 2 and err.strip() == (
+        f"error: SourceError: No member named 'nope' (--datasets); the archive's members: 'a,b', c "
+        f"[file='{src}'] Hint: pass member names as listed, without .npy"
+    )
+
+
 def npy_bytes(a: np.ndarray) -> bytes:
     import io
 
