@@ -214,3 +214,119 @@ def test_members_of_different_fields_in_arrays_mode_are_refused_naming_both(tmp_
     ) as e:
         plan_inputs(str(tmp_path / "in.npz"), SourceOptions(formats=(NumpyOptions(npz_mode="arrays"),)))
     assert "in.npz" in str(e.value)
+
+
+def comma_archive(path) -> None:
+    np.savez(path, **{"a,b": np.arange(3) * 10, "c": np.arange(3)})
+
+
+@pytest.mark.parametrize("flag", ["--datasets", "--exclude_datasets"])
+def test_a_member_name_with_a_comma_is_refused_saying_why_and_named_in_a_yaml_list(tmp_path, capsys, flag):
+    src = tmp_path / "in.npz"
+    comma_archive(src)
+    code, _, err = convert(src, tmp_path / "out", flag, "a,b", capsys=capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    key = flag[2:]
+    assert err.strip() == (
+        f"error: SourceError: No member named 'a' ({flag}); the archive's members: 'a,b', c; 'a' is part of the "
+        f"member 'a,b', whose name holds a comma, and {flag} splits its value at commas [file='{src}'] "
+        f"Hint: name it in a YAML file passed with --config, as a list, which is not split: {key}: ['a,b']"
+    )
+    (tmp_path / "run.yaml").write_text(f"{key}: ['a,b']\n")  # the way the hint gives
+    ok(src, tmp_path / "yaml", "--config", tmp_path / "run.yaml")
+    got = list(reader.iter_numpy(str(tmp_path / "yaml")))
+    kept = "a,b" if flag == "--datasets" else "c"
+    assert [sorted(r) for r in got] == [[kept]] * 3
+    assert [int(r[kept]) for r in got] == ([0, 10, 20] if kept == "a,b" else [0, 1, 2])
+    verified(tmp_path / "yaml", src)
+
+
+def test_a_typo_beside_a_member_with_a_comma_keeps_the_plain_message(tmp_path, capsys):
+    src = tmp_path / "in.npz"
+    comma_archive(src)
+    code, _, err = convert(src, tmp_path / "out", "--datasets", "nope", capsys=capsys)
+    assert code == 2 and err.strip() == (
+        f"error: SourceError: No member named 'nope' (--datasets); the archive's members: 'a,b', c "
+        f"[file='{src}'] Hint: pass member names as listed, without .npy"
+    )
+
+
+def npy_bytes(a: np.ndarray) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("order", [("x.npy", "x"), ("x", "x.npy")])
+def test_members_x_npy_and_x_are_refused_naming_both_by_convert_and_verify(tmp_path, capsys, order):
+    """np.load names both 'x' (and reads 'x'): converting 'x.npy' would drop 'x' without a word."""
+    from tfrecord_etl.pipelines import verify
+
+    src = tmp_path / "twin.npz"
+    values = {"x.npy": np.arange(3), "x": np.arange(3) * 10}
+    with zipfile.ZipFile(src, "w") as z:
+        for name in order:
+            z.writestr(name, npy_bytes(values[name]))
+    assert np.load(src).files == ["x", "x"]
+    line = (
+        "SourceError: The archive holds members 'x.npy' and 'x', both 'x' to np.load (which reads 'x'): "
+        f"converting 'x.npy' would hide 'x' [file='{src}', member='x'] Hint: rewrite the archive with distinct "
+        "member names (np.savez writes 'x.npy' for x=...)"
+    )
+    code, _, err = convert(src, tmp_path / "out", capsys=capsys)
+    assert code == 2 and err.strip() == f"error: {line}"
+    assert not (tmp_path / "out" / "metadata.json").exists()
+    np.savez(tmp_path / "x.npz", x=np.arange(3))  # an output of the values convert took from 'x.npy'
+    ok(tmp_path / "x.npz", tmp_path / "x_out")
+    code, out, err = run_command(verify.main, [str(tmp_path / "x_out"), "--source", str(src)], capsys)
+    assert code != 0 and line in out + err and "OK" not in out
+
+
+ARRAYS_READERS = (
+    "read with reader.iter_numpy or reader.RandomAccess (each member's own shape and dtype); "
+    "reader.to_tf_dataset needs one dtype per feature, and fixed shapes to batch"
+)
+
+
+def test_members_of_different_shapes_hint_arrays_mode_and_the_readers_that_read_it(tmp_path, tf):
+    src = tmp_path / "in.npz"
+    a, b = np.arange(6, dtype=np.float32).reshape(3, 2), np.arange(5, dtype=np.float32) + 0.5
+    np.savez(src, a=a, b=b)
+    with pytest.raises(SchemaError) as e:
+        plan_inputs(str(src), SourceOptions())
+    assert str(e.value) == (
+        f"Members have different leading lengths ({{'a': 3, 'b': 5}}): rows mode takes row i of every member "
+        f"[file='{src}'] Hint: use --npz_mode arrays (each member -> one Example), {ARRAYS_READERS}"
+    )
+    ok(src, tmp_path / "out", "--npz_mode", "arrays")
+    out = str(tmp_path / "out")
+    for rows in (list(reader.iter_numpy(out)), reader.RandomAccess(out).__getitems__([0, 1])):
+        assert [np.asarray(r["key"]).item() for r in rows] == [b"a", b"b"]
+        assert all(r["array"].dtype == np.float32 for r in rows)
+        np.testing.assert_array_equal(rows[0]["array"], a)
+        np.testing.assert_array_equal(rows[1]["array"], b)
+    with pytest.raises(SchemaError) as e:
+        reader.to_tf_dataset(out, batch_size=2)
+    assert str(e.value) == (
+        f"Cannot batch: the shape of ['array'] varies between examples (tf.data batches fixed shapes only) "
+        f"[file='{out}'] Hint: read batches with reader.iter_numpy(batch_size=N) or reader.RandomAccess (each "
+        "example's array in an object array), pass batch_size=None (and batch them yourself, e.g. with "
+        "ds.ragged_batch), or select fixed features with features=[...]"
+    )
+
+
+def test_members_of_different_dtypes_in_arrays_mode_name_both_numpy_readers(tmp_path):
+    src = tmp_path / "in.npz"
+    np.savez(src, a=np.arange(4, dtype=np.int16), b=np.arange(3.0))
+    ok(src, tmp_path / "out", "--npz_mode", "arrays")
+    out = str(tmp_path / "out")
+    batch = reader.RandomAccess(out).batch([1, 0])
+    assert [v.dtype.name for v in batch["array"]] == ["float64", "int16"]
+    with pytest.raises(SchemaError) as e:
+        reader.to_tf_dataset(out)
+    assert e.value.hint == (
+        "read them with reader.iter_numpy or reader.RandomAccess (each example's own dtype and shape), or leave "
+        "them out with features=['key']"
+    )

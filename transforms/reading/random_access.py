@@ -16,6 +16,7 @@ from tfrecord_etl.transforms.codec.block import BlockDecoder, ragged, stack
 from tfrecord_etl.transforms.errors import ConfigError, RecordError
 from tfrecord_etl.transforms.output import metadata, tfrecord
 from tfrecord_etl.transforms.reading import collection_reader, shardcheck
+from tfrecord_etl.transforms.reading.indices import is_many, many_indices, one_index
 from tfrecord_etl.transforms.reading.torch_io import python_scalars
 from tfrecord_etl.transforms.storage import fileio
 
@@ -53,7 +54,9 @@ class RandomAccess:
       IncompleteOutputError: no metadata.json; a span not the one collection.json lists (unless ``trust_spans``).
       SchemaError: ``schema.pbtxt`` disagrees with ``metadata.json``.
       ConfigError: compressed shards (offsets index the uncompressed stream: re-convert with
-      ``--compression none``). IndexError: ``i`` outside ``[-len, len)``.
+      ``--compression none``). IndexError: ``i`` outside ``[-len, len)``, a boolean mask not of ``len`` values.
+      TypeError: an index that is not an integer (a float, a bool, a string), indices of 2 or more dimensions
+      (see :meth:`__getitem__`: what an index may be).
       RecordError: a shard that is not the one metadata.json lists, an index file that does not match its
       shard, or a corrupt record (file, record, offset).
     """
@@ -133,21 +136,13 @@ class RandomAccess:
         return self._len
 
     def _locate(self, i: int) -> tuple[int, int]:
-        n = self._len
-        if not -n <= i < n:
-            raise IndexError(f"record {i} of an output of {n} records")
-        i %= n
+        i = one_index(i, self._len)
         shard = bisect.bisect_right(self._ends_list, i)
         return shard, i - (self._ends_list[shard - 1] if shard else 0)
 
-    def _locate_all(self, indices) -> tuple[np.ndarray, np.ndarray]:
-        """(shards, records within them) of global ``indices``, vectorized; IndexError for the first outside."""
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        n = self._len
-        outside = np.flatnonzero((idx < -n) | (idx >= n))
-        if outside.size:
-            raise IndexError(f"record {int(idx[outside[0]])} of an output of {n} records")
-        idx = idx % n if n else idx
+    def _locate_all(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(shards, records within them) of global records ``idx`` (``int64``, each in ``[0, len)``: checked by
+        :func:`indices.many_indices`), vectorized."""
         shards = np.searchsorted(self._ends, idx, side="right")
         starts = np.concatenate(([0], self._ends))[shards]
         return shards, idx - starts
@@ -253,9 +248,21 @@ class RandomAccess:
     def __getitem__(self, i) -> dict[str, np.ndarray]:
         """Example ``i`` as :func:`reader.iter_numpy` yields it, except scalar strings: Python ``bytes`` (``S``,
         ``bytes`` features) or ``str`` (``U``), the values PyTorch's ``default_collate`` batches
-        (``torch_io.python_scalars``; :func:`reader.get` too). ``i`` a list or 1-D array of indices: their
-        :meth:`batch` (what a ``DataLoader`` with ``batch_size=None`` and a ``BatchSampler`` asks for)."""
-        if isinstance(i, (list, tuple, np.ndarray)):
+        (``torch_io.python_scalars``; :func:`reader.get` too).
+
+        ``i``: a Python ``int`` or a NumPy integer of any width (a 0-d integer array too), negative from the end as
+        in a list. Several records: a list, tuple, ``range`` or 1-D array of integers, a slice (``ra[1:4]``: the
+        records a list would give) or a boolean mask of ``len(ra)`` values give their :meth:`batch` (what a
+        ``DataLoader`` with ``batch_size=None`` and a ``BatchSampler`` asks for); see :mod:`reading.indices`.
+
+        Raises:
+          TypeError: an index that is not an integer (a float is never truncated, ``1.9`` is not record 1; a bool,
+            a string, None) or indices of 2 or more dimensions; the message names it and what to pass.
+          IndexError: an index outside ``[-len, len)`` (whatever its dtype: a ``uint64`` of ``2**63`` is not
+            wrapped around), or a boolean mask of another length than ``len(ra)``.
+          RecordError: as :meth:`record`, or a record that does not decode.
+        """
+        if is_many(i):
             return self.batch(i)
         k, j = self._locate(i)
         record = self._record(k, j)
@@ -264,16 +271,23 @@ class RandomAccess:
         except RecordError as e:
             raise self._decode_error(e, k, j) from None
 
-    def batch(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
+    def batch(self, indices: Sequence[int] | np.ndarray | slice) -> dict[str, np.ndarray]:
         """``{name: array of len(indices) rows}``, row ``r`` being example ``indices[r]`` (as ``iter_numpy(...,
         batch_size=...)`` batches: fixed features stacked, features whose shape varies as object arrays of rows).
+        ``indices``: a list, tuple, ``range`` or 1-D array of integers (negative from the end), a slice, or a
+        boolean mask of ``len(ra)`` values (the records where it is True, in order), checked before anything is
+        read (:func:`indices.many_indices`).
         One positional read per record; the frames are checked together (records of one length share a length
         header: one CRC of it; a data CRC per record) and decoded a block per record length.
 
         Raises:
-          IndexError, RecordError: as :meth:`__getitem__`.
+          TypeError, IndexError, RecordError: as :meth:`__getitem__` (an index's position in ``indices`` named).
         """
-        shards, within = self._locate_all(indices)
+        return self._batch(many_indices(indices, self._len))
+
+    def _batch(self, idx: np.ndarray) -> dict[str, np.ndarray]:
+        """:meth:`batch` of checked records ``idx`` (``int64`` in ``[0, len)``)."""
+        shards, within = self._locate_all(idx)
         count = len(shards)
         offsets, frames = self._frames_at(shards, within)
         fds = {k: (self._fd(k) if self._local[k] else None) for k in np.unique(shards).tolist()}
@@ -364,10 +378,16 @@ class RandomAccess:
             tfrecord.unframe(part[first], self._paths[int(shards[first])], int(within[first]), int(offsets[first]))
         return block
 
-    def __getitems__(self, indices: Sequence[int]) -> list[dict]:
-        """The examples ``indices`` as a list of :meth:`__getitem__`'s dicts, decoded together (:meth:`batch`):
-        PyTorch 2.x's ``DataLoader`` fetches a batch with it (then ``collate_fn`` stacks the list)."""
-        batch = self.batch(indices)
+    def __getitems__(self, indices: Sequence[int] | np.ndarray | slice) -> list[dict]:
+        """The examples ``indices`` (as :meth:`batch` takes them) as a list of :meth:`__getitem__`'s dicts,
+        decoded together (:meth:`batch`): PyTorch 2.x's ``DataLoader`` fetches a batch with it (then
+        ``collate_fn`` stacks the list).
+
+        Raises:
+          TypeError, IndexError, RecordError: as :meth:`batch`.
+        """
+        idx = many_indices(indices, self._len)
+        batch = self._batch(idx)
         columns = []
         for spec in self._specs:
             arr = batch[spec.name]
@@ -384,7 +404,7 @@ class RandomAccess:
         return (
             [dict(zip(names, row)) for row in zip(*(values for _, values in columns))]
             if columns
-            else [{} for _ in range(len(indices))]
+            else [{} for _ in range(len(idx))]
         )
 
 

@@ -179,9 +179,10 @@ def to_tf_dataset(
     Raises:
       IncompleteOutputError: no metadata.json (``trust_spans``: see :func:`iter_numpy`). SchemaError:
         ``schema.pbtxt`` disagrees with ``metadata.json``; a feature whose dtype varies between examples
-        (npz ``arrays`` mode over members of several dtypes: read it with :func:`iter_numpy`, or leave it out
-        with ``features``); ``batch_size`` with features whose shape varies between examples (tf.data could
-        not stack them: batch those yourself, e.g. with ``ds.ragged_batch``, or pass ``features``).
+        (npz ``arrays`` mode over members of several dtypes: read it with :func:`iter_numpy` or
+        :class:`RandomAccess`, or leave it out with ``features``); ``batch_size`` with features whose shape varies
+        between examples (tf.data could not stack them: read batches with ``iter_numpy(batch_size=N)`` or
+        :class:`RandomAccess`, batch those yourself, e.g. with ``ds.ragged_batch``, or pass ``features``).
       RecordError: a shard whose size or CRC32C is not the one metadata.json lists (naming the shard). While
         iterating, a shard whose record count differs from the metadata's (changed after the checks) fails with
         ``tf.errors.FailedPreconditionError``.
@@ -204,7 +205,9 @@ def get(
 ) -> dict[str, np.ndarray]:
     """Example ``i`` (global index, in shard order; of ``split`` when given; across the ``spans`` of a collection)
     of an output directory as ``{name: np.ndarray}``: one seek and one read (see :class:`RandomAccess`; keep one
-    of those for many reads, it caches the offsets), after the shard's identity check (:func:`check_shard`)."""
+    of those for many reads, it caches the offsets), after the shard's identity check (:func:`check_shard`).
+    ``i``: an ``int`` or a NumPy integer, negative from the end; TypeError for anything else (a float is never
+    truncated), IndexError outside ``[-len, len)``, as ``RandomAccess.__getitem__``."""
     return RandomAccess(
         output_dir, features, split=split, check_checksums=check_checksums, spans=spans, trust_spans=trust_spans
     )[i]

@@ -57,16 +57,19 @@ def parse_spec(tf, specs: Sequence[FeatureSpec]) -> dict:
 
 
 def refuse_varying_dtypes(
-    specs: Sequence[FeatureSpec], where: str | None = None, numpy_reader: str = "iter_numpy"
+    specs: Sequence[FeatureSpec],
+    where: str | None = None,
+    numpy_reader: str | Sequence[str] = ("iter_numpy", "RandomAccess"),
 ) -> None:
     """Refuses features whose dtype varies between examples (``dtype`` None: npz ``arrays`` / npy ``files`` modes
     over arrays of several dtypes): a ``tf.data`` element spec holds one dtype per feature (tf.data's
-    ``Dataset.element_spec``), so no dataset can yield each example's own dtype. ``numpy_reader``: the reader
-    named in the hint, which decodes them (each example's own dtype and shape).
+    ``Dataset.element_spec``), so no dataset can yield each example's own dtype. ``numpy_reader``: the reader (or
+    readers) of ``reader`` named in the hint, which decode them (each example's own dtype and shape).
 
     Raises:
-      SchemaError: naming the features, the reader that reads them and ``features=[...]`` to leave them out.
+      SchemaError: naming the features, the readers that read them and ``features=[...]`` to leave them out.
     """
+    readers = (numpy_reader,) if isinstance(numpy_reader, str) else tuple(numpy_reader)
     varying = [s.name for s in specs if s.dtype is None]
     if varying:
         others = [s.name for s in specs if s.dtype is not None]
@@ -75,7 +78,8 @@ def refuse_varying_dtypes(
             "feature, so it cannot yield them with their own dtypes",
             file=where,
             feature=varying[0],
-            hint=f"read them with reader.{numpy_reader} (each example's own dtype and shape), or "
+            hint=f"read them with {' or '.join(f'reader.{r}' for r in readers)} (each example's own dtype and "
+            "shape), or "
             f"leave them out with features={others!r}",
         )
 
@@ -321,10 +325,11 @@ def to_tf_dataset(
     varying = [s.name for s in specs if not s.is_fixed]
     if batch_size and varying:
         raise SchemaError(
-            f"Cannot batch: the shape of {varying} varies between examples",
+            f"Cannot batch: the shape of {varying} varies between examples (tf.data batches fixed shapes only)",
             file=output_dir,
-            hint="pass batch_size=None (and batch them yourself, e.g. with "
-            "ds.ragged_batch), or select fixed features with features=[...]",
+            hint="read batches with reader.iter_numpy(batch_size=N) or reader.RandomAccess (each example's array "
+            "in an object array), pass batch_size=None (and batch them yourself, e.g. with ds.ragged_batch), or "
+            "select fixed features with features=[...]",
         )
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 0):
         raise ConfigError(

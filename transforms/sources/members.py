@@ -1,6 +1,7 @@
 """Which members of an archive are converted: ``--datasets`` (only these) and ``--exclude_datasets`` (all but
 these), checked against the members present before any member is opened, so an excluded member (a pickled object
-array, say) is never read."""
+array, say) is never read. The flags split their value at commas; a member whose name holds a comma is named in a
+YAML ``--config`` list instead (``datasets: ["a,b"]``: a list is not split), which the error for its parts says."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ MAX_NAMES_SHOWN = 20  # members listed in the error naming an unknown member
 
 
 def _present(names: Sequence[str]) -> str:
-    shown = ", ".join(names[:MAX_NAMES_SHOWN])
+    shown = ", ".join(repr(n) if "," in n else n for n in names[:MAX_NAMES_SHOWN])
     more = len(names) - MAX_NAMES_SHOWN
     return shown + (f" and {more} more" if more > 0 else "")
 
@@ -37,8 +38,9 @@ def select_members(
       The selected entries: those of ``include`` (all when None) minus those of ``exclude``.
 
     Raises:
-      SourceError: a name that no member has (one line naming the file and the members present), or a selection
-        that leaves no member.
+      SourceError: a name that no member has (one line naming the file and the members present; for a part of a
+        member name holding a comma, why the flag cannot name it and the YAML list that can), or a selection that
+        leaves no member.
     """
     if not include and not exclude:
         return list(entries)
@@ -49,11 +51,7 @@ def select_members(
         for n in names or ():
             key = n[: -len(suffix)] if n.endswith(suffix) and n not in by_name else n
             if key not in by_name:
-                raise SourceError(
-                    f"No member named '{n}' ({flag}); the archive's members: {_present(list(by_name))}",
-                    file=path,
-                    hint=f"pass member names as listed, without {suffix}",
-                )
+                raise _unknown(n, flag, list(by_name), path, suffix)
             out.append(by_name[key])
         return out
 
@@ -67,3 +65,19 @@ def select_members(
             hint=f"the archive's members: {_present(list(by_name))}",
         )
     return selected
+
+
+def _unknown(name: str, flag: str, members: list[str], path: str, suffix: str) -> SourceError:
+    """The error for ``name`` (given with ``flag``), which no member has; when it is a part of a member name
+    holding a comma, it says that the flag split that name and how to name it whole."""
+    message = f"No member named '{name}' ({flag}); the archive's members: {_present(members)}"
+    split = [m for m in members if "," in m and name in (p.strip() for p in m.split(","))]
+    if not split:
+        return SourceError(message, file=path, hint=f"pass member names as listed, without {suffix}")
+    key = flag.lstrip("-")
+    return SourceError(
+        f"{message}; '{name}' is part of the member {split[0]!r}, whose name holds a comma, and {flag} splits its "
+        "value at commas",
+        file=path,
+        hint=f"name it in a YAML file passed with --config, as a list, which is not split: {key}: {[split[0]]!r}",
+    )

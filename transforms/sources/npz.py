@@ -62,6 +62,12 @@ class _OpenArchive:
         self.stream.close()
 
 
+#: who reads an ``--npz_mode arrays`` output of members of different shapes or dtypes (said in the hint that
+#: proposes it)
+ARRAYS_READERS = (
+    "read with reader.iter_numpy or reader.RandomAccess (each member's own shape and dtype); "
+    "reader.to_tf_dataset needs one dtype per feature, and fixed shapes to batch"
+)
 MAX_COLUMN_STREAMS = 256  # Fortran-order compressed members: one decompressor per column up to this many
 
 
@@ -105,7 +111,20 @@ class NpzSource(Source):
             raise SourceError(f"Not a valid .npz (zip) archive: {e}", file=path) from None
 
     def _members(self, zf, path) -> list[str]:
-        names = [n for n in zf.namelist() if n.endswith(".npy")]
+        """The ``.npy`` members to read (``--datasets``, ``--exclude_datasets``); SourceError for two members that
+        are one name to ``np.load``: a repeated name, or ``x.npy`` beside ``x``."""
+        everything = zf.namelist()
+        names = [n for n in everything if n.endswith(".npy")]
+        twins = sorted({n[:-4] for n in names} & set(everything))
+        if twins:
+            x = twins[0]
+            raise SourceError(
+                f"The archive holds members '{x}.npy' and '{x}', both '{x}' to np.load (which reads '{x}'): "
+                f"converting '{x}.npy' would hide '{x}'",
+                file=path,
+                member=x,
+                hint=f"rewrite the archive with distinct member names (np.savez writes '{x}.npy' for {x}=...)",
+            )
         seen = set()
         for n in names:
             if n in seen:
@@ -230,9 +249,9 @@ class NpzSource(Source):
         check_names(specs, path)
         if len(set(lengths.values())) > 1:
             raise SchemaError(
-                f"Members have different leading lengths ({lengths})",
+                f"Members have different leading lengths ({lengths}): rows mode takes row i of every member",
                 file=path,
-                hint="use --npz_mode arrays (each member -> one Example)",
+                hint=f"use --npz_mode arrays (each member -> one Example), {ARRAYS_READERS}",
             )
         num_rows = next(iter(lengths.values()))
         check_empty_rows(
