@@ -58,6 +58,7 @@ ERROR_NAMES = (
     "ConfigError",
     "InputChangedError",
     "SourceError",
+    "UnreadFormatError",
     "SchemaError",
     "RecordError",
     "IncompleteOutputError",

@@ -1,8 +1,13 @@
 """Summarize an output directory: features, shards, counts, sizes, compression, one decoded example.
 
     tfrecord-etl inspect OUTPUT_DIR_OR_PATTERN [--tf_read] [--json] [--max_record_mb MB] [--max_features N]
-    tfrecord-etl inspect FILE.h5 [--json]     # the HDF5 (NetCDF-3, MATLAB .mat) tree and its row groups
+    tfrecord-etl inspect FILE.h5 [--json]     # the HDF5 (NetCDF-3, MATLAB .mat, Zarr) tree and its row groups
+    tfrecord-etl inspect FILE.npy [--json]    # any input convert reads: what it makes of it (rows, features)
     tfrecord-etl inspect COLLECTION_DIR [--spans SPANS]   # spans, versions, dates, records, schema changes
+
+An input file is told the way convert tells it (its first bytes, then its suffix: ``sources.format_of``); a
+file of a format tfrecord-etl recognises but does not read (FITS, NIfTI, EDF, WAV, IDL, Parquet, Feather) is
+refused in one line with the way out (UnreadFormatError, exit 2).
 
 ``--tf_read`` also reads every shard back with plain tf.data + tf.io.parse_example and checks the
 record counts against the metadata.
@@ -38,8 +43,8 @@ from tfrecord_etl.pipelines import common, flaghelp, inspect_text
 from tfrecord_etl.pipelines.inspect_text import render, render_collection
 from tfrecord_etl.transforms import codec, sources, verify
 from tfrecord_etl.transforms.collections import collection
-from tfrecord_etl.transforms.errors import EtlError, RecordError
-from tfrecord_etl.transforms.output import metadata, outdir, tfrecord
+from tfrecord_etl.transforms.errors import EtlError, RecordError, SourceError, UnreadFormatError
+from tfrecord_etl.transforms.output import framing, metadata, outdir, tfrecord
 from tfrecord_etl.transforms.reading import collection_reader, reader
 from tfrecord_etl.transforms.storage import fileio
 
@@ -263,23 +268,52 @@ def _observe(stats, records, path: str, first: int, max_features: int | None) ->
         raise e.with_context(file=path, record=where) from None
 
 
-def sources_zarr(target: str) -> bool:
-    """True when ``target`` is a Zarr store (a local directory or zip by its content, a remote prefix by its name)."""
-    return sources.zarr_store_format(target) is not None
+def input_format(target: str) -> str | None:
+    """The source format convert reads ``target`` as, told the way convert tells it (``sources.format_of``: a Zarr
+    store, then the file's first bytes, then its suffix), for a Zarr store or one existing regular file; None for a
+    TFRecord file (its first frame header's CRC holds, or no format is told), a directory, a glob or a missing path,
+    which inspect summarizes as TFRecord files.
 
-
-def _container_kind(target: str) -> str | None:
-    """``zarr`` for a Zarr store; ``hdf5``, ``netcdf3`` or ``matlab`` for one existing regular file whose first bytes say so (the source
-    registry's ``magic``: an HDF5 signature at byte 0 or after a user block, as MATLAB v7.3 files have), else
-    None."""
-    if not any(c in target for c in "*?[") and sources_zarr(target):
+    Raises:
+      UnreadFormatError: a file of a format tfrecord-etl recognises but does not read (FITS, WAV, Parquet...),
+        with the way out.
+      SourceError: a match that is not a regular file (a FIFO or device is never opened).
+    """
+    globbed = any(c in target for c in "*?[")
+    if not globbed and sources.zarr_store_format(target):
         return "zarr"
-    if fileio.is_dir(target) or any(c in target for c in "*?[") or not fileio.exists(target):
+    if fileio.is_dir(target) or globbed or not fileio.exists(target):
         return None
     tfrecord.check_regular(target)
-    with fileio.open_read(target) as f:
-        fmt = sources.content_format(f.read(sources.SNIFF_BYTES))
-    return fmt if fmt in ("hdf5", "netcdf3", "matlab") else None
+    head = sources.read_head(target)
+    if len(head) >= 12 and framing.masked_crc(head[:8]) == int.from_bytes(head[8:12], "little"):
+        return None  # an uncompressed TFRecord file, whatever its suffix (.bin, .dat: raw's suffixes)
+    try:
+        return sources.format_of(target, sources.SourceOptions())
+    except UnreadFormatError:
+        raise
+    except SourceError:
+        return None  # no format told: TFRecord (compressed, or not: the record reader says what it finds)
+
+
+def summarize_input(path: str, fmt: str) -> dict:
+    """What convert makes of the input file ``path`` of a non-container format (``npy``, ``npz``, ``raw``,
+    ``envi``) with its default options: ``{"input", "format", "examples", "rows", "bytes_per_row", "features"}``,
+    from the source's own index (``Source.index``: headers only, no array is read).
+
+    Raises:
+      SourceError, SchemaError: what convert's planning raises for the file (e.g. a raw file without a layout).
+    """
+    index = sources.make_source(fmt, sources.SourceOptions()).index(path)
+    return {
+        "input": path,
+        "format": fmt,
+        "label": sources.REGISTRY[fmt].help_label or fmt,
+        "examples": index.num_rows,
+        "per": "member" if index.sizes else "row",
+        "bytes_per_row": index.row_bytes,
+        "features": [s.to_json() for s in index.specs],
+    }
 
 
 def build_parser() -> common.CommandParser:
@@ -311,7 +345,11 @@ def main(argv: list[str]) -> int:
         print(json.dumps(summary, indent=1) if args.json else render_collection(summary))
         return 0
     collection_reader.refuse_spans(args.output_dir, args.spans)
-    kind = _container_kind(args.output_dir)
+    kind = input_format(args.output_dir)
+    if kind in ("npy", "npz", "raw", "envi"):  # an input convert reads: what it makes of it
+        summary = summarize_input(args.output_dir, kind)
+        print(json.dumps(summary, indent=1) if args.json else inspect_text.render_input(summary))
+        return 0
     if kind:  # the dataset tree and row groups, so no external tool (h5ls, ncdump) is needed
         # deferred: the container formats' modules (HDF5, NetCDF-3, MATLAB, Zarr), for a container's tree only
         from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, matlab_tree, netcdf3_tree, render_tree

@@ -84,3 +84,16 @@ def render(s: dict) -> str:
     for k, v in s["sample"].items():
         lines.append(f"  {k}: {v}")
     return "\n".join(printable(line) for line in lines)
+
+
+def render_input(s: dict) -> str:
+    """The human summary of an input file convert reads (:func:`inspect.summarize_input`)."""
+    lines = [
+        f"{s['input']}: an input of convert, format {s['format']} ({s['label']}): convert makes {s['examples']} "
+        f"Examples, one per {s['per']}" + (f", {s['bytes_per_row']} bytes per row" if s["per"] == "row" else ""),
+        f"{'feature':<28} {'dtype':<10} shape",
+    ]
+    for f in s["features"]:
+        shape = "*" if f["shape"] is None else str(f["shape"])
+        lines.append(f"{printable(f['name']):<28} {f['dtype']!s:<10} {shape}")
+    return "\n".join(printable(line) for line in lines)

@@ -5,6 +5,7 @@ MINC2 .mnc (nibabel's test data), NetCDF-3 and netCDF-4 .cdf (arm-pyart's test d
 
 from __future__ import annotations
 
+import json
 import os
 
 import h5py
@@ -15,7 +16,7 @@ from scipy.io import netcdf_file, savemat
 
 from tests.conftest import convert, fixture_file, run_command
 from tfrecord_etl.transforms import reader, sources
-from tfrecord_etl.transforms.errors import SourceError
+from tfrecord_etl.transforms.errors import SourceError, UnreadFormatError
 from tfrecord_etl.transforms.output import metadata
 from tfrecord_etl.transforms.sources import SourceOptions
 
@@ -168,3 +169,158 @@ def test_real_mnc_and_cdf_files_convert_by_content_exactly(tmp_path, relative, f
         assert got.dtype == expected.dtype.newbyteorder("<") and got.tobytes() == expected.astype(got.dtype).tobytes()
     code, _, err = run_command(verify.main, [str(out), "--source", str(path)])
     assert code == 0, err
+
+
+SCIPY_IO = os.path.join(os.path.dirname(scipy.__file__), "io", "tests", "data")
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["testdouble_4.2c_SOL2.mat", "testmatrix_4.2c_SOL2.mat", "testmulti_4.2c_SOL2.mat", "teststring_4.2c_SOL2.mat"],
+)
+def test_inspect_reads_matlab_v4_files_as_convert_does(tmp_path, capsys, name):
+    """Was: 'RecordError: Length CRC mismatch' (a v4 .mat has no magic; inspect took it for a TFRecord file)."""
+    from tfrecord_etl.pipelines import inspect
+
+    path = os.path.join(SCIPY_MAT, name)
+    code, out, err = run_command(inspect.main, [path, "--json"], capsys)
+    assert code == 0, err
+    tree = json.loads(out)
+    assert tree["format"] == "MATLAB v4-v7 .mat"
+    code, _, err = convert(path, tmp_path / "out", capsys=capsys)
+    assert code == 0, err
+    converted = {"/" + s.name for s in metadata.load(str(tmp_path / "out"))["features"]}
+    assert converted == set(tree["row_groups"][0]["datasets"])  # the default group is what convert converted
+
+
+def test_inspect_describes_every_other_input_convert_reads(tmp_path, capsys):
+    """.npy, .npz and raw files (a layout sidecar) were 'Not a TFRecord file'; ENVI cubes 'Length CRC mismatch'.
+    A TFRecord file with a raw suffix stays a TFRecord file."""
+    from tests.test_envi_source import write_envi
+    from tfrecord_etl.pipelines import inspect
+
+    np.save(tmp_path / "a.npy", np.arange(12, dtype="<i4").reshape(6, 2))
+    np.savez(tmp_path / "b.npz", x=np.arange(5.0), y=np.zeros((5, 3), np.uint8))
+    np.arange(8, dtype="<f8").tofile(tmp_path / "c.raw")
+    (tmp_path / "c.raw.json").write_text('{"dtype": "<f8", "shape": [-1, 4]}')
+    write_envi(tmp_path / "d.img", np.zeros((5, 4, 3), np.int16))
+    expected = {
+        "a.npy": ("npy", 6, [("array", "<i4", [2])]),
+        "b.npz": ("npz", 5, [("x", "<f8", []), ("y", "|u1", [3])]),
+        "c.raw": ("raw", 2, [("array", "<f8", [4])]),
+        "d.img": ("envi", 3, None),
+    }
+    for name, (fmt, examples, features) in expected.items():
+        code, out, err = run_command(inspect.main, [tmp_path / name, "--json"], capsys)
+        assert code == 0, (name, err)
+        got = json.loads(out)
+        assert (got["format"], got["examples"]) == (fmt, examples), name
+        if features is not None:
+            assert [(f["name"], f["dtype"], f["shape"]) for f in got["features"]] == features, name
+        code, text, _ = run_command(inspect.main, [tmp_path / name], capsys)
+        assert code == 0 and f"format {fmt}" in text and f"convert makes {examples} Examples" in text
+    code, _, err = convert(tmp_path / "a.npy", tmp_path / "out", "--num_shards", "1", capsys=capsys)
+    assert code == 0, err
+    (tmp_path / "shard.bin").write_bytes(next((tmp_path / "out").glob("data-*")).read_bytes())
+    code, out, err = run_command(inspect.main, [tmp_path / "shard.bin"], capsys)
+    assert code == 0 and "6 examples in 1 shards" in out, err
+
+
+def fits_file(path):
+    path.write_bytes(b"SIMPLE  =                    T".ljust(80) + b"END".ljust(80) + b" " * (2880 - 160))
+
+
+def nifti_file(path):
+    head = bytearray(352)
+    head[0:4] = (348).to_bytes(4, "little")
+    head[344:348] = b"n+1\x00"
+    path.write_bytes(bytes(head) + bytes(16))
+
+
+def edf_file(path):
+    path.write_bytes(b"0       " + b" " * 248)
+
+
+def wav_file(path):
+    from scipy.io import wavfile
+
+    wavfile.write(path, 8000, np.arange(100, dtype=np.int16))
+
+
+def parquet_file(path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"x": [1, 2, 3]}), path)
+
+
+def feather_file(path):
+    import pyarrow as pa
+    import pyarrow.feather as feather
+
+    feather.write_feather(pa.table({"x": [1, 2, 3]}), path)
+
+
+def idl_file(path):
+    path.write_bytes(open(os.path.join(SCIPY_IO, "scalar_float32.sav"), "rb").read())
+
+
+UNREAD_FILES = {  # name -> (writer, what the message says it is, a word of its way out)
+    "image.fits": (fits_file, "a FITS file", "astropy.io.fits"),
+    "image.dat": (fits_file, "a FITS file", "astropy.io.fits"),  # the content wins over raw's suffix
+    "brain.nii": (nifti_file, "a NIfTI image", "nibabel"),
+    "brain.nii.gz": (lambda p: p.write_bytes(b"\x1f\x8b\x08" + bytes(40)), "a NIfTI image", "nibabel"),  # by suffix
+    "sleep.edf": (edf_file, "an EDF/BDF recording", "pyedflib"),
+    "sound.wav": (wav_file, "a WAV audio file", "scipy.io.wavfile.read"),
+    "sound.bin": (wav_file, "a WAV audio file", "scipy.io.wavfile.read"),
+    "table.parquet": (parquet_file, "a Parquet file", "pyarrow"),
+    "table.feather": (feather_file, "a Feather/Arrow IPC file", "pyarrow"),
+    "vars.sav": (idl_file, "an IDL SAVE file", "scipy.io.readsav"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNREAD_FILES))
+def test_formats_we_do_not_read_are_named_with_the_way_out(tmp_path, capsys, name):
+    """Was: convert 'Cannot tell the input format ... name it .h5/.nc/...', inspect 'Length CRC mismatch'."""
+    from tfrecord_etl.pipelines import inspect
+
+    write, label, way_out = UNREAD_FILES[name]
+    path = tmp_path / name
+    write(path)
+    for code, _, err in (
+        convert(path, tmp_path / "out", capsys=capsys),
+        run_command(inspect.main, [path], capsys),
+    ):
+        assert code == 2 and err.count("\n") == 1, err
+        assert f"UnreadFormatError: The file is {label}: a format recognised but not read by tfrecord-etl" in err
+        assert str(path) in err and way_out in err and "Cannot tell" not in err
+    code, _, err = convert(path, tmp_path / "out", "--format", "hdf5", capsys=capsys)  # --format still wins
+    assert code == 2 and "UnreadFormatError" not in err
+    if not name.endswith(".gz"):
+        assert f"it is {label}, which tfrecord-etl does not read" in err
+
+
+def test_a_pattern_with_a_file_we_do_not_read_names_it(tmp_path, capsys):
+    hdf5_file(tmp_path / "a.h5")
+    wav_file(tmp_path / "b.wav")
+    code, _, err = convert(tmp_path / "*", tmp_path / "out", capsys=capsys)
+    assert code == 2 and "The file is a WAV audio file" in err and "b.wav" in err
+
+
+@pytest.mark.parametrize(
+    "relative,label",
+    [
+        ("nibabel/tests/data/anatomical.nii", "a NIfTI image"),
+        ("nibabel/tests/data/example4d.nii.gz", "a NIfTI image"),
+        ("nibabel/tests/data/nifti2.hdr", "a NIfTI image"),
+        ("tfx/components/testdata/external/parquet/data.parquet", "a Parquet file"),
+    ],
+)
+def test_real_files_we_do_not_read_are_named(tmp_path, capsys, relative, label):
+    from tfrecord_etl.pipelines import inspect
+
+    path = fixture_file(relative)
+    code, _, err = run_command(inspect.main, [path], capsys)
+    assert code == 2 and f"The file is {label}" in err
+    with pytest.raises(UnreadFormatError, match=f"The file is {label}"):
+        sources.format_of(str(path), SourceOptions())

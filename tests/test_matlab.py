@@ -13,6 +13,8 @@ import warnings
 import numpy as np
 import pytest
 import scipy
+import scipy.io
+import scipy.sparse
 from scipy.io import loadmat, savemat
 
 from tests.conftest import convert, fixture_file, run_command
@@ -229,20 +231,64 @@ def test_complex_logical_int_and_char_values_in_cells_and_structs(tmp_path):
     np.testing.assert_array_equal(got["/mask"], [[1, 0, 1]])
 
 
-def test_sparse_matrices_are_refused_by_name(tmp_path, capsys, caplog):
-    source = os.path.join(SCIPY_MAT, "testsparse_7.4_GLNX86.mat")
-    code, _, err = convert(source, tmp_path / "out", capsys=capsys)
-    assert code == 2 and "holds no variable with rows (skipped matlab-sparse: /testsparse)" in err
-    code, _, err = convert(source, tmp_path / "named", "--datasets", "testsparse", capsys=capsys)
-    assert code == 2 and "A MATLAB sparse matrix is not converted" in err and "full(S)" in err
-    assert "testsparse" in err
-    savemat(tmp_path / "mixed.mat", {"x": np.arange(6.0).reshape(3, 2), "sp": scipy.sparse.eye(3, format="csc")})
+SPARSE_FILES = [
+    "testsparse_4.2c_SOL2",
+    "testsparsecomplex_4.2c_SOL2",
+    "testsparse_6.1_SOL2",  # big-endian; SciPy loads its values as uint8: they come back double
+    "testsparsecomplex_6.1_SOL2",
+    "testsparse_6.5.1_GLNX86",
+    "testsparse_7.1_GLNX86",
+    "testsparse_7.4_GLNX86",
+    "testsparsecomplex_7.4_GLNX86",
+    "testsparsefloat_7.4_GLNX86",
+    "logical_sparse",
+]
+
+
+@pytest.mark.parametrize("name", SPARSE_FILES)
+def test_sparse_matrices_convert_dense_exactly(tmp_path, capsys, name):
+    """Was: 'The file holds no variable with rows (skipped matlab-sparse: /testsparse)' (rows mode) and 'The file
+    holds no variable to convert' (datasets mode). A sparse matrix converts as full(S): rows are MATLAB's first
+    dimension, values exactly scipy.io.loadmat's toarray(), in MATLAB's class (double, complex, logical)."""
+    from tfrecord_etl.pipelines import inspect, verify
+
+    source = os.path.join(SCIPY_MAT, f"{name}.mat")
+    (var, expected), *others = [(k, v) for k, v in loadmat(source).items() if not k.startswith("__")]
+    assert not others and scipy.sparse.issparse(expected)
+    expected = expected.toarray()
+    dtype = {"b": np.uint8, "c": np.complex128}.get(expected.dtype.kind, np.float64)
+    out = converted(tmp_path, source, capsys=capsys)
+    got = np.stack([e[var] for e in reader.iter_numpy(str(out))])
+    assert got.dtype == dtype and got.shape == expected.shape and np.array_equal(got, expected)
+    out = converted(tmp_path, source, "--container_mode", "datasets", name="datasets", capsys=capsys)
+    (example,) = reader.iter_numpy(str(out))
+    assert example["key"].item() == f"/{var}".encode() and example["array"].dtype == dtype
+    assert np.array_equal(example["array"], expected)
+    code, out_text, err = run_command(verify.main, [tmp_path / "out", "--source", source], capsys)
+    assert code == 0, out_text + err
+    code, out_text, err = run_command(inspect.main, [source], capsys)  # inspect agrees: one row group, the matrix
+    assert code == 0 and f"group 1: {expected.shape[0]} rows, 1 dataset" in out_text and "skipped" not in out_text
+
+
+def test_a_sparse_matrix_beside_arrays_and_over_the_limit(tmp_path, capsys, caplog, monkeypatch):
+    """A sparse matrix joins the row group of its rows; its dense size is checked from the header before anything is
+    loaded (--max_mat_variable_mb), with the find(S) triplets as the way out; one inside a struct stays skipped."""
+    eye = scipy.sparse.eye(3, format="csc")
+    savemat(tmp_path / "mixed.mat", {"x": np.arange(6.0).reshape(3, 2), "sp": eye, "s": {"inner": eye}})
     with caplog.at_level("WARNING", logger="tfrecord_etl"):
-        code, _, err = convert(tmp_path / "mixed.mat", tmp_path / "mixed", capsys=capsys)  # converts x, names sp
-    assert code == 0 and "1 matlab-sparse (/sp)" in " ".join(r.getMessage() for r in caplog.records)
-    np.testing.assert_array_equal(
-        [e["x"] for e in reader.iter_numpy(str(tmp_path / "mixed"))], np.arange(6.0).reshape(3, 2)
-    )
+        out = converted(tmp_path, tmp_path / "mixed.mat", capsys=capsys)
+    assert "1 matlab-sparse (/s/inner)" in " ".join(r.getMessage() for r in caplog.records)
+    examples = list(reader.iter_numpy(str(out)))
+    np.testing.assert_array_equal([e["sp"] for e in examples], np.eye(3))
+    np.testing.assert_array_equal([e["x"] for e in examples], np.arange(6.0).reshape(3, 2))
+    savemat(tmp_path / "big.mat", {"S": scipy.sparse.eye(1024, format="csc")}, do_compression=True)  # 8 MiB dense
+    monkeypatch.setattr(scipy.io, "loadmat", lambda *a, **k: pytest.fail("loadmat called"))
+    for mode in ("rows", "datasets"):
+        code, _, err = convert(
+            tmp_path / "big.mat", tmp_path / mode, "--container_mode", mode, "--max_mat_variable_mb", "1", capsys=capsys
+        )
+        assert code == 2 and "The sparse matrix converts dense (full(S), 1024 x 1024 float64)" in err, err
+        assert "8,388,608 bytes" in err and "'/S'" in err and "find(S)" in err and "big.mat" in err
 
 
 def test_a_variable_over_the_size_limit_is_refused_before_loading(tmp_path, capsys, monkeypatch):

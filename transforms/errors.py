@@ -63,6 +63,11 @@ class InputChangedError(SourceError):
     dead-letters it, and nothing is committed; running again reads the new version."""
 
 
+class UnreadFormatError(SourceError):
+    """An input file of a format tfrecord-etl recognises but does not read (FITS, NIfTI, EDF, WAV, IDL SAVE,
+    Parquet, Feather/Arrow IPC: ``sources/signatures.py``); the hint says how to turn it into arrays it reads."""
+
+
 class SchemaError(EtlError):
     """Dtypes, shapes or feature names that cannot be encoded as asked (unsupported dtype, lossy cast, ...)."""
 

@@ -13,7 +13,7 @@ import numpy as np
 from tfrecord_etl.transforms import sources
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.collections import matching, sharding
-from tfrecord_etl.transforms.errors import ConfigError, SourceError
+from tfrecord_etl.transforms.errors import ConfigError, SourceError, UnreadFormatError
 from tfrecord_etl.transforms.sources import FileIndex, RowRange, Source, SourceOptions
 from tfrecord_etl.transforms.storage import fileio
 
@@ -134,6 +134,7 @@ def input_format(pattern: str, files: Sequence[tuple[str, int]], options: Source
     file whose format cannot be told is allowed only as a sidecar of the others' source (a raw layout ``.json``).
 
     Raises:
+      UnreadFormatError: a file of a format tfrecord-etl recognises but does not read (FITS, WAV...: naming it).
       SourceError: files of several formats (listing each with an example file), or a file whose format cannot be
         told (naming it).
     """
@@ -144,6 +145,8 @@ def input_format(pattern: str, files: Sequence[tuple[str, int]], options: Source
     def sniffed(path):
         try:
             return sources.format_of(path, options)
+        except UnreadFormatError:
+            raise  # what it is and the way out, rather than "cannot tell"
         except SourceError:
             return None
 

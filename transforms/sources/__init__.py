@@ -51,7 +51,13 @@ from tfrecord_etl.transforms.sources.base import (
     merge_specs,
     plan_row_ranges,
 )
-from tfrecord_etl.transforms.sources.signatures import SNIFF_BYTES, content_format, other_format_hint
+from tfrecord_etl.transforms.sources.signatures import (
+    SNIFF_BYTES,
+    content_format,
+    other_format_hint,
+    read_head,
+    unread_format,
+)
 
 if TYPE_CHECKING:
     from tfrecord_etl.transforms.sources.envi import EnviSource
@@ -114,6 +120,8 @@ __all__ = [
     "option_models",
     "other_format_hint",
     "plan_row_ranges",
+    "read_head",
+    "unread_format",
     "zarr_store_format",
 ]
 

@@ -180,7 +180,16 @@ def matlab_tree(path: str) -> dict:
     with source.open_stream(path) as f:
         table = source.variables(f, path)
         leaves = source.leaves(f, table, path)
-    classes = {f"/{v.name}": (v.mclass + (" complex" if v.is_complex else ""), v.compressed) for v in table}
+    classes = {
+        f"/{v.name}": (
+            v.mclass
+            + (" logical" if v.logical else "")
+            + (" complex" if v.is_complex else "")
+            + (" (converted dense: full(S))" if v.mclass == "sparse" else ""),
+            v.compressed,
+        )
+        for v in table
+    }
     objects, entries = [], []
     for leaf in leaves:
         if leaf.kind == layout.INTERNAL:

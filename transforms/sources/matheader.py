@@ -57,7 +57,10 @@ def variables(f, path: str, fmt: str = "matlab") -> list[MatVariable]:
                 else ("logical" if hdr.is_logical else classes.get(hdr.mclass, "unknown"))
             )
             shape = matlab_shape(reader._matrix_reader.shape_from_header(hdr))
-            compressed, is_complex = array_flags(f, start, reader.byte_order) if v5 else (False, bool(hdr.is_complex))
+            if v5:
+                compressed, is_complex = array_flags(f, start, reader.byte_order)
+            else:  # a v4 sparse matrix is rows of (i, j, real[, imag]): four columns when complex
+                compressed, is_complex = False, bool(hdr.is_complex) or (mclass == "sparse" and hdr.dims[1] == 4)
             out.append(
                 MatVariable(
                     name or FUNCTION_WORKSPACE,
@@ -68,6 +71,7 @@ def variables(f, path: str, fmt: str = "matlab") -> list[MatVariable]:
                     int(stop),
                     compressed,
                     reader.byte_order if v5 else "<",
+                    logical=bool(getattr(hdr, "is_logical", False)),
                 )
             )
             f.seek(stop)

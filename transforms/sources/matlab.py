@@ -14,8 +14,11 @@ features, dtypes, rows, row groups and items, so the records are byte-identical)
 * a 1x1 struct's fields are variables ``/s/field`` (nested: ``/s/t/field``); a struct array's field and a cell array
   hold one array per element: ``--container_mode datasets`` converts each as ``/s/field{k}`` / ``/c{k}`` (MATLAB's
   linear index, column-major); cells holding structs or cells are named and skipped, empty cells left out;
-* empty arrays are skipped; sparse matrices, function handles and objects are named and skipped, and refused
-  (SchemaError) when named in ``--datasets``: save a sparse matrix full (``full(S)``) or as its ``find`` triplets.
+* a sparse matrix variable converts as its dense twin ``full(S)`` (double, complex or logical: float64, complex128,
+  uint8; values exactly ``loadmat(...).toarray()``'s), its dense size checked against ``--max_mat_variable_mb``
+  from the header before anything is loaded; a sparse matrix inside a cell or struct is named and skipped;
+* empty arrays are skipped; function handles and objects are named and skipped, and refused (SchemaError) when
+  named in ``--datasets``.
 
 Memory: ``loadmat`` reads a variable whole (a compressed v7 variable cannot be read from the middle), so a worker
 holds the variables it converts, about twice their bytes at peak (SciPy's array and the C-order copy written
@@ -62,7 +65,6 @@ from tfrecord_etl.transforms.sources.container import (
 from tfrecord_etl.transforms.sources.matvalues import (
     FUNCTION_WORKSPACE,
     OTHER,
-    SPARSE,
     Leaf,
     MatVariable,
     as_stored,
@@ -129,6 +131,17 @@ class MatlabSource(ContainerSource):
             and matheader.is_v5(f)
         ):
             self._check_nesting(f, var, path)
+        if declared > limit and var.mclass == "sparse":
+            raise SourceError(
+                f"The sparse matrix converts dense (full(S), {' x '.join(map(str, var.shape))} "
+                f"{var.dtype}): {declared:,} bytes ({declared / 2**20:,.1f} MiB), over the limit of "
+                f"{limit / 2**20:g} MiB for one variable",
+                file=path,
+                dataset=f"/{var.name}",
+                hint="save its [i, j, v] = find(S) triplets as three variables (rows of nonzeros) and convert "
+                "those, raise --max_mat_variable_mb if the memory is there, or choose other variables with "
+                "--datasets",
+            )
         if declared > limit:
             raise SourceError(
                 f"The variable holds {declared:,} bytes ({declared / 2**20:,.1f} MiB), over the limit "
@@ -226,7 +239,7 @@ class MatlabSource(ContainerSource):
             elif var.mclass == "cell":
                 out.append(Leaf(p, layout.CELL))
             else:
-                out.append(Leaf(p, SPARSE if var.mclass == "sparse" else OTHER, what=var.mclass))
+                out.append(Leaf(p, OTHER, what=var.mclass))
         return sorted(out, key=lambda leaf: leaf.path.split("/"))
 
     def _named(self, f, table, path: str, cells: bool) -> list[Leaf]:

@@ -53,17 +53,31 @@ class MatVariable:
     stop: int
     compressed: bool = False
     byte_order: str = "<"  # the file's ("<" or ">"): how the v5 elements of a nesting walk are read
+    logical: bool = False  # a sparse variable's values are logical (MATLAB's sparse is double or logical)
 
     @property
     def dtype(self) -> np.dtype | None:
-        """The converted dtype of a numeric, char or logical variable (None for other classes)."""
-        if self.mclass not in CLASS_DTYPES:
+        """The converted dtype of a numeric, char or logical variable, and of a sparse matrix (converted dense:
+        :func:`sparse_class`); None for other classes."""
+        mclass = sparse_class(self.logical) if self.mclass == "sparse" else self.mclass
+        if mclass not in CLASS_DTYPES:
             return None
-        return (
-            complex_dtype(np.dtype(CLASS_DTYPES[self.mclass]))
-            if self.is_complex
-            else np.dtype(CLASS_DTYPES[self.mclass])
-        )
+        return complex_dtype(np.dtype(CLASS_DTYPES[mclass])) if self.is_complex else np.dtype(CLASS_DTYPES[mclass])
+
+
+def sparse_class(logical: bool) -> str:
+    """The class of a MATLAB sparse matrix's values: ``logical`` or ``double`` (MATLAB has no other sparse class). A
+    sparse matrix converts as its dense twin, ``full(S)``: rows are MATLAB's first dimension, the values exactly
+    those of ``scipy.io.loadmat(...).toarray()``, in the class's dtype (float64, complex128, or uint8 for logical)."""
+    return "logical" if logical else "double"
+
+
+def dense(value) -> np.ndarray:
+    """The dense array of a loaded sparse matrix (``full(S)``) in its MATLAB class's dtype: bool for logical,
+    complex128 when complex, else float64 (SciPy returns the stored type, e.g. uint8 for a double matrix of small
+    integers that MATLAB stored as bytes). The caller has checked its size (``--max_mat_variable_mb``)."""
+    a = value.toarray()
+    return a if a.dtype.kind in "bc" else a.astype(np.float64)
 
 
 @dataclasses.dataclass
@@ -125,7 +139,7 @@ def as_stored(value, where: str) -> np.ndarray:
     cells = string_cells(value)
     if cells is not None:
         return mattext.strings_list([as_codes(c, where) for c in cells], where)
-    a = np.asarray(value)
+    a = dense(value) if kind_of(value) == SPARSE else np.asarray(value)
     a = a.reshape(matlab_shape(a.shape))
     if a.dtype.kind == "U":
         return mattext.char_strings(as_codes(a, where), where)

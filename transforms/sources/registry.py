@@ -23,7 +23,14 @@ from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
 from tfrecord_etl.transforms.sources.npy import NpySource
 from tfrecord_etl.transforms.sources.npz import NpzSource
 from tfrecord_etl.transforms.sources.raw import RawSource
-from tfrecord_etl.transforms.sources.signatures import content_format, deep_signature, read_head, register
+from tfrecord_etl.transforms.sources.signatures import (
+    content_format,
+    deep_signature,
+    read_head,
+    register,
+    unread_error,
+    unread_format,
+)
 from tfrecord_etl.transforms.sources.zarrsrc import ZarrSource
 from tfrecord_etl.transforms.storage import fileio
 
@@ -102,9 +109,13 @@ def format_of(path: str, options: SourceOptions) -> str:
     and a MATLAB v7.3 ``.mat`` are HDF5, a MINC1 ``.mnc`` NetCDF-3, a MATLAB v5 ``.mat`` matlab), so the content
     wins over a suffix that disagrees; else the first registered format whose suffix ``path`` ends with (a
     MATLAB v4 ``.mat`` has no magic); else an HDF5 signature after a user block of 4096 bytes or more (the HDF5
-    spec's 512 * 2**n offsets, read one by one up to the file's end).
+    spec's 512 * 2**n offsets, read one by one up to the file's end). A file whose content (else suffix) shows a
+    format no source reads (``signatures.UNREAD``: FITS, NIfTI, EDF, WAV, IDL, Parquet, Feather) is refused with
+    the way out.
 
     Raises:
+      UnreadFormatError: a format tfrecord-etl recognises but does not read (naming the file, what it is and how
+        to turn it into arrays it reads).
       SourceError: neither the content nor the suffix tells a format (naming the file and the suffixes).
     """
     if options.format:
@@ -114,7 +125,11 @@ def format_of(path: str, options: SourceOptions) -> str:
         return store
     lower = path.lower()
     candidates = [name for name, cls in REGISTRY.items() if lower.endswith(cls.suffixes)]
-    found = content_format(read_head(path))
+    head = read_head(path)
+    found = content_format(head)
+    unread = None if found else unread_format(path, head, by_suffix=not candidates)
+    if unread:
+        raise unread_error(path, unread)
     if found or candidates:
         return found or candidates[0]
     found = deep_signature(path)

@@ -1,5 +1,7 @@
 """File signatures: which registered format a file's first bytes show, for ``format_of`` and for the messages of a
-source that cannot read a file of another format (``other_format_hint``).
+source that cannot read a file of another format (``other_format_hint``); and the formats tfrecord-etl recognises
+but does not read (:data:`UNREAD`: FITS, NIfTI, EDF, WAV, IDL, Parquet, Feather/Arrow IPC), each with the way out
+its error gives (``format_of`` raises :class:`UnreadFormatError` for them, so convert, verify and inspect say so).
 
 Each source declares its own signature (``Source.magic``, ``magic_offsets``, ``content_label``, ``sniff``); the
 registry (``sources/registry.py``) hands its classes, in its order, to :func:`register` once, at import; a lookup
@@ -10,9 +12,10 @@ them and below the registry, so neither imports the other.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
-from tfrecord_etl.transforms.errors import SourceError
+from tfrecord_etl.transforms.errors import SourceError, UnreadFormatError
 from tfrecord_etl.transforms.sources.base import Source, refuse_special_file
 from tfrecord_etl.transforms.storage import fileio
 
@@ -77,7 +80,106 @@ def deep_signature(path: str) -> str | None:
 def other_format_hint(path: str, fmt: str) -> str | None:
     """A hint for a file that ``fmt``'s reader cannot read but whose first bytes show another registered format
     (``"it is a NetCDF-3 file: use --format netcdf3"``), else None."""
-    found = content_format(read_head(path))
-    if found is None or found == fmt:
+    head = read_head(path)
+    found = content_format(head)
+    if found is None:
+        unread = unread_format(path, head, by_suffix=False)
+        return f"it is {unread.label}, which tfrecord-etl does not read: {unread.way_out}" if unread else None
+    if found == fmt:
         return None
     return f"it is {signed()[found].content_label}: use --format {found} (or leave --format out)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Unread:
+    """A format that tfrecord-etl recognises but does not read: ``label`` (what the file is), ``signatures`` (each a
+    tuple of ``(offset, bytes)`` that must all stand in the file's first :data:`SNIFF_BYTES` bytes), ``suffixes``
+    (lower-case, unambiguous ones only: told by the name when the content shows no signature) and ``way_out`` (how
+    to turn such a file into arrays convert reads)."""
+
+    label: str
+    signatures: tuple[tuple[tuple[int, bytes], ...], ...]
+    suffixes: tuple[str, ...]
+    way_out: str
+
+    def sniff(self, head: bytes) -> bool:
+        """True when ``head`` shows one of this format's signatures."""
+        return any(all(head[o : o + len(m)] == m for o, m in sig) for sig in self.signatures)
+
+
+# The formats users meet that no source reads, in the order they are tried. References: FITS Standard 4.0 (the
+# primary header's first card), NIfTI-1 and NIfTI-2 headers (magic at 344 and 4), EDF/EDF+ and BDF headers (the
+# version field), the RIFF/WAVE and RF64 headers, IDL SAVE files (scipy.io.readsav: "SR" and the record format),
+# Apache Parquet (PAR1), Arrow IPC files and Feather v2 (ARROW1), Feather v1 (FEA1).
+UNREAD = (
+    Unread(
+        "a FITS file",
+        (((0, b"SIMPLE  ="),),),
+        (".fits", ".fit", ".fts", ".fits.gz", ".fits.fz"),
+        "with astropy: np.save('x.npy', astropy.io.fits.getdata(FILE, ext=N)), then convert the .npy",
+    ),
+    Unread(
+        "a NIfTI image",
+        (((344, b"n+1\x00"),), ((344, b"ni1\x00"),), ((4, b"n+2\x00\r\n\x1a\n"),), ((4, b"ni2\x00\r\n\x1a\n"),)),
+        (".nii", ".nii.gz"),
+        "with nibabel: np.save('x.npy', np.asanyarray(nibabel.load(FILE).dataobj)), then convert the .npy",
+    ),
+    Unread(
+        "an EDF/BDF recording",
+        (((0, b"0       "),), ((0, b"\xffBIOSEMI"),)),
+        (".edf", ".bdf"),
+        "with pyedflib: np.savez('x.npz', **{name: reader.readSignal(i) for i, name in "
+        "enumerate(reader.getSignalLabels())}) (reader = pyedflib.EdfReader(FILE)), then convert the .npz "
+        "(--npz_mode arrays when the channels' lengths differ)",
+    ),
+    Unread(
+        "a WAV audio file",
+        (((0, b"RIFF"), (8, b"WAVE")), ((0, b"RF64"), (8, b"WAVE"))),
+        (".wav",),
+        "with SciPy: rate, data = scipy.io.wavfile.read(FILE); np.save('x.npy', data), then convert the .npy "
+        "(one Example per sample frame)",
+    ),
+    Unread(
+        "an IDL SAVE file",
+        (((0, b"SR\x00\x04"),), ((0, b"SR\x00\x06"),)),
+        (),  # .sav is SPSS's suffix too: told by content only
+        "with SciPy: np.savez('x.npz', **scipy.io.readsav(FILE)) (numeric variables), then convert the .npz",
+    ),
+    Unread(
+        "a Parquet file",
+        (((0, b"PAR1"),),),
+        (".parquet", ".pq"),
+        "with pyarrow: t = pyarrow.parquet.read_table(FILE); np.savez('x.npz', **{c: t[c].to_numpy() for c in "
+        "t.column_names}), then convert the .npz",
+    ),
+    Unread(
+        "a Feather/Arrow IPC file",
+        (((0, b"ARROW1"),), ((0, b"FEA1"),)),
+        (".feather", ".arrow", ".arrows", ".ipc"),
+        "with pyarrow: t = pyarrow.feather.read_table(FILE); np.savez('x.npz', **{c: t[c].to_numpy() for c in "
+        "t.column_names}), then convert the .npz",
+    ),
+)
+
+
+def unread_format(path: str, head: bytes, by_suffix: bool = True) -> Unread | None:
+    """The :data:`UNREAD` format whose signature ``head`` (``path``'s first :data:`SNIFF_BYTES` bytes) shows, else
+    (``by_suffix``) the one whose suffix ``path`` ends with, else None."""
+    for unread in UNREAD:
+        if unread.sniff(head):
+            return unread
+    lower = path.lower()
+    if by_suffix:
+        for unread in UNREAD:
+            if lower.endswith(unread.suffixes):
+                return unread
+    return None
+
+
+def unread_error(path: str, unread: Unread) -> UnreadFormatError:
+    """The one-line error for a file of a format tfrecord-etl does not read, naming it and the way out."""
+    return UnreadFormatError(
+        f"The file is {unread.label}: a format recognised but not read by tfrecord-etl",
+        file=path,
+        hint=f"{unread.way_out} (convert's --format reads it as a format tfrecord-etl reads, if it is one)",
+    )
