@@ -29,7 +29,7 @@ from tfrecord_etl.pipelines.workers import (  # noqa: F401
 from tfrecord_etl.transforms import codec, compression
 from tfrecord_etl.transforms.errors import ConfigError, EtlError, printable
 from tfrecord_etl.transforms.output import tfrecord
-from tfrecord_etl.transforms.storage import fileio, gcsaccess
+from tfrecord_etl.transforms.storage import fileio, gcsaccess, remote as remote_store
 from tfrecord_etl.transforms.storage.gcsaccess import connect_to_gcs_anonymously  # re-exported
 
 
@@ -126,6 +126,8 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
             stop_worker_processes()
         if line is None:
             line = errorlines.runner_job_failed_line(e)
+        if line is None:
+            line = errorlines.store_error_line(e, errorlines.flag_value(argv, "--output_dir"))
         if line is None:
             raise
         log = f" [runner log: {running.LAST_RUN_LOG}; --verbose shows it live]" if running.LAST_RUN_LOG else ""
@@ -275,6 +277,7 @@ def configure_filesystems(beam_argv: list[str], paths=()) -> None:
       ConfigError: Google Cloud Storage (or the emulator, or the proxy) cannot be reached for a gs:// path.
     """
     argv = [str(a) for a in beam_argv if str(a) not in ("-h", "--help")]
+    remote_store.store_retries()  # S3 clients made from here on retry a burst of 503 SlowDown
     remote = []
     if len(argv) == len(beam_argv) and any("gs://" in a.lower() for a in [*argv, *map(str, paths)]):  # not --help
         remote = gcsaccess.gcs_paths([*argv, *(str(p) for p in paths if p)])

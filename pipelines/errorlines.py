@@ -155,3 +155,55 @@ def find_etl_error(e: BaseException | None):
         seen.add(id(e))
         e = e.__cause__ or e.__context__
     return None
+
+
+# the object stores' client errors (botocore's, Beam's S3 client's, google-api-core's, a refused connection), by
+# class name along the exception chain (no import of the clients here); their text names the request that failed
+STORE_ERRORS = (
+    "ClientError",
+    "EndpointConnectionError",
+    "ConnectionClosedError",
+    "ReadTimeoutError",
+    "ConnectTimeoutError",
+    "ResponseStreamingError",
+    "IncompleteReadError",
+    "S3ClientError",
+    "GoogleAPICallError",
+    "ServiceUnavailable",
+    "InternalServerError",
+    "TooManyRequests",
+    "RetryError",
+)
+STORE_HOLDS = {
+    "this run": "its commit ran before the failure: this run's output was committed and is complete",
+    "previous": "nothing was committed: the previous output is complete",
+    "none": "nothing was committed: the output directory holds no output",
+    None: "nothing was committed, so the output directory holds what it held before",
+}
+
+
+def store_error_line(e: BaseException, output_dir: str | None = None) -> str | None:
+    """``OutputError: The object store failed ...`` for an error of an s3:// or gs:// client that ended the run in
+    the launcher (a store that stopped answering, refused a request after its retries, or cut off its responses):
+    the request and the store's message, what the output directory holds (``runlock.OUTPUT_STATE``), and what to
+    do. None for anything else."""
+    seen, cur, found = set(), e, None
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        names = {c.__name__ for c in type(cur).__mro__}
+        if names & set(STORE_ERRORS) or ("BeamIOError" in names and "S3ClientError" in str(cur)):
+            found = cur
+            break
+        cur = cur.__cause__ or cur.__context__
+    if found is None:
+        return None
+    message = " ".join(str(found).split())
+    if len(message) > 300:
+        message = message[:297] + "..."
+    state = getattr(e, OUTPUT_STATE, None)
+    where = f" for {output_dir!r}" if output_dir else ""
+    return (
+        f"OutputError: The object store failed{where}: {type(found).__name__}: {message}; {STORE_HOLDS[state]}. "
+        "Hint: check that the store is up and reachable from here and from every worker (endpoint, credentials, "
+        "quota), then run the command again"
+    )

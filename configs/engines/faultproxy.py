@@ -34,7 +34,10 @@ class Fault:
 
     kind: ``"status"`` (answered with ``status`` by the proxy, never forwarded), ``"reset"`` (forwarded; the
       response's head and ``after_bytes`` of its body are sent, then the connection is reset), ``"stall"``
-      (held ``seconds``, then forwarded).
+      (held ``seconds``, then forwarded), ``"strip"`` (forwarded without its ``header``: a proxy or gateway that
+      drops a header that was not signed), ``"accept"`` (forwarded; a ``412 Precondition Failed`` answer is
+      replaced by ``200 OK``: the client sees its conditional write accepted, as a store that ignores the
+      condition answers; the store's object is unchanged).
     """
 
     kind: str
@@ -45,6 +48,7 @@ class Fault:
     after_bytes: int = 1024
     seconds: float = 10.0
     min_body: int = 0  # reset: only responses whose body is at least this long (a data read, not a HEAD)
+    header: str = ""  # strip: the request header taken out (case-insensitive)
     applied: int = 0
 
     def matches(self, method: str, path: str) -> bool:
@@ -263,6 +267,14 @@ class FaultProxy:
                     with self._lock:
                         self.log.append((method, path, rule.status))
                     continue
+                rule = self._rule(method, path, ("strip",))
+                if rule is not None and f"{rule.header.lower()}:".encode() in head.lower():
+                    self._applied(rule)
+                    head = b"\r\n".join(
+                        line
+                        for line in head.split(b"\r\n")
+                        if not line.lower().startswith(f"{rule.header.lower()}:".encode())
+                    )
                 rule = self._rule(method, path, ("stall",))
                 if rule is not None:
                     self._applied(rule)
@@ -278,6 +290,15 @@ class FaultProxy:
                 with self._lock:
                     self.from_store += len(rhead)
                     self.log.append((method, path, status))
+                accept = self._rule(method, path, ("accept",)) if status == 412 else None
+                if accept is not None:
+                    for _ in _body(server, sbuf, rheaders, request=False, method=method, status=status):
+                        pass
+                    self._applied(accept)
+                    client.sendall(
+                        b'HTTP/1.1 200 OK\r\nETag: "00000000000000000000000000000000"\r\nContent-Length: 0\r\n\r\n'
+                    )
+                    continue
                 length = int(rheaders.get("content-length", "0") or 0)
                 reset = self._rule(method, path, ("reset",))
                 if reset is not None and (length < reset.min_body or length <= reset.after_bytes):

@@ -46,6 +46,7 @@ class SeaweedFS:
         self.n_volumes = volumes
         self.procs = Processes(self.workdir / "logs")
         self.volumes: list = []
+        self._volume_ports: dict[int, tuple[int, int]] = {}
 
     def _weed(self, name: str, *args, port: int):
         proc = self.procs.start(name, [WEED, *args], cwd=self.workdir)
@@ -103,8 +104,7 @@ class SeaweedFS:
             )
             config.chmod(0o600)
             self.s3_port, s3_grpc = _weed_port()
-            self.gateway = self._weed(
-                "s3",
+            self._gateway_args = [
                 "s3",
                 "-ip.bind=127.0.0.1",
                 f"-port={self.s3_port}",
@@ -114,20 +114,24 @@ class SeaweedFS:
                 f"-filer={self.filer_address}",
                 f"-config={config}",
                 f"-localSocket={self.workdir / 's3.sock'}",
-                port=self.s3_port,
-            )
+            ]
+            self.gateway = self._weed("s3", *self._gateway_args, port=self.s3_port)
             wait_for(self._writable, 120, "SeaweedFS to accept a write", [self.master, self.filer, self.gateway])
         except BaseException:
             self.stop()
             raise
         return self
 
-    def add_volume(self):
-        """Starts one more volume server (after a kill: a fresh one in the killed one's folder)."""
-        index = len(self.volumes)
+    def add_volume(self, index: int | None = None):
+        """Starts a volume server: one more, or with ``index`` the one of that number again (after a kill: its
+        folder, so the objects it held are back)."""
+        if index is None:
+            index = len(self.volumes)
+            self.volumes.append(None)
         folder = self.workdir / f"volume{index}"
         folder.mkdir(parents=True, exist_ok=True)
-        port, grpc = _weed_port()
+        # the same ports again after a kill: the master knows a volume server by ip:port
+        port, grpc = self._volume_ports.setdefault(index, _weed_port())
         proc = self._weed(
             f"volume{index}",
             "volume",
@@ -141,12 +145,23 @@ class SeaweedFS:
             "-preStopSeconds=0",
             port=port,
         )
-        self.volumes.append(proc)
+        self.volumes[index] = proc
         return proc
 
     def kill_volume(self, index: int = 0) -> None:
         """SIGKILL to one volume server (no shutdown: what it was writing is cut off)."""
         self.procs.kill(self.volumes[index])
+
+    def kill_gateway(self) -> None:
+        """SIGKILL to the S3 gateway: the store stops answering (connections refused)."""
+        self.procs.kill(self.gateway)
+
+    def start_gateway(self):
+        """The S3 gateway again, on its port (after :meth:`kill_gateway`)."""
+        (self.workdir / "s3.sock").unlink(missing_ok=True)
+        self.gateway = self._weed("s3", *self._gateway_args, port=self.s3_port)
+        wait_for(self._writable, 60, "SeaweedFS to accept a write", [self.gateway])
+        return self.gateway
 
     @property
     def endpoint(self) -> str:
@@ -168,7 +183,8 @@ class SeaweedFS:
     def _writable(self) -> bool:
         try:
             c = self.client()
-            c.create_bucket(Bucket="tfrecord-etl-probe")
+            if "tfrecord-etl-probe" not in [b["Name"] for b in c.list_buckets().get("Buckets", [])]:
+                c.create_bucket(Bucket="tfrecord-etl-probe")
             c.put_object(Bucket="tfrecord-etl-probe", Key="probe", Body=b"ok")
             return c.get_object(Bucket="tfrecord-etl-probe", Key="probe")["Body"].read() == b"ok"
         except Exception:  # noqa: BLE001 - not ready yet: volumes still registering

@@ -49,20 +49,22 @@ def temp_of(name: str, files) -> bool:
 def list_names(directory: str) -> dict[str, str]:
     """``{name: path}`` of the direct children of ``directory`` (files and directories), never globbed.
 
-    Local: ``os.scandir``. Remote: :func:`fileio.find` of the escaped directory + ``*``; children of
-    sub-directories are folded into the sub-directory's name.
+    Local: ``os.scandir``. s3:// and gs://: :func:`fileio.list_prefix`; other remote filesystems :func:`fileio.find`
+    of the escaped directory + ``*``. Children of sub-directories are folded into the sub-directory's name.
     """
     if fileio.is_local(directory):
         if not os.path.isdir(directory):
             return {}
         with os.scandir(directory) as it:
             return {e.name: e.path for e in it}
-    try:
-        found = fileio.find(fileio.join(fileio.escape_glob(directory), "*"))
-    except ImportError:
-        raise
-    except Exception:  # noqa: BLE001 - an empty prefix is "no match" on some filesystems
-        return {}
+    found = fileio.list_prefix(directory)  # s3://, gs://: a store's error is an error (an empty prefix lists [])
+    if found is None:
+        try:
+            found = fileio.find(fileio.join(fileio.escape_glob(directory), "*"))
+        except ImportError:
+            raise
+        except Exception:  # noqa: BLE001 - an empty prefix is "no match" on some filesystems
+            return {}
     base = directory.rstrip("/") + "/"
     out = {}
     for path, _ in found:

@@ -263,7 +263,8 @@ def _clear(
 def _without_lock_temps(output_dir: str, names: set[str]) -> set[str]:
     """``names`` without the lock's temporaries, which are deleted: the run calling this holds the lock, so a
     temporary of it is a failed or killed earlier run's."""
-    lock_temps = {n for n in names if LOCK_TEMP.match(n)}
+    lock_temps = {n for n in names if LOCK_TEMP.match(n) or conditional.PROBE.match(n)}  # (and conditional-write
+    # probes a killed run left)
     if lock_temps:
         say(
             f"removing {_count(lock_temps, 'lock temporary')} of an earlier run that is gone in {output_dir}: "

@@ -36,7 +36,7 @@ from tfrecord_etl.transforms.output.runtime import (  # noqa: F401 - runtime's n
     say,
     utc_now,
 )
-from tfrecord_etl.transforms.storage import conditional, fileio
+from tfrecord_etl.transforms.storage import conditional, fileio, remote
 
 LOCK_FILE = ".tf-etl.lock"
 LEGACY_LOCK_FILE = ".tfrecord-etl.lock"  # the lock's name in earlier versions (a run of one may be going on)
@@ -148,6 +148,7 @@ class Lock:
                 )
         record = _lock_record(self.run_id)
         data = json.dumps(record).encode()
+        conditional.check_conditional_writes(fileio.dirname(self.path))  # the lock rests on them
         for attempt in range(2):
             if fileio.is_local(self.path):
                 try:
@@ -300,6 +301,7 @@ class CarriesRun:
     def setup(self):
         if self._carried_run and os.environ.get(RUN_ENV) != self._carried_run:
             os.environ[RUN_ENV] = self._carried_run
+        remote.store_retries()
         carried = getattr(self, "_carried_filesystem_options", None)  # (a DoFn pickled by an older version)
         if carried is not None:
             _give_filesystem_options(carried)

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from tfrecord_etl.transforms.storage import fileio
 
@@ -33,7 +34,8 @@ def failpoint(stage: str) -> None:
     instead of after a sleep. ``:once`` fires in the first process that reaches the stage only (it creates the file
     ``TFRECORD_ETL_FAILPOINT_ONCE`` names, ``O_EXCL``): one of several worker processes. ``:hang-at-exit`` kills
     nothing: the process goes on, and when it exits it never finishes (an exit handler that waits forever), as a
-    worker stuck in its interpreter's shutdown is. Unset, it costs one dictionary lookup."""
+    worker stuck in its interpreter's shutdown is. ``:sleep=S`` kills nothing either: the process waits ``S``
+    seconds at the stage, then goes on (a test stops a store meanwhile). Unset, it costs one dictionary lookup."""
     wanted = os.environ.get(FAILPOINT_ENV)
     if wanted and wanted.split(":")[0] == stage:
         parts = wanted.split(":")[1:]
@@ -44,6 +46,10 @@ def failpoint(stage: str) -> None:
                 return
         if "hang-at-exit" in parts:
             atexit.register(threading.Event().wait)
+            return
+        pause = next((float(p[len("sleep=") :]) for p in parts if p.startswith("sleep=")), None)
+        if pause is not None:  # kills nothing: holds the process at the stage (a store stopped meanwhile)
+            time.sleep(pause)
             return
         sig = next((getattr(signal, f"SIG{p}") for p in parts if hasattr(signal, f"SIG{p}")), signal.SIGKILL)
         pid = os.getpid()

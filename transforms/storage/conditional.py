@@ -8,6 +8,12 @@ reads, writes and deletes (:mod:`transforms.storage.fileio`).
 
 from __future__ import annotations
 
+import re
+import sys
+import threading
+import uuid
+
+from tfrecord_etl.transforms.errors import ConfigError
 from tfrecord_etl.transforms.storage import fileio, lightfs, remote
 
 ABSENT = "absent"  # the version of an object that does not exist: a conditional write that creates it
@@ -156,3 +162,82 @@ def delete_if_version(path: str, expected: str) -> None:
         fileio.delete([path])
         return
     fileio.forget_objects()
+
+
+PROBE_PREFIX = ".tf-etl-probe-"  # the object check_conditional_writes writes and deletes (ours: a run's own name)
+PROBE = re.compile(r"^\.tf-etl-probe-[0-9a-f]{32}$")  # its names: a killed run's leftover is removed by the next
+_CHECKED: set = set()  # (scheme, endpoint) whose conditional writes this process saw honoured
+_CHECKED_LOCK = threading.Lock()
+
+
+def check_conditional_writes(directory: str) -> None:
+    """Refuses an object store that ignores conditional writes, once per process and endpoint: creates the object
+    ``directory/.tf-etl-probe-<random>`` with a conditional create (S3 ``If-None-Match: *``, GCS
+    ``ifGenerationMatch=0``), creates it again the same way, which the store must refuse (412), then deletes it.
+    The output's lock and commit rest on that refusal (of two launchers exactly one takes the lock; a run whose
+    directory another run committed meanwhile commits nothing); a store that ignores the condition (an older S3
+    API, a gateway or proxy dropping the header) would let both go on, so it is refused rather than trusted: never
+    silently weaker. Three requests; nothing on local files.
+
+    Raises:
+      ConfigError: the second create was accepted, naming the store and what to do.
+    """
+    kind, client, _, _ = _object(fileio.join(directory, PROBE_PREFIX))
+    if kind is None:
+        return
+    key = (kind, remote.endpoint(client))
+    with _CHECKED_LOCK:
+        if key in _CHECKED:
+            return
+    probe = fileio.join(directory, f"{PROBE_PREFIX}{uuid.uuid4().hex}")
+    write_if_version(probe, b"1", ABSENT)
+    try:
+        try:
+            write_if_version(probe, b"2", ABSENT)
+        except VersionConflict:
+            pass
+        else:
+            header = "If-None-Match: *" if kind == "s3" else "ifGenerationMatch=0"
+            raise ConfigError(
+                f"The object store ({key[1] or kind}) ignores conditional writes: a create with {header} replaced "
+                "an object that exists, so two runs on one output could both take its lock and commit",
+                file=directory,
+                hint="use a store (or a version of it) that supports conditional writes, as AWS S3, Google Cloud "
+                "Storage and SeaweedFS do, and no proxy that drops the header; or write to a local or shared "
+                "file system",
+            )
+        _check_conditional_delete(kind, probe, key[1] or kind)
+    finally:
+        _delete_probe(kind, client, probe)
+    with _CHECKED_LOCK:
+        _CHECKED.add(key)
+
+
+def _check_conditional_delete(kind: str, probe: str, store: str) -> None:
+    """A delete of ``probe`` on a version it does not have must be refused; a store that deletes it anyway
+    (fake-gcs-server ignores ``ifGenerationMatch`` on deletes) is named in one warning line: the lock's release and
+    a stale lock's takeover are conditional deletes, and there a run taken over as stale could remove its
+    successor's lock, whose commit guard then refuses to commit (a failed run, never a mixed output)."""
+    try:
+        delete_if_version(probe, '"0"' if kind == "s3" else "1")
+    except VersionConflict:
+        return
+    if version(probe) == ABSENT:
+        print(
+            f"[tfrecord-etl] warning: the object store ({store}) ignores conditional deletes (a delete with a "
+            "version the object does not have removed it): a run whose lock was taken over as stale could remove "
+            "its successor's lock, which then commits nothing (it fails; no output is mixed)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _delete_probe(kind: str, client, probe: str) -> None:
+    bucket, key = lightfs.bucket_key(probe)
+    try:
+        if kind == "s3":
+            client.delete_object(Bucket=bucket, Key=key)
+        else:
+            client.bucket(bucket).blob(key).delete()
+    except Exception:  # noqa: BLE001 - the store already failed us; the probe is ours and harmless
+        pass

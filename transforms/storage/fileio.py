@@ -123,6 +123,27 @@ def find(pattern: str) -> list[tuple[str, int]]:
     return [(m.path, m.size_in_bytes) for m in fs.match([pattern])[0].metadata_list]
 
 
+def list_prefix(directory: str) -> list[tuple[str, int]] | None:
+    """``(path, size in bytes)`` of every object under the s3:// or gs:// ``directory`` (its children and theirs),
+    listed with the store's client (S3 ``ListObjectsV2`` pages, GCS ``list_blobs``; not Beam's, which retries for
+    minutes on a store that went away: :func:`_head`); None for other filesystems. Nothing is globbed."""
+    found = _opener(directory)
+    if found is None:
+        return None
+    kind, client, _ = found
+    bucket, key = lightfs.bucket_key(directory.rstrip("/") + "/")
+    scheme = "s3" if kind == "S3FileSystem" else "gs"
+    if kind != "S3FileSystem":
+        return [(f"{scheme}://{bucket}/{b.name}", int(b.size or 0)) for b in client.list_blobs(bucket, prefix=key)]
+    out, token = [], None
+    while True:
+        page = client.list_objects_v2(Bucket=bucket, Prefix=key, **({"ContinuationToken": token} if token else {}))
+        out += [(f"{scheme}://{bucket}/{o['Key']}", int(o["Size"])) for o in page.get("Contents", [])]
+        token = page.get("NextContinuationToken")
+        if not token:
+            return out
+
+
 def is_dir(path: str) -> bool:
     """Whether ``path`` is a local directory, or a remote path ending in ``/``."""
     if is_local(path):
@@ -215,7 +236,33 @@ def _path_fs(path: str):
 
 def exists(path: str) -> bool:
     check_reachable(path)  # an unreachable endpoint is not a missing file
+    found = _head(path)
+    if found is not None:
+        return found[0]
     return _path_fs(path).exists(path)
+
+
+def _head(path: str) -> tuple[bool, int] | None:
+    """``(exists, size in bytes)`` of the s3:// or gs:// object ``path`` from one HEAD (S3 ``HeadObject``, GCS the
+    object's metadata) with the store's client, or None for other filesystems. Why not Beam's ``FileSystems``:
+    its S3 and GCS calls retry on top of the client's own retries with Beam's exponential backoff (5 s doubled, 7
+    retries: about 10 minutes for one call), so a run whose store went away waited minutes per call before it
+    could say so (found with the S3 gateway stopped during a run); the client's retries (a burst of ``503
+    SlowDown``: :func:`remote.store_retries`) are kept."""
+    found = _opener(path)
+    if found is None:
+        return None
+    kind, client, _ = found
+    bucket, key = lightfs.bucket_key(path)
+    if kind == "S3FileSystem":
+        try:
+            return True, int(client.head_object(Bucket=bucket, Key=key)["ContentLength"])
+        except client.exceptions.ClientError as e:
+            if str(e.response.get("Error", {}).get("Code")) in ("404", "NoSuchKey", "NotFound"):
+                return False, 0
+            raise
+    blob = client.bucket(bucket).get_blob(key)
+    return (False, 0) if blob is None else (True, int(blob.size or 0))
 
 
 def join(base: str, *parts: str) -> str:
@@ -292,6 +339,11 @@ def size(path: str) -> int:
     try:
         if is_local(path):
             return os.path.getsize(path)
+        found = _head(path)
+        if found is not None:
+            if not found[0]:
+                raise FileNotFoundError(f"No such object: {path}")
+            return found[1]
         fs = _beam_filesystems()
         if fs is None:
             return lightfs.size(path)

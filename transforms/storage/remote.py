@@ -9,7 +9,9 @@ import collections
 import concurrent.futures
 import contextlib
 import io
+import os
 import threading
+import time
 import weakref
 
 from tfrecord_etl.transforms.storage import lightfs
@@ -24,6 +26,21 @@ PREFETCH_THREADS = 8  # requests in flight per worker for the chunks of one row 
 PREFETCH_KEEP_BYTES = 16 * 2**20  # prefetched chunks kept per open stream beyond the latest prefetch
 SMALL_READS_PER_OBJECT = 8 * READ_AHEAD  # bytes of an object's small reads (HDF5 metadata) kept for its next open
 OBJECT_CACHE_BYTES = 64 * 2**20  # all objects' kept bytes in one process (least recently opened dropped first)
+
+
+# S3 requests' attempts (botocore's standard retry mode: exponential backoff with jitter, about 7 s of pauses in all
+# before the 5th): enough for a burst of 503 SlowDown, short enough that a run whose store went away ends in minutes
+S3_ATTEMPTS = "5"
+
+
+def store_retries() -> None:
+    """``AWS_MAX_ATTEMPTS`` = :data:`S3_ATTEMPTS` and ``AWS_RETRY_MODE=standard`` in this process's environment
+    unless set (botocore reads them when a client is made: Beam's S3 clients and ours): botocore's default of 3
+    attempts gave up on a burst of three ``503 SlowDown``, which a store under load sends as a matter of course.
+    The launcher calls it before its first client (``configure_filesystems``), each worker in our DoFns'
+    ``setup`` (``runlock.CarriesRun``). Idempotent."""
+    os.environ.setdefault("AWS_MAX_ATTEMPTS", S3_ATTEMPTS)
+    os.environ.setdefault("AWS_RETRY_MODE", "standard")
 
 
 class RemoteObject:
@@ -261,7 +278,9 @@ def _s3_opener(client, path: str, known: RemoteObject | None) -> RemoteObject:
     bucket, key = lightfs.bucket_key(path)
     unless = {"IfNoneMatch": known.version} if known is not None and known.version else {}
     try:
-        first = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{READ_AHEAD - 1}", **unless)
+        first, head = _s3_get(
+            lambda: client.get_object(Bucket=bucket, Key=key, Range=f"bytes=0-{READ_AHEAD - 1}", **unless)
+        )
     except client.exceptions.ClientError as e:
         code = str(e.response.get("Error", {}).get("Code"))
         if unless and code in ("304", "NotModified"):
@@ -271,22 +290,44 @@ def _s3_opener(client, path: str, known: RemoteObject | None) -> RemoteObject:
         first, head = client.head_object(Bucket=bucket, Key=key), b""  # an empty object
         size = first["ContentLength"]
     else:
-        with contextlib.closing(first["Body"]) as body:
-            head = body.read()
         size = int(first.get("ContentRange", "").rsplit("/", 1)[-1] or len(head))
     pinned = {"IfMatch": first["ETag"]} if first.get("ETag") else {}
 
     def fetch(start: int, n: int) -> bytes:
         try:
-            body = client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{start + n - 1}", **pinned)["Body"]
+            return _s3_get(
+                lambda: client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{start + n - 1}", **pinned)
+            )[1]
         except client.exceptions.ClientError as e:
             if e.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412", "NoSuchKey"):
                 raise ObjectChanged() from None
             raise
-        with contextlib.closing(body):
-            return body.read()
 
     return RemoteObject(fetch, size, path, head, first.get("ETag") or "")
+
+
+BODY_TRIES = 5  # GETs of one range whose body was cut off (botocore retries a request, never a body)
+
+
+def _s3_get(request) -> tuple[dict, bytes]:
+    """``(response, body bytes)`` of the GET ``request()``; a body cut off on the way (a connection reset in the
+    middle, a proxy or load balancer dropping it: botocore's ``ResponseStreamingError`` or, for fewer bytes than
+    its Content-Length, ``IncompleteReadError``) is asked for again, up to :data:`BODY_TRIES` GETs with a
+    growing pause (0.2 s, doubled), since botocore's retries end once the response's head arrived. The request's
+    own errors (a 503 SlowDown, a 412) are botocore's to retry or raise."""
+    from botocore.exceptions import IncompleteReadError, ResponseStreamingError  # deferred: boto3, s3:// only
+    from urllib3.exceptions import HTTPError  # deferred: boto3's urllib3
+
+    for attempt in range(BODY_TRIES):
+        response = request()
+        try:
+            with contextlib.closing(response["Body"]) as body:
+                return response, body.read()
+        except (ResponseStreamingError, IncompleteReadError, HTTPError, ConnectionError) as e:
+            if attempt == BODY_TRIES - 1:
+                raise OSError(f"the store cut off {BODY_TRIES} responses in a row ({type(e).__name__}: {e})") from None
+            time.sleep(0.2 * 2**attempt)
+    raise AssertionError("unreachable")
 
 
 def _gcs_opener(client, path: str, known: RemoteObject | None) -> RemoteObject:
