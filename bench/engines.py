@@ -11,6 +11,12 @@ what the command prints (first shard started to last shard written). Peak RSS: V
 process below it (DirectRunner's workers, Prism and its harnesses), of every JVM of the cluster and of every SDK
 harness process, sampled every 0.5 s while the job runs (a harness that lives shorter than that can be missed).
 The clusters are started once, before the first job, and are not in the times.
+
+``--store s3``: the input and the outputs on SeaweedFS (configs/engines/stores.py; ``bash
+configs/engines/setup_s3.sh``), reached through a counting proxy (configs/engines/faultproxy.py, no faults) that
+every process of the job uses as its endpoint (the launcher, DirectRunner's workers, the cluster's worker pool):
+the bytes the store sent per input byte and received per output byte are reported next to the times. The store
+runs on the same cores as the job.
 """
 
 from __future__ import annotations
@@ -79,10 +85,12 @@ def launcher_tree(kind: str):
     return pids
 
 
-def run_convert(inp: str, out: pathlib.Path, flags: list[str], pids) -> dict:
-    """One convert; ``pids(launcher_pid)`` names the processes whose peak RSS is sampled."""
-    shutil.rmtree(out, ignore_errors=True)
-    env = dict(os.environ, PYTHONPATH=str(engines.ROOT), TF_CPP_MIN_LOG_LEVEL="3")
+def run_convert(inp: str, out, flags: list[str], pids, env_extra: dict | None = None) -> dict:
+    """One convert; ``pids(launcher_pid)`` names the processes whose peak RSS is sampled; ``out`` a local folder
+    (emptied first) or a remote url (a new one per run)."""
+    if isinstance(out, pathlib.Path):
+        shutil.rmtree(out, ignore_errors=True)
+    env = dict(os.environ, PYTHONPATH=str(engines.ROOT), TF_CPP_MIN_LOG_LEVEL="3", **(env_extra or {}))
     t = time.perf_counter()
     proc = subprocess.Popen(
         [
@@ -124,6 +132,7 @@ def main(argv=None) -> int:
     ap.add_argument("--engines", default="direct,flink,spark,prism")
     ap.add_argument("--workdir", required=True, help="inputs, outputs, cluster logs (not the repository)")
     ap.add_argument("--json", default=None, help="write the results here too")
+    ap.add_argument("--store", choices=["local", "s3"], default="local", help="where the input and outputs are")
     args = ap.parse_args(argv)
     work = pathlib.Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -132,11 +141,24 @@ def main(argv=None) -> int:
     datagen.ensure("large", inp, rows, keep=True)
     names = args.engines.split(",")
     clusters, flags, pids = [], {}, {}
+    store = proxy = None
+    env_extra: dict = {}
     try:
+        if args.store == "s3":
+            from configs.engines import faultproxy, stores
+
+            input_bytes = os.path.getsize(inp)
+            store = stores.SeaweedFS(work / "seaweedfs").start()
+            clusters.append(store)
+            store.bucket("bench")
+            store.client().upload_file(inp, "bench", f"in/{pathlib.Path(inp).name}")
+            proxy = faultproxy.FaultProxy(("127.0.0.1", store.s3_port)).start()
+            env_extra = store.env(proxy.url)
+            inp = f"s3://bench/in/{pathlib.Path(inp).name}"
         if "direct" in names:
             flags["direct"], pids["direct"] = DIRECT, launcher_tree("worker")
         if "flink" in names:
-            c = engines.FlinkCluster(work / "flink", taskmanagers=2, slots=1).start()
+            c = engines.FlinkCluster(work / "flink", taskmanagers=2, slots=1, pool_env=env_extra or None).start()
             clusters.append(c)
             flags["flink"] = c.flags(2)
             pids["flink"] = lambda _launcher, c=c: (
@@ -145,7 +167,7 @@ def main(argv=None) -> int:
                 + [(f"harness-{p}", p) for p in engines.harness_pids(c.pool)]
             )
         if "spark" in names:
-            c = engines.SparkCluster(work / "spark", workers=2, cores=1).start()
+            c = engines.SparkCluster(work / "spark", workers=2, cores=1, pool_env=env_extra or None).start()
             clusters.append(c)
             flags["spark"] = c.flags()
             pids["spark"] = lambda _launcher, c=c: (
@@ -165,14 +187,35 @@ def main(argv=None) -> int:
         results = {n: [] for n in flags}
         for r in range(args.repeats):
             for n in list(flags) if r % 2 == 0 else list(reversed(flags)):  # alternated
-                res = run_convert(inp, work / f"out-{n}", flags[n], pids[n])
+                if store is None:
+                    res = run_convert(inp, work / f"out-{n}", flags[n], pids[n])
+                else:
+                    proxy.reset_counts()
+                    out = f"s3://bench/out-{n}-{r}"
+                    res = run_convert(inp, out, [*flags[n], *store.flags(proxy.url)], pids[n], env_extra)
+                    written = sum(
+                        s["bytes"]
+                        for s in json.loads(
+                            store.client().get_object(Bucket="bench", Key=f"out-{n}-{r}/metadata.json")["Body"].read()
+                        )["shards"]
+                    )
+                    res["sent_per_input_byte"] = proxy.from_store / input_bytes
+                    res["received_per_output_byte"] = proxy.to_store / written
                 results[n].append(res)
                 print(
                     f"{n} #{r}: whole {res['whole_s']:.1f} s, span {res['span_s']} s, "
-                    f"peak RSS {json.dumps({k: round(v) for k, v in res['rss_mb'].items()})}",
+                    + (
+                        f"store sent {res['sent_per_input_byte']:.3f}x the input, received "
+                        f"{res['received_per_output_byte']:.3f}x the output, "
+                        if store is not None
+                        else ""
+                    )
+                    + f"peak RSS {json.dumps({k: round(v) for k, v in res['rss_mb'].items()})}",
                     flush=True,
                 )
     finally:
+        if proxy is not None:
+            proxy.stop()
         for c in clusters:
             c.stop()
     base_whole = statistics.median(x["whole_s"] for x in results["direct"]) if "direct" in results else None
@@ -194,9 +237,15 @@ def main(argv=None) -> int:
             for k, v in x["rss_mb"].items():
                 kind = re.sub(r"-\d+$", "", k)
                 kinds[kind] = max(kinds.get(kind, 0), v)
+        store_cols = ""
+        if args.store == "s3":
+            sent = statistics.median(x["sent_per_input_byte"] for x in res)
+            received = statistics.median(x["received_per_output_byte"] for x in res)
+            store_cols = f" | store sent {sent:.3f}x input, received {received:.3f}x output"
         print(
             f"{n} | {whole:.1f}{ratio(whole, base_whole)} | {span:.1f}{ratio(span, base_span)} | "
             + ", ".join(f"{k} {v:.0f}" for k, v in sorted(kinds.items()))
+            + store_cols
         )
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({"rows": rows, "results": results}, indent=1))
