@@ -18,7 +18,7 @@ from typing import BinaryIO
 
 from tfrecord_etl._install import pip_install
 from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, SourceError
-from tfrecord_etl.transforms.storage import gcsaccess, lightfs, remote
+from tfrecord_etl.transforms.storage import gcsaccess, lightfs, remote, storeops
 from tfrecord_etl.transforms.storage.remote import READ_AHEAD, forget_objects  # noqa: F401 - fileio's names
 
 _RAW = "uncompressed"  # Beam's CompressionTypes.UNCOMPRESSED
@@ -124,24 +124,9 @@ def find(pattern: str) -> list[tuple[str, int]]:
 
 
 def list_prefix(directory: str) -> list[tuple[str, int]] | None:
-    """``(path, size in bytes)`` of every object under the s3:// or gs:// ``directory`` (its children and theirs),
-    listed with the store's client (S3 ``ListObjectsV2`` pages, GCS ``list_blobs``; not Beam's, which retries for
-    minutes on a store that went away: :func:`_head`); None for other filesystems. Nothing is globbed."""
-    found = _opener(directory)
-    if found is None:
-        return None
-    kind, client, _ = found
-    bucket, key = lightfs.bucket_key(directory.rstrip("/") + "/")
-    scheme = "s3" if kind == "S3FileSystem" else "gs"
-    if kind != "S3FileSystem":
-        return [(f"{scheme}://{bucket}/{b.name}", int(b.size or 0)) for b in client.list_blobs(bucket, prefix=key)]
-    out, token = [], None
-    while True:
-        page = client.list_objects_v2(Bucket=bucket, Prefix=key, **({"ContinuationToken": token} if token else {}))
-        out += [(f"{scheme}://{bucket}/{o['Key']}", int(o["Size"])) for o in page.get("Contents", [])]
-        token = page.get("NextContinuationToken")
-        if not token:
-            return out
+    """:func:`storeops.list_prefix` of the s3:// or gs:// ``directory`` (every object under it, listed with the
+    store's client); None for other filesystems."""
+    return storeops.list_prefix(_opener(directory), directory)
 
 
 def is_dir(path: str) -> bool:
@@ -243,26 +228,8 @@ def exists(path: str) -> bool:
 
 
 def _head(path: str) -> tuple[bool, int] | None:
-    """``(exists, size in bytes)`` of the s3:// or gs:// object ``path`` from one HEAD (S3 ``HeadObject``, GCS the
-    object's metadata) with the store's client, or None for other filesystems. Why not Beam's ``FileSystems``:
-    its S3 and GCS calls retry on top of the client's own retries with Beam's exponential backoff (5 s doubled, 7
-    retries: about 10 minutes for one call), so a run whose store went away waited minutes per call before it
-    could say so (found with the S3 gateway stopped during a run); the client's retries (a burst of ``503
-    SlowDown``: :func:`remote.store_retries`) are kept."""
-    found = _opener(path)
-    if found is None:
-        return None
-    kind, client, _ = found
-    bucket, key = lightfs.bucket_key(path)
-    if kind == "S3FileSystem":
-        try:
-            return True, int(client.head_object(Bucket=bucket, Key=key)["ContentLength"])
-        except client.exceptions.ClientError as e:
-            if str(e.response.get("Error", {}).get("Code")) in ("404", "NoSuchKey", "NotFound"):
-                return False, 0
-            raise
-    blob = client.bucket(bucket).get_blob(key)
-    return (False, 0) if blob is None else (True, int(blob.size or 0))
+    """:func:`storeops.head`: ``(exists, size)`` of an s3:// or gs:// object from one HEAD; None elsewhere."""
+    return storeops.head(_opener(path), path)
 
 
 def join(base: str, *parts: str) -> str:
@@ -283,49 +250,12 @@ def rename(src: str, dst: str) -> None:
     if is_local(src) and is_local(dst):
         os.replace(src, dst)
         return
-    if _gcs_rename(src, dst):
+    if storeops.gcs_move(storeops.gcs_blob(_opener(src), src), storeops.gcs_blob(_opener(dst), dst)):
         return
     fs = _needs_beam(f"Renaming {src}")
     if exists(dst):
         fs.delete([dst])
     fs.rename([src], [dst])
-
-
-def _gcs_blob(path: str):
-    """The google-cloud-storage ``Blob`` of the gs:// ``path`` (the client Beam's filesystem is configured with),
-    or None for other filesystems."""
-    found = _opener(path)
-    if found is None or found[0] != "GCSFileSystem":
-        return None
-    bucket, key = lightfs.bucket_key(path)
-    return found[1].bucket(bucket).blob(key)
-
-
-def _gcs_rename(src: str, dst: str) -> bool:
-    """Moves the gs:// object ``src`` to ``dst`` with one object's requests (``rewriteTo``, repeated while the
-    store asks to continue a large copy, then a delete), not Beam's GCS batch API (``copy_batch`` and
-    ``delete_batch`` post multipart batches, which fake-gcs-server and other emulators answer with a response
-    google-cloud-storage refuses: "Bad response: not multi-part"); the copy replaces ``dst`` in place, so there
-    is no moment without a ``dst``. False (nothing done) when either path is not on gs://."""
-    source, target = _gcs_blob(src), _gcs_blob(dst)
-    if source is None or target is None:
-        return False
-    token = None
-    while True:
-        token, _, _ = target.rewrite(source, token=token)
-        if token is None:
-            break
-    _gcs_delete(source)
-    return True
-
-
-def _gcs_delete(blob) -> None:
-    from google.api_core.exceptions import NotFound  # deferred: google-cloud-storage, a gs:// path's only
-
-    try:
-        blob.delete()
-    except NotFound:
-        pass
 
 
 def size(path: str) -> int:
@@ -421,8 +351,8 @@ def delete(paths: list[str]) -> None:
         if is_local(p):
             if os.path.lexists(p):
                 os.unlink(p)
-        elif (blob := _gcs_blob(p)) is not None:
-            _gcs_delete(blob)  # one request, not Beam's batch API (see _gcs_rename)
+        elif (blob := storeops.gcs_blob(_opener(p), p)) is not None:
+            storeops.gcs_delete(blob)  # one request, not Beam's batch API (storeops.gcs_move)
         elif exists(p):
             remote.append(p)
     if remote:
