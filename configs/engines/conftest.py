@@ -1,6 +1,8 @@
 """What the engine tests share across modules (session-scoped, so Flink's and Spark's tests build each input and
 each DirectRunner reference once): the small inputs, the larger input of the lost-worker tests and the DirectRunner
-references of the commands they run.
+references of the commands they run; and, module-scoped (each module that uses them starts its own, so that
+modules can run on separate pytest-xdist workers), the object stores (SeaweedFS, fake-gcs-server), the private mount
+namespace and the worker pool and clusters in it (test_stores.py, test_stores_clusters.py; storecases.py).
 
 TFRECORD_ETL_ENGINES_FULL=1 runs the whole set (more parallelism, inputs and failure variants: the tests marked
 with ``common.full_only``); by default the stage runs one test per deliverable. TFRECORD_ETL_ENGINES_BIG=1 makes
@@ -9,10 +11,14 @@ the lost-worker input >= 500 MB (the manual run)."""
 from __future__ import annotations
 
 import os
+import shutil
 
+import numpy as np
 import pytest
 
-from configs.engines import common
+from configs.engines import common, stores
+from configs.engines.engines import ENGINES, FlinkCluster, Processes, SparkCluster, worker_pool
+from configs.engines.storecases import ENGINE_ON, GCS, S3, cluster_dir, setup, store_env
 from tests.test_runners import make_inputs
 
 BIG = os.environ.get("TFRECORD_ETL_ENGINES_BIG") == "1"
@@ -68,3 +74,128 @@ def big_reference(big_input, reference):
 def big_augment_reference(big_reference, reference):
     """The DirectRunner output of the lost-worker tests' augment (of ``big_reference``)."""
     return reference("augment", ["--input", big_reference, "--output_dir", "OUT", *KILL_AUGMENT])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The object stores, the private mount namespace and the clusters in it (test_stores*.py; module-scoped: each
+# module that uses them starts its own, so the modules can run on separate pytest-xdist workers)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def seaweed(tmp_path_factory):
+    if not S3:
+        yield None
+        return
+    setup("setup_s3.sh")
+    store = stores.SeaweedFS(tmp_path_factory.mktemp("seaweedfs")).start()
+    try:
+        yield store
+    finally:
+        store.stop()
+
+
+@pytest.fixture
+def own_seaweed(seaweed, tmp_path_factory):
+    """A SeaweedFS of the test's own (a test that kills a part of it), with the module store's credentials (the
+    worker pool's environment has them); the command's --s3_endpoint_url names it."""
+    if not S3:
+        pytest.skip("TFRECORD_ETL_S3=0")
+    store = stores.SeaweedFS(
+        tmp_path_factory.mktemp("seaweedfs-own"), access_key=seaweed.access_key, secret_key=seaweed.secret_key
+    ).start()
+    try:
+        yield store
+    finally:
+        store.stop()
+
+
+@pytest.fixture(scope="module")
+def fakegcs(tmp_path_factory):
+    if not GCS:
+        yield None
+        return
+    setup("setup_gcs.sh")
+    store = stores.FakeGCS(tmp_path_factory.mktemp("fakegcs")).start()
+    try:
+        yield store
+    finally:
+        store.stop()
+
+
+@pytest.fixture(scope="module")
+def isolation():
+    reason = stores.Isolation.unavailable()
+    if reason:
+        pytest.skip(f"SKIP no shared disk: cannot make a private mount namespace here: {reason}")
+    iso = stores.Isolation().start()
+    try:
+        yield iso
+    finally:
+        iso.stop()
+
+
+@pytest.fixture(scope="module")
+def pool(isolation, seaweed, fakegcs):
+    """A worker pool (Prism's EXTERNAL environment) in the private mount namespace; its address."""
+    work = cluster_dir("pool")
+    procs = Processes(work / "logs", wrap=isolation.wrap)
+    try:
+        proc, port = worker_pool(procs, env=store_env(seaweed, fakegcs))
+        yield f"127.0.0.1:{port}", proc
+    finally:
+        procs.stop_all()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def prism_bin():
+    setup("setup_prism.sh")
+    return str(ENGINES / "prism" / "prism")
+
+
+@pytest.fixture(scope="module")
+def isolated_flink(isolation, seaweed, fakegcs):
+    if not ENGINE_ON["flink"]:
+        pytest.skip("TFRECORD_ETL_FLINK=0")
+    work = cluster_dir("flink")
+    cluster = FlinkCluster(
+        work, taskmanagers=2, slots=1, restarts=(3, 10), pool_env=store_env(seaweed, fakegcs), wrap=isolation.wrap
+    )
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def isolated_spark(isolation, seaweed, fakegcs):
+    if not ENGINE_ON["spark"]:
+        pytest.skip("TFRECORD_ETL_SPARK=0")
+    work = cluster_dir("spark")
+    cluster = SparkCluster(work, workers=2, cores=1, pool_env=store_env(seaweed, fakegcs), wrap=isolation.wrap)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def store_inputs(tmp_path_factory):
+    """The inputs as local files: ``in.h5`` (chunked + gzip), ``npy/`` (4 .npy files), ``s.zarr`` (a Zarr store)."""
+    import zarr
+
+    d = tmp_path_factory.mktemp("store_inputs")
+    data = make_inputs(d)
+    (d / "npy").mkdir()
+    for i in range(4):
+        np.save(d / "npy" / f"part{i}.npy", np.arange(i * 600, (i + 1) * 600, dtype="<f4").reshape(300, 2))
+    g = zarr.open_group(str(d / "s.zarr"), mode="w", zarr_format=2)
+    g.create_array("img", shape=(256, 8, 8), chunks=(32, 8, 8), dtype="f4")[:] = (
+        np.random.default_rng(5).standard_normal((256, 8, 8)).astype("f4")
+    )
+    g.create_array("label", shape=(256,), chunks=(32,), dtype="i8")[:] = np.arange(256)
+    zarr.consolidate_metadata(str(d / "s.zarr"))
+    return d, data

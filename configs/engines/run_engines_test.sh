@@ -6,7 +6,8 @@
 #      .engines/ (reused when present; downloads go through each tool's own cache: Go's module and build caches,
 #      ~/.m2, pip's cache) and may leave processes running for the tests (a cluster): they are stopped when the
 #      stage ends. It may write what the tests need to know (ports, paths) under $ENGINES_RUN_DIR;
-#   2. runs `.venv/bin/python -m pytest configs/engines` with the project's .venv (no venv of its own);
+#   2. runs `.venv/bin/python -m pytest configs/engines` with the project's .venv (no venv of its own), on two
+#      pytest-xdist workers, a module per worker at a time;
 #   3. stops every process it started, when the tests pass, fail or the stage is interrupted: each setup script
 #      and pytest run in a process group of their own (setsid), and the EXIT trap sends SIGTERM to every such
 #      group, then SIGKILL to what is still there 10 s later. Daemons that call setsid themselves must be stopped
@@ -82,7 +83,12 @@ for setup in configs/engines/setup_*.sh; do
 done
 
 rc=0
-in_group "$PY" -m pytest -q -p no:cacheprovider configs/engines "${ignore[@]}" || rc=$?
+# two pytest-xdist workers, a module's tests on one of them (--dist loadfile: a module's clusters and stores are
+# module-scoped fixtures, started once per module); most of a small job's time is waiting (JVMs, job submission, a
+# harness starting), so two modules at once on two cores take less wall time than one after another.
+# TFRECORD_ETL_ENGINE_WORKERS=0 runs them one after another.
+in_group "$PY" -m pytest -q -p no:cacheprovider -n "${TFRECORD_ETL_ENGINE_WORKERS:-2}" --dist loadfile --durations=0 \
+  configs/engines "${ignore[@]}" || rc=$?
 if [ "$rc" = 5 ]; then  # pytest: no tests collected
   if [ "$ran" = 0 ]; then  # every engine skipped
     echo "[engines-test] no engine tests to run (every engine skipped)" >&2
