@@ -15,8 +15,10 @@ The clusters are started once, before the first job, and are not in the times.
 ``--store s3``: the input and the outputs on SeaweedFS (configs/engines/stores.py; ``bash
 configs/engines/setup_s3.sh``), reached through a counting proxy (configs/engines/faultproxy.py, no faults) that
 every process of the job uses as its endpoint (the launcher, DirectRunner's workers, the cluster's worker pool):
-the bytes the store sent per input byte and received per output byte are reported next to the times. The store
-runs on the same cores as the job.
+the bytes the store sent per input byte and received per output byte are reported next to the times, and the
+bytes it wrote per output byte (what it received plus the objects it wrote by a server-side copy: the commit's
+temporary -> final name). Each output is deleted after its run; ``--drop_local_input`` deletes the generated local
+input once uploaded (sizes the disk cannot hold twice). The store runs on the same cores as the job.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 
 from bench import datagen
 from bench.common import LAYOUTS, row_bytes
@@ -123,6 +126,24 @@ def run_convert(inp: str, out, flags: list[str], pids, env_extra: dict | None = 
     return {"whole_s": whole, "span_s": float(span.group(1)) if span else None, "rss_mb": sampler.peaks}
 
 
+def store_size(store, path: str) -> int:
+    """Size in bytes of the object at the path-style ``/bucket/key`` (0 when it is gone)."""
+    bucket, _, key = path.lstrip("/").partition("/")
+    try:
+        return int(store.client().head_object(Bucket=bucket, Key=urllib.parse.unquote(key))["ContentLength"])
+    except Exception:  # noqa: BLE001 - a temporary copied then deleted
+        return 0
+
+
+def remove_output(store, prefix: str) -> None:
+    """Deletes the objects under ``prefix`` in the bucket ``bench`` (an output this benchmark wrote)."""
+    client = store.client()
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket="bench", Prefix=prefix):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:
+            client.delete_objects(Bucket="bench", Delete={"Objects": keys})
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m bench.engines", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -133,6 +154,11 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", required=True, help="inputs, outputs, cluster logs (not the repository)")
     ap.add_argument("--json", default=None, help="write the results here too")
     ap.add_argument("--store", choices=["local", "s3"], default="local", help="where the input and outputs are")
+    ap.add_argument(
+        "--drop_local_input",
+        action="store_true",
+        help="with --store s3: delete the generated local input once it is uploaded (large sizes, a small disk)",
+    )
     args = ap.parse_args(argv)
     work = pathlib.Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -152,6 +178,8 @@ def main(argv=None) -> int:
             clusters.append(store)
             store.bucket("bench")
             store.client().upload_file(inp, "bench", f"in/{pathlib.Path(inp).name}")
+            if args.drop_local_input:  # the store's copy is the input now; the disk is needed for the outputs
+                os.unlink(inp)
             proxy = faultproxy.FaultProxy(("127.0.0.1", store.s3_port)).start()
             env_extra = store.env(proxy.url)
             inp = f"s3://bench/in/{pathlib.Path(inp).name}"
@@ -201,12 +229,17 @@ def main(argv=None) -> int:
                     )
                     res["sent_per_input_byte"] = proxy.from_store / input_bytes
                     res["received_per_output_byte"] = proxy.to_store / written
+                    # the commit's server-side copies (temporary -> final name): bytes the store writes again
+                    copied = sum(store_size(store, path) for path in set(proxy.copies))
+                    res["stored_per_output_byte"] = (proxy.to_store + copied) / written
+                    remove_output(store, f"out-{n}-{r}/")  # what this run wrote, so the next one has the disk
                 results[n].append(res)
                 print(
                     f"{n} #{r}: whole {res['whole_s']:.1f} s, span {res['span_s']} s, "
                     + (
                         f"store sent {res['sent_per_input_byte']:.3f}x the input, received "
-                        f"{res['received_per_output_byte']:.3f}x the output, "
+                        f"{res['received_per_output_byte']:.3f}x the output (written {res['stored_per_output_byte']:.3f}x "
+                        "with the commit's server-side copies), "
                         if store is not None
                         else ""
                     )
@@ -241,7 +274,11 @@ def main(argv=None) -> int:
         if args.store == "s3":
             sent = statistics.median(x["sent_per_input_byte"] for x in res)
             received = statistics.median(x["received_per_output_byte"] for x in res)
-            store_cols = f" | store sent {sent:.3f}x input, received {received:.3f}x output"
+            stored = statistics.median(x["stored_per_output_byte"] for x in res)
+            store_cols = (
+                f" | store sent {sent:.3f}x input, received {received:.3f}x output, wrote {stored:.3f}x output "
+                "(server-side copies included)"
+            )
         print(
             f"{n} | {whole:.1f}{ratio(whole, base_whole)} | {span:.1f}{ratio(span, base_span)} | "
             + ", ".join(f"{k} {v:.0f}" for k, v in sorted(kinds.items()))

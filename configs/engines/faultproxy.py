@@ -155,13 +155,16 @@ class FaultProxy:
     """Forwards HTTP/1.1 connections from ``127.0.0.1:port`` to ``upstream``, with :class:`Fault` rules.
 
     Counters: ``requests``, ``to_store`` (request bytes forwarded to the store: heads and bodies), ``from_store``
-    (response bytes the store sent), ``faults`` (rules applied, by kind)."""
+    (response bytes the store sent), ``faults`` (rules applied, by kind), ``copies`` (the paths of the objects the
+    store wrote by a server-side copy, S3's ``x-amz-copy-source`` requests: bytes that never cross the proxy but
+    that the store writes again)."""
 
     def __init__(self, upstream: tuple[str, int], latency_ms: float = 0.0, gcs: bool = False):
         self.upstream, self.latency, self.gcs = upstream, latency_ms / 1000.0, gcs
         self.rules: list[Fault] = []
         self.requests = self.to_store = self.from_store = 0
         self.faults: dict[str, int] = {}
+        self.copies: list[str] = []
         self.log: list[tuple[str, str, int]] = []  # (method, path, status) of every answered request
         self._lock = threading.Lock()
         self._listener = socket.socket()
@@ -199,6 +202,7 @@ class FaultProxy:
         with self._lock:
             self.requests = self.to_store = self.from_store = 0
             self.faults.clear()
+            self.copies.clear()
             self.log.clear()
 
     def _rule(self, method: str, path: str, kinds) -> Fault | None:
@@ -258,6 +262,8 @@ class FaultProxy:
                 body = b"".join(_body(client, cbuf, headers, request=True))
                 with self._lock:
                     self.requests += 1
+                    if "x-amz-copy-source" in headers:
+                        self.copies.append(path.split("?", 1)[0])
                 if self.latency:
                     time.sleep(self.latency)
                 rule = self._rule(method, path, ("status",))
