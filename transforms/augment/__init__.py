@@ -46,11 +46,7 @@ from tfrecord_etl.transforms.augment.beam import (
 )
 from tfrecord_etl.transforms.augment.collection import (
     InputCollection,
-    InputShard,
-    batches,
-    iter_shard,
     output_name,
-    read_sample,
     resolve_input,
 )
 from tfrecord_etl.transforms.augment.commit import FinalizeAugment, FinalizeAugmentFn, manifest
@@ -73,6 +69,7 @@ from tfrecord_etl.transforms.augment.join import (
     read_source_rows,
 )
 from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter
+from tfrecord_etl.transforms.augment.records import InputShard, batches, iter_shard, read_sample
 from tfrecord_etl.transforms.augment.steps import plan_augment
 from tfrecord_etl.transforms.augment.values import (
     check_new_size,

@@ -8,12 +8,12 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.metrics import Metrics
 
-from tfrecord_etl.transforms.augment.collection import InputShard, batches, iter_shard
 from tfrecord_etl.transforms.augment.commit import FinalizeAugment
 from tfrecord_etl.transforms.augment.common import NAMESPACE, frame_error
 from tfrecord_etl.transforms.augment.config import AugmentConfig
 from tfrecord_etl.transforms.augment.join import JoinPlan, key_of, read_source_rows, stack_joined
 from tfrecord_etl.transforms.augment.plan import AugmentPlan, BatchAugmenter, observe_batch
+from tfrecord_etl.transforms.augment.records import InputShard, batches, iter_shard
 from tfrecord_etl.transforms.augment.steps import plan_augment
 from tfrecord_etl.transforms.augment.values import decode_inputs, decode_record
 from tfrecord_etl.transforms.beam import metrics as beam_metrics

@@ -150,31 +150,9 @@ class RandomAccess:
     def _frames(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(offsets, frame lengths) of shard ``k``, from its index file or its headers; checked, then cached."""
         if k not in self._offsets:
-            shard, path = self._shards[k], self._paths[k]
+            path = self._paths[k]
             before = _version(path) if self._local[k] else None
-            size = fileio.size(path)
-            shardcheck.check_shard(shard, path, size, self._check_checksums)
-            if "index" in shard:
-                where = fileio.join(self._dirs[k], shard["index"])
-                if fileio.size(where) > 48 * (shard["records"] + 1):  # a line is at most 2 x 20 digits + 2
-                    raise RecordError(
-                        f"Index file of {fileio.size(where)} bytes for {shard['records']} records",
-                        file=where,
-                        hint="rewrite the output with --index",
-                    )
-                offsets, frames = tfrecord.parse_index(fileio.read_bytes(where), where)
-            else:
-                where = path
-                with fileio.open_read(path) as raw:
-                    offsets, frames = tfrecord.scan_frames(raw, size, path)
-            end = int(offsets[-1] + frames[-1]) if len(offsets) else 0
-            if len(offsets) != shard["records"] or end != size:
-                raise RecordError(
-                    f"Index of {len(offsets)} records ending at byte {end} does not match the shard "
-                    f"({shard['records']} records in the metadata, {size} bytes)",
-                    file=where,
-                    hint="rewrite the output with --index",
-                )
+            offsets, frames = shardcheck.shard_frames(self._shards[k], path, self._dirs[k], self._check_checksums)
             self._checked[k] = before
             self._offsets[k] = offsets, frames
         return self._offsets[k]

@@ -11,6 +11,7 @@ import google_crc32c
 import numpy as np
 
 from tfrecord_etl.transforms.errors import RecordError
+from tfrecord_etl.transforms.output import tfrecord
 from tfrecord_etl.transforms.storage import fileio
 
 #: bytes read at a time for a local shard's CRC32C (unbuffered reads into one buffer: about twice the rate of new
@@ -93,3 +94,40 @@ def check_shard(shard: dict, path: str, size: int | None = None, check_checksum:
         )
     if version is not None and version == file_version(path):
         CHECKED.add(version)
+
+
+def shard_frames(shard: dict, path: str, directory: str, check_checksums: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, frame lengths), both ``int64`` in bytes, of every record of the shard at ``path`` (its
+    ``metadata.json`` entry ``shard``; ``directory`` the folder its index file is in): from its ``tfrecord2idx``
+    index file when it has one (``--index``), else from its frame headers; the shard checked first
+    (:func:`check_shard`).
+
+    Raises:
+      RecordError: the shard is not the one its metadata records, an index file too large for its record count,
+        or offsets that do not account for the records and bytes the metadata records (hint: rewrite the output
+        with ``--index``).
+    """
+    size = fileio.size(path)
+    check_shard(shard, path, size, check_checksums)
+    if "index" in shard:
+        where = fileio.join(directory, shard["index"])
+        if fileio.size(where) > 48 * (shard["records"] + 1):  # a line is at most 2 x 20 digits + 2
+            raise RecordError(
+                f"Index file of {fileio.size(where)} bytes for {shard['records']} records",
+                file=where,
+                hint="rewrite the output with --index",
+            )
+        offsets, frames = tfrecord.parse_index(fileio.read_bytes(where), where)
+    else:
+        where = path
+        with fileio.open_read(path) as raw:
+            offsets, frames = tfrecord.scan_frames(raw, size, path)
+    end = int(offsets[-1] + frames[-1]) if len(offsets) else 0
+    if len(offsets) != shard["records"] or end != size:
+        raise RecordError(
+            f"Index of {len(offsets)} records ending at byte {end} does not match the shard "
+            f"({shard['records']} records in the metadata, {size} bytes)",
+            file=where,
+            hint="rewrite the output with --index",
+        )
+    return offsets, frames
