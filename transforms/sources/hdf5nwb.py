@@ -152,7 +152,7 @@ def row_groups(f) -> tuple[list[NwbGroup], list[str]]:
                 continue
             seen.add(hash(obj.id))
             kind = _text(obj.attrs.get("neurodata_type"))
-            if kind is not None and "data" in obj and ("timestamps" in obj or "starting_time" in obj):
+            if kind is not None and ("timestamps" in obj or "starting_time" in obj):
                 found = _series(full, obj, str(kind))
                 (series if found else empty).append(found or full)
             elif kind is not None and "id" in obj and "colnames" in obj.attrs:
@@ -269,3 +269,53 @@ def attributes(f, names) -> dict:
             info["rate"] = _text(start.attrs.get("rate"))
         out[parent_path] = info
     return out
+
+
+def tree_groups(f) -> tuple[list[dict], dict]:
+    """Inspect's row groups of the open NWB file ``f`` in ``conventions.tree_groups``' form (``group``, ``rows``,
+    ``dimension``, ``datasets``, ``bytes``, ``flag``, ``top``, ``role``: the TimeSeries or table, its type and
+    note) and ``{"group": number or None, "why": ...}``: the one convert takes by default, and why."""
+    groups, empty = row_groups(f)
+    rows = [
+        {
+            "group": i,
+            "rows": g.rows,
+            "dimension": None,
+            "datasets": list(g.datasets),
+            "bytes": g.nbytes,
+            "flag": "--datasets " + ",".join(g.datasets),
+            "top": None,
+            "role": f"{g.kind} {g.path}: {g.neurodata_type}" + (f"; {g.note}" if g.note else ""),
+        }
+        for i, g in enumerate(groups, 1)
+    ]
+    number, why = default_choice(groups)
+    if not groups and empty:
+        why += f" (TimeSeries without data rows: {', '.join(empty[:3])})"
+    return rows, {"group": number, "why": why}
+
+
+def role(path: str, depth_one_dataset: bool) -> str | None:
+    """Inspect's note on an NWB dataset that is not data: file metadata (a dataset at the root, or under
+    ``/general``) or the schema (under ``/specifications``)."""
+    if path.startswith(SPECIFICATIONS + "/"):
+        return "NWB schema"
+    if depth_one_dataset or (path.startswith("/general/") and path.count("/") == 2):
+        return "NWB file metadata: never joined to data rows"
+    return None
+
+
+def reference_targets(f, dset, limit: int = 10_000) -> str:
+    """What a dataset of HDF5 object (or region) references points at, for inspect: ``/a/b`` for one target, or
+    the first three and the count of distinct targets (of the first ``limit`` references read)."""
+    import h5py
+
+    region = h5py.check_ref_dtype(dset.dtype) is h5py.RegionReference
+    what = "region reference" if region else "object reference"
+    try:
+        refs = np.asarray(dset[()] if dset.ndim == 0 else dset[: min(dset.shape[0], limit)]).ravel()
+        names = sorted({f[r].name if r else "(null)" for r in refs})
+    except Exception as e:  # noqa: BLE001 - a damaged reference: said, not fatal for inspect
+        return f"{what}s (unreadable: {e})"
+    shown = ", ".join(names[:3]) + (f", ... ({len(names)} targets)" if len(names) > 3 else "")
+    return f"{what}{'s' if refs.size != 1 else ''} -> {shown}"
