@@ -167,6 +167,8 @@ def test_several_timeseries_are_refused_in_one_line_and_row_group_picks_one(tmp_
     assert [r["general/extracellular_ephys/electrodes/x"].item() for r in rows] == [1.5, 2.5, 3.5, 4.5]
     code, _, err = convert(src, tmp_path / "out4", "--row_group", "9", capsys=capsys)
     assert "--row_group 9 asked, but the NWB file holds 4 row group(s)" in one_line_error(code, err)
+    code, _, err = convert(src, tmp_path / "out5", "--max_datasets", "3", capsys=capsys)  # the NWB walk's limit
+    assert "The file holds more than 3 datasets (--max_datasets)" in one_line_error(code, err)
 
 
 def test_a_file_with_no_data_is_refused_in_one_line(tmp_path, capsys):

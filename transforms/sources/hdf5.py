@@ -212,7 +212,7 @@ class Hdf5Source(ContainerSource):
         if self.options.container_mode == "auto" and layout.is_keras(f):
             return []  # a weights file has no rows: index() converts each weight as one Example
         if hdf5nwb.is_nwb(f, path):  # TimeSeries and tables by the NWB conventions; file metadata never joined
-            return hdf5nwb.choose(f, path, self.options.row_group or None)
+            return hdf5nwb.choose(f, path, self.options)
         skipped, errors, entries = {}, [], []
         roles = conventions.Hdf5Roles(f)
         for full, dset, kind in self._classified(f, path, skipped, errors):

@@ -33,6 +33,7 @@ import numpy as np
 
 from tfrecord_etl.transforms.errors import SchemaError
 from tfrecord_etl.transforms.sources.base import log
+from tfrecord_etl.transforms.sources.container import check_dataset_count
 
 SPECIFICATIONS = "/specifications"  # the file's own copy of its schema (YAML text): never data
 SERIES, TABLE = "TimeSeries", "table"
@@ -133,13 +134,13 @@ def _table(path: str, group, kind: str) -> NwbGroup | None:
     )
 
 
-def row_groups(f) -> tuple[list[NwbGroup], list[str]]:
-    """``(groups, empty)``: the row groups of the open NWB file ``f``, TimeSeries first then tables, each in walk
-    order (depth first, names sorted), and the paths of TimeSeries with no data rows (e.g. an ImageSeries whose
-    frames are in external files)."""
+def row_groups(f, count=None) -> tuple[list[NwbGroup], list[str]]:
+    """``(groups, empty)``: the row groups of the open NWB file ``f``, TimeSeries first then tables, each in path
+    order, and the paths of TimeSeries with no data rows (e.g. an ImageSeries whose frames are in external files).
+    ``count``: None, or called with the number of datasets walked so far (it raises to stop the walk)."""
     import h5py
 
-    series, tables, empty = [], [], []
+    series, tables, empty, datasets = [], [], [], 0
     stack, seen = [(f, "")], {hash(f.id)}  # a group reached twice by hard links is visited once (no cycle)
     while stack:
         group, prefix = stack.pop()
@@ -149,6 +150,9 @@ def row_groups(f) -> tuple[list[NwbGroup], list[str]]:
                 continue
             obj = group.get(key)
             if not isinstance(obj, h5py.Group) or hash(obj.id) in seen:
+                datasets += isinstance(obj, h5py.Dataset)
+                if count is not None and isinstance(obj, h5py.Dataset):
+                    count(datasets)
                 continue
             seen.add(hash(obj.id))
             kind = _text(obj.attrs.get("neurodata_type"))
@@ -187,17 +191,19 @@ def _metadata_only(f) -> str:
     return ", ".join("/" + n for n in names[:5]) + (", ..." if len(names) > 5 else "")
 
 
-def choose(f, path: str, number: int | None) -> list[str]:
-    """The datasets rows mode converts from the open NWB file ``f`` at ``path``: those of row group ``number``
-    (1-based, :func:`row_groups`' numbering), else of :func:`default_choice`'s group. A file with several groups
-    logs one WARNING line naming the others with their flags.
+def choose(f, path: str, options) -> list[str]:
+    """The datasets rows mode converts from the open NWB file ``f`` at ``path``: those of row group
+    ``options.row_group`` (1-based, :func:`row_groups`' numbering), else of :func:`default_choice`'s group. A file
+    with several groups logs one WARNING line naming the others with their flags.
 
     Raises:
+      SourceError: more datasets than ``options.max_datasets`` (``--max_datasets``).
       SchemaError: no TimeSeries with data and no table with rows (the file holds metadata only); ``number``
         beyond the groups; several TimeSeries (or, with none, several tables) and no ``number`` (one line
         listing each with its ``--row_group`` flag).
     """
-    groups, empty = row_groups(f)
+    groups, empty = row_groups(f, lambda n: check_dataset_count(n, path, options))
+    number = options.row_group or None
     if not groups:
         none = f"TimeSeries without data rows: {', '.join(empty[:3])}; " if empty else ""
         raise SchemaError(
