@@ -178,6 +178,10 @@ def test_a_file_with_no_data_is_refused_in_one_line(tmp_path, capsys):
     assert "The NWB file holds no data: no TimeSeries with data and no table with rows" in line
     assert "/file_create_date" in line and str(src) in line
     assert not (tmp_path / "out").exists()
+    assert "name a metadata dataset with --datasets" in line
+    rows = converted(tmp_path / "named", src, "--datasets", "/file_create_date")  # the hint's way: exactly that
+    with h5py.File(src) as f:
+        assert [r["file_create_date"].item() for r in rows] == list(f["file_create_date"][()])
 
 
 def test_tables_are_the_default_only_without_timeseries(tmp_path):

@@ -210,8 +210,8 @@ def choose(f, path: str, options) -> list[str]:
             f"The NWB file holds no data: no TimeSeries with data and no table with rows ({none}file metadata only: "
             f"{_metadata_only(f)})",
             file=path,
-            hint="nothing to convert row by row; --container_mode datasets converts each dataset (the metadata) as "
-            "one Example",
+            hint="the file describes a session but records nothing in it (tfrecord-etl inspect FILE lists it): convert "
+            "the file that holds the recordings, or name a metadata dataset with --datasets",
         )
     if number is None:
         number, why = default_choice(groups)
