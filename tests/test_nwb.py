@@ -249,6 +249,7 @@ def test_inspect_names_object_references_and_the_nwb_groups(tmp_path, capsys):
     assert "not converted: group (ragged or references)" in out
     assert "default: none, convert refuses to choose: the file holds 2 TimeSeries" in out
     assert "/file_create_date" in out and "[NWB file metadata: never joined to data rows]" in out
+    assert "[a regular series' start: in metadata.json with its rate]" in out
 
 
 # ------------------------------------------------------------------------- pynwb's own files (its sdist)

@@ -303,9 +303,11 @@ def tree_groups(f) -> tuple[list[dict], dict]:
 
 def role(path: str, depth_one_dataset: bool) -> str | None:
     """Inspect's note on an NWB dataset that is not data: file metadata (a dataset at the root, or under
-    ``/general``) or the schema (under ``/specifications``)."""
+    ``/general``), the schema (under ``/specifications``), a regular series' ``starting_time``."""
     if path.startswith(SPECIFICATIONS + "/"):
         return "NWB schema"
+    if path.endswith("/starting_time") and not depth_one_dataset:
+        return "a regular series' start: in metadata.json with its rate"
     if depth_one_dataset or (path.startswith("/general/") and path.count("/") == 2):
         return "NWB file metadata: never joined to data rows"
     return None
