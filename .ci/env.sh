@@ -13,6 +13,9 @@ MATLAB_FILES="v73.mat v7.mat cell_struct_v73.mat cell_struct_v7.mat struct_in_ce
 # a real Zarr v2 store written by zarr-python 2 and numcodecs (every integer/float/bool/string dtype, C and F order,
 # 1-4 dimensions, zlib/bz2/blosc-zstd/blosc-lz4 with each shuffle): the fixture/ of zarr's 2.18.3 sdist (30 MB)
 ZARR_SDIST="zarr==2.18.3"
+# NWB 2.x files written by pynwb (one per release since 2020: metadata only, TimeSeries with and without data or
+# unit, DynamicTables, extensions): tests/back_compat/*.nwb of pynwb's sdist (4 MB of its 36 MB), tests/test_nwb.py
+NWB_SDIST="pynwb==4.2.0"
 # PyPI distributions that install top-level `transforms` and `pipelines` packages of their own: the packaging
 # test installs our wheel next to them (never imported: `transforms` 0.2.1 needs Python 2's sgmllib)
 CLASH_PACKAGES="transforms==0.2.1 pipelines==0.0.14"
@@ -36,7 +39,7 @@ fi
 # checkout first on sys.path (PYTHONPATH, `python -m` from the root) it is this checkout's code that imports, in
 # .venv and in the other venvs that put the checkout on PYTHONPATH (docs/development.md, "Several checkouts, one venv")
 bash "$ROOT/configs/devlinks.sh" > /dev/null
-fixture_stamp="$ROOT/.fixtures/.done-$(echo "$FIXTURE_PACKAGES $CLASH_PACKAGES $MATLAB_SDIST $MATLAB_FILES $ZARR_SDIST" | sha1sum | cut -c1-12)"
+fixture_stamp="$ROOT/.fixtures/.done-$(echo "$FIXTURE_PACKAGES $CLASH_PACKAGES $MATLAB_SDIST $MATLAB_FILES $ZARR_SDIST $NWB_SDIST" | sha1sum | cut -c1-12)"
 if [ ! -f "$fixture_stamp" ]; then
   echo "[setup] fetching real input files: $FIXTURE_PACKAGES (no-deps, into .fixtures/)" >&2
   rm -rf "$FIXTURES"
@@ -45,14 +48,18 @@ if [ ! -f "$fixture_stamp" ]; then
   rm -rf "$ROOT/.fixtures/clash"
   # shellcheck disable=SC2086
   "$PY" -m pip download -q --no-deps -d "$ROOT/.fixtures/clash" $CLASH_PACKAGES
-  rm -rf "$ROOT/.fixtures/sdist" "$FIXTURES/pymatreader-tests" "$FIXTURES/zarr-fixture"
-  "$PY" -m pip download -q --no-deps --no-binary :all: -d "$ROOT/.fixtures/sdist" "$MATLAB_SDIST" "$ZARR_SDIST"
+  rm -rf "$ROOT/.fixtures/sdist" "$FIXTURES/pymatreader-tests" "$FIXTURES/zarr-fixture" "$FIXTURES/pynwb-tests"
+  "$PY" -m pip download -q --no-deps --no-binary :all: -d "$ROOT/.fixtures/sdist" "$MATLAB_SDIST" "$ZARR_SDIST" \
+    "$NWB_SDIST"
   tar -xzf "$ROOT"/.fixtures/sdist/zarr-*.tar.gz -C "$FIXTURES" --strip-components=1 --wildcards "*/fixture/*"
   mv "$FIXTURES/fixture" "$FIXTURES/zarr-fixture"
   mkdir -p "$FIXTURES/pymatreader-tests"
   # shellcheck disable=SC2086
   tar -xzf "$ROOT"/.fixtures/sdist/pymatreader-*.tar.gz -C "$FIXTURES/pymatreader-tests" --strip-components=3 \
     $(for f in $MATLAB_FILES; do echo "--wildcards */tests/test_data/$f"; done)
+  mkdir -p "$FIXTURES/pynwb-tests"
+  tar -xzf "$ROOT"/.fixtures/sdist/pynwb-*.tar.gz -C "$FIXTURES/pynwb-tests" --strip-components=3 \
+    --wildcards "*/tests/back_compat/*.nwb"
   touch "$fixture_stamp"
 fi
 export TFRECORD_ETL_FIXTURES="$FIXTURES"

@@ -110,7 +110,7 @@ class ConvertToTFRecord(beam.PTransform):
             specs=plan.specs,
             compression=cfg.compression,
             expected_rows=plan.inputs.num_rows,
-            sources=tuple({"path": i.path, "rows": i.num_rows} for i in plan.inputs.indexes),
+            sources=tuple(source_entry(i) for i in plan.inputs.indexes),
             writer=writer_name(cfg),
             options=cfg.model_dump(),
             described=plan.inputs.source.describe(),
@@ -311,3 +311,13 @@ def check_output(cfg: ConvertConfig, plan: ConvertPlan) -> None:
             file=cfg.output_dir,
             hint="rename the directory or use --writer planned, which takes paths literally",
         )
+
+
+def source_entry(index) -> dict:
+    """``metadata.json``'s ``sources`` entry of one input (a :class:`~tfrecord_etl.transforms.sources.FileIndex`):
+    ``{"path", "rows"}``, and ``"attributes"`` when its format's conventions say what the converted datasets mean
+    (an NWB series' ``unit``, ``conversion``, ``starting_time`` and ``rate``: ``docs/converting/nwb.md``)."""
+    entry = {"path": index.path, "rows": index.num_rows}
+    if index.attributes:
+        entry["attributes"] = index.attributes
+    return entry

@@ -11,7 +11,8 @@ and every reader refuses it. Format (``"format": "tfrecord-etl/1"``)::
      "num_records": 10000, "sources": [{"path": "in.h5", "rows": 10000}], "writer": "beam",
      "options": {...the validated config...}}
 
-A convert run adds ``rows_read`` and ``rows_dead_lettered``, and with ``--dead_letter_dir`` the rows that have no
+A ``sources`` entry may carry ``"attributes"`` (``{path: {attribute: value}}``, what the input's conventions say
+its numbers mean: an NWB series' unit and rate, ``sources.hdf5nwb.attributes``). A convert run adds ``rows_read`` and ``rows_dead_lettered``, and with ``--dead_letter_dir`` the rows that have no
 record: ``"dead_letters": [{"file": "in.h5", "start": 300, "stop": 400, "rows": 100, "error": "SourceError"}]``
 (``beam.deadletters.dead_range``; files modes add ``"files"``), which ``verify --source`` expects to be absent.
 The counts add up and each shard file is listed once: :func:`load` refuses a ``metadata.json`` that breaks either

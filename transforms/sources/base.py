@@ -109,6 +109,9 @@ class FileIndex:
     # rows are decompressed from the file's start (a deflated .npz member): a row range after the first reads
     # every compressed byte before it again unless the ranges are read in order by one worker (one stream)
     sequential: bool = False
+    # what a convention says the converted datasets mean ({path: {attribute: JSON value}}, e.g. an NWB series'
+    # unit and rate): recorded in metadata.json's ``sources`` entry, never per-row features
+    attributes: dict | None = dataclasses.field(default=None, compare=False)
 
 
 Columns = dict  # feature name -> np.ndarray (rows, *shape) or list of per-row values

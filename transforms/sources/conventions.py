@@ -18,7 +18,8 @@ conventions before size: the rules, in order (``docs/converting/hdf5.md``, "Whic
    describe the data; they are the default only when nothing else has rows.
 
 Then, among the groups of the best rank, the largest in bytes, as before. AnnData, Loom, MINC-2, MATLAB v7.3 and
-Keras files keep their own rules (``hdf5layout``): their layouts are conventions already.
+Keras files keep their own rules (``hdf5layout``): their layouts are conventions already; NWB files
+theirs (``hdf5nwb``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import math
 
 from tfrecord_etl.transforms.codec import flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources import conventions, hdf5layout as layout, hdf5links as links, hdf5matlab
+from tfrecord_etl.transforms.sources import conventions, hdf5layout as layout, hdf5links as links, hdf5matlab, hdf5nwb
 from tfrecord_etl.transforms.sources.base import (
     ARRAY,
     KEY,
@@ -63,10 +63,7 @@ class Hdf5Source(ContainerSource):
     ``HDF5_CHUNK_CACHE_BYTES``, so a chunk spanning several row ranges of a shard is decompressed once.
     """
 
-    options_models = (
-        "options_container.ContainerOptions",
-        "options_hdf5.Hdf5Options",
-    )  # its flags: sources/options_*.py
+    options_models = ("options_container.ContainerOptions", "options_hdf5.Hdf5Options")  # flags: options_*.py
 
     format_name = "hdf5"
     help_label = "HDF5"
@@ -106,8 +103,8 @@ class Hdf5Source(ContainerSource):
         Rows mode: the datasets of ``options.datasets``, else the row group ``options.row_group`` (1-based) of
         :func:`conventions.ranked_groups`, by default the one the container's conventions name
         (:mod:`conventions`: CF data variables, the record dimension, top-level groups; then the largest); a
-        file with several groups logs them with the flag that selects each. Datasets mode: every data dataset (and every cell of a MATLAB cell array) is one
-        row, features ``key`` and ``array``.
+        file with several groups logs them with the flag that selects each; an NWB file by its conventions
+        (:mod:`hdf5nwb`). Datasets mode: every dataset (and MATLAB cell) is one row, features ``key``, ``array``.
 
         Raises:
           SourceError: unreadable file, missing dataset, filter not available, external/unallocated storage.
@@ -125,6 +122,7 @@ class Hdf5Source(ContainerSource):
                 return self._index_datasets(f, path)
             self._rows_indexed = True
             specs, lengths, chunk_rows, data_row_bytes = [], {}, 1, 0
+            attributes = hdf5nwb.attributes(f, names) if hdf5nwb.is_nwb(f, path) else None  # (metadata.json)
             for name in names:
                 dset, dtype = self._row_dataset(f, name, path)
                 rows, row_shape = layout.rows_and_shape(dset)
@@ -143,7 +141,7 @@ class Hdf5Source(ContainerSource):
         check_names(specs, path)
         rows = check_leading_lengths(lengths, path, "datasets")
         check_empty_rows(rows, data_row_bytes, self.options, path)
-        return FileIndex(path, rows, tuple(specs), row_bytes(specs), chunk_rows, tuple(names))
+        return FileIndex(path, rows, tuple(specs), row_bytes(specs), chunk_rows, tuple(names), attributes=attributes)
 
     def _row_dataset(self, f, name: str, path: str):
         """``(dataset, dtype as converted)`` of ``name`` for rows mode, after the checks before any read: not a cell
@@ -213,6 +211,8 @@ class Hdf5Source(ContainerSource):
         """The datasets of the chosen row group (see :meth:`index`); skipped kinds are logged in one line."""
         if self.options.container_mode == "auto" and layout.is_keras(f):
             return []  # a weights file has no rows: index() converts each weight as one Example
+        if hdf5nwb.is_nwb(f, path):  # TimeSeries and tables by the NWB conventions; file metadata never joined
+            return hdf5nwb.choose(f, path, self.options)
         skipped, errors, entries = {}, [], []
         roles = conventions.Hdf5Roles(f)
         for full, dset, kind in self._classified(f, path, skipped, errors):

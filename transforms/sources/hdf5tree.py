@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tfrecord_etl.transforms.codec import normalize_dtype
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources import conventions, hdf5layout as layout
+from tfrecord_etl.transforms.sources import conventions, hdf5layout as layout, hdf5nwb
 from tfrecord_etl.transforms.sources.base import SourceOptions
 from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source
 from tfrecord_etl.transforms.sources.hdf5links import link_status
@@ -57,15 +57,30 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
                 continue
             collector.observe(full, obj, kind)
             objects.append(_dataset_entry(full, obj, kind))
+            if kind == layout.CELL and not is_matlab(obj):  # an HDF5 object reference (NWB's links), no MATLAB cell
+                objects[-1].update(kind="object reference", target=hdf5nwb.reference_targets(f, obj))
             if objects[-1]["kind"] in (layout.DATA, layout.SCALE):
                 rows, _ = layout.rows_and_shape(obj)
                 entries.append((full, rows, layout.leading_dimension(obj), layout.data_bytes(obj)))
         roles = collector.roles([e[0] for e in entries])
+        nwb = (_text(f.attrs.get("nwb_version", "2.x")), hdf5nwb.tree_groups(f)) if hdf5nwb.is_nwb(f, path) else None
     finally:
         f.close()
         if stream is not None:
             stream.close()
-    return _with_groups({"file": path, "objects": objects, "truncated": truncated}, entries, roles)
+    tree = {"file": path, "objects": objects, "truncated": truncated}
+    if nwb is None:
+        return _with_groups(tree, entries, roles)
+    tree.update(format=f"NWB {nwb[0]} (HDF5)", nwb=True, row_groups=nwb[1][0], default=nwb[1][1])
+    for o in objects:  # what is not data: the file's metadata, its schema
+        role = hdf5nwb.role(o["path"], o["path"].count("/") == 1 and o["kind"] != "group")
+        if role and o["kind"] not in ("group", "soft link", "external link"):
+            o["role"] = role
+    return tree
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _link_entry(full: str, link, path: str) -> dict:
@@ -246,6 +261,7 @@ def render_tree(tree: dict) -> str:
         else:
             extra = [o["storage"]] + ([f"chunks {o['chunks']}"] if o["chunks"] else []) + o["filters"]
             skip = {
+                "object reference": f"  [{o.get('target')}: not converted]",
                 "dataset": "",
                 "dimension-scale": "  [coordinate variable]",
                 "unsupported dtype": "  [unsupported dtype: convert refuses it]",
@@ -277,7 +293,9 @@ def render_tree(tree: dict) -> str:
             if default["group"]
             else f"default: none, convert refuses to choose: {default['why']}; pass --row_group N or --datasets"
         )
-    if not tree["row_groups"]:
+    if not tree["row_groups"] and tree.get("nwb"):
+        lines.append(f"  none: convert refuses the file: {default['why'] if default else 'no data'}")
+    elif not tree["row_groups"]:
         lines.append(
             "  none: no dataset with rows; convert (--container_mode auto) makes each dataset and MATLAB cell "
             "one Example"
