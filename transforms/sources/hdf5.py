@@ -7,7 +7,13 @@ import math
 
 from tfrecord_etl.transforms.codec import flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources import conventions, hdf5layout as layout, hdf5links as links, hdf5matlab
+from tfrecord_etl.transforms.sources import (
+    categoricals,
+    conventions,
+    hdf5layout as layout,
+    hdf5links as links,
+    hdf5matlab,
+)
 from tfrecord_etl.transforms.sources.base import (
     ARRAY,
     KEY,
@@ -134,6 +140,8 @@ class Hdf5Source(ContainerSource):
                 )
                 lengths[name] = rows
                 chunk_rows = max(chunk_rows, layout.chunk_rows(dset))
+            found = categoricals.hdf5_columns(f, names)
+            specs = categoricals.apply_specs(specs, found, self.options.categoricals, path)
         except SourceError as e:  # e.g. a MATLAB attribute of the wrong type (hdf5layout names only the dataset)
             raise e.with_context(file=path) from None
         finally:
@@ -366,7 +374,10 @@ class Hdf5Source(ContainerSource):
                 self.close()
                 raise error from None
             columns.update(flatten_fields(name.strip("/"), data))
-        return columns
+        found = categoricals.cached(
+            self, rr.path, rr.items, lambda: categoricals.hdf5_columns(self.opened(rr.path)[0], rr.items)
+        )
+        return categoricals.apply_columns(columns, found, self.options.categoricals, rr.path, rr.start)
 
     def _read_item(self, path: str, item: str):
         """Datasets mode: the whole dataset ``item``, or the cell ``name{k}`` of a cell array."""
@@ -393,8 +404,7 @@ class Hdf5Source(ContainerSource):
 def _hdf5_vlen_check(h5py):
     def check(dtype, where):
         if h5py.check_string_dtype(dtype) is None:
-            raise SchemaError(
-                "Unsupported dtype: variable-length numeric data", file=where, hint="store it as a fixed-shape dataset"
-            )
+            hint = "store it as a fixed-shape dataset"
+            raise SchemaError("Unsupported dtype: variable-length numeric data", file=where, hint=hint)
 
     return check
