@@ -111,7 +111,7 @@ class FeatureSpec:
         return math.prod(self.shape) if self.shape is not None and None not in self.shape else None
 
     def to_json(self) -> dict:
-        out = {
+        out: dict = {
             "name": self.name,
             "dtype": self.dtype,
             "shape": None if self.shape is None else list(self.shape),
