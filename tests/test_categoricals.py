@@ -279,3 +279,23 @@ def test_netcdf3_flag_values(tmp_path):
     verified(tmp_path / "out", source)
     codes = converted(source, tmp_path / "codes", "--datasets", "quality,temp", "--categoricals", "codes")
     assert codes["quality"].tolist() == stored.tolist()
+
+
+def test_a_column_of_many_names_has_them_in_metadata_not_in_the_schema(tmp_path, monkeypatch):
+    """Over ``MAX_DOMAIN_VALUES`` names (AnnData keeps cell ids as categoricals), schema.pbtxt has no StringDomain;
+    over ``MAX_CATEGORIES`` the column keeps its codes (a warning says so)."""
+    from tfrecord_etl.transforms.output import metadata as meta
+    from tfrecord_etl.transforms.sources import categoricals
+
+    monkeypatch.setattr(meta, "MAX_DOMAIN_VALUES", 3)
+    source = anndata_08(tmp_path / "a.h5ad")
+    got = converted(source, tmp_path / "out")
+    assert got["obs/cell_type"].tolist() == names_of(CELL_TYPES, CODES).tolist()
+    assert feature(tmp_path / "out", "obs/cell_type")["categories"]["values"] == CELL_TYPES
+    text = schema_feature(tmp_path / "out", "obs/cell_type")
+    assert "string_domain" not in text and 'tag: "tfrecord_etl.categorical:strings"' in text
+    verified(tmp_path / "out", source)
+    monkeypatch.setattr(categoricals, "MAX_CATEGORIES", 3)
+    got = converted(source, tmp_path / "codes")
+    assert got["obs/cell_type/codes"].tolist() == CODES.tolist()
+    assert "categories" not in feature(tmp_path / "codes", "obs/cell_type/codes")

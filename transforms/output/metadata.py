@@ -120,14 +120,20 @@ def schema_text(specs: Sequence[FeatureSpec], native_tags: bool = True) -> str:
     return text_format.MessageToString(schema)
 
 
+MAX_DOMAIN_VALUES = 10_000  # names of a StringDomain: a column of more (cell ids) has none, metadata.json lists them
+
+
 def categorical_domain(spec: FeatureSpec) -> tuple[str, tuple] | None:
     """The domain ``schema.pbtxt`` gives a categorical feature (tensorflow_metadata's ``StringDomain`` and
-    ``IntDomain``): ``("string", names)`` when it is written as its names, ``("int", (least code, greatest code))``
-    (``is_categorical``, the missing code included) when written as codes; None for other features."""
+    ``IntDomain``): ``("string", names)`` when it is written as its names (at most :data:`MAX_DOMAIN_VALUES`
+    of them, else None), ``("int", (least code, greatest code))`` (``is_categorical``, the missing code included)
+    when written as codes; None for other features."""
     cats = spec.categories
     if cats is None:
         return None
     if cats.written == "strings":
+        if len(cats.values) > MAX_DOMAIN_VALUES:
+            return None
         return "string", tuple(cats.values)
     codes = cats.code_list() + ([cats.missing] if cats.missing is not None else [])
     return "int", (min(codes), max(codes)) if codes else (0, 0)

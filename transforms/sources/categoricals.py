@@ -51,9 +51,21 @@ def _text(value) -> str:
     return str(value)
 
 
+MAX_CATEGORIES = 1_000_000  # names read for one column (about 30 MB of cell ids); a column of more keeps its codes
+
+
 def _names(dset) -> tuple[str, ...] | None:
-    """The category names a 1-d dataset holds (strings; numbers as their decimal text), or None when it is not one."""
+    """The category names a 1-d dataset holds (strings; numbers as their decimal text), or None when it is not one
+    or holds more than :data:`MAX_CATEGORIES` (logged: the column is written as its codes)."""
     if dset.ndim != 1 or dset.dtype.fields is not None:
+        return None
+    if dset.shape[0] > MAX_CATEGORIES:
+        log.warning(
+            "'%s' holds %d category names, more than %d: its column is written as its codes",
+            dset.name,
+            dset.shape[0],
+            MAX_CATEGORIES,
+        )
         return None
     try:
         return tuple(_text(v) for v in dset[()])
