@@ -103,7 +103,7 @@ def test_anndata_06_columns_are_written_as_their_category_names(tmp_path, pbmc):
     verified(tmp_path / "out", PBMC)
 
 
-def test_codes_mode_keeps_the_codes_and_the_mapping(tmp_path, pbmc):
+def test_codes_mode_keeps_the_codes_and_the_mapping(tmp_path, pbmc, capsys):
     obs, categories = pbmc
     got = converted(PBMC, tmp_path / "out", "--categoricals", "codes")
     for column in PBMC_COLUMNS:
@@ -116,6 +116,12 @@ def test_codes_mode_keeps_the_codes_and_the_mapping(tmp_path, pbmc):
         assert "type: INT" in text and "is_categorical: true" in text
         assert f"max: {len(categories[column]) - 1}\n" in text and "min: -1\n" in text
     verified(tmp_path / "out", PBMC)
+    from tfrecord_etl.pipelines import inspect
+
+    capsys.readouterr()
+    code, out, err = run_command(inspect.main, [str(tmp_path / "out")], capsys)
+    assert code == 0, err
+    assert "list, categorical: 3 names from /uns/phase_categories, written as codes\n" in out
 
 
 def test_to_tf_dataset_reads_the_names(tmp_path, pbmc):
@@ -258,7 +264,7 @@ def test_netcdf4_flag_values_are_written_as_their_meanings(tmp_path):
     verified(tmp_path / "out", source)
 
 
-def test_netcdf3_flag_values(tmp_path):
+def test_netcdf3_flag_values(tmp_path, capsys):
     from scipy.io import netcdf_file
 
     source = tmp_path / "flags3.nc"
@@ -272,6 +278,11 @@ def test_netcdf3_flag_values(tmp_path):
         temp = f.createVariable("temp", "f", ("time", "x"))
         temp[:] = np.arange(12, dtype=np.float32).reshape(4, 3)
     got = converted(source, tmp_path / "out", "--datasets", "quality,temp")
+    from tfrecord_etl.pipelines import inspect
+
+    capsys.readouterr()
+    code, out, err = run_command(inspect.main, [str(source)], capsys)
+    assert code == 0 and "  quality: 3 categories from quality flag_meanings: clear, cloud, cloud_shadow\n" in out, out
     with netcdf_file(source, "r", mmap=False) as f:
         stored = f.variables["quality"].data.copy()
     table = {0: b"clear", 2: b"cloud", 4: b"cloud_shadow"}
