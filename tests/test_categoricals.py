@@ -183,8 +183,9 @@ def test_anndata_08_categorical_group(tmp_path):
     cats = feature(tmp_path / "out", "obs/cell_type")["categories"]
     assert cats["values"] == CELL_TYPES and cats["ordered"] is True and cats["origin"] == "/obs/cell_type/categories"
     verified(tmp_path / "out", source)
-    codes = converted(source, tmp_path / "codes", "--categoricals", "codes")
-    assert codes["obs/cell_type"].tolist() == CODES.tolist()
+    codes = converted(source, tmp_path / "codes", "--categoricals", "codes")  # as stored, under the dataset's name
+    assert codes["obs/cell_type/codes"].tolist() == CODES.tolist() and "obs/cell_type" not in codes
+    assert feature(tmp_path / "codes", "obs/cell_type/codes")["categories"]["values"] == CELL_TYPES
     verified(tmp_path / "codes", source)
 
 
@@ -224,7 +225,7 @@ def test_an_empty_category_name_is_refused_in_strings_mode(tmp_path, capsys):
     assert "Categorical column 'obs/cell_type/codes' (/obs/cell_type/categories) has an empty name" in err
     assert "Hint: pass --categoricals codes" in err
     got = converted(source, tmp_path / "codes", "--categoricals", "codes")
-    assert got["obs/cell_type"].tolist() == CODES.tolist()
+    assert got["obs/cell_type/codes"].tolist() == CODES.tolist()
 
 
 def test_files_with_other_categories_are_refused(tmp_path, capsys):
@@ -310,3 +311,20 @@ def test_a_column_of_many_names_has_them_in_metadata_not_in_the_schema(tmp_path,
     got = converted(source, tmp_path / "codes")
     assert got["obs/cell_type/codes"].tolist() == CODES.tolist()
     assert "categories" not in feature(tmp_path / "codes", "obs/cell_type/codes")
+
+
+def test_verify_source_of_an_output_written_before_categoricals(tmp_path, pbmc):
+    """An output written before categorical columns were mapped holds their codes and records no
+    ``categoricals`` option: ``verify --source`` compares it with the codes, and says OK."""
+    from tfrecord_etl.transforms.codec import spec_from_json
+    from tfrecord_etl.transforms.output import metadata as meta
+
+    out = tmp_path / "old"
+    converted(PBMC, out, "--categoricals", "codes")
+    doc = metadata(out)
+    del doc["options"]["categoricals"]
+    for f in doc["features"]:
+        f.pop("categories", None)
+    (out / "metadata.json").write_text(json.dumps(doc))
+    (out / "schema.pbtxt").write_text(meta.schema_text([spec_from_json(f) for f in doc["features"]]))
+    verified(out, PBMC)

@@ -5,7 +5,8 @@ the mapping in ``metadata.json`` (the feature's ``categories``) and ``schema.pbt
 The conventions:
 
 - AnnData >= 0.8 (``/obs/louvain`` a group with ``encoding-type`` ``categorical``, its ``codes`` and
-  ``categories`` datasets and its ``ordered`` attribute): the feature is named for the group, ``obs/louvain``;
+  ``categories`` datasets and its ``ordered`` attribute): the names are written under the group's name,
+  ``obs/louvain`` (the codes, with ``--categoricals codes``, under their dataset's, ``obs/louvain/codes``);
 - AnnData 0.7 (``/obs/louvain`` a dataset of codes whose ``categories`` attribute references the names, in
   ``/obs/__categories/louvain``);
 - AnnData 0.6 (``/obs`` and ``/var`` compound datasets, an integer field ``louvain`` whose names are in
@@ -185,7 +186,7 @@ def _width(categories: Categories) -> int:
 
 
 def apply_specs(specs: Sequence[FeatureSpec], columns: Sequence[Column], mode: str, where: str) -> list[FeatureSpec]:
-    """``specs`` with each categorical column's spec: renamed to its feature, ``categories`` set, and in strings mode
+    """``specs`` with each categorical column's spec: ``categories`` set; in strings mode renamed to its feature and
     of dtype ``|S<longest name in UTF-8 bytes>`` (one name per value of the codes).
 
     Raises:
@@ -200,8 +201,8 @@ def apply_specs(specs: Sequence[FeatureSpec], columns: Sequence[Column], mode: s
             out.append(spec)
             continue
         cats = dataclasses.replace(c.categories, written=mode)
-        if mode == CODES:
-            out.append(dataclasses.replace(spec, name=c.feature, categories=cats))
+        if mode == CODES:  # the codes as stored, under their dataset's name (as earlier versions wrote them)
+            out.append(dataclasses.replace(spec, categories=cats))
             continue
         bad = next((v for v in cats.values if v == "" or v.endswith("\x00")), None)
         if bad is not None:
@@ -249,8 +250,8 @@ def to_strings(codes: np.ndarray, categories: Categories, path: str, column: str
 
 
 def apply_columns(columns: dict, found: Sequence[Column], mode: str, path: str, first_row: int) -> dict:
-    """The columns a source read (``{name: array}``) with each categorical column renamed to its feature and, in
-    strings mode, its codes replaced by their names (:func:`to_strings`)."""
+    """The columns a source read (``{name: array}``) with, in strings mode, each categorical column renamed to its
+    feature and its codes replaced by their names (:func:`to_strings`); in codes mode as read."""
     if not found:
         return columns
     by_column = {c.column: c for c in found}
@@ -260,7 +261,7 @@ def apply_columns(columns: dict, found: Sequence[Column], mode: str, path: str, 
         if c is None:
             out[name] = array
         elif mode == CODES:
-            out[c.feature] = array
+            out[name] = array
         else:
             out[c.feature] = to_strings(array, c.categories, path, name, first_row)
     return out
