@@ -328,3 +328,25 @@ def test_verify_source_of_an_output_written_before_categoricals(tmp_path, pbmc):
     (out / "metadata.json").write_text(json.dumps(doc))
     (out / "schema.pbtxt").write_text(meta.schema_text([spec_from_json(f) for f in doc["features"]]))
     verified(out, PBMC)
+
+
+@pytest.mark.parametrize(
+    "make, said",
+    [
+        (lambda g: g.create_dataset("categories", data=np.zeros((2, 2), np.int8)), "are a 2-d int8 dataset"),
+        (lambda g: g.create_dataset("categories", data=np.array([b"\xff\xfe", b"ok"])), "holds no category names"),
+        (lambda g: g.create_group("categories"), "are not a dataset"),
+    ],
+)
+def test_categories_that_are_not_names_leave_the_codes_with_a_warning(tmp_path, caplog, make, said):
+    source = anndata_08(tmp_path / "a.h5ad")
+    with h5py.File(source, "a") as f:
+        del f["obs/cell_type/categories"]
+        make(f["obs/cell_type"])
+    with caplog.at_level("WARNING", logger="tfrecord_etl"):
+        got = converted(source, tmp_path / "out")
+    assert got["obs/cell_type/codes"].tolist() == CODES.tolist()
+    assert "categories" not in feature(tmp_path / "out", "obs/cell_type/codes")
+    assert any(said in r.getMessage() and "obs/cell_type/codes" in r.getMessage() for r in caplog.records), [
+        r.getMessage() for r in caplog.records
+    ]

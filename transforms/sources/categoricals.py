@@ -55,10 +55,14 @@ def _text(value) -> str:
 MAX_CATEGORIES = 1_000_000  # names read for one column (about 30 MB of cell ids); a column of more keeps its codes
 
 
-def _names(dset) -> tuple[str, ...] | None:
-    """The category names a 1-d dataset holds (strings; numbers as their decimal text), or None when it is not one
-    or holds more than :data:`MAX_CATEGORIES` (logged: the column is written as its codes)."""
-    if dset.ndim != 1 or dset.dtype.fields is not None:
+def _names(dset, column: str) -> tuple[str, ...] | None:
+    """The category names the dataset ``dset`` holds (1-d: strings, UTF-8; numbers as their decimal text), or None
+    (logged: the column is written as its codes) when it holds something else or more than :data:`MAX_CATEGORIES`."""
+    import h5py
+
+    if not isinstance(dset, h5py.Dataset) or dset.ndim != 1 or dset.dtype.fields is not None:
+        what = "not a dataset" if not isinstance(dset, h5py.Dataset) else f"a {dset.ndim}-d {dset.dtype} dataset"
+        log.warning("The categories of the categorical column '%s' are %s: its codes are written", column, what)
         return None
     if dset.shape[0] > MAX_CATEGORIES:
         log.warning(
@@ -70,7 +74,8 @@ def _names(dset) -> tuple[str, ...] | None:
         return None
     try:
         return tuple(_text(v) for v in dset[()])
-    except (UnicodeDecodeError, TypeError, ValueError):
+    except (UnicodeDecodeError, TypeError, ValueError) as e:
+        log.warning("'%s' holds no category names (%s): its column '%s' is written as its codes", dset.name, e, column)
         return None
 
 
@@ -124,8 +129,8 @@ def hdf5_columns(f, names: Sequence[str]) -> list[Column]:
             if base in ("obs", "var") and _anndata_root(f):
                 for field in dset.dtype.names:
                     key = f"/uns/{field}_categories"
-                    if _is_int(dset.dtype.fields[field][0]) and isinstance(f.get(key), h5py.Dataset):
-                        values = _names(f[key])
+                    if _is_int(dset.dtype.fields[field][0]) and key in f:
+                        values = _names(f[key], f"{name}/{field}")
                         if values is not None:
                             out.append(Column(f"{base}/{field}", f"{base}/{field}", Categories(values, origin=key)))
             continue
@@ -134,7 +139,7 @@ def hdf5_columns(f, names: Sequence[str]) -> list[Column]:
         parent = dset.parent
         if name.rstrip("/").endswith("/codes") and _attr(parent.attrs, "encoding-type") == "categorical":
             cats = parent.get("categories")
-            values = _names(cats) if isinstance(cats, h5py.Dataset) else None
+            values = _names(cats, name)
             if values is not None:  # AnnData >= 0.8
                 ordered = bool(parent.attrs.get("ordered", False))
                 feature = parent.name.strip("/")
@@ -142,8 +147,11 @@ def hdf5_columns(f, names: Sequence[str]) -> list[Column]:
             continue
         ref = dset.attrs.get("categories")
         if isinstance(ref, h5py.Reference) and ref:  # AnnData 0.7: a reference to /obs/__categories/<name>
-            cats = f[ref]
-            values = _names(cats) if isinstance(cats, h5py.Dataset) else None
+            try:
+                cats = f[ref]
+            except (KeyError, ValueError, RuntimeError) as e:  # a dangling reference
+                cats = f"a reference that leads nowhere: {e}"
+            values = _names(cats, name)
             if values is not None:
                 ordered = bool(cats.attrs.get("ordered", False))
                 out.append(Column(base, base, Categories(values, ordered=ordered, origin=cats.name)))
@@ -252,15 +260,13 @@ def to_strings(codes: np.ndarray, categories: Categories, path: str, column: str
 def apply_columns(columns: dict, found: Sequence[Column], mode: str, path: str, first_row: int) -> dict:
     """The columns a source read (``{name: array}``) with, in strings mode, each categorical column renamed to its
     feature and its codes replaced by their names (:func:`to_strings`); in codes mode as read."""
-    if not found:
+    if not found or mode == CODES:
         return columns
     by_column = {c.column: c for c in found}
     out = {}
     for name, array in columns.items():
         c = by_column.get(name)
         if c is None:
-            out[name] = array
-        elif mode == CODES:
             out[name] = array
         else:
             out[c.feature] = to_strings(array, c.categories, path, name, first_row)
