@@ -189,6 +189,12 @@ def cached(source, path: str, items: Sequence[str], find) -> list[Column]:
     return cache[key]
 
 
+def read_hdf5(source, rr, columns: dict) -> dict:
+    """:func:`apply_columns` for the HDF5 source's columns of the row range ``rr`` (its file open in ``source``)."""
+    found = cached(source, rr.path, rr.items, lambda: hdf5_columns(source.opened(rr.path)[0], rr.items))
+    return apply_columns(columns, found, source.options.categoricals, rr.path, rr.start)
+
+
 def _width(categories: Categories) -> int:
     return max([1] + [len(v.encode()) for v in categories.values])
 

@@ -7,13 +7,7 @@ import math
 
 from tfrecord_etl.transforms.codec import flatten_fields
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources import (
-    categoricals,
-    conventions,
-    hdf5layout as layout,
-    hdf5links as links,
-    hdf5matlab,
-)
+from tfrecord_etl.transforms.sources import conventions, hdf5layout as layout, hdf5links as links, hdf5matlab
 from tfrecord_etl.transforms.sources.base import (
     ARRAY,
     KEY,
@@ -28,6 +22,7 @@ from tfrecord_etl.transforms.sources.base import (
     row_bytes,
     row_spec,
 )
+from tfrecord_etl.transforms.sources.categoricals import apply_specs, hdf5_columns, read_hdf5
 from tfrecord_etl.transforms.sources.container import (
     MODE_FLAG,
     ContainerSource,
@@ -140,8 +135,7 @@ class Hdf5Source(ContainerSource):
                 )
                 lengths[name] = rows
                 chunk_rows = max(chunk_rows, layout.chunk_rows(dset))
-            found = categoricals.hdf5_columns(f, names)
-            specs = categoricals.apply_specs(specs, found, self.options.categoricals, path)
+            specs = apply_specs(specs, hdf5_columns(f, names), self.options.categoricals, path)
         except SourceError as e:  # e.g. a MATLAB attribute of the wrong type (hdf5layout names only the dataset)
             raise e.with_context(file=path) from None
         finally:
@@ -374,10 +368,7 @@ class Hdf5Source(ContainerSource):
                 self.close()
                 raise error from None
             columns.update(flatten_fields(name.strip("/"), data))
-        found = categoricals.cached(
-            self, rr.path, rr.items, lambda: categoricals.hdf5_columns(self.opened(rr.path)[0], rr.items)
-        )
-        return categoricals.apply_columns(columns, found, self.options.categoricals, rr.path, rr.start)
+        return read_hdf5(self, rr, columns)
 
     def _read_item(self, path: str, item: str):
         """Datasets mode: the whole dataset ``item``, or the cell ``name{k}`` of a cell array."""
