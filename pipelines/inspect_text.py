@@ -74,7 +74,7 @@ def render(s: dict) -> str:
     lines.append(f"{'feature':<28} {'dtype':<10} {'shape':<18} encoding")
     for f in s["features"]:
         shape = "*" if f["shape"] is None else str(f["shape"])
-        lines.append(f"{printable(f['name']):<28} {f['dtype']!s:<10} {shape:<18} {f['encoding']}")
+        lines.append(f"{printable(f['name']):<28} {f['dtype']!s:<10} {shape:<18} {f['encoding']}{_categorical(f)}")
     lines.append("shards:")
     for sh in s["shards"][:10]:
         lines.append(f"  {sh['file']}: {sh['records']} records, {sh['bytes']} bytes")
@@ -95,5 +95,13 @@ def render_input(s: dict) -> str:
     ]
     for f in s["features"]:
         shape = "*" if f["shape"] is None else str(f["shape"])
-        lines.append(f"{printable(f['name']):<28} {f['dtype']!s:<10} {shape}")
+        lines.append(f"{printable(f['name']):<28} {f['dtype']!s:<10} {shape}{_categorical(f)}")
     return "\n".join(printable(line) for line in lines)
+
+
+def _categorical(feature: dict) -> str:
+    """``", categorical: 11 names, written as strings"`` for a categorical feature's entry, else ``""``."""
+    cats = feature.get("categories")
+    if not cats:
+        return ""
+    return f", categorical: {len(cats['values'])} names from {cats['origin']}, written as {cats['written']}"

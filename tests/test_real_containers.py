@@ -66,11 +66,13 @@ def test_anndata_h5ad_converts_its_cells_by_default(tmp_path, caplog, tf):
     assert "converting group 1: 700 rows, 3 dataset(s) (/X, /obs, /obsm)" in said and "--row_group 3" in said
     with h5py.File(path) as f:
         X, obs, obsm, var = f["X"][()], f["obs"][()], f["obsm"][()], f["var"][()]
+        categories = {c: f[f"uns/{c}_categories"][()] for c in ("bulk_labels", "phase", "louvain")}
     assert len(examples) == 700
     np.testing.assert_array_equal(np.stack([e["X"] for e in examples]), X)
     for field in obs.dtype.names:
         got = np.stack([e[f"obs/{field}"] for e in examples])
-        assert got.tobytes() == np.ascontiguousarray(obs[field]).astype(got.dtype).tobytes(), field
+        expected = categories[field][obs[field]] if field in categories else obs[field]  # categorical: the names
+        assert got.tobytes() == np.ascontiguousarray(expected).astype(got.dtype).tobytes(), field
     np.testing.assert_array_equal(np.stack([e["obsm/X_pca"] for e in examples]), obsm["X_pca"])
     spec = reader.tf_feature_spec(str(out))
     first = next(iter(tf.data.TFRecordDataset(sorted(str(p) for p in out.glob("*.tfrecord")))))

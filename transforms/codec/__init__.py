@@ -43,6 +43,7 @@ from tfrecord_etl.transforms.codec.spec import (
     MAX_FEATURES,
     MAX_RECORD_BYTES,
     VLEN_BYTES,
+    Categories,
     FeatureSpec,
     flatten_fields,
     normalize_dtype,
@@ -67,6 +68,7 @@ from tfrecord_etl.transforms.codec.wire import (  # noqa: F401
 __all__ = [
     "as_varlen",
     "batch_decodable",
+    "Categories",
     "check_example_frame",
     "check_example_frames",
     "check_spec",

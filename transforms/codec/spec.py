@@ -22,6 +22,63 @@ MAX_FEATURES = (
 
 
 @dataclasses.dataclass(frozen=True)
+class Categories:
+    """The categories of a categorical column (an AnnData/pandas categorical, a CF ``flag_values`` variable).
+
+    Attributes:
+      values: the category names, in the source's order.
+      codes: the code of each name, as stored (CF ``flag_values``); None for pandas' codes ``0 .. len(values) - 1``.
+      ordered: pandas' ``ordered`` flag (CF flags: False).
+      written: ``'strings'`` (the feature holds each row's category name, UTF-8 bytes; a missing value, code -1 or
+        the CF ``_FillValue``, is the empty string) or ``'codes'`` (the feature holds the codes as stored).
+      missing: the code of a missing value (AnnData/pandas: -1; CF: the ``_FillValue``), or None.
+      origin: where the names come from, e.g. ``/uns/louvain_categories`` or ``flag_meanings``.
+    """
+
+    values: tuple[str, ...]
+    codes: tuple[int, ...] | None = None
+    ordered: bool = False
+    written: str = "strings"
+    missing: int | None = -1
+    origin: str = ""
+
+    def code_list(self) -> list[int]:
+        """The code of each of :attr:`values`."""
+        return list(self.codes) if self.codes is not None else list(range(len(self.values)))
+
+    def to_json(self) -> dict:
+        return {
+            "values": list(self.values),
+            "codes": self.code_list(),
+            "ordered": self.ordered,
+            "written": self.written,
+            "missing": self.missing,
+            "origin": self.origin,
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping) -> Categories:
+        """Raises: SchemaError: a missing key or a value of the wrong type."""
+        try:
+            values = tuple(str(v) for v in obj["values"])
+            codes = tuple(int(c) for c in obj["codes"])
+            written = str(obj["written"])
+            if len(codes) != len(values) or written not in ("strings", "codes"):
+                raise ValueError("codes and values differ in length, or 'written' is neither strings nor codes")
+            missing = obj.get("missing")
+            return cls(
+                values,
+                None if codes == tuple(range(len(values))) else codes,
+                bool(obj.get("ordered", False)),
+                written,
+                None if missing is None else int(missing),
+                str(obj.get("origin", "")),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise SchemaError(f"Malformed categories entry: {e}") from None
+
+
+@dataclasses.dataclass(frozen=True)
 class FeatureSpec:
     """One feature of an Example.
 
@@ -34,12 +91,14 @@ class FeatureSpec:
         whole shape when even the rank varies (the ``np.savez(**arrays)`` case).
       encoding: a name registered in ``transforms.codec.encodings.ENCODINGS`` (``tensor``, ``list``, ``zlib``,
         ``packbits``).
+      categories: a categorical column's :class:`Categories` (written as strings or as codes), else None.
     """
 
     name: str
     dtype: str | None
     shape: tuple[int | None, ...] | None
     encoding: str = "tensor"
+    categories: Categories | None = None
 
     @property
     def is_fixed(self) -> bool:
@@ -52,12 +111,15 @@ class FeatureSpec:
         return math.prod(self.shape) if self.shape is not None and None not in self.shape else None
 
     def to_json(self) -> dict:
-        return {
+        out: dict = {
             "name": self.name,
             "dtype": self.dtype,
             "shape": None if self.shape is None else list(self.shape),
             "encoding": self.encoding,
         }
+        if self.categories is not None:
+            out["categories"] = self.categories.to_json()
+        return out
 
     @classmethod
     def from_json(cls, obj: Mapping) -> FeatureSpec:
@@ -73,8 +135,9 @@ class FeatureSpec:
                 obj["dtype"],
                 None if obj["shape"] is None else tuple(obj["shape"]),
                 str(obj.get("encoding", "tensor")),
+                None if obj.get("categories") is None else Categories.from_json(obj["categories"]),
             )
-        except (KeyError, TypeError) as e:
+        except (KeyError, TypeError, AttributeError) as e:
             raise SchemaError(f"Malformed feature entry {obj!r}: {e}") from None
         return spec
 

@@ -89,6 +89,7 @@ class SchemaFeature:
     presence: tuple | None = None
     bool_domain: bool = False
     tags: tuple = ()
+    domain: tuple | None = None  # a categorical feature's ("string", names) or ("int", (min, max))
 
     def show(self, field: str) -> str:
         value = getattr(self, field)
@@ -96,6 +97,8 @@ class SchemaFeature:
             return "present" if value else "absent"
         if field == "shape":
             return "absent" if value is None else json.dumps(list(value))
+        if field == "domain":
+            return "absent" if value is None else f"{value[0]}_domain {json.dumps(list(value[1]))}"
         if value is None:
             return "absent"
         return (
@@ -119,7 +122,9 @@ def expected_features(specs: Sequence[FeatureSpec]) -> list[tuple[str, SchemaFea
             else:
                 optional = encoding_of(spec).optional
                 feature = SchemaFeature(TYPES[kind], None, (0, None), (0.0, 0) if optional else None)
-            out.append((name, dataclasses.replace(feature, bool_domain=bool_domain, tags=tag_items(tags))))
+            domain = metadata.categorical_domain(spec) if name == spec.name else None
+            feature = dataclasses.replace(feature, bool_domain=bool_domain, tags=tag_items(tags), domain=domain)
+            out.append((name, feature))
     return out
 
 
@@ -172,7 +177,15 @@ def schema_features(text: str) -> list[tuple[str, SchemaFeature]]:
                 if not (isinstance(v, tuple) and v[0] == "id"):
                     raise TextFormatError(f"{where} is not an enum value")
                 info["type"] = v[1]
-            elif key in ("shape", "value_count", "presence", "bool_domain", "annotation"):
+            elif key in (
+                "shape",
+                "value_count",
+                "presence",
+                "bool_domain",
+                "annotation",
+                "string_domain",
+                "int_domain",
+            ):
                 if not isinstance(v, list):
                     raise TextFormatError(f"{where} is not a message")
                 if key == "shape":
@@ -195,6 +208,11 @@ def schema_features(text: str) -> list[tuple[str, SchemaFeature]]:
                     )
                 elif key == "bool_domain":
                     info["bool_domain"] = True
+                elif key == "string_domain":
+                    info["domain"] = ("string", tuple(t for k, t in v if k == "value" and isinstance(t, str)))
+                elif key == "int_domain":
+                    bounds = {k: number(b, int, f"{where}.{k}") for k, b in v if k in ("min", "max")}
+                    info["domain"] = ("int", (bounds.get("min"), bounds.get("max")))
                 else:
                     info["tags"] += [t for k, t in v if k == "tag" and isinstance(t, str)]
         info["tags"] = tag_items(info["tags"])
@@ -210,6 +228,7 @@ FIELDS = (
     ("value_count", "value_count (min, max)"),
     ("presence", "presence (min_fraction, min_count)"),
     ("bool_domain", "bool_domain"),
+    ("domain", "the categorical domain"),
 )
 
 
@@ -254,6 +273,14 @@ def expected_text(specs: Sequence[FeatureSpec]) -> str | None:
         if feature.value_count is not None:
             lines += ["  value_count {", f"    min: {feature.value_count[0]}", "  }"]
         lines.append(f"  type: {feature.type}")
+        if feature.domain is not None and feature.domain[0] == "int":
+            low, high = feature.domain[1]
+            lines += ["  int_domain {", f"    min: {low}", f"    max: {high}", "    is_categorical: true", "  }"]
+        elif feature.domain is not None:
+            values = [quoted(v) for v in feature.domain[1]]
+            if None in values:
+                return None
+            lines += ["  string_domain {", *(f"    value: {v}" for v in values), "  }"]
         if feature.bool_domain:
             lines += ["  bool_domain {", "  }"]
         if feature.presence is not None:

@@ -111,8 +111,33 @@ def schema_text(specs: Sequence[FeatureSpec], native_tags: bool = True) -> str:
                     f.presence.min_fraction = 0.0
                     f.presence.min_count = 0
             if name == spec.name:
+                domain = categorical_domain(spec)
+                if domain is not None and domain[0] == "string":
+                    f.string_domain.value.extend(domain[1])
+                elif domain is not None:
+                    f.int_domain.min, f.int_domain.max = domain[1]
+                    f.int_domain.is_categorical = True
                 _add_types(f, spec, kind, native_tags)
     return text_format.MessageToString(schema)
+
+
+MAX_DOMAIN_VALUES = 10_000  # names of a StringDomain: a column of more (cell ids) has none, metadata.json lists them
+
+
+def categorical_domain(spec: FeatureSpec) -> tuple[str, tuple] | None:
+    """The domain ``schema.pbtxt`` gives a categorical feature (tensorflow_metadata's ``StringDomain`` and
+    ``IntDomain``): ``("string", names)`` when it is written as its names (at most :data:`MAX_DOMAIN_VALUES`
+    of them, else None), ``("int", (least code, greatest code))`` (``is_categorical``, the missing code included)
+    when written as codes; None for other features."""
+    cats = spec.categories
+    if cats is None:
+        return None
+    if cats.written == "strings":
+        if len(cats.values) > MAX_DOMAIN_VALUES:
+            return None
+        return "string", tuple(cats.values)
+    codes = cats.code_list() + ([cats.missing] if cats.missing is not None else [])
+    return "int", (min(codes), max(codes)) if codes else (0, 0)
 
 
 def _add_types(f, spec: FeatureSpec, kind: str, native_tags: bool = True) -> None:
@@ -139,6 +164,8 @@ def schema_types(spec: FeatureSpec, kind: str) -> tuple[bool, list[str], str | N
     if spec.dtype is not None:
         tags.append(f"tfrecord_etl.dtype:{spec.dtype}")
     tags.append(f"tfrecord_etl.shape:{shape}")
+    if spec.categories is not None:
+        tags.append(f"tfrecord_etl.categorical:{spec.categories.written}")
     what = f"a {spec.dtype} array" if spec.dtype is not None else f"an array (dtype in '{spec.name}/dtype')"
     varies = f" (null: varies, see '{spec.name}/shape')" if not spec.is_fixed else ""
     if encoding.native:
@@ -146,6 +173,12 @@ def schema_types(spec: FeatureSpec, kind: str) -> tuple[bool, list[str], str | N
             f"{spec.encoding} encoding: {what} of shape {shape}{varies} as the {kind}_list of its values in C order "
             f"(tf.io.parse_example reads it); tfrecord_etl's readers cast it to {spec.dtype}"
         )
+        if spec.categories is not None:
+            comment += (
+                "; a categorical column written as its category names (the empty string: a missing value)"
+                if spec.categories.written == "strings"
+                else "; a categorical column written as its codes: metadata.json's categories maps them to names"
+            )
         return bool_domain, tags, comment
     comment = (
         f"{spec.encoding} encoding: one bytes value holding {what} of shape {shape}{varies}, "

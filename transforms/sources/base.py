@@ -57,6 +57,7 @@ class SourceOptions:
     container_mode: str = "auto"  # containers (hdf5, netcdf3, matlab, zarr): rows: row i of the chosen datasets
     # -> one Example; datasets: each dataset -> one; auto: rows, or datasets for a file holding no dataset with rows
     # (container.ContainerSource.switch_to_datasets)
+    categoricals: str = "strings"  # hdf5, netcdf3: categorical columns as their names (strings) or codes
     row_group: int | None = None  # containers, rows mode without datasets: the row group (1 = largest, the default)
     max_datasets: int = DEFAULT_MAX_DATASETS  # hdf5: datasets walked in one file (and datasets-mode Examples)
     follow_symlinks: bool = False  # every source: follow symlinks that lead outside the pattern's base directory
@@ -167,6 +168,11 @@ def merge_specs(indexes: Sequence[FileIndex], loose: bool) -> tuple[FeatureSpec,
             )
         for name, spec in specs.items():
             o = theirs[name]
+            if spec.categories != o.categories:
+                raise SchemaError(
+                    f"Categorical column '{name}' has other categories in '{other.path}' than in '{first.path}'",
+                    hint="convert them in separate runs (metadata.json keeps one list of categories per feature)",
+                )
             if spec.dtype == o.dtype and spec.shape == o.shape:
                 continue
             if not loose:

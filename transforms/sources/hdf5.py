@@ -22,6 +22,7 @@ from tfrecord_etl.transforms.sources.base import (
     row_bytes,
     row_spec,
 )
+from tfrecord_etl.transforms.sources.categoricals import apply_specs, hdf5_columns, read_hdf5
 from tfrecord_etl.transforms.sources.container import (
     MODE_FLAG,
     ContainerSource,
@@ -132,6 +133,7 @@ class Hdf5Source(ContainerSource):
                 )
                 lengths[name] = rows
                 chunk_rows = max(chunk_rows, layout.chunk_rows(dset))
+            specs = apply_specs(specs, hdf5_columns(f, names), self.options.categoricals, path)
         except SourceError as e:  # e.g. a MATLAB attribute of the wrong type (hdf5layout names only the dataset)
             raise e.with_context(file=path) from None
         finally:
@@ -366,7 +368,7 @@ class Hdf5Source(ContainerSource):
                 self.close()
                 raise error from None
             columns.update(flatten_fields(name.strip("/"), data))
-        return columns
+        return read_hdf5(self, rr, columns)
 
     def _read_item(self, path: str, item: str):
         """Datasets mode: the whole dataset ``item``, or the cell ``name{k}`` of a cell array."""
@@ -393,8 +395,7 @@ class Hdf5Source(ContainerSource):
 def _hdf5_vlen_check(h5py):
     def check(dtype, where):
         if h5py.check_string_dtype(dtype) is None:
-            raise SchemaError(
-                "Unsupported dtype: variable-length numeric data", file=where, hint="store it as a fixed-shape dataset"
-            )
+            hint = "store it as a fixed-shape dataset"
+            raise SchemaError("Unsupported dtype: variable-length numeric data", file=where, hint=hint)
 
     return check

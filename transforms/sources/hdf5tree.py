@@ -1,12 +1,13 @@
 """The dataset tree of an HDF5 file, for ``tfrecord-etl inspect FILE.h5`` (no external tool such as h5ls):
 every object with its dtype, shape, chunks and filters, and the row groups (datasets sharing a leading length,
-which convert reads together). Metadata only: no data is read, no link is followed."""
+which convert reads together), and the categorical columns (:mod:`categoricals`). Metadata only: no data is read
+but the names of categorical columns, no link is followed."""
 
 from __future__ import annotations
 
 from tfrecord_etl.transforms.codec import normalize_dtype
-from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources import conventions, hdf5layout as layout, hdf5nwb
+from tfrecord_etl.transforms.errors import SchemaError, SourceError, printable
+from tfrecord_etl.transforms.sources import categoricals, conventions, hdf5layout as layout, hdf5nwb
 from tfrecord_etl.transforms.sources.base import SourceOptions
 from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source
 from tfrecord_etl.transforms.sources.hdf5links import link_status
@@ -64,11 +65,12 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
                 entries.append((full, rows, layout.leading_dimension(obj), layout.data_bytes(obj)))
         roles = collector.roles([e[0] for e in entries])
         nwb = (_text(f.attrs.get("nwb_version", "2.x")), hdf5nwb.tree_groups(f)) if hdf5nwb.is_nwb(f, path) else None
+        found = categoricals.hdf5_columns(f, [e[0] for e in entries])
     finally:
         f.close()
         if stream is not None:
             stream.close()
-    tree = {"file": path, "objects": objects, "truncated": truncated}
+    tree = {"file": path, "objects": objects, "truncated": truncated, "categoricals": _categoricals(found)}
     if nwb is None:
         return _with_groups(tree, entries, roles)
     tree.update(format=f"NWB {nwb[0]} (HDF5)", nwb=True, row_groups=nwb[1][0], default=nwb[1][1])
@@ -81,6 +83,20 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
 
 def _text(value) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _categoricals(found) -> list[dict]:
+    """The tree's ``categoricals``: ``{"feature", "column", "categories", "ordered", "origin"}`` of each column."""
+    return [
+        {
+            "feature": c.feature,
+            "column": c.column,
+            "categories": list(c.categories.values),
+            "ordered": c.categories.ordered,
+            "origin": c.categories.origin,
+        }
+        for c in found
+    ]
 
 
 def _link_entry(full: str, link, path: str) -> dict:
@@ -176,9 +192,11 @@ def netcdf3_tree(path: str) -> dict:
             )
             if var.shape:
                 entries.append((name, int(var.shape[0]), var.dimensions[0], int(var.data.nbytes)))
+        found = _categoricals(categoricals.netcdf3_columns(f, [e[0] for e in entries]))
     finally:
         source.close_file(f)
-    return _with_groups({"file": path, "format": "NetCDF-3", "objects": objects, "truncated": False}, entries, roles)
+    tree = {"file": path, "format": "NetCDF-3", "objects": objects, "truncated": False, "categoricals": found}
+    return _with_groups(tree, entries, roles)
 
 
 def matlab_tree(path: str) -> dict:
@@ -272,6 +290,20 @@ def render_tree(tree: dict) -> str:
             if o.get("role"):
                 skip += f"  [{o['role']}]"
             lines.append(f"  {o['path']:<40} {o['dtype']:<12} {o['shape']!s:<18} {', '.join(extra)}{skip}")
+    if tree.get("categoricals"):
+        lines.append(
+            "categorical columns (convert writes each row's category name, UTF-8, a missing value as the empty "
+            "string; --categoricals codes writes the codes; metadata.json and schema.pbtxt keep the names either way):"
+        )
+        for c in tree["categoricals"]:
+            names = ", ".join(c["categories"][:5]) + (", ..." if len(c["categories"]) > 5 else "")
+            renamed = f" (codes in '{c['column']}')" if c["column"] != c["feature"] else ""
+            ordered = ", ordered" if c["ordered"] else ""
+            lines.append(
+                printable(
+                    f"  {c['feature']}{renamed}: {len(c['categories'])} categories{ordered} from {c['origin']}: {names}"
+                )
+            )
     lines.append(
         "row groups (datasets converted together share their leading dimension; convert reads the default "
         "below unless --row_group N or --datasets says otherwise):"

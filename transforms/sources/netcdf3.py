@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources import conventions
+from tfrecord_etl.transforms.sources import categoricals, conventions
 from tfrecord_etl.transforms.sources.base import (
     ARRAY,
     Columns,
@@ -126,6 +126,8 @@ class NetCdf3Source(ContainerSource):
                 data_row_bytes += dtype.itemsize * int(np.prod(var.shape[1:]))
                 specs += leaf_specs(name.strip("/"), dtype, var.shape[1:], f"{path}, variable '{name}'")
                 lengths[name] = int(var.shape[0])
+            found = categoricals.netcdf3_columns(f, names)
+            specs = categoricals.apply_specs(specs, found, self.options.categoricals, path)
         finally:
             self.close_file(f)
         check_names(specs, path)
@@ -176,11 +178,15 @@ class NetCdf3Source(ContainerSource):
     def read(self, rr: RowRange) -> Columns:
         try:
             f = self.opened(rr.path)
-            return self.columns(
+            columns = self.columns(
                 rr,
                 lambda n: np.array(self._variable(f, n, rr.path).data),  # copies: the map closes
                 lambda n: np.array(self._variable(f, n, rr.path).data[rr.start : rr.stop]),
             )
+            if self.loose:
+                return columns
+            found = categoricals.cached(self, rr.path, rr.items, lambda: categoricals.netcdf3_columns(f, rr.items))
+            return categoricals.apply_columns(columns, found, self.options.categoricals, rr.path, rr.start)
         except SourceError:
             raise
         except Exception as e:  # noqa: BLE001

@@ -18,7 +18,7 @@ class ContainerOptions(FormatOptions):
             "HDF5 and containers",
             "which arrays of an HDF5, netCDF, MATLAB or Zarr container become Examples",
             "converting/hdf5.md",
-            ("--datasets", "--row_group", "--container_mode"),
+            ("--datasets", "--row_group", "--container_mode", "--categoricals"),
         ),
     )
 
@@ -43,6 +43,14 @@ class ContainerOptions(FormatOptions):
         "old name --hdf5_mode",
     )
 
+    categoricals: Literal["strings", "codes"] = Field(
+        "strings",
+        description="hdf5/netcdf3: a categorical column (AnnData/pandas categories, CF flag_values with "
+        "flag_meanings) is written as its category names, UTF-8 bytes, a missing value as the empty string "
+        "(strings), or as its integer codes as stored (codes); metadata.json and schema.pbtxt keep the names "
+        "either way",
+    )
+
     _datasets_list = field_validator("datasets", mode="before")(classmethod(lambda cls, v: comma_list(v)))
 
     @model_validator(mode="after")
@@ -59,4 +67,5 @@ class ContainerOptions(FormatOptions):
             "datasets": tuple(self.datasets) if self.datasets else None,
             "row_group": self.row_group,
             "container_mode": self.container_mode,
+            "categoricals": self.categoricals,
         }

@@ -39,6 +39,7 @@ def plan_sources(meta: dict, patterns: Sequence[str], where: str = ""):
             "this output was not written by tfrecord-etl convert",
             file=where or None,
         )
+    opts = {"categoricals": "codes", **opts}  # an output written before categoricals were mapped holds their codes
     try:  # the convert's own source options (planning.source_options is their one home)
         cfg = ConvertConfig.model_validate(
             {k: v for k, v in current_names(opts).items() if k in ConvertConfig.model_fields}
