@@ -68,3 +68,11 @@ def big_reference(big_input, reference):
 def big_augment_reference(big_reference, reference):
     """The DirectRunner output of the lost-worker tests' augment (of ``big_reference``)."""
     return reference("augment", ["--input", big_reference, "--output_dir", "OUT", *KILL_AUGMENT])
+
+
+@pytest.fixture(scope="session")
+def small_converted(inputs, reference):
+    """The small input's DirectRunner convert (240 examples, 3 shards): the input of the tests that stop a job, and
+    the previous output they must leave intact."""
+    directory, _ = inputs
+    return reference("convert", ["--input", directory / "in.h5", "--output_dir", "OUT", *CONVERT_FLAGS])
