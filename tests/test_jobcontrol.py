@@ -5,10 +5,11 @@ configs/engines/test_jobcontrol.py."""
 
 from __future__ import annotations
 
+import grpc
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrecord_etl.pipelines import errorlines, jobcontrol
+from tfrecord_etl.pipelines import errorlines, jobcontrol, running
 from tfrecord_etl.transforms.errors import ConfigError
 from tfrecord_etl.transforms.output.runlock import OUTPUT_STATE
 
@@ -130,3 +131,65 @@ def test_without_the_flink_master_the_line_says_the_job_may_still_run_and_how_to
         "the job may still run on the cluster: cancel it there (Flink: flink cancel JOB_ID or the web UI; with "
         "--flink_master HOST:PORT the launcher cancels it itself"
     )
+
+
+class Unavailable(grpc.RpcError):
+    """What a job server's broken stream raises (grpc's _MultiThreadedRendezvous is one of these)."""
+
+    def code(self):
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self):
+        return "Stream removed (Socket closed)"
+
+
+class Submitted:
+    """A pipeline whose ``run`` returns a portable result that ``wait_until_finish`` ends with ``error``, and whose
+    job server records the cancels it is asked for."""
+
+    def __init__(self, error: BaseException):
+        self.options = PipelineOptions(["--runner=PortableRunner", "--job_endpoint=127.0.0.1:8099"])
+        self.cancels: list[str] = []
+        pipeline = self
+
+        class Result:
+            _job_id = "BeamApp-u-1_uuid"
+
+            class _job_service:  # the attribute Beam's result has
+                @staticmethod
+                def Cancel(request, timeout):  # gRPC's method name
+                    pipeline.cancels.append(request.job_id)
+
+            @staticmethod
+            def wait_until_finish():
+                raise error
+
+        self.result = Result()
+
+    def run(self):
+        return self.result
+
+
+def test_ctrl_c_cancels_the_job_and_says_so():
+    p = Submitted(KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt) as caught:
+        running.run_pipeline(p)
+    assert p.cancels == ["BeamApp-u-1_uuid"]
+    assert getattr(caught.value, running.JOB_NOTE).startswith(
+        "the job server at 127.0.0.1:8099 was asked to cancel it (Beam's Flink job server does not stop the Flink "
+        "job for it: with --flink_master HOST:PORT"
+    )
+
+
+def test_a_broken_job_server_stream_is_a_lost_job_server():
+    p = Submitted(Unavailable())
+    with pytest.raises(jobcontrol.JobServerLost) as caught:
+        running.run_pipeline(p)
+    assert p.cancels == []  # nobody to ask: the job server is gone
+    lost = caught.value
+    assert (lost.endpoint, lost.job_id, lost.reason) == (
+        "127.0.0.1:8099",
+        "BeamApp-u-1_uuid",
+        "UNAVAILABLE: Stream removed (Socket closed)",
+    )
+    assert lost.fate.startswith("the job may still run on the cluster")
