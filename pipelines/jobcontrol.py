@@ -194,9 +194,10 @@ class Job:
         if self.rest is None:
             if asked:
                 return (
-                    f"the job server at {self.endpoint} was asked to cancel it (Beam's Flink job server does not stop "
-                    "the Flink job for it: with --flink_master HOST:PORT, the JobManager's REST address, the launcher "
-                    "cancels it on the cluster; else cancel it there: flink cancel JOB_ID, the web UI)"
+                    f"the job server at {self.endpoint} was asked to cancel it (Spark's job server stops the job; "
+                    "Flink's does not stop the Flink job: with --flink_master HOST:PORT, the JobManager's REST "
+                    "address, the launcher cancels it on the cluster, else cancel it there: flink cancel JOB_ID, the "
+                    "web UI)"
                 )
             return self._may_still_run()
         if self.rest.get("/overview") is None:

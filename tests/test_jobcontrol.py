@@ -176,8 +176,8 @@ def test_ctrl_c_cancels_the_job_and_says_so():
         running.run_pipeline(p)
     assert p.cancels == ["BeamApp-u-1_uuid"]
     assert getattr(caught.value, running.JOB_NOTE).startswith(
-        "the job server at 127.0.0.1:8099 was asked to cancel it (Beam's Flink job server does not stop the Flink "
-        "job for it: with --flink_master HOST:PORT"
+        "the job server at 127.0.0.1:8099 was asked to cancel it (Spark's job server stops the job; Flink's does "
+        "not stop the Flink job: with --flink_master HOST:PORT"
     )
 
 
