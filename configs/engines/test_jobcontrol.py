@@ -57,7 +57,7 @@ def test_ctrl_c_cancels_the_flink_job_and_nothing_is_written_after(flink, small_
         assert flink_jobs(flink)[jid] == "RUNNING"
         proc.send_signal(signal.SIGINT)
     finally:
-        code = common.finish(proc, CANCEL_WAIT_S + 30)
+        code = common.finish(proc, CANCEL_WAIT_S + 90)
     text = log.read_text(errors="replace")
     assert code == 130, text[-4000:]
     assert "Traceback" not in text, text[-4000:]
@@ -80,7 +80,7 @@ def test_a_killed_job_server_fails_in_one_line_and_the_job_is_cancelled(flink, s
         (jid,) = set(flink_jobs(flink)) - before
         flink.procs.kill(flink.job_server)  # SIGKILL: the job server's JVM is gone, the Flink job runs on
     finally:
-        code = common.finish(proc, CANCEL_WAIT_S + 60)
+        code = common.finish(proc, CANCEL_WAIT_S + 120)
         flink.start_job_server()  # the module's cluster whole again
     text = log.read_text(errors="replace")
     assert code == 2, text[-4000:]
@@ -114,7 +114,7 @@ def test_a_job_waiting_for_task_slots_says_so_and_the_limit_ends_it(flink, small
         common.wait_until(lambda: "waiting for the cluster" in log.read_text(errors="replace"), 150, "the line", proc)
         said = time.monotonic() - started
     finally:
-        code = common.finish(proc, 120)
+        code = common.finish(proc, 180)
     text = log.read_text(errors="replace")
     (jid,) = set(flink_jobs(flink)) - before
     waiting = [line for line in text.splitlines() if "waiting for the cluster" in line]
