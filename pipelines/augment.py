@@ -21,7 +21,7 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrecord_etl.pipelines import common, flaghelp, jobserver, progress
+from tfrecord_etl.pipelines import common, flaghelp, jobcontrol, jobserver, progress
 from tfrecord_etl.transforms import augment, localmode
 from tfrecord_etl.transforms.augment import readers, spans
 from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
@@ -66,6 +66,7 @@ def main(argv: list[str]) -> int:
     # pipeline_options from the YAML config too; its gs:// paths reachable
     common.configure_filesystems(beam_argv, [cfg.input, cfg.output_dir, cfg.join_input])
     jobserver.check(beam_argv)  # a portable runner's job server answers, before anything is read or written
+    jobcontrol.check(beam_argv)  # --max_wait_for_slots_s usable
     tfrecord.require_fast_crc32c()
     if spans.is_collection_input(cfg):
         spans.augment_collection(cfg, lambda span_cfg: augment_output(span_cfg, beam_argv))

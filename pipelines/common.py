@@ -98,13 +98,15 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
         return 2
     except BrokenPipeError:  # stdout's reader went away (`convert ... | head -1`): no traceback, exit status 1
         return _stdout_closed()
-    except KeyboardInterrupt:  # Ctrl-C: the lock is released on the way here, so no worker commits after it
+    except KeyboardInterrupt as e:  # Ctrl-C: the lock is released on the way here, so no worker commits after it
         mark_stopping()
         _quiet_worker_threads()
         stopped = stop_worker_processes() or stopped_count()  # (the pipeline's failure may have stopped them)
+        job = getattr(e, running.JOB_NOTE, None)  # a cluster's job: cancelled, and what the cluster says of it
         print(
             f"error: {INTERRUPTED_LINE}"
-            + (f" ({stopped} worker process{'es' if stopped > 1 else ''} stopped)" if stopped else ""),
+            + (f" ({stopped} worker process{'es' if stopped > 1 else ''} stopped)" if stopped else "")
+            + (f" (the runner's job cancelled: {job})" if job else ""),
             file=sys.stderr,
         )
         return INTERRUPTED
@@ -115,7 +117,11 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
                 print(f"error: {line}", file=sys.stderr)
                 return 2
         inner = errorlines.find_etl_error(e)
-        line = f"{type(inner).__name__}: {inner}" if inner is not None else errorlines.etl_error_line(str(e))
+        line = (
+            f"{type(inner).__name__}: {inner}"
+            if inner is not None
+            else errorlines.job_server_lost_line(e) or errorlines.etl_error_line(str(e))
+        )
         if line is None:
             line = errorlines.output_error_line(e, errorlines.flag_value(argv, "--output_dir"))
         if line is None and errorlines.worker_died(e):

@@ -24,7 +24,7 @@ import time
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from tfrecord_etl.pipelines import common, flaghelp, jobserver, progress
+from tfrecord_etl.pipelines import common, flaghelp, jobcontrol, jobserver, progress
 from tfrecord_etl.transforms import localmode, planning, spanrun
 from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, build_parser as build_flags, parse_args
 from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output, prepare_output_dir
@@ -157,6 +157,7 @@ def main(argv: list[str]) -> int:
     # pipeline_options from the YAML config too; its gs:// paths reachable
     common.configure_filesystems(beam_argv, [cfg.input, cfg.output_dir, cfg.dead_letter_dir])
     jobserver.check(beam_argv)  # a portable runner's job server answers, before anything is read or written
+    jobcontrol.check(beam_argv)  # --max_wait_for_slots_s usable
     tfrecord.require_fast_crc32c()
     started = time.time()
     run = spanrun.plan_run(cfg)  # a span of a collection (placeholders, --incremental), or None

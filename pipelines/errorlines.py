@@ -207,3 +207,26 @@ def store_error_line(e: BaseException, output_dir: str | None = None) -> str | N
         "Hint: check that the store is up and reachable from here and from every worker (endpoint, credentials, "
         "quota), then run the command again"
     )
+
+
+JOB_SERVER_LOST_LINE = (
+    "OutputError: The job server at --job_endpoint {endpoint} stopped answering while it ran job {job} ({reason}); "
+    "{holds}; {fate}. Hint: restart the job server (or check the network to it) and run the command again"
+)
+
+
+def job_server_lost_line(e: BaseException) -> str | None:
+    """One line for a job server that stopped answering mid-job (``jobcontrol.JobServerLost``, matched by name:
+    that module imports Beam): the job endpoint, the gRPC status, what the output directory holds
+    (``runlock.OUTPUT_STATE``) and what became of the job on the cluster (cancelled, or how to cancel it). None for
+    anything else."""
+    seen, cur = set(), e
+    while cur is not None and id(cur) not in seen and type(cur).__name__ != "JobServerLost":
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    if cur is None or id(cur) in seen:
+        return None
+    holds = STORE_HOLDS[getattr(e, OUTPUT_STATE, None) or getattr(cur, OUTPUT_STATE, None)]
+    return JOB_SERVER_LOST_LINE.format(
+        endpoint=cur.endpoint, job=cur.job_id, reason=cur.reason, holds=holds, fate=cur.fate
+    )

@@ -15,6 +15,7 @@ from tfrecord_etl.pipelines import workers
 from tfrecord_etl.transforms.localmode import DIRECT_NAMES  # the one list of DirectRunner's names
 
 WORK_SPAN_MS = "work_span_ms"
+JOB_NOTE = "tfrecord_etl_job_note"  # on a Ctrl-C's KeyboardInterrupt: what became of the runner's job
 
 
 def local_runner(options):
@@ -49,17 +50,42 @@ def run_pipeline(p) -> dict[str, int]:
 
     Unless ``--verbose``, the stderr of the run (Beam's worker processes log their tracebacks there)
     goes to a log file; our progress lines are echoed live, and a failure ends as one line naming it.
+
+    A portable runner's job (Flink, Spark through their job servers) is held while it runs
+    (:mod:`jobcontrol`): on Ctrl-C it is cancelled, on the cluster too when ``--flink_master`` names it, and
+    waited for up to ``jobcontrol.CANCEL_WAIT_S`` before the command's cleanup removes the run's temporaries (what
+    became of it is on the KeyboardInterrupt as :data:`JOB_NOTE`); a job server that stops answering raises
+    ``jobcontrol.JobServerLost``; with ``--flink_master`` a job waiting for task slots is reported while it
+    waits, and ``--max_wait_for_slots_s`` ends it with a ConfigError.
     """
     workers.install()  # a worker process that dies fails the run at once
     workers.forget_deaths()
     workers.quiet_worker_threads()  # Beam's threads' reports of workers we stop stay off stderr
+    # deferred: Beam; common, which the reader's commands import, imports this module
+    from tfrecord_etl.pipelines import jobcontrol
+
+    job = None
     with _worker_stderr_to_log(), workers.interrupts_mark_stopping():
         try:
             result = p.run()
-            result.wait_until_finish()
-        except BaseException:  # an error, a dead worker, Ctrl-C: no worker process outlives the failed run
+            job, slots = jobcontrol.watch(result, p.options)  # a job server's job: the launcher holds it
+            if slots is None:
+                result.wait_until_finish()
+            else:
+                with slots:
+                    result.wait_until_finish()
+        except KeyboardInterrupt as e:  # Ctrl-C: the job cancelled on the cluster before the cleanup runs
             workers.mark_stopping()
             workers.stop_worker_processes()
+            if job is not None:
+                setattr(e, JOB_NOTE, job.cancel())
+            raise
+        except BaseException as e:  # an error, a dead worker: no worker process outlives the failed run
+            workers.mark_stopping()
+            workers.stop_worker_processes()
+            instead = job.failed(e) if job is not None and isinstance(e, Exception) else None
+            if instead is not None:
+                raise instead from e
             raise
     try:
         from apache_beam.metrics.metric import MetricsFilter

@@ -68,3 +68,11 @@ def fail_on_span_4(features):
     if int(np.asarray(features["label"]).reshape(-1)[0]) == 4000:
         raise ValueError("boom at label 4000")
     return {"ok": np.int64(1)}
+
+
+def slow_add_one(features):
+    """Per example: :func:`add_one` after 0.25 s (a job that runs for a while: the engine tests that stop one)."""
+    import time
+
+    time.sleep(0.25)
+    return add_one(features)

@@ -145,3 +145,48 @@ def wait_until(condition, timeout: float, what: str, proc=None):
 def committed_shards(out) -> int:
     out = pathlib.Path(out)
     return len(list(out.glob("data-*.tfrecord*"))) if out.exists() else 0
+
+
+# an augment that runs for a while on any engine (240 examples x 0.25 s: about 30 s on 2 slots or cores), for the
+# tests that stop a job mid-way: Ctrl-C, a killed job server
+SLOW_AUGMENT = ["--fn", "tests.augment_fns:slow_add_one", "--fn_inputs", "id"]
+
+
+def error_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("error:")]
+
+
+def start_over_previous(converted, out: pathlib.Path, engine_flags, log: pathlib.Path):
+    """A previous output in ``out`` (a copy of ``converted``), then the slow augment of ``converted`` over it
+    (``--overwrite``), started in the background; returns (the process, the previous output: files, metadata)."""
+    import shutil
+
+    shutil.copytree(converted, out)
+    previous = files(out), metadata(out)
+    args = ["--input", converted, "--output_dir", out, *SLOW_AUGMENT, "--overwrite"]
+    return start("augment", args, engine_flags, log), previous
+
+
+def wait_for_temporary(out: pathlib.Path, proc) -> None:
+    """Until a shard temporary is in ``out`` (the job is writing)."""
+    wait_until(lambda: any(p.name.startswith(".tmp-") for p in out.iterdir()), 300, "a shard temporary", proc)
+
+
+def assert_previous_output_stays(out, previous, settle_s: float = 10) -> None:
+    """The previous output, byte for byte, and no temporary, ``settle_s`` after the launcher exited: no task of the
+    stopped job wrote anything after it."""
+    time.sleep(settle_s)
+    assert (files(out), metadata(out)) == previous
+    assert leftovers(out) == [], sorted(p.name for p in pathlib.Path(out).iterdir())
+
+
+def finish(proc, timeout: float) -> int:
+    """``proc``'s exit status within ``timeout`` seconds; SIGKILLed (its group) if it is still running then."""
+    import signal
+
+    try:
+        return proc.wait(timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

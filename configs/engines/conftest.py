@@ -199,3 +199,11 @@ def store_inputs(tmp_path_factory):
     g.create_array("label", shape=(256,), chunks=(32,), dtype="i8")[:] = np.arange(256)
     zarr.consolidate_metadata(str(d / "s.zarr"))
     return d, data
+
+
+@pytest.fixture(scope="session")
+def small_converted(inputs, reference):
+    """The small input's DirectRunner convert (240 examples, 3 shards): the input of the tests that stop a job, and
+    the previous output they must leave intact."""
+    directory, _ = inputs
+    return reference("convert", ["--input", directory / "in.h5", "--output_dir", "OUT", *CONVERT_FLAGS])

@@ -349,28 +349,33 @@ class FlinkCluster:
                 self.add_taskmanager()
             self.pool, self.pool_port = worker_pool(self.procs, env=self.pool_env)
             self.job_port = free_port()
-            jars = f"{FLINK_JOB_SERVER_JARS}/*"
-            self.job_server = self.procs.start(
-                "flink-job-server",
-                [
-                    "java",
-                    "-cp",
-                    jars,
-                    "org.apache.beam.runners.flink.FlinkJobServerDriver",
-                    f"--flink-master=127.0.0.1:{self.rest_port}",
-                    "--job-host=127.0.0.1",
-                    f"--job-port={self.job_port}",
-                    "--artifact-port=0",
-                    "--expansion-port=0",
-                    f"--flink-conf-dir={self.conf}",
-                ],
-                env=java_env(),
-            )
-            wait_for(lambda: port_open(self.job_port), 180, "the Flink job server", [self.job_server])
+            self.start_job_server()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def start_job_server(self) -> Proc:
+        """Beam's Flink job server on :attr:`job_port`, pointed at this cluster's REST port (again, after a test
+        killed it: ``procs.kill(cluster.job_server)``)."""
+        self.job_server = self.procs.start(
+            "flink-job-server",
+            [
+                "java",
+                "-cp",
+                f"{FLINK_JOB_SERVER_JARS}/*",
+                "org.apache.beam.runners.flink.FlinkJobServerDriver",
+                f"--flink-master=127.0.0.1:{self.rest_port}",
+                "--job-host=127.0.0.1",
+                f"--job-port={self.job_port}",
+                "--artifact-port=0",
+                "--expansion-port=0",
+                f"--flink-conf-dir={self.conf}",
+            ],
+            env=java_env(),
+        )
+        wait_for(lambda: port_open(self.job_port), 180, "the Flink job server", [self.job_server])
+        return self.job_server
 
     @property
     def rest_url(self) -> str:
@@ -489,32 +494,38 @@ class SparkCluster:
                 self.add_worker()
             self.pool, self.pool_port = worker_pool(self.procs, env=self.pool_env)
             self.job_port = free_port()
-            self.job_server = self.procs.start(
-                "spark-job-server",
-                [
-                    # each job's SparkContext reads spark.* system properties: its UI port and an event log per job
-                    "java",
-                    *ADD_OPENS.split(),
-                    f"-Dspark.ui.port={self.ui_port}",
-                    "-Dspark.eventLog.enabled=true",
-                    f"-Dspark.eventLog.dir={self.events.as_uri()}",
-                    "-cp",
-                    f"{SPARK_HOME}/jars/*:{SPARK_JOB_SERVER_JARS}/*",  # Spark's own jars first: its
-                    # jackson-module-scala refuses the newer jackson-databind Beam brings
-                    "org.apache.beam.runners.spark.SparkJobServerDriver",
-                    f"--spark-master-url={self.master_url}",
-                    "--job-host=127.0.0.1",
-                    f"--job-port={self.job_port}",
-                    "--artifact-port=0",
-                    "--expansion-port=0",
-                ],
-                env=self._env(),
-            )
-            wait_for(lambda: port_open(self.job_port), 180, "the Spark job server", [self.job_server])
+            self.start_job_server()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def start_job_server(self) -> Proc:
+        """Beam's Spark job server on :attr:`job_port`, the driver of every job (again, after a test killed it:
+        ``procs.kill(cluster.job_server)``)."""
+        self.job_server = self.procs.start(
+            "spark-job-server",
+            [
+                # each job's SparkContext reads spark.* system properties: its UI port and an event log per job
+                "java",
+                *ADD_OPENS.split(),
+                f"-Dspark.ui.port={self.ui_port}",
+                "-Dspark.eventLog.enabled=true",
+                f"-Dspark.eventLog.dir={self.events.as_uri()}",
+                "-cp",
+                f"{SPARK_HOME}/jars/*:{SPARK_JOB_SERVER_JARS}/*",  # Spark's own jars first: its
+                # jackson-module-scala refuses the newer jackson-databind Beam brings
+                "org.apache.beam.runners.spark.SparkJobServerDriver",
+                f"--spark-master-url={self.master_url}",
+                "--job-host=127.0.0.1",
+                f"--job-port={self.job_port}",
+                "--artifact-port=0",
+                "--expansion-port=0",
+            ],
+            env=self._env(),
+        )
+        wait_for(lambda: port_open(self.job_port), 180, "the Spark job server", [self.job_server])
+        return self.job_server
 
     @property
     def master_url(self) -> str:
@@ -656,6 +667,8 @@ def main(argv=None) -> None:
             print(f"make a bucket: {args.what}://NAME (python: stores.{cls.__name__}.bucket)", flush=True)
         else:
             print("pipeline flags:", " ".join(thing.flags()), flush=True)
+            if args.what == "flink":  # the launcher cancels its job there on Ctrl-C and reports a wait for slots
+                print(f"Flink REST API and web UI: {thing.rest_url} (add --flink_master={thing.rest_url})", flush=True)
         print("running: Ctrl-C or SIGTERM (kill PID) stops every process", flush=True)
         while True:
             time.sleep(3600)

@@ -13,6 +13,7 @@ default).
 from __future__ import annotations
 
 import os
+import re
 import signal
 
 import pytest
@@ -109,3 +110,57 @@ def test_a_worker_killed_mid_job_the_output_is_identical(spark, big_input, big_r
     assert lost >= 1 and removed, (hit, lost, removed)
     common.assert_same_output(out, big_reference)
     assert common.leftovers(out) == []
+
+
+def test_ctrl_c_stops_the_spark_job_and_nothing_is_written_after(spark, small_converted, tmp_path):
+    out, log = tmp_path / "out", tmp_path / "launcher.log"
+    proc, previous = common.start_over_previous(small_converted, out, spark.flags(), log)
+    try:
+        common.wait_for_temporary(out, proc)
+        proc.send_signal(signal.SIGINT)
+    finally:
+        code = common.finish(proc, 240)  # (under a loaded machine, the end of the job took over 90 s once)
+    text = log.read_text(errors="replace")
+    assert code == 130, text[-4000:]
+    assert "Traceback" not in text, text[-4000:]
+    (line,) = common.error_lines(text)
+    assert line.startswith(
+        "error: OutputError: Interrupted: the run stopped before its commit, so the output directory holds what it "
+        "held before (an output being replaced is still complete). Hint: run the command again (the runner's job "
+        f"cancelled: the job server at 127.0.0.1:{spark.job_port} was asked to cancel it"
+    ), line
+    common.assert_previous_output_stays(out, previous)
+    assert spark.busy_executors() == []  # the job's tasks are stopped
+
+
+def test_a_killed_spark_job_server_fails_in_one_line(spark, small_converted, tmp_path):
+    out, log = tmp_path / "out", tmp_path / "launcher.log"
+    proc, previous = common.start_over_previous(small_converted, out, spark.flags(), log)
+    try:
+        common.wait_for_temporary(out, proc)
+        spark.procs.kill(spark.job_server)  # SIGKILL: the job server is the job's Spark driver
+    finally:
+        code = common.finish(proc, 240)  # (under a loaded machine, the end of the job took over 90 s once)
+        spark.start_job_server()  # the module's cluster whole again
+    text = log.read_text(errors="replace")
+    assert code == 2, text[-4000:]
+    assert "Traceback" not in text, text[-4000:]
+    (line,) = common.error_lines(text)
+    assert re.fullmatch(
+        re.escape(
+            f"error: OutputError: The job server at --job_endpoint 127.0.0.1:{spark.job_port} stopped answering "
+            "while it ran job "
+        )
+        + r"BeamApp-\S+ \(UNAVAILABLE[^;]*\); "
+        + re.escape(
+            "nothing was committed: the previous output is complete; the job may still run on the cluster: cancel it "
+            "there (Flink: flink cancel JOB_ID or the web UI; with --flink_master HOST:PORT the launcher cancels it "
+            "itself; Spark: the job ends with its job server, which is its driver). Hint: restart the job server (or "
+            "check the network to it) and run the command again"
+        )
+        + r"( \[runner log: \S+; --verbose shows it live\])?",
+        line,
+    ), line
+    common.assert_previous_output_stays(out, previous)
+    # the driver gone, the master ends the application: its executors stop
+    common.wait_until(lambda: not spark.executor_processes(), 60, "the job's executors to stop")
