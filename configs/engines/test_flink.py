@@ -18,12 +18,13 @@ import os
 import re
 import shutil
 import signal
+import time
 
 import h5py
 import numpy as np
 import pytest
 
-from configs.engines import common
+from configs.engines import common, flinkmemory
 from configs.engines.common import full_only
 from configs.engines.conftest import CONVERT_FLAGS, KILL_AUGMENT, KILL_FLAGS
 from configs.engines.engines import FlinkCluster, harness_pids
@@ -44,6 +45,15 @@ def flink(tmp_path_factory):
         yield cluster.start()
     finally:
         cluster.stop()
+
+
+@pytest.fixture(autouse=True)
+def fresh_taskmanagers(request):
+    """Before each test, the TaskManagers of the module's clusters replaced by fresh ones once one has used half of
+    its metaspace (Beam's classes, loaded again by every job, fill it: ``flinkmemory``)."""
+    for name in ("flink", "flink_no_restarts"):
+        if name in request.fixturenames:
+            flinkmemory.recycle(request.getfixturevalue(name))
 
 
 def same_on_flink(module, args, flink, tmp_path, reference, parallelism=2, name="out"):
@@ -404,3 +414,40 @@ def test_a_killed_jobmanager_fails_in_one_line_and_a_rerun_works(
 
     got = [r.numpy() for r in tf.data.TFRecordDataset(shards, compression_type="GZIP")]
     assert got == common.tf_read(big_reference)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Many jobs on one cluster
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def both_metaspaces(flink) -> dict:
+    """``flinkmemory.metaspace`` once both TaskManagers report it (Flink's REST API fetches metrics on demand)."""
+    deadline = time.monotonic() + 60
+    while len(found := flinkmemory.metaspace(flink)) < 2:
+        assert time.monotonic() < deadline, found
+        time.sleep(1)
+    return found
+
+
+def test_taskmanagers_hold_many_jobs_and_are_replaced_before_their_metaspace_fills(flink, tmp_path):
+    """Beam's runner loads its classes again for every job (about 28 MB of a TaskManager's metaspace each): with
+    Flink's default 256 MB both TaskManagers died of ``OutOfMemoryError: Metaspace`` after about 8 jobs and every
+    later job waited forever. The metaspace holds about 35 jobs, and fresh TaskManagers replace the old ones while
+    no job runs (the stage's fixture, and ``python -m configs.engines.engines flink`` when idle): a job on the fresh
+    ones writes the same bytes."""
+    src = tmp_path / "ids.npy"
+    np.save(src, np.arange(50, dtype="<i8"))
+    first, second = tmp_path / "first", tmp_path / "second"
+    common.ok(common.run("convert", ["--input", src, "--output_dir", first], flink.flags(2)))
+    used = both_metaspaces(flink)
+    assert [round(m) for _u, m in used.values()] == [flinkmemory.METASPACE_MB] * 2, used
+    assert all(u > 0 for u, _m in used.values()), used
+    assert flinkmemory.recycle(flink, fraction=0.0)  # every job done: replaced at once
+    fresh = both_metaspaces(flink)
+    assert not set(fresh) & set(used), (fresh, used)  # other TaskManagers
+    assert flink.registered_taskmanagers() == 2 and len(flink.tms) == 2
+    common.ok(common.run("convert", ["--input", src, "--output_dir", second], flink.flags(2)))
+    common.assert_same_output(second, first)
+    logs = [p for p in (flink.workdir / "logs").glob("*.log") if "taskmanager" in p.name or "taskexecutor" in p.name]
+    assert logs and not [p.name for p in logs if "OutOfMemoryError" in p.read_text(errors="replace")]
