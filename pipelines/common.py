@@ -115,7 +115,11 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
                 print(f"error: {line}", file=sys.stderr)
                 return 2
         inner = errorlines.find_etl_error(e)
-        line = f"{type(inner).__name__}: {inner}" if inner is not None else errorlines.etl_error_line(str(e))
+        line = (
+            f"{type(inner).__name__}: {inner}"
+            if inner is not None
+            else errorlines.etl_error_line(errorlines.runner_messages_text(e))
+        )
         if line is None:
             line = errorlines.output_error_line(e, errorlines.flag_value(argv, "--output_dir"))
         if line is None and errorlines.worker_died(e):

@@ -53,13 +53,15 @@ def run_pipeline(p) -> dict[str, int]:
     workers.install()  # a worker process that dies fails the run at once
     workers.forget_deaths()
     workers.quiet_worker_threads()  # Beam's threads' reports of workers we stop stay off stderr
+    result = None
     with _worker_stderr_to_log(), workers.interrupts_mark_stopping():
         try:
             result = p.run()
             result.wait_until_finish()
-        except BaseException:  # an error, a dead worker, Ctrl-C: no worker process outlives the failed run
+        except BaseException as e:  # an error, a dead worker, Ctrl-C: no worker process outlives the failed run
             workers.mark_stopping()
             workers.stop_worker_processes()
+            _attach_job_messages(e, result)
             raise
     try:
         from apache_beam.metrics.metric import MetricsFilter
@@ -86,6 +88,26 @@ def run_pipeline(p) -> dict[str, int]:
     if starts and ends:
         out[WORK_SPAN_MS] = max(0, max(ends) - min(starts))
     return out
+
+
+def _attach_job_messages(e: BaseException, result) -> None:
+    """Keeps on ``e`` (``errorlines.RUNNER_MESSAGES``) the error messages a portable runner's job service streamed
+    for the failed job (Beam's ``PortableRunner`` keeps them on its result): their whole text, the worker's Python
+    traceback included, where the job's own failure message may be cut short."""
+    from tfrecord_etl.pipelines.errorlines import RUNNER_MESSAGES
+
+    texts = []
+    for message in getattr(result, "_messages", None) or ():
+        try:
+            if message.HasField("message_response") and message.message_response.message_text:
+                texts.append(message.message_response.message_text)
+        except (AttributeError, ValueError):  # another runner's result: nothing of the kind
+            continue
+    if texts:
+        try:
+            setattr(e, RUNNER_MESSAGES, texts)
+        except AttributeError:
+            pass
 
 
 def print_metrics(counters: dict[str, int], records: int | None = None) -> None:

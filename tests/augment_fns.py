@@ -68,3 +68,12 @@ def fail_on_span_4(features):
     if int(np.asarray(features["label"]).reshape(-1)[0]) == 4000:
         raise ValueError("boom at label 4000")
     return {"ok": np.int64(1)}
+
+
+def calibrated(features):
+    """Per example: ``id_cal`` = ``id`` * ``SCALE`` of the module ``tfrecord_etl_calibration``, imported when called
+    (the engine test puts it on the launcher's path only, as a package installed on the launcher but not on the
+    workers)."""
+    import tfrecord_etl_calibration  # noqa: PLC0415 - imported where the function runs
+
+    return {"id_cal": features["id"] * tfrecord_etl_calibration.SCALE}

@@ -12,7 +12,8 @@ import os
 
 import pytest
 
-from configs.engines import common
+from configs.engines import common, flinkmemory
+from configs.engines.engines import FlinkCluster
 from tests.test_runners import make_inputs
 
 BIG = os.environ.get("TFRECORD_ETL_ENGINES_BIG") == "1"
@@ -68,3 +69,24 @@ def big_reference(big_input, reference):
 def big_augment_reference(big_reference, reference):
     """The DirectRunner output of the lost-worker tests' augment (of ``big_reference``)."""
     return reference("augment", ["--input", big_reference, "--output_dir", "OUT", *KILL_AUGMENT])
+
+
+@pytest.fixture(scope="session")
+def flink(tmp_path_factory):
+    """The session's Flink cluster (test_flink.py, test_flink_jobs.py): 2 TaskManagers of 2 slots, 3 restarts."""
+    # the restart delay (10 s) is longer than the heartbeat timeout (8 s): with 1 s, the restarts after a killed
+    # TaskManager were all deployed to its slots before Flink noticed it was gone and the 3 attempts ran out in 4 s
+    cluster = FlinkCluster(tmp_path_factory.mktemp("flink"), taskmanagers=2, slots=2, restarts=(3, 10))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(autouse=True)
+def fresh_taskmanagers(request):
+    """Before each test, the TaskManagers of the Flink clusters it uses replaced by fresh ones once one has used half
+    of its metaspace (Beam's classes, loaded again by every job, fill it: ``flinkmemory``)."""
+    for name in ("flink", "flink_no_restarts"):
+        if name in request.fixturenames:
+            flinkmemory.recycle(request.getfixturevalue(name))

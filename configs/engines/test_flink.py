@@ -18,13 +18,12 @@ import os
 import re
 import shutil
 import signal
-import time
 
 import h5py
 import numpy as np
 import pytest
 
-from configs.engines import common, flinkmemory
+from configs.engines import common
 from configs.engines.common import full_only
 from configs.engines.conftest import CONVERT_FLAGS, KILL_AUGMENT, KILL_FLAGS
 from configs.engines.engines import FlinkCluster, harness_pids
@@ -34,26 +33,6 @@ if os.environ.get("TFRECORD_ETL_FLINK") == "0":
     pytest.skip("TFRECORD_ETL_FLINK=0", allow_module_level=True)
 
 pytestmark = pytest.mark.timeout(900)
-
-
-@pytest.fixture(scope="module")
-def flink(tmp_path_factory):
-    # the restart delay (10 s) is longer than the heartbeat timeout (8 s): with 1 s, the restarts after a killed
-    # TaskManager were all deployed to its slots before Flink noticed it was gone and the 3 attempts ran out in 4 s
-    cluster = FlinkCluster(tmp_path_factory.mktemp("flink"), taskmanagers=2, slots=2, restarts=(3, 10))
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture(autouse=True)
-def fresh_taskmanagers(request):
-    """Before each test, the TaskManagers of the module's clusters replaced by fresh ones once one has used half of
-    its metaspace (Beam's classes, loaded again by every job, fill it: ``flinkmemory``)."""
-    for name in ("flink", "flink_no_restarts"):
-        if name in request.fixturenames:
-            flinkmemory.recycle(request.getfixturevalue(name))
 
 
 def same_on_flink(module, args, flink, tmp_path, reference, parallelism=2, name="out"):
@@ -353,6 +332,31 @@ def assert_failed_cleanly(code, log, out, previous):
     assert common.leftovers(out) == []
 
 
+def test_a_module_only_the_launcher_has_fails_on_the_workers_in_one_line_naming_it(
+    flink_no_restarts, converted, tmp_path
+):
+    """``--fn`` imports a module when called: the launcher has it (its probe of the first records passes), the
+    workers do not. On the cluster without restarts (a restart strategy retries the job 3 times first, 4 minutes
+    here). The user's line names the worker's exception (type, message, the record) and says to install
+    the module where the workers run; once it was a traceback cut off after 300 characters and a restart hint."""
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "tfrecord_etl_calibration.py").write_text("SCALE = 3\n")
+    out = tmp_path / "out"
+    args = ["--input", converted, "--output_dir", out, "--fn", "tests.augment_fns:calibrated", "--fn_inputs", "id"]
+    env = {"PYTHONPATH": f"{common.ROOT}{os.pathsep}{tmp_path / 'mods'}"}  # the launcher's path only
+    proc = common.run("augment", args, flink_no_restarts.flags(2), env=env)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 2, log[-4000:]
+    assert len(error_lines(log)) == 1 and "Traceback" not in log, log[-4000:]
+    (line,) = error_lines(log)
+    assert (
+        "raised ModuleNotFoundError: No module named 'tfrecord_etl_calibration' (at " in line
+        and "Hint: install the module where --fn runs: on a runner, in the workers' Python environment" in line
+        and "restart strategy" not in line
+    ), line
+    assert not out.exists() or common.leftovers(out) == [], sorted(p.name for p in out.iterdir())
+
+
 @full_only
 def test_without_restarts_a_lost_taskmanager_fails_in_one_line_and_the_previous_output_stays(
     flink, flink_no_restarts, converted, big_input, big_reference, tmp_path
@@ -414,40 +418,3 @@ def test_a_killed_jobmanager_fails_in_one_line_and_a_rerun_works(
 
     got = [r.numpy() for r in tf.data.TFRecordDataset(shards, compression_type="GZIP")]
     assert got == common.tf_read(big_reference)
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Many jobs on one cluster
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def both_metaspaces(flink) -> dict:
-    """``flinkmemory.metaspace`` once both TaskManagers report it (Flink's REST API fetches metrics on demand)."""
-    deadline = time.monotonic() + 60
-    while len(found := flinkmemory.metaspace(flink)) < 2:
-        assert time.monotonic() < deadline, found
-        time.sleep(1)
-    return found
-
-
-def test_taskmanagers_hold_many_jobs_and_are_replaced_before_their_metaspace_fills(flink, tmp_path):
-    """Beam's runner loads its classes again for every job (about 28 MB of a TaskManager's metaspace each): with
-    Flink's default 256 MB both TaskManagers died of ``OutOfMemoryError: Metaspace`` after about 8 jobs and every
-    later job waited forever. The metaspace holds about 35 jobs, and fresh TaskManagers replace the old ones while
-    no job runs (the stage's fixture, and ``python -m configs.engines.engines flink`` when idle): a job on the fresh
-    ones writes the same bytes."""
-    src = tmp_path / "ids.npy"
-    np.save(src, np.arange(50, dtype="<i8"))
-    first, second = tmp_path / "first", tmp_path / "second"
-    common.ok(common.run("convert", ["--input", src, "--output_dir", first], flink.flags(2)))
-    used = both_metaspaces(flink)
-    assert [round(m) for _u, m in used.values()] == [flinkmemory.METASPACE_MB] * 2, used
-    assert all(u > 0 for u, _m in used.values()), used
-    assert flinkmemory.recycle(flink, fraction=0.0)  # every job done: replaced at once
-    fresh = both_metaspaces(flink)
-    assert not set(fresh) & set(used), (fresh, used)  # other TaskManagers
-    assert flink.registered_taskmanagers() == 2 and len(flink.tms) == 2
-    common.ok(common.run("convert", ["--input", src, "--output_dir", second], flink.flags(2)))
-    common.assert_same_output(second, first)
-    logs = [p for p in (flink.workdir / "logs").glob("*.log") if "taskmanager" in p.name or "taskexecutor" in p.name]
-    assert logs and not [p.name for p in logs if "OutOfMemoryError" in p.read_text(errors="replace")]
