@@ -120,7 +120,7 @@ def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) ->
         line = (
             f"{type(inner).__name__}: {inner}"
             if inner is not None
-            else errorlines.job_server_lost_line(e) or errorlines.etl_error_line(str(e))
+            else errorlines.job_server_lost_line(e) or errorlines.etl_error_line(errorlines.runner_messages_text(e))
         )
         if line is None:
             line = errorlines.output_error_line(e, errorlines.flag_value(argv, "--output_dir"))

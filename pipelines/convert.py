@@ -30,7 +30,6 @@ from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, build_
 from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output, prepare_output_dir
 from tfrecord_etl.transforms.errors import printable
 from tfrecord_etl.transforms.output import metadata, tfrecord
-from tfrecord_etl.transforms.planning import parallel_units
 
 ZLIB_WARNING = (
     "warning: --compression zlib: TensorFlow (tf.data) and Beam (ReadFromTFRecord) read these .deflate "
@@ -39,15 +38,11 @@ ZLIB_WARNING = (
 )
 
 
-local_workers = parallel_units  # the earlier name
-
-
-def build_plan(
-    cfg: ConvertConfig, options: PipelineOptions | None = None, inputs: planning.InputPlan | None = None
-) -> planning.ConvertPlan:
+def build_plan(cfg: ConvertConfig, inputs: planning.InputPlan | None = None) -> planning.ConvertPlan:
     """Plans the conversion once (inputs, encodings, shard count, shard plans, file names); every input error
-    surfaces here. ``inputs``: the inputs already planned (the local mode is chosen from them)."""
-    return planning.plan_convert(cfg, parallel_units(options) if options is not None else 1, inputs=inputs)
+    surfaces here. The plan is the same on every runner (``planning.num_shards``). ``inputs``: the inputs already
+    planned (the local mode is chosen from them)."""
+    return planning.plan_convert(cfg, inputs=inputs)
 
 
 def build_pipeline(
@@ -168,7 +163,7 @@ def main(argv: list[str]) -> int:
     inputs = planning.plan_inputs(cfg.input, planning.source_options(cfg), run.files if run is not None else None)
     beam_argv, mode = localmode.choose_local_mode(beam_argv, inputs.num_rows, inputs.num_bytes, inputs.num_rows)
     options = PipelineOptions(beam_argv)
-    plan = build_plan(cfg, options, inputs)
+    plan = build_plan(cfg, inputs)
     if run is not None:
         spanrun.check_before_writing(run, plan)
     if cfg.dry_run:

@@ -37,15 +37,72 @@ JOB_FAILED_HOLDS = {
 }
 
 
+# the last line of a Python traceback: ``[package.]Name: message`` (or ``Name`` alone), not indented
+PY_EXCEPTION = re.compile(r"^((?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Warning)))(?:: (.*))?$")
+TRACEBACK = "Traceback (most recent call last):"
+RUNNER_MESSAGES = "runner_messages"  # running.run_pipeline: the job's error messages (the job service's stream)
+IMPORT_HINT = (
+    "the Python environment of the workers lacks a module this run needs (the launcher's may have it): install it "
+    "where the workers run (the SDK harness image, the worker pool's environment, or Beam's --requirements_file / "
+    "--setup_file), then run again"
+)
+CUT_HINT = (
+    "its type and message are in the runner log (or the TaskManager's or executor's log): fix what it names, then "
+    "run again"
+)
+RAISED_HINT = "fix what the message names (the worker's traceback is in the runner log), then run again"
+
+
+def worker_exception(text: str) -> tuple[str, str] | None:
+    """``(type name, message)`` of the exception that ended the last Python traceback in ``text`` (a runner's
+    message: a Java exception holding the SDK harness's traceback, chained tracebacks included), else None. The
+    message is its first line, Beam's ``[while running 'STEP']`` kept."""
+    start = text.rfind(TRACEBACK)
+    if start < 0:
+        return None
+    for line in text[start + len(TRACEBACK) :].splitlines():
+        if not line.strip() or line[0] in " \t":  # frames and their source lines are indented
+            continue
+        m = PY_EXCEPTION.match(line.rstrip())
+        if m:
+            return m.group(2), (m.group(3) or "").strip()
+        return None  # the traceback ended in something else (a Java frame, a truncated text)
+    return None
+
+
+def runner_messages_text(e: BaseException) -> str:
+    """``e``'s text, then that of the failed job's messages ``running.run_pipeline`` attached to it."""
+    return "\n".join([str(e), *getattr(e, RUNNER_MESSAGES, ())])
+
+
 def runner_job_failed_line(e: BaseException) -> str | None:
     """One line for a job the runner failed (``Pipeline NAME failed in state FAILED: <the runner's message>``),
-    saying which output the directory holds (``runlock.OUTPUT_STATE``, set by the run's cleanup)."""
+    saying which output the directory holds (``runlock.OUTPUT_STATE``, set by the run's cleanup). When a worker's
+    Python code raised (its traceback in the runner's message, or in the job's messages attached by
+    ``running.run_pipeline``), the line names that exception's type and message, with a hint that fits it (a module
+    the workers lack: install it there; anything else: fix it), not the restart strategy's."""
     match = JOB_FAILED.match(str(e).strip())
     if match is None:
         return None
-    why = " ".join(match.group(3).split()).rstrip(".") or "no reason given"
-
     holds, hint = JOB_FAILED_HOLDS.get(getattr(e, OUTPUT_STATE, None), JOB_FAILED_HOLDS[None])
+    raised = worker_exception(match.group(3))
+    for text in reversed(getattr(e, RUNNER_MESSAGES, ())):
+        raised = raised or worker_exception(text)
+    if raised is not None:
+        name, message = raised
+        why = f"a worker raised {name}" + (f": {message}" if message else "")
+        if len(why) > 400:
+            why = why[:397] + "..."
+        fits = IMPORT_HINT if name in ("ImportError", "ModuleNotFoundError") else RAISED_HINT
+        if "its commit ran" in holds:
+            fits = f"check it with tfrecord-etl verify; {fits}"
+        return JOB_FAILED_LINE.format(job=match.group(1), state=match.group(2), why=why, holds=holds, hint=fits)
+    why = " ".join(match.group(3).split()).rstrip(".") or "no reason given"
+    if TRACEBACK in why:  # a worker's traceback the runner cut short before its exception
+        why = (
+            why[: why.index(TRACEBACK)].rstrip(" :") + ": a worker raised an exception the runner's message cuts short"
+        )
+        hint = CUT_HINT
     return JOB_FAILED_LINE.format(job=match.group(1), state=match.group(2), why=why[:300], holds=holds, hint=hint)
 
 

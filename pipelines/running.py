@@ -64,7 +64,7 @@ def run_pipeline(p) -> dict[str, int]:
     # deferred: Beam; common, which the reader's commands import, imports this module
     from tfrecord_etl.pipelines import jobcontrol
 
-    job = None
+    job = result = None
     with _worker_stderr_to_log(), workers.interrupts_mark_stopping():
         try:
             result = p.run()
@@ -83,6 +83,7 @@ def run_pipeline(p) -> dict[str, int]:
         except BaseException as e:  # an error, a dead worker: no worker process outlives the failed run
             workers.mark_stopping()
             workers.stop_worker_processes()
+            _attach_job_messages(e, result)
             instead = job.failed(e) if job is not None and isinstance(e, Exception) else None
             if instead is not None:
                 raise instead from e
@@ -112,6 +113,26 @@ def run_pipeline(p) -> dict[str, int]:
     if starts and ends:
         out[WORK_SPAN_MS] = max(0, max(ends) - min(starts))
     return out
+
+
+def _attach_job_messages(e: BaseException, result) -> None:
+    """Keeps on ``e`` (``errorlines.RUNNER_MESSAGES``) the error messages a portable runner's job service streamed
+    for the failed job (Beam's ``PortableRunner`` keeps them on its result): their whole text, the worker's Python
+    traceback included, where the job's own failure message may be cut short."""
+    from tfrecord_etl.pipelines.errorlines import RUNNER_MESSAGES
+
+    texts = []
+    for message in getattr(result, "_messages", None) or ():
+        try:
+            if message.HasField("message_response") and message.message_response.message_text:
+                texts.append(message.message_response.message_text)
+        except (AttributeError, ValueError):  # another runner's result: nothing of the kind
+            continue
+    if texts:
+        try:
+            setattr(e, RUNNER_MESSAGES, texts)
+        except AttributeError:
+            pass
 
 
 def print_metrics(counters: dict[str, int], records: int | None = None) -> None:

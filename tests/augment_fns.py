@@ -76,3 +76,12 @@ def slow_add_one(features):
 
     time.sleep(0.25)
     return add_one(features)
+
+
+def calibrated(features):
+    """Per example: ``id_cal`` = ``id`` * ``SCALE`` of the module ``tfrecord_etl_calibration``, imported when called
+    (the engine test puts it on the launcher's path only, as a package installed on the launcher but not on the
+    workers)."""
+    import tfrecord_etl_calibration  # imported where the function runs
+
+    return {"id_cal": features["id"] * tfrecord_etl_calibration.SCALE}

@@ -116,7 +116,7 @@ def job(gcs, tmp_path_factory):
         common.configure_filesystems(beam_argv)
         options = PipelineOptions([*beam_argv, "--dry_run=true"])  # Beam's TestOptions.dry_run: no submission
         p = beam.Pipeline(options=options)
-        convert.build_pipeline(p, cfg, convert.build_plan(cfg, options))
+        convert.build_pipeline(p, cfg, convert.build_plan(cfg))
         result = p.run()
         job = result.job
         client = apiclient.DataflowApplicationClient(options, job.root_staging_location)

@@ -209,6 +209,6 @@ def test_no_flag_help_states_an_empty_default(command, capsys):
         ) not in texts[0]  # (the group ends the help's line below)
         assert "the largest --direct_num_workers accepted (default: 4 per CPU, at least 16) limits:" in texts[0]
         assert (
-            "--num_shards NUM_SHARDS number of shards (at most the number of rows); default: from the data "
-            "size --target_shard_mb" in texts[0]
+            "--num_shards NUM_SHARDS number of shards (at most the number of rows); default: ceil(input bytes / "
+            "--target_shard_mb), the same on every runner --target_shard_mb" in texts[0]
         )

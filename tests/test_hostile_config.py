@@ -267,14 +267,11 @@ def test_num_shards_limits_in_one_place():
 
 
 def test_default_shard_count_is_capped_at_rows(npy10, tmp_path):
-    """Hostile group 14: the default count (one shard per local worker at least) never exceeds the rows."""
-    from apache_beam.options.pipeline_options import PipelineOptions
-
+    """Hostile group 14: the default count (one shard per --target_shard_mb of data) never exceeds the rows."""
     from tfrecord_etl.pipelines import convert as convert_module
 
-    cfg = config_lib.ConvertConfig(input=str(npy10), output_dir=str(tmp_path / "o"))
-    options = PipelineOptions(["--runner=DirectRunner", "--direct_num_workers=12"])
-    assert convert_module.build_plan(cfg, options).num_shards == 10
+    cfg = config_lib.ConvertConfig(input=str(npy10), output_dir=str(tmp_path / "o"), target_shard_mb=1e-6)
+    assert convert_module.build_plan(cfg).num_shards == 10
 
 
 # --- group 16: absurd numbers, too many workers, full and read-only output, MemoryError --------------------

@@ -21,19 +21,6 @@ from tfrecord_etl.transforms.sources.options_numpy import NumpyOptions
 # -- the shard-count policy --------------------------------------------------------------------------------
 
 
-def test_parallel_units_of_each_runner():
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from tfrecord_etl.pipelines.convert import parallel_units
-
-    assert parallel_units(PipelineOptions(["--direct_num_workers=3"])) == 3
-    assert parallel_units(PipelineOptions([])) == 1
-    assert parallel_units(PipelineOptions(["--runner=FlinkRunner", "--parallelism=6"])) == 6
-    assert parallel_units(PipelineOptions(["--runner=DataflowRunner", "--num_workers=5"])) == 5
-    assert parallel_units(PipelineOptions(["--runner=DataflowRunner", "--max_num_workers=9"])) == 9
-    assert parallel_units(PipelineOptions(["--runner=DataflowRunner"])) == 1
-
-
 def test_num_shards_policy():
     mib = 2**20
     assert planning.num_shards(1000, 10 * mib, requested=7) == 7
@@ -41,16 +28,36 @@ def test_num_shards_policy():
         planning.num_shards(5, mib, requested=6)
     assert planning.num_shards(10**6, 1000 * mib, target_shard_bytes=192 * mib) == 6  # ceil(1000 / 192)
     assert planning.num_shards(10**6, 1000 * mib, target_shard_bytes=100 * mib) == 10
-    assert planning.num_shards(10**6, mib, local_workers=4) == 4  # one shard per local worker at least
-    # a multiple of the parallel units, so that none is idle at the end: 525 MB on 2 threads -> 4 shards, not 3
-    assert planning.num_shards(10**6, 525 * 10**6, local_workers=2) == 4
-    assert planning.num_shards(10**6, 1000 * mib, local_workers=4) == 8  # ceil(1000 / 192) = 6 -> 8
-    assert planning.num_shards(10**6, 1000 * mib, local_workers=1) == 6
-    assert planning.num_shards(10**6, 1000 * mib, local_workers=3) == 6
-    assert planning.num_shards(7, 1000 * mib, local_workers=4) == 7  # never more than the rows
-    assert planning.num_shards(3, mib, local_workers=8) == 3  # but never more than the rows
-    assert planning.num_shards(0, 0, local_workers=2) == 1
+    assert planning.num_shards(10**6, mib) == 1
+    assert planning.num_shards(10**6, 525 * 10**6) == 3  # ceil(500.7 / 192): no rounding to any worker count
+    assert planning.num_shards(7, 1000 * mib, target_shard_bytes=mib) == 7  # never more than the rows
+    assert planning.num_shards(0, 0) == 1
     assert planning.num_shards(10**9, 10**15, target_shard_bytes=1) == sharding.MAX_SHARDS
+
+
+RUNNER_OPTIONS = {
+    "DirectRunner": ["--direct_num_workers", "2"],
+    "DirectRunner, multi_processing": ["--direct_running_mode", "multi_processing", "--direct_num_workers", "4"],
+    "Flink": ["--runner", "FlinkRunner", "--flink_master", "[local]", "--parallelism", "4"],
+    "Spark": ["--runner", "SparkRunner", "--parallelism", "2"],
+    "Prism": ["--runner", "PrismRunner"],
+    "Dataflow": ["--runner", "DataflowRunner", "--num_workers", "5", "--max_num_workers", "7"],
+}
+
+
+@pytest.mark.parametrize("runner", list(RUNNER_OPTIONS))
+def test_default_shard_count_is_the_same_on_every_runner(tmp_path, capsys, runner):
+    """The same input and flags plan the same shards (count, rows, files) whatever the runner and its parallelism:
+    once 2 shards on DirectRunner and Flink, 1 on Spark and Prism for one file. The plan printed by --dry_run."""
+    from tfrecord_etl.pipelines import convert
+
+    src = tmp_path / "x.npy"
+    np.save(src, np.arange(3 * 2**18, dtype="<f4").reshape(-1, 64))  # 3 MiB: 3 shards of --target_shard_mb 1
+    argv = ["--input", str(src), "--output_dir", str(tmp_path / "out"), "--target_shard_mb", "1", "--dry_run"]
+    assert convert.main(argv + RUNNER_OPTIONS[runner]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    shards = [line.strip() for line in lines if line.strip().startswith("shards:")]
+    assert shards == ["shards: 3 (3 files, e.g. data-00000-of-00003.tfrecord)"], lines
 
 
 @pytest.fixture

@@ -249,7 +249,7 @@ def convert_pipeline(argv):
 
     cfg, beam_argv = parse_args([str(a) for a in argv], ConvertConfig, ConvertOptions, "convert", "")
     p = beam.Pipeline(options=PipelineOptions(beam_argv))
-    convert.build_pipeline(p, cfg, convert.build_plan(cfg, p.options))
+    convert.build_pipeline(p, cfg, convert.build_plan(cfg))
     return p
 
 

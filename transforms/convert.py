@@ -66,7 +66,6 @@ class ConvertToTFRecord(beam.PTransform):
         *,
         config: ConvertConfig | None = None,
         plan: ConvertPlan | None = None,
-        local_workers: int = 1,
         prepare_output: bool = True,
         progress: bool = False,
         carried: dict | None = None,
@@ -91,7 +90,7 @@ class ConvertToTFRecord(beam.PTransform):
             )
         self.config = config
         codec_of(config)  # refuse a level or backend we cannot write with before planning
-        self.plan = plan or plan_convert(config, local_workers)
+        self.plan = plan or plan_convert(config)
         self._progress = progress
         report_orphan_labels(config, self.plan)
         self.carried = carried  # the splits this run adds to (carried_splits), None for a plain output

@@ -24,7 +24,7 @@ full_only = pytest.mark.skipif(not FULL, reason="a variant: TFRECORD_ETL_ENGINES
 
 def run(module: str, args, engine_flags, timeout: float = 420, env: dict | None = None):
     """``python -m pipelines.<module> ARGS ENGINE_FLAGS`` from the checkout; returns the CompletedProcess (text)."""
-    full_env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}  # env wins
     full_env.pop("TFRECORD_ETL_FAILPOINT", None)
     return subprocess.run(
         [PYTHON, "-m", f"pipelines.{module}", *map(str, args), *engine_flags],

@@ -16,7 +16,7 @@ import shutil
 import numpy as np
 import pytest
 
-from configs.engines import common, stores
+from configs.engines import common, flinkmemory, stores
 from configs.engines.engines import ENGINES, FlinkCluster, Processes, SparkCluster, worker_pool
 from configs.engines.storecases import ENGINE_ON, GCS, S3, cluster_dir, setup, store_env
 from tests.test_runners import make_inputs
@@ -207,3 +207,24 @@ def small_converted(inputs, reference):
     the previous output they must leave intact."""
     directory, _ = inputs
     return reference("convert", ["--input", directory / "in.h5", "--output_dir", "OUT", *CONVERT_FLAGS])
+
+
+@pytest.fixture(scope="session")
+def flink(tmp_path_factory):
+    """The session's Flink cluster (test_flink.py, test_flink_jobs.py): 2 TaskManagers of 2 slots, 3 restarts."""
+    # the restart delay (10 s) is longer than the heartbeat timeout (8 s): with 1 s, the restarts after a killed
+    # TaskManager were all deployed to its slots before Flink noticed it was gone and the 3 attempts ran out in 4 s
+    cluster = FlinkCluster(tmp_path_factory.mktemp("flink"), taskmanagers=2, slots=2, restarts=(3, 10))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(autouse=True)
+def fresh_taskmanagers(request):
+    """Before each test, the TaskManagers of the Flink clusters it uses replaced by fresh ones once one has used half
+    of its metaspace (Beam's classes, loaded again by every job, fill it: ``flinkmemory``)."""
+    for name in ("flink", "flink_no_restarts"):
+        if name in request.fixturenames:
+            flinkmemory.recycle(request.getfixturevalue(name))

@@ -280,6 +280,8 @@ class FlinkCluster:
         self.tms: list[Proc] = []
 
     def _conf(self) -> pathlib.Path:
+        from configs.engines import flinkmemory  # it imports this module
+
         conf = self.workdir / "conf"
         conf.mkdir(parents=True, exist_ok=True)
         for name in ("log4j.properties", "log4j-console.properties"):
@@ -298,7 +300,8 @@ class FlinkCluster:
             "taskmanager.rpc.port": "0",
             "taskmanager.data.port": "0",
             "jobmanager.memory.process.size": "768m",
-            "taskmanager.memory.process.size": "1024m",
+            # room for the classes Beam's runner loads again for every job (flinkmemory: about 35 jobs)
+            **flinkmemory.conf(),
             "taskmanager.numberOfTaskSlots": self.slots,
             "env.java.opts": ADD_OPENS,
             "io.tmp.dirs": str(self.workdir / "tmp"),
@@ -338,6 +341,7 @@ class FlinkCluster:
         if not (FLINK_HOME / "bin" / "jobmanager.sh").exists() or not FLINK_JOB_SERVER_JARS.is_dir():
             raise EngineError(f"{FLINK_HOME} is missing: run bash configs/engines/setup_flink.sh")
         self.conf = self._conf()
+        self.started = time.time()
         try:
             self.jobmanager = self.procs.start(
                 "jobmanager", ["bash", FLINK_HOME / "bin" / "jobmanager.sh", "start-foreground"], env=self._env()
@@ -637,6 +641,20 @@ class SparkCluster:
         self.procs.stop_all()
 
 
+def recycle_when_idle(cluster: FlinkCluster) -> None:
+    """Fresh TaskManagers for ``main``'s Flink cluster once their metaspace is half used and no job has run for 30
+    s (``flinkmemory.recycle``): a line says so; a failure to is a line too, and the cluster keeps running."""
+    from configs.engines import flinkmemory
+
+    try:
+        if flinkmemory.recycle(cluster, idle_s=30):
+            print(
+                "fresh TaskManagers: the old ones held half their metaspace (Beam's classes of every job)", flush=True
+            )
+    except EngineError as e:
+        print(f"could not replace the TaskManagers: {str(e).splitlines()[0]}", flush=True)
+
+
 def main(argv=None) -> None:
     """``python -m configs.engines.engines flink|spark|s3|gcs``: starts one engine or store on loopback, prints what a
     user passes to reach it (the command's flags, the environment), then waits; Ctrl-C (SIGINT) or SIGTERM stops
@@ -671,7 +689,9 @@ def main(argv=None) -> None:
                 print(f"Flink REST API and web UI: {thing.rest_url} (add --flink_master={thing.rest_url})", flush=True)
         print("running: Ctrl-C or SIGTERM (kill PID) stops every process", flush=True)
         while True:
-            time.sleep(3600)
+            time.sleep(15)
+            if args.what == "flink":
+                recycle_when_idle(thing)
     except KeyboardInterrupt:
         pass
     finally:

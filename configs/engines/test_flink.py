@@ -35,17 +35,6 @@ if os.environ.get("TFRECORD_ETL_FLINK") == "0":
 pytestmark = pytest.mark.timeout(900)
 
 
-@pytest.fixture(scope="module")
-def flink(tmp_path_factory):
-    # the restart delay (10 s) is longer than the heartbeat timeout (8 s): with 1 s, the restarts after a killed
-    # TaskManager were all deployed to its slots before Flink noticed it was gone and the 3 attempts ran out in 4 s
-    cluster = FlinkCluster(tmp_path_factory.mktemp("flink"), taskmanagers=2, slots=2, restarts=(3, 10))
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
-
-
 def same_on_flink(module, args, flink, tmp_path, reference, parallelism=2, name="out"):
     """Runs ``args`` (``OUT`` is the output directory) on Flink; asserts it byte-identical to the DirectRunner's."""
     want, got = reference(module, args), tmp_path / f"{name}-flink"
@@ -57,10 +46,14 @@ def same_on_flink(module, args, flink, tmp_path, reference, parallelism=2, name=
 
 @pytest.mark.parametrize("parallelism", [2, pytest.param(4, marks=full_only)])
 def test_convert_hdf5_is_byte_identical(flink, inputs, reference, tmp_path, parallelism):
+    """Without --num_shards: the default shard count (3 for 28,800 bytes of 0.01 MiB shards) is the data's, so Flink
+    with --parallelism 2 or 4 writes DirectRunner's files (it once wrote 4 shards, a multiple of the parallelism)."""
     directory, _data = inputs
+    flags = [*CONVERT_FLAGS]
+    flags[flags.index("--num_shards") : flags.index("--num_shards") + 2] = ["--target_shard_mb", "0.01"]
     out, stdout = same_on_flink(
         "convert",
-        ["--input", directory / "in.h5", "--output_dir", "OUT", *CONVERT_FLAGS],
+        ["--input", directory / "in.h5", "--output_dir", "OUT", *flags],
         flink,
         tmp_path,
         reference,
@@ -189,8 +182,8 @@ def test_two_span_incremental_collection_is_byte_identical(flink, tmp_path):
             f["id"] = np.arange(100 * i, 100 * i + 20, dtype="<i8")
 
     add(0)
-    # one shard per span, as on DirectRunner (the default count follows the runner's parallelism)
-    args = ["--input", raw / "*.h5", "--output_dir", "OUT", "--incremental", "--num_shards", "1"]
+    # the default shard count, as on DirectRunner: it follows the data, not the runner's parallelism
+    args = ["--input", raw / "*.h5", "--output_dir", "OUT", "--incremental"]
     want, got = tmp_path / "coll-direct", tmp_path / "coll-flink"
     for _ in range(2):
         common.ok(common.run("convert", [want if a == "OUT" else a for a in args], common.DIRECT))
@@ -337,6 +330,31 @@ def assert_failed_cleanly(code, log, out, previous):
     assert_job_failed_line(error_lines(log)[0], holds_previous=True)
     assert (common.files(out), common.metadata(out)) == previous  # the previous output, complete
     assert common.leftovers(out) == []
+
+
+def test_a_module_only_the_launcher_has_fails_on_the_workers_in_one_line_naming_it(
+    flink_no_restarts, converted, tmp_path
+):
+    """``--fn`` imports a module when called: the launcher has it (its probe of the first records passes), the
+    workers do not. On the cluster without restarts (a restart strategy retries the job 3 times first, 4 minutes
+    here). The user's line names the worker's exception (type, message, the record) and says to install
+    the module where the workers run; once it was a traceback cut off after 300 characters and a restart hint."""
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "tfrecord_etl_calibration.py").write_text("SCALE = 3\n")
+    out = tmp_path / "out"
+    args = ["--input", converted, "--output_dir", out, "--fn", "tests.augment_fns:calibrated", "--fn_inputs", "id"]
+    env = {"PYTHONPATH": f"{common.ROOT}{os.pathsep}{tmp_path / 'mods'}"}  # the launcher's path only
+    proc = common.run("augment", args, flink_no_restarts.flags(2), env=env)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 2, log[-4000:]
+    assert len(error_lines(log)) == 1 and "Traceback" not in log, log[-4000:]
+    (line,) = error_lines(log)
+    assert (
+        "raised ModuleNotFoundError: No module named 'tfrecord_etl_calibration' (at " in line
+        and "Hint: install the module where --fn runs: on a runner, in the workers' Python environment" in line
+        and "restart strategy" not in line
+    ), line
+    assert not out.exists() or common.leftovers(out) == [], sorted(p.name for p in out.iterdir())
 
 
 @full_only

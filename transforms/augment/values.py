@@ -94,6 +94,13 @@ def _utf8(text: str, at: str) -> bytes:
         ) from None
 
 
+# a module --fn imports when called that this process lacks: on a runner's worker, where the launcher had it
+FN_IMPORT_HINT = (
+    "install the module where --fn runs: on a runner, in the workers' Python environment (the SDK harness image, "
+    "the worker pool's environment, or Beam's --requirements_file / --setup_file), not only the launcher's"
+)
+
+
 def load_function(spec: str) -> Callable:
     """The callable named by ``module:function`` (``function`` may be dotted: ``module:Class.method``).
 
@@ -110,6 +117,11 @@ def load_function(spec: str) -> Callable:
         obj = importlib.import_module(module_name)
     except ImportError as e:
         raise ConfigError(f"Cannot import the module of --fn {spec}: {e}", hint=hint) from None
+    except Exception as e:  # the module's own code failed while it was imported (a syntax error, a check of its own)
+        raise ConfigError(
+            f"Importing the module of --fn {spec} raised {type(e).__name__}: {e}",
+            hint="fix the module; it must import in the launcher and on every worker",
+        ) from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ConfigError(f"--fn {spec}: '{module_name}' has no attribute '{attr}'", hint=hint)
@@ -184,7 +196,9 @@ def _call(fn: Callable, fn_name: str, inputs: dict, file: str, record) -> Mappin
             f"--fn {fn_name} raised {type(e).__name__}: {e} (at {frame.filename}:{frame.lineno})",
             file=file,
             record=record,
-            hint="fix the function; it gets {name: np.ndarray} of the --fn_inputs and returns {new name: array}",
+            hint=FN_IMPORT_HINT
+            if isinstance(e, ImportError)
+            else "fix the function; it gets {name: np.ndarray} of the --fn_inputs and returns {new name: array}",
         ) from e
     if not isinstance(out, Mapping):
         raise SchemaError(

@@ -146,7 +146,8 @@ class ConvertCommon(BaseModel):
         None,
         ge=1,
         le=MAX_SHARDS,
-        description="number of shards (at most the number of rows); default: from the data size",
+        description="number of shards (at most the number of rows); default: ceil(input bytes / "
+        "--target_shard_mb), the same on every runner",
     )
     target_shard_mb: float = Field(
         192.0,

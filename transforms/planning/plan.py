@@ -66,49 +66,29 @@ def choose_encodings(
     return tuple(out)
 
 
-def parallel_units(options) -> int:
-    """The shard writers that run at once, from the options the run is made with: DirectRunner's workers (threads
-    or processes of ``--direct_running_mode``, auto's choice included), Flink's and Spark's ``--parallelism``,
-    Dataflow's ``--num_workers`` (or ``--max_num_workers`` when only that is set); 1 when none is given. The default
-    shard count is a multiple of it (:func:`num_shards`). ``options``: Beam's ``PipelineOptions``."""
-    from apache_beam.options.pipeline_options import DirectOptions, FlinkRunnerOptions, StandardOptions, WorkerOptions
-
-    runner = options.view_as(StandardOptions).runner or "DirectRunner"
-    if "Direct" in str(runner):
-        return max(1, options.view_as(DirectOptions).direct_num_workers or 1)
-    parallelism = options.view_as(FlinkRunnerOptions).parallelism
-    if parallelism and parallelism > 0:
-        return parallelism
-    workers = options.view_as(WorkerOptions)
-    return max(1, workers.num_workers or workers.max_num_workers or 1)
-
-
 def num_shards(
     num_rows: int,
     num_bytes: int,
     *,
     requested: int | None = None,
     target_shard_bytes: int = DEFAULT_TARGET_SHARD_BYTES,
-    local_workers: int = 1,
 ) -> int:
-    """The shard count of a conversion: the only place that decides it.
+    """The shard count of a conversion: the only place that decides it, from the data and the flags alone.
 
     ``requested`` (``--num_shards``) when given, checked by :func:`sharding.check_num_shards`; else
-    ``ceil(num_bytes / target_shard_bytes)`` (``--target_shard_mb``; never one giant file) rounded up to a multiple
-    of ``local_workers``, the parallel units that write shards (DirectRunner's threads or processes, a runner's
-    workers; see :func:`parallel_units`): the planned shards are of equal bytes, so every unit
-    then writes the same share and none sits idle while another writes the last shard (3 shards on 2 threads:
-    one thread writes two, the run takes 2/3 of the work instead of 1/2; measured 18% slower than 4 shards on
-    the benchmark's 525 MB of large rows). Capped at one shard per row and at :data:`sharding.MAX_SHARDS`.
+    ``ceil(num_bytes / target_shard_bytes)`` (``--target_shard_mb``; never one giant file), capped at one shard per
+    row and at :data:`sharding.MAX_SHARDS`. ``num_bytes``: the input's array bytes (``InputPlan.num_bytes``).
+    Nothing of the runner enters it (threads, ``--parallelism``, workers), so the same command writes the same
+    shards, byte for byte, on DirectRunner, Flink, Spark, Prism and Dataflow; ``--num_shards`` a multiple of the
+    runner's writers keeps each of them busy to the end.
 
     Raises:
       ConfigError: ``requested`` above the rows of the input or above sharding.MAX_SHARDS.
     """
     if requested:
         return sharding.check_num_shards(requested, num_rows)
-    units = max(1, local_workers)
     by_size = max(1, math.ceil(num_bytes / target_shard_bytes))
-    return min(math.ceil(by_size / units) * units, max(1, num_rows), sharding.MAX_SHARDS)
+    return min(by_size, max(1, num_rows), sharding.MAX_SHARDS)
 
 
 def shard_suffix(compression: str) -> str:
@@ -171,11 +151,11 @@ def format_source_options(cfg, **values) -> dict:
     return {"formats": tuple(carried), **fields}
 
 
-def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -> ConvertPlan:
-    """Plans the conversion described by ``cfg`` (a ``ConvertConfig``): every input error surfaces here.
+def plan_convert(cfg, inputs: InputPlan | None = None) -> ConvertPlan:
+    """Plans the conversion described by ``cfg`` (a ``ConvertConfig``): every input error surfaces here. The plan
+    depends on ``cfg`` and the data only, never on the runner (see :func:`num_shards`).
 
-    ``local_workers``: DirectRunner's worker count (1 on other runners), see :func:`num_shards`. ``inputs``: an
-    :class:`InputPlan` already made for ``cfg`` (else the inputs are matched and indexed here).
+    ``inputs``: an :class:`InputPlan` already made for ``cfg`` (else the inputs are matched and indexed here).
 
     Raises:
       SourceError, SchemaError: unreadable or unsupported inputs, encodings that cannot carry a feature.
@@ -192,7 +172,6 @@ def plan_convert(cfg, local_workers: int = 1, inputs: InputPlan | None = None) -
         inputs.num_bytes,
         requested=cfg.num_shards,
         target_shard_bytes=int(cfg.target_shard_mb * 2**20),
-        local_workers=local_workers,
     )
     split_plan = plan_splits(cfg, inputs, specs)
     if cfg.tfds_name is not None:

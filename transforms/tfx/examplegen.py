@@ -215,9 +215,6 @@ class Executor(base_example_gen_executor.BaseExampleGenExecutor):
 
     def _plan_jobs(self, exec_properties, input_config, output_config, uri: str) -> list[tfx_write.SplitJob]:
         """Every input split planned (``tfx_write.plan_job``), with the output splits of ``output_config``."""
-        from apache_beam.options.pipeline_options import PipelineOptions
-
-        workers = planning.parallel_units(PipelineOptions(self._beam_pipeline_args or []))
         split_config = output_config.split_config
         outputs = [(s.name, s.hash_buckets) for s in split_config.splits]
         feature = split_config.partition_feature_name if split_config.HasField("partition_feature_name") else None
@@ -225,7 +222,7 @@ class Executor(base_example_gen_executor.BaseExampleGenExecutor):
         for split in input_config.splits:
             pattern = fileio.join(exec_properties[standard_component_specs.INPUT_BASE_KEY], split.pattern)
             cfg = artifacts.config_of(pattern, uri, _split_options(exec_properties, split.name))
-            jobs.append(tfx_write.plan_job(split.name, cfg, outputs, feature, workers))
+            jobs.append(tfx_write.plan_job(split.name, cfg, outputs, feature))
             _agreed_specs({job.name: (job.pattern, job.cfg, job.plan) for job in jobs})  # fail at the first misfit
         return jobs
 

@@ -70,19 +70,17 @@ def plan_job(
     cfg: ConvertConfig,
     output_splits: Sequence[tuple[str, int]] = (),
     partition_feature: str | None = None,
-    local_workers: int = 1,
 ) -> SplitJob:
     """Plans input split ``name`` (``cfg.input`` its files, ``cfg.output_dir`` the examples artifact's URI,
     ``cfg.compression`` gzip): ``output_splits`` ``[(name, hash_buckets)]`` of ``output_config`` (the rows hashed
     as TFX does, on the record or on ``partition_feature``), or none (every row to the output split ``name``).
-    ``local_workers``: the runner's parallel shard writers (the default shard count is a multiple of it).
 
     Raises:
       SourceError, SchemaError, ConfigError: the input or the options (``planning.plan_convert``).
       ConfigError: ``partition_feature`` is no feature of the records, or a ``float_list`` one (TFX hashes only
         ``bytes_list`` and ``int64_list`` features).
     """
-    plan = planning.plan_convert(cfg, local_workers)
+    plan = planning.plan_convert(cfg)
     if output_splits:
         names, weights = zip(*output_splits)
         if partition_feature is not None:
