@@ -104,8 +104,9 @@ def test_v73_sparse_matrices_convert_as_their_v5_twins(tmp_path, capsys, name):
 
 def test_v73_sparse_beside_arrays_all_zero_named_and_over_the_limit(tmp_path, capsys, monkeypatch):
     """A v7.3 sparse matrix joins the row group of its rows with dense variables and an all-zero sparse matrix (no
-    data, no ir), as in the v5 file savemat writes of the same values (same records); --datasets names it; its
-    dense size is checked against --max_mat_variable_mb before anything is read, with the v5 file's message."""
+    data, no ir), as in the v5 file savemat writes of the same values (same records; a 0 x 3 one skipped as empty
+    in both, and listed alike by inspect); --datasets names it; its dense size is checked against
+    --max_mat_variable_mb before anything is read, with the v5 file's message."""
     rng = np.random.default_rng(7)
     a = rng.random((5, 3))
     a[a < 0.5] = 0
@@ -114,6 +115,7 @@ def test_v73_sparse_beside_arrays_all_zero_named_and_over_the_limit(tmp_path, ca
         "x": np.arange(10.0).reshape(5, 2),
         "z": scipy.sparse.csc_matrix((5, 4)),
         "mask": scipy.sparse.csc_matrix(a > 0.8),
+        "e": scipy.sparse.csc_matrix((0, 3)),  # empty: skipped in both files
     }
     savemat(tmp_path / "v5.mat", values)
     write_v73(tmp_path / "v73.mat", values)
@@ -126,6 +128,10 @@ def test_v73_sparse_beside_arrays_all_zero_named_and_over_the_limit(tmp_path, ca
     np.testing.assert_array_equal(np.stack([e["z"] for e in examples]), np.zeros((5, 4)))
     np.testing.assert_array_equal(np.stack([e["mask"] for e in examples]), (a > 0.8).astype(np.uint8))
     np.testing.assert_array_equal(np.stack([e["x"] for e in examples]), values["x"])
+    assert sorted(examples[0]) == ["a", "mask", "x", "z"]
+    empty = [inspect_line(tmp_path / f, "e", capsys) for f in ("v5.mat", "v73.mat")]
+    assert empty[0].split()[:3] == empty[1].split()[:3] == ["/e", "-", "[]"]
+    assert empty[0].split("class ")[1] == empty[1].split("class ")[1]  # ... [matlab-empty: skipped by convert]
 
     big = {"S": scipy.sparse.eye(1024, format="csc")}  # 8 MiB dense
     savemat(tmp_path / "big5.mat", big)

@@ -41,7 +41,7 @@ from tfrecord_etl.transforms.sources.hdf5matlab import (
     string_cells,
     string_list,
 )
-from tfrecord_etl.transforms.sources.matsparse import is_sparse
+from tfrecord_etl.transforms.sources.matsparse import SparseView, is_sparse
 
 MATLAB_INTERNAL = ("/#refs#", "/#subsystem#")
 NETCDF_DIMENSION_ONLY = b"This is a netCDF dimension but not a netCDF variable"
@@ -116,7 +116,7 @@ def kind_of(dset, path: str) -> str:
     if attrs.get("CLASS") == b"DIMENSION_SCALE":
         name = attrs.get("NAME", b"")
         return DIMENSION if isinstance(name, bytes) and name.startswith(NETCDF_DIMENSION_ONLY) else SCALE
-    if is_empty(dset, path):
+    if is_empty(dset, path) or (isinstance(dset, SparseView) and dset.size == 0):
         return EMPTY
     try:
         if h5py.check_ref_dtype(dset.dtype) is not None:

@@ -86,10 +86,12 @@ def _sparse_entry(full: str, group) -> dict:
     stored = _dataset_entry(full, view.parts[0], layout.DATA)
     logical = " logical" if view.dtype.kind == "u" else ""
     complex_ = " complex" if view.dtype.kind == "c" else ""
+    empty = layout.kind_of(view, full) == layout.EMPTY  # as matlab_tree lists an empty one: no dtype, no shape
     return {
         **stored,
-        "dtype": str(view.dtype),
-        "shape": [view.m, view.n],
+        "kind": layout.EMPTY if empty else layout.DATA,
+        "dtype": "-" if empty else str(view.dtype),
+        "shape": [] if empty else [view.m, view.n],
         "chunks": None,
         "filters": stored["filters"] + [f"class sparse{logical}{complex_} ({SPARSE_NOTE})"],
         "matlab": False,  # the shape shown is MATLAB's already

@@ -111,12 +111,12 @@ class SparseView:
         rows, jc = group.attrs["MATLAB_sparse"], group.get("jc")
         if np.ndim(rows) > 1 or np.size(rows) != 1 or np.asarray(rows).dtype.kind not in "iu" or int(rows) < 0:
             self._refuse(f"its MATLAB_sparse attribute is {rows!r}, not one row count")
-        if jc is None or not hasattr(jc, "shape") or jc.ndim != 1 or jc.shape[0] < 1:
-            self._refuse("it has no 1-D jc dataset (the column starts)")
+        if jc is None or not hasattr(jc, "shape") or jc.size < 1 or jc.size not in jc.shape:
+            self._refuse("it has no jc dataset of column starts (a vector)")
         data, ir = group.get("data"), group.get("ir")
         if (data is None) != (ir is None) or (data is not None and data.size != ir.size):
             self._refuse("its data and ir datasets differ in length (one value per row index)")
-        self.m, self.n = int(np.asarray(rows).item()), int(jc.shape[0]) - 1
+        self.m, self.n = int(np.asarray(rows).item()), int(jc.size) - 1
         self.shape = (self.n, self.m)
         logical = group.attrs.get("MATLAB_class") in (b"logical", "logical")
         stored = data.dtype if data is not None else np.dtype("<f8")
