@@ -311,9 +311,9 @@ class Hdf5Source(ContainerSource):
             ) from None
         except Exception as e:
             raise SchemaError(f"Cannot open HDF5 object: {e}", file=path, dataset=name) from None
-        if as_dataset(obj) is None:
+        if (found := as_dataset(obj)) is None:  # (a MATLAB v7.3 sparse matrix's group is one)
             raise SourceError("Not a dataset (a group?)", file=path, dataset=name)
-        return as_dataset(obj)
+        return found
 
     def open_for_read(self, path: str):
         """``[h5py.File, remote stream or None, {name: open dataset}]`` of ``path`` (see :meth:`opened`)."""

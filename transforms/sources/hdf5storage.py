@@ -69,10 +69,11 @@ def dataset_for_read(f, name: str, path: str):
     import h5py
 
     dset = links.resolve(f, name, path, True) if links.has_links(f, name) else f[name]  # (checked at planning)
-    if isinstance(as_dataset(dset), SparseView):  # a MATLAB v7.3 sparse matrix (its parts checked at planning)
-        for part in as_dataset(dset).parts:
+    sparse = as_dataset(dset)
+    if isinstance(sparse, SparseView):  # a MATLAB v7.3 sparse matrix (its parts checked at planning)
+        for part in sparse.parts:
             ensure_filters(part)
-        return as_dataset(dset)
+        return sparse
     ensure_filters(dset)
     if not fileio.is_local(path) or not (dset.id.get_create_plist().get_external_count() or dset.is_virtual):
         return dset  # (remote files have neither: refused at planning)
