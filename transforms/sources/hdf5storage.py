@@ -18,7 +18,7 @@ from tfrecord_etl.transforms.errors import SourceError
 from tfrecord_etl.transforms.sources import hdf5links as links
 from tfrecord_etl.transforms.sources.base import SourceOptions
 from tfrecord_etl.transforms.sources.hdf5filters import ensure_filters
-from tfrecord_etl.transforms.sources.matsparse import SparseView, as_dataset, too_dense
+from tfrecord_etl.transforms.sources.matsparse import SparseView, is_sparse, too_dense
 from tfrecord_etl.transforms.storage import fileio
 
 HDF5_CHUNK_CACHE_BYTES = 64 * 2**20  # per open file: a chunk spanning several row ranges is decompressed once
@@ -69,8 +69,8 @@ def dataset_for_read(f, name: str, path: str):
     import h5py
 
     dset = links.resolve(f, name, path, True) if links.has_links(f, name) else f[name]  # (checked at planning)
-    sparse = as_dataset(dset)
-    if isinstance(sparse, SparseView):  # a MATLAB v7.3 sparse matrix (its parts checked at planning)
+    if is_sparse(dset):  # a MATLAB v7.3 sparse matrix (its parts checked at planning)
+        sparse = SparseView(dset)
         for part in sparse.parts:
             ensure_filters(part)
         return sparse
