@@ -37,6 +37,7 @@ RERUN_DAY = 1  # the day whose daily run is repeated
 TASKS = ("convert", "augment", "verify")
 BEAM = {"direct_running_mode": "multi_processing", "direct_num_workers": 2}  # the manual DAG's run
 TIMINGS: list[tuple[str, float]] = []
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def say(message: str) -> None:
@@ -135,6 +136,10 @@ class Airflow:
                 t["task_id"]: t["state"] for t in self.json_cli("tasks", "states-for-dag-run", dag_id, run["run_id"])
             }
         if code != 0 or run is None or run["state"] != "success" or any(states.get(t) != "success" for t in TASKS):
+            if "could not be found" in log:  # Airflow's whole message when the DAG's file did not import: say why
+                python = os.path.join(os.path.dirname(self.command), "python")
+                helper = os.path.join(HERE, "dag_import_errors.py")
+                subprocess.run([python, helper, os.environ["AIRFLOW__CORE__DAGS_FOLDER"]])
             fail(
                 f"airflow dags test {dag_id} {logical_date} exited {code}; run: {run}; task states: {states} "
                 f"(log: {log_path})",

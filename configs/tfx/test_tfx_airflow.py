@@ -4,7 +4,9 @@ where Airflow is not installed).
 
 The DAG file configs/tfx/airflow_dags/tfx_arrays_dag.py (AirflowDagRunner(AirflowPipelineConfig(...)).run(...)) over
 two spans of HDF5 inputs (``span-{SPAN}/data.h5``); a fresh AIRFLOW_HOME with a SQLite database (``airflow db
-migrate``), then ``airflow dags test`` runs the three tasks in one process. Checked: Airflow ran each task once,
+migrate``), then ``airflow dags test`` runs the three tasks in one process (the DAG file, which imports TFX and
+TensorFlow, has ``AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT`` = 300 s to import, not Airflow's 30; a DAG that does not load
+fails the test with its import error). Checked: Airflow ran each task once,
 successfully, in DAG order; the three TFX executions in ML Metadata under Airflow's run id; TFX's driver took the
 latest span (2); every example read back exactly against that span's source (plain TensorFlow and our decoder); the
 statistics count every example of each split and SchemaGen typed the features. Then a run over a broken file: the
@@ -34,15 +36,53 @@ DAG_ID = "tfrecord_etl_tfx"
 TASKS = ["ArraysExampleGen", "StatisticsGen", "SchemaGen"]
 
 
+IMPORT_ERRORS = os.path.join(REPO, "configs", "airflow", "dag_import_errors.py")
+# Airflow's default of 30 s for a DAG file's import: this one imports TFX and TensorFlow, 12 s on a quiet machine
+IMPORT_TIMEOUT = os.environ.get("AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT") or "300"
+
+
 def _airflow(args, env, log, status=0, timeout=600) -> subprocess.CompletedProcess:
     """Runs the venv's ``airflow`` command, its output appended to ``log``; fails the test with its tail unless it
-    exits with ``status``."""
+    exits with ``status``, and with the DAG file's import error (configs/airflow/dag_import_errors.py) when Airflow
+    says only that the DAG could not be found."""
     command = [os.path.join(os.path.dirname(sys.executable), "airflow"), *args]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
     with open(log, "a") as f:
         f.write(f"$ {' '.join(command)}\n{done.stdout}\n{done.stderr}\n")
-    assert done.returncode == status, f"{' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}"
+    why = ""
+    if done.returncode != status and "could not be found" in done.stdout + done.stderr:
+        dags = args[args.index("-S") + 1] if "-S" in args else env["AIRFLOW__CORE__DAGS_FOLDER"]
+        why = subprocess.run(
+            [sys.executable, IMPORT_ERRORS, dags], env=env, capture_output=True, text=True, timeout=timeout
+        ).stderr
+    assert done.returncode == status, f"{' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}\n{why}"
     return done
+
+
+def test_a_dag_that_does_not_load_fails_with_its_import_error(tmp_path):
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path / "airflow_home"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags"),
+    }
+    log = str(tmp_path / "airflow.log")
+    _airflow(["db", "migrate"], env, log)
+    cases = [  # (the DAG file's code after its import of airflow, the import timeout, Airflow's error)
+        ('raise RuntimeError("no such table")', IMPORT_TIMEOUT, "RuntimeError: no such table"),
+        ("import time\n\ntime.sleep(30)", "2", "DagBag import timeout for {dag} after 2.0s"),
+    ]
+    for i, (body, timeout, error) in enumerate(cases):
+        dag = tmp_path / "dags" / f"broken_{i}.py"
+        dag.parent.mkdir(exist_ok=True)
+        dag.write_text(f"from airflow import DAG\n\n{body}\n")
+        with pytest.raises(AssertionError) as failed:
+            args = ["dags", "test", "broken", "2026-11-27", "-S", str(dag)]
+            _airflow(args, {**env, "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": timeout}, log)
+        message = str(failed.value)
+        assert "Dag 'broken' could not be found; either it does not exist or it failed to parse" in message
+        assert f"[dag-import-errors] {dag} does not import (dagbag_import_timeout {float(timeout):g} s):" in message
+        assert error.format(dag=dag) in message
 
 
 def test_arrays_example_gen_under_tfx_airflow_dag_runner(tmp_path):
@@ -58,6 +98,7 @@ def test_arrays_example_gen_under_tfx_airflow_dag_runner(tmp_path):
         "AIRFLOW_HOME": str(tmp_path / "airflow_home"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_FOLDER": os.path.dirname(DAG_FILE),
+        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": IMPORT_TIMEOUT,
         "TFRECORD_ETL_TFX_INPUT": input_base,
         "TFRECORD_ETL_TFX_ROOT": str(tmp_path / "tfx"),
         "TF_CPP_MIN_LOG_LEVEL": "3",

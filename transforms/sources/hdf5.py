@@ -46,6 +46,7 @@ from tfrecord_etl.transforms.sources.hdf5storage import (
     chunk_ranges,
     dataset_for_read,
 )
+from tfrecord_etl.transforms.sources.matsparse import as_dataset
 from tfrecord_etl.transforms.sources.signatures import other_format_hint
 from tfrecord_etl.transforms.storage import fileio
 
@@ -197,7 +198,8 @@ class Hdf5Source(ContainerSource):
                 ) from None
             if obj is None and isinstance(link, h5py.ExternalLink):
                 obj = links.followed_dataset(f, full, link, path, self.options.allow_external_storage, skipped)
-            if not isinstance(obj, h5py.Dataset):
+            obj = as_dataset(obj)  # a MATLAB v7.3 sparse matrix's group: read as the dense matrix
+            if obj is None:
                 continue
             count += 1
             check_dataset_count(count, path, self.options)
@@ -294,8 +296,6 @@ class Hdf5Source(ContainerSource):
         return datasets_index(path, items, [spec] if items else [], sizes, "dataset")
 
     def _dataset(self, f, name: str, path: str):
-        import h5py
-
         try:
             obj = (
                 links.resolve(f, name, path, self.options.allow_external_storage)
@@ -313,9 +313,9 @@ class Hdf5Source(ContainerSource):
             ) from None
         except Exception as e:
             raise SchemaError(f"Cannot open HDF5 object: {e}", file=path, dataset=name) from None
-        if not isinstance(obj, h5py.Dataset):
+        if (found := as_dataset(obj)) is None:  # (a MATLAB v7.3 sparse matrix's group is one)
             raise SourceError("Not a dataset (a group?)", file=path, dataset=name)
-        return obj
+        return found
 
     def open_for_read(self, path: str):
         """``[h5py.File, remote stream or None, {name: open dataset}]`` of ``path`` (see :meth:`opened`)."""

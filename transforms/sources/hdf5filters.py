@@ -17,6 +17,7 @@ reads once more): gzip, shuffle, szip and unfiltered files never pay it.
 from __future__ import annotations
 
 from tfrecord_etl.transforms.errors import SourceError
+from tfrecord_etl.transforms.sources.matsparse import parts
 
 REGISTERED_FILTERS_URL = "https://github.com/HDFGroup/hdf5_plugins/blob/master/docs/RegisteredFilterPlugins.md"
 PRIVATE_FILTER_IDS = 32768  # ids from here to 65535 are never registered (The HDF Group's filter id policy)
@@ -112,15 +113,17 @@ def missing_filter_error(code: int, name: str, path: str, dataset: str, message:
 
 
 def check_filters(dset, path: str, name: str) -> None:
-    """Refuses a dataset whose filter pipeline holds a filter this process cannot apply.
+    """Refuses a dataset whose filter pipeline holds a filter this process cannot apply (each stored dataset of a
+    MATLAB v7.3 sparse matrix: ``matsparse.parts``).
 
     Raises:
       SourceError: naming the file, the dataset and the filter (id and stored name), with where to get it.
     """
-    ensure_filters(dset)
-    missing = missing_filters(dset)
-    if missing:
-        raise missing_filter_error(*missing[0], path, name)
+    for part in parts(dset):
+        ensure_filters(part)
+        missing = missing_filters(part)
+        if missing:
+            raise missing_filter_error(*missing[0], path, name)
 
 
 def read_error(e: Exception, dset, path: str, name: str, what: str) -> SourceError:

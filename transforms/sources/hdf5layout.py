@@ -17,7 +17,8 @@ Container formats built on HDF5 and what this module knows of them:
   storage, never a variable. Empty arrays (``MATLAB_empty``) store their dimensions, not data. Complex arrays are
   compounds of ``real`` and ``imag``: they convert to complex64/complex128. Character arrays (``MATLAB_class``
   ``char``) become strings, one per row (:mod:`mattext`), and a cell of char row vectors inside a cell or a struct
-  array one list of strings; logicals uint8: exact.
+  array one list of strings; logicals uint8: exact. A sparse matrix (a group of compressed columns) is read as its
+  dense twin ``full(S)`` (:mod:`matsparse`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from tfrecord_etl.transforms.sources.hdf5matlab import (
     string_cells,
     string_list,
 )
+from tfrecord_etl.transforms.sources.matsparse import SparseView, is_sparse
 
 MATLAB_INTERNAL = ("/#refs#", "/#subsystem#")
 NETCDF_DIMENSION_ONLY = b"This is a netCDF dimension but not a netCDF variable"
@@ -63,7 +65,8 @@ def walk(f):
     ``object`` is the h5py Group or Dataset, None for a soft or external link (never followed), or the exception
     raised opening it. The walk keeps its own stack (1,200 nested groups need no recursion) and visits a group
     reached twice by hard links once (a link to an ancestor is no cycle). MATLAB's own groups (``/#refs#``,
-    ``/#subsystem#``) are yielded but not entered: their datasets are reached through cell references.
+    ``/#subsystem#``) are yielded but not entered: their datasets are reached through cell references; nor is a
+    MATLAB v7.3 sparse matrix's group (one variable: :mod:`matsparse`).
     """
     import h5py
 
@@ -89,7 +92,7 @@ def walk(f):
             if hash(obj.id) in seen:
                 continue
             seen.add(hash(obj.id))
-            if full not in MATLAB_INTERNAL:
+            if full not in MATLAB_INTERNAL and not is_sparse(obj):  # a sparse matrix is one variable (matsparse)
                 stack.append((iter(sorted(obj.keys())), obj, full))
         yield full, link, obj
 
@@ -113,7 +116,7 @@ def kind_of(dset, path: str) -> str:
     if attrs.get("CLASS") == b"DIMENSION_SCALE":
         name = attrs.get("NAME", b"")
         return DIMENSION if isinstance(name, bytes) and name.startswith(NETCDF_DIMENSION_ONLY) else SCALE
-    if is_empty(dset, path):
+    if is_empty(dset, path) or (isinstance(dset, SparseView) and dset.size == 0):
         return EMPTY
     try:
         if h5py.check_ref_dtype(dset.dtype) is not None:

@@ -18,6 +18,7 @@ from tfrecord_etl.transforms.errors import SourceError
 from tfrecord_etl.transforms.sources import hdf5links as links
 from tfrecord_etl.transforms.sources.base import SourceOptions
 from tfrecord_etl.transforms.sources.hdf5filters import ensure_filters
+from tfrecord_etl.transforms.sources.matsparse import SparseView, is_sparse, too_dense
 from tfrecord_etl.transforms.storage import fileio
 
 HDF5_CHUNK_CACHE_BYTES = 64 * 2**20  # per open file: a chunk spanning several row ranges is decompressed once
@@ -68,6 +69,11 @@ def dataset_for_read(f, name: str, path: str):
     import h5py
 
     dset = links.resolve(f, name, path, True) if links.has_links(f, name) else f[name]  # (checked at planning)
+    if is_sparse(dset):  # a MATLAB v7.3 sparse matrix (its parts checked at planning)
+        sparse = SparseView(dset)
+        for part in sparse.parts:
+            ensure_filters(part)
+        return sparse
     ensure_filters(dset)
     if not fileio.is_local(path) or not (dset.id.get_create_plist().get_external_count() or dset.is_virtual):
         return dset  # (remote files have neither: refused at planning)
@@ -123,9 +129,28 @@ def check_storage(dset, path: str, name: str, options: SourceOptions) -> None:
     - storage not allocated (all or some chunks): read as the fill value, refused unless
       ``allow_fill_value``.
 
+    A MATLAB v7.3 sparse matrix (``matsparse.SparseView``): each stored dataset so checked, and its dense size
+    against ``--max_mat_variable_mb`` (it converts dense, as in a v4-v7 file).
+
     Raises:
       SourceError: naming the file, the dataset and, for outside files, their path.
     """
+    if isinstance(dset, SparseView):
+        from tfrecord_etl.transforms.sources.options_matlab import MatlabOptions  # (pydantic: only when needed)
+
+        limit = options.of(MatlabOptions).max_variable_bytes
+        error = too_dense(dset.shape[::-1], dset.dtype, limit, path, name)
+        if error is not None:
+            raise error
+        for part in dset.parts:
+            if part.id.get_create_plist().get_external_count() or part.is_virtual:
+                raise SourceError(
+                    "The MATLAB sparse matrix's data is stored outside the file (external or virtual storage): refused",
+                    file=path,
+                    dataset=name,
+                )
+            check_storage(part, path, name, options)
+        return
     plist = dset.id.get_create_plist()
     if plist.get_external_count():
         _check_external(plist, path, name, options)

@@ -13,6 +13,7 @@ from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source
 from tfrecord_etl.transforms.sources.hdf5links import link_status
 from tfrecord_etl.transforms.sources.hdf5matlab import is_matlab
 from tfrecord_etl.transforms.sources.matlab import MatlabSource
+from tfrecord_etl.transforms.sources.matsparse import SPARSE_NOTE, SparseView, is_sparse
 from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
 
 MAX_OBJECTS = 10_000  # entries listed before the walk stops (the summary says so)
@@ -47,6 +48,13 @@ def hdf5_tree(path: str, max_objects: int = MAX_OBJECTS) -> dict:
                 continue
             if isinstance(obj, Exception) or obj is None:  # a damaged or unsupported object: listed, not fatal
                 objects.append({"path": full, "kind": "unreadable", "target": str(obj)})
+                continue
+            if is_sparse(obj):  # a MATLAB v7.3 sparse matrix: one variable, listed as for a v4-v7 file
+                entry = _sparse_entry(full, obj)
+                objects.append(entry)
+                if entry["kind"] == layout.DATA:
+                    collector.observe(full, obj, layout.DATA)
+                    entries.append((full, entry["shape"][0], None, entry.pop("bytes")))
                 continue
             if isinstance(obj, h5py.Group):
                 objects.append({"path": full, "kind": "matlab-internal" if full in layout.MATLAB_INTERNAL else "group"})
@@ -97,6 +105,29 @@ def _categoricals(found) -> list[dict]:
         }
         for c in found
     ]
+
+
+def _sparse_entry(full: str, group) -> dict:
+    """The tree's entry of a MATLAB v7.3 sparse matrix: its dense dtype and MATLAB shape, as :func:`matlab_tree`
+    lists a v4-v7 one (``class sparse (converted dense: full(S))``), the storage and filters of its ``data``."""
+    try:
+        view = SparseView(group)
+    except SourceError as e:
+        return {"path": full, "kind": "unreadable", "target": e.message}
+    stored = _dataset_entry(full, view.parts[0], layout.DATA)
+    logical = " logical" if view.dtype.kind == "u" else ""
+    complex_ = " complex" if view.dtype.kind == "c" else ""
+    empty = layout.kind_of(view, full) == layout.EMPTY  # as matlab_tree lists an empty one: no dtype, no shape
+    return {
+        **stored,
+        "kind": layout.EMPTY if empty else layout.DATA,
+        "dtype": "-" if empty else str(view.dtype),
+        "shape": [] if empty else [view.m, view.n],
+        "chunks": None,
+        "filters": stored["filters"] + [f"class sparse{logical}{complex_} ({SPARSE_NOTE})"],
+        "matlab": False,  # the shape shown is MATLAB's already
+        "bytes": layout.data_bytes(view),
+    }
 
 
 def _link_entry(full: str, link, path: str) -> dict:
@@ -218,7 +249,7 @@ def matlab_tree(path: str) -> dict:
             v.mclass
             + (" logical" if v.logical else "")
             + (" complex" if v.is_complex else "")
-            + (" (converted dense: full(S))" if v.mclass == "sparse" else ""),
+            + (f" ({SPARSE_NOTE})" if v.mclass == "sparse" else ""),
             v.compressed,
         )
         for v in table

@@ -34,13 +34,12 @@ References: MathWorks, "MAT-File Format" (Level 4 and Level 5 MAT-files); ``scip
 from __future__ import annotations
 
 import dataclasses
-import math
 import warnings
 
 import numpy as np
 
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
-from tfrecord_etl.transforms.sources import hdf5layout as layout, matheader, matnesting, mattext
+from tfrecord_etl.transforms.sources import hdf5layout as layout, matheader, matlimits, mattext
 from tfrecord_etl.transforms.sources.base import (
     ARRAY,
     Columns,
@@ -62,6 +61,7 @@ from tfrecord_etl.transforms.sources.container import (
     datasets_index,
     log_skipped,
 )
+from tfrecord_etl.transforms.sources.matsparse import dense
 from tfrecord_etl.transforms.sources.matvalues import (
     FUNCTION_WORKSPACE,
     OTHER,
@@ -115,76 +115,6 @@ class MatlabSource(ContainerSource):
 
         return self.options.of(MatlabOptions)
 
-    def _check_size(self, f, var: MatVariable, path: str) -> None:
-        """Refuses a variable over ``max_variable_bytes`` before it is loaded (see the module docstring)."""
-        limit = self.limits().max_variable_bytes
-        if var.dtype is not None:
-            declared = math.prod(var.shape) * (4 if var.mclass == "char" else var.dtype.itemsize)  # char: '<U1'
-        elif var.compressed:
-            declared = matheader.inflated_bytes(f, var, limit)
-        else:
-            declared = var.stop - var.start
-        if (
-            declared <= limit
-            and var.dtype is None
-            and var.mclass not in ("sparse", "char", "logical")
-            and matheader.is_v5(f)
-        ):
-            self._check_nesting(f, var, path)
-        if declared > limit and var.mclass == "sparse":
-            raise SourceError(
-                f"The sparse matrix converts dense (full(S), {' x '.join(map(str, var.shape))} "
-                f"{var.dtype}): {declared:,} bytes ({declared / 2**20:,.1f} MiB), over the limit of "
-                f"{limit / 2**20:g} MiB for one variable",
-                file=path,
-                dataset=f"/{var.name}",
-                hint="save its [i, j, v] = find(S) triplets as three variables (rows of nonzeros) and convert "
-                "those, raise --max_mat_variable_mb if the memory is there, or choose other variables with "
-                "--datasets",
-            )
-        if declared > limit:
-            raise SourceError(
-                f"The variable holds {declared:,} bytes ({declared / 2**20:,.1f} MiB), over the limit "
-                f"of {limit / 2**20:g} MiB for one variable (SciPy's loadmat reads a variable whole)",
-                file=path,
-                dataset=f"/{var.name}",
-                hint="raise --max_mat_variable_mb if the file is trusted and the memory is there (about "
-                "twice the variable at peak), choose other variables with --datasets, or save "
-                "the file with -v7.3 (HDF5, read row range by row range)",
-            )
-
-    def _check_nesting(self, f, var: MatVariable, path: str) -> None:
-        """Refuses a cell, struct, object or function handle whose arrays nest deeper than ``max_mat_nesting``
-        (``--max_mat_nesting``) before SciPy loads it (see :mod:`matnesting`: deep nesting crashed the process)."""
-        limit = self.limits().max_mat_nesting
-        try:
-            depth = matnesting.nesting_depth(f, var.start, var.stop, var.compressed, var.byte_order, limit)
-        except matnesting.Damaged as e:
-            raise SourceError(
-                f"Cannot read the variable's arrays: {e}",
-                file=path,
-                dataset=f"/{var.name}",
-                hint="the file may be truncated or damaged (scipy.io.loadmat could not read it either)",
-            ) from None
-        if depth > limit:
-            raise SourceError(
-                f"The variable's arrays nest more than {limit} deep (cells or structs inside cells or "
-                f"structs), over the limit of --max_mat_nesting {limit}: refused before loading (SciPy "
-                f"reads each level by recursion in C)",
-                file=path,
-                dataset=f"/{var.name}",
-                hint="raise --max_mat_nesting if the file is trusted (SciPy and NumPy crash near "
-                "5,000 levels), or choose other variables with --datasets",
-            )
-
-    def _check_header_sizes(self, f, table: list[MatVariable], leaves: list[Leaf], path: str) -> None:
-        """Checks the numeric, char and logical variables of ``leaves`` against the limit from their headers (a
-        struct or cell was checked before it was loaded)."""
-        tops = {leaf.path.strip("/").split("/")[0] for leaf in leaves}
-        for var in table:
-            if var.name in tops and var.dtype is not None:
-                self._check_size(f, var, path)
-
     def _load(self, f, table: list[MatVariable], names, path: str) -> dict:
         """``{name: value}`` of the variables ``names`` (each checked against the limit first), loaded with
         ``loadmat(mat_dtype=True)``; a variable holding complex values is loaded again without ``mat_dtype``
@@ -195,7 +125,7 @@ class MatlabSource(ContainerSource):
         by_name = {v.name: v for v in table}
         names = sorted(set(names))
         for name in names:
-            self._check_size(f, by_name[name], path)
+            matlimits.check_size(f, by_name[name], path, self.limits())
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -214,7 +144,8 @@ class MatlabSource(ContainerSource):
         for w in caught:
             if not issubclass(w.category, np.exceptions.ComplexWarning):
                 log.warning("'%s': SciPy says: %s", path, w.message)
-        return {k: typed[k] for k in names}
+        # a sparse matrix dense in its header's class (savemat's logical one loads as uint8, like a double's bytes)
+        return {k: dense(typed[k], by_name[k].logical) if by_name[k].mclass == "sparse" else typed[k] for k in names}
 
     def leaves(self, f, table: list[MatVariable], path: str, tops=None, cells: bool = False) -> list[Leaf]:
         """Every leaf of the variables ``tops`` (default all) in walk order (sorted paths). Numeric, char and
@@ -286,7 +217,7 @@ class MatlabSource(ContainerSource):
                 chosen = self._default(f, table, path)
                 if not chosen and self.switch_to_datasets(path):
                     return self._index_datasets(f, table, path)
-            self._check_header_sizes(f, table, chosen, path)
+            matlimits.check_header_sizes(f, table, chosen, path, self.limits())
         self._rows_indexed = True
         specs, lengths, data_row_bytes = [], {}, 0
         for leaf in chosen:
@@ -358,7 +289,8 @@ class MatlabSource(ContainerSource):
         log_skipped(skipped, path, "datasets mode")
         if not items:
             raise SchemaError("The file holds no variable to convert", file=path)
-        self._check_header_sizes(f, table, [leaf for leaf in found if leaf.kind == layout.DATA], path)
+        data = [leaf for leaf in found if leaf.kind == layout.DATA]
+        matlimits.check_header_sizes(f, table, data, path, self.limits())
         return datasets_index(path, items, specs, sizes, "variable", sequential=True)
 
     def _arrays(self, path: str, items) -> dict:

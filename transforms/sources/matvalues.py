@@ -14,6 +14,7 @@ import numpy as np
 from tfrecord_etl.transforms.errors import SchemaError
 from tfrecord_etl.transforms.sources import hdf5layout as layout, mattext
 from tfrecord_etl.transforms.sources.container import MODE_FLAG
+from tfrecord_etl.transforms.sources.matsparse import dense, sparse_class
 from tfrecord_etl.transforms.sources.mattext import as_codes, matlab_shape, string_cells
 
 # the dtype each MATLAB class is stored as: the v7.3 file's HDF5 dtype (char: UTF-16 code units, converted to strings
@@ -58,26 +59,11 @@ class MatVariable:
     @property
     def dtype(self) -> np.dtype | None:
         """The converted dtype of a numeric, char or logical variable, and of a sparse matrix (converted dense:
-        :func:`sparse_class`); None for other classes."""
+        :func:`matsparse.sparse_class`); None for other classes."""
         mclass = sparse_class(self.logical) if self.mclass == "sparse" else self.mclass
         if mclass not in CLASS_DTYPES:
             return None
         return complex_dtype(np.dtype(CLASS_DTYPES[mclass])) if self.is_complex else np.dtype(CLASS_DTYPES[mclass])
-
-
-def sparse_class(logical: bool) -> str:
-    """The class of a MATLAB sparse matrix's values: ``logical`` or ``double`` (MATLAB has no other sparse class). A
-    sparse matrix converts as its dense twin, ``full(S)``: rows are MATLAB's first dimension, the values exactly
-    those of ``scipy.io.loadmat(...).toarray()``, in the class's dtype (float64, complex128, or uint8 for logical)."""
-    return "logical" if logical else "double"
-
-
-def dense(value) -> np.ndarray:
-    """The dense array of a loaded sparse matrix (``full(S)``) in its MATLAB class's dtype: bool for logical,
-    complex128 when complex, else float64 (SciPy returns the stored type, e.g. uint8 for a double matrix of small
-    integers that MATLAB stored as bytes). The caller has checked its size (``--max_mat_variable_mb``)."""
-    a = value.toarray()
-    return a if a.dtype.kind in "bc" else a.astype(np.float64)
 
 
 @dataclasses.dataclass

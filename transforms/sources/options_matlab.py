@@ -19,7 +19,7 @@ class MatlabOptions(FormatOptions):
         allow_inf_nan=False,
         description="matlab (v4-v7 .mat): refuse "
         "a variable over this many MiB before loading it (SciPy's loadmat reads a "
-        "variable whole: about twice this at peak)",
+        "variable whole: about twice this at peak); a sparse matrix (v7.3 too): its dense size",
     )
     max_mat_nesting: int = Field(
         DEFAULT_MAX_MAT_NESTING,
