@@ -93,6 +93,7 @@ def test_a_runner_failure_without_a_python_exception_keeps_the_restart_hint():
 def test_the_job_service_messages_are_kept_on_the_error(monkeypatch):
     """``running.run_pipeline`` keeps the streamed error messages of a PortableRunner result on the exception, and
     ``run_main`` prints the line from them: one line, exit 2."""
+    from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.portability.api import beam_job_api_pb2
 
     full = harness_traceback("ModuleNotFoundError: No module named 'calibration'")
@@ -112,7 +113,9 @@ def test_the_job_service_messages_are_kept_on_the_error(monkeypatch):
         def wait_until_finish(self):
             raise failed("java.lang.RuntimeException: Traceback (most recent call last):\n  File")
 
-    class Pipeline:
+    class Pipeline:  # Beam's Pipeline as run_pipeline uses it: options and run()
+        options = PipelineOptions([])
+
         def run(self):
             return Result()
 
