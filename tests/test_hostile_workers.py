@@ -138,7 +138,7 @@ def test_sigkill_to_a_worker_at_random_moments_always_ends_in_one_line(inputs, t
     assert convert(inputs[1], clean, multi=False)[0] == 0
     rng = random.Random(11)
     outcomes = []
-    for point in [rng.uniform(0.0, 4.0) for _ in range(3)]:
+    for run, point in enumerate([rng.uniform(0.0, 4.0) for _ in range(3)]):
         assert convert(inputs[0], out, multi=False)[0] == 0
         cmd = [
             sys.executable,
@@ -155,6 +155,9 @@ def test_sigkill_to_a_worker_at_random_moments_always_ends_in_one_line(inputs, t
         ]
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
         env.pop(outdir.FAILPOINT_ENV, None)
+        if run == 0:  # one kill surely mid-work: each writer waits 5 s at its shard's start (on a quiet machine the
+            # whole run can end within the random moments' 4 s)
+            env[outdir.FAILPOINT_ENV] = "shard-opened:sleep=5"
         proc = subprocess.Popen(
             cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
         )
