@@ -83,11 +83,11 @@ def make_collection(root: str, old: int, new: int, new_rows: int) -> tuple[str, 
         os.link(path, os.path.join(raw, f"new-{i:04d}.npy"))
     from tfrecord_etl.transforms import planning
     from tfrecord_etl.transforms.config import ConvertConfig
-    from tfrecord_etl.transforms.output import metadata
+    from tfrecord_etl.transforms.output import schemafile
 
     plan = planning.plan_convert(ConvertConfig(input=os.path.join(root, "dated", "7", "new-0000.npy"), output_dir=out))
     for entry in spans:  # the new span's schema (as a span converted from these files would have)
-        entry["schema"] = collection.schema_fingerprint(metadata.schema_text(plan.specs))
+        entry["schema"] = collection.schema_fingerprint(schemafile.schema_text(plan.specs))
     coll = collection.empty(os.path.join(raw, "*.npy"))
     coll["spans"] = spans
     with open(collection.path_of(out), "w") as f:

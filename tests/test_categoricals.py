@@ -282,7 +282,7 @@ def test_netcdf3_flag_values(tmp_path, capsys):
     from tfrecord_etl.pipelines import inspect
 
     capsys.readouterr()
-    code, out, err = run_command(inspect.main, [str(source)], capsys)
+    code, out, _err = run_command(inspect.main, [str(source)], capsys)
     assert code == 0 and "  quality: 3 categories from quality flag_meanings: clear, cloud, cloud_shadow\n" in out, out
     with netcdf_file(source, "r", mmap=False) as f:
         stored = f.variables["quality"].data.copy()
@@ -296,10 +296,10 @@ def test_netcdf3_flag_values(tmp_path, capsys):
 def test_a_column_of_many_names_has_them_in_metadata_not_in_the_schema(tmp_path, monkeypatch):
     """Over ``MAX_DOMAIN_VALUES`` names (AnnData keeps cell ids as categoricals), schema.pbtxt has no StringDomain;
     over ``MAX_CATEGORIES`` the column keeps its codes (a warning says so)."""
-    from tfrecord_etl.transforms.output import metadata as meta
+    from tfrecord_etl.transforms.output import schemafile
     from tfrecord_etl.transforms.sources import categoricals
 
-    monkeypatch.setattr(meta, "MAX_DOMAIN_VALUES", 3)
+    monkeypatch.setattr(schemafile, "MAX_DOMAIN_VALUES", 3)
     source = anndata_08(tmp_path / "a.h5ad")
     got = converted(source, tmp_path / "out")
     assert got["obs/cell_type"].tolist() == names_of(CELL_TYPES, CODES).tolist()
@@ -317,7 +317,7 @@ def test_verify_source_of_an_output_written_before_categoricals(tmp_path, pbmc):
     """An output written before categorical columns were mapped holds their codes and records no
     ``categoricals`` option: ``verify --source`` compares it with the codes, and says OK."""
     from tfrecord_etl.transforms.codec import spec_from_json
-    from tfrecord_etl.transforms.output import metadata as meta
+    from tfrecord_etl.transforms.output import schemafile
 
     out = tmp_path / "old"
     converted(PBMC, out, "--categoricals", "codes")
@@ -326,7 +326,7 @@ def test_verify_source_of_an_output_written_before_categoricals(tmp_path, pbmc):
     for f in doc["features"]:
         f.pop("categories", None)
     (out / "metadata.json").write_text(json.dumps(doc))
-    (out / "schema.pbtxt").write_text(meta.schema_text([spec_from_json(f) for f in doc["features"]]))
+    (out / "schema.pbtxt").write_text(schemafile.schema_text([spec_from_json(f) for f in doc["features"]]))
     verified(out, PBMC)
 
 

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from tfrecord_etl.transforms import codec
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import IncompleteOutputError, RecordError, SchemaError
-from tfrecord_etl.transforms.output import metadata, tfrecord
+from tfrecord_etl.transforms.output import metadata, schemafile, tfrecord
 
 EXAMPLES = int(os.environ.get("TFRECORD_ETL_FUZZ_EXAMPLES", "150"))
 LONG_RUN = "TFRECORD_ETL_FUZZ_EXAMPLES" in os.environ
@@ -380,7 +380,7 @@ def check_loaded(directory: str, meta: dict) -> None:
         assert os.path.dirname(os.path.abspath(path)) == os.path.abspath(directory), path
     for spec in meta["features"]:
         assert isinstance(spec, FeatureSpec) and isinstance(spec.name, str)
-        metadata.example_features(spec)
+        schemafile.example_features(spec)
         try:
             codec.decode_example(b"", [spec])
         except (RecordError, SchemaError):

@@ -21,7 +21,7 @@ from tfrecord_etl.transforms import reader
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.collections import collection, schemacheck
 from tfrecord_etl.transforms.errors import IncompleteOutputError, SchemaError
-from tfrecord_etl.transforms.output import metadata
+from tfrecord_etl.transforms.output import metadata, schemafile
 
 X = np.arange(300, dtype=np.float64).reshape(100, 3) / 7  # float64: a tensor feature, tagged <f8 in schema.pbtxt
 Y = np.arange(100, dtype=np.int32)
@@ -193,7 +193,7 @@ def strip_new_fields(out):
     """``out`` as an earlier version wrote it: schema.pbtxt without the list features' annotations, metadata.json
     without rows_read and rows_dead_lettered."""
     meta = metadata.load(str(out))
-    (out / "schema.pbtxt").write_text(metadata.schema_text(meta["features"], native_tags=False))
+    (out / "schema.pbtxt").write_text(schemafile.schema_text(meta["features"], native_tags=False))
     edit_meta(out, lambda m: [m.pop("rows_read"), m.pop("rows_dead_lettered")])
 
 
@@ -356,18 +356,18 @@ def test_the_text_parser_agrees_with_the_writer_for_every_encoding_and_dtype():
             for shape in ((), (3,), (2, 2), (None,), (None, 3), None):
                 spec = FeatureSpec(f"f{len(specs)}\x1bé\"'\\", dtype, shape, encoding)
                 try:
-                    metadata.schema_text([spec])
+                    schemafile.schema_text([spec])
                 except Exception:  # noqa: BLE001 - a combination the encoding does not carry
                     continue
                 specs.append(spec)
     assert len(specs) > 60
-    text = metadata.schema_text(specs)
+    text = schemafile.schema_text(specs)
     assert schemacheck.disagreements(text, specs) == []
     other = [dataclasses.replace(specs[0], dtype="<i8")] + specs[1:]
     assert [d.feature for d in schemacheck.disagreements(text, other)] == [specs[0].name]
     assert schemacheck.expected_text(specs) is None  # a control character: the parser decides
     printable = [dataclasses.replace(spec, name=f"f{i}é中\"'\\") for i, spec in enumerate(specs)]
-    assert schemacheck.expected_text(printable) == metadata.schema_text(printable)  # the fast path is the writer's
+    assert schemacheck.expected_text(printable) == schemafile.schema_text(printable)  # the fast path is the writer's
 
 
 # -- group 23: a span directory that is not the one collection.json lists ---------------------------------------

@@ -13,7 +13,7 @@ from tensorflow_metadata.proto.v0 import schema_pb2
 
 from tests.conftest import convert
 from tfrecord_etl.transforms.codec import FeatureSpec
-from tfrecord_etl.transforms.output import metadata
+from tfrecord_etl.transforms.output import schemafile
 
 ROWS = 40
 
@@ -115,7 +115,7 @@ def test_specs_from_schema_reads_our_schema_as_before(typed):
         f.ClearField("annotation")
         f.ClearField("bool_domain")
     assert plain != schema
-    assert metadata.specs_from_schema(text_format.MessageToString(schema)) == metadata.specs_from_schema(
+    assert schemafile.specs_from_schema(text_format.MessageToString(schema)) == schemafile.specs_from_schema(
         text_format.MessageToString(plain)
     )
 
@@ -128,9 +128,9 @@ def test_schema_text_without_the_list_annotations_is_the_earlier_versions():
         FeatureSpec("s", "bytes", (), "list"),
         FeatureSpec("v", "<i8", (None,), "varlen"),
     ]
-    tagged = text_format.Parse(metadata.schema_text(specs), schema_pb2.Schema())
+    tagged = text_format.Parse(schemafile.schema_text(specs), schema_pb2.Schema())
     assert [tags(f)["tfrecord_etl.dtype"] for f in tagged.feature] == ["<f4", "<i2", "bytes", "<i8"]
-    assert metadata.schema_text(specs, native_tags=False) == (
+    assert schemafile.schema_text(specs, native_tags=False) == (
         'feature {\n  name: "x"\n  type: FLOAT\n  presence {\n    min_fraction: 1.0\n    min_count: 1\n  }\n'
         "  shape {\n    dim {\n      size: 3\n    }\n  }\n}\n"
         'feature {\n  name: "n"\n  type: INT\n  presence {\n    min_fraction: 1.0\n    min_count: 1\n  }\n'

@@ -20,7 +20,7 @@ import dataclasses
 
 from tfrecord_etl.transforms.collections import collection, matching, spans
 from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, printable
-from tfrecord_etl.transforms.output import metadata, outdir
+from tfrecord_etl.transforms.output import outdir, schemafile
 from tfrecord_etl.transforms.output.runlock import failpoint, say
 from tfrecord_etl.transforms.planning import map_concurrently
 from tfrecord_etl.transforms.storage import conditional, fileio
@@ -263,8 +263,8 @@ def check_before_writing(run: CollectionRun, plan) -> None:
     Raises:
       SchemaError, OutputError: as ``collection.add_span``.
     """
-    schema = collection.schema_fingerprint(metadata.schema_text(plan.specs))
-    untagged = collection.schema_fingerprint(metadata.schema_text(plan.specs, native_tags=False))
+    schema = collection.schema_fingerprint(schemafile.schema_text(plan.specs))
+    untagged = collection.schema_fingerprint(schemafile.schema_text(plan.specs, native_tags=False))
     rows = [{"path": p} for p in plan.inputs.paths]
     entry = {"span": run.span, "version": run.version, "inputs": rows, "schema": schema, "schema_untagged": untagged}
     collection.add_span(entry, run.allow_schema_change, run.collection_dir)(dict(run.coll))  # (replaces lists)

@@ -11,7 +11,7 @@ from tfrecord_etl.transforms.augment.records import InputShard, differs_hint, re
 from tfrecord_etl.transforms.codec import FeatureSpec, infer_feature_specs
 from tfrecord_etl.transforms.collections import schemacheck
 from tfrecord_etl.transforms.errors import ConfigError, InputChangedError, RecordError, SchemaError
-from tfrecord_etl.transforms.output import metadata, tfrecord
+from tfrecord_etl.transforms.output import metadata, schemafile, tfrecord
 from tfrecord_etl.transforms.reading.reader import file_compression
 from tfrecord_etl.transforms.storage import fileio
 
@@ -89,7 +89,7 @@ def resolve_input(
     matched files sit in such a directory and are listed in its metadata, the metadata is used too).
     ``compression`` ``auto``: from the metadata, else each file's suffix, else the first bytes of the
     first file without a suffix (applied to all files without one). ``schema``: a tensorflow_metadata
-    ``schema.pbtxt`` declaring the features of a collection without metadata (``metadata.specs_from_schema``).
+    ``schema.pbtxt`` declaring the features of a collection without metadata (``schemafile.specs_from_schema``).
 
     Returns:
       ``(collection, sample)``: ``output_file`` is still the input name (see :func:`output_name`); with
@@ -217,7 +217,7 @@ def described_collection(
 
 
 def schema_specs(schema: str) -> tuple:
-    """The features ``--schema`` (a ``schema.pbtxt``) declares (``metadata.specs_from_schema``).
+    """The features ``--schema`` (a ``schema.pbtxt``) declares (``schemafile.specs_from_schema``).
 
     Raises:
       ConfigError: no such file, or one over ``SCHEMA_MAX_BYTES``. SchemaError: not a schema we can read.
@@ -228,7 +228,7 @@ def schema_specs(schema: str) -> tuple:
         raise ConfigError(
             f"--schema is {fileio.size(schema):,} bytes, over {SCHEMA_MAX_BYTES:,}: not a schema.pbtxt", file=schema
         )
-    return metadata.specs_from_schema(fileio.read_bytes(schema).decode("utf-8", "replace"), schema)
+    return schemafile.specs_from_schema(fileio.read_bytes(schema).decode("utf-8", "replace"), schema)
 
 
 def _identity(path: str, entry: dict | None, listed_size: int | None) -> dict:

@@ -31,7 +31,7 @@ from tfrecord_etl.transforms.codec import (
     split_features,
 )
 from tfrecord_etl.transforms.errors import EtlError, RecordError, SchemaError
-from tfrecord_etl.transforms.output import metadata, outdir, tfrecord
+from tfrecord_etl.transforms.output import outdir, schemafile, tfrecord
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -140,9 +140,9 @@ class BatchAugmenter:
     def __init__(self, plan: AugmentPlan):
         self.plan = plan
         self._fn: Callable[..., Any] | None = None
-        self._new_keys = {k for s in plan.new_specs for k, _, _ in metadata.example_features(s)}
+        self._new_keys = {k for s in plan.new_specs for k, _, _ in schemafile.example_features(s)}
         self._allowed = set(plan.drop_keys) | {
-            k for s in plan.new_specs if s.name in plan.replace for k, _, _ in metadata.example_features(s)
+            k for s in plan.new_specs if s.name in plan.replace for k, _, _ in schemafile.example_features(s)
         }
         self._drop = frozenset(plan.drop_keys)
         self._patterns = tuple(feature_key_pattern(k) for k in sorted(self._new_keys | self._drop))

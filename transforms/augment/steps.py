@@ -22,7 +22,7 @@ from tfrecord_etl.transforms.augment.values import fn_columns, load_function, pa
 from tfrecord_etl.transforms.codec import MAX_FEATURES, FeatureSpec, as_varlen, check_example_frame, check_spec
 from tfrecord_etl.transforms.codec.encodings import collection_style
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError
-from tfrecord_etl.transforms.output import metadata, outdir, tfrecord
+from tfrecord_etl.transforms.output import outdir, schemafile, tfrecord
 from tfrecord_etl.transforms.sources import SourceOptions, option_models
 from tfrecord_etl.transforms.storage import fileio
 
@@ -88,7 +88,7 @@ def plan_augment(cfg) -> AugmentPlan:
         max_features=limits.max_features,
         codec=codec,
     )
-    metadata.check_unique(plan.output_specs)
+    schemafile.check_unique(plan.output_specs)
     return dataclasses.replace(plan, readers=plan_reader_files(plan.collection, plan.mode, out_comp, plan.output_specs))
 
 
@@ -319,7 +319,7 @@ def replaced_keys(cfg, collection: InputCollection, new_specs: list[FeatureSpec]
         {
             k
             for n in cfg.replace_fields
-            for k in ([e[0] for e in metadata.example_features(old[n])] if n in old else [n])
+            for k in ([e[0] for e in schemafile.example_features(old[n])] if n in old else [n])
         }
     )
 

@@ -48,7 +48,7 @@ from tfrecord_etl.transforms.collections.selection import (  # noqa: F401 - sele
     select,
 )
 from tfrecord_etl.transforms.errors import IncompleteOutputError, OutputError, SchemaError, SourceError
-from tfrecord_etl.transforms.output import metadata, outdir, sink
+from tfrecord_etl.transforms.output import metadata, outdir, schemafile, sink
 from tfrecord_etl.transforms.output.runlock import utc_now
 from tfrecord_etl.transforms.storage import conditional, fileio
 
@@ -79,7 +79,7 @@ def empty(input_pattern: str | None = None) -> dict:
 
 def schema_fingerprint(schema_text: str) -> str:
     """The identity of a span's schema: the SHA-256 (hex) of its ``schema.pbtxt`` text
-    (``metadata.schema_text(specs)``): two spans have the same features, dtypes, shapes and encodings iff equal."""
+    (``schemafile.schema_text(specs)``): two spans have the same features, dtypes, shapes and encodings iff equal."""
     return hashlib.sha256(schema_text.encode()).hexdigest()
 
 
@@ -293,7 +293,7 @@ def span_entry(
         "inputs": list(inputs),
         "num_records": int(meta["num_records"]),
         "schema": hashlib.sha256(schema).hexdigest(),
-        "schema_untagged": schema_fingerprint(metadata.schema_text(meta["features"], native_tags=False)),
+        "schema_untagged": schema_fingerprint(schemafile.schema_text(meta["features"], native_tags=False)),
         "metadata": digest,
         "run_id": run_id,
         "committed": utc_now(),

@@ -7,11 +7,11 @@ An edit of one of them after the run (a dtype changed from ``<f8`` to ``<i8`` in
 renamed or a dtype tag changed in ``schema.pbtxt``, either file replaced) would make one reader decode garbage
 where another reads the values: every reader refuses such an output instead, naming both files.
 
-What is compared, per Example feature (``metadata.example_features``: a feature and its ``/shape`` and ``/dtype``
+What is compared, per Example feature (``schemafile.example_features``: a feature and its ``/shape`` and ``/dtype``
 companions), in order: the name, ``type`` (``BYTES``/``INT``/``FLOAT``), ``shape`` (dense dimensions) or
 ``value_count``, ``presence``, ``bool_domain`` and our ``annotation`` tags (``tfrecord_etl.encoding:``,
 ``tfrecord_etl.dtype:``, ``tfrecord_etl.shape:``), against what ``metadata.json``'s features make
-(:func:`expected_features`, from the same code that writes the schema, :func:`metadata.schema_types`). Annotation
+(:func:`expected_features`, from the same code that writes the schema, :func:`schemafile.schema_types`). Annotation
 comments, other tags and other Schema fields (domains a user added for TFDV, environments) are not compared.
 The tags pin every field of a feature of ``metadata.json`` (name, dtype, shape, encoding): a dtype edited within
 one schema type (``<f4`` to ``<f2``, ``|S5`` to ``|S2``, ``<i8`` to ``|u1``) differs in ``tfrecord_etl.dtype``.

@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 
 from tfrecord_etl.transforms.codec import FeatureSpec, encoding_of
-from tfrecord_etl.transforms.output import metadata
+from tfrecord_etl.transforms.output import schemafile
 from tfrecord_etl.transforms.textproto import TextFormatError, parse_text
 
 # The fields of tensorflow_metadata's Schema and Feature messages (schema.proto, 1.17); a test compares them
@@ -110,19 +110,19 @@ class SchemaFeature:
 
 def expected_features(specs: Sequence[FeatureSpec]) -> list[tuple[str, SchemaFeature]]:
     """``[(Example feature name, what schema.pbtxt says of it)]`` for ``metadata.json``'s features, in the order
-    :func:`metadata.schema_text` writes them."""
+    :func:`schemafile.schema_text` writes them."""
     out = []
     for spec in specs:
-        for name, kind, shape in metadata.example_features(spec):
+        for name, kind, shape in schemafile.example_features(spec):
             bool_domain, tags = False, []
             if name == spec.name:
-                bool_domain, tags, _ = metadata.schema_types(spec, kind)
+                bool_domain, tags, _ = schemafile.schema_types(spec, kind)
             if shape is not None:
                 feature = SchemaFeature(TYPES[kind], tuple(int(d) for d in shape), None, (1.0, 1))
             else:
                 optional = encoding_of(spec).optional
                 feature = SchemaFeature(TYPES[kind], None, (0, None), (0.0, 0) if optional else None)
-            domain = metadata.categorical_domain(spec) if name == spec.name else None
+            domain = schemafile.categorical_domain(spec) if name == spec.name else None
             feature = dataclasses.replace(feature, bool_domain=bool_domain, tags=tag_items(tags), domain=domain)
             out.append((name, feature))
     return out
@@ -254,7 +254,7 @@ class Disagreement:
 
 
 def expected_text(specs: Sequence[FeatureSpec]) -> str | None:
-    """The text :func:`metadata.schema_text` writes for ``specs`` (protobuf's ``text_format``: fields in field-number
+    """The text :func:`schemafile.schema_text` writes for ``specs`` (protobuf's ``text_format``: fields in field-number
     order, two-space indents, printable text as UTF-8), made without protobuf; None when a name holds a
     control character, whose escaping is left to the parser. The fast path of :func:`check`: a ``schema.pbtxt`` equal
     to it agrees with ``metadata.json`` without being parsed (a test holds it equal to the writer's)."""
@@ -292,8 +292,8 @@ def expected_text(specs: Sequence[FeatureSpec]) -> str | None:
             ]
         if feature.tags:
             spec = next(s for s in specs if s.name == name)
-            kind = next(k for n, k, _ in metadata.example_features(spec) if n == name)
-            _, tags, comment = metadata.schema_types(spec, kind)
+            kind = next(k for n, k, _ in schemafile.example_features(spec) if n == name)
+            _, tags, comment = schemafile.schema_types(spec, kind)
             comment = quoted(comment)
             if comment is None:
                 return None

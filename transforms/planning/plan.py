@@ -16,7 +16,7 @@ from tfrecord_etl.transforms.codec.encodings import AUTO, resolve_encoding
 from tfrecord_etl.transforms.collections import sharding, splits
 from tfrecord_etl.transforms.collections.splits import SplitPlan
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError, SourceError
-from tfrecord_etl.transforms.output import metadata, outdir, tfds_info, tfrecord
+from tfrecord_etl.transforms.output import outdir, schemafile, tfds_info, tfrecord
 from tfrecord_etl.transforms.planning.inputs import PROVENANCE, InputPlan, plan_inputs
 from tfrecord_etl.transforms.sources import SourceOptions
 from tfrecord_etl.transforms.storage import fileio
@@ -165,7 +165,7 @@ def plan_convert(cfg, inputs: InputPlan | None = None) -> ConvertPlan:
     specs = choose_encodings(inputs.specs, cfg.encoding, cfg.feature_encodings, cfg.allow_lossy, cfg.input)
     if cfg.provenance:
         specs += PROVENANCE
-    metadata.check_unique(specs)
+    schemafile.check_unique(specs)
     check_row_size(specs, cfg.max_row_mb, cfg.input)
     n = num_shards(
         inputs.num_rows,

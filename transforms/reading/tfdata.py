@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from tfrecord_etl.transforms.codec import FeatureSpec, encoding_of
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError
-from tfrecord_etl.transforms.output import metadata, tfrecord
+from tfrecord_etl.transforms.output import metadata, schemafile, tfrecord
 from tfrecord_etl.transforms.reading import collection_reader
 from tfrecord_etl.transforms.reading.shardcheck import check_shard
 from tfrecord_etl.transforms.storage import fileio
@@ -46,11 +46,11 @@ READ_AHEAD = 16 << 20
 
 
 def parse_spec(tf, specs: Sequence[FeatureSpec]) -> dict:
-    """The ``tf.io.parse_example`` features of ``specs`` as written (``metadata.example_features``):
+    """The ``tf.io.parse_example`` features of ``specs`` as written (``schemafile.example_features``):
     ``FixedLenFeature`` for a fixed shape, else ``VarLenFeature``; ``tf``: the TensorFlow module."""
     out = {}
     for spec in specs:
-        for name, kind, shape in metadata.example_features(spec):
+        for name, kind, shape in schemafile.example_features(spec):
             dtype = {"bytes": tf.string, "int64": tf.int64, "float": tf.float32}[kind]
             out[name] = tf.io.FixedLenFeature(shape, dtype) if shape is not None else tf.io.VarLenFeature(dtype)
     return out

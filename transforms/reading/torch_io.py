@@ -21,7 +21,7 @@ import numpy as np
 
 from tfrecord_etl.transforms.collections import schemacheck
 from tfrecord_etl.transforms.errors import SchemaError
-from tfrecord_etl.transforms.output import metadata
+from tfrecord_etl.transforms.output import schemafile
 
 _TFRECORD_KINDS = {"bytes": "byte", "int64": "int", "float": "float"}  # the tfrecord package's names of the lists
 
@@ -47,7 +47,7 @@ def torch_description(output_dir: str, features: Sequence[str] | None = None) ->
     feature that carries the selected features (``features``: names, default all), companions included
     (``<name>/shape`` of a feature whose shape varies, ``<name>/dtype`` of one whose dtype varies), mapped to
     ``"byte"`` (``bytes_list``), ``"int"`` (``int64_list``) or ``"float"`` (``float_list``), as
-    ``metadata.example_features`` lists them. No TensorFlow import (the package cannot share a process with
+    ``schemafile.example_features`` lists them. No TensorFlow import (the package cannot share a process with
     TensorFlow: both register ``tensorflow.Example``).
 
     What the package yields, and how to get the original values back (the feature's ``dtype``, ``shape`` and
@@ -75,7 +75,7 @@ def torch_description(output_dir: str, features: Sequence[str] | None = None) ->
         if missing:
             raise SchemaError(f"No such features {missing}", file=output_dir, hint=f"features are {sorted(by_name)}")
         specs = [by_name[f] for f in features]
-    return {name: _TFRECORD_KINDS[kind] for spec in specs for name, kind, _ in metadata.example_features(spec)}
+    return {name: _TFRECORD_KINDS[kind] for spec in specs for name, kind, _ in schemafile.example_features(spec)}
 
 
 def collate_varlen(batch: Sequence[dict], to_tensor: Callable | None = None) -> dict:

@@ -16,7 +16,7 @@ from tfrecord_etl.transforms import planning
 from tfrecord_etl.transforms.codec import decode_example_lenient, spec_from_json
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError
-from tfrecord_etl.transforms.output import metadata, sink
+from tfrecord_etl.transforms.output import schemafile, sink
 from tfrecord_etl.transforms.reading.reader import iter_records
 from tfrecord_etl.transforms.storage import fileio
 from tfrecord_etl.transforms.tfx import write as tfx_write
@@ -143,7 +143,7 @@ def infer_schema(input_pattern: str, source_options: Mapping[str, Any] | None = 
     """
     options = check_source_options(source_options)
     cfg = config_of(input_pattern, "<schema>", options)
-    text = metadata.schema_text(planning.plan_convert(cfg).specs)
+    text = schemafile.schema_text(planning.plan_convert(cfg).specs)
     if path is not None:
         sink.write_file(path, text.encode())
     return text

@@ -46,7 +46,7 @@ rows dead-lettered of each input split; records written plus rows dead-lettered 
 component fails.
 
 Beside ``Split-*`` in the examples artifact the executor writes ``schema.pbtxt``, the tensorflow_metadata Schema we
-infer (``metadata.schema_text``: the same file ``convert`` writes, with the dtype / shape annotations of opaque
+infer (``schemafile.schema_text``: the same file ``convert`` writes, with the dtype / shape annotations of opaque
 ``tensor`` features), and ``tfrecord_etl.json`` (the features with their encodings, the options, the inputs of each
 input split with its rows, records and rows dead-lettered, the records, bytes and files of each output split, the
 compression backend); the artifact's custom property ``tfrecord_etl_schema`` names the schema file. TFX reads only
@@ -83,7 +83,7 @@ from tfrecord_etl.transforms import planning
 from tfrecord_etl.transforms.beam import encode as beam_encode, writers as beam_writers
 from tfrecord_etl.transforms.codec import FeatureSpec
 from tfrecord_etl.transforms.errors import ConfigError, SchemaError
-from tfrecord_etl.transforms.output import metadata, sink
+from tfrecord_etl.transforms.output import metadata, schemafile, sink
 from tfrecord_etl.transforms.storage import fileio
 from tfrecord_etl.transforms.tfx import artifacts, write as tfx_write
 from tfrecord_etl.transforms.tfx.artifacts import (  # used here; re-exported through tfrecord_etl.tfx
@@ -205,7 +205,7 @@ class Executor(base_example_gen_executor.BaseExampleGenExecutor):
         }
         with self._make_beam_pipeline() as pipeline:
             _ = pipeline | "WriteExampleSplits" >> tfx_write.WriteExampleSplits(examples.uri, jobs, info, codec)
-        sink.write_file(fileio.join(examples.uri, SCHEMA_FILE), metadata.schema_text(specs).encode())
+        sink.write_file(fileio.join(examples.uri, SCHEMA_FILE), schemafile.schema_text(specs).encode())
         for artifact in output_dict[standard_component_specs.EXAMPLES_KEY]:  # as TFX's Do sets them
             if payload:
                 examples_utils.set_payload_format(artifact, payload)
