@@ -60,6 +60,7 @@ from tfrecord_etl.transforms.augment.common import (
     frame_error,
 )
 from tfrecord_etl.transforms.augment.config import AugmentConfig, AugmentOptions
+from tfrecord_etl.transforms.augment.constants import parse_constant, parse_scalar
 from tfrecord_etl.transforms.augment.join import (
     JoinPlan,
     default_value,
@@ -77,8 +78,6 @@ from tfrecord_etl.transforms.augment.values import (
     decode_record,
     fn_columns,
     load_function,
-    parse_constant,
-    parse_scalar,
     spec_of,
     value_bytes,
 )

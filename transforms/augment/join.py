@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from tfrecord_etl.transforms import planning
-from tfrecord_etl.transforms.augment.values import parse_scalar
+from tfrecord_etl.transforms.augment.constants import parse_scalar
 from tfrecord_etl.transforms.codec import VLEN_BYTES, FeatureSpec
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError
 from tfrecord_etl.transforms.sources import FileIndex, RowRange, Source, SourceOptions

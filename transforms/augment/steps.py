@@ -14,11 +14,12 @@ import numpy as np
 from tfrecord_etl.transforms import compression, planning
 from tfrecord_etl.transforms.augment.collection import InputCollection, output_name, resolve_input
 from tfrecord_etl.transforms.augment.common import BATCH_MB, MODES, PROBE_RECORDS, RESERVED_NAMES, frame_error, log
+from tfrecord_etl.transforms.augment.constants import parse_constant
 from tfrecord_etl.transforms.augment.join import JoinPlan, join_source_options, plan_join
 from tfrecord_etl.transforms.augment.plan import AugmentPlan
 from tfrecord_etl.transforms.augment.readers import plan_reader_files
 from tfrecord_etl.transforms.augment.records import InputShard
-from tfrecord_etl.transforms.augment.values import fn_columns, load_function, parse_constant, spec_of, value_bytes
+from tfrecord_etl.transforms.augment.values import fn_columns, load_function, spec_of, value_bytes
 from tfrecord_etl.transforms.codec import MAX_FEATURES, FeatureSpec, as_varlen, check_example_frame, check_spec
 from tfrecord_etl.transforms.codec.encodings import collection_style
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError
@@ -252,7 +253,7 @@ def plan_join_source(cfg, collection: InputCollection, encoding: str) -> JoinPla
 
 
 def parse_constants(cfg, encoding: str) -> tuple[tuple[tuple[str, object], ...], list[FeatureSpec]]:
-    """Step 8: ``--constants`` parsed (``values.parse_constant``) and the spec of each."""
+    """Step 8: ``--constants`` parsed (``constants.parse_constant``) and the spec of each."""
     constants = tuple((name, parse_constant(name, text)) for name, text in cfg.constants.items())
     specs = []
     for name, value in constants:

@@ -112,8 +112,6 @@ class Hdf5Source(ContainerSource):
           SourceError: unreadable file, missing dataset, filter not available, external/unallocated storage.
           SchemaError: unsupported dtype, 0-d or cell datasets in rows mode, lengths that differ, no data.
         """
-        import h5py
-
         f, stream = self.open_file(path)
         try:
             bound_metadata_cache(f)  # the walk visits every object
@@ -129,9 +127,7 @@ class Hdf5Source(ContainerSource):
                 dset, dtype = self._row_dataset(f, name, path)
                 rows, row_shape = layout.rows_and_shape(dset)
                 data_row_bytes += dtype.itemsize * math.prod(row_shape)
-                specs += leaf_specs(
-                    name.strip("/"), dtype, row_shape, f"{path}, dataset '{name}'", _hdf5_vlen_check(h5py)
-                )
+                specs += leaf_specs(name.strip("/"), dtype, row_shape, f"{path}, dataset '{name}'", layout.check_vlen)
                 lengths[name] = rows
                 chunk_rows = max(chunk_rows, layout.chunk_rows(dset))
             specs = apply_specs(specs, hdf5_columns(f, names), self.options.categoricals, path)
@@ -390,12 +386,3 @@ class Hdf5Source(ContainerSource):
             error = read_error(e, dset, path, item, "Cannot read the dataset")
             self.close()
             raise error from None
-
-
-def _hdf5_vlen_check(h5py):
-    def check(dtype, where):
-        if h5py.check_string_dtype(dtype) is None:
-            hint = "store it as a fixed-shape dataset"
-            raise SchemaError("Unsupported dtype: variable-length numeric data", file=where, hint=hint)
-
-    return check

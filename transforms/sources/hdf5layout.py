@@ -28,6 +28,7 @@ import math
 
 import numpy as np
 
+from tfrecord_etl.transforms.errors import SchemaError
 from tfrecord_etl.transforms.sources.hdf5matlab import (
     char_spec,
     char_strings,
@@ -270,3 +271,17 @@ def data_bytes(dset) -> int:
         return int(math.prod(dset.shape)) * dset.dtype.itemsize
     except (TypeError, ValueError):
         return 0
+
+
+def check_vlen(dtype, where: str) -> None:
+    """``codec.leaf_specs``' check of a variable-length HDF5 dtype: variable-length strings pass.
+
+    Raises:
+      SchemaError: variable-length numeric data (``where``: the file and dataset).
+    """
+    import h5py  # (the HDF5 source's own dependency, imported where it reads)
+
+    if h5py.check_string_dtype(dtype) is None:
+        raise SchemaError(
+            "Unsupported dtype: variable-length numeric data", file=where, hint="store it as a fixed-shape dataset"
+        )
