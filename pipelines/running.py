@@ -12,6 +12,7 @@ import tempfile
 import threading
 
 from tfrecord_etl.pipelines import workers
+from tfrecord_etl.pipelines.errorlines import RUNNER_MESSAGES
 from tfrecord_etl.transforms.localmode import DIRECT_NAMES  # the one list of DirectRunner's names
 
 WORK_SPAN_MS = "work_span_ms"
@@ -119,8 +120,6 @@ def _attach_job_messages(e: BaseException, result) -> None:
     """Keeps on ``e`` (``errorlines.RUNNER_MESSAGES``) the error messages a portable runner's job service streamed
     for the failed job (Beam's ``PortableRunner`` keeps them on its result): their whole text, the worker's Python
     traceback included, where the job's own failure message may be cut short."""
-    from tfrecord_etl.pipelines.errorlines import RUNNER_MESSAGES
-
     texts = []
     for message in getattr(result, "_messages", None) or ():
         try:

@@ -135,7 +135,11 @@ def test_help_lists_the_join_source_options_under_their_format_groups(capsys):
 
     groups = {g.title: g.flags for g in flaghelp.GROUPS["augment"]}
     assert groups["ENVI files"] == ("--envi_rows",) and "--dtype" in groups["raw files"]
-    assert groups["HDF5 and containers"] == ("--row_group", "--container_mode")  # --datasets: --join_datasets
+    assert groups["HDF5 and containers"] == (
+        "--row_group",
+        "--container_mode",
+        "--categoricals",
+    )  # --datasets: --join_datasets
     assert "image and file collections" not in groups and "--max_compression_ratio" in groups["limits"]
     assert list(groups).index("join") < list(groups).index("ENVI files") < list(groups).index("encoding")
     assert "augment-envi_rows" in flaghelp.reference_markdown(["augment"])

@@ -136,7 +136,8 @@ def check_storage(dset, path: str, name: str, options: SourceOptions) -> None:
       SourceError: naming the file, the dataset and, for outside files, their path.
     """
     if isinstance(dset, SparseView):
-        from tfrecord_etl.transforms.sources.options_matlab import MatlabOptions  # (pydantic: only when needed)
+        # deferred: pydantic (the MATLAB options model), read for a sparse variable only
+        from tfrecord_etl.transforms.sources.options_matlab import MatlabOptions
 
         limit = options.of(MatlabOptions).max_variable_bytes
         error = too_dense(dset.shape[::-1], dset.dtype, limit, path, name)
