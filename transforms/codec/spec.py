@@ -23,7 +23,7 @@ MAX_FEATURES = (
 
 @dataclasses.dataclass(frozen=True)
 class Categories:
-    """The categories of a categorical column (an AnnData/pandas categorical, a CF ``flag_values`` variable).
+    """The categories of a categorical column (an AnnData categorical, a CF ``flag_values`` variable).
 
     Attributes:
       values: the category names, in the source's order.
@@ -31,7 +31,7 @@ class Categories:
       ordered: pandas' ``ordered`` flag (CF flags: False).
       written: ``'strings'`` (the feature holds each row's category name, UTF-8 bytes; a missing value, code -1 or
         the CF ``_FillValue``, is the empty string) or ``'codes'`` (the feature holds the codes as stored).
-      missing: the code of a missing value (AnnData/pandas: -1; CF: the ``_FillValue``), or None.
+      missing: the code of a missing value (AnnData: -1; CF: the ``_FillValue``), or None.
       origin: where the names come from, e.g. ``/uns/louvain_categories`` or ``flag_meanings``.
     """
 
