@@ -2,7 +2,7 @@
 each DirectRunner reference once): the small inputs, the larger input of the lost-worker tests and the DirectRunner
 references of the commands they run; and, module-scoped (each module that uses them starts its own, so that
 modules can run on separate pytest-xdist workers), the object stores (SeaweedFS, fake-gcs-server), the private mount
-namespace and the worker pool and clusters in it (test_stores.py, test_stores_clusters.py; storecases.py).
+namespace and the worker pool and clusters in it (test_stores.py, test_stores_clusters*.py; storecases.py).
 
 TFRECORD_ETL_ENGINES_FULL=1 runs the whole set (more parallelism, inputs and failure variants: the tests marked
 with ``common.full_only``); by default the stage runs one test per deliverable. TFRECORD_ETL_ENGINES_BIG=1 makes
@@ -22,6 +22,27 @@ from configs.engines.storecases import ENGINE_ON, GCS, S3, cluster_dir, setup, s
 from tests.test_runners import make_inputs
 
 BIG = os.environ.get("TFRECORD_ETL_ENGINES_BIG") == "1"
+# the modules, longest first (measured in the stage, seconds of tests): pytest-xdist's --dist loadfile hands modules
+# to its workers in collection order, so the longest start first and the short ones fill in
+MODULE_ORDER = (
+    "test_stores_clusters_gs.py",  # ~470
+    "test_stores_clusters.py",  # ~440
+    "test_stores.py",  # ~430
+    "test_flink.py",  # ~330
+    "test_jobcontrol.py",
+    "test_spark.py",
+    "test_flink_jobs.py",
+    "test_prism.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    """The engine tests, their modules ordered by :data:`MODULE_ORDER` (others after them), each module's own order
+    kept."""
+    rank = {name: i for i, name in enumerate(MODULE_ORDER)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 # the small input's convert flags (Flink's and Spark's tests; here, so that a module skipped as a whole, e.g.
 # TFRECORD_ETL_FLINK=0, does not take the other engine's tests with it)
 CONVERT_FLAGS = ["--num_shards", "3", "--target_range_mb", "0.004", "--compression", "gzip", "--provenance"]

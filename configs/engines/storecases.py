@@ -1,4 +1,4 @@
-"""What the object-store engine tests share (test_stores.py: Prism, credentials, faults; test_stores_clusters.py:
+"""What the object-store engine tests share (test_stores.py: Prism, credentials, faults; test_stores_clusters*.py:
 Flink and Spark): the stores' switches, a bucket's objects (upload, list, download), the small inputs' cases, the
 DirectRunner reference of each, and the terabyte configuration itself (convert of three formats, augment in both
 modes, a two-span incremental collection, from the store to the store, compared byte for byte). The fixtures that

@@ -13,7 +13,7 @@ volume server SIGKILLed, the store stopped during the commit) end in the same by
 output complete.
 
     bash configs/engines/setup_s3.sh && bash configs/engines/setup_gcs.sh && bash configs/engines/setup_prism.sh
-    PYTHONPATH=$PWD .venv/bin/python -m pytest configs/engines/test_stores.py configs/engines/test_stores_clusters.py
+    PYTHONPATH=$PWD .venv/bin/python -m pytest configs/engines/test_stores.py configs/engines/test_stores_clusters*.py
 
 Part of the engines stage (run_engines_test.sh). TFRECORD_ETL_S3=0 / TFRECORD_ETL_GCS=0 skip one store's tests,
 TFRECORD_ETL_FLINK=0 / TFRECORD_ETL_SPARK=0 / TFRECORD_ETL_PRISM=0 one engine's. Where no private mount namespace
@@ -49,7 +49,7 @@ pytestmark = pytest.mark.timeout(900)
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# The terabyte configuration on Prism (Flink and Spark: test_stores_clusters.py)
+# The terabyte configuration on Prism (Flink and Spark: test_stores_clusters*.py)
 # ----------------------------------------------------------------------------------------------------------------
 
 
