@@ -103,17 +103,23 @@ def big_augment_reference(big_reference, reference):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def seaweed(tmp_path_factory):
-    if not S3:
+def _running(on: bool, script: str, make):
+    """Yields the store ``make()`` gives, started after ``setup(script)`` and stopped afterwards; None when ``on`` is
+    false (the store's tests skipped)."""
+    if not on:
         yield None
         return
-    setup("setup_s3.sh")
-    store = stores.SeaweedFS(tmp_path_factory.mktemp("seaweedfs")).start()
+    setup(script)
+    store = make().start()
     try:
         yield store
     finally:
         store.stop()
+
+
+@pytest.fixture(scope="module")
+def seaweed(tmp_path_factory):
+    yield from _running(S3, "setup_s3.sh", lambda: stores.SeaweedFS(tmp_path_factory.mktemp("seaweedfs")))
 
 
 @pytest.fixture
@@ -133,15 +139,7 @@ def own_seaweed(seaweed, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fakegcs(tmp_path_factory):
-    if not GCS:
-        yield None
-        return
-    setup("setup_gcs.sh")
-    store = stores.FakeGCS(tmp_path_factory.mktemp("fakegcs")).start()
-    try:
-        yield store
-    finally:
-        store.stop()
+    yield from _running(GCS, "setup_gcs.sh", lambda: stores.FakeGCS(tmp_path_factory.mktemp("fakegcs")))
 
 
 @pytest.fixture(scope="module")
