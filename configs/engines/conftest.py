@@ -128,13 +128,13 @@ def own_seaweed(seaweed, tmp_path_factory):
     worker pool's environment has them); the command's --s3_endpoint_url names it."""
     if not S3:
         pytest.skip("TFRECORD_ETL_S3=0")
-    store = stores.SeaweedFS(
-        tmp_path_factory.mktemp("seaweedfs-own"), access_key=seaweed.access_key, secret_key=seaweed.secret_key
-    ).start()
-    try:
-        yield store
-    finally:
-        store.stop()
+    yield from _running(
+        True,
+        "setup_s3.sh",
+        lambda: stores.SeaweedFS(
+            tmp_path_factory.mktemp("seaweedfs-own"), access_key=seaweed.access_key, secret_key=seaweed.secret_key
+        ),
+    )
 
 
 @pytest.fixture(scope="module")
