@@ -14,9 +14,11 @@ import atexit
 import json
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 
@@ -133,6 +135,10 @@ def peak_rss_mb(pid: int) -> float | None:
     return None
 
 
+# the line a JVM's (log4j) or Go program's log marks its first failure with
+FIRST_ERROR = re.compile(r"\b(ERROR|FATAL)\b|^Exception in thread|^panic:")
+
+
 class Proc:
     def __init__(self, name: str, command: list[str], popen: subprocess.Popen, log: pathlib.Path):
         self.name, self.command, self.popen, self.log = name, " ".join(map(str, command)), popen, log
@@ -141,11 +147,20 @@ class Proc:
     def pid(self) -> int:
         return self.popen.pid
 
-    def log_tail(self, n: int = 40) -> str:
+    def log_tail(self, n: int = 40, first_error: int = 15) -> str:
+        """The last ``n`` lines of the process's log, after the ``first_error`` lines from its first ERROR or FATAL
+        line when that is older than the tail (a JVM's log ends in the stack of the failure's last consequence, its
+        cause is logged first)."""
         try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+            lines = self.log.read_text(errors="replace").splitlines()
         except OSError:
             return "(no log)"
+        start = max(0, len(lines) - n)
+        first = next((i for i, line in enumerate(lines[:start]) if FIRST_ERROR.search(line)), None)
+        if first is None:
+            return "\n".join(lines[start:])
+        head = lines[first : min(first + first_error, start)]
+        return "\n".join([f"(first error, line {first + 1}:)", *head, f"(... last {n} lines:)", *lines[start:]])
 
 
 class Processes:
@@ -340,15 +355,9 @@ class FlinkCluster:
     def start(self) -> FlinkCluster:
         if not (FLINK_HOME / "bin" / "jobmanager.sh").exists() or not FLINK_JOB_SERVER_JARS.is_dir():
             raise EngineError(f"{FLINK_HOME} is missing: run bash configs/engines/setup_flink.sh")
-        self.conf = self._conf()
         self.started = time.time()
         try:
-            self.jobmanager = self.procs.start(
-                "jobmanager", ["bash", FLINK_HOME / "bin" / "jobmanager.sh", "start-foreground"], env=self._env()
-            )
-            wait_for(
-                lambda: http_json(f"{self.rest_url}/overview"), 180, "the JobManager's REST API", [self.jobmanager]
-            )
+            self._start_jobmanager()
             for _ in range(self.taskmanagers):
                 self.add_taskmanager()
             self.pool, self.pool_port = worker_pool(self.procs, env=self.pool_env)
@@ -358,6 +367,34 @@ class FlinkCluster:
             self.stop()
             raise
         return self
+
+    def _start_jobmanager(self, attempts: int = 2) -> None:
+        """The JobManager, up to ``attempts`` times with fresh ports while it exits before its REST API answers, as a
+        supervisor would restart a node: seen once in CI with the machine loaded, the JobManager's ResourceManager
+        failed as it started (exit 239, Flink's fatal uncaught exception). Each failure is printed with its log's
+        first error; the last one raises.
+
+        Raises:
+          EngineError: the JobManager exited ``attempts`` times, or its REST API did not answer within 180 s.
+        """
+        for attempt in range(1, attempts + 1):
+            # fresh ports: another process may have taken the ones free_port() found free before the JVM bound them
+            self.conf = self._conf()
+            self.jobmanager = self.procs.start(
+                "jobmanager", ["bash", FLINK_HOME / "bin" / "jobmanager.sh", "start-foreground"], env=self._env()
+            )
+            try:
+                wait_for(
+                    lambda: http_json(f"{self.rest_url}/overview"), 180, "the JobManager's REST API", [self.jobmanager]
+                )
+                return
+            except EngineError as e:
+                if self.jobmanager.popen.poll() is None or attempt == attempts:
+                    raise
+                print(f"[flink] the JobManager did not start (attempt {attempt} of {attempts}): {e}", file=sys.stderr)
+                self.procs.procs.remove(self.jobmanager)
+                log = self.jobmanager.log
+                log.rename(log.with_name(f"jobmanager-attempt{attempt}.log"))
 
     def start_job_server(self) -> Proc:
         """Beam's Flink job server on :attr:`job_port`, pointed at this cluster's REST port (again, after a test
