@@ -230,3 +230,24 @@ def test_pickled_names_reads_only_lists_of_strings(raw, names):
     from tfrecord_etl.transforms.sources.pdcategoricals import pickled_names
 
     assert pickled_names(np.bytes_(raw)) == names
+
+
+def test_a_column_of_missing_values_only_has_no_categories(tmp_path):
+    """pandas writes no category table for a column without categories (all missing) and reads zero categories:
+    every row is the empty string, verify --source agrees."""
+    source = write(tmp_path / "n.h5", pd.DataFrame({"c": pd.Categorical([None, None], categories=[])}))
+    got = converted(source, tmp_path / "out")
+    assert got["df/table/c"].tolist() == [b"", b""] and pd.read_hdf(source, "df")["c"].isna().all()
+    assert feature(tmp_path / "out", "df/table/c")["categories"]["values"] == []
+    verified(tmp_path / "out", source)
+
+
+def test_categories_of_dates_leave_the_codes_with_a_warning(tmp_path, caplog):
+    """Dates are stored as integers pandas converts back (microseconds here): no names, the codes are written."""
+    dates = pd.Categorical(pd.to_datetime(["2020-01-01", "2021-06-30", "2020-01-01"]))
+    source = write(tmp_path / "t.h5", pd.DataFrame({"t": dates}))
+    with caplog.at_level("WARNING", logger="tfrecord_etl"):
+        got = converted(source, tmp_path / "out")
+    assert got["df/table/values_block_0"][:, 0].tolist() == [0, 1, 0]
+    assert "categories" not in feature(tmp_path / "out", "df/table/values_block_0")
+    assert any("are datetime64" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]

@@ -14,17 +14,20 @@ such table when a column has no categories (all values missing): it reads zero c
 
 The column's name is read from ``F_kind`` by :func:`pickled_names`, which walks the pickle's opcodes
 (``pickletools.genops``: no code runs) and accepts only a list or tuple of strings; otherwise the field's name
-is kept. pandas' ``ordered`` flag is in the group's pickled ``info`` dictionary, which is not read: ``ordered``
+is kept. Categories of dates, times or periods (stored as integers pandas converts back) are not mapped: the codes
+are written (logged). pandas' ``ordered`` flag is in the group's pickled ``info`` dictionary, which is not read: ``ordered``
 is false here.
 """
 
 from __future__ import annotations
 
 import pickletools
+import re
 
 import numpy as np
 
 from tfrecord_etl.transforms.codec import Categories
+from tfrecord_etl.transforms.sources.base import log
 
 PICKLE_LIMIT = 65_536  # bytes of a pickled attribute parsed (a list of column names; a block of many is longer)
 _STRINGS = {
@@ -36,6 +39,9 @@ _STRINGS = {
     "SHORT_BINUNICODE",
     "BINUNICODE8",
 }
+# the ``values_dtype`` of a category table whose stored values are the names (text, numbers): dates, times and
+# periods are stored as integers pandas converts back (microseconds, ordinals), which are no names
+_NAMED_DTYPES = re.compile(r"(bytes|str|u?int|float|bool)\d*")
 _MEMO = {"PROTO", "FRAME", "PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"}  # bookkeeping: no value of its own
 
 
@@ -140,7 +146,17 @@ def table_columns(f, dset, base: str, names_of) -> list[tuple[str, str, Categori
         if f"{group}/meta/{field}" not in f:  # pandas wrote no categories: every value is missing
             values, origin = (), f"{where} (absent: no categories)"
         else:  # (names_of logs why a table holds no names)
-            values, origin = names_of(f.get(where), column), where
+            table = f.get(where)
+            stored = _text(getattr(table, "attrs", {}).get("values_dtype")) or ""
+            if stored and not _NAMED_DTYPES.fullmatch(stored):
+                log.warning(
+                    "The categories of the categorical column '%s' are %s values (%s): its codes are written",
+                    column,
+                    stored,
+                    where,
+                )
+                continue
+            values, origin = names_of(table, column), where
         if values is not None:
             out.append((column, feature, Categories(tuple(values), origin=origin), width == (1,)))
     return out
