@@ -251,3 +251,15 @@ def test_categories_of_dates_leave_the_codes_with_a_warning(tmp_path, caplog):
     assert got["df/table/values_block_0"][:, 0].tolist() == [0, 1, 0]
     assert "categories" not in feature(tmp_path / "out", "df/table/values_block_0")
     assert any("are datetime64" in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def test_a_column_name_that_is_no_list_of_strings_leaves_the_fields_name(tmp_path):
+    """``values_block_0_kind`` replaced by a pickle that would run code: never unpickled; the names are still
+    written, under the field's name."""
+    source = write(tmp_path / "a.h5")
+    with h5py.File(source, "r+") as f:
+        f["df/table"].attrs["values_block_0_kind"] = np.bytes_(pickle.dumps([Boom()], 0))
+    got = converted(source, tmp_path / "out")
+    assert "df/table/label" not in got
+    assert got["df/table/values_block_0"].tolist() == as_names(frame()["label"])
+    assert feature(tmp_path / "out", "df/table/values_block_0")["shape"] == []
