@@ -125,6 +125,8 @@ setuptools.setup(
             "xarray>=2024.1",
             # Spectral Python writes and reads ENVI image cubes: the ENVI source is checked against its files
             "spectral==0.25",
+            # PyTables: pandas' HDFStore (df.to_hdf(format="table")) writes the categorical test files with it
+            "tables>=3.9",
         ],
         # --runner DaskRunner (apache-beam[dask] asks for the same ranges); see docs/scale.md.
         "dask": ["dask>=2024.4.2", "distributed>=2024.4.2"],

@@ -23,15 +23,15 @@ MAX_FEATURES = (
 
 @dataclasses.dataclass(frozen=True)
 class Categories:
-    """The categories of a categorical column (an AnnData categorical, a CF ``flag_values`` variable).
+    """The categories of a categorical column (an AnnData or pandas categorical, a CF ``flag_values`` variable).
 
     Attributes:
       values: the category names, in the source's order.
       codes: the code of each name, as stored (CF ``flag_values``); None for pandas' codes ``0 .. len(values) - 1``.
-      ordered: pandas' ``ordered`` flag (CF flags: False).
+      ordered: pandas' ``ordered`` flag (CF flags and pandas ``HDFStore`` tables, where it is pickled: False).
       written: ``'strings'`` (the feature holds each row's category name, UTF-8 bytes; a missing value, code -1 or
         the CF ``_FillValue``, is the empty string) or ``'codes'`` (the feature holds the codes as stored).
-      missing: the code of a missing value (AnnData: -1; CF: the ``_FillValue``), or None.
+      missing: the code of a missing value (AnnData and pandas: -1; CF: the ``_FillValue``), or None.
       origin: where the names come from, e.g. ``/uns/louvain_categories`` or ``flag_meanings``.
     """
 

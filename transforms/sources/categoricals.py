@@ -11,6 +11,10 @@ The conventions:
   ``/obs/__categories/louvain``);
 - AnnData 0.6 (``/obs`` and ``/var`` compound datasets, an integer field ``louvain`` whose names are in
   ``/uns/louvain_categories``): scanpy's ``10x_pbmc68k_reduced.h5ad``;
+- pandas ``HDFStore`` tables (``format='table'``, PyTables; :mod:`pdcategoricals`): a field ``F`` of ``/df/table``
+  whose ``F_meta`` attribute is ``category``, its names in the table ``/df/meta/F/meta/table``: the names are
+  written under the column's name, ``df/table/label`` (one per row), the codes under the field's,
+  ``df/table/values_block_0`` (``df/table/label`` for a ``data_columns`` column);
 - CF conventions 3.5 (netCDF-4 and netCDF-3): an integer variable with ``flag_values`` and ``flag_meanings``
   (space-separated, one per value) and no ``flag_masks``; a variable with ``flag_masks`` holds bit fields, several
   meanings at once, and keeps its values.
@@ -29,6 +33,7 @@ import numpy as np
 
 from tfrecord_etl.transforms.codec import Categories, FeatureSpec
 from tfrecord_etl.transforms.errors import SchemaError, SourceError
+from tfrecord_etl.transforms.sources import pdcategoricals
 from tfrecord_etl.transforms.sources.base import log
 
 STRINGS, CODES = "strings", "codes"
@@ -39,11 +44,13 @@ FLAG = "--categoricals"
 @dataclasses.dataclass(frozen=True)
 class Column:
     """A categorical column of a file: ``column``, the name its codes are read under (``flatten_fields``'s name:
-    ``obs/louvain``, ``obs/louvain/codes``); ``feature``, the name it is written under; its ``categories``."""
+    ``obs/louvain``, ``obs/louvain/codes``); ``feature``, the name it is written under; its ``categories``;
+    ``squeeze``: its codes are a width-1 axis of one column (a pandas block) and one name per row is written."""
 
     column: str
     feature: str
     categories: Categories
+    squeeze: bool = False
 
 
 def _text(value) -> str:
@@ -55,13 +62,17 @@ def _text(value) -> str:
 MAX_CATEGORIES = 1_000_000  # names read for one column (about 30 MB of cell ids); a column of more keeps its codes
 
 
-def _names(dset, column: str) -> tuple[str, ...] | None:
-    """The category names the dataset ``dset`` holds (1-d: strings, UTF-8; numbers as their decimal text), or None
-    (logged: the column is written as its codes) when it holds something else or more than :data:`MAX_CATEGORIES`."""
+def _names(dset, column: str, field: str | None = None) -> tuple[str, ...] | None:
+    """The category names the dataset ``dset`` (or its compound field ``field``) holds (1-d: strings, UTF-8;
+    numbers as their decimal text), or None (logged: the column is written as its codes) when it holds something
+    else or more than :data:`MAX_CATEGORIES`."""
     import h5py
 
-    if not isinstance(dset, h5py.Dataset) or dset.ndim != 1 or dset.dtype.fields is not None:
-        what = "not a dataset" if not isinstance(dset, h5py.Dataset) else f"a {dset.ndim}-d {dset.dtype} dataset"
+    dtype = getattr(dset, "dtype", None)
+    if field is not None and dtype is not None and dtype.names is not None and field in dtype.names:
+        dtype = dtype.fields[field][0]
+    if not isinstance(dset, h5py.Dataset) or dset.ndim != 1 or dtype.fields is not None or dtype.subdtype:
+        what = "not a dataset" if not isinstance(dset, h5py.Dataset) else f"a {dset.ndim}-d {dtype} dataset"
         log.warning("The categories of the categorical column '%s' are %s: its codes are written", column, what)
         return None
     if dset.shape[0] > MAX_CATEGORIES:
@@ -73,7 +84,7 @@ def _names(dset, column: str) -> tuple[str, ...] | None:
         )
         return None
     try:
-        return tuple(_text(v) for v in dset[()])
+        return tuple(_text(v) for v in (dset[()] if field is None else dset.fields(field)[()]))
     except (UnicodeDecodeError, TypeError, ValueError) as e:
         log.warning("'%s' holds no category names (%s): its column '%s' is written as its codes", dset.name, e, column)
         return None
@@ -125,6 +136,10 @@ def hdf5_columns(f, names: Sequence[str]) -> list[Column]:
         if not isinstance(dset, h5py.Dataset):
             continue
         base = name.strip("/")
+        if dset.dtype.fields is not None and pdcategoricals.is_table(dset):  # pandas HDFStore (format='table')
+            found = pdcategoricals.table_columns(f, dset, base, lambda d, c: _names(d, c, "values"))
+            out += [Column(column, feature, cats, squeeze) for column, feature, cats, squeeze in found]
+            continue
         if dset.dtype.fields is not None:  # AnnData 0.6: /obs, /var compounds, names in /uns/<field>_categories
             if base in ("obs", "var") and _anndata_root(f):
                 for field in dset.dtype.names:
@@ -201,7 +216,8 @@ def _width(categories: Categories) -> int:
 
 def apply_specs(specs: Sequence[FeatureSpec], columns: Sequence[Column], mode: str, where: str) -> list[FeatureSpec]:
     """``specs`` with each categorical column's spec: ``categories`` set; in strings mode renamed to its feature and
-    of dtype ``|S<longest name in UTF-8 bytes>`` (one name per value of the codes).
+    of dtype ``|S<longest name in UTF-8 bytes>`` (one name per value of the codes; a ``squeeze`` column without its
+    width-1 axis).
 
     Raises:
       SchemaError: strings mode and a column whose names cannot be told from a missing value (an empty name) or
@@ -228,7 +244,8 @@ def apply_specs(specs: Sequence[FeatureSpec], columns: Sequence[Column], mode: s
                 file=where,
                 hint=f"pass {FLAG} codes to write its codes (the names stay in metadata.json)",
             )
-        out.append(dataclasses.replace(spec, name=c.feature, dtype=f"|S{_width(cats)}", categories=cats))
+        shape = spec.shape[1:] if c.squeeze and spec.shape and spec.shape[0] == 1 else spec.shape
+        out.append(dataclasses.replace(spec, name=c.feature, dtype=f"|S{_width(cats)}", shape=shape, categories=cats))
     return out
 
 
@@ -265,7 +282,8 @@ def to_strings(codes: np.ndarray, categories: Categories, path: str, column: str
 
 def apply_columns(columns: dict, found: Sequence[Column], mode: str, path: str, first_row: int) -> dict:
     """The columns a source read (``{name: array}``) with, in strings mode, each categorical column renamed to its
-    feature and its codes replaced by their names (:func:`to_strings`); in codes mode as read."""
+    feature and its codes replaced by their names (:func:`to_strings`; a ``squeeze`` column without its width-1
+    axis); in codes mode as read."""
     if not found or mode == CODES:
         return columns
     by_column = {c.column: c for c in found}
@@ -275,5 +293,8 @@ def apply_columns(columns: dict, found: Sequence[Column], mode: str, path: str, 
         if c is None:
             out[name] = array
         else:
-            out[c.feature] = to_strings(array, c.categories, path, name, first_row)
+            codes = np.asarray(array)
+            if c.squeeze and codes.ndim > 1 and codes.shape[1] == 1:
+                codes = codes[:, 0]
+            out[c.feature] = to_strings(codes, c.categories, path, name, first_row)
     return out

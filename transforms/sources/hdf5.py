@@ -258,7 +258,9 @@ class Hdf5Source(ContainerSource):
             found = self._classified(f, path, skipped, [])
         items, sizes, spec = [], [], None  # a small record per dataset: its name and size (the specs merged)
         for full, dset, kind in found:
-            if kind in (layout.INTERNAL, layout.DIMENSION, layout.EMPTY):
+            if kind in (layout.INTERNAL, layout.DIMENSION, layout.EMPTY) or (
+                kind in (layout.PYTABLES_INDEX, layout.PANDAS_META) and not names  # named: converted as asked
+            ):
                 if kind != layout.INTERNAL:
                     skipped.setdefault(kind, []).append(full)
                 continue

@@ -19,12 +19,17 @@ Container formats built on HDF5 and what this module knows of them:
   ``char``) become strings, one per row (:mod:`mattext`), and a cell of char row vectors inside a cell or a struct
   array one list of strings; logicals uint8: exact. A sparse matrix (a group of compressed columns) is read as its
   dense twin ``full(S)`` (:mod:`matsparse`).
+* PyTables and pandas ``HDFStore`` (``format='table'``): a table is a compound dataset (``CLASS`` ``TABLE``); the
+  search indexes PyTables keeps beside it (``/df/_i_table/<column>/...``, ``CLASS`` ``INDEXARRAY``,
+  ``CACHEARRAY``, ``LASTROWARRAY``, ``EARRAY``) are never data, nor are the category tables pandas writes for its
+  categorical columns (``/df/meta/<field>/meta/table``: :mod:`pdcategoricals` maps the column's codes to them).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 
@@ -49,7 +54,7 @@ NETCDF_DIMENSION_ONLY = b"This is a netCDF dimension but not a netCDF variable"
 
 # kinds of a dataset; rows mode converts DATA and SCALE (coordinate variables: real values on their dimension),
 # datasets mode also SCALAR and the cells of CELL; the others are listed and skipped
-DATA, SCALAR, SCALE, DIMENSION, CELL, EMPTY, INTERNAL = (
+DATA, SCALAR, SCALE, DIMENSION, CELL, EMPTY, INTERNAL, PYTABLES_INDEX, PANDAS_META = (
     "dataset",
     "scalar",
     "dimension-scale",
@@ -57,7 +62,12 @@ DATA, SCALAR, SCALE, DIMENSION, CELL, EMPTY, INTERNAL = (
     "matlab-cell",
     "matlab-empty",
     "matlab-internal",
+    "pytables-index",
+    "pandas-categories",
 )
+PYTABLES_INDEX_CLASSES = (b"INDEXARRAY", b"CACHEARRAY", b"LASTROWARRAY", b"EARRAY")
+_PYTABLES_INDEX_PATH = re.compile(r".*/_i_[^/]+/[^/]+/[^/]+")  # /<where>/_i_<table>/<column>/<array>
+_PANDAS_META_PATH = re.compile(r".*/meta/[^/]+/meta/table")  # /<key>/meta/<field>/meta/table
 
 
 def walk(f):
@@ -108,15 +118,21 @@ def is_keras(f) -> bool:
 
 
 def kind_of(dset, path: str) -> str:
-    """The kind of dataset ``dset`` at ``path`` (one of DATA, SCALAR, SCALE, DIMENSION, CELL, EMPTY, INTERNAL)."""
+    """The kind of dataset ``dset`` at ``path`` (one of DATA, SCALAR, SCALE, DIMENSION, CELL, EMPTY, INTERNAL,
+    PYTABLES_INDEX, PANDAS_META)."""
     import h5py
 
     if path.startswith(tuple(p + "/" for p in MATLAB_INTERNAL)):
         return INTERNAL
     attrs = dset.attrs
-    if attrs.get("CLASS") == b"DIMENSION_SCALE":
+    cls = attrs.get("CLASS")
+    if cls == b"DIMENSION_SCALE":
         name = attrs.get("NAME", b"")
         return DIMENSION if isinstance(name, bytes) and name.startswith(NETCDF_DIMENSION_ONLY) else SCALE
+    if cls in PYTABLES_INDEX_CLASSES and _PYTABLES_INDEX_PATH.fullmatch(path):
+        return PYTABLES_INDEX
+    if cls == b"TABLE" and _PANDAS_META_PATH.fullmatch(path) and "values_kind" in attrs:
+        return PANDAS_META
     if is_empty(dset, path) or (isinstance(dset, SparseView) and dset.size == 0):
         return EMPTY
     try:

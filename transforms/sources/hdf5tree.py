@@ -315,6 +315,8 @@ def render_tree(tree: dict) -> str:
                 "dimension-scale": "  [coordinate variable]",
                 "unsupported dtype": "  [unsupported dtype: convert refuses it]",
                 "matlab-cell": "  [MATLAB cell: --container_mode datasets converts each cell]",
+                layout.PYTABLES_INDEX: "  [PyTables search index: skipped by convert]",
+                layout.PANDAS_META: "  [pandas category names: convert writes its table's column as them]",
             }.get(o["kind"], f"  [{o['kind']}: skipped by convert]")
             if o.get("matlab"):
                 extra.append("MATLAB column-major: rows on the last axis")

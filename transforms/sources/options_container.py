@@ -45,8 +45,8 @@ class ContainerOptions(FormatOptions):
 
     categoricals: Literal["strings", "codes"] = Field(
         "strings",
-        description="hdf5/netcdf3: a categorical column (AnnData categories, CF flag_values with "
-        "flag_meanings) is written as its category names, UTF-8 bytes, a missing value as the empty string "
+        description="hdf5/netcdf3: a categorical column (AnnData and pandas HDFStore categories, CF "
+        "flag_values with flag_meanings) is written as its category names, UTF-8 bytes, a missing value as the empty string "
         "(strings), or as its integer codes as stored (codes); metadata.json and schema.pbtxt keep the names "
         "either way",
     )
