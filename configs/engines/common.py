@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 import time
 
 import pytest
@@ -26,7 +27,8 @@ def run(module: str, args, engine_flags, timeout: float = 420, env: dict | None 
     """``python -m pipelines.<module> ARGS ENGINE_FLAGS`` from the checkout; returns the CompletedProcess (text)."""
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3", **(env or {})}  # env wins
     full_env.pop("TFRECORD_ETL_FAILPOINT", None)
-    return subprocess.run(
+    started = time.monotonic()
+    proc = subprocess.run(
         [PYTHON, "-m", f"pipelines.{module}", *map(str, args), *engine_flags],
         cwd=ROOT,
         env=full_env,
@@ -34,6 +36,9 @@ def run(module: str, args, engine_flags, timeout: float = 420, env: dict | None 
         text=True,
         timeout=timeout,
     )
+    # where a test's time goes (pytest -s, or a failed test's captured stderr)
+    print(f"[engines] {module} {' '.join(map(str, args))[:160]}: {time.monotonic() - started:.1f} s", file=sys.stderr)
+    return proc
 
 
 def start(module: str, args, engine_flags, log: pathlib.Path):

@@ -277,7 +277,8 @@ class FlinkCluster:
     """A Flink session cluster (one JobManager, ``taskmanagers`` TaskManagers with ``slots`` slots each, every one a
     JVM of its own), Beam's Flink job server pointed at its REST port, and a worker pool.
 
-    ``restarts``: the cluster's restart strategy, ``(attempts, delay_s)`` (fixed delay) or None (no restart)."""
+    ``restarts``: the cluster's restart strategy, ``(attempts, delay_s)`` (fixed delay) or None (no restart);
+    ``metaspace_mb``: each TaskManager's metaspace (MB; ``flinkmemory.METASPACE_MB`` when None)."""
 
     def __init__(
         self,
@@ -287,9 +288,13 @@ class FlinkCluster:
         restarts: tuple | None = (3, 10),
         pool_env: dict | None = None,
         wrap=None,
+        metaspace_mb: int | None = None,
     ):
+        from configs.engines import flinkmemory  # it imports this module
+
         self.workdir = pathlib.Path(workdir)
         self.taskmanagers, self.slots, self.restarts = taskmanagers, slots, restarts
+        self.metaspace_mb = metaspace_mb or flinkmemory.METASPACE_MB
         self.pool_env = pool_env
         self.procs = Processes(self.workdir / "logs", wrap=wrap)
         self.tms: list[Proc] = []
@@ -316,7 +321,7 @@ class FlinkCluster:
             "taskmanager.data.port": "0",
             "jobmanager.memory.process.size": "768m",
             # room for the classes Beam's runner loads again for every job (flinkmemory: about 35 jobs)
-            **flinkmemory.conf(),
+            **flinkmemory.conf(self.metaspace_mb),
             "taskmanager.numberOfTaskSlots": self.slots,
             "env.java.opts": ADD_OPENS,
             "io.tmp.dirs": str(self.workdir / "tmp"),

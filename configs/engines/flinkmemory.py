@@ -19,16 +19,16 @@ from configs.engines.engines import http_json, wait_for
 # committed only as classes load: 3 clusters of 2 TaskManagers (the engines stage's most) at most 6 x 1.75 GB of
 # the machine's 24 GB, about 1.3 GB each with recycle() at half of it.
 METASPACE_MB = 1024
-TASKMANAGER_PROCESS_MB = 1024 - 256 + METASPACE_MB
 RECYCLE_FRACTION = 0.5
 DONE = ("FINISHED", "FAILED", "CANCELED", "SUSPENDED")
 
 
-def conf() -> dict:
-    """The flink-conf.yaml lines that size a TaskManager's memory (``FlinkCluster._conf``)."""
+def conf(metaspace_mb: int = METASPACE_MB) -> dict:
+    """The flink-conf.yaml lines that size a TaskManager's memory (``FlinkCluster._conf``): ``metaspace_mb`` of
+    metaspace (MB), the process grown by as much over Flink's 256 MB default."""
     return {
-        "taskmanager.memory.process.size": f"{TASKMANAGER_PROCESS_MB}m",
-        "taskmanager.memory.jvm-metaspace.size": f"{METASPACE_MB}m",
+        "taskmanager.memory.process.size": f"{1024 - 256 + metaspace_mb}m",
+        "taskmanager.memory.jvm-metaspace.size": f"{metaspace_mb}m",
     }
 
 
