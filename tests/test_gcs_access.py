@@ -264,3 +264,52 @@ def test_the_reader_fails_at_once_when_the_emulator_cannot_be_reached(tmp_path, 
         f"gs://bucket/out/collection.json: 127.0.0.1:{port}: {reason} Hint: start the emulator there, or set "
         "STORAGE_EMULATOR_HOST to its address (unset it to use Google Cloud Storage)"
     ), ran.stdout + ran.stderr[-3000:]
+
+
+WORKER_PROBE = """
+import sys
+from apache_beam.internal.gcp import auth
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.gcp import gcsio
+from apache_beam.options.pipeline_options import PipelineOptions
+from tfrecord_etl.transforms.storage import fileio, remote
+# Beam's search for credentials (4 retries with backoff where there are none), recorded instead of run
+auth._Credentials._get_service_credentials = staticmethod(lambda options: print("searched") or None)
+options = PipelineOptions(sys.argv[2:])
+if sys.argv[1] == "options":
+    FileSystems.set_options(options)  # as an SDK harness sets the job's options
+    fileio._beam_filesystems()  # our first use of Beam's filesystems in the process
+    gcsio.create_storage_client(options)  # then Beam's GCS filesystem makes its client
+else:
+    remote._gcs_client(type("FS", (), {"_pipeline_options": options})())  # the ranged reader's client, made first
+print("done")
+"""
+
+
+@pytest.mark.parametrize(
+    "entry,argv,emulator,anonymous",
+    [
+        ("options", [], True, True),  # a worker of a job on an emulator (the worker pool's environment)
+        ("options", ["--no_auth"], False, True),  # a worker of a job on public buckets
+        ("options", [], False, False),  # real GCS with credentials to find: Beam's own search, as before
+        ("client", [], True, True),  # the ranged reader's client, made first
+        ("client", ["--no_auth"], False, True),
+    ],
+)
+def test_a_worker_skips_the_credential_search_where_no_credentials_apply(entry, argv, emulator, anonymous):
+    """Every process that opens gs:// objects (a worker too, which never runs the launcher's setup) connects
+    anonymously to an emulator or with --no_auth, instead of Beam's search for credentials: about 20 s of retries
+    per process where there are none (measured 23 s for one SDK harness against fake-gcs-server), which every job
+    of the engines stage on gs:// paid in each of its workers."""
+    env = {k: v for k, v in os.environ.items() if k != "STORAGE_EMULATOR_HOST"}
+    if emulator:
+        env["STORAGE_EMULATOR_HOST"] = "http://127.0.0.1:9"  # never connected to: only the credentials are made
+    proc = subprocess.run(
+        [sys.executable, "-c", WORKER_PROBE, entry, *argv],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == (["done"] if anonymous else ["searched", "done"]), proc.stdout

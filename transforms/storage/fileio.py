@@ -37,6 +37,8 @@ def _beam_filesystems():
             FileSystems = None
         _BEAM.append(FileSystems)
     fs = _BEAM[0]
+    if fs is not None:  # a worker too: gs:// on an emulator or with --no_auth needs no 20 s credential search
+        gcsaccess.anonymous_where_no_credentials_apply(fs._pipeline_options)
     if fs is not None and fs._pipeline_options is None:
         # a process that never built a pipeline nor ran a command (the reader, verify or inspect from Python, a
         # notebook): Beam's S3 filesystem refuses to work without options ("Must provide one of client or

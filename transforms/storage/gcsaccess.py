@@ -279,3 +279,27 @@ def connect_to_gcs_anonymously() -> None:
             auth._Credentials._credentials_init, auth._Credentials._credentials = True, None
     except (ImportError, AttributeError):
         pass
+
+
+_ANONYMOUS: list[bool] = []  # anonymous_where_no_credentials_apply made this process's clients anonymous
+
+
+def anonymous_where_no_credentials_apply(options=None) -> None:
+    """Makes this process's gs:// clients anonymous (:func:`connect_to_gcs_anonymously`) when ``STORAGE_EMULATOR_HOST``
+    names an emulator or the pipeline ``options`` (Beam's ``PipelineOptions``, or None) say ``--no_auth``: in every
+    process that opens gs:// objects, the launcher and each worker (an SDK harness on Flink, Spark or Prism), before
+    Beam's GCS filesystem searches for credentials (about 20 s per process where there are none: measured 23 s for
+    ``gcsio.create_storage_client`` against fake-gcs-server). Once per process; nothing otherwise."""
+    if _ANONYMOUS:
+        return
+    no_auth = False
+    if options is not None:
+        try:
+            from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+            no_auth = bool(options.view_as(GoogleCloudOptions).no_auth)
+        except Exception:  # noqa: BLE001 - options of another shape: the search stays Beam's
+            no_auth = False
+    if os.environ.get(EMULATOR_VAR) or no_auth:
+        connect_to_gcs_anonymously()
+        _ANONYMOUS.append(True)

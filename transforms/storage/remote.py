@@ -14,7 +14,7 @@ import threading
 import time
 import weakref
 
-from tfrecord_etl.transforms.storage import lightfs
+from tfrecord_etl.transforms.storage import gcsaccess, lightfs
 
 CLIENTS_LOCK = threading.Lock()
 CLIENTS: dict[tuple[str, str], object] = {}  # one client per process, scheme and options (both kinds thread-safe)
@@ -260,6 +260,7 @@ def _gcs_client(fs):
         from apache_beam.io.gcp import gcsio
         from apache_beam.options.pipeline_options import PipelineOptions
 
+        gcsaccess.anonymous_where_no_credentials_apply(options)
         return gcsio.create_storage_client(options if options is not None else PipelineOptions())
 
     return _client("gs", options, make)
