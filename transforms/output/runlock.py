@@ -15,6 +15,7 @@ same stale lock at the same moment can both pass the read, which is the window l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -151,13 +152,7 @@ class Lock:
         conditional.check_conditional_writes(fileio.dirname(self.path))  # the lock rests on them
         for attempt in range(2):
             if fileio.is_local(self.path):
-                try:
-                    fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-                except FileExistsError:
-                    pass
-                else:
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(data)
+                if _create_local(self.path, data):
                     self.held = True
                     return self
             elif _create(self.path, data) and (read_json(self.path) or {}).get("run_id") == self.run_id:
@@ -208,10 +203,10 @@ class Lock:
             if record.get("run_id") == self.run_id:
                 data = json.dumps(dict(record, run_id=self.run_id + CLOSED)).encode()
                 if fileio.is_local(self.path):
-                    try:
+                    # a full disk: the lock stays open, and the workers are stopped already
+                    # (``pipelines.common.run_pipeline``), so what this run wrote is still removed
+                    with contextlib.suppress(OSError):
                         _replace_local(self.path, data)
-                    except OSError:  # a full disk: the lock stays open, and the workers are stopped already
-                        pass  # (``pipelines.common.run_pipeline``), so what this run wrote is still removed
                 else:
                     conditional.write_if_version(self.path, data, version or conditional.ABSENT)
             elif record.get("run_id") not in (None, self.run_id + CLOSED):
@@ -234,10 +229,10 @@ class Lock:
             if exc[0] is not None and self.held and self.discard is not None:
                 self._discard_uncommitted()
                 if self.output_state is not None and exc[1] is not None:
-                    try:  # for the error's one line (pipelines.common): which output the directory holds
+                    # for the error's one line (pipelines.common): which output the directory holds (an exception
+                    # type without a __dict__: the line says less)
+                    with contextlib.suppress(Exception):
                         setattr(exc[1], OUTPUT_STATE, self.output_state)
-                    except Exception:  # noqa: BLE001 - an exception type without a __dict__: the line says less
-                        pass
             self.release()
             saved = getattr(self, "_saved_env", None)
             if saved is None:
@@ -364,6 +359,40 @@ def lock_temp(lock_path: str, pid: int | None = None) -> str:
 LOCK_TEMP = re.compile(r"^\.tf-etl\.lock\.(?P<pid>\d+)$")  # lock_temp's names: ours, removed by the next run
 
 
+def _create_local(path: str, data: bytes) -> bool:
+    """Creates the local file ``path`` holding ``data`` unless it exists (False), in one step a kill cannot split:
+    written to :func:`lock_temp`, hard-linked to ``path`` (``link`` fails on an existing file, as ``O_EXCL``), the
+    temporary unlinked. A launcher killed then leaves no lock or a complete one (stale at once), never the empty
+    one ``O_CREAT|O_EXCL`` and a write left between the two (refused for a minute). No hard links: those two."""
+    with _CREATING:  # one temporary name per process (lock_temp): threads take turns
+        return _create_local_once(path, data)
+
+
+_CREATING = threading.Lock()
+
+
+def _create_local_once(path: str, data: bytes) -> bool:
+    temp = lock_temp(path)
+    try:
+        with open(temp, "wb") as f:
+            f.write(data)
+        failpoint("lock-written")
+        os.link(temp, path)
+        failpoint("lock-linked")
+    except FileExistsError:
+        return False
+    except OSError:  # no hard links here (some FUSE and SMB mounts)
+        try:
+            with os.fdopen(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644), "wb") as f:
+                f.write(data)
+        except FileExistsError:
+            return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+    return True
+
+
 def _replace_local(path: str, data: bytes) -> None:
     """Replaces the local file ``path`` with ``data`` (a temporary beside it, renamed over it); on any error the
     temporary is deleted and the error raised (a full disk used to leave a 0-byte ``.tf-etl.lock.<pid>``)."""
@@ -373,10 +402,8 @@ def _replace_local(path: str, data: bytes) -> None:
             f.write(data)
         os.replace(temp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(temp)
-        except OSError:
-            pass
         raise
 
 

@@ -28,7 +28,8 @@ def failpoint(stage: str) -> None:
     it (``STAGE:launcher`` kills the launcher holding the run's lock instead, from a worker process; ``:INT`` sends
     SIGINT, a Ctrl-C, instead of SIGKILL): how the tests crash a run at a chosen moment (``prepared``: lock and
     marker written; ``shard-opened``: a shard's temporary file created, nothing written to it yet, in the process
-    that writes it; ``shard-committed``: a shard renamed into place, in the process that wrote it;
+    that writes it; ``lock-written`` / ``lock-linked``: a local lock's temporary written, not yet linked / linked,
+    not yet unlinked; ``shard-committed``: a shard renamed into place, in the process that wrote it;
     ``before-commit``: every shard final, no metadata yet; ``committed``: ``metadata.json`` written, the replaced
     files not yet deleted; ``before-collection-commit``: a span's output committed, ``collection.json`` not yet)
     instead of after a sleep. ``:once`` fires in the first process that reaches the stage only (it creates the file
