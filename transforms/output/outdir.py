@@ -8,7 +8,7 @@ The guarantees:
   (``.tf-etl-run.json``, written before the first shard; ``.tfrecord-etl-run.json`` in earlier versions) or its
   ``metadata.json`` lists it, or it is a temporary of such a file (``.tmp-<32 hex>-<name_key>``; earlier
   ``.tmp-<listed name>-<hex>``) or the Beam temp dir of a listed run (``beam-temp-<prefix>-<hex>``); the lock's
-  temporary (``.tf-etl.lock.<pid>``, :data:`runlock.LOCK_TEMP`) is removed by the run holding the lock. Names alone
+  temporary (``.tf-etl.lock.<pid>``, :data:`lockfile.LOCK_TEMP`) is removed by the run holding the lock. Names alone
   never make a file ours: another tool's ``data-00000-of-00002.tfrecord.gz`` in a directory without our marker is
   not ours. No name of ours but the shards matches the usual shard patterns (``*.tfrecord*``, ``data-*``, ...).
 - **Anything else makes a run refuse** unless ``--overwrite``; with ``--overwrite`` our files are
@@ -60,11 +60,11 @@ from tfrecord_etl.transforms.output.listing import (  # noqa: F401 - the names o
     owned,
     temp_of,
 )
+from tfrecord_etl.transforms.output.lockfile import LOCK_TEMP
 from tfrecord_etl.transforms.output.runlock import (  # noqa: F401
     FAILPOINT_ENV,
     LEGACY_LOCK_FILE,
     LOCK_FILE,
-    LOCK_TEMP,
     RUN_ENV,
     Lock,
     check_commit,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import socket
 import sys
@@ -27,6 +26,7 @@ import time
 
 from tfrecord_etl.transforms.errors import ConfigError, OutputError
 from tfrecord_etl.transforms.output import runtime
+from tfrecord_etl.transforms.output.lockfile import create_local, replace_local
 from tfrecord_etl.transforms.output.runtime import (  # noqa: F401 - runtime's names, used here and by others
     FAILPOINT_ENV,
     FAILPOINT_ONCE_ENV,
@@ -152,7 +152,7 @@ class Lock:
         conditional.check_conditional_writes(fileio.dirname(self.path))  # the lock rests on them
         for attempt in range(2):
             if fileio.is_local(self.path):
-                if _create_local(self.path, data):
+                if create_local(self.path, data):
                     self.held = True
                     return self
             elif _create(self.path, data) and (read_json(self.path) or {}).get("run_id") == self.run_id:
@@ -206,7 +206,7 @@ class Lock:
                     # a full disk: the lock stays open, and the workers are stopped already
                     # (``pipelines.common.run_pipeline``), so what this run wrote is still removed
                     with contextlib.suppress(OSError):
-                        _replace_local(self.path, data)
+                        replace_local(self.path, data)
                 else:
                     conditional.write_if_version(self.path, data, version or conditional.ABSENT)
             elif record.get("run_id") not in (None, self.run_id + CLOSED):
@@ -348,63 +348,6 @@ def check_commit(final: str) -> None:
         file=fileio.dirname(final),
         hint="nothing of this run is committed; run the command again",
     )
-
-
-def lock_temp(lock_path: str, pid: int | None = None) -> str:
-    """The temporary a run (``pid``, default this process) writes the closed lock to before renaming it over
-    ``lock_path``: ``.tf-etl.lock.<pid>`` (``outdir`` knows the name as ours: :data:`LOCK_TEMP`)."""
-    return f"{lock_path}.{os.getpid() if pid is None else pid}"
-
-
-LOCK_TEMP = re.compile(r"^\.tf-etl\.lock\.(?P<pid>\d+)$")  # lock_temp's names: ours, removed by the next run
-
-
-def _create_local(path: str, data: bytes) -> bool:
-    """Creates the local file ``path`` holding ``data`` unless it exists (False), in one step a kill cannot split:
-    written to :func:`lock_temp`, hard-linked to ``path`` (``link`` fails on an existing file, as ``O_EXCL``), the
-    temporary unlinked. A launcher killed then leaves no lock or a complete one (stale at once), never the empty
-    one ``O_CREAT|O_EXCL`` and a write left between the two (refused for a minute). No hard links: those two."""
-    with _CREATING:  # one temporary name per process (lock_temp): threads take turns
-        return _create_local_once(path, data)
-
-
-_CREATING = threading.Lock()
-
-
-def _create_local_once(path: str, data: bytes) -> bool:
-    temp = lock_temp(path)
-    try:
-        with open(temp, "wb") as f:
-            f.write(data)
-        failpoint("lock-written")
-        os.link(temp, path)
-        failpoint("lock-linked")
-    except FileExistsError:
-        return False
-    except OSError:  # no hard links here (some FUSE and SMB mounts)
-        try:
-            with os.fdopen(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644), "wb") as f:
-                f.write(data)
-        except FileExistsError:
-            return False
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-    return True
-
-
-def _replace_local(path: str, data: bytes) -> None:
-    """Replaces the local file ``path`` with ``data`` (a temporary beside it, renamed over it); on any error the
-    temporary is deleted and the error raised (a full disk used to leave a 0-byte ``.tf-etl.lock.<pid>``)."""
-    temp = lock_temp(path)
-    try:
-        with open(temp, "wb") as f:
-            f.write(data)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
 
 
 def _describe(record: dict | None) -> str:
