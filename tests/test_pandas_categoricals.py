@@ -7,7 +7,6 @@ The files are written by pandas + PyTables; expected values come from ``pd.read_
 
 from __future__ import annotations
 
-import json
 import pickle
 
 import h5py
@@ -15,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import convert, run_command
-from tfrecord_etl.transforms import reader
+from tests.test_categoricals import converted, feature, verified
 
 pd = pytest.importorskip("pandas")
 pytest.importorskip("tables")  # PyTables: pandas' HDFStore writer (setup.py's "test" extra)
@@ -41,32 +40,6 @@ def write(path, df=None, **kwargs):
         warnings.simplefilter("ignore")  # (PyTables' NaturalNameWarning and the like)
         (frame() if df is None else df).to_hdf(path, key="df", format="table", **kwargs)
     return path
-
-
-def metadata(out) -> dict:
-    return json.loads((out / "metadata.json").read_text())
-
-
-def feature(out, name) -> dict:
-    return next(f for f in metadata(out)["features"] if f["name"] == name)
-
-
-def rows(out) -> dict:
-    batches = list(reader.iter_numpy(str(out), batch_size=10_000))
-    return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
-
-
-def converted(source, out, *flags) -> dict:
-    code, _, err = convert(str(source), str(out), *flags)
-    assert code == 0, err
-    return rows(out)
-
-
-def verified(out, source) -> None:
-    from tfrecord_etl.pipelines import verify
-
-    code, stdout, err = run_command(verify.main, [str(out), "--source", str(source)])
-    assert code == 0, stdout + err
 
 
 def as_names(series) -> list[bytes]:
