@@ -30,7 +30,6 @@ from tfrecord_etl.transforms import codec, compression
 from tfrecord_etl.transforms.errors import ConfigError, EtlError, printable
 from tfrecord_etl.transforms.output import tfrecord
 from tfrecord_etl.transforms.storage import fileio, gcsaccess, remote as remote_store
-from tfrecord_etl.transforms.storage.gcsaccess import connect_to_gcs_anonymously  # re-exported
 
 
 def quiet_logs(verbose: bool) -> None:
@@ -293,10 +292,9 @@ def configure_filesystems(beam_argv: list[str], paths=()) -> None:
         from apache_beam.options.pipeline_options import PipelineOptions
     except ImportError:  # the reader's install (verify, inspect): no Beam options; see transforms/storage/lightfs.py
         return
-    FileSystems.set_options(PipelineOptions(argv))
-    if os.environ.get("STORAGE_EMULATOR_HOST") or "--no_auth" in argv:
-        connect_to_gcs_anonymously()
-    elif remote:
+    options = PipelineOptions(argv)
+    FileSystems.set_options(options)
+    if not gcsaccess.anonymous_where_no_credentials_apply(options) and remote:
         gcsaccess.search_credentials(remote, argv)
 
 

@@ -181,12 +181,11 @@ def server(bucket: str, preconditions: bool = True) -> Iterator[int]:
 def emulator_host(url: str) -> Iterator[str]:
     """``STORAGE_EMULATOR_HOST=url`` while the block runs (google-cloud-storage, so Beam's GCS filesystem and our
     reads, go there), the clients our ``fileio`` cached dropped before and after; the old value restored."""
-    from tfrecord_etl.pipelines import common
-    from tfrecord_etl.transforms.storage import remote
+    from tfrecord_etl.transforms.storage import gcsaccess, remote
 
     saved = os.environ.get("STORAGE_EMULATOR_HOST")
     os.environ["STORAGE_EMULATOR_HOST"] = url
-    common.connect_to_gcs_anonymously()  # the emulator takes no credentials: no 20 s search for them
+    gcsaccess.connect_to_gcs_anonymously()  # the emulator takes no credentials: no 20 s search for them
     remote.CLIENTS.clear()
     try:
         yield url

@@ -281,17 +281,20 @@ def connect_to_gcs_anonymously() -> None:
         pass
 
 
-_ANONYMOUS: list[bool] = []  # anonymous_where_no_credentials_apply made this process's clients anonymous
+_ANONYMOUS: list = []  # [True, _] once this process's clients are anonymous; else [options, emulator] last checked
 
 
-def anonymous_where_no_credentials_apply(options=None) -> None:
+def anonymous_where_no_credentials_apply(options=None) -> bool:
     """Makes this process's gs:// clients anonymous (:func:`connect_to_gcs_anonymously`) when ``STORAGE_EMULATOR_HOST``
     names an emulator or the pipeline ``options`` (Beam's ``PipelineOptions``, or None) say ``--no_auth``: in every
     process that opens gs:// objects, the launcher and each worker (an SDK harness on Flink, Spark or Prism), before
     Beam's GCS filesystem searches for credentials (about 20 s per process where there are none: measured 23 s for
-    ``gcsio.create_storage_client`` against fake-gcs-server). Once per process; nothing otherwise."""
-    if _ANONYMOUS:
-        return
+    ``gcsio.create_storage_client`` against fake-gcs-server). Returns whether the clients are anonymous. Decided once
+    per process (and options object: called on every use of Beam's filesystems, it reads the options only when
+    they are new)."""
+    emulator = os.environ.get(EMULATOR_VAR)
+    if _ANONYMOUS and (_ANONYMOUS[0] is True or (_ANONYMOUS[0] is options and _ANONYMOUS[1] == emulator)):
+        return _ANONYMOUS[0] is True
     no_auth = False
     if options is not None:
         try:
@@ -300,6 +303,8 @@ def anonymous_where_no_credentials_apply(options=None) -> None:
             no_auth = bool(options.view_as(GoogleCloudOptions).no_auth)
         except Exception:  # noqa: BLE001 - options of another shape: the search stays Beam's
             no_auth = False
-    if os.environ.get(EMULATOR_VAR) or no_auth:
+    anonymous = bool(emulator) or no_auth
+    if anonymous:
         connect_to_gcs_anonymously()
-        _ANONYMOUS.append(True)
+    _ANONYMOUS[:] = [True if anonymous else options, emulator]
+    return anonymous
