@@ -10,7 +10,7 @@ import gzip
 import numpy as np
 import pytest
 
-from tests.conftest import convert, fixture_file, run_command
+from tests.conftest import BEAM_FLAGS, convert, fixture_file, run_command
 from tfrecord_etl.transforms import reader, sources
 from tfrecord_etl.transforms.errors import SourceError
 from tfrecord_etl.transforms.sources import RowRange, SourceOptions, make_source
@@ -330,3 +330,28 @@ def test_a_gzipped_nifti_is_told_by_content_whatever_its_name(tmp_path):
     other.write_bytes(gzip.compress(b"not an image" * 100))
     with pytest.raises(SourceError, match="Cannot tell the input format"):
         sources.format_of(str(other), SourceOptions())
+
+
+def test_an_image_of_five_axes_gives_one_example_per_time_point(tmp_path, capsys):
+    field = np.arange(4 * 3 * 2 * 5 * 3, dtype="<f4").reshape(4, 3, 2, 5, 3)  # a vector (3) per voxel, 5 times
+    path = write(tmp_path / "field.nii.gz", field)
+    out = tmp_path / "out"
+    assert convert(str(path), out, "--target_range_mb", "0.0002", capsys=capsys)[0] == 0
+    got = examples(out)
+    assert len(got) == 5 and got[0]["data"].shape == (4, 3, 2, 3) and got[0]["zooms"].shape == (5,)
+    assert np.array_equal(np.stack([e["data"] for e in got]), np.moveaxis(field, 3, 0))
+
+
+def test_augment_joins_the_volumes_of_an_image(tmp_path, capsys):
+    from tfrecord_etl.pipelines import augment
+
+    np.save(tmp_path / "labels.npy", np.arange(6, dtype="<i8"))
+    assert convert(tmp_path / "labels.npy", tmp_path / "src", capsys=capsys)[0] == 0
+    data = np.arange(2 * 2 * 2 * 6, dtype="<i2").reshape(2, 2, 2, 6)
+    path = write(tmp_path / "run.nii", data)
+    argv = ["--input", tmp_path / "src", "--output_dir", tmp_path / "side", "--mode", "sidecar"]
+    argv += ["--join_input", path, "--join_fields", "data=volume", *BEAM_FLAGS]
+    code, _, err = run_command(augment.main, argv, capsys)
+    assert code == 0, err
+    merged = list(reader.iter_numpy_merged(str(tmp_path / "src"), str(tmp_path / "side")))
+    assert np.array_equal(np.stack([e["volume"] for e in merged]), np.moveaxis(data, 3, 0))
