@@ -114,6 +114,25 @@ def test_a_failed_run_keeps_its_shards_and_resume_writes_only_the_missing(setup,
     assert contents(out) == reference
 
 
+def test_resume_is_a_yaml_key_too(setup, tmp_path, capsys, monkeypatch):
+    from tfrecord_etl.pipelines import convert as convert_main
+
+    src, out, reference = setup
+    failed_run(src, out, capsys, monkeypatch)
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(
+        f"input: {src}\noutput_dir: {out}\nnum_shards: {SHARDS}\nindex: true\nprovenance: true\nresume: true\n"
+        "pipeline_options:\n  runner: DirectRunner\n  direct_running_mode: in_memory\n"
+    )
+    code, _, err = run_command(convert_main.main, ["--config", cfg], capsys)
+    assert code == 0, err
+    assert f"resume: keeping 3 of the 6 shards the earlier run committed in {out}; writing the 3 missing" in err
+    got, meta = contents(out), json.loads(reference["metadata.json"])
+    meta["options"]["pipeline_options"] = {"runner": "DirectRunner", "direct_running_mode": "in_memory"}
+    assert json.loads(got.pop("metadata.json")) == meta  # (the YAML's pipeline_options are recorded)
+    assert got == {k: v for k, v in reference.items() if k != "metadata.json"}
+
+
 def test_verify_names_a_failed_runs_kept_shards_beside_a_complete_output(tmp_path, capsys, monkeypatch):
     from tfrecord_etl.pipelines import verify as verify_main
 

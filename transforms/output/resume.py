@@ -163,11 +163,18 @@ def note_kept(output_dir: str, shards: int) -> None:
 
 
 def remove_receipts(output_dir: str) -> None:
-    """After a commit: deletes the receipts the run marker lists, by exact name (they are not part of the output)."""
-    marker = read_json(fileio.join(output_dir, MARKER_FILE)) or {}
+    """After a commit: deletes the receipts the run marker lists, by exact name (they are not part of the output),
+    then the marker's list of them (a crash in between leaves names listed that are gone: harmless)."""
+    path = fileio.join(output_dir, MARKER_FILE)
+    marker = read_json(path)
+    if marker is None or marker.get("format") != MARKER_FORMAT:
+        return
     listed = listing.plain_names(marker.get("files"))
-    gone = sorted(n for n in listing.list_names(output_dir) if RECEIPT.match(n) and n in listed)
-    listing.delete_names(output_dir, gone)
+    receipts = {n for n in listed if RECEIPT.match(n)}
+    if receipts:
+        listing.delete_names(output_dir, sorted(receipts & set(listing.list_names(output_dir))))
+        files = [f for f in marker.get("files") or () if f not in receipts]
+        sink.write_json(path, {**marker, "files": files}, default=str)
 
 
 # ---------------------------------------------------------------- the decision of a resumed run
