@@ -185,8 +185,11 @@ def main(argv: list[str]) -> int:
     try:
         prepared = prepare_output_dir(cfg, plan)
     except resume.NothingToResume as done:
-        print(done)
-        return 0
+        if run is None:
+            print(done)
+            return 0
+        # a span committed but perhaps not listed in collection.json: run it in full, then list it (as a re-run does)
+        prepared = prepare_output_dir(cfg.model_copy(update={"resume": False}), plan)
     with prepared:
         plan = prepared.plan
         p = beam.Pipeline(runner=common.local_runner(options), options=options)

@@ -443,3 +443,27 @@ def test_killed_at_random_moments_then_resumed_ends_byte_identical(tmp_path, cap
         outcomes.append(receipts if kept else "full" if "running in full" in err else "committed")
         assert contents(out) == reference, delay
     print("outcomes", outcomes)  # shards kept, or 'full' / 'committed'; seen: [1, 'full', 2]
+
+
+def test_a_span_whose_run_failed_resumes_and_is_listed(tmp_path, capsys, monkeypatch):
+    from tests.test_spans import DATES, expected_ids, make_h5, our_ids
+    from tfrecord_etl.transforms.collections import collection
+
+    for i, day in enumerate(DATES):
+        make_h5(tmp_path / "raw" / day / "a.h5", 1000 * i)
+        make_h5(tmp_path / "raw" / day / "b.h5", 1000 * i + 500, rows=25)
+    pattern, out = str(tmp_path / "raw" / "{YYYY}-{MM}-{DD}" / "*.h5"), tmp_path / "out"
+    flags = ("--span", DATES[1], "--num_shards", "4")
+    fail_at_shard(monkeypatch, 2)
+    code, _, err = convert(pattern, out, *flags, capsys=capsys)
+    monkeypatch.undo()
+    assert code == 2 and "2 shards this run committed are kept" in err.strip().splitlines()[-1], err
+    assert not (out / "collection.json").exists() or not collection.load(str(out))["spans"]
+    code, _, err = convert(pattern, out, *flags, "--resume", capsys=capsys)
+    assert code == 0, err
+    assert "resume: keeping 2 of the 4 shards the earlier run committed" in err
+    (span,) = collection.load(str(out))["spans"]
+    assert our_ids(str(out / span["dir"])) == expected_ids(1)
+    code, _, err = convert(pattern, out, *flags, "--resume", capsys=capsys)  # committed: listed again, in full
+    assert code == 0, err
+    assert [s["dir"] for s in collection.load(str(out))["spans"]] == [span["dir"]]
