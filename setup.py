@@ -127,6 +127,8 @@ setuptools.setup(
             "spectral==0.25",
             # PyTables: pandas' HDFStore (df.to_hdf(format="table")) writes the categorical test files with it
             "tables>=3.9",
+            # --format fits: the FITS source reads through astropy.io.fits (its test files are the fixtures')
+            "astropy==8.0.2",
         ],
         # --runner DaskRunner (apache-beam[dask] asks for the same ranges); see docs/scale.md.
         "dask": ["dask>=2024.4.2", "distributed>=2024.4.2"],
@@ -139,6 +141,8 @@ setuptools.setup(
         "bench": ["matplotlib>=3.8", "psutil>=5.9"],
         # --format zarr: Zarr v2/v3 stores through the reference implementation and its codecs (numcodecs)
         "zarr": ["zarr>=3.1.6,<4"],
+        # --format fits: FITS images and tables through astropy.io.fits
+        "fits": ["astropy>=8.0.2,<9"],
         "docs": _DOCS,
         # tfrecord_etl.tfx (ArraysExampleGen): TFX 1.21 matches the TensorFlow / Beam / tfx-bsl pins above; its
         # pyarrow<19 pin differs from the main environment's, so CI tests it in its own venv (configs/tfx/)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 
 import h5py
 import numpy as np
@@ -50,6 +51,7 @@ def test_the_content_decides_the_format_whatever_the_suffix(tmp_path):
         "v5.bin": ("matlab", lambda p: savemat(p, {"a": np.arange(3)})),
         "classic.nc": ("netcdf3", netcdf3_file),
         "netcdf4.nc": ("hdf5", lambda p: hdf5_file(p)),
+        "image.dat": ("fits", lambda p: fits_file(pathlib.Path(p))),  # the content wins over raw's suffix
     }
     for name, (fmt, make) in made.items():
         make(str(tmp_path / name))
@@ -266,8 +268,7 @@ def idl_file(path):
 
 
 UNREAD_FILES = {  # name -> (writer, what the message says it is, a word of its way out)
-    "image.fits": (fits_file, "a FITS file", "astropy.io.fits"),
-    "image.dat": (fits_file, "a FITS file", "astropy.io.fits"),  # the content wins over raw's suffix
+    "image.fits.gz": (lambda p: p.write_bytes(b"\x1f\x8b\x08" + bytes(40)), "a gzip-compressed FITS file", "gunzip"),
     "brain.nii": (nifti_file, "a NIfTI image", "nibabel"),
     "brain.nii.gz": (lambda p: p.write_bytes(b"\x1f\x8b\x08" + bytes(40)), "a NIfTI image", "nibabel"),  # by suffix
     "sleep.edf": (edf_file, "an EDF/BDF recording", "pyedflib"),

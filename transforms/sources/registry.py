@@ -17,6 +17,7 @@ from tfrecord_etl.transforms.sources import zarrstore
 from tfrecord_etl.transforms.sources.base import Source, SourceOptions
 from tfrecord_etl.transforms.sources.envi import EnviSource
 from tfrecord_etl.transforms.sources.files import FilesSource
+from tfrecord_etl.transforms.sources.fits import FitsSource
 from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source
 from tfrecord_etl.transforms.sources.matlab import MatlabSource
 from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
@@ -49,6 +50,7 @@ REGISTRY: dict[str, type[Source]] = {
         MatlabSource,
         ZarrSource,
         EnviSource,
+        FitsSource,
     )
 }
 FORMATS = tuple(REGISTRY)
