@@ -179,11 +179,17 @@ def test_header_cards_become_features_of_every_example(tmp_path, capsys):
 def test_verify_source_inspect_and_an_augment_join(tmp_path, capsys):
     from tfrecord_etl.pipelines import augment, inspect, verify
 
-    path = real("fixed-1890.fits")
+    path = tmp_path / "fixed-1890.fits"
+    path.write_bytes(real("fixed-1890.fits").read_bytes())
     out = tmp_path / "out"
     assert convert(path, out, capsys=capsys)[0] == 0
     code, stdout, _ = run_command(verify.main, [out, "--source", path], capsys)
     assert code == 0, stdout
+    with fits.open(path, mode="update", memmap=False) as hdul:  # one pixel of row 57 changed after the conversion
+        hdul[0].data[57, 3] += 1
+    code, stdout, _ = run_command(verify.main, [out, "--source", path], capsys)
+    assert code == 1 and "57" in stdout
+    path.write_bytes(real("fixed-1890.fits").read_bytes())
     code, text, _ = run_command(inspect.main, [real("o4sp040b0_raw.fits")], capsys)
     assert code == 0 and "FITS file" in text and "SCI_1" in text and "uint16" not in text
     assert "default: convert takes group 1: the largest in bytes" in text and "--datasets SCI_2" in text
@@ -254,3 +260,15 @@ def test_a_row_range_reads_only_its_rows(tmp_path, monkeypatch):
     got = source.read(sources.RowRange(str(tmp_path / "a.fits"), 400, 410, index.items))
     assert np.array_equal(got["IMG"], data[400:410])
     source.close()
+
+
+def test_datasets_mode_makes_each_image_one_example(tmp_path, capsys):
+    path = real("o4sp040b0_raw.fits")
+    out = tmp_path / "out"
+    assert convert(path, out, "--container_mode", "datasets", capsys=capsys)[0] == 0
+    got = {np.asarray(e["key"]).item().decode(): e["array"] for e in reader.iter_numpy(str(out))}
+    assert sorted(got) == ["SCI_1", "SCI_2"]
+    assert np.array_equal(got["SCI_2"], fits.getdata(path, "SCI", 2))
+    flags = ["--container_mode", "datasets", "--fits_cards", "EXPTIME"]
+    code, _, err = convert(path, tmp_path / "x", *flags, capsys=capsys)
+    assert code == 2 and "--fits_cards adds features to the rows of one HDU: not in datasets mode" in err

@@ -177,6 +177,12 @@ class FitsSource(ContainerSource):
                 names = list(self.options.datasets or self._default(items, path) or [])
                 if names or not self.switch_to_datasets(path):
                     return self._index_rows(f, items, names, path)
+            if self.card_names():
+                raise SchemaError(
+                    "--fits_cards adds features to the rows of one HDU: not in datasets mode",
+                    file=path,
+                    hint="leave out --fits_cards, or convert the HDU's rows (--container_mode rows)",
+                )
             names = list(self.options.datasets or items)
             chosen = [self._item(items, n, path) for n in names]
             specs = [row_spec(ARRAY, it.dtype, it.shape, f"{path}, {it.name}") for it in chosen]
@@ -213,16 +219,20 @@ class FitsSource(ContainerSource):
         chunk = max(it.tile_rows for it in chosen)
         return FileIndex(path, rows, tuple(specs), row_bytes(specs), chunk, tuple(names), attributes=scaled or None)
 
+    def card_names(self) -> list[str]:
+        """The keywords of ``--fits_cards`` (upper case), or []."""
+        from tfrecord_etl.transforms.sources.fits_options import FitsOptions  # deferred: pydantic
+
+        return self.options.of(FitsOptions).fits_cards or []
+
     def cards(self, f, hdu: int, path: str) -> dict:
         """``{KEY: value}`` of the ``--fits_cards`` cards: HDU ``hdu``'s header, else the primary header's.
 
         Raises:
           SchemaError: a card in neither header, or one without a value (naming the file, the HDU and the card).
         """
-        from tfrecord_etl.transforms.sources.fits_options import FitsOptions  # deferred: pydantic
-
         out = {}
-        for card in self.options.of(FitsOptions).fits_cards or ():
+        for card in self.card_names():
             header = next((h.header for h in (f[hdu], f[0]) if card in h.header), None)
             value = None if header is None else header[card]
             if not isinstance(value, (bool, int, float, complex, str)):
