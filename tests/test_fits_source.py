@@ -113,7 +113,10 @@ def test_scaled_values_are_the_stored_ones_with_the_scaling_recorded(tmp_path, c
     assert convert(real("tb.fits"), tmp_path / "tb", capsys=capsys)[0] == 0
     with fits.open(real("tb.fits")) as hdul:
         assert np.array_equal(rows(tmp_path / "tb", "c3"), hdul[1].data.view(np.ndarray)["c3"])
-    assert metadata(tmp_path / "tb")["sources"][0]["attributes"] == {"HDU1/c3": {"TSCAL": 3, "TZERO": 0.4}}
+    assert metadata(tmp_path / "tb")["sources"][0]["attributes"] == {
+        "HDU1/c1": {"TNULL": -2147483647},  # the stored value that means undefined
+        "HDU1/c3": {"TSCAL": 3, "TZERO": 0.4},
+    }
 
 
 def write_images(path, **more):
@@ -272,3 +275,39 @@ def test_datasets_mode_makes_each_image_one_example(tmp_path, capsys):
     flags = ["--container_mode", "datasets", "--fits_cards", "EXPTIME"]
     code, _, err = convert(path, tmp_path / "x", *flags, capsys=capsys)
     assert code == 2 and "--fits_cards adds features to the rows of one HDU: not in datasets mode" in err
+
+
+def test_table_columns_of_the_unsigned_convention_and_scaled_ones(tmp_path, capsys):
+    """Unsigned columns (astropy's Table writes uint16/uint32/uint64 with TZERO 2**(n-1)) and signed bytes (TZERO
+    -128 on B, which astropy itself reads as floats) are written as those types, exactly; a column with TSCAL is
+    written as stored, its TSCAL/TZERO/TNULL recorded."""
+    from astropy.table import Table
+
+    n = 300
+    rng = np.random.default_rng(3)
+    columns = {
+        "u16": rng.integers(0, 2**16, n, dtype=np.uint16),
+        "u32": rng.integers(0, 2**32, n, dtype=np.uint32),
+        "u64": rng.integers(0, 2**63, n, dtype=np.uint64) * 2 + 1,
+        "u8": rng.integers(0, 256, n, dtype=np.uint8),
+        "vec": rng.normal(size=(n, 3)),
+    }
+    signed = rng.integers(-128, 128, n, dtype=np.int8)
+    more = [
+        fits.Column(name="i8", format="B", bzero=-128, array=signed),
+        fits.Column(name="scaled", format="I", null=-1, array=np.arange(n, dtype=np.int16)),
+    ]
+    table = fits.BinTableHDU.from_columns(fits.table_to_hdu(Table(columns)).columns + fits.ColDefs(more), name="EVENTS")
+    fits.HDUList([fits.PrimaryHDU(), table]).writeto(tmp_path / "t.fits")
+    with fits.open(tmp_path / "t.fits", mode="update") as hdul:  # the stored integers scaled by the header
+        hdul[1].header["TSCAL7"], hdul[1].header["TZERO7"] = 0.5, 10.0
+    with fits.open(tmp_path / "t.fits") as hdul:
+        assert hdul[1].columns["u16"].bzero == 2**15 and hdul[1].data.view(np.ndarray)["i8"].dtype == np.uint8
+    out = tmp_path / "out"
+    code, _, err = convert(tmp_path / "t.fits", out, "--num_shards", "2", capsys=capsys)
+    assert code == 0, err
+    for name, want in {**columns, "i8": signed}.items():
+        got = rows(out, name)
+        assert got.dtype == want.dtype.newbyteorder("=") and np.array_equal(got, want), name
+    assert np.array_equal(rows(out, "scaled"), np.arange(n, dtype=np.int16))  # (the stored integers)
+    assert metadata(out)["sources"][0]["attributes"] == {"EVENTS/scaled": {"TSCAL": 0.5, "TZERO": 10.0, "TNULL": -1}}

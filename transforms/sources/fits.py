@@ -209,7 +209,8 @@ class FitsSource(ContainerSource):
         check_names(specs, path)
         rows = check_leading_lengths(lengths, path, "HDUs and columns")
         check_empty_rows(rows, data_bytes, self.options, path)
-        scaled = {it.name: it.scaling for it in chosen if it.scaling}
+        kept = {it.name: it.scaling for it in chosen if it.scaling}
+        scaled = {n: s for n, s in kept.items() if set(s) - {"BLANK", "TNULL"}}
         if scaled:
             log.warning(
                 "'%s': scaling not applied, the stored values are written (recorded in metadata.json): %s",
@@ -217,7 +218,7 @@ class FitsSource(ContainerSource):
                 "; ".join(f"{n} {s}" for n, s in scaled.items()),
             )
         chunk = max(it.tile_rows for it in chosen)
-        return FileIndex(path, rows, tuple(specs), row_bytes(specs), chunk, tuple(names), attributes=scaled or None)
+        return FileIndex(path, rows, tuple(specs), row_bytes(specs), chunk, tuple(names), attributes=kept or None)
 
     def card_names(self) -> list[str]:
         """The keywords of ``--fits_cards`` (upper case), or []."""

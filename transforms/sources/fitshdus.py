@@ -7,7 +7,8 @@ column) turn them into physical values. The unsigned-integer convention (``BSCAL
 on 16-, 32- and 64-bit integers, the FITS Standard 4.0, section 5.2.5; ``BZERO = -128`` on bytes for signed
 bytes) is a type, not a scaling: it is applied, exactly (``uint16`` etc., a flip of the sign bit). Any other
 scaling is not applied: the stored integers are written, exact, and the keywords are recorded in
-``metadata.json`` (``FileIndex.attributes``), as NetCDF-3's ``scale_factor`` is. ``BLANK`` stays a stored value.
+``metadata.json`` (``FileIndex.attributes``), as NetCDF-3's ``scale_factor`` is. ``BLANK`` (``TNULLn``) stays a
+stored value, recorded there too: the value that means undefined.
 Logical (``L``) and bit (``X``) columns are booleans, character (``A``) columns fixed-width bytes without the
 trailing blanks FITS pads them with; variable-length array columns (``P``/``Q``) are skipped (one warning).
 Reference: FITS Standard 4.0 (IAU FITS Working Group, 2018); ``astropy.io.fits``.
@@ -36,7 +37,8 @@ class Item:
     it becomes in rows mode (the HDU's label, or the column's name); ``hdu``: its index in the file (0: primary);
     ``label``: the HDU's label; ``dtype``/``shape``: what is written (``shape`` with the rows first); ``nbytes``:
     its bytes as written; ``tile_rows``: rows per compression tile (1 when not tile-compressed); ``scaling``: the
-    scaling keywords not applied (``{"BSCALE": 2.0, ...}``), empty when none."""
+    keywords not applied (``{"BSCALE": 2.0, "BZERO": 10.0, "BLANK": -1}``; ``TSCAL``, ``TZERO``, ``TNULL`` for a
+    column), empty when none."""
 
     name: str
     feature: str
@@ -120,22 +122,28 @@ def check_sizes(raw_hdus, file_size: int, path: str, max_ratio: float) -> None:
                 )
 
 
-def image_dtype(bitpix: int, bscale, bzero) -> tuple[np.dtype, dict]:
-    """``(dtype written, scaling not applied)`` of an image of ``BITPIX`` ``bitpix``: the stored dtype, or the
-    unsigned one under the unsigned-integer convention (signed bytes for ``BZERO = -128``)."""
+def image_dtype(bitpix: int, bscale, bzero, names: tuple[str, str] = ("BSCALE", "BZERO")) -> tuple[np.dtype, dict]:
+    """``(dtype written, scaling not applied)`` of an image of ``BITPIX`` ``bitpix`` (or a column of that many
+    bits, its keywords ``names``: ``TSCALn``, ``TZEROn``): the stored dtype, or the unsigned one under the
+    unsigned-integer convention (signed bytes for ``BZERO = -128``)."""
     raw = RAW_DTYPES[int(bitpix)]
     bscale = 1 if bscale is None else bscale
     bzero = 0 if bzero is None else bzero
     if bscale == 1 and raw in UNSIGNED_ZERO and bzero == UNSIGNED_ZERO[raw]:
         return np.dtype(raw.replace("i", "u") if raw != "u1" else "i1"), {}
-    scaling = {k: v for k, v in (("BSCALE", bscale), ("BZERO", bzero)) if v != (1 if k == "BSCALE" else 0)}
+    scaling = {k: plain(v) for k, v, unit in zip(names, (bscale, bzero), (1, 0)) if v != unit}
     return np.dtype(raw), scaling
+
+
+def plain(value):
+    """A keyword's value as a JSON-ready Python number (astropy may hand NumPy scalars)."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def as_written(stored: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``stored`` (a stored image or column) as ``dtype`` (:func:`image_dtype`): the same array, or under the
     unsigned convention its bits with the sign bit flipped (exact: ``stored + 2**(n-1)``, ``stored - 128``)."""
-    if stored.dtype.kind == dtype.kind:
+    if stored.dtype.kind == dtype.kind or {stored.dtype.kind, dtype.kind} - {"i", "u"}:
         return stored
     unsigned = stored.view(stored.dtype.str.replace("i", "u"))
     flipped = unsigned ^ unsigned.dtype.type(1 << (8 * stored.dtype.itemsize - 1))  # (in native byte order)
@@ -149,8 +157,8 @@ def image_item(hdu, index: int, label: str) -> Item | None:
         return None
     header = hdu.header
     dtype, scaling = image_dtype(header["BITPIX"], header.get("BSCALE"), header.get("BZERO"))
-    if header.get("BLANK") is not None and scaling:
-        scaling["BLANK"] = header["BLANK"]
+    if header.get("BLANK") is not None and dtype.kind in "iu":
+        scaling["BLANK"] = plain(header["BLANK"])
     tile = getattr(hdu, "tile_shape", None)
     tile_rows = int(tile[0]) if tile is not None and len(tile) else 1
     return Item(label, label, index, label, None, dtype, shape, math.prod(shape) * dtype.itemsize, tile_rows, scaling)
@@ -203,11 +211,14 @@ def column_rows(hdu, column, start: int, stop: int) -> tuple[np.ndarray, dict]:
     stored = np.array(rec.view(np.ndarray)[column.name])
     if code == "A":
         return np.char.rstrip(stored, b" ").astype(stored.dtype), {}
-    raw = stored.dtype.newbyteorder(">").str if stored.dtype.itemsize > 1 else stored.dtype.str
+    raw = stored.dtype.newbyteorder(">").str if stored.dtype.itemsize > 1 else stored.dtype.str.lstrip("|")
     if raw in UNSIGNED_ZERO:
-        dtype, scaling = image_dtype({"u1": 8, ">i2": 16, ">i4": 32, ">i8": 64}[raw], column.bscale, column.bzero)
+        bits = {"u1": 8, ">i2": 16, ">i4": 32, ">i8": 64}[raw]
+        dtype, scaling = image_dtype(bits, column.bscale, column.bzero, ("TSCAL", "TZERO"))
+        if column.null is not None:
+            scaling["TNULL"] = plain(column.null)
         return as_written(stored, dtype), scaling
     scaling = {
-        k: v for k, v, unit in (("TSCAL", column.bscale, 1), ("TZERO", column.bzero, 0)) if v not in (None, unit)
+        k: plain(v) for k, v, unit in (("TSCAL", column.bscale, 1), ("TZERO", column.bzero, 0)) if v not in (None, unit)
     }
     return stored, scaling
