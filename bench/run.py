@@ -107,13 +107,15 @@ SECTIONS = (
     "remote",
     "sizes",
     "zarr",
+    "nifti",
     "peers",
     "read",
 )
-# sizes (~10 minutes, 17 GB of inputs), remote (a moto S3 server: the s3 extra), zarr, peers (TFDS and Ray in
-# environments of their own) and read (readers, the TensorFlow-free ones in an environment of their own) run when
-# asked: --only sizes, --only remote, --only zarr, --peers, --read
-DEFAULT_SECTIONS = SECTIONS[:-5]
+# sizes (~10 minutes, 17 GB of inputs), remote (a moto S3 server: the s3 extra), zarr, nifti, peers (TFDS and Ray
+# in environments of their own) and read (readers, the TensorFlow-free ones in an environment of their own) run when
+# asked: --only sizes, --only remote, --only zarr, --only nifti, --peers, --read
+ASKED_ONLY = ("remote", "sizes", "zarr", "nifti", "peers", "read")
+DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ASKED_ONLY)
 SPLITS_ROWS = {"small": 1_000_000, "large": 20_000}  # the splits section: --splits and --shuffle_seed cost
 
 
@@ -960,6 +962,11 @@ class Bench:
 
                 zarr_section(self, rows_at, beam_flags)
                 order.append("zarr")
+            if "nifti" in sections:  # bench.niftisection: a .nii.gz against its HDF5 twin and a nibabel loop
+                from bench.niftisection import nifti_section
+
+                nifti_section(self, rows_at, beam_flags)
+                order.append("nifti")
             if "peers" in sections:
                 order += peers.run_peers(self, args.peers, args.peer_rounds)
             if "read" in sections:
@@ -1152,7 +1159,7 @@ def parse_args(argv=None):
     ap.add_argument(
         "--only",
         default=",".join(DEFAULT_SECTIONS),
-        help=f"sections to run, comma-separated, of {','.join(SECTIONS)} (default: all but remote, sizes and zarr)",
+        help=f"sections to run, comma-separated, of {','.join(SECTIONS)} (default: all but remote, sizes, zarr and nifti)",
     )
     ap.add_argument(
         "--sizes",

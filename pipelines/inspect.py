@@ -6,7 +6,7 @@
     tfrecord-etl inspect COLLECTION_DIR [--spans SPANS]   # spans, versions, dates, records, schema changes
 
 An input file is told the way convert tells it (its first bytes, then its suffix: ``sources.format_of``); a
-file of a format tfrecord-etl recognises but does not read (FITS, NIfTI, EDF, WAV, IDL, Parquet, Feather) is
+file of a format tfrecord-etl recognises but does not read (FITS, EDF, WAV, IDL, Parquet, Feather) is
 refused in one line with the way out (UnreadFormatError, exit 2).
 
 ``--tf_read`` also reads every shard back with plain tf.data + tf.io.parse_example and checks the
@@ -268,6 +268,11 @@ def _observe(stats, records, path: str, first: int, max_features: int | None) ->
         raise e.with_context(file=path, record=where) from None
 
 
+# the container formats, whose inspect shows the tree and row groups; any other format shows what convert makes of
+# the file with its default options (summarize_input), so a new source needs no line here
+CONTAINER_TREES = ("hdf5", "netcdf3", "matlab", "zarr")
+
+
 def input_format(target: str) -> str | None:
     """The source format convert reads ``target`` as, told the way convert tells it (``sources.format_of``: a Zarr
     store, then the file's first bytes, then its suffix), for a Zarr store or one existing regular file; None for a
@@ -298,8 +303,9 @@ def input_format(target: str) -> str | None:
 
 def summarize_input(path: str, fmt: str) -> dict:
     """What convert makes of the input file ``path`` of a non-container format (``npy``, ``npz``, ``raw``,
-    ``envi``) with its default options: ``{"input", "format", "examples", "rows", "bytes_per_row", "features"}``,
-    from the source's own index (``Source.index``: headers only, no array is read).
+    ``envi``, ``nifti``, ...) with its default options: ``{"input", "format", "examples", "rows", "bytes_per_row",
+    "features"}`` and, when the source records them, the file's ``attributes`` (what ``metadata.json`` keeps of
+    it), from the source's own index (``Source.index``: headers only, no array is read).
 
     Raises:
       SourceError, SchemaError: what convert's planning raises for the file (e.g. a raw file without a layout).
@@ -313,6 +319,7 @@ def summarize_input(path: str, fmt: str) -> dict:
         "per": "member" if index.sizes else "row",
         "bytes_per_row": index.row_bytes,
         "features": [s.to_json() for s in index.specs],
+        **({"attributes": index.attributes} if index.attributes else {}),
     }
 
 
@@ -353,7 +360,7 @@ def main(argv: list[str]) -> int:
 
         print(json.dumps(own, indent=1) if args.json else render_tree(own))
         return 0
-    if kind in ("npy", "npz", "raw", "envi"):  # an input convert reads: what it makes of it
+    if kind and kind not in CONTAINER_TREES:  # an input convert reads: what it makes of it
         summary = summarize_input(args.output_dir, kind)
         print(json.dumps(summary, indent=1) if args.json else inspect_text.render_input(summary))
         return 0
@@ -362,9 +369,8 @@ def main(argv: list[str]) -> int:
         from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, matlab_tree, netcdf3_tree, render_tree
         from tfrecord_etl.transforms.sources.zarrtree import zarr_tree
 
-        tree = {"hdf5": hdf5_tree, "netcdf3": netcdf3_tree, "matlab": matlab_tree, "zarr": zarr_tree}[kind](
-            args.output_dir
-        )
+        trees = {"hdf5": hdf5_tree, "netcdf3": netcdf3_tree, "matlab": matlab_tree, "zarr": zarr_tree}
+        tree = trees[kind](args.output_dir)
         print(json.dumps(tree, indent=1) if args.json else render_tree(tree))
         return 0
     summary = summarize(args.output_dir, args.tf_read, *common.record_limits(args))

@@ -232,13 +232,6 @@ def fits_file(path):
     path.write_bytes(b"SIMPLE  =                    T".ljust(80) + b"END".ljust(80) + b" " * (2880 - 160))
 
 
-def nifti_file(path):
-    head = bytearray(352)
-    head[0:4] = (348).to_bytes(4, "little")
-    head[344:348] = b"n+1\x00"
-    path.write_bytes(bytes(head) + bytes(16))
-
-
 def edf_file(path):
     path.write_bytes(b"0       " + b" " * 248)
 
@@ -269,8 +262,6 @@ def idl_file(path):
 
 UNREAD_FILES = {  # name -> (writer, what the message says it is, a word of its way out)
     "image.fits.gz": (lambda p: p.write_bytes(b"\x1f\x8b\x08" + bytes(40)), "a gzip-compressed FITS file", "gunzip"),
-    "brain.nii": (nifti_file, "a NIfTI image", "nibabel"),
-    "brain.nii.gz": (lambda p: p.write_bytes(b"\x1f\x8b\x08" + bytes(40)), "a NIfTI image", "nibabel"),  # by suffix
     "sleep.edf": (edf_file, "an EDF/BDF recording", "pyedflib"),
     "sound.wav": (wav_file, "a WAV audio file", "scipy.io.wavfile.read"),
     "sound.bin": (wav_file, "a WAV audio file", "scipy.io.wavfile.read"),
@@ -311,9 +302,6 @@ def test_a_pattern_with_a_file_we_do_not_read_names_it(tmp_path, capsys):
 @pytest.mark.parametrize(
     "relative,label",
     [
-        ("nibabel/tests/data/anatomical.nii", "a NIfTI image"),
-        ("nibabel/tests/data/example4d.nii.gz", "a NIfTI image"),
-        ("nibabel/tests/data/nifti2.hdr", "a NIfTI image"),
         ("tfx/components/testdata/external/parquet/data.parquet", "a Parquet file"),
     ],
 )

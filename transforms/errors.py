@@ -64,7 +64,7 @@ class InputChangedError(SourceError):
 
 
 class UnreadFormatError(SourceError):
-    """An input file of a format tfrecord-etl recognises but does not read (FITS, NIfTI, EDF, WAV, IDL SAVE,
+    """An input file of a format tfrecord-etl recognises but does not read (FITS, EDF, WAV, IDL SAVE,
     Parquet, Feather/Arrow IPC: ``sources/signatures.py``); the hint says how to turn it into arrays it reads."""
 
 

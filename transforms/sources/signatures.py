@@ -1,7 +1,7 @@
 """File signatures: which registered format a file's first bytes show, for ``format_of`` and for the messages of a
 source that cannot read a file of another format (``other_format_hint``); and the formats tfrecord-etl recognises
-but does not read (:data:`UNREAD`: gzip-compressed FITS, NIfTI, EDF, WAV, IDL, Parquet, Feather/Arrow IPC), each
-with the way out its error gives (``format_of`` raises :class:`UnreadFormatError` for them, so convert, verify and inspect say so).
+but does not read (:data:`UNREAD`: gzip-compressed FITS, EDF, WAV, IDL, Parquet, Feather/Arrow IPC), each with the
+way out its error gives (``format_of`` raises :class:`UnreadFormatError` for them, so convert, verify and inspect say so).
 
 Each source declares its own signature (``Source.magic``, ``magic_offsets``, ``content_label``, ``sniff``); the
 registry (``sources/registry.py``) hands its classes, in its order, to :func:`register` once, at import; a lookup
@@ -107,8 +107,8 @@ class Unread:
         return any(all(head[o : o + len(m)] == m for o, m in sig) for sig in self.signatures)
 
 
-# The formats users meet that no source reads, in the order they are tried. References: NIfTI-1 and NIfTI-2
-# headers (magic at 344 and 4), EDF/EDF+ and BDF headers (the version field), the RIFF/WAVE and RF64 headers, IDL SAVE files (scipy.io.readsav: "SR" and the record format),
+# The formats users meet that no source reads, in the order they are tried. References: EDF/EDF+ and BDF headers
+# (the version field), the RIFF/WAVE and RF64 headers, IDL SAVE files (scipy.io.readsav: "SR" and the record format),
 # Apache Parquet (PAR1), Arrow IPC files and Feather v2 (ARROW1), Feather v1 (FEA1).
 UNREAD = (
     Unread(
@@ -116,12 +116,6 @@ UNREAD = (
         (),  # (told by its suffix: its first bytes are gzip's)
         (".fits.gz", ".fit.gz", ".fts.gz"),
         "gunzip it, then convert the .fits (read memory-mapped; tile-compressed .fits.fz files are read as they are)",
-    ),
-    Unread(
-        "a NIfTI image",
-        (((344, b"n+1\x00"),), ((344, b"ni1\x00"),), ((4, b"n+2\x00\r\n\x1a\n"),), ((4, b"ni2\x00\r\n\x1a\n"),)),
-        (".nii", ".nii.gz"),
-        "with nibabel: np.save('x.npy', np.asanyarray(nibabel.load(FILE).dataobj)), then convert the .npy",
     ),
     Unread(
         "an EDF/BDF recording",
