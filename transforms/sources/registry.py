@@ -114,8 +114,7 @@ def format_of(path: str, options: SourceOptions) -> str:
     wins over a suffix that disagrees; else the first registered format whose suffix ``path`` ends with (a
     MATLAB v4 ``.mat`` has no magic); else an HDF5 signature after a user block of 4096 bytes or more (the HDF5
     spec's 512 * 2**n offsets, read one by one up to the file's end). A file whose content (else suffix) shows a
-    format no source reads (``signatures.UNREAD``: FITS, EDF, WAV, IDL, Parquet, Feather) is refused with
-    the way out.
+    format no source reads (``signatures.UNREAD``) is refused with the way out.
 
     Raises:
       UnreadFormatError: a format tfrecord-etl recognises but does not read (naming the file, what it is and how

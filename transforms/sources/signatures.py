@@ -1,7 +1,7 @@
 """File signatures: which registered format a file's first bytes show, for ``format_of`` and for the messages of a
 source that cannot read a file of another format (``other_format_hint``); and the formats tfrecord-etl recognises
-but does not read (:data:`UNREAD`: gzip-compressed FITS, EDF, WAV, IDL, Parquet, Feather/Arrow IPC), each with the
-way out its error gives (``format_of`` raises :class:`UnreadFormatError` for them, so convert, verify and inspect say so).
+but does not read (:data:`UNREAD`, the one list of them), each with the way out its error gives (``format_of``
+raises :class:`UnreadFormatError` for them, so convert, verify and inspect say so).
 
 Each source declares its own signature (``Source.magic``, ``magic_offsets``, ``content_label``, ``sniff``); the
 registry (``sources/registry.py``) hands its classes, in its order, to :func:`register` once, at import; a lookup
