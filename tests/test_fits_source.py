@@ -194,7 +194,7 @@ def test_verify_source_inspect_and_an_augment_join(tmp_path, capsys):
     assert code == 1 and "57" in stdout
     path.write_bytes(real("fixed-1890.fits").read_bytes())
     code, text, _ = run_command(inspect.main, [real("o4sp040b0_raw.fits")], capsys)
-    assert code == 0 and "FITS file" in text and "SCI_1" in text and "uint16" not in text
+    assert code == 0 and "FITS file" in text and "SCI_1" in text and "uint16" in text
     assert "default: convert takes group 1: the largest in bytes" in text and "--datasets SCI_2" in text
     code, text, _ = run_command(inspect.main, [real("tb.fits"), "--json"], capsys)
     tree = json.loads(text)
@@ -248,6 +248,8 @@ def test_random_groups_and_a_damaged_header_say_what_to_do(tmp_path):
     source = sources.make_source("fits", SourceOptions())
     with pytest.raises(SchemaError, match=r"random groups only \(HDU PRIMARY\).*hdul\[0\]\.data\.par"):
         source.index(str(real("random_groups.fits")))
+    with pytest.raises(SchemaError, match=r"The file holds no image or table with data.*history_header\.fits"):
+        source.index(str(real("history_header.fits")))  # a primary header and nothing else
     (tmp_path / "bad.fits").write_bytes(b"SIMPLE  =                    T" + b"x" * 3000)
     with pytest.raises(SourceError, match=r"Not a readable FITS file.*bad\.fits"):
         source.index(str(tmp_path / "bad.fits"))

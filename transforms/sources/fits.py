@@ -192,8 +192,12 @@ class FitsSource(ContainerSource):
 
     def _default(self, items: dict, path: str) -> list[str]:
         entries = [(it.name, it.shape[0], f"HDU {it.label}", it.nbytes) for it in items.values()]
-        if not entries and self.options.container_mode == "auto":
-            return []
+        if not entries:  # (no switch to datasets mode: there is nothing to convert either way)
+            raise SchemaError(
+                "The file holds no image or table with data",
+                file=path,
+                hint="tfrecord-etl inspect FILE lists its HDUs",
+            )
         return choose_group(entries, self.options.row_group or None, path)
 
     def _index_rows(self, f, items: dict, names: list[str], path: str) -> FileIndex:
@@ -279,50 +283,42 @@ class FitsSource(ContainerSource):
         return fitshdus.column_rows(hdu, hdu.columns[item.column], start, stop)[0]
 
     def tree(self, path: str) -> dict:
-        """Inspect's tree of ``path`` (``hdf5tree.render_tree``'s form): each HDU and column with its dtype and
-        shape as written, what convert skips, the row groups (one per data HDU) and the default."""
+        """Inspect's tree of ``path`` (``hdf5tree.render_tree``'s form): each HDU and column with the dtype and
+        shape convert writes, what convert skips and why, the row groups (one per data HDU) and the default."""
         f, items, skipped = self.layout(path)
         try:
-            objects = []
-            for i, (label, hdu) in enumerate(zip(fitshdus.labels(f), f)):
-                kind, own = type(hdu).__name__, [it for it in items.values() if it.hdu == i]
-                if not own or own[0].column is not None:  # a table's columns under its label; an HDU without data
-                    objects.append(
-                        {"path": label, "kind": "group"}
-                        if own
-                        else {"path": label, "kind": "HDU without data", "dtype": "-", "shape": [], "chunks": None}
-                        | {"filters": [f"HDU {i} {kind}"], "storage": "-"}
-                    )
-                for it in own:
-                    compressed = getattr(hdu, "compression_type", None)
-                    objects.append(
-                        {
-                            "path": it.name,
-                            "kind": "dataset",
-                            "dtype": str(it.dtype),
-                            "shape": list(it.shape),
-                            "chunks": [it.tile_rows] if compressed else None,
-                            "filters": [f"HDU {i} {kind}"]
-                            + ([f"{compressed} tiles"] if compressed else [])
-                            + [f"{k} {v} not applied" for k, v in it.scaling.items()],
-                            "storage": "table column" if it.column else "image",
-                        }
-                    )
-            for kind, names in skipped.items():
-                for name in names:
-                    objects.append(
-                        {
-                            "path": name,
-                            "kind": kind,
-                            "dtype": "-",
-                            "shape": [],
-                            "chunks": None,
-                            "filters": [],
-                            "storage": "-",
-                        }
-                    )
+            hdus = [
+                (i, label, type(hdu).__name__, getattr(hdu, "compression_type", None))
+                for i, (label, hdu) in enumerate(zip(fitshdus.labels(f), f))
+            ]
         finally:
             f.close()
+        none = {"dtype": "-", "shape": [], "chunks": None, "filters": [], "storage": "-"}
+        objects: list[dict] = []
+        for i, label, kind, compressed in hdus:
+            own = [it for it in items.values() if it.hdu == i]
+            skips = [
+                (why, n) for why, names in skipped.items() for n in names if n == label or n.startswith(label + "/")
+            ]
+            if not own and not skips:
+                objects.append({"path": label, **none, "kind": "HDU without data", "filters": [f"HDU {i} {kind}"]})
+            elif (own and own[0].column is not None) or (skips and skips[0][1] != label):
+                objects.append({"path": label, "kind": "group"})  # a table: its columns below
+            objects += [{"path": n, **none, "kind": why} for why, n in skips]
+            for it in own:
+                objects.append(
+                    {
+                        "path": it.name,
+                        "kind": "dataset",
+                        "dtype": f"S{it.dtype.itemsize}" if it.dtype.kind == "S" else it.dtype.newbyteorder("=").name,
+                        "shape": list(it.shape),
+                        "chunks": [it.tile_rows] if compressed else None,
+                        "filters": [f"HDU {i} {kind}"]
+                        + ([f"{compressed} tiles"] if compressed else [])
+                        + [f"{k} {v} (not applied: metadata.json)" for k, v in it.scaling.items()],
+                        "storage": "table column" if it.column else "image",
+                    }
+                )
         entries = [(it.name, it.shape[0], f"HDU {it.label}", it.nbytes) for it in items.values()]
         groups, default = conventions.tree_groups(entries, None)
         return {
