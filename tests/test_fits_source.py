@@ -230,6 +230,15 @@ def test_a_truncated_file_and_absurd_dimensions_are_refused_before_reading(tmp_p
         source.index(str(tmp_path / "huge.fits"))
 
 
+def test_a_file_of_too_many_hdus_is_refused_while_its_headers_are_read(tmp_path, capsys):
+    fits.HDUList([fits.PrimaryHDU()] + [fits.ImageHDU(np.zeros(2, np.int16)) for _ in range(30)]).writeto(
+        tmp_path / "many.fits"
+    )
+    code, _, err = convert(tmp_path / "many.fits", tmp_path / "out", "--max_datasets", "20", capsys=capsys)
+    assert code == 2 and "The file holds more than 20 HDUs (--max_datasets)" in err and "many.fits" in err
+    assert convert(tmp_path / "many.fits", tmp_path / "out", "--datasets", "HDU30", capsys=capsys)[0] == 0
+
+
 def test_a_compression_bomb_is_refused_unless_allowed(tmp_path, capsys):
     fits.HDUList(
         [

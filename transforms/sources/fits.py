@@ -115,7 +115,7 @@ class FitsSource(ContainerSource):
                 ratio = self.options.of(NumpyOptions).max_compression_ratio
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    fitshdus.check_sizes(raw, os.path.getsize(path), path, ratio)
+                    fitshdus.check_sizes(raw, os.path.getsize(path), path, ratio, self.options.max_datasets)
             finally:
                 raw.close()
         from astropy.io import fits  # deferred: astropy

@@ -16,6 +16,7 @@ Reference: FITS Standard 4.0 (IAU FITS Working Group, 2018); ``astropy.io.fits``
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import math
@@ -55,13 +56,13 @@ class Item:
 def labels(hdus) -> list[str]:
     """Each HDU's label: its ``EXTNAME`` (``PRIMARY`` for the primary HDU) when no other HDU has it, else
     ``NAME_VER`` (``EXTVER``, as ``hdul['SCI', 2]`` addresses it) when that is unique, else ``HDUi``."""
-    names = [h.name or "" for h in hdus]
     pairs = [(h.name or "", h.ver) for h in hdus]
+    names, both = collections.Counter(n for n, _ in pairs), collections.Counter(pairs)
     out = []
     for i, (name, ver) in enumerate(pairs):
-        if name and names.count(name) == 1:
+        if name and names[name] == 1:
             out.append(name)
-        elif name and pairs.count((name, ver)) == 1:
+        elif name and both[(name, ver)] == 1:
             out.append(f"{name}_{ver}")
         else:
             out.append(f"HDU{i}")
@@ -85,7 +86,7 @@ def declared_bytes(header) -> int:
     )
 
 
-def check_sizes(raw_hdus, file_size: int, path: str, max_ratio: float) -> None:
+def check_sizes(raw_hdus, file_size: int, path: str, max_ratio: float, max_hdus: int) -> None:
     """Every HDU's declared data within the file, and a tile-compressed image's declared pixels within
     ``max_ratio`` times its compressed bytes, before any data is read. ``raw_hdus``: the file opened lazily
     (``lazy_load_hdus``: each HDU is checked before astropy looks for the next one behind its data) with
@@ -93,9 +94,15 @@ def check_sizes(raw_hdus, file_size: int, path: str, max_ratio: float) -> None:
 
     Raises:
       SourceError: naming the file, the HDU, the byte offset and the sizes (a truncated file, a header larger
-        than the file, an absurd dimension, a compression bomb).
+        than the file, an absurd dimension, a compression bomb); more than ``max_hdus`` HDUs (``--max_datasets``).
     """
     for i in itertools.count():
+        if i >= max_hdus:
+            raise SourceError(
+                f"The file holds more than {max_hdus:,} HDUs (--max_datasets)",
+                file=path,
+                hint="raise the limit with --max_datasets N if the file is what you meant",
+            )
         try:
             hdu = raw_hdus[i]
         except IndexError:
