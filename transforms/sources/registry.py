@@ -22,6 +22,7 @@ from tfrecord_etl.transforms.sources.matlab import MatlabSource
 from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
 from tfrecord_etl.transforms.sources.npy import NpySource
 from tfrecord_etl.transforms.sources.npz import NpzSource
+from tfrecord_etl.transforms.sources.parquet import ParquetSource
 from tfrecord_etl.transforms.sources.raw import RawSource
 from tfrecord_etl.transforms.sources.signatures import (
     content_format,
@@ -49,6 +50,7 @@ REGISTRY: dict[str, type[Source]] = {
         MatlabSource,
         ZarrSource,
         EnviSource,
+        ParquetSource,
     )
 }
 FORMATS = tuple(REGISTRY)
@@ -110,7 +112,7 @@ def format_of(path: str, options: SourceOptions) -> str:
     wins over a suffix that disagrees; else the first registered format whose suffix ``path`` ends with (a
     MATLAB v4 ``.mat`` has no magic); else an HDF5 signature after a user block of 4096 bytes or more (the HDF5
     spec's 512 * 2**n offsets, read one by one up to the file's end). A file whose content (else suffix) shows a
-    format no source reads (``signatures.UNREAD``: FITS, NIfTI, EDF, WAV, IDL, Parquet, Feather) is refused with
+    format no source reads (``signatures.UNREAD``: FITS, NIfTI, EDF, WAV, IDL, Feather v1) is refused with
     the way out.
 
     Raises:
