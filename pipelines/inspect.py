@@ -6,7 +6,7 @@
     tfrecord-etl inspect COLLECTION_DIR [--spans SPANS]   # spans, versions, dates, records, schema changes
 
 An input file is told the way convert tells it (its first bytes, then its suffix: ``sources.format_of``); a
-file of a format tfrecord-etl recognises but does not read (FITS, NIfTI, EDF, WAV, IDL, Parquet, Feather) is
+file of a format tfrecord-etl recognises but does not read (``sources.signatures.UNREAD``: WAV, IDL...) is
 refused in one line with the way out (UnreadFormatError, exit 2).
 
 ``--tf_read`` also reads every shard back with plain tf.data + tf.io.parse_example and checks the
@@ -268,6 +268,10 @@ def _observe(stats, records, path: str, first: int, max_features: int | None) ->
         raise e.with_context(file=path, record=where) from None
 
 
+# the container formats whose dataset tree and row groups inspect prints (every other input: what convert makes of it)
+CONTAINER_TREES = ("hdf5", "netcdf3", "matlab", "zarr")
+
+
 def input_format(target: str) -> str | None:
     """The source format convert reads ``target`` as, told the way convert tells it (``sources.format_of``: a Zarr
     store, then the file's first bytes, then its suffix), for a Zarr store or one existing regular file; None for a
@@ -275,7 +279,7 @@ def input_format(target: str) -> str | None:
     which inspect summarizes as TFRecord files.
 
     Raises:
-      UnreadFormatError: a file of a format tfrecord-etl recognises but does not read (FITS, WAV, Parquet...),
+      UnreadFormatError: a file of a format tfrecord-etl recognises but does not read (WAV, IDL...),
         with the way out.
       SourceError: a match that is not a regular file (a FIFO or device is never opened).
     """
@@ -297,8 +301,8 @@ def input_format(target: str) -> str | None:
 
 
 def summarize_input(path: str, fmt: str) -> dict:
-    """What convert makes of the input file ``path`` of a non-container format (``npy``, ``npz``, ``raw``,
-    ``envi``) with its default options: ``{"input", "format", "examples", "rows", "bytes_per_row", "features"}``,
+    """What convert makes of the input file ``path`` of a format without a dataset tree (every format but
+    :data:`CONTAINER_TREES`: ``npy``, ``npz``, ``raw``, ``envi``, ``parquet``...) with its default options: ``{"input", "format", "examples", "rows", "bytes_per_row", "features"}``,
     from the source's own index (``Source.index``: headers only, no array is read).
 
     Raises:
@@ -346,7 +350,7 @@ def main(argv: list[str]) -> int:
         return 0
     collection_reader.refuse_spans(args.output_dir, args.spans)
     kind = input_format(args.output_dir)
-    if kind in ("npy", "npz", "raw", "envi"):  # an input convert reads: what it makes of it
+    if kind and kind not in CONTAINER_TREES:  # an input convert reads: what it makes of it
         summary = summarize_input(args.output_dir, kind)
         print(json.dumps(summary, indent=1) if args.json else inspect_text.render_input(summary))
         return 0

@@ -217,7 +217,7 @@ def test_formats_and_config_choices_come_from_the_registry():
 
     from tfrecord_etl.transforms.config import ConvertConfig
 
-    assert sources.FORMATS == ("hdf5", "netcdf3", "npz", "npy", "raw", "files", "matlab", "zarr", "envi")
+    assert sources.FORMATS == ("hdf5", "netcdf3", "npz", "npy", "raw", "files", "matlab", "zarr", "envi", "parquet")
     choices = typing.get_args(typing.get_args(ConvertConfig.model_fields["format"].annotation)[0])
     assert set(choices) == set(sources.FORMATS)
     suffixes = [s for cls in sources.REGISTRY.values() for s in cls.suffixes]
@@ -230,7 +230,8 @@ def test_unknown_suffix_names_the_registered_ones():
     with pytest.raises(
         SourceError,
         match=r"Cannot tell the input format.*name it \.h5/\.nc/\.npz/\.npy/\.raw/\.mat/"
-        r"\.zarr/\.img or pass --format one of \('hdf5', 'netcdf3', 'npz', 'npy', 'raw', "
-        r"'files', 'matlab', 'zarr', 'envi'\)",
-    ):
+        r"\.zarr/\.img(/\.[a-z0-9]+)* or pass --format one of \('hdf5', 'netcdf3', 'npz', 'npy', 'raw', "
+        r"'files', 'matlab', 'zarr', 'envi'(, '[a-z0-9]+')*\)",  # (and the formats registered since, in order)
+    ) as e:
         sources.format_of("data.csv", SourceOptions())
+    assert str(sources.FORMATS) in str(e.value)
