@@ -107,13 +107,14 @@ SECTIONS = (
     "remote",
     "sizes",
     "zarr",
+    "parquet",
     "peers",
     "read",
 )
-# sizes (~10 minutes, 17 GB of inputs), remote (a moto S3 server: the s3 extra), zarr, peers (TFDS and Ray in
-# environments of their own) and read (readers, the TensorFlow-free ones in an environment of their own) run when
-# asked: --only sizes, --only remote, --only zarr, --peers, --read
-DEFAULT_SECTIONS = SECTIONS[:-5]
+# sizes (~10 minutes, 17 GB of inputs), remote (a moto S3 server: the s3 extra), zarr, parquet, peers (TFDS and Ray
+# in environments of their own) and read (readers, the TensorFlow-free ones in an environment of their own) run when
+# asked: --only sizes, --only remote, --only zarr, --only parquet, --peers, --read
+DEFAULT_SECTIONS = SECTIONS[: SECTIONS.index("remote")]
 SPLITS_ROWS = {"small": 1_000_000, "large": 20_000}  # the splits section: --splits and --shuffle_seed cost
 
 
@@ -960,6 +961,11 @@ class Bench:
 
                 zarr_section(self, rows_at, beam_flags)
                 order.append("zarr")
+            if "parquet" in sections:  # bench.parquetsection: a Parquet file against its HDF5 twin and a pyarrow loop
+                from bench.parquetsection import parquet_section
+
+                parquet_section(self, rows_at, beam_flags)
+                order.append("parquet")
             if "peers" in sections:
                 order += peers.run_peers(self, args.peers, args.peer_rounds)
             if "read" in sections:
@@ -1152,7 +1158,7 @@ def parse_args(argv=None):
     ap.add_argument(
         "--only",
         default=",".join(DEFAULT_SECTIONS),
-        help=f"sections to run, comma-separated, of {','.join(SECTIONS)} (default: all but remote, sizes and zarr)",
+        help=f"sections to run, comma-separated, of {','.join(SECTIONS)} (default: all but remote, sizes, zarr and parquet)",
     )
     ap.add_argument(
         "--sizes",

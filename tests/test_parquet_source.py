@@ -299,12 +299,15 @@ def test_a_tensor_shape_that_does_not_match_its_storage_is_refused(tmp_path):
     storage = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(12, dtype=np.float32)), 4)
     meta = {
         b"ARROW:extension:name": b"arrow.fixed_shape_tensor",
-        b"ARROW:extension:metadata": b'{"shape":[1000000,1000000]}',
+        b"ARROW:extension:metadata": b'{"shape":[3,3]}',
     }
     schema = pa.schema([pa.field("t", storage.type, metadata=meta)])
     pq.write_table(pa.Table.from_arrays([storage], schema=schema), tmp_path / "t.parquet")
-    with pytest.raises((SchemaError, SourceError)) as e:
+    with pytest.raises(SourceError) as e:  # pyarrow refuses the type when it reads the schema
         source().index(str(tmp_path / "t.parquet"))
+    assert "Not a readable Parquet file: Product of shape dimensions (9) does not match FixedSizeList size (4)" in str(
+        e.value
+    )
     assert str(tmp_path / "t.parquet") in str(e.value) and "\n" not in str(e.value)
 
 

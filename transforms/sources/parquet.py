@@ -169,9 +169,6 @@ class ParquetSource(Source):
         self._local.group = (key, data)
         return data
 
-    def describe(self) -> dict:
-        return {}
-
     def close(self) -> None:
         for table in getattr(self._local, "files", {}).values():
             table.close()

@@ -157,8 +157,8 @@ def open_table(path: str, magic: bytes) -> TableFile:
         raise SourceError(
             f"Not a readable {what} file: {reason}",
             file=path,
-            hint="check that the file is complete (a copy cut short loses the footer, which Parquet and Arrow "
-            "IPC files keep at their end)",
+            hint="check that the file is complete and well-formed (a copy cut short loses the footer, which "
+            "Parquet and Arrow IPC files keep at their end)",
         ) from None
 
 

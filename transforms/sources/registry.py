@@ -1,7 +1,7 @@
 """The source registry: every format's :class:`Source` class by its ``format_name``, in the order ``format_of`` tries
 them, and what is built from it (the options models, the format of a file, a new source).
 
-Importing this module imports every format's module (29 of ours, NumPy only at import); ``sources/__init__.py``
+Importing this module imports every format's module (NumPy only at import); ``sources/__init__.py``
 loads it on the first use of one of its names (``sources.REGISTRY``, ``sources.format_of``, a format's class), so
 the reader and the commands that only need ``RowRange`` or ``SourceOptions`` do not pay for it. The model is
 TFDS's ``file_adapters.ADAPTER_FOR_FORMAT``.
