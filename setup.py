@@ -127,7 +127,11 @@ setuptools.setup(
             "spectral==0.25",
             # PyTables: pandas' HDFStore (df.to_hdf(format="table")) writes the categorical test files with it
             "tables>=3.9",
+            # nibabel, the field's NIfTI reader: the NIfTI source reads with it and is checked against nibabel.load
+            "nibabel==5.4.2",
         ],
+        # --format nifti: NIfTI-1/-2 images (.nii, .nii.gz, .hdr/.img) through nibabel's headers and ArrayProxy
+        "nifti": ["nibabel>=5.2,<6"],
         # --runner DaskRunner (apache-beam[dask] asks for the same ranges); see docs/scale.md.
         "dask": ["dask>=2024.4.2", "distributed>=2024.4.2"],
         # s3:// inputs and outputs through Beam's S3 filesystem (apache-beam[aws] is boto3>=1.9,<2), and s3:// reads

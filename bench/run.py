@@ -107,14 +107,16 @@ SECTIONS = (
     "remote",
     "sizes",
     "zarr",
+    "nifti",
     "parquet",
     "peers",
     "read",
 )
-# sizes (~10 minutes, 17 GB of inputs), remote (a moto S3 server: the s3 extra), zarr, parquet, peers (TFDS and Ray
-# in environments of their own) and read (readers, the TensorFlow-free ones in an environment of their own) run when
-# asked: --only sizes, --only remote, --only zarr, --only parquet, --peers, --read
-DEFAULT_SECTIONS = SECTIONS[: SECTIONS.index("remote")]
+# sizes (~10 minutes, 17 GB of inputs), remote (a moto S3 server: the s3 extra), zarr, nifti, parquet, peers (TFDS
+# and Ray in environments of their own) and read (readers, the TensorFlow-free ones in an environment of their own)
+# run when asked: --only sizes, --only remote, --only zarr, --only nifti, --only parquet, --peers, --read
+ASKED_ONLY = ("remote", "sizes", "zarr", "nifti", "parquet", "peers", "read")
+DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ASKED_ONLY)
 SPLITS_ROWS = {"small": 1_000_000, "large": 20_000}  # the splits section: --splits and --shuffle_seed cost
 
 
@@ -961,6 +963,11 @@ class Bench:
 
                 zarr_section(self, rows_at, beam_flags)
                 order.append("zarr")
+            if "nifti" in sections:  # bench.niftisection: a .nii.gz against its HDF5 twin and a nibabel loop
+                from bench.niftisection import nifti_section
+
+                nifti_section(self, rows_at, beam_flags)
+                order.append("nifti")
             if "parquet" in sections:  # bench.parquetsection: a Parquet file against its HDF5 twin and a pyarrow loop
                 from bench.parquetsection import parquet_section
 
@@ -1158,7 +1165,7 @@ def parse_args(argv=None):
     ap.add_argument(
         "--only",
         default=",".join(DEFAULT_SECTIONS),
-        help=f"sections to run, comma-separated, of {','.join(SECTIONS)} (default: all but remote, sizes, zarr and parquet)",
+        help=f"sections to run, comma-separated, of {','.join(SECTIONS)} (default: all but remote, sizes, zarr, nifti and parquet)",
     )
     ap.add_argument(
         "--sizes",

@@ -268,7 +268,8 @@ def _observe(stats, records, path: str, first: int, max_features: int | None) ->
         raise e.with_context(file=path, record=where) from None
 
 
-# the container formats whose dataset tree and row groups inspect prints (every other input: what convert makes of it)
+# the container formats, whose inspect shows the tree and row groups; any other format shows what convert makes of
+# the file with its default options (summarize_input), so a new source needs no line here
 CONTAINER_TREES = ("hdf5", "netcdf3", "matlab", "zarr")
 
 
@@ -301,9 +302,10 @@ def input_format(target: str) -> str | None:
 
 
 def summarize_input(path: str, fmt: str) -> dict:
-    """What convert makes of the input file ``path`` of a format without a dataset tree (every format but
-    :data:`CONTAINER_TREES`: ``npy``, ``npz``, ``raw``, ``envi``, ``parquet``...) with its default options: ``{"input", "format", "examples", "rows", "bytes_per_row", "features"}``,
-    from the source's own index (``Source.index``: headers only, no array is read).
+    """What convert makes of the input file ``path`` of a non-container format (``npy``, ``npz``, ``raw``,
+    ``envi``, ``nifti``, ...) with its default options: ``{"input", "format", "examples", "rows", "bytes_per_row",
+    "features"}`` and, when the source records them, the file's ``attributes`` (what ``metadata.json`` keeps of
+    it), from the source's own index (``Source.index``: headers only, no array is read).
 
     Raises:
       SourceError, SchemaError: what convert's planning raises for the file (e.g. a raw file without a layout).
@@ -317,6 +319,7 @@ def summarize_input(path: str, fmt: str) -> dict:
         "per": "member" if index.sizes else "row",
         "bytes_per_row": index.row_bytes,
         "features": [s.to_json() for s in index.specs],
+        **({"attributes": index.attributes} if index.attributes else {}),
     }
 
 
@@ -359,9 +362,8 @@ def main(argv: list[str]) -> int:
         from tfrecord_etl.transforms.sources.hdf5tree import hdf5_tree, matlab_tree, netcdf3_tree, render_tree
         from tfrecord_etl.transforms.sources.zarrtree import zarr_tree
 
-        tree = {"hdf5": hdf5_tree, "netcdf3": netcdf3_tree, "matlab": matlab_tree, "zarr": zarr_tree}[kind](
-            args.output_dir
-        )
+        trees = {"hdf5": hdf5_tree, "netcdf3": netcdf3_tree, "matlab": matlab_tree, "zarr": zarr_tree}
+        tree = trees[kind](args.output_dir)
         print(json.dumps(tree, indent=1) if args.json else render_tree(tree))
         return 0
     summary = summarize(args.output_dir, args.tf_read, *common.record_limits(args))

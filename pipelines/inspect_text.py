@@ -5,6 +5,8 @@ characters escaped.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from tfrecord_etl.transforms.errors import printable
@@ -96,6 +98,8 @@ def render_input(s: dict) -> str:
     for f in s["features"]:
         shape = "*" if f["shape"] is None else str(f["shape"])
         lines.append(f"{printable(f['name']):<28} {f['dtype']!s:<10} {shape}{_categorical(f)}")
+    for group, values in (s.get("attributes") or {}).items():  # what metadata.json records of the file
+        lines.append(f"{group}: " + ", ".join(f"{k} {json.dumps(v)}" for k, v in values.items()))
     return "\n".join(printable(line) for line in lines)
 
 

@@ -273,6 +273,7 @@ FORMAT_NAMES = {
     "matlab": "MATLAB",
     "zarr": "Zarr",
     "envi": "ENVI",
+    "nifti": "NIfTI",
     "parquet": "Parquet",
 }
 

@@ -173,17 +173,18 @@ def test_a_new_source_is_named_in_help_with_no_other_change(capsys, monkeypatch)
         format_name = "cube"
         help_label = "toy cubes"
 
-    last = list(sources.REGISTRY.values())[-1].help_label  # the last registered before it
+    last = list(sources.REGISTRY.values())[-1].help_label  # the registry's last format, named before the new one
     monkeypatch.setitem(sources.REGISTRY, "cube", CubeSource)
     assert cli.main(["--help"]) == 0
     assert f"{last} or toy cubes -> sharded" in " ".join(capsys.readouterr().out.split())
     first = " ".join(command_help("convert", capsys).split("\n\n")[1].split())
-    assert "MATLAB .mat, Zarr, ENVI image cubes, " in first and first.endswith(f"{last} or toy cubes.")
+    assert "MATLAB .mat, Zarr, ENVI image cubes" in first and first.endswith(f", {last} or toy cubes.")
 
 
 def test_format_help_says_the_content_decides(capsys):
     text = " ".join(command_help("convert", capsys).split())
     assert "from the suffix" not in text
+    assert sources.FORMATS[:9] == ("hdf5", "netcdf3", "npz", "npy", "raw", "files", "matlab", "zarr", "envi")
     assert (
         "--format {" + ",".join(sources.FORMATS) + "} input format; default: told by each file's "
         "content (its first bytes, a Zarr store by its metadata), else by its suffix; files only when named"

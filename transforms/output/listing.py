@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from tfrecord_etl.transforms.errors import ConfigError
 from tfrecord_etl.transforms.output.runlock import read_json
 from tfrecord_etl.transforms.output.sink import name_key
-from tfrecord_etl.transforms.storage import fileio
+from tfrecord_etl.transforms.storage import fileio, storeops
 
 METADATA_FILE = "metadata.json"
 SCHEMA_FILE = "schema.pbtxt"
@@ -96,6 +96,12 @@ def delete_names(directory: str, names: Iterable[str]) -> None:
                 os.unlink(path)
         else:
             fileio.delete([path])  # an object that exists; gs:// one object's request (not Beam's batch API)
+
+
+def abort_uploads(directory: str, names: Iterable[str]) -> list[str]:
+    """Aborts the unfinished uploads (S3 multipart) of the files ``names`` of ``directory``, killed writers'
+    (``storeops.abort_uploads``); returns the names they were for."""
+    return storeops.abort_uploads(fileio._opener(directory), directory, names)
 
 
 # ---------------------------------------------------------------- checks

@@ -83,17 +83,8 @@ from tfrecord_etl.transforms.storage import conditional, fileio
 # options that do not change what an output holds; the collection flags choose which output directory a run
 # writes (a span of a collection, reset in the span's own options), and the limits added since refuse an input
 # rather than change an output, so an output written before they existed compares equal
-_NOT_COMPARED = (
-    "overwrite",
-    "verbose",
-    "progress",
-    "span",
-    "version",
-    "incremental",
-    "reconvert_changed",
-    "allow_schema_change",
-    "max_row_mb",
-)
+_NOT_COMPARED = ("overwrite", "verbose", "progress", "span", "version", "incremental", "reconvert_changed")
+_NOT_COMPARED += ("allow_schema_change", "max_row_mb")
 
 
 def _comparable(options: dict | None) -> dict | None:
@@ -345,6 +336,7 @@ def discard_uncommitted(output_dir: str, written: Iterable[str], replaced: Itera
     none), not its partial shards. Only names of ``written`` and ``replaced`` (ours) and their temporaries are
     deleted, each by its exact name, and every deletion is printed."""
     written = set(written)
+    listing.abort_uploads(output_dir, written)  # killed attempts' (S3 multipart), never an object
     names = set(list_names(output_dir))
     own = owned(output_dir, names)
     committed = own.committed
@@ -389,8 +381,11 @@ def record_shards(output_dir: str, shards: Iterable[dict]) -> None:
 
 
 def remove_temporaries(output_dir: str, files: Iterable[str]) -> None:
-    """Deletes the ``.tmp-<name>-<hex>`` temporaries of ``files`` (killed or duplicate attempts), by exact name."""
+    """Deletes the ``.tmp-<name>-<hex>`` temporaries of ``files`` (killed or duplicate attempts), by exact name, and
+    aborts their unfinished uploads (``listing.abort_uploads``)."""
     files = set(files)
+    if aborted := listing.abort_uploads(output_dir, files):
+        say(f"aborted the unfinished uploads of killed attempts in {output_dir}: {_names_list(aborted, 5)}")
     stale = [n for n in list_names(output_dir) if temp_of(n, files)]
     if stale:
         say(

@@ -27,7 +27,7 @@ from typing import BinaryIO
 
 from tfrecord_etl.transforms.output import tfrecord
 from tfrecord_etl.transforms.output.runlock import check_commit, failpoint
-from tfrecord_etl.transforms.storage import fileio
+from tfrecord_etl.transforms.storage import fileio, objectcreate
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +48,28 @@ def temp_path(final: str) -> str:
 
 
 @contextlib.contextmanager
-def committed_file(final: str) -> Iterator[BinaryIO]:
+def committed_file(final: str, fresh: bool = False) -> Iterator[BinaryIO]:
     """Yields a binary stream writing a temporary file beside ``final``; when the block ends without an error
     the stream is closed and the file renamed to ``final`` (replacing an earlier attempt's copy), unless the run
     no longer owns the output directory (``outdir.check_commit``: its launcher is gone or a newer run took the
     lock over). On any error, inside the block or in the close/rename, the temporary is deleted and the error
     re-raised.
+
+    ``fresh``: ``final`` is a name no earlier output of the directory has (a shard or index of this run's
+    generation, ``outdir.prepare``), so on s3:// and gs:// the object is created under it at once, with nothing
+    visible before it is complete and only where no object has the name (:mod:`storage.objectcreate`: the store
+    writes the bytes once, where a rename is a copy); another attempt's identical object is kept. Local files take
+    the temporary and rename whatever ``fresh`` says.
     """
+    direct = objectcreate.open_create(final) if fresh else None
+    if direct is not None:
+        try:
+            yield direct
+            direct.finish(lambda: check_commit(final))
+        except BaseException:
+            direct.abort()
+            raise
+        return
     temp = temp_path(final)
     try:
         with fileio.open_write(temp) as raw:
@@ -69,9 +84,9 @@ def committed_file(final: str) -> Iterator[BinaryIO]:
         raise
 
 
-def write_file(final: str, data: bytes) -> str:
-    """Writes ``data`` to ``final`` through :func:`committed_file`; returns ``final``."""
-    with committed_file(final) as f:
+def write_file(final: str, data: bytes, fresh: bool = False) -> str:
+    """Writes ``data`` to ``final`` through :func:`committed_file` (``fresh``: its); returns ``final``."""
+    with committed_file(final, fresh) as f:
         f.write(data)
     return final
 
@@ -98,7 +113,7 @@ def shard_writer(
     shard's ``tfrecord2idx`` index (``tfrecord.index_name``) is committed just before the shard itself. After the
     block, ``writer.bytes_out`` and ``writer.crc32c`` are the committed file's size and CRC32C (computed as it was
     written), what its ``metadata.json`` entry records."""
-    with committed_file(final) as raw:
+    with committed_file(final, fresh=True) as raw:
         writer = tfrecord.ShardWriter(
             raw, compression, index=index, level=(codec or {}).get("level"), backend=(codec or {}).get("name")
         )
@@ -112,4 +127,5 @@ def shard_writer(
 
 def write_index(shard_path: str, text: bytes) -> str:
     """Commits ``text`` as the index file of the shard at ``shard_path`` (beside it); returns the index path."""
-    return write_file(fileio.join(fileio.dirname(shard_path), tfrecord.index_name(fileio.basename(shard_path))), text)
+    index = fileio.join(fileio.dirname(shard_path), tfrecord.index_name(fileio.basename(shard_path)))
+    return write_file(index, text, fresh=True)

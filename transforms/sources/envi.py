@@ -28,8 +28,8 @@ from tfrecord_etl.transforms.storage import fileio
 
 # .hdr/.img pairs of another kind (a binary header of 348 bytes and more): not ENVI, said so in the error
 NOT_ENVI_HINT = (
-    "an Analyze 7.5 or NIfTI-1 pair (.hdr/.img) has a binary header: read its data with --format raw "
-    "(--dtype, --shape, --offset), or nibabel"
+    "an Analyze 7.5 or NIfTI-1 pair (.hdr/.img) has a binary header: convert a NIfTI pair's .hdr (--format nifti), "
+    "an Analyze pair's data with --format raw (--dtype, --shape, --offset)"
 )
 MAX_HEADER_BYTES = 64 * 1024  # a header names a few dozen keys; wavelength lists of a few hundred bands fit
 # IDL's type codes, as ENVI headers give them ("data type = 4"): the NumPy dtype without its byte order

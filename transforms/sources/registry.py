@@ -20,6 +20,7 @@ from tfrecord_etl.transforms.sources.files import FilesSource
 from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source
 from tfrecord_etl.transforms.sources.matlab import MatlabSource
 from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
+from tfrecord_etl.transforms.sources.nifti import NiftiSource
 from tfrecord_etl.transforms.sources.npy import NpySource
 from tfrecord_etl.transforms.sources.npz import NpzSource
 from tfrecord_etl.transforms.sources.parquet import ParquetSource
@@ -50,6 +51,7 @@ REGISTRY: dict[str, type[Source]] = {
         MatlabSource,
         ZarrSource,
         EnviSource,
+        NiftiSource,
         ParquetSource,
     )
 }
@@ -112,7 +114,7 @@ def format_of(path: str, options: SourceOptions) -> str:
     wins over a suffix that disagrees; else the first registered format whose suffix ``path`` ends with (a
     MATLAB v4 ``.mat`` has no magic); else an HDF5 signature after a user block of 4096 bytes or more (the HDF5
     spec's 512 * 2**n offsets, read one by one up to the file's end). A file whose content (else suffix) shows a
-    format no source reads (``signatures.UNREAD``: FITS, NIfTI, EDF, WAV, IDL, Feather v1) is refused with
+    format no source reads (``signatures.UNREAD``: FITS, EDF, WAV, IDL, Feather v1) is refused with
     the way out.
 
     Raises:

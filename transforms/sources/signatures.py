@@ -1,6 +1,6 @@
 """File signatures: which registered format a file's first bytes show, for ``format_of`` and for the messages of a
 source that cannot read a file of another format (``other_format_hint``); and the formats tfrecord-etl recognises
-but does not read (:data:`UNREAD`: FITS, NIfTI, EDF, WAV, IDL, Feather v1), each with the way out
+but does not read (:data:`UNREAD`: FITS, EDF, WAV, IDL, Feather v1), each with the way out
 its error gives (``format_of`` raises :class:`UnreadFormatError` for them, so convert, verify and inspect say so).
 
 Each source declares its own signature (``Source.magic``, ``magic_offsets``, ``content_label``, ``sniff``); the
@@ -108,7 +108,7 @@ class Unread:
 
 
 # The formats users meet that no source reads, in the order they are tried. References: FITS Standard 4.0 (the
-# primary header's first card), NIfTI-1 and NIfTI-2 headers (magic at 344 and 4), EDF/EDF+ and BDF headers (the
+# primary header's first card), EDF/EDF+ and BDF headers (the
 # version field), the RIFF/WAVE and RF64 headers, IDL SAVE files (scipy.io.readsav: "SR" and the record format),
 # Feather v1 (FEA1; Parquet and Feather v2 are read: sources/parquet.py).
 UNREAD = (
@@ -117,12 +117,6 @@ UNREAD = (
         (((0, b"SIMPLE  ="),),),
         (".fits", ".fit", ".fts", ".fits.gz", ".fits.fz"),
         "with astropy: np.save('x.npy', astropy.io.fits.getdata(FILE, ext=N)), then convert the .npy",
-    ),
-    Unread(
-        "a NIfTI image",
-        (((344, b"n+1\x00"),), ((344, b"ni1\x00"),), ((4, b"n+2\x00\r\n\x1a\n"),), ((4, b"ni2\x00\r\n\x1a\n"),)),
-        (".nii", ".nii.gz"),
-        "with nibabel: np.save('x.npy', np.asanyarray(nibabel.load(FILE).dataobj)), then convert the .npy",
     ),
     Unread(
         "an EDF/BDF recording",

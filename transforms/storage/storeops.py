@@ -86,3 +86,26 @@ def gcs_delete(blob) -> None:
         blob.delete()
     except NotFound:
         pass
+
+
+def abort_uploads(found, directory: str, names) -> list[str]:
+    """Aborts the unfinished S3 multipart uploads of the children ``names`` of the s3:// ``directory`` (those of
+    :mod:`objectcreate` writes whose worker was killed: no object, but parts the store keeps and bills until the
+    upload is aborted or a lifecycle rule removes it), each by its exact key; returns the names whose uploads were
+    aborted. Nothing elsewhere: a GCS resumable session that was never finalized holds no object and expires by
+    itself (a week); other filesystems have no uploads."""
+    if found is None or found[0] != "S3FileSystem":
+        return []
+    client, names = found[1], set(names)
+    bucket, prefix = lightfs.bucket_key(directory.rstrip("/") + "/")
+    gone, marker = [], {}
+    while True:
+        page = client.list_multipart_uploads(Bucket=bucket, Prefix=prefix, **marker)
+        for upload in page.get("Uploads", []):
+            name = upload["Key"][len(prefix) :]
+            if name in names:
+                client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+                gone.append(name)
+        if not page.get("IsTruncated"):
+            return sorted(set(gone))
+        marker = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
