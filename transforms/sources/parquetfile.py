@@ -20,6 +20,10 @@ PARQUET, IPC = "parquet", "ipc"
 # bytes a Parquet leaf value may take in memory beyond its encoded size (an int64, an offset of a string): the
 # declared size of a column chunk is at most its uncompressed bytes plus this per value
 VALUE_BYTES = 8
+# remote IPC files' layouts ((path, size) -> (rows per record batch, feature -> null rows)), learned once per process:
+# IPC declares no row counts before its batches, so learning them reads every batch (planning, then each worker
+# process once, instead of once per opening)
+IPC_LAYOUTS: dict[tuple[str, int], tuple[list[int], dict]] = {}
 
 
 @dataclasses.dataclass
@@ -139,14 +143,19 @@ def open_table(path: str, magic: bytes) -> TableFile:
             return TableFile(path, kind, schema, groups, size, reader, stream)
         source = pa.memory_map(path) if local else stream
         reader = ipc.open_file(source)
-        groups, nulls = [], {}
-        for b in range(reader.num_record_batches):
-            batch = reader.get_batch(b)
-            groups.append(batch.num_rows)
-            for field, column in zip(batch.schema, batch.columns):
-                _count_nulls(pa, field.name, column, nulls)
         size = _local_size(path) if local else stream.seek(0, 2)
-        return TableFile(path, kind, reader.schema, groups, size, reader, stream, nulls)
+        layout = IPC_LAYOUTS.get((path, size)) if not local else None
+        if layout is None:
+            groups, nulls = [], {}
+            for b in range(reader.num_record_batches):
+                batch = reader.get_batch(b)
+                groups.append(batch.num_rows)
+                for field, column in zip(batch.schema, batch.columns):
+                    _count_nulls(pa, field.name, column, nulls)
+            layout = groups, nulls
+            if not local:
+                IPC_LAYOUTS[(path, size)] = layout
+        return TableFile(path, kind, reader.schema, layout[0], size, reader, stream, layout[1])
     except SourceError:
         raise
     except Exception as e:  # pyarrow's ArrowInvalid / OSError / ValueError on a broken file
