@@ -6,7 +6,7 @@
     tfrecord-etl inspect COLLECTION_DIR [--spans SPANS]   # spans, versions, dates, records, schema changes
 
 An input file is told the way convert tells it (its first bytes, then its suffix: ``sources.format_of``); a
-file of a format tfrecord-etl recognises but does not read (a WAV file, say: docs/converting/index.md lists them) is
+file of a format tfrecord-etl recognises but does not read (``sources.signatures.UNREAD``: WAV, IDL...) is
 refused in one line with the way out (UnreadFormatError, exit 2).
 
 ``--tf_read`` also reads every shard back with plain tf.data + tf.io.parse_example and checks the
@@ -280,7 +280,7 @@ def input_format(target: str) -> str | None:
     which inspect summarizes as TFRecord files.
 
     Raises:
-      UnreadFormatError: a file of a format tfrecord-etl recognises but does not read (WAV...),
+      UnreadFormatError: a file of a format tfrecord-etl recognises but does not read (WAV, IDL...),
         with the way out.
       SourceError: a match that is not a regular file (a FIFO or device is never opened).
     """

@@ -274,6 +274,7 @@ FORMAT_NAMES = {
     "zarr": "Zarr",
     "envi": "ENVI",
     "nifti": "NIfTI",
+    "parquet": "Parquet",
     "fits": "FITS",
 }
 

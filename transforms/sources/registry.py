@@ -1,7 +1,7 @@
 """The source registry: every format's :class:`Source` class by its ``format_name``, in the order ``format_of`` tries
 them, and what is built from it (the options models, the format of a file, a new source).
 
-Importing this module imports every format's module (29 of ours, NumPy only at import); ``sources/__init__.py``
+Importing this module imports every format's module (NumPy only at import); ``sources/__init__.py``
 loads it on the first use of one of its names (``sources.REGISTRY``, ``sources.format_of``, a format's class), so
 the reader and the commands that only need ``RowRange`` or ``SourceOptions`` do not pay for it. The model is
 TFDS's ``file_adapters.ADAPTER_FOR_FORMAT``.
@@ -24,6 +24,7 @@ from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
 from tfrecord_etl.transforms.sources.nifti import NiftiSource
 from tfrecord_etl.transforms.sources.npy import NpySource
 from tfrecord_etl.transforms.sources.npz import NpzSource
+from tfrecord_etl.transforms.sources.parquet import ParquetSource
 from tfrecord_etl.transforms.sources.raw import RawSource
 from tfrecord_etl.transforms.sources.signatures import (
     content_format,
@@ -52,6 +53,7 @@ REGISTRY: dict[str, type[Source]] = {
         ZarrSource,
         EnviSource,
         NiftiSource,
+        ParquetSource,
         FitsSource,
     )
 }

@@ -109,7 +109,7 @@ class Unread:
 
 # The formats users meet that no source reads, in the order they are tried. References: EDF/EDF+ and BDF headers
 # (the version field), the RIFF/WAVE and RF64 headers, IDL SAVE files (scipy.io.readsav: "SR" and the record format),
-# Apache Parquet (PAR1), Arrow IPC files and Feather v2 (ARROW1), Feather v1 (FEA1).
+# Feather v1 (FEA1; Parquet and Feather v2 are read: sources/parquet.py).
 UNREAD = (
     Unread(
         "a gzip-compressed FITS file",
@@ -139,18 +139,11 @@ UNREAD = (
         "with SciPy: np.savez('x.npz', **scipy.io.readsav(FILE)) (numeric variables), then convert the .npz",
     ),
     Unread(
-        "a Parquet file",
-        (((0, b"PAR1"),),),
-        (".parquet", ".pq"),
-        "with pyarrow: t = pyarrow.parquet.read_table(FILE); np.savez('x.npz', **{c: t[c].to_numpy() for c in "
-        "t.column_names}), then convert the .npz",
-    ),
-    Unread(
-        "a Feather/Arrow IPC file",
-        (((0, b"ARROW1"),), ((0, b"FEA1"),)),
-        (".feather", ".arrow", ".arrows", ".ipc"),
-        "with pyarrow: t = pyarrow.feather.read_table(FILE); np.savez('x.npz', **{c: t[c].to_numpy() for c in "
-        "t.column_names}), then convert the .npz",
+        "a Feather v1 file",
+        (((0, b"FEA1"),),),
+        (),  # .feather is Feather v2 (Arrow IPC), which the parquet source reads: told by content only
+        "with pyarrow: pyarrow.feather.write_feather(pyarrow.feather.read_table(FILE), 'x.feather') writes it as "
+        "Feather v2, then convert the new file",
     ),
 )
 
