@@ -353,6 +353,13 @@ def main(argv: list[str]) -> int:
         return 0
     collection_reader.refuse_spans(args.output_dir, args.spans)
     kind = input_format(args.output_dir)
+    own = sources.make_source(kind, sources.SourceOptions()).tree(args.output_dir) if kind else None
+    if own is not None:  # a source that lists its own tree (Source.tree)
+        # deferred: the container formats' modules, for a container's tree only
+        from tfrecord_etl.transforms.sources.hdf5tree import render_tree
+
+        print(json.dumps(own, indent=1) if args.json else render_tree(own))
+        return 0
     if kind and kind not in CONTAINER_TREES:  # an input convert reads: what it makes of it
         summary = summarize_input(args.output_dir, kind)
         print(json.dumps(summary, indent=1) if args.json else inspect_text.render_input(summary))

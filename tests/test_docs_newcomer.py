@@ -275,6 +275,7 @@ FORMAT_NAMES = {
     "envi": "ENVI",
     "nifti": "NIfTI",
     "parquet": "Parquet",
+    "fits": "FITS",
 }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 
 import h5py
 import numpy as np
@@ -52,6 +53,7 @@ def test_the_content_decides_the_format_whatever_the_suffix(tmp_path):
         "netcdf4.nc": ("hdf5", lambda p: hdf5_file(p)),
         "table.dat": ("parquet", lambda p: parquet_file(p)),  # PAR1, whatever raw's suffix says
         "table.bin": ("parquet", lambda p: feather_file(p)),  # Feather v2 = Arrow IPC file: ARROW1
+        "image.dat": ("fits", lambda p: fits_file(pathlib.Path(p))),  # the content wins over raw's suffix
     }
     for name, (fmt, make) in made.items():
         make(str(tmp_path / name))
@@ -261,8 +263,7 @@ def idl_file(path):
 
 
 UNREAD_FILES = {  # name -> (writer, what the message says it is, a word of its way out)
-    "image.fits": (fits_file, "a FITS file", "astropy.io.fits"),
-    "image.dat": (fits_file, "a FITS file", "astropy.io.fits"),  # the content wins over raw's suffix
+    "image.fits.gz": (lambda p: p.write_bytes(b"\x1f\x8b\x08" + bytes(40)), "a gzip-compressed FITS file", "gunzip"),
     "sleep.edf": (edf_file, "an EDF/BDF recording", "pyedflib"),
     "sound.wav": (wav_file, "a WAV audio file", "scipy.io.wavfile.read"),
     "sound.bin": (wav_file, "a WAV audio file", "scipy.io.wavfile.read"),

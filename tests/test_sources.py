@@ -229,6 +229,7 @@ def test_formats_and_config_choices_come_from_the_registry():
         "envi",
         "nifti",
         "parquet",
+        "fits",
     )
     choices = typing.get_args(typing.get_args(ConvertConfig.model_fields["format"].annotation)[0])
     assert set(choices) == set(sources.FORMATS)

@@ -40,7 +40,8 @@ class NumpyOptions(FormatOptions):
         allow_inf_nan=False,
         description="npz: refuse a member (of more than 1 MiB) or an archive whose "
         "uncompressed size exceeds this many times its compressed size (zip bombs); nifti: a .nii.gz declaring "
-        "more; parquet: a table whose values declare more than this many times the file's size",
+        "more; parquet: a table whose values declare more than this many times the file's size; fits: a "
+        "tile-compressed image",
     )
 
     _exclude_list = field_validator("exclude_datasets", mode="before")(classmethod(lambda cls, v: comma_list(v)))

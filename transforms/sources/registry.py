@@ -17,6 +17,7 @@ from tfrecord_etl.transforms.sources import zarrstore
 from tfrecord_etl.transforms.sources.base import Source, SourceOptions
 from tfrecord_etl.transforms.sources.envi import EnviSource
 from tfrecord_etl.transforms.sources.files import FilesSource
+from tfrecord_etl.transforms.sources.fits import FitsSource
 from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source
 from tfrecord_etl.transforms.sources.matlab import MatlabSource
 from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
@@ -53,6 +54,7 @@ REGISTRY: dict[str, type[Source]] = {
         EnviSource,
         NiftiSource,
         ParquetSource,
+        FitsSource,
     )
 }
 FORMATS = tuple(REGISTRY)
@@ -114,8 +116,7 @@ def format_of(path: str, options: SourceOptions) -> str:
     wins over a suffix that disagrees; else the first registered format whose suffix ``path`` ends with (a
     MATLAB v4 ``.mat`` has no magic); else an HDF5 signature after a user block of 4096 bytes or more (the HDF5
     spec's 512 * 2**n offsets, read one by one up to the file's end). A file whose content (else suffix) shows a
-    format no source reads (``signatures.UNREAD``: FITS, EDF, WAV, IDL, Feather v1) is refused with
-    the way out.
+    format no source reads (``signatures.UNREAD``) is refused with the way out.
 
     Raises:
       UnreadFormatError: a format tfrecord-etl recognises but does not read (naming the file, what it is and how
