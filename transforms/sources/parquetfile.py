@@ -11,6 +11,7 @@ format (``ARROW1``, footer, record batches), ``pyarrow.parquet.ParquetFile`` and
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from tfrecord_etl.transforms.errors import SourceError
 from tfrecord_etl.transforms.sources.base import refuse_special_file
@@ -172,8 +173,6 @@ def open_table(path: str, magic: bytes) -> TableFile:
 
 
 def _local_size(path: str) -> int:
-    import os
-
     return os.path.getsize(path)
 
 
