@@ -129,6 +129,8 @@ setuptools.setup(
             "tables>=3.9",
             # nibabel, the field's NIfTI reader: the NIfTI source reads with it and is checked against nibabel.load
             "nibabel==5.4.2",
+            # --format fits: the FITS source reads through astropy.io.fits (its test files are the fixtures')
+            "astropy==8.0.2",
         ],
         # --format nifti: NIfTI-1/-2 images (.nii, .nii.gz, .hdr/.img) through nibabel's headers and ArrayProxy
         "nifti": ["nibabel>=5.2,<6"],
@@ -143,6 +145,8 @@ setuptools.setup(
         "bench": ["matplotlib>=3.8", "psutil>=5.9"],
         # --format zarr: Zarr v2/v3 stores through the reference implementation and its codecs (numcodecs)
         "zarr": ["zarr>=3.1.6,<4"],
+        # --format fits: FITS images and tables through astropy.io.fits
+        "fits": ["astropy>=8.0.2,<9"],
         "docs": _DOCS,
         # tfrecord_etl.tfx (ArraysExampleGen): TFX 1.21 matches the TensorFlow / Beam / tfx-bsl pins above; its
         # pyarrow<19 pin differs from the main environment's, so CI tests it in its own venv (configs/tfx/)

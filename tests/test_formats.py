@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 
 import h5py
 import numpy as np
@@ -50,6 +51,9 @@ def test_the_content_decides_the_format_whatever_the_suffix(tmp_path):
         "v5.bin": ("matlab", lambda p: savemat(p, {"a": np.arange(3)})),
         "classic.nc": ("netcdf3", netcdf3_file),
         "netcdf4.nc": ("hdf5", lambda p: hdf5_file(p)),
+        "table.dat": ("parquet", lambda p: parquet_file(p)),  # PAR1, whatever raw's suffix says
+        "table.bin": ("parquet", lambda p: feather_file(p)),  # Feather v2 = Arrow IPC file: ARROW1
+        "image.dat": ("fits", lambda p: fits_file(pathlib.Path(p))),  # the content wins over raw's suffix
     }
     for name, (fmt, make) in made.items():
         make(str(tmp_path / name))
@@ -247,11 +251,11 @@ def parquet_file(path):
     pq.write_table(pa.table({"x": [1, 2, 3]}), path)
 
 
-def feather_file(path):
+def feather_file(path, version=2):
     import pyarrow as pa
     import pyarrow.feather as feather
 
-    feather.write_feather(pa.table({"x": [1, 2, 3]}), path)
+    feather.write_feather(pa.table({"x": [1, 2, 3]}), path, version=version)
 
 
 def idl_file(path):
@@ -259,13 +263,11 @@ def idl_file(path):
 
 
 UNREAD_FILES = {  # name -> (writer, what the message says it is, a word of its way out)
-    "image.fits": (fits_file, "a FITS file", "astropy.io.fits"),
-    "image.dat": (fits_file, "a FITS file", "astropy.io.fits"),  # the content wins over raw's suffix
+    "image.fits.gz": (lambda p: p.write_bytes(b"\x1f\x8b\x08" + bytes(40)), "a gzip-compressed FITS file", "gunzip"),
     "sleep.edf": (edf_file, "an EDF/BDF recording", "pyedflib"),
     "sound.wav": (wav_file, "a WAV audio file", "scipy.io.wavfile.read"),
     "sound.bin": (wav_file, "a WAV audio file", "scipy.io.wavfile.read"),
-    "table.parquet": (parquet_file, "a Parquet file", "pyarrow"),
-    "table.feather": (feather_file, "a Feather/Arrow IPC file", "pyarrow"),
+    "table.feather": (lambda p: feather_file(p, version=1), "a Feather v1 file", "pyarrow.feather.write_feather"),
     "vars.sav": (idl_file, "an IDL SAVE file", "scipy.io.readsav"),
 }
 
@@ -299,15 +301,17 @@ def test_a_pattern_with_a_file_we_do_not_read_names_it(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "relative,label",
+    "name,label",
     [
-        ("tfx/components/testdata/external/parquet/data.parquet", "a Parquet file"),
+        ("array_float32_2d.sav", "an IDL SAVE file"),
+        ("test-44100Hz-2ch-32bit-float-le.wav", "a WAV audio file"),
     ],
 )
-def test_real_files_we_do_not_read_are_named(tmp_path, capsys, relative, label):
+def test_real_files_we_do_not_read_are_named(tmp_path, capsys, name, label):
+    """SciPy's own test files (its readsav and wavfile tests)."""
     from tfrecord_etl.pipelines import inspect
 
-    path = fixture_file(relative)
+    path = os.path.join(SCIPY_IO, name)
     code, _, err = run_command(inspect.main, [path], capsys)
     assert code == 2 and f"The file is {label}" in err
     with pytest.raises(UnreadFormatError, match=f"The file is {label}"):

@@ -79,6 +79,8 @@ def test_npy_header_declaring_10e12_rows_is_refused_before_planning(tmp_path):
     path = tmp_path / "huge.npy"
     path.write_bytes(npy_header((10**12,)))
     assert path.stat().st_size == 128
+    with pytest.raises(SourceError):  # once untraced: the modules planning imports (Beam's, 70 MB) are not the input's
+        plan_inputs(str(path), SourceOptions())
     err, peak = peak_bytes(lambda: plan_inputs(str(path), SourceOptions()))
     assert isinstance(err, SourceError), err
     assert "huge.npy" in str(err) and f"{128 + 8 * 10**12} bytes" in str(err) and "holds 128 bytes" in str(err)

@@ -1,19 +1,24 @@
 """Shards created under their final names at once on s3:// and gs:// (``storage.objectcreate``): nothing visible
 until the object is complete, nothing left after an error, another attempt's identical object kept, a different
 one replaced; a convert to s3:// and gs:// writes each shard and index once (no temporary, no copy); a killed
-writer's unfinished upload is aborted by the run's commit. Against moto's S3 server and the GCS emulator
-(``tests/gcs_emulator.py``: with GCS's ``ifGenerationMatch``)."""
+writer's unfinished upload is aborted by the run's commit.
+
+Here against moto's S3 server and the GCS emulator (``tests/gcs_emulator.py``: with GCS's ``ifGenerationMatch``);
+``configs/engines/test_object_create_stores.py`` runs the same tests against SeaweedFS and fake-gcs-server (its
+``store`` fixture gives a :class:`Store` of theirs)."""
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 
+import google_crc32c
 import numpy as np
 import pytest
 
 from tests import gcs_emulator
-from tests.test_s3 import BUCKET, convert, keys, s3  # noqa: F401 - the moto server fixture
+from tests.test_s3 import BUCKET, convert, s3  # noqa: F401 - the moto server fixture
 from tfrecord_etl.pipelines import common
 from tfrecord_etl.transforms.output import outdir, sink
 from tfrecord_etl.transforms.storage import fileio, objectcreate
@@ -22,130 +27,195 @@ GCS_BUCKET = "etl-create-test"
 MIB = 1 << 20
 
 
-@pytest.fixture(scope="module")
-def s3_store(s3):
-    client, flags = s3
-    common.configure_filesystems(flags)
-    return client, flags
+class Store:
+    """One bucket of an S3 or GCS server, as these tests see it: ``scheme`` (``s3`` / ``gs``), ``part`` (the part
+    size the tests create objects with: S3's 5 MiB minimum, GCS's 256 KiB chunk), the command's ``flags``, and the
+    store's own client calls (``put``, ``read``, ``names``, ``uploads``: unfinished S3 multipart uploads' keys)."""
+
+    def __init__(self, scheme: str, bucket: str, flags: list[str], client):
+        self.scheme, self.bucket, self.flags, self.client = scheme, bucket, flags, client
+        self.part = 5 * MIB if scheme == "s3" else 256 << 10
+
+    def path(self, key: str) -> str:
+        return f"{self.scheme}://{self.bucket}/{key}"
+
+    def put(self, key: str, data: bytes) -> None:
+        if self.scheme == "s3":
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=data)
+        else:
+            self.client.bucket(self.bucket).blob(key).upload_from_string(data)
+
+    def read(self, key: str) -> bytes:
+        if self.scheme == "s3":
+            return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        return self.client.bucket(self.bucket).blob(key).download_as_bytes()
+
+    def version(self, key: str) -> str:
+        if self.scheme == "s3":
+            return self.client.head_object(Bucket=self.bucket, Key=key)["ETag"]
+        return str(self.client.bucket(self.bucket).get_blob(key).generation)
+
+    def names(self, prefix: str) -> list[str]:
+        if self.scheme == "s3":
+            found = self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix).get("Contents", [])
+            return sorted(o["Key"] for o in found)
+        return sorted(b.name for b in self.client.list_blobs(self.bucket, prefix=prefix))
+
+    def uploads(self, prefix: str) -> list[str]:
+        if self.scheme != "s3":
+            return []  # a GCS resumable session holds no object and cannot be listed
+        found = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=prefix).get("Uploads", [])
+        return sorted(u["Key"] for u in found)
 
 
-@pytest.fixture(scope="module")
-def gcs_store():
+@pytest.fixture(scope="module", params=["s3", "gs"])
+def store(request):
+    if request.param == "s3":
+        client, flags = request.getfixturevalue("s3")
+        common.configure_filesystems(flags)
+        yield Store("s3", BUCKET, flags, client)
+        return
     with gcs_emulator.server(GCS_BUCKET) as port, gcs_emulator.emulator_host(f"http://127.0.0.1:{port}"):
         from google.cloud import storage
 
-        yield storage.Client.create_anonymous_client().bucket(GCS_BUCKET)
+        yield Store("gs", GCS_BUCKET, [], storage.Client.create_anonymous_client())
 
 
 def payload(n: int, seed: int) -> bytes:
     return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
 
 
-def write_in_pieces(obj, data: bytes, piece: int = 1_000_003) -> None:
+def written(store: Store, key: str, data: bytes, piece: int = 1_000_003):
+    """An :class:`objectcreate.ObjectCreate` of ``key`` with ``data`` written to it in pieces, not finished."""
+    obj = objectcreate.open_create(store.path(key), part_bytes=store.part)
     for i in range(0, len(data), piece):
         obj.write(data[i : i + piece])
+    return obj
 
 
-def uploads(client, prefix):
-    return [u["Key"] for u in client.list_multipart_uploads(Bucket=BUCKET, Prefix=prefix).get("Uploads", [])]
+def finished(obj, guard: Callable[[], None] = lambda: None) -> None:
+    """``obj.finish(guard)``, and ``obj.abort()`` on any error (what ``sink.committed_file`` does)."""
+    try:
+        obj.finish(guard)
+    except BaseException:
+        obj.abort()
+        raise
 
 
-def gcs_names(bucket, prefix):
-    return sorted(b.name for b in bucket.client.list_blobs(bucket, prefix=prefix))
+def sizes(store: Store) -> list[int]:
+    """Empty, one request, exactly one part, and several parts with a short last one."""
+    return [0, 100_000, store.part, 2 * store.part + store.part // 3 + 7]
 
 
-def gcs_read(bucket, name):
-    return bucket.blob(name).download_as_bytes()
-
-
-# ---------------------------------------------------------------- S3
-
-
-@pytest.mark.parametrize("size", [0, 3 * MIB, 5 * MIB, 12 * MIB + 7])
-def test_s3_object_appears_whole_only_at_finish(s3_store, size):
-    client, _ = s3_store
-    path = f"s3://{BUCKET}/create/{size}.bin"
+@pytest.mark.parametrize("which", range(4))
+def test_the_object_appears_whole_only_when_finished(store, which):
+    size = sizes(store)[which]
+    key = f"create/{store.scheme}-{size}.bin"
     data = payload(size, size)
-    obj = objectcreate.open_create(path, part_bytes=5 * MIB)
-    write_in_pieces(obj, data)
-    assert keys(client, f"create/{size}.bin") == []  # parts uploaded (above one part), no object yet
-    checked = []
-    obj.finish(lambda: checked.append(keys(client, f"create/{size}.bin")))
-    assert checked == [[]]  # the guard ran before the object existed
-    assert client.get_object(Bucket=BUCKET, Key=f"create/{size}.bin")["Body"].read() == data
-    assert uploads(client, "create/") == []
-    assert (obj.size, obj.crc32c) == (len(data), __import__("google_crc32c").value(data))
+    obj = written(store, key, data)
+    assert store.names(key) == []  # parts sent (past one part), no object yet
+    seen = []
+    finished(obj, lambda: seen.append(store.names(key)))
+    assert seen == [[]]  # the commit guard ran before the object existed
+    assert store.read(key) == data
+    assert store.uploads("create/") == []
+    assert (obj.size, obj.crc32c) == (len(data), google_crc32c.value(data))
 
 
 @pytest.mark.parametrize("where", ["writing", "guard"])
-def test_s3_error_leaves_no_object_and_no_upload(s3_store, where):
-    client, _ = s3_store
-    path = f"s3://{BUCKET}/abort/{where}.bin"
-    obj = objectcreate.open_create(path, part_bytes=5 * MIB)
-    write_in_pieces(obj, payload(11 * MIB, 1))
+def test_an_error_leaves_no_object_and_no_upload(store, where):
+    key = f"abort/{where}.bin"
 
     def guard():
         raise RuntimeError("the run no longer owns the output")
 
     with pytest.raises(RuntimeError, match="no longer owns"):
-        try:
-            if where == "writing":
-                raise RuntimeError("the run no longer owns the output (raised while writing)")
-            obj.finish(guard)
-        except BaseException:
+        obj = written(store, key, payload(2 * store.part + 11, 1))
+        if where == "writing":
             obj.abort()
-            raise
-    assert keys(client, "abort/") == []
-    assert uploads(client, "abort/") == []
+            raise RuntimeError("the run no longer owns the output (raised while writing)")
+        finished(obj, guard)
+    assert store.names("abort/") == []
+    assert store.uploads("abort/") == []
 
 
-@pytest.mark.parametrize("size", [2 * MIB, 11 * MIB])
-def test_s3_second_attempt_with_the_same_bytes_keeps_the_first(s3_store, size, caplog):
-    client, _ = s3_store
-    path = f"s3://{BUCKET}/twice/{size}.bin"
-    data = payload(size, 7)
-    first, second = (objectcreate.open_create(path, part_bytes=5 * MIB) for _ in range(2))
-    write_in_pieces(first, data)
-    write_in_pieces(second, data)
-    first.finish()
-    etag = client.head_object(Bucket=BUCKET, Key=f"twice/{size}.bin")["ETag"]
+@pytest.mark.parametrize("size", ["one request", "parts"])
+@pytest.mark.parametrize("second_starts", ["before", "after"])
+def test_a_second_attempt_with_the_same_bytes_keeps_the_first(store, size, second_starts, caplog):
+    """The second attempt starts before the first finishes (refused when it completes) or after (GCS: refused when
+    its session starts); either way the first object stays, not written again."""
+    key = f"twice/{size}-{second_starts}.bin"
+    data = payload(100_000 if size == "one request" else 2 * store.part + 5, 7)
+    first = written(store, key, data)
+    if second_starts == "after":
+        finished(first)
+    second = written(store, key, data)
+    if second_starts == "before":
+        finished(first)
+    version = store.version(key)
     with caplog.at_level(logging.INFO, logger=objectcreate.__name__):
-        second.finish()
+        finished(second)
     assert "another attempt of this write created the same" in caplog.text
-    assert client.head_object(Bucket=BUCKET, Key=f"twice/{size}.bin")["ETag"] == etag  # not written again
-    assert client.get_object(Bucket=BUCKET, Key=f"twice/{size}.bin")["Body"].read() == data
-    assert uploads(client, "twice/") == []
+    assert store.version(key) == version
+    assert store.read(key) == data
+    assert store.uploads("twice/") == []
 
 
-@pytest.mark.parametrize("size", [2 * MIB, 11 * MIB])
-def test_s3_other_bytes_under_the_name_are_replaced_once(s3_store, size, caplog):
-    client, _ = s3_store
+@pytest.mark.parametrize("size", ["one request", "parts"])
+def test_other_bytes_under_the_name_are_replaced_once(store, size, caplog):
+    """Another object takes the name while the shard is written: it is deleted and the shard created in its place;
+    where the bytes can no longer be sent (a GCS session refused at its start, or dropped with its refusal) the write
+    fails with one line and a retry creates it."""
     key = f"other/{size}.bin"
-    client.put_object(Bucket=BUCKET, Key=key, Body=b"another writer's bytes")
-    data = payload(size, 9)
-    obj = objectcreate.open_create(f"s3://{BUCKET}/{key}", part_bytes=5 * MIB)
-    write_in_pieces(obj, data)
+    data = payload(100_000 if size == "one request" else 2 * store.part + 5, 11)
+    obj = written(store, key, data)
+    store.put(key, b"another writer's bytes")
     with caplog.at_level(logging.WARNING, logger=objectcreate.__name__):
-        obj.finish()
-    assert "another object (22 bytes" in caplog.text and "replacing it" in caplog.text
-    assert client.get_object(Bucket=BUCKET, Key=key)["Body"].read() == data
-    assert uploads(client, "other/") == []
+        try:
+            finished(obj)
+        except OSError as e:
+            assert store.scheme == "gs" and size == "parts", e
+            assert f"Cannot create {store.path(key)}: another object (22 bytes, CRC32C" in str(e)
+            assert "it was deleted: run the job again" in str(e)
+            assert store.names(key) == []
+            finished(written(store, key, data))  # the runner's retry
+    assert "another object (22 bytes" in caplog.text
+    assert store.read(key) == data
+    assert store.uploads("other/") == []
 
 
-def test_s3_commit_aborts_a_killed_writers_upload_of_listed_names_only(s3_store, capsys):
-    client, _ = s3_store
-    directory = f"s3://{BUCKET}/killed"
+def test_a_name_taken_before_the_upload_started(store):
+    """S3 evaluates the condition at the completion only: the other object is replaced. GCS refuses the session at
+    its start: the bytes are counted, not sent, and the write fails after deleting the other object."""
+    key = "taken/early.bin"
+    store.put(key, b"another writer's bytes")
+    data = payload(2 * store.part + 5, 13)
+    obj = written(store, key, data)
+    if store.scheme == "s3":
+        finished(obj)
+    else:
+        with pytest.raises(OSError, match=r"\(22 bytes, CRC32C [0-9a-f]{8}\) took its name while it was written"):
+            finished(obj)
+        assert store.names(key) == []
+        finished(written(store, key, data))
+    assert store.read(key) == data
+
+
+def test_the_commit_aborts_a_killed_writers_upload_of_its_names_only(store, capsys):
+    if store.scheme != "s3":
+        pytest.skip("GCS resumable sessions cannot be listed: one never finalized holds no object and expires")
     for name in ("data-00000-of-00002.tfrecord", "someone-else.bin"):
-        upload = client.create_multipart_upload(Bucket=BUCKET, Key=f"killed/{name}")["UploadId"]
-        client.upload_part(Bucket=BUCKET, Key=f"killed/{name}", UploadId=upload, PartNumber=1, Body=b"x" * 100)
-    outdir.remove_temporaries(directory, ["data-00000-of-00002.tfrecord", "data-00001-of-00002.tfrecord"])
-    assert uploads(client, "killed/") == ["killed/someone-else.bin"]  # not ours: kept
+        upload = store.client.create_multipart_upload(Bucket=store.bucket, Key=f"killed/{name}")["UploadId"]
+        store.client.upload_part(
+            Bucket=store.bucket, Key=f"killed/{name}", UploadId=upload, PartNumber=1, Body=b"x" * 100
+        )
+    outdir.remove_temporaries(store.path("killed"), ["data-00000-of-00002.tfrecord", "data-00001-of-00002.tfrecord"])
+    assert store.uploads("killed/") == ["killed/someone-else.bin"]  # not one of the run's names: kept
     assert "aborted the unfinished uploads of killed attempts" in capsys.readouterr().err
 
 
-def test_s3_convert_writes_each_shard_once(s3_store, tmp_path, monkeypatch):
+def test_a_convert_writes_each_shard_once(store, tmp_path, monkeypatch):
     """No shard or index is renamed (a copy on the store): each is created under its final name."""
-    client, flags = s3_store
     from tests.test_convert import make_h5
 
     src = tmp_path / "in.h5"
@@ -153,99 +223,11 @@ def test_s3_convert_writes_each_shard_once(s3_store, tmp_path, monkeypatch):
     renamed = []
     real_rename = fileio.rename
     monkeypatch.setattr(fileio, "rename", lambda a, b: (renamed.append(b), real_rename(a, b)))
-    out = f"s3://{BUCKET}/once"
+    out = store.path("once")
     argv = ["--input", src, "--output_dir", out, "--num_shards", "3", "--index", "--runner=DirectRunner"]
-    assert convert([*argv, "--direct_running_mode=in_memory", *flags])[0] == 0
-    names = [k.split("/", 1)[1] for k in keys(client, "once/")]
-    shards = [n for n in names if n.startswith("data-")]
-    assert len(shards) == 6  # 3 shards and their 3 index files
+    assert convert([*argv, "--direct_running_mode=in_memory", *store.flags])[0] == 0
+    names = [k.split("/", 1)[1] for k in store.names("once/")]
+    assert len([n for n in names if n.startswith("data-")]) == 6  # 3 shards and their 3 index files
     assert not [p for p in renamed if os.path.basename(p).startswith("data-")]
     assert not [n for n in names if n.startswith(sink.TEMP_PREFIX)]
-    assert uploads(client, "once/") == []
-
-
-# ---------------------------------------------------------------- GCS
-
-
-@pytest.mark.parametrize("size", [0, 200_000, 1 << 20, 3 * (256 << 10) + 5])
-def test_gcs_object_appears_whole_only_at_finish(gcs_store, size):
-    bucket = gcs_store
-    name = f"create/{size}.bin"
-    data = payload(size, size)
-    obj = objectcreate.open_create(f"gs://{GCS_BUCKET}/{name}", part_bytes=256 << 10)
-    write_in_pieces(obj, data, piece=100_001)
-    assert gcs_names(bucket, name) == []
-    checked = []
-    obj.finish(lambda: checked.append(gcs_names(bucket, name)))
-    assert checked == [[]]
-    assert gcs_read(bucket, name) == data
-
-
-def test_gcs_error_leaves_no_object(gcs_store):
-    bucket = gcs_store
-    obj = objectcreate.open_create(f"gs://{GCS_BUCKET}/abort/x.bin", part_bytes=256 << 10)
-    write_in_pieces(obj, payload(1 << 20, 3), piece=100_001)
-
-    def guard():
-        raise RuntimeError("the run no longer owns the output")
-
-    with pytest.raises(RuntimeError):
-        try:
-            obj.finish(guard)
-        except BaseException:
-            obj.abort()
-            raise
-    assert gcs_names(bucket, "abort/") == []
-
-
-@pytest.mark.parametrize("size", [100_000, 1 << 20])
-@pytest.mark.parametrize("second_starts", ["before", "after"])
-def test_gcs_second_attempt_with_the_same_bytes_keeps_the_first(gcs_store, size, second_starts, caplog):
-    bucket = gcs_store
-    name = f"twice/{size}-{second_starts}.bin"
-    data = payload(size, 5)
-    first, second = (objectcreate.open_create(f"gs://{GCS_BUCKET}/{name}", part_bytes=256 << 10) for _ in range(2))
-    write_in_pieces(first, data, piece=100_001)
-    if second_starts == "after":
-        first.finish()
-    write_in_pieces(second, data, piece=100_001)
-    if second_starts == "before":
-        first.finish()
-    generation = bucket.get_blob(name).generation
-    with caplog.at_level(logging.INFO, logger=objectcreate.__name__):
-        second.finish()
-    assert "another attempt of this write created the same" in caplog.text
-    assert bucket.get_blob(name).generation == generation
-    assert gcs_read(bucket, name) == data
-
-
-def test_gcs_other_bytes_under_the_name_are_replaced_once(gcs_store, caplog):
-    """One request (one chunk): the other object is deleted and ours created in its place."""
-    bucket = gcs_store
-    name = "other/small.bin"
-    data = payload(100_000, 11)
-    obj = objectcreate.open_create(f"gs://{GCS_BUCKET}/{name}", part_bytes=256 << 10)
-    write_in_pieces(obj, data, piece=30_001)
-    bucket.blob(name).upload_from_string(b"another writer's bytes")
-    with caplog.at_level(logging.WARNING, logger=objectcreate.__name__):
-        obj.finish()
-    assert "another object (22 bytes" in caplog.text
-    assert gcs_read(bucket, name) == data
-
-
-def test_gcs_name_taken_before_the_session_fails_the_write_then_a_retry_creates_it(gcs_store):
-    """A session refused at its start (412) sends nothing more; other bytes there are deleted and the write fails
-    with one line, so the runner's retry of the bundle creates the object."""
-    bucket = gcs_store
-    name = "other/large.bin"
-    data = payload(1 << 20, 13)
-    bucket.blob(name).upload_from_string(b"another writer's bytes")
-    obj = objectcreate.open_create(f"gs://{GCS_BUCKET}/{name}", part_bytes=256 << 10)
-    write_in_pieces(obj, data, piece=100_001)
-    with pytest.raises(OSError, match=r"\(22 bytes, CRC32C [0-9a-f]{8}\) took its name while it was written; it was"):
-        obj.finish()
-    assert gcs_names(bucket, "other/large") == []
-    retry = objectcreate.open_create(f"gs://{GCS_BUCKET}/{name}", part_bytes=256 << 10)
-    write_in_pieces(retry, data, piece=100_001)
-    retry.finish()
-    assert gcs_read(bucket, name) == data
+    assert store.uploads("once/") == []

@@ -217,7 +217,20 @@ def test_formats_and_config_choices_come_from_the_registry():
 
     from tfrecord_etl.transforms.config import ConvertConfig
 
-    assert sources.FORMATS == ("hdf5", "netcdf3", "npz", "npy", "raw", "files", "matlab", "zarr", "envi", "nifti")
+    assert sources.FORMATS == (
+        "hdf5",
+        "netcdf3",
+        "npz",
+        "npy",
+        "raw",
+        "files",
+        "matlab",
+        "zarr",
+        "envi",
+        "nifti",
+        "parquet",
+        "fits",
+    )
     choices = typing.get_args(typing.get_args(ConvertConfig.model_fields["format"].annotation)[0])
     assert set(choices) == set(sources.FORMATS)
     suffixes = [s for cls in sources.REGISTRY.values() for s in cls.suffixes]

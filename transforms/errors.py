@@ -64,8 +64,8 @@ class InputChangedError(SourceError):
 
 
 class UnreadFormatError(SourceError):
-    """An input file of a format tfrecord-etl recognises but does not read (FITS, EDF, WAV, IDL SAVE,
-    Parquet, Feather/Arrow IPC: ``sources/signatures.py``); the hint says how to turn it into arrays it reads."""
+    """An input file of a format tfrecord-etl recognises but does not read (a WAV file, an IDL SAVE file...: the
+    table ``UNREAD`` of ``sources/signatures.py``); the hint says how to turn it into arrays it reads."""
 
 
 class SchemaError(EtlError):

@@ -282,7 +282,7 @@ MAGIC = ((b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"{", 
 
 def foreign_format(head: bytes) -> str | None:
     """What a file that is not TFRecord looks like from its first bytes: an array source's file (HDF5, .npy, zip,
-    NetCDF-3, MATLAB, by the source registry's ``magic``), a format no source reads (FITS, WAV, Parquet...:
+    NetCDF-3, MATLAB, by the source registry's ``magic``), a format no source reads (WAV, IDL...:
     ``sources.unread_format``), a PNG, JPEG or JSON file, or None. Used only after its first frame header failed
     its CRC, so a TFRecord is never misnamed."""
     fmt = sources.content_format(head)  # (the registry, every format's module, loads here on first use)

@@ -134,7 +134,7 @@ def input_format(pattern: str, files: Sequence[tuple[str, int]], options: Source
     file whose format cannot be told is allowed only as a sidecar of the others' source (a raw layout ``.json``).
 
     Raises:
-      UnreadFormatError: a file of a format tfrecord-etl recognises but does not read (FITS, WAV...: naming it).
+      UnreadFormatError: a file of a format tfrecord-etl recognises but does not read (WAV...: naming it).
       SourceError: files of several formats (listing each with an example file), or a file whose format cannot be
         told (naming it).
     """

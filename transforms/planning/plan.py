@@ -30,7 +30,7 @@ def choose_encodings(
     specs: Sequence[FeatureSpec], default: str, per_feature: dict, allow_lossy=(), where: str | None = None
 ) -> tuple:
     """Sets each feature's encoding (per-feature choice, else ``default``; ``auto``: the rule of
-    ``codec.encodings.auto_encoding``; variable-length strings are always ``list``, varying dtypes always
+    ``codec.encodings.auto_encoding``; variable-length strings are always ``list``, or ``varlen`` where the source proposes it, varying dtypes always
     ``tensor``) and checks it.
 
     Raises:
@@ -47,7 +47,7 @@ def choose_encodings(
     for s in specs:
         enc = per_feature.get(s.name)
         if enc is None:
-            enc = "list" if s.dtype == "bytes" else ("tensor" if s.dtype is None else resolve_encoding(default, s))
+            enc = "tensor" if s.dtype is None else resolve_encoding(default if s.dtype != "bytes" else AUTO, s)
             if s.dtype is None and default not in ("tensor", AUTO):
                 kept_tensor.append(s.name)
         spec = dataclasses.replace(s, encoding=enc)

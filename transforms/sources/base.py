@@ -367,6 +367,13 @@ class Source:
         """What ``metadata.json`` records of the inputs besides the files and rows (e.g. label names)."""
         return {}
 
+    def tree(self, path: str) -> dict | None:
+        """What ``tfrecord-etl inspect FILE`` lists of ``path``, in ``hdf5tree.render_tree``'s form (its HDUs,
+        datasets, row groups and the default convert takes), or None (the default): inspect then prints what convert
+        makes of the file (its rows and features, ``inspect.summarize_input``) or, for HDF5, NetCDF-3, MATLAB and
+        Zarr, their own trees."""
+        return None
+
     def is_sidecar(self, path: str) -> bool:
         """True for a matched file that describes data rather than holding it (never read as an input)."""
         return False

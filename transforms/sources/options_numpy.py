@@ -38,9 +38,9 @@ class NumpyOptions(FormatOptions):
         500.0,
         gt=0,
         allow_inf_nan=False,
-        description="npz: refuse a member (of more than 1 MiB) or an archive whose "
-        "uncompressed size exceeds this many times its compressed size (zip bombs); nifti: a .nii.gz declaring "
-        "more",
+        description="refuse compressed data (of more than 1 MiB) whose uncompressed size, as declared or as it is "
+        "decompressed, exceeds this many times its compressed size (compression bombs): an npz member or archive, "
+        "and the compressed data of every other format that reads this limit (its docs page says which)",
     )
 
     _exclude_list = field_validator("exclude_datasets", mode="before")(classmethod(lambda cls, v: comma_list(v)))

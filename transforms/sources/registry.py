@@ -1,7 +1,7 @@
 """The source registry: every format's :class:`Source` class by its ``format_name``, in the order ``format_of`` tries
 them, and what is built from it (the options models, the format of a file, a new source).
 
-Importing this module imports every format's module (29 of ours, NumPy only at import); ``sources/__init__.py``
+Importing this module imports every format's module (NumPy only at import); ``sources/__init__.py``
 loads it on the first use of one of its names (``sources.REGISTRY``, ``sources.format_of``, a format's class), so
 the reader and the commands that only need ``RowRange`` or ``SourceOptions`` do not pay for it. The model is
 TFDS's ``file_adapters.ADAPTER_FOR_FORMAT``.
@@ -17,12 +17,14 @@ from tfrecord_etl.transforms.sources import zarrstore
 from tfrecord_etl.transforms.sources.base import Source, SourceOptions
 from tfrecord_etl.transforms.sources.envi import EnviSource
 from tfrecord_etl.transforms.sources.files import FilesSource
+from tfrecord_etl.transforms.sources.fits import FitsSource
 from tfrecord_etl.transforms.sources.hdf5 import Hdf5Source
 from tfrecord_etl.transforms.sources.matlab import MatlabSource
 from tfrecord_etl.transforms.sources.netcdf3 import NetCdf3Source
 from tfrecord_etl.transforms.sources.nifti import NiftiSource
 from tfrecord_etl.transforms.sources.npy import NpySource
 from tfrecord_etl.transforms.sources.npz import NpzSource
+from tfrecord_etl.transforms.sources.parquet import ParquetSource
 from tfrecord_etl.transforms.sources.raw import RawSource
 from tfrecord_etl.transforms.sources.signatures import (
     content_format,
@@ -51,6 +53,8 @@ REGISTRY: dict[str, type[Source]] = {
         ZarrSource,
         EnviSource,
         NiftiSource,
+        ParquetSource,
+        FitsSource,
     )
 }
 FORMATS = tuple(REGISTRY)
@@ -112,8 +116,7 @@ def format_of(path: str, options: SourceOptions) -> str:
     wins over a suffix that disagrees; else the first registered format whose suffix ``path`` ends with (a
     MATLAB v4 ``.mat`` has no magic); else an HDF5 signature after a user block of 4096 bytes or more (the HDF5
     spec's 512 * 2**n offsets, read one by one up to the file's end). A file whose content (else suffix) shows a
-    format no source reads (``signatures.UNREAD``: FITS, EDF, WAV, IDL, Parquet, Feather) is refused with
-    the way out.
+    format no source reads (``signatures.UNREAD``) is refused with the way out.
 
     Raises:
       UnreadFormatError: a format tfrecord-etl recognises but does not read (naming the file, what it is and how

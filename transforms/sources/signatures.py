@@ -1,7 +1,7 @@
 """File signatures: which registered format a file's first bytes show, for ``format_of`` and for the messages of a
 source that cannot read a file of another format (``other_format_hint``); and the formats tfrecord-etl recognises
-but does not read (:data:`UNREAD`: FITS, EDF, WAV, IDL, Parquet, Feather/Arrow IPC), each with the way out
-its error gives (``format_of`` raises :class:`UnreadFormatError` for them, so convert, verify and inspect say so).
+but does not read (:data:`UNREAD`, the one list of them), each with the way out its error gives (``format_of``
+raises :class:`UnreadFormatError` for them, so convert, verify and inspect say so).
 
 Each source declares its own signature (``Source.magic``, ``magic_offsets``, ``content_label``, ``sniff``); the
 registry (``sources/registry.py``) hands its classes, in its order, to :func:`register` once, at import; a lookup
@@ -107,16 +107,15 @@ class Unread:
         return any(all(head[o : o + len(m)] == m for o, m in sig) for sig in self.signatures)
 
 
-# The formats users meet that no source reads, in the order they are tried. References: FITS Standard 4.0 (the
-# primary header's first card), EDF/EDF+ and BDF headers (the
-# version field), the RIFF/WAVE and RF64 headers, IDL SAVE files (scipy.io.readsav: "SR" and the record format),
-# Apache Parquet (PAR1), Arrow IPC files and Feather v2 (ARROW1), Feather v1 (FEA1).
+# The formats users meet that no source reads, in the order they are tried. References: EDF/EDF+ and BDF headers
+# (the version field), the RIFF/WAVE and RF64 headers, IDL SAVE files (scipy.io.readsav: "SR" and the record format),
+# Feather v1 (FEA1; Parquet and Feather v2 are read: sources/parquet.py).
 UNREAD = (
     Unread(
-        "a FITS file",
-        (((0, b"SIMPLE  ="),),),
-        (".fits", ".fit", ".fts", ".fits.gz", ".fits.fz"),
-        "with astropy: np.save('x.npy', astropy.io.fits.getdata(FILE, ext=N)), then convert the .npy",
+        "a gzip-compressed FITS file",
+        (),  # (told by its suffix: its first bytes are gzip's)
+        (".fits.gz", ".fit.gz", ".fts.gz"),
+        "gunzip it, then convert the .fits (read memory-mapped; tile-compressed .fits.fz files are read as they are)",
     ),
     Unread(
         "an EDF/BDF recording",
@@ -140,18 +139,11 @@ UNREAD = (
         "with SciPy: np.savez('x.npz', **scipy.io.readsav(FILE)) (numeric variables), then convert the .npz",
     ),
     Unread(
-        "a Parquet file",
-        (((0, b"PAR1"),),),
-        (".parquet", ".pq"),
-        "with pyarrow: t = pyarrow.parquet.read_table(FILE); np.savez('x.npz', **{c: t[c].to_numpy() for c in "
-        "t.column_names}), then convert the .npz",
-    ),
-    Unread(
-        "a Feather/Arrow IPC file",
-        (((0, b"ARROW1"),), ((0, b"FEA1"),)),
-        (".feather", ".arrow", ".arrows", ".ipc"),
-        "with pyarrow: t = pyarrow.feather.read_table(FILE); np.savez('x.npz', **{c: t[c].to_numpy() for c in "
-        "t.column_names}), then convert the .npz",
+        "a Feather v1 file",
+        (((0, b"FEA1"),),),
+        (),  # .feather is Feather v2 (Arrow IPC), which the parquet source reads: told by content only
+        "with pyarrow: pyarrow.feather.write_feather(pyarrow.feather.read_table(FILE), 'x.feather') writes it as "
+        "Feather v2, then convert the new file",
     ),
 )
 

@@ -103,7 +103,20 @@ def auto_encoding(spec: FeatureSpec) -> str:
       example (labels, small vectors), ``tensor`` above (images: 2x to 10x larger as varints);
     - float64, uint64 (a list would cast them, lossy), complex (no list form), void, and features whose dtype
       varies: ``tensor``.
+
+    A source may propose ``varlen`` for 1-D rows of any length (``spec.encoding``, e.g. a Parquet list column):
+    it is kept wherever it is exact (every dtype the ``list`` encoding keeps exact: not float64, uint64, complex).
     """
+    if spec.encoding == "varlen":
+        try:
+            ENCODINGS["varlen"].check(spec)
+            return "varlen"
+        except SchemaError:
+            pass
+    return _auto_rule(spec)
+
+
+def _auto_rule(spec: FeatureSpec) -> str:
     if spec.dtype is None:
         return "tensor"
     if spec.dtype == VLEN_BYTES:
