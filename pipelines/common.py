@@ -29,6 +29,7 @@ from tfrecord_etl.pipelines.workers import (  # noqa: F401
 from tfrecord_etl.transforms import codec, compression
 from tfrecord_etl.transforms.errors import ConfigError, EtlError, printable
 from tfrecord_etl.transforms.output import tfrecord
+from tfrecord_etl.transforms.output.runtime import RESUME_NOTES
 from tfrecord_etl.transforms.storage import fileio, gcsaccess, remote as remote_store
 
 
@@ -80,7 +81,16 @@ WORKER_SDIST_ENV = "TFRECORD_ETL_WORKER_SDIST"
 
 
 def run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) -> int:
-    """Runs ``main`` and turns our errors (raised directly or from inside a Beam worker) into one line."""
+    """Runs ``main`` and turns our errors (raised directly or from inside a Beam worker) into one line; when the
+    failed run kept shards it committed for ``--resume``, a last line says so."""
+    RESUME_NOTES.clear()
+    code = _run_main(main, argv)
+    if code and RESUME_NOTES:
+        print(f"[tfrecord-etl] {RESUME_NOTES[-1]}", file=sys.stderr)
+    return code
+
+
+def _run_main(main: Callable[[list[str]], int], argv: list[str] | None = None) -> int:
     running.LAST_RUN_LOG = None  # an earlier in-process run's log must not be named on this run's error line
     argv = sys.argv[1:] if argv is None else argv
     resume_gc()  # the command's imports are done (see pipelines/__init__.py)

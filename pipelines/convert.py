@@ -29,7 +29,7 @@ from tfrecord_etl.transforms import localmode, planning, spanrun
 from tfrecord_etl.transforms.config import ConvertConfig, ConvertOptions, build_parser as build_flags, parse_args
 from tfrecord_etl.transforms.convert import ConvertToTFRecord, check_output, prepare_output_dir
 from tfrecord_etl.transforms.errors import printable
-from tfrecord_etl.transforms.output import metadata, tfrecord
+from tfrecord_etl.transforms.output import metadata, resume, tfrecord
 
 ZLIB_WARNING = (
     "warning: --compression zlib: TensorFlow (tf.data) and Beam (ReadFromTFRecord) read these .deflate "
@@ -46,10 +46,16 @@ def build_plan(cfg: ConvertConfig, inputs: planning.InputPlan | None = None) -> 
 
 
 def build_pipeline(
-    p: beam.Pipeline, cfg: ConvertConfig, plan: planning.ConvertPlan, carried: dict | None = None, replaced=None
+    p: beam.Pipeline,
+    cfg: ConvertConfig,
+    plan: planning.ConvertPlan,
+    carried: dict | None = None,
+    replaced=None,
+    prepared=None,
 ):
     """Composes the convert pipeline on ``p`` (``carried``: the splits this run adds to, see
-    ``convert.carried_splits``; ``replaced``: the committed files its commit replaces, see ``outdir.prepare``);
+    ``convert.carried_splits``; ``replaced``: the committed files its commit replaces, see ``outdir.prepare``;
+    ``prepared``: the ``convert.PreparedOutput``, whose shards kept by ``--resume`` are not written again);
     returns the PCollection holding the committed output dir."""
     # a terminal gets the launcher's bar instead (main), unless --verbose shows the runner's logs there
     lines = progress.mode(cfg.progress) == "lines" or (cfg.verbose and progress.mode(cfg.progress) == "bar")
@@ -60,6 +66,7 @@ def build_pipeline(
         progress=lines,
         carried=carried,
         **({"replaced": replaced} if replaced else {}),
+        **({"resumed": prepared.resumed, "receipt_key": prepared.receipt_key} if prepared is not None else {}),
     )
 
 
@@ -175,10 +182,18 @@ def main(argv: list[str]) -> int:
             )
         )
         return 0
-    with prepare_output_dir(cfg, plan) as prepared:
+    try:
+        prepared = prepare_output_dir(cfg, plan)
+    except resume.NothingToResume as done:
+        if run is None:
+            print(done)
+            return 0
+        # a span committed but perhaps not listed in collection.json: run it in full, then list it (as a re-run does)
+        prepared = prepare_output_dir(cfg.model_copy(update={"resume": False}), plan)
+    with prepared:
         plan = prepared.plan
         p = beam.Pipeline(runner=common.local_runner(options), options=options)
-        build_pipeline(p, cfg, plan, prepared.meta, prepared.replaced)
+        build_pipeline(p, cfg, plan, prepared.meta, prepared.replaced, prepared)
         with progress.watch(
             cfg.output_dir,
             progress.convert_planned(plan),

@@ -78,6 +78,7 @@ _CONVERT_SHARED = (
             "--index",
             "--writer",
             "--overwrite",
+            "--resume",
         ),
     ),
     Group(

@@ -229,10 +229,11 @@ def test_generation_names():
     assert outdir.generation_prefix("data", 1) + "-00000" == outdir.generation_name("data-00000", 1)
 
 
-def test_a_failed_run_removes_the_shards_it_wrote_and_keeps_the_old_output(inputs, tmp_path, capsys):
+def test_a_failed_run_keeps_only_its_committed_shards_unlisted_beside_the_old_output(inputs, tmp_path, capsys):
     """A run that fails (a corrupt chunk, no --dead_letter_dir) after some of its shards were renamed into place:
-    it removes them (and its temporaries) before it lets the lock go, so the directory holds the old output
-    alone, not the old output plus a failed run's shards."""
+    it removes its temporaries before it lets the lock go and keeps the shards it committed, with their receipts,
+    for ``--resume`` (tests/test_resume.py): metadata.json does not list them, so the directory's output is the old
+    one, and the last line says how to resume. The next run without ``--resume`` removes them by name."""
     from tests.test_reliability import corrupt_h5
 
     old, _ = inputs
@@ -242,6 +243,12 @@ def test_a_failed_run_removes_the_shards_it_wrote_and_keeps_the_old_output(input
     corrupt_h5(tmp_path / "bad.h5")  # rows 300-399 of 1000 unreadable: shards 0-2 of 10 are written first
     code, _, err = convert(tmp_path / "bad.h5", out, "--num_shards", "10", "--overwrite", capsys=capsys)
     assert code == 2 and "Cannot read rows 300-399" in err, err
-    assert "this failed run wrote" in err
-    assert set(os.listdir(out)) - {outdir.MARKER_FILE} == before
+    assert err.strip().splitlines()[-1].endswith("the same command with --resume writes only the missing ones")
+    kept = set(os.listdir(out)) - {outdir.MARKER_FILE} - before
+    assert kept == {f"data-0000{i}-of-00010.tfrecord" for i in range(3)} | {
+        f".tf-etl-done-0000{i}.json" for i in range(3)
+    }
     assert ids(out) == list(range(300))
+    code, _, err = convert(old, out, "--num_shards", "2", capsys=capsys)
+    assert code == 0 and "removing 6 files of an earlier run that did not complete" in err, err
+    assert not set(os.listdir(out)) & kept

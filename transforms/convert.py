@@ -36,7 +36,7 @@ from tfrecord_etl.transforms.collections import matching
 from tfrecord_etl.transforms.collections.spans import has_placeholders
 from tfrecord_etl.transforms.config import ConvertConfig
 from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, SchemaError
-from tfrecord_etl.transforms.output import metadata, outdir
+from tfrecord_etl.transforms.output import metadata, outdir, resume
 from tfrecord_etl.transforms.planning import ConvertPlan, plan_convert
 from tfrecord_etl.transforms.storage import fileio
 
@@ -70,6 +70,8 @@ class ConvertToTFRecord(beam.PTransform):
         progress: bool = False,
         carried: dict | None = None,
         replaced: outdir.Replacement = outdir.Replacement(),
+        resumed: dict | None = None,
+        receipt_key: str | None = None,
         **options,
     ):
         super().__init__()
@@ -95,14 +97,17 @@ class ConvertToTFRecord(beam.PTransform):
         report_orphan_labels(config, self.plan)
         self.carried = carried  # the splits this run adds to (carried_splits), None for a plain output
         self.replaced = replaced  # what this run's commit replaces (outdir.prepare)
+        self.resumed, self.receipt_key = resumed or {}, receipt_key  # (resume: shards kept, receipts' digest)
         if prepare_output:
             prepared = prepare_output_dir(config, self.plan)
             prepared.release()
             self.carried, self.plan, self.replaced = prepared.meta, prepared.plan, prepared.replaced
+            self.resumed, self.receipt_key = prepared.resumed, prepared.receipt_key
 
     def expand(self, pbegin):
         cfg, plan = self.config, self.plan
         writer = WRITERS[writer_name(cfg)](plan, cfg, self._progress)
+        writer.resumed, writer.receipt_key = self.resumed, self.receipt_key
         shards = pbegin | type(writer).__name__ >> writer
         commit = beam_commit.OutputCommit(
             output_dir=cfg.output_dir,
@@ -111,7 +116,7 @@ class ConvertToTFRecord(beam.PTransform):
             expected_rows=plan.inputs.num_rows,
             sources=tuple(source_entry(i) for i in plan.inputs.indexes),
             writer=writer_name(cfg),
-            options=cfg.model_dump(),
+            options=recorded_options(cfg),
             described=plan.inputs.source.describe(),
             tfds_name=plan.tfds_name,
             carried=self.carried,
@@ -125,12 +130,14 @@ class ConvertToTFRecord(beam.PTransform):
 class PreparedOutput:
     """The held lock of a prepared output directory (:func:`prepare_output_dir`); ``plan``, the plan writing the
     generation of names the lock chose (``planning.with_generation``); ``replaced``, what the run's commit replaces
-    (``outdir.Replacement``); and, when the run adds a split to a TFDS directory, the metadata of the
+    (``outdir.Replacement``); ``resumed`` and ``receipt_key`` (see ``resume``); and, when the run adds a split to a TFDS directory, the metadata of the
     splits already there (``meta``, None otherwise)."""
 
     def __init__(self, lock: outdir.Lock, meta: dict | None, plan: ConvertPlan | None = None):
         self.lock, self.meta, self.plan = lock, meta, plan
         self.replaced = lock.replacement
+        self.resumed = lock.resumed  # --resume: {shard plan index: entries} of the shards kept
+        self.receipt_key: str | None = None  # the run identity's digest, recorded in each shard's receipt
 
     def release(self) -> None:
         self.lock.release()
@@ -252,17 +259,49 @@ def prepare_output_dir(cfg: ConvertConfig, plan: ConvertPlan) -> PreparedOutput:
     check_output(cfg, plan)
     carried, keep = carried_splits(cfg, plan)
     tfds_files = ("dataset_info.json", "features.json") if plan.tfds_name else ()
+    planned = plan.shards is not None and writer_name(cfg) == "planned"  # the writer that leaves receipts
+    ident = run_identity(cfg, plan) if planned else None
+    if cfg.resume and not planned:
+        outdir.say(f"resume: the {writer_name(cfg)} writer does not resume at shard level: running in full")
     lock = outdir.prepare(
         cfg.output_dir,
         command="convert",
-        options=cfg.model_dump(),
+        options=recorded_options(cfg),
         overwrite=cfg.overwrite,
         files=plan.output_files + tfds_files,
         beam_temp_prefixes=[plan.prefix] if cfg.writer == "beam" else [],
         keep=keep,
         planned_bytes=plan.inputs.num_bytes if cfg.compression == "none" else None,
+        identity=ident,
+        shard_files=shard_files(cfg, plan) if planned else None,
+        resuming=cfg.resume and planned,
     )
-    return PreparedOutput(lock, carried, planning.with_generation(plan, cfg, lock.generation))
+    prepared = PreparedOutput(lock, carried, planning.with_generation(plan, cfg, lock.generation))
+    prepared.receipt_key = None if ident is None else resume.digest(ident)
+    return prepared
+
+
+def recorded_options(cfg: ConvertConfig) -> dict:
+    """The options ``metadata.json`` and the run marker record: the config's, without ``resume`` (a resumed run's
+    output is byte-identical to an uninterrupted one's)."""
+    return cfg.model_dump(exclude={"resume"})
+
+
+def run_identity(cfg: ConvertConfig, plan: ConvertPlan) -> dict:
+    """``resume.identity`` of a conversion: the tool and metadata format versions, the compression backend, the
+    options and every input file as the plan pinned it (``Source.pin_files``: size and ``st_mtime_ns`` of a local
+    file; a remote object's size)."""
+    pins = getattr(plan.inputs.source, "pins", None) or {}
+    inputs = [(p, *(pins[p] if p in pins else fileio.pin(p))) for p in plan.inputs.paths]
+    versions = {"tool": metadata.VERSION, "format": metadata.FORMAT, "codec": codec_of(cfg)}
+    return resume.identity(cfg.model_dump(), inputs, versions)
+
+
+def shard_files(cfg: ConvertConfig, plan: ConvertPlan) -> dict[int, tuple[str, ...]]:
+    """``{shard plan index: the names of its files}`` (its split files and index files; generation 0)."""
+    return {
+        s.index: planning.output_files(cfg, [s], plan.num_shards, plan.split_plan, plan.prefix) for s in plan.shards
+    }
 
 
 def report_orphan_labels(cfg: ConvertConfig, plan: ConvertPlan) -> None:

@@ -62,13 +62,26 @@ def ok(proc) -> str:
 
 
 def files(out) -> dict[str, bytes]:
-    """Every file of an output directory (recursively) except the run marker and metadata.json (compared apart)."""
+    """Every file of an output directory (recursively) except the run marker and metadata.json (compared apart) and
+    what a failed run keeps for ``--resume`` (:func:`kept_for_resume`: never listed by metadata.json)."""
     out = pathlib.Path(out)
+    kept = kept_for_resume(out)
     return {
         str(p.relative_to(out)): p.read_bytes()
         for p in sorted(out.rglob("*"))
-        if p.is_file() and p.name not in (".tf-etl-run.json", "metadata.json", "manifest.json")
+        if p.is_file() and p.name not in (".tf-etl-run.json", "metadata.json", "manifest.json") and p.name not in kept
     }
+
+
+def kept_for_resume(out) -> set[str]:
+    """The shard receipts (``.tf-etl-done-NNNNN.json``) in ``out`` and the files they name: the shards a failed run
+    committed and keeps for ``--resume``; each is checked not to be listed by ``metadata.json``."""
+    out, kept = pathlib.Path(out), set()
+    for receipt in out.glob(".tf-etl-done-*.json"):
+        kept |= {receipt.name, *json.loads(receipt.read_text()).get("stamps", {})}
+    listed = {s["file"] for s in metadata(out).get("shards", [])} if (out / "metadata.json").exists() else set()
+    assert not kept & listed, f"files kept for --resume listed by metadata.json: {sorted(kept & listed)}"
+    return kept
 
 
 def metadata(out, name="metadata.json") -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from tfrecord_etl.transforms.errors import RecordError
-from tfrecord_etl.transforms.output import metadata, outdir, tfds_info
+from tfrecord_etl.transforms.output import metadata, outdir, resume, tfds_info
 from tfrecord_etl.transforms.output.commit import OutputCommit  # its home: the output and its commit
 from tfrecord_etl.transforms.output.runlock import CarriesRun
 
@@ -73,6 +73,7 @@ class WriteMetadataFn(CarriesRun, beam.DoFn):
         metadata.write(c.output_dir, meta, specs, c.replaced.metadata_version)
         outdir.finish_replacement(c.output_dir, c.replaced)
         outdir.remove_temporaries(c.output_dir, [s["file"] for s in shards])
+        resume.remove_receipts(c.output_dir)  # (listed by the run marker: a crash before this, the next run's)
         yield c.output_dir
 
 

@@ -20,8 +20,8 @@ from tfrecord_etl.transforms.beam.metrics import NAMESPACE, ShardClock
 from tfrecord_etl.transforms.codec import EncodedBatch
 from tfrecord_etl.transforms.collections import sharding, splits
 from tfrecord_etl.transforms.errors import RecordError
-from tfrecord_etl.transforms.output import sink, tfrecord
-from tfrecord_etl.transforms.output.runlock import CarriesRun
+from tfrecord_etl.transforms.output import resume, sink, tfrecord
+from tfrecord_etl.transforms.output.runlock import CarriesRun, failpoint
 from tfrecord_etl.transforms.planning import shard_suffix
 from tfrecord_etl.transforms.sources import RowRange, Source
 from tfrecord_etl.transforms.storage import fileio
@@ -39,6 +39,7 @@ class ShardOutput:
       codec: ``compression.settings()``: the gzip/zlib backend, its version and level, or None.
       dead_letter_dir: where the planned writer writes its dead letters (``--dead_letter_dir``), or None.
       progress: print one line per shard written to stderr (``--progress``).
+      receipt_key: the planned writer leaves a receipt per shard committed under it (``resume.write_receipt``).
 
     Raises:
       ValueError: an unknown ``compression``, found at construction rather than on a worker.
@@ -51,6 +52,7 @@ class ShardOutput:
     codec: dict | None = None
     dead_letter_dir: str | None = None
     progress: bool = False
+    receipt_key: str | None = None  # the run identity's digest: a receipt per shard committed (resume)
 
     def __post_init__(self):
         if self.compression not in tfrecord.SUFFIXES:
@@ -174,6 +176,9 @@ class WriteShardFn(CarriesRun, beam.DoFn):
         entries = self._entries(files, writers)
         entries[0]["dead_rows"] = dead_rows
         entries[0]["dead_letters"] = [dead_range(d) for d in letters]
+        if out.receipt_key is not None:  # every file of the shard committed: its receipt, for --resume
+            resume.write_receipt(out.output_dir, shard.index, entries, out.receipt_key)
+            failpoint("shard-recorded")
         size = sum(e["bytes"] for e in entries)
         self._written.inc(records)
         self._bytes.inc(size)

@@ -25,6 +25,8 @@ class PlanWriter(beam.PTransform):
         super().__init__()
         self._plan, self._cfg, self._progress = plan, cfg, progress
         self.dead_letters = None
+        self.resumed: dict = {}  # --resume (planned writer): {shard plan index: entries} of the shards kept
+        self.receipt_key: str | None = None  # the planned writer's receipts' run digest (resume.write_receipt)
 
 
 class WritePlanned(PlanWriter):
@@ -42,10 +44,16 @@ class WritePlanned(PlanWriter):
             codec=codec_of(cfg),
             dead_letter_dir=cfg.dead_letter_dir,
             progress=self._progress,
+            receipt_key=self.receipt_key,
         )
         fn = beam_write.WriteShardFn(plan.inputs.source, beam_encode.EncodeSettings.of(plan, cfg), out)
         sequential = [i.path for i in plan.inputs.indexes if i.sequential]
-        return pbegin | "WritePlannedShards" >> beam_write.WritePlannedShards(plan.shards, fn, sequential)
+        missing = [s for s in plan.shards if s.index not in self.resumed]
+        written = pbegin | "WritePlannedShards" >> beam_write.WritePlannedShards(missing, fn, sequential)
+        if not self.resumed:
+            return written
+        kept = pbegin | "KeptShards" >> beam.Create([e for i in sorted(self.resumed) for e in self.resumed[i]])
+        return (written, kept) | "WithKeptShards" >> beam.Flatten()
 
 
 def _write_dead_letters(letters: list[dict], dead_letter_dir: str) -> list[dict]:

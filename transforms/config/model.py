@@ -219,6 +219,12 @@ class ConvertCommon(BaseModel):
         "the previous span's (recorded in collection.json)",
     )
     overwrite: bool = command_field("overwrite")
+    resume: bool = Field(
+        False,
+        description="continue a run that failed or was killed, into the same output: the shards it committed "
+        "are kept (checked by size and the stamp recorded when each was written), only the missing ones are "
+        "written; refused when the inputs, an option or the output format differ (docs/reliability.md)",
+    )
     dry_run: bool = Field(
         False,
         description="plan and print the plan (files, rows, bytes, row ranges, shards, "

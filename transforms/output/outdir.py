@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Iterable
 
 from tfrecord_etl.transforms.errors import ConfigError, printable
-from tfrecord_etl.transforms.output import listing, sink
+from tfrecord_etl.transforms.output import listing, resume, sink
 from tfrecord_etl.transforms.output.listing import (  # noqa: F401 - the names of an output, used here and by others
     GENERATION_TAG,
     LEGACY_MARKER_FILE,
@@ -61,6 +61,7 @@ from tfrecord_etl.transforms.output.listing import (  # noqa: F401 - the names o
     temp_of,
 )
 from tfrecord_etl.transforms.output.lockfile import LOCK_TEMP
+from tfrecord_etl.transforms.output.resume import record_shards  # noqa: F401 - its home now; metadata.write uses it
 from tfrecord_etl.transforms.output.runlock import (  # noqa: F401
     FAILPOINT_ENV,
     LEGACY_LOCK_FILE,
@@ -113,6 +114,9 @@ def prepare(
     beam_temp_prefixes: Iterable[str] = (),
     keep: Iterable[str] = (),
     planned_bytes: int | None = None,
+    identity: dict | None = None,
+    shard_files: dict | None = None,
+    resuming: bool = False,
 ) -> Lock:
     """Makes ``output_dir`` ready for a run that writes ``files`` (names, generation 0) and returns the run's held
     :class:`Lock` (use it as a context manager around the pipeline), which says which generation the run writes
@@ -134,7 +138,10 @@ def prepare(
     ``keep``: names of our files this run adds to rather than replaces (the other splits of a TFDS directory:
     ``convert.carried_splits``); never deleted, and the directory's earlier options do not make the run refuse.
     ``planned_bytes``: the bytes the run will write at least, checked against the free space of a local file
-    system (the old output stays until the commit, so both must fit).
+    system (the old output stays until the commit, so both must fit). ``identity`` (``resume.identity``) and
+    ``shard_files`` (``{shard plan index: its files' names, generation 0}``): recorded in the marker, with a receipt
+    name per shard plan; ``resuming`` (``--resume``): ``resume.examine`` first, and the shards it keeps are not
+    removed (``lock.resumed``: ``{index: entries}``).
 
     Raises:
       ConfigError: any refusal above, an unusable path, another live run holding the lock, too little space.
@@ -144,9 +151,15 @@ def prepare(
     run_id = uuid.uuid4().hex
     lock = _locked(output_dir, run_id)
     try:
+        resumed = resume.examine(output_dir, identity, shard_files) if resuming else resume.Resumption()
         lock.generation, lock.replaced, written = _clear(
-            output_dir, options, files, overwrite, set(keep), planned_bytes
+            output_dir, options, files, overwrite, set(keep), planned_bytes, resumed.names
         )
+        if resumed.kept and lock.generation != resumed.generation:  # the same plan: never seen
+            say(f"resume: the earlier run wrote other names in {output_dir}: running in full")
+            resumed = resume.Resumption()
+        lock.resumed = resumed.kept
+        written |= set(resume.receipt_names(len(shard_files))) if identity is not None and shard_files else set()
         lock.files = frozenset(written)
         metadata_version = (
             None if fileio.is_local(output_dir) else conditional.version(fileio.join(output_dir, METADATA_FILE))
@@ -156,6 +169,7 @@ def prepare(
             discard_uncommitted, output_dir, frozenset(written - _REWRITTEN), lock.replaced
         )
         marker = _marker(run_id, command, options, written, lock, metadata_version, beam_temp_prefixes)
+        marker.update({"identity": identity} if identity is not None else {})
         sink.write_json(fileio.join(output_dir, MARKER_FILE), marker, default=str)
     except BaseException:
         lock.release()
@@ -213,9 +227,10 @@ def _clear(
     overwrite: bool,
     keep: set[str] = frozenset(),
     planned_bytes: int | None = None,
+    spared: frozenset = frozenset(),
 ) -> tuple[int, frozenset, set]:
-    """The checks and cleanup of :func:`prepare`; returns ``(generation, committed files replaced, names the run
-    writes)``."""
+    """The checks and cleanup of :func:`prepare` (``spared``: files a resumed run keeps); returns ``(generation,
+    committed files replaced, names the run writes)``."""
     names = _without_lock_temps(output_dir, set(list_names(output_dir)) - {LOCK_FILE, LEGACY_LOCK_FILE})
     if not names:
         check_space(output_dir, planned_bytes, False)
@@ -235,7 +250,7 @@ def _clear(
     written = {generation_name(n, generation) if n not in _REWRITTEN else n for n in files}
     _refuse(output_dir, strangers, written, overwrite, own.complete and not kept and not overwrite, own, options)
     check_space(output_dir, planned_bytes, bool(committed))
-    _remove_debris(output_dir, ours, committed)
+    _remove_debris(output_dir, ours - spared, committed)
     if committed:
         say(
             f"keeping the complete output in {output_dir} until this run commits ({_count(committed, 'file')}; "
@@ -331,9 +346,9 @@ def discard_uncommitted(output_dir: str, written: Iterable[str], replaced: Itera
     after its workers finished it, e.g. Flink's TaskManagers going on without their killed JobManager): the output
     is this run's, complete, and what its commit had not done yet is done: the files of the output it replaced
     (``replaced``) that the new ``metadata.json`` does not list, and the temporaries of ``written``, are removed.
-    Otherwise the files of ``written`` (a failed run's shards and index files) that ``metadata.json`` does not list,
-    and their temporaries, are removed: a failed run leaves the output it found (the previous one, complete, or
-    none), not its partial shards. Only names of ``written`` and ``replaced`` (ours) and their temporaries are
+    Otherwise the temporaries of ``written`` are removed, and its files that ``metadata.json`` does not list unless
+    a receipt of the run says they were committed (``resume.receipted``: kept, unlisted, for ``--resume``; the last
+    line says so): readers see the output it found (the previous one, complete, or none). Only names of ``written`` and ``replaced`` (ours) and their temporaries are
     deleted, each by its exact name, and every deletion is printed."""
     written = set(written)
     listing.abort_uploads(output_dir, written)  # killed attempts' (S3 multipart), never an object
@@ -342,6 +357,7 @@ def discard_uncommitted(output_dir: str, written: Iterable[str], replaced: Itera
     committed = own.committed
     temps = {n for n in names if temp_of(n, written)}
     if committed & written:
+        temps |= {n for n in names & written if resume.RECEIPT.match(n)}
         gone = sorted(((set(replaced) & names) - committed) | temps)
         say(
             f"this run's output was committed in {output_dir} before the failure"
@@ -354,30 +370,14 @@ def discard_uncommitted(output_dir: str, written: Iterable[str], replaced: Itera
         )
         delete_names(output_dir, gone)
         return "this run"
-    gone = sorted(((written & names) - committed) | temps)
+    kept = resume.receipted(output_dir, (written & names) - committed)  # committed shards: kept for --resume
+    gone = sorted(((written & names) - committed - kept) | temps)
     if gone:
         say(f"removing {_count(gone, 'file')} this failed run wrote in {output_dir}: {_names_list(gone, 5)}")
         delete_names(output_dir, gone)
+    if kept:
+        resume.note_kept(output_dir, sum(1 for n in kept if resume.RECEIPT.match(n)))
     return "previous" if own.complete else "none"
-
-
-def record_shards(output_dir: str, shards: Iterable[dict]) -> None:
-    """Adds to the run marker, just before ``metadata.json`` is written, each committed shard it lists, with its
-    record count, size (bytes) and CRC32C: the marker then says what this run's shards are, not only their names.
-    Nothing is written when the directory has no marker of ours or it lists none of ``shards`` (a pipeline built
-    without ``prepare``)."""
-    path = fileio.join(output_dir, MARKER_FILE)
-    marker = read_json(path)
-    if marker is None or marker.get("format") != MARKER_FORMAT:
-        return
-    listed = listing.plain_names(marker.get("files"))
-    entries = [
-        {k: s[k] for k in ("file", "records", "bytes", "crc32c", "index", "split") if k in s}
-        for s in shards
-        if s.get("file") in listed
-    ]
-    if entries:
-        sink.write_json(path, {**marker, "shards": entries}, default=str)
 
 
 def remove_temporaries(output_dir: str, files: Iterable[str]) -> None:

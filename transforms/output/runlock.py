@@ -125,6 +125,7 @@ class Lock:
         self.replaced: frozenset = frozenset()  # set by prepare: the committed files the run's commit replaces
         self.replacement = None  # set by prepare: the outdir.Replacement to pass to the commit
         self.discard = None  # set by prepare: removes what a failed run wrote and did not commit
+        self.resumed: dict = {}  # set by prepare (--resume): {shard plan index: entries} of the shards kept
         self.output_state = None  # after a failed run: what the directory holds (outdir.discard_uncommitted)
 
     def acquire(self) -> Lock:

@@ -21,6 +21,8 @@ MAX_JSON_BYTES = 64 * 2**20  # a marker, lock or metadata.json larger than this 
 RUN_ENV = "TFRECORD_ETL_RUN"  # the lock path and run id of the run this process (or its launcher) holds
 FAILPOINT_ENV = "TFRECORD_ETL_FAILPOINT"
 FAILPOINT_ONCE_ENV = "TFRECORD_ETL_FAILPOINT_ONCE"  # the file a ":once" failpoint creates when it fires
+# what a failed run kept for --resume, said on the command's last line (resume.note_kept, pipelines.common)
+RESUME_NOTES: list[str] = []
 
 
 def failpoint(stage: str) -> None:
@@ -80,11 +82,14 @@ def read_json(path: str) -> dict | None:
 
 
 def process_start(pid: int) -> str | None:
-    """The start time of process ``pid`` (Linux ``/proc/<pid>/stat`` field 22), None when it is gone."""
+    """The start time of process ``pid`` (Linux ``/proc/<pid>/stat`` field 22), None when it is gone or a zombie
+    (killed or exited, not yet reaped by its parent: a launcher killed while its workers run is one until its shell
+    waits for it, and it holds no lock any more)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read().decode("ascii", "replace")
-        return stat.rsplit(")", 1)[1].split()[19]
+        fields = stat.rsplit(")", 1)[1].split()
+        return None if fields[0] == "Z" else fields[19]
     except (OSError, IndexError):
         try:
             os.kill(pid, 0)

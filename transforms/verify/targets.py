@@ -12,7 +12,7 @@ import numpy as np
 from tfrecord_etl.transforms import codec
 from tfrecord_etl.transforms.collections import schemacheck
 from tfrecord_etl.transforms.errors import ConfigError, RecordError, SchemaError, SourceError
-from tfrecord_etl.transforms.output import metadata, outdir, tfrecord
+from tfrecord_etl.transforms.output import metadata, outdir, resume, tfrecord
 from tfrecord_etl.transforms.storage import fileio
 from tfrecord_etl.transforms.verify.compare import make_comparer
 from tfrecord_etl.transforms.verify.files import verify_files
@@ -350,8 +350,15 @@ def _unlisted_files(output_dir: str, listed: set) -> list[str]:
     except Exception:  # noqa: BLE001 - an unlistable directory only loses the warnings
         return []
     out = []
+    kept = resume.receipted(output_dir, set(found) - listed)  # a failed run's committed shards and their receipts
     for name in sorted(set(found) - listed - KNOWN_FILES):
-        if name.startswith("."):
+        if name in kept:
+            what = "the receipt of a shard" if resume.RECEIPT.match(name) else "a shard"
+            out.append(
+                f"{name}: {what} a failed run committed, kept for --resume (the same command with --resume writes "
+                "only the missing shards; without it, the next run removes it)"
+            )
+        elif name.startswith("."):
             out.append(f"{name}: a temporary file (of a killed or retried attempt); the next run removes it")
         else:
             out.append(f"{name}: not listed in metadata.json; readers that glob the directory would read it")
