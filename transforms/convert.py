@@ -35,7 +35,7 @@ from tfrecord_etl.transforms.beam.writers import WRITERS, codec_of, writer_name
 from tfrecord_etl.transforms.collections import matching
 from tfrecord_etl.transforms.collections.spans import has_placeholders
 from tfrecord_etl.transforms.config import ConvertConfig
-from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, SchemaError
+from tfrecord_etl.transforms.errors import ConfigError, IncompleteOutputError, SchemaError, SourceError
 from tfrecord_etl.transforms.output import metadata, outdir, resume
 from tfrecord_etl.transforms.planning import ConvertPlan, plan_convert
 from tfrecord_etl.transforms.storage import fileio
@@ -292,9 +292,18 @@ def run_identity(cfg: ConvertConfig, plan: ConvertPlan) -> dict:
     options and every input file as the plan pinned it (``Source.pin_files``: size and ``st_mtime_ns`` of a local
     file; a remote object's size)."""
     pins = getattr(plan.inputs.source, "pins", None) or {}
-    inputs = [(p, *(pins[p] if p in pins else fileio.pin(p))) for p in plan.inputs.paths]
+    inputs = [(p, *(pins[p] if p in pins else _pin(p))) for p in plan.inputs.paths]
     versions = {"tool": metadata.VERSION, "format": metadata.FORMAT, "codec": codec_of(cfg)}
     return resume.identity(cfg.model_dump(), inputs, versions)
+
+
+def _pin(path: str) -> tuple[int | None, int | None]:
+    """:func:`fileio.pin` of an input, ``(None, None)`` for one that is no single file (a Zarr store on ``s3://`` or
+    ``gs://`` is a prefix of objects, not an object): its path alone is its identity."""
+    try:
+        return fileio.pin(path)
+    except SourceError:
+        return None, None
 
 
 def shard_files(cfg: ConvertConfig, plan: ConvertPlan) -> dict[int, tuple[str, ...]]:
